@@ -1,0 +1,37 @@
+# spoc-tui: `make demo` runs the product on its simulator; `make test` installs and tests.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: demo test test-fast realengine-setup screenshots bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/spoc demo $(ARGS)
+
+## Everything: unit, TUI and snapshot tests, then the real-engine tier (vLLM CPU + Prometheus).
+test: $(STAMP) realengine-setup
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+## Without the real-engine tier.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests -m "not realengine"
+
+realengine-setup: $(STAMP)
+	bash scripts/realengine_setup.sh
+
+screenshots: $(STAMP)
+	$(PY) scripts/screenshots.py
+
+bench: $(STAMP)
+	$(PY) benchmarks/parse_bench.py
+	$(PY) benchmarks/sim_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,204 @@
+"""The ``spoc`` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from spoc_tui import __version__
+from spoc_tui.config import ConfigError, Settings, config_path, load_file
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"spoc: error: {msg}", err=True)
+    sys.exit(2)
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    """True when the user typed the flag (or set its env var), not when it is a default."""
+    src = ctx.get_parameter_source(name)
+    return src is not None and src.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="spoc")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """spoc-tui: what limits your vLLM server, live, over SSH.
+
+    Without a command, opens the monitor (same as `spoc monitor`).
+    """
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(monitor)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--interval", type=float, default=None, help="Scrape twice this many seconds apart for windowed percentiles and rates.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token for the servers (never printed).")
+def inspect(sources: tuple[str, ...], interval: float | None, as_json: bool, api_key: str | None) -> None:
+    """Read vLLM and dcgm-exporter SOURCES (URLs or saved /metrics files) once and report.
+
+    The kind of each source is recognised from its content. A source that cannot be read
+    is reported on stderr and makes the exit code 2; the others are still reported.
+    """
+    from spoc_tui.inspect_cmd import run_inspect
+
+    if interval is not None and not 0 < interval <= 3600:
+        _fail("--interval must be between 0 and 3600 seconds")
+    out, errors = run_inspect(list(sources), interval, as_json, api_key)
+    click.echo(out)
+    for e in errors:
+        click.echo(f"spoc: error: {e}", err=True)
+    sys.exit(2 if errors else 0)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def sim_options(f):  # type: ignore[no-untyped-def]
+    opts = [
+        click.option("--model", "model_opt", default=None, help="Model preset or path to a config.json (default llama-3.1-8b)."),
+        click.option("--gpu", default="h100-80gb", show_default=True, help="GPU preset (a100-80gb, h100-80gb, h200, b200, l40s)."),
+        click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=None, help="Tensor-parallel size (thermal scenario: 4)."),
+        click.option("--scenario", default="steady", show_default=True, help="steady | thermal (one hot GPU in the TP group) | overload."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--served-model-name", default=None),
+        click.option("--max-num-seqs", type=int, default=256, show_default=True),
+        click.option("--max-num-batched-tokens", type=int, default=None),
+        click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", default=True, show_default=True),
+        click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True),
+        click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True),
+        click.option("--block-size", type=int, default=16, show_default=True),
+        click.option("--max-model-len", type=int, default=None),
+        click.option("--kv-cache-dtype", default="auto", show_default=True),
+        click.option("--speed", type=float, default=1.0, show_default=True, help="Simulated seconds per real second."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _sim_opts(model: str | None, model_opt: str | None, **kw: object):  # type: ignore[no-untyped-def]
+    from spoc_tui.sim.run import SimOptions
+
+    if model and model_opt and model != model_opt:
+        _fail(f"two models given: {model!r} and --model {model_opt!r}")
+    return SimOptions(model=model or model_opt or "llama-3.1-8b", **kw)  # type: ignore[arg-type]
+
+
+@cli.command(context_settings={"show_default": True})
+@click.argument("model", required=False)
+@sim_options
+@click.option("--host", default="127.0.0.1", help="Address to bind (loopback unless told otherwise).")
+@click.option("--port", type=int, default=8000)
+@click.option("--dcgm-port", type=int, default=9400, help="Port of the simulated dcgm-exporter (0: any free port).")
+@click.option("--load-users", type=int, default=None, help="Built-in background users (default none).")
+def sim(model: str | None, model_opt: str | None, host: str, port: int, dcgm_port: int, load_users: int | None, **kw: object) -> None:
+    """Run the engine simulator in the foreground: a SIMULATED vLLM server and dcgm-exporter.
+
+    Accepts a `vllm serve`-like command line (`spoc sim MODEL --max-num-seqs 64 ...`), so the
+    tuner can launch it exactly as it launches vLLM.
+    """
+    from spoc_tui.sim import run as simrun
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"spoc sim: warning: binding to {host}, not loopback", err=True)
+    opts = _sim_opts(model, model_opt, host=host, port=port, dcgm_port=dcgm_port, load_users=load_users, **kw)
+    sys.exit(simrun.main(opts))
+
+
+@cli.command()
+@click.option("--scenario", default="steady", show_default=True, help="steady | thermal | overload")
+@click.option("--model", default="llama-3.1-8b", show_default=True)
+@click.option("--gpu", default="h100-80gb", show_default=True)
+@click.option("--tp", type=int, default=None)
+@click.option("--users", type=int, default=None, help="Background users (default: 48, overload: 3x max-num-seqs).")
+@click.option("--seed", type=int, default=0, show_default=True)
+def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None, seed: int) -> None:
+    """Start the simulator with a background load and open the monitor on it.
+
+    Everything runs on loopback and is stopped when the monitor exits (Ctrl-C included).
+    """
+    from spoc_tui.demo import run_demo
+
+    sys.exit(run_demo(scenario=scenario, model=model, gpu=gpu, tp=tp, users=users, seed=seed))
+
+
+# ---------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--url", "vllm_urls", multiple=True, envvar="SPOC_VLLM_URL", show_envvar=True, help="vLLM server URL (repeat for replicas).")
+@click.option("--dcgm", "dcgm_urls", multiple=True, envvar="SPOC_DCGM_URL", show_envvar=True, help="dcgm-exporter URL (repeatable).")
+@click.option("--prometheus", "prometheus_url", envvar="SPOC_PROMETHEUS_URL", show_envvar=True, default=None, help="Read replicas through this Prometheus server (PromQL).")
+@click.option("--nvml/--no-nvml", default=None, help="Read local GPUs through NVML (default: on when a GPU exists).")
+@click.option("--nvml-trace", envvar="SPOC_NVML_TRACE", show_envvar=True, default=None, help="Replay a recorded NVML trace (JSONL) as the local GPU.")
+@click.option("--tp-groups", envvar="SPOC_TP_GROUPS", show_envvar=True, default=None, help="Tensor-parallel groups, e.g. 0-3,4-7.")
+@click.option("--interval", type=float, envvar="SPOC_INTERVAL", show_envvar=True, default=None, help="Refresh interval in seconds [1].")
+@click.option("--window", type=float, envvar="SPOC_WINDOW", show_envvar=True, default=None, help="Percentile/rate window in seconds [60].")
+@click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token for the servers (never displayed).")
+@click.option("--api-key-file", type=click.Path(dir_okay=False), default=None, help="Read the bearer token from this file.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), envvar="SPOC_CONFIG", show_envvar=True, default=None, help="TOML config file [platform config dir]/config.toml.")
+@click.pass_context
+def monitor(ctx: click.Context, config_file: str | None, api_key_file: str | None, **flags: object) -> None:
+    """Watch vLLM servers and their GPUs live."""
+    settings = resolve_settings(ctx, config_file, api_key_file, flags)
+    from spoc_tui.app import run_monitor
+
+    sys.exit(run_monitor(settings))
+
+
+def resolve_settings(ctx: click.Context, config_file: str | None, api_key_file: str | None, flags: dict[str, object]) -> Settings:
+    path = Path(config_file) if config_file else config_path()
+    if config_file and not path.exists():
+        _fail(f"config file {path} does not exist")
+    try:
+        values = load_file(path)
+    except ConfigError as e:
+        _fail(str(e))
+    for name, value in flags.items():
+        if ctx.get_parameter_source(name) is None:
+            continue
+        if not _given(ctx, name) and value in (None, ()):
+            continue
+        if value in (None, ()) :
+            continue
+        values[name] = list(value) if isinstance(value, tuple) else value  # type: ignore[arg-type]
+    if api_key_file:
+        try:
+            values["api_key"] = Path(api_key_file).read_text().strip()
+        except OSError as e:
+            _fail(f"--api-key-file {api_key_file}: cannot read ({e.strerror})")
+    settings = Settings(**values)  # type: ignore[arg-type]
+    try:
+        settings.validate()
+    except ConfigError as e:
+        _fail(str(e))
+    return settings
+
+
+@cli.command()
+@click.argument("what", type=click.Choice(["config", "data"]))
+def locate(what: str) -> None:
+    """Print where spoc-tui keeps its config file or its data."""
+    from spoc_tui.config import data_dir
+
+    click.echo(str(config_path() if what == "config" else data_dir()))
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

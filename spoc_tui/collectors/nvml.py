@@ -1,0 +1,231 @@
+"""NVML readings through nvidia-ml-py (``import pynvml``), plus replay of recorded traces.
+
+NVML calls block, so the app calls :meth:`NvmlCollector.read` from a thread worker. Each
+field that fails reads None (a card that lacks memory temperature still shows the rest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from spoc_tui.core.gpu import GpuSample, groups_from_processes, nvml_gpu, with_throttle_window
+
+_POLICIES = {
+    "POWER": 0,
+    "THERMAL": 1,
+    "SYNC_BOOST": 2,
+    "BOARD_LIMIT": 3,
+    "LOW_UTILIZATION": 4,
+    "RELIABILITY": 5,
+}
+_FI_DEV_MEMORY_TEMP = 82
+_THRESHOLD_SHUTDOWN = 0
+_THRESHOLD_SLOWDOWN = 1
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used here (no library, no driver, no GPU); the message says which."""
+
+
+def load_pynvml() -> ModuleType:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the deprecated pynvml shim
+            import pynvml
+    except ImportError:
+        raise NvmlUnavailable("nvidia-ml-py is not installed") from None
+    return pynvml
+
+
+class NvmlCollector:
+    """Reads every GPU through NVML. ``nvml`` may be any object with pynvml's API."""
+
+    def __init__(self, nvml: Any | None = None, source: str = "nvml") -> None:
+        self.nvml = nvml if nvml is not None else load_pynvml()
+        self.source = source
+        self._handles: list[Any] = []
+        self._meta: list[dict[str, Any]] = []
+        self._prev: dict[str, tuple[float, GpuSample]] = {}
+        self._started = False
+
+    def start(self) -> None:
+        """``nvmlInit`` once, and read what does not change (names, UUIDs, thresholds).
+
+        Raises:
+            NvmlUnavailable: with NVML's own reason.
+        """
+        n = self.nvml
+        try:
+            n.nvmlInit()
+        except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            raise NvmlUnavailable(f"NVML: {e}") from None
+        self._started = True
+        try:
+            count = n.nvmlDeviceGetCount()
+        except Exception as e:
+            self.stop()
+            raise NvmlUnavailable(f"NVML: {e}") from None
+        if count == 0:
+            self.stop()
+            raise NvmlUnavailable("NVML: no GPU found")
+        for i in range(count):
+            h = n.nvmlDeviceGetHandleByIndex(i)
+            self._handles.append(h)
+            self._meta.append(
+                {
+                    "gpu": i,
+                    "name": self._try(n.nvmlDeviceGetName, h),
+                    "uuid": self._try(n.nvmlDeviceGetUUID, h),
+                    "pci": getattr(self._try(n.nvmlDeviceGetPciInfo, h), "busId", None),
+                    "slowdown_c": self._try(n.nvmlDeviceGetTemperatureThreshold, h, _THRESHOLD_SLOWDOWN),
+                    "shutdown_c": self._try(n.nvmlDeviceGetTemperatureThreshold, h, _THRESHOLD_SHUTDOWN),
+                    "sm_max_mhz": self._try(n.nvmlDeviceGetMaxClockInfo, h, 1),
+                    "hostname": os.uname().nodename,
+                }
+            )
+
+    def stop(self) -> None:
+        if self._started:
+            self._try(self.nvml.nvmlShutdown)
+            self._started = False
+
+    @staticmethod
+    def _try(fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception:
+            return None
+
+    def _reasons(self, h: Any) -> int | None:
+        n = self.nvml
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            fn = getattr(n, name, None)
+            if fn is None:
+                continue
+            try:
+                return int(fn(h))
+            except Exception:
+                continue
+        return None
+
+    def _mem_temp(self, h: Any) -> int | None:
+        fn = getattr(self.nvml, "nvmlDeviceGetFieldValues", None)
+        if fn is None:
+            return None
+        try:
+            (fv,) = fn(h, [_FI_DEV_MEMORY_TEMP])
+        except Exception:
+            return None
+        if getattr(fv, "nvmlReturn", 1) != 0:
+            return None
+        return int(fv.value.ullVal)
+
+    def read_raw(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """One reading per GPU in the trace format: ``[(reading, meta), ...]``."""
+        n = self.nvml
+        out = []
+        for h, meta in zip(self._handles, self._meta):
+            util = self._try(n.nvmlDeviceGetUtilizationRates, h)
+            mem = self._try(n.nvmlDeviceGetMemoryInfo, h)
+            viol = {}
+            for name, pid in _POLICIES.items():
+                v = self._try(n.nvmlDeviceGetViolationStatus, h, pid)
+                if v is not None:
+                    viol[name] = {"ref_us": v.referenceTime, "violation_ns": v.violationTime}
+            reading = {
+                "gpu": meta["gpu"],
+                "temp_c": self._try(n.nvmlDeviceGetTemperature, h, 0),
+                "mem_temp_c": self._mem_temp(h),
+                "sm_mhz": self._try(n.nvmlDeviceGetClockInfo, h, 1),
+                "sm_max_mhz": meta["sm_max_mhz"],
+                "power_mw": self._try(n.nvmlDeviceGetPowerUsage, h),
+                "power_limit_mw": self._try(n.nvmlDeviceGetEnforcedPowerLimit, h),
+                "util_gpu": getattr(util, "gpu", None),
+                "fb_used": getattr(mem, "used", None),
+                "fb_total": getattr(mem, "total", None),
+                "reasons": self._reasons(h),
+                "violations": viol,
+            }
+            out.append((reading, meta))
+        return out
+
+    def read(self) -> list[GpuSample]:
+        """Current samples, with "% of window throttled" against the previous read."""
+        now = time.monotonic()
+        samples = []
+        for reading, meta in self.read_raw():
+            s = nvml_gpu(reading, meta, self.source)
+            prev = self._prev.get(s.key)
+            s2 = with_throttle_window(s, prev[1] if prev else None, now - prev[0] if prev else None)
+            self._prev[s.key] = (now, s)
+            samples.append(s2)
+        return samples
+
+    def compute_pids(self) -> dict[int, list[int]]:
+        n = self.nvml
+        out: dict[int, list[int]] = {}
+        for i, h in enumerate(self._handles):
+            procs = self._try(n.nvmlDeviceGetComputeRunningProcesses, h) or []
+            out[i] = [p.pid for p in procs]
+        return out
+
+    def find_tp_groups(self) -> list[list[int]]:
+        """TP groups from the vLLM worker processes on this host (same parent process)."""
+        gpu_pids = self.compute_pids()
+        parents = {pid: _ppid(pid) for pids in gpu_pids.values() for pid in pids}
+        return groups_from_processes(gpu_pids, {k: v for k, v in parents.items() if v is not None})
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: the fields after the last ')' are fixed.
+    rest = stat.rsplit(")", 1)[-1].split()
+    return int(rest[1]) if len(rest) > 1 else None
+
+
+class TraceReplay:
+    """Plays a recorded NVML trace (shared/data/h100_nvml_*.jsonl) as if it were live.
+
+    Each :meth:`read` returns the next sample of the trace (looping at the end), with
+    the trace's own time stamps used for "% of window throttled".
+    """
+
+    def __init__(self, path: str | Path, source: str = "nvml-trace") -> None:
+        self.source = source
+        self.meta: dict[str, Any] = {}
+        self.rows: list[dict[str, Any]] = []
+        for line in Path(path).read_text().splitlines():
+            if not line.strip():
+                continue
+            obj = json.loads(line)
+            if "meta" in obj:
+                m = obj["meta"]
+                self.meta = m[0] if isinstance(m, list) else m
+            else:
+                self.rows.append(obj)
+        if not self.rows:
+            raise ValueError(f"{path}: no samples")
+        self._i = 0
+        self._prev: GpuSample | None = None
+        self._prev_t: float | None = None
+
+    def read(self) -> list[GpuSample]:
+        row = self.rows[self._i % len(self.rows)]
+        self._i += 1
+        s = nvml_gpu(row, self.meta, self.source)
+        t = float(row.get("t", 0.0))
+        dt = None if self._prev_t is None else t - self._prev_t
+        out = with_throttle_window(s, self._prev, dt)
+        self._prev, self._prev_t = s, t
+        return [out]
+

@@ -1,0 +1,69 @@
+"""Reading many vLLM replicas and GPUs through a Prometheus server (PromQL).
+
+Instant selectors of the raw series at "now" and at "now - window" are turned back into
+expositions per scraped instance, so the same core derives the same figures as from
+direct scrapes (buckets merged across replicas before the quantile).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from spoc_tui.collectors.scrape import SourceError
+from spoc_tui.core.promparse import Exposition, Labels
+
+VLLM_SELECTOR = '{__name__=~"vllm:.*"}'
+DCGM_SELECTOR = '{__name__=~"DCGM_FI_.*|dcgm_.*"}'
+_DROP = {"__name__", "job", "instance"}
+
+
+def to_expositions(result: list[dict[str, Any]]) -> dict[str, Exposition]:
+    """Prometheus vector results -> one Exposition per ``instance`` label."""
+    out: dict[str, Exposition] = {}
+    for item in result:
+        metric = item.get("metric", {})
+        name = metric.get("__name__")
+        value = item.get("value")
+        if not name or not isinstance(value, (list, tuple)) or len(value) != 2:
+            continue
+        try:
+            v = float(value[1])
+        except (TypeError, ValueError):
+            continue
+        inst = metric.get("instance", "?")
+        labels: Labels = tuple(sorted((k, str(x)) for k, x in metric.items() if k not in _DROP))
+        out.setdefault(inst, Exposition()).samples.setdefault(name, {})[labels] = v
+    return out
+
+
+class PromQLCollector:
+    """Queries a Prometheus server (prometheus-api-client; blocking, run it in a thread)."""
+
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        from prometheus_api_client import PrometheusConnect
+
+        self.url = url
+        self._prom = PrometheusConnect(url=url, timeout=timeout)
+
+    def query(self, selector: str, at: float | None = None) -> dict[str, Exposition]:
+        params = {"time": f"{at:.3f}"} if at is not None else None
+        try:
+            result = self._prom.custom_query(selector, params=params)
+        except Exception as e:
+            msg = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+            raise SourceError(f"{self.url}: Prometheus query failed ({msg})") from None
+        return to_expositions(result)
+
+    def vllm_pair(self, window_s: float) -> tuple[dict[str, Exposition], dict[str, Exposition], float]:
+        """Expositions per instance now and ``window_s`` ago, and the wall time of 'now'."""
+        now = time.time()
+        return self.query(VLLM_SELECTOR, now), self.query(VLLM_SELECTOR, now - window_s), now
+
+    def promql(self, expr: str) -> list[dict[str, Any]]:
+        """A raw PromQL query (instant vector)."""
+        try:
+            return list(self._prom.custom_query(expr))
+        except Exception as e:
+            raise SourceError(f"{self.url}: Prometheus query failed ({str(e)[:160]})") from None
+

@@ -1,0 +1,137 @@
+"""Reading exposition text from URLs and files (the I/O edge of the telemetry core)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from spoc_tui.core.gpu import is_dcgm
+from spoc_tui.core.promparse import Exposition, parse_text
+from spoc_tui.core.vllm import is_vllm
+
+DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
+MAX_BODY = 64 * 2**20
+# Plain text only: vLLM's OpenMetrics output is broken (see reference/exposition_notes.md).
+ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
+
+
+class SourceError(Exception):
+    """A source that cannot be read or parsed; the message names it."""
+
+
+def is_url(source: str) -> bool:
+    return source.startswith(("http://", "https://"))
+
+
+def metrics_url(url: str) -> str:
+    """Accept a server's base URL (or its OpenAI ``/v1`` URL) and return its /metrics URL.
+
+    Raises:
+        SourceError: when the URL has no host.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SourceError(f"{url}: not an http(s) URL with a host")
+    path = parts.path.rstrip("/")
+    if path in ("", "/v1"):
+        path = "/metrics"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def base_url(url: str) -> str:
+    """The server root of a vLLM URL (``http://h:8000/metrics`` -> ``http://h:8000``)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One successful read of one source."""
+
+    source: str
+    kind: str
+    """``vllm`` or ``dcgm``."""
+    exposition: Exposition
+    taken_at: float
+    """Monotonic seconds."""
+    wall_time: float
+
+
+def classify(source: str, exp: Exposition) -> str:
+    if is_vllm(exp):
+        return "vllm"
+    if is_dcgm(exp):
+        return "dcgm"
+    if exp.errors and not exp.samples:
+        raise SourceError(f"{source}: not Prometheus exposition text ({exp.errors[0]})")
+    raise SourceError(f"{source}: no vLLM or DCGM metrics found")
+
+
+def read_file(path: str) -> Reading:
+    """Read saved exposition text.
+
+    Raises:
+        SourceError: missing, unreadable, binary or metric-less files.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise SourceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise SourceError(f"{path}: is a directory") from None
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SourceError(f"{path}: not UTF-8 text") from None
+    exp = parse_text(text)
+    return Reading(path, classify(path, exp), exp, time.monotonic(), time.time())
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    headers = {"Accept": ACCEPT}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+async def fetch(client: httpx.AsyncClient, url: str, api_key: str | None = None) -> Reading:
+    """Scrape one URL.
+
+    Raises:
+        SourceError: connection failures, timeouts, HTTP errors and bodies without metrics,
+            each with a one-line reason that names the URL (never the API key).
+    """
+    target = metrics_url(url)
+    try:
+        resp = await client.get(target, headers=auth_headers(api_key), follow_redirects=True)
+    except httpx.TimeoutException:
+        raise SourceError(f"{url}: timed out") from None
+    except httpx.ConnectError as e:
+        raise SourceError(f"{url}: cannot connect ({_short(e)})") from None
+    except httpx.HTTPError as e:
+        raise SourceError(f"{url}: {type(e).__name__} ({_short(e)})") from None
+    if resp.status_code != 200:
+        raise SourceError(f"{url}: HTTP {resp.status_code} from {target}")
+    if len(resp.content) > MAX_BODY:
+        raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB")
+    exp = parse_text(resp.text, resp.headers.get("content-type"))
+    return Reading(url, classify(url, exp), exp, time.monotonic(), time.time())
+
+
+def _short(e: Exception) -> str:
+    msg = str(e) or type(e).__name__
+    return msg.splitlines()[0][:120]
+
+
+async def read_source(client: httpx.AsyncClient, source: str, api_key: str | None = None) -> Reading:
+    """A URL is scraped; anything else is read as a file."""
+    if is_url(source):
+        return await fetch(client, source, api_key)
+    return read_file(source)

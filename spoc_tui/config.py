@@ -1,0 +1,112 @@
+"""Monitor settings: defaults < TOML config file < environment < command line."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "spoc-tui"
+
+
+class ConfigError(ValueError):
+    """A bad setting; the message names the file or flag and the field."""
+
+
+def config_path() -> Path:
+    return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
+
+
+def data_dir() -> Path:
+    return Path(platformdirs.user_data_dir(APP_NAME))
+
+
+@dataclass
+class Settings:
+    vllm_urls: list[str] = field(default_factory=list)
+    """vLLM servers (replicas) to scrape."""
+    dcgm_urls: list[str] = field(default_factory=list)
+    """dcgm-exporter endpoints."""
+    prometheus_url: str | None = None
+    """Read vLLM replicas through this Prometheus server (PromQL) instead of scraping them."""
+    nvml: bool | None = None
+    """Read local GPUs through NVML (None: when a GPU exists)."""
+    nvml_trace: str | None = None
+    """Replay a recorded NVML trace (JSONL) as the local GPU."""
+    tp_groups: str | None = None
+    """Tensor-parallel groups like ``0-3,4-7``; found from vLLM processes when omitted."""
+    interval: float = 1.0
+    """Seconds between refreshes."""
+    window: float = 60.0
+    """Seconds over which percentiles and rates are computed."""
+    api_key: str | None = field(default=None, repr=False)
+    """Bearer token for the servers; never displayed or logged."""
+
+    def validate(self) -> None:
+        if not 0.1 <= self.interval <= 3600:
+            raise ConfigError(f"interval must be between 0.1 and 3600 seconds, got {self.interval:g}")
+        if not 1 <= self.window <= 86400:
+            raise ConfigError(f"window must be between 1 and 86400 seconds, got {self.window:g}")
+        from spoc_tui.collectors.scrape import SourceError, metrics_url
+
+        for u in [*self.vllm_urls, *self.dcgm_urls, *([self.prometheus_url] if self.prometheus_url else [])]:
+            try:
+                metrics_url(u)
+            except SourceError as e:
+                raise ConfigError(str(e)) from None
+        if self.tp_groups:
+            from spoc_tui.core.gpu import parse_tp_groups
+
+            try:
+                parse_tp_groups(self.tp_groups)
+            except ValueError as e:
+                raise ConfigError(f"--tp-groups: {e}") from None
+
+
+_TYPES = {f.name: f.type for f in fields(Settings)}
+
+
+def load_file(path: Path) -> dict[str, object]:
+    """Read the TOML config; a missing file is an empty config.
+
+    Raises:
+        ConfigError: unreadable TOML, unknown keys, wrong types.
+    """
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read ({e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML ({e})") from None
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name == "api_key_file":
+            try:
+                out["api_key"] = Path(str(value)).expanduser().read_text().strip()
+            except OSError as e:
+                raise ConfigError(f"{path}: api_key_file: cannot read ({e.strerror})") from None
+            continue
+        if name not in _TYPES:
+            raise ConfigError(f"{path}: unknown setting {key!r}; known: {', '.join(sorted(_TYPES))}, api_key_file")
+        expected = _TYPES[name]
+        if "list" in str(expected):
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{path}: {key} must be a list of strings")
+        elif "float" in str(expected):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{path}: {key} must be a number")
+            value = float(value)
+        elif "bool" in str(expected):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{path}: {key} must be true or false")
+        elif not isinstance(value, str):
+            raise ConfigError(f"{path}: {key} must be a string")
+        out[name] = value
+    return out

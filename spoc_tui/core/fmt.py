@@ -1,0 +1,50 @@
+"""Human formatting of figures; ``None`` is always shown as ``n/a``."""
+
+from __future__ import annotations
+
+NA = "n/a"
+
+
+def seconds(v: float | None) -> str:
+    """Latency: ms below one second, s above."""
+    if v is None:
+        return NA
+    if v < 1.0:
+        return f"{v * 1000:.1f}ms" if v < 0.1 else f"{v * 1000:.0f}ms"
+    return f"{v:.2f}s"
+
+
+def pct(v: float | None, fraction: bool = True, digits: int = 0) -> str:
+    if v is None:
+        return NA
+    return f"{v * 100 if fraction else v:.{digits}f}%"
+
+
+def num(v: float | None, digits: int = 0, unit: str = "") -> str:
+    if v is None:
+        return NA
+    if digits == 0:
+        return f"{v:,.0f}{unit}"
+    return f"{v:,.{digits}f}{unit}"
+
+
+def rate(v: float | None, unit: str = "/s") -> str:
+    if v is None:
+        return NA
+    if v >= 10_000:
+        return f"{v / 1000:.1f}k{unit}"
+    if v >= 100:
+        return f"{v:.0f}{unit}"
+    return f"{v:.1f}{unit}"
+
+
+def count(v: float | None) -> str:
+    if v is None:
+        return NA
+    if v >= 1e9:
+        return f"{v / 1e9:.2f}G"
+    if v >= 1e6:
+        return f"{v / 1e6:.2f}M"
+    if v >= 1e4:
+        return f"{v / 1e3:.1f}k"
+    return f"{v:.0f}"

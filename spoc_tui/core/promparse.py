@@ -1,0 +1,266 @@
+"""Prometheus text-format (0.0.4) and OpenMetrics parsing.
+
+The parser is line-oriented and never raises on bad input: a line it cannot read is
+recorded in :attr:`Exposition.errors` and skipped, so one garbled line (or an excerpt with
+gaps) costs only the figures that depend on it.
+
+Samples are keyed by their *sample* name (``vllm:prompt_tokens_total``, not the family name)
+and by their full, sorted label set.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+Labels = tuple[tuple[str, str], ...]
+"""A label set: ``(name, value)`` pairs sorted by name."""
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_QSTR = r'"(?:[^"\\\n]|\\.)*"'
+# name, optional {labels}, value, optional timestamp.  The label part is a run of
+# non-quote/non-brace characters and quoted strings, so `}` inside a value is fine.
+_LINE = re.compile(
+    r"^(" + _NAME + r")?\s*(?:\{((?:[^\"}]|" + _QSTR + r")*)\})?[ \t]+(\S+)(?:[ \t]+(\S+))?[ \t]*$"
+)
+_LABEL = re.compile(r"\s*(" + _NAME + r"|" + _QSTR + r")\s*(?:=\s*(" + _QSTR + r"))?\s*(,|$)")
+_ESC = re.compile(r"\\(.)")
+_ESC_MAP = {"n": "\n", "\\": "\\", '"': '"'}
+
+INT64_SENTINEL_MIN = 0x7FFFFFFFFFFFFFF0
+"""DCGM INT64 blank/not-supported sentinels start here."""
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    return _ESC.sub(lambda m: _ESC_MAP.get(m.group(1), "\\" + m.group(1)), s)
+
+
+def parse_float(text: str) -> float:
+    """Parse a sample value the way Prometheus does (NaN, +Inf, -Inf included).
+
+    Raises:
+        ValueError: for anything that is not a number.
+    """
+    if "_" in text:  # Python accepts 1_000, the exposition format does not
+        raise ValueError(text)
+    return float(text)
+
+
+@dataclass(slots=True)
+class Exposition:
+    """The result of parsing one exposition body."""
+
+    samples: dict[str, dict[Labels, float]] = field(default_factory=dict)
+    """sample name -> label set -> value."""
+    types: dict[str, str] = field(default_factory=dict)
+    """name from ``# TYPE`` -> type (counter, gauge, histogram, summary, untyped, ...)."""
+    helps: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    """Lines that could not be parsed, with their line numbers."""
+    openmetrics: bool = False
+
+    def get(self, name: str) -> dict[Labels, float]:
+        """All series of one sample name (empty when absent)."""
+        return self.samples.get(name, {})
+
+    def has(self, name: str) -> bool:
+        return name in self.samples
+
+    def names(self) -> list[str]:
+        return list(self.samples)
+
+
+class _LabelCache(dict[str, Labels | None]):
+    """Raw label text -> parsed labels; label sets repeat a lot within and across scrapes."""
+
+    MAX = 20000
+
+    def parse(self, raw: str) -> Labels | None:
+        hit = self.get(raw)
+        if hit is not None or raw in self:
+            return hit
+        parsed = _parse_labels(raw)
+        if len(self) >= self.MAX:
+            self.clear()
+        self[raw] = parsed
+        return parsed
+
+
+def _parse_labels(raw: str) -> Labels | None:
+    """Parse ``a="1",b="2"`` (trailing comma and blanks allowed). None when malformed.
+
+    A bare quoted string without ``=`` is a UTF-8 metric name; it is returned as the label
+    ``__name__``.
+    """
+    pairs: list[tuple[str, str]] = []
+    pos = 0
+    n = len(raw)
+    while pos < n:
+        if raw[pos:].strip() == "":
+            break
+        m = _LABEL.match(raw, pos)
+        if m is None or m.end() == pos:
+            return None
+        key, val = m.group(1), m.group(2)
+        if val is None:
+            if not key.startswith('"'):
+                return None
+            pairs.append(("__name__", _unescape(key[1:-1])))
+        else:
+            if key.startswith('"'):
+                key = _unescape(key[1:-1])
+            pairs.append((key, _unescape(val[1:-1])))
+        pos = m.end()
+        if m.group(3) == "" and pos < n and raw[pos:].strip():
+            return None
+    pairs.sort()
+    return tuple(pairs)
+
+
+_CACHE = _LabelCache()
+
+
+def parse_text(text: str, content_type: str | None = None) -> Exposition:
+    """Parse exposition text. Never raises.
+
+    Args:
+        text: the body.
+        content_type: the HTTP Content-Type when known; OpenMetrics is also recognised by a
+            trailing ``# EOF`` line.
+    """
+    exp = Exposition()
+    om = bool(content_type and "openmetrics" in content_type) or text.rstrip().endswith("# EOF")
+    exp.openmetrics = om
+    samples = exp.samples
+    cache = _CACHE
+    match_line = _LINE.match
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line or line.isspace():
+            continue
+        c0 = line[0]
+        if c0 == "#" or (c0 in " \t" and line.lstrip().startswith("#")):
+            _comment(line.strip(), exp)
+            continue
+        if om and " # " in line:
+            line = _strip_exemplar(line)
+        m = match_line(line)
+        if m is None:
+            exp.errors.append(f"line {lineno}: cannot parse {line[:80]!r}")
+            continue
+        name, raw_labels, raw_value = m.group(1), m.group(2), m.group(3)
+        if raw_labels:
+            labels = cache.parse(raw_labels)
+            if labels is None:
+                exp.errors.append(f"line {lineno}: bad label set {line[:80]!r}")
+                continue
+            if any(k == "__name__" for k, _ in labels):
+                qname = [v for k, v in labels if k == "__name__"]
+                if name or len(qname) != 1:
+                    exp.errors.append(f"line {lineno}: two metric names {line[:80]!r}")
+                    continue
+                name = qname[0]
+                labels = tuple(p for p in labels if p[0] != "__name__")
+        else:
+            labels = ()
+        if not name:
+            exp.errors.append(f"line {lineno}: no metric name {line[:80]!r}")
+            continue
+        try:
+            value = parse_float(raw_value)
+        except ValueError:
+            exp.errors.append(f"line {lineno}: bad value {raw_value[:40]!r}")
+            continue
+        series = samples.get(name)
+        if series is None:
+            series = samples[name] = {}
+        series[labels] = value
+    if om:
+        _unmangle_openmetrics(exp)
+    _drop_created(exp)
+    return exp
+
+
+def _comment(line: str, exp: Exposition) -> None:
+    parts = line.split(None, 3)
+    if len(parts) >= 3 and parts[1] == "TYPE":
+        exp.types[parts[2]] = parts[3].strip().lower() if len(parts) > 3 else "untyped"
+    elif len(parts) >= 3 and parts[1] == "HELP":
+        exp.helps[parts[2]] = _unescape(parts[3]) if len(parts) > 3 else ""
+
+
+def _strip_exemplar(line: str) -> str:
+    """Drop an OpenMetrics exemplar (`` # {...} v [ts]``) outside quoted label values."""
+    in_q = False
+    esc = False
+    for i, ch in enumerate(line):
+        if esc:
+            esc = False
+        elif ch == "\\":
+            esc = True
+        elif ch == '"':
+            in_q = not in_q
+        elif ch == "#" and not in_q and i > 0 and line[i - 1] == " ":
+            return line[: i - 1]
+    return line
+
+
+def _unmangle_openmetrics(exp: Exposition) -> None:
+    """Undo prometheus_client's OpenMetrics escaping of ``:`` to ``_`` in sample names.
+
+    With prometheus_client >= 0.23 a vLLM server asked for OpenMetrics writes
+    ``# TYPE vllm:x counter`` but samples named ``vllm_x_total``.
+    """
+    fixes: dict[str, str] = {}
+    for fam in exp.types:
+        if ":" in fam:
+            fixes[fam.replace(":", "_")] = fam
+    if not fixes:
+        return
+    renamed: dict[str, dict[Labels, float]] = {}
+    for name, series in exp.samples.items():
+        new = name
+        for mangled, real in fixes.items():
+            if name.startswith(mangled) and name[len(mangled) :] in (
+                "", "_total", "_bucket", "_sum", "_count", "_created", "_info", "_gcount", "_gsum"
+            ):
+                new = real + name[len(mangled) :]
+                break
+        renamed.setdefault(new, {}).update(series)
+    exp.samples = renamed
+
+
+_CREATED_PARENTS = ("counter", "histogram", "summary", "gaugehistogram")
+
+
+def _drop_created(exp: Exposition) -> None:
+    """Remove ``*_created`` series (creation timestamps, not measurements)."""
+    drop = []
+    for name in exp.samples:
+        if not name.endswith("_created"):
+            continue
+        base = name[: -len("_created")]
+        if (
+            exp.openmetrics
+            or exp.types.get(base) in _CREATED_PARENTS
+            or exp.types.get(base + "_total") in _CREATED_PARENTS
+            or base + "_total" in exp.samples
+            or base + "_count" in exp.samples
+            or base + "_bucket" in exp.samples
+        ):
+            drop.append(name)
+    for name in drop:
+        del exp.samples[name]
+
+
+def is_sentinel(value: float) -> bool:
+    """DCGM's blank / not-supported sentinels and non-finite values are 'no data'."""
+    if math.isnan(value) or math.isinf(value):
+        return True
+    if value >= INT64_SENTINEL_MIN:
+        return True
+    if 0x7FFFFFF0 <= value <= 0x7FFFFFFF:  # INT32 sentinels
+        return True
+    return value >= 2.0**47  # FP64 sentinels

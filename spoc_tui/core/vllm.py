@@ -1,0 +1,358 @@
+"""The vLLM view: what a server (and each of its engines) is doing, from /metrics text.
+
+Old and new metric names are both read (see reference/vllm_metrics_catalog.md); a metric the
+server does not export is ``None`` ("n/a"), never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from spoc_tui.core.promparse import Exposition, Labels
+from spoc_tui.core.stats import (
+    Histogram,
+    LatencySummary,
+    histogram_groups,
+    histogram_increase,
+    merge_histograms,
+    series_increase,
+    summarize,
+)
+
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+WAITING_BY_REASON = ("vllm:num_requests_waiting_by_reason",)
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+PREFIX_RATE_V0 = ("vllm:gpu_prefix_cache_hit_rate",)
+PREEMPTIONS = ("vllm:num_preemptions_total",)
+PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
+GENERATION_TOKENS = ("vllm:generation_tokens_total",)
+REQUEST_SUCCESS = ("vllm:request_success_total",)
+CACHE_CONFIG = ("vllm:cache_config_info",)
+SIM_MARKER = "spoc_sim_info"
+
+LATENCIES: dict[str, tuple[str, ...]] = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "tpot": ("vllm:request_time_per_output_token_seconds",),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "queue": ("vllm:request_queue_time_seconds", "vllm:time_in_queue_requests"),
+}
+"""Latency key -> histogram base names, newest first."""
+
+LATENCY_LABELS = {
+    "ttft": "TTFT",
+    "itl": "ITL",
+    "tpot": "TPOT",
+    "e2e": "E2E",
+    "queue": "Queue",
+}
+
+_V1_RUNNING_HELP = "Number of requests in model execution batches."
+_V0_MARKERS = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")
+_V1_MARKERS = (
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_prefix_cache_queries_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:request_time_per_output_token_seconds_count",
+)
+
+
+def is_vllm(exp: Exposition) -> bool:
+    return any(n.startswith("vllm:") for n in exp.samples) or any(
+        n.startswith("vllm:") for n in exp.types
+    )
+
+
+def engine_version(exp: Exposition) -> str:
+    """``"v1"`` or ``"v0"`` from the labels, HELP texts and the metrics present."""
+    for name, series in exp.samples.items():
+        if name.startswith("vllm:") and any(k == "engine" for lbls in series for k, _ in lbls):
+            return "v1"
+    help_running = exp.helps.get("vllm:num_requests_running")
+    if help_running is not None:
+        return "v1" if help_running.strip() == _V1_RUNNING_HELP else "v0"
+    if any(exp.has(m) or m in exp.types for m in _V0_MARKERS):
+        return "v0"
+    if any(exp.has(m) for m in _V1_MARKERS):
+        return "v1"
+    return "v0"
+
+
+def model_names(exp: Exposition) -> tuple[str, ...]:
+    names: set[str] = set()
+    for name, series in exp.samples.items():
+        if name.startswith("vllm:"):
+            for lbls in series:
+                for k, v in lbls:
+                    if k == "model_name":
+                        names.add(v)
+    return tuple(sorted(names))
+
+
+def engines(exp: Exposition) -> tuple[str, ...]:
+    found: set[str] = set()
+    for name, series in exp.samples.items():
+        if name.startswith("vllm:"):
+            for lbls in series:
+                for k, v in lbls:
+                    if k == "engine":
+                        found.add(v)
+    return tuple(sorted(found, key=lambda e: (len(e), e)))
+
+
+def cache_config(exp: Exposition) -> dict[str, str]:
+    """Labels of ``vllm:cache_config_info`` (first engine), e.g. block_size, num_gpu_blocks."""
+    for name in CACHE_CONFIG:
+        for lbls in exp.get(name):
+            return dict(lbls)
+    return {}
+
+
+def _first_present(exp: Exposition, names: Sequence[str], suffixes: Sequence[str] = ("",)) -> str | None:
+    for n in names:
+        if any(exp.has(n + s) for s in suffixes):
+            return n
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """One replica's current exposition and, when there is one, a baseline for the window."""
+
+    now: Exposition
+    t_now: float
+    then: Exposition | None = None
+    t_then: float | None = None
+
+    @property
+    def dt(self) -> float | None:
+        if self.then is None or self.t_then is None:
+            return None
+        d = self.t_now - self.t_then
+        return d if d > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineView:
+    """Figures for one engine, one server (all its engines) or several replicas."""
+
+    engine: str
+    """Engine label, or ``""`` for a whole server / replica set."""
+    running: float | None
+    waiting: float | None
+    waiting_by_reason: dict[str, float]
+    kv_cache_usage: float | None
+    prefix_cache_hit_rate: float | None
+    preemptions_total: float | None
+    prompt_tokens_total: float | None
+    generation_tokens_total: float | None
+    preemptions_rate: float | None
+    prompt_tokens_rate: float | None
+    generation_tokens_rate: float | None
+    request_success: dict[str, float]
+    """finished_reason -> count (lifetime)."""
+    request_rate: float | None
+    """Finished requests per second over the window."""
+    latency: dict[str, LatencySummary]
+    window: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "running": self.running,
+            "waiting": self.waiting,
+            "waiting_by_reason": self.waiting_by_reason or None,
+            "kv_cache_usage": self.kv_cache_usage,
+            "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
+            "preemptions_total": self.preemptions_total,
+            "prompt_tokens_total": self.prompt_tokens_total,
+            "generation_tokens_total": self.generation_tokens_total,
+            "preemptions_rate": self.preemptions_rate,
+            "prompt_tokens_rate": self.prompt_tokens_rate,
+            "generation_tokens_rate": self.generation_tokens_rate,
+            "request_success": self.request_success or None,
+            "request_rate": self.request_rate,
+            "latency": {k: v.as_dict() for k, v in self.latency.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    """The vLLM view of one source (one server URL or file)."""
+
+    source: str
+    engine_version: str
+    model_names: tuple[str, ...]
+    total: EngineView
+    engines: tuple[EngineView, ...]
+    cache_config: dict[str, str] = field(default_factory=dict)
+    simulated: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {
+            "source": self.source,
+            "engine_version": self.engine_version,
+            "model_names": list(self.model_names),
+            "simulated": self.simulated,
+        }
+        d.update(self.total.as_dict())
+        d["engines"] = [dict(engine=e.engine, **e.as_dict()) for e in self.engines]
+        return d
+
+
+Pred = Callable[[Labels], bool]
+
+
+def _all(_: Labels) -> bool:
+    return True
+
+
+def _engine_is(engine: str) -> Pred:
+    pair = ("engine", engine)
+    return lambda labels: pair in labels
+
+
+def _gauge(scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred, mean: bool) -> float | None:
+    vals: list[float] = []
+    for s in scrapes:
+        name = _first_present(s.now, names)
+        if name is None:
+            continue
+        vals.extend(v for k, v in s.now.get(name).items() if pred(k) and v == v)  # NaN: unknown
+    if not vals:
+        return None
+    return sum(vals) / len(vals) if mean else sum(vals)
+
+
+def _counter(scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred) -> tuple[float | None, float | None, float | None]:
+    """(lifetime total, windowed increase, rate per second); unknowns are None."""
+    total: float | None = None
+    inc: float | None = 0.0
+    rate: float | None = 0.0
+    for s in scrapes:
+        name = _first_present(s.now, names)
+        if name is None:
+            continue
+        now = {k: v for k, v in s.now.get(name).items() if pred(k)}
+        if not now:
+            continue
+        total = (total or 0.0) + sum(now.values())
+        dt = s.dt
+        if dt is None or s.then is None or inc is None or rate is None:
+            inc = rate = None
+            continue
+        then_name = _first_present(s.then, (name,))
+        d = sum(series_increase(now, s.then.get(then_name) if then_name else None).values())
+        inc += d
+        rate += d / dt
+    if total is None:
+        return None, None, None
+    return total, inc, rate
+
+
+def _histogram(scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred, windowed: bool) -> Histogram | None:
+    parts: list[Histogram] = []
+    for s in scrapes:
+        base = _first_present(s.now, names, ("_bucket", "_count", "_sum"))
+        if base is None:
+            continue
+        now = histogram_groups(
+            {k: v for k, v in s.now.get(base + "_bucket").items() if pred(k)},
+            {k: v for k, v in s.now.get(base + "_sum").items() if pred(k)},
+            {k: v for k, v in s.now.get(base + "_count").items() if pred(k)},
+        )
+        then: dict[Labels, Histogram] = {}
+        if windowed and s.then is not None:
+            then = histogram_groups(
+                s.then.get(base + "_bucket"), s.then.get(base + "_sum"), s.then.get(base + "_count")
+            )
+        for key, h in now.items():
+            parts.append(histogram_increase(h, then.get(key)) if windowed else h)
+    return merge_histograms(parts)
+
+
+def window_label(scrapes: Sequence[Scrape]) -> str:
+    dts = [s.dt for s in scrapes]
+    if not dts or any(d is None for d in dts):
+        return "lifetime"
+    return f"{round(min(d for d in dts if d is not None))}s"
+
+
+def build_view(scrapes: Sequence[Scrape], engine: str = "", pred: Pred = _all) -> EngineView:
+    """Derive the figures for the series that ``pred`` selects across ``scrapes``.
+
+    Counters and histogram buckets are differenced per series (reset-aware), then summed
+    across engines and replicas, and only then turned into quantiles.
+    """
+    window = window_label(scrapes)
+    windowed = window != "lifetime"
+    waiting_by_reason: dict[str, float] = {}
+    success: dict[str, float] = {}
+    for s in scrapes:
+        for k, v in s.now.get(WAITING_BY_REASON[0]).items():
+            if pred(k):
+                reason = dict(k).get("reason", "?")
+                waiting_by_reason[reason] = waiting_by_reason.get(reason, 0.0) + v
+        for k, v in s.now.get(REQUEST_SUCCESS[0]).items():
+            if pred(k):
+                reason = dict(k).get("finished_reason", "?")
+                success[reason] = success.get(reason, 0.0) + v
+    preempt_total, _, preempt_rate = _counter(scrapes, PREEMPTIONS, pred)
+    prompt_total, _, prompt_rate = _counter(scrapes, PROMPT_TOKENS, pred)
+    gen_total, _, gen_rate = _counter(scrapes, GENERATION_TOKENS, pred)
+    _, _, req_rate = _counter(scrapes, REQUEST_SUCCESS, pred)
+    q_total, q_inc, _ = _counter(scrapes, PREFIX_QUERIES, pred)
+    h_total, h_inc, _ = _counter(scrapes, PREFIX_HITS, pred)
+    hit_rate: float | None = None
+    if q_inc is not None and h_inc is not None and q_inc > 0:
+        hit_rate = h_inc / q_inc
+    elif q_total is not None and h_total is not None and q_total > 0 and not windowed:
+        hit_rate = h_total / q_total
+    elif q_total is None:
+        g = _gauge(scrapes, PREFIX_RATE_V0, pred, mean=True)
+        hit_rate = g if g is not None and g >= 0 else None
+    latency = {
+        key: summarize(_histogram(scrapes, names, pred, windowed), window)
+        for key, names in LATENCIES.items()
+    }
+    return EngineView(
+        engine=engine,
+        running=_gauge(scrapes, RUNNING, pred, mean=False),
+        waiting=_gauge(scrapes, WAITING, pred, mean=False),
+        waiting_by_reason=waiting_by_reason,
+        kv_cache_usage=_gauge(scrapes, KV_USAGE, pred, mean=True),
+        prefix_cache_hit_rate=hit_rate,
+        preemptions_total=preempt_total,
+        prompt_tokens_total=prompt_total,
+        generation_tokens_total=gen_total,
+        preemptions_rate=preempt_rate,
+        prompt_tokens_rate=prompt_rate,
+        generation_tokens_rate=gen_rate,
+        request_success=success,
+        request_rate=req_rate,
+        latency=latency,
+        window=window,
+    )
+
+
+def server_view(source: str, scrape: Scrape) -> ServerView:
+    """The whole view of one vLLM source, with a row per engine."""
+    exp = scrape.now
+    per_engine = tuple(build_view([scrape], e, _engine_is(e)) for e in engines(exp))
+    return ServerView(
+        source=source,
+        engine_version=engine_version(exp),
+        model_names=model_names(exp),
+        total=build_view([scrape]),
+        engines=per_engine,
+        cache_config=cache_config(exp),
+        simulated=exp.has(SIM_MARKER),
+    )
+
+
+def replicas_view(scrapes: Sequence[Scrape]) -> EngineView:
+    """All replicas together: buckets merged across replicas before the quantile."""
+    return build_view(scrapes)

@@ -1,0 +1,512 @@
+"""The simulated vLLM engine: continuous batching over a paged, prefix-cached KV cache.
+
+One :meth:`SimEngine.step` is one engine iteration. The scheduler follows vLLM V1: running
+requests decode first (one token each, up to ``max_num_seqs``), the remaining token budget
+(``max_num_batched_tokens``) goes to prefills, chunked when chunked prefill is on. KV blocks
+are allocated per ``block_size`` tokens; when a decode needs a block and none is free, the
+most recently admitted request is preempted (its blocks freed, recomputed later). Finished
+requests leave their full blocks in an LRU prefix cache keyed by a hash chain of block
+token ids, so multi-turn conversations that resend their history hit the cache.
+
+The iteration's duration comes from the roofline in :mod:`spoc_tui.core.capacity`, on the
+slowest GPU of the tensor-parallel group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import re
+import time
+import zlib
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from spoc_tui.core.capacity import CapacityError, iteration_time, kv_bytes_per_token, plan
+from spoc_tui.core.presets import GpuSpec, ModelSpec
+from spoc_tui.sim.gpu import SimGpu
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+FILLER = (
+    "the of and to in is that for it as with was on be by at this from or an are not have "
+    "has but they which one you all were we there can been more will would their if so about "
+    "what when up out into time only new some could these two may then do first any like now"
+).split()
+
+
+_FILLER_IDS = [zlib.crc32(w.encode()) & 0xFFFFFF for w in FILLER]
+_ASSISTANT = zlib.crc32(b"assistant") & 0xFFFFFF
+
+
+def tokenize(text: str) -> list[int]:
+    """The simulator's tokenizer: words and punctuation, ids by CRC32 (exact and stable)."""
+    return [zlib.crc32(t.encode()) & 0xFFFFFF for t in _TOKEN_RE.findall(text)]
+
+
+def chat_tokens(messages: list[dict[str, object]]) -> list[int]:
+    """Tokens of a chat conversation under a simple template (4 tokens per message + 3)."""
+    ids: list[int] = []
+    for m in messages:
+        ids.extend((1, zlib.crc32(str(m.get("role", "")).encode()) & 0xFFFFFF, 2))
+        content = m.get("content", "")
+        if isinstance(content, list):  # OpenAI content parts
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        ids.extend(tokenize(str(content)))
+        ids.append(3)
+    ids.extend((1, _ASSISTANT, 2))  # the generation prompt opens an assistant turn
+    return ids
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    model: ModelSpec
+    gpu: GpuSpec
+    served_model_name: str
+    tp: int = 1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    max_model_len: int | None = None
+    kv_cache_dtype: str = "auto"
+    speed: float = 1.0
+    """Simulated seconds per wall second (tests run faster than real time)."""
+    seed: int = 0
+
+    def resolved_max_model_len(self) -> int:
+        return self.max_model_len or min(self.model.max_position, 32768)
+
+    def resolved_batched_tokens(self) -> int:
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        return 8192 if self.enable_chunked_prefill else max(8192, self.resolved_max_model_len())
+
+    def validate(self) -> None:
+        """Refuse what vLLM refuses, with its kind of message.
+
+        Raises:
+            CapacityError: impossible or invalid configuration.
+        """
+        if self.max_num_seqs < 1:
+            raise CapacityError("max-num-seqs must be at least 1")
+        if self.block_size not in (1, 8, 16, 32, 64, 128, 256):
+            raise CapacityError(f"block-size {self.block_size} is not one of 1, 8, 16, 32, 64, 128, 256")
+        mml = self.resolved_max_model_len()
+        if mml > self.model.max_position:
+            raise CapacityError(f"max-model-len {mml} exceeds the model's {self.model.max_position} positions")
+        mbt = self.resolved_batched_tokens()
+        if mbt < 1:
+            raise CapacityError("max-num-batched-tokens must be positive")
+        if not self.enable_chunked_prefill and mbt < mml:
+            raise CapacityError(
+                f"max_num_batched_tokens ({mbt}) is smaller than max_model_len ({mml}). This effectively "
+                "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
+                "sequences. Please increase max_num_batched_tokens or decrease max_model_len."
+            )
+        if mbt < self.max_num_seqs and self.max_num_batched_tokens is not None:
+            raise CapacityError(f"max-num-batched-tokens ({mbt}) must be at least max-num-seqs ({self.max_num_seqs})")
+
+
+@dataclass
+class SimRequest:
+    rid: str
+    prompt: list[int]
+    max_tokens: int
+    target_tokens: int
+    """How many tokens it will generate (max_tokens when ignore_eos, else a sampled length)."""
+    arrival: float
+    on_token: Callable[[int, float], None] | None = None
+    on_finish: Callable[[SimRequest], None] | None = None
+    computed: int = 0
+    """Tokens whose KV is in the cache (prompt + generated)."""
+    generated: int = 0
+    blocks: int = 0
+    cached_tokens: int = 0
+    first_scheduled: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+    finished: float | None = None
+    finish_reason: str | None = None
+    preemptions: int = 0
+    aborted: bool = False
+    itl: list[float] = field(default_factory=list)
+
+    @property
+    def total_len(self) -> int:
+        return len(self.prompt) + self.generated
+
+    out_seed: int = 0
+
+    def word(self, i: int) -> str:
+        """The i-th generated word (one token each): filler, but stable, so a client that
+        sends the answer back in its next turn hits the prefix cache as with a real server."""
+        return FILLER[(self.out_seed + i * 7) % len(FILLER)]
+
+    def output_ids(self) -> list[int]:
+        return [_FILLER_IDS[(self.out_seed + i * 7) % len(FILLER)] for i in range(self.generated)]
+
+
+class PrefixCache:
+    """LRU of block hashes whose KV is still resident in free blocks."""
+
+    def __init__(self) -> None:
+        self._lru: OrderedDict[bytes, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    @staticmethod
+    def hashes(tokens: list[int], block_size: int, limit: int | None = None) -> list[bytes]:
+        out = []
+        prev = b""
+        n = len(tokens) // block_size
+        if limit is not None:
+            n = min(n, limit)
+        for i in range(n):
+            blk = tokens[i * block_size : (i + 1) * block_size]
+            prev = hashlib.blake2b(prev + b"".join(t.to_bytes(4, "little") for t in blk), digest_size=12).digest()
+            out.append(prev)
+        return out
+
+    def match(self, hashes: list[bytes]) -> int:
+        n = 0
+        for h in hashes:
+            if h not in self._lru:
+                break
+            self._lru.move_to_end(h)
+            n += 1
+        return n
+
+    def insert(self, hashes: list[bytes]) -> None:
+        for h in hashes:
+            self._lru[h] = None
+            self._lru.move_to_end(h)
+
+    def evict_to(self, capacity: int) -> None:
+        while len(self._lru) > max(0, capacity):
+            self._lru.popitem(last=False)
+
+    def clear(self) -> None:
+        self._lru.clear()
+
+
+HIST_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+HIST_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+HIST_LATENCY = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class Hist:
+    """A cumulative-on-output histogram with fixed bounds (vLLM's own buckets)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+        self.n = 0
+
+    def observe(self, v: float) -> None:
+        for i, b in enumerate(self.bounds):
+            if v <= b:
+                self.counts[i] += 1
+                break
+        else:
+            self.counts[-1] += 1
+        self.sum += v
+        self.n += 1
+
+    def cumulative(self) -> list[int]:
+        out, acc = [], 0
+        for c in self.counts:
+            acc += c
+            out.append(acc)
+        return out
+
+
+@dataclass
+class EngineStats:
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    preemptions: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    success: dict[str, int] = field(default_factory=lambda: {"stop": 0, "length": 0, "abort": 0})
+    ttft: Hist = field(default_factory=lambda: Hist(HIST_TTFT))
+    itl: Hist = field(default_factory=lambda: Hist(HIST_ITL))
+    tpot: Hist = field(default_factory=lambda: Hist(HIST_ITL))
+    e2e: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
+    queue: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
+    prefill_time: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
+    decode_time: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
+    iterations: int = 0
+
+
+class SimEngine:
+    """One simulated engine on a TP group of :class:`SimGpu`."""
+
+    def __init__(self, cfg: EngineConfig, gpus: list[SimGpu] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.plan = plan(
+            cfg.model,
+            cfg.gpu,
+            tp=cfg.tp,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            max_model_len=cfg.resolved_max_model_len(),
+            kv_cache_dtype=cfg.kv_cache_dtype,
+            block_size=cfg.block_size,
+        )
+        self.num_blocks = self.plan.num_blocks
+        self.kv_per_token = kv_bytes_per_token(cfg.model, cfg.kv_cache_dtype)
+        self.gpus = gpus if gpus is not None else [SimGpu(i, cfg.gpu, seed=cfg.seed) for i in range(cfg.tp)]
+        self.clock = clock
+        self.rng = random.Random(cfg.seed)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.used_blocks = 0
+        self.cache = PrefixCache()
+        self.stats = EngineStats()
+        self.max_len = cfg.resolved_max_model_len()
+        self.budget = cfg.resolved_batched_tokens()
+        self._hashes: dict[str, list[bytes]] = {}
+        self.last_iteration_s = 0.0
+        self.busy_s = 0.0
+
+    # -- requests -----------------------------------------------------------------------
+    def add(self, req: SimRequest) -> None:
+        self.waiting.append(req)
+
+    def abort(self, req: SimRequest) -> None:
+        req.aborted = True
+
+    def _free(self, req: SimRequest, cache_it: bool) -> None:
+        self.used_blocks -= req.blocks
+        if cache_it and self.cfg.enable_prefix_caching:
+            full = req.computed // self.cfg.block_size
+            tokens = req.prompt + req.output_ids()
+            self.cache.insert(PrefixCache.hashes(tokens, self.cfg.block_size, full))
+        req.blocks = 0
+        self.cache.evict_to(self.num_blocks - self.used_blocks)
+
+    def _finish(self, req: SimRequest, now: float, reason: str) -> None:
+        req.finished = now
+        req.finish_reason = reason
+        self._free(req, cache_it=reason != "abort")
+        self._hashes.pop(req.rid, None)
+        st = self.stats
+        st.success[reason] = st.success.get(reason, 0) + 1
+        st.e2e.observe(now - req.arrival)
+        if req.first_scheduled is not None:
+            st.queue.observe(req.first_scheduled - req.arrival)
+            if req.first_token is not None:
+                st.prefill_time.observe(req.first_token - req.first_scheduled)
+                st.decode_time.observe(now - req.first_token)
+        if req.generated > 1 and req.first_token is not None:
+            st.tpot.observe((now - req.first_token) / (req.generated - 1))
+        if req.on_finish:
+            req.on_finish(req)
+
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.cfg.block_size)
+
+    def _grow(self, req: SimRequest, new_len: int) -> bool:
+        need = self._blocks_for(new_len) - req.blocks
+        if need <= 0:
+            return True
+        if self.used_blocks + need > self.num_blocks:
+            return False
+        self.used_blocks += need
+        req.blocks += need
+        self.cache.evict_to(self.num_blocks - self.used_blocks)
+        return True
+
+    def _preempt_last(self) -> bool:
+        if not self.running:
+            return False
+        victim = self.running.pop()
+        self.used_blocks -= victim.blocks
+        victim.blocks = 0
+        victim.computed = 0
+        victim.preemptions += 1
+        self.stats.preemptions += 1
+        self.waiting.appendleft(victim)
+        return True
+
+    # -- one iteration --------------------------------------------------------------------
+    def schedule(self) -> tuple[list[SimRequest], list[tuple[SimRequest, int]]]:
+        """Pick this step's decodes and prefill chunks (and allocate their KV blocks)."""
+        now = self.clock()
+        budget = self.budget
+        bs = self.cfg.block_size
+        decodes: list[SimRequest] = []
+        prefills: list[tuple[SimRequest, int]] = []
+        # Drop aborted requests first.
+        for r in [r for r in self.running if r.aborted]:
+            self.running.remove(r)
+            self._finish(r, now, "abort")
+        for r in [r for r in self.waiting if r.aborted]:
+            self.waiting.remove(r)
+            self._finish(r, now, "abort")
+        # Running requests: decode, or continue a chunked prefill.
+        i = 0
+        while i < len(self.running) and budget > 0:
+            r = self.running[i]
+            target = len(r.prompt) + r.generated
+            remaining = target - r.computed
+            if remaining <= 0:
+                remaining = 1  # a decode step for the last sampled token
+            chunk = min(remaining, budget) if self.cfg.enable_chunked_prefill else remaining
+            if chunk > budget:
+                i += 1
+                continue
+            while not self._grow(r, r.computed + chunk):
+                if not self._preempt_last() or r not in self.running:
+                    break
+            if r not in self.running:
+                continue
+            if self._blocks_for(r.computed + chunk) > r.blocks:
+                i += 1
+                continue
+            budget -= chunk
+            if remaining == 1 and r.computed >= len(r.prompt):
+                decodes.append(r)
+            else:
+                prefills.append((r, chunk))
+            i += 1
+        # New requests, in arrival order, while seats, budget and blocks last.
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            r = self.waiting[0]
+            target = len(r.prompt) + r.generated
+            if target > self.max_len:
+                self.waiting.popleft()
+                self._finish(r, now, "abort")
+                continue
+            hit = 0
+            if self.cfg.enable_prefix_caching and r.computed == 0:
+                hashes = self._hashes.get(r.rid)
+                if hashes is None:
+                    hashes = self._hashes[r.rid] = PrefixCache.hashes(r.prompt, bs)
+                # Never treat the whole prompt as cached: the last token must be computed.
+                usable = hashes[: max(0, (len(r.prompt) - 1) // bs)]
+                hit = self.cache.match(usable) * bs
+            remaining = target - (r.computed or hit)
+            chunk = min(remaining, budget) if self.cfg.enable_chunked_prefill else remaining
+            if chunk > budget:
+                break
+            base = r.computed or hit
+            if not self._grow(r, base + chunk):
+                break
+            self.waiting.popleft()
+            if r.computed == 0:
+                r.computed = hit
+                r.cached_tokens = hit
+                self.stats.prefix_queries += len(r.prompt)
+                self.stats.prefix_hits += hit
+            if r.first_scheduled is None:
+                r.first_scheduled = now
+            self.running.append(r)
+            budget -= chunk
+            prefills.append((r, chunk))
+        return decodes, prefills
+
+    def cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> float:
+        ratio = min(g.clock_ratio for g in self.gpus) if self.gpus else 1.0
+        c = iteration_time(
+            self.cfg.model,
+            self.cfg.gpu,
+            self.cfg.tp,
+            [r.computed for r in decodes],
+            [(n, r.computed) for r, n in prefills],
+            self.plan.weights_bytes_per_gpu,
+            self.kv_per_token,
+            clock_ratio=ratio,
+        )
+        return c.seconds
+
+    def complete(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]], now: float) -> None:
+        """Apply the iteration's results at time ``now``: tokens out, requests finished."""
+        st = self.stats
+        st.iterations += 1
+        emitted: list[SimRequest] = []
+        for r in decodes:
+            r.computed += 1
+            emitted.append(r)
+        for r, n in prefills:
+            new_prompt = max(0, min(n, len(r.prompt) - r.computed))
+            st.prompt_tokens += new_prompt
+            r.computed += n
+            if r.computed >= len(r.prompt) + r.generated:
+                emitted.append(r)
+        for r in emitted:
+            r.generated += 1
+            st.generation_tokens += 1
+            if r.first_token is None:
+                r.first_token = now
+                st.ttft.observe(now - r.arrival)
+            elif r.last_token is not None:
+                gap = now - r.last_token
+                st.itl.observe(gap)
+            r.last_token = now
+            if r.on_token:
+                r.on_token(r.generated, now)
+            if r.generated >= r.target_tokens or r.total_len >= self.max_len:
+                self.running.remove(r)
+                self._finish(r, now, "length" if r.generated >= r.max_tokens or r.total_len >= self.max_len else "stop")
+
+    def step(self) -> float:
+        """Schedule one iteration and return its duration (simulated seconds); tokens are
+        delivered by :meth:`complete`, which the caller runs when the time has passed."""
+        decodes, prefills = self.schedule()
+        self._pending = (decodes, prefills)
+        self.last_iteration_s = self.cost(decodes, prefills)
+        return self.last_iteration_s
+
+    @property
+    def kv_usage(self) -> float:
+        return self.used_blocks / self.num_blocks if self.num_blocks else 0.0
+
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    # -- the real-time loop -------------------------------------------------------------
+    async def run(self, stop: asyncio.Event, wake: asyncio.Event) -> None:
+        """Iterate in (scaled) real time until ``stop`` is set."""
+        speed = self.cfg.speed
+        last = self.clock()
+        while not stop.is_set():
+            if self.idle():
+                wake.clear()
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=0.25)
+                except TimeoutError:
+                    pass
+                now = self.clock()
+                self._step_gpus(now - last, 0.0, 0.0)
+                last = now
+                continue
+            dur = self.step()
+            decodes, prefills = self._pending
+            if dur <= 0:
+                await asyncio.sleep(0.001)
+                continue
+            await asyncio.sleep(dur / speed)
+            now = self.clock()
+            self.complete(decodes, prefills, now)
+            n_prefill = sum(n for _, n in prefills)
+            intensity = 0.72 + 0.28 * min(1.0, n_prefill / 2048)
+            self._step_gpus(now - last, 1.0, intensity)
+            last = now
+
+    def _step_gpus(self, wall_dt: float, busy: float, intensity: float) -> None:
+        dt = wall_dt * self.cfg.speed
+        for g in self.gpus:
+            g.step(dt, busy, intensity)
+            g.fb_used_mib = (self.plan.weights_bytes_per_gpu + self.plan.kv_cache_bytes / self.cfg.tp + 1.2 * 2**30) / 2**20
+
+    def sample_output_len(self, max_tokens: int) -> int:
+        """Natural answer length when EOS is honoured: log-normal around 220 tokens."""
+        n = int(self.rng.lognormvariate(5.2, 0.7))
+        return max(1, min(max_tokens, n))

@@ -1,0 +1,160 @@
+"""Build and run a simulator from command-line style options (``spoc sim``)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import signal
+import sys
+from dataclasses import dataclass
+
+from spoc_tui.core.capacity import CapacityError
+from spoc_tui.core.presets import PresetError, gpu_preset, model_preset
+from spoc_tui.sim.engine import EngineConfig, SimEngine
+from spoc_tui.sim.gpu import SimGpu
+from spoc_tui.sim.load import BuiltinLoad
+from spoc_tui.sim.server import SCENARIOS, SimServer
+
+HOT_GPU_RESISTANCE = 0.115
+"""C/W of the weakly cooled GPU in the thermal scenario (others: 0.060)."""
+
+
+class SimConfigError(ValueError):
+    """Bad simulator options; the message says what to change."""
+
+
+@dataclass
+class SimOptions:
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100-80gb"
+    tp: int | None = None
+    scenario: str = "steady"
+    seed: int = 0
+    host: str = "127.0.0.1"
+    port: int = 8000
+    dcgm_port: int | None = 9400
+    served_model_name: str | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    max_model_len: int | None = None
+    kv_cache_dtype: str = "auto"
+    speed: float = 1.0
+    load_users: int | None = None
+    """Built-in background users (None: none for steady/thermal, many for overload)."""
+
+
+def build(opts: SimOptions) -> tuple[SimEngine, int]:
+    """Engine and background-load size for the options.
+
+    Raises:
+        SimConfigError: unknown presets, impossible configurations.
+    """
+    if opts.scenario not in SCENARIOS:
+        raise SimConfigError(f"unknown scenario {opts.scenario!r}; known: {', '.join(SCENARIOS)}")
+    try:
+        model = model_preset(opts.model)
+        gpu = gpu_preset(opts.gpu)
+    except PresetError as e:
+        raise SimConfigError(str(e)) from None
+    tp = opts.tp if opts.tp is not None else (4 if opts.scenario == "thermal" else 1)
+    if tp < 1:
+        raise SimConfigError("--tp must be at least 1")
+    if opts.scenario == "thermal" and tp < 2:
+        raise SimConfigError("the thermal scenario needs a TP group: use --tp 2 or more")
+    if model.num_heads % tp:
+        raise SimConfigError(f"TP {tp} does not divide the model's {model.num_heads} attention heads")
+    if opts.speed <= 0:
+        raise SimConfigError("--speed must be positive")
+    cfg = EngineConfig(
+        model=model,
+        gpu=gpu,
+        served_model_name=opts.served_model_name or model.served_name,
+        tp=tp,
+        max_num_seqs=opts.max_num_seqs,
+        max_num_batched_tokens=opts.max_num_batched_tokens,
+        enable_chunked_prefill=opts.enable_chunked_prefill,
+        enable_prefix_caching=opts.enable_prefix_caching,
+        gpu_memory_utilization=opts.gpu_memory_utilization,
+        block_size=opts.block_size,
+        max_model_len=opts.max_model_len,
+        kv_cache_dtype=opts.kv_cache_dtype,
+        speed=opts.speed,
+        seed=opts.seed,
+    )
+    gpus = [SimGpu(i, gpu, seed=opts.seed) for i in range(tp)]
+    if opts.scenario == "thermal":
+        hot = gpus[-1]
+        hot.thermal_resistance = HOT_GPU_RESISTANCE
+        hot.temp_c = 70.0
+    try:
+        engine = SimEngine(cfg, gpus)
+    except CapacityError as e:
+        raise SimConfigError(str(e)) from None
+    users = opts.load_users
+    if users is None:
+        users = {"steady": 0, "thermal": 0, "overload": 0}[opts.scenario]
+    return engine, users
+
+
+def demo_users(scenario: str, engine: SimEngine) -> int:
+    """Background users for ``spoc demo``: comfortable, or far past capacity for overload."""
+    if scenario == "overload":
+        return max(64, engine.cfg.max_num_seqs * 3)
+    return 48
+
+
+async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: bool = True) -> None:
+    engine, users = build(opts)
+    server = SimServer(engine, host=opts.host, port=opts.port, dcgm_port=opts.dcgm_port)
+    try:
+        await server.start()
+    except OSError as e:
+        await server.close()
+        if e.errno in (errno.EADDRINUSE, 98):
+            raise SimConfigError(f"port already in use on {opts.host} ({opts.port} or {opts.dcgm_port})") from None
+        raise SimConfigError(f"cannot listen on {opts.host}: {e.strerror or e}") from None
+    load = None
+    if users:
+        load = BuiltinLoad(engine, users, server.wake, seed=opts.seed)
+    loop = asyncio.get_running_loop()
+    stop = server.stop_event
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    if announce:
+        cfg = engine.cfg
+        print(
+            f"spoc sim: SIMULATED {cfg.served_model_name} on {cfg.tp}x {cfg.gpu.label} ({opts.scenario})\n"
+            f"  OpenAI API + vLLM metrics: http://{opts.host}:{server.bound_port}\n"
+            + (f"  DCGM metrics:              http://{opts.host}:{server.bound_dcgm_port}/metrics\n" if server.bound_dcgm_port else "")
+            + f"  KV cache: {engine.num_blocks} blocks x {cfg.block_size} tokens = {engine.plan.kv_cache_tokens} tokens"
+            + (f"; background load: {users} users" if users else ""),
+            flush=True,
+        )
+    if ready is not None:
+        ready.set()
+    load_task = asyncio.create_task(load.run(stop)) if load else None
+    try:
+        await stop.wait()
+    finally:
+        if load_task:
+            load_task.cancel()
+            await asyncio.gather(load_task, return_exceptions=True)
+        await server.close()
+
+
+def main(opts: SimOptions) -> int:
+    try:
+        asyncio.run(serve(opts))
+    except SimConfigError as e:
+        print(f"spoc sim: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,256 @@
+"""The simulator's HTTP servers: an OpenAI-compatible vLLM look-alike and a DCGM exporter."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from spoc_tui.sim.engine import SimEngine, SimRequest, chat_tokens, tokenize
+from spoc_tui.sim.exposition import dcgm_metrics, vllm_metrics
+
+SCENARIOS = ("steady", "thermal", "overload")
+
+
+def error_response(status: int, message: str, type_: str = "BadRequestError", param: str | None = None) -> web.Response:
+    """vLLM's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    body = {"error": {"message": message, "type": type_, "param": param, "code": status}}
+    return web.json_response(body, status=status)
+
+
+@dataclass
+class SimServer:
+    engine: SimEngine
+    host: str = "127.0.0.1"
+    port: int = 8000
+    dcgm_port: int | None = 9400
+    hostname: str = "spoc-sim"
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _runners: list[web.AppRunner] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _rng: random.Random = field(default_factory=lambda: random.Random(0))
+    bound_port: int | None = None
+    bound_dcgm_port: int | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        self._rng = random.Random(self.engine.cfg.seed)
+        api = web.Application(client_max_size=64 * 2**20)
+        api.router.add_get("/health", self.health)
+        api.router.add_get("/version", self.version)
+        api.router.add_get("/v1/models", self.models)
+        api.router.add_post("/v1/chat/completions", self.chat)
+        api.router.add_post("/v1/completions", self.completions)
+        api.router.add_get("/metrics", self.metrics)
+        runner = web.AppRunner(api, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        self._runners.append(runner)
+        self.bound_port = _bound_port(site)
+        if self.dcgm_port is not None:
+            dapp = web.Application()
+            dapp.router.add_get("/metrics", self.dcgm)
+            drunner = web.AppRunner(dapp, access_log=None)
+            await drunner.setup()
+            dsite = web.TCPSite(drunner, self.host, self.dcgm_port, reuse_address=True)
+            await dsite.start()
+            self._runners.append(drunner)
+            self.bound_dcgm_port = _bound_port(dsite)
+        self._tasks.append(asyncio.create_task(self.engine.run(self.stop_event, self.wake)))
+
+    async def close(self) -> None:
+        self.stop_event.set()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        for r in self._runners:
+            await r.cleanup()
+
+    # -- endpoints ----------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.32.0+spoc-sim"})
+
+    async def models(self, request: web.Request) -> web.Response:
+        cfg = self.engine.cfg
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": cfg.served_model_name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "spoc-sim",
+                        "root": cfg.served_model_name,
+                        "parent": None,
+                        "max_model_len": cfg.resolved_max_model_len(),
+                    }
+                ],
+            }
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=vllm_metrics(self.engine), content_type="text/plain", charset="utf-8", headers={"X-Spoc-Simulated": "1"})
+
+    async def dcgm(self, request: web.Request) -> web.Response:
+        return web.Response(text=dcgm_metrics(self.engine.gpus, self.hostname), content_type="text/plain", charset="utf-8")
+
+    async def _body(self, request: web.Request) -> dict[str, Any] | web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+            return error_response(400, "Request body is not valid JSON")
+        if not isinstance(body, dict):
+            return error_response(400, "Request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.engine.cfg.served_model_name:
+            return error_response(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        return body
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            return error_response(400, "'messages' must be a non-empty list of message objects", param="messages")
+        return await self._generate(request, body, chat_tokens(messages), chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            ids = [int(t) for t in prompt]
+        elif isinstance(prompt, str):
+            ids = tokenize(prompt) or [0]
+        else:
+            return error_response(400, "'prompt' must be a string or a list of token ids", param="prompt")
+        return await self._generate(request, body, ids, chat=False)
+
+    async def _generate(self, request: web.Request, body: dict[str, Any], prompt: list[int], chat: bool) -> web.StreamResponse:
+        eng = self.engine
+        max_len = eng.max_len
+        raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
+        if raw_max is not None and (isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1):
+            return error_response(400, "max_tokens must be a positive integer", param="max_tokens")
+        if len(prompt) >= max_len:
+            return error_response(
+                400,
+                f"This model's maximum context length is {max_len} tokens. However, your request has "
+                f"{len(prompt)} input tokens. Please reduce the length of the input messages.",
+                param="messages" if chat else "prompt",
+            )
+        max_tokens = raw_max if raw_max is not None else max_len - len(prompt)
+        if len(prompt) + max_tokens > max_len:
+            return error_response(
+                400,
+                f"'max_tokens' is too large: {max_tokens}. This model's maximum context length is {max_len} "
+                f"tokens and your request has {len(prompt)} input tokens ({max_tokens} > {max_len} - {len(prompt)}).",
+                param="max_tokens",
+            )
+        stream = bool(body.get("stream", False))
+        opts = body.get("stream_options") or {}
+        include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+        ignore_eos = bool(body.get("ignore_eos", False))
+        target = max_tokens if ignore_eos else eng.sample_output_len(max_tokens)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        queue: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
+        req = SimRequest(
+            rid=rid,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            target_tokens=target,
+            arrival=eng.clock(),
+            on_token=lambda n, t: queue.put_nowait((n, t)),
+            on_finish=lambda r: queue.put_nowait(None),
+            out_seed=self._rng.randrange(1 << 30),
+        )
+        eng.add(req)
+        self.wake.set()
+        created = int(time.time())
+        model = eng.cfg.served_model_name
+        if not stream:
+            try:
+                while await queue.get() is not None:
+                    pass
+            except asyncio.CancelledError:
+                eng.abort(req)
+                raise
+            text = "".join(" " + req.word(i) for i in range(req.generated))
+            usage = self._usage(req)
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": req.finish_reason, "logprobs": None}
+                obj = "chat.completion"
+            else:
+                choice = {"index": 0, "text": text, "finish_reason": req.finish_reason, "logprobs": None}
+                obj = "text_completion"
+            return web.json_response({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage})
+
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        async def send(payload: dict[str, Any]) -> None:
+            await resp.write(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")
+
+        try:
+            if chat:
+                await send({"id": rid, "object": obj, "created": created, "model": model,
+                            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]})
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                n, _ = item
+                piece = " " + req.word(n - 1)
+                if chat:
+                    choice = {"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": None}
+                else:
+                    choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
+                await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]})
+            final = {"index": 0, "logprobs": None, "finish_reason": req.finish_reason}
+            final.update({"delta": {}} if chat else {"text": ""})
+            await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [final]})
+            if include_usage:
+                await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": self._usage(req)})
+            await resp.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            eng.abort(req)
+            self.wake.set()
+            raise
+        return resp
+
+    @staticmethod
+    def _usage(req: SimRequest) -> dict[str, Any]:
+        return {
+            "prompt_tokens": len(req.prompt),
+            "total_tokens": len(req.prompt) + req.generated,
+            "completion_tokens": req.generated,
+            "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
+        }
+
+
+def _bound_port(site: web.TCPSite) -> int | None:
+    server = site._server  # noqa: SLF001 - aiohttp exposes no public accessor
+    if server is None or not getattr(server, "sockets", None):
+        return None
+    return int(server.sockets[0].getsockname()[1])
