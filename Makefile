@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test test-fast realengine-setup screenshots bench clean
+.PHONY: demo test screenshots bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,23 +15,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/spoc demo $(ARGS)
 
-## Everything: unit, TUI and snapshot tests, then the real-engine tier (vLLM CPU + Prometheus).
-test: $(STAMP) realengine-setup
+## Everything: unit, collector, simulator, TUI and snapshot tests.
+test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
-
-## Without the real-engine tier.
-test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests -m "not realengine"
-
-realengine-setup: $(STAMP)
-	bash scripts/realengine_setup.sh
 
 screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/parse_bench.py
-	$(PY) benchmarks/sim_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -179,7 +179,7 @@ MEM_EFFICIENCY = 0.85
 """Fraction of datasheet HBM bandwidth that decode kernels reach."""
 COMPUTE_EFFICIENCY = 0.6
 """Fraction of dense BF16 peak that prefill GEMMs reach."""
-ITERATION_OVERHEAD_S = 0.0006
+ITERATION_OVERHEAD_S = 0.0004
 """Scheduler, sampling and kernel-launch time per iteration (CUDA graphs on)."""
 ALLREDUCE_LATENCY_S = 8e-6
 

@@ -28,6 +28,11 @@ def num(v: float | None, digits: int = 0, unit: str = "") -> str:
     return f"{v:,.{digits}f}{unit}"
 
 
+def plain(v: float | None, unit: str = "") -> str:
+    """A whole number without thousands separators (clocks, watts, degrees)."""
+    return NA if v is None else f"{v:.0f}{unit}"
+
+
 def rate(v: float | None, unit: str = "/s") -> str:
     if v is None:
         return NA
@@ -48,3 +53,25 @@ def count(v: float | None) -> str:
     if v >= 1e4:
         return f"{v / 1e3:.1f}k"
     return f"{v:.0f}"
+
+
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def spark(values: list[float | None], width: int = 16) -> str:
+    """A sparkline of the last ``width`` values (unknown ones as blanks)."""
+    vals = values[-width:]
+    known = [v for v in vals if v is not None]
+    if not known:
+        return " " * len(vals)
+    lo, hi = min(known), max(known)
+    span = hi - lo
+    out = []
+    for v in vals:
+        if v is None:
+            out.append(" ")
+        elif span <= 0:
+            out.append(_BARS[0])
+        else:
+            out.append(_BARS[min(7, int((v - lo) / span * 7.999))])
+    return "".join(out)

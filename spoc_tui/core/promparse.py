@@ -137,7 +137,10 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
     samples = exp.samples
     cache = _CACHE
     match_line = _LINE.match
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # Only "\n" ends a line (str.splitlines would also split on \x85, \u2028, ...).
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line.endswith("\r"):
+            line = line[:-1]
         if not line or line.isspace():
             continue
         c0 = line[0]

@@ -41,8 +41,14 @@ class SimGpu:
         self.power_w = self.spec.idle_power_w
         self.sm_clock_mhz = self.spec.sm_clock_idle_mhz
 
+    _thermal_throttle: bool = False
+
     @property
     def clock_ratio(self) -> float:
+        """The clock the GPU runs kernels at, against its maximum. An idle GPU boosts at
+        once when work arrives, so idle reads as full speed."""
+        if self.reasons & 0x1:
+            return 1.0
         return self.sm_clock_mhz / self.spec.sm_clock_max_mhz
 
     def step(self, dt: float, busy: float, intensity: float) -> None:
@@ -71,8 +77,13 @@ class SimGpu:
             reasons |= 0x4
             self.power_violation_ns += dt * 1e9
         slowdown = spec.slowdown_temp_c
-        if self.temp_c >= slowdown and busy >= 0.02:
-            over = self.temp_c - slowdown
+        # Hysteresis: slowdown engages at the threshold and releases 3 C below it.
+        if self.temp_c >= slowdown:
+            self._thermal_throttle = True
+        elif self.temp_c < slowdown - 3:
+            self._thermal_throttle = False
+        if self._thermal_throttle and busy >= 0.02:
+            over = max(0.0, self.temp_c - slowdown)
             clock = min(clock, spec.sm_clock_max_mhz * max(0.35, 0.78 - 0.06 * over))
             power = min(power, spec.idle_power_w + (power - spec.idle_power_w) * (clock / spec.sm_clock_max_mhz))
             reasons |= 0x20

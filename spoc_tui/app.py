@@ -1,0 +1,272 @@
+"""The Textual app: owns the workers and routes their messages to the screens."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+from spoc_tui.collectors.poller import DcgmPoller, GpuTick, SourceStatus, VllmPoller, VllmTick
+from spoc_tui.config import Settings, data_dir
+from spoc_tui.core.gpu import GpuSample, analyse_groups, parse_tp_groups
+from spoc_tui.messages import GpusSampled, ServersSampled, SourceStatusChanged
+from spoc_tui.screens.monitor import MonitorScreen
+
+HELP_TEXT = """\
+# spoc-tui monitor
+
+| key | action |
+|---|---|
+| `p` | pause / resume refreshing (the last data stays) |
+| `F8` | save a screenshot (SVG) to the data folder |
+| `?` | this help |
+| `q` | quit |
+
+**Servers**: *Run* requests in the batch, *Wait* queued, *KV* cache use, *Prefix* prefix-cache
+hit rate over the window, *Preempt* total and per second, token rates over the window.
+
+**Latency**: percentiles from the differences of the server's histogram buckets over the
+stated window, merged across engines and replicas before the quantile (interpolated inside
+buckets, as PromQL does). *lifetime* means no window exists yet. `n/a`: the server does not
+export that metric, or nothing finished in the window.
+
+**GPUs**: clock-event reasons decoded; *idle* is not throttling. A `▶` marks a GPU whose SM
+clock drags its tensor-parallel group (the group runs at its slowest GPU's pace).
+
+Figures from the spoc-tui simulator are labelled SIMULATED.
+
+Press `Esc` to close.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90%; max-width: 100; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Markdown(HELP_TEXT)
+
+
+@dataclass
+class MonitorSources:
+    """Everything the monitor reads from; built from settings or injected by tests."""
+
+    vllm: VllmPoller | None = None
+    dcgm: DcgmPoller | None = None
+    gpu_readers: list[Any] = field(default_factory=list)
+    """NVML collectors or trace replays: objects with a blocking ``read() -> list[GpuSample]``."""
+    promql: Any | None = None
+    tp_groups: list[list[int]] | None = None
+    find_groups: Any | None = None
+    """Callable returning TP groups found from local processes, or None."""
+    gpu_note: str | None = None
+
+    async def aclose(self) -> None:
+        for p in (self.vllm, self.dcgm):
+            if p is not None:
+                await p.aclose()
+        for r in self.gpu_readers:
+            stop = getattr(r, "stop", None)
+            if stop:
+                stop()
+
+
+def build_sources(settings: Settings) -> MonitorSources:
+    from spoc_tui.collectors.nvml import NvmlCollector, NvmlUnavailable, TraceReplay
+
+    src = MonitorSources()
+    if settings.prometheus_url:
+        from spoc_tui.collectors.promql import PromQLCollector
+
+        src.promql = PromQLCollector(settings.prometheus_url)
+    if settings.vllm_urls and not settings.prometheus_url:
+        src.vllm = VllmPoller(settings.vllm_urls, settings.window, settings.api_key)
+    if settings.dcgm_urls:
+        src.dcgm = DcgmPoller(settings.dcgm_urls)
+    if settings.nvml_trace:
+        src.gpu_readers.append(TraceReplay(settings.nvml_trace))
+    elif settings.nvml is not False:
+        try:
+            col = NvmlCollector()
+            col.start()
+            src.gpu_readers.append(col)
+            src.find_groups = col.find_tp_groups
+        except NvmlUnavailable as e:
+            if settings.nvml:
+                src.gpu_note = f"NVML unavailable: {e}"
+    if settings.tp_groups:
+        src.tp_groups = parse_tp_groups(settings.tp_groups)
+    if not (src.dcgm or src.gpu_readers) and not src.gpu_note:
+        src.gpu_note = "No GPU source: pass --dcgm URL, or run on the GPU host (NVML)."
+    return src
+
+
+class SpocApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "spoc-tui"
+    SCREENS = {"help": HelpScreen}
+    BINDINGS = [Binding("ctrl+c", "quit", "Quit", show=False, priority=True)]
+
+    def __init__(self, settings: Settings, sources: MonitorSources | None = None, start_workers: bool = True) -> None:
+        super().__init__()
+        self.settings = settings
+        self.sources = sources if sources is not None else build_sources(settings)
+        self.start_workers = start_workers
+        self.paused = False
+        self._groups_cache: tuple[float, list[list[int]]] | None = None
+
+    def title_text(self) -> str:
+        s = self.settings
+        if s.prometheus_url:
+            target = f"Prometheus {s.prometheus_url}"
+        elif s.vllm_urls:
+            target = ", ".join(s.vllm_urls[:2]) + (f" +{len(s.vllm_urls) - 2}" if len(s.vllm_urls) > 2 else "")
+        else:
+            target = "no vLLM server (--url)"
+        return f"spoc-tui · {target} · refresh {s.interval:g}s · window {s.window:g}s"
+
+    def on_mount(self) -> None:
+        self.monitor = MonitorScreen(self.title_text(), self.settings.window)
+        self.push_screen(self.monitor)
+        if not self.start_workers:
+            return
+        if self.sources.vllm is not None:
+            self._poll_servers()
+        if self.sources.promql is not None:
+            self._poll_prometheus()
+        if self.sources.dcgm is not None or self.sources.gpu_readers or self.sources.gpu_note:
+            self._poll_gpus()
+
+    async def on_unmount(self) -> None:
+        await self.sources.aclose()
+
+    # -- workers: sample, post, wait ------------------------------------------------------
+    @work(group="servers", exclusive=True, exit_on_error=False)
+    async def _poll_servers(self) -> None:
+        poller = self.sources.vllm
+        assert poller is not None
+        while True:
+            if not self.paused:
+                tick = await poller.poll()
+                for ch in tick.changes:
+                    self.post_message(SourceStatusChanged(ch))
+                self.post_message(ServersSampled(tick))
+            await asyncio.sleep(self.settings.interval)
+
+    @work(group="prometheus", exclusive=True, exit_on_error=False, thread=True)
+    def _poll_prometheus(self) -> None:
+        from textual.worker import get_current_worker
+
+        from spoc_tui.collectors.scrape import SourceError
+        from spoc_tui.core.vllm import Scrape, replicas_view, server_view
+
+        worker = get_current_worker()
+        prom = self.sources.promql
+        url = self.settings.prometheus_url or "prometheus"
+        up: bool | None = None
+        while not worker.is_cancelled:
+            if not self.paused:
+                try:
+                    now, then, t = prom.vllm_pair(self.settings.window)
+                except SourceError as e:
+                    if up is not False:
+                        self.post_message(SourceStatusChanged(SourceStatus(url, False, str(e))))
+                    up = False
+                else:
+                    if up is not True:
+                        self.post_message(SourceStatusChanged(SourceStatus(url, True, None, time.time())))
+                    up = True
+                    scrapes = {inst: Scrape(exp, t, then.get(inst), t - self.settings.window if inst in then else None) for inst, exp in now.items()}
+                    views = tuple(server_view(inst, sc) for inst, sc in sorted(scrapes.items()))
+                    total = replicas_view(list(scrapes.values())) if len(scrapes) > 1 else None
+                    status = SourceStatus(url, True, None, time.time())
+                    self.post_message(ServersSampled(VllmTick(views, total, frozenset(), (), (status,))))
+            worker.cancelled_event.wait(self.settings.interval) if hasattr(worker, "cancelled_event") else time.sleep(self.settings.interval)
+
+    @work(group="gpus", exclusive=True, exit_on_error=False)
+    async def _poll_gpus(self) -> None:
+        src = self.sources
+        while True:
+            if not self.paused:
+                gpus: list[GpuSample] = []
+                stale: frozenset[str] = frozenset()
+                statuses: tuple[SourceStatus, ...] = ()
+                changes: tuple[SourceStatus, ...] = ()
+                if src.dcgm is not None:
+                    t = await src.dcgm.poll()
+                    gpus.extend(t.gpus)
+                    stale, statuses, changes = t.stale, t.statuses, t.changes
+                for reader in src.gpu_readers:
+                    try:
+                        gpus.extend(await asyncio.to_thread(reader.read))
+                    except Exception as e:  # a GPU fell off the bus, NVML hiccup: keep going
+                        changes = changes + (SourceStatus(getattr(reader, "source", "nvml"), False, f"NVML read failed: {e}"),)
+                for ch in changes:
+                    self.post_message(SourceStatusChanged(ch))
+                groups = await self._tp_groups()
+                reports = tuple(analyse_groups(groups, gpus)) if groups else ()
+                self.post_message(GpusSampled(GpuTick(tuple(gpus), stale, changes, statuses), reports, src.gpu_note))
+            await asyncio.sleep(self.settings.interval)
+
+    async def _tp_groups(self) -> list[list[int]] | None:
+        src = self.sources
+        if src.tp_groups:
+            return src.tp_groups
+        if src.find_groups is None:
+            return None
+        now = time.monotonic()
+        if self._groups_cache is None or now - self._groups_cache[0] > 30:
+            try:
+                found = await asyncio.to_thread(src.find_groups)
+            except Exception:
+                found = []
+            self._groups_cache = (now, found)
+        return self._groups_cache[1] or None
+
+    # -- message handlers own the UI state -------------------------------------------------
+    def on_servers_sampled(self, message: ServersSampled) -> None:
+        self.monitor.apply_servers(message)
+
+    def on_gpus_sampled(self, message: GpusSampled) -> None:
+        self.monitor.apply_gpus(message)
+
+    def on_source_status_changed(self, message: SourceStatusChanged) -> None:
+        s = message.status
+        self.monitor.apply_status(s)
+        if s.up:
+            self.notify(f"{s.source}: connected", severity="information", timeout=3)
+        else:
+            self.notify(s.reason or f"{s.source}: down", severity="error", timeout=6)
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.monitor.set_paused(self.paused)
+
+    def action_screenshot(self) -> None:
+        folder = data_dir() / "screenshots"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = self.save_screenshot(path=str(folder))
+        self.notify(f"screenshot saved: {Path(path)}", timeout=5)
+
+    def action_quit(self) -> None:  # type: ignore[override]
+        self.exit(0)
+
+
+def run_monitor(settings: Settings, sources: MonitorSources | None = None) -> int:
+    app = SpocApp(settings, sources)
+    result = app.run()
+    return int(result or 0)

@@ -1,0 +1,208 @@
+"""Polling many sources with per-source history, back-off and status (no UI here).
+
+The monitor's workers call :meth:`VllmPoller.poll` / :meth:`DcgmPoller.poll` once per tick
+and post what comes back. A source that fails keeps its last data (shown as stale), is
+retried after 1, 2, 4 ... 30 s, and recovers by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, fetch
+from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
+from spoc_tui.core.history import ScrapeHistory
+from spoc_tui.core.promparse import Exposition
+from spoc_tui.core.vllm import EngineView, Scrape, ServerView, replicas_view, server_view
+
+BACKOFF_MAX_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    source: str
+    up: bool
+    reason: str | None = None
+    last_ok: float | None = None
+    """Wall time of the last good read."""
+    retry_in: float | None = None
+
+
+@dataclass
+class _SourceState:
+    source: str
+    failures: int = 0
+    next_try: float = 0.0
+    up: bool | None = None
+    reason: str | None = None
+    last_ok: float | None = None
+
+
+class _Backoff:
+    def __init__(self, sources: list[str], clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.states = {s: _SourceState(s) for s in sources}
+
+    def due(self) -> list[str]:
+        now = self.clock()
+        return [s for s, st in self.states.items() if st.next_try <= now]
+
+    def ok(self, source: str, wall: float) -> SourceStatus | None:
+        st = self.states[source]
+        changed = st.up is not True
+        st.up, st.reason, st.failures, st.next_try, st.last_ok = True, None, 0, 0.0, wall
+        return SourceStatus(source, True, None, wall) if changed else None
+
+    def failed(self, source: str, reason: str) -> SourceStatus | None:
+        st = self.states[source]
+        st.failures += 1
+        delay = min(BACKOFF_MAX_S, 2.0 ** (st.failures - 1))
+        st.next_try = self.clock() + delay
+        changed = st.up is not False or st.reason != reason
+        st.up, st.reason = False, reason
+        return SourceStatus(source, False, reason, st.last_ok, delay) if changed else None
+
+    def status(self) -> list[SourceStatus]:
+        now = self.clock()
+        return [
+            SourceStatus(s, bool(st.up), st.reason, st.last_ok, max(0.0, st.next_try - now) if st.up is False else None)
+            for s, st in self.states.items()
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class VllmTick:
+    servers: tuple[ServerView, ...]
+    """Latest view of every source that has ever answered (stale ones included)."""
+    total: EngineView | None
+    """All replicas merged (buckets added before the quantile); None with one replica."""
+    stale: frozenset[str]
+    changes: tuple[SourceStatus, ...]
+    statuses: tuple[SourceStatus, ...]
+    taken_at: float = field(default_factory=time.time)
+
+
+class VllmPoller:
+    def __init__(self, urls: list[str], window_s: float = 60.0, api_key: str | None = None, clock: Callable[[], float] = time.monotonic, client: httpx.AsyncClient | None = None) -> None:
+        self.urls = list(urls)
+        self.api_key = api_key
+        self.clock = clock
+        self.backoff = _Backoff(self.urls, clock)
+        self.histories: dict[str, ScrapeHistory[Exposition]] = {u: ScrapeHistory(window_s) for u in self.urls}
+        self.latest: dict[str, tuple[ServerView, Scrape]] = {}
+        self._client = client
+
+    def set_window(self, window_s: float) -> None:
+        for h in self.histories.values():
+            h.window_s = window_s
+
+    async def _client_get(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def poll(self) -> VllmTick:
+        client = await self._client_get()
+        due = self.backoff.due()
+
+        async def one(url: str) -> Reading | SourceError:
+            try:
+                r = await fetch(client, url, self.api_key)
+            except SourceError as e:
+                return e
+            if r.kind != "vllm":
+                return SourceError(f"{url}: serves {r.kind} metrics, not vLLM")
+            return r
+
+        results = await asyncio.gather(*(one(u) for u in due))
+        changes: list[SourceStatus] = []
+        for url, res in zip(due, results):
+            if isinstance(res, SourceError):
+                ch = self.backoff.failed(url, str(res))
+            else:
+                t = self.clock()
+                base = self.histories[url].add(t, res.exposition)
+                scrape = Scrape(res.exposition, t, base[1] if base else None, base[0] if base else None)
+                self.latest[url] = (server_view(url, scrape), scrape)
+                ch = self.backoff.ok(url, res.wall_time)
+            if ch:
+                changes.append(ch)
+        statuses = self.backoff.status()
+        stale = frozenset(s.source for s in statuses if not s.up and s.source in self.latest)
+        servers = tuple(self.latest[u][0] for u in self.urls if u in self.latest)
+        fresh = [self.latest[u][1] for u in self.urls if u in self.latest and u not in stale]
+        total = replicas_view(fresh) if len(self.urls) > 1 and fresh else None
+        return VllmTick(servers, total, stale, tuple(changes), tuple(statuses))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTick:
+    gpus: tuple[GpuSample, ...]
+    stale: frozenset[str]
+    changes: tuple[SourceStatus, ...]
+    statuses: tuple[SourceStatus, ...]
+
+
+class DcgmPoller:
+    def __init__(self, urls: list[str], clock: Callable[[], float] = time.monotonic, client: httpx.AsyncClient | None = None) -> None:
+        self.urls = list(urls)
+        self.clock = clock
+        self.backoff = _Backoff(self.urls, clock)
+        self.latest: dict[str, tuple[float, list[GpuSample]]] = {}
+        self._client = client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def poll(self) -> GpuTick:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+        client = self._client
+        due = self.backoff.due()
+
+        async def one(url: str) -> Reading | SourceError:
+            try:
+                r = await fetch(client, url)
+            except SourceError as e:
+                return e
+            if r.kind != "dcgm":
+                return SourceError(f"{url}: serves {r.kind} metrics, not DCGM")
+            return r
+
+        results = await asyncio.gather(*(one(u) for u in due))
+        changes = []
+        for url, res in zip(due, results):
+            if isinstance(res, SourceError):
+                ch = self.backoff.failed(url, str(res))
+            else:
+                t = self.clock()
+                prev = self.latest.get(url)
+                before = {g.key: g for g in prev[1]} if prev else {}
+                dt = t - prev[0] if prev else None
+                gpus = [with_throttle_window(g, before.get(g.key), dt) for g in dcgm_gpus(res.exposition, url)]
+                self.latest[url] = (t, gpus)
+                ch = self.backoff.ok(url, res.wall_time)
+            if ch:
+                changes.append(ch)
+        statuses = self.backoff.status()
+        stale = frozenset(s.source for s in statuses if not s.up and s.source in self.latest)
+        seen: set[str] = set()
+        gpus_out: list[GpuSample] = []
+        for u in self.urls:
+            for g in self.latest.get(u, (0.0, []))[1]:
+                if g.key not in seen:  # dedupe by UUID across exporters
+                    seen.add(g.key)
+                    gpus_out.append(g)
+        return GpuTick(tuple(gpus_out), stale, tuple(changes), tuple(statuses))

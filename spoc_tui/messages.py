@@ -1,0 +1,36 @@
+"""Messages from workers to the UI: past-tense facts carrying frozen snapshots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from spoc_tui.collectors.poller import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.gpu import TpGroupReport
+
+
+@dataclass
+class ServersSampled(Message):
+    tick: VllmTick
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ServersSampled)
+
+
+@dataclass
+class GpusSampled(Message):
+    """All GPUs from every GPU source, with TP-group reports."""
+
+    tick: GpuTick
+    groups: tuple[TpGroupReport, ...] = ()
+    note: str | None = None
+    """Why there is no GPU data, when there is none."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, GpusSampled)
+
+
+@dataclass
+class SourceStatusChanged(Message):
+    status: SourceStatus

@@ -1,0 +1,146 @@
+"""The Monitor screen: servers, latency, GPUs, TP groups and alerts, source status."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from spoc_tui.collectors.poller import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core import fmt
+from spoc_tui.core.alerts import gpu_alerts, server_alerts
+from spoc_tui.core.gpu import TpGroupReport
+from spoc_tui.messages import GpusSampled, ServersSampled
+from spoc_tui.widgets.panels import GpuTable, LatencyTable, ServerTable, StatusLine, TpPanel
+
+
+class MonitorScreen(Screen[None]):
+    """Live view. Handlers apply whole ticks; widgets never fetch anything."""
+
+    BINDINGS = [
+        ("p", "app.toggle_pause", "Pause"),
+        ("question_mark", "app.push_screen('help')", "Help"),
+        ("f8", "app.screenshot", "Screenshot"),
+        ("q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self, title: str, window_s: float) -> None:
+        super().__init__()
+        self.title_text = title
+        self.window_s = window_s
+        self._server_hist: deque[tuple[float | None, float | None, float | None]] = deque(maxlen=30)
+        self._statuses: dict[str, SourceStatus] = {}
+        self._vllm: VllmTick | None = None
+        self._gpus: GpuTick | None = None
+        self._groups: tuple[TpGroupReport, ...] = ()
+        self._gpu_note: str | None = None
+        self.paused = False
+        self.ready = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.title_text, id="title")
+        with VerticalScroll(id="body"):
+            with Vertical(id="servers-panel", classes="panel"):
+                yield ServerTable(id="servers")
+            with Vertical(id="latency-panel", classes="panel"):
+                yield LatencyTable(id="latency")
+            with Vertical(id="gpu-panel", classes="panel"):
+                yield GpuTable(id="gpus")
+                yield Static("", id="gpu-note")
+            with Vertical(id="tp-panel", classes="panel"):
+                yield TpPanel(id="tp")
+        yield StatusLine(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.servers = self.query_one(ServerTable)
+        self.latency = self.query_one(LatencyTable)
+        self.gpus = self.query_one(GpuTable)
+        self.tp = self.query_one(TpPanel)
+        self.status = self.query_one(StatusLine)
+        self.gpu_note = self.query_one("#gpu-note", Static)
+        self.servers_panel = self.query_one("#servers-panel")
+        self.latency_panel = self.query_one("#latency-panel")
+        self.gpu_panel = self.query_one("#gpu-panel")
+        self.servers_panel.border_title = "vLLM servers"
+        self.latency_panel.border_title = "Latency"
+        self.gpu_panel.border_title = "GPUs"
+        self.query_one("#tp-panel").border_title = "TP groups & alerts"
+        self.ready = True
+        self.gpu_note.display = False
+        self._draw_tp()
+        self._draw_status()
+
+    # -- message handlers ---------------------------------------------------------------
+    def apply_servers(self, msg: ServersSampled) -> None:
+        if not self.ready or not self.is_attached:
+            return
+        tick = msg.tick
+        self._vllm = tick
+        for s in tick.statuses:
+            self._statuses[s.source] = s
+        with self.app.batch_update():
+            self.servers.show(tick)
+            view = tick.total if tick.total is not None else (tick.servers[0].total if tick.servers else None)
+            if view is not None:
+                stale = tick.total is None and bool(tick.servers) and tick.servers[0].source in tick.stale
+                self.latency.show(view, stale)
+                win = "lifetime" if view.window == "lifetime" else f"last {view.window} (window {self.window_s:g}s)"
+                self.latency_panel.border_title = f"Latency over {win}"
+                if not stale:
+                    self._server_hist.append((view.waiting, view.kv_cache_usage, view.preemptions_total))
+            sim = any(s.simulated for s in tick.servers)
+            self.servers_panel.border_title = "vLLM servers" + (" — SIMULATED" if sim else "")
+            self.servers_panel.set_class(bool(tick.stale), "-stale")
+            self._draw_tp()
+            self._draw_status()
+
+    def apply_gpus(self, msg: GpusSampled) -> None:
+        if not self.ready or not self.is_attached:
+            return
+        self._gpus = msg.tick
+        self._groups = msg.groups
+        self._gpu_note = msg.note
+        for s in msg.tick.statuses:
+            self._statuses[s.source] = s
+        draggers = {m.gpu.key for g in msg.groups for m in g.draggers}
+        with self.app.batch_update():
+            self.gpus.show(msg.tick, draggers)
+            self.gpus.display = bool(msg.tick.gpus)
+            self.gpu_note.display = not msg.tick.gpus
+            if not msg.tick.gpus:
+                self.gpu_note.update(Text(msg.note or "No GPU data yet.", style="dim"))
+            sim = any(g.simulated for g in msg.tick.gpus)
+            self.gpu_panel.border_title = "GPUs" + (" — SIMULATED" if sim else "")
+            self._draw_tp()
+            self._draw_status()
+
+    def apply_status(self, status: SourceStatus) -> None:
+        self._statuses[status.source] = status
+        if not self.ready or not self.is_attached:
+            return
+        self._draw_status()
+
+    def _draw_tp(self) -> None:
+        alerts = server_alerts(list(self._server_hist))
+        if self._gpus is not None:
+            alerts += gpu_alerts(self._gpus.gpus, self._groups)
+        self.tp.show(self._groups, alerts, None)
+
+    def _draw_status(self) -> None:
+        self.status.show(list(self._statuses.values()), self.paused)
+
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+        self._draw_status()
+
+    def summary(self) -> str:
+        """A one-line summary (used by tests and the screenshot script)."""
+        if self._vllm is None or not self._vllm.servers:
+            return "no data"
+        v = self._vllm.servers[0].total
+        return f"running {fmt.num(v.running)} waiting {fmt.num(v.waiting)} kv {fmt.pct(v.kv_cache_usage)}"

@@ -1,0 +1,210 @@
+"""The monitor's panels. Each takes a frozen snapshot and draws it; none does I/O."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from rich.text import Text
+from textual.widgets import Static
+
+from spoc_tui.collectors.poller import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core import fmt
+from spoc_tui.core.alerts import Alert
+from spoc_tui.core.gpu import GpuSample, TpGroupReport
+from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
+from spoc_tui.widgets.tables import Cell, DiffTable
+
+HISTORY = 120
+
+
+def _short_source(src: str) -> str:
+    for p in ("http://", "https://"):
+        if src.startswith(p):
+            src = src[len(p) :]
+    return src.removesuffix("/metrics")
+
+
+class ServerTable(DiffTable):
+    """One row per server, one per engine when a server has several, one for all replicas."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(
+            [
+                ("src", "Server / engine", 15),
+                ("run", "Run", 4),
+                ("wait", "Wait", 5),
+                ("kv", "KV", 6),
+                ("hit", "Prefix", 6),
+                ("pre", "Preempt", 8),
+                ("in", "In tok/s", 8),
+                ("out", "Out tok/s", 9),
+            ],
+            **kw,  # type: ignore[arg-type]
+        )
+
+    @staticmethod
+    def _cells(label: str, v: EngineView, stale: bool) -> list[Cell]:
+        style = "dim" if stale else ""
+        kv_style = "bold red" if (v.kv_cache_usage or 0) >= 0.9 else style
+        wait_style = "bold yellow" if (v.waiting or 0) > 0 else style
+        pre = fmt.count(v.preemptions_total)
+        if v.preemptions_rate:
+            pre += f" +{v.preemptions_rate:.1f}/s"
+        return [
+            Text(label, style=style),
+            Text(fmt.num(v.running), style=style),
+            Text(fmt.num(v.waiting), style=wait_style),
+            Text(fmt.pct(v.kv_cache_usage, digits=1), style=kv_style),
+            Text(fmt.pct(v.prefix_cache_hit_rate), style=style),
+            Text(pre, style="bold red" if v.preemptions_rate else style),
+            Text(fmt.rate(v.prompt_tokens_rate, ""), style=style),
+            Text(fmt.rate(v.generation_tokens_rate, ""), style=style),
+        ]
+
+    def show(self, tick: VllmTick) -> None:
+        rows: dict[str, list[Cell]] = {}
+        for s in tick.servers:
+            stale = s.source in tick.stale
+            tag = " [SIM]" if s.simulated else ""
+            label = _short_source(s.source) + tag + (" (stale)" if stale else "")
+            rows[s.source] = self._cells(label, s.total, stale)
+            if len(s.engines) > 1:
+                for e in s.engines:
+                    rows[f"{s.source}#{e.engine}"] = self._cells(f"  engine {e.engine}", e, stale)
+        if tick.total is not None:
+            rows["__all__"] = self._cells(f"all {len(tick.servers)} replicas", tick.total, False)
+        self.sync(rows)
+
+
+class LatencyTable(DiffTable):
+    """TTFT/ITL/TPOT/E2E/queue percentiles over the stated window, with a p99 trend."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(
+            [("m", "Metric", 6), ("p50", "p50", 7), ("p90", "p90", 7), ("p99", "p99", 7), ("mean", "mean", 7), ("n", "count", 6), ("trend", "p99 trend", 16)],
+            **kw,  # type: ignore[arg-type]
+        )
+        self.history: dict[str, deque[float | None]] = {k: deque(maxlen=HISTORY) for k in LATENCY_LABELS}
+        self.window = "n/a"
+
+    def show(self, view: EngineView, stale: bool = False) -> None:
+        self.window = view.window
+        rows: dict[str, list[Cell]] = {}
+        style = "dim" if stale else ""
+        for key, label in LATENCY_LABELS.items():
+            L = view.latency[key]
+            if not stale:
+                self.history[key].append(L.p99)
+            rows[key] = [
+                Text(label, style="bold " + style),
+                Text(fmt.seconds(L.p50), style=style),
+                Text(fmt.seconds(L.p90), style=style),
+                Text(fmt.seconds(L.p99), style="bold " + style),
+                Text(fmt.seconds(L.mean), style=style),
+                Text(fmt.count(L.count), style=style),
+                Text(fmt.spark(list(self.history[key]), 16), style="cyan " + style),
+            ]
+        self.sync(rows)
+
+
+def _reason_text(g: GpuSample) -> Text:
+    names = g.throttle_reasons
+    if names is None:
+        if g.throttled_pct:
+            top = max(g.throttled_pct.items(), key=lambda kv: kv[1])
+            if top[1] >= 1:
+                return Text(f"{top[0]} {top[1]:.0f}%", style="bold red")
+        return Text(fmt.NA, style="dim")
+    if not names:
+        idle = g.reasons_mask is not None and g.reasons_mask & 0x1
+        return Text("idle" if idle else "none", style="green")
+    kind = g.throttle_kind()
+    pct = ""
+    if g.throttled_pct and kind in g.throttled_pct:
+        pct = f" {g.throttled_pct[kind]:.0f}%"
+    return Text(",".join(names) + pct, style="bold red" if kind == "thermal" else "bold yellow")
+
+
+class GpuTable(DiffTable):
+    def __init__(self, **kw: object) -> None:
+        super().__init__(
+            [("gpu", "GPU", 7), ("t", "Temp", 4), ("mt", "Mem", 4), ("sm", "SM MHz", 9), ("p", "Power W", 8), ("u", "Util", 4), ("fb", "FB GiB", 6), ("thr", "Throttle", 16)],
+            **kw,  # type: ignore[arg-type]
+        )
+
+    def show(self, tick: GpuTick, draggers: set[str]) -> None:
+        rows: dict[str, list[Cell]] = {}
+        multi_host = len({g.hostname for g in tick.gpus}) > 1
+        for g in tick.gpus:
+            stale = g.source in tick.stale
+            style = "dim" if stale else ""
+            name = f"{g.hostname}:{g.gpu}" if multi_host and g.hostname else g.gpu
+            if g.simulated:
+                name += " sim"
+            temp_style = style
+            if g.temp_c is not None and g.slowdown_temp_c is not None and g.temp_c >= g.slowdown_temp_c - 5:
+                temp_style = "bold red"
+            sm = fmt.plain(g.sm_clock_mhz) + ("/" + fmt.plain(g.sm_clock_max_mhz) if g.sm_clock_max_mhz else "")
+            pw = fmt.plain(g.power_w) + ("/" + fmt.plain(g.power_limit_w) if g.power_limit_w else "")
+            fb = fmt.num(None if g.fb_used_mib is None else g.fb_used_mib / 1024, 1)
+            rows[g.key] = [
+                Text(("▶ " if g.key in draggers else "") + name, style="bold red" if g.key in draggers else style),
+                Text(fmt.plain(g.temp_c, "C"), style=temp_style),
+                Text(fmt.plain(g.mem_temp_c, "C"), style=style),
+                Text(sm, style="bold red" if g.key in draggers else style),
+                Text(pw, style=style),
+                Text(fmt.pct(g.util_pct, fraction=False), style=style),
+                Text(fb, style=style),
+                _reason_text(g),
+            ]
+        self.sync(rows)
+
+
+class TpPanel(Static):
+    """TP groups compared with their median GPU, and the active alerts."""
+
+    def show(self, groups: tuple[TpGroupReport, ...], alerts: list[Alert], note: str | None) -> None:
+        t = Text()
+        if note:
+            t.append(note + "\n", style="dim")
+        if not groups:
+            t.append("TP groups: none (give --tp-groups 0-3,4-7 or run beside vLLM with NVML)\n", style="dim")
+        for rep in groups:
+            med = fmt.num(rep.median_clock_mhz)
+            slow = f"{rep.slowdown_pct:.0f}%" if rep.slowdown_pct is not None else fmt.NA
+            t.append(f"TP {rep.name}: median SM {med} MHz, median {fmt.num(rep.median_temp_c, unit='C')}, slowest GPU -{slow}  ")
+            if rep.draggers:
+                t.append("DRAGGED\n", style="bold red")
+            else:
+                t.append("ok\n", style="green")
+        for a in alerts:
+            t.append("▲ " if a.severity == "error" else "△ ", style="bold red" if a.severity == "error" else "bold yellow")
+            t.append(a.text + "\n", style="red" if a.severity == "error" else "yellow")
+        if not alerts:
+            t.append("no alerts", style="green")
+        self.update(t)
+
+
+class StatusLine(Static):
+    """One entry per source: up, stale since, error and retry."""
+
+    def show(self, statuses: list[SourceStatus], paused: bool) -> None:
+        t = Text()
+        if paused:
+            t.append(" PAUSED ", style="bold black on yellow")
+            t.append(" ")
+        now = time.time()
+        for i, s in enumerate(statuses):
+            if i:
+                t.append("  ")
+            name = _short_source(s.source)
+            if s.up:
+                t.append("● ", style="green")
+                t.append(name)
+            else:
+                t.append("✖ ", style="bold red")
+                since = f" stale {now - s.last_ok:.0f}s" if s.last_ok else ""
+                retry = f", retry {s.retry_in:.0f}s" if s.retry_in else ""
+                t.append(f"{name}{since}: {s.reason or 'down'}{retry}", style="red")
+        self.update(t)

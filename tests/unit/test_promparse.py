@@ -1,0 +1,110 @@
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spoc_tui.core.promparse import is_sentinel, parse_text
+
+FIX = Path(__file__).parents[1] / "fixtures"
+ALL = sorted(p for d in ("vllm", "dcgm", "exposition") for p in (FIX / d).glob("*.txt"))
+
+
+def test_import_core_pulls_in_no_textual_rich_or_network():
+    code = (
+        "import sys, spoc_tui.core.promparse, spoc_tui.core.vllm, spoc_tui.core.gpu, spoc_tui.core.stats, "
+        "spoc_tui.core.capacity, spoc_tui.core.presets, spoc_tui.core.alerts, spoc_tui.core.fmt, spoc_tui.core.history\n"
+        "bad = [m for m in ('textual', 'rich', 'httpx', 'aiohttp', 'socket') if m in sys.modules]\n"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_every_capture_parses_without_raising(path):
+    exp = parse_text(path.read_text())
+    assert exp.samples or exp.types
+
+
+def test_prometheus_client_agrees_on_full_capture():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = (FIX / "vllm/vllm_0.32_cpu_full_load.txt").read_text()
+    ours = parse_text(text)
+    theirs = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            theirs[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    mine = {(n, lbls): v for n, series in ours.samples.items() for lbls, v in series.items()}
+    assert mine == theirs
+
+
+def test_edge_cases_escapes_trailing_comma_and_values():
+    exp = parse_text((FIX / "exposition/edge_01.txt").read_text())
+    assert not exp.errors
+    # every label value that prometheus_client reads, we read identically
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for fam in text_string_to_metric_families((FIX / "exposition/edge_01.txt").read_text()):
+        for s in fam.samples:
+            got = exp.get(s.name).get(tuple(sorted(s.labels.items())))
+            assert got is not None, s
+            assert (math.isnan(got) and math.isnan(s.value)) or got == float(s.value)
+
+
+def test_openmetrics_mangled_vllm_names_are_restored():
+    exp = parse_text((FIX / "exposition/edge_03.txt").read_text(), "application/openmetrics-text; version=1.0.0")
+    assert any(n.startswith("vllm:") for n in exp.samples)
+    assert not any(n.startswith("vllm_") for n in exp.samples)
+
+
+def test_openmetrics_exemplars_are_stripped():
+    exp = parse_text((FIX / "exposition/edge_02.txt").read_text())
+    assert exp.openmetrics
+    assert not exp.errors
+
+
+def test_created_series_dropped_and_bad_lines_recorded():
+    text = (
+        "# TYPE a_total counter\na_total 3\n# TYPE a_created gauge\na_created 1.7e9\n"
+        "b{x=1} 2\nc 0x1p-2\n...\nd{y=\"ok\"} 4\n"
+    )
+    exp = parse_text(text)
+    assert "a_created" not in exp.samples
+    assert exp.get("a_total")[()] == 3
+    assert exp.get("d")[(("y", "ok"),)] == 4
+    assert len(exp.errors) == 3
+
+
+def test_dcgm_sentinels():
+    assert is_sentinel(9223372036854775794)
+    assert is_sentinel(float("nan"))
+    assert not is_sentinel(72.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_parser_never_raises_on_any_text(text):
+    parse_text(text)
+
+
+line = st.builds(
+    lambda n, k, v, val: f'{n}{{{k}="{v}"}} {val}',
+    st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,12}", fullmatch=True),
+    st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True),
+    st.text(alphabet=st.characters(blacklist_characters='"\\\n'), max_size=12),
+    st.floats(allow_nan=False),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(line, max_size=20))
+def test_valid_lines_round_trip(lines):
+    exp = parse_text("\n".join(lines) + "\n")
+    assert not exp.errors

@@ -1,0 +1,138 @@
+import pytest
+
+from spoc_tui.core.capacity import DEFAULT_RESERVE_BYTES, decode_roofline_tokens_per_s, kv_bytes_per_token, weights_bytes
+from spoc_tui.core.presets import GPUS, MODELS
+from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest
+from spoc_tui.sim.gpu import SimGpu
+from spoc_tui.sim.run import SimConfigError, SimOptions, build
+
+
+def make(max_num_seqs=256, tp=1, model="llama-3.1-8b", gpu="h100-80gb", gpus=None, **kw):
+    t = [0.0]
+    cfg = EngineConfig(MODELS[model], GPUS[gpu], "m", tp=tp, max_num_seqs=max_num_seqs, **kw)
+    return SimEngine(cfg, gpus, clock=lambda: t[0]), t
+
+
+def drive(engine, t, limit=200000):
+    for _ in range(limit):
+        if engine.idle():
+            return
+        d = engine.step()
+        dec, pre = engine._pending
+        t[0] += d
+        engine.complete(dec, pre, t[0])
+    raise AssertionError("engine did not drain")
+
+
+def req(rid, prompt_len, out, t=0.0, prompt=None):
+    return SimRequest(rid, prompt or list(range(1000 + hash(rid) % 1000, 1000 + hash(rid) % 1000 + prompt_len)), out, out, t)
+
+
+def test_kv_capacity_matches_formula():
+    for model in ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b"):
+        tp = 4 if model == "llama-3.1-70b" else 1
+        e, _ = make(model=model, tp=tp)
+        m, g = MODELS[model], GPUS["h100-80gb"]
+        expected = (g.memory_bytes * 0.9 - weights_bytes(m) / tp - DEFAULT_RESERVE_BYTES) * tp / kv_bytes_per_token(m)
+        assert e.plan.kv_cache_tokens == pytest.approx(expected, abs=16)
+
+
+def test_single_stream_decode_matches_memory_roofline():
+    e, t = make()
+    r = req("a", 100, 300)
+    times = []
+    r.on_token = lambda n, now: times.append(now)
+    e.add(r)
+    drive(e, t)
+    decode_speed = (len(times) - 1) / (times[-1] - times[0])
+    roofline = decode_roofline_tokens_per_s(MODELS["llama-3.1-8b"], GPUS["h100-80gb"], context=250)
+    assert decode_speed == pytest.approx(roofline, rel=0.10)
+
+
+def test_throughput_rises_with_batch_then_flattens():
+    speeds = {}
+    for b in (1, 8, 64, 256):
+        e, t = make()
+        for i in range(b):
+            e.add(req(f"r{i}", 200, 200))
+        drive(e, t)
+        speeds[b] = e.stats.generation_tokens / t[0]
+    assert speeds[1] < speeds[8] < speeds[64] < speeds[256]
+    assert speeds[8] / speeds[1] > 4  # nearly linear while memory-bound
+    assert speeds[256] / speeds[64] < speeds[64] / speeds[8]  # flattening
+
+
+def test_ttft_grows_with_queueing_past_saturation():
+    def mean_ttft(n):
+        e, t = make(max_num_seqs=32)
+        for i in range(n):
+            e.add(req(f"q{i}", 500, 100))
+        drive(e, t)
+        return e.stats.ttft.sum / e.stats.ttft.n
+
+    assert mean_ttft(256) > 4 * mean_ttft(16)
+
+
+def test_preemption_when_blocks_run_out():
+    e, t = make(max_num_seqs=64, gpu_memory_utilization=0.9)
+    e.num_blocks = 200  # a tiny cache: 3200 tokens
+    for i in range(20):
+        e.add(req(f"p{i}", 100, 300))
+    drive(e, t)
+    assert e.stats.preemptions > 0
+    assert e.stats.success["length"] == 20
+
+
+def test_prefix_cache_hits_for_multi_turn():
+    e, t = make()
+    prompt = list(range(5000, 5640))
+    e.add(req("turn1", 640, 20, prompt=prompt))
+    drive(e, t)
+    e.add(req("turn2", 700, 20, t[0], prompt=prompt + list(range(9000, 9060))))
+    drive(e, t)
+    assert e.stats.prefix_hits >= 600
+
+
+def test_thermal_throttle_lowers_group_throughput():
+    def throughput(hot):
+        gpus = [SimGpu(i, GPUS["h100-80gb"]) for i in range(4)]
+        for g in gpus:
+            g.sm_clock_mhz, g.reasons = GPUS["h100-80gb"].sm_clock_max_mhz, 0
+        if hot:
+            gpus[3].sm_clock_mhz, gpus[3].reasons = 0.6 * GPUS["h100-80gb"].sm_clock_max_mhz, 0x20
+        e, t = make(tp=4, model="llama-3.1-70b", gpus=gpus)
+        for i in range(64):
+            e.add(req(f"h{i}", 300, 100))
+        drive(e, t)
+        return e.stats.generation_tokens / t[0]
+
+    assert throughput(True) < 0.9 * throughput(False)
+
+
+def test_gpu_model_power_cap_and_thermal_reasons():
+    g = SimGpu(0, GPUS["h100-80gb"])
+    for _ in range(100):
+        g.step(1.0, 1.0, 1.0)
+    assert g.reasons & 0x4 and g.power_w <= 700
+    hot = SimGpu(1, GPUS["h100-80gb"], thermal_resistance=0.115)
+    for _ in range(300):
+        hot.step(1.0, 1.0, 0.75)
+    assert hot.reasons & 0x20
+    assert hot.sm_clock_mhz < 0.8 * 1980
+    idle = SimGpu(2, GPUS["h100-80gb"])
+    idle.step(1.0, 0.0, 0.0)
+    assert idle.reasons == 0x1
+
+
+@pytest.mark.parametrize("opts,msg", [
+    (SimOptions(gpu="v100"), "unknown GPU 'v100'; known: a100-80gb"),
+    (SimOptions(model="llama-9"), "unknown model"),
+    (SimOptions(model="llama-3.1-70b", gpu="l40s"), "GiB short per GPU"),
+    (SimOptions(tp=3), "TP 3 does not divide"),
+    (SimOptions(enable_chunked_prefill=False, max_num_batched_tokens=1024, max_model_len=4096), "smaller than max_model_len"),
+    (SimOptions(scenario="thermal", tp=1), "needs a TP group"),
+    (SimOptions(scenario="nope"), "unknown scenario"),
+])
+def test_impossible_configurations_are_refused(opts, msg):
+    with pytest.raises(SimConfigError, match=msg.replace("(", r"\(")):
+        build(opts)

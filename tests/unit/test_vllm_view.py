@@ -1,0 +1,123 @@
+from pathlib import Path
+
+import pytest
+
+from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.stats import Histogram, bucket_quantile, merge_histograms
+from spoc_tui.core.vllm import Scrape, engine_version, replicas_view, server_view
+
+FIX = Path(__file__).parents[1] / "fixtures" / "vllm"
+
+
+def view(name, then=None, dt=60.0):
+    now = parse_text((FIX / name).read_text())
+    prev = parse_text((FIX / then).read_text()) if then else None
+    return server_view(name, Scrape(now, 100.0 + dt, prev, 100.0 if prev else None))
+
+
+@pytest.mark.parametrize("name,version", [
+    ("vllm_sample_01.txt", "v0"), ("vllm_sample_04.txt", "v0"), ("vllm_sample_06.txt", "v1"),
+    ("vllm_sample_07.txt", "v1"), ("vllm_sample_11.txt", "v0"), ("vllm_0.32_cpu_full_load.txt", "v1"),
+])
+def test_engine_version(name, version):
+    assert engine_version(parse_text((FIX / name).read_text())) == version
+
+
+def test_full_capture_figures():
+    v = view("vllm_0.32_cpu_full_load.txt")
+    t = v.total
+    assert v.model_names == ("tiny",)
+    assert t.running == 16 and t.waiting == 0
+    assert 0 < t.kv_cache_usage < 0.01
+    assert t.latency["ttft"].window == "lifetime"
+    assert t.latency["ttft"].count == 144
+    assert 0 < t.latency["ttft"].p50 < t.latency["ttft"].p99
+    assert v.cache_config["kv_cache_size_tokens"] == "524288"
+    assert [e.engine for e in v.engines] == ["0"]
+
+
+def test_missing_metrics_are_none_not_zero():
+    v = view("vllm_sample_01.txt")
+    assert v.total.running is None
+    assert v.total.kv_cache_usage is None
+    assert v.total.latency["e2e"].p99 is None
+
+
+def test_old_itl_name_is_read():
+    # time_per_output_token_seconds is the pre-0.10.2 ITL
+    text = "".join(
+        f'vllm:time_per_output_token_seconds_bucket{{le="{le}",model_name="m"}} {c}\n'
+        for le, c in (("0.01", 5.0), ("0.025", 9.0), ("+Inf", 10.0))
+    ) + 'vllm:time_per_output_token_seconds_count{model_name="m"} 10.0\n'
+    v = server_view("x", Scrape(parse_text(text), 1.0))
+    assert v.total.latency["itl"].count == 10
+    assert 0.01 < v.total.latency["itl"].p90 <= 0.025
+
+
+def test_truncated_excerpt_histogram_reads_na():
+    v = view("vllm_sample_04.txt")  # the TPOT histogram was cut off before +Inf
+    assert v.total.latency["itl"].p99 is None
+    assert v.total.latency["ttft"].count == 1  # TTFT is complete (one gap inside, +Inf present)
+
+
+def test_windowed_percentiles_use_bucket_differences():
+    v = view("vllm_0.32_cpu_full_load.txt", then="vllm_0.32_cpu_full_idle.txt", dt=30)
+    idle = view("vllm_0.32_cpu_full_idle.txt")
+    assert v.total.latency["ttft"].window == "30s"
+    assert v.total.latency["ttft"].count == 144 - (idle.total.latency["ttft"].count or 0)
+    assert v.total.generation_tokens_rate > 0
+
+
+def test_window_with_no_new_requests_is_na():
+    v = view("vllm_0.32_cpu_full_load.txt", then="vllm_0.32_cpu_full_load.txt")
+    L = v.total.latency["ttft"]
+    assert L.count == 0 and L.p99 is None and L.mean is None
+
+
+def test_counter_reset_counts_from_zero():
+    a = parse_text('vllm:generation_tokens_total{engine="0",model_name="m"} 1000\n')
+    b = parse_text('vllm:generation_tokens_total{engine="0",model_name="m"} 50\n')
+    v = server_view("x", Scrape(b, 10.0, a, 0.0))
+    assert v.total.generation_tokens_rate == pytest.approx(5.0)
+
+
+def test_engines_merged_before_quantile():
+    def exp(engine_counts):
+        lines = []
+        for eng, (c1, c2) in engine_counts.items():
+            lines += [
+                f'vllm:time_to_first_token_seconds_bucket{{engine="{eng}",le="0.1",model_name="m"}} {c1}',
+                f'vllm:time_to_first_token_seconds_bucket{{engine="{eng}",le="1.0",model_name="m"}} {c1 + c2}',
+                f'vllm:time_to_first_token_seconds_bucket{{engine="{eng}",le="+Inf",model_name="m"}} {c1 + c2}',
+                f'vllm:time_to_first_token_seconds_count{{engine="{eng}",model_name="m"}} {c1 + c2}',
+                f'vllm:time_to_first_token_seconds_sum{{engine="{eng}",model_name="m"}} 1',
+            ]
+        return parse_text("\n".join(lines) + "\n")
+
+    v = server_view("x", Scrape(exp({"0": (90, 0), "1": (0, 10)}), 1.0))
+    # 100 requests: 90 fast, 10 slow; p50 is in the fast bucket (averaging per-engine p50s would not be)
+    assert v.total.latency["ttft"].p50 < 0.1
+    assert len(v.engines) == 2
+    assert v.engines[1].latency["ttft"].p50 > 0.1
+
+
+def test_replicas_merge():
+    a = parse_text((FIX / "vllm_0.32_cpu_full_load.txt").read_text())
+    total = replicas_view([Scrape(a, 1.0), Scrape(a, 1.0)])
+    assert total.running == 32
+    assert total.latency["ttft"].count == 288
+
+
+def test_quantile_matches_promql_semantics():
+    # histogram_quantile(0.5) of buckets 0.1:10, 0.2:20, +Inf:20 -> 0.1 + 0.1*(10-10)/10 = 0.1
+    assert bucket_quantile(0.5, (0.1, 0.2, float("inf")), (10, 20, 20)) == pytest.approx(0.1)
+    assert bucket_quantile(0.75, (0.1, 0.2, float("inf")), (10, 20, 20)) == pytest.approx(0.15)
+    # rank in +Inf bucket returns the highest finite bound
+    assert bucket_quantile(0.99, (0.1, 0.2, float("inf")), (10, 10, 20)) == pytest.approx(0.2)
+
+
+def test_incomplete_histogram_reads_na():
+    h = Histogram((0.1, 0.2), (1, 2), 2, 0.3)
+    assert h.quantile(0.5) is None
+    merged = merge_histograms([h, Histogram((0.1, 0.2, float("inf")), (1, 2, 2), 2, 0.3)])
+    assert merged.quantile(0.5) is None
