@@ -24,6 +24,7 @@ screenshots: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/parse_bench.py
+	$(PY) benchmarks/monitor_cpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

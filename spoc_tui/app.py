@@ -32,7 +32,8 @@ HELP_TEXT = """\
 | `q` | quit |
 
 **Servers**: *Run* requests in the batch, *Wait* queued, *KV* cache use, *Prefix* prefix-cache
-hit rate over the window, *Preempt* total and per second, token rates over the window.
+hit rate over the window, *Preempt* total and per second, *In t/s* and *Out t/s* prompt and
+generated tokens per second over the window.
 
 **Latency**: percentiles from the differences of the server's histogram buckets over the
 stated window, merged across engines and replicas before the quantile (interpolated inside

@@ -14,10 +14,20 @@ import httpx
 from spoc_tui.config import Settings
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (all held open while choosing, so no repeats)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def start_sim(args: list[str], port: int, timeout: float = 20.0) -> subprocess.Popen[bytes]:
@@ -72,7 +82,7 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
         print(f"spoc demo: error: {e}", file=sys.stderr)
         return 2
     n_users = users if users is not None else demo_users(scenario, engine)
-    port, dport = free_port(), free_port()
+    port, dport = free_ports(2)
     args = ["--model", model, "--gpu", gpu, "--scenario", scenario, "--seed", str(seed), "--dcgm-port", str(dport), "--load-users", str(n_users)]
     if tp is not None:
         args += ["--tp", str(tp)]

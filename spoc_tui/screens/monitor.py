@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from spoc_tui.collectors.poller import GpuTick, SourceStatus, VllmTick
@@ -15,7 +16,7 @@ from spoc_tui.core import fmt
 from spoc_tui.core.alerts import gpu_alerts, server_alerts
 from spoc_tui.core.gpu import TpGroupReport
 from spoc_tui.messages import GpusSampled, ServersSampled
-from spoc_tui.widgets.panels import GpuTable, LatencyTable, ServerTable, StatusLine, TpPanel
+from spoc_tui.widgets.panels import ChangedStatic, GpuTable, LatencyTable, ServerTable, StatusLine, TpPanel
 
 
 class MonitorScreen(Screen[None]):
@@ -50,7 +51,7 @@ class MonitorScreen(Screen[None]):
                 yield LatencyTable(id="latency")
             with Vertical(id="gpu-panel", classes="panel"):
                 yield GpuTable(id="gpus")
-                yield Static("", id="gpu-note")
+                yield ChangedStatic("", id="gpu-note")
             with Vertical(id="tp-panel", classes="panel"):
                 yield TpPanel(id="tp")
         yield StatusLine(id="status")
@@ -62,7 +63,7 @@ class MonitorScreen(Screen[None]):
         self.gpus = self.query_one(GpuTable)
         self.tp = self.query_one(TpPanel)
         self.status = self.query_one(StatusLine)
-        self.gpu_note = self.query_one("#gpu-note", Static)
+        self.gpu_note = self.query_one("#gpu-note", ChangedStatic)
         self.servers_panel = self.query_one("#servers-panel")
         self.latency_panel = self.query_one("#latency-panel")
         self.gpu_panel = self.query_one("#gpu-panel")
@@ -90,11 +91,11 @@ class MonitorScreen(Screen[None]):
                 stale = tick.total is None and bool(tick.servers) and tick.servers[0].source in tick.stale
                 self.latency.show(view, stale)
                 win = "lifetime" if view.window == "lifetime" else f"last {view.window} (window {self.window_s:g}s)"
-                self.latency_panel.border_title = f"Latency over {win}"
+                self._title(self.latency_panel, f"Latency over {win}")
                 if not stale:
                     self._server_hist.append((view.waiting, view.kv_cache_usage, view.preemptions_total))
             sim = any(s.simulated for s in tick.servers)
-            self.servers_panel.border_title = "vLLM servers" + (" — SIMULATED" if sim else "")
+            self._title(self.servers_panel, "vLLM servers" + (" — SIMULATED" if sim else ""))
             self.servers_panel.set_class(bool(tick.stale), "-stale")
             self._draw_tp()
             self._draw_status()
@@ -110,14 +111,20 @@ class MonitorScreen(Screen[None]):
         draggers = {m.gpu.key for g in msg.groups for m in g.draggers}
         with self.app.batch_update():
             self.gpus.show(msg.tick, draggers)
-            self.gpus.display = bool(msg.tick.gpus)
-            self.gpu_note.display = not msg.tick.gpus
+            if self.gpus.display != bool(msg.tick.gpus):
+                self.gpus.display = bool(msg.tick.gpus)
+                self.gpu_note.display = not msg.tick.gpus
             if not msg.tick.gpus:
-                self.gpu_note.update(Text(msg.note or "No GPU data yet.", style="dim"))
+                self.gpu_note.show_text(Text(msg.note or "No GPU data yet.", style="dim"))
             sim = any(g.simulated for g in msg.tick.gpus)
-            self.gpu_panel.border_title = "GPUs" + (" — SIMULATED" if sim else "")
+            self._title(self.gpu_panel, "GPUs" + (" — SIMULATED" if sim else ""))
             self._draw_tp()
             self._draw_status()
+
+    @staticmethod
+    def _title(widget: Widget, title: str) -> None:
+        if widget.border_title != title:
+            widget.border_title = title
 
     def apply_status(self, status: SourceStatus) -> None:
         self._statuses[status.source] = status

@@ -18,8 +18,16 @@ SYSTEM_PROMPT = " ".join(FILLER[(i * 5) % len(FILLER)] for i in range(400))
 
 
 class BuiltinLoad:
-    def __init__(self, engine: SimEngine, users: int, wake: asyncio.Event, think_s: tuple[float, float] = (1.0, 6.0), seed: int = 0, wave_period_s: float = 180.0) -> None:
+    def __init__(self, engine: SimEngine, users: int, wake: asyncio.Event, think_s: tuple[float, float] = (1.0, 6.0), seed: int = 0, wave_period_s: float = 180.0, heavy: bool = False, ramp_s: float | None = None) -> None:
+        """
+        Args:
+            heavy: long pasted contexts and long answers (fills the KV cache).
+            ramp_s: grow the active users linearly from 10 % over this many seconds, instead
+                of the slow wave (so the queue keeps growing).
+        """
         self.engine = engine
+        self.heavy = heavy
+        self.ramp_s = ramp_s
         self.users = max(0, users)
         self.wake = wake
         self.think_s = think_s
@@ -28,7 +36,9 @@ class BuiltinLoad:
         self._n = 0
 
     def active_users(self, t: float) -> int:
-        """Between 60 % and 100 % of the configured users, on a slow wave."""
+        """Between 60 % and 100 % of the configured users, on a slow wave (or a ramp)."""
+        if self.ramp_s:
+            return max(1, round(self.users * min(1.0, 0.1 + 0.9 * t / self.ramp_s)))
         frac = 0.8 + 0.2 * math.sin(2 * math.pi * t / self.wave_period_s)
         return max(1, round(self.users * frac)) if self.users else 0
 
@@ -51,13 +61,13 @@ class BuiltinLoad:
                 if i >= self.active_users(self.engine.clock() - start):
                     await asyncio.sleep(2.0)
                     break
-                words = rng.randint(30, 600)
+                words = rng.randint(1000, 4000) if self.heavy else rng.randint(30, 600)
                 messages.append({"role": "user", "content": " ".join(rng.choice(FILLER) for _ in range(words))})
                 prompt = chat_tokens(messages)
                 room = self.engine.max_len - len(prompt) - 1
                 if room < 16:
                     break
-                max_tokens = min(room, rng.randint(80, 450))
+                max_tokens = min(room, rng.randint(400, 1200) if self.heavy else rng.randint(80, 450))
                 done: asyncio.Future[SimRequest] = asyncio.get_running_loop().create_future()
                 self._n += 1
                 req = SimRequest(
@@ -77,4 +87,5 @@ class BuiltinLoad:
                     self.engine.abort(req)
                     raise
                 messages.append({"role": "assistant", "content": " ".join(r.word(k) for k in range(r.generated))})
-                await asyncio.sleep(rng.uniform(*self.think_s) / self.engine.cfg.speed)
+                think = (0.0, 0.5) if self.heavy else self.think_s
+                await asyncio.sleep(rng.uniform(*think) / self.engine.cfg.speed)

@@ -119,7 +119,8 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
         raise SimConfigError(f"cannot listen on {opts.host}: {e.strerror or e}") from None
     load = None
     if users:
-        load = BuiltinLoad(engine, users, server.wake, seed=opts.seed)
+        overload = opts.scenario == "overload"
+        load = BuiltinLoad(engine, users, server.wake, seed=opts.seed, heavy=overload, ramp_s=90.0 if overload else None)
     loop = asyncio.get_running_loop()
     stop = server.stop_event
     for sig in (signal.SIGINT, signal.SIGTERM):

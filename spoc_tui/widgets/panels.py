@@ -31,14 +31,14 @@ class ServerTable(DiffTable):
     def __init__(self, **kw: object) -> None:
         super().__init__(
             [
-                ("src", "Server / engine", 15),
+                ("src", "Server / engine", 14),
                 ("run", "Run", 4),
                 ("wait", "Wait", 5),
                 ("kv", "KV", 6),
                 ("hit", "Prefix", 6),
-                ("pre", "Preempt", 8),
-                ("in", "In tok/s", 8),
-                ("out", "Out tok/s", 9),
+                ("pre", "Preempt", 10),
+                ("in", "In t/s", 7),
+                ("out", "Out t/s", 7),
             ],
             **kw,  # type: ignore[arg-type]
         )
@@ -50,7 +50,8 @@ class ServerTable(DiffTable):
         wait_style = "bold yellow" if (v.waiting or 0) > 0 else style
         pre = fmt.count(v.preemptions_total)
         if v.preemptions_rate:
-            pre += f" +{v.preemptions_rate:.1f}/s"
+            r = v.preemptions_rate
+            pre += f" +{r:.0f}/s" if r >= 9.5 else f" +{r:.1f}/s"
         return [
             Text(label, style=style),
             Text(fmt.num(v.running), style=style),
@@ -67,7 +68,7 @@ class ServerTable(DiffTable):
         for s in tick.servers:
             stale = s.source in tick.stale
             tag = " [SIM]" if s.simulated else ""
-            label = _short_source(s.source) + tag + (" (stale)" if stale else "")
+            label = ("✖ " if stale else "") + _short_source(s.source) + tag
             rows[s.source] = self._cells(label, s.total, stale)
             if len(s.engines) > 1:
                 for e in s.engines:
@@ -116,7 +117,14 @@ def _reason_text(g: GpuSample) -> Text:
             if top[1] >= 1:
                 return Text(f"{top[0]} {top[1]:.0f}%", style="bold red")
         return Text(fmt.NA, style="dim")
+    windowed = ""
+    if g.throttled_pct:
+        top = max(g.throttled_pct.items(), key=lambda kv: kv[1])
+        if top[1] >= 5:
+            windowed = f"{top[0]} {top[1]:.0f}% of window"
     if not names:
+        if windowed:
+            return Text(windowed, style="yellow")
         idle = g.reasons_mask is not None and g.reasons_mask & 0x1
         return Text("idle" if idle else "none", style="green")
     kind = g.throttle_kind()
@@ -129,7 +137,7 @@ def _reason_text(g: GpuSample) -> Text:
 class GpuTable(DiffTable):
     def __init__(self, **kw: object) -> None:
         super().__init__(
-            [("gpu", "GPU", 7), ("t", "Temp", 4), ("mt", "Mem", 4), ("sm", "SM MHz", 9), ("p", "Power W", 8), ("u", "Util", 4), ("fb", "FB GiB", 6), ("thr", "Throttle", 16)],
+            [("gpu", "GPU", 7), ("t", "Temp", 4), ("mt", "Mem", 4), ("sm", "SM MHz", 9), ("p", "Power W", 8), ("u", "Util", 4), ("fb", "FB GiB", 6), ("thr", "Throttle", 18)],
             **kw,  # type: ignore[arg-type]
         )
 
@@ -161,7 +169,19 @@ class GpuTable(DiffTable):
         self.sync(rows)
 
 
-class TpPanel(Static):
+class ChangedStatic(Static):
+    """A Static that skips the update (and the re-layout) when the text is unchanged."""
+
+    _last: tuple[object, ...] | None = None
+
+    def show_text(self, t: Text) -> None:
+        sig = (t.plain, tuple(t.spans))
+        if sig != self._last:
+            self._last = sig
+            self.update(t)
+
+
+class TpPanel(ChangedStatic):
     """TP groups compared with their median GPU, and the active alerts."""
 
     def show(self, groups: tuple[TpGroupReport, ...], alerts: list[Alert], note: str | None) -> None:
@@ -183,10 +203,10 @@ class TpPanel(Static):
             t.append(a.text + "\n", style="red" if a.severity == "error" else "yellow")
         if not alerts:
             t.append("no alerts", style="green")
-        self.update(t)
+        self.show_text(t)
 
 
-class StatusLine(Static):
+class StatusLine(ChangedStatic):
     """One entry per source: up, stale since, error and retry."""
 
     def show(self, statuses: list[SourceStatus], paused: bool) -> None:
@@ -206,5 +226,6 @@ class StatusLine(Static):
                 t.append("✖ ", style="bold red")
                 since = f" stale {now - s.last_ok:.0f}s" if s.last_ok else ""
                 retry = f", retry {s.retry_in:.0f}s" if s.retry_in else ""
-                t.append(f"{name}{since}: {s.reason or 'down'}{retry}", style="red")
-        self.update(t)
+                reason = (s.reason or "down").removeprefix(s.source + ": ")
+                t.append(f"{name}{since}: {reason}{retry}", style="red")
+        self.show_text(t)

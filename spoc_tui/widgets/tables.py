@@ -46,5 +46,7 @@ class DiffTable(DataTable[Cell]):
             self._rows[key] = list(cells)
 
 
-def _sig(cell: Cell) -> str:
-    return cell.markup if isinstance(cell, Text) else cell
+def _sig(cell: Cell) -> object:
+    if isinstance(cell, Text):
+        return (cell.plain, str(cell.style), tuple(cell.spans))
+    return cell

@@ -1,0 +1,60 @@
+"""Regenerate screenshots/*.svg from the simulator (run: make screenshots).
+
+Starts the engine simulator with a background load in each scenario, opens the monitor on
+it headlessly, lets it run, and saves SVG screenshots. Nothing here is drawn by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from spoc_tui.app import SpocApp  # noqa: E402
+from spoc_tui.config import Settings  # noqa: E402
+from spoc_tui.demo import free_port, free_ports, start_sim, stop_group  # noqa: E402
+
+OUT = ROOT / "screenshots"
+SHOTS = [
+    # (file, scenario args, users, seconds to run, size)
+    ("monitor-steady-120x40.svg", ["--scenario", "steady"], 48, 12, (120, 40)),
+    ("monitor-thermal-120x40.svg", ["--scenario", "thermal", "--tp", "4", "--speed", "4"], 48, 20, (120, 40)),
+    ("monitor-overload-120x40.svg", ["--scenario", "overload", "--speed", "3"], 768, 25, (120, 40)),
+    ("monitor-steady-80x24.svg", ["--scenario", "steady"], 48, 8, (80, 24)),
+]
+
+
+async def shoot(name: str, args: list[str], users: int, seconds: float, size: tuple[int, int]) -> None:
+    port, dport = free_ports(2)
+    proc = start_sim([*args, "--dcgm-port", str(dport), "--load-users", str(users)], port)
+    try:
+        tp = args[args.index("--tp") + 1] if "--tp" in args else "1"
+        settings = Settings(
+            vllm_urls=[f"http://127.0.0.1:{port}"],
+            dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"],
+            nvml=False,
+            tp_groups=f"0-{int(tp) - 1}" if int(tp) > 1 else None,
+            interval=1.0,
+            window=10.0,
+        )
+        app = SpocApp(settings)
+        async with app.run_test(size=size) as pilot:
+            await asyncio.sleep(seconds)
+            await pilot.pause()
+            app.save_screenshot(path=str(OUT), filename=name)
+        print(f"wrote screenshots/{name}")
+    finally:
+        stop_group(proc)
+
+
+async def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    for shot in SHOTS:
+        await shoot(*shot)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

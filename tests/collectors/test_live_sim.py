@@ -1,0 +1,130 @@
+"""The simulator's HTTP API, `spoc inspect` and the pollers, against a real server on loopback."""
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
+from spoc_tui.demo import free_port, free_ports, start_sim, stop_group
+
+FIX = Path(__file__).parents[1] / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def sim():
+    port, dport = free_ports(2)
+    proc = start_sim(["--tp", "2", "--dcgm-port", str(dport), "--load-users", "8", "--speed", "1"], port)
+    yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{dport}/metrics", port
+    stop_group(proc)
+
+
+def test_streaming_chat_with_exact_usage(sim):
+    url, _, _ = sim
+    body = {"model": "meta-llama/Llama-3.1-8B-Instruct", "messages": [{"role": "user", "content": "hello there, how are you"}],
+            "max_tokens": 7, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    chunks = []
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=10) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    content = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    usage = chunks[-1]["usage"]
+    assert len(content) == 7 == usage["completion_tokens"]
+    assert usage["prompt_tokens"] > 6
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_completions_non_streaming(sim):
+    url, _, _ = sim
+    r = httpx.post(url + "/v1/completions", json={"prompt": "a b c", "max_tokens": 3, "ignore_eos": True}, timeout=10)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize("body,status,param", [
+    (b"{not json", 400, None),
+    (json.dumps({"model": "other", "messages": [{"role": "user", "content": "x"}]}).encode(), 404, "model"),
+    (json.dumps({"messages": []}).encode(), 400, "messages"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}).encode(), 400, "max_tokens"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}).encode(), 400, "max_tokens"),
+])
+def test_openai_error_shapes(sim, body, status, param):
+    url, _, _ = sim
+    r = httpx.post(url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=10)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert err["code"] == status and err["message"] and err["param"] == param
+
+
+def test_inspect_json_against_sim(sim):
+    url, durl, _ = sim
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", url, durl, "--interval", "1.5", "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    (server,) = data["servers"]
+    assert server["engine_version"] == "v1" and server["simulated"] is True
+    assert server["latency"]["ttft"]["window"].endswith("s")
+    assert len(data["gpus"]) == 2
+    for key in ("temp_c", "sm_clock_mhz", "power_w", "power_limit_w", "throttle_reasons", "uuid", "hostname"):
+        assert key in data["gpus"][0]
+
+
+def test_inspect_bad_source_reports_others_and_exits_2(sim, tmp_path):
+    url, _, _ = sim
+    bad = free_port()
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", url, f"http://127.0.0.1:{bad}", str(tmp_path / "nope.txt"), "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert len(json.loads(r.stdout)["servers"]) == 1
+    errs = r.stderr.strip().splitlines()
+    assert len(errs) == 2 and "cannot connect" in errs[0] and "no such file" in errs[1]
+    assert "Traceback" not in r.stderr
+
+
+def test_inspect_file_text_mode():
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", str(FIX / "vllm/vllm_0.32_cpu_full_load.txt"), str(FIX / "dcgm/dcgm_sample_02.txt")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "engine v1" in r.stdout and "latency over lifetime" in r.stdout and "GPU 0 Tesla V100" in r.stdout
+
+
+def test_api_key_never_printed(sim):
+    url, _, _ = sim
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", url, "http://127.0.0.1:1", "--api-key", "sk-SECRET-123"], capture_output=True, text=True, timeout=60)
+    assert "sk-SECRET-123" not in r.stdout + r.stderr
+
+
+async def test_poller_goes_stale_and_recovers():
+    port = free_port()
+    now = [0.0]
+    proc = start_sim(["--dcgm-port", str(free_port())], port)
+    poller = VllmPoller([f"http://127.0.0.1:{port}"], window_s=5, clock=lambda: now[0])
+    try:
+        t1 = await poller.poll()
+        assert t1.servers and not t1.stale and t1.changes[0].up
+        stop_group(proc)
+        now[0] += 1
+        t2 = await poller.poll()
+        assert t2.stale and not t2.changes[0].up and t2.servers  # last data kept
+        now[0] += 0.5
+        t3 = await poller.poll()  # still backing off: not retried, no new change
+        assert t3.changes == ()
+        proc = start_sim(["--dcgm-port", str(free_port())], port)
+        now[0] += 30
+        t4 = await poller.poll()
+        assert not t4.stale and t4.changes and t4.changes[0].up
+    finally:
+        stop_group(proc)
+        await poller.aclose()
+
+
+async def test_dcgm_poller_rejects_a_vllm_url(sim):
+    url, durl, _ = sim
+    p = DcgmPoller([url, durl])
+    tick = await p.poll()
+    await p.aclose()
+    assert len(tick.gpus) == 2
+    assert any("not DCGM" in (s.reason or "") for s in tick.changes)

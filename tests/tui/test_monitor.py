@@ -1,0 +1,127 @@
+import pytest
+
+from spoc_tui.messages import ServersSampled
+from tests.tui.helpers import gpu_tick, make_app, no_gpu, server_tick
+
+SIZES = [(80, 24), (160, 48)]
+
+
+def _connected(app):
+    app.post_message(ServersSampled(server_tick()))
+    app.post_message(gpu_tick())
+
+
+async def _settle(pilot):
+    await pilot.pause()
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_connected(snap_compare, size):
+    async def run_before(pilot):
+        _connected(pilot.app)
+        await _settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_source_down(snap_compare, size):
+    async def run_before(pilot):
+        pilot.app.post_message(ServersSampled(server_tick()))
+        await _settle(pilot)
+        pilot.app.post_message(ServersSampled(server_tick(up=False)))
+        pilot.app.post_message(no_gpu())
+        await _settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_no_gpu(snap_compare, size):
+    async def run_before(pilot):
+        pilot.app.post_message(ServersSampled(server_tick()))
+        pilot.app.post_message(no_gpu())
+        await _settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
+
+
+async def test_dragging_gpu_and_alert_are_shown():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        _connected(app)
+        await _settle(pilot)
+        tp = str(app.monitor.tp.render())
+        assert "GPU 3 drags TP group 0-3: thermal" in tp
+        assert "DRAGGED" in tp
+        cells = [str(c) for c in app.monitor.gpus.get_row("GPU-0003")]
+        assert cells[0].startswith("▶") and "sw_thermal" in cells[-1]
+        latency_title = app.monitor.latency_panel.border_title
+        assert "60s" in latency_title
+
+
+async def test_stale_source_keeps_data_and_says_why():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(ServersSampled(server_tick()))
+        await _settle(pilot)
+        app.post_message(ServersSampled(server_tick(up=False)))
+        await _settle(pilot)
+        row = [str(c) for c in app.monitor.servers.get_row("http://10.0.0.5:8000")]
+        assert row[0].startswith("✖") and row[1] == "16"
+        assert "cannot connect" in str(app.monitor.status.render())
+        assert app.monitor.servers_panel.has_class("-stale")
+
+
+async def test_pause_help_and_screenshot_keys(tmp_path):
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("p")
+        assert app.paused and "PAUSED" in str(app.monitor.status.render())
+        await pilot.press("p")
+        assert not app.paused
+        await pilot.press("question_mark")
+        await _settle(pilot)
+        assert app.screen.__class__.__name__ == "HelpScreen"
+        await pilot.press("escape")
+        await _settle(pilot)
+        await pilot.press("f8")
+        await _settle(pilot)
+        shots = list((tmp_path / "data").rglob("*.svg"))
+        assert shots
+
+
+async def test_ui_never_shows_api_key():
+    from tests.tui.helpers import settings
+
+    s = settings()
+    s.api_key = "sk-TOPSECRET"
+    app = make_app(s)
+    async with app.run_test(size=(160, 48)) as pilot:
+        _connected(app)
+        await _settle(pilot)
+        assert "sk-TOPSECRET" not in app.export_screenshot()
+
+
+async def test_worker_against_live_simulator():
+    """The real workers, collectors and simulator together: data arrives on screen."""
+    from spoc_tui.app import SpocApp
+    from spoc_tui.config import Settings
+    from spoc_tui.demo import free_port, free_ports, start_sim, stop_group
+
+    port, dport = free_ports(2)
+    proc = start_sim(["--tp", "2", "--dcgm-port", str(dport), "--load-users", "6"], port)
+    try:
+        s = Settings(vllm_urls=[f"http://127.0.0.1:{port}"], dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"], nvml=False, tp_groups="0-1", interval=0.3)
+        app = SpocApp(s)
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(60):
+                await pilot.pause(0.1)
+                if app.monitor._vllm and app.monitor._gpus and app.monitor._gpus.gpus:
+                    break
+            assert app.monitor._vllm.servers[0].simulated
+            assert len(app.monitor._gpus.gpus) == 2
+            assert "SIMULATED" in app.monitor.servers_panel.border_title
+    finally:
+        stop_group(proc)
