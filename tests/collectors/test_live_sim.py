@@ -98,9 +98,9 @@ def test_api_key_never_printed(sim):
 
 
 async def test_poller_goes_stale_and_recovers():
-    port = free_port()
+    port, d1, d2 = free_ports(3)
     now = [0.0]
-    proc = start_sim(["--dcgm-port", str(free_port())], port)
+    proc = start_sim(["--dcgm-port", str(d1)], port)
     poller = VllmPoller([f"http://127.0.0.1:{port}"], window_s=5, clock=lambda: now[0])
     try:
         t1 = await poller.poll()
@@ -112,7 +112,7 @@ async def test_poller_goes_stale_and_recovers():
         now[0] += 0.5
         t3 = await poller.poll()  # still backing off: not retried, no new change
         assert t3.changes == ()
-        proc = start_sim(["--dcgm-port", str(free_port())], port)
+        proc = start_sim(["--dcgm-port", str(d2)], port)
         now[0] += 30
         t4 = await poller.poll()
         assert not t4.stale and t4.changes and t4.changes[0].up
