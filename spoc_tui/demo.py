@@ -37,7 +37,8 @@ def start_sim(args: list[str], port: int, timeout: float = 20.0) -> subprocess.P
         RuntimeError: when it exits or does not become ready; with its stderr.
     """
     cmd = [sys.executable, "-m", "spoc_tui.cli", "sim", *args, "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    env = {**os.environ, "SPOC_SIM_PARENT_PID": str(os.getpid())}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

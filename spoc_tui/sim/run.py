@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -89,7 +90,7 @@ def build(opts: SimOptions) -> tuple[SimEngine, int]:
     if opts.scenario == "thermal":
         hot = gpus[-1]
         hot.thermal_resistance = HOT_GPU_RESISTANCE
-        hot.temp_c = 70.0
+        hot.temp_c = 82.0  # already warm: the demo shows the slowdown within seconds
     try:
         engine = SimEngine(cfg, gpus)
     except CapacityError as e:
@@ -141,13 +142,30 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
     if ready is not None:
         ready.set()
     load_task = asyncio.create_task(load.run(stop)) if load else None
+    watch = asyncio.create_task(_exit_with_parent(stop))
     try:
         await stop.wait()
     finally:
+        watch.cancel()
         if load_task:
             load_task.cancel()
             await asyncio.gather(load_task, return_exceptions=True)
         await server.close()
+
+
+PARENT_ENV = "SPOC_SIM_PARENT_PID"
+
+
+async def _exit_with_parent(stop: asyncio.Event) -> None:
+    """When started by `spoc demo` (or a test), stop if that process dies, even by SIGKILL."""
+    raw = os.environ.get(PARENT_ENV)
+    if not raw or not raw.isdigit():
+        return
+    parent = int(raw)
+    while not stop.is_set():
+        await asyncio.sleep(1.0)
+        if os.getppid() != parent:
+            stop.set()
 
 
 def main(opts: SimOptions) -> int:

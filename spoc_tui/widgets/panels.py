@@ -31,12 +31,12 @@ class ServerTable(DiffTable):
     def __init__(self, **kw: object) -> None:
         super().__init__(
             [
-                ("src", "Server / engine", 14),
+                ("src", "Server / engine", 16),
                 ("run", "Run", 4),
                 ("wait", "Wait", 5),
                 ("kv", "KV", 6),
                 ("hit", "Prefix", 6),
-                ("pre", "Preempt", 10),
+                ("pre", "Preempt", 9),
                 ("in", "In t/s", 7),
                 ("out", "Out t/s", 7),
             ],

@@ -128,3 +128,33 @@ async def test_dcgm_poller_rejects_a_vllm_url(sim):
     await p.aclose()
     assert len(tick.gpus) == 2
     assert any("not DCGM" in (s.reason or "") for s in tick.changes)
+
+
+def test_simulator_exits_when_its_parent_is_killed(tmp_path):
+    """`spoc demo` killed by SIGKILL (SSH drop) must not leave a simulator behind."""
+    import os
+    import signal
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).parents[2])!r})\n"
+        "from spoc_tui.demo import free_ports, start_sim\n"
+        "p, d = free_ports(2)\n"
+        "proc = start_sim(['--dcgm-port', str(d)], p)\n"
+        "print(proc.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.killpg(child, signal.SIGKILL)
+    raise AssertionError("simulator outlived its parent")
