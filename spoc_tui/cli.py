@@ -185,6 +185,46 @@ def resolve_settings(ctx: click.Context, config_file: str | None, api_key_file: 
 
 
 @cli.command()
+@click.option("--model", required=True, help="Model preset or path to a config.json (or its folder).")
+@click.option("--gpu", default=None, help="GPU preset (a100-80gb, h100-80gb, h200, b200, l40s).")
+@click.option("--gpu-memory-gib", type=float, default=None, help="Memory of a GPU not in the presets.")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size.")
+@click.option("--max-model-len", type=int, default=None, help="Longest sequence [the model's maximum].")
+@click.option("--avg-context", type=int, default=None, help="Typical tokens in flight per request [max-model-len].")
+@click.option("--weights-dtype", default=None, help="bf16 | fp8 | int4 [the model's].")
+@click.option("--kv-cache-dtype", default="auto", show_default=True, help="auto | fp8")
+@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True)
+@click.option("--block-size", type=int, default=16, show_default=True)
+@click.option("--kv-cache-gib", type=float, default=None, help="KV space given directly (CPU servers: VLLM_CPU_KVCACHE_SPACE).")
+@click.option("--reserve-gib", type=float, default=None, help="Runtime reserve per GPU for activations and CUDA graphs [1.5].")
+@click.option("--server", default=None, help="A running vLLM server: compare the prediction with its own cache_config_info.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def capacity(server: str | None, as_json: bool, **kw: object) -> None:
+    """How much KV cache fits and how many sequences it holds, from the model's real shape."""
+    from spoc_tui.capacity_cmd import CapacityArgs, args_from_server, compute, render, resolve, server_cache_config
+    from spoc_tui.capacity_cmd import as_json as to_json
+    from spoc_tui.core.capacity import CapacityError
+    from spoc_tui.core.presets import PresetError
+
+    args = CapacityArgs(**kw)  # type: ignore[arg-type]
+    if args.tp < 1:
+        _fail("--tp must be at least 1")
+    for name in ("max_model_len", "avg_context", "block_size"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            _fail(f"--{name.replace('_', '-')} must be positive")
+    try:
+        actual = server_cache_config(server) if server else None
+        if actual:
+            args = args_from_server(args, actual)
+        model, gpu = resolve(args)
+        p = compute(args, model, gpu)
+    except (PresetError, CapacityError) as e:
+        _fail(str(e))
+    click.echo(to_json(p, actual) if as_json else render(args, model, gpu, p, actual))
+
+
+@cli.command()
 @click.argument("what", type=click.Choice(["config", "data"]))
 def locate(what: str) -> None:
     """Print where spoc-tui keeps its config file or its data."""

@@ -13,7 +13,9 @@ from typing import Any
 from spoc_tui.collectors.scrape import SourceError
 from spoc_tui.core.promparse import Exposition, Labels
 
-VLLM_SELECTOR = '{__name__=~"vllm:.*"}'
+# Prometheus asks for OpenMetrics, and prometheus_client >= 0.23 then writes `vllm_` for
+# `vllm:` (reference/exposition_notes.md): select both and normalise back.
+VLLM_SELECTOR = '{__name__=~"vllm[:_].*"}'
 DCGM_SELECTOR = '{__name__=~"DCGM_FI_.*|dcgm_.*"}'
 _DROP = {"__name__", "job", "instance"}
 
@@ -31,6 +33,8 @@ def to_expositions(result: list[dict[str, Any]]) -> dict[str, Exposition]:
             v = float(value[1])
         except (TypeError, ValueError):
             continue
+        if name.startswith("vllm_"):
+            name = "vllm:" + name[len("vllm_") :]
         inst = metric.get("instance", "?")
         labels: Labels = tuple(sorted((k, str(x)) for k, x in metric.items() if k not in _DROP))
         out.setdefault(inst, Exposition()).samples.setdefault(name, {})[labels] = v

@@ -1,0 +1,179 @@
+"""``spoc capacity``: KV-cache arithmetic before measuring, and predicted against actual."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+from spoc_tui.core import fmt
+from spoc_tui.core.capacity import CapacityError, CapacityPlan, dtype_bytes, plan
+from spoc_tui.core.presets import GIB, GPUS, GpuSpec, ModelSpec, PresetError, custom_gpu, gpu_preset, model_preset
+
+
+@dataclass
+class CapacityArgs:
+    model: str
+    gpu: str | None = None
+    gpu_memory_gib: float | None = None
+    tp: int = 1
+    max_model_len: int | None = None
+    avg_context: int | None = None
+    weights_dtype: str | None = None
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    kv_cache_gib: float | None = None
+    """KV space given directly (a CPU server's VLLM_CPU_KVCACHE_SPACE)."""
+    reserve_gib: float | None = None
+
+
+def resolve(args: CapacityArgs) -> tuple[ModelSpec, GpuSpec]:
+    """Raises: PresetError, CapacityError with a message naming the problem."""
+    model = model_preset(args.model)
+    if args.gpu and args.gpu_memory_gib is not None:
+        raise PresetError("give --gpu or --gpu-memory-gib, not both")
+    if args.gpu_memory_gib is not None:
+        gpu = custom_gpu(args.gpu_memory_gib)
+    elif args.gpu:
+        gpu = gpu_preset(args.gpu)
+    elif args.kv_cache_gib is not None:
+        gpu = custom_gpu(1024)  # unused: the KV space is given
+    else:
+        raise PresetError("give --gpu PRESET or --gpu-memory-gib X (or --kv-cache-gib for a CPU server)")
+    for dt in (args.weights_dtype, args.kv_cache_dtype):
+        if dt is not None:
+            dtype_bytes(dt)
+    return model, gpu
+
+
+def compute(args: CapacityArgs, model: ModelSpec, gpu: GpuSpec, **override: object) -> CapacityPlan:
+    kw: dict[str, object] = dict(
+        tp=args.tp,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        avg_context=args.avg_context,
+        weights_dtype=args.weights_dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
+        block_size=args.block_size,
+        kv_cache_bytes_override=args.kv_cache_gib * GIB if args.kv_cache_gib is not None else None,
+    )
+    if args.reserve_gib is not None:
+        kw["reserve_bytes"] = args.reserve_gib * GIB
+    kw.update(override)
+    return plan(model, gpu, **kw)  # type: ignore[arg-type]
+
+
+def rule_of_thumb_note(model: ModelSpec) -> str | None:
+    if model.num_kv_heads == model.num_heads:
+        return None
+    ratio = model.num_heads / model.num_kv_heads
+    return (
+        f"Grouped-query attention: {model.num_kv_heads} KV heads, not {model.num_heads}. Sizing the cache with "
+        f"all attention heads (a common rule of thumb) overstates KV bytes per token {ratio:.0f}x."
+    )
+
+
+def alternatives(args: CapacityArgs, model: ModelSpec, gpu: GpuSpec) -> list[tuple[str, CapacityPlan | str]]:
+    out: list[tuple[str, CapacityPlan | str]] = []
+    options: list[tuple[str, dict[str, object], GpuSpec]] = []
+    if args.kv_cache_dtype != "fp8":
+        options.append(("fp8 KV cache", {"kv_cache_dtype": "fp8"}, gpu))
+    if args.kv_cache_gib is None:
+        if model.num_heads % (args.tp * 2) == 0:
+            options.append((f"TP {args.tp * 2}", {"tp": args.tp * 2}, gpu))
+        if gpu.next_up and gpu.next_up in GPUS:
+            nxt = GPUS[gpu.next_up]
+            options.append((f"on {nxt.name}", {}, nxt))
+    for label, over, g in options:
+        try:
+            out.append((label, compute(args, model, g, **over)))
+        except CapacityError as e:
+            out.append((label, str(e)))
+    return out
+
+
+def render(args: CapacityArgs, model: ModelSpec, gpu: GpuSpec, p: CapacityPlan, actual: dict[str, str] | None = None) -> str:
+    lines = []
+    where = f"{args.tp}x {gpu.label}" if args.kv_cache_gib is None else f"{args.kv_cache_gib:g} GiB KV space"
+    lines.append(f"{model.name}: {model.num_layers} layers, {model.num_heads} heads / {model.num_kv_heads} KV heads x {model.head_dim}, "
+                 f"{model.total_params / 1e9:.2f} B params" + (f" ({model.active_params / 1e9:.1f} B active)" if model.num_experts else "") + f"  on {where}")
+    rows = [
+        ("weights (whole model)", fmt.count(p.weights_bytes) + "B" if p.weights_bytes < 1e9 else f"{p.weights_bytes / GIB:.2f} GiB"),
+        ("weights per GPU", f"{p.weights_bytes_per_gpu / GIB:.2f} GiB"),
+        ("KV bytes per token", f"{p.kv_bytes_per_token / 1024:.1f} KiB"),
+        ("KV bytes per request", f"{p.kv_bytes_per_request / 2**20:.1f} MiB (context {args.avg_context or args.max_model_len or model.max_position})"),
+        ("KV cache", f"{p.kv_cache_bytes / GIB:.2f} GiB = {p.num_blocks} blocks x {p.block_size} tokens"),
+        ("KV cache tokens", f"{p.kv_cache_tokens:,}"),
+        ("concurrent sequences", f"{p.max_concurrent_sequences:,}"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines += [f"  {k:<{width}}  {v}" for k, v in rows]
+    alts = alternatives(args, model, gpu)
+    if alts:
+        lines.append("  what if:")
+        for label, res in alts:
+            if isinstance(res, str):
+                lines.append(f"    {label:<18} does not fit: {res}")
+            else:
+                lines.append(f"    {label:<18} {res.kv_cache_tokens:>12,} KV tokens  {res.max_concurrent_sequences:>8,} sequences")
+    if actual:
+        lines.append("  predicted vs the server's own cache_config_info:")
+        for key, mine in (("kv_cache_size_tokens", p.kv_cache_tokens), ("num_gpu_blocks", p.num_blocks), ("block_size", p.block_size)):
+            theirs = actual.get(key)
+            if theirs is None or theirs == "None":
+                continue
+            diff = ""
+            try:
+                t = float(theirs)
+                diff = f"  ({(mine - t) / t * 100:+.1f}%)" if t else ""
+            except ValueError:
+                pass
+            lines.append(f"    {key:<22} predicted {mine:>12,}   server {theirs:>12}{diff}")
+    note = rule_of_thumb_note(model)
+    for n in ([note] if note else []) + list(p.notes):
+        lines.append(f"  note: {n}")
+    return "\n".join(lines)
+
+
+def as_json(p: CapacityPlan, actual: dict[str, str] | None) -> str:
+    d = p.as_dict()
+    if actual:
+        d["server_cache_config"] = actual
+    return json.dumps(d, indent=2)
+
+
+def server_cache_config(url: str) -> dict[str, str]:
+    """The labels of ``vllm:cache_config_info`` from a running server.
+
+    Raises:
+        PresetError: unreachable server or no cache_config_info.
+    """
+    import asyncio
+
+    import httpx
+
+    from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, SourceError, fetch
+    from spoc_tui.core.vllm import cache_config
+
+    async def go() -> dict[str, str]:
+        async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as c:
+            r = await fetch(c, url)
+        return cache_config(r.exposition)
+
+    try:
+        cfg = asyncio.run(go())
+    except SourceError as e:
+        raise PresetError(str(e)) from None
+    if not cfg:
+        raise PresetError(f"{url}: the server reports no vllm:cache_config_info")
+    return cfg
+
+
+def args_from_server(args: CapacityArgs, cfg: dict[str, str]) -> CapacityArgs:
+    """Take block size, KV dtype and, for CPU servers, the KV space from the server."""
+    out = replace(args)
+    if cfg.get("block_size", "None").isdigit():
+        out.block_size = int(cfg["block_size"])
+    if cfg.get("cache_dtype") not in (None, "None", "auto") and "fp8" in cfg["cache_dtype"]:
+        out.kv_cache_dtype = "fp8"
+    return out

@@ -1,0 +1,129 @@
+"""Start a model server (vLLM or the simulator) and always stop it.
+
+The command runs without a shell, in its own process group, with a private TMPDIR (vLLM
+leaves IPC socket files there) and its output in a log file. Ready means ``/health`` answers
+200 while the process is still alive. Stopping sends SIGTERM to the whole group, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+class LaunchError(RuntimeError):
+    """The server did not become ready; ``log_tail`` says why."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.3)
+        return s.connect_ex((host, port)) == 0
+
+
+@dataclass
+class ServerProcess:
+    argv: Sequence[str]
+    port: int
+    log_path: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    proc: subprocess.Popen[bytes] | None = None
+    tmpdir: str | None = None
+    started_at: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 300.0, poll: float = 0.5) -> float:
+        """Start and wait until ready; returns the seconds it took.
+
+        Raises:
+            LaunchError: port already served, process exited, or not ready in time.
+        """
+        if port_in_use(self.port, self.host):
+            raise LaunchError(f"port {self.port} is already served by another process; refusing to start")
+        self.tmpdir = tempfile.mkdtemp(prefix="spoc-server-")
+        env = {**os.environ, **self.env, "TMPDIR": self.tmpdir}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        self.started_at = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(list(self.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        except OSError as e:
+            log.close()
+            self.cleanup_tmp()
+            raise LaunchError(f"cannot run {self.argv[0]}: {e.strerror or e}") from None
+        finally:
+            if not log.closed:
+                log.close()
+        deadline = self.started_at + timeout
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                tail = self.log_tail()
+                self.stop()
+                raise LaunchError(f"server exited with code {code} before it was ready", tail)
+            try:
+                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                    return time.monotonic() - self.started_at
+            except httpx.HTTPError:
+                pass
+            time.sleep(poll)
+        tail = self.log_tail()
+        self.stop()
+        raise LaunchError(f"server not ready after {timeout:.0f} s", tail)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop the whole process group; safe to call twice."""
+        p = self.proc
+        if p is not None and p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(grace)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        if p is not None:
+            # children that left the group leader behind
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.cleanup_tmp()
+
+    def cleanup_tmp(self) -> None:
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None

@@ -1,0 +1,110 @@
+"""Fixtures of the real-engine tier: a real vLLM CPU server and a real Prometheus on loopback.
+
+`make test` runs scripts/realengine_setup.sh first. Without that set-up these tests fail
+(they never silently skip), unless SPOC_SKIP_REALENGINE=1 is set explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from spoc_tui.demo import free_ports, start_sim, stop_group
+from spoc_tui.launcher import ServerProcess
+
+DIR = Path(os.environ.get("SPOC_REALENGINE_DIR", Path.home() / ".cache" / "spoc-tui"))
+VENV = DIR / "vllm-0.32.0"
+MODEL = DIR / "tiny-llama"
+KV_GIB = 1
+VLLM_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": str(KV_GIB),
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.realengine)
+            if os.environ.get("SPOC_SKIP_REALENGINE") == "1":
+                item.add_marker(pytest.mark.skip(reason="SPOC_SKIP_REALENGINE=1"))
+
+
+def vllm_argv(port: int, *flags: str) -> list[str]:
+    return [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
+            "--max-model-len", "2048", "--dtype", "float32", "--served-model-name", "tiny", *flags]
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    if not (VENV / ".ready").exists() or not (MODEL / ".ready").exists():
+        pytest.fail(f"real-engine set-up missing in {DIR}: run `bash scripts/realengine_setup.sh` (make test does)")
+    (port,) = free_ports(1)
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    server = ServerProcess(vllm_argv(port), port, log, VLLM_ENV)
+    try:
+        took = server.start(timeout=300)
+    except Exception as e:
+        tail = getattr(e, "log_tail", "")
+        pytest.fail(f"vLLM did not start: {e}\n{tail}")
+    print(f"\n[realengine] vLLM CPU server ready in {took:.1f} s on {server.url}")
+    yield server
+    server.stop()
+    assert not server.alive()
+
+
+@pytest.fixture(scope="session")
+def sim_server():
+    port, dport = free_ports(2)
+    proc = start_sim(["--dcgm-port", str(dport), "--load-users", "4"], port)
+    yield f"http://127.0.0.1:{port}", f"127.0.0.1:{dport}"
+    stop_group(proc)
+
+
+@pytest.fixture(scope="session")
+def prometheus(vllm_server, sim_server):
+    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+    if not Path(binary).exists():
+        pytest.fail("prometheus is not installed: run `bash scripts/realengine_setup.sh` (make test does)")
+    (port,) = free_ports(1)
+    work = Path(tempfile.mkdtemp(prefix="spoc-prom-"))
+    sim_url, dcgm_addr = sim_server
+    cfg = work / "prometheus.yml"
+    cfg.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n"
+        f"  - job_name: prometheus\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        f"  - job_name: vllm\n    static_configs:\n      - targets: ['127.0.0.1:{vllm_server.port}', '{sim_url.removeprefix('http://')}']\n"
+        f"  - job_name: dcgm\n    static_configs:\n      - targets: ['{dcgm_addr}']\n"
+    )
+    proc = subprocess.Popen(
+        [binary, f"--config.file={cfg}", f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=open(work / "prometheus.log", "wb"), start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    else:
+        stop_group(proc)
+        pytest.fail("prometheus did not become ready:\n" + (work / "prometheus.log").read_text()[-2000:])
+    yield url
+    stop_group(proc)
+    shutil.rmtree(work, ignore_errors=True)

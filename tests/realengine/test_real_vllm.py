@@ -1,0 +1,193 @@
+"""spoc-tui against a real vLLM 0.32 CPU server and a real Prometheus."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from spoc_tui.collectors.poller import VllmPoller
+from spoc_tui.collectors.promql import PromQLCollector
+from spoc_tui.collectors.scrape import SourceError
+from spoc_tui.core.vllm import Scrape, server_view
+
+from .conftest import KV_GIB, MODEL
+
+WORDS = "server queue cache token latency model request batch prefill decode gpu memory kernel throughput".split()
+
+
+async def _chat(client: httpx.AsyncClient, url: str, rng: random.Random, samples: dict[str, list[float]]) -> None:
+    prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(200, 600)))
+    body = {"model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 96,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    last = None
+    async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200, await r.aread()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("choices") and ev["choices"][0].get("delta", {}).get("content"):
+                now = time.perf_counter()
+                if last is None:
+                    samples["ttft"].append(now - t0)
+                else:
+                    samples["itl"].append(now - last)
+                last = now
+            if ev.get("usage"):
+                samples["out"].append(ev["usage"]["completion_tokens"])
+
+
+async def _load(url: str, users: int, requests_each: int, seed: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {"ttft": [], "itl": [], "out": []}
+    rng = random.Random(seed)
+    async with httpx.AsyncClient(timeout=120) as client:
+        async def user() -> None:
+            for _ in range(requests_each):
+                await _chat(client, url, rng, samples)
+
+        await asyncio.gather(*(user() for _ in range(users)))
+    return samples
+
+
+def _client_quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _bucket_of(value: float, bounds: tuple[float, ...]) -> tuple[float, float]:
+    lower = 0.0
+    for b in bounds:
+        if value <= b:
+            return lower, b
+        lower = b
+    return lower, float("inf")
+
+
+async def test_monitor_collectors_during_load_agree_with_the_client(vllm_server):
+    url = vllm_server.url
+    poller = VllmPoller([url], window_s=600)
+    first = await poller.poll()
+    assert first.servers and first.servers[0].engine_version == "v1"
+    seen_running, seen_kv = 0.0, 0.0
+    load = asyncio.create_task(_load(url, users=16, requests_each=3, seed=1))
+    while not load.done():
+        tick = await poller.poll()
+        v = tick.servers[0].total
+        seen_running = max(seen_running, v.running or 0)
+        seen_kv = max(seen_kv, v.kv_cache_usage or 0)
+        await asyncio.sleep(0.25)
+    samples = await load
+    await asyncio.sleep(1.5)  # let vLLM publish its last stats
+    final = (await poller.poll()).servers[0]
+    await poller.aclose()
+
+    assert seen_running >= 2, "running never moved"
+    assert seen_kv > 0, "KV cache use never moved"
+    assert final.total.running == 0
+    ttft = final.total.latency["ttft"]
+    assert ttft.window != "lifetime"
+    assert ttft.count == len(samples["ttft"]) == 48
+    assert sum(samples["out"]) == 48 * 96
+
+    # Windowed server percentiles against the client's own measurement of the same requests:
+    # equal within the bucket resolution (the client quantile's bucket, widened by one).
+    bounds_ttft = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+    for q, server_value in ((0.5, ttft.p50), (0.9, ttft.p90)):
+        client_value = _client_quantile(samples["ttft"], q)
+        lo, hi = _bucket_of(client_value, bounds_ttft)
+        i = bounds_ttft.index(hi) if hi in bounds_ttft else len(bounds_ttft) - 1
+        lo2 = bounds_ttft[i - 2] if i >= 2 else 0.0
+        hi2 = bounds_ttft[i + 1] if i + 1 < len(bounds_ttft) else hi
+        assert lo2 <= server_value <= hi2, f"TTFT p{q * 100:.0f}: server {server_value:.4f} vs client {client_value:.4f}"
+    itl = final.total.latency["itl"]
+    # vLLM observes one gap per output token after the first; the client sees one per content
+    # chunk, and this random model emits byte tokens that decode to no text, so it sees fewer.
+    assert itl.count == sum(samples["out"]) - len(samples["ttft"])
+    assert 0 < len(samples["itl"]) <= itl.count
+    client_itl = _client_quantile(samples["itl"], 0.5)
+    lo, hi = _bucket_of(client_itl, (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5))
+    assert itl.p50 <= max(hi, 0.025), f"ITL p50 server {itl.p50} vs client {client_itl}"
+
+
+def test_spoc_inspect_json_on_the_real_server(vllm_server):
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", vllm_server.url, "--interval", "1", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (s,) = json.loads(r.stdout)["servers"]
+    assert s["engine_version"] == "v1" and s["model_names"] == ["tiny"] and s["simulated"] is False
+    assert s["latency"]["ttft"]["window"] == "1s"
+    assert s["kv_cache_usage"] is not None and s["running"] is not None
+
+
+def test_capacity_matches_the_servers_own_kv_tokens(vllm_server):
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", str(MODEL), "--kv-cache-gib", str(KV_GIB),
+                        "--max-model-len", "2048", "--server", vllm_server.url, "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["server_cache_config"]["kv_cache_size_tokens"] == str(d["kv_cache_tokens"]) == "524288"
+    assert str(d["num_blocks"]) == d["server_cache_config"]["num_gpu_blocks"]
+
+
+async def test_prometheus_mode_reads_the_same_figures(vllm_server, prometheus):
+    # a little traffic so there is something to compare
+    await _load(vllm_server.url, users=4, requests_each=1, seed=2)
+    await asyncio.sleep(3)  # two scrapes at 1 s after the load
+    prom = PromQLCollector(prometheus)
+    now = then = {}
+    for _ in range(30):
+        try:
+            now, then, _t = await asyncio.to_thread(prom.vllm_pair, 10.0)
+        except SourceError:
+            pass
+        if len(now) >= 2:
+            break
+        await asyncio.sleep(1)
+    inst = f"127.0.0.1:{vllm_server.port}"
+    assert inst in now, f"instances seen: {list(now)}"
+    assert len(now) == 2  # the real server and the simulator
+    via_prom = server_view(inst, Scrape(now[inst], 10.0, then.get(inst), 0.0 if inst in then else None))
+    async with httpx.AsyncClient() as c:
+        body = (await c.get(vllm_server.url + "/metrics")).text
+    from spoc_tui.core.promparse import parse_text
+
+    direct = server_view(vllm_server.url, Scrape(parse_text(body), 1.0))
+    assert via_prom.engine_version == "v1" and via_prom.model_names == ("tiny",)
+    assert via_prom.total.generation_tokens_total == direct.total.generation_tokens_total
+    assert via_prom.total.latency["ttft"].count is not None
+    assert via_prom.total.running == direct.total.running == 0
+    # and a PromQL quantile computed by Prometheus itself agrees with ours over the same data
+    res = await asyncio.to_thread(
+        prom.promql, f'histogram_quantile(0.9, sum by (le) ({{__name__=~"vllm[:_]time_to_first_token_seconds_bucket", instance="{inst}"}}))'
+    )
+    assert res and float(res[0]["value"][1]) == pytest.approx(server_view(inst, Scrape(now[inst], 1.0)).total.latency["ttft"].p90, rel=1e-6)
+
+
+def test_launcher_reports_a_configuration_vllm_refuses(tmp_path):
+    from spoc_tui.demo import free_ports
+    from spoc_tui.launcher import LaunchError, ServerProcess
+
+    from .conftest import VLLM_ENV, vllm_argv
+
+    (port,) = free_ports(1)
+    server = ServerProcess(vllm_argv(port, "--no-enable-chunked-prefill", "--max-num-batched-tokens", "512"), port, tmp_path / "bad.log", VLLM_ENV)
+    with pytest.raises(LaunchError) as info:
+        server.start(timeout=180)
+    assert "exited" in str(info.value)
+    assert "max_num_batched_tokens" in info.value.log_tail
+    assert not server.alive() and server.tmpdir is None
+
+
+def test_launcher_refuses_a_port_already_served(vllm_server, tmp_path):
+    from spoc_tui.launcher import LaunchError, ServerProcess
+
+    server = ServerProcess(["true"], vllm_server.port, tmp_path / "x.log")
+    with pytest.raises(LaunchError, match="already served"):
+        server.start()
