@@ -1,0 +1,31 @@
+import sys
+
+import pytest
+
+from spoc_tui.demo import free_ports
+from spoc_tui.launcher import LaunchError, ServerProcess
+
+
+def test_launch_sim_ready_then_stopped(tmp_path):
+    port, dport = free_ports(2)
+    s = ServerProcess([sys.executable, "-m", "spoc_tui.cli", "sim", "--port", str(port), "--dcgm-port", str(dport)], port, tmp_path / "sim.log")
+    took = s.start(timeout=30)
+    assert took < 30 and s.alive()
+    tmp = s.tmpdir
+    s.stop()
+    assert not s.alive() and s.tmpdir is None and not __import__("os").path.exists(tmp)
+    s.stop()  # twice is fine
+
+
+def test_launch_failure_keeps_the_log_tail(tmp_path):
+    (port,) = free_ports(1)
+    s = ServerProcess([sys.executable, "-m", "spoc_tui.cli", "sim", "--port", str(port), "--gpu", "v100"], port, tmp_path / "bad.log")
+    with pytest.raises(LaunchError) as e:
+        s.start(timeout=30)
+    assert "unknown GPU" in e.value.log_tail
+
+
+def test_missing_binary(tmp_path):
+    (port,) = free_ports(1)
+    with pytest.raises(LaunchError, match="cannot run"):
+        ServerProcess(["/nonexistent/vllm"], port, tmp_path / "x.log").start()

@@ -1,0 +1,76 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spoc_tui.core.capacity import CapacityError, kv_bytes_per_token, plan, weights_bytes
+from spoc_tui.core.presets import GPUS, MODELS, PresetError, model_from_config, model_preset
+
+
+def test_llama8b_kv_bytes_use_kv_heads():
+    m = MODELS["llama-3.1-8b"]
+    assert kv_bytes_per_token(m) == 2 * 32 * 8 * 128 * 2  # 128 KiB, not 512 KiB
+    assert m.total_params == pytest.approx(8.03e9, rel=0.01)
+
+
+def test_fp8_kv_doubles_tokens():
+    a = plan(MODELS["llama-3.1-8b"], GPUS["h100-80gb"])
+    b = plan(MODELS["llama-3.1-8b"], GPUS["h100-80gb"], kv_cache_dtype="fp8")
+    assert b.kv_cache_tokens == pytest.approx(2 * a.kv_cache_tokens, rel=0.001)
+
+
+def test_moe_all_experts_resident_and_sliding_window():
+    m = MODELS["gpt-oss-120b"]
+    assert m.total_params == pytest.approx(116.8e9, rel=0.01)
+    assert m.active_params < 0.06 * m.total_params
+    p = plan(m, GPUS["h100-80gb"], max_model_len=8192)
+    assert p.weights_bytes == pytest.approx(65.2e9, rel=0.01)
+    assert any("sliding window" in n for n in p.notes)
+    # only the 18 full-attention layers hold KV for every token
+    assert p.kv_bytes_per_token == 2 * 18 * 8 * 64 * 2
+
+
+def test_does_not_fit_says_by_how_much():
+    with pytest.raises(CapacityError, match=r"GiB short per GPU"):
+        plan(MODELS["llama-3.1-70b"], GPUS["h100-80gb"], tp=1)
+    with pytest.raises(CapacityError, match="does not divide"):
+        plan(MODELS["llama-3.1-70b"], GPUS["h100-80gb"], tp=3)
+    with pytest.raises(CapacityError, match="sequence needs"):
+        plan(MODELS["llama-3.1-8b"], GPUS["h100-80gb"], kv_cache_bytes_override=1e6, max_model_len=8192)
+
+
+def test_config_json_missing_fields_are_named(tmp_path):
+    with pytest.raises(PresetError, match="num_hidden_layers, hidden_size"):
+        model_from_config({"num_attention_heads": 8, "vocab_size": 100})
+    bad = tmp_path / "config.json"
+    bad.write_text("{nope")
+    with pytest.raises(PresetError, match="cannot read JSON"):
+        model_preset(str(bad))
+
+
+def test_config_json_gqa_and_weights():
+    cfg = {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "vocab_size": 1000, "intermediate_size": 512, "torch_dtype": "bfloat16"}
+    m = model_from_config(cfg)
+    assert m.head_dim == 32 and kv_bytes_per_token(m) == 2 * 4 * 2 * 32 * 2
+    assert weights_bytes(m) == m.total_params * 2
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--model", "llama-3.1-8b", "--gpu", "v100"], "unknown GPU 'v100'; known:"),
+    (["--model", "llama-3.1-8b"], "give --gpu"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "0"], "--tp must be at least 1"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100", "--kv-cache-dtype", "fp7"], "unknown dtype 'fp7'"),
+    (["--model", "llama-3.1-70b", "--gpu", "h100"], "short per GPU"),
+])
+def test_capacity_cli_bad_input(argv, msg):
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", *argv], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
+
+
+def test_capacity_cli_json_keys():
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", "qwen2.5-7b", "--gpu", "a100-80gb", "--json"], capture_output=True, text=True, timeout=60)
+    d = json.loads(r.stdout)
+    for k in ("weights_bytes", "weights_bytes_per_gpu", "kv_bytes_per_token", "kv_bytes_per_request", "kv_cache_bytes", "kv_cache_tokens", "max_concurrent_sequences", "notes"):
+        assert k in d

@@ -1,0 +1,72 @@
+import subprocess
+import sys
+
+import pytest
+
+from spoc_tui.collectors.promql import to_expositions
+from spoc_tui.config import ConfigError, load_file
+
+
+def run(*argv, env=None):
+    return subprocess.run([sys.executable, "-m", "spoc_tui.cli", *argv], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_config_file_errors(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("vllm_urls = [1]\n")
+    with pytest.raises(ConfigError, match="list of strings"):
+        load_file(f)
+    f.write_text("colour = 'red'\n")
+    with pytest.raises(ConfigError, match="unknown setting 'colour'"):
+        load_file(f)
+    f.write_text("interval = \n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_file(f)
+    f.write_text('vllm-urls = "http://a:8000"\ninterval = 2\n')
+    assert load_file(f) == {"vllm_urls": ["http://a:8000"], "interval": 2.0}
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["monitor", "--interval", "0"], "interval must be between"),
+    (["monitor", "--url", "ftp://x"], "not an http(s) URL"),
+    (["monitor", "--tp-groups", "0-"], "bad TP group"),
+    (["monitor", "--config", "/nonexistent.toml"], "does not exist"),
+    (["inspect", "x.txt", "--interval", "-1"], "--interval must be"),
+    (["sim", "--gpu", "v100"], "unknown GPU"),
+    (["demo", "--scenario", "chaos"], "unknown scenario"),
+])
+def test_bad_flags_exit_2_with_one_line(argv, msg, tmp_path):
+    r = run(*argv)
+    assert r.returncode == 2, r.stderr
+    assert msg in r.stderr and "Traceback" not in r.stderr
+
+
+def test_monitor_reads_the_config_file_and_flags_win(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from spoc_tui import cli
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('vllm_urls = ["http://a:8000"]\ninterval = 5\nwindow = 30\n')
+    seen = {}
+
+    def fake_run(settings):
+        seen["s"] = settings
+        return 0
+
+    monkeypatch.setattr("spoc_tui.app.run_monitor", fake_run)
+    r = CliRunner().invoke(cli.cli, ["monitor", "--config", str(cfg), "--interval", "2"])
+    assert r.exit_code == 0, r.output
+    s = seen["s"]
+    assert s.vllm_urls == ["http://a:8000"] and s.interval == 2 and s.window == 30
+
+
+def test_prometheus_vector_to_expositions_restores_vllm_names():
+    result = [
+        {"metric": {"__name__": "vllm_num_requests_running", "instance": "a:1", "job": "vllm", "engine": "0", "model_name": "m"}, "value": [1, "3"]},
+        {"metric": {"__name__": "vllm:num_requests_running", "instance": "b:1", "job": "vllm", "engine": "0", "model_name": "m"}, "value": [1, "4"]},
+        {"metric": {"__name__": "x", "instance": "b:1"}, "value": [1, "nan-ish"]},
+    ]
+    exps = to_expositions(result)
+    assert exps["a:1"].get("vllm:num_requests_running") == {(("engine", "0"), ("model_name", "m")): 3.0}
+    assert exps["b:1"].get("vllm:num_requests_running")[(("engine", "0"), ("model_name", "m"))] == 4.0
