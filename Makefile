@@ -32,6 +32,7 @@ screenshots: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/parse_bench.py
+	$(PY) benchmarks/sim_bench.py
 	$(PY) benchmarks/monitor_cpu.py
 
 clean:

@@ -65,7 +65,7 @@ def inspect(sources: tuple[str, ...], interval: float | None, as_json: bool, api
 def sim_options(f):  # type: ignore[no-untyped-def]
     opts = [
         click.option("--model", "model_opt", default=None, help="Model preset or path to a config.json (default llama-3.1-8b)."),
-        click.option("--gpu", default="h100-80gb", show_default=True, help="GPU preset (a100-80gb, h100-80gb, h200, b200, l40s)."),
+        click.option("--gpu", default="h100-80gb", show_default=True, help="GPU preset (a100-40gb, a100-80gb, h100-80gb, h200, b200, l40s)."),
         click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=None, help="Tensor-parallel size (thermal scenario: 4)."),
         click.option("--scenario", default="steady", show_default=True, help="steady | thermal (one hot GPU in the TP group) | overload."),
         click.option("--seed", type=int, default=0, show_default=True),
@@ -78,6 +78,7 @@ def sim_options(f):  # type: ignore[no-untyped-def]
         click.option("--block-size", type=int, default=16, show_default=True),
         click.option("--max-model-len", type=int, default=None),
         click.option("--kv-cache-dtype", default="auto", show_default=True),
+        click.option("--quantization", "-q", default=None, help="fp8: FP8 weights."),
         click.option("--speed", type=float, default=1.0, show_default=True, help="Simulated seconds per real second."),
     ]
     for o in reversed(opts):

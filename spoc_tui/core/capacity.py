@@ -203,6 +203,7 @@ def iteration_time(
     weights_per_gpu: float,
     kv_per_token: float,
     clock_ratio: float = 1.0,
+    flops_scale: float = 1.0,
 ) -> IterationCost:
     """Time of one engine step on the slowest GPU of the TP group.
 
@@ -210,6 +211,7 @@ def iteration_time(
         decode_contexts: context length of each decoding sequence (1 new token each).
         prefill_chunks: ``(new tokens, tokens already in context)`` per prefilling sequence.
         clock_ratio: SM clock / max SM clock of the slowest GPU in the group.
+        flops_scale: tensor throughput relative to BF16 (2 for FP8 GEMMs on Hopper).
     """
     n_decode = len(decode_contexts)
     n_prefill_tokens = sum(c for c, _ in prefill_chunks)
@@ -230,7 +232,7 @@ def iteration_time(
     )
     flops /= tp
     mem_s = bytes_read / (gpu.mem_bw_bytes_s * MEM_EFFICIENCY)
-    comp_s = flops / (gpu.bf16_flops * COMPUTE_EFFICIENCY)
+    comp_s = flops / (gpu.bf16_flops * flops_scale * COMPUTE_EFFICIENCY)
     r = max(0.05, min(1.0, clock_ratio))
     # Memory-bound kernels slow less than compute-bound ones when the SM clock drops.
     kernel_s = max(mem_s / (0.6 + 0.4 * r), comp_s / r)

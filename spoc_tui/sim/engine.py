@@ -73,6 +73,8 @@ class EngineConfig:
     block_size: int = 16
     max_model_len: int | None = None
     kv_cache_dtype: str = "auto"
+    quantization: str | None = None
+    """``fp8``: FP8 weights (half the bytes, twice the tensor throughput)."""
     speed: float = 1.0
     """Simulated seconds per wall second (tests run faster than real time)."""
     seed: int = 0
@@ -107,6 +109,8 @@ class EngineConfig:
                 "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
                 "sequences. Please increase max_num_batched_tokens or decrease max_model_len."
             )
+        if self.quantization not in (None, "fp8"):
+            raise CapacityError(f"quantization {self.quantization!r} is not simulated; known: fp8")
         if mbt < self.max_num_seqs and self.max_num_batched_tokens is not None:
             raise CapacityError(f"max-num-batched-tokens ({mbt}) must be at least max-num-seqs ({self.max_num_seqs})")
 
@@ -258,6 +262,7 @@ class SimEngine:
             max_model_len=cfg.resolved_max_model_len(),
             kv_cache_dtype=cfg.kv_cache_dtype,
             block_size=cfg.block_size,
+            weights_dtype=cfg.quantization,
         )
         self.num_blocks = self.plan.num_blocks
         self.kv_per_token = kv_bytes_per_token(cfg.model, cfg.kv_cache_dtype)
@@ -423,6 +428,7 @@ class SimEngine:
             self.plan.weights_bytes_per_gpu,
             self.kv_per_token,
             clock_ratio=ratio,
+            flops_scale=2.0 if self.cfg.quantization == "fp8" else 1.0,
         )
         return c.seconds
 

@@ -43,6 +43,7 @@ class SimOptions:
     block_size: int = 16
     max_model_len: int | None = None
     kv_cache_dtype: str = "auto"
+    quantization: str | None = None
     speed: float = 1.0
     load_users: int | None = None
     """Built-in background users (None: none for steady/thermal, many for overload)."""
@@ -83,6 +84,7 @@ def build(opts: SimOptions) -> tuple[SimEngine, int]:
         block_size=opts.block_size,
         max_model_len=opts.max_model_len,
         kv_cache_dtype=opts.kv_cache_dtype,
+        quantization=opts.quantization,
         speed=opts.speed,
         seed=opts.seed,
     )
