@@ -125,7 +125,7 @@ def test_gpu_model_power_cap_and_thermal_reasons():
 
 
 @pytest.mark.parametrize("opts,msg", [
-    (SimOptions(gpu="v100"), "unknown GPU 'v100'; known: a100-80gb"),
+    (SimOptions(gpu="v100"), "unknown GPU 'v100'; known: a100-40gb, a100-80gb, h100-80gb"),
     (SimOptions(model="llama-9"), "unknown model"),
     (SimOptions(model="llama-3.1-70b", gpu="l40s"), "GiB short per GPU"),
     (SimOptions(tp=3), "TP 3 does not divide"),
