@@ -67,8 +67,7 @@ class ServerTable(DiffTable):
         rows: dict[str, list[Cell]] = {}
         for s in tick.servers:
             stale = s.source in tick.stale
-            tag = " [SIM]" if s.simulated else ""
-            label = ("✖ " if stale else "") + _short_source(s.source) + tag
+            label = ("✖ " if stale else "") + _short_source(s.source)
             rows[s.source] = self._cells(label, s.total, stale)
             if len(s.engines) > 1:
                 for e in s.engines:

@@ -1,52 +1,113 @@
-"""Tables that diff their rows instead of clearing and rebuilding them."""
+"""A light table for live figures: one cached line per row, only changed rows redrawn.
+
+Textual's DataTable re-renders every cell whenever any cell changes (its row cache is keyed
+on a global update count); at one refresh a second that was most of the monitor's CPU. This
+table keeps a rendered :class:`Strip` per row and refreshes just the lines whose content
+changed.
+"""
 
 from __future__ import annotations
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
-from textual.widgets import DataTable
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
 
 Cell = str | Text
-
-
-class DiffTable(DataTable[Cell]):
-    """A DataTable fed with whole snapshots: only changed cells are updated."""
-
-    DEFAULT_CSS = """
-    DiffTable { height: auto; max-height: 100%; }
-    """
-
-    def __init__(self, columns: list[tuple[str, str, int]], *, name: str | None = None, id: str | None = None, classes: str | None = None, disabled: bool = False) -> None:
-        super().__init__(name=name, id=id, classes=classes, disabled=disabled, cursor_type="row", zebra_stripes=False, show_cursor=False)
-        self._columns = columns
-        self._rows: dict[str, list[Cell]] = {}
-
-    def on_mount(self) -> None:
-        for key, label, width in self._columns:
-            self.add_column(label, key=key, width=width)
-
-    def sync(self, rows: dict[str, list[Cell]]) -> None:
-        """Show exactly ``rows`` (key -> cells), touching only what changed."""
-        col_keys = [k for k, _, _ in self._columns]
-        stale = [k for k in self._rows if k not in rows]
-        if stale and len(stale) > len(self._rows) // 2:
-            self.clear()
-            self._rows.clear()
-        else:
-            for k in stale:
-                self.remove_row(k)
-                del self._rows[k]
-        for key, cells in rows.items():
-            old = self._rows.get(key)
-            if old is None:
-                self.add_row(*cells, key=key)
-            else:
-                for ck, a, b in zip(col_keys, old, cells):
-                    if _sig(a) != _sig(b):
-                        self.update_cell(key, ck, b)
-            self._rows[key] = list(cells)
+PAD = 2
+"""Blank columns between cells."""
 
 
 def _sig(cell: Cell) -> object:
     if isinstance(cell, Text):
         return (cell.plain, str(cell.style), tuple(cell.spans))
     return cell
+
+
+class DiffTable(Widget):
+    """Rows keyed stably (GPU UUID, source, metric); fed whole snapshots through :meth:`sync`."""
+
+    DEFAULT_CSS = """
+    DiffTable { height: auto; width: 1fr; }
+    """
+
+    def __init__(self, columns: list[tuple[str, str, int]], *, name: str | None = None, id: str | None = None, classes: str | None = None, disabled: bool = False) -> None:
+        super().__init__(name=name, id=id, classes=classes, disabled=disabled)
+        self._columns = columns
+        self._rows: dict[str, list[Cell]] = {}
+        self._sigs: dict[str, tuple[object, ...]] = {}
+        self._strips: dict[str, Strip] = {}
+        self._order: list[str] = []
+        self._header: Strip | None = None
+
+    # -- data ------------------------------------------------------------------------------
+    def sync(self, rows: dict[str, list[Cell]]) -> None:
+        """Show exactly ``rows`` (key -> cells), redrawing only rows that changed."""
+        order = list(rows)
+        changed: list[str] = []
+        for key, cells in rows.items():
+            sig = tuple(_sig(c) for c in cells)
+            if self._sigs.get(key) != sig:
+                self._sigs[key] = sig
+                self._strips.pop(key, None)
+                changed.append(key)
+        self._rows = {k: list(v) for k, v in rows.items()}
+        for gone in set(self._sigs) - set(rows):
+            del self._sigs[gone]
+            self._strips.pop(gone, None)
+        if order != self._order:
+            self._order = order
+            self.refresh(layout=True)
+            return
+        width = self.size.width
+        for key in changed:
+            y = order.index(key) + 1
+            self.refresh(Region(0, y, width, 1))
+
+    def get_row(self, key: str) -> list[Cell]:
+        """The cells of one row (raises KeyError for an unknown key)."""
+        return self._rows[key]
+
+    @property
+    def row_count(self) -> int:
+        return len(self._order)
+
+    # -- rendering -------------------------------------------------------------------------
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return 1 + len(self._order)
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        return sum(w + PAD for _, _, w in self._columns)
+
+    def on_resize(self) -> None:
+        self._strips.clear()
+        self._header = None
+
+    def _line(self, cells: list[Cell], base: Style) -> Strip:
+        text = Text(no_wrap=True, overflow="crop", end="")
+        text.append("\u00a0")  # a no-break space: SVG screenshots would drop a leading blank
+        for (_, _, width), cell in zip(self._columns, cells):
+            t = cell if isinstance(cell, Text) else Text(str(cell))
+            t = t.copy()
+            t.truncate(width, overflow="ellipsis", pad=True)
+            text.append_text(t)
+            text.append(" " * PAD)
+        segments = [Segment(s.text, base + s.style if s.style else base) for s in text.render(self.app.console, "")]
+        return Strip(segments).adjust_cell_length(self.size.width, base)
+
+    def render_line(self, y: int) -> Strip:
+        base = self.rich_style
+        if y == 0:
+            if self._header is None:
+                header = [Text(label, style="bold") for _, label, _ in self._columns]
+                self._header = self._line(header, base + Style(bgcolor="grey15"))  # type: ignore[arg-type]
+            return self._header
+        if y - 1 >= len(self._order):
+            return Strip.blank(self.size.width, base)
+        key = self._order[y - 1]
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._strips[key] = self._line(self._rows[key], base)
+        return strip
