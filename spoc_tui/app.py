@@ -267,7 +267,29 @@ class SpocApp(App[int]):
         self.exit(0)
 
 
+class NothingToMonitor(Exception):
+    """No server and no GPU source: the message says what to pass."""
+
+
+def check_sources(src: MonitorSources) -> None:
+    if src.vllm is None and src.promql is None and src.dcgm is None and not src.gpu_readers:
+        raise NothingToMonitor(
+            "nothing to monitor: pass --url http://HOST:8000 (vLLM), --dcgm URL, --prometheus URL, "
+            "or run on a GPU host; `spoc demo` shows the monitor on the simulator"
+            + (f" ({src.gpu_note})" if src.gpu_note and src.gpu_note.startswith("NVML unavailable") else "")
+        )
+
+
 def run_monitor(settings: Settings, sources: MonitorSources | None = None) -> int:
+    if sources is None:
+        sources = build_sources(settings)
+    try:
+        check_sources(sources)
+    except NothingToMonitor as e:
+        import sys
+
+        print(f"spoc: error: {e}", file=sys.stderr)
+        return 2
     app = SpocApp(settings, sources)
     result = app.run()
     return int(result or 0)

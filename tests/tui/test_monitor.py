@@ -125,3 +125,45 @@ async def test_worker_against_live_simulator():
             assert "SIMULATED" in app.monitor.servers_panel.border_title
     finally:
         stop_group(proc)
+
+
+class _FakePromQL:
+    """Stands in for PromQLCollector: real expositions (two replicas) as Prometheus returns them."""
+
+    def __init__(self):
+        from spoc_tui.core.promparse import parse_text
+        from tests.tui.helpers import FIX
+
+        self.now = {inst: parse_text((FIX / "vllm/vllm_0.32_cpu_full_load.txt").read_text()) for inst in ("a:8000", "b:8000")}
+        self.then = {inst: parse_text((FIX / "vllm/vllm_0.32_cpu_full_idle.txt").read_text()) for inst in ("a:8000", "b:8000")}
+        self.calls = 0
+
+    def vllm_pair(self, window):
+        self.calls += 1
+        return self.now, self.then, 1000.0
+
+
+async def test_prometheus_worker_merges_replicas():
+    from spoc_tui.app import MonitorSources, SpocApp
+    from spoc_tui.config import Settings
+
+    fake = _FakePromQL()
+    app = SpocApp(Settings(prometheus_url="http://prom:9090", nvml=False, interval=0.2, window=60), MonitorSources(promql=fake))
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if app.monitor._vllm is not None:
+                break
+        tick = app.monitor._vllm
+        assert {s.source for s in tick.servers} == {"a:8000", "b:8000"}
+        assert tick.total.running == 32
+        assert tick.total.latency["ttft"].window == "60s"
+        assert app.monitor.servers.row_count == 3  # two replicas and their sum
+
+
+def test_nothing_to_monitor_is_a_clear_error():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "monitor", "--no-nvml"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "nothing to monitor" in r.stderr and "spoc demo" in r.stderr

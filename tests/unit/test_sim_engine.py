@@ -136,3 +136,31 @@ def test_gpu_model_power_cap_and_thermal_reasons():
 def test_impossible_configurations_are_refused(opts, msg):
     with pytest.raises(SimConfigError, match=msg.replace("(", r"\(")):
         build(opts)
+
+
+def test_thermal_scenario_hot_gpu_throttles_and_slows_the_group():
+    """The scenario as `spoc sim --scenario thermal` builds it, run in virtual time."""
+
+    def run(scenario):
+        engine, _ = build(SimOptions(scenario=scenario, tp=4, model="llama-3.1-70b"))
+        t = [0.0]
+        engine.clock = lambda: t[0]
+        n = 0
+        for _ in range(400):
+            while len(engine.running) + len(engine.waiting) < 64:
+                engine.add(req(f"{scenario}{n}", 300, 200, t[0]))
+                n += 1
+            d = engine.step()
+            dec, pre = engine._pending
+            t[0] += d
+            engine.complete(dec, pre, t[0])
+            engine._step_gpus(max(d, 0.5), 1.0, 0.8)  # coarse thermal steps: minutes of load
+        return engine, engine.stats.generation_tokens / t[0]
+
+    hot_engine, hot = run("thermal")
+    _, steady = run("steady")
+    gpus = hot_engine.gpus
+    assert gpus[-1].reasons & 0x20 and gpus[-1].temp_c >= 86
+    assert all(not g.reasons & 0x20 for g in gpus[:-1])
+    assert gpus[-1].sm_clock_mhz < 0.85 * gpus[0].sm_clock_mhz
+    assert hot < 0.95 * steady  # decode is memory-bound: it slows less than the SM clock drops
