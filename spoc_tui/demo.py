@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import time
 import httpx
 
 from spoc_tui.config import Settings
+from spoc_tui.launcher import stop_process_group
 
 
 def free_ports(n: int) -> list[int]:
@@ -55,21 +55,8 @@ def start_sim(args: list[str], port: int, timeout: float = 20.0) -> subprocess.P
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    """SIGTERM the process group, then SIGKILL what is left."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+    """Stop a simulator started by :func:`start_sim` (its whole process group)."""
+    stop_process_group(proc, grace)
 
 
 def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None, seed: int) -> int:

@@ -29,6 +29,24 @@ class LaunchError(RuntimeError):
         self.log_tail = log_tail
 
 
+def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM a process group, wait, SIGKILL what is left; safe on a finished process."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # children left behind by the group leader
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.3)
@@ -101,26 +119,8 @@ class ServerProcess:
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop the whole process group; safe to call twice."""
-        p = self.proc
-        if p is not None and p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                p.wait(grace)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-        if p is not None:
-            # children that left the group leader behind
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if self.proc is not None:
+            stop_process_group(self.proc, grace)
         self.cleanup_tmp()
 
     def cleanup_tmp(self) -> None:

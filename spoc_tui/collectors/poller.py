@@ -75,6 +75,53 @@ class _Backoff:
         ]
 
 
+class _Poller:
+    """Shared fetch of the sources that are due, with back-off and kind checking."""
+
+    kind = ""
+
+    def __init__(self, urls: list[str], clock: Callable[[], float], client: httpx.AsyncClient | None, api_key: str | None = None) -> None:
+        self.urls = list(urls)
+        self.clock = clock
+        self.api_key = api_key
+        self.backoff = _Backoff(self.urls, clock)
+        self._client = client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _read_due(self) -> tuple[list[tuple[str, Reading]], list[SourceStatus]]:
+        """Read every due source: good readings, and status changes of the failed ones."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+        client = self._client
+        due = self.backoff.due()
+
+        async def one(url: str) -> Reading | SourceError:
+            try:
+                r = await fetch(client, url, self.api_key)
+            except SourceError as e:
+                return e
+            if r.kind != self.kind:
+                return SourceError(f"{url}: serves {r.kind} metrics, not {self.kind.upper() if self.kind == 'dcgm' else 'vLLM'}")
+            return r
+
+        results = await asyncio.gather(*(one(u) for u in due))
+        good: list[tuple[str, Reading]] = []
+        changes: list[SourceStatus] = []
+        for url, res in zip(due, results):
+            if isinstance(res, SourceError):
+                ch = self.backoff.failed(url, str(res))
+            else:
+                good.append((url, res))
+                ch = self.backoff.ok(url, res.wall_time)
+            if ch:
+                changes.append(ch)
+        return good, changes
+
+
 @dataclass(frozen=True, slots=True)
 class VllmTick:
     servers: tuple[ServerView, ...]
@@ -87,56 +134,25 @@ class VllmTick:
     taken_at: float = field(default_factory=time.time)
 
 
-class VllmPoller:
+class VllmPoller(_Poller):
+    kind = "vllm"
+
     def __init__(self, urls: list[str], window_s: float = 60.0, api_key: str | None = None, clock: Callable[[], float] = time.monotonic, client: httpx.AsyncClient | None = None) -> None:
-        self.urls = list(urls)
-        self.api_key = api_key
-        self.clock = clock
-        self.backoff = _Backoff(self.urls, clock)
+        super().__init__(urls, clock, client, api_key)
         self.histories: dict[str, ScrapeHistory[Exposition]] = {u: ScrapeHistory(window_s) for u in self.urls}
         self.latest: dict[str, tuple[ServerView, Scrape]] = {}
-        self._client = client
 
     def set_window(self, window_s: float) -> None:
         for h in self.histories.values():
             h.window_s = window_s
 
-    async def _client_get(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
     async def poll(self) -> VllmTick:
-        client = await self._client_get()
-        due = self.backoff.due()
-
-        async def one(url: str) -> Reading | SourceError:
-            try:
-                r = await fetch(client, url, self.api_key)
-            except SourceError as e:
-                return e
-            if r.kind != "vllm":
-                return SourceError(f"{url}: serves {r.kind} metrics, not vLLM")
-            return r
-
-        results = await asyncio.gather(*(one(u) for u in due))
-        changes: list[SourceStatus] = []
-        for url, res in zip(due, results):
-            if isinstance(res, SourceError):
-                ch = self.backoff.failed(url, str(res))
-            else:
-                t = self.clock()
-                base = self.histories[url].add(t, res.exposition)
-                scrape = Scrape(res.exposition, t, base[1] if base else None, base[0] if base else None)
-                self.latest[url] = (server_view(url, scrape), scrape)
-                ch = self.backoff.ok(url, res.wall_time)
-            if ch:
-                changes.append(ch)
+        good, changes = await self._read_due()
+        for url, res in good:
+            t = self.clock()
+            base = self.histories[url].add(t, res.exposition)
+            scrape = Scrape(res.exposition, t, base[1] if base else None, base[0] if base else None)
+            self.latest[url] = (server_view(url, scrape), scrape)
         statuses = self.backoff.status()
         stale = frozenset(s.source for s in statuses if not s.up and s.source in self.latest)
         servers = tuple(self.latest[u][0] for u in self.urls if u in self.latest)
@@ -153,49 +169,21 @@ class GpuTick:
     statuses: tuple[SourceStatus, ...]
 
 
-class DcgmPoller:
-    def __init__(self, urls: list[str], clock: Callable[[], float] = time.monotonic, client: httpx.AsyncClient | None = None) -> None:
-        self.urls = list(urls)
-        self.clock = clock
-        self.backoff = _Backoff(self.urls, clock)
-        self.latest: dict[str, tuple[float, list[GpuSample]]] = {}
-        self._client = client
+class DcgmPoller(_Poller):
+    kind = "dcgm"
 
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+    def __init__(self, urls: list[str], clock: Callable[[], float] = time.monotonic, client: httpx.AsyncClient | None = None) -> None:
+        super().__init__(urls, clock, client)
+        self.latest: dict[str, tuple[float, list[GpuSample]]] = {}
 
     async def poll(self) -> GpuTick:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
-        client = self._client
-        due = self.backoff.due()
-
-        async def one(url: str) -> Reading | SourceError:
-            try:
-                r = await fetch(client, url)
-            except SourceError as e:
-                return e
-            if r.kind != "dcgm":
-                return SourceError(f"{url}: serves {r.kind} metrics, not DCGM")
-            return r
-
-        results = await asyncio.gather(*(one(u) for u in due))
-        changes = []
-        for url, res in zip(due, results):
-            if isinstance(res, SourceError):
-                ch = self.backoff.failed(url, str(res))
-            else:
-                t = self.clock()
-                prev = self.latest.get(url)
-                before = {g.key: g for g in prev[1]} if prev else {}
-                dt = t - prev[0] if prev else None
-                gpus = [with_throttle_window(g, before.get(g.key), dt) for g in dcgm_gpus(res.exposition, url)]
-                self.latest[url] = (t, gpus)
-                ch = self.backoff.ok(url, res.wall_time)
-            if ch:
-                changes.append(ch)
+        good, changes = await self._read_due()
+        for url, res in good:
+            t = self.clock()
+            prev = self.latest.get(url)
+            before = {g.key: g for g in prev[1]} if prev else {}
+            dt = t - prev[0] if prev else None
+            self.latest[url] = (t, [with_throttle_window(g, before.get(g.key), dt) for g in dcgm_gpus(res.exposition, url)])
         statuses = self.backoff.status()
         stale = frozenset(s.source for s in statuses if not s.up and s.source in self.latest)
         seen: set[str] = set()
