@@ -186,6 +186,81 @@ def resolve_settings(ctx: click.Context, config_file: str | None, api_key_file: 
 
 
 @cli.command()
+@click.option("--url", required=True, envvar="SPOC_VLLM_URL", show_envvar=True, help="The server (vLLM or spoc sim).")
+@click.option("--model", default=None, help="Served model name [the server's first].")
+@click.option("--profile", default="chatbot", show_default=True, help="Built-in profile (coding, logs, chatbot, mix) or a TOML file.")
+@click.option("--users", "users_spec", default="1,2,4,8,16,32", show_default=True, help="User counts, or a series like geom:1:64.")
+@click.option("--step-seconds", type=float, default=60.0, show_default=True)
+@click.option("--warmup-seconds", type=float, default=10.0, show_default=True, help="Start of each step left out of the figures.")
+@click.option("--sla", required=True, help='Limits, e.g. "ttft_p99<=2s,itl_p99<=100ms,error_rate<=1%".')
+@click.option("--abort-factor", type=float, default=3.0, show_default=True, help="Stop early when a limit is broken this many times over.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for ramp.json and requests.jsonl.")
+@click.option("--workers", type=int, default=0, show_default=True, help="Local Locust worker processes (0: one process).")
+@click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
+@click.option("--dcgm", "dcgm_urls", multiple=True, help="dcgm-exporter URL, recorded next to each step.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token (never written to results).")
+def ramp(url: str, model: str | None, profile: str, users_spec: str, step_seconds: float, warmup_seconds: float, sla: str, abort_factor: float,
+         out_dir: str, workers: int, tokenizer: str | None, dcgm_urls: tuple[str, ...], seed: int, api_key: str | None) -> None:
+    """Step the number of concurrent multi-turn chat users until the latency SLA breaks.
+
+    Exit code 0 when the ramp ran (whatever the verdict), 1 when the server failed, 2 for
+    bad arguments. Results are written as steps finish.
+    """
+    from spoc_tui.collectors.scrape import SourceError, metrics_url
+    from spoc_tui.core.loadmath import SlaError, parse_sla, parse_users
+    from spoc_tui.load.profiles import ProfileError, load_profile
+    from spoc_tui.load.ramp import RampConfig
+    from spoc_tui.ramp_cmd import run
+
+    try:
+        metrics_url(url)
+        limits = parse_sla(sla)
+        users = parse_users(users_spec)
+        prof = load_profile(profile)
+    except (SlaError, ValueError, ProfileError, SourceError) as e:
+        _fail(str(e))
+    if step_seconds <= 0 or not 0 <= warmup_seconds < step_seconds:
+        _fail("--warmup-seconds must be at least 0 and shorter than --step-seconds")
+    if abort_factor <= 1:
+        _fail("--abort-factor must be above 1")
+    if workers < 0:
+        _fail("--workers must be 0 or more")
+    if tokenizer and not Path(tokenizer).exists():
+        _fail(f"--tokenizer {tokenizer}: no such file or folder")
+    cfg = RampConfig(url=url, profile=prof, users=users, limits=limits, out_dir=Path(out_dir), model=model, step_s=step_seconds,
+                     warmup_s=warmup_seconds, abort_factor=abort_factor, workers=workers, seed=seed, tokenizer=tokenizer,
+                     api_key=api_key, dcgm_urls=list(dcgm_urls))
+    sys.exit(run(cfg))
+
+
+@cli.command("load-worker")
+@click.option("--master", required=True, help="Host of the machine running `spoc ramp --workers N`.")
+@click.option("--master-port", type=int, default=5557, show_default=True)
+@click.option("--url", required=True, help="The server under test (as the master has it).")
+@click.option("--model", required=True)
+@click.option("--profile", default="chatbot", show_default=True)
+@click.option("--seed", type=int, default=0)
+def load_worker(master: str, master_port: int, url: str, model: str, profile: str, seed: int) -> None:
+    """Join a ramp from another machine as a Locust worker (Locust's master/worker protocol)."""
+    import json
+    import subprocess
+    import tempfile
+
+    from spoc_tui.load.profiles import ProfileError, load_profile
+
+    try:
+        prof = load_profile(profile)
+    except ProfileError as e:
+        _fail(str(e))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(prof.as_dict(), f)
+    argv = [sys.executable, "-m", "spoc_tui.load.runner", "--worker", "--master-host", master, "--master-port", str(master_port),
+            "--url", url, "--model", model, "--profile-json", f.name, "--seed", str(seed)]
+    sys.exit(subprocess.call(argv))
+
+
+@cli.command()
 @click.option("--model", required=True, help="Model preset or path to a config.json (or its folder).")
 @click.option("--gpu", default=None, help="GPU preset (a100-80gb, h100-80gb, h200, b200, l40s).")
 @click.option("--gpu-memory-gib", type=float, default=None, help="Memory of a GPU not in the presets.")

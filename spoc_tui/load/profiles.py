@@ -1,0 +1,372 @@
+"""Workload profiles: TOML files of length, turn and think-time distributions, or replays.
+
+A profile describes one kind of conversation. Built-in ones live next to this file
+(coding, logs, chatbot, mix); users copy and edit them. A profile may instead replay a JSONL
+file of recorded conversations: one JSON object per line, either ``{"messages": [...]}``
+(the user turns are replayed in order; recorded assistant turns are replaced by the server's
+answers) or ``{"turns": [{"user": "...", "max_tokens": 200}, ...]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import tomllib
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BUILTIN_DIR = Path(__file__).parent / "profiles"
+DIST_KINDS = ("constant", "uniform", "lognormal", "normal")
+_DIST_KEYS = {"dist", "value", "min", "max", "median", "sigma", "mean", "sd", "max_fraction_of_context"}
+_PROFILE_KEYS = {"name", "description", "system_tokens", "turns", "first_user_tokens", "user_tokens", "output_tokens", "think_s", "mix", "replay"}
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dist:
+    kind: str
+    value: float = 0.0
+    lo: float | None = None
+    hi: float | None = None
+    median: float = 0.0
+    sigma: float = 0.0
+    mean: float = 0.0
+    sd: float = 0.0
+    max_fraction_of_context: float | None = None
+
+    def sample(self, rng: random.Random, context_len: int | None = None) -> float:
+        if self.kind == "constant":
+            v = self.value
+        elif self.kind == "uniform":
+            v = rng.uniform(self.lo or 0.0, self.hi if self.hi is not None else 0.0)
+        elif self.kind == "lognormal":
+            v = rng.lognormvariate(math.log(self.median), self.sigma)
+        else:
+            v = rng.gauss(self.mean, self.sd)
+        if self.lo is not None:
+            v = max(self.lo, v)
+        if self.hi is not None:
+            v = min(self.hi, v)
+        if self.max_fraction_of_context is not None and context_len:
+            v = min(v, self.max_fraction_of_context * context_len)
+        return max(0.0, v)
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"dist": self.kind}
+        for k in ("value", "median", "sigma", "mean", "sd"):
+            if getattr(self, k):
+                d[k] = getattr(self, k)
+        if self.lo is not None:
+            d["min"] = self.lo
+        if self.hi is not None:
+            d["max"] = self.hi
+        if self.max_fraction_of_context is not None:
+            d["max_fraction_of_context"] = self.max_fraction_of_context
+        return d
+
+
+def parse_dist(where: str, raw: object) -> Dist:
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return Dist("constant", value=float(raw))
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: expected a number or a table with dist = ...")
+    unknown = set(raw) - _DIST_KEYS
+    if unknown:
+        raise ProfileError(f"{where}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_DIST_KEYS))})")
+    kind = raw.get("dist", "constant")
+    if kind not in DIST_KINDS:
+        raise ProfileError(f"{where}: unknown dist {kind!r} (known: {', '.join(DIST_KINDS)})")
+
+    def num(k: str, default: float | None = None, positive: bool = False) -> float | None:
+        v = raw.get(k, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ProfileError(f"{where}: {k} must be a number")
+        if positive and v <= 0:
+            raise ProfileError(f"{where}: {k} must be positive")
+        return float(v)
+
+    need = {"constant": ("value",), "uniform": ("min", "max"), "lognormal": ("median", "sigma"), "normal": ("mean", "sd")}[kind]
+    for k in need:
+        if k not in raw:
+            raise ProfileError(f"{where}: dist {kind} needs {', '.join(need)}")
+    d = Dist(
+        kind,
+        value=num("value", 0.0) or 0.0,
+        lo=num("min"),
+        hi=num("max"),
+        median=num("median", 1.0, positive=kind == "lognormal") or 1.0,
+        sigma=num("sigma", 0.0) or 0.0,
+        mean=num("mean", 0.0) or 0.0,
+        sd=num("sd", 0.0) or 0.0,
+        max_fraction_of_context=num("max_fraction_of_context"),
+    )
+    if d.lo is not None and d.hi is not None and d.hi < d.lo:
+        raise ProfileError(f"{where}: max is below min")
+    return d
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    description: str = ""
+    system_tokens: int = 0
+    turns: Dist = Dist("constant", value=1)
+    first_user_tokens: Dist | None = None
+    user_tokens: Dist = Dist("constant", value=100)
+    output_tokens: Dist = Dist("constant", value=200)
+    think_s: Dist = Dist("constant", value=0)
+    mix: tuple[tuple[Profile, float], ...] = ()
+    replay: tuple[tuple[tuple[str, int | None], ...], ...] = ()
+    """Recorded conversations: per conversation, (user text, max_tokens or None) per turn."""
+    source: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "description": self.description, "source": self.source}
+        if self.mix:
+            d["mix"] = [[p.as_dict(), w] for p, w in self.mix]
+            return d
+        if self.replay:
+            d["replay"] = [[list(t) for t in conv] for conv in self.replay]
+            d["output_tokens"] = self.output_tokens.as_dict()
+            d["think_s"] = self.think_s.as_dict()
+            return d
+        d.update(
+            system_tokens=self.system_tokens,
+            turns=self.turns.as_dict(),
+            first_user_tokens=self.first_user_tokens.as_dict() if self.first_user_tokens else None,
+            user_tokens=self.user_tokens.as_dict(),
+            output_tokens=self.output_tokens.as_dict(),
+            think_s=self.think_s.as_dict(),
+        )
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Profile:
+        """Inverse of :meth:`as_dict` (how the runner child receives its profile)."""
+        if d.get("mix"):
+            return cls(d["name"], d.get("description", ""), mix=tuple((cls.from_dict(p), float(w)) for p, w in d["mix"]), source=d.get("source", ""))
+        if d.get("replay"):
+            return cls(
+                d["name"], d.get("description", ""),
+                replay=tuple(tuple((str(u), m) for u, m in conv) for conv in d["replay"]),
+                output_tokens=parse_dist("output_tokens", d["output_tokens"]),
+                think_s=parse_dist("think_s", d["think_s"]), source=d.get("source", ""),
+            )
+        return cls(
+            d["name"], d.get("description", ""), int(d.get("system_tokens", 0)),
+            parse_dist("turns", d["turns"]),
+            parse_dist("first_user_tokens", d["first_user_tokens"]) if d.get("first_user_tokens") else None,
+            parse_dist("user_tokens", d["user_tokens"]), parse_dist("output_tokens", d["output_tokens"]),
+            parse_dist("think_s", d["think_s"]), source=d.get("source", ""),
+        )
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
+
+
+def load_profile(name_or_path: str, _depth: int = 0) -> Profile:
+    """A built-in profile by name, or a TOML file.
+
+    Raises:
+        ProfileError: unknown name (lists the built-ins), unreadable file, bad keys or values.
+    """
+    p = Path(name_or_path)
+    if not p.suffix and not p.exists():
+        p = BUILTIN_DIR / f"{name_or_path}.toml"
+        if not p.exists():
+            raise ProfileError(f"unknown profile {name_or_path!r}; built-in: {', '.join(builtin_names())} (or a .toml file)")
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{p}: cannot read ({e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(f"{p}: invalid TOML ({e})") from None
+    return _profile_from(data, p, _depth)
+
+
+def _profile_from(data: dict[str, Any], p: Path, depth: int) -> Profile:
+    where = p.name
+    unknown = set(data) - _PROFILE_KEYS
+    if unknown:
+        raise ProfileError(f"{where}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_PROFILE_KEYS))})")
+    name = str(data.get("name") or p.stem)
+    desc = str(data.get("description", ""))
+    if "mix" in data:
+        if depth > 2:
+            raise ProfileError(f"{where}: mixes nest too deep")
+        mix = data["mix"]
+        if not isinstance(mix, dict) or not mix:
+            raise ProfileError(f"{where}: mix must be a table of profile = share")
+        parts = []
+        for sub, w in mix.items():
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or w <= 0:
+                raise ProfileError(f"{where}: mix share of {sub!r} must be a positive number")
+            sub_path = (p.parent / f"{sub}.toml") if (p.parent / f"{sub}.toml").exists() else Path(sub)
+            parts.append((load_profile(str(sub_path) if sub_path.exists() else sub, depth + 1), float(w)))
+        total = sum(w for _, w in parts)
+        return Profile(name, desc, mix=tuple((q, w / total) for q, w in parts), source=str(p))
+    if "replay" in data:
+        rp = Path(str(data["replay"]))
+        if not rp.is_absolute():
+            rp = p.parent / rp
+        return Profile(
+            name, desc, replay=load_replay(rp),
+            output_tokens=parse_dist(f"{where}: output_tokens", data.get("output_tokens", 256)),
+            think_s=parse_dist(f"{where}: think_s", data.get("think_s", 0)), source=str(p),
+        )
+    sys_tokens = data.get("system_tokens", 0)
+    if isinstance(sys_tokens, bool) or not isinstance(sys_tokens, int) or sys_tokens < 0:
+        raise ProfileError(f"{where}: system_tokens must be a whole number >= 0")
+    for required in ("user_tokens", "output_tokens"):
+        if required not in data:
+            raise ProfileError(f"{where}: missing {required}")
+    return Profile(
+        name=name,
+        description=desc,
+        system_tokens=sys_tokens,
+        turns=parse_dist(f"{where}: turns", data.get("turns", 1)),
+        first_user_tokens=parse_dist(f"{where}: first_user_tokens", data["first_user_tokens"]) if "first_user_tokens" in data else None,
+        user_tokens=parse_dist(f"{where}: user_tokens", data["user_tokens"]),
+        output_tokens=parse_dist(f"{where}: output_tokens", data["output_tokens"]),
+        think_s=parse_dist(f"{where}: think_s", data.get("think_s", 0)),
+        source=str(p),
+    )
+
+
+def load_replay(path: Path) -> tuple[tuple[tuple[str, int | None], ...], ...]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise ProfileError(f"replay {path}: cannot read ({e.strerror or e})") from None
+    convs = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ProfileError(f"replay {path.name} line {i}: not JSON ({e.msg})") from None
+        turns: list[tuple[str, int | None]] = []
+        if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
+            for m in obj["messages"]:
+                if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str):
+                    turns.append((m["content"], None))
+        elif isinstance(obj, dict) and isinstance(obj.get("turns"), list):
+            for t in obj["turns"]:
+                if not isinstance(t, dict) or not isinstance(t.get("user"), str):
+                    raise ProfileError(f"replay {path.name} line {i}: each turn needs a 'user' string")
+                mt = t.get("max_tokens")
+                turns.append((t["user"], int(mt) if isinstance(mt, int) and mt > 0 else None))
+        else:
+            raise ProfileError(f"replay {path.name} line {i}: expected {{\"messages\": [...]}} or {{\"turns\": [...]}}")
+        if turns:
+            convs.append(tuple(turns))
+    if not convs:
+        raise ProfileError(f"replay {path.name}: no conversations")
+    return tuple(convs)
+
+
+# ---------------------------------------------------------------------------------------
+# Conversation plans and synthetic text
+
+
+@dataclass
+class Turn:
+    user_text: str
+    max_tokens: int
+
+
+@dataclass
+class ConversationPlan:
+    profile: str
+    system_text: str
+    turns: list[Turn] = field(default_factory=list)
+    think_s: list[float] = field(default_factory=list)
+
+
+WORDS = (
+    "the service returns an error when the request queue grows past its limit and the cache "
+    "holds recent blocks of tokens for each session while workers decode batches on the device "
+    "config parser module function class method handler retry timeout latency throughput memory "
+    "kernel scheduler buffer index query commit branch merge review test build deploy metric log "
+    "trace warning failed started stopped connection socket thread process signal file path"
+).split()
+
+
+class TextMaker:
+    """Synthetic text of a given token length.
+
+    With the server's tokenizer (a local ``tokenizer.json``), lengths are exact. Otherwise the
+    words-per-token ratio starts at 1.0 and is calibrated from the server's reported
+    ``usage.prompt_tokens``.
+    """
+
+    def __init__(self, tokenizer_path: str | None = None) -> None:
+        self.tokenizer: Any = None
+        self.tokens_per_word = 1.0
+        if tokenizer_path:
+            from tokenizers import Tokenizer
+
+            p = Path(tokenizer_path)
+            if p.is_dir():
+                p = p / "tokenizer.json"
+            self.tokenizer = Tokenizer.from_file(str(p))
+
+    def text(self, tokens: int, rng: random.Random) -> str:
+        tokens = max(1, int(tokens))
+        if self.tokenizer is None:
+            n = max(1, round(tokens / self.tokens_per_word))
+            return " ".join(rng.choice(WORDS) for _ in range(n))
+        words: list[str] = []
+        while True:
+            # add words in chunks, then trim to the exact count
+            words.extend(rng.choice(WORDS) for _ in range(max(1, tokens - len(words) // 2)))
+            ids = self.tokenizer.encode(" ".join(words), add_special_tokens=False).ids
+            if len(ids) >= tokens:
+                return self.tokenizer.decode(ids[:tokens])
+
+    def calibrate(self, planned_tokens: int, reported_tokens: int, overhead: int = 0) -> None:
+        """Move the words-per-token estimate towards what the server counted."""
+        if self.tokenizer is not None or planned_tokens <= 0 or reported_tokens <= overhead:
+            return
+        ratio = (reported_tokens - overhead) / planned_tokens
+        if 0.2 < ratio < 5:
+            self.tokens_per_word = 0.7 * self.tokens_per_word + 0.3 * self.tokens_per_word * ratio
+
+
+def plan_conversation(profile: Profile, rng: random.Random, maker: TextMaker, context_len: int | None, system_cache: dict[str, str]) -> ConversationPlan:
+    """Draw one conversation from a profile (mixes pick a member by share)."""
+    if profile.mix:
+        x = rng.random()
+        acc = 0.0
+        for sub, w in profile.mix:
+            acc += w
+            if x <= acc:
+                return plan_conversation(sub, rng, maker, context_len, system_cache)
+        return plan_conversation(profile.mix[-1][0], rng, maker, context_len, system_cache)
+    if profile.replay:
+        conv = rng.choice(profile.replay)
+        turns = [Turn(u, m or int(profile.output_tokens.sample(rng)) or 1) for u, m in conv]
+        return ConversationPlan(profile.name, "", turns, [profile.think_s.sample(rng) for _ in turns])
+    key = f"{profile.name}:{profile.system_tokens}"
+    if key not in system_cache:  # one shared system prompt per profile: real prefix hits
+        system_cache[key] = maker.text(profile.system_tokens, random.Random(zlib.crc32(key.encode()))) if profile.system_tokens else ""
+    n = max(1, round(profile.turns.sample(rng)))
+    turns = []
+    for i in range(n):
+        dist = profile.first_user_tokens if i == 0 and profile.first_user_tokens else profile.user_tokens
+        tokens = max(1, round(dist.sample(rng, context_len)))
+        out = max(1, round(profile.output_tokens.sample(rng, context_len)))
+        turns.append(Turn(maker.text(tokens, rng), out))
+    return ConversationPlan(profile.name, system_cache[key], turns, [profile.think_s.sample(rng) for _ in range(n)])

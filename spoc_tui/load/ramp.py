@@ -1,0 +1,363 @@
+"""Running a load ramp: step the users, measure each step, find the knee.
+
+Used by ``spoc ramp`` and the Load screen alike. It drives the Locust runner child over JSON
+lines, keeps every request sample, records the server's own view of each step (queue, KV
+use, preemptions, GPU clocks and throttling) next to the client's, and writes
+``ramp.json`` and ``requests.jsonl`` as it goes: an interrupted ramp keeps every finished step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
+from spoc_tui.collectors.scrape import base_url
+from spoc_tui.core.loadmath import Knee, Limit, RequestSample, StepSummary, badly_broken, find_knee, summarize_step
+from spoc_tui.load.profiles import Profile
+
+
+class RampError(Exception):
+    """A ramp that cannot start or whose server failed; ``code`` is the CLI exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class RampConfig:
+    url: str
+    profile: Profile
+    users: list[int]
+    limits: tuple[Limit, ...]
+    out_dir: Path
+    model: str | None = None
+    step_s: float = 60.0
+    warmup_s: float = 10.0
+    abort_factor: float = 3.0
+    workers: int = 0
+    seed: int = 0
+    tokenizer: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    dcgm_urls: list[str] = field(default_factory=list)
+    request_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class RampProgress:
+    phase: str
+    """preflight, starting, warmup, measuring, step_done, done."""
+    step: int
+    users: int
+    elapsed_s: float
+    step_s: float
+    samples: int
+    steps: tuple[StepSummary, ...]
+    knee: Knee | None
+    message: str = ""
+
+
+@dataclass
+class RampResult:
+    status: str
+    """complete, stopped_early, interrupted, server_failed."""
+    steps: list[StepSummary]
+    knee: Knee
+    model: str
+    out_dir: Path
+
+
+async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[str, int | None]:
+    """Check the server and the model before any load; returns (model, max_model_len).
+
+    Raises:
+        RampError: unreachable server (1), unknown model (2), a server that fails a probe (1).
+    """
+    root = base_url(url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0)) as c:
+        try:
+            r = await c.get(root + "/v1/models", headers=headers)
+        except httpx.HTTPError as e:
+            raise RampError(f"{root}: cannot reach the server ({type(e).__name__}: {str(e)[:100] or 'no answer'})", 1) from None
+        if r.status_code == 401:
+            raise RampError(f"{root}: the server wants an API key (401); pass --api-key or set SPOC_API_KEY", 2)
+        if r.status_code != 200:
+            raise RampError(f"{root}/v1/models answered HTTP {r.status_code}", 1)
+        try:
+            data = r.json()["data"]
+            ids = {m["id"]: m.get("max_model_len") for m in data}
+        except (ValueError, KeyError, TypeError):
+            raise RampError(f"{root}/v1/models did not return an OpenAI model list", 1) from None
+        if not ids:
+            raise RampError(f"{root} serves no model", 1)
+        if model is None:
+            model = next(iter(ids))
+        elif model not in ids:
+            raise RampError(f"model {model!r} is not served by {root}; it serves: {', '.join(ids)}", 2)
+        body = {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+        try:
+            r = await c.post(root + "/v1/chat/completions", json=body, headers=headers)
+        except httpx.HTTPError as e:
+            raise RampError(f"{root}: probe request failed ({type(e).__name__})", 1) from None
+        if r.status_code != 200:
+            try:
+                msg = r.json().get("error", {}).get("message") or r.text[:200]
+            except ValueError:
+                msg = r.text[:200]
+            raise RampError(f"{root}: a one-token probe request failed with HTTP {r.status_code}: {msg}", 1)
+    mml = ids[model]
+    return model, int(mml) if isinstance(mml, int) else None
+
+
+class ResultWriter:
+    """``ramp.json`` (rewritten atomically after each step) and ``requests.jsonl`` (appended)."""
+
+    def __init__(self, out_dir: Path, header: dict[str, Any]) -> None:
+        self.out_dir = out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.header = header
+        self.requests = open(out_dir / "requests.jsonl", "a", buffering=1)
+
+    def sample(self, s: RequestSample) -> None:
+        self.requests.write(json.dumps(s.as_dict(), separators=(",", ":")) + "\n")
+
+    def write(self, steps: list[StepSummary], knee: Knee, status: str) -> None:
+        doc = dict(self.header, status=status, steps=[s.as_dict() for s in steps], knee=knee.as_dict(), updated_at=time.time())
+        fd, tmp = tempfile.mkstemp(dir=self.out_dir, prefix=".ramp-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=2, allow_nan=False, default=_nan_safe)
+        os.replace(tmp, self.out_dir / "ramp.json")
+
+    def close(self) -> None:
+        self.requests.close()
+
+
+def _nan_safe(o: object) -> object:
+    return None
+
+
+class RunnerProcess:
+    """The Locust child (and its local workers), talked to over JSON lines."""
+
+    def __init__(self, cfg: RampConfig, model: str, context_len: int | None, log_dir: Path) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.context_len = context_len
+        self.log_dir = log_dir
+        self.proc: asyncio.subprocess.Process | None = None
+        self.workers: list[asyncio.subprocess.Process] = []
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._reader: asyncio.Task[None] | None = None
+
+    def _argv(self, *extra: str) -> list[str]:
+        argv = [sys.executable, "-m", "spoc_tui.load.runner", "--url", base_url(self.cfg.url), "--model", self.model,
+                "--profile-json", str(self.log_dir / "profile.json"), "--seed", str(self.cfg.seed), "--timeout", str(self.cfg.request_timeout_s)]
+        if self.context_len:
+            argv += ["--context-len", str(self.context_len)]
+        if self.cfg.tokenizer:
+            argv += ["--tokenizer", self.cfg.tokenizer]
+        return argv + list(extra)
+
+    async def start(self) -> None:
+        (self.log_dir / "profile.json").write_text(json.dumps(self.cfg.profile.as_dict()))
+        env = dict(os.environ)
+        if self.cfg.api_key:
+            env["SPOC_API_KEY"] = self.cfg.api_key  # passed by environment, never on a command line
+        extra: list[str] = []
+        if self.cfg.workers:
+            from spoc_tui.demo import free_port
+
+            port = free_port()
+            extra = ["--expect-workers", str(self.cfg.workers), "--master-bind-port", str(port)]
+        log = open(self.log_dir / "runner.log", "ab")
+        self.proc = await asyncio.create_subprocess_exec(*self._argv(*extra), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log, env=env, start_new_session=True)
+        for i in range(self.cfg.workers):
+            self.workers.append(
+                await asyncio.create_subprocess_exec(*self._argv("--worker", "--master-port", extra[3]), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
+            )
+        self._reader = asyncio.create_task(self._read())
+        ev = await self.wait_for("ready", 90.0)
+        if ev is None:
+            raise RampError("the load generator did not start; see runner.log in the output folder", 1)
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            line = await self.proc.stdout.readline()
+            if not line:
+                await self.events.put({"type": "exited"})
+                return
+            try:
+                await self.events.put(json.loads(line))
+            except ValueError:
+                continue
+
+    async def wait_for(self, kind: str, timeout: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                ev = await asyncio.wait_for(self.events.get(), left)
+            except TimeoutError:
+                return None
+            if ev.get("type") == kind:
+                return ev
+            if ev.get("type") in ("exited", "error"):
+                return None
+        return None
+
+    async def send(self, cmd: dict[str, Any]) -> None:
+        if self.proc is None or self.proc.stdin is None or self.proc.returncode is not None:
+            return
+        self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+        try:
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    async def stop(self) -> None:
+        await self.send({"cmd": "stop"})
+        for p in [self.proc, *self.workers]:
+            if p is None:
+                continue
+            try:
+                await asyncio.wait_for(p.wait(), 10.0)
+            except TimeoutError:
+                try:
+                    os.killpg(p.pid, 9)
+                except ProcessLookupError:
+                    pass
+                await p.wait()
+        if self._reader:
+            self._reader.cancel()
+
+
+async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: dict[str, float]) -> dict[str, Any]:
+    tick = await poller.poll()
+    out: dict[str, Any] = {}
+    if tick.servers:
+        v = tick.servers[0].total
+        for key, val in (("waiting", v.waiting), ("running", v.running), ("kv_cache_usage", v.kv_cache_usage)):
+            if val is not None:
+                peaks[key] = max(peaks.get(key, 0.0), val)
+        out = {
+            "waiting_max": peaks.get("waiting"),
+            "running_max": peaks.get("running"),
+            "kv_cache_usage_max": peaks.get("kv_cache_usage"),
+            "preemptions_per_s": v.preemptions_rate,
+            "generation_tokens_per_s": v.generation_tokens_rate,
+            "prefix_cache_hit_rate": v.prefix_cache_hit_rate,
+            "ttft_p99": v.latency["ttft"].p99,
+            "itl_p99": v.latency["itl"].p99,
+            "window": v.window,
+        }
+    if dcgm is not None:
+        gt = await dcgm.poll()
+        out["gpus"] = [
+            {"gpu": g.gpu, "uuid": g.uuid, "sm_clock_mhz": g.sm_clock_mhz, "sm_clock_max_mhz": g.sm_clock_max_mhz, "temp_c": g.temp_c,
+             "power_w": g.power_w, "throttle_reasons": g.throttle_reasons, "throttled_pct": g.throttled_pct}
+            for g in gt.gpus
+        ]
+    return out
+
+
+async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] | None = None) -> RampResult:
+    """Run the whole ramp. Cancelling it (Ctrl-C) stops the load and keeps what finished.
+
+    Raises:
+        RampError: before any load (bad model, unreachable server) or when the server fails.
+    """
+    t_start = time.monotonic()
+
+    def report(phase: str, step: int, users: int, steps: list[StepSummary], samples: int, message: str = "") -> None:
+        if on_progress:
+            on_progress(RampProgress(phase=phase, step=step, users=users, elapsed_s=time.monotonic() - t_start, step_s=cfg.step_s,
+                                     samples=samples, steps=tuple(steps), knee=find_knee(steps) if steps else None, message=message))
+
+    report("preflight", 0, 0, [], 0)
+    model, context_len = await preflight(cfg.url, cfg.model, cfg.api_key)
+    header = {
+        "url": cfg.url, "model": model, "profile": cfg.profile.as_dict() if not cfg.profile.replay else {"name": cfg.profile.name, "source": cfg.profile.source},
+        "sla": [str(lim) for lim in cfg.limits], "users": cfg.users, "step_seconds": cfg.step_s, "warmup_seconds": cfg.warmup_s,
+        "abort_factor": cfg.abort_factor, "workers": cfg.workers, "seed": cfg.seed, "started_at": time.time(),
+        "metric_definitions": "vllm bench serve: TTFT first content chunk; ITL pooled chunk gaps; TPOT (E2E-TTFT)/(out-1); goodput per request",
+    }
+    writer = ResultWriter(cfg.out_dir, header)
+    runner = RunnerProcess(cfg, model, context_len, cfg.out_dir)
+    samples: list[RequestSample] = []
+    steps: list[StepSummary] = []
+    status = "interrupted"
+    poller = VllmPoller([cfg.url], window_s=max(1.0, cfg.step_s - cfg.warmup_s), api_key=cfg.api_key)
+    dcgm = DcgmPoller(cfg.dcgm_urls) if cfg.dcgm_urls else None
+    pump: asyncio.Task[None] | None = None
+    try:
+        report("starting", 0, 0, steps, 0)
+        await runner.start()
+
+        async def pump_samples() -> None:
+            while True:
+                ev = await runner.events.get()
+                if ev.get("type") == "sample":
+                    s = RequestSample.from_dict(ev)
+                    samples.append(s)
+                    writer.sample(s)
+                    ends.append(float(ev.get("end") or s.start))
+                elif ev.get("type") == "exited":
+                    return
+
+        ends: list[float] = []
+        pump = asyncio.create_task(pump_samples())
+        for idx, users in enumerate(cfg.users, 1):
+            await runner.send({"cmd": "users", "n": users, "step": idx})
+            report("warmup", idx, users, steps, len(samples))
+            await asyncio.sleep(cfg.warmup_s)
+            m_start = time.time()
+            peaks: dict[str, float] = {}
+            await _server_view(poller, dcgm, peaks)  # baseline scrape at the start of the window
+            server: dict[str, Any] = {}
+            while (left := cfg.step_s - cfg.warmup_s - (time.time() - m_start)) > 0:
+                report("measuring", idx, users, steps, len(samples))
+                await asyncio.sleep(min(1.0, left))
+                if pump.done():
+                    raise RampError("the load generator exited; see runner.log in the output folder", 1)
+                server = await _server_view(poller, dcgm, peaks)
+            m_end = time.time()
+            in_window = [s for s, e in zip(samples, ends) if m_start <= e <= m_end]
+            summary = summarize_step(idx, users, in_window, m_end - m_start, cfg.limits)
+            summary.server = server
+            steps.append(summary)
+            writer.write(steps, find_knee(steps), "running")
+            report("step_done", idx, users, steps, len(samples))
+            if summary.requests and summary.errors == summary.requests and set(summary.errors_by_kind) <= {"connect", "http_5xx"}:
+                status = "server_failed"
+                raise RampError(f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed", 1)
+            if badly_broken(summary, cfg.abort_factor) and idx < len(cfg.users):
+                status = "stopped_early"
+                break
+        else:
+            status = "complete"
+    finally:
+        knee = find_knee(steps)
+        try:
+            await runner.stop()
+        finally:
+            if pump is not None:
+                pump.cancel()
+            writer.write(steps, knee, status)
+            writer.close()
+            await poller.aclose()
+            if dcgm is not None:
+                await dcgm.aclose()
+    report("done", len(steps), steps[-1].users if steps else 0, steps, len(samples))
+    return RampResult(status, steps, knee, model, cfg.out_dir)
