@@ -330,19 +330,30 @@ class TextMaker:
             return " ".join(rng.choice(WORDS) for _ in range(n))
         words: list[str] = []
         while True:
-            # add words in chunks, then trim to the exact count
             words.extend(rng.choice(WORDS) for _ in range(max(1, tokens - len(words) // 2)))
             ids = self.tokenizer.encode(" ".join(words), add_special_tokens=False).ids
-            if len(ids) >= tokens:
-                return self.tokenizer.decode(ids[:tokens])
+            if len(ids) >= tokens + 8:
+                break
+        # Cut to the token count; a cut can re-tokenize differently, so adjust until exact.
+        k = tokens
+        best = ""
+        for _ in range(8):
+            text = self.tokenizer.decode(ids[:k])
+            count = len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+            best = text
+            if count == tokens:
+                break
+            k = max(1, min(len(ids), k + tokens - count))
+        return best
 
-    def calibrate(self, planned_tokens: int, reported_tokens: int, overhead: int = 0) -> None:
-        """Move the words-per-token estimate towards what the server counted."""
-        if self.tokenizer is not None or planned_tokens <= 0 or reported_tokens <= overhead:
+    def calibrate(self, words_sent: int, reported_tokens: int, overhead: int = 0) -> None:
+        """Move the tokens-per-word estimate towards what the server counted for the words sent
+        (``overhead``: the chat template's tokens)."""
+        if self.tokenizer is not None or words_sent <= 0 or reported_tokens <= overhead:
             return
-        ratio = (reported_tokens - overhead) / planned_tokens
-        if 0.2 < ratio < 5:
-            self.tokens_per_word = 0.7 * self.tokens_per_word + 0.3 * self.tokens_per_word * ratio
+        observed = (reported_tokens - overhead) / words_sent
+        if 0.2 < observed < 10:
+            self.tokens_per_word = 0.7 * self.tokens_per_word + 0.3 * observed
 
 
 def plan_conversation(profile: Profile, rng: random.Random, maker: TextMaker, context_len: int | None, system_cache: dict[str, str]) -> ConversationPlan:

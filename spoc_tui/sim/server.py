@@ -49,7 +49,7 @@ class SimServer:
         api.router.add_post("/v1/chat/completions", self.chat)
         api.router.add_post("/v1/completions", self.completions)
         api.router.add_get("/metrics", self.metrics)
-        runner = web.AppRunner(api, access_log=None)
+        runner = web.AppRunner(api, access_log=None, shutdown_timeout=1.0, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         await site.start()
@@ -58,7 +58,7 @@ class SimServer:
         if self.dcgm_port is not None:
             dapp = web.Application()
             dapp.router.add_get("/metrics", self.dcgm)
-            drunner = web.AppRunner(dapp, access_log=None)
+            drunner = web.AppRunner(dapp, access_log=None, shutdown_timeout=1.0)
             await drunner.setup()
             dsite = web.TCPSite(drunner, self.host, self.dcgm_port, reuse_address=True)
             await dsite.start()

@@ -158,3 +158,31 @@ def test_simulator_exits_when_its_parent_is_killed(tmp_path):
         time.sleep(0.1)
     os.killpg(child, signal.SIGKILL)
     raise AssertionError("simulator outlived its parent")
+
+
+def test_client_disconnect_aborts_the_request():
+    """As vLLM does: a client that goes away frees its seat (no phantom load afterwards)."""
+    import socket as sk
+
+    from spoc_tui.core.promparse import parse_text
+
+    port, dport = free_ports(2)
+    proc = start_sim(["--dcgm-port", str(dport), "--max-num-seqs", "1"], port)
+    try:
+        body = json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 20000, "ignore_eos": True, "stream": True}).encode()
+        s = sk.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.recv(100)
+        s.close()
+        for _ in range(50):
+            m = parse_text(httpx.get(f"http://127.0.0.1:{port}/metrics").text)
+            if m.get("vllm:request_success_total").get((("engine", "0"), ("finished_reason", "abort"), ("model_name", "meta-llama/Llama-3.1-8B-Instruct")), 0) == 1:
+                break
+            import time
+
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the abandoned request was not aborted")
+        assert list(m.get("vllm:num_requests_running").values()) == [0.0]
+    finally:
+        stop_group(proc)

@@ -1,0 +1,147 @@
+"""`spoc ramp` end to end against the simulator (short steps)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from spoc_tui.demo import free_ports, start_sim, stop_group
+
+FAST = """
+name = "fast"
+system_tokens = 200
+turns = 3
+user_tokens = {dist = "uniform", min = 50, max = 300}
+output_tokens = {dist = "uniform", min = 20, max = 80}
+think_s = {dist = "uniform", min = 0.1, max = 0.4}
+"""
+
+
+@pytest.fixture(scope="module")
+def sim8():
+    port, dport = free_ports(2)
+    proc = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "8", "--dcgm-port", str(dport)], port)
+    yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{dport}/metrics"
+    stop_group(proc)
+
+
+@pytest.fixture()
+def fast_profile(tmp_path):
+    p = tmp_path / "fast.toml"
+    p.write_text(FAST)
+    return str(p)
+
+
+def ramp(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "spoc_tui.cli", "ramp", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path):
+    url, dcgm = sim8
+    out = tmp_path / "out"
+    r = ramp("--url", url, "--profile", fast_profile, "--users", "2,8,40", "--step-seconds", "5", "--warmup-seconds", "1",
+             "--sla", "ttft_p99<=500ms,itl_p99<=60ms", "--out", str(out), "--dcgm", dcgm, "--api-key", "sk-NEVER-WRITTEN")
+    assert r.returncode == 0, r.stderr
+    assert "knee: 8 users meet the SLA; 40 break ttft_p99" in r.stdout
+    d = json.loads((out / "ramp.json").read_text())
+    assert d["knee"] == {"max_users_within_sla": 8, "first_failing_users": 40, "broken_limit": "ttft_p99"}
+    assert d["sla"] == ["ttft_p99<=500ms", "itl_p99<=60ms"]
+    last = d["steps"][-1]
+    assert last["server"]["waiting_max"] > 0  # why the knee is there: requests queue behind 8 seats
+    assert last["server"]["gpus"] and last["server"]["gpus"][0]["sm_clock_mhz"]
+    reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(reqs) >= sum(s["requests"] for s in d["steps"])
+    ok = [q for q in reqs if q["ok"]]
+    assert ok and all(q["output_tokens"] and q["ttft"] and q["tpot"] is not None for q in ok if q["output_tokens"] > 1)
+    assert any(q["turn"] > 0 for q in ok)  # multi-turn conversations
+    assert any((q["cached_tokens"] or 0) > 0 for q in ok)  # the shared system prompt and history hit the cache
+    for f in out.iterdir():
+        assert "sk-NEVER-WRITTEN" not in f.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("args,code,msg", [
+    (["--model", "no-such-model"], 2, "is not served by"),
+    (["--sla", "ttft<=1s"], 2, "cannot parse SLA clause"),
+    (["--users", "8,4"], 2, "increasing"),
+    (["--profile", "codin"], 2, "built-in: chatbot, coding, logs, mix"),
+    (["--warmup-seconds", "6"], 2, "--warmup-seconds"),
+])
+def test_bad_arguments_before_any_load(sim8, tmp_path, args, code, msg):
+    url, _ = sim8
+    base = {"--url": url, "--sla": "ttft_p99<=1s", "--out": str(tmp_path / "o"), "--step-seconds": "5", "--warmup-seconds": "1"}
+    for i in range(0, len(args), 2):
+        base[args[i]] = args[i + 1]
+    r = ramp(*[x for kv in base.items() for x in kv])
+    assert r.returncode == code, r.stdout + r.stderr
+    assert msg in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o" / "requests.jsonl").exists()
+
+
+def test_unreachable_server_exits_1(tmp_path):
+    (port,) = free_ports(1)
+    r = ramp("--url", f"http://127.0.0.1:{port}", "--sla", "ttft_p99<=1s", "--out", str(tmp_path / "o"))
+    assert r.returncode == 1 and "cannot reach the server" in r.stderr
+
+
+def test_server_that_returns_errors_exits_1(tmp_path):
+    import asyncio
+    import threading
+
+    async def models(_):
+        return web.json_response({"data": [{"id": "m"}]})
+
+    async def chat(_):
+        return web.json_response({"error": {"message": "CUDA out of memory", "type": "InternalServerError", "code": 500}}, status=500)
+
+    (port,) = free_ports(1)
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    try:
+        r = ramp("--url", f"http://127.0.0.1:{port}", "--sla", "ttft_p99<=1s", "--out", str(tmp_path / "o"))
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+    assert r.returncode == 1 and "HTTP 500" in r.stderr and "CUDA out of memory" in r.stderr
+
+
+def test_ctrl_c_keeps_finished_steps(sim8, fast_profile, tmp_path):
+    url, _ = sim8
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", url, "--profile", fast_profile, "--users", "2,4,8",
+                          "--step-seconds", "4", "--warmup-seconds", "1", "--sla", "ttft_p99<=5s", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    for line in p.stdout:
+        if line.startswith("step 1: 2 users ") and "req/s" in line:
+            break
+        assert time.time() < deadline
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "finished steps are in" in err
+    d = json.loads((out / "ramp.json").read_text())
+    assert d["status"] == "interrupted" and len(d["steps"]) >= 1
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", f"spoc_tui.load.runner --url {url}"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "the Locust child outlived the ramp"
+
+
+def test_master_and_local_worker(sim8, fast_profile, tmp_path):
+    url, _ = sim8
+    out = tmp_path / "out"
+    r = ramp("--url", url, "--profile", fast_profile, "--users", "4", "--step-seconds", "5", "--warmup-seconds", "1",
+             "--sla", "ttft_p99<=5s", "--out", str(out), "--workers", "1")
+    assert r.returncode == 0, r.stderr
+    d = json.loads((out / "ramp.json").read_text())
+    assert d["steps"][0]["requests"] > 0
