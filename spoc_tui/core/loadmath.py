@@ -179,7 +179,8 @@ def _meets(sample: RequestSample, limits: Iterable[Limit]) -> bool:
     if not sample.ok:
         return False
     for lim in limits:
-        if lim.metric == "ttft" and (sample.ttft is None or sample.ttft > lim.value):
+        first = sample.ttft if sample.ttft is not None else sample.e2e  # no text at all: the answer ended
+        if lim.metric == "ttft" and (first is None or first > lim.value):
             return False
         if lim.metric in ("tpot", "itl"):
             t = sample.tpot

@@ -59,9 +59,9 @@ class Dist:
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"dist": self.kind}
-        for k in ("value", "median", "sigma", "mean", "sd"):
-            if getattr(self, k):
-                d[k] = getattr(self, k)
+        needed = {"constant": ("value",), "uniform": (), "lognormal": ("median", "sigma"), "normal": ("mean", "sd")}[self.kind]
+        for k in needed:
+            d[k] = getattr(self, k)
         if self.lo is not None:
             d["min"] = self.lo
         if self.hi is not None:
@@ -73,7 +73,7 @@ class Dist:
 
 def parse_dist(where: str, raw: object) -> Dist:
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        return Dist("constant", value=float(raw))
+        raw = {"dist": "constant", "value": raw}
     if not isinstance(raw, dict):
         raise ProfileError(f"{where}: expected a number or a table with dist = ...")
     unknown = set(raw) - _DIST_KEYS

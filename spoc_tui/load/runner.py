@@ -164,8 +164,9 @@ class ChatUser(HttpUser):
             "end": wall0 + (end - t0),
             "step": step,
             "users": users,
-            "ok": error is None and first is not None,
-            "error": error if error else (None if first is not None else "empty"),
+            # A stream that completed with no text (EOS first) is a finished request without a TTFT.
+            "ok": error is None,
+            "error": error,
             "ttft": (first - t0) if first is not None else None,
             "e2e": end - t0,
             "itl": gaps,

@@ -191,3 +191,31 @@ def test_launcher_refuses_a_port_already_served(vllm_server, tmp_path):
     server = ServerProcess(["true"], vllm_server.port, tmp_path / "x.log")
     with pytest.raises(LaunchError, match="already served"):
         server.start()
+
+
+def test_short_ramp_against_the_real_server_finds_a_knee(vllm_server, tmp_path):
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        'name = "short"\nsystem_tokens = 100\nturns = 2\n'
+        'user_tokens = {dist = "uniform", min = 100, max = 400}\n'
+        'output_tokens = 64\nthink_s = 0\n'
+    )
+    out = tmp_path / "ramp"
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", vllm_server.url, "--profile", str(profile), "--users", "1,48",
+         "--step-seconds", "10", "--warmup-seconds", "2", "--sla", "itl_p50<=12ms", "--out", str(out),
+         "--tokenizer", str(MODEL)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads((out / "ramp.json").read_text())
+    print(r.stdout)
+    assert d["status"] == "complete" and d["model"] == "tiny"
+    knee = d["knee"]
+    assert knee["max_users_within_sla"] == 1 and knee["first_failing_users"] == 48 and knee["broken_limit"] == "itl_p50"
+    first, last = d["steps"]
+    assert last["server"]["running_max"] > first["server"]["running_max"]
+    assert last["output_tokens_per_s"] > first["output_tokens_per_s"]
+    reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    # prompt lengths from the real tokenizer: the server's count is the planned one plus the template
+    assert all(q["ok"] for q in reqs)

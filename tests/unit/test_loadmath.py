@@ -161,3 +161,10 @@ def test_text_maker_calibrates_from_usage():
         m.calibrate(100, 134)  # the server counts 1.34 tokens per word
     assert m.tokens_per_word == pytest.approx(1.34, rel=0.02)
     assert len(m.text(134, random.Random(0)).split()) == 100
+
+
+def test_zero_and_uniform_distributions_round_trip(tmp_path):
+    f = tmp_path / "z.toml"
+    f.write_text('user_tokens = {dist = "uniform", min = 0, max = 5}\noutput_tokens = 1\nthink_s = 0\nturns = {dist = "normal", mean = 3, sd = 0}\n')
+    p = load_profile(str(f))
+    assert Profile.from_dict(p.as_dict()) == p
