@@ -18,7 +18,8 @@ from textual.widgets import Markdown
 from spoc_tui.collectors.poller import DcgmPoller, GpuTick, SourceStatus, VllmPoller, VllmTick
 from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.gpu import GpuSample, analyse_groups, parse_tp_groups
-from spoc_tui.messages import GpusSampled, ServersSampled, SourceStatusChanged
+from spoc_tui.messages import GpusSampled, RampFinished, RampProgressed, ServersSampled, SourceStatusChanged
+from spoc_tui.screens.load import LoadScreen
 from spoc_tui.screens.monitor import MonitorScreen
 
 HELP_TEXT = """\
@@ -27,6 +28,7 @@ HELP_TEXT = """\
 | key | action |
 |---|---|
 | `p` | pause / resume refreshing (the last data stays) |
+| `l` | the Load screen: run a ramp against this server (`m` or `Esc` back; the ramp keeps running) |
 | `F8` | save a screenshot (SVG) to the data folder |
 | `?` | this help |
 | `q` | quit |
@@ -123,6 +125,8 @@ class SpocApp(App[int]):
 
     def __init__(self, settings: Settings, sources: MonitorSources | None = None, start_workers: bool = True) -> None:
         super().__init__()
+        self.ramp_users: list[int] = []
+        self._ramp_worker: Any = None
         self.settings = settings
         self.sources = sources if sources is not None else build_sources(settings)
         self.start_workers = start_workers
@@ -253,6 +257,65 @@ class SpocApp(App[int]):
             self.notify(s.reason or f"{s.source}: down", severity="error", timeout=6)
 
     # -- actions ----------------------------------------------------------------------------
+    # -- load ramps -------------------------------------------------------------------------------
+    @property
+    def load_screen(self) -> LoadScreen:
+        """Installed once, so a ramp keeps its screen while the operator watches the monitor."""
+        if not self.is_screen_installed("load"):
+            url = self.settings.vllm_urls[0] if self.settings.vllm_urls else None
+            self.install_screen(LoadScreen(url), "load")
+        screen = self.get_screen("load")
+        assert isinstance(screen, LoadScreen)
+        return screen
+
+    def action_load(self) -> None:
+        if self.screen is not self.load_screen:
+            self.push_screen("load")
+
+    def start_ramp(self, form: dict[str, Any]) -> None:
+        from spoc_tui.load.ramp import RampConfig
+
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        cfg = RampConfig(
+            url=self.settings.vllm_urls[0],
+            profile=form["profile"],
+            users=form["users"],
+            limits=form["limits"],
+            out_dir=data_dir() / "ramps" / stamp,
+            step_s=form["step_s"],
+            warmup_s=form["warmup_s"],
+            api_key=self.settings.api_key,
+            dcgm_urls=list(self.settings.dcgm_urls),
+        )
+        self.ramp_users = list(cfg.users)
+        self.load_screen.set_running(True)
+        self._ramp_worker = self._run_ramp(cfg)
+
+    def stop_ramp(self) -> None:
+        if self._ramp_worker is not None:
+            self._ramp_worker.cancel()
+
+    @work(group="ramps", exclusive=True, exit_on_error=False)
+    async def _run_ramp(self, cfg: Any) -> None:
+        from spoc_tui.load.ramp import RampError, run_ramp
+
+        try:
+            result = await run_ramp(cfg, lambda p: self.post_message(RampProgressed(p)))
+        except RampError as e:
+            self.post_message(RampFinished("error", str(e)))
+        except asyncio.CancelledError:
+            self.post_message(RampFinished("interrupted", f"stopped: finished steps kept in {cfg.out_dir}"))
+            raise
+        else:
+            self.post_message(RampFinished(result.status, f"{result.status}: results in {cfg.out_dir}"))
+
+    def on_ramp_progressed(self, message: RampProgressed) -> None:
+        self.load_screen.show_progress(message.progress)
+
+    def on_ramp_finished(self, message: RampFinished) -> None:
+        self.load_screen.show_finished(message.message, message.status in ("complete", "stopped_early"))
+        self.notify(message.message, severity="information" if message.status in ("complete", "stopped_early") else "warning", timeout=8)
+
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
         self.monitor.set_paused(self.paused)

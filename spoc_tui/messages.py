@@ -8,6 +8,7 @@ from textual.message import Message
 
 from spoc_tui.collectors.poller import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.gpu import TpGroupReport
+from spoc_tui.load.ramp import RampProgress
 
 
 @dataclass
@@ -34,3 +35,18 @@ class GpusSampled(Message):
 @dataclass
 class SourceStatusChanged(Message):
     status: SourceStatus
+
+
+@dataclass
+class RampProgressed(Message):
+    progress: RampProgress
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RampProgressed) and message.progress.phase == self.progress.phase == "measuring"
+
+
+@dataclass
+class RampFinished(Message):
+    status: str
+    """complete, stopped_early, interrupted, server_failed, error."""
+    message: str

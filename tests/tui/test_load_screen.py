@@ -1,0 +1,112 @@
+import asyncio
+
+import pytest
+
+from spoc_tui.core.loadmath import Knee, RequestSample, parse_sla, summarize_step
+from spoc_tui.load.ramp import RampProgress
+from spoc_tui.messages import RampFinished, RampProgressed
+from spoc_tui.screens.load import LoadScreen
+from spoc_tui.widgets.charts import Bar, LimitBarChart
+from tests.tui.helpers import make_app
+
+SLA = "ttft_p99<=500ms,itl_p99<=60ms"
+
+
+def _steps():
+    lims = parse_sla(SLA)
+    out = []
+    for i, (users, ttft, itl) in enumerate(((2, 0.05, 0.015), (8, 0.06, 0.018), (40, 3.7, 0.02)), 1):
+        samples = [RequestSample(0.0, i, users, True, ttft, ttft + 1.0, (itl,) * 20, 21) for _ in range(30)]
+        s = summarize_step(i, users, samples, 10.0, lims)
+        s.server = {"waiting_max": 0.0 if users < 40 else 23.0, "kv_cache_usage_max": 0.02 * i}
+        out.append(s)
+    return tuple(out)
+
+
+def _finished_ramp(app):
+    scr = app.load_screen
+    scr.limits = parse_sla(SLA)
+    app.ramp_users = [2, 8, 40]
+    steps = _steps()
+    app.post_message(RampProgressed(RampProgress("done", 3, 40, 42.0, 10.0, 270, steps, Knee(8, 40, "ttft_p99"))))
+    app.post_message(RampFinished("stopped_early", "stopped_early: results in /data/ramps/20261122-120000"))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_load_screen_after_a_ramp(snap_compare, size):
+    async def run_before(pilot):
+        await pilot.press("l")
+        await pilot.pause()
+        _finished_ramp(pilot.app)
+        await pilot.pause()
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
+
+
+async def test_chart_draws_limit_and_marks_breaches():
+    from textual.app import App
+
+    class ChartApp(App[None]):
+        def compose(self):
+            yield LimitBarChart("p99 TTFT", id="c")
+
+    app = ChartApp()
+    async with app.run_test(size=(40, 9)) as pilot:
+        chart = app.query_one(LimitBarChart)
+        chart.show([Bar("2", 0.05), Bar("40", 3.0)], 0.5)
+        await pilot.pause()
+        lines = [chart.render_line(y).text for y in range(9)]
+    assert "limit 500ms" in lines[0]
+    assert sum("SLA" in line for line in lines) == 1
+    assert lines[-1].split() == ["2", "40"]
+    assert "█" in "".join(lines[1:-1])  # the 3 s column fills the plot
+
+
+async def test_bad_form_shows_the_problem_and_starts_nothing():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        scr = app.load_screen
+        scr.query_one("#sla").value = "ttft<=1s"
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert "cannot parse SLA clause" in str(scr.form_error.render())
+        assert not scr.running
+
+
+async def test_ramp_from_the_ui_with_the_monitor_one_key_away():
+    from spoc_tui.app import SpocApp
+    from spoc_tui.config import Settings
+    from spoc_tui.demo import free_ports, start_sim, stop_group
+
+    port, dport = free_ports(2)
+    proc = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "8", "--dcgm-port", str(dport)], port)
+    try:
+        s = Settings(vllm_urls=[f"http://127.0.0.1:{port}"], dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"], nvml=False, window=10)
+        app = SpocApp(s)
+        async with app.run_test(size=(120, 45)) as pilot:
+            await pilot.press("l")
+            await pilot.pause()
+            scr = app.load_screen
+            assert isinstance(app.screen, LoadScreen)
+            scr.query_one("#users").value = "2,40"
+            scr.query_one("#step").value = "5"
+            scr.query_one("#warmup").value = "1"
+            scr.query_one("#sla").value = SLA
+            await pilot.press("ctrl+r")
+            await pilot.pause()
+            assert scr.running
+            await pilot.press("m")  # back to the monitor; the ramp keeps going
+            await pilot.pause()
+            assert app.screen is app.monitor and scr.running
+            for _ in range(80):
+                await asyncio.sleep(0.25)
+                if not scr.running:
+                    break
+            assert not scr.running
+            assert "knee: 2 users meet the SLA; 40 break ttft_p99" in str(scr.knee.render())
+            assert scr.steps.row_count == 2
+    finally:
+        stop_group(proc)
