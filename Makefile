@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/parse_bench.py
 	$(PY) benchmarks/sim_bench.py
 	$(PY) benchmarks/monitor_cpu.py
+	$(PY) benchmarks/load_fidelity.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -101,7 +101,8 @@ def _sim_opts(model: str | None, model_opt: str | None, **kw: object):  # type: 
 @click.option("--port", type=int, default=8000)
 @click.option("--dcgm-port", type=int, default=9400, help="Port of the simulated dcgm-exporter (0: any free port).")
 @click.option("--load-users", type=int, default=None, help="Built-in background users (default none).")
-def sim(model: str | None, model_opt: str | None, host: str, port: int, dcgm_port: int, load_users: int | None, **kw: object) -> None:
+@click.option("--truth-log", type=click.Path(dir_okay=False), default=None, help="Append each request's server-side token times (JSON lines), for measurement checks.")
+def sim(model: str | None, model_opt: str | None, host: str, port: int, dcgm_port: int, load_users: int | None, truth_log: str | None, **kw: object) -> None:
     """Run the engine simulator in the foreground: a SIMULATED vLLM server and dcgm-exporter.
 
     Accepts a `vllm serve`-like command line (`spoc sim MODEL --max-num-seqs 64 ...`), so the
@@ -111,7 +112,7 @@ def sim(model: str | None, model_opt: str | None, host: str, port: int, dcgm_por
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"spoc sim: warning: binding to {host}, not loopback", err=True)
-    opts = _sim_opts(model, model_opt, host=host, port=port, dcgm_port=dcgm_port, load_users=load_users, **kw)
+    opts = _sim_opts(model, model_opt, host=host, port=port, dcgm_port=dcgm_port, load_users=load_users, truth_log=truth_log, **kw)
     sys.exit(simrun.main(opts))
 
 

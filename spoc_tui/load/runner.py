@@ -113,6 +113,7 @@ class ChatUser(HttpUser):
         last: float | None = None
         gaps: list[float] = []
         usage: dict[str, Any] = {}
+        request_id: str | None = None
         parts: list[str] = []
         done = False
         error: str | None = None
@@ -139,6 +140,8 @@ class ChatUser(HttpUser):
                                 ev = json.loads(data)
                             except ValueError:
                                 continue
+                            if request_id is None and isinstance(ev.get("id"), str):
+                                request_id = ev["id"]
                             if ev.get("usage"):
                                 usage = ev["usage"]
                             for ch in ev.get("choices") or []:
@@ -173,6 +176,7 @@ class ChatUser(HttpUser):
             "output_tokens": usage.get("completion_tokens"),
             "prompt_tokens": usage.get("prompt_tokens"),
             "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None,
+            "request_id": request_id,
             "conversation": self.conv_id,
             "turn": turn,
         }

@@ -46,6 +46,7 @@ class SimOptions:
     quantization: str | None = None
     speed: float = 1.0
     load_users: int | None = None
+    truth_log: str | None = None
     """Built-in background users (None: none for steady/thermal, many for overload)."""
 
 
@@ -112,7 +113,7 @@ def demo_users(scenario: str, engine: SimEngine) -> int:
 
 async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: bool = True) -> None:
     engine, users = build(opts)
-    server = SimServer(engine, host=opts.host, port=opts.port, dcgm_port=opts.dcgm_port)
+    server = SimServer(engine, host=opts.host, port=opts.port, dcgm_port=opts.dcgm_port, truth_log=opts.truth_log)
     try:
         await server.start()
     except OSError as e:

@@ -38,6 +38,9 @@ class SimServer:
     _rng: random.Random = field(default_factory=lambda: random.Random(0))
     bound_port: int | None = None
     bound_dcgm_port: int | None = None
+    truth_log: str | None = None
+    """Write each finished request's server-side truth (arrival, token times) as JSON lines."""
+    _truth: Any = None
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -64,6 +67,8 @@ class SimServer:
             await dsite.start()
             self._runners.append(drunner)
             self.bound_dcgm_port = _bound_port(dsite)
+        if self.truth_log:
+            self._truth = open(self.truth_log, "a", buffering=1)
         self._tasks.append(asyncio.create_task(self.engine.run(self.stop_event, self.wake)))
 
     async def close(self) -> None:
@@ -77,6 +82,8 @@ class SimServer:
                 pass
         for r in self._runners:
             await r.cleanup()
+        if self._truth is not None:
+            self._truth.close()
 
     # -- endpoints ----------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
@@ -174,14 +181,25 @@ class SimServer:
         target = max_tokens if ignore_eos else eng.sample_output_len(max_tokens)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         queue: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
+        token_times: list[float] = []
+
+        def on_token(n: int, t: float) -> None:
+            token_times.append(t)
+            queue.put_nowait((n, t))
+
+        def on_finish(r: SimRequest) -> None:
+            if self._truth is not None:
+                self._truth.write(json.dumps({"id": rid, "arrival": r.arrival, "tokens": token_times, "reason": r.finish_reason}) + "\n")
+            queue.put_nowait(None)
+
         req = SimRequest(
             rid=rid,
             prompt=prompt,
             max_tokens=max_tokens,
             target_tokens=target,
             arrival=eng.clock(),
-            on_token=lambda n, t: queue.put_nowait((n, t)),
-            on_finish=lambda r: queue.put_nowait(None),
+            on_token=on_token,
+            on_finish=on_finish,
             out_seed=self._rng.randrange(1 << 30),
         )
         eng.add(req)

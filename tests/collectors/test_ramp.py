@@ -60,6 +60,7 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
     ok = [q for q in reqs if q["ok"]]
     assert ok and all(q["output_tokens"] and q["ttft"] and q["tpot"] is not None for q in ok if q["output_tokens"] > 1)
     assert any(q["turn"] > 0 for q in ok)  # multi-turn conversations
+    assert all(q["request_id"].startswith("chatcmpl-") for q in ok)
     assert any((q["cached_tokens"] or 0) > 0 for q in ok)  # the shared system prompt and history hit the cache
     for f in out.iterdir():
         assert "sk-NEVER-WRITTEN" not in f.read_text(errors="replace")
