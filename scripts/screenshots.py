@@ -50,10 +50,39 @@ async def shoot(name: str, args: list[str], users: int, seconds: float, size: tu
         stop_group(proc)
 
 
+async def shoot_load(name: str = "load-ramp-120x45.svg") -> None:
+    """A short real ramp from the Load screen against a simulator with 8 seats."""
+    port, dport = free_ports(2)
+    proc = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "8", "--dcgm-port", str(dport)], port)
+    try:
+        settings = Settings(vllm_urls=[f"http://127.0.0.1:{port}"], dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"], nvml=False, window=10)
+        app = SpocApp(settings)
+        async with app.run_test(size=(120, 45)) as pilot:
+            await pilot.press("l")
+            await pilot.pause()
+            scr = app.load_screen
+            scr.query_one("#profile").value = "chatbot"
+            scr.query_one("#users").value = "2,8,16,40"
+            scr.query_one("#step").value = "8"
+            scr.query_one("#warmup").value = "2"
+            scr.query_one("#sla").value = "ttft_p99<=500ms,itl_p99<=60ms"
+            await pilot.press("ctrl+r")
+            for _ in range(240):
+                await asyncio.sleep(0.25)
+                if not scr.running:
+                    break
+            await pilot.pause()
+            app.save_screenshot(path=str(OUT), filename=name)
+        print(f"wrote screenshots/{name}")
+    finally:
+        stop_group(proc)
+
+
 async def main() -> None:
     OUT.mkdir(exist_ok=True)
     for shot in SHOTS:
         await shoot(*shot)
+    await shoot_load()
 
 
 if __name__ == "__main__":
