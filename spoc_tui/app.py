@@ -28,6 +28,7 @@ HELP_TEXT = """\
 | key | action |
 |---|---|
 | `p` | pause / resume refreshing (the last data stays) |
+| `c` | the Capacity screen: KV-cache arithmetic, prefilled from this server (`m` or `Esc` back) |
 | `l` | the Load screen: run a ramp against this server (`m` or `Esc` back; the ramp keeps running) |
 | `F8` | save a screenshot (SVG) to the data folder |
 | `?` | this help |
@@ -271,6 +272,20 @@ class SpocApp(App[int]):
     def action_load(self) -> None:
         if self.screen is not self.load_screen:
             self.push_screen("load")
+
+    def action_capacity(self) -> None:
+        """Open the Capacity screen, prefilled from what the monitor sees."""
+        from spoc_tui.screens.capacity import CapacityScreen
+
+        screen = CapacityScreen()
+        self.push_screen(screen)
+        mon = self.monitor
+        if mon._vllm is not None and mon._vllm.servers:
+            server = mon._vllm.servers[0]
+            gpus = mon._gpus.gpus if mon._gpus is not None else ()
+            label = gpus[0].model if gpus else None
+            tp = len(mon._groups[0].members) if mon._groups else None
+            self.call_after_refresh(screen.prefill, server.model_names, server.cache_config, label, tp)
 
     def start_ramp(self, form: dict[str, Any]) -> None:
         from spoc_tui.load.ramp import RampConfig

@@ -177,3 +177,105 @@ def args_from_server(args: CapacityArgs, cfg: dict[str, str]) -> CapacityArgs:
     if cfg.get("cache_dtype") not in (None, "None", "auto") and "fp8" in cfg["cache_dtype"]:
         out.kv_cache_dtype = "fp8"
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# Queueing view
+
+
+@dataclass
+class QueueArgs:
+    users: list[int]
+    service_s: float | None = None
+    think_s: float | None = None
+    max_num_seqs: int = 256
+    ramp: str | None = None
+
+
+def load_ramp(path: str) -> dict[str, object]:
+    """Read ``ramp.json`` (or the folder holding it).
+
+    Raises:
+        PresetError: missing or unreadable file.
+    """
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "ramp.json"
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise PresetError(f"{p}: no such file") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise PresetError(f"{p}: not a ramp result ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+        raise PresetError(f"{p}: not a ramp result (no steps)")
+    return doc
+
+
+def estimate_from_ramp(doc: dict[str, object]) -> tuple[float, float] | None:
+    """(service time, think time) from the lightest step of a ramp: E2E mean, and the rest of
+    each user's request cycle (users / request rate - E2E)."""
+    steps = [s for s in doc["steps"] if isinstance(s, dict) and s.get("requests")]  # type: ignore[union-attr]
+    if not steps:
+        return None
+    s = steps[0]
+    e2e = s["latency"]["e2e"]["mean"]
+    rate = s["request_rate"]
+    if not e2e or not rate:
+        return None
+    cycle = s["users"] / rate
+    return float(e2e), max(0.0, cycle - float(e2e))
+
+
+def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, object]], float, float]:
+    """Model rows (with the ramp's measured figures where user counts match), service, think.
+
+    Raises:
+        PresetError: no service/think time and no ramp to estimate them from.
+    """
+    from spoc_tui.core.queueing import queue_curve
+
+    measured: dict[int, dict[str, object]] = {}
+    service, think = q.service_s, q.think_s
+    if q.ramp:
+        doc = load_ramp(q.ramp)
+        est = estimate_from_ramp(doc)
+        if est and service is None:
+            service = est[0]
+        if est and think is None:
+            think = est[1]
+        for s in doc["steps"]:  # type: ignore[union-attr]
+            measured[int(s["users"])] = s
+    if service is None or think is None:
+        raise PresetError("the queueing view needs --service-time and --think-time (or --ramp to estimate them)")
+    users = sorted(set(q.users) | set(measured))
+    rows = []
+    for pt in queue_curve(users, seats, service, think):
+        m = measured.get(pt.users)
+        rows.append({
+            "users": pt.users, "arrival_rate": pt.arrival_rate, "utilisation": pt.utilisation, "p_wait": pt.p_wait,
+            "expected_wait_s": None if pt.expected_wait_s == float("inf") else pt.expected_wait_s,
+            "measured_ttft_p50_s": m["latency"]["ttft"]["p50"] if m else None,  # type: ignore[index]
+            "measured_e2e_p50_s": m["latency"]["e2e"]["p50"] if m else None,  # type: ignore[index]
+            "measured_queue_max": (m.get("server") or {}).get("waiting_max") if m else None,  # type: ignore[union-attr]
+        })
+    return rows, service, think
+
+
+def render_queue(rows: list[dict[str, object]], seats: int, service: float, think: float) -> str:
+    from spoc_tui.core.queueing import saturation_users
+
+    lines = [f"queueing view: {seats} seats, service {fmt.seconds(service)}, think {think:.1f}s "
+             f"-> saturation at {saturation_users(seats, service, think):.0f} users (M/M/c estimate)"]
+    lines.append(f"  {'users':>6} {'req/s':>7} {'util':>6} {'P(wait)':>8} {'exp. wait':>10}   {'meas. TTFT p50':>14} {'meas. E2E p50':>13} {'queue':>6}")
+    for r in rows:
+        wait = r["expected_wait_s"]
+        lines.append(
+            f"  {r['users']:>6} {r['arrival_rate']:>7.2f} {r['utilisation'] * 100:>5.0f}% {r['p_wait'] * 100:>7.0f}% "  # type: ignore[operator]
+            f"{'saturated' if wait is None else fmt.seconds(wait):>10}   {fmt.seconds(r['measured_ttft_p50_s']):>14} "  # type: ignore[arg-type]
+            f"{fmt.seconds(r['measured_e2e_p50_s']):>13} {fmt.num(r['measured_queue_max']):>6}"  # type: ignore[arg-type]
+        )
+    lines.append("  note: an open M/M/c approximation; decode slows as the batch grows, so real waits begin earlier.")
+    return "\n".join(lines)

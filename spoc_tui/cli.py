@@ -275,9 +275,19 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
 @click.option("--kv-cache-gib", type=float, default=None, help="KV space given directly (CPU servers: VLLM_CPU_KVCACHE_SPACE).")
 @click.option("--reserve-gib", type=float, default=None, help="Runtime reserve per GPU for activations and CUDA graphs [1.5].")
 @click.option("--server", default=None, help="A running vLLM server: compare the prediction with its own cache_config_info.")
+@click.option("--queue", "queue_users", default=None, help="Queueing view for these user counts, e.g. 1,8,32,64,128.")
+@click.option("--service-time", type=float, default=None, help="Seconds per request at light load (queueing view).")
+@click.option("--think-time", type=float, default=None, help="Seconds a user waits between requests (queueing view).")
+@click.option("--max-num-seqs", type=int, default=256, show_default=True, help="The server's seat limit (queueing view).")
+@click.option("--ramp", "ramp_path", default=None, help="A ramp result (folder or ramp.json): estimates service/think time and shows the measured curve.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def capacity(server: str | None, as_json: bool, **kw: object) -> None:
-    """How much KV cache fits and how many sequences it holds, from the model's real shape."""
+def capacity(server: str | None, as_json: bool, queue_users: str | None, service_time: float | None, think_time: float | None,
+             max_num_seqs: int, ramp_path: str | None, **kw: object) -> None:
+    """How much KV cache fits and how many sequences it holds, from the model's real shape.
+
+    With --queue (or --ramp), also the queueing view: utilisation and expected wait as users
+    grow, next to the ramp's measured curve when one is given.
+    """
     from spoc_tui.capacity_cmd import CapacityArgs, args_from_server, compute, render, resolve, server_cache_config
     from spoc_tui.capacity_cmd import as_json as to_json
     from spoc_tui.core.capacity import CapacityError
@@ -290,15 +300,35 @@ def capacity(server: str | None, as_json: bool, **kw: object) -> None:
         v = getattr(args, name)
         if v is not None and v < 1:
             _fail(f"--{name.replace('_', '-')} must be positive")
+    from spoc_tui.capacity_cmd import QueueArgs, queue_rows, render_queue
+    from spoc_tui.core.loadmath import parse_users
+
+    qrows = None
     try:
         actual = server_cache_config(server) if server else None
         if actual:
             args = args_from_server(args, actual)
         model, gpu = resolve(args)
         p = compute(args, model, gpu)
-    except (PresetError, CapacityError) as e:
+        if queue_users or ramp_path:
+            users = parse_users(queue_users) if queue_users else []
+            if max_num_seqs < 1:
+                raise PresetError("--max-num-seqs must be at least 1")
+            seats = max(1, min(max_num_seqs, p.max_concurrent_sequences))
+            qrows, service, think = queue_rows(QueueArgs(users, service_time, think_time, max_num_seqs, ramp_path), seats)
+    except (PresetError, CapacityError, ValueError) as e:
         _fail(str(e))
-    click.echo(to_json(p, actual) if as_json else render(args, model, gpu, p, actual))
+    if as_json:
+        import json as _json
+
+        doc = _json.loads(to_json(p, actual))
+        if qrows is not None:
+            doc["queueing"] = {"seats": seats, "service_s": service, "think_s": think, "rows": qrows}
+        click.echo(_json.dumps(doc, indent=2))
+    else:
+        click.echo(render(args, model, gpu, p, actual))
+        if qrows is not None:
+            click.echo(render_queue(qrows, seats, service, think))
 
 
 @cli.command()

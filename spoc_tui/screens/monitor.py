@@ -25,6 +25,7 @@ class MonitorScreen(Screen[None]):
     BINDINGS = [
         ("p", "app.toggle_pause", "Pause"),
         ("l", "app.load", "Load ramp"),
+        ("c", "app.capacity", "Capacity"),
         ("question_mark", "app.push_screen('help')", "Help"),
         ("f8", "app.screenshot", "Screenshot"),
         ("q", "app.quit", "Quit"),

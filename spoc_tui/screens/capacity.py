@@ -1,0 +1,137 @@
+"""The Capacity screen: the KV-cache arithmetic, recomputed as the inputs change.
+
+Prefilled from the monitored server when one is connected: its model (when it matches a
+preset), its block size and KV dtype from ``cache_config_info``, its GPU from the GPU panel;
+the server's own KV token count is shown next to the prediction.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Label, Select, Static
+
+from spoc_tui.capacity_cmd import CapacityArgs, compute, render
+from spoc_tui.core.capacity import CapacityError
+from spoc_tui.core.presets import GPUS, MODELS, PresetError
+
+
+def _int(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+class CapacityScreen(Screen[None]):
+    BINDINGS = [Binding("m,escape", "app.pop_screen", "Monitor"), Binding("f8", "app.screenshot", "Screenshot")]
+
+    DEFAULT_CSS = """
+    CapacityScreen Horizontal { height: auto; padding: 0 1; }
+    CapacityScreen Label { padding: 1 1 0 0; }
+    CapacityScreen Select { width: 24; }
+    CapacityScreen Input { width: 14; }
+    CapacityScreen #result { padding: 1 1; height: auto; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.server_config: dict[str, str] = {}
+        self.server_label = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static("Capacity: how many sequences fit", id="title")
+        with VerticalScroll():
+            with Horizontal():
+                yield Label("model")
+                yield Select([(m, m) for m in MODELS], value="llama-3.1-8b", allow_blank=False, id="model")
+                yield Label("GPU")
+                yield Select([(g, g) for g in GPUS], value="h100-80gb", allow_blank=False, id="gpu")
+                yield Label("TP")
+                yield Input("1", id="tp", restrict=r"[0-9]*")
+            with Horizontal():
+                yield Label("max len")
+                yield Input("", placeholder="model", id="max_len", restrict=r"[0-9]*")
+                yield Label("avg context")
+                yield Input("", placeholder="max len", id="avg", restrict=r"[0-9]*")
+                yield Label("GPU util")
+                yield Input("0.9", id="util", restrict=r"[0-9.]*")
+            with Horizontal():
+                yield Label("KV dtype")
+                yield Select([("auto", "auto"), ("fp8", "fp8")], value="auto", allow_blank=False, id="kv")
+                yield Label("weights")
+                yield Select([("model's", "default"), ("bf16", "bf16"), ("fp8", "fp8"), ("int4", "int4")], value="default", allow_blank=False, id="weights")
+                yield Label("block")
+                yield Input("16", id="block", restrict=r"[0-9]*")
+            yield Static("", id="result")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.result = self.query_one("#result", Static)
+        self.recompute()
+
+    def prefill(self, model_names: tuple[str, ...], cache_config: dict[str, str], gpu_label: str | None, tp: int | None) -> None:
+        """Take what the monitored server says about itself."""
+        self.server_config = dict(cache_config)
+        for name in model_names:
+            for key, m in MODELS.items():
+                if m.served_name.lower() == name.lower() or key == name.lower():
+                    self.query_one("#model", Select).value = key
+        if gpu_label:
+            for key, g in GPUS.items():
+                if g.label.lower() in gpu_label.lower() or gpu_label.lower() in g.label.lower():
+                    self.query_one("#gpu", Select).value = key
+        if cache_config.get("block_size", "").isdigit():
+            self.query_one("#block", Input).value = cache_config["block_size"]
+        if "fp8" in cache_config.get("cache_dtype", ""):
+            self.query_one("#kv", Select).value = "fp8"
+        try:
+            util = float(cache_config.get("gpu_memory_utilization", ""))
+            self.query_one("#util", Input).value = f"{util:g}"
+        except ValueError:
+            pass
+        if tp:
+            self.query_one("#tp", Input).value = str(tp)
+        self.server_label = ", ".join(model_names)
+        self.recompute()
+
+    def args(self) -> CapacityArgs:
+        util_text = self.query_one("#util", Input).value
+        try:
+            util = float(util_text)
+        except ValueError:
+            raise CapacityError(f"GPU util {util_text!r} is not a number") from None
+        weights = str(self.query_one("#weights", Select).value)
+        return CapacityArgs(
+            model=str(self.query_one("#model", Select).value),
+            gpu=str(self.query_one("#gpu", Select).value),
+            tp=_int(self.query_one("#tp", Input).value) or 1,
+            max_model_len=_int(self.query_one("#max_len", Input).value),
+            avg_context=_int(self.query_one("#avg", Input).value),
+            weights_dtype=None if weights == "default" else weights,
+            kv_cache_dtype=str(self.query_one("#kv", Select).value),
+            gpu_memory_utilization=util,
+            block_size=_int(self.query_one("#block", Input).value) or 16,
+        )
+
+    def recompute(self) -> None:
+        if not self.is_mounted:
+            return
+        try:
+            a = self.args()
+            model, gpu = MODELS[a.model], GPUS[str(a.gpu)]
+            plan = compute(a, model, gpu)
+        except (CapacityError, PresetError, KeyError) as e:
+            self.result.update(Text(f"does not fit: {e}", style="bold red"))
+            return
+        text = Text(render(a, model, gpu, plan, self.server_config or None))
+        if self.server_label:
+            text.append(f"\n  prefilled from the monitored server ({self.server_label})", style="dim")
+        self.result.update(text)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.recompute()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        self.recompute()
