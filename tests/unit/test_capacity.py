@@ -74,3 +74,27 @@ def test_capacity_cli_json_keys():
     d = json.loads(r.stdout)
     for k in ("weights_bytes", "weights_bytes_per_gpu", "kv_bytes_per_token", "kv_bytes_per_request", "kv_cache_bytes", "kv_cache_tokens", "max_concurrent_sequences", "notes"):
         assert k in d
+
+
+def test_queue_view_from_a_ramp_result(tmp_path):
+    ramp = {"steps": [
+        {"users": 2, "requests": 20, "request_rate": 2.0, "latency": {"ttft": {"p50": 0.02}, "e2e": {"p50": 0.6, "mean": 0.7}}, "server": {"waiting_max": 0}},
+        {"users": 32, "requests": 40, "request_rate": 4.0, "latency": {"ttft": {"p50": 1.9}, "e2e": {"p50": 2.6, "mean": 2.7}}, "server": {"waiting_max": 22}},
+    ]}
+    (tmp_path / "ramp.json").write_text(json.dumps(ramp))
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", "llama-3.1-8b", "--gpu", "a100-40gb",
+                        "--max-num-seqs", "8", "--avg-context", "2000", "--ramp", str(tmp_path), "--queue", "4,16", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    q = json.loads(r.stdout)["queueing"]
+    assert q["seats"] == 8 and q["service_s"] == pytest.approx(0.7) and q["think_s"] == pytest.approx(0.3)
+    rows = {row["users"]: row for row in q["rows"]}
+    assert set(rows) == {2, 4, 16, 32}
+    assert rows[32]["expected_wait_s"] is None and rows[32]["measured_queue_max"] == 22  # saturated, and measured so
+    assert rows[2]["measured_ttft_p50_s"] == 0.02 and rows[4]["measured_ttft_p50_s"] is None
+
+
+def test_queue_view_needs_times():
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", "llama-3.1-8b", "--gpu", "h100", "--queue", "1,2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--service-time" in r.stderr
