@@ -200,7 +200,10 @@ class SpocApp(App[int]):
                     total = replicas_view(list(scrapes.values())) if len(scrapes) > 1 else None
                     status = SourceStatus(url, True, None, time.time())
                     self.post_message(ServersSampled(VllmTick(views, total, frozenset(), (), (status,))))
-            worker.cancelled_event.wait(self.settings.interval) if hasattr(worker, "cancelled_event") else time.sleep(self.settings.interval)
+            # Sleep in short slices so a cancelled worker (quit) stops within 0.1 s.
+            deadline = time.monotonic() + self.settings.interval
+            while not worker.is_cancelled and time.monotonic() < deadline:
+                time.sleep(0.1)
 
     @work(group="gpus", exclusive=True, exit_on_error=False)
     async def _poll_gpus(self) -> None:

@@ -176,16 +176,17 @@ class RunnerProcess:
         if self.cfg.api_key:
             env["SPOC_API_KEY"] = self.cfg.api_key  # passed by environment, never on a command line
         extra: list[str] = []
+        master_port = ""
         if self.cfg.workers:
             from spoc_tui.demo import free_port
 
-            port = free_port()
-            extra = ["--expect-workers", str(self.cfg.workers), "--master-bind-port", str(port)]
+            master_port = str(free_port())
+            extra = ["--expect-workers", str(self.cfg.workers), "--master-bind-port", master_port]
         log = open(self.log_dir / "runner.log", "ab")
         self.proc = await asyncio.create_subprocess_exec(*self._argv(*extra), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log, env=env, start_new_session=True)
         for i in range(self.cfg.workers):
             self.workers.append(
-                await asyncio.create_subprocess_exec(*self._argv("--worker", "--master-port", extra[3]), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
+                await asyncio.create_subprocess_exec(*self._argv("--worker", "--master-port", master_port), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
             )
         self._reader = asyncio.create_task(self._read())
         ev = await self.wait_for("ready", 90.0)

@@ -47,7 +47,7 @@ class SimOptions:
     speed: float = 1.0
     load_users: int | None = None
     truth_log: str | None = None
-    """Built-in background users (None: none for steady/thermal, many for overload)."""
+    """Built-in background users (none unless given; `spoc demo` chooses per scenario)."""
 
 
 def build(opts: SimOptions) -> tuple[SimEngine, int]:
@@ -98,10 +98,7 @@ def build(opts: SimOptions) -> tuple[SimEngine, int]:
         engine = SimEngine(cfg, gpus)
     except CapacityError as e:
         raise SimConfigError(str(e)) from None
-    users = opts.load_users
-    if users is None:
-        users = {"steady": 0, "thermal": 0, "overload": 0}[opts.scenario]
-    return engine, users
+    return engine, opts.load_users or 0
 
 
 def demo_users(scenario: str, engine: SimEngine) -> int:
