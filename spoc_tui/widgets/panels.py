@@ -120,7 +120,7 @@ def _reason_text(g: GpuSample) -> Text:
     if g.throttled_pct:
         top = max(g.throttled_pct.items(), key=lambda kv: kv[1])
         if top[1] >= 5:
-            windowed = f"{top[0]} {top[1]:.0f}% of window"
+            windowed = f"{top[0]} {top[1]:.0f}% of win"
     if not names:
         if windowed:
             return Text(windowed, style="yellow")
