@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from spoc_tui.core import fmt
 from spoc_tui.core.capacity import CapacityError, CapacityPlan, dtype_bytes, plan
-from spoc_tui.core.presets import GIB, GPUS, GpuSpec, ModelSpec, PresetError, custom_gpu, gpu_preset, model_preset
+from spoc_tui.core.presets import GIB, GPUS, GpuSpec, ModelSpec, PresetError, custom_gpu, gpu_preset, model_preset, read_json_object
 
 
 @dataclass
@@ -203,13 +203,8 @@ def load_ramp(path: str) -> dict[str, object]:
     p = Path(path)
     if p.is_dir():
         p = p / "ramp.json"
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise PresetError(f"{p}: no such file") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise PresetError(f"{p}: not a ramp result ({e})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+    doc = read_json_object(p, unreadable="not a ramp result")
+    if not isinstance(doc.get("steps"), list):
         raise PresetError(f"{p}: not a ramp result (no steps)")
     return doc
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from dataclasses import dataclass, field
 
 import httpx
 
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, read_source
 from spoc_tui.core import fmt
+from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
 from spoc_tui.core.vllm import LATENCY_LABELS, Scrape, ServerView, server_view
 
@@ -65,17 +65,6 @@ async def inspect_sources(sources: list[str], interval: float | None = None, api
             for g in dcgm_gpus(now.exposition, src):
                 res.gpus.append(with_throttle_window(g, before.get(g.key), dt))
     return res
-
-
-def json_safe(obj: object) -> object:
-    """NaN and infinities become null: JSON has no such numbers."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
 
 
 def render_text(res: InspectResult) -> str:

@@ -210,6 +210,23 @@ def model_from_config(cfg: dict[str, Any], name: str = "custom") -> ModelSpec:
     )
 
 
+def read_json_object(p: Path, unreadable: str = "cannot read JSON") -> dict[str, Any]:
+    """A JSON object from a file.
+
+    Raises:
+        PresetError: ``{p}: no such file``, ``{p}: {unreadable} (reason)``, ``{p}: not a JSON object``.
+    """
+    try:
+        obj = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise PresetError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PresetError(f"{p}: {unreadable} ({e})") from None
+    if not isinstance(obj, dict):
+        raise PresetError(f"{p}: not a JSON object")
+    return obj
+
+
 def model_preset(name: str) -> ModelSpec:
     """A preset by name, or a path to a ``config.json`` (or a folder holding one)."""
     key = name.strip().lower()
@@ -222,14 +239,7 @@ def model_preset(name: str) -> ModelSpec:
     if p.is_dir():
         p = p / "config.json"
     if p.suffix == ".json" or p.name == "config.json":
-        try:
-            cfg = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise PresetError(f"{p}: no such file") from None
-        except (OSError, json.JSONDecodeError) as e:
-            raise PresetError(f"{p}: cannot read JSON ({e})") from None
-        if not isinstance(cfg, dict):
-            raise PresetError(f"{p}: not a JSON object")
+        cfg = read_json_object(p)
         label = p.parent.name or "custom"
         return model_from_config(cfg, label)
     raise PresetError(f"unknown model {name!r}; known: {', '.join(MODELS)} (or a path to a config.json)")

@@ -23,6 +23,7 @@ import httpx
 
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
+from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.loadmath import Knee, Limit, RequestSample, StepSummary, badly_broken, find_knee, summarize_step
 from spoc_tui.load.profiles import Profile
 
@@ -137,15 +138,11 @@ class ResultWriter:
         doc = dict(self.header, status=status, steps=[s.as_dict() for s in steps], knee=knee.as_dict(), updated_at=time.time())
         fd, tmp = tempfile.mkstemp(dir=self.out_dir, prefix=".ramp-", suffix=".json")
         with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2, allow_nan=False, default=_nan_safe)
+            json.dump(json_safe(doc), f, indent=2, allow_nan=False)
         os.replace(tmp, self.out_dir / "ramp.json")
 
     def close(self) -> None:
         self.requests.close()
-
-
-def _nan_safe(o: object) -> object:
-    return None
 
 
 class RunnerProcess:

@@ -98,3 +98,10 @@ def test_queue_view_needs_times():
     r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", "llama-3.1-8b", "--gpu", "h100", "--queue", "1,2"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--service-time" in r.stderr
+
+
+def test_bad_ramp_file_is_named(tmp_path):
+    (tmp_path / "ramp.json").write_text("[1, 2]")
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", "llama-3.1-8b", "--gpu", "h100", "--ramp", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "not a JSON object" in r.stderr

@@ -168,3 +168,18 @@ def test_zero_and_uniform_distributions_round_trip(tmp_path):
     f.write_text('user_tokens = {dist = "uniform", min = 0, max = 5}\noutput_tokens = 1\nthink_s = 0\nturns = {dist = "normal", mean = 3, sd = 0}\n')
     p = load_profile(str(f))
     assert Profile.from_dict(p.as_dict()) == p
+
+
+def test_ramp_json_writes_nan_as_null(tmp_path):
+    import json as _json
+
+    from spoc_tui.load.ramp import ResultWriter
+
+    lims = parse_sla("ttft_p99<=1s")
+    step = summarize_step(1, 1, [_s(0.1, 1.0, 5)], 10, lims)
+    step.server = {"kv_cache_usage_max": float("nan")}
+    w = ResultWriter(tmp_path, {"url": "http://x"})
+    w.write([step], find_knee([step]), "complete")
+    w.close()
+    doc = _json.loads((tmp_path / "ramp.json").read_text())
+    assert doc["steps"][0]["server"]["kv_cache_usage_max"] is None
