@@ -135,6 +135,8 @@ class RequestSample:
     turn: int = 0
     request_id: str | None = None
     """The server's response id (``chatcmpl-...``)."""
+    end: float | None = None
+    """Wall time the request finished (steps count requests by when they finished)."""
 
     @property
     def tpot(self) -> float | None:
@@ -147,7 +149,7 @@ class RequestSample:
             "start": self.start, "step": self.step, "users": self.users, "ok": self.ok, "ttft": self.ttft,
             "e2e": self.e2e, "tpot": self.tpot, "itl": list(self.itl), "output_tokens": self.output_tokens,
             "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens, "error": self.error,
-            "conversation": self.conversation, "turn": self.turn, "request_id": self.request_id,
+            "conversation": self.conversation, "turn": self.turn, "request_id": self.request_id, "end": self.end,
         }
 
     @classmethod
@@ -166,7 +168,7 @@ class RequestSample:
             ttft=f("ttft"), e2e=f("e2e"), itl=tuple(float(x) for x in itl) if isinstance(itl, list) else (),
             output_tokens=i("output_tokens"), prompt_tokens=i("prompt_tokens"), cached_tokens=i("cached_tokens"),
             error=str(d["error"]) if d.get("error") else None, conversation=str(d.get("conversation", "")), turn=i("turn") or 0,
-            request_id=str(d["request_id"]) if d.get("request_id") else None,
+            request_id=str(d["request_id"]) if d.get("request_id") else None, end=f("end"),
         )
 
 

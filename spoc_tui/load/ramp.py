@@ -310,11 +310,9 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     s = RequestSample.from_dict(ev)
                     samples.append(s)
                     writer.sample(s)
-                    ends.append(float(ev.get("end") or s.start))
                 elif ev.get("type") == "exited":
                     return
 
-        ends: list[float] = []
         pump = asyncio.create_task(pump_samples())
         for idx, users in enumerate(cfg.users, 1):
             await runner.send({"cmd": "users", "n": users, "step": idx})
@@ -331,7 +329,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     raise RampError("the load generator exited; see runner.log in the output folder", 1)
                 server = await _server_view(poller, dcgm, peaks)
             m_end = time.time()
-            in_window = [s for s, e in zip(samples, ends) if m_start <= e <= m_end]
+            in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
             summary = summarize_step(idx, users, in_window, m_end - m_start, cfg.limits)
             summary.server = server
             steps.append(summary)
