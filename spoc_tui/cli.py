@@ -235,6 +235,45 @@ def ramp(url: str, model: str | None, profile: str, users_spec: str, step_second
     sys.exit(run(cfg))
 
 
+@cli.command()
+@click.option("--launch", required=True, help='Command that starts the server, without a shell: "vllm serve MODEL --port {port} {flags}" or "spoc sim --port {port} {flags}".')
+@click.option("--space", default=None, help="Search space TOML file [built-in: max-num-seqs, max-num-batched-tokens, chunked prefill, prefix caching, gpu-memory-utilization].")
+@click.option("--objectives", default="max:out_tok_s,min:ttft_p99", show_default=True, help="Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.")
+@click.option("--sla", required=True, help='Limits (Optuna constraints), e.g. "ttft_p99<=2s,itl_p99<=100ms".')
+@click.option("--trials", type=int, default=20, show_default=True, help="Trials to run in the study (all workers together).")
+@click.option("--storage", default=None, help="Optuna storage: sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE [OUT/study.db].")
+@click.option("--study", "study", default="spoc", show_default=True, help="Study name in the storage.")
+@click.option("--resume", is_flag=True, help="Continue the study (after a crash or Ctrl-C).")
+@click.option("--worker", is_flag=True, help="Join a study another machine created (shared --storage).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for trials.jsonl, pareto.json and each trial's server log and ramp.")
+@click.option("--profile", default="chatbot", show_default=True, help="Load profile of each trial's ramp.")
+@click.option("--users", default="16", show_default=True, help="User counts of each trial's ramp (the last is the reference load).")
+@click.option("--ref-users", type=int, default=None, help="Reference load for the objectives and the SLA [the last step].")
+@click.option("--step-seconds", type=float, default=30.0, show_default=True)
+@click.option("--warmup-seconds", type=float, default=5.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Makes the study reproducible (sampler and load).")
+@click.option("--population", type=int, default=10, show_default=True, help="NSGA-II population size.")
+@click.option("--try", "tries", multiple=True, help='A configuration to run first, e.g. "--max-num-seqs 64 --no-enable-chunked-prefill" (repeatable).')
+@click.option("--repeat-pareto", type=int, default=0, show_default=True, help="Run each Pareto-optimal configuration this many more times at the end.")
+@click.option("--env", multiple=True, help="NAME=VALUE for the server's environment (repeatable; values are never written out).")
+@click.option("--port", type=int, default=None, help="Port for the server [any free port].")
+@click.option("--start-timeout", type=float, default=600.0, show_default=True, help="Seconds a server may take to become ready.")
+@click.option("--model", default=None, help="Served model name [the server's first].")
+@click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
+@click.option("--workers", type=int, default=0, show_default=True, help="Local Locust worker processes per ramp.")
+@click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token for the server (never written to results).")
+def tune(**kw: object) -> None:
+    """Search server flags with NSGA-II: each trial starts the server, runs a ramp, scores it.
+
+    Prints a line per trial, appends OUT/trials.jsonl as trials finish and keeps
+    OUT/pareto.json (the Pareto-optimal flags, their objectives and the hypervolume) current.
+    Ctrl-C stops the running server and keeps every finished trial; --resume continues.
+    """
+    from spoc_tui.tune_cmd import TuneArgs, run
+
+    sys.exit(run(TuneArgs(**kw)))  # type: ignore[arg-type]
+
+
 @cli.command("load-worker")
 @click.option("--master", required=True, help="Host of the machine running `spoc ramp --workers N`.")
 @click.option("--master-port", type=int, default=5557, show_default=True)

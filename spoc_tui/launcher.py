@@ -7,11 +7,13 @@ leaves IPC socket files there) and its output in a log file. Ready means ``/heal
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -22,11 +24,16 @@ import httpx
 
 
 class LaunchError(RuntimeError):
-    """The server did not become ready; ``log_tail`` says why."""
+    """The server did not become ready; ``log_tail`` says why.
 
-    def __init__(self, message: str, log_tail: str = "") -> None:
+    ``kind``: "port" (something else serves the port), "exec" (the command cannot run),
+    "exited" (the server quit while starting), "timeout".
+    """
+
+    def __init__(self, message: str, log_tail: str = "", kind: str = "exited") -> None:
         super().__init__(message)
         self.log_tail = log_tail
+        self.kind = kind
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
@@ -63,6 +70,11 @@ class ServerProcess:
     proc: subprocess.Popen[bytes] | None = None
     tmpdir: str | None = None
     started_at: float | None = None
+    guard: bool = False
+    """Run through :mod:`spoc_tui.guard`: the server stops if this process dies (SIGKILL included)."""
+    marker: Path | None = None
+    """A JSON file naming the running server (pid = process group), removed when it stops:
+    a study killed outright finds and stops its server on resume."""
 
     @property
     def url(self) -> str:
@@ -75,27 +87,33 @@ class ServerProcess:
             LaunchError: port already served, process exited, or not ready in time.
         """
         if port_in_use(self.port, self.host):
-            raise LaunchError(f"port {self.port} is already served by another process; refusing to start")
+            raise LaunchError(f"port {self.port} is already served by another process; refusing to start", kind="port")
         self.tmpdir = tempfile.mkdtemp(prefix="spoc-server-")
         env = {**os.environ, **self.env, "TMPDIR": self.tmpdir}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         self.started_at = time.monotonic()
         try:
-            self.proc = subprocess.Popen(list(self.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            argv = [sys.executable, "-m", "spoc_tui.guard", str(os.getpid()), "--", *self.argv] if self.guard else list(self.argv)
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         except OSError as e:
             log.close()
             self.cleanup_tmp()
-            raise LaunchError(f"cannot run {self.argv[0]}: {e.strerror or e}") from None
+            raise LaunchError(f"cannot run {self.argv[0]}: {e.strerror or e}", kind="exec") from None
         finally:
             if not log.closed:
                 log.close()
+        if self.marker is not None:
+            self.marker.parent.mkdir(parents=True, exist_ok=True)
+            self.marker.write_text(json.dumps({"pid": self.proc.pid, "port": self.port, "argv": list(self.argv), "started_at": time.time()}))
         deadline = self.started_at + timeout
         while time.monotonic() < deadline:
             code = self.proc.poll()
             if code is not None:
                 tail = self.log_tail()
                 self.stop()
+                if code == 127 and self.guard and tail.startswith("cannot run"):
+                    raise LaunchError(tail.splitlines()[0], tail, kind="exec")
                 raise LaunchError(f"server exited with code {code} before it was ready", tail)
             try:
                 if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
@@ -105,7 +123,7 @@ class ServerProcess:
             time.sleep(poll)
         tail = self.log_tail()
         self.stop()
-        raise LaunchError(f"server not ready after {timeout:.0f} s", tail)
+        raise LaunchError(f"server not ready after {timeout:.0f} s", tail, kind="timeout")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -121,6 +139,11 @@ class ServerProcess:
         """Stop the whole process group; safe to call twice."""
         if self.proc is not None:
             stop_process_group(self.proc, grace)
+        if self.marker is not None:
+            try:
+                self.marker.unlink()
+            except OSError:
+                pass
         self.cleanup_tmp()
 
     def cleanup_tmp(self) -> None:

@@ -77,6 +77,7 @@ class RampResult:
     knee: Knee
     model: str
     out_dir: Path
+    max_model_len: int | None = None
 
 
 async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[str, int | None]:
@@ -356,4 +357,4 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             if dcgm is not None:
                 await dcgm.aclose()
     report("done", len(steps), steps[-1].users if steps else 0, steps, len(samples))
-    return RampResult(status, steps, knee, model, cfg.out_dir)
+    return RampResult(status, steps, knee, model, cfg.out_dir, context_len)

@@ -1,0 +1,390 @@
+"""Scoring one configuration: start the server with its flags, run the ramp, stop the server.
+
+:class:`ServerEvaluator` is the real thing (a launch template for ``vllm serve`` or
+``spoc sim``, the same Locust ramp as ``spoc ramp``). :class:`FastSimEvaluator` runs the
+simulated engine in virtual time instead (no sockets, no sleeping: a trial takes a fraction of
+a second), which the search-quality benchmark uses to try every configuration of a space.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import json
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spoc_tui.core.loadmath import Knee, Limit, RequestSample, StepSummary, find_knee, summarize_step
+from spoc_tui.core.tunespace import Config, command_line
+from spoc_tui.launcher import LaunchError, ServerProcess
+from spoc_tui.load.profiles import Profile
+from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
+
+Event = Callable[[str, dict[str, Any]], None]
+"""(kind, data): server_starting, server_ready, ramp (data["progress"]: RampProgress)."""
+
+
+class TuneFatal(RuntimeError):
+    """Not the configuration's fault (the port is taken, the command does not exist): stop the study."""
+
+
+@dataclass
+class TrialOutcome:
+    status: str
+    """ok, infeasible, interrupted."""
+    steps: list[StepSummary] = field(default_factory=list)
+    knee: Knee = field(default_factory=lambda: Knee(None, None, None))
+    reason: str = ""
+    log_tail: str = ""
+    start_s: float | None = None
+    kv_tokens: int | None = None
+    max_model_len: int | None = None
+    tokens_per_request: float | None = None
+    """Mean prompt + output tokens of the measured requests (for the KV-derived seed)."""
+    duration_s: float = 0.0
+
+
+def _tokens_per_request(samples: Sequence[RequestSample]) -> float | None:
+    tot = [(s.prompt_tokens or 0) + (s.output_tokens or 0) for s in samples if s.ok]
+    return sum(tot) / len(tot) if tot else None
+
+
+_ERROR_LINE = re.compile(r"(Error|Exception|error:|refus|Illegal|Killed)", re.I)
+
+
+def failure_reason(message: str, tail: str) -> str:
+    """One line saying why a server failed: out of memory, or its last error line."""
+    low = tail.lower()
+    if "out of memory" in low or "outofmemoryerror" in low or "cannot allocate memory" in low:
+        return f"out of memory ({message})"
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip() and _ERROR_LINE.search(ln)]
+    if lines:
+        return f"{message}: {lines[-1][:300]}"
+    return message
+
+
+@dataclass
+class RampSettings:
+    profile: Profile
+    users: list[int]
+    limits: tuple[Limit, ...]
+    step_s: float = 30.0
+    warmup_s: float = 5.0
+    abort_factor: float = 3.0
+    seed: int = 0
+    model: str | None = None
+    tokenizer: str | None = None
+    workers: int = 0
+    api_key: str | None = field(default=None, repr=False)
+
+
+class ServerEvaluator:
+    """Launch template + ramp. Thread-safe ``stop()`` interrupts a running trial."""
+
+    def __init__(self, template: Sequence[str], ramp: RampSettings, *, env: dict[str, str] | None = None, port: int | None = None,
+                 start_timeout: float = 600.0, marker: Path | None = None) -> None:
+        self.template = list(template)
+        self.ramp = ramp
+        self.env = env or {}
+        self.port = port
+        self.start_timeout = start_timeout
+        self.marker = marker
+        self._server: ServerProcess | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            loop.call_soon_threadsafe(task.cancel)
+        srv = self._server
+        if srv is not None and srv.proc is not None and self._task is None:
+            srv.stop(grace=5.0)  # still starting: the readiness loop sees it exit
+
+    def evaluate(self, config: Config, flags: list[str], trial_dir: Path, on_event: Event | None = None) -> TrialOutcome:
+        from spoc_tui.demo import free_port
+
+        emit = on_event or (lambda kind, data: None)
+        t0 = time.monotonic()
+        port = self.port or free_port()
+        argv = command_line(self.template, flags, port)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        server = ServerProcess(argv, port, trial_dir / "server.log", self.env, guard=True, marker=self.marker)
+        self._server = server
+        emit("server_starting", {"argv": argv, "port": port, "log": str(server.log_path)})
+        try:
+            try:
+                start_s = server.start(timeout=self.start_timeout)
+            except LaunchError as e:
+                if self._stopping.is_set():
+                    return TrialOutcome("interrupted", reason="stopped while the server was starting", duration_s=time.monotonic() - t0)
+                if e.kind in ("port", "exec"):
+                    raise TuneFatal(str(e)) from None
+                return TrialOutcome("infeasible", reason=failure_reason(f"server did not start ({e})", e.log_tail), log_tail=e.log_tail,
+                                    duration_s=time.monotonic() - t0)
+            emit("server_ready", {"start_s": start_s, "url": server.url})
+            kv_tokens = _kv_tokens(server.url)
+            try:
+                steps, knee, mml = self._run_ramp(server.url, trial_dir, emit)
+            except asyncio.CancelledError:
+                return TrialOutcome("interrupted", reason="stopped during the ramp", start_s=start_s, duration_s=time.monotonic() - t0)
+            except RampError as e:
+                tail = server.log_tail()
+                if not server.alive():
+                    code = server.proc.returncode if server.proc else None
+                    return TrialOutcome("infeasible", reason=failure_reason(f"server exited under load (code {code})", tail), log_tail=tail,
+                                        start_s=start_s, duration_s=time.monotonic() - t0)
+                return TrialOutcome("infeasible", reason=f"ramp failed: {e}", log_tail=tail, start_s=start_s, duration_s=time.monotonic() - t0)
+            if not server.alive():
+                tail = server.log_tail()
+                return TrialOutcome("infeasible", reason=failure_reason("server exited during the ramp", tail), log_tail=tail,
+                                    steps=steps, knee=knee, start_s=start_s, duration_s=time.monotonic() - t0)
+            samples = _read_samples(trial_dir / "requests.jsonl")
+            return TrialOutcome("ok", steps, knee, start_s=start_s, kv_tokens=kv_tokens, max_model_len=mml,
+                                tokens_per_request=_tokens_per_request(samples), duration_s=time.monotonic() - t0)
+        finally:
+            server.stop()
+            self._server = None
+
+    def _run_ramp(self, url: str, trial_dir: Path, emit: Event) -> tuple[list[StepSummary], Knee, int | None]:
+        r = self.ramp
+        cfg = RampConfig(url=url, profile=r.profile, users=list(r.users), limits=r.limits, out_dir=trial_dir, model=r.model, step_s=r.step_s,
+                         warmup_s=r.warmup_s, abort_factor=r.abort_factor, workers=r.workers, seed=r.seed, tokenizer=r.tokenizer, api_key=r.api_key)
+
+        def progress(p: RampProgress) -> None:
+            emit("ramp", {"progress": p})
+
+        async def go() -> Any:
+            self._task = asyncio.current_task()
+            return await run_ramp(cfg, progress)
+
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            if self._stopping.is_set():
+                raise asyncio.CancelledError
+            result = loop.run_until_complete(go())
+        finally:
+            self._task = None
+            self._loop = None
+            loop.close()
+        return result.steps, result.knee, result.max_model_len
+
+
+def _kv_tokens(url: str) -> int | None:
+    import httpx
+
+    from spoc_tui.core.promparse import parse_text
+    from spoc_tui.core.vllm import cache_config
+
+    try:
+        r = httpx.get(url + "/metrics", timeout=5.0)
+        cfg = cache_config(parse_text(r.text, r.headers.get("content-type")))
+        return int(cfg["num_gpu_blocks"]) * int(cfg["block_size"])
+    except (httpx.HTTPError, KeyError, ValueError, TypeError):
+        return None
+
+
+def _read_samples(path: Path) -> list[RequestSample]:
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    out.append(RequestSample.from_dict(json.loads(line)))
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except OSError:
+        pass
+    return out
+
+
+# -- the simulator in virtual time -----------------------------------------------------------
+
+SIM_FLAGS = {
+    "max-num-seqs": int, "max-num-batched-tokens": int, "enable-chunked-prefill": bool, "enable-prefix-caching": bool,
+    "gpu-memory-utilization": float, "block-size": int, "max-model-len": int, "kv-cache-dtype": str, "quantization": str,
+}
+
+
+class FastSimEvaluator:
+    """Every step of the ramp simulated in virtual time with closed-loop chat users.
+
+    Deterministic for a given configuration and seed, so a whole space can be tabulated once.
+    """
+
+    def __init__(self, ramp: RampSettings, model: str = "llama-3.1-8b", gpu: str = "h100-80gb", fixed: Config | None = None) -> None:
+        if ramp.profile.mix or ramp.profile.replay:
+            raise ValueError("the simulator's fast mode takes a simple profile (not a mix or a replay)")
+        self.ramp = ramp
+        self.model = model
+        self.gpu = gpu
+        self.fixed = fixed or {}
+
+    def stop(self) -> None:
+        pass
+
+    def evaluate(self, config: Config, flags: list[str] | None = None, trial_dir: Path | None = None, on_event: Event | None = None) -> TrialOutcome:
+        from spoc_tui.sim.run import SimConfigError, SimOptions, build
+
+        t0 = time.monotonic()
+        kw: dict[str, Any] = {}
+        for k, v in {**self.fixed, **config}.items():
+            if k not in SIM_FLAGS:
+                return TrialOutcome("infeasible", reason=f"the simulator has no --{k}")
+            kw[k.replace("-", "_")] = v
+        opts = SimOptions(model=self.model, gpu=self.gpu, seed=self.ramp.seed, dcgm_port=None, **kw)
+        steps: list[StepSummary] = []
+        samples_all: list[RequestSample] = []
+        engine = None
+        for idx, users in enumerate(self.ramp.users, 1):
+            try:
+                engine, _ = build(opts)
+            except SimConfigError as e:
+                return TrialOutcome("infeasible", reason=f"server did not start: {e}", log_tail=str(e), duration_s=time.monotonic() - t0)
+            samples = run_closed_loop(engine, self.ramp.profile, users, self.ramp.step_s, idx, self.ramp.seed)
+            window = [s for s in samples if (s.end or 0) >= self.ramp.warmup_s]
+            summary = summarize_step(idx, users, window, self.ramp.step_s - self.ramp.warmup_s, self.ramp.limits)
+            steps.append(summary)
+            samples_all += window
+        assert engine is not None
+        return TrialOutcome("ok", steps, find_knee(steps), start_s=0.0, kv_tokens=engine.plan.kv_cache_tokens, max_model_len=engine.max_len,
+                            tokens_per_request=_tokens_per_request(samples_all), duration_s=time.monotonic() - t0)
+
+
+def run_closed_loop(engine: Any, profile: Profile, users: int, duration_s: float, step: int, seed: int) -> list[RequestSample]:
+    """``users`` chat users against ``engine`` for ``duration_s`` virtual seconds.
+
+    Each user holds a conversation of the profile's turns: the prompt is the shared system
+    prompt, the history (the engine's own answers included) and the new user turn, so prefix
+    caching sees what it sees in a real chat service; between turns the user thinks.
+    """
+    clock = [0.0]
+    engine.clock = lambda: clock[0]
+    rng = random.Random(seed * 7919 + users)
+    token_ids = itertools.count(1_000_000)
+    system = list(range(1, profile.system_tokens + 1))
+    max_len = engine.max_len
+    wake: list[tuple[float, int]] = [(rng.uniform(0.0, 1.0), u) for u in range(users)]
+    heapq.heapify(wake)
+    history: dict[int, list[int]] = {}
+    turns_left: dict[int, int] = {}
+    samples: list[RequestSample] = []
+    serial = itertools.count()
+
+    gaps: dict[str, list[float]] = {}
+
+    def token(rid: str, now: float) -> None:
+        g = gaps.setdefault(rid, [now])
+        g.append(now - g[0])
+        g[0] = now
+
+    def finished(u: int, r: Any) -> None:
+        if r.first_token is not None and r.finished is not None:
+            itl = tuple(gaps.pop(r.rid, [0.0])[2:])  # [last time, first token's gap, then the inter-token gaps]
+            samples.append(RequestSample(start=r.arrival, step=step, users=users, ok=not r.aborted, ttft=r.first_token - r.arrival, itl=itl,
+                                         e2e=r.finished - r.arrival, output_tokens=r.generated, prompt_tokens=len(r.prompt),
+                                         cached_tokens=r.cached_tokens, end=r.finished))
+        history[u] = list(r.prompt) + r.output_ids()
+        turns_left[u] -= 1
+        heapq.heappush(wake, (clock[0] + profile.think_s.sample(rng), u))
+
+    def submit(u: int) -> None:
+        first = turns_left.get(u, 0) <= 0
+        if first:
+            turns_left[u] = max(1, int(round(profile.turns.sample(rng))))
+            history[u] = list(system)
+        dist = profile.first_user_tokens if first and profile.first_user_tokens is not None else profile.user_tokens
+        n_user = max(1, int(dist.sample(rng, max_len)))
+        out = max(1, int(profile.output_tokens.sample(rng, max_len)))
+        prompt = history[u] + [next(token_ids) for _ in range(n_user)]
+        if len(prompt) + out > max_len:  # the conversation outgrew the context: a new one
+            turns_left[u] = 0
+            history[u] = list(system)
+            prompt = (system + [next(token_ids) for _ in range(n_user)])[: max(1, max_len - out)]
+        from spoc_tui.sim.engine import SimRequest
+
+        rid = f"u{u}-{next(serial)}"
+        engine.add(SimRequest(rid, prompt, out, out, clock[0], on_token=lambda _n, now, rid=rid: token(rid, now), on_finish=lambda r, u=u: finished(u, r)))
+
+    while clock[0] < duration_s:
+        while wake and wake[0][0] <= clock[0]:
+            submit(heapq.heappop(wake)[1])
+        if engine.idle():
+            if not wake:
+                break
+            clock[0] = max(clock[0], wake[0][0])
+            continue
+        d = engine.step()
+        dec, pre = engine._pending
+        clock[0] += d
+        engine.complete(dec, pre, clock[0])
+    return samples
+
+
+def marker_info(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def stop_leftover(path: Path) -> str | None:
+    """Stop a server a killed study left running (its marker file names the process group)."""
+    import signal
+
+    info = marker_info(path)
+    if info is None:
+        return None
+    pid = info.get("pid")
+    msg = None
+    if isinstance(pid, int) and _alive(pid) and _is_guard(pid):
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            for _ in range(100):
+                if not _alive(pid):
+                    break
+                time.sleep(0.1)
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+            msg = f"stopped a server left running by an interrupted study (pid {pid}, port {info.get('port')})"
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        path.unlink()
+    except OSError:
+        pass
+    return msg
+
+
+def _is_guard(pid: int) -> bool:
+    """The process is still our guard (not a later process that got the same pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"spoc_tui.guard" in f.read()
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True

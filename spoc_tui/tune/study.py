@@ -1,0 +1,518 @@
+"""A tuning study: Optuna's NSGA-II proposes configurations, each one is started and ramped.
+
+Used by ``spoc tune`` and the Tune screen alike. The study lives in Optuna storage (SQLite or a
+journal file in the output folder by default, any SQLAlchemy URL such as PostgreSQL for several
+machines), so it opens in optuna-dashboard as it is, survives a crash and can be resumed, and
+several ``--worker`` processes can share it. Each finished trial is appended to
+``trials.jsonl`` and ``pareto.json`` is rewritten, so nothing measured is lost on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spoc_tui.core.jsonsafe import json_safe
+from spoc_tui.core.loadmath import Limit
+from spoc_tui.core.pareto import hypervolume, pareto_indices
+from spoc_tui.core.tunespace import Config, Objective, Space, command_line, constraint_values, objective_value, reference_point, reference_step
+from spoc_tui.tune.evaluate import TrialOutcome, TuneFatal, stop_leftover
+
+Listener = Callable[[str, dict[str, Any]], None]
+LOG_TAIL_CHARS = 4000
+_SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
+
+
+class TuneError(Exception):
+    """A study that cannot start or go on; the message says what to change."""
+
+
+def redact_url(url: str) -> str:
+    """A storage URL with its password hidden."""
+    return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A command line with the values of secret flags hidden."""
+    out: list[str] = []
+    hide = False
+    for tok in argv:
+        if hide:
+            out.append("***")
+            hide = False
+            continue
+        name, eq, _ = tok.partition("=")
+        if name in _SECRET_FLAGS:
+            if eq:
+                out.append(f"{name}=***")
+            else:
+                out.append(tok)
+                hide = True
+            continue
+        out.append(tok)
+    return out
+
+
+def open_storage(url: str | None, out_dir: Path) -> tuple[Any, str]:
+    """Optuna storage for ``url`` (default: SQLite in the output folder); returns (storage, url).
+
+    Raises:
+        TuneError: unknown scheme, missing database driver, unreachable database.
+    """
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    if url is None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{(out_dir / 'study.db').resolve()}"
+    shown = redact_url(url)
+    if url.startswith("journal:") or url.endswith((".journal", ".log")):
+        path = Path(url.removeprefix("journal:"))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(str(path))), url
+        except OSError as e:
+            raise TuneError(f"--storage {shown}: {e.strerror or e}") from None
+    if not re.match(r"^(sqlite|postgresql|mysql)(\+\w+)?://", url):
+        raise TuneError(f"--storage {shown}: expected sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE or a FILE.journal")
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return optuna.storages.RDBStorage(url, heartbeat_interval=None), url
+    except ModuleNotFoundError as e:
+        raise TuneError(f"--storage {shown}: the database driver {e.name!r} is not installed (for PostgreSQL: pip install psycopg2-binary)") from None
+    except Exception as e:  # sqlalchemy's OperationalError and friends: the database said no
+        first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise TuneError(f"--storage {shown}: cannot open the database: {redact_url(first)}") from None
+
+
+@dataclass
+class TuneConfig:
+    space: Space
+    objectives: tuple[Objective, ...]
+    limits: tuple[Limit, ...]
+    trials: int
+    out_dir: Path
+    study_name: str = "spoc"
+    storage: str | None = None
+    resume: bool = False
+    worker: bool = False
+    seed: int | None = 0
+    population: int = 10
+    ref_users: int | None = None
+    tries: list[Config] = field(default_factory=list)
+    """Configurations the operator wants tried first (for example the one in production)."""
+    repeats: int = 0
+    """Run each Pareto-optimal configuration this many more times at the end."""
+    template: list[str] = field(default_factory=list)
+    """The launch template (for the copyable command lines in the results)."""
+    max_skips: int = 400
+    """Proposals skipped (duplicates, broken conditions) in a row before the space counts as exhausted."""
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    status: str
+    """ok, infeasible, interrupted."""
+    config: Config
+    flags: list[str]
+    objectives: dict[str, float | None] = field(default_factory=dict)
+    constraints: dict[str, float] = field(default_factory=dict)
+    feasible: bool = False
+    reason: str = ""
+    log_tail: str = ""
+    knee: dict[str, Any] = field(default_factory=dict)
+    reference: dict[str, Any] = field(default_factory=dict)
+    start_s: float | None = None
+    duration_s: float = 0.0
+    worker: str = ""
+    repeat_of: int | None = None
+    finished_at: float = 0.0
+
+    def values(self, objectives: Sequence[Objective]) -> tuple[float, float] | None:
+        v = [self.objectives.get(o.name) for o in objectives]
+        if self.status != "ok" or any(x is None for x in v):
+            return None
+        return (float(v[0]), float(v[1]))  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_trial(cls, t: Any) -> TrialRecord | None:
+        a = t.user_attrs
+        if "status" not in a:
+            return None
+        return cls(number=t.number, status=a["status"], config=dict(t.params), flags=list(a.get("flags", [])),
+                   objectives=dict(a.get("objectives", {})), constraints=dict(a.get("constraints", {})), feasible=bool(a.get("feasible")),
+                   reason=a.get("reason", ""), log_tail=a.get("log_tail", ""), knee=dict(a.get("knee", {})), reference=dict(a.get("reference", {})),
+                   start_s=a.get("start_s"), duration_s=float(a.get("duration_s", 0.0)), worker=a.get("worker", ""), finished_at=float(a.get("finished_at", 0.0)))
+
+
+@dataclass
+class Front:
+    """The Pareto set of the feasible trials so far, and its hypervolume."""
+
+    records: list[TrialRecord]
+    reference: tuple[float, float]
+    hypervolume: float
+    hv_by_trial: list[float]
+    """Hypervolume after each counted trial, in trial order (same reference point)."""
+
+
+def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective], limits: Sequence[Limit]) -> Front:
+    counted = sorted((r for r in records if r.repeat_of is None), key=lambda r: r.number)
+    feas = [(r, r.values(objectives)) for r in counted if r.feasible]
+    feas = [(r, v) for r, v in feas if v is not None]
+    dirs = [o.direction for o in objectives]
+    pts = [v for _, v in feas]
+    ref = reference_point(objectives, limits, pts)
+    idx = pareto_indices(pts, dirs) if pts else []
+    pareto = [feas[i][0] for i in idx]
+    pareto.sort(key=lambda r: r.values(objectives)[0])  # type: ignore[index]
+    hv_by: list[float] = []
+    seen: list[tuple[float, float]] = []
+    for r in counted:
+        v = r.values(objectives)
+        if r.feasible and v is not None:
+            seen.append(v)
+        hv_by.append(hypervolume(seen, dirs, ref) if seen else 0.0)
+    return Front(pareto, ref, hv_by[-1] if hv_by else 0.0, hv_by)
+
+
+@dataclass
+class TuneSummary:
+    status: str
+    """complete, interrupted, exhausted."""
+    records: list[TrialRecord]
+    front: Front
+    repeats: dict[int, list[dict[str, float | None]]] = field(default_factory=dict)
+    message: str = ""
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class TuneSession:
+    """Runs a study with an evaluator (:class:`ServerEvaluator` or :class:`FastSimEvaluator`)."""
+
+    def __init__(self, cfg: TuneConfig, evaluator: Any, listener: Listener | None = None) -> None:
+        self.cfg = cfg
+        self.evaluator = evaluator
+        self.listener = listener or (lambda kind, data: None)
+        self._stop = threading.Event()
+        self.records: list[TrialRecord] = []
+        self.study: Any = None
+        self.storage_url = ""
+
+    # -- control ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop after (or during) the current trial; thread-safe. The trial's server is stopped."""
+        self._stop.set()
+        self.evaluator.stop()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def emit(self, kind: str, **data: Any) -> None:
+        self.listener(kind, data)
+
+    # -- study -----------------------------------------------------------------------------
+    def open(self) -> None:
+        """Open or create the study and deal with what a killed study left behind.
+
+        Raises:
+            TuneError: a study that exists without --resume, or is missing with it; mismatched objectives.
+        """
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        cfg = self.cfg
+        cfg.out_dir.mkdir(parents=True, exist_ok=True)
+        left = stop_leftover(cfg.out_dir / "server.json")
+        if left:
+            self.emit("note", message=left)
+        storage, self.storage_url = open_storage(cfg.storage, cfg.out_dir)
+        names = optuna.study.get_all_study_names(storage)
+        sampler = optuna.samplers.NSGAIISampler(population_size=cfg.population, seed=cfg.seed)
+        directions = ["maximize" if o.direction == "max" else "minimize" for o in cfg.objectives]
+        shown = redact_url(self.storage_url)
+        if cfg.study_name in names:
+            if not (cfg.resume or cfg.worker):
+                raise TuneError(f"study {cfg.study_name!r} already exists in {shown}; pass --resume to continue it or choose another --study")
+            study = optuna.load_study(study_name=cfg.study_name, storage=storage, sampler=sampler)
+            stored = study.user_attrs.get("objectives")
+            if stored and stored != [str(o) for o in cfg.objectives]:
+                raise TuneError(f"study {cfg.study_name!r} optimises {', '.join(stored)}; it cannot be continued with {', '.join(map(str, cfg.objectives))}")
+            stored_sla = study.user_attrs.get("sla")
+            if stored_sla and stored_sla != [str(x) for x in cfg.limits]:
+                raise TuneError(f"study {cfg.study_name!r} was run with the SLA {', '.join(stored_sla)}; continue it with the same --sla")
+        else:
+            if cfg.resume or cfg.worker:
+                known = ", ".join(names) or "none"
+                raise TuneError(f"no study {cfg.study_name!r} in {shown} to {'join' if cfg.worker else 'resume'} (studies there: {known})")
+            study = optuna.create_study(study_name=cfg.study_name, storage=storage, sampler=sampler, directions=directions)
+            study.set_user_attr("objectives", [str(o) for o in cfg.objectives])
+            study.set_user_attr("sla", [str(x) for x in cfg.limits])
+            study.set_user_attr("space", cfg.space.source)
+            study.set_user_attr("command", redact_argv(cfg.template))
+            for c in cfg.tries:
+                study.enqueue_trial(dict(c), user_attrs={"seeded": "given with --try"})
+            if cfg.space.defaults():
+                study.enqueue_trial(cfg.space.defaults(), user_attrs={"seeded": "server defaults"})
+        self.study = study
+        self._recover_interrupted()
+        self.records = [r for r in (TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)) if r is not None]
+        self.emit("opened", records=list(self.records), storage=shown, study=cfg.study_name)
+
+    def _recover_interrupted(self) -> None:
+        """Trials this host started and never finished (a crash): failed, and queued to run again."""
+        from optuna.trial import TrialState
+
+        if self.cfg.worker:
+            return
+        host = socket.gethostname()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            w = str(t.user_attrs.get("worker", ""))
+            h, _, pid = w.partition(":")
+            if h != host or (pid.isdigit() and _pid_alive(int(pid))):
+                continue
+            try:
+                self.study.tell(t.number, state=TrialState.FAIL)
+            except (ValueError, RuntimeError):
+                continue
+            self.study.enqueue_trial(dict(t.params), user_attrs={"seeded": f"re-run of interrupted trial {t.number}"})
+            self.emit("note", message=f"trial {t.number} was interrupted by a crash; it will run again")
+
+    def counted(self) -> int:
+        """Trials that ran (finished or infeasible), from every worker of the study."""
+        from optuna.trial import TrialState
+
+        return sum(1 for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)) if t.user_attrs.get("status") in ("ok", "infeasible"))
+
+    def _seen(self, exclude: int | None = None) -> dict[tuple[Any, ...], int]:
+        """Configurations already run or running (other workers), by trial number."""
+        from optuna.trial import TrialState
+
+        out: dict[tuple[Any, ...], int] = {}
+        for t in self.study.get_trials(deepcopy=False):
+            if t.number == exclude:
+                continue
+            if t.user_attrs.get("status") in ("ok", "infeasible") or t.state == TrialState.RUNNING:
+                out.setdefault(self.cfg.space.key(t.params), t.number)
+        return out
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> TuneSummary:
+        """Run trials until ``cfg.trials`` have run in the study (all workers), then the repeats.
+
+        Raises:
+            TuneError: the study cannot start; TuneFatal: a launch problem that is not the configuration's.
+        """
+        if self.study is None:
+            self.open()
+        from optuna.trial import TrialState
+
+        cfg = self.cfg
+        status = "complete"
+        message = ""
+        skips = 0
+        try:
+            while not self._stop.is_set():
+                done = self.counted()
+                if done >= cfg.trials:
+                    break
+                trial = self.study.ask()
+                config = {p.name: trial.suggest_categorical(p.name, list(p.values)) for p in cfg.space.params}
+                seen = self._seen(exclude=trial.number)
+                key = cfg.space.key(config)
+                broken = cfg.space.violated(config)
+                if key in seen or broken is not None:
+                    why = f"same configuration as trial {seen[key]}" if key in seen else f"breaks the condition {broken}"
+                    trial.set_user_attr("skipped", why)
+                    self.study.tell(trial, state=TrialState.PRUNED)
+                    self.emit("skipped", number=trial.number, config=config, reason=why)
+                    skips += 1
+                    if skips >= cfg.max_skips:
+                        status, message = "exhausted", f"{skips} proposals in a row were duplicates or broke a condition: the space is exhausted around the front"
+                        break
+                    continue
+                skips = 0
+                record = self._run_trial(trial, config, done + 1)
+                if record.status == "interrupted":
+                    status = "interrupted"
+                    break
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            if status == "interrupted" or self._stop.is_set():
+                status = "interrupted"
+            front = compute_front(self.records, cfg.objectives, cfg.limits)
+            self._write_pareto(front, {})
+        repeats: dict[int, list[dict[str, float | None]]] = {}
+        if status != "interrupted" and cfg.repeats > 0 and not cfg.worker:
+            repeats = self._repeat(front)
+            self._write_pareto(front, repeats)
+        self.emit("done", status=status, front=front, message=message)
+        return TuneSummary(status, list(self.records), front, repeats, message)
+
+    def _run_trial(self, trial: Any, config: Config, ordinal: int) -> TrialRecord:
+        from optuna.trial import TrialState
+
+        cfg = self.cfg
+        flags = cfg.space.argv(config)
+        trial.set_user_attr("flags", flags)
+        trial.set_user_attr("worker", _worker_id())
+        seeded = trial.user_attrs.get("seeded")
+        self.emit("trial_start", number=trial.number, ordinal=ordinal, total=cfg.trials, config=config, flags=flags, seeded=seeded)
+        trial_dir = cfg.out_dir / "trials" / f"{trial.number:04d}"
+        try:
+            outcome: TrialOutcome = self.evaluator.evaluate(config, flags, trial_dir, lambda kind, data: self.listener(kind, dict(data, number=trial.number)))
+        except KeyboardInterrupt:
+            outcome = TrialOutcome("interrupted", reason="interrupted (Ctrl-C)")
+            self._finish(trial, config, flags, outcome, TrialState.FAIL)
+            raise
+        except Exception as e:  # TuneFatal, or a bug: the trial must not stay RUNNING in the study
+            trial.set_user_attr("reason", f"{type(e).__name__}: {e}"[:500])
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        if outcome.status == "interrupted":
+            return self._finish(trial, config, flags, outcome, TrialState.FAIL)
+        if outcome.status == "ok":
+            if outcome.max_model_len and "max-model-len" not in cfg.space.names:
+                for c in cfg.space.learn("max-model-len", outcome.max_model_len):
+                    self.emit("note", message=f"the server reports max-model-len {outcome.max_model_len}: the condition \"{c}\" now applies")
+            values = [objective_value(o, outcome.steps, outcome.knee, cfg.ref_users) for o in cfg.objectives]
+            if any(v is None for v in values):
+                where = f"{cfg.ref_users} users" if cfg.ref_users else "the last step"
+                outcome.status, outcome.reason = "infeasible", f"no request finished at the reference load ({where})"
+                return self._finish(trial, config, flags, outcome, TrialState.FAIL)
+            rec = self._finish(trial, config, flags, outcome, TrialState.COMPLETE, values)  # type: ignore[arg-type]
+            self._maybe_kv_seed(outcome)
+            return rec
+        return self._finish(trial, config, flags, outcome, TrialState.FAIL)
+
+    def _finish(self, trial: Any, config: Config, flags: list[str], o: TrialOutcome, state: Any, values: list[float] | None = None) -> TrialRecord:
+        cfg = self.cfg
+        ref = reference_step(o.steps, cfg.ref_users)
+        cons = constraint_values(cfg.limits, cfg.objectives, o.steps, o.knee, cfg.ref_users) if values is not None else {}
+        rec = TrialRecord(
+            number=trial.number, status=o.status, config=dict(config), flags=flags,
+            objectives={ob.name: v for ob, v in zip(cfg.objectives, values, strict=True)} if values is not None else {},
+            constraints=cons, feasible=values is not None and all(c <= 0 for c in cons.values()), reason=o.reason, log_tail=o.log_tail[-LOG_TAIL_CHARS:],
+            knee=o.knee.as_dict() if o.steps else {},
+            reference=({"users": ref.users, "requests": ref.requests, "out_tok_s": ref.output_tokens_per_s, "req_s": ref.request_rate,
+                        "ttft_p99": ref.latency["ttft"]["p99"], "itl_p99": ref.latency["itl"]["p99"], "error_rate": ref.error_rate,
+                        "verdict": ref.verdict} if ref is not None else {}),
+            start_s=o.start_s, duration_s=o.duration_s, worker=_worker_id(), finished_at=time.time(),
+        )
+        for k, v in json_safe(rec.as_dict()).items():
+            if k not in ("number", "config", "repeat_of"):
+                trial.set_user_attr(k, v)
+        if values is not None:
+            for name, c in cons.items():
+                trial.set_constraint(name, c)
+            self.study.tell(trial, values)
+        else:
+            self.study.tell(trial, state=state)
+        self.records.append(rec)
+        self._append(rec)
+        front = compute_front(self.records, cfg.objectives, cfg.limits)
+        self._write_pareto(front, {})
+        self.emit("trial_done", record=rec, front=front)
+        return rec
+
+    def _maybe_kv_seed(self, o: TrialOutcome) -> None:
+        """After the first finished trial: a configuration whose max-num-seqs is what the KV cache holds."""
+        space = self.cfg.space
+        if self.study.user_attrs.get("kv_seed") or "max-num-seqs" not in space.names or not o.kv_tokens or not o.tokens_per_request:
+            return
+        self.study.set_user_attr("kv_seed", True)
+        fits = o.kv_tokens / o.tokens_per_request
+        values = sorted(v for v in space.param("max-num-seqs").values if isinstance(v, (int, float)))
+        pick = max([v for v in values if v <= fits] or values[:1])
+        config = {**space.defaults(), "max-num-seqs": pick}
+        what = f"KV cache: {o.kv_tokens} tokens / {o.tokens_per_request:.0f} per request = {fits:.0f} sequences"
+        if space.key(config) in self._seen():
+            self.emit("note", message=f"{what}; max-num-seqs {pick} was already tried")
+            return
+        self.study.enqueue_trial(config, user_attrs={"seeded": f"KV cache holds {fits:.0f} sequences of {o.tokens_per_request:.0f} tokens"})
+        self.emit("note", message=f"{what}; queued max-num-seqs {pick}")
+
+    def _repeat(self, front: Front) -> dict[int, list[dict[str, float | None]]]:
+        out: dict[int, list[dict[str, float | None]]] = {}
+        for rec in front.records:
+            for i in range(self.cfg.repeats):
+                if self._stop.is_set():
+                    return out
+                self.emit("repeat_start", number=rec.number, index=i + 1, total=self.cfg.repeats, flags=rec.flags)
+                trial_dir = self.cfg.out_dir / "trials" / f"{rec.number:04d}-repeat{i + 1}"
+                o = self.evaluator.evaluate(rec.config, rec.flags, trial_dir, lambda kind, data: self.listener(kind, dict(data, number=rec.number)))
+                vals = {ob.name: objective_value(ob, o.steps, o.knee, self.cfg.ref_users) if o.status == "ok" else None for ob in self.cfg.objectives}
+                out.setdefault(rec.number, []).append(vals)
+                rep = TrialRecord(number=rec.number, status=o.status, config=rec.config, flags=rec.flags, objectives=vals, reason=o.reason,
+                                  log_tail=o.log_tail[-LOG_TAIL_CHARS:], start_s=o.start_s, duration_s=o.duration_s, worker=_worker_id(),
+                                  repeat_of=rec.number, finished_at=time.time())
+                self._append(rep)
+                self.emit("repeat_done", record=rep)
+        return out
+
+    # -- files -----------------------------------------------------------------------------
+    def _append(self, rec: TrialRecord) -> None:
+        with open(self.cfg.out_dir / "trials.jsonl", "a") as f:
+            f.write(json.dumps(json_safe(rec.as_dict()), allow_nan=False, separators=(",", ":")) + "\n")
+
+    def command(self, flags: Sequence[str]) -> str:
+        import shlex
+
+        if not self.cfg.template:
+            return " ".join(shlex.quote(x) for x in flags)
+        return " ".join(shlex.quote(x) for x in redact_argv(command_line(self.cfg.template, flags, port=8000)))
+
+    def _write_pareto(self, front: Front, repeats: dict[int, list[dict[str, float | None]]]) -> None:
+        cfg = self.cfg
+        counted = [r for r in self.records if r.repeat_of is None]
+        doc = {
+            "study": cfg.study_name, "storage": redact_url(self.storage_url),
+            "objectives": [{"name": o.name, "direction": o.direction, "label": o.label} for o in cfg.objectives],
+            "sla": [str(x) for x in cfg.limits], "reference_load_users": cfg.ref_users,
+            "trials_run": len(counted), "feasible": sum(1 for r in counted if r.feasible),
+            "infeasible": sum(1 for r in counted if r.status == "infeasible"),
+            "hypervolume": front.hypervolume, "hypervolume_reference": list(front.reference),
+            "pareto": [
+                {"number": r.number, "config": r.config, "flags": r.flags, "command": self.command(r.flags), "objectives": r.objectives,
+                 "reference": r.reference, **({"repeats": repeats[r.number]} if r.number in repeats else {})}
+                for r in front.records
+            ],
+            "updated_at": time.time(),
+        }
+        fd, tmp = tempfile.mkstemp(dir=cfg.out_dir, prefix=".pareto-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(json_safe(doc), f, indent=2, allow_nan=False)
+        os.replace(tmp, cfg.out_dir / "pareto.json")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

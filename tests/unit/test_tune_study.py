@@ -1,0 +1,159 @@
+"""Tuning studies end to end on the simulated engine in virtual time (FastSimEvaluator).
+
+The evaluator is the real simulator driven without sockets or sleeping, so these tests run the
+real Optuna NSGA-II sampler, storage, seeding, duplicate detection and resume in seconds.
+"""
+
+import json
+
+import optuna
+import pytest
+
+from spoc_tui.core.loadmath import parse_sla
+from spoc_tui.core.tunespace import parse_objectives, parse_space
+from spoc_tui.load.profiles import load_profile
+from spoc_tui.tune.evaluate import FastSimEvaluator, RampSettings
+from spoc_tui.tune.study import TuneConfig, TuneError, TuneSession, open_storage, redact_argv, redact_url
+
+SPACE = """
+[fixed]
+max-model-len = 8192
+
+[flags.max-num-seqs]
+pow2 = [8, 128]
+default = 128
+
+[flags.max-num-batched-tokens]
+choices = [512, 2048, 8192]
+default = 2048
+
+[flags.enable-chunked-prefill]
+choices = [true, false]
+default = true
+"""
+
+LIMITS = parse_sla("ttft_p99<=30s,itl_p99<=400ms")
+
+
+def make(tmp_path, trials=6, seed=3, space=SPACE, **kw):
+    sp = parse_space(space, "test-space.toml")
+    ramp = RampSettings(load_profile("coding"), [24], LIMITS, step_s=30, warmup_s=8, seed=0)
+    ev = FastSimEvaluator(ramp, fixed=sp.fixed)
+    cfg = TuneConfig(sp, parse_objectives("max:out_tok_s,min:itl_p99"), LIMITS, trials, tmp_path, population=4, seed=seed, **kw)
+    events = []
+    return TuneSession(cfg, ev, lambda k, d: events.append((k, d))), events
+
+
+def test_study_runs_records_and_finds_a_front(tmp_path):
+    s, events = make(tmp_path)
+    summary = s.run()
+    assert summary.status == "complete"
+    ran = [r for r in summary.records if r.repeat_of is None]
+    assert len(ran) == 6
+    keys = [s.cfg.space.key(r.config) for r in ran]
+    assert len(set(keys)) == len(keys), "a configuration ran twice"
+    # seeded first: the server's defaults, then max-num-seqs from the KV cache (or a note that it was tried)
+    assert ran[0].config == s.cfg.space.defaults()
+    assert any(k == "note" and "KV cache" in d["message"] for k, d in events)
+    # 512 batched tokens without chunked prefill cannot start (max-model-len 8192): infeasible, not fatal
+    bad = [r for r in ran if r.status == "infeasible"]
+    for r in bad:
+        assert not r.config["enable-chunked-prefill"] and r.config["max-num-batched-tokens"] < 8192
+        assert "smaller than max_model_len" in r.reason
+    lines = [json.loads(x) for x in (tmp_path / "trials.jsonl").read_text().splitlines()]
+    assert [x["number"] for x in lines] == [r.number for r in ran]
+    doc = json.loads((tmp_path / "pareto.json").read_text())
+    assert doc["trials_run"] == 6 and doc["pareto"]
+    assert doc["hypervolume"] == pytest.approx(summary.front.hypervolume) and doc["hypervolume"] > 0
+    front = {p["number"] for p in doc["pareto"]}
+    # no feasible trial dominates a Pareto one
+    for p in doc["pareto"]:
+        for r in ran:
+            if r.feasible and r.number not in front:
+                o = r.objectives
+                assert not (o["out_tok_s"] >= p["objectives"]["out_tok_s"] and o["itl_p99"] <= p["objectives"]["itl_p99"]
+                            and (o["out_tok_s"] > p["objectives"]["out_tok_s"] or o["itl_p99"] < p["objectives"]["itl_p99"]))
+    assert all(p["command"].startswith("--max-model-len 8192") for p in doc["pareto"])
+    # the study is a plain Optuna study: constraints stored, dashboard-readable
+    st = optuna.load_study(study_name="spoc", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    done = [t for t in st.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert done and all(any(k.startswith("constraints:") for k in t.system_attrs) for t in done)
+    assert [k for k, _ in events].count("trial_done") == 6
+
+
+def test_same_seed_same_study(tmp_path):
+    a, _ = make(tmp_path / "a", trials=5, seed=11)
+    b, _ = make(tmp_path / "b", trials=5, seed=11)
+    ra, rb = a.run().records, b.run().records
+    assert [r.config for r in ra] == [r.config for r in rb]
+    assert [r.objectives for r in ra] == [r.objectives for r in rb]
+
+
+def test_resume_continues_and_refuses_mistakes(tmp_path):
+    s, _ = make(tmp_path, trials=3)
+    s.run()
+    again, _ = make(tmp_path, trials=5)
+    with pytest.raises(TuneError, match="already exists.*--resume"):
+        again.open()
+    resumed, events = make(tmp_path, trials=5, resume=True)
+    summary = resumed.run()
+    assert events[0][0] == "opened" and len(events[0][1]["records"]) == 3
+    ran = [r for r in summary.records if r.repeat_of is None]
+    assert len(ran) == 5 and len({resumed.cfg.space.key(r.config) for r in ran}) == 5
+    assert len((tmp_path / "trials.jsonl").read_text().splitlines()) == 5
+    other, _ = make(tmp_path, trials=5, resume=True, study_name="nope")
+    with pytest.raises(TuneError, match="no study 'nope'.*studies there: spoc"):
+        other.open()
+    wrong, _ = make(tmp_path, trials=5, resume=True)
+    wrong.cfg.objectives = parse_objectives("out_tok_s,ttft_p99")
+    with pytest.raises(TuneError, match="optimises max:out_tok_s, min:itl_p99"):
+        wrong.open()
+
+
+def test_crashed_trial_runs_again_on_resume(tmp_path):
+    s, _ = make(tmp_path, trials=2)
+    s.run()
+    st = s.study
+    t = st.ask()  # a trial this host started, whose process died (a crash)
+    t.suggest_categorical("max-num-seqs", [8, 16, 32, 64, 128])
+    import socket
+
+    t.set_user_attr("worker", f"{socket.gethostname()}:999999999")
+    resumed, events = make(tmp_path, trials=3, resume=True)
+    resumed.open()
+    assert any(k == "note" and "interrupted by a crash" in d["message"] for k, d in events)
+    assert st.trials[t.number].state == optuna.trial.TrialState.FAIL
+    resumed.run()
+    assert resumed.counted() == 3
+
+
+def test_exhausted_space_stops(tmp_path):
+    tiny = "[flags.max-num-seqs]\nchoices = [16, 32]\ndefault = 32\n"
+    s, _ = make(tmp_path, trials=5, space=tiny, max_skips=30)
+    summary = s.run()
+    assert summary.status == "exhausted" and len(summary.records) == 2 and "exhausted" in summary.message
+
+
+def test_repeats_of_the_pareto_set(tmp_path):
+    s, _ = make(tmp_path, trials=3, repeats=2)
+    summary = s.run()
+    assert summary.repeats and all(len(v) == 2 for v in summary.repeats.values())
+    doc = json.loads((tmp_path / "pareto.json").read_text())
+    assert all(len(p["repeats"]) == 2 for p in doc["pareto"])
+    lines = [json.loads(x) for x in (tmp_path / "trials.jsonl").read_text().splitlines()]
+    assert sum(1 for x in lines if x["repeat_of"] is not None) == 2 * len(doc["pareto"])
+
+
+def test_journal_storage_and_storage_errors(tmp_path):
+    s, _ = make(tmp_path, trials=2, storage=f"journal:{tmp_path / 'study.journal'}")
+    assert s.run().status == "complete"
+    assert (tmp_path / "study.journal").stat().st_size > 0
+    with pytest.raises(TuneError, match="expected sqlite"):
+        open_storage("redis://x", tmp_path)
+    with pytest.raises(TuneError, match=r"postgresql://u:\*\*\*@.*(driver|cannot open)"):
+        open_storage("postgresql://u:hunter2@127.0.0.1:1/db", tmp_path)
+
+
+def test_secrets_are_redacted():
+    assert redact_url("postgresql://me:s3cret@db/x") == "postgresql://me:***@db/x"
+    assert redact_argv(["vllm", "serve", "--api-key", "sk-1", "--hf-token=hf_x", "--port", "1"]) == ["vllm", "serve", "--api-key", "***", "--hf-token=***", "--port", "1"]
