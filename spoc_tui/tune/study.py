@@ -425,6 +425,8 @@ class TuneSession:
         for k, v in json_safe(rec.as_dict()).items():
             if k not in ("number", "config", "repeat_of"):
                 trial.set_user_attr(k, v)
+        if o.status == "interrupted":  # not the configuration's fault: it runs first when the study goes on
+            self.study.enqueue_trial(dict(config), user_attrs={"seeded": f"re-run of interrupted trial {trial.number}"})
         if values is not None:
             for name, c in cons.items():
                 trial.set_constraint(name, c)

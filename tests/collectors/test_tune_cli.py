@@ -1,0 +1,164 @@
+"""`spoc tune` end to end: each trial starts a real `spoc sim` server and runs a real Locust ramp."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spoc_tui.demo import free_ports
+from spoc_tui.launcher import ServerProcess
+
+SIM = f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --gpu a100-40gb --port {{port}} --dcgm-port 0 {{flags}}"
+FAST = """
+name = "fast"
+system_tokens = 200
+turns = 3
+user_tokens = {dist = "uniform", min = 50, max = 300}
+output_tokens = {dist = "uniform", min = 20, max = 80}
+think_s = {dist = "uniform", min = 0.1, max = 0.4}
+"""
+SPACE = """
+[fixed]
+max-model-len = 4096
+
+[flags.max-num-seqs]
+choices = [2, 16]
+default = 16
+
+[flags.max-num-batched-tokens]
+choices = [1024, 4096]
+default = 4096
+
+[flags.enable-chunked-prefill]
+choices = [true, false]
+default = true
+"""
+
+
+@pytest.fixture()
+def files(tmp_path):
+    (tmp_path / "fast.toml").write_text(FAST)
+    (tmp_path / "space.toml").write_text(SPACE)
+    return tmp_path
+
+
+def tune_argv(files, *extra, trials=3):
+    return [sys.executable, "-m", "spoc_tui.cli", "tune", "--launch", SIM, "--space", str(files / "space.toml"), "--profile", str(files / "fast.toml"),
+            "--users", "8", "--step-seconds", "4", "--warmup-seconds", "1", "--sla", "ttft_p99<=1s", "--objectives", "max:out_tok_s,min:ttft_p99",
+            "--trials", str(trials), "--out", str(files / "out"), "--population", "4", *extra]
+
+
+def guards_of(pid: int) -> list[int]:
+    """Guard processes (and so servers) started by process ``pid`` that are still alive."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            stat = (d / "stat").read_text().split(")")[-1].split()
+        except OSError:
+            continue
+        if b"spoc_tui.guard" in cmd and cmd[cmd.index(b"spoc_tui.guard") + 1] == str(pid).encode() and stat[0] != "Z":
+            out.append(int(d.name))
+    return out
+
+
+def test_tune_three_trials_with_one_that_cannot_start(files):
+    p = subprocess.Popen(tune_argv(files, "--try", "--max-num-seqs 2 --max-num-batched-tokens 1024 --no-enable-chunked-prefill",
+                                   "--try", "--max-num-seqs 2 --max-num-batched-tokens 4096", "--api-key", "sk-NEVER-WRITTEN"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err
+    assert "trial 1/3" in out and "trial 3/3" in out
+    assert "infeasible: server did not start" in out and "smaller than max_model_len" in out
+    recs = [json.loads(x) for x in (files / "out" / "trials.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in recs][0] == "infeasible" and len(recs) == 3
+    assert "max_num_batched_tokens (1024)" in recs[0]["log_tail"]
+    assert recs[1]["config"]["max-num-seqs"] == 2  # the second --try, then the server defaults
+    assert recs[2]["config"] == {"max-num-seqs": 16, "max-num-batched-tokens": 4096, "enable-chunked-prefill": True}
+    assert all(r["status"] == "ok" and r["reference"]["requests"] > 0 for r in recs[1:])
+    # 2 seats queue 8 users: more TTFT than 16 seats
+    assert recs[1]["objectives"]["ttft_p99"] > recs[2]["objectives"]["ttft_p99"]
+    doc = json.loads((files / "out" / "pareto.json").read_text())
+    assert doc["pareto"] and doc["trials_run"] == 3 and doc["infeasible"] == 1
+    assert doc["pareto"][0]["command"].startswith(sys.executable)
+    assert "Pareto set" in out
+    assert not guards_of(p.pid), "a server was left running"
+    assert not (files / "out" / "server.json").exists()
+    blob = "".join(f.read_text(errors="replace") for f in (files / "out").rglob("*") if f.is_file() and f.suffix in (".json", ".jsonl", ".log"))
+    assert "sk-NEVER-WRITTEN" not in blob
+
+
+def test_ctrl_c_stops_the_server_and_resume_finishes(files):
+    p = subprocess.Popen(tune_argv(files, trials=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list((files / "out" / "trials").glob("*/requests.jsonl")):
+        time.sleep(0.2)
+    assert guards_of(p.pid), "no server running during the ramp"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (out, err)
+    assert "continue with --resume" in err
+    assert not guards_of(p.pid)
+    r = subprocess.run(tune_argv(files, "--resume", trials=2), capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in (files / "out" / "trials.jsonl").read_text().splitlines()]
+    assert [x["status"] for x in recs][:2] == ["interrupted", "ok"] and len(recs) == 3
+    assert recs[1]["config"] == recs[0]["config"]  # the interrupted configuration ran again
+
+
+def test_killed_study_leaves_no_server_and_resume_stops_a_leftover(files):
+    p = subprocess.Popen(tune_argv(files, trials=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not guards_of(p.pid):
+        time.sleep(0.2)
+    guard = guards_of(p.pid)
+    assert guard
+    p.kill()  # SIGKILL: no clean-up code runs in spoc
+    p.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline and Path(f"/proc/{guard[0]}").exists():
+        time.sleep(0.2)
+    assert not Path(f"/proc/{guard[0]}").exists() or "Z" in Path(f"/proc/{guard[0]}/stat").read_text().split(")")[-1][:3]
+    # a server whose guard is still alive (here: one this test holds) named by the marker file is stopped on resume
+    port, = free_ports(1)
+    marker = files / "out" / "server.json"
+    s = ServerProcess([sys.executable, "-m", "spoc_tui.cli", "sim", "--port", str(port), "--dcgm-port", "0"], port, files / "left.log", guard=True, marker=marker)
+    s.start(timeout=30)
+    r = subprocess.run(tune_argv(files, "--resume", trials=1), capture_output=True, text=True, timeout=120)
+    assert "stopped a server left running by an interrupted study" in r.stdout
+    assert s.proc.wait(timeout=5) is not None
+    s.stop()
+
+
+def test_occupied_port_and_bad_input_are_one_line_errors(files):
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    try:
+        r = subprocess.run(tune_argv(files, "--port", str(port)), capture_output=True, text=True, timeout=60)
+    finally:
+        srv.close()
+    assert r.returncode == 1 and "already served by another process" in r.stderr and "Traceback" not in r.stderr
+    cases = [
+        (["--launch", "/nonexistent/vllm serve m --port {port}"], "not a command"),
+        (["--space", "/nonexistent.toml"], "No such file"),
+        (["--objectives", "min:out_tok_s,ttft_p99"], "can only be maximised"),
+        (["--try", "--max-num-seqs 3"], "not one of the space's values"),
+        (["--trials", "0"], "--trials"),
+        (["--launch", SIM.replace("{flags}", "--max-num-seqs 4 {flags}")], "already sets --max-num-seqs"),
+        (["--storage", "mongodb://x"], "expected sqlite"),
+        (["--ref-users", "5"], "not one of the ramp's user counts"),
+    ]
+    for extra, msg in cases:
+        r = subprocess.run(tune_argv(files, *extra), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, (extra, r.stdout, r.stderr)
+        assert msg in r.stderr and "Traceback" not in r.stderr, (extra, r.stderr)
