@@ -65,9 +65,11 @@ def failure_reason(message: str, tail: str) -> str:
     low = tail.lower()
     if "out of memory" in low or "outofmemoryerror" in low or "cannot allocate memory" in low:
         return f"out of memory ({message})"
-    lines = [ln.strip() for ln in tail.splitlines() if ln.strip() and _ERROR_LINE.search(ln)]
+    noise = ("File \"", "For further information", "Traceback", "^", "~")
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip() and _ERROR_LINE.search(ln) and not ln.strip().startswith(noise)]
     if lines:
-        return f"{message}: {lines[-1][:300]}"
+        line = re.sub(r"\s*\[type=.*$", "", lines[-1])  # pydantic's input dump
+        return f"{message}: {line[:300]}"
     return message
 
 

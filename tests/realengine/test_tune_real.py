@@ -1,0 +1,63 @@
+"""A 3-trial `spoc tune` that restarts the real vLLM server with different flags."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.collectors.test_tune_cli import guards_of
+from tests.realengine.conftest import MODEL, VENV, VLLM_ENV
+
+SPACE = """
+[flags.max-num-seqs]
+choices = [4, 16]
+default = 16
+
+[flags.max-num-batched-tokens]
+choices = [512, 2048]
+default = 2048
+
+[flags.enable-chunked-prefill]
+choices = [true, false]
+default = true
+"""
+PROFILE = ('name = "short"\nsystem_tokens = 100\nturns = 2\n'
+           'user_tokens = {dist = "uniform", min = 100, max = 400}\noutput_tokens = 64\nthink_s = 0\n')
+
+
+def test_three_trial_tune_against_real_vllm(tmp_path):
+    (tmp_path / "space.toml").write_text(SPACE)
+    (tmp_path / "p.toml").write_text(PROFILE)
+    out = tmp_path / "tune"
+    launch = (f"{VENV / 'bin' / 'vllm'} serve {MODEL} --host 127.0.0.1 --port {{port}} --max-model-len 2048 --dtype float32 "
+              "--served-model-name tiny {flags}")
+    env = [x for k, v in VLLM_ENV.items() for x in ("--env", f"{k}={v}")]
+    t0 = time.monotonic()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "spoc_tui.cli", "tune", "--launch", launch, "--space", str(tmp_path / "space.toml"), *env,
+         # vLLM refuses this one: without chunked prefill a batch must hold max-model-len (2048) tokens
+         "--try", "--max-num-seqs 16 --max-num-batched-tokens 512 --no-enable-chunked-prefill",
+         "--try", "--max-num-seqs 4 --max-num-batched-tokens 2048",
+         "--profile", str(tmp_path / "p.toml"), "--tokenizer", str(MODEL), "--users", "16", "--step-seconds", "10", "--warmup-seconds", "2",
+         "--sla", "ttft_p99<=5s", "--objectives", "max:out_tok_s,min:ttft_p99", "--trials", "3", "--out", str(out), "--start-timeout", "240"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    stdout, stderr = p.communicate(timeout=600)
+    print(stdout, stderr, f"took {time.monotonic() - t0:.0f} s", sep="\n")
+    assert p.returncode == 0, stderr
+    recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in recs] == ["infeasible", "ok", "ok"]
+    assert "max_num_batched_tokens" in recs[0]["reason"] and "max_model_len" in recs[0]["reason"]
+    assert recs[1]["config"]["max-num-seqs"] == 4 and recs[2]["config"] == {"max-num-seqs": 16, "max-num-batched-tokens": 2048, "enable-chunked-prefill": True}
+    # the flags reached the real server: 4 seats make 16 users queue, so first tokens wait longer
+    assert recs[1]["objectives"]["ttft_p99"] > recs[2]["objectives"]["ttft_p99"]
+    ramp4 = json.loads((out / "trials" / f"{recs[1]['number']:04d}" / "ramp.json").read_text())
+    assert ramp4["steps"][0]["server"]["running_max"] <= 4 and ramp4["steps"][0]["server"]["waiting_max"] > 0
+    doc = json.loads((out / "pareto.json").read_text())
+    assert doc["pareto"] and doc["hypervolume"] > 0 and doc["trials_run"] == 3
+    assert all(x["command"].startswith(str(VENV / "bin" / "vllm") + " serve") and "--port 8000" in x["command"] for x in doc["pareto"])
+    assert not guards_of(p.pid), "a vLLM server was left running"
+    assert not (out / "server.json").exists()
+    leftovers = [d for d in Path("/tmp").glob("spoc-server-*")]
+    assert not any(str(d).endswith(tuple(str(r["number"]) for r in recs)) for d in leftovers)
