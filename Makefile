@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/sim_bench.py
 	$(PY) benchmarks/monitor_cpu.py
 	$(PY) benchmarks/load_fidelity.py
+	$(PY) benchmarks/tune_quality.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -78,11 +78,60 @@ async def shoot_load(name: str = "load-ramp-120x45.svg") -> None:
         stop_group(proc)
 
 
+TUNE_SPACE = """
+[fixed]
+max-model-len = 8192
+
+[flags.max-num-seqs]
+pow2 = [4, 64]
+default = 64
+
+[flags.max-num-batched-tokens]
+choices = [1024, 4096, 16384]
+default = 4096
+
+[flags.enable-chunked-prefill]
+choices = [true, false]
+default = true
+"""
+
+
+async def shoot_tune(name: str = "tune-study-120x45.svg") -> None:
+    """A real 8-trial study from the Tune screen: each trial starts a `spoc sim` server and ramps it."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        space = Path(d) / "space.toml"
+        space.write_text(TUNE_SPACE)
+        launch = f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --gpu a100-40gb --port {{port}} --dcgm-port 0 {{flags}}"
+        app = SpocApp(Settings(nvml=False, tune_launch=launch), start_workers=False)
+        async with app.run_test(size=(120, 45)) as pilot:
+            await pilot.press("t")
+            await pilot.pause()
+            scr = app.tune_screen
+            scr.query_one("#space").value = str(space)
+            scr.query_one("#objectives").value = "max:out_tok_s,min:ttft_p99"
+            scr.query_one("#sla").value = "ttft_p99<=3s"
+            scr.query_one("#trials").value = "8"
+            scr.query_one("#users").value = "24"
+            scr.query_one("#step").value = "8"
+            await pilot.press("ctrl+r")
+            for _ in range(1200):
+                await asyncio.sleep(0.25)
+                if not scr.running:
+                    break
+            app.clear_notifications()
+            await pilot.pause()
+            app.save_screenshot(path=str(OUT), filename=name)
+        print(f"wrote screenshots/{name}")
+
+
 async def main() -> None:
     OUT.mkdir(exist_ok=True)
     for shot in SHOTS:
         await shoot(*shot)
     await shoot_load()
+    await shoot_tune()
 
 
 if __name__ == "__main__":

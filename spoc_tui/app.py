@@ -18,8 +18,9 @@ from textual.widgets import Markdown
 from spoc_tui.collectors.poller import DcgmPoller, GpuTick, SourceStatus, VllmPoller, VllmTick
 from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.gpu import GpuSample, analyse_groups, parse_tp_groups
-from spoc_tui.messages import GpusSampled, RampFinished, RampProgressed, ServersSampled, SourceStatusChanged
+from spoc_tui.messages import GpusSampled, RampFinished, RampProgressed, ServersSampled, SourceStatusChanged, TuneEvent, TuneFinished
 from spoc_tui.screens.load import LoadScreen
+from spoc_tui.screens.tune import TuneScreen
 from spoc_tui.screens.monitor import MonitorScreen
 
 HELP_TEXT = """\
@@ -30,6 +31,7 @@ HELP_TEXT = """\
 | `p` | pause / resume refreshing (the last data stays) |
 | `c` | the Capacity screen: KV-cache arithmetic, prefilled from this server (`m` or `Esc` back) |
 | `l` | the Load screen: run a ramp against this server (`m` or `Esc` back; the ramp keeps running) |
+| `t` | the Tune screen: an NSGA-II study over server flags, the Pareto front live (`m` or `Esc` back; the study keeps running) |
 | `F8` | save a screenshot (SVG) to the data folder |
 | `?` | this help |
 | `q` | quit |
@@ -128,6 +130,7 @@ class SpocApp(App[int]):
         super().__init__()
         self.ramp_users: list[int] = []
         self._ramp_worker: Any = None
+        self._tune_session: Any = None
         self.settings = settings
         self.sources = sources if sources is not None else build_sources(settings)
         self.start_workers = start_workers
@@ -334,6 +337,80 @@ class SpocApp(App[int]):
         self.load_screen.show_finished(message.message, message.status in ("complete", "stopped_early"))
         self.notify(message.message, severity="information" if message.status in ("complete", "stopped_early") else "warning", timeout=8)
 
+    # -- tuning studies ----------------------------------------------------------------------
+    @property
+    def tune_screen(self) -> TuneScreen:
+        if not self.is_screen_installed("tune"):
+            self.install_screen(TuneScreen(self.settings.tune_launch), "tune")
+        screen = self.get_screen("tune")
+        assert isinstance(screen, TuneScreen)
+        return screen
+
+    def action_tune(self) -> None:
+        if self.screen is not self.tune_screen:
+            self.push_screen("tune")
+
+    def start_tune(self, args: Any) -> None:
+        from spoc_tui.core.tunespace import SpaceError
+        from spoc_tui.tune.study import TuneSession
+        from spoc_tui.tune_cmd import build
+
+        screen = self.tune_screen
+        root = data_dir() / "tunes"
+        if args.resume:
+            earlier = sorted(p.parent for p in root.glob("*/study.db"))
+            if not earlier:
+                screen.show_error(f"no earlier study in {root} to resume")
+                return
+            args.out_dir = str(earlier[-1])
+        else:
+            args.out_dir = str(root / time.strftime("%Y%m%d-%H%M%S"))
+        args.api_key = self.settings.api_key
+        try:
+            cfg, evaluator = build(args)
+        except (SpaceError, ValueError) as e:
+            screen.show_error(str(e))
+            return
+        session = TuneSession(cfg, evaluator, lambda kind, data: self.post_message(TuneEvent(kind, data)))
+        screen.show_error("")
+        screen.prepare(cfg.objectives, cfg.limits, session)
+        screen.set_running(True)
+        self._tune_session = session
+        self._run_tune(session)
+
+    def stop_tune(self) -> None:
+        if self._tune_session is not None:
+            self._tune_session.stop()
+
+    @work(group="tune", exclusive=True, exit_on_error=False, thread=True)
+    def _run_tune(self, session: Any) -> None:
+        from spoc_tui.tune.evaluate import TuneFatal
+        from spoc_tui.tune.study import TuneError
+
+        out = session.cfg.out_dir
+        try:
+            session.open()
+            summary = session.run()
+        except (TuneError, TuneFatal) as e:
+            self.post_message(TuneFinished("error", str(e)))
+        except Exception as e:  # a bug: shown, not a crash of the monitor
+            self.post_message(TuneFinished("error", f"internal error: {type(e).__name__}: {e}"))
+        else:
+            ran = len([r for r in summary.records if r.repeat_of is None])
+            self.post_message(TuneFinished(summary.status, f"{summary.status}: {ran} trial(s), {len(summary.front.records)} Pareto-optimal; "
+                                                           f"results in {out}/pareto.json" + (f"; {summary.message}" if summary.message else "")))
+
+    def on_tune_event(self, message: TuneEvent) -> None:
+        self.tune_screen.apply_event(message.kind, message.data)
+
+    def on_tune_finished(self, message: TuneFinished) -> None:
+        ok = message.status in ("complete", "exhausted")
+        self._tune_session = None
+        self.tune_screen.finished(message.message, ok)
+        if message.status == "error":
+            self.tune_screen.show_error(message.message)
+        self.notify(message.message, severity="information" if ok else "warning", timeout=8)
+
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
         self.monitor.set_paused(self.paused)
@@ -345,6 +422,8 @@ class SpocApp(App[int]):
         self.notify(f"screenshot saved: {Path(path)}", timeout=5)
 
     def action_quit(self) -> None:  # type: ignore[override]
+        if self._tune_session is not None:
+            self._tune_session.stop()  # its server stops; if we exit first, the server's guard stops it
         self.exit(0)
 
 

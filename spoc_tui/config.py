@@ -43,6 +43,8 @@ class Settings:
     """Seconds over which percentiles and rates are computed."""
     api_key: str | None = field(default=None, repr=False)
     """Bearer token for the servers; never displayed or logged."""
+    tune_launch: str | None = None
+    """Launch command the Tune screen starts with (``spoc demo``: the simulator)."""
 
     def validate(self) -> None:
         if not 0.1 <= self.interval <= 3600:

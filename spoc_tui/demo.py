@@ -88,6 +88,7 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
             tp_groups=f"0-{engine.cfg.tp - 1}" if engine.cfg.tp > 1 else None,
             interval=1.0,
             window=30.0,
+            tune_launch=f"{sys.executable} -m spoc_tui.cli sim {model} --gpu {gpu} --port {{port}} --dcgm-port 0 {{flags}}",
         )
         return run_monitor(settings)
     except KeyboardInterrupt:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from textual.message import Message
 
@@ -49,4 +50,19 @@ class RampProgressed(Message):
 class RampFinished(Message):
     status: str
     """complete, stopped_early, interrupted, server_failed, error."""
+    message: str
+
+
+@dataclass
+class TuneEvent(Message):
+    """An event of a running tuning study (posted from its thread)."""
+
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass
+class TuneFinished(Message):
+    status: str
+    """complete, interrupted, exhausted, error."""
     message: str

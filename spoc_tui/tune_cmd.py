@@ -33,7 +33,7 @@ class TuneArgs:
     step_seconds: float = 30.0
     warmup_seconds: float = 5.0
     seed: int = 0
-    population: int = 10
+    population: int = 8
     tries: tuple[str, ...] = ()
     repeat_pareto: int = 0
     env: tuple[str, ...] = ()

@@ -60,6 +60,34 @@ class Param:
     name: str
     values: tuple[Value, ...]
     default: Value | None = None
+    kind: str = "choices"
+    """choices, pow2 or range: how the sampler sees it (ordered numbers keep their order)."""
+
+    @property
+    def by_index(self) -> bool:
+        """Decimal ranges are searched by position in the list (exact values, no float steps)."""
+        return self.kind == "range" and not all(isinstance(v, int) for v in self.values)
+
+    @property
+    def sampler_name(self) -> str:
+        """The parameter's name in the Optuna study (powers of two are searched by exponent)."""
+        if self.kind == "pow2":
+            return f"log2({self.name})"
+        return f"{self.name} (index)" if self.by_index else self.name
+
+    def encode(self, value: Value) -> Value:
+        if self.kind == "pow2":
+            return int(math.log2(float(value)))  # type: ignore[arg-type]
+        if self.by_index:
+            return min(range(len(self.values)), key=lambda i: abs(float(self.values[i]) - float(value)))  # type: ignore[arg-type]
+        return value
+
+    def decode(self, raw: Value) -> Value:
+        if self.kind == "pow2":
+            return int(2 ** int(raw))  # type: ignore[arg-type]
+        if self.by_index:
+            return self.values[int(raw)]  # type: ignore[arg-type]
+        return raw
 
     @property
     def is_bool(self) -> bool:
@@ -168,6 +196,14 @@ class Space:
             if not c.holds(values):
                 return c
         return None
+
+    def encode(self, config: Mapping[str, Value]) -> dict[str, Value]:
+        """A configuration as the sampler's parameters (for enqueueing)."""
+        return {p.sampler_name: p.encode(config[p.name]) for p in self.params if p.name in config}
+
+    def decode(self, params: Mapping[str, Value]) -> Config:
+        """The sampler's parameters (of a stored trial) as a configuration."""
+        return {p.name: p.decode(params[p.sampler_name]) for p in self.params if p.sampler_name in params}
 
     def defaults(self) -> Config:
         """The server's defaults, for the flags whose default the space names."""
@@ -312,7 +348,8 @@ def parse_space(text: str, source: str = "<space>", known: Mapping[str, Value] |
                 if not match:
                     raise SpaceError(f"flag {name!r}: default {default!r} is not one of its values")
                 default = match[0]
-            params.append(Param(name, values, default))
+            kind = next(k for k in ("choices", "pow2", "range") if k in spec)
+            params.append(Param(name, values, default, kind))
     except SpaceError as e:
         raise SpaceError(f"{source}: {e}") from None
     fixed = doc.get("fixed", {})

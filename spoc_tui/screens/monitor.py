@@ -26,6 +26,7 @@ class MonitorScreen(Screen[None]):
         ("p", "app.toggle_pause", "Pause"),
         ("l", "app.load", "Load ramp"),
         ("c", "app.capacity", "Capacity"),
+        ("t", "app.tune", "Tune"),
         ("question_mark", "app.push_screen('help')", "Help"),
         ("f8", "app.screenshot", "Screenshot"),
         ("q", "app.quit", "Quit"),

@@ -110,7 +110,7 @@ class TuneConfig:
     resume: bool = False
     worker: bool = False
     seed: int | None = 0
-    population: int = 10
+    population: int = 8
     ref_users: int | None = None
     tries: list[Config] = field(default_factory=list)
     """Configurations the operator wants tried first (for example the one in production)."""
@@ -156,7 +156,7 @@ class TrialRecord:
         a = t.user_attrs
         if "status" not in a:
             return None
-        return cls(number=t.number, status=a["status"], config=dict(t.params), flags=list(a.get("flags", [])),
+        return cls(number=t.number, status=a["status"], config=dict(a.get("config") or t.params), flags=list(a.get("flags", [])),
                    objectives=dict(a.get("objectives", {})), constraints=dict(a.get("constraints", {})), feasible=bool(a.get("feasible")),
                    reason=a.get("reason", ""), log_tail=a.get("log_tail", ""), knee=dict(a.get("knee", {})), reference=dict(a.get("reference", {})),
                    start_s=a.get("start_s"), duration_s=float(a.get("duration_s", 0.0)), worker=a.get("worker", ""), finished_at=float(a.get("finished_at", 0.0)))
@@ -201,6 +201,55 @@ class TuneSummary:
     front: Front
     repeats: dict[int, list[dict[str, float | None]]] = field(default_factory=dict)
     message: str = ""
+
+
+def suggest(trial: Any, space: Space) -> Config:
+    """Ask the sampler for a configuration: ordered flags as numbers (powers of two by exponent),
+    so crossover and mutation can use their order; other choices as categories."""
+    config: Config = {}
+    for p in space.params:
+        if p.kind == "pow2":
+            exps = [p.encode(v) for v in p.values]
+            config[p.name] = p.decode(trial.suggest_int(p.sampler_name, min(exps), max(exps)))  # type: ignore[arg-type]
+        elif p.by_index:
+            config[p.name] = p.decode(trial.suggest_int(p.sampler_name, 0, len(p.values) - 1))
+        elif p.kind == "range" and len(p.values) > 1:
+            step = p.values[1] - p.values[0]  # type: ignore[operator]
+            config[p.name] = trial.suggest_int(p.name, p.values[0], p.values[-1], step=step)  # type: ignore[arg-type]
+        else:
+            config[p.name] = trial.suggest_categorical(p.name, list(p.values))
+    return config
+
+
+def spread_configs(space: Space, n: int, seed: int | None, taken: Sequence[Config] = ()) -> list[Config]:
+    """``n`` configurations spread over the space (a Latin-hypercube design on the value lists):
+    every value of every flag appears about equally often, unlike a random first generation
+    that can miss a value altogether. Configurations that break a condition or repeat are redrawn.
+    """
+    import random
+
+    rng = random.Random(seed)
+    seen = {space.key(c) for c in taken}
+    out: list[Config] = []
+    for _ in range(20):
+        if len(out) >= n:
+            break
+        columns = {}
+        for p in space.params:
+            reps = -(-n // len(p.values))
+            col = [v for _ in range(reps) for v in rng.sample(list(p.values), len(p.values))][:n]
+            rng.shuffle(col)
+            columns[p.name] = col
+        for i in range(n):
+            c = {name: col[i] for name, col in columns.items()}
+            key = space.key(c)
+            if key in seen or space.violated(c) is not None:
+                continue
+            seen.add(key)
+            out.append(c)
+            if len(out) >= n:
+                break
+    return out
 
 
 def _worker_id() -> str:
@@ -249,7 +298,11 @@ class TuneSession:
             self.emit("note", message=left)
         storage, self.storage_url = open_storage(cfg.storage, cfg.out_dir)
         names = optuna.study.get_all_study_names(storage)
-        sampler = optuna.samplers.NSGAIISampler(population_size=cfg.population, seed=cfg.seed)
+        # population about 8: several generations within 30 expensive trials; SBX crossover uses the
+        # order of numeric flags (powers of two are searched by exponent). See benchmarks/tune_quality.py.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SBXCrossover is marked experimental
+            sampler = optuna.samplers.NSGAIISampler(population_size=cfg.population, seed=cfg.seed, crossover=optuna.samplers.nsgaii.SBXCrossover())
         directions = ["maximize" if o.direction == "max" else "minimize" for o in cfg.objectives]
         shown = redact_url(self.storage_url)
         if cfg.study_name in names:
@@ -272,9 +325,13 @@ class TuneSession:
             study.set_user_attr("space", cfg.space.source)
             study.set_user_attr("command", redact_argv(cfg.template))
             for c in cfg.tries:
-                study.enqueue_trial(dict(c), user_attrs={"seeded": "given with --try"})
+                study.enqueue_trial(cfg.space.encode(c), user_attrs={"seeded": "given with --try"})
+            first = [dict(c) for c in cfg.tries]
             if cfg.space.defaults():
-                study.enqueue_trial(cfg.space.defaults(), user_attrs={"seeded": "server defaults"})
+                study.enqueue_trial(cfg.space.encode(cfg.space.defaults()), user_attrs={"seeded": "server defaults"})
+                first.append(cfg.space.defaults())
+            for c in spread_configs(cfg.space, cfg.population - len(first), cfg.seed, first):
+                study.enqueue_trial(cfg.space.encode(c), user_attrs={"seeded": "first generation, spread over the space"})
         self.study = study
         self._recover_interrupted()
         self.records = [r for r in (TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)) if r is not None]
@@ -314,7 +371,7 @@ class TuneSession:
             if t.number == exclude:
                 continue
             if t.user_attrs.get("status") in ("ok", "infeasible") or t.state == TrialState.RUNNING:
-                out.setdefault(self.cfg.space.key(t.params), t.number)
+                out.setdefault(self.cfg.space.key(self.cfg.space.decode(t.params)), t.number)
         return out
 
     # -- the loop --------------------------------------------------------------------------
@@ -338,7 +395,7 @@ class TuneSession:
                 if done >= cfg.trials:
                     break
                 trial = self.study.ask()
-                config = {p.name: trial.suggest_categorical(p.name, list(p.values)) for p in cfg.space.params}
+                config = suggest(trial, cfg.space)
                 seen = self._seen(exclude=trial.number)
                 key = cfg.space.key(config)
                 broken = cfg.space.violated(config)
@@ -423,10 +480,10 @@ class TuneSession:
             start_s=o.start_s, duration_s=o.duration_s, worker=_worker_id(), finished_at=time.time(),
         )
         for k, v in json_safe(rec.as_dict()).items():
-            if k not in ("number", "config", "repeat_of"):
+            if k not in ("number", "repeat_of"):
                 trial.set_user_attr(k, v)
         if o.status == "interrupted":  # not the configuration's fault: it runs first when the study goes on
-            self.study.enqueue_trial(dict(config), user_attrs={"seeded": f"re-run of interrupted trial {trial.number}"})
+            self.study.enqueue_trial(cfg.space.encode(config), user_attrs={"seeded": f"re-run of interrupted trial {trial.number}"})
         if values is not None:
             for name, c in cons.items():
                 trial.set_constraint(name, c)
@@ -454,7 +511,7 @@ class TuneSession:
         if space.key(config) in self._seen():
             self.emit("note", message=f"{what}; max-num-seqs {pick} was already tried")
             return
-        self.study.enqueue_trial(config, user_attrs={"seeded": f"KV cache holds {fits:.0f} sequences of {o.tokens_per_request:.0f} tokens"})
+        self.study.enqueue_trial(space.encode(config), user_attrs={"seeded": f"KV cache holds {fits:.0f} sequences of {o.tokens_per_request:.0f} tokens"})
         self.emit("note", message=f"{what}; queued max-num-seqs {pick}")
 
     def _repeat(self, front: Front) -> dict[int, list[dict[str, float | None]]]:

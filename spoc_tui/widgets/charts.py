@@ -92,3 +92,112 @@ class LimitBarChart(Widget):
         if on_limit:
             segs.append(Segment("╌" * 3 + " SLA", base + Style(color="yellow")))
         return Strip(segs).adjust_cell_length(width, base)
+
+
+@dataclass(frozen=True, slots=True)
+class PlotPoint:
+    x: float
+    y: float
+    kind: str
+    """pareto, feasible (meets the SLA, dominated) or breaks (misses the SLA)."""
+    label: str = ""
+
+
+_MARK = {"pareto": ("◆", Style(color="yellow", bold=True)), "feasible": ("●", Style(color="green")), "breaks": ("×", Style(color="red"))}
+
+
+class ParetoPlot(Widget):
+    """Trials in objective space: x the first objective, y the second; the front joined up.
+
+    Drawn as a character grid: Pareto-optimal trials ◆, other trials within the SLA ●, trials
+    that miss it ×; a later point drawn on the same cell never hides a Pareto one.
+    """
+
+    DEFAULT_CSS = """
+    ParetoPlot { height: 14; width: 2fr; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.points: list[PlotPoint] = []
+        self.x_label = "x"
+        self.y_label = "y"
+        self.x_fmt = fmt.num
+        self.y_fmt = fmt.seconds
+        self.note = ""
+
+    def show(self, points: Sequence[PlotPoint], x_label: str, y_label: str, x_fmt=fmt.num, y_fmt=fmt.seconds, note: str = "") -> None:  # type: ignore[no-untyped-def]
+        self.points = list(points)
+        self.x_label, self.y_label, self.x_fmt, self.y_fmt, self.note = x_label, y_label, x_fmt, y_fmt, note
+        self.refresh()
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return 14
+
+    def _grid(self, width: int, height: int) -> list[list[tuple[str, Style]]]:
+        plot_w, plot_h = max(4, width - 9), max(3, height - 3)
+        grid: list[list[tuple[str, Style]]] = [[(" ", Style()) for _ in range(plot_w)] for _ in range(plot_h)]
+        if not self.points:
+            return grid
+        xs = [p.x for p in self.points]
+        ys = [p.y for p in self.points]
+        x0, x1 = min(xs), max(xs)
+        y0, y1 = min(ys), max(ys)
+        if x1 - x0 < 1e-12:
+            x0, x1 = x0 * 0.9 - 1e-9, x1 * 1.1 + 1e-9
+        if y1 - y0 < 1e-12:
+            y0, y1 = y0 * 0.9 - 1e-9, y1 * 1.1 + 1e-9
+        self._range = (x0, x1, y0, y1)
+
+        def cell(p: tuple[float, float]) -> tuple[int, int]:
+            cx = round((p[0] - x0) / (x1 - x0) * (plot_w - 1))
+            cy = plot_h - 1 - round((p[1] - y0) / (y1 - y0) * (plot_h - 1))
+            return cx, cy
+
+        front = sorted((p for p in self.points if p.kind == "pareto"), key=lambda p: p.x)
+        line = Style(color="yellow", dim=True)
+        for a, b in zip(front, front[1:], strict=False):
+            (ax, ay), (bx, by) = cell((a.x, a.y)), cell((b.x, b.y))
+            steps = max(abs(bx - ax), abs(by - ay), 1)
+            for i in range(1, steps):
+                cx = round(ax + (bx - ax) * i / steps)
+                cy = round(ay + (by - ay) * i / steps)
+                grid[cy][cx] = ("·", line)
+        order = {"breaks": 0, "feasible": 1, "pareto": 2}
+        for p in sorted(self.points, key=lambda p: order.get(p.kind, 0)):
+            cx, cy = cell((p.x, p.y))
+            grid[cy][cx] = _MARK.get(p.kind, _MARK["feasible"])
+        return grid
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size.width, max(6, self.size.height)
+        base = self.rich_style
+        dim = base + Style(dim=True)
+        if y == 0:
+            text = f" {self.y_label} (better ↓) against {self.x_label} (better →)"
+            return Strip([Segment(text, base + Style(bold=True))]).adjust_cell_length(width, base)
+        grid = self._grid(width, height)
+        plot_h = len(grid)
+        if not self.points:
+            msg = self.note or "no trial with figures yet"
+            return Strip([Segment(f"  {msg}" if y == 2 else "", dim)]).adjust_cell_length(width, base)
+        x0, x1, y0, y1 = self._range
+        if 1 <= y <= plot_h:
+            row = y - 1
+            label = ""
+            if row == 0:
+                label = self.y_fmt(y1)
+            elif row == plot_h - 1:
+                label = self.y_fmt(y0)
+            segs = [Segment(f"{label:>7} │", dim)]
+            segs += [Segment(ch, base + st) for ch, st in grid[row]]
+            return Strip(segs).adjust_cell_length(width, base)
+        if y == plot_h + 1:
+            return Strip([Segment(" " * 8 + "└" + "─" * (width - 9), dim)]).adjust_cell_length(width, base)
+        if y == plot_h + 2:
+            lo, hi = self.x_fmt(x0), self.x_fmt(x1)
+            legend = "  ◆ Pareto  ● within SLA  × misses SLA"
+            room = width - 9 - len(lo) - len(hi)
+            mid = legend if room > len(legend) + 2 else ""
+            return Strip([Segment(" " * 9 + lo, dim), Segment(mid.center(max(0, room)), dim), Segment(hi, dim)]).adjust_cell_length(width, base)
+        return Strip([Segment(f" {self.note}", dim)] if y == plot_h + 3 and self.note else []).adjust_cell_length(width, base)

@@ -172,3 +172,14 @@ def test_templates():
                      ("vllm --port {port} {model}", "unknown placeholder"), ("vllm 'x", "cannot read"), ("", "empty")]:
         with pytest.raises(SpaceError, match=msg):
             parse_template(bad)
+
+
+def test_sampler_encoding_round_trips_every_value():
+    s = parse_space(SPACE, "s.toml")
+    for p in s.params:
+        for v in p.values:
+            assert p.decode(p.encode(v)) == v
+    assert s.param("max-num-seqs").sampler_name == "log2(max-num-seqs)" and s.param("max-num-seqs").encode(64) == 6
+    assert s.param("gpu-memory-utilization").encode(0.95) == 3  # decimal steps by position: 0.95 stays reachable
+    cfg = s.defaults()
+    assert s.decode(s.encode(cfg)) == cfg

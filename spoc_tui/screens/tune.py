@@ -1,0 +1,278 @@
+"""The Tune screen: NSGA-II over server flags, the Pareto front filling in as trials finish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Sparkline, Static
+
+from spoc_tui.core import fmt
+from spoc_tui.core.tunespace import Objective
+from spoc_tui.load.profiles import builtin_names
+from spoc_tui.load.ramp import RampProgress
+from spoc_tui.widgets.charts import ParetoPlot, PlotPoint
+
+SIM_LAUNCH = "spoc sim llama-3.1-8b --port {port} --dcgm-port 0 {flags}"
+VLLM_LAUNCH = "vllm serve MODEL --port {port} {flags}"
+
+
+def value_text(o: Objective, v: float | None) -> str:
+    from spoc_tui.tune_cmd import value_text as vt
+
+    return vt(o, v)
+
+
+class TuneScreen(Screen[None]):
+    """Start/stop/resume a tuning study; the monitor is one key away (m)."""
+
+    BINDINGS = [
+        Binding("m,escape", "app.pop_screen", "Monitor"),
+        Binding("ctrl+r", "start", "Start study"),
+        Binding("ctrl+e", "resume", "Resume last"),
+        Binding("ctrl+x", "stop", "Stop"),
+        Binding("y", "copy", "Copy command"),
+        Binding("f8", "app.screenshot", "Screenshot"),
+    ]
+
+    DEFAULT_CSS = """
+    TuneScreen .row { height: auto; padding: 0 1; }
+    TuneScreen .row Label { padding: 1 1 0 0; }
+    TuneScreen .row Input { width: 1fr; }
+    TuneScreen #trials, TuneScreen #step { width: 9; }
+    TuneScreen #users { width: 12; }
+    TuneScreen .row Select { width: 16; }
+    TuneScreen #buttons { height: auto; padding: 0 1; }
+    TuneScreen #buttons Button { margin-right: 2; min-width: 12; }
+    TuneScreen #form-error { color: $error; height: auto; padding: 0 1; }
+    TuneScreen #status { height: auto; padding: 0 1; }
+    TuneScreen #plots { height: auto; margin-top: 1; }
+    TuneScreen #side { width: 1fr; height: auto; }
+    TuneScreen #hv { height: 3; margin: 0 1; }
+    TuneScreen #hv-label, TuneScreen #log-title { height: 1; padding: 0 1; }
+    TuneScreen #log { height: 8; padding: 0 1; color: $text-muted; }
+    TuneScreen #pareto { height: auto; max-height: 12; }
+    """
+
+    def __init__(self, launch: str | None = None) -> None:
+        super().__init__()
+        self.launch_default = launch or VLLM_LAUNCH
+        self.running = False
+        self.objectives: tuple[Objective, ...] = ()
+        self.limits: tuple[Any, ...] = ()
+        self.records: list[Any] = []
+        self.front: Any = None
+        self.commands: dict[int, str] = {}
+        self.log_path: Path | None = None
+        self.trial_line = ""
+        self.session: Any = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("Tuning study: NSGA-II over server flags; each trial starts the server and runs a ramp", id="title")
+        with VerticalScroll(id="body"):
+            with Horizontal(classes="row"):
+                yield Label("launch")
+                yield Input(self.launch_default, id="launch")
+            with Horizontal(classes="row"):
+                yield Label("space")
+                yield Input("", placeholder="built-in (or a TOML file)", id="space")
+                yield Label("objectives")
+                yield Input("max:out_tok_s,min:ttft_p99", id="objectives")
+            with Horizontal(classes="row"):
+                yield Label("SLA")
+                yield Input("ttft_p99<=2s,itl_p99<=100ms", id="sla")
+                yield Label("trials")
+                yield Input("20", id="trials", restrict=r"[0-9]*")
+                yield Label("users")
+                yield Input("16", id="users")
+                yield Label("step s")
+                yield Input("30", id="step", restrict=r"[0-9.]*")
+                yield Select([(n, n) for n in builtin_names()], value="chatbot", allow_blank=False, id="profile")
+            yield Static("", id="form-error")
+            with Horizontal(id="buttons"):
+                yield Button("Start (ctrl+r)", id="start", variant="success")
+                yield Button("Resume last (ctrl+e)", id="resume", variant="primary")
+                yield Button("Stop (ctrl+x)", id="stop", variant="error", disabled=True)
+            yield Static(Text("idle", style="dim"), id="status")
+            with Horizontal(id="plots"):
+                yield ParetoPlot(id="plot")
+                with Vertical(id="side"):
+                    yield Static("hypervolume over trials", id="hv-label")
+                    yield Sparkline([], id="hv")
+                    yield Static("server log", id="log-title")
+                    yield Static("", id="log")
+            with Vertical(classes="panel", id="pareto-panel"):
+                yield DataTable(id="pareto", cursor_type="row", zebra_stripes=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#pareto-panel").border_title = "Pareto set (y: copy the command line)"
+        self.plot = self.query_one(ParetoPlot)
+        self.table = self.query_one("#pareto", DataTable)
+        self.status = self.query_one("#status", Static)
+        self.form_error = self.query_one("#form-error", Static)
+        self.plot.show([], "", "", note="start a study: each trial restarts the server with new flags")
+        self.set_interval(1.0, self._tail_log)
+        self._redraw()
+
+    # -- form ------------------------------------------------------------------------------
+    def form(self, resume: bool = False) -> Any:
+        """The study's arguments, or None (the error shown under the form)."""
+        from spoc_tui.tune_cmd import TuneArgs
+
+        def val(i: str) -> str:
+            return self.query_one(f"#{i}", Input).value.strip()
+
+        try:
+            trials = int(val("trials") or "0")
+            step = float(val("step") or "0")
+        except ValueError:
+            self.form_error.update("trials and step seconds must be numbers")
+            return None
+        profile = self.query_one("#profile", Select).value
+        return TuneArgs(launch=val("launch"), sla=val("sla"), out_dir="", space=val("space") or None, objectives=val("objectives"),
+                        trials=trials, users=val("users") or "16", step_seconds=step, warmup_seconds=min(5.0, step / 5), profile=str(profile),
+                        resume=resume)
+
+    def set_running(self, running: bool) -> None:
+        self.running = running
+        self.query_one("#start", Button).disabled = running
+        self.query_one("#resume", Button).disabled = running
+        self.query_one("#stop", Button).disabled = not running
+        for i in self.query(Input):
+            i.disabled = running
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        {"start": self.action_start, "resume": self.action_resume, "stop": self.action_stop}[event.button.id or "stop"]()
+
+    def action_start(self) -> None:
+        if not self.running and (args := self.form()) is not None:
+            self.app.start_tune(args)  # type: ignore[attr-defined]
+
+    def action_resume(self) -> None:
+        if not self.running and (args := self.form(resume=True)) is not None:
+            self.app.start_tune(args)  # type: ignore[attr-defined]
+
+    def action_stop(self) -> None:
+        if self.running:
+            self.app.stop_tune()  # type: ignore[attr-defined]
+            self.status.update(Text("stopping: the running trial's server is being stopped...", style="yellow"))
+
+    def action_copy(self) -> None:
+        if not self.commands:
+            self.notify("no Pareto-optimal configuration yet", severity="warning")
+            return
+        row = self.table.cursor_row
+        keys = list(self.commands)
+        number = keys[min(max(row, 0), len(keys) - 1)]
+        self.app.copy_to_clipboard(self.commands[number])
+        self.notify(f"copied trial #{number}'s command line", timeout=4)
+
+    def show_error(self, message: str) -> None:
+        self.form_error.update(message)
+
+    # -- events from the study -------------------------------------------------------------
+    def apply_event(self, kind: str, d: dict[str, Any]) -> None:
+        if kind == "opened":
+            self.form_error.update("")
+            self.records = list(d["records"])
+            self.status.update(Text(f"study {d['study']!r} in {d['storage']}" + (f": {len(self.records)} trial(s) already run" if self.records else ""), style="dim"))
+            self._redraw()
+        elif kind == "note":
+            self.notify(d["message"], timeout=8)
+        elif kind == "trial_start":
+            self.trial_line = f"trial {d['ordinal']}/{d['total']} (#{d['number']}): {' '.join(d['flags'])}"
+            self.status.update(Text(f"{self.trial_line}\nstarting the server...", style="bold"))
+        elif kind == "server_starting":
+            self.log_path = Path(d["log"])
+        elif kind == "server_ready":
+            self.status.update(Text(f"{self.trial_line}\nserver ready in {d['start_s']:.0f} s; ramp starting", style="bold"))
+        elif kind == "ramp":
+            p: RampProgress = d["progress"]
+            if p.phase in ("warmup", "measuring"):
+                done = min(p.step_s, p.elapsed_s - sum(s.duration_s for s in p.steps)) if p.phase == "measuring" else 0.0
+                self.status.update(Text(f"{self.trial_line}\nramp step {p.step}: {p.users} users, {p.phase} "
+                                        f"({p.samples} requests so far)" + (f", {done:.0f}/{p.step_s:.0f} s" if p.phase == "measuring" else ""), style="bold"))
+        elif kind in ("trial_done", "repeat_done"):
+            rec = d["record"]
+            if kind == "trial_done":
+                self.records.append(rec)
+                self.front = d["front"]
+            tail = "" if rec.status == "ok" else f": {rec.reason}"
+            self.status.update(Text(f"{self.trial_line}\n-> {rec.status}{tail}", style="green" if rec.status == "ok" else "yellow"))
+            self._redraw()
+        elif kind == "done":
+            self.front = d["front"]
+            self._redraw()
+
+    def finished(self, message: str, ok: bool) -> None:
+        self.set_running(False)
+        self.status.update(Text(message, style="green" if ok else "yellow"))
+
+    def _redraw(self) -> None:
+        from spoc_tui.tune.study import compute_front
+
+        if not self.objectives or not self.is_mounted:
+            return
+        o = self.objectives
+        front = compute_front(self.records, o, self.limits)
+        self.front = front
+        on_front = {r.number for r in front.records}
+        pts: list[PlotPoint] = []
+        failed = 0
+        for r in self.records:
+            if r.repeat_of is not None:
+                continue
+            v = r.values(o)
+            if v is None:
+                failed += 1
+                continue
+            kind = "pareto" if r.number in on_front else ("feasible" if r.feasible else "breaks")
+            pts.append(PlotPoint(v[0], v[1], kind, f"#{r.number}"))
+        x_fmt = (lambda v: value_text(o[0], v))
+        y_fmt = (lambda v: value_text(o[1], v))
+        note = f"{failed} trial(s) could not start or crashed" if failed else ""
+        self.plot.show(pts, o[0].label, o[1].label, x_fmt, y_fmt, note=note)
+        hv = front.hv_by_trial
+        self.query_one("#hv", Sparkline).data = hv or [0.0]
+        last = f"{hv[-1]:.4g}" if hv else "-"
+        self.query_one("#hv-label", Static).update(f"hypervolume over {len(hv)} trials: {last}" + (f"  ({failed} infeasible)" if failed else ""))
+        self.table.clear(columns=True)
+        self.table.add_columns("#", o[0].label, o[1].label, "flags")
+        self.commands = {}
+        for r in front.records:
+            self.commands[r.number] = self.command_for(r.flags)
+            self.table.add_row(str(r.number), value_text(o[0], r.objectives.get(o[0].name)), value_text(o[1], r.objectives.get(o[1].name)),
+                               " ".join(r.flags), key=str(r.number))
+
+    def command_for(self, flags: list[str]) -> str:
+        if self.session is not None:
+            return str(self.session.command(flags))
+        return " ".join(flags)
+
+    def prepare(self, objectives: tuple[Objective, ...], limits: tuple[Any, ...], session: Any) -> None:
+        self.objectives = objectives
+        self.limits = limits
+        self.session = session
+        self.records = []
+        self.log_path = None
+        self._redraw()
+
+    def _tail_log(self) -> None:
+        if self.log_path is None:
+            return
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 4000))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return
+        lines = [ln[:200] for ln in text.splitlines() if ln.strip()][-7:]
+        self.query_one("#log-title", Static).update(f"server log: {self.log_path}")
+        self.query_one("#log", Static).update(Text("\n".join(lines)))

@@ -1,0 +1,137 @@
+"""The Tune screen: a study's live scatter, hypervolume and Pareto table; started from the UI."""
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from spoc_tui.core.loadmath import parse_sla
+from spoc_tui.core.tunespace import parse_objectives, parse_space
+from spoc_tui.load.profiles import load_profile
+from spoc_tui.messages import TuneEvent, TuneFinished
+from spoc_tui.screens.tune import TuneScreen
+from spoc_tui.tune.evaluate import FastSimEvaluator, RampSettings
+from spoc_tui.tune.study import TuneConfig, TuneSession
+from spoc_tui.widgets.charts import ParetoPlot, PlotPoint
+from tests.tui.helpers import make_app
+
+SPACE = """
+[fixed]
+max-model-len = 8192
+
+[flags.max-num-seqs]
+pow2 = [8, 128]
+default = 128
+
+[flags.max-num-batched-tokens]
+choices = [512, 2048, 8192]
+default = 2048
+
+[flags.enable-chunked-prefill]
+choices = [true, false]
+default = true
+"""
+LIMITS = parse_sla("ttft_p99<=30s,itl_p99<=150ms")
+OBJ = parse_objectives("max:out_tok_s,min:itl_p99")
+
+
+def study_events(tmp_path: Path) -> list[tuple[str, dict]]:
+    """A real (virtual-time) study's events, the way a running session posts them."""
+    sp = parse_space(SPACE, "space.toml")
+    ramp = RampSettings(load_profile("coding"), [24], LIMITS, step_s=30, warmup_s=8)
+    cfg = TuneConfig(sp, OBJ, LIMITS, 10, tmp_path, population=4, seed=3)
+    events: list[tuple[str, dict]] = []
+    TuneSession(cfg, FastSimEvaluator(ramp, fixed=sp.fixed), lambda k, d: events.append((k, d))).run()
+    return [(k, d) for k, d in events if k not in ("note", "opened")]  # notes are toasts; "opened" names a temp folder
+
+
+@pytest.mark.parametrize("size", [(100, 32), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_tune_screen_after_a_study(snap_compare, size, tmp_path):
+    events = study_events(tmp_path)
+
+    async def run_before(pilot):
+        await pilot.press("t")
+        await pilot.pause()
+        scr = pilot.app.tune_screen
+        scr.prepare(OBJ, LIMITS, None)
+        for k, d in events:
+            pilot.app.post_message(TuneEvent(k, d))
+        pilot.app.post_message(TuneFinished("complete", "complete: 10 trial(s), results in /data/tunes/20261122-120000/pareto.json"))
+        await pilot.pause()
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
+
+
+async def test_plot_marks_front_feasible_and_misses():
+    app = make_app()
+    async with app.run_test(size=(60, 14)) as pilot:
+        plot = ParetoPlot()
+        await app.screen.mount(plot)
+        plot.show([PlotPoint(100, 0.05, "pareto"), PlotPoint(300, 0.20, "pareto"), PlotPoint(150, 0.15, "feasible"), PlotPoint(50, 0.5, "breaks")],
+                  "output tokens/s", "ITL p99")
+        await pilot.pause()
+        text = "\n".join(plot.render_line(y).text for y in range(14))
+        assert text.count("◆") == 2 + 1 and text.count("●") == 1 + 1  # points + legend
+        assert "×" in text and "×" in text and "·" in text  # the front is joined
+        assert "ITL p99 (better ↓) against output tokens/s (better →)" in text
+
+
+async def test_bad_form_shows_the_problem_and_starts_nothing():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("t")
+        await pilot.pause()
+        scr = app.tune_screen
+        scr.query_one("#launch").value = f"{sys.executable} -m spoc_tui.cli sim --port {{port}} {{flags}}"
+        scr.query_one("#objectives").value = "min:out_tok_s,ttft_p99"
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert not scr.running
+        assert "can only be maximised" in str(scr.form_error.render())
+        scr.query_one("#launch").value = "/nonexistent/vllm serve --port {port}"
+        scr.query_one("#objectives").value = "out_tok_s,ttft_p99"
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert not scr.running and "not a command" in str(scr.form_error.render())
+
+
+async def test_study_from_the_ui_with_the_monitor_one_key_away(tmp_path):
+    from spoc_tui.app import SpocApp
+    from spoc_tui.config import Settings
+    from tests.collectors.test_tune_cli import guards_of
+
+    space = tmp_path / "space.toml"
+    space.write_text("[flags.max-num-seqs]\nchoices = [2, 16]\ndefault = 16\n")
+    launch = f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --gpu a100-40gb --port {{port}} --dcgm-port 0 {{flags}}"
+    app = SpocApp(Settings(nvml=False, tune_launch=launch, dcgm_urls=[]), start_workers=False)
+    async with app.run_test(size=(120, 45)) as pilot:
+        await pilot.press("t")
+        await pilot.pause()
+        scr = app.tune_screen
+        assert isinstance(app.screen, TuneScreen) and scr.query_one("#launch").value == launch
+        scr.query_one("#space").value = str(space)
+        scr.query_one("#sla").value = "ttft_p99<=5s"
+        scr.query_one("#trials").value = "2"
+        scr.query_one("#users").value = "16"
+        scr.query_one("#step").value = "6"
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert scr.running
+        await pilot.press("m")  # the monitor; the study keeps going
+        await pilot.pause()
+        assert app.screen is app.monitor and scr.running
+        for _ in range(240):
+            await asyncio.sleep(0.25)
+            if not scr.running:
+                break
+        assert not scr.running
+        assert "complete: 2 trial(s)" in str(scr.status.render())
+        assert scr.table.row_count >= 1 and scr.commands
+        assert all(c.startswith(sys.executable) and "--max-num-seqs" in c for c in scr.commands.values())
+        await pilot.press("t")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert not guards_of(__import__("os").getpid())
