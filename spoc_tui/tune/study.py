@@ -482,7 +482,7 @@ class TuneSession:
         for k, v in json_safe(rec.as_dict()).items():
             if k not in ("number", "repeat_of"):
                 trial.set_user_attr(k, v)
-        if o.status == "interrupted":  # not the configuration's fault: it runs first when the study goes on
+        if o.status == "interrupted":  # not the configuration's fault: queued to run again when the study goes on
             self.study.enqueue_trial(cfg.space.encode(config), user_attrs={"seeded": f"re-run of interrupted trial {trial.number}"})
         if values is not None:
             for name, c in cons.items():

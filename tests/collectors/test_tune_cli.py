@@ -105,11 +105,12 @@ def test_ctrl_c_stops_the_server_and_resume_finishes(files):
     assert p.returncode == 130, (out, err)
     assert "continue with --resume" in err
     assert not guards_of(p.pid)
-    r = subprocess.run(tune_argv(files, "--resume", trials=2), capture_output=True, text=True, timeout=180)
+    r = subprocess.run(tune_argv(files, "--resume", trials=4), capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     recs = [json.loads(x) for x in (files / "out" / "trials.jsonl").read_text().splitlines()]
-    assert [x["status"] for x in recs][:2] == ["interrupted", "ok"] and len(recs) == 3
-    assert recs[1]["config"] == recs[0]["config"]  # the interrupted configuration ran again
+    assert recs[0]["status"] == "interrupted" and len(recs) == 5
+    # the interrupted configuration was queued again (after the first generation queued before it)
+    assert recs[0]["config"] in [x["config"] for x in recs[1:] if x["status"] == "ok"]
 
 
 def test_killed_study_leaves_no_server_and_resume_stops_a_leftover(files):
