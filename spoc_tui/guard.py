@@ -9,10 +9,18 @@ the group itself, so a tuning study never leaves a server holding a GPU behind.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+
+
+def remove_private_tmp() -> None:
+    """Remove the private TMPDIR the launcher made for this server (its parent cannot any more)."""
+    tmp = os.environ.get("TMPDIR", "")
+    if os.path.basename(tmp.rstrip("/")).startswith("spoc-server-"):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(args: list[str]) -> int:
@@ -36,6 +44,8 @@ def main(args: list[str]) -> int:
     while True:
         try:
             rc = child.wait(1.0)
+            if orphaned_at is not None:
+                remove_private_tmp()
             return rc if rc >= 0 else 128 - rc
         except subprocess.TimeoutExpired:
             pass
@@ -44,6 +54,7 @@ def main(args: list[str]) -> int:
             orphaned_at = time.monotonic()
             child.send_signal(signal.SIGTERM)
         elif orphaned_at is not None and time.monotonic() - orphaned_at > 15:
+            remove_private_tmp()
             os.killpg(0, signal.SIGKILL)
 
 

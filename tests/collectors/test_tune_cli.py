@@ -120,12 +120,16 @@ def test_killed_study_leaves_no_server_and_resume_stops_a_leftover(files):
         time.sleep(0.2)
     guard = guards_of(p.pid)
     assert guard
+    env = dict(x.split(b"=", 1) for x in Path(f"/proc/{guard[0]}/environ").read_bytes().split(b"\0") if b"=" in x)
+    private_tmp = Path(env[b"TMPDIR"].decode())
+    assert private_tmp.name.startswith("spoc-server-") and private_tmp.is_dir()
     p.kill()  # SIGKILL: no clean-up code runs in spoc
     p.wait()
     deadline = time.time() + 20
     while time.time() < deadline and Path(f"/proc/{guard[0]}").exists():
         time.sleep(0.2)
     assert not Path(f"/proc/{guard[0]}").exists() or "Z" in Path(f"/proc/{guard[0]}/stat").read_text().split(")")[-1][:3]
+    assert not private_tmp.exists(), "the guard left the server's private TMPDIR behind"
     # a server whose guard is still alive (here: one this test holds) named by the marker file is stopped on resume
     port, = free_ports(1)
     marker = files / "out" / "server.json"

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ def test_three_trial_tune_against_real_vllm(tmp_path):
     launch = (f"{VENV / 'bin' / 'vllm'} serve {MODEL} --host 127.0.0.1 --port {{port}} --max-model-len 2048 --dtype float32 "
               "--served-model-name tiny {flags}")
     env = [x for k, v in VLLM_ENV.items() for x in ("--env", f"{k}={v}")]
+    tmp_before = set(Path(tempfile.gettempdir()).glob("spoc-server-*"))
     t0 = time.monotonic()
     p = subprocess.Popen(
         [sys.executable, "-m", "spoc_tui.cli", "tune", "--launch", launch, "--space", str(tmp_path / "space.toml"), *env,
@@ -59,5 +61,4 @@ def test_three_trial_tune_against_real_vllm(tmp_path):
     assert all(x["command"].startswith(str(VENV / "bin" / "vllm") + " serve") and "--port 8000" in x["command"] for x in doc["pareto"])
     assert not guards_of(p.pid), "a vLLM server was left running"
     assert not (out / "server.json").exists()
-    leftovers = [d for d in Path("/tmp").glob("spoc-server-*")]
-    assert not any(str(d).endswith(tuple(str(r["number"]) for r in recs)) for d in leftovers)
+    assert not set(Path(tempfile.gettempdir()).glob("spoc-server-*")) - tmp_before, "a trial's private TMPDIR was left behind"
