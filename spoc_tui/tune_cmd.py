@@ -34,6 +34,7 @@ class TuneArgs:
     warmup_seconds: float = 5.0
     seed: int = 0
     population: int = 8
+    screen_pool: int = 32
     tries: tuple[str, ...] = ()
     repeat_pareto: int = 0
     env: tuple[str, ...] = ()
@@ -67,6 +68,8 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         raise ValueError("--trials must be at least 1")
     if not 4 <= a.population <= 100:
         raise ValueError("--population must be between 4 and 100 (about 8-12 suits expensive trials)")
+    if not 1 <= a.screen_pool <= 1000:
+        raise ValueError("--screen-pool must be between 1 (plain NSGA-II) and 1000")
     if a.step_seconds <= 0 or not 0 <= a.warmup_seconds < a.step_seconds:
         raise ValueError("--warmup-seconds must be at least 0 and shorter than --step-seconds")
     if a.repeat_pareto < 0:
@@ -105,7 +108,7 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
                         abort_factor=3.0 if knee else float("inf"), seed=a.seed, model=a.model, tokenizer=a.tokenizer, workers=a.workers, api_key=a.api_key)
     out = Path(a.out_dir)
     cfg = TuneConfig(space=space, objectives=objectives, limits=limits, trials=a.trials, out_dir=out, study_name=a.study, storage=a.storage,
-                     resume=a.resume, worker=a.worker, seed=None if a.worker else a.seed, population=a.population, ref_users=a.ref_users,
+                     resume=a.resume, worker=a.worker, seed=None if a.worker else a.seed, population=a.population, screen_pool=a.screen_pool, ref_users=a.ref_users,
                      tries=tries, repeats=a.repeat_pareto, template=template)
     evaluator = ServerEvaluator(template, ramp, env=env, port=a.port, start_timeout=a.start_timeout, marker=out / "server.json")
     return cfg, evaluator

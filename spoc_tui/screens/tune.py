@@ -54,7 +54,8 @@ class TuneScreen(Screen[None]):
     TuneScreen #plots { height: auto; margin-top: 1; }
     TuneScreen #side { width: 1fr; height: auto; }
     TuneScreen #hv { height: 3; margin: 0 1; }
-    TuneScreen #hv-label, TuneScreen #log-title { height: 1; padding: 0 1; }
+    TuneScreen #hv-label { height: auto; max-height: 2; padding: 0 1; }
+    TuneScreen #log-title { height: 1; padding: 0 1; }
     TuneScreen #log { height: 8; padding: 0 1; color: $text-muted; }
     TuneScreen #pareto { height: auto; max-height: 12; }
     """
@@ -241,7 +242,7 @@ class TuneScreen(Screen[None]):
         hv = front.hv_by_trial
         self.query_one("#hv", Sparkline).data = hv or [0.0]
         last = f"{hv[-1]:.4g}" if hv else "-"
-        self.query_one("#hv-label", Static).update(f"hypervolume over {len(hv)} trials: {last}" + (f"  ({failed} infeasible)" if failed else ""))
+        self.query_one("#hv-label", Static).update(f"hypervolume {last} after {len(hv)} trials" + (f", {failed} infeasible" if failed else ""))
         self.table.clear(columns=True)
         self.table.add_columns("#", o[0].label, o[1].label, "flags")
         self.commands = {}

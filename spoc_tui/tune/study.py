@@ -120,6 +120,8 @@ class TuneConfig:
     """The launch template (for the copyable command lines in the results)."""
     max_skips: int = 400
     """Proposals skipped (duplicates, broken conditions) in a row before the space counts as exhausted."""
+    screen_pool: int = 32
+    """NSGA-II children bred per trial, of which the surrogate picks one (1: plain NSGA-II)."""
 
 
 @dataclass
@@ -290,6 +292,8 @@ class TuneSession:
         """
         import optuna
 
+        from spoc_tui.tune.screening import ScreenedChildren
+
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         cfg = self.cfg
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
@@ -302,7 +306,9 @@ class TuneSession:
         # order of numeric flags (powers of two are searched by exponent). See benchmarks/tune_quality.py.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SBXCrossover is marked experimental
-            sampler = optuna.samplers.NSGAIISampler(population_size=cfg.population, seed=cfg.seed, crossover=optuna.samplers.nsgaii.SBXCrossover())
+            children = ScreenedChildren(seed=cfg.seed, crossover=optuna.samplers.nsgaii.SBXCrossover(), objective_names=[o.name for o in cfg.objectives],
+                                        directions=[o.direction for o in cfg.objectives], make_filter=self._child_filter, pool=cfg.screen_pool)
+            sampler = optuna.samplers.NSGAIISampler(population_size=cfg.population, seed=cfg.seed, child_generation_strategy=children)
         directions = ["maximize" if o.direction == "max" else "minimize" for o in cfg.objectives]
         shown = redact_url(self.storage_url)
         if cfg.study_name in names:
@@ -362,6 +368,17 @@ class TuneSession:
 
         return sum(1 for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)) if t.user_attrs.get("status") in ("ok", "infeasible"))
 
+    def _child_filter(self) -> Callable[[dict[str, Any]], bool]:
+        """For the sampler: may a proposed child run (no repeat, no broken condition)?"""
+        seen = self._seen()
+        space = self.cfg.space
+
+        def ok(params: dict[str, Any]) -> bool:
+            config = space.decode(params)
+            return space.key(config) not in seen and space.violated(config) is None
+
+        return ok
+
     def _seen(self, exclude: int | None = None) -> dict[tuple[Any, ...], int]:
         """Configurations already run or running (other workers), by trial number."""
         from optuna.trial import TrialState
@@ -395,6 +412,11 @@ class TuneSession:
                 if done >= cfg.trials:
                     break
                 trial = self.study.ask()
+                # A queued trial (--try, defaults, the spread first generation, the KV-derived seed)
+                # takes its values without asking the sampler, so NSGA-II would never file it under a
+                # generation: it would run a whole random generation of its own first and never use
+                # the seeds as parents. Reading the relative parameters files it.
+                _ = trial.relative_params
                 config = suggest(trial, cfg.space)
                 seen = self._seen(exclude=trial.number)
                 key = cfg.space.key(config)

@@ -162,6 +162,7 @@ def test_occupied_port_and_bad_input_are_one_line_errors(files):
         (["--launch", SIM.replace("{flags}", "--max-num-seqs 4 {flags}")], "already sets --max-num-seqs"),
         (["--storage", "mongodb://x"], "expected sqlite"),
         (["--ref-users", "5"], "not one of the ramp's user counts"),
+        (["--screen-pool", "0"], "--screen-pool must be between 1"),
     ]
     for extra, msg in cases:
         r = subprocess.run(tune_argv(files, *extra), capture_output=True, text=True, timeout=60)
