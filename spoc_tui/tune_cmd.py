@@ -144,6 +144,9 @@ class Printer:
                 print(f"  -> {vals}{tag}{star}   (hypervolume {front.hypervolume:.4g})", flush=True)
             else:
                 print(f"  -> {r.status}: {r.reason}", flush=True)
+        elif kind == "others_done":
+            nums = ", ".join(f"#{r.number}" for r in d["records"])
+            print(f"  other workers finished trial(s) {nums}", flush=True)
         elif kind == "repeat_start":
             print(f"repeat {d['index']}/{d['total']} of trial #{d['number']}: {' '.join(d['flags'])}", flush=True)
         elif kind == "repeat_done":

@@ -199,6 +199,9 @@ class TuneScreen(Screen[None]):
                 done = min(p.step_s, p.elapsed_s - sum(s.duration_s for s in p.steps)) if p.phase == "measuring" else 0.0
                 self.status.update(Text(f"{self.trial_line}\nramp step {p.step}: {p.users} users, {p.phase} "
                                         f"({p.samples} requests so far)" + (f", {done:.0f}/{p.step_s:.0f} s" if p.phase == "measuring" else ""), style="bold"))
+        elif kind == "others_done":  # a shared study: trials other workers finished
+            have = {r.number for r in self.records}
+            self.records = sorted([*self.records, *(r for r in d["records"] if r.number not in have)], key=lambda r: r.number)
         elif kind in ("trial_done", "repeat_done"):
             rec = d["record"]
             if kind == "trial_done":

@@ -442,6 +442,10 @@ class TuneSession:
         finally:
             if status == "interrupted" or self._stop.is_set():
                 status = "interrupted"
+            try:
+                self._sync_others()
+            except Exception:  # the storage failing must not hide why the loop ended; the front is this worker's then
+                pass
             front = compute_front(self.records, cfg.objectives, cfg.limits)
             self._write_pareto(front, {})
         repeats: dict[int, list[dict[str, float | None]]] = {}
@@ -514,10 +518,20 @@ class TuneSession:
             self.study.tell(trial, state=state)
         self.records.append(rec)
         self._append(rec)
+        self._sync_others()
         front = compute_front(self.records, cfg.objectives, cfg.limits)
         self._write_pareto(front, {})
         self.emit("trial_done", record=rec, front=front)
         return rec
+
+    def _sync_others(self) -> None:
+        """Take in the trials other workers of a shared study finished meanwhile, so that the
+        front, the hypervolume and pareto.json are the whole study's."""
+        have = {r.number for r in self.records}
+        new = [r for r in (TrialRecord.from_trial(t) for t in self.study.get_trials(deepcopy=False) if t.number not in have) if r is not None and r.status in ("ok", "infeasible")]
+        if new:
+            self.records = sorted([*self.records, *new], key=lambda r: r.number)
+            self.emit("others_done", records=new)
 
     def _maybe_kv_seed(self, o: TrialOutcome) -> None:
         """After the first finished trial: a configuration whose max-num-seqs is what the KV cache holds."""

@@ -168,3 +168,38 @@ def test_occupied_port_and_bad_input_are_one_line_errors(files):
         r = subprocess.run(tune_argv(files, *extra), capture_output=True, text=True, timeout=60)
         assert r.returncode == 2, (extra, r.stdout, r.stderr)
         assert msg in r.stderr and "Traceback" not in r.stderr, (extra, r.stderr)
+
+
+def test_two_workers_share_one_study(files):
+    """One process creates the study, a `--worker` joins it through the shared storage: the trials
+    are split between them, no configuration runs twice, and the trial count is the study's."""
+    journal = files / "shared.journal"
+    common = ("--storage", f"journal:{journal}", "--study", "shared")
+    first = subprocess.Popen(tune_argv(files, *common, trials=5), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list((files / "out" / "trials").glob("*/server.log")):
+        time.sleep(0.2)  # the study exists once the first trial starts
+    argv = tune_argv(files, *common, "--worker", trials=5)
+    argv[argv.index("--out") + 1] = str(files / "out-worker")
+    second = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out1, err1 = first.communicate(timeout=300)
+    out2, err2 = second.communicate(timeout=300)
+    assert first.returncode == 0 and second.returncode == 0, (err1, err2)
+    recs = [json.loads(x) for d in ("out", "out-worker") for x in (files / d / "trials.jsonl").read_text().splitlines()]
+    done = [r for r in recs if r["status"] in ("ok", "infeasible")]
+    # both check the count before starting a trial: at the end both may start one more
+    assert 5 <= len(done) <= 6, [r["number"] for r in done]
+    assert len({r["worker"] for r in done}) == 2, "the worker ran no trial"
+    keys = [json.dumps(r["config"], sort_keys=True) for r in done]
+    assert len(keys) == len(set(keys)), "a configuration ran twice"
+    assert len({r["number"] for r in done}) == len(done)
+    # each pareto.json covers the whole study as that worker last saw it; the last to finish saw it all
+    runs = [json.loads((files / d / "pareto.json").read_text())["trials_run"] for d in ("out", "out-worker")]
+    assert max(runs) == len(done), runs
+    assert "other workers finished" in out1 + out2
+    # the study's own record agrees (what optuna-dashboard shows)
+    import optuna
+
+    study = optuna.load_study(study_name="shared", storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal))))
+    assert sorted(t.number for t in study.trials if t.user_attrs.get("status") in ("ok", "infeasible")) == sorted(r["number"] for r in done)
+    assert not guards_of(first.pid) and not guards_of(second.pid)
