@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up the real-engine tier: a vLLM CPU build in its own venv, a tiny random-weight Llama
-# with a locally trained tokenizer, and Prometheus from Debian. Cached between runs on the same
+# with a locally trained tokenizer, and Prometheus and PostgreSQL from Debian. Cached between runs on the same
 # machine (SPOC_REALENGINE_DIR, default ~/.cache/spoc-tui); a fresh machine builds everything.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,10 +39,19 @@ fi
 if ! command -v prometheus >/dev/null 2>&1 && [ ! -x /usr/bin/prometheus ]; then
   echo "[realengine] installing prometheus (Debian)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
+  apt-get update -qq && APT_UPDATED=1
   apt-get install -y -qq --no-install-recommends prometheus >/dev/null
   # the package starts a service on :9090 where there is an init system; the tests start their own
   (service prometheus stop || systemctl stop prometheus || pkill -x prometheus) >/dev/null 2>&1 || true
+fi
+
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  echo "[realengine] installing postgresql (Debian), for the shared-study test"
+  export DEBIAN_FRONTEND=noninteractive
+  [ -n "${APT_UPDATED:-}" ] || apt-get update -qq
+  apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  # the package may start a cluster on :5432 where there is an init system; the tests start their own
+  (service postgresql stop || systemctl stop postgresql) >/dev/null 2>&1 || true
 fi
 
 echo "[realengine] set-up done in $(( $(date +%s) - t0 )) s"

@@ -87,12 +87,21 @@ def open_storage(url: str | None, out_dir: Path) -> tuple[Any, str]:
         raise TuneError(f"--storage {shown}: expected sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE or a FILE.journal")
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine_url = url
+    if url.startswith("postgresql://"):
+        # SQLAlchemy's default PostgreSQL driver is psycopg2 up to 2.0 and psycopg (3) from 2.1:
+        # name the one spoc-tui[postgresql] installs, when it is there
+        import importlib.util
+
+        if importlib.util.find_spec("psycopg") is not None:
+            engine_url = "postgresql+psycopg://" + url.split("://", 1)[1]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return optuna.storages.RDBStorage(url, heartbeat_interval=None), url
-    except ModuleNotFoundError as e:
-        raise TuneError(f"--storage {shown}: the database driver {e.name!r} is not installed (for PostgreSQL: pip install psycopg2-binary)") from None
+            return optuna.storages.RDBStorage(engine_url, heartbeat_interval=None), url
+    except ImportError as e:  # Optuna's "Failed to import DB access module", or the driver's own
+        what = f"the database driver {e.name!r} is not installed" if e.name else "no database driver for it is installed"
+        raise TuneError(f"--storage {shown}: {what} (for PostgreSQL: pip install 'spoc-tui[postgresql]', which brings psycopg)") from None
     except Exception as e:  # sqlalchemy's OperationalError and friends: the database said no
         first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         raise TuneError(f"--storage {shown}: cannot open the database: {redact_url(first)}") from None

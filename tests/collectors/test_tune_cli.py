@@ -170,11 +170,12 @@ def test_occupied_port_and_bad_input_are_one_line_errors(files):
         assert msg in r.stderr and "Traceback" not in r.stderr, (extra, r.stderr)
 
 
-def test_two_workers_share_one_study(files):
+def run_two_workers(files, storage: str, secret: str = "") -> None:
     """One process creates the study, a `--worker` joins it through the shared storage: the trials
     are split between them, no configuration runs twice, and the trial count is the study's."""
-    journal = files / "shared.journal"
-    common = ("--storage", f"journal:{journal}", "--study", "shared")
+    import optuna
+
+    common = ("--storage", storage, "--study", "shared")
     first = subprocess.Popen(tune_argv(files, *common, trials=5), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while time.time() < deadline and not list((files / "out" / "trials").glob("*/server.log")):
@@ -198,8 +199,18 @@ def test_two_workers_share_one_study(files):
     assert max(runs) == len(done), runs
     assert "other workers finished" in out1 + out2
     # the study's own record agrees (what optuna-dashboard shows)
-    import optuna
-
-    study = optuna.load_study(study_name="shared", storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal))))
+    if storage.startswith("journal:"):
+        st = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage.removeprefix("journal:")))
+    else:
+        st = optuna.storages.RDBStorage(storage)
+    study = optuna.load_study(study_name="shared", storage=st)
     assert sorted(t.number for t in study.trials if t.user_attrs.get("status") in ("ok", "infeasible")) == sorted(r["number"] for r in done)
     assert not guards_of(first.pid) and not guards_of(second.pid)
+    if secret:
+        blob = out1 + err1 + out2 + err2 + "".join(f.read_text(errors="replace") for f in files.rglob("*") if f.is_file() and f.suffix in (".json", ".jsonl", ".log"))
+        assert secret not in blob, "the storage password was written out"
+        assert "***@127.0.0.1" in out1
+
+
+def test_two_workers_share_one_study(files):
+    run_two_workers(files, f"journal:{files / 'shared.journal'}")

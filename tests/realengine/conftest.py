@@ -108,3 +108,49 @@ def prometheus(vllm_server, sim_server):
     yield url
     stop_group(proc)
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _pg_bin(name: str) -> str | None:
+    found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    return str(found[-1]) if found else shutil.which(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A throwaway PostgreSQL cluster on loopback (password auth), for a study shared by workers.
+
+    PostgreSQL refuses to run as root, so as root the cluster belongs to the `postgres` user the
+    Debian package creates. Yields a URL with the password in it (which must never be written out).
+    """
+    initdb, postgres, isready = _pg_bin("initdb"), _pg_bin("postgres"), _pg_bin("pg_isready")
+    if not (initdb and postgres and isready):
+        pytest.fail("PostgreSQL is not installed: run `bash scripts/realengine_setup.sh` (make test does)")
+    work = Path(tempfile.mkdtemp(prefix="spoc-pg-"))
+    (port,) = free_ports(1)
+    password = "pg-SECRET-never-written"
+    (work / "pw").write_text(password + "\n")
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(work, "postgres")
+        shutil.chown(work / "pw", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    log = open(work / "postgres.log", "wb")
+    r = subprocess.run([*as_user, initdb, "-D", str(work / "data"), "-U", "spoc", f"--pwfile={work / 'pw'}", "--auth=scram-sha-256", "-E", "UTF8"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"initdb failed: {r.stderr[-2000:]}")
+    proc = subprocess.Popen([*as_user, postgres, "-D", str(work / "data"), "-p", str(port), "-k", str(work), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
+                            stdout=log, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if subprocess.run([isready, "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode == 0:
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.3)
+    if proc.poll() is not None or subprocess.run([isready, "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode != 0:
+        stop_group(proc)
+        pytest.fail("PostgreSQL did not become ready:\n" + (work / "postgres.log").read_text(errors="replace")[-2000:])
+    yield f"postgresql://spoc:{password}@127.0.0.1:{port}/postgres"
+    stop_group(proc)
+    shutil.rmtree(work, ignore_errors=True)
