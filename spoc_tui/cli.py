@@ -254,7 +254,7 @@ def ramp(url: str, model: str | None, profile: str, users_spec: str, step_second
 @click.option("--seed", type=int, default=0, show_default=True, help="Makes the study reproducible (sampler and load).")
 @click.option("--population", type=int, default=8, show_default=True, help="NSGA-II population size.")
 @click.option("--screen-pool", type=int, default=32, show_default=True, help="Children NSGA-II breeds per trial, of which a surrogate of the trials so far picks one to run (1: plain NSGA-II).")
-@click.option("--try", "tries", multiple=True, help='A configuration to run first, e.g. "--max-num-seqs 64 --no-enable-chunked-prefill" (repeatable).')
+@click.option("--try", "tries", multiple=True, help='A configuration to run first, e.g. "--max-num-seqs 64 --no-enable-chunked-prefill"; flags left out take the server default (repeatable).')
 @click.option("--repeat-pareto", type=int, default=0, show_default=True, help="Run each Pareto-optimal configuration this many more times at the end.")
 @click.option("--env", multiple=True, help="NAME=VALUE for the server's environment (repeatable; values are never written out).")
 @click.option("--port", type=int, default=None, help="Port for the server [any free port].")

@@ -144,6 +144,8 @@ class Printer:
                 print(f"  -> {vals}{tag}{star}   (hypervolume {front.hypervolume:.4g})", flush=True)
             else:
                 print(f"  -> {r.status}: {r.reason}", flush=True)
+        elif kind == "skipped" and d.get("seeded"):  # NSGA-II's own repeats are skipped silently
+            print(f"skipped #{d['number']} [{d['seeded']}]: {d['reason']}", flush=True)
         elif kind == "others_done":
             nums = ", ".join(f"#{r.number}" for r in d["records"])
             print(f"  other workers finished trial(s) {nums}", flush=True)

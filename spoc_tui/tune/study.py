@@ -339,9 +339,12 @@ class TuneSession:
             study.set_user_attr("sla", [str(x) for x in cfg.limits])
             study.set_user_attr("space", cfg.space.source)
             study.set_user_attr("command", redact_argv(cfg.template))
-            for c in cfg.tries:
+            # a flag a --try leaves out is what the server does without it: its default (where the
+            # space names one; otherwise NSGA-II draws it)
+            tries = [{**cfg.space.defaults(), **c} for c in cfg.tries]
+            for c in tries:
                 study.enqueue_trial(cfg.space.encode(c), user_attrs={"seeded": "given with --try"})
-            first = [dict(c) for c in cfg.tries]
+            first = [dict(c) for c in tries]
             if cfg.space.defaults():
                 study.enqueue_trial(cfg.space.encode(cfg.space.defaults()), user_attrs={"seeded": "server defaults"})
                 first.append(cfg.space.defaults())
@@ -434,7 +437,7 @@ class TuneSession:
                     why = f"same configuration as trial {seen[key]}" if key in seen else f"breaks the condition {broken}"
                     trial.set_user_attr("skipped", why)
                     self.study.tell(trial, state=TrialState.PRUNED)
-                    self.emit("skipped", number=trial.number, config=config, reason=why)
+                    self.emit("skipped", number=trial.number, config=config, reason=why, seeded=trial.user_attrs.get("seeded"))
                     skips += 1
                     if skips >= cfg.max_skips:
                         status, message = "exhausted", f"{skips} proposals in a row were duplicates or broke a condition: the space is exhausted around the front"

@@ -71,11 +71,13 @@ def guards_of(pid: int) -> list[int]:
 
 def test_tune_three_trials_with_one_that_cannot_start(files):
     p = subprocess.Popen(tune_argv(files, "--try", "--max-num-seqs 2 --max-num-batched-tokens 1024 --no-enable-chunked-prefill",
-                                   "--try", "--max-num-seqs 2 --max-num-batched-tokens 4096", "--api-key", "sk-NEVER-WRITTEN"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                   "--try", "--max-num-seqs 2 --max-num-batched-tokens 4096", "--try", "--max-num-seqs 2 --max-num-batched-tokens 4096",
+                                   "--api-key", "sk-NEVER-WRITTEN"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.communicate(timeout=240)
     assert p.returncode == 0, err
     assert "trial 1/3" in out and "trial 3/3" in out
     assert "infeasible: server did not start" in out and "smaller than max_model_len" in out
+    assert "skipped #2 [given with --try]: same configuration as trial 1" in out  # a repeated --try runs once
     recs = [json.loads(x) for x in (files / "out" / "trials.jsonl").read_text().splitlines()]
     assert [r["status"] for r in recs][0] == "infeasible" and len(recs) == 3
     assert "max_num_batched_tokens (1024)" in recs[0]["log_tail"]
