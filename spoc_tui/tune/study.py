@@ -341,13 +341,13 @@ class TuneSession:
             study.set_user_attr("command", redact_argv(cfg.template))
             # a flag a --try leaves out is what the server does without it: its default (where the
             # space names one; otherwise NSGA-II draws it)
-            tries = [{**cfg.space.defaults(), **c} for c in cfg.tries]
-            for c in tries:
+            defaults = cfg.space.defaults()
+            first = [{**defaults, **c} for c in cfg.tries]
+            for c in first:
                 study.enqueue_trial(cfg.space.encode(c), user_attrs={"seeded": "given with --try"})
-            first = [dict(c) for c in tries]
-            if cfg.space.defaults():
-                study.enqueue_trial(cfg.space.encode(cfg.space.defaults()), user_attrs={"seeded": "server defaults"})
-                first.append(cfg.space.defaults())
+            if defaults:
+                study.enqueue_trial(cfg.space.encode(defaults), user_attrs={"seeded": "server defaults"})
+                first.append(defaults)
             for c in spread_configs(cfg.space, cfg.population - len(first), cfg.seed, first):
                 study.enqueue_trial(cfg.space.encode(c), user_attrs={"seeded": "first generation, spread over the space"})
         self.study = study
@@ -380,16 +380,18 @@ class TuneSession:
 
         return sum(1 for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)) if t.user_attrs.get("status") in ("ok", "infeasible"))
 
+    def _blocked(self, config: Config, seen: dict[tuple[Any, ...], int]) -> str | None:
+        """Why ``config`` may not run (a repeat of a trial run or running, a broken condition), or None."""
+        key = self.cfg.space.key(config)
+        if key in seen:
+            return f"same configuration as trial {seen[key]}"
+        broken = self.cfg.space.violated(config)
+        return None if broken is None else f"breaks the condition {broken}"
+
     def _child_filter(self) -> Callable[[dict[str, Any]], bool]:
-        """For the sampler: may a proposed child run (no repeat, no broken condition)?"""
+        """For the sampler: may a proposed child run? (the same test the loop applies to it)"""
         seen = self._seen()
-        space = self.cfg.space
-
-        def ok(params: dict[str, Any]) -> bool:
-            config = space.decode(params)
-            return space.key(config) not in seen and space.violated(config) is None
-
-        return ok
+        return lambda params: self._blocked(self.cfg.space.decode(params), seen) is None
 
     def _seen(self, exclude: int | None = None) -> dict[tuple[Any, ...], int]:
         """Configurations already run or running (other workers), by trial number."""
@@ -430,11 +432,8 @@ class TuneSession:
                 # the seeds as parents. Reading the relative parameters files it.
                 _ = trial.relative_params
                 config = suggest(trial, cfg.space)
-                seen = self._seen(exclude=trial.number)
-                key = cfg.space.key(config)
-                broken = cfg.space.violated(config)
-                if key in seen or broken is not None:
-                    why = f"same configuration as trial {seen[key]}" if key in seen else f"breaks the condition {broken}"
+                why = self._blocked(config, self._seen(exclude=trial.number))
+                if why is not None:
                     trial.set_user_attr("skipped", why)
                     self.study.tell(trial, state=TrialState.PRUNED)
                     self.emit("skipped", number=trial.number, config=config, reason=why, seeded=trial.user_attrs.get("seeded"))

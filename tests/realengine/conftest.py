@@ -142,15 +142,16 @@ def postgres_url():
     proc = subprocess.Popen([*as_user, postgres, "-D", str(work / "data"), "-p", str(port), "-k", str(work), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
                             stdout=log, stderr=log, start_new_session=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if subprocess.run([isready, "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode == 0:
-            break
-        if proc.poll() is not None:
-            break
-        time.sleep(0.3)
-    if proc.poll() is not None or subprocess.run([isready, "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode != 0:
+    ready = False
+    while not ready and proc.poll() is None and time.monotonic() < deadline:
+        ready = subprocess.run([isready, "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode == 0
+        if not ready:
+            time.sleep(0.3)
+    if not ready:
         stop_group(proc)
+        log.close()
         pytest.fail("PostgreSQL did not become ready:\n" + (work / "postgres.log").read_text(errors="replace")[-2000:])
     yield f"postgresql://spoc:{password}@127.0.0.1:{port}/postgres"
     stop_group(proc)
+    log.close()
     shutil.rmtree(work, ignore_errors=True)
