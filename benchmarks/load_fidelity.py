@@ -27,7 +27,8 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from spoc_tui.core.loadmath import parse_sla  # noqa: E402
-from spoc_tui.demo import free_ports, start_sim, stop_group  # noqa: E402
+from spoc_tui.procs.ports import free_ports  # noqa: E402
+from spoc_tui.sim.process import start_sim  # noqa: E402
 from spoc_tui.load.profiles import WORDS, load_profile  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
 
@@ -130,7 +131,7 @@ async def main() -> None:
                 et, ei, n = errors(samples, t)
                 rows.append((users, name, n, et, ei))
     finally:
-        stop_group(proc)
+        proc.stop()
     print(f"{'users':>6}  {'client':<14}{'matched':>8}   {'TTFT err p50':>12} {'p99':>9}   {'ITL err p50':>11} {'p99':>9}")
     for users, name, n, et, ei in rows:
         print(f"{users:>6}  {name:<14}{n:>8}   {pct(et)}   {pct(ei)}")

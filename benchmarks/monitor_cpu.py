@@ -15,9 +15,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.app import SpocApp  # noqa: E402
+from spoc_tui.tui.app import SpocApp  # noqa: E402
 from spoc_tui.config import Settings  # noqa: E402
-from spoc_tui.demo import free_port, free_ports, start_sim, stop_group  # noqa: E402
+from spoc_tui.procs.ports import free_port, free_ports  # noqa: E402
+from spoc_tui.sim.process import start_sim  # noqa: E402
 
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
 
@@ -41,7 +42,7 @@ async def main() -> None:
         ticks = len(app.monitor.latency.history["ttft"])
         print(f"monitor CPU over {t1 - t0:.0f} s at 1 s refresh, 1 server + 8 GPUs: {c1 - c0:.2f} s CPU = {100 * (c1 - c0) / (t1 - t0):.2f} % of one core (target < 3 %); {ticks} refreshes drawn")
     finally:
-        stop_group(proc)
+        proc.stop()
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.app import SpocApp  # noqa: E402
+from spoc_tui.tui.app import SpocApp  # noqa: E402
 from spoc_tui.config import Settings  # noqa: E402
-from spoc_tui.demo import free_port, free_ports, start_sim, stop_group  # noqa: E402
+from spoc_tui.procs.ports import free_port, free_ports  # noqa: E402
+from spoc_tui.sim.process import start_sim  # noqa: E402
 
 OUT = ROOT / "screenshots"
 SHOTS = [
@@ -47,7 +48,7 @@ async def shoot(name: str, args: list[str], users: int, seconds: float, size: tu
             app.save_screenshot(path=str(OUT), filename=name)
         print(f"wrote screenshots/{name}")
     finally:
-        stop_group(proc)
+        proc.stop()
 
 
 async def shoot_load(name: str = "load-ramp-120x45.svg") -> None:
@@ -75,7 +76,7 @@ async def shoot_load(name: str = "load-ramp-120x45.svg") -> None:
             app.save_screenshot(path=str(OUT), filename=name)
         print(f"wrote screenshots/{name}")
     finally:
-        stop_group(proc)
+        proc.stop()
 
 
 TUNE_SPACE = """

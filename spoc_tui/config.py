@@ -8,10 +8,12 @@ from pathlib import Path
 
 import platformdirs
 
+from spoc_tui.core.errors import InputError
+
 APP_NAME = "spoc-tui"
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError, ValueError):
     """A bad setting; the message names the file or flag and the field."""
 
 

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from spoc_tui.core.gpu import GpuSample, groups_from_processes, nvml_gpu, with_throttle_window
+from spoc_tui.core.errors import SpocError
 
 _POLICIES = {
     "POWER": 0,
@@ -30,7 +31,7 @@ _THRESHOLD_SHUTDOWN = 0
 _THRESHOLD_SLOWDOWN = 1
 
 
-class NvmlUnavailable(Exception):
+class NvmlUnavailable(SpocError):
     """NVML cannot be used here (no library, no driver, no GPU); the message says which."""
 
 

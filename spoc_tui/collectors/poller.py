@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import httpx
 
@@ -18,19 +18,10 @@ from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, fe
 from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
 from spoc_tui.core.history import ScrapeHistory
 from spoc_tui.core.promparse import Exposition
-from spoc_tui.core.vllm import EngineView, Scrape, ServerView, replicas_view, server_view
+from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.vllm import Scrape, ServerView, replicas_view, server_view
 
 BACKOFF_MAX_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class SourceStatus:
-    source: str
-    up: bool
-    reason: str | None = None
-    last_ok: float | None = None
-    """Wall time of the last good read."""
-    retry_in: float | None = None
 
 
 @dataclass
@@ -122,18 +113,6 @@ class _Poller:
         return good, changes
 
 
-@dataclass(frozen=True, slots=True)
-class VllmTick:
-    servers: tuple[ServerView, ...]
-    """Latest view of every source that has ever answered (stale ones included)."""
-    total: EngineView | None
-    """All replicas merged (buckets added before the quantile); None with one replica."""
-    stale: frozenset[str]
-    changes: tuple[SourceStatus, ...]
-    statuses: tuple[SourceStatus, ...]
-    taken_at: float = field(default_factory=time.time)
-
-
 class VllmPoller(_Poller):
     kind = "vllm"
 
@@ -159,14 +138,6 @@ class VllmPoller(_Poller):
         fresh = [self.latest[u][1] for u in self.urls if u in self.latest and u not in stale]
         total = replicas_view(fresh) if len(self.urls) > 1 and fresh else None
         return VllmTick(servers, total, stale, tuple(changes), tuple(statuses))
-
-
-@dataclass(frozen=True, slots=True)
-class GpuTick:
-    gpus: tuple[GpuSample, ...]
-    stale: frozenset[str]
-    changes: tuple[SourceStatus, ...]
-    statuses: tuple[SourceStatus, ...]
 
 
 class DcgmPoller(_Poller):

@@ -11,7 +11,10 @@ import time
 from typing import Any
 
 from spoc_tui.collectors.scrape import SourceError
+from spoc_tui.core.errors import first_line
 from spoc_tui.core.promparse import Exposition, Labels
+from spoc_tui.core.snapshots import SourceStatus, VllmTick
+from spoc_tui.core.vllm import Scrape, replicas_view, server_view
 
 # Prometheus asks for OpenMetrics, and prometheus_client >= 0.23 then writes `vllm_` for
 # `vllm:` (reference/exposition_notes.md): select both and normalise back.
@@ -54,9 +57,8 @@ class PromQLCollector:
         params = {"time": f"{at:.3f}"} if at is not None else None
         try:
             result = self._prom.custom_query(selector, params=params)
-        except Exception as e:
-            msg = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-            raise SourceError(f"{self.url}: Prometheus query failed ({msg})") from None
+        except Exception as e:  # requests' errors, bad JSON, Prometheus' own error answers
+            raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
         return to_expositions(result)
 
     def vllm_pair(self, window_s: float) -> tuple[dict[str, Exposition], dict[str, Exposition], float]:
@@ -68,6 +70,36 @@ class PromQLCollector:
         """A raw PromQL query (instant vector)."""
         try:
             return list(self._prom.custom_query(expr))
-        except Exception as e:
-            raise SourceError(f"{self.url}: Prometheus query failed ({str(e)[:160]})") from None
+        except Exception as e:  # as in query()
+            raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
 
+
+
+class PromQLPoller:
+    """The monitor's view of every replica a Prometheus server scrapes (blocking: call it from a
+    thread). Each :meth:`poll` reads the raw series now and ``window_s`` ago, so percentiles and
+    rates are windowed exactly as for direct scrapes; status changes are reported once."""
+
+    def __init__(self, collector: PromQLCollector, window_s: float, url: str) -> None:
+        self.collector = collector
+        self.window_s = window_s
+        self.url = url
+        """The source name shown in statuses."""
+        self._up: bool | None = None
+
+    def poll(self) -> tuple[VllmTick | None, SourceStatus | None]:
+        """(the servers' tick, or None when Prometheus failed; the status change, if any)."""
+        url = self.url
+        try:
+            now, then, t = self.collector.vllm_pair(self.window_s)
+        except SourceError as e:
+            change = SourceStatus(url, False, str(e)) if self._up is not False else None
+            self._up = False
+            return None, change
+        status = SourceStatus(url, True, None, time.time())
+        change = status if self._up is not True else None
+        self._up = True
+        scrapes = {inst: Scrape(exp, t, then.get(inst), t - self.window_s if inst in then else None) for inst, exp in now.items()}
+        views = tuple(server_view(inst, sc) for inst, sc in sorted(scrapes.items()))
+        total = replicas_view(list(scrapes.values())) if len(scrapes) > 1 else None
+        return VllmTick(views, total, frozenset(), (), (status,)), change

@@ -12,6 +12,7 @@ import httpx
 from spoc_tui.core.gpu import is_dcgm
 from spoc_tui.core.promparse import Exposition, parse_text
 from spoc_tui.core.vllm import is_vllm
+from spoc_tui.core.errors import SpocError
 
 DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 MAX_BODY = 64 * 2**20
@@ -19,7 +20,7 @@ MAX_BODY = 64 * 2**20
 ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 
 
-class SourceError(Exception):
+class SourceError(SpocError):
     """A source that cannot be read or parsed; the message names it."""
 
 

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from spoc_tui.core.presets import GIB, GpuSpec, ModelSpec
+from spoc_tui.core.errors import InputError
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0,
@@ -23,7 +24,7 @@ DEFAULT_RESERVE_BYTES = int(1.5 * GIB)
 A stated assumption; vLLM measures its own at start-up."""
 
 
-class CapacityError(ValueError):
+class CapacityError(InputError, ValueError):
     """A configuration that cannot run; the message says by how much it misses."""
 
 

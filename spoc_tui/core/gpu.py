@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from spoc_tui.core.errors import InputError
 from spoc_tui.core.promparse import Exposition, Labels, is_sentinel
 from spoc_tui.core.stats import median
 
@@ -344,6 +345,10 @@ def with_throttle_window(now: GpuSample, then: GpuSample | None, dt_s: float | N
 # Tensor-parallel groups
 
 
+
+class TpGroupError(InputError, ValueError):
+    """A tensor-parallel group list that cannot be (``--tp-groups``)."""
+
 def parse_tp_groups(spec: str) -> list[list[int]]:
     """``"0-3,4-7"`` -> [[0,1,2,3],[4,5,6,7]]; ``"0+1,2+3"`` also works.
 
@@ -360,19 +365,19 @@ def parse_tp_groups(spec: str) -> list[list[int]]:
         for piece in part.split("+"):
             m = re.fullmatch(r"(\d+)(?:-(\d+))?", piece.strip())
             if not m:
-                raise ValueError(f"bad TP group {part!r}: expected like 0-3 or 0+1+2+3")
+                raise TpGroupError(f"bad TP group {part!r}: expected like 0-3 or 0+1+2+3")
             lo = int(m.group(1))
             hi = int(m.group(2)) if m.group(2) else lo
             if hi < lo:
-                raise ValueError(f"bad TP group {part!r}: {hi} < {lo}")
+                raise TpGroupError(f"bad TP group {part!r}: {hi} < {lo}")
             members.extend(range(lo, hi + 1))
         dup = seen.intersection(members)
         if dup:
-            raise ValueError(f"GPU {sorted(dup)[0]} is in two TP groups")
+            raise TpGroupError(f"GPU {sorted(dup)[0]} is in two TP groups")
         seen.update(members)
         groups.append(members)
     if not groups:
-        raise ValueError("no TP groups given")
+        raise TpGroupError("no TP groups given")
     return groups
 
 

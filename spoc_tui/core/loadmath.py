@@ -19,11 +19,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spoc_tui.core.errors import InputError
+
 METRICS = ("ttft", "itl", "tpot", "e2e")
 STATS = ("p50", "p90", "p95", "p99", "mean")
 
 
-class SlaError(ValueError):
+class UsersError(InputError, ValueError):
+    """A user-count list or series that cannot be; the message shows the accepted forms."""
+
+
+class SlaError(InputError, ValueError):
     """An SLA string that does not parse; the message shows the bad clause."""
 
 
@@ -49,6 +55,10 @@ class Limit:
 
 _CLAUSE = re.compile(r"^\s*(ttft|itl|tpot|e2e)_(p50|p90|p95|p99|mean)\s*(<=|<)\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*$", re.I)
 _ERR = re.compile(r"^\s*error_rate\s*(<=|<)\s*([0-9]*\.?[0-9]+)\s*(%)?\s*$", re.I)
+
+
+DEFAULT_SLA = "ttft_p99<=2s,itl_p99<=100ms"
+"""The SLA the Load and Tune screens start with (the CLI asks for one)."""
 
 
 def parse_sla(text: str) -> tuple[Limit, ...]:
@@ -109,9 +119,9 @@ def parse_users(text: str) -> list[int]:
             return out
         out = [int(x) for x in text.split(",") if x.strip()]
     except (ValueError, IndexError):
-        raise ValueError(f"bad --users {text!r}: give counts like 1,2,4,8 or a series like geom:1:64") from None
+        raise UsersError(f"bad --users {text!r}: give counts like 1,2,4,8 or a series like geom:1:64") from None
     if not out or any(u < 1 for u in out) or any(b <= a for a, b in zip(out, out[1:])):
-        raise ValueError(f"bad --users {text!r}: counts must be positive and increasing")
+        raise UsersError(f"bad --users {text!r}: counts must be positive and increasing")
     return out
 
 

@@ -11,10 +11,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from spoc_tui.core.errors import InputError
+
 GIB = 2**30
 
 
-class PresetError(ValueError):
+class PresetError(InputError, ValueError):
     """Unknown preset or unusable config; the message lists what is known or missing."""
 
 

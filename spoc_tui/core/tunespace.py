@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoc_tui.core.loadmath import METRICS, Knee, Limit, StepSummary
+from spoc_tui.core.errors import InputError
 
 Value = bool | int | float | str
 Config = dict[str, Value]
@@ -51,7 +52,7 @@ MAX_VALUES = 4096
 DEFAULT_SPACE = Path(__file__).resolve().parents[1] / "tune" / "default_space.toml"
 
 
-class SpaceError(ValueError):
+class SpaceError(InputError, ValueError):
     """A search space (or a configuration given for it) that cannot be used."""
 
 

@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spoc_tui.core.errors import InputError
+
 BUILTIN_DIR = Path(__file__).parent / "profiles"
 DIST_KINDS = ("constant", "uniform", "lognormal", "normal")
 _DIST_KEYS = {"dist", "value", "min", "max", "median", "sigma", "mean", "sd", "max_fraction_of_context"}
 _PROFILE_KEYS = {"name", "description", "system_tokens", "turns", "first_user_tokens", "user_tokens", "output_tokens", "think_s", "mix", "replay"}
 
 
-class ProfileError(ValueError):
+class ProfileError(InputError, ValueError):
     """A profile that cannot be used; the message names the file and the key."""
 
 

@@ -10,34 +10,50 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import signal
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
+from spoc_tui.core.errors import EXIT_FAILURE, EXIT_USAGE, SpocError, first_line
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.loadmath import Knee, Limit, RequestSample, StepSummary, badly_broken, find_knee, summarize_step
+from spoc_tui.load import wire
 from spoc_tui.load.profiles import Profile
+from spoc_tui.procs.group import kill_group
+from spoc_tui.procs.ports import free_port
+
+logger = logging.getLogger(__name__)
+
+RampPhase = Literal["preflight", "starting", "warmup", "measuring", "step_done", "done"]
+RampEnd = Literal["complete", "stopped_early", "interrupted", "server_failed"]
+"""How a ramp ended."""
+RampStatus = RampEnd | Literal["running"]
+"""A ramp's status in ramp.json (``running`` while it goes on)."""
 
 
-class RampError(Exception):
-    """A ramp that cannot start or whose server failed; ``code`` is the CLI exit code."""
+class RampError(SpocError):
+    """A ramp that cannot start (exit code 2 for bad input, 1 otherwise) or whose server failed (1)."""
 
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
+
+DEFAULT_USERS = "1,2,4,8,16,32"
+DEFAULT_PROFILE = "chatbot"
 
 
 @dataclass
 class RampConfig:
+    """A ramp as ``spoc ramp`` and the Load screen ask for it; its defaults are theirs."""
+
     url: str
     profile: Profile
     users: list[int]
@@ -57,8 +73,7 @@ class RampConfig:
 
 @dataclass(frozen=True, slots=True)
 class RampProgress:
-    phase: str
-    """preflight, starting, warmup, measuring, step_done, done."""
+    phase: RampPhase
     step: int
     users: int
     elapsed_s: float
@@ -71,8 +86,7 @@ class RampProgress:
 
 @dataclass
 class RampResult:
-    status: str
-    """complete, stopped_early, interrupted, server_failed."""
+    status: RampEnd
     steps: list[StepSummary]
     knee: Knee
     model: str
@@ -92,33 +106,33 @@ async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[s
         try:
             r = await c.get(root + "/v1/models", headers=headers)
         except httpx.HTTPError as e:
-            raise RampError(f"{root}: cannot reach the server ({type(e).__name__}: {str(e)[:100] or 'no answer'})", 1) from None
+            raise RampError(f"{root}: cannot reach the server ({type(e).__name__}: {first_line(e, 100) if str(e) else 'no answer'})") from None
         if r.status_code == 401:
-            raise RampError(f"{root}: the server wants an API key (401); pass --api-key or set SPOC_API_KEY", 2)
+            raise RampError(f"{root}: the server wants an API key (401); pass --api-key or set SPOC_API_KEY", exit_code=EXIT_USAGE)
         if r.status_code != 200:
-            raise RampError(f"{root}/v1/models answered HTTP {r.status_code}", 1)
+            raise RampError(f"{root}/v1/models answered HTTP {r.status_code}")
         try:
             data = r.json()["data"]
             ids = {m["id"]: m.get("max_model_len") for m in data}
         except (ValueError, KeyError, TypeError):
-            raise RampError(f"{root}/v1/models did not return an OpenAI model list", 1) from None
+            raise RampError(f"{root}/v1/models did not return an OpenAI model list") from None
         if not ids:
-            raise RampError(f"{root} serves no model", 1)
+            raise RampError(f"{root} serves no model")
         if model is None:
             model = next(iter(ids))
         elif model not in ids:
-            raise RampError(f"model {model!r} is not served by {root}; it serves: {', '.join(ids)}", 2)
+            raise RampError(f"model {model!r} is not served by {root}; it serves: {', '.join(ids)}", exit_code=EXIT_USAGE)
         body = {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
         try:
             r = await c.post(root + "/v1/chat/completions", json=body, headers=headers)
         except httpx.HTTPError as e:
-            raise RampError(f"{root}: probe request failed ({type(e).__name__})", 1) from None
+            raise RampError(f"{root}: probe request failed ({type(e).__name__})") from None
         if r.status_code != 200:
             try:
                 msg = r.json().get("error", {}).get("message") or r.text[:200]
             except ValueError:
                 msg = r.text[:200]
-            raise RampError(f"{root}: a one-token probe request failed with HTTP {r.status_code}: {msg}", 1)
+            raise RampError(f"{root}: a one-token probe request failed with HTTP {r.status_code}: {msg}")
     mml = ids[model]
     return model, int(mml) if isinstance(mml, int) else None
 
@@ -135,7 +149,7 @@ class ResultWriter:
     def sample(self, s: RequestSample) -> None:
         self.requests.write(json.dumps(s.as_dict(), separators=(",", ":")) + "\n")
 
-    def write(self, steps: list[StepSummary], knee: Knee, status: str) -> None:
+    def write(self, steps: list[StepSummary], knee: Knee, status: RampStatus) -> None:
         doc = dict(self.header, status=status, steps=[s.as_dict() for s in steps], knee=knee.as_dict(), updated_at=time.time())
         fd, tmp = tempfile.mkstemp(dir=self.out_dir, prefix=".ramp-", suffix=".json")
         with os.fdopen(fd, "w") as f:
@@ -147,7 +161,7 @@ class ResultWriter:
 
 
 class RunnerProcess:
-    """The Locust child (and its local workers), talked to over JSON lines."""
+    """The Locust child (and its local workers), talked to over :mod:`spoc_tui.load.wire`."""
 
     def __init__(self, cfg: RampConfig, model: str, context_len: int | None, log_dir: Path) -> None:
         self.cfg = cfg
@@ -156,7 +170,7 @@ class RunnerProcess:
         self.log_dir = log_dir
         self.proc: asyncio.subprocess.Process | None = None
         self.workers: list[asyncio.subprocess.Process] = []
-        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.events: asyncio.Queue[wire.Event] = asyncio.Queue()
         self._reader: asyncio.Task[None] | None = None
 
     def _argv(self, *extra: str) -> list[str]:
@@ -176,67 +190,64 @@ class RunnerProcess:
         extra: list[str] = []
         master_port = ""
         if self.cfg.workers:
-            from spoc_tui.demo import free_port
-
             master_port = str(free_port())
             extra = ["--expect-workers", str(self.cfg.workers), "--master-bind-port", master_port]
         log = open(self.log_dir / "runner.log", "ab")
-        self.proc = await asyncio.create_subprocess_exec(*self._argv(*extra), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log, env=env, start_new_session=True)
-        for i in range(self.cfg.workers):
+        self.proc = await asyncio.create_subprocess_exec(*self._argv(*extra), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                         stderr=log, env=env, start_new_session=True)
+        for _ in range(self.cfg.workers):
             self.workers.append(
-                await asyncio.create_subprocess_exec(*self._argv("--worker", "--master-port", master_port), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
+                await asyncio.create_subprocess_exec(*self._argv("--worker", "--master-port", master_port), stdin=asyncio.subprocess.DEVNULL,
+                                                     stdout=log, stderr=log, env=env, start_new_session=True)
             )
         self._reader = asyncio.create_task(self._read())
-        ev = await self.wait_for("ready", 90.0)
-        if ev is None:
-            raise RampError("the load generator did not start; see runner.log in the output folder", 1)
+        if await self.wait_for(wire.Ready, 90.0) is None:
+            raise RampError("the load generator did not start; see runner.log in the output folder")
 
     async def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         while True:
             line = await self.proc.stdout.readline()
             if not line:
-                await self.events.put({"type": "exited"})
+                await self.events.put(wire.Exited())
                 return
             try:
-                await self.events.put(json.loads(line))
-            except ValueError:
-                continue
+                await self.events.put(wire.decode_event(line))
+            except wire.WireError as e:  # a stray line (a library printing to stdout): not ours
+                logger.debug("runner: %s", e)
 
-    async def wait_for(self, kind: str, timeout: float) -> dict[str, Any] | None:
+    async def wait_for(self, kind: type[wire.Event], timeout: float) -> wire.Event | None:
+        """The next event of type ``kind``, or None when the runner failed, exited or timed out."""
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             try:
                 ev = await asyncio.wait_for(self.events.get(), left)
             except TimeoutError:
                 return None
-            if ev.get("type") == kind:
+            if isinstance(ev, kind):
                 return ev
-            if ev.get("type") in ("exited", "error"):
+            if isinstance(ev, (wire.Exited, wire.RunnerFailed)):
                 return None
         return None
 
-    async def send(self, cmd: dict[str, Any]) -> None:
+    async def send(self, cmd: wire.Command) -> None:
         if self.proc is None or self.proc.stdin is None or self.proc.returncode is not None:
             return
-        self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+        self.proc.stdin.write((wire.encode(cmd) + "\n").encode())
         try:
             await self.proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
-            pass
+            logger.debug("runner: stdin closed before %s", cmd)
 
     async def stop(self) -> None:
-        await self.send({"cmd": "stop"})
+        await self.send(wire.Stop())
         for p in [self.proc, *self.workers]:
             if p is None:
                 continue
             try:
                 await asyncio.wait_for(p.wait(), 10.0)
             except TimeoutError:
-                try:
-                    os.killpg(p.pid, 9)
-                except ProcessLookupError:
-                    pass
+                kill_group(p.pid, signal.SIGKILL)
                 await p.wait()
         if self._reader:
             self._reader.cancel()
@@ -279,7 +290,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     """
     t_start = time.monotonic()
 
-    def report(phase: str, step: int, users: int, steps: list[StepSummary], samples: int, message: str = "") -> None:
+    def report(phase: RampPhase, step: int, users: int, steps: list[StepSummary], samples: int, message: str = "") -> None:
         if on_progress:
             on_progress(RampProgress(phase=phase, step=step, users=users, elapsed_s=time.monotonic() - t_start, step_s=cfg.step_s,
                                      samples=samples, steps=tuple(steps), knee=find_knee(steps) if steps else None, message=message))
@@ -296,7 +307,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     runner = RunnerProcess(cfg, model, context_len, cfg.out_dir)
     samples: list[RequestSample] = []
     steps: list[StepSummary] = []
-    status = "interrupted"
+    status: RampEnd = "interrupted"
     poller = VllmPoller([cfg.url], window_s=max(1.0, cfg.step_s - cfg.warmup_s), api_key=cfg.api_key)
     dcgm = DcgmPoller(cfg.dcgm_urls) if cfg.dcgm_urls else None
     pump: asyncio.Task[None] | None = None
@@ -307,16 +318,15 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         async def pump_samples() -> None:
             while True:
                 ev = await runner.events.get()
-                if ev.get("type") == "sample":
-                    s = RequestSample.from_dict(ev)
-                    samples.append(s)
-                    writer.sample(s)
-                elif ev.get("type") == "exited":
+                if isinstance(ev, wire.Sample):
+                    samples.append(ev.sample)
+                    writer.sample(ev.sample)
+                elif isinstance(ev, wire.Exited):
                     return
 
         pump = asyncio.create_task(pump_samples())
         for idx, users in enumerate(cfg.users, 1):
-            await runner.send({"cmd": "users", "n": users, "step": idx})
+            await runner.send(wire.SetUsers(users, idx))
             report("warmup", idx, users, steps, len(samples))
             await asyncio.sleep(cfg.warmup_s)
             m_start = time.time()
@@ -327,7 +337,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                 report("measuring", idx, users, steps, len(samples))
                 await asyncio.sleep(min(1.0, left))
                 if pump.done():
-                    raise RampError("the load generator exited; see runner.log in the output folder", 1)
+                    raise RampError("the load generator exited; see runner.log in the output folder")
                 server = await _server_view(poller, dcgm, peaks)
             m_end = time.time()
             in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
@@ -338,7 +348,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             report("step_done", idx, users, steps, len(samples))
             if summary.requests and summary.errors == summary.requests and set(summary.errors_by_kind) <= {"connect", "http_5xx"}:
                 status = "server_failed"
-                raise RampError(f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed", 1)
+                raise RampError(f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed")
             if badly_broken(summary, cfg.abort_factor) and idx < len(cfg.users):
                 status = "stopped_early"
                 break

@@ -1,11 +1,8 @@
 """The Locust side of a load ramp, run as a child process: ``python -m spoc_tui.load.runner``.
 
 Locust monkey-patches the whole process with gevent on import, which breaks asyncio, so it
-never runs in the Textual process. This child speaks JSON lines:
-
-- stdin (commands): ``{"cmd": "users", "n": 8, "step": 2}``, ``{"cmd": "stop"}``
-- stdout (events): ``{"type": "ready"}``, ``{"type": "sample", ...}`` one per finished request,
-  ``{"type": "users", "n": 8}``, ``{"type": "error", "message": ...}``, ``{"type": "stopped"}``
+never runs in the Textual process. This child speaks JSON lines: the commands and events of :mod:`spoc_tui.load.wire`, commands
+on stdin, events (a ``Sample`` per finished request) on stdout.
 
 One Locust user is one conversation (with its history growing turn by turn). Requests use
 ``HttpUser`` with unbuffered streaming (``iter_content(chunk_size=None)``) and SSE parsed
@@ -24,6 +21,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gevent import monkey
@@ -36,10 +34,13 @@ from locust import HttpUser, constant, task  # noqa: E402
 from locust.env import Environment  # noqa: E402
 from locust.runners import MasterRunner  # noqa: E402
 
+from spoc_tui.core.loadmath import RequestSample  # noqa: E402
+from spoc_tui.load import wire  # noqa: E402
 from spoc_tui.load.profiles import Profile, TextMaker, plan_conversation  # noqa: E402
 
-def emit(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+
+def emit(msg: wire.Event) -> None:
+    sys.stdout.write(wire.encode(msg) + "\n")
     sys.stdout.flush()
 
 
@@ -57,8 +58,8 @@ class Shared:
     seed = 0
     timeout = 300.0
     system_cache: dict[str, str] = {}
-    sink: Any = None
-    """Where samples go: ``emit`` on a master/local runner, a batch to the master on a worker."""
+    sink: Callable[[RequestSample], None] | None = None
+    """Where samples go: emitted by a master/local runner, batched to the master on a worker."""
     counter = 0
 
 
@@ -162,29 +163,35 @@ class ChatUser(HttpUser):
             error = classify_error(e)
         end = time.perf_counter()
         details = usage.get("prompt_tokens_details") or {}
-        sample = {
-            "start": wall0,
-            "end": wall0 + (end - t0),
-            "step": step,
-            "users": users,
+        ok = error is None
+        sample = RequestSample(
+            start=wall0,
+            end=wall0 + (end - t0),
+            step=step,
+            users=users,
             # A stream that completed with no text (EOS first) is a finished request without a TTFT.
-            "ok": error is None,
-            "error": error,
-            "ttft": (first - t0) if first is not None else None,
-            "e2e": end - t0,
-            "itl": gaps,
-            "output_tokens": usage.get("completion_tokens"),
-            "prompt_tokens": usage.get("prompt_tokens"),
-            "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None,
-            "request_id": request_id,
-            "conversation": self.conv_id,
-            "turn": turn,
-        }
+            ok=ok,
+            error=error,
+            ttft=(first - t0) if first is not None else None,
+            e2e=end - t0,
+            itl=tuple(gaps),
+            output_tokens=_int_or_none(usage.get("completion_tokens")),
+            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+            cached_tokens=_int_or_none(details.get("cached_tokens")) if isinstance(details, dict) else None,
+            request_id=request_id,
+            conversation=self.conv_id,
+            turn=turn,
+        )
+        assert Shared.sink is not None
         Shared.sink(sample)
-        if sample["ok"] and usage.get("prompt_tokens"):
+        if ok and usage.get("prompt_tokens"):
             planned = sum(len(m["content"].split()) for m in messages)
             Shared.maker.calibrate(planned, int(usage["prompt_tokens"]), overhead=4 * len(messages))
-        return "".join(parts) if sample["ok"] else None
+        return "".join(parts) if ok else None
+
+
+def _int_or_none(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _read_commands(env: Environment) -> None:
@@ -193,22 +200,20 @@ def _read_commands(env: Environment) -> None:
     assert runner is not None
     for raw in stdin:
         try:
-            cmd = json.loads(raw)
-        except ValueError:
-            emit({"type": "error", "message": f"bad command {raw[:80]!r}"})
+            cmd = wire.decode_command(raw)
+        except wire.WireError as e:
+            emit(wire.RunnerFailed(f"bad command: {e}"))
             continue
-        if cmd.get("cmd") == "users":
-            n = int(cmd.get("n", 0))
-            Shared.step = int(cmd.get("step", Shared.step))
-            Shared.users = n
+        if isinstance(cmd, wire.SetUsers):
+            Shared.step, Shared.users = cmd.step, cmd.n
             if isinstance(runner, MasterRunner):
-                runner.send_message("spoc_step", {"step": Shared.step, "users": n})
-            runner.start(n, spawn_rate=max(1, n), wait=False)
-            emit({"type": "users", "n": n, "step": Shared.step})
-        elif cmd.get("cmd") == "stop":
+                runner.send_message("spoc_step", {"step": cmd.step, "users": cmd.n})
+            runner.start(cmd.n, spawn_rate=max(1, cmd.n), wait=False)
+            emit(wire.UsersSet(cmd.n, cmd.step))
+        elif isinstance(cmd, wire.Stop):
             break
     runner.quit()
-    emit({"type": "stopped"})
+    emit(wire.Stopped())
 
 
 def _configure(args: argparse.Namespace) -> None:
@@ -243,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     env = Environment(user_classes=[ChatUser], host=args.url, catch_exceptions=True)
 
     if args.worker:
-        batch: list[dict[str, Any]] = []
-        Shared.sink = batch.append
+        batch: list[dict[str, object]] = []
+        Shared.sink = lambda s: batch.append(s.as_dict())
         runner = env.create_worker_runner(args.master_host, args.master_port)
 
         def on_step(msg: Any, **_kw: Any) -> None:
@@ -265,22 +270,22 @@ def main(argv: list[str] | None = None) -> int:
         runner.greenlet.join()
         return 0
 
-    def emit_sample(sample: dict[str, Any]) -> None:
-        emit({"type": "sample", **sample})
+    def emit_sample(sample: RequestSample) -> None:
+        emit(wire.Sample(sample))
 
     Shared.sink = emit_sample
     if args.expect_workers:
         runner = env.create_master_runner(args.master_bind_host, args.master_bind_port)
-        runner.register_message("spoc_samples", lambda msg, **_kw: [emit_sample(s) for s in msg.data])
+        runner.register_message("spoc_samples", lambda msg, **_kw: [emit_sample(RequestSample.from_dict(s)) for s in msg.data])
         deadline = time.time() + 60
         while runner.worker_count < args.expect_workers:
             if time.time() > deadline:
-                emit({"type": "error", "message": f"only {runner.worker_count} of {args.expect_workers} workers joined"})
+                emit(wire.RunnerFailed(f"only {runner.worker_count} of {args.expect_workers} workers joined"))
                 return 1
             gevent.sleep(0.1)
     else:
         env.create_local_runner()
-    emit({"type": "ready", "workers": args.expect_workers})
+    emit(wire.Ready(args.expect_workers))
     _read_commands(env)
     return 0
 

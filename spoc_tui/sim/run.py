@@ -4,50 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import signal
 import sys
-from dataclasses import dataclass
 
 from spoc_tui.core.capacity import CapacityError
 from spoc_tui.core.presets import PresetError, gpu_preset, model_preset
 from spoc_tui.sim.engine import EngineConfig, SimEngine
 from spoc_tui.sim.gpu import SimGpu
 from spoc_tui.sim.load import BuiltinLoad
-from spoc_tui.sim.server import SCENARIOS, SimServer
+from spoc_tui.sim.options import SCENARIOS, SimConfigError, SimOptions
+from spoc_tui.sim.server import SimServer
+from spoc_tui.core.errors import InputError
 
 HOT_GPU_RESISTANCE = 0.115
 """C/W of the weakly cooled GPU in the thermal scenario (others: 0.060)."""
-
-
-class SimConfigError(ValueError):
-    """Bad simulator options; the message says what to change."""
-
-
-@dataclass
-class SimOptions:
-    model: str = "llama-3.1-8b"
-    gpu: str = "h100-80gb"
-    tp: int | None = None
-    scenario: str = "steady"
-    seed: int = 0
-    host: str = "127.0.0.1"
-    port: int = 8000
-    dcgm_port: int | None = 9400
-    served_model_name: str | None = None
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
-    max_model_len: int | None = None
-    kv_cache_dtype: str = "auto"
-    quantization: str | None = None
-    speed: float = 1.0
-    load_users: int | None = None
-    truth_log: str | None = None
-    """Built-in background users (none unless given; `spoc demo` chooses per scenario)."""
 
 
 def build(opts: SimOptions) -> tuple[SimEngine, int]:
@@ -142,30 +112,13 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
     if ready is not None:
         ready.set()
     load_task = asyncio.create_task(load.run(stop)) if load else None
-    watch = asyncio.create_task(_exit_with_parent(stop))
     try:
         await stop.wait()
     finally:
-        watch.cancel()
         if load_task:
             load_task.cancel()
             await asyncio.gather(load_task, return_exceptions=True)
         await server.close()
-
-
-PARENT_ENV = "SPOC_SIM_PARENT_PID"
-
-
-async def _exit_with_parent(stop: asyncio.Event) -> None:
-    """When started by `spoc demo` (or a test), stop if that process dies, even by SIGKILL."""
-    raw = os.environ.get(PARENT_ENV)
-    if not raw or not raw.isdigit():
-        return
-    parent = int(raw)
-    while not stop.is_set():
-        await asyncio.sleep(1.0)
-        if os.getppid() != parent:
-            stop.set()
 
 
 def main(opts: SimOptions) -> int:

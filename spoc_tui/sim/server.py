@@ -15,7 +15,6 @@ from aiohttp import web
 from spoc_tui.sim.engine import SimEngine, SimRequest, chat_tokens, tokenize
 from spoc_tui.sim.exposition import dcgm_metrics, vllm_metrics
 
-SCENARIOS = ("steady", "thermal", "overload")
 
 
 def error_response(status: int, message: str, type_: str = "BadRequestError", param: str | None = None) -> web.Response:

@@ -12,7 +12,7 @@ import asyncio
 import heapq
 import itertools
 import json
-import os
+import logging
 import random
 import re
 import threading
@@ -20,26 +20,48 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from spoc_tui.core.errors import SpocError
 from spoc_tui.core.loadmath import Knee, Limit, RequestSample, StepSummary, find_knee, summarize_step
 from spoc_tui.core.tunespace import Config, command_line
-from spoc_tui.launcher import LaunchError, ServerProcess
 from spoc_tui.load.profiles import Profile
-from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
+from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
+from spoc_tui.procs.ports import free_port
+from spoc_tui.procs.server import LaunchError, ServerProcess
+from spoc_tui.tune.events import EvaluatorEvent, RampProgressed, ServerReady, ServerStarting
+from spoc_tui.tune.records import TrialStatus
 
-Event = Callable[[str, dict[str, Any]], None]
-"""(kind, data): server_starting, server_ready, ramp (data["progress"]: RampProgress)."""
+logger = logging.getLogger(__name__)
+
+OnEvent = Callable[[EvaluatorEvent], None]
 
 
-class TuneFatal(RuntimeError):
+class TuneFatal(SpocError, RuntimeError):
     """Not the configuration's fault (the port is taken, the command does not exist): stop the study."""
+
+
+class Evaluator(Protocol):
+    """Scores one configuration: :class:`ServerEvaluator` (a real server and a ramp) or
+    :class:`FastSimEvaluator` (the simulator in virtual time)."""
+
+    def evaluate(self, config: Config, flags: list[str], trial_dir: Path, on_event: OnEvent | None = None) -> TrialOutcome:
+        """Run the configuration and say how it did (the configuration's own failures are
+        ``infeasible`` outcomes, not exceptions).
+
+        Raises:
+            TuneFatal: a problem no configuration can get past (the port is taken...).
+        """
+        ...
+
+    def stop(self) -> None:
+        """Interrupt a running evaluation (thread-safe); it returns ``interrupted``."""
+        ...
 
 
 @dataclass
 class TrialOutcome:
-    status: str
-    """ok, infeasible, interrupted."""
+    status: TrialStatus
     steps: list[StepSummary] = field(default_factory=list)
     knee: Knee = field(default_factory=lambda: Knee(None, None, None))
     reason: str = ""
@@ -113,17 +135,15 @@ class ServerEvaluator:
         if srv is not None and srv.proc is not None and self._task is None:
             srv.stop(grace=5.0)  # still starting: the readiness loop sees it exit
 
-    def evaluate(self, config: Config, flags: list[str], trial_dir: Path, on_event: Event | None = None) -> TrialOutcome:
-        from spoc_tui.demo import free_port
-
-        emit = on_event or (lambda kind, data: None)
+    def evaluate(self, config: Config, flags: list[str], trial_dir: Path, on_event: OnEvent | None = None) -> TrialOutcome:
+        emit: OnEvent = on_event or (lambda ev: None)
         t0 = time.monotonic()
         port = self.port or free_port()
         argv = command_line(self.template, flags, port)
         trial_dir.mkdir(parents=True, exist_ok=True)
         server = ServerProcess(argv, port, trial_dir / "server.log", self.env, guard=True, marker=self.marker)
         self._server = server
-        emit("server_starting", {"argv": argv, "port": port, "log": str(server.log_path)})
+        emit(ServerStarting(tuple(argv), port, str(server.log_path)))
         try:
             try:
                 start_s = server.start(timeout=self.start_timeout)
@@ -134,7 +154,7 @@ class ServerEvaluator:
                     raise TuneFatal(str(e)) from None
                 return TrialOutcome("infeasible", reason=failure_reason(f"server did not start ({e})", e.log_tail), log_tail=e.log_tail,
                                     duration_s=time.monotonic() - t0)
-            emit("server_ready", {"start_s": start_s, "url": server.url})
+            emit(ServerReady(start_s, server.url))
             kv_tokens = _kv_tokens(server.url)
             try:
                 steps, knee, mml = self._run_ramp(server.url, trial_dir, emit)
@@ -158,15 +178,15 @@ class ServerEvaluator:
             server.stop()
             self._server = None
 
-    def _run_ramp(self, url: str, trial_dir: Path, emit: Event) -> tuple[list[StepSummary], Knee, int | None]:
+    def _run_ramp(self, url: str, trial_dir: Path, emit: OnEvent) -> tuple[list[StepSummary], Knee, int | None]:
         r = self.ramp
         cfg = RampConfig(url=url, profile=r.profile, users=list(r.users), limits=r.limits, out_dir=trial_dir, model=r.model, step_s=r.step_s,
                          warmup_s=r.warmup_s, abort_factor=r.abort_factor, workers=r.workers, seed=r.seed, tokenizer=r.tokenizer, api_key=r.api_key)
 
         def progress(p: RampProgress) -> None:
-            emit("ramp", {"progress": p})
+            emit(RampProgressed(p))
 
-        async def go() -> Any:
+        async def go() -> RampResult:
             self._task = asyncio.current_task()
             return await run_ramp(cfg, progress)
 
@@ -236,7 +256,8 @@ class FastSimEvaluator:
     def stop(self) -> None:
         pass
 
-    def evaluate(self, config: Config, flags: list[str] | None = None, trial_dir: Path | None = None, on_event: Event | None = None) -> TrialOutcome:
+    def evaluate(self, config: Config, flags: list[str] | None = None, trial_dir: Path | None = None,
+                 on_event: OnEvent | None = None) -> TrialOutcome:
         from spoc_tui.sim.run import SimConfigError, SimOptions, build
 
         t0 = time.monotonic()
@@ -332,61 +353,3 @@ def run_closed_loop(engine: Any, profile: Profile, users: int, duration_s: float
         clock[0] += d
         engine.complete(dec, pre, clock[0])
     return samples
-
-
-def marker_info(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def stop_leftover(path: Path) -> str | None:
-    """Stop a server a killed study left running (its marker file names the process group)."""
-    import signal
-
-    info = marker_info(path)
-    if info is None:
-        return None
-    pid = info.get("pid")
-    msg = None
-    if isinstance(pid, int) and _alive(pid) and _is_guard(pid):
-        try:
-            os.killpg(pid, signal.SIGTERM)
-            for _ in range(100):
-                if not _alive(pid):
-                    break
-                time.sleep(0.1)
-            if _alive(pid):
-                os.killpg(pid, signal.SIGKILL)
-            msg = f"stopped a server left running by an interrupted study (pid {pid}, port {info.get('port')})"
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        path.unlink()
-    except OSError:
-        pass
-    return msg
-
-
-def _is_guard(pid: int) -> bool:
-    """The process is still our guard (not a later process that got the same pid)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"spoc_tui.guard" in f.read()
-    except OSError:
-        return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True

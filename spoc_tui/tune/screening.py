@@ -30,15 +30,10 @@ from typing import Any
 import numpy as np
 
 from spoc_tui.core.pareto import hypervolume, pareto_indices
+from spoc_tui.tune.optuna_compat import RandomState, nsga2_children
+from spoc_tui.tune.records import RAN
 
 Params = dict[str, Any]
-
-
-class _Rng:
-    """What Optuna's child-generation strategy expects of its random state (an ``rng`` attribute)."""
-
-    def __init__(self, seed: int | None) -> None:
-        self.rng = np.random.RandomState(seed)
 
 
 class Observation:
@@ -55,7 +50,7 @@ def observations(study: Any, objective_names: Sequence[str]) -> list[Observation
     out = []
     for t in study.get_trials(deepcopy=False):
         status = t.user_attrs.get("status")
-        if status not in ("ok", "infeasible") or not t.params or t.user_attrs.get("repeat_of") is not None:
+        if status not in RAN or not t.params or t.user_attrs.get("repeat_of") is not None:
             continue
         objs = t.user_attrs.get("objectives") or {}
         values = [objs.get(n) for n in objective_names]
@@ -149,11 +144,8 @@ class ScreenedChildren:
 
     def __init__(self, *, seed: int | None, crossover: Any, objective_names: Sequence[str], directions: Sequence[str],
                  make_filter: Callable[[], Callable[[Params], bool]], pool: int = 32, kappa: float = 1.0) -> None:
-        # not exported by optuna.samplers.nsgaii; NSGAIISampler builds its default strategy from it
-        from optuna.samplers.nsgaii._child_generation_strategy import NSGAIIChildGenerationStrategy
-
-        self._rng = _Rng(seed)
-        self._inner = NSGAIIChildGenerationStrategy(crossover=crossover, crossover_prob=0.9, swapping_prob=0.5, rng=self._rng)  # type: ignore[arg-type]
+        self._rng = RandomState(seed)
+        self._inner = nsga2_children(crossover, self._rng)
         self.objective_names = list(objective_names)
         self.directions = list(directions)
         self.make_filter = make_filter

@@ -9,7 +9,9 @@ several ``--worker`` processes can share it. Each finished trial is appended to
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import os
 import re
 import socket
@@ -22,18 +24,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spoc_tui.core.errors import InputError, first_line
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.loadmath import Limit
-from spoc_tui.core.pareto import hypervolume, pareto_indices
-from spoc_tui.core.tunespace import Config, Objective, Space, command_line, constraint_values, objective_value, reference_point, reference_step
-from spoc_tui.tune.evaluate import TrialOutcome, TuneFatal, stop_leftover
+from spoc_tui.core.tunespace import Config, Objective, Space, command_line, constraint_values, objective_value, reference_step
+from spoc_tui.procs.group import pid_alive
+from spoc_tui.procs.leftovers import stop_leftover
+from spoc_tui.tune.evaluate import Evaluator, TrialOutcome
+from spoc_tui.tune.events import (
+    EvaluatorEvent,
+    Listener,
+    Note,
+    OthersDone,
+    RepeatDone,
+    RepeatStarted,
+    StudyDone,
+    StudyOpened,
+    TrialDone,
+    TrialSkipped,
+    TrialStarted,
+    TuneEvent,
+)
+from spoc_tui.tune.records import RAN, Front, StudyAttr, StudyStatus, TrialAttr, TrialRecord, TrialStatus, compute_front
 
-Listener = Callable[[str, dict[str, Any]], None]
+logger = logging.getLogger(__name__)
 LOG_TAIL_CHARS = 4000
 _SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
 
 
-class TuneError(Exception):
+class TuneError(InputError):
     """A study that cannot start or go on; the message says what to change."""
 
 
@@ -103,8 +122,7 @@ def open_storage(url: str | None, out_dir: Path) -> tuple[Any, str]:
         what = f"the database driver {e.name!r} is not installed" if e.name else "no database driver for it is installed"
         raise TuneError(f"--storage {shown}: {what} (for PostgreSQL: pip install 'spoc-tui[postgresql]', which brings psycopg)") from None
     except Exception as e:  # sqlalchemy's OperationalError and friends: the database said no
-        first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        raise TuneError(f"--storage {shown}: cannot open the database: {redact_url(first)}") from None
+        raise TuneError(f"--storage {shown}: cannot open the database: {redact_url(first_line(e))}") from None
 
 
 @dataclass
@@ -134,80 +152,8 @@ class TuneConfig:
 
 
 @dataclass
-class TrialRecord:
-    number: int
-    status: str
-    """ok, infeasible, interrupted."""
-    config: Config
-    flags: list[str]
-    objectives: dict[str, float | None] = field(default_factory=dict)
-    constraints: dict[str, float] = field(default_factory=dict)
-    feasible: bool = False
-    reason: str = ""
-    log_tail: str = ""
-    knee: dict[str, Any] = field(default_factory=dict)
-    reference: dict[str, Any] = field(default_factory=dict)
-    start_s: float | None = None
-    duration_s: float = 0.0
-    worker: str = ""
-    repeat_of: int | None = None
-    finished_at: float = 0.0
-
-    def values(self, objectives: Sequence[Objective]) -> tuple[float, float] | None:
-        v = [self.objectives.get(o.name) for o in objectives]
-        if self.status != "ok" or any(x is None for x in v):
-            return None
-        return (float(v[0]), float(v[1]))  # type: ignore[arg-type]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-    @classmethod
-    def from_trial(cls, t: Any) -> TrialRecord | None:
-        a = t.user_attrs
-        if "status" not in a:
-            return None
-        return cls(number=t.number, status=a["status"], config=dict(a.get("config") or t.params), flags=list(a.get("flags", [])),
-                   objectives=dict(a.get("objectives", {})), constraints=dict(a.get("constraints", {})), feasible=bool(a.get("feasible")),
-                   reason=a.get("reason", ""), log_tail=a.get("log_tail", ""), knee=dict(a.get("knee", {})), reference=dict(a.get("reference", {})),
-                   start_s=a.get("start_s"), duration_s=float(a.get("duration_s", 0.0)), worker=a.get("worker", ""), finished_at=float(a.get("finished_at", 0.0)))
-
-
-@dataclass
-class Front:
-    """The Pareto set of the feasible trials so far, and its hypervolume."""
-
-    records: list[TrialRecord]
-    reference: tuple[float, float]
-    hypervolume: float
-    hv_by_trial: list[float]
-    """Hypervolume after each counted trial, in trial order (same reference point)."""
-
-
-def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective], limits: Sequence[Limit]) -> Front:
-    counted = sorted((r for r in records if r.repeat_of is None), key=lambda r: r.number)
-    feas = [(r, r.values(objectives)) for r in counted if r.feasible]
-    feas = [(r, v) for r, v in feas if v is not None]
-    dirs = [o.direction for o in objectives]
-    pts = [v for _, v in feas]
-    ref = reference_point(objectives, limits, pts)
-    idx = pareto_indices(pts, dirs) if pts else []
-    pareto = [feas[i][0] for i in idx]
-    pareto.sort(key=lambda r: r.values(objectives)[0])  # type: ignore[index]
-    hv_by: list[float] = []
-    seen: list[tuple[float, float]] = []
-    for r in counted:
-        v = r.values(objectives)
-        if r.feasible and v is not None:
-            seen.append(v)
-        hv_by.append(hypervolume(seen, dirs, ref) if seen else 0.0)
-    return Front(pareto, ref, hv_by[-1] if hv_by else 0.0, hv_by)
-
-
-@dataclass
 class TuneSummary:
-    status: str
-    """complete, interrupted, exhausted."""
+    status: StudyStatus
     records: list[TrialRecord]
     front: Front
     repeats: dict[int, list[dict[str, float | None]]] = field(default_factory=dict)
@@ -270,10 +216,10 @@ def _worker_id() -> str:
 class TuneSession:
     """Runs a study with an evaluator (:class:`ServerEvaluator` or :class:`FastSimEvaluator`)."""
 
-    def __init__(self, cfg: TuneConfig, evaluator: Any, listener: Listener | None = None) -> None:
+    def __init__(self, cfg: TuneConfig, evaluator: Evaluator, listener: Listener | None = None) -> None:
         self.cfg = cfg
         self.evaluator = evaluator
-        self.listener = listener or (lambda kind, data: None)
+        self.listener: Listener = listener or (lambda ev: None)
         self._stop = threading.Event()
         self.records: list[TrialRecord] = []
         self.study: Any = None
@@ -289,8 +235,12 @@ class TuneSession:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def emit(self, kind: str, **data: Any) -> None:
-        self.listener(kind, data)
+    def emit(self, event: TuneEvent) -> None:
+        self.listener(event)
+
+    def _for_trial(self, number: int) -> Callable[[EvaluatorEvent], None]:
+        """The evaluator's listener for trial ``number``: its events tagged with the trial."""
+        return lambda ev: self.listener(dataclasses.replace(ev, number=number))
 
     # -- study -----------------------------------------------------------------------------
     def open(self) -> None:
@@ -308,7 +258,7 @@ class TuneSession:
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         left = stop_leftover(cfg.out_dir / "server.json")
         if left:
-            self.emit("note", message=left)
+            self.emit(Note(left))
         storage, self.storage_url = open_storage(cfg.storage, cfg.out_dir)
         names = optuna.study.get_all_study_names(storage)
         # population about 8: several generations within 30 expensive trials; SBX crossover uses the
@@ -324,10 +274,10 @@ class TuneSession:
             if not (cfg.resume or cfg.worker):
                 raise TuneError(f"study {cfg.study_name!r} already exists in {shown}; pass --resume to continue it or choose another --study")
             study = optuna.load_study(study_name=cfg.study_name, storage=storage, sampler=sampler)
-            stored = study.user_attrs.get("objectives")
+            stored = study.user_attrs.get(StudyAttr.OBJECTIVES)
             if stored and stored != [str(o) for o in cfg.objectives]:
                 raise TuneError(f"study {cfg.study_name!r} optimises {', '.join(stored)}; it cannot be continued with {', '.join(map(str, cfg.objectives))}")
-            stored_sla = study.user_attrs.get("sla")
+            stored_sla = study.user_attrs.get(StudyAttr.SLA)
             if stored_sla and stored_sla != [str(x) for x in cfg.limits]:
                 raise TuneError(f"study {cfg.study_name!r} was run with the SLA {', '.join(stored_sla)}; continue it with the same --sla")
         else:
@@ -335,25 +285,25 @@ class TuneSession:
                 known = ", ".join(names) or "none"
                 raise TuneError(f"no study {cfg.study_name!r} in {shown} to {'join' if cfg.worker else 'resume'} (studies there: {known})")
             study = optuna.create_study(study_name=cfg.study_name, storage=storage, sampler=sampler, directions=directions)
-            study.set_user_attr("objectives", [str(o) for o in cfg.objectives])
-            study.set_user_attr("sla", [str(x) for x in cfg.limits])
-            study.set_user_attr("space", cfg.space.source)
-            study.set_user_attr("command", redact_argv(cfg.template))
+            study.set_user_attr(StudyAttr.OBJECTIVES, [str(o) for o in cfg.objectives])
+            study.set_user_attr(StudyAttr.SLA, [str(x) for x in cfg.limits])
+            study.set_user_attr(StudyAttr.SPACE, cfg.space.source)
+            study.set_user_attr(StudyAttr.COMMAND, redact_argv(cfg.template))
             # a flag a --try leaves out is what the server does without it: its default (where the
             # space names one; otherwise NSGA-II draws it)
             defaults = cfg.space.defaults()
             first = [{**defaults, **c} for c in cfg.tries]
             for c in first:
-                study.enqueue_trial(cfg.space.encode(c), user_attrs={"seeded": "given with --try"})
+                study.enqueue_trial(cfg.space.encode(c), user_attrs={TrialAttr.SEEDED: "given with --try"})
             if defaults:
-                study.enqueue_trial(cfg.space.encode(defaults), user_attrs={"seeded": "server defaults"})
+                study.enqueue_trial(cfg.space.encode(defaults), user_attrs={TrialAttr.SEEDED: "server defaults"})
                 first.append(defaults)
             for c in spread_configs(cfg.space, cfg.population - len(first), cfg.seed, first):
-                study.enqueue_trial(cfg.space.encode(c), user_attrs={"seeded": "first generation, spread over the space"})
+                study.enqueue_trial(cfg.space.encode(c), user_attrs={TrialAttr.SEEDED: "first generation, spread over the space"})
         self.study = study
         self._recover_interrupted()
         self.records = [r for r in (TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)) if r is not None]
-        self.emit("opened", records=list(self.records), storage=shown, study=cfg.study_name)
+        self.emit(StudyOpened(cfg.study_name, shown, tuple(self.records)))
 
     def _recover_interrupted(self) -> None:
         """Trials this host started and never finished (a crash): failed, and queued to run again."""
@@ -365,20 +315,20 @@ class TuneSession:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             w = str(t.user_attrs.get("worker", ""))
             h, _, pid = w.partition(":")
-            if h != host or (pid.isdigit() and _pid_alive(int(pid))):
+            if h != host or (pid.isdigit() and pid_alive(int(pid))):
                 continue
             try:
                 self.study.tell(t.number, state=TrialState.FAIL)
             except (ValueError, RuntimeError):
                 continue
-            self.study.enqueue_trial(dict(t.params), user_attrs={"seeded": f"re-run of interrupted trial {t.number}"})
-            self.emit("note", message=f"trial {t.number} was interrupted by a crash; it will run again")
+            self.study.enqueue_trial(dict(t.params), user_attrs={TrialAttr.SEEDED: f"re-run of interrupted trial {t.number}"})
+            self.emit(Note(f"trial {t.number} was interrupted by a crash; it will run again"))
 
     def counted(self) -> int:
         """Trials that ran (finished or infeasible), from every worker of the study."""
         from optuna.trial import TrialState
 
-        return sum(1 for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)) if t.user_attrs.get("status") in ("ok", "infeasible"))
+        return sum(1 for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)) if t.user_attrs.get("status") in RAN)
 
     def _blocked(self, config: Config, seen: dict[tuple[Any, ...], int]) -> str | None:
         """Why ``config`` may not run (a repeat of a trial run or running, a broken condition), or None."""
@@ -401,7 +351,7 @@ class TuneSession:
         for t in self.study.get_trials(deepcopy=False):
             if t.number == exclude:
                 continue
-            if t.user_attrs.get("status") in ("ok", "infeasible") or t.state == TrialState.RUNNING:
+            if t.user_attrs.get("status") in RAN or t.state == TrialState.RUNNING:
                 out.setdefault(self.cfg.space.key(self.cfg.space.decode(t.params)), t.number)
         return out
 
@@ -434,9 +384,9 @@ class TuneSession:
                 config = suggest(trial, cfg.space)
                 why = self._blocked(config, self._seen(exclude=trial.number))
                 if why is not None:
-                    trial.set_user_attr("skipped", why)
+                    trial.set_user_attr(TrialAttr.SKIPPED, why)
                     self.study.tell(trial, state=TrialState.PRUNED)
-                    self.emit("skipped", number=trial.number, config=config, reason=why, seeded=trial.user_attrs.get("seeded"))
+                    self.emit(TrialSkipped(trial.number, config, why, trial.user_attrs.get(TrialAttr.SEEDED)))
                     skips += 1
                     if skips >= cfg.max_skips:
                         status, message = "exhausted", f"{skips} proposals in a row were duplicates or broke a condition: the space is exhausted around the front"
@@ -455,15 +405,15 @@ class TuneSession:
                 status = "interrupted"
             try:
                 self._sync_others()
-            except Exception:  # the storage failing must not hide why the loop ended; the front is this worker's then
-                pass
+            except Exception as e:  # the storage failing must not hide why the loop ended; the front is this worker's then
+                logger.warning("could not read the other workers' trials: %s", first_line(e))
             front = compute_front(self.records, cfg.objectives, cfg.limits)
             self._write_pareto(front, {})
         repeats: dict[int, list[dict[str, float | None]]] = {}
         if status != "interrupted" and cfg.repeats > 0 and not cfg.worker:
             repeats = self._repeat(front)
             self._write_pareto(front, repeats)
-        self.emit("done", status=status, front=front, message=message)
+        self.emit(StudyDone(status, front, message))
         return TuneSummary(status, list(self.records), front, repeats, message)
 
     def _run_trial(self, trial: Any, config: Config, ordinal: int) -> TrialRecord:
@@ -473,11 +423,11 @@ class TuneSession:
         flags = cfg.space.argv(config)
         trial.set_user_attr("flags", flags)
         trial.set_user_attr("worker", _worker_id())
-        seeded = trial.user_attrs.get("seeded")
-        self.emit("trial_start", number=trial.number, ordinal=ordinal, total=cfg.trials, config=config, flags=flags, seeded=seeded)
+        seeded = trial.user_attrs.get(TrialAttr.SEEDED)
+        self.emit(TrialStarted(trial.number, ordinal, cfg.trials, config, tuple(flags), seeded))
         trial_dir = cfg.out_dir / "trials" / f"{trial.number:04d}"
         try:
-            outcome: TrialOutcome = self.evaluator.evaluate(config, flags, trial_dir, lambda kind, data: self.listener(kind, dict(data, number=trial.number)))
+            outcome: TrialOutcome = self.evaluator.evaluate(config, flags, trial_dir, self._for_trial(trial.number))
         except KeyboardInterrupt:
             outcome = TrialOutcome("interrupted", reason="interrupted (Ctrl-C)")
             self._finish(trial, config, flags, outcome, TrialState.FAIL)
@@ -491,7 +441,7 @@ class TuneSession:
         if outcome.status == "ok":
             if outcome.max_model_len and "max-model-len" not in cfg.space.names:
                 for c in cfg.space.learn("max-model-len", outcome.max_model_len):
-                    self.emit("note", message=f"the server reports max-model-len {outcome.max_model_len}: the condition \"{c}\" now applies")
+                    self.emit(Note(f"the server reports max-model-len {outcome.max_model_len}: the condition \"{c}\" now applies"))
             values = [objective_value(o, outcome.steps, outcome.knee, cfg.ref_users) for o in cfg.objectives]
             if any(v is None for v in values):
                 where = f"{cfg.ref_users} users" if cfg.ref_users else "the last step"
@@ -520,7 +470,7 @@ class TuneSession:
             if k not in ("number", "repeat_of"):
                 trial.set_user_attr(k, v)
         if o.status == "interrupted":  # not the configuration's fault: queued to run again when the study goes on
-            self.study.enqueue_trial(cfg.space.encode(config), user_attrs={"seeded": f"re-run of interrupted trial {trial.number}"})
+            self.study.enqueue_trial(cfg.space.encode(config), user_attrs={TrialAttr.SEEDED: f"re-run of interrupted trial {trial.number}"})
         if values is not None:
             for name, c in cons.items():
                 trial.set_constraint(name, c)
@@ -532,34 +482,34 @@ class TuneSession:
         self._sync_others()
         front = compute_front(self.records, cfg.objectives, cfg.limits)
         self._write_pareto(front, {})
-        self.emit("trial_done", record=rec, front=front)
+        self.emit(TrialDone(rec, front))
         return rec
 
     def _sync_others(self) -> None:
         """Take in the trials other workers of a shared study finished meanwhile, so that the
         front, the hypervolume and pareto.json are the whole study's."""
         have = {r.number for r in self.records}
-        new = [r for r in (TrialRecord.from_trial(t) for t in self.study.get_trials(deepcopy=False) if t.number not in have) if r is not None and r.status in ("ok", "infeasible")]
+        new = [r for r in (TrialRecord.from_trial(t) for t in self.study.get_trials(deepcopy=False) if t.number not in have) if r is not None and r.status in RAN]
         if new:
             self.records = sorted([*self.records, *new], key=lambda r: r.number)
-            self.emit("others_done", records=new)
+            self.emit(OthersDone(tuple(new)))
 
     def _maybe_kv_seed(self, o: TrialOutcome) -> None:
         """After the first finished trial: a configuration whose max-num-seqs is what the KV cache holds."""
         space = self.cfg.space
-        if self.study.user_attrs.get("kv_seed") or "max-num-seqs" not in space.names or not o.kv_tokens or not o.tokens_per_request:
+        if self.study.user_attrs.get(StudyAttr.KV_SEED) or "max-num-seqs" not in space.names or not o.kv_tokens or not o.tokens_per_request:
             return
-        self.study.set_user_attr("kv_seed", True)
+        self.study.set_user_attr(StudyAttr.KV_SEED, True)
         fits = o.kv_tokens / o.tokens_per_request
         values = sorted(v for v in space.param("max-num-seqs").values if isinstance(v, (int, float)))
         pick = max([v for v in values if v <= fits] or values[:1])
         config = {**space.defaults(), "max-num-seqs": pick}
         what = f"KV cache: {o.kv_tokens} tokens / {o.tokens_per_request:.0f} per request = {fits:.0f} sequences"
         if space.key(config) in self._seen():
-            self.emit("note", message=f"{what}; max-num-seqs {pick} was already tried")
+            self.emit(Note(f"{what}; max-num-seqs {pick} was already tried"))
             return
-        self.study.enqueue_trial(space.encode(config), user_attrs={"seeded": f"KV cache holds {fits:.0f} sequences of {o.tokens_per_request:.0f} tokens"})
-        self.emit("note", message=f"{what}; queued max-num-seqs {pick}")
+        self.study.enqueue_trial(space.encode(config), user_attrs={TrialAttr.SEEDED: f"KV cache holds {fits:.0f} sequences of {o.tokens_per_request:.0f} tokens"})
+        self.emit(Note(f"{what}; queued max-num-seqs {pick}"))
 
     def _repeat(self, front: Front) -> dict[int, list[dict[str, float | None]]]:
         out: dict[int, list[dict[str, float | None]]] = {}
@@ -567,16 +517,16 @@ class TuneSession:
             for i in range(self.cfg.repeats):
                 if self._stop.is_set():
                     return out
-                self.emit("repeat_start", number=rec.number, index=i + 1, total=self.cfg.repeats, flags=rec.flags)
+                self.emit(RepeatStarted(rec.number, i + 1, self.cfg.repeats, tuple(rec.flags)))
                 trial_dir = self.cfg.out_dir / "trials" / f"{rec.number:04d}-repeat{i + 1}"
-                o = self.evaluator.evaluate(rec.config, rec.flags, trial_dir, lambda kind, data: self.listener(kind, dict(data, number=rec.number)))
+                o = self.evaluator.evaluate(rec.config, rec.flags, trial_dir, self._for_trial(rec.number))
                 vals = {ob.name: objective_value(ob, o.steps, o.knee, self.cfg.ref_users) if o.status == "ok" else None for ob in self.cfg.objectives}
                 out.setdefault(rec.number, []).append(vals)
                 rep = TrialRecord(number=rec.number, status=o.status, config=rec.config, flags=rec.flags, objectives=vals, reason=o.reason,
                                   log_tail=o.log_tail[-LOG_TAIL_CHARS:], start_s=o.start_s, duration_s=o.duration_s, worker=_worker_id(),
                                   repeat_of=rec.number, finished_at=time.time())
                 self._append(rep)
-                self.emit("repeat_done", record=rep)
+                self.emit(RepeatDone(rep))
         return out
 
     # -- files -----------------------------------------------------------------------------
@@ -612,13 +562,3 @@ class TuneSession:
         with os.fdopen(fd, "w") as f:
             json.dump(json_safe(doc), f, indent=2, allow_nan=False)
         os.replace(tmp, cfg.out_dir / "pareto.json")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -2,8 +2,8 @@ import sys
 
 import pytest
 
-from spoc_tui.demo import free_ports
-from spoc_tui.launcher import LaunchError, ServerProcess
+from spoc_tui.procs.ports import free_ports
+from spoc_tui.procs.server import LaunchError, ServerProcess
 
 
 def test_launch_sim_ready_then_stopped(tmp_path):

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
-from spoc_tui.demo import free_port, free_ports, start_sim, stop_group
+from spoc_tui.procs.ports import free_port, free_ports
+from spoc_tui.sim.process import start_sim
 
 FIX = Path(__file__).parents[1] / "fixtures"
 
@@ -20,7 +21,7 @@ def sim():
     port, dport = free_ports(2)
     proc = start_sim(["--tp", "2", "--dcgm-port", str(dport), "--load-users", "8", "--speed", "1"], port)
     yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{dport}/metrics", port
-    stop_group(proc)
+    proc.stop()
 
 
 def test_streaming_chat_with_exact_usage(sim):
@@ -105,7 +106,7 @@ async def test_poller_goes_stale_and_recovers():
     try:
         t1 = await poller.poll()
         assert t1.servers and not t1.stale and t1.changes[0].up
-        stop_group(proc)
+        proc.stop()
         now[0] += 1
         t2 = await poller.poll()
         assert t2.stale and not t2.changes[0].up and t2.servers  # last data kept
@@ -117,7 +118,7 @@ async def test_poller_goes_stale_and_recovers():
         t4 = await poller.poll()
         assert not t4.stale and t4.changes and t4.changes[0].up
     finally:
-        stop_group(proc)
+        proc.stop()
         await poller.aclose()
 
 
@@ -140,10 +141,11 @@ def test_simulator_exits_when_its_parent_is_killed(tmp_path):
     script.write_text(
         "import sys, time\n"
         f"sys.path.insert(0, {str(Path(__file__).parents[2])!r})\n"
-        "from spoc_tui.demo import free_ports, start_sim\n"
+        "from spoc_tui.procs.ports import free_ports\n"
+        "from spoc_tui.sim.process import start_sim\n"
         "p, d = free_ports(2)\n"
         "proc = start_sim(['--dcgm-port', str(d)], p)\n"
-        "print(proc.pid, flush=True)\n"
+        "print(proc.proc.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
@@ -185,4 +187,4 @@ def test_client_disconnect_aborts_the_request():
             raise AssertionError("the abandoned request was not aborted")
         assert list(m.get("vllm:num_requests_running").values()) == [0.0]
     finally:
-        stop_group(proc)
+        proc.stop()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from spoc_tui.demo import free_ports, start_sim, stop_group
+from spoc_tui.procs.ports import free_ports
+from spoc_tui.sim.process import start_sim
 
 FAST = """
 name = "fast"
@@ -28,7 +29,7 @@ def sim8():
     port, dport = free_ports(2)
     proc = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "8", "--dcgm-port", str(dport)], port)
     yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{dport}/metrics"
-    stop_group(proc)
+    proc.stop()
 
 
 @pytest.fixture()

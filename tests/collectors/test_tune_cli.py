@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from spoc_tui.demo import free_ports
-from spoc_tui.launcher import ServerProcess
+from spoc_tui.procs.ports import free_ports
+from spoc_tui.procs.server import ServerProcess
 
 SIM = f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --gpu a100-40gb --port {{port}} --dcgm-port 0 {{flags}}"
 FAST = """
@@ -64,7 +64,7 @@ def guards_of(pid: int) -> list[int]:
             stat = (d / "stat").read_text().split(")")[-1].split()
         except OSError:
             continue
-        if b"spoc_tui.guard" in cmd and cmd[cmd.index(b"spoc_tui.guard") + 1] == str(pid).encode() and stat[0] != "Z":
+        if b"spoc_tui.procs.guard" in cmd and cmd[cmd.index(b"spoc_tui.procs.guard") + 1] == str(pid).encode() and stat[0] != "Z":
             out.append(int(d.name))
     return out
 

@@ -16,8 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from spoc_tui.demo import free_ports, start_sim, stop_group
-from spoc_tui.launcher import ServerProcess
+from spoc_tui.procs.ports import free_ports
+from spoc_tui.sim.process import start_sim
+from spoc_tui.procs.group import stop_process_group
+from spoc_tui.procs.server import ServerProcess
 
 DIR = Path(os.environ.get("SPOC_REALENGINE_DIR", Path.home() / ".cache" / "spoc-tui"))
 VENV = DIR / "vllm-0.32.0"
@@ -70,7 +72,7 @@ def sim_server():
     port, dport = free_ports(2)
     proc = start_sim(["--dcgm-port", str(dport), "--load-users", "4"], port)
     yield f"http://127.0.0.1:{port}", f"127.0.0.1:{dport}"
-    stop_group(proc)
+    proc.stop()
 
 
 @pytest.fixture(scope="session")
@@ -103,10 +105,10 @@ def prometheus(vllm_server, sim_server):
             pass
         time.sleep(0.3)
     else:
-        stop_group(proc)
+        stop_process_group(proc)
         pytest.fail("prometheus did not become ready:\n" + (work / "prometheus.log").read_text()[-2000:])
     yield url
-    stop_group(proc)
+    stop_process_group(proc)
     shutil.rmtree(work, ignore_errors=True)
 
 
@@ -148,10 +150,10 @@ def postgres_url():
         if not ready:
             time.sleep(0.3)
     if not ready:
-        stop_group(proc)
+        stop_process_group(proc)
         log.close()
         pytest.fail("PostgreSQL did not become ready:\n" + (work / "postgres.log").read_text(errors="replace")[-2000:])
     yield f"postgresql://spoc:{password}@127.0.0.1:{port}/postgres"
-    stop_group(proc)
+    stop_process_group(proc)
     log.close()
     shutil.rmtree(work, ignore_errors=True)

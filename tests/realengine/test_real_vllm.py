@@ -171,8 +171,8 @@ async def test_prometheus_mode_reads_the_same_figures(vllm_server, prometheus):
 
 
 def test_launcher_reports_a_configuration_vllm_refuses(tmp_path):
-    from spoc_tui.demo import free_ports
-    from spoc_tui.launcher import LaunchError, ServerProcess
+    from spoc_tui.procs.ports import free_ports
+    from spoc_tui.procs.server import LaunchError, ServerProcess
 
     from .conftest import VLLM_ENV, vllm_argv
 
@@ -186,7 +186,7 @@ def test_launcher_reports_a_configuration_vllm_refuses(tmp_path):
 
 
 def test_launcher_refuses_a_port_already_served(vllm_server, tmp_path):
-    from spoc_tui.launcher import LaunchError, ServerProcess
+    from spoc_tui.procs.server import LaunchError, ServerProcess
 
     server = ServerProcess(["true"], vllm_server.port, tmp_path / "x.log")
     with pytest.raises(LaunchError, match="already served"):

@@ -2,14 +2,14 @@
 
 from pathlib import Path
 
-from spoc_tui.app import MonitorSources, SpocApp
+from spoc_tui.tui.app import MonitorSources, SpocApp
 from spoc_tui.collectors.nvml import TraceReplay
-from spoc_tui.collectors.poller import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.config import Settings
 from spoc_tui.core.gpu import GpuSample, analyse_groups
 from spoc_tui.core.promparse import parse_text
 from spoc_tui.core.vllm import Scrape, server_view
-from spoc_tui.messages import GpusSampled, ServersSampled
+from spoc_tui.tui.messages import GpusSampled, ServersSampled
 
 FIX = Path(__file__).parents[1] / "fixtures"
 URL = "http://10.0.0.5:8000"

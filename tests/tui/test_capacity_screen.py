@@ -1,7 +1,7 @@
 import pytest
 
-from spoc_tui.messages import ServersSampled
-from spoc_tui.screens.capacity import CapacityScreen
+from spoc_tui.tui.messages import ServersSampled
+from spoc_tui.tui.screens.capacity import CapacityScreen
 from tests.tui.helpers import gpu_tick, make_app, server_tick
 
 

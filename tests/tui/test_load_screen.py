@@ -4,9 +4,9 @@ import pytest
 
 from spoc_tui.core.loadmath import Knee, RequestSample, parse_sla, summarize_step
 from spoc_tui.load.ramp import RampProgress
-from spoc_tui.messages import RampFinished, RampProgressed
-from spoc_tui.screens.load import LoadScreen
-from spoc_tui.widgets.charts import Bar, LimitBarChart
+from spoc_tui.tui.messages import RampFinished, RampProgressed
+from spoc_tui.tui.screens.load import LoadScreen
+from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from tests.tui.helpers import make_app
 
 SLA = "ttft_p99<=500ms,itl_p99<=60ms"
@@ -26,7 +26,7 @@ def _steps():
 def _finished_ramp(app):
     scr = app.load_screen
     scr.limits = parse_sla(SLA)
-    app.ramp_users = [2, 8, 40]
+    scr.total_steps = 3
     steps = _steps()
     app.post_message(RampProgressed(RampProgress("done", 3, 40, 42.0, 10.0, 270, steps, Knee(8, 40, "ttft_p99"))))
     app.post_message(RampFinished("stopped_early", "stopped_early: results in /data/ramps/20261122-120000"))
@@ -77,9 +77,10 @@ async def test_bad_form_shows_the_problem_and_starts_nothing():
 
 
 async def test_ramp_from_the_ui_with_the_monitor_one_key_away():
-    from spoc_tui.app import SpocApp
+    from spoc_tui.tui.app import SpocApp
     from spoc_tui.config import Settings
-    from spoc_tui.demo import free_ports, start_sim, stop_group
+    from spoc_tui.procs.ports import free_ports
+    from spoc_tui.sim.process import start_sim
 
     port, dport = free_ports(2)
     proc = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "8", "--dcgm-port", str(dport)], port)
@@ -109,4 +110,4 @@ async def test_ramp_from_the_ui_with_the_monitor_one_key_away():
             assert "knee: 2 users meet the SLA; 40 break ttft_p99" in str(scr.knee.render())
             assert scr.steps.row_count == 2
     finally:
-        stop_group(proc)
+        proc.stop()

@@ -1,6 +1,6 @@
 import pytest
 
-from spoc_tui.messages import ServersSampled
+from spoc_tui.tui.messages import ServersSampled
 from tests.tui.helpers import gpu_tick, make_app, no_gpu, server_tick
 
 SIZES = [(80, 24), (160, 48)]
@@ -106,9 +106,10 @@ async def test_ui_never_shows_api_key():
 
 async def test_worker_against_live_simulator():
     """The real workers, collectors and simulator together: data arrives on screen."""
-    from spoc_tui.app import SpocApp
+    from spoc_tui.tui.app import SpocApp
     from spoc_tui.config import Settings
-    from spoc_tui.demo import free_port, free_ports, start_sim, stop_group
+    from spoc_tui.procs.ports import free_port, free_ports
+    from spoc_tui.sim.process import start_sim
 
     port, dport = free_ports(2)
     proc = start_sim(["--tp", "2", "--dcgm-port", str(dport), "--load-users", "6"], port)
@@ -124,7 +125,7 @@ async def test_worker_against_live_simulator():
             assert len(app.monitor._gpus.gpus) == 2
             assert "SIMULATED" in app.monitor.servers_panel.border_title
     finally:
-        stop_group(proc)
+        proc.stop()
 
 
 class _FakePromQL:
@@ -144,7 +145,7 @@ class _FakePromQL:
 
 
 async def test_prometheus_worker_merges_replicas():
-    from spoc_tui.app import MonitorSources, SpocApp
+    from spoc_tui.tui.app import MonitorSources, SpocApp
     from spoc_tui.config import Settings
 
     fake = _FakePromQL()

@@ -9,11 +9,12 @@ import pytest
 from spoc_tui.core.loadmath import parse_sla
 from spoc_tui.core.tunespace import parse_objectives, parse_space
 from spoc_tui.load.profiles import load_profile
-from spoc_tui.messages import TuneEvent, TuneFinished
-from spoc_tui.screens.tune import TuneScreen
+from spoc_tui.tui.messages import TuneEvent, TuneFinished
+from spoc_tui.tui.screens.tune import TuneScreen
 from spoc_tui.tune.evaluate import FastSimEvaluator, RampSettings
 from spoc_tui.tune.study import TuneConfig, TuneSession
-from spoc_tui.widgets.charts import ParetoPlot, PlotPoint
+from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
+from spoc_tui.tune import events
 from tests.tui.helpers import make_app
 
 SPACE = """
@@ -36,27 +37,28 @@ LIMITS = parse_sla("ttft_p99<=30s,itl_p99<=150ms")
 OBJ = parse_objectives("max:out_tok_s,min:itl_p99")
 
 
-def study_events(tmp_path: Path) -> list[tuple[str, dict]]:
+def study_events(tmp_path: Path) -> list[events.TuneEvent]:
     """A real (virtual-time) study's events, the way a running session posts them."""
     sp = parse_space(SPACE, "space.toml")
     ramp = RampSettings(load_profile("coding"), [24], LIMITS, step_s=30, warmup_s=8)
     cfg = TuneConfig(sp, OBJ, LIMITS, 10, tmp_path, population=4, seed=3)
-    events: list[tuple[str, dict]] = []
-    TuneSession(cfg, FastSimEvaluator(ramp, fixed=sp.fixed), lambda k, d: events.append((k, d))).run()
-    return [(k, d) for k, d in events if k not in ("note", "opened")]  # notes are toasts; "opened" names a temp folder
+    seen: list[events.TuneEvent] = []
+    TuneSession(cfg, FastSimEvaluator(ramp, fixed=sp.fixed), seen.append).run()
+    # notes are toasts; the opening names a temp folder
+    return [ev for ev in seen if not isinstance(ev, (events.Note, events.StudyOpened))]
 
 
 @pytest.mark.parametrize("size", [(100, 32), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_tune_screen_after_a_study(snap_compare, size, tmp_path):
-    events = study_events(tmp_path)
+    evs = study_events(tmp_path)
 
     async def run_before(pilot):
         await pilot.press("t")
         await pilot.pause()
         scr = pilot.app.tune_screen
-        scr.prepare(OBJ, LIMITS, None)
-        for k, d in events:
-            pilot.app.post_message(TuneEvent(k, d))
+        scr.prepare(OBJ, LIMITS, " ".join)
+        for ev in evs:
+            pilot.app.post_message(TuneEvent(ev))
         pilot.app.post_message(TuneFinished("complete", "complete: 10 trial(s), results in /data/tunes/20261122-120000/pareto.json"))
         await pilot.pause()
         await pilot.pause()
@@ -98,7 +100,7 @@ async def test_bad_form_shows_the_problem_and_starts_nothing():
 
 
 async def test_study_from_the_ui_with_the_monitor_one_key_away(tmp_path):
-    from spoc_tui.app import SpocApp
+    from spoc_tui.tui.app import SpocApp
     from spoc_tui.config import Settings
     from tests.collectors.test_tune_cli import guards_of
 

@@ -54,7 +54,7 @@ def test_monitor_reads_the_config_file_and_flags_win(tmp_path, monkeypatch):
         seen["s"] = settings
         return 0
 
-    monkeypatch.setattr("spoc_tui.app.run_monitor", fake_run)
+    monkeypatch.setattr("spoc_tui.tui.app.run_monitor", fake_run)
     r = CliRunner().invoke(cli.cli, ["monitor", "--config", str(cfg), "--interval", "2"])
     assert r.exit_code == 0, r.output
     s = seen["s"]

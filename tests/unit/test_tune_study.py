@@ -12,6 +12,7 @@ import pytest
 from spoc_tui.core.loadmath import parse_sla
 from spoc_tui.core.tunespace import parse_objectives, parse_space
 from spoc_tui.load.profiles import load_profile
+from spoc_tui.tune import events
 from spoc_tui.tune.evaluate import FastSimEvaluator, RampSettings
 from spoc_tui.tune.study import TuneConfig, TuneError, TuneSession, open_storage, redact_argv, redact_url
 
@@ -40,12 +41,12 @@ def make(tmp_path, trials=6, seed=3, space=SPACE, **kw):
     ramp = RampSettings(load_profile("coding"), [24], LIMITS, step_s=30, warmup_s=8, seed=0)
     ev = FastSimEvaluator(ramp, fixed=sp.fixed)
     cfg = TuneConfig(sp, parse_objectives("max:out_tok_s,min:itl_p99"), LIMITS, trials, tmp_path, population=4, seed=seed, **kw)
-    events = []
-    return TuneSession(cfg, ev, lambda k, d: events.append((k, d))), events
+    seen: list[events.TuneEvent] = []
+    return TuneSession(cfg, ev, seen.append), seen
 
 
 def test_study_runs_records_and_finds_a_front(tmp_path):
-    s, events = make(tmp_path)
+    s, evs = make(tmp_path)
     summary = s.run()
     assert summary.status == "complete"
     ran = [r for r in summary.records if r.repeat_of is None]
@@ -54,7 +55,7 @@ def test_study_runs_records_and_finds_a_front(tmp_path):
     assert len(set(keys)) == len(keys), "a configuration ran twice"
     # seeded first: the server's defaults, then max-num-seqs from the KV cache (or a note that it was tried)
     assert ran[0].config == s.cfg.space.defaults()
-    assert any(k == "note" and "KV cache" in d["message"] for k, d in events)
+    assert any(isinstance(e, events.Note) and "KV cache" in e.message for e in evs)
     # 512 batched tokens without chunked prefill cannot start (max-model-len 8192): infeasible, not fatal
     bad = [r for r in ran if r.status == "infeasible"]
     for r in bad:
@@ -78,7 +79,7 @@ def test_study_runs_records_and_finds_a_front(tmp_path):
     st = optuna.load_study(study_name="spoc", storage=f"sqlite:///{tmp_path / 'study.db'}")
     done = [t for t in st.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert done and all(any(k.startswith("constraints:") for k in t.system_attrs) for t in done)
-    assert [k for k, _ in events].count("trial_done") == 6
+    assert sum(isinstance(e, events.TrialDone) for e in evs) == 6
 
 
 def test_same_seed_same_study(tmp_path):
@@ -95,9 +96,9 @@ def test_resume_continues_and_refuses_mistakes(tmp_path):
     again, _ = make(tmp_path, trials=5)
     with pytest.raises(TuneError, match="already exists.*--resume"):
         again.open()
-    resumed, events = make(tmp_path, trials=5, resume=True)
+    resumed, evs = make(tmp_path, trials=5, resume=True)
     summary = resumed.run()
-    assert events[0][0] == "opened" and len(events[0][1]["records"]) == 3
+    assert isinstance(evs[0], events.StudyOpened) and len(evs[0].records) == 3
     ran = [r for r in summary.records if r.repeat_of is None]
     assert len(ran) == 5 and len({resumed.cfg.space.key(r.config) for r in ran}) == 5
     assert len((tmp_path / "trials.jsonl").read_text().splitlines()) == 5
@@ -119,9 +120,9 @@ def test_crashed_trial_runs_again_on_resume(tmp_path):
     import socket
 
     t.set_user_attr("worker", f"{socket.gethostname()}:999999999")
-    resumed, events = make(tmp_path, trials=3, resume=True)
+    resumed, evs = make(tmp_path, trials=3, resume=True)
     resumed.open()
-    assert any(k == "note" and "interrupted by a crash" in d["message"] for k, d in events)
+    assert any(isinstance(e, events.Note) and "interrupted by a crash" in e.message for e in evs)
     assert st.trials[t.number].state == optuna.trial.TrialState.FAIL
     resumed.run()
     assert resumed.counted() == 3

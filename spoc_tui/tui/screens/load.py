@@ -2,52 +2,46 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from spoc_tui.core import fmt
-from spoc_tui.core.loadmath import Knee, Limit, StepSummary, SlaError, parse_sla, parse_users
-from spoc_tui.load.profiles import ProfileError, builtin_names, load_profile
-from spoc_tui.load.ramp import RampProgress
-from spoc_tui.widgets.charts import Bar, LimitBarChart
-from spoc_tui.widgets.tables import Cell, DiffTable
+from spoc_tui.core.errors import InputError
+from spoc_tui.core.loadmath import DEFAULT_SLA, Knee, Limit, StepSummary, parse_sla, parse_users
+from spoc_tui.load.profiles import Profile, builtin_names, load_profile
+from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
+from spoc_tui.load.report import KneeTone, knee_sentence, step_cells, verdict, verdict_text
+from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
+from spoc_tui.tui.widgets.tables import Cell, DiffTable
+
+_KNEE_STYLE: dict[KneeTone, str] = {"pending": "dim", "meets": "green", "breaks_at_once": "bold red", "breaks": "bold yellow"}
+_COLUMNS = [("users", "Users", 5), ("req_s", "req/s", 6), ("out_tok_s", "out t/s", 7), ("goodput", "goodput", 7), ("ttft_p99", "TTFT p99", 8),
+            ("itl_p99", "ITL p99", 7), ("err_pct", "err%", 5), ("queue", "queue", 5), ("kv", "KV", 5)]
 
 
 class StepTable(DiffTable):
-    def __init__(self, **kw: object) -> None:
-        super().__init__(
-            [("u", "Users", 5), ("rps", "req/s", 6), ("tok", "out t/s", 7), ("good", "goodput", 7), ("ttft", "TTFT p99", 8),
-             ("itl", "ITL p99", 7), ("err", "err%", 5), ("q", "queue", 5), ("kv", "KV", 5), ("v", "verdict", 16)],
-            **kw,  # type: ignore[arg-type]
-        )
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None, disabled: bool = False) -> None:
+        super().__init__([*_COLUMNS, ("v", "verdict", 16)], name=name, id=id, classes=classes, disabled=disabled)
 
     def show(self, steps: tuple[StepSummary, ...]) -> None:
         rows: dict[str, list[Cell]] = {}
         for s in steps:
-            srv = s.server or {}
-            ok = bool(s.verdict.get("ok"))
-            rows[str(s.step)] = [
-                str(s.users), f"{s.request_rate:.2f}", f"{s.output_tokens_per_s:.0f}", f"{s.goodput:.2f}",
-                fmt.seconds(s.latency["ttft"]["p99"]), fmt.seconds(s.latency["itl"]["p99"]), f"{s.error_rate * 100:.1f}",
-                fmt.num(srv.get("waiting_max")), fmt.pct(srv.get("kv_cache_usage_max")),
-                Text("meets SLA" if ok else f"breaks {s.verdict.get('broken_limit')}", style="green" if ok else "bold red"),
-            ]
+            cells = step_cells(s)
+            ok, _ = verdict(s)
+            rows[str(s.step)] = [*(cells[key] for key, _, _ in _COLUMNS), Text(verdict_text(s), style="green" if ok else "bold red")]
         self.sync(rows)
 
 
 def knee_text(knee: Knee | None, done: bool) -> Text:
-    if knee is None:
-        return Text("knee: no step finished yet", style="dim")
-    if knee.first_failing_users is None:
-        msg = f"knee: not reached yet; {knee.max_users_within_sla} users meet the SLA" if not done else f"knee: not reached; {knee.max_users_within_sla} users still meet the SLA"
-        return Text(msg, style="green")
-    if knee.max_users_within_sla is None:
-        return Text(f"knee: even {knee.first_failing_users} users break the SLA ({knee.broken_limit})", style="bold red")
-    return Text(f"knee: {knee.max_users_within_sla} users meet the SLA; {knee.first_failing_users} break {knee.broken_limit}", style="bold yellow")
+    text, tone = knee_sentence(knee, done)
+    return Text(text, style=_KNEE_STYLE[tone])
 
 
 class LoadScreen(Screen[None]):
@@ -75,27 +69,41 @@ class LoadScreen(Screen[None]):
     LoadScreen #form-error { color: $error; height: auto; padding: 0 1; }
     """
 
+    @dataclass
+    class StartRequested(Message):
+        """The operator asked for a ramp with these settings (already checked)."""
+
+        profile: Profile
+        users: tuple[int, ...]
+        limits: tuple[Limit, ...]
+        step_s: float
+        warmup_s: float
+
+    class StopRequested(Message):
+        """The operator asked to stop the running ramp."""
+
     def __init__(self, url: str | None) -> None:
         super().__init__()
         self.url = url
         self.running = False
         self.limits: tuple[Limit, ...] = ()
+        self.total_steps: int | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(f"Load ramp against {self.url or 'no server (start the monitor with --url)'}", id="title")
         with VerticalScroll(id="body"):
             with Horizontal(id="form"):
                 yield Label("profile")
-                yield Select([(n, n) for n in builtin_names()], value="chatbot", allow_blank=False, id="profile")
+                yield Select([(n, n) for n in builtin_names()], value=DEFAULT_PROFILE, allow_blank=False, id="profile")
                 yield Label("users")
-                yield Input("1,2,4,8,16,32", id="users")
+                yield Input(DEFAULT_USERS, id="users")
                 yield Label("step s")
-                yield Input("60", id="step", restrict=r"[0-9.]*")
+                yield Input(f"{RampConfig.step_s:g}", id="step", restrict=r"[0-9.]*")
                 yield Label("warm-up s")
-                yield Input("10", id="warmup", restrict=r"[0-9.]*")
+                yield Input(f"{RampConfig.warmup_s:g}", id="warmup", restrict=r"[0-9.]*")
             with Horizontal(id="form2", classes="-row"):
                 yield Label("SLA")
-                yield Input("ttft_p99<=2s,itl_p99<=100ms", id="sla")
+                yield Input(DEFAULT_SLA, id="sla")
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
                 yield Button("Start (ctrl+r)", id="start", variant="success", disabled=self.url is None)
@@ -119,22 +127,25 @@ class LoadScreen(Screen[None]):
         self.form_error = self.query_one("#form-error", Static)
 
     # -- form -------------------------------------------------------------------------------
-    def read_form(self) -> dict[str, object] | None:
-        """Validated ramp settings, or None with the problem shown under the form."""
+    def read_form(self) -> StartRequested | None:
+        """The ramp asked for, checked, or None with the problem shown under the form."""
         try:
             users = parse_users(self.query_one("#users", Input).value)
             limits = parse_sla(self.query_one("#sla", Input).value)
-            step = float(self.query_one("#step", Input).value or "0")
-            warm = float(self.query_one("#warmup", Input).value or "0")
+            try:
+                step = float(self.query_one("#step", Input).value or "0")
+                warm = float(self.query_one("#warmup", Input).value or "0")
+            except ValueError:
+                raise InputError("step and warm-up must be numbers of seconds") from None
             if step <= 0 or not 0 <= warm < step:
-                raise ValueError("warm-up must be at least 0 and shorter than the step")
+                raise InputError("warm-up must be at least 0 and shorter than the step")
             profile = load_profile(str(self.query_one("#profile", Select).value))
-        except (ValueError, SlaError, ProfileError) as e:
+        except InputError as e:
             self.form_error.update(str(e))
             return None
         self.form_error.update("")
         self.limits = limits
-        return {"users": users, "limits": limits, "step_s": step, "warmup_s": warm, "profile": profile}
+        return self.StartRequested(profile, tuple(users), limits, step, warm)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":
@@ -145,14 +156,15 @@ class LoadScreen(Screen[None]):
     def action_start(self) -> None:
         if self.running or self.url is None:
             return
-        form = self.read_form()
-        if form is None:
+        request = self.read_form()
+        if request is None:
             return
-        self.app.start_ramp(form)  # type: ignore[attr-defined]
+        self.total_steps = len(request.users)
+        self.post_message(request)
 
     def action_stop(self) -> None:
         if self.running:
-            self.app.stop_ramp()  # type: ignore[attr-defined]
+            self.post_message(self.StopRequested())
 
     def set_running(self, running: bool) -> None:
         self.running = running
@@ -161,7 +173,7 @@ class LoadScreen(Screen[None]):
 
     # -- progress -----------------------------------------------------------------------------
     def show_progress(self, p: RampProgress) -> None:
-        total = len(self.app.ramp_users) if getattr(self.app, "ramp_users", None) else "?"  # type: ignore[attr-defined]
+        total = self.total_steps or "?"
         phase = {"preflight": "checking the server", "starting": "starting Locust", "warmup": "warming up",
                  "measuring": "measuring", "step_done": "step done", "done": "finished"}.get(p.phase, p.phase)
         out_rate = p.steps[-1].output_tokens_per_s if p.steps else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from rich.segment import Segment
 from rich.style import Style
@@ -94,12 +95,15 @@ class LimitBarChart(Widget):
         return Strip(segs).adjust_cell_length(width, base)
 
 
+PointKind = Literal["pareto", "feasible", "breaks"]
+"""On the Pareto front; meets the SLA but dominated; misses the SLA."""
+
+
 @dataclass(frozen=True, slots=True)
 class PlotPoint:
     x: float
     y: float
-    kind: str
-    """pareto, feasible (meets the SLA, dominated) or breaks (misses the SLA)."""
+    kind: PointKind
     label: str = ""
 
 

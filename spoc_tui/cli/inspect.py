@@ -1,70 +1,14 @@
-"""``spoc inspect``: one-shot (or two-shot, windowed) reading of sources, for scripts."""
+"""``spoc inspect``: the text report of one (or two, windowed) readings of the sources."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
 
-import httpx
-
-from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, read_source
+from spoc_tui.collectors.inspect import InspectResult, inspect_sources
 from spoc_tui.core import fmt
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
-from spoc_tui.core.vllm import LATENCY_LABELS, Scrape, ServerView, server_view
-
-
-@dataclass
-class InspectResult:
-    servers: list[ServerView] = field(default_factory=list)
-    gpus: list[GpuSample] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "servers": [s.as_dict() for s in self.servers],
-            "gpus": [g.as_dict() for g in self.gpus],
-        }
-
-
-async def _read_all(client: httpx.AsyncClient, sources: list[str], api_key: str | None) -> list[Reading | SourceError]:
-    async def one(src: str) -> Reading | SourceError:
-        try:
-            return await read_source(client, src, api_key)
-        except SourceError as e:
-            return e
-
-    return list(await asyncio.gather(*(one(s) for s in sources)))
-
-
-async def inspect_sources(sources: list[str], interval: float | None = None, api_key: str | None = None) -> InspectResult:
-    res = InspectResult()
-    async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as client:
-        first = await _read_all(client, sources, api_key)
-        second: list[Reading | SourceError] | None = None
-        if interval:
-            await asyncio.sleep(interval)
-            second = await _read_all(client, sources, api_key)
-    for i, src in enumerate(sources):
-        a = first[i]
-        b = second[i] if second is not None else None
-        if isinstance(a, SourceError):
-            res.errors.append(str(a))
-            continue
-        if isinstance(b, SourceError):
-            res.errors.append(str(b))
-            continue
-        now, then = (b, a) if b is not None else (a, None)
-        if now.kind == "vllm":
-            scrape = Scrape(now.exposition, now.taken_at, then.exposition if then else None, then.taken_at if then else None)
-            res.servers.append(server_view(src, scrape))
-        else:
-            before = {g.key: g for g in dcgm_gpus(then.exposition, src)} if then else {}
-            dt = now.taken_at - then.taken_at if then else None
-            for g in dcgm_gpus(now.exposition, src):
-                res.gpus.append(with_throttle_window(g, before.get(g.key), dt))
-    return res
+from spoc_tui.core.vllm import LATENCY_LABELS
 
 
 def render_text(res: InspectResult) -> str:

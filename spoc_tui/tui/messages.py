@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 from textual.message import Message
 
-from spoc_tui.collectors.poller import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.gpu import TpGroupReport
-from spoc_tui.load.ramp import RampProgress
+from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.load.ramp import RampEnd, RampProgress
+from spoc_tui.tune import events
+from spoc_tui.tune.records import StudyStatus
+
+RampOutcome = RampEnd | Literal["error"]
+StudyOutcome = StudyStatus | Literal["error"]
 
 
 @dataclass
@@ -48,21 +53,26 @@ class RampProgressed(Message):
 
 @dataclass
 class RampFinished(Message):
-    status: str
-    """complete, stopped_early, interrupted, server_failed, error."""
+    status: RampOutcome
     message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("complete", "stopped_early")
 
 
 @dataclass
 class TuneEvent(Message):
     """An event of a running tuning study (posted from its thread)."""
 
-    kind: str
-    data: dict[str, Any]
+    event: events.TuneEvent
 
 
 @dataclass
 class TuneFinished(Message):
-    status: str
-    """complete, interrupted, exhausted, error."""
+    status: StudyOutcome
     message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("complete", "exhausted")

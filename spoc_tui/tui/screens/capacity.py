@@ -14,7 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, Select, Static
 
-from spoc_tui.capacity_cmd import CapacityArgs, compute, render
+from spoc_tui.capacity.service import CapacityArgs, compute, render
 from spoc_tui.core.capacity import CapacityError
 from spoc_tui.core.presets import GPUS, MODELS, PresetError
 

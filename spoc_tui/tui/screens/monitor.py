@@ -11,12 +11,12 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
-from spoc_tui.collectors.poller import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core import fmt
 from spoc_tui.core.alerts import gpu_alerts, server_alerts
 from spoc_tui.core.gpu import TpGroupReport
-from spoc_tui.messages import GpusSampled, ServersSampled
-from spoc_tui.widgets.panels import ChangedStatic, GpuTable, LatencyTable, ServerTable, StatusLine, TpPanel
+from spoc_tui.tui.messages import GpusSampled, ServersSampled
+from spoc_tui.tui.widgets.panels import ChangedStatic, GpuTable, LatencyTable, ServerTable, StatusLine, TpPanel
 
 
 class MonitorScreen(Screen[None]):
@@ -147,6 +147,17 @@ class MonitorScreen(Screen[None]):
     def set_paused(self, paused: bool) -> None:
         self.paused = paused
         self._draw_status()
+
+    def seen(self) -> tuple[tuple[str, ...], dict[str, str], str | None, int | None] | None:
+        """What the first server says of itself, for the Capacity screen: its model names, its
+        ``cache_config_info``, the first GPU's name and the first TP group's size (None: no server yet)."""
+        if self._vllm is None or not self._vllm.servers:
+            return None
+        server = self._vllm.servers[0]
+        gpus = self._gpus.gpus if self._gpus is not None else ()
+        label = gpus[0].model if gpus else None
+        tp = len(self._groups[0].members) if self._groups else None
+        return server.model_names, server.cache_config, label, tp
 
     def summary(self) -> str:
         """A one-line summary (used by tests and the screenshot script)."""

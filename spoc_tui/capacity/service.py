@@ -1,13 +1,23 @@
-"""``spoc capacity``: KV-cache arithmetic before measuring, and predicted against actual."""
+"""Capacity: KV-cache arithmetic before measuring, predicted against a server's own figures, and
+the queueing view. ``spoc capacity`` and the Capacity screen both call :func:`capacity_report`
+(or :func:`compute` and :func:`render` for a screen that recomputes as it is edited)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
+import httpx
+
+from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, SourceError, fetch
 from spoc_tui.core import fmt
 from spoc_tui.core.capacity import CapacityError, CapacityPlan, dtype_bytes, plan
 from spoc_tui.core.presets import GIB, GPUS, GpuSpec, ModelSpec, PresetError, custom_gpu, gpu_preset, model_preset, read_json_object
+from spoc_tui.core.queueing import queue_curve, saturation_users
+from spoc_tui.core.vllm import cache_config
 
 
 @dataclass
@@ -148,12 +158,6 @@ def server_cache_config(url: str) -> dict[str, str]:
     Raises:
         PresetError: unreachable server or no cache_config_info.
     """
-    import asyncio
-
-    import httpx
-
-    from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, SourceError, fetch
-    from spoc_tui.core.vllm import cache_config
 
     async def go() -> dict[str, str]:
         async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as c:
@@ -198,8 +202,6 @@ def load_ramp(path: str) -> dict[str, object]:
     Raises:
         PresetError: missing or unreadable file.
     """
-    from pathlib import Path
-
     p = Path(path)
     if p.is_dir():
         p = p / "ramp.json"
@@ -230,8 +232,6 @@ def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, object]], float
     Raises:
         PresetError: no service/think time and no ramp to estimate them from.
     """
-    from spoc_tui.core.queueing import queue_curve
-
     measured: dict[int, dict[str, object]] = {}
     service, think = q.service_s, q.think_s
     if q.ramp:
@@ -260,8 +260,6 @@ def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, object]], float
 
 
 def render_queue(rows: list[dict[str, object]], seats: int, service: float, think: float) -> str:
-    from spoc_tui.core.queueing import saturation_users
-
     lines = [f"queueing view: {seats} seats, service {fmt.seconds(service)}, think {think:.1f}s "
              f"-> saturation at {saturation_users(seats, service, think):.0f} users (M/M/c estimate)"]
     lines.append(f"  {'users':>6} {'req/s':>7} {'util':>6} {'P(wait)':>8} {'exp. wait':>10}   {'meas. TTFT p50':>14} {'meas. E2E p50':>13} {'queue':>6}")
@@ -274,3 +272,89 @@ def render_queue(rows: list[dict[str, object]], seats: int, service: float, thin
         )
     lines.append("  note: an open M/M/c approximation; decode slows as the batch grows, so real waits begin earlier.")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# The whole report, as `spoc capacity` prints it
+
+
+@dataclass
+class QueueView:
+    seats: int
+    service_s: float
+    think_s: float
+    rows: list[dict[str, object]]
+
+
+@dataclass
+class CapacityReport:
+    args: CapacityArgs
+    model: ModelSpec
+    gpu: GpuSpec
+    plan: CapacityPlan
+    server_config: dict[str, str] | None = None
+    """The server's own ``cache_config_info`` (``--server``)."""
+    queue: QueueView | None = None
+
+    def text(self) -> str:
+        out = render(self.args, self.model, self.gpu, self.plan, self.server_config)
+        if self.queue is not None:
+            q = self.queue
+            out += "\n" + render_queue(q.rows, q.seats, q.service_s, q.think_s)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(as_json(self.plan, self.server_config))
+        if self.queue is not None:
+            q = self.queue
+            doc["queueing"] = {"seats": q.seats, "service_s": q.service_s, "think_s": q.think_s, "rows": q.rows}
+        return doc
+
+
+@dataclass
+class CapacityRequest:
+    args: CapacityArgs
+    server: str | None = None
+    """A running server to take block size and KV dtype from, and compare with."""
+    queue_users: list[int] = field(default_factory=list)
+    service_s: float | None = None
+    think_s: float | None = None
+    max_num_seqs: int = 256
+    ramp: str | None = None
+
+    @property
+    def wants_queue(self) -> bool:
+        return bool(self.queue_users) or self.ramp is not None
+
+
+def check_args(args: CapacityArgs) -> None:
+    """Raises: CapacityError naming the flag that cannot be."""
+    if args.tp < 1:
+        raise CapacityError("--tp must be at least 1")
+    for name in ("max_model_len", "avg_context", "block_size"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise CapacityError(f"--{name.replace('_', '-')} must be positive")
+
+
+def capacity_report(req: CapacityRequest) -> CapacityReport:
+    """Everything ``spoc capacity`` shows.
+
+    Raises:
+        PresetError, CapacityError: with a message naming the problem.
+    """
+    args = req.args
+    check_args(args)
+    actual = server_cache_config(req.server) if req.server else None
+    if actual:
+        args = args_from_server(args, actual)
+    model, gpu = resolve(args)
+    p = compute(args, model, gpu)
+    queue = None
+    if req.wants_queue:
+        if req.max_num_seqs < 1:
+            raise PresetError("--max-num-seqs must be at least 1")
+        seats = max(1, min(req.max_num_seqs, p.max_concurrent_sequences))
+        rows, service, think = queue_rows(QueueArgs(req.queue_users, req.service_s, req.think_s, req.max_num_seqs, req.ramp), seats)
+        queue = QueueView(seats, service, think, rows)
+    return CapacityReport(args, model, gpu, p, actual, queue)

@@ -8,10 +8,9 @@ leaves IPC socket files there) and its output in a log file. Ready means ``/heal
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,59 +18,45 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import httpx
 
+from spoc_tui.core.errors import SpocError
+from spoc_tui.procs.group import stop_process_group
+from spoc_tui.procs.ports import port_in_use
 
-class LaunchError(RuntimeError):
-    """The server did not become ready; ``log_tail`` says why.
+logger = logging.getLogger(__name__)
 
-    ``kind``: "port" (something else serves the port), "exec" (the command cannot run),
-    "exited" (the server quit while starting), "timeout".
-    """
+LaunchKind = Literal["port", "exec", "exited", "timeout"]
+""""port": something else serves the port; "exec": the command cannot run; "exited": the
+server quit while starting; "timeout": not ready in time."""
 
-    def __init__(self, message: str, log_tail: str = "", kind: str = "exited") -> None:
+GUARD_MODULE = "spoc_tui.procs.guard"
+
+
+class LaunchError(SpocError, RuntimeError):
+    """The server did not become ready; ``log_tail`` says why and ``kind`` how."""
+
+    def __init__(self, message: str, log_tail: str = "", kind: LaunchKind = "exited") -> None:
         super().__init__(message)
         self.log_tail = log_tail
-        self.kind = kind
-
-
-def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
-    """SIGTERM a process group, wait, SIGKILL what is left; safe on a finished process."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # children left behind by the group leader
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.3)
-        return s.connect_ex((host, port)) == 0
+        self.kind: LaunchKind = kind
 
 
 @dataclass
 class ServerProcess:
     argv: Sequence[str]
     port: int
-    log_path: Path
+    log_path: Path | None = None
+    """Where the server's output goes (None: a file in its private TMPDIR, gone when it stops)."""
     env: Mapping[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     proc: subprocess.Popen[bytes] | None = None
     tmpdir: str | None = None
     started_at: float | None = None
     guard: bool = False
-    """Run through :mod:`spoc_tui.guard`: the server stops if this process dies (SIGKILL included)."""
+    """Run through :mod:`spoc_tui.procs.guard`: the server stops if this process dies (SIGKILL included)."""
     marker: Path | None = None
     """A JSON file naming the running server (pid = process group), removed when it stops:
     a study killed outright finds and stops its server on resume."""
@@ -90,11 +75,13 @@ class ServerProcess:
             raise LaunchError(f"port {self.port} is already served by another process; refusing to start", kind="port")
         self.tmpdir = tempfile.mkdtemp(prefix="spoc-server-")
         env = {**os.environ, **self.env, "TMPDIR": self.tmpdir}
+        if self.log_path is None:
+            self.log_path = Path(self.tmpdir) / "server.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         self.started_at = time.monotonic()
         try:
-            argv = [sys.executable, "-m", "spoc_tui.guard", str(os.getpid()), "--", *self.argv] if self.guard else list(self.argv)
+            argv = [sys.executable, "-m", GUARD_MODULE, str(os.getpid()), "--", *self.argv] if self.guard else list(self.argv)
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         except OSError as e:
             log.close()
@@ -129,6 +116,8 @@ class ServerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def log_tail(self, lines: int = 30) -> str:
+        if self.log_path is None:
+            return ""
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
@@ -141,9 +130,9 @@ class ServerProcess:
             stop_process_group(self.proc, grace)
         if self.marker is not None:
             try:
-                self.marker.unlink()
-            except OSError:
-                pass
+                self.marker.unlink(missing_ok=True)
+            except OSError as e:  # a marker we cannot remove is found and checked on resume
+                logger.warning("cannot remove %s: %s", self.marker, e)
         self.cleanup_tmp()
 
     def cleanup_tmp(self) -> None:

@@ -1,123 +1,40 @@
-"""The Textual app: owns the workers and routes their messages to the screens."""
+"""The Textual app: owns the workers and routes their messages to the screens.
+
+Screens never call the app's methods: they post typed requests (``LoadScreen.StartRequested``,
+``TuneScreen.StopRequested``...) that the app handles here, as workers post facts.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from textual import work
-from textual.app import App, ComposeResult
+from textual import on, work
+from textual.app import App
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Markdown
+from textual.worker import Worker, get_current_worker
 
-from spoc_tui.collectors.poller import DcgmPoller, GpuTick, SourceStatus, VllmPoller, VllmTick
+from spoc_tui.collectors.promql import PromQLPoller
 from spoc_tui.config import Settings, data_dir
-from spoc_tui.core.gpu import GpuSample, analyse_groups, parse_tp_groups
-from spoc_tui.messages import GpusSampled, RampFinished, RampProgressed, ServersSampled, SourceStatusChanged, TuneEvent, TuneFinished
-from spoc_tui.screens.load import LoadScreen
-from spoc_tui.screens.tune import TuneScreen
-from spoc_tui.screens.monitor import MonitorScreen
+from spoc_tui.core.errors import InputError, SpocError, first_line
+from spoc_tui.core.gpu import GpuSample, analyse_groups
+from spoc_tui.core.snapshots import GpuTick, SourceStatus
+from spoc_tui.load.ramp import RampConfig, RampError, run_ramp
+from spoc_tui.tui.messages import GpusSampled, RampFinished, RampProgressed, ServersSampled, SourceStatusChanged, TuneEvent, TuneFinished
+from spoc_tui.tui.screens.capacity import CapacityScreen
+from spoc_tui.tui.screens.help import HelpScreen
+from spoc_tui.tui.screens.load import LoadScreen
+from spoc_tui.tui.screens.monitor import MonitorScreen
+from spoc_tui.tui.screens.tune import TuneScreen
+from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources, check_sources
+from spoc_tui.tune.setup import TuneArgs, build
+from spoc_tui.tune.study import TuneSession
 
-HELP_TEXT = """\
-# spoc-tui monitor
+logger = logging.getLogger(__name__)
 
-| key | action |
-|---|---|
-| `p` | pause / resume refreshing (the last data stays) |
-| `c` | the Capacity screen: KV-cache arithmetic, prefilled from this server (`m` or `Esc` back) |
-| `l` | the Load screen: run a ramp against this server (`m` or `Esc` back; the ramp keeps running) |
-| `t` | the Tune screen: an NSGA-II study over server flags, the Pareto front live (`m` or `Esc` back; the study keeps running) |
-| `F8` | save a screenshot (SVG) to the data folder |
-| `?` | this help |
-| `q` | quit |
-
-**Servers**: *Run* requests in the batch, *Wait* queued, *KV* cache use, *Prefix* prefix-cache
-hit rate over the window, *Preempt* total and per second, *In t/s* and *Out t/s* prompt and
-generated tokens per second over the window.
-
-**Latency**: percentiles from the differences of the server's histogram buckets over the
-stated window, merged across engines and replicas before the quantile (interpolated inside
-buckets, as PromQL does). *lifetime* means no window exists yet. `n/a`: the server does not
-export that metric, or nothing finished in the window.
-
-**GPUs**: clock-event reasons decoded; *idle* is not throttling. A `▶` marks a GPU whose SM
-clock drags its tensor-parallel group (the group runs at its slowest GPU's pace).
-
-Figures from the spoc-tui simulator are labelled SIMULATED.
-
-Press `Esc` to close.
-"""
-
-
-class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
-    DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 90%; max-width: 100; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
-    """
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Markdown(HELP_TEXT)
-
-
-@dataclass
-class MonitorSources:
-    """Everything the monitor reads from; built from settings or injected by tests."""
-
-    vllm: VllmPoller | None = None
-    dcgm: DcgmPoller | None = None
-    gpu_readers: list[Any] = field(default_factory=list)
-    """NVML collectors or trace replays: objects with a blocking ``read() -> list[GpuSample]``."""
-    promql: Any | None = None
-    tp_groups: list[list[int]] | None = None
-    find_groups: Any | None = None
-    """Callable returning TP groups found from local processes, or None."""
-    gpu_note: str | None = None
-
-    async def aclose(self) -> None:
-        for p in (self.vllm, self.dcgm):
-            if p is not None:
-                await p.aclose()
-        for r in self.gpu_readers:
-            stop = getattr(r, "stop", None)
-            if stop:
-                stop()
-
-
-def build_sources(settings: Settings) -> MonitorSources:
-    from spoc_tui.collectors.nvml import NvmlCollector, NvmlUnavailable, TraceReplay
-
-    src = MonitorSources()
-    if settings.prometheus_url:
-        from spoc_tui.collectors.promql import PromQLCollector
-
-        src.promql = PromQLCollector(settings.prometheus_url)
-    if settings.vllm_urls and not settings.prometheus_url:
-        src.vllm = VllmPoller(settings.vllm_urls, settings.window, settings.api_key)
-    if settings.dcgm_urls:
-        src.dcgm = DcgmPoller(settings.dcgm_urls)
-    if settings.nvml_trace:
-        src.gpu_readers.append(TraceReplay(settings.nvml_trace))
-    elif settings.nvml is not False:
-        try:
-            col = NvmlCollector()
-            col.start()
-            src.gpu_readers.append(col)
-            src.find_groups = col.find_tp_groups
-        except NvmlUnavailable as e:
-            if settings.nvml:
-                src.gpu_note = f"NVML unavailable: {e}"
-    if settings.tp_groups:
-        src.tp_groups = parse_tp_groups(settings.tp_groups)
-    if not (src.dcgm or src.gpu_readers) and not src.gpu_note:
-        src.gpu_note = "No GPU source: pass --dcgm URL, or run on the GPU host (NVML)."
-    return src
+__all__ = ["MonitorSources", "NothingToMonitor", "SpocApp", "run_monitor"]
 
 
 class SpocApp(App[int]):
@@ -128,9 +45,8 @@ class SpocApp(App[int]):
 
     def __init__(self, settings: Settings, sources: MonitorSources | None = None, start_workers: bool = True) -> None:
         super().__init__()
-        self.ramp_users: list[int] = []
-        self._ramp_worker: Any = None
-        self._tune_session: Any = None
+        self._ramp_worker: Worker[None] | None = None
+        self._tune_session: TuneSession | None = None
         self.settings = settings
         self.sources = sources if sources is not None else build_sources(settings)
         self.start_workers = start_workers
@@ -177,32 +93,16 @@ class SpocApp(App[int]):
 
     @work(group="prometheus", exclusive=True, exit_on_error=False, thread=True)
     def _poll_prometheus(self) -> None:
-        from textual.worker import get_current_worker
-
-        from spoc_tui.collectors.scrape import SourceError
-        from spoc_tui.core.vllm import Scrape, replicas_view, server_view
-
         worker = get_current_worker()
-        prom = self.sources.promql
-        url = self.settings.prometheus_url or "prometheus"
-        up: bool | None = None
+        assert self.sources.promql is not None
+        poller = PromQLPoller(self.sources.promql, self.settings.window, self.settings.prometheus_url or "prometheus")
         while not worker.is_cancelled:
             if not self.paused:
-                try:
-                    now, then, t = prom.vllm_pair(self.settings.window)
-                except SourceError as e:
-                    if up is not False:
-                        self.post_message(SourceStatusChanged(SourceStatus(url, False, str(e))))
-                    up = False
-                else:
-                    if up is not True:
-                        self.post_message(SourceStatusChanged(SourceStatus(url, True, None, time.time())))
-                    up = True
-                    scrapes = {inst: Scrape(exp, t, then.get(inst), t - self.settings.window if inst in then else None) for inst, exp in now.items()}
-                    views = tuple(server_view(inst, sc) for inst, sc in sorted(scrapes.items()))
-                    total = replicas_view(list(scrapes.values())) if len(scrapes) > 1 else None
-                    status = SourceStatus(url, True, None, time.time())
-                    self.post_message(ServersSampled(VllmTick(views, total, frozenset(), (), (status,))))
+                tick, change = poller.poll()
+                if change is not None:
+                    self.post_message(SourceStatusChanged(change))
+                if tick is not None:
+                    self.post_message(ServersSampled(tick))
             # Sleep in short slices so a cancelled worker (quit) stops within 0.1 s.
             deadline = time.monotonic() + self.settings.interval
             while not worker.is_cancelled and time.monotonic() < deadline:
@@ -224,7 +124,7 @@ class SpocApp(App[int]):
                 for reader in src.gpu_readers:
                     try:
                         gpus.extend(await asyncio.to_thread(reader.read))
-                    except Exception as e:  # a GPU fell off the bus, NVML hiccup: keep going
+                    except Exception as e:  # a GPU fell off the bus, an NVML hiccup: shown, and polling goes on
                         changes = changes + (SourceStatus(getattr(reader, "source", "nvml"), False, f"NVML read failed: {e}"),)
                 for ch in changes:
                     self.post_message(SourceStatusChanged(ch))
@@ -243,7 +143,8 @@ class SpocApp(App[int]):
         if self._groups_cache is None or now - self._groups_cache[0] > 30:
             try:
                 found = await asyncio.to_thread(src.find_groups)
-            except Exception:
+            except Exception as e:  # process tables change under us; the groups are a hint
+                logger.debug("finding TP groups failed: %s", first_line(e))
                 found = []
             self._groups_cache = (now, found)
         return self._groups_cache[1] or None
@@ -263,8 +164,7 @@ class SpocApp(App[int]):
         else:
             self.notify(s.reason or f"{s.source}: down", severity="error", timeout=6)
 
-    # -- actions ----------------------------------------------------------------------------
-    # -- load ramps -------------------------------------------------------------------------------
+    # -- load ramps -------------------------------------------------------------------------
     @property
     def load_screen(self) -> LoadScreen:
         """Installed once, so a ramp keeps its screen while the operator watches the monitor."""
@@ -281,45 +181,36 @@ class SpocApp(App[int]):
 
     def action_capacity(self) -> None:
         """Open the Capacity screen, prefilled from what the monitor sees."""
-        from spoc_tui.screens.capacity import CapacityScreen
-
         screen = CapacityScreen()
         self.push_screen(screen)
-        mon = self.monitor
-        if mon._vllm is not None and mon._vllm.servers:
-            server = mon._vllm.servers[0]
-            gpus = mon._gpus.gpus if mon._gpus is not None else ()
-            label = gpus[0].model if gpus else None
-            tp = len(mon._groups[0].members) if mon._groups else None
-            self.call_after_refresh(screen.prefill, server.model_names, server.cache_config, label, tp)
+        seen = self.monitor.seen()
+        if seen is not None:
+            self.call_after_refresh(screen.prefill, *seen)
 
-    def start_ramp(self, form: dict[str, Any]) -> None:
-        from spoc_tui.load.ramp import RampConfig
-
+    @on(LoadScreen.StartRequested)
+    def start_ramp(self, request: LoadScreen.StartRequested) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         cfg = RampConfig(
             url=self.settings.vllm_urls[0],
-            profile=form["profile"],
-            users=form["users"],
-            limits=form["limits"],
+            profile=request.profile,
+            users=list(request.users),
+            limits=request.limits,
             out_dir=data_dir() / "ramps" / stamp,
-            step_s=form["step_s"],
-            warmup_s=form["warmup_s"],
+            step_s=request.step_s,
+            warmup_s=request.warmup_s,
             api_key=self.settings.api_key,
             dcgm_urls=list(self.settings.dcgm_urls),
         )
-        self.ramp_users = list(cfg.users)
         self.load_screen.set_running(True)
         self._ramp_worker = self._run_ramp(cfg)
 
+    @on(LoadScreen.StopRequested)
     def stop_ramp(self) -> None:
         if self._ramp_worker is not None:
             self._ramp_worker.cancel()
 
     @work(group="ramps", exclusive=True, exit_on_error=False)
-    async def _run_ramp(self, cfg: Any) -> None:
-        from spoc_tui.load.ramp import RampError, run_ramp
-
+    async def _run_ramp(self, cfg: RampConfig) -> None:
         try:
             result = await run_ramp(cfg, lambda p: self.post_message(RampProgressed(p)))
         except RampError as e:
@@ -334,8 +225,8 @@ class SpocApp(App[int]):
         self.load_screen.show_progress(message.progress)
 
     def on_ramp_finished(self, message: RampFinished) -> None:
-        self.load_screen.show_finished(message.message, message.status in ("complete", "stopped_early"))
-        self.notify(message.message, severity="information" if message.status in ("complete", "stopped_early") else "warning", timeout=8)
+        self.load_screen.show_finished(message.message, message.ok)
+        self.notify(message.message, severity="information" if message.ok else "warning", timeout=8)
 
     # -- tuning studies ----------------------------------------------------------------------
     @property
@@ -350,11 +241,9 @@ class SpocApp(App[int]):
         if self.screen is not self.tune_screen:
             self.push_screen("tune")
 
-    def start_tune(self, args: Any) -> None:
-        from spoc_tui.core.tunespace import SpaceError
-        from spoc_tui.tune.study import TuneSession
-        from spoc_tui.tune_cmd import build
-
+    @on(TuneScreen.StartRequested)
+    def start_tune(self, request: TuneScreen.StartRequested) -> None:
+        args: TuneArgs = request.args
         screen = self.tune_screen
         root = data_dir() / "tunes"
         if args.resume:
@@ -368,32 +257,31 @@ class SpocApp(App[int]):
         args.api_key = self.settings.api_key
         try:
             cfg, evaluator = build(args)
-        except (SpaceError, ValueError) as e:
+        except (InputError, ValueError) as e:
             screen.show_error(str(e))
             return
-        session = TuneSession(cfg, evaluator, lambda kind, data: self.post_message(TuneEvent(kind, data)))
+        session = TuneSession(cfg, evaluator, lambda ev: self.post_message(TuneEvent(ev)))
         screen.show_error("")
-        screen.prepare(cfg.objectives, cfg.limits, session)
+        screen.prepare(cfg.objectives, cfg.limits, session.command)
         screen.set_running(True)
         self._tune_session = session
         self._run_tune(session)
 
+    @on(TuneScreen.StopRequested)
     def stop_tune(self) -> None:
         if self._tune_session is not None:
             self._tune_session.stop()
 
     @work(group="tune", exclusive=True, exit_on_error=False, thread=True)
-    def _run_tune(self, session: Any) -> None:
-        from spoc_tui.tune.evaluate import TuneFatal
-        from spoc_tui.tune.study import TuneError
-
+    def _run_tune(self, session: TuneSession) -> None:
         out = session.cfg.out_dir
         try:
             session.open()
             summary = session.run()
-        except (TuneError, TuneFatal) as e:
+        except SpocError as e:  # TuneError, TuneFatal: worded for the user
             self.post_message(TuneFinished("error", str(e)))
         except Exception as e:  # a bug: shown, not a crash of the monitor
+            logger.exception("tuning study failed")
             self.post_message(TuneFinished("error", f"internal error: {type(e).__name__}: {e}"))
         else:
             ran = len([r for r in summary.records if r.repeat_of is None])
@@ -401,15 +289,14 @@ class SpocApp(App[int]):
                                                            f"results in {out}/pareto.json" + (f"; {summary.message}" if summary.message else "")))
 
     def on_tune_event(self, message: TuneEvent) -> None:
-        self.tune_screen.apply_event(message.kind, message.data)
+        self.tune_screen.apply_event(message.event)
 
     def on_tune_finished(self, message: TuneFinished) -> None:
-        ok = message.status in ("complete", "exhausted")
         self._tune_session = None
-        self.tune_screen.finished(message.message, ok)
+        self.tune_screen.finished(message.message, message.ok)
         if message.status == "error":
             self.tune_screen.show_error(message.message)
-        self.notify(message.message, severity="information" if ok else "warning", timeout=8)
+        self.notify(message.message, severity="information" if message.ok else "warning", timeout=8)
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
@@ -421,35 +308,19 @@ class SpocApp(App[int]):
         path = self.save_screenshot(path=str(folder))
         self.notify(f"screenshot saved: {Path(path)}", timeout=5)
 
-    def action_quit(self) -> None:  # type: ignore[override]
+    async def action_quit(self) -> None:
         if self._tune_session is not None:
             self._tune_session.stop()  # its server stops; if we exit first, the server's guard stops it
         self.exit(0)
 
 
-class NothingToMonitor(Exception):
-    """No server and no GPU source: the message says what to pass."""
-
-
-def check_sources(src: MonitorSources) -> None:
-    if src.vllm is None and src.promql is None and src.dcgm is None and not src.gpu_readers:
-        raise NothingToMonitor(
-            "nothing to monitor: pass --url http://HOST:8000 (vLLM), --dcgm URL, --prometheus URL, "
-            "or run on a GPU host; `spoc demo` shows the monitor on the simulator"
-            + (f" ({src.gpu_note})" if src.gpu_note and src.gpu_note.startswith("NVML unavailable") else "")
-        )
-
-
 def run_monitor(settings: Settings, sources: MonitorSources | None = None) -> int:
+    """Build the sources, check there is something to watch, and run the app.
+
+    Raises:
+        NothingToMonitor: no server and no GPU source (exit code 2).
+    """
     if sources is None:
         sources = build_sources(settings)
-    try:
-        check_sources(sources)
-    except NothingToMonitor as e:
-        import sys
-
-        print(f"spoc: error: {e}", file=sys.stderr)
-        return 2
-    app = SpocApp(settings, sources)
-    result = app.run()
-    return int(result or 0)
+    check_sources(sources)
+    return int(SpocApp(settings, sources).run() or 0)

@@ -8,12 +8,12 @@ from collections import deque
 from rich.text import Text
 from textual.widgets import Static
 
-from spoc_tui.collectors.poller import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core import fmt
 from spoc_tui.core.alerts import Alert
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
-from spoc_tui.widgets.tables import Cell, DiffTable
+from spoc_tui.tui.widgets.tables import Cell, DiffTable
 
 HISTORY = 120
 

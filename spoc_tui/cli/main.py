@@ -1,25 +1,38 @@
-"""The ``spoc`` command line."""
+"""The ``spoc`` command line: click only. Each command turns its flags into a request object,
+calls the service that does the work (the same one the TUI calls) and prints the result.
+
+Errors: every error a service raises is a :class:`~spoc_tui.core.errors.SpocError` with its exit
+code; :func:`main` prints it as one line (``spoc: error: ...``) and exits with that code, so no
+command needs its own handling for errors it does not word itself.
+"""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from spoc_tui import __version__
-from spoc_tui.config import ConfigError, Settings, config_path, load_file
+from spoc_tui.capacity.service import CapacityArgs
+from spoc_tui.config import Settings, config_path, data_dir, load_file
+from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
+from spoc_tui.core.loadmath import parse_sla, parse_users
+from spoc_tui.load.profiles import load_profile
+from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig
+from spoc_tui.sim.options import SCENARIOS, SimOptions
+from spoc_tui.tune.setup import TuneArgs
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def _fail(msg: str) -> None:
-    click.echo(f"spoc: error: {msg}", err=True)
-    sys.exit(2)
-
-
-def _given(ctx: click.Context, name: str) -> bool:
-    """True when the user typed the flag (or set its env var), not when it is a default."""
-    src = ctx.get_parameter_source(name)
-    return src is not None and src.name in ("COMMANDLINE", "ENVIRONMENT")
+def _fail(msg: str) -> NoReturn:
+    """Bad input: one line on stderr, exit code 2."""
+    raise InputError(msg)
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
@@ -48,7 +61,7 @@ def inspect(sources: tuple[str, ...], interval: float | None, as_json: bool, api
     The kind of each source is recognised from its content. A source that cannot be read
     is reported on stderr and makes the exit code 2; the others are still reported.
     """
-    from spoc_tui.inspect_cmd import run_inspect
+    from spoc_tui.cli.inspect import run_inspect
 
     if interval is not None and not 0 < interval <= 3600:
         _fail("--interval must be between 0 and 3600 seconds")
@@ -56,53 +69,48 @@ def inspect(sources: tuple[str, ...], interval: float | None, as_json: bool, api
     click.echo(out)
     for e in errors:
         click.echo(f"spoc: error: {e}", err=True)
-    sys.exit(2 if errors else 0)
+    sys.exit(EXIT_USAGE if errors else EXIT_OK)
 
 
 # ---------------------------------------------------------------------------------------
 
 
-def sim_options(f):  # type: ignore[no-untyped-def]
+def sim_options(f: F) -> F:
+    """The ``vllm serve``-like flags of the simulator (defaults: :class:`SimOptions`)."""
+    d = SimOptions
     opts = [
-        click.option("--model", "model_opt", default=None, help="Model preset or path to a config.json (default llama-3.1-8b)."),
-        click.option("--gpu", default="h100-80gb", show_default=True, help="GPU preset (a100-40gb, a100-80gb, h100-80gb, h200, b200, l40s)."),
+        click.option("--model", "model_opt", default=None, help=f"Model preset or path to a config.json (default {d.model})."),
+        click.option("--gpu", default=d.gpu, show_default=True, help="GPU preset (a100-40gb, a100-80gb, h100-80gb, h200, b200, l40s)."),
         click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=None, help="Tensor-parallel size (thermal scenario: 4)."),
-        click.option("--scenario", default="steady", show_default=True, help="steady | thermal (one hot GPU in the TP group) | overload."),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--scenario", default=d.scenario, show_default=True, help="steady | thermal (one hot GPU in the TP group) | overload."),
+        click.option("--seed", type=int, default=d.seed, show_default=True),
         click.option("--served-model-name", default=None),
-        click.option("--max-num-seqs", type=int, default=256, show_default=True),
+        click.option("--max-num-seqs", type=int, default=d.max_num_seqs, show_default=True),
         click.option("--max-num-batched-tokens", type=int, default=None),
-        click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", default=True, show_default=True),
-        click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True),
-        click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True),
-        click.option("--block-size", type=int, default=16, show_default=True),
+        click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", default=d.enable_chunked_prefill, show_default=True),
+        click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=d.enable_prefix_caching, show_default=True),
+        click.option("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization, show_default=True),
+        click.option("--block-size", type=int, default=d.block_size, show_default=True),
         click.option("--max-model-len", type=int, default=None),
-        click.option("--kv-cache-dtype", default="auto", show_default=True),
+        click.option("--kv-cache-dtype", default=d.kv_cache_dtype, show_default=True),
         click.option("--quantization", "-q", default=None, help="fp8: FP8 weights."),
-        click.option("--speed", type=float, default=1.0, show_default=True, help="Simulated seconds per real second."),
+        click.option("--speed", type=float, default=d.speed, show_default=True, help="Simulated seconds per real second."),
     ]
     for o in reversed(opts):
         f = o(f)
     return f
 
 
-def _sim_opts(model: str | None, model_opt: str | None, **kw: object):  # type: ignore[no-untyped-def]
-    from spoc_tui.sim.run import SimOptions
-
-    if model and model_opt and model != model_opt:
-        _fail(f"two models given: {model!r} and --model {model_opt!r}")
-    return SimOptions(model=model or model_opt or "llama-3.1-8b", **kw)  # type: ignore[arg-type]
-
-
 @cli.command(context_settings={"show_default": True})
 @click.argument("model", required=False)
 @sim_options
-@click.option("--host", default="127.0.0.1", help="Address to bind (loopback unless told otherwise).")
-@click.option("--port", type=int, default=8000)
-@click.option("--dcgm-port", type=int, default=9400, help="Port of the simulated dcgm-exporter (0: any free port).")
+@click.option("--host", default=SimOptions.host, help="Address to bind (loopback unless told otherwise).")
+@click.option("--port", type=int, default=SimOptions.port)
+@click.option("--dcgm-port", type=int, default=SimOptions.dcgm_port, help="Port of the simulated dcgm-exporter (0: any free port).")
 @click.option("--load-users", type=int, default=None, help="Built-in background users (default none).")
-@click.option("--truth-log", type=click.Path(dir_okay=False), default=None, help="Append each request's server-side token times (JSON lines), for measurement checks.")
-def sim(model: str | None, model_opt: str | None, host: str, port: int, dcgm_port: int, load_users: int | None, truth_log: str | None, **kw: object) -> None:
+@click.option("--truth-log", type=click.Path(dir_okay=False), default=None,
+              help="Append each request's server-side token times (JSON lines), for measurement checks.")
+def sim(model: str | None, model_opt: str | None, host: str, **kw: Any) -> None:
     """Run the engine simulator in the foreground: a SIMULATED vLLM server and dcgm-exporter.
 
     Accepts a `vllm serve`-like command line (`spoc sim MODEL --max-num-seqs 64 ...`), so the
@@ -112,23 +120,24 @@ def sim(model: str | None, model_opt: str | None, host: str, port: int, dcgm_por
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"spoc sim: warning: binding to {host}, not loopback", err=True)
-    opts = _sim_opts(model, model_opt, host=host, port=port, dcgm_port=dcgm_port, load_users=load_users, truth_log=truth_log, **kw)
-    sys.exit(simrun.main(opts))
+    if model and model_opt and model != model_opt:
+        _fail(f"two models given: {model!r} and --model {model_opt!r}")
+    sys.exit(simrun.main(SimOptions(model=model or model_opt or SimOptions.model, host=host, **kw)))
 
 
 @cli.command()
-@click.option("--scenario", default="steady", show_default=True, help="steady | thermal | overload")
-@click.option("--model", default="llama-3.1-8b", show_default=True)
-@click.option("--gpu", default="h100-80gb", show_default=True)
+@click.option("--scenario", default=SimOptions.scenario, show_default=True, help=" | ".join(SCENARIOS))
+@click.option("--model", default=SimOptions.model, show_default=True)
+@click.option("--gpu", default=SimOptions.gpu, show_default=True)
 @click.option("--tp", type=int, default=None)
 @click.option("--users", type=int, default=None, help="Background users (default: 48, overload: 3x max-num-seqs).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=SimOptions.seed, show_default=True)
 def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None, seed: int) -> None:
     """Start the simulator with a background load and open the monitor on it.
 
     Everything runs on loopback and is stopped when the monitor exits (Ctrl-C included).
     """
-    from spoc_tui.demo import run_demo
+    from spoc_tui.cli.demo import run_demo
 
     sys.exit(run_demo(scenario=scenario, model=model, gpu=gpu, tp=tp, users=users, seed=seed))
 
@@ -139,88 +148,86 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
 @cli.command()
 @click.option("--url", "vllm_urls", multiple=True, envvar="SPOC_VLLM_URL", show_envvar=True, help="vLLM server URL (repeat for replicas).")
 @click.option("--dcgm", "dcgm_urls", multiple=True, envvar="SPOC_DCGM_URL", show_envvar=True, help="dcgm-exporter URL (repeatable).")
-@click.option("--prometheus", "prometheus_url", envvar="SPOC_PROMETHEUS_URL", show_envvar=True, default=None, help="Read replicas through this Prometheus server (PromQL).")
+@click.option("--prometheus", "prometheus_url", envvar="SPOC_PROMETHEUS_URL", show_envvar=True, default=None,
+              help="Read replicas through this Prometheus server (PromQL).")
 @click.option("--nvml/--no-nvml", default=None, help="Read local GPUs through NVML (default: on when a GPU exists).")
 @click.option("--nvml-trace", envvar="SPOC_NVML_TRACE", show_envvar=True, default=None, help="Replay a recorded NVML trace (JSONL) as the local GPU.")
 @click.option("--tp-groups", envvar="SPOC_TP_GROUPS", show_envvar=True, default=None, help="Tensor-parallel groups, e.g. 0-3,4-7.")
-@click.option("--interval", type=float, envvar="SPOC_INTERVAL", show_envvar=True, default=None, help="Refresh interval in seconds [1].")
-@click.option("--window", type=float, envvar="SPOC_WINDOW", show_envvar=True, default=None, help="Percentile/rate window in seconds [60].")
+@click.option("--interval", type=float, envvar="SPOC_INTERVAL", show_envvar=True, default=None,
+              help=f"Refresh interval in seconds [{Settings.interval:g}].")
+@click.option("--window", type=float, envvar="SPOC_WINDOW", show_envvar=True, default=None,
+              help=f"Percentile/rate window in seconds [{Settings.window:g}].")
 @click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token for the servers (never displayed).")
 @click.option("--api-key-file", type=click.Path(dir_okay=False), default=None, help="Read the bearer token from this file.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), envvar="SPOC_CONFIG", show_envvar=True, default=None, help="TOML config file [platform config dir]/config.toml.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), envvar="SPOC_CONFIG", show_envvar=True, default=None,
+              help="TOML config file [platform config dir]/config.toml.")
 @click.pass_context
-def monitor(ctx: click.Context, config_file: str | None, api_key_file: str | None, **flags: object) -> None:
+def monitor(ctx: click.Context, config_file: str | None, api_key_file: str | None, **flags: Any) -> None:
     """Watch vLLM servers and their GPUs live."""
     settings = resolve_settings(ctx, config_file, api_key_file, flags)
-    from spoc_tui.app import run_monitor
+    from spoc_tui.tui.app import run_monitor
 
     sys.exit(run_monitor(settings))
 
 
-def resolve_settings(ctx: click.Context, config_file: str | None, api_key_file: str | None, flags: dict[str, object]) -> Settings:
+def resolve_settings(ctx: click.Context, config_file: str | None, api_key_file: str | None, flags: dict[str, Any]) -> Settings:
+    """Defaults < TOML file < environment < command line (only flags the user gave).
+
+    Raises:
+        ConfigError: a bad file or setting (exit code 2).
+    """
     path = Path(config_file) if config_file else config_path()
     if config_file and not path.exists():
         _fail(f"config file {path} does not exist")
-    try:
-        values = load_file(path)
-    except ConfigError as e:
-        _fail(str(e))
+    values = load_file(path)
     for name, value in flags.items():
-        if ctx.get_parameter_source(name) is None:
+        if ctx.get_parameter_source(name) is None or value in (None, ()):
             continue
-        if not _given(ctx, name) and value in (None, ()):
-            continue
-        if value in (None, ()) :
-            continue
-        values[name] = list(value) if isinstance(value, tuple) else value  # type: ignore[arg-type]
+        values[name] = list(value) if isinstance(value, tuple) else value
     if api_key_file:
         try:
             values["api_key"] = Path(api_key_file).read_text().strip()
         except OSError as e:
             _fail(f"--api-key-file {api_key_file}: cannot read ({e.strerror})")
-    settings = Settings(**values)  # type: ignore[arg-type]
-    try:
-        settings.validate()
-    except ConfigError as e:
-        _fail(str(e))
+    settings = Settings(**values)  # type: ignore[arg-type]  # load_file checked each value's type against its field
+    settings.validate()
     return settings
 
 
 @cli.command()
 @click.option("--url", required=True, envvar="SPOC_VLLM_URL", show_envvar=True, help="The server (vLLM or spoc sim).")
 @click.option("--model", default=None, help="Served model name [the server's first].")
-@click.option("--profile", default="chatbot", show_default=True, help="Built-in profile (coding, logs, chatbot, mix) or a TOML file.")
-@click.option("--users", "users_spec", default="1,2,4,8,16,32", show_default=True, help="User counts, or a series like geom:1:64.")
-@click.option("--step-seconds", type=float, default=60.0, show_default=True)
-@click.option("--warmup-seconds", type=float, default=10.0, show_default=True, help="Start of each step left out of the figures.")
+@click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="Built-in profile (coding, logs, chatbot, mix) or a TOML file.")
+@click.option("--users", "users_spec", default=DEFAULT_USERS, show_default=True, help="User counts, or a series like geom:1:64.")
+@click.option("--step-seconds", type=float, default=RampConfig.step_s, show_default=True)
+@click.option("--warmup-seconds", type=float, default=RampConfig.warmup_s, show_default=True, help="Start of each step left out of the figures.")
 @click.option("--sla", required=True, help='Limits, e.g. "ttft_p99<=2s,itl_p99<=100ms,error_rate<=1%".')
-@click.option("--abort-factor", type=float, default=3.0, show_default=True, help="Stop early when a limit is broken this many times over.")
+@click.option("--abort-factor", type=float, default=RampConfig.abort_factor, show_default=True,
+              help="Stop early when a limit is broken this many times over.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for ramp.json and requests.jsonl.")
-@click.option("--workers", type=int, default=0, show_default=True, help="Local Locust worker processes (0: one process).")
+@click.option("--workers", type=int, default=RampConfig.workers, show_default=True, help="Local Locust worker processes (0: one process).")
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
 @click.option("--dcgm", "dcgm_urls", multiple=True, help="dcgm-exporter URL, recorded next to each step.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=RampConfig.seed, show_default=True)
 @click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token (never written to results).")
-def ramp(url: str, model: str | None, profile: str, users_spec: str, step_seconds: float, warmup_seconds: float, sla: str, abort_factor: float,
-         out_dir: str, workers: int, tokenizer: str | None, dcgm_urls: tuple[str, ...], seed: int, api_key: str | None) -> None:
+def ramp(url: str, model: str | None, profile: str, users_spec: str, step_seconds: float, warmup_seconds: float, sla: str,
+         abort_factor: float, out_dir: str, workers: int, tokenizer: str | None, dcgm_urls: tuple[str, ...], seed: int,
+         api_key: str | None) -> None:
     """Step the number of concurrent multi-turn chat users until the latency SLA breaks.
 
     Exit code 0 when the ramp ran (whatever the verdict), 1 when the server failed, 2 for
     bad arguments. Results are written as steps finish.
     """
-    from spoc_tui.collectors.scrape import SourceError, metrics_url
-    from spoc_tui.core.loadmath import SlaError, parse_sla, parse_users
-    from spoc_tui.load.profiles import ProfileError, load_profile
-    from spoc_tui.load.ramp import RampConfig
-    from spoc_tui.ramp_cmd import run
+    from spoc_tui.cli.ramp import run
+    from spoc_tui.collectors.scrape import metrics_url
 
     try:
         metrics_url(url)
-        limits = parse_sla(sla)
-        users = parse_users(users_spec)
-        prof = load_profile(profile)
-    except (SlaError, ValueError, ProfileError, SourceError) as e:
+    except SpocError as e:
         _fail(str(e))
+    limits = parse_sla(sla)
+    users = parse_users(users_spec)
+    prof = load_profile(profile)
     if step_seconds <= 0 or not 0 <= warmup_seconds < step_seconds:
         _fail("--warmup-seconds must be at least 0 and shorter than --step-seconds")
     if abort_factor <= 1:
@@ -236,43 +243,50 @@ def ramp(url: str, model: str | None, profile: str, users_spec: str, step_second
 
 
 @cli.command()
-@click.option("--launch", required=True, help='Command that starts the server, without a shell: "vllm serve MODEL --port {port} {flags}" or "spoc sim --port {port} {flags}".')
-@click.option("--space", default=None, help="Search space TOML file [built-in: max-num-seqs, max-num-batched-tokens, chunked prefill, prefix caching, gpu-memory-utilization].")
-@click.option("--objectives", default="max:out_tok_s,min:ttft_p99", show_default=True, help="Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.")
+@click.option("--launch", required=True,
+              help='Command that starts the server, without a shell: "vllm serve MODEL --port {port} {flags}" or "spoc sim --port {port} {flags}".')
+@click.option("--space", default=None,
+              help="Search space TOML file [built-in: max-num-seqs, max-num-batched-tokens, chunked prefill, prefix caching, gpu-memory-utilization].")
+@click.option("--objectives", default=TuneArgs.objectives, show_default=True,
+              help="Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.")
 @click.option("--sla", required=True, help='Limits (Optuna constraints), e.g. "ttft_p99<=2s,itl_p99<=100ms".')
-@click.option("--trials", type=int, default=20, show_default=True, help="Trials to run in the study (all workers together).")
+@click.option("--trials", type=int, default=TuneArgs.trials, show_default=True, help="Trials to run in the study (all workers together).")
 @click.option("--storage", default=None, help="Optuna storage: sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE [OUT/study.db].")
-@click.option("--study", "study", default="spoc", show_default=True, help="Study name in the storage.")
+@click.option("--study", "study", default=TuneArgs.study, show_default=True, help="Study name in the storage.")
 @click.option("--resume", is_flag=True, help="Continue the study (after a crash or Ctrl-C).")
 @click.option("--worker", is_flag=True, help="Join a study another machine created (shared --storage).")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for trials.jsonl, pareto.json and each trial's server log and ramp.")
-@click.option("--profile", default="chatbot", show_default=True, help="Load profile of each trial's ramp.")
-@click.option("--users", default="16", show_default=True, help="User counts of each trial's ramp (the last is the reference load).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder for trials.jsonl, pareto.json and each trial's server log and ramp.")
+@click.option("--profile", default=TuneArgs.profile, show_default=True, help="Load profile of each trial's ramp.")
+@click.option("--users", default=TuneArgs.users, show_default=True, help="User counts of each trial's ramp (the last is the reference load).")
 @click.option("--ref-users", type=int, default=None, help="Reference load for the objectives and the SLA [the last step].")
-@click.option("--step-seconds", type=float, default=30.0, show_default=True)
-@click.option("--warmup-seconds", type=float, default=5.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Makes the study reproducible (sampler and load).")
-@click.option("--population", type=int, default=8, show_default=True, help="NSGA-II population size.")
-@click.option("--screen-pool", type=int, default=32, show_default=True, help="Children NSGA-II breeds per trial, of which a surrogate of the trials so far picks one to run (1: plain NSGA-II).")
-@click.option("--try", "tries", multiple=True, help='A configuration to run first, e.g. "--max-num-seqs 64 --no-enable-chunked-prefill"; flags left out take the server default (repeatable).')
-@click.option("--repeat-pareto", type=int, default=0, show_default=True, help="Run each Pareto-optimal configuration this many more times at the end.")
+@click.option("--step-seconds", type=float, default=TuneArgs.step_seconds, show_default=True)
+@click.option("--warmup-seconds", type=float, default=TuneArgs.warmup_seconds, show_default=True)
+@click.option("--seed", type=int, default=TuneArgs.seed, show_default=True, help="Makes the study reproducible (sampler and load).")
+@click.option("--population", type=int, default=TuneArgs.population, show_default=True, help="NSGA-II population size.")
+@click.option("--screen-pool", type=int, default=TuneArgs.screen_pool, show_default=True,
+              help="Children NSGA-II breeds per trial, of which a surrogate of the trials so far picks one to run (1: plain NSGA-II).")
+@click.option("--try", "tries", multiple=True,
+              help='A configuration to run first, e.g. "--max-num-seqs 64 --no-enable-chunked-prefill"; flags left out take the server default (repeatable).')
+@click.option("--repeat-pareto", type=int, default=TuneArgs.repeat_pareto, show_default=True,
+              help="Run each Pareto-optimal configuration this many more times at the end.")
 @click.option("--env", multiple=True, help="NAME=VALUE for the server's environment (repeatable; values are never written out).")
 @click.option("--port", type=int, default=None, help="Port for the server [any free port].")
-@click.option("--start-timeout", type=float, default=600.0, show_default=True, help="Seconds a server may take to become ready.")
+@click.option("--start-timeout", type=float, default=TuneArgs.start_timeout, show_default=True, help="Seconds a server may take to become ready.")
 @click.option("--model", default=None, help="Served model name [the server's first].")
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
-@click.option("--workers", type=int, default=0, show_default=True, help="Local Locust worker processes per ramp.")
+@click.option("--workers", type=int, default=TuneArgs.workers, show_default=True, help="Local Locust worker processes per ramp.")
 @click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token for the server (never written to results).")
-def tune(**kw: object) -> None:
+def tune(**kw: Any) -> None:
     """Search server flags with NSGA-II: each trial starts the server, runs a ramp, scores it.
 
     Prints a line per trial, appends OUT/trials.jsonl as trials finish and keeps
     OUT/pareto.json (the Pareto-optimal flags, their objectives and the hypervolume) current.
     Ctrl-C stops the running server and keeps every finished trial; --resume continues.
     """
-    from spoc_tui.tune_cmd import TuneArgs, run
+    from spoc_tui.cli.tune import run
 
-    sys.exit(run(TuneArgs(**kw)))  # type: ignore[arg-type]
+    sys.exit(run(TuneArgs(**kw)))
 
 
 @cli.command("load-worker")
@@ -280,20 +294,11 @@ def tune(**kw: object) -> None:
 @click.option("--master-port", type=int, default=5557, show_default=True)
 @click.option("--url", required=True, help="The server under test (as the master has it).")
 @click.option("--model", required=True)
-@click.option("--profile", default="chatbot", show_default=True)
+@click.option("--profile", default=DEFAULT_PROFILE, show_default=True)
 @click.option("--seed", type=int, default=0)
 def load_worker(master: str, master_port: int, url: str, model: str, profile: str, seed: int) -> None:
     """Join a ramp from another machine as a Locust worker (Locust's master/worker protocol)."""
-    import json
-    import subprocess
-    import tempfile
-
-    from spoc_tui.load.profiles import ProfileError, load_profile
-
-    try:
-        prof = load_profile(profile)
-    except ProfileError as e:
-        _fail(str(e))
+    prof = load_profile(profile)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prof.as_dict(), f)
     argv = [sys.executable, "-m", "spoc_tui.load.runner", "--worker", "--master-host", master, "--master-port", str(master_port),
@@ -305,13 +310,13 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
 @click.option("--model", required=True, help="Model preset or path to a config.json (or its folder).")
 @click.option("--gpu", default=None, help="GPU preset (a100-80gb, h100-80gb, h200, b200, l40s).")
 @click.option("--gpu-memory-gib", type=float, default=None, help="Memory of a GPU not in the presets.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size.")
+@click.option("--tp", type=int, default=CapacityArgs.tp, show_default=True, help="Tensor-parallel size.")
 @click.option("--max-model-len", type=int, default=None, help="Longest sequence [the model's maximum].")
 @click.option("--avg-context", type=int, default=None, help="Typical tokens in flight per request [max-model-len].")
 @click.option("--weights-dtype", default=None, help="bf16 | fp8 | int4 [the model's].")
-@click.option("--kv-cache-dtype", default="auto", show_default=True, help="auto | fp8")
-@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True)
-@click.option("--block-size", type=int, default=16, show_default=True)
+@click.option("--kv-cache-dtype", default=CapacityArgs.kv_cache_dtype, show_default=True, help="auto | fp8")
+@click.option("--gpu-memory-utilization", type=float, default=CapacityArgs.gpu_memory_utilization, show_default=True)
+@click.option("--block-size", type=int, default=CapacityArgs.block_size, show_default=True)
 @click.option("--kv-cache-gib", type=float, default=None, help="KV space given directly (CPU servers: VLLM_CPU_KVCACHE_SPACE).")
 @click.option("--reserve-gib", type=float, default=None, help="Runtime reserve per GPU for activations and CUDA graphs [1.5].")
 @click.option("--server", default=None, help="A running vLLM server: compare the prediction with its own cache_config_info.")
@@ -319,73 +324,40 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
 @click.option("--service-time", type=float, default=None, help="Seconds per request at light load (queueing view).")
 @click.option("--think-time", type=float, default=None, help="Seconds a user waits between requests (queueing view).")
 @click.option("--max-num-seqs", type=int, default=256, show_default=True, help="The server's seat limit (queueing view).")
-@click.option("--ramp", "ramp_path", default=None, help="A ramp result (folder or ramp.json): estimates service/think time and shows the measured curve.")
+@click.option("--ramp", "ramp_path", default=None,
+              help="A ramp result (folder or ramp.json): estimates service/think time and shows the measured curve.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def capacity(server: str | None, as_json: bool, queue_users: str | None, service_time: float | None, think_time: float | None,
-             max_num_seqs: int, ramp_path: str | None, **kw: object) -> None:
+             max_num_seqs: int, ramp_path: str | None, **kw: Any) -> None:
     """How much KV cache fits and how many sequences it holds, from the model's real shape.
 
     With --queue (or --ramp), also the queueing view: utilisation and expected wait as users
     grow, next to the ramp's measured curve when one is given.
     """
-    from spoc_tui.capacity_cmd import CapacityArgs, args_from_server, compute, render, resolve, server_cache_config
-    from spoc_tui.capacity_cmd import as_json as to_json
-    from spoc_tui.core.capacity import CapacityError
-    from spoc_tui.core.presets import PresetError
+    from spoc_tui.capacity.service import CapacityRequest, capacity_report
 
-    args = CapacityArgs(**kw)  # type: ignore[arg-type]
-    if args.tp < 1:
-        _fail("--tp must be at least 1")
-    for name in ("max_model_len", "avg_context", "block_size"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            _fail(f"--{name.replace('_', '-')} must be positive")
-    from spoc_tui.capacity_cmd import QueueArgs, queue_rows, render_queue
-    from spoc_tui.core.loadmath import parse_users
-
-    qrows = None
+    req = CapacityRequest(CapacityArgs(**kw), server=server, queue_users=parse_users(queue_users) if queue_users else [],
+                          service_s=service_time, think_s=think_time, max_num_seqs=max_num_seqs, ramp=ramp_path)
     try:
-        actual = server_cache_config(server) if server else None
-        if actual:
-            args = args_from_server(args, actual)
-        model, gpu = resolve(args)
-        p = compute(args, model, gpu)
-        if queue_users or ramp_path:
-            users = parse_users(queue_users) if queue_users else []
-            if max_num_seqs < 1:
-                raise PresetError("--max-num-seqs must be at least 1")
-            seats = max(1, min(max_num_seqs, p.max_concurrent_sequences))
-            qrows, service, think = queue_rows(QueueArgs(users, service_time, think_time, max_num_seqs, ramp_path), seats)
-    except (PresetError, CapacityError, ValueError) as e:
+        report = capacity_report(req)
+    except SpocError as e:  # an unreachable --server is bad input here
         _fail(str(e))
-    if as_json:
-        import json as _json
-
-        doc = _json.loads(to_json(p, actual))
-        if qrows is not None:
-            doc["queueing"] = {"seats": seats, "service_s": service, "think_s": think, "rows": qrows}
-        click.echo(_json.dumps(doc, indent=2))
-    else:
-        click.echo(render(args, model, gpu, p, actual))
-        if qrows is not None:
-            click.echo(render_queue(qrows, seats, service, think))
+    click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.text())
 
 
 @cli.command()
 @click.argument("what", type=click.Choice(["config", "data"]))
 def locate(what: str) -> None:
     """Print where spoc-tui keeps its config file or its data."""
-    from spoc_tui.config import data_dir
-
     click.echo(str(config_path() if what == "config" else data_dir()))
 
 
 def main() -> None:
+    """The ``spoc`` entry point: a :class:`SpocError` is one line on stderr and its exit code."""
     try:
         cli(standalone_mode=True)
+    except SpocError as e:
+        click.echo(f"spoc: error: {e}", err=True)
+        sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()
+        sys.exit(EXIT_INTERRUPTED)

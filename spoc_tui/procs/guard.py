@@ -1,6 +1,6 @@
 """Run a server and stop it when the process that started it dies, even by SIGKILL.
 
-``python -m spoc_tui.guard PARENT_PID -- ARGV...``: the launcher starts this as the leader of
+``python -m spoc_tui.procs.guard PARENT_PID -- ARGV...``: the launcher starts this as the leader of
 a new process group; the server runs as its child in the same group. Stopping the group stops
 both. If PARENT_PID goes away (spoc-tui crashed or the SSH session dropped), the guard stops
 the group itself, so a tuning study never leaves a server holding a GPU behind.
@@ -25,7 +25,7 @@ def remove_private_tmp() -> None:
 
 def main(args: list[str]) -> int:
     if len(args) < 3 or args[1] != "--" or not args[0].isdigit():
-        print("usage: python -m spoc_tui.guard PARENT_PID -- ARGV...", file=sys.stderr)
+        print("usage: python -m spoc_tui.procs.guard PARENT_PID -- ARGV...", file=sys.stderr)
         return 2
     parent, argv = int(args[0]), args[2:]
     try:

@@ -2,30 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Sparkline, Static
 
-from spoc_tui.core import fmt
+from spoc_tui.core.loadmath import DEFAULT_SLA, Limit
 from spoc_tui.core.tunespace import Objective
 from spoc_tui.load.profiles import builtin_names
-from spoc_tui.load.ramp import RampProgress
-from spoc_tui.widgets.charts import ParetoPlot, PlotPoint
+from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint, PointKind
+from spoc_tui.tune.events import (
+    Note,
+    OthersDone,
+    RampProgressed,
+    RepeatDone,
+    ServerReady,
+    ServerStarting,
+    StudyDone,
+    StudyOpened,
+    TrialDone,
+    TrialStarted,
+    TuneEvent,
+)
+from spoc_tui.tune.records import Front, TrialRecord, compute_front
+from spoc_tui.tune.report import value_text
+from spoc_tui.tune.setup import SIM_LAUNCH, VLLM_LAUNCH, TuneArgs
 
-SIM_LAUNCH = "spoc sim llama-3.1-8b --port {port} --dcgm-port 0 {flags}"
-VLLM_LAUNCH = "vllm serve MODEL --port {port} {flags}"
-
-
-def value_text(o: Objective, v: float | None) -> str:
-    from spoc_tui.tune_cmd import value_text as vt
-
-    return vt(o, v)
+__all__ = ["SIM_LAUNCH", "VLLM_LAUNCH", "TuneScreen"]
 
 
 class TuneScreen(Screen[None]):
@@ -60,18 +70,28 @@ class TuneScreen(Screen[None]):
     TuneScreen #pareto { height: auto; max-height: 12; }
     """
 
+    @dataclass
+    class StartRequested(Message):
+        """The operator asked for a study (or to resume the last one) with these settings."""
+
+        args: TuneArgs
+
+    class StopRequested(Message):
+        """The operator asked to stop the running study (its server stops)."""
+
     def __init__(self, launch: str | None = None) -> None:
         super().__init__()
         self.launch_default = launch or VLLM_LAUNCH
         self.running = False
         self.objectives: tuple[Objective, ...] = ()
-        self.limits: tuple[Any, ...] = ()
-        self.records: list[Any] = []
-        self.front: Any = None
+        self.limits: tuple[Limit, ...] = ()
+        self.records: list[TrialRecord] = []
+        self.front: Front | None = None
         self.commands: dict[int, str] = {}
         self.log_path: Path | None = None
         self.trial_line = ""
-        self.session: Any = None
+        self.command_of: Callable[[Sequence[str]], str] | None = None
+        """The study's copyable command line for a configuration's flags."""
 
     def compose(self) -> ComposeResult:
         yield Static("Tuning study: NSGA-II over server flags; each trial starts the server and runs a ramp", id="title")
@@ -83,17 +103,17 @@ class TuneScreen(Screen[None]):
                 yield Label("space")
                 yield Input("", placeholder="built-in (or a TOML file)", id="space")
                 yield Label("objectives")
-                yield Input("max:out_tok_s,min:ttft_p99", id="objectives")
+                yield Input(TuneArgs.objectives, id="objectives")
             with Horizontal(classes="row"):
                 yield Label("SLA")
-                yield Input("ttft_p99<=2s,itl_p99<=100ms", id="sla")
+                yield Input(DEFAULT_SLA, id="sla")
                 yield Label("trials")
-                yield Input("20", id="trials", restrict=r"[0-9]*")
+                yield Input(str(TuneArgs.trials), id="trials", restrict=r"[0-9]*")
                 yield Label("users")
-                yield Input("16", id="users")
+                yield Input(TuneArgs.users, id="users")
                 yield Label("step s")
-                yield Input("30", id="step", restrict=r"[0-9.]*")
-                yield Select([(n, n) for n in builtin_names()], value="chatbot", allow_blank=False, id="profile")
+                yield Input(f"{TuneArgs.step_seconds:g}", id="step", restrict=r"[0-9.]*")
+                yield Select([(n, n) for n in builtin_names()], value=TuneArgs.profile, allow_blank=False, id="profile")
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
                 yield Button("Start (ctrl+r)", id="start", variant="success")
@@ -122,9 +142,8 @@ class TuneScreen(Screen[None]):
         self._redraw()
 
     # -- form ------------------------------------------------------------------------------
-    def form(self, resume: bool = False) -> Any:
+    def form(self, resume: bool = False) -> TuneArgs | None:
         """The study's arguments, or None (the error shown under the form)."""
-        from spoc_tui.tune_cmd import TuneArgs
 
         def val(i: str) -> str:
             return self.query_one(f"#{i}", Input).value.strip()
@@ -137,7 +156,7 @@ class TuneScreen(Screen[None]):
             return None
         profile = self.query_one("#profile", Select).value
         return TuneArgs(launch=val("launch"), sla=val("sla"), out_dir="", space=val("space") or None, objectives=val("objectives"),
-                        trials=trials, users=val("users") or "16", step_seconds=step, warmup_seconds=min(5.0, step / 5), profile=str(profile),
+                        trials=trials, users=val("users") or TuneArgs.users, step_seconds=step, warmup_seconds=min(5.0, step / 5), profile=str(profile),
                         resume=resume)
 
     def set_running(self, running: bool) -> None:
@@ -153,15 +172,15 @@ class TuneScreen(Screen[None]):
 
     def action_start(self) -> None:
         if not self.running and (args := self.form()) is not None:
-            self.app.start_tune(args)  # type: ignore[attr-defined]
+            self.post_message(self.StartRequested(args))
 
     def action_resume(self) -> None:
         if not self.running and (args := self.form(resume=True)) is not None:
-            self.app.start_tune(args)  # type: ignore[attr-defined]
+            self.post_message(self.StartRequested(args))
 
     def action_stop(self) -> None:
         if self.running:
-            self.app.stop_tune()  # type: ignore[attr-defined]
+            self.post_message(self.StopRequested())
             self.status.update(Text("stopping: the running trial's server is being stopped...", style="yellow"))
 
     def action_copy(self) -> None:
@@ -178,49 +197,50 @@ class TuneScreen(Screen[None]):
         self.form_error.update(message)
 
     # -- events from the study -------------------------------------------------------------
-    def apply_event(self, kind: str, d: dict[str, Any]) -> None:
-        if kind == "opened":
-            self.form_error.update("")
-            self.records = list(d["records"])
-            self.status.update(Text(f"study {d['study']!r} in {d['storage']}" + (f": {len(self.records)} trial(s) already run" if self.records else ""), style="dim"))
-            self._redraw()
-        elif kind == "note":
-            self.notify(d["message"], timeout=8)
-        elif kind == "trial_start":
-            self.trial_line = f"trial {d['ordinal']}/{d['total']} (#{d['number']}): {' '.join(d['flags'])}"
-            self.status.update(Text(f"{self.trial_line}\nstarting the server...", style="bold"))
-        elif kind == "server_starting":
-            self.log_path = Path(d["log"])
-        elif kind == "server_ready":
-            self.status.update(Text(f"{self.trial_line}\nserver ready in {d['start_s']:.0f} s; ramp starting", style="bold"))
-        elif kind == "ramp":
-            p: RampProgress = d["progress"]
-            if p.phase in ("warmup", "measuring"):
-                done = min(p.step_s, p.elapsed_s - sum(s.duration_s for s in p.steps)) if p.phase == "measuring" else 0.0
-                self.status.update(Text(f"{self.trial_line}\nramp step {p.step}: {p.users} users, {p.phase} "
-                                        f"({p.samples} requests so far)" + (f", {done:.0f}/{p.step_s:.0f} s" if p.phase == "measuring" else ""), style="bold"))
-        elif kind == "others_done":  # a shared study: trials other workers finished
-            have = {r.number for r in self.records}
-            self.records = sorted([*self.records, *(r for r in d["records"] if r.number not in have)], key=lambda r: r.number)
-        elif kind in ("trial_done", "repeat_done"):
-            rec = d["record"]
-            if kind == "trial_done":
-                self.records.append(rec)
-                self.front = d["front"]
-            tail = "" if rec.status == "ok" else f": {rec.reason}"
-            self.status.update(Text(f"{self.trial_line}\n-> {rec.status}{tail}", style="green" if rec.status == "ok" else "yellow"))
-            self._redraw()
-        elif kind == "done":
-            self.front = d["front"]
-            self._redraw()
+    def apply_event(self, ev: TuneEvent) -> None:
+        match ev:
+            case StudyOpened():
+                self.form_error.update("")
+                self.records = list(ev.records)
+                self.status.update(Text(f"study {ev.study!r} in {ev.storage}" + (f": {len(self.records)} trial(s) already run" if self.records else ""),
+                                        style="dim"))
+                self._redraw()
+            case Note(message=message):
+                self.notify(message, timeout=8)
+            case TrialStarted():
+                self.trial_line = f"trial {ev.ordinal}/{ev.total} (#{ev.number}): {' '.join(ev.flags)}"
+                self.status.update(Text(f"{self.trial_line}\nstarting the server...", style="bold"))
+            case ServerStarting(log=log):
+                self.log_path = Path(log)
+            case ServerReady(start_s=start_s):
+                self.status.update(Text(f"{self.trial_line}\nserver ready in {start_s:.0f} s; ramp starting", style="bold"))
+            case RampProgressed(progress=p):
+                if p.phase in ("warmup", "measuring"):
+                    done = min(p.step_s, p.elapsed_s - sum(s.duration_s for s in p.steps)) if p.phase == "measuring" else 0.0
+                    self.status.update(Text(f"{self.trial_line}\nramp step {p.step}: {p.users} users, {p.phase} "
+                                            f"({p.samples} requests so far)" + (f", {done:.0f}/{p.step_s:.0f} s" if p.phase == "measuring" else ""),
+                                            style="bold"))
+            case OthersDone(records=records):  # a shared study: trials other workers finished
+                have = {r.number for r in self.records}
+                self.records = sorted([*self.records, *(r for r in records if r.number not in have)], key=lambda r: r.number)
+            case TrialDone(record=rec) | RepeatDone(record=rec):
+                if isinstance(ev, TrialDone):
+                    self.records.append(rec)
+                    self.front = ev.front
+                tail = "" if rec.status == "ok" else f": {rec.reason}"
+                self.status.update(Text(f"{self.trial_line}\n-> {rec.status}{tail}", style="green" if rec.status == "ok" else "yellow"))
+                self._redraw()
+            case StudyDone(front=front):
+                self.front = front
+                self._redraw()
+            case _:
+                pass  # skipped proposals, repeats starting: the status line has nothing to add
 
     def finished(self, message: str, ok: bool) -> None:
         self.set_running(False)
         self.status.update(Text(message, style="green" if ok else "yellow"))
 
     def _redraw(self) -> None:
-        from spoc_tui.tune.study import compute_front
-
         if not self.objectives or not self.is_mounted:
             return
         o = self.objectives
@@ -236,7 +256,7 @@ class TuneScreen(Screen[None]):
             if v is None:
                 failed += 1
                 continue
-            kind = "pareto" if r.number in on_front else ("feasible" if r.feasible else "breaks")
+            kind: PointKind = "pareto" if r.number in on_front else ("feasible" if r.feasible else "breaks")
             pts.append(PlotPoint(v[0], v[1], kind, f"#{r.number}"))
         x_fmt = (lambda v: value_text(o[0], v))
         y_fmt = (lambda v: value_text(o[1], v))
@@ -255,14 +275,14 @@ class TuneScreen(Screen[None]):
                                " ".join(r.flags), key=str(r.number))
 
     def command_for(self, flags: list[str]) -> str:
-        if self.session is not None:
-            return str(self.session.command(flags))
+        if self.command_of is not None:
+            return self.command_of(flags)
         return " ".join(flags)
 
-    def prepare(self, objectives: tuple[Objective, ...], limits: tuple[Any, ...], session: Any) -> None:
+    def prepare(self, objectives: tuple[Objective, ...], limits: tuple[Limit, ...], command_of: Callable[[Sequence[str]], str]) -> None:
         self.objectives = objectives
         self.limits = limits
-        self.session = session
+        self.command_of = command_of
         self.records = []
         self.log_path = None
         self._redraw()

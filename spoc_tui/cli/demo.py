@@ -1,0 +1,49 @@
+"""``spoc demo``: the simulator with a background load, and the monitor on it."""
+
+from __future__ import annotations
+
+import sys
+
+from spoc_tui.config import Settings
+from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from spoc_tui.procs.ports import free_ports
+from spoc_tui.procs.server import LaunchError
+from spoc_tui.sim.process import start_sim
+from spoc_tui.sim.run import SimConfigError, SimOptions, build, demo_users
+from spoc_tui.tui.app import run_monitor
+
+
+def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None, seed: int) -> int:
+    opts = SimOptions(model=model, gpu=gpu, tp=tp, scenario=scenario, seed=seed)
+    try:
+        engine, _ = build(opts)  # validate before starting anything
+    except SimConfigError as e:
+        print(f"spoc demo: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    n_users = users if users is not None else demo_users(scenario, engine)
+    port, dport = free_ports(2)
+    args = ["--model", model, "--gpu", gpu, "--scenario", scenario, "--seed", str(seed),
+            "--dcgm-port", str(dport), "--load-users", str(n_users)]
+    if tp is not None:
+        args += ["--tp", str(tp)]
+    print(f"spoc demo: starting the SIMULATED {model} on {gpu} ({scenario}, {n_users} users)...", flush=True)
+    try:
+        server = start_sim(args, port)
+    except LaunchError as e:
+        print(f"spoc demo: error: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    try:
+        settings = Settings(
+            vllm_urls=[f"http://127.0.0.1:{port}"],
+            dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"],
+            nvml=False,
+            tp_groups=f"0-{engine.cfg.tp - 1}" if engine.cfg.tp > 1 else None,
+            interval=1.0,
+            window=30.0,
+            tune_launch=f"{sys.executable} -m spoc_tui.cli sim {model} --gpu {gpu} --port {{port}} --dcgm-port 0 {{flags}}",
+        )
+        return run_monitor(settings)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        server.stop(grace=5.0)

@@ -1,0 +1,120 @@
+"""``spoc tune``: a headless tuning study with a line per trial and the Pareto set at the end."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError
+from spoc_tui.tune.evaluate import TuneFatal
+from spoc_tui.tune.events import (
+    Note,
+    OthersDone,
+    RepeatDone,
+    RepeatStarted,
+    ServerReady,
+    StudyOpened,
+    TrialDone,
+    TrialSkipped,
+    TrialStarted,
+    TuneEvent,
+)
+from spoc_tui.tune.records import Front
+from spoc_tui.tune.report import hypervolume_text, objectives_text, value_text
+from spoc_tui.tune.setup import TuneArgs, build
+from spoc_tui.tune.study import TuneConfig, TuneError, TuneSession, redact_url
+
+
+class Printer:
+    """One line per trial (and per note) on stdout."""
+
+    def __init__(self, cfg: TuneConfig) -> None:
+        self.cfg = cfg
+
+    def __call__(self, ev: TuneEvent) -> None:
+        o = self.cfg.objectives
+        match ev:
+            case StudyOpened(study=study, storage=storage, records=records):
+                recs = [r for r in records if r.repeat_of is None]
+                print(f"study {study!r} in {storage}" + (f": {len(recs)} trial(s) already run" if recs else ""), flush=True)
+            case Note(message=message):
+                print(f"note: {message}", flush=True)
+            case TrialStarted():
+                seeded = f"  [{ev.seeded}]" if ev.seeded else ""
+                print(f"trial {ev.ordinal}/{ev.total} (#{ev.number}): {' '.join(ev.flags)}{seeded}", flush=True)
+            case ServerReady(start_s=start_s):
+                print(f"  server ready in {start_s:.0f} s", flush=True)
+            case TrialDone(record=r, front=front):
+                if r.status == "ok":
+                    tag = "" if r.feasible else "  breaks SLA (" + ", ".join(k for k, v in r.constraints.items() if v > 0) + ")"
+                    star = "  * Pareto" if r.number in {x.number for x in front.records} else ""
+                    print(f"  -> {objectives_text(o, r)}{tag}{star}   (hypervolume {hypervolume_text(front)})", flush=True)
+                else:
+                    print(f"  -> {r.status}: {r.reason}", flush=True)
+            case TrialSkipped(seeded=seeded) if seeded:  # NSGA-II's own repeats are skipped silently
+                print(f"skipped #{ev.number} [{seeded}]: {ev.reason}", flush=True)
+            case OthersDone(records=records):
+                print(f"  other workers finished trial(s) {', '.join(f'#{r.number}' for r in records)}", flush=True)
+            case RepeatStarted():
+                print(f"repeat {ev.index}/{ev.total} of trial #{ev.number}: {' '.join(ev.flags)}", flush=True)
+            case RepeatDone(record=r):
+                print(f"  -> {objectives_text(o, r) if r.status == 'ok' else f'{r.status}: {r.reason}'}", flush=True)
+            case _:
+                pass  # server starting, ramp progress, the end: the CLI prints the table afterwards
+
+
+def pareto_table(session: TuneSession, front: Front) -> str:
+    o = session.cfg.objectives
+    if not front.records:
+        return "Pareto set: empty (no trial met the SLA)"
+    ran = len([r for r in session.records if r.repeat_of is None])
+    lines = [f"Pareto set ({len(front.records)} of {ran} trials), hypervolume {hypervolume_text(front)}:"]
+    for r in front.records:
+        lines.append(f"  #{r.number:<4} {objectives_text(o, r, sep='  ')}")
+        lines.append(f"        {session.command(r.flags)}")
+    return "\n".join(lines)
+
+
+def run(a: TuneArgs) -> int:
+    try:
+        cfg, evaluator = build(a)
+    except (InputError, ValueError) as e:
+        print(f"spoc tune: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    for note in cfg.space.notes:
+        print(f"note: {note}", flush=True)
+    print(f"search space: {cfg.space.source}, {cfg.space.size} configurations; objectives: {', '.join(map(str, cfg.objectives))}; "
+          f"SLA: {', '.join(map(str, cfg.limits))}", flush=True)
+    session = TuneSession(cfg, evaluator, Printer(cfg))
+    try:
+        session.open()
+        summary = session.run()
+    except TuneError as e:
+        print(f"spoc tune: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except TuneFatal as e:
+        print(f"spoc tune: error: {e}", file=sys.stderr)
+        print(f"finished trials are in {cfg.out_dir}/trials.jsonl", file=sys.stderr)
+        return e.exit_code
+    except Exception as e:  # a bug: say so in one line, keep the details in the output folder
+        log = cfg.out_dir / "tune-error.log"
+        log.write_text(traceback.format_exc())
+        print(f"spoc tune: internal error: {type(e).__name__}: {e} (details in {log}); finished trials are in {cfg.out_dir}/trials.jsonl",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the server was stopped; finished trials are in {cfg.out_dir}/trials.jsonl and {cfg.out_dir}/pareto.json;"
+              f" continue with --resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(pareto_table(session, summary.front))
+    for num, reps in summary.repeats.items():
+        for ob in cfg.objectives:
+            vals = [v for r in reps if (v := r.get(ob.name)) is not None]
+            if vals:
+                print(f"  #{num} {ob.label} over {len(vals)} repeat(s): {value_text(ob, min(vals))} .. {value_text(ob, max(vals))}")
+    if summary.message:
+        print(summary.message)
+    if summary.status == "interrupted":
+        print("stopped: continue with --resume", file=sys.stderr)
+    print(f"results: {cfg.out_dir}/trials.jsonl, {cfg.out_dir}/pareto.json; study: {redact_url(session.storage_url)} (opens in optuna-dashboard)")
+    return EXIT_OK if summary.status != "interrupted" else EXIT_INTERRUPTED

@@ -1,0 +1,151 @@
+"""The messages between a ramp and its Locust runner child, one JSON object per line.
+
+Commands go to the child's stdin, events come back on its stdout. Each message is a frozen
+dataclass defined here once; :func:`encode` and the two decoders are the only code that knows
+the JSON shape:
+
+- commands: ``{"cmd": "users", "n": 8, "step": 2}``, ``{"cmd": "stop"}``
+- events: ``{"type": "ready", "workers": 0}``, ``{"type": "sample", ...}`` (a request's fields),
+  ``{"type": "users", "n": 8, "step": 2}``, ``{"type": "error", "message": ...}``,
+  ``{"type": "stopped"}``
+
+This module is imported by the gevent-patched child too: standard library and the pure core only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from spoc_tui.core.errors import SpocError
+from spoc_tui.core.loadmath import RequestSample
+
+
+class WireError(SpocError):
+    """A line that is not a message of this protocol."""
+
+
+@dataclass(frozen=True, slots=True)
+class SetUsers:
+    """Run ``n`` users from now on, as step ``step``."""
+
+    n: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop the users and exit."""
+
+
+Command = SetUsers | Stop
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The runner (and its ``workers`` Locust workers) can take commands."""
+
+    workers: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One finished (or failed) request."""
+
+    sample: RequestSample
+
+
+@dataclass(frozen=True, slots=True)
+class UsersSet:
+    """The runner is ramping to ``n`` users for step ``step``."""
+
+    n: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerFailed:
+    """The runner could not do what it was told (a bad command, workers that never joined)."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The users have stopped; the runner exits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """The runner's output ended (it exited); made by the reading side, never sent."""
+
+
+Event = Ready | Sample | UsersSet | RunnerFailed | Stopped | Exited
+
+
+def encode(msg: Command | Event) -> str:
+    """One line of JSON (without the newline)."""
+    d: dict[str, Any]
+    if isinstance(msg, SetUsers):
+        d = {"cmd": "users", "n": msg.n, "step": msg.step}
+    elif isinstance(msg, Stop):
+        d = {"cmd": "stop"}
+    elif isinstance(msg, Ready):
+        d = {"type": "ready", "workers": msg.workers}
+    elif isinstance(msg, Sample):
+        d = {"type": "sample", **msg.sample.as_dict()}
+    elif isinstance(msg, UsersSet):
+        d = {"type": "users", "n": msg.n, "step": msg.step}
+    elif isinstance(msg, RunnerFailed):
+        d = {"type": "error", "message": msg.message}
+    elif isinstance(msg, Stopped):
+        d = {"type": "stopped"}
+    else:
+        raise WireError(f"{type(msg).__name__} is not sent over the wire")
+    return json.dumps(d, separators=(",", ":"))
+
+
+def _object(line: str | bytes) -> dict[str, Any]:
+    try:
+        d = json.loads(line)
+    except ValueError:
+        raise WireError(f"not JSON: {line[:80]!r}") from None
+    if not isinstance(d, dict):
+        raise WireError(f"not a JSON object: {line[:80]!r}")
+    return d
+
+
+def _int(d: dict[str, Any], key: str, default: int = 0) -> int:
+    v = d.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise WireError(f"{key} must be a number, got {v!r}")
+    return int(v)
+
+
+def decode_command(line: str | bytes) -> Command:
+    """Raises: WireError for a line that is not a command."""
+    d = _object(line)
+    cmd = d.get("cmd")
+    if cmd == "users":
+        return SetUsers(_int(d, "n"), _int(d, "step"))
+    if cmd == "stop":
+        return Stop()
+    raise WireError(f"unknown command {cmd!r}")
+
+
+def decode_event(line: str | bytes) -> Event:
+    """Raises: WireError for a line that is not an event."""
+    d = _object(line)
+    kind = d.get("type")
+    if kind == "sample":
+        return Sample(RequestSample.from_dict(d))
+    if kind == "ready":
+        return Ready(_int(d, "workers"))
+    if kind == "users":
+        return UsersSet(_int(d, "n"), _int(d, "step"))
+    if kind == "error":
+        return RunnerFailed(str(d.get("message", "")))
+    if kind == "stopped":
+        return Stopped()
+    raise WireError(f"unknown event {kind!r}")

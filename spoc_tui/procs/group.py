@@ -1,0 +1,59 @@
+"""Process groups: every server and load generator runs as the leader of its own group, so
+stopping the group stops whatever it started too."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` to a process group; False when the group is gone (or not ours)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM a process group, wait, SIGKILL what is left; safe on a finished process."""
+    if proc.poll() is None:
+        kill_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    kill_group(proc.pid, signal.SIGKILL)  # children left behind by the group leader
+    proc.wait()
+
+
+def pid_alive(pid: int) -> bool:
+    """The process exists (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _zombie(pid)
+
+
+def group_alive(pgid: int) -> bool:
+    """Some process of the group exists (its leader a zombie counts as gone)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _zombie(pgid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False

@@ -1,0 +1,45 @@
+"""The simulator's options, as ``spoc sim`` takes them (a ``vllm serve``-like command line).
+
+Kept apart from the simulator itself so the CLI can read the defaults without loading it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spoc_tui.core.errors import InputError
+
+SCENARIOS = ("steady", "thermal", "overload")
+"""steady; thermal: one hot GPU in the TP group; overload: far more users than seats."""
+
+
+class SimConfigError(InputError, ValueError):
+    """Bad simulator options; the message says what to change."""
+
+
+@dataclass
+class SimOptions:
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100-80gb"
+    tp: int | None = None
+    scenario: str = "steady"
+    seed: int = 0
+    host: str = "127.0.0.1"
+    port: int = 8000
+    dcgm_port: int | None = 9400
+    served_model_name: str | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    max_model_len: int | None = None
+    kv_cache_dtype: str = "auto"
+    quantization: str | None = None
+    speed: float = 1.0
+    load_users: int | None = None
+    truth_log: str | None = None
+    """Built-in background users (none unless given; `spoc demo` chooses per scenario)."""
+
+

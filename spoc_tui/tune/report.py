@@ -1,0 +1,26 @@
+"""How a study's figures read, in words: one place for the CLI and the Tune screen."""
+
+from __future__ import annotations
+
+from spoc_tui.core import fmt
+from spoc_tui.core.tunespace import Objective
+from spoc_tui.tune.records import Front, TrialRecord
+
+
+def value_text(o: Objective, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if o.is_latency:
+        return fmt.seconds(v)
+    if o.name == "knee_users":
+        return f"{v:.0f} users"
+    return f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def objectives_text(objectives: tuple[Objective, ...] | list[Objective], r: TrialRecord, sep: str = ", ") -> str:
+    """``LABEL VALUE`` for each objective of a trial."""
+    return sep.join(f"{o.label} {value_text(o, r.objectives.get(o.name))}" for o in objectives)
+
+
+def hypervolume_text(front: Front) -> str:
+    return f"{front.hypervolume:.4g}"

@@ -1,0 +1,111 @@
+"""A tuning study's request (:class:`TuneArgs`, what ``spoc tune`` and the Tune screen both
+fill in, with every default once) and :func:`build`, which checks it and makes the study."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spoc_tui.core.errors import InputError
+from spoc_tui.core.loadmath import Limit, parse_sla, parse_users
+from spoc_tui.core.tunespace import Config, Space, SpaceError, load_space, parse_objectives, parse_template, template_flags
+from spoc_tui.load.profiles import load_profile
+from spoc_tui.load.ramp import DEFAULT_PROFILE
+from spoc_tui.tune.evaluate import RampSettings, ServerEvaluator
+from spoc_tui.tune.study import TuneConfig
+
+DEFAULT_OBJECTIVES = "max:out_tok_s,min:ttft_p99"
+SIM_LAUNCH = "spoc sim llama-3.1-8b --port {port} --dcgm-port 0 {flags}"
+VLLM_LAUNCH = "vllm serve MODEL --port {port} {flags}"
+
+
+@dataclass
+class TuneArgs:
+    launch: str
+    sla: str
+    out_dir: str
+    space: str | None = None
+    objectives: str = DEFAULT_OBJECTIVES
+    trials: int = 20
+    storage: str | None = None
+    study: str = "spoc"
+    resume: bool = False
+    worker: bool = False
+    profile: str = DEFAULT_PROFILE
+    users: str = "16"
+    ref_users: int | None = None
+    step_seconds: float = 30.0
+    warmup_seconds: float = 5.0
+    seed: int = 0
+    population: int = 8
+    screen_pool: int = 32
+    tries: tuple[str, ...] = ()
+    repeat_pareto: int = 0
+    env: tuple[str, ...] = ()
+    port: int | None = None
+    start_timeout: float = 600.0
+    model: str | None = None
+    tokenizer: str | None = None
+    workers: int = 0
+    api_key: str | None = field(default=None, repr=False)
+
+
+class TuneArgsError(InputError, ValueError):
+    """An option of a study that cannot be; the message names it."""
+
+
+def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
+    """Check every option and build the study and its evaluator.
+
+    Raises:
+        InputError (SpaceError, SlaError, ProfileError, TuneArgsError): with a message naming the option.
+    """
+    if a.trials < 1:
+        raise TuneArgsError("--trials must be at least 1")
+    if not 4 <= a.population <= 100:
+        raise TuneArgsError("--population must be between 4 and 100 (about 8-12 suits expensive trials)")
+    if not 1 <= a.screen_pool <= 1000:
+        raise TuneArgsError("--screen-pool must be between 1 (plain NSGA-II) and 1000")
+    if a.step_seconds <= 0 or not 0 <= a.warmup_seconds < a.step_seconds:
+        raise TuneArgsError("--warmup-seconds must be at least 0 and shorter than --step-seconds")
+    if a.repeat_pareto < 0:
+        raise TuneArgsError("--repeat-pareto must be 0 or more")
+    if a.port is not None and not 0 < a.port < 65536:
+        raise TuneArgsError("--port must be between 1 and 65535")
+    if a.start_timeout <= 0:
+        raise TuneArgsError("--start-timeout must be positive")
+    template, known = parse_template(a.launch)
+    prog = template[0]
+    if shutil.which(prog) is None:
+        raise TuneArgsError(f"--launch: {prog!r} is not a command on PATH or an executable file")
+    objectives = parse_objectives(a.objectives)
+    limits: tuple[Limit, ...] = parse_sla(a.sla)
+    space: Space = load_space(a.space, known)
+    clash = sorted(set(space.names) & template_flags(template))
+    if clash:
+        raise SpaceError(f"--launch already sets {', '.join('--' + c for c in clash)}, which the search space varies; take it out of the command")
+    users = parse_users(a.users)
+    if a.ref_users is not None and a.ref_users not in users:
+        raise TuneArgsError(f"--ref-users {a.ref_users} is not one of the ramp's user counts ({', '.join(map(str, users))})")
+    tries: list[Config] = [space.parse_flags(t) for t in a.tries]
+    for t in tries:
+        broken = space.violated(t)
+        if broken is not None:
+            raise SpaceError(f"--try {' '.join(space.argv(t))}: breaks the condition {broken}")
+    env: dict[str, str] = {}
+    for item in a.env:
+        k, eq, v = item.partition("=")
+        if not eq or not k or not k.replace("_", "").isalnum():
+            raise TuneArgsError(f"--env {item.split('=')[0]}=...: expected NAME=VALUE")
+        env[k] = v
+    profile = load_profile(a.profile)
+    knee = any(o.name == "knee_users" for o in objectives)
+    ramp = RampSettings(profile=profile, users=users, limits=limits, step_s=a.step_seconds, warmup_s=a.warmup_seconds,
+                        abort_factor=3.0 if knee else float("inf"), seed=a.seed, model=a.model, tokenizer=a.tokenizer, workers=a.workers, api_key=a.api_key)
+    out = Path(a.out_dir)
+    cfg = TuneConfig(space=space, objectives=objectives, limits=limits, trials=a.trials, out_dir=out, study_name=a.study, storage=a.storage,
+                     resume=a.resume, worker=a.worker, seed=None if a.worker else a.seed, population=a.population, screen_pool=a.screen_pool, ref_users=a.ref_users,
+                     tries=tries, repeats=a.repeat_pareto, template=template)
+    evaluator = ServerEvaluator(template, ramp, env=env, port=a.port, start_timeout=a.start_timeout, marker=out / "server.json")
+    return cfg, evaluator
