@@ -27,10 +27,10 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from spoc_tui.core.loadmath import parse_sla  # noqa: E402
-from spoc_tui.procs.ports import free_ports  # noqa: E402
-from spoc_tui.sim.process import start_sim  # noqa: E402
 from spoc_tui.load.profiles import WORDS, load_profile  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
+from spoc_tui.procs.ports import free_ports  # noqa: E402
+from spoc_tui.sim.process import start_sim  # noqa: E402
 
 USERS = [int(x) for x in sys.argv[1].split(",")] if len(sys.argv) > 1 else [16, 128, 512]
 SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 20.0
@@ -45,7 +45,9 @@ def truth(path: Path) -> dict[str, dict[str, object]]:
     return out
 
 
-def errors(samples: list[tuple[str, float, list[float]]], t: dict[str, dict[str, object]]) -> tuple[list[float], list[float], int]:
+def errors(
+    samples: list[tuple[str, float, list[float]]], t: dict[str, dict[str, object]]
+) -> tuple[list[float], list[float], int]:
     """(TTFT errors, ITL errors, matched requests) in seconds, client minus server."""
     e_ttft: list[float] = []
     e_itl: list[float] = []
@@ -64,11 +66,20 @@ def errors(samples: list[tuple[str, float, list[float]]], t: dict[str, dict[str,
 
 
 async def locust_run(url: str, users: int, out: Path, profile_path: Path) -> list[tuple[str, float, list[float]]]:
-    cfg = RampConfig(url=url, profile=load_profile(str(profile_path)), users=[users], limits=parse_sla("ttft_p99<=1000s"),
-                     out_dir=out, step_s=SECONDS, warmup_s=min(5.0, SECONDS / 4))
+    cfg = RampConfig(
+        url=url,
+        profile=load_profile(str(profile_path)),
+        users=[users],
+        limits=parse_sla("ttft_p99<=1000s"),
+        out_dir=out,
+        step_s=SECONDS,
+        warmup_s=min(5.0, SECONDS / 4),
+    )
     await run_ramp(cfg)
     rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
-    return [(r["request_id"], r["ttft"], r["itl"]) for r in rows if r["ok"] and r["request_id"] and r["ttft"] is not None]
+    return [
+        (r["request_id"], r["ttft"], r["itl"]) for r in rows if r["ok"] and r["request_id"] and r["ttft"] is not None
+    ]
 
 
 async def httpx_run(url: str, users: int) -> list[tuple[str, float, list[float]]]:
@@ -76,11 +87,16 @@ async def httpx_run(url: str, users: int) -> list[tuple[str, float, list[float]]
     stop = time.monotonic() + SECONDS
     limits = httpx.Limits(max_connections=users, max_keepalive_connections=users)
     async with httpx.AsyncClient(timeout=600, limits=limits) as c:
+
         async def user(i: int) -> None:
             rng = random.Random(i)
             while time.monotonic() < stop:
-                body = {"messages": [{"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(200))}],
-                        "max_tokens": 64, "stream": True, "stream_options": {"include_usage": True}}
+                body = {
+                    "messages": [{"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(200))}],
+                    "max_tokens": 64,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
                 t0 = time.perf_counter()
                 first = last = None
                 gaps: list[float] = []
@@ -132,14 +148,27 @@ async def main() -> None:
                 rows.append((users, name, n, et, ei))
     finally:
         proc.stop()
-    print(f"{'users':>6}  {'client':<14}{'matched':>8}   {'TTFT err p50':>12} {'p99':>9}   {'ITL err p50':>11} {'p99':>9}")
+    print(
+        f"{'users':>6}  {'client':<14}{'matched':>8}   {'TTFT err p50':>12} {'p99':>9}   {'ITL err p50':>11} {'p99':>9}"
+    )
     for users, name, n, et, ei in rows:
         print(f"{users:>6}  {name:<14}{n:>8}   {pct(et)}   {pct(ei)}")
-    good = [u for u, name, _, et, ei in rows if name == "locust runner" and et and ei
-            and np.percentile(np.abs(et), 99) < 0.002 and np.percentile(np.abs(ei), 99) < 0.002]
+    good = [
+        u
+        for u, name, _, et, ei in rows
+        if name == "locust runner"
+        and et
+        and ei
+        and np.percentile(np.abs(et), 99) < 0.002
+        and np.percentile(np.abs(ei), 99) < 0.002
+    ]
     best = max(good) if good else None
-    print(f"largest user count per load-generator core with p99 error < 2 ms (Locust runner, 1 core): {best if best else 'none of ' + str(USERS)}")
-    print("(2-core machine shared by the simulator and the client; errors are |client - server| per request and per token gap)")
+    print(
+        f"largest user count per load-generator core with p99 error < 2 ms (Locust runner, 1 core): {best if best else 'none of ' + str(USERS)}"
+    )
+    print(
+        "(2-core machine shared by the simulator and the client; errors are |client - server| per request and per token gap)"
+    )
 
 
 if __name__ == "__main__":

@@ -16,11 +16,11 @@ sys.path.insert(0, str(ROOT))
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from spoc_tui.core.gpu import dcgm_gpus  # noqa: E402
+from spoc_tui.core.presets import GPUS  # noqa: E402
 from spoc_tui.core.promparse import _CACHE, parse_text  # noqa: E402
 from spoc_tui.core.vllm import Scrape, server_view  # noqa: E402
 from spoc_tui.sim.exposition import dcgm_metrics  # noqa: E402
 from spoc_tui.sim.gpu import SimGpu  # noqa: E402
-from spoc_tui.core.presets import GPUS  # noqa: E402
 
 FIX = ROOT / "tests" / "fixtures"
 
@@ -50,13 +50,15 @@ def main() -> None:
         ("vLLM 0.32 full /metrics", vllm_text, lambda t: server_view("x", Scrape(parse_text(t), 1.0))),
         ("dcgm-exporter, 8 GPUs", dcgm_text, lambda t: dcgm_gpus(parse_text(t), "x")),
     ]
-    print(f"{'input':<26}{'bytes':>8}{'prometheus_client':>20}{'spoc parse':>13}{'parse+derive':>15}{'ratio':>7}{'cold cache':>13}{'ratio':>7}")
+    print(
+        f"{'input':<26}{'bytes':>8}{'prometheus_client':>20}{'spoc parse':>13}{'parse+derive':>15}{'ratio':>7}{'cold cache':>13}{'ratio':>7}"
+    )
     for name, text, derive in cases:
-        theirs = best_of(lambda: prom_client(text))
-        ours_parse = best_of(lambda: parse_text(text))
-        ours_all = best_of(lambda: derive(text))
+        theirs = best_of(lambda text=text: prom_client(text))
+        ours_parse = best_of(lambda text=text: parse_text(text))
+        ours_all = best_of(lambda text=text, derive=derive: derive(text))
 
-        def cold() -> None:
+        def cold(text=text, derive=derive) -> None:
             _CACHE.clear()
             derive(text)
 

@@ -37,7 +37,14 @@ def run(gpu: str, concurrency: int, total: int, in_len: int = 1024, out_len: int
     def submit() -> None:
         nonlocal sent
         base = 10_000 + sent * in_len  # distinct prompts: no prefix-cache hits, as `random` data
-        req = SimRequest(f"r{sent}", list(range(base, base + in_len)), out_len, out_len, t[0], on_finish=lambda r: submit() if sent < total else None)
+        req = SimRequest(
+            f"r{sent}",
+            list(range(base, base + in_len)),
+            out_len,
+            out_len,
+            t[0],
+            on_finish=lambda r: submit() if sent < total else None,
+        )
         sent += 1
         eng.add(req)
 

@@ -37,7 +37,7 @@ from spoc_tui.core.pareto import hypervolume, pareto_indices  # noqa: E402
 from spoc_tui.core.tunespace import load_space, objective_value, parse_objectives  # noqa: E402
 from spoc_tui.load.profiles import load_profile  # noqa: E402
 from spoc_tui.tune.evaluate import FastSimEvaluator, RampSettings, TrialOutcome  # noqa: E402
-from spoc_tui.tune.study import TuneConfig, TuneSession, compute_front  # noqa: E402
+from spoc_tui.tune.study import TuneConfig, TuneSession  # noqa: E402
 
 KNOWN = {"max-model-len": 16384}
 LIMITS = parse_sla("ttft_p99<=30s,itl_p99<=300ms")
@@ -114,18 +114,34 @@ def main() -> None:
     ref = (min(p[0] for p in feas), max(p[1] for p in feas))
     dirs = [o.direction for o in OBJECTIVES]
     true_hv = hypervolume(feas, dirs, ref)
-    front = sorted(set(feas[i] for i in pareto_indices(feas, dirs)))
-    print(f"feasible under the SLA ({', '.join(map(str, LIMITS))}): {len(feas)}; true front: {len(front)} points, hypervolume {true_hv:.2f}")
+    front = sorted({feas[i] for i in pareto_indices(feas, dirs)})
+    print(
+        f"feasible under the SLA ({', '.join(map(str, LIMITS))}): {len(feas)}; true front: {len(front)} points, hypervolume {true_hv:.2f}"
+    )
     for p in front:
         print(f"   {p[0]:8.0f} out tok/s   ITL p99 {p[1] * 1000:6.1f} ms")
 
     ours_name = "spoc tune"
-    results: dict[str, list[dict[int, float]]] = {ours_name: [], "NSGA-II, no screening": [], "random": [], "grid (auto_tune order)": []}
+    results: dict[str, list[dict[int, float]]] = {
+        ours_name: [],
+        "NSGA-II, no screening": [],
+        "random": [],
+        "grid (auto_tune order)": [],
+    }
     for seed in SEEDS:
         for name, pool in ((ours_name, TuneConfig.screen_pool), ("NSGA-II, no screening", 1)):
             with tempfile.TemporaryDirectory() as d:
-                cfg = TuneConfig(load_space(None, KNOWN), OBJECTIVES, LIMITS, max(BUDGETS), Path(d), population=POP, seed=seed, screen_pool=pool,
-                                 storage=f"journal:{Path(d) / 'study.journal'}")  # same search as SQLite, faster to write
+                cfg = TuneConfig(
+                    load_space(None, KNOWN),
+                    OBJECTIVES,
+                    LIMITS,
+                    max(BUDGETS),
+                    Path(d),
+                    population=POP,
+                    seed=seed,
+                    screen_pool=pool,
+                    storage=f"journal:{Path(d) / 'study.journal'}",
+                )  # same search as SQLite, faster to write
                 session = TuneSession(cfg, Lookup(table))
                 session.run()
                 recs = sorted((r for r in session.records if r.repeat_of is None), key=lambda r: r.number)
@@ -146,8 +162,10 @@ def main() -> None:
     ours = statistics.mean(c[30] for c in results[ours_name]) / true_hv
     rnd = statistics.mean(c[30] for c in results["random"]) / true_hv
     grid = results["grid (auto_tune order)"][0][30] / true_hv
-    print(f"\ntarget >= 95 % within 30 trials, ahead of both baselines: {ours * 100:.1f}% vs random {rnd * 100:.1f}%, grid {grid * 100:.1f}% -> "
-          + ("met" if ours >= 0.95 and ours > rnd and ours > grid else "NOT met"))
+    print(
+        f"\ntarget >= 95 % within 30 trials, ahead of both baselines: {ours * 100:.1f}% vs random {rnd * 100:.1f}%, grid {grid * 100:.1f}% -> "
+        + ("met" if ours >= 0.95 and ours > rnd and ours > grid else "NOT met")
+    )
 
 
 if __name__ == "__main__":

@@ -15,17 +15,21 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 
-words = ("the of and to in is that for it as with was on be by at this from or an are not have has but "
-         "they which one you all were we there can been more will would their if so about what when up out "
-         "into time only new some could these two may then do first any like now server queue cache token "
-         "latency model request batch prefill decode gpu memory kernel throughput").split()
+words = (
+    "the of and to in is that for it as with was on be by at this from or an are not have has but "
+    "they which one you all were we there can been more will would their if so about what when up out "
+    "into time only new some could these two may then do first any like now server queue cache token "
+    "latency model request batch prefill decode gpu memory kernel throughput"
+).split()
 rng = random.Random(0)
 corpus = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 40))) for _ in range(4000)]
 
 tok = Tokenizer(models.BPE(unk_token="<unk>"))
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tok.decoder = decoders.ByteLevel()
-trainer = trainers.BpeTrainer(vocab_size=2048, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+trainer = trainers.BpeTrainer(
+    vocab_size=2048, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+)
 tok.train_from_iterator(corpus, trainer)
 fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 fast.chat_template = (

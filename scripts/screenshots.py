@@ -13,10 +13,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.tui.app import SpocApp  # noqa: E402
 from spoc_tui.config import Settings  # noqa: E402
-from spoc_tui.procs.ports import free_port, free_ports  # noqa: E402
+from spoc_tui.procs.ports import free_ports  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
+from spoc_tui.tui.app import SpocApp  # noqa: E402
 
 OUT = ROOT / "screenshots"
 SHOTS = [
@@ -56,7 +56,12 @@ async def shoot_load(name: str = "load-ramp-120x45.svg") -> None:
     port, dport = free_ports(2)
     proc = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "8", "--dcgm-port", str(dport)], port)
     try:
-        settings = Settings(vllm_urls=[f"http://127.0.0.1:{port}"], dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"], nvml=False, window=10)
+        settings = Settings(
+            vllm_urls=[f"http://127.0.0.1:{port}"],
+            dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"],
+            nvml=False,
+            window=10,
+        )
         app = SpocApp(settings)
         async with app.run_test(size=(120, 45)) as pilot:
             await pilot.press("l")
@@ -104,7 +109,9 @@ async def shoot_tune(name: str = "tune-study-120x45.svg") -> None:
     with tempfile.TemporaryDirectory() as d:
         space = Path(d) / "space.toml"
         space.write_text(TUNE_SPACE)
-        launch = f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --gpu a100-40gb --port {{port}} --dcgm-port 0 {{flags}}"
+        launch = (
+            f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --gpu a100-40gb --port {{port}} --dcgm-port 0 {{flags}}"
+        )
         app = SpocApp(Settings(nvml=False, tune_launch=launch), start_workers=False)
         async with app.run_test(size=(120, 45)) as pilot:
             await pilot.press("t")

@@ -15,7 +15,17 @@ import httpx
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, SourceError, fetch
 from spoc_tui.core import fmt
 from spoc_tui.core.capacity import CapacityError, CapacityPlan, dtype_bytes, plan
-from spoc_tui.core.presets import GIB, GPUS, GpuSpec, ModelSpec, PresetError, custom_gpu, gpu_preset, model_preset, read_json_object
+from spoc_tui.core.presets import (
+    GIB,
+    GPUS,
+    GpuSpec,
+    ModelSpec,
+    PresetError,
+    custom_gpu,
+    gpu_preset,
+    model_preset,
+    read_json_object,
+)
 from spoc_tui.core.queueing import queue_curve, saturation_users
 from spoc_tui.core.vllm import cache_config
 
@@ -102,16 +112,30 @@ def alternatives(args: CapacityArgs, model: ModelSpec, gpu: GpuSpec) -> list[tup
     return out
 
 
-def render(args: CapacityArgs, model: ModelSpec, gpu: GpuSpec, p: CapacityPlan, actual: dict[str, str] | None = None) -> str:
+def render(
+    args: CapacityArgs, model: ModelSpec, gpu: GpuSpec, p: CapacityPlan, actual: dict[str, str] | None = None
+) -> str:
     lines = []
     where = f"{args.tp}x {gpu.label}" if args.kv_cache_gib is None else f"{args.kv_cache_gib:g} GiB KV space"
-    lines.append(f"{model.name}: {model.num_layers} layers, {model.num_heads} heads / {model.num_kv_heads} KV heads x {model.head_dim}, "
-                 f"{model.total_params / 1e9:.2f} B params" + (f" ({model.active_params / 1e9:.1f} B active)" if model.num_experts else "") + f"  on {where}")
+    lines.append(
+        f"{model.name}: {model.num_layers} layers, {model.num_heads} heads / {model.num_kv_heads} KV heads x "
+        f"{model.head_dim}, "
+        f"{model.total_params / 1e9:.2f} B params"
+        + (f" ({model.active_params / 1e9:.1f} B active)" if model.num_experts else "")
+        + f"  on {where}"
+    )
     rows = [
-        ("weights (whole model)", fmt.count(p.weights_bytes) + "B" if p.weights_bytes < 1e9 else f"{p.weights_bytes / GIB:.2f} GiB"),
+        (
+            "weights (whole model)",
+            fmt.count(p.weights_bytes) + "B" if p.weights_bytes < 1e9 else f"{p.weights_bytes / GIB:.2f} GiB",
+        ),
         ("weights per GPU", f"{p.weights_bytes_per_gpu / GIB:.2f} GiB"),
         ("KV bytes per token", f"{p.kv_bytes_per_token / 1024:.1f} KiB"),
-        ("KV bytes per request", f"{p.kv_bytes_per_request / 2**20:.1f} MiB (context {args.avg_context or args.max_model_len or model.max_position})"),
+        (
+            "KV bytes per request",
+            f"{p.kv_bytes_per_request / 2**20:.1f} MiB (context "
+            f"{args.avg_context or args.max_model_len or model.max_position})",
+        ),
         ("KV cache", f"{p.kv_cache_bytes / GIB:.2f} GiB = {p.num_blocks} blocks x {p.block_size} tokens"),
         ("KV cache tokens", f"{p.kv_cache_tokens:,}"),
         ("concurrent sequences", f"{p.max_concurrent_sequences:,}"),
@@ -125,10 +149,17 @@ def render(args: CapacityArgs, model: ModelSpec, gpu: GpuSpec, p: CapacityPlan, 
             if isinstance(res, str):
                 lines.append(f"    {label:<18} does not fit: {res}")
             else:
-                lines.append(f"    {label:<18} {res.kv_cache_tokens:>12,} KV tokens  {res.max_concurrent_sequences:>8,} sequences")
+                lines.append(
+                    f"    {label:<18} {res.kv_cache_tokens:>12,} KV tokens  {res.max_concurrent_sequences:>8,} "
+                    f"sequences"
+                )
     if actual:
         lines.append("  predicted vs the server's own cache_config_info:")
-        for key, mine in (("kv_cache_size_tokens", p.kv_cache_tokens), ("num_gpu_blocks", p.num_blocks), ("block_size", p.block_size)):
+        for key, mine in (
+            ("kv_cache_size_tokens", p.kv_cache_tokens),
+            ("num_gpu_blocks", p.num_blocks),
+            ("block_size", p.block_size),
+        ):
             theirs = actual.get(key)
             if theirs is None or theirs == "None":
                 continue
@@ -249,20 +280,30 @@ def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, object]], float
     rows = []
     for pt in queue_curve(users, seats, service, think):
         m = measured.get(pt.users)
-        rows.append({
-            "users": pt.users, "arrival_rate": pt.arrival_rate, "utilisation": pt.utilisation, "p_wait": pt.p_wait,
-            "expected_wait_s": None if pt.expected_wait_s == float("inf") else pt.expected_wait_s,
-            "measured_ttft_p50_s": m["latency"]["ttft"]["p50"] if m else None,  # type: ignore[index]
-            "measured_e2e_p50_s": m["latency"]["e2e"]["p50"] if m else None,  # type: ignore[index]
-            "measured_queue_max": (m.get("server") or {}).get("waiting_max") if m else None,  # type: ignore[union-attr]
-        })
+        rows.append(
+            {
+                "users": pt.users,
+                "arrival_rate": pt.arrival_rate,
+                "utilisation": pt.utilisation,
+                "p_wait": pt.p_wait,
+                "expected_wait_s": None if pt.expected_wait_s == float("inf") else pt.expected_wait_s,
+                "measured_ttft_p50_s": m["latency"]["ttft"]["p50"] if m else None,  # type: ignore[index]
+                "measured_e2e_p50_s": m["latency"]["e2e"]["p50"] if m else None,  # type: ignore[index]
+                "measured_queue_max": (m.get("server") or {}).get("waiting_max") if m else None,  # type: ignore[union-attr]
+            }
+        )
     return rows, service, think
 
 
 def render_queue(rows: list[dict[str, object]], seats: int, service: float, think: float) -> str:
-    lines = [f"queueing view: {seats} seats, service {fmt.seconds(service)}, think {think:.1f}s "
-             f"-> saturation at {saturation_users(seats, service, think):.0f} users (M/M/c estimate)"]
-    lines.append(f"  {'users':>6} {'req/s':>7} {'util':>6} {'P(wait)':>8} {'exp. wait':>10}   {'meas. TTFT p50':>14} {'meas. E2E p50':>13} {'queue':>6}")
+    lines = [
+        f"queueing view: {seats} seats, service {fmt.seconds(service)}, think {think:.1f}s "
+        f"-> saturation at {saturation_users(seats, service, think):.0f} users (M/M/c estimate)"
+    ]
+    lines.append(
+        f"  {'users':>6} {'req/s':>7} {'util':>6} {'P(wait)':>8} {'exp. wait':>10}   {'meas. TTFT p50':>14} "
+        f"{'meas. E2E p50':>13} {'queue':>6}"
+    )
     for r in rows:
         wait = r["expected_wait_s"]
         lines.append(
@@ -355,6 +396,8 @@ def capacity_report(req: CapacityRequest) -> CapacityReport:
         if req.max_num_seqs < 1:
             raise PresetError("--max-num-seqs must be at least 1")
         seats = max(1, min(req.max_num_seqs, p.max_concurrent_sequences))
-        rows, service, think = queue_rows(QueueArgs(req.queue_users, req.service_s, req.think_s, req.max_num_seqs, req.ramp), seats)
+        rows, service, think = queue_rows(
+            QueueArgs(req.queue_users, req.service_s, req.think_s, req.max_num_seqs, req.ramp), seats
+        )
         queue = QueueView(seats, service, think, rows)
     return CapacityReport(args, model, gpu, p, actual, queue)

@@ -22,8 +22,20 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
         return EXIT_USAGE
     n_users = users if users is not None else demo_users(scenario, engine)
     port, dport = free_ports(2)
-    args = ["--model", model, "--gpu", gpu, "--scenario", scenario, "--seed", str(seed),
-            "--dcgm-port", str(dport), "--load-users", str(n_users)]
+    args = [
+        "--model",
+        model,
+        "--gpu",
+        gpu,
+        "--scenario",
+        scenario,
+        "--seed",
+        str(seed),
+        "--dcgm-port",
+        str(dport),
+        "--load-users",
+        str(n_users),
+    ]
     if tp is not None:
         args += ["--tp", str(tp)]
     print(f"spoc demo: starting the SIMULATED {model} on {gpu} ({scenario}, {n_users} users)...", flush=True)
@@ -40,7 +52,8 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
             tp_groups=f"0-{engine.cfg.tp - 1}" if engine.cfg.tp > 1 else None,
             interval=1.0,
             window=30.0,
-            tune_launch=f"{sys.executable} -m spoc_tui.cli sim {model} --gpu {gpu} --port {{port}} --dcgm-port 0 {{flags}}",
+            tune_launch=f"{sys.executable} -m spoc_tui.cli sim {model} --gpu {gpu} --port {{port}} --dcgm-port "
+            f"0 {{flags}}",
         )
         return run_monitor(settings)
     except KeyboardInterrupt:

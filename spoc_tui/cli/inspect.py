@@ -18,7 +18,8 @@ def render_text(res: InspectResult) -> str:
         sim = "  [SIMULATED]" if s.simulated else ""
         lines.append(f"vLLM {s.source}  engine {s.engine_version}  model {', '.join(s.model_names) or fmt.NA}{sim}")
         lines.append(
-            f"  running {fmt.num(t.running)}  waiting {fmt.num(t.waiting)}  KV cache {fmt.pct(t.kv_cache_usage, digits=1)}"
+            f"  running {fmt.num(t.running)}  waiting {fmt.num(t.waiting)}  KV cache "
+            f"{fmt.pct(t.kv_cache_usage, digits=1)}"
             f"  prefix hits {fmt.pct(t.prefix_cache_hit_rate, digits=1)}  preemptions {fmt.count(t.preemptions_total)}"
         )
         lines.append(
@@ -51,7 +52,9 @@ def render_text(res: InspectResult) -> str:
     return "\n".join(lines)
 
 
-def run_inspect(sources: list[str], interval: float | None, as_json: bool, api_key: str | None) -> tuple[str, list[str]]:
+def run_inspect(
+    sources: list[str], interval: float | None, as_json: bool, api_key: str | None
+) -> tuple[str, list[str]]:
     res = asyncio.run(inspect_sources(sources, interval, api_key))
     out = json.dumps(json_safe(res.as_dict()), indent=2, allow_nan=False) if as_json else render_text(res)
     return out, res.errors

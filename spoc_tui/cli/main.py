@@ -30,6 +30,7 @@ from spoc_tui.tune.setup import TuneArgs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
 def _fail(msg: str) -> NoReturn:
     """Bad input: one line on stderr, exit code 2."""
     raise InputError(msg)
@@ -52,9 +53,20 @@ def cli(ctx: click.Context) -> None:
 
 @cli.command()
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--interval", type=float, default=None, help="Scrape twice this many seconds apart for windowed percentiles and rates.")
+@click.option(
+    "--interval",
+    type=float,
+    default=None,
+    help="Scrape twice this many seconds apart for windowed percentiles and rates.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token for the servers (never printed).")
+@click.option(
+    "--api-key",
+    envvar="SPOC_API_KEY",
+    show_envvar=True,
+    default=None,
+    help="Bearer token for the servers (never printed).",
+)
 def inspect(sources: tuple[str, ...], interval: float | None, as_json: bool, api_key: str | None) -> None:
     """Read vLLM and dcgm-exporter SOURCES (URLs or saved /metrics files) once and report.
 
@@ -79,22 +91,47 @@ def sim_options(f: F) -> F:
     """The ``vllm serve``-like flags of the simulator (defaults: :class:`SimOptions`)."""
     d = SimOptions
     opts = [
-        click.option("--model", "model_opt", default=None, help=f"Model preset or path to a config.json (default {d.model})."),
-        click.option("--gpu", default=d.gpu, show_default=True, help="GPU preset (a100-40gb, a100-80gb, h100-80gb, h200, b200, l40s)."),
-        click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=None, help="Tensor-parallel size (thermal scenario: 4)."),
-        click.option("--scenario", default=d.scenario, show_default=True, help="steady | thermal (one hot GPU in the TP group) | overload."),
+        click.option(
+            "--model", "model_opt", default=None, help=f"Model preset or path to a config.json (default {d.model})."
+        ),
+        click.option(
+            "--gpu",
+            default=d.gpu,
+            show_default=True,
+            help="GPU preset (a100-40gb, a100-80gb, h100-80gb, h200, b200, l40s).",
+        ),
+        click.option(
+            "--tp",
+            "--tensor-parallel-size",
+            "tp",
+            type=int,
+            default=None,
+            help="Tensor-parallel size (thermal scenario: 4).",
+        ),
+        click.option(
+            "--scenario",
+            default=d.scenario,
+            show_default=True,
+            help="steady | thermal (one hot GPU in the TP group) | overload.",
+        ),
         click.option("--seed", type=int, default=d.seed, show_default=True),
         click.option("--served-model-name", default=None),
         click.option("--max-num-seqs", type=int, default=d.max_num_seqs, show_default=True),
         click.option("--max-num-batched-tokens", type=int, default=None),
-        click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", default=d.enable_chunked_prefill, show_default=True),
-        click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=d.enable_prefix_caching, show_default=True),
+        click.option(
+            "--enable-chunked-prefill/--no-enable-chunked-prefill", default=d.enable_chunked_prefill, show_default=True
+        ),
+        click.option(
+            "--enable-prefix-caching/--no-enable-prefix-caching", default=d.enable_prefix_caching, show_default=True
+        ),
         click.option("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization, show_default=True),
         click.option("--block-size", type=int, default=d.block_size, show_default=True),
         click.option("--max-model-len", type=int, default=None),
         click.option("--kv-cache-dtype", default=d.kv_cache_dtype, show_default=True),
         click.option("--quantization", "-q", default=None, help="fp8: FP8 weights."),
-        click.option("--speed", type=float, default=d.speed, show_default=True, help="Simulated seconds per real second."),
+        click.option(
+            "--speed", type=float, default=d.speed, show_default=True, help="Simulated seconds per real second."
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -106,10 +143,19 @@ def sim_options(f: F) -> F:
 @sim_options
 @click.option("--host", default=SimOptions.host, help="Address to bind (loopback unless told otherwise).")
 @click.option("--port", type=int, default=SimOptions.port)
-@click.option("--dcgm-port", type=int, default=SimOptions.dcgm_port, help="Port of the simulated dcgm-exporter (0: any free port).")
+@click.option(
+    "--dcgm-port",
+    type=int,
+    default=SimOptions.dcgm_port,
+    help="Port of the simulated dcgm-exporter (0: any free port).",
+)
 @click.option("--load-users", type=int, default=None, help="Built-in background users (default none).")
-@click.option("--truth-log", type=click.Path(dir_okay=False), default=None,
-              help="Append each request's server-side token times (JSON lines), for measurement checks.")
+@click.option(
+    "--truth-log",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append each request's server-side token times (JSON lines), for measurement checks.",
+)
 def sim(model: str | None, model_opt: str | None, host: str, **kw: Any) -> None:
     """Run the engine simulator in the foreground: a SIMULATED vLLM server and dcgm-exporter.
 
@@ -146,21 +192,76 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
 
 
 @cli.command()
-@click.option("--url", "vllm_urls", multiple=True, envvar="SPOC_VLLM_URL", show_envvar=True, help="vLLM server URL (repeat for replicas).")
-@click.option("--dcgm", "dcgm_urls", multiple=True, envvar="SPOC_DCGM_URL", show_envvar=True, help="dcgm-exporter URL (repeatable).")
-@click.option("--prometheus", "prometheus_url", envvar="SPOC_PROMETHEUS_URL", show_envvar=True, default=None,
-              help="Read replicas through this Prometheus server (PromQL).")
+@click.option(
+    "--url",
+    "vllm_urls",
+    multiple=True,
+    envvar="SPOC_VLLM_URL",
+    show_envvar=True,
+    help="vLLM server URL (repeat for replicas).",
+)
+@click.option(
+    "--dcgm",
+    "dcgm_urls",
+    multiple=True,
+    envvar="SPOC_DCGM_URL",
+    show_envvar=True,
+    help="dcgm-exporter URL (repeatable).",
+)
+@click.option(
+    "--prometheus",
+    "prometheus_url",
+    envvar="SPOC_PROMETHEUS_URL",
+    show_envvar=True,
+    default=None,
+    help="Read replicas through this Prometheus server (PromQL).",
+)
 @click.option("--nvml/--no-nvml", default=None, help="Read local GPUs through NVML (default: on when a GPU exists).")
-@click.option("--nvml-trace", envvar="SPOC_NVML_TRACE", show_envvar=True, default=None, help="Replay a recorded NVML trace (JSONL) as the local GPU.")
-@click.option("--tp-groups", envvar="SPOC_TP_GROUPS", show_envvar=True, default=None, help="Tensor-parallel groups, e.g. 0-3,4-7.")
-@click.option("--interval", type=float, envvar="SPOC_INTERVAL", show_envvar=True, default=None,
-              help=f"Refresh interval in seconds [{Settings.interval:g}].")
-@click.option("--window", type=float, envvar="SPOC_WINDOW", show_envvar=True, default=None,
-              help=f"Percentile/rate window in seconds [{Settings.window:g}].")
-@click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token for the servers (never displayed).")
-@click.option("--api-key-file", type=click.Path(dir_okay=False), default=None, help="Read the bearer token from this file.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), envvar="SPOC_CONFIG", show_envvar=True, default=None,
-              help="TOML config file [platform config dir]/config.toml.")
+@click.option(
+    "--nvml-trace",
+    envvar="SPOC_NVML_TRACE",
+    show_envvar=True,
+    default=None,
+    help="Replay a recorded NVML trace (JSONL) as the local GPU.",
+)
+@click.option(
+    "--tp-groups", envvar="SPOC_TP_GROUPS", show_envvar=True, default=None, help="Tensor-parallel groups, e.g. 0-3,4-7."
+)
+@click.option(
+    "--interval",
+    type=float,
+    envvar="SPOC_INTERVAL",
+    show_envvar=True,
+    default=None,
+    help=f"Refresh interval in seconds [{Settings.interval:g}].",
+)
+@click.option(
+    "--window",
+    type=float,
+    envvar="SPOC_WINDOW",
+    show_envvar=True,
+    default=None,
+    help=f"Percentile/rate window in seconds [{Settings.window:g}].",
+)
+@click.option(
+    "--api-key",
+    envvar="SPOC_API_KEY",
+    show_envvar=True,
+    default=None,
+    help="Bearer token for the servers (never displayed).",
+)
+@click.option(
+    "--api-key-file", type=click.Path(dir_okay=False), default=None, help="Read the bearer token from this file."
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    envvar="SPOC_CONFIG",
+    show_envvar=True,
+    default=None,
+    help="TOML config file [platform config dir]/config.toml.",
+)
 @click.pass_context
 def monitor(ctx: click.Context, config_file: str | None, api_key_file: str | None, **flags: Any) -> None:
     """Watch vLLM servers and their GPUs live."""
@@ -170,7 +271,9 @@ def monitor(ctx: click.Context, config_file: str | None, api_key_file: str | Non
     sys.exit(run_monitor(settings))
 
 
-def resolve_settings(ctx: click.Context, config_file: str | None, api_key_file: str | None, flags: dict[str, Any]) -> Settings:
+def resolve_settings(
+    ctx: click.Context, config_file: str | None, api_key_file: str | None, flags: dict[str, Any]
+) -> Settings:
     """Defaults < TOML file < environment < command line (only flags the user gave).
 
     Raises:
@@ -197,22 +300,63 @@ def resolve_settings(ctx: click.Context, config_file: str | None, api_key_file: 
 @cli.command()
 @click.option("--url", required=True, envvar="SPOC_VLLM_URL", show_envvar=True, help="The server (vLLM or spoc sim).")
 @click.option("--model", default=None, help="Served model name [the server's first].")
-@click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="Built-in profile (coding, logs, chatbot, mix) or a TOML file.")
-@click.option("--users", "users_spec", default=DEFAULT_USERS, show_default=True, help="User counts, or a series like geom:1:64.")
+@click.option(
+    "--profile",
+    default=DEFAULT_PROFILE,
+    show_default=True,
+    help="Built-in profile (coding, logs, chatbot, mix) or a TOML file.",
+)
+@click.option(
+    "--users", "users_spec", default=DEFAULT_USERS, show_default=True, help="User counts, or a series like geom:1:64."
+)
 @click.option("--step-seconds", type=float, default=RampConfig.step_s, show_default=True)
-@click.option("--warmup-seconds", type=float, default=RampConfig.warmup_s, show_default=True, help="Start of each step left out of the figures.")
+@click.option(
+    "--warmup-seconds",
+    type=float,
+    default=RampConfig.warmup_s,
+    show_default=True,
+    help="Start of each step left out of the figures.",
+)
 @click.option("--sla", required=True, help='Limits, e.g. "ttft_p99<=2s,itl_p99<=100ms,error_rate<=1%".')
-@click.option("--abort-factor", type=float, default=RampConfig.abort_factor, show_default=True,
-              help="Stop early when a limit is broken this many times over.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for ramp.json and requests.jsonl.")
-@click.option("--workers", type=int, default=RampConfig.workers, show_default=True, help="Local Locust worker processes (0: one process).")
+@click.option(
+    "--abort-factor",
+    type=float,
+    default=RampConfig.abort_factor,
+    show_default=True,
+    help="Stop early when a limit is broken this many times over.",
+)
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for ramp.json and requests.jsonl."
+)
+@click.option(
+    "--workers",
+    type=int,
+    default=RampConfig.workers,
+    show_default=True,
+    help="Local Locust worker processes (0: one process).",
+)
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
 @click.option("--dcgm", "dcgm_urls", multiple=True, help="dcgm-exporter URL, recorded next to each step.")
 @click.option("--seed", type=int, default=RampConfig.seed, show_default=True)
-@click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token (never written to results).")
-def ramp(url: str, model: str | None, profile: str, users_spec: str, step_seconds: float, warmup_seconds: float, sla: str,
-         abort_factor: float, out_dir: str, workers: int, tokenizer: str | None, dcgm_urls: tuple[str, ...], seed: int,
-         api_key: str | None) -> None:
+@click.option(
+    "--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token (never written to results)."
+)
+def ramp(
+    url: str,
+    model: str | None,
+    profile: str,
+    users_spec: str,
+    step_seconds: float,
+    warmup_seconds: float,
+    sla: str,
+    abort_factor: float,
+    out_dir: str,
+    workers: int,
+    tokenizer: str | None,
+    dcgm_urls: tuple[str, ...],
+    seed: int,
+    api_key: str | None,
+) -> None:
     """Step the number of concurrent multi-turn chat users until the latency SLA breaks.
 
     Exit code 0 when the ramp ran (whatever the verdict), 1 when the server failed, 2 for
@@ -236,47 +380,132 @@ def ramp(url: str, model: str | None, profile: str, users_spec: str, step_second
         _fail("--workers must be 0 or more")
     if tokenizer and not Path(tokenizer).exists():
         _fail(f"--tokenizer {tokenizer}: no such file or folder")
-    cfg = RampConfig(url=url, profile=prof, users=users, limits=limits, out_dir=Path(out_dir), model=model, step_s=step_seconds,
-                     warmup_s=warmup_seconds, abort_factor=abort_factor, workers=workers, seed=seed, tokenizer=tokenizer,
-                     api_key=api_key, dcgm_urls=list(dcgm_urls))
+    cfg = RampConfig(
+        url=url,
+        profile=prof,
+        users=users,
+        limits=limits,
+        out_dir=Path(out_dir),
+        model=model,
+        step_s=step_seconds,
+        warmup_s=warmup_seconds,
+        abort_factor=abort_factor,
+        workers=workers,
+        seed=seed,
+        tokenizer=tokenizer,
+        api_key=api_key,
+        dcgm_urls=list(dcgm_urls),
+    )
     sys.exit(run(cfg))
 
 
 @cli.command()
-@click.option("--launch", required=True,
-              help='Command that starts the server, without a shell: "vllm serve MODEL --port {port} {flags}" or "spoc sim --port {port} {flags}".')
-@click.option("--space", default=None,
-              help="Search space TOML file [built-in: max-num-seqs, max-num-batched-tokens, chunked prefill, prefix caching, gpu-memory-utilization].")
-@click.option("--objectives", default=TuneArgs.objectives, show_default=True,
-              help="Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.")
+@click.option(
+    "--launch",
+    required=True,
+    help='Command that starts the server, without a shell: "vllm serve MODEL --port {port} {flags}" or "spoc '
+    'sim --port {port} {flags}".',
+)
+@click.option(
+    "--space",
+    default=None,
+    help="Search space TOML file [built-in: max-num-seqs, max-num-batched-tokens, chunked prefill, prefix "
+    "caching, gpu-memory-utilization].",
+)
+@click.option(
+    "--objectives",
+    default=TuneArgs.objectives,
+    show_default=True,
+    help="Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.",
+)
 @click.option("--sla", required=True, help='Limits (Optuna constraints), e.g. "ttft_p99<=2s,itl_p99<=100ms".')
-@click.option("--trials", type=int, default=TuneArgs.trials, show_default=True, help="Trials to run in the study (all workers together).")
-@click.option("--storage", default=None, help="Optuna storage: sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE [OUT/study.db].")
+@click.option(
+    "--trials",
+    type=int,
+    default=TuneArgs.trials,
+    show_default=True,
+    help="Trials to run in the study (all workers together).",
+)
+@click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage: sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE [OUT/study.db].",
+)
 @click.option("--study", "study", default=TuneArgs.study, show_default=True, help="Study name in the storage.")
 @click.option("--resume", is_flag=True, help="Continue the study (after a crash or Ctrl-C).")
 @click.option("--worker", is_flag=True, help="Join a study another machine created (shared --storage).")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Folder for trials.jsonl, pareto.json and each trial's server log and ramp.")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder for trials.jsonl, pareto.json and each trial's server log and ramp.",
+)
 @click.option("--profile", default=TuneArgs.profile, show_default=True, help="Load profile of each trial's ramp.")
-@click.option("--users", default=TuneArgs.users, show_default=True, help="User counts of each trial's ramp (the last is the reference load).")
-@click.option("--ref-users", type=int, default=None, help="Reference load for the objectives and the SLA [the last step].")
+@click.option(
+    "--users",
+    default=TuneArgs.users,
+    show_default=True,
+    help="User counts of each trial's ramp (the last is the reference load).",
+)
+@click.option(
+    "--ref-users", type=int, default=None, help="Reference load for the objectives and the SLA [the last step]."
+)
 @click.option("--step-seconds", type=float, default=TuneArgs.step_seconds, show_default=True)
 @click.option("--warmup-seconds", type=float, default=TuneArgs.warmup_seconds, show_default=True)
-@click.option("--seed", type=int, default=TuneArgs.seed, show_default=True, help="Makes the study reproducible (sampler and load).")
+@click.option(
+    "--seed",
+    type=int,
+    default=TuneArgs.seed,
+    show_default=True,
+    help="Makes the study reproducible (sampler and load).",
+)
 @click.option("--population", type=int, default=TuneArgs.population, show_default=True, help="NSGA-II population size.")
-@click.option("--screen-pool", type=int, default=TuneArgs.screen_pool, show_default=True,
-              help="Children NSGA-II breeds per trial, of which a surrogate of the trials so far picks one to run (1: plain NSGA-II).")
-@click.option("--try", "tries", multiple=True,
-              help='A configuration to run first, e.g. "--max-num-seqs 64 --no-enable-chunked-prefill"; flags left out take the server default (repeatable).')
-@click.option("--repeat-pareto", type=int, default=TuneArgs.repeat_pareto, show_default=True,
-              help="Run each Pareto-optimal configuration this many more times at the end.")
-@click.option("--env", multiple=True, help="NAME=VALUE for the server's environment (repeatable; values are never written out).")
+@click.option(
+    "--screen-pool",
+    type=int,
+    default=TuneArgs.screen_pool,
+    show_default=True,
+    help="Children NSGA-II breeds per trial, of which a surrogate of the trials so far picks one to run (1: "
+    "plain NSGA-II).",
+)
+@click.option(
+    "--try",
+    "tries",
+    multiple=True,
+    help='A configuration to run first, e.g. "--max-num-seqs 64 --no-enable-chunked-prefill"; flags left out '
+    "take the server default (repeatable).",
+)
+@click.option(
+    "--repeat-pareto",
+    type=int,
+    default=TuneArgs.repeat_pareto,
+    show_default=True,
+    help="Run each Pareto-optimal configuration this many more times at the end.",
+)
+@click.option(
+    "--env", multiple=True, help="NAME=VALUE for the server's environment (repeatable; values are never written out)."
+)
 @click.option("--port", type=int, default=None, help="Port for the server [any free port].")
-@click.option("--start-timeout", type=float, default=TuneArgs.start_timeout, show_default=True, help="Seconds a server may take to become ready.")
+@click.option(
+    "--start-timeout",
+    type=float,
+    default=TuneArgs.start_timeout,
+    show_default=True,
+    help="Seconds a server may take to become ready.",
+)
 @click.option("--model", default=None, help="Served model name [the server's first].")
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
-@click.option("--workers", type=int, default=TuneArgs.workers, show_default=True, help="Local Locust worker processes per ramp.")
-@click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token for the server (never written to results).")
+@click.option(
+    "--workers", type=int, default=TuneArgs.workers, show_default=True, help="Local Locust worker processes per ramp."
+)
+@click.option(
+    "--api-key",
+    envvar="SPOC_API_KEY",
+    show_envvar=True,
+    default=None,
+    help="Bearer token for the server (never written to results).",
+)
 def tune(**kw: Any) -> None:
     """Search server flags with NSGA-II: each trial starts the server, runs a ramp, scores it.
 
@@ -301,8 +530,24 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
     prof = load_profile(profile)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prof.as_dict(), f)
-    argv = [sys.executable, "-m", "spoc_tui.load.runner", "--worker", "--master-host", master, "--master-port", str(master_port),
-            "--url", url, "--model", model, "--profile-json", f.name, "--seed", str(seed)]
+    argv = [
+        sys.executable,
+        "-m",
+        "spoc_tui.load.runner",
+        "--worker",
+        "--master-host",
+        master,
+        "--master-port",
+        str(master_port),
+        "--url",
+        url,
+        "--model",
+        model,
+        "--profile-json",
+        f.name,
+        "--seed",
+        str(seed),
+    ]
     sys.exit(subprocess.call(argv))
 
 
@@ -317,18 +562,38 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
 @click.option("--kv-cache-dtype", default=CapacityArgs.kv_cache_dtype, show_default=True, help="auto | fp8")
 @click.option("--gpu-memory-utilization", type=float, default=CapacityArgs.gpu_memory_utilization, show_default=True)
 @click.option("--block-size", type=int, default=CapacityArgs.block_size, show_default=True)
-@click.option("--kv-cache-gib", type=float, default=None, help="KV space given directly (CPU servers: VLLM_CPU_KVCACHE_SPACE).")
-@click.option("--reserve-gib", type=float, default=None, help="Runtime reserve per GPU for activations and CUDA graphs [1.5].")
-@click.option("--server", default=None, help="A running vLLM server: compare the prediction with its own cache_config_info.")
+@click.option(
+    "--kv-cache-gib", type=float, default=None, help="KV space given directly (CPU servers: VLLM_CPU_KVCACHE_SPACE)."
+)
+@click.option(
+    "--reserve-gib", type=float, default=None, help="Runtime reserve per GPU for activations and CUDA graphs [1.5]."
+)
+@click.option(
+    "--server", default=None, help="A running vLLM server: compare the prediction with its own cache_config_info."
+)
 @click.option("--queue", "queue_users", default=None, help="Queueing view for these user counts, e.g. 1,8,32,64,128.")
 @click.option("--service-time", type=float, default=None, help="Seconds per request at light load (queueing view).")
 @click.option("--think-time", type=float, default=None, help="Seconds a user waits between requests (queueing view).")
-@click.option("--max-num-seqs", type=int, default=256, show_default=True, help="The server's seat limit (queueing view).")
-@click.option("--ramp", "ramp_path", default=None,
-              help="A ramp result (folder or ramp.json): estimates service/think time and shows the measured curve.")
+@click.option(
+    "--max-num-seqs", type=int, default=256, show_default=True, help="The server's seat limit (queueing view)."
+)
+@click.option(
+    "--ramp",
+    "ramp_path",
+    default=None,
+    help="A ramp result (folder or ramp.json): estimates service/think time and shows the measured curve.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def capacity(server: str | None, as_json: bool, queue_users: str | None, service_time: float | None, think_time: float | None,
-             max_num_seqs: int, ramp_path: str | None, **kw: Any) -> None:
+def capacity(
+    server: str | None,
+    as_json: bool,
+    queue_users: str | None,
+    service_time: float | None,
+    think_time: float | None,
+    max_num_seqs: int,
+    ramp_path: str | None,
+    **kw: Any,
+) -> None:
     """How much KV cache fits and how many sequences it holds, from the model's real shape.
 
     With --queue (or --ramp), also the queueing view: utilisation and expected wait as users
@@ -336,8 +601,15 @@ def capacity(server: str | None, as_json: bool, queue_users: str | None, service
     """
     from spoc_tui.capacity.service import CapacityRequest, capacity_report
 
-    req = CapacityRequest(CapacityArgs(**kw), server=server, queue_users=parse_users(queue_users) if queue_users else [],
-                          service_s=service_time, think_s=think_time, max_num_seqs=max_num_seqs, ramp=ramp_path)
+    req = CapacityRequest(
+        CapacityArgs(**kw),
+        server=server,
+        queue_users=parse_users(queue_users) if queue_users else [],
+        service_s=service_time,
+        think_s=think_time,
+        max_num_seqs=max_num_seqs,
+        ramp=ramp_path,
+    )
     try:
         report = capacity_report(req)
     except SpocError as e:  # an unreachable --server is bad input here

@@ -36,7 +36,10 @@ class Printer:
         match ev:
             case StudyOpened(study=study, storage=storage, records=records):
                 recs = [r for r in records if r.repeat_of is None]
-                print(f"study {study!r} in {storage}" + (f": {len(recs)} trial(s) already run" if recs else ""), flush=True)
+                print(
+                    f"study {study!r} in {storage}" + (f": {len(recs)} trial(s) already run" if recs else ""),
+                    flush=True,
+                )
             case Note(message=message):
                 print(f"note: {message}", flush=True)
             case TrialStarted():
@@ -46,9 +49,15 @@ class Printer:
                 print(f"  server ready in {start_s:.0f} s", flush=True)
             case TrialDone(record=r, front=front):
                 if r.status == "ok":
-                    tag = "" if r.feasible else "  breaks SLA (" + ", ".join(k for k, v in r.constraints.items() if v > 0) + ")"
+                    tag = (
+                        ""
+                        if r.feasible
+                        else "  breaks SLA (" + ", ".join(k for k, v in r.constraints.items() if v > 0) + ")"
+                    )
                     star = "  * Pareto" if r.number in {x.number for x in front.records} else ""
-                    print(f"  -> {objectives_text(o, r)}{tag}{star}   (hypervolume {hypervolume_text(front)})", flush=True)
+                    print(
+                        f"  -> {objectives_text(o, r)}{tag}{star}   (hypervolume {hypervolume_text(front)})", flush=True
+                    )
                 else:
                     print(f"  -> {r.status}: {r.reason}", flush=True)
             case TrialSkipped(seeded=seeded) if seeded:  # NSGA-II's own repeats are skipped silently
@@ -83,8 +92,12 @@ def run(a: TuneArgs) -> int:
         return EXIT_USAGE
     for note in cfg.space.notes:
         print(f"note: {note}", flush=True)
-    print(f"search space: {cfg.space.source}, {cfg.space.size} configurations; objectives: {', '.join(map(str, cfg.objectives))}; "
-          f"SLA: {', '.join(map(str, cfg.limits))}", flush=True)
+    print(
+        f"search space: {cfg.space.source}, {cfg.space.size} configurations; objectives: "
+        f"{', '.join(map(str, cfg.objectives))}; "
+        f"SLA: {', '.join(map(str, cfg.limits))}",
+        flush=True,
+    )
     session = TuneSession(cfg, evaluator, Printer(cfg))
     try:
         session.open()
@@ -99,22 +112,35 @@ def run(a: TuneArgs) -> int:
     except Exception as e:  # a bug: say so in one line, keep the details in the output folder
         log = cfg.out_dir / "tune-error.log"
         log.write_text(traceback.format_exc())
-        print(f"spoc tune: internal error: {type(e).__name__}: {e} (details in {log}); finished trials are in {cfg.out_dir}/trials.jsonl",
-              file=sys.stderr)
+        print(
+            f"spoc tune: internal error: {type(e).__name__}: {e} (details in {log}); finished trials are in "
+            f"{cfg.out_dir}/trials.jsonl",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        print(f"\ninterrupted: the server was stopped; finished trials are in {cfg.out_dir}/trials.jsonl and {cfg.out_dir}/pareto.json;"
-              f" continue with --resume", file=sys.stderr)
+        print(
+            f"\ninterrupted: the server was stopped; finished trials are in {cfg.out_dir}/trials.jsonl and "
+            f"{cfg.out_dir}/pareto.json;"
+            f" continue with --resume",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     print(pareto_table(session, summary.front))
     for num, reps in summary.repeats.items():
         for ob in cfg.objectives:
             vals = [v for r in reps if (v := r.get(ob.name)) is not None]
             if vals:
-                print(f"  #{num} {ob.label} over {len(vals)} repeat(s): {value_text(ob, min(vals))} .. {value_text(ob, max(vals))}")
+                print(
+                    f"  #{num} {ob.label} over {len(vals)} repeat(s): {value_text(ob, min(vals))} .. "
+                    f"{value_text(ob, max(vals))}"
+                )
     if summary.message:
         print(summary.message)
     if summary.status == "interrupted":
         print("stopped: continue with --resume", file=sys.stderr)
-    print(f"results: {cfg.out_dir}/trials.jsonl, {cfg.out_dir}/pareto.json; study: {redact_url(session.storage_url)} (opens in optuna-dashboard)")
+    print(
+        f"results: {cfg.out_dir}/trials.jsonl, {cfg.out_dir}/pareto.json; study: "
+        f"{redact_url(session.storage_url)} (opens in optuna-dashboard)"
+    )
     return EXIT_OK if summary.status != "interrupted" else EXIT_INTERRUPTED

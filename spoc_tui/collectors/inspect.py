@@ -35,7 +35,9 @@ async def _read_all(client: httpx.AsyncClient, sources: list[str], api_key: str 
     return list(await asyncio.gather(*(one(s) for s in sources)))
 
 
-async def inspect_sources(sources: list[str], interval: float | None = None, api_key: str | None = None) -> InspectResult:
+async def inspect_sources(
+    sources: list[str], interval: float | None = None, api_key: str | None = None
+) -> InspectResult:
     res = InspectResult()
     async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as client:
         first = await _read_all(client, sources, api_key)
@@ -54,7 +56,9 @@ async def inspect_sources(sources: list[str], interval: float | None = None, api
             continue
         now, then = (b, a) if b is not None else (a, None)
         if now.kind == "vllm":
-            scrape = Scrape(now.exposition, now.taken_at, then.exposition if then else None, then.taken_at if then else None)
+            scrape = Scrape(
+                now.exposition, now.taken_at, then.exposition if then else None, then.taken_at if then else None
+            )
             res.servers.append(server_view(src, scrape))
         else:
             before = {g.key: g for g in dcgm_gpus(then.exposition, src)} if then else {}

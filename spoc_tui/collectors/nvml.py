@@ -15,8 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from spoc_tui.core.gpu import GpuSample, groups_from_processes, nvml_gpu, with_throttle_window
 from spoc_tui.core.errors import SpocError
+from spoc_tui.core.gpu import GpuSample, groups_from_processes, nvml_gpu, with_throttle_window
 
 _POLICIES = {
     "POWER": 0,
@@ -229,4 +229,3 @@ class TraceReplay:
         out = with_throttle_window(s, self._prev, dt)
         self._prev, self._prev_t = s, t
         return [out]
-

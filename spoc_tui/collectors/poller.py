@@ -71,7 +71,9 @@ class _Poller:
 
     kind = ""
 
-    def __init__(self, urls: list[str], clock: Callable[[], float], client: httpx.AsyncClient | None, api_key: str | None = None) -> None:
+    def __init__(
+        self, urls: list[str], clock: Callable[[], float], client: httpx.AsyncClient | None, api_key: str | None = None
+    ) -> None:
         self.urls = list(urls)
         self.clock = clock
         self.api_key = api_key
@@ -96,7 +98,9 @@ class _Poller:
             except SourceError as e:
                 return e
             if r.kind != self.kind:
-                return SourceError(f"{url}: serves {r.kind} metrics, not {self.kind.upper() if self.kind == 'dcgm' else 'vLLM'}")
+                return SourceError(
+                    f"{url}: serves {r.kind} metrics, not {self.kind.upper() if self.kind == 'dcgm' else 'vLLM'}"
+                )
             return r
 
         results = await asyncio.gather(*(one(u) for u in due))
@@ -116,7 +120,14 @@ class _Poller:
 class VllmPoller(_Poller):
     kind = "vllm"
 
-    def __init__(self, urls: list[str], window_s: float = 60.0, api_key: str | None = None, clock: Callable[[], float] = time.monotonic, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        urls: list[str],
+        window_s: float = 60.0,
+        api_key: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
         super().__init__(urls, clock, client, api_key)
         self.histories: dict[str, ScrapeHistory[Exposition]] = {u: ScrapeHistory(window_s) for u in self.urls}
         self.latest: dict[str, tuple[ServerView, Scrape]] = {}
@@ -143,7 +154,9 @@ class VllmPoller(_Poller):
 class DcgmPoller(_Poller):
     kind = "dcgm"
 
-    def __init__(self, urls: list[str], clock: Callable[[], float] = time.monotonic, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self, urls: list[str], clock: Callable[[], float] = time.monotonic, client: httpx.AsyncClient | None = None
+    ) -> None:
         super().__init__(urls, clock, client)
         self.latest: dict[str, tuple[float, list[GpuSample]]] = {}
 
@@ -154,7 +167,10 @@ class DcgmPoller(_Poller):
             prev = self.latest.get(url)
             before = {g.key: g for g in prev[1]} if prev else {}
             dt = t - prev[0] if prev else None
-            self.latest[url] = (t, [with_throttle_window(g, before.get(g.key), dt) for g in dcgm_gpus(res.exposition, url)])
+            self.latest[url] = (
+                t,
+                [with_throttle_window(g, before.get(g.key), dt) for g in dcgm_gpus(res.exposition, url)],
+            )
         statuses = self.backoff.status()
         stale = frozenset(s.source for s in statuses if not s.up and s.source in self.latest)
         seen: set[str] = set()

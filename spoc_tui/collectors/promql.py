@@ -74,7 +74,6 @@ class PromQLCollector:
             raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
 
 
-
 class PromQLPoller:
     """The monitor's view of every replica a Prometheus server scrapes (blocking: call it from a
     thread). Each :meth:`poll` reads the raw series now and ``window_s`` ago, so percentiles and
@@ -99,7 +98,10 @@ class PromQLPoller:
         status = SourceStatus(url, True, None, time.time())
         change = status if self._up is not True else None
         self._up = True
-        scrapes = {inst: Scrape(exp, t, then.get(inst), t - self.window_s if inst in then else None) for inst, exp in now.items()}
+        scrapes = {
+            inst: Scrape(exp, t, then.get(inst), t - self.window_s if inst in then else None)
+            for inst, exp in now.items()
+        }
         views = tuple(server_view(inst, sc) for inst, sc in sorted(scrapes.items()))
         total = replicas_view(list(scrapes.values())) if len(scrapes) > 1 else None
         return VllmTick(views, total, frozenset(), (), (status,)), change

@@ -9,10 +9,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from spoc_tui.core.errors import SpocError
 from spoc_tui.core.gpu import is_dcgm
 from spoc_tui.core.promparse import Exposition, parse_text
 from spoc_tui.core.vllm import is_vllm
-from spoc_tui.core.errors import SpocError
 
 DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 MAX_BODY = 64 * 2**20

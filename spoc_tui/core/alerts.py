@@ -31,10 +31,20 @@ def server_alerts(history: Sequence[tuple[float | None, float | None, float | No
             out.append(Alert("queue", "warning", f"queue keeps growing: {ws[0]:.0f} -> {ws[-1]:.0f} waiting"))
     kvs = [k for _, k, _ in recent[-SUSTAIN_SAMPLES:]]
     if len(kvs) == SUSTAIN_SAMPLES and all(k is not None and k >= KV_HIGH for k in kvs):
-        out.append(Alert("kv", "warning", f"KV cache above {KV_HIGH:.0%} ({kvs[-1]:.0%}): new requests wait, preemptions follow"))
+        out.append(
+            Alert(
+                "kv", "warning", f"KV cache above {KV_HIGH:.0%} ({kvs[-1]:.0%}): new requests wait, preemptions follow"
+            )
+        )
     pre = [p for _, _, p in recent]
     if len(pre) >= 2 and pre[0] is not None and pre[-1] is not None and pre[-1] > pre[0]:
-        out.append(Alert("preempt", "error", f"preemptions climbing: +{pre[-1] - pre[0]:.0f} in the last {len(pre) - 1} refreshes"))
+        out.append(
+            Alert(
+                "preempt",
+                "error",
+                f"preemptions climbing: +{pre[-1] - pre[0]:.0f} in the last {len(pre) - 1} refreshes",
+            )
+        )
     return out
 
 

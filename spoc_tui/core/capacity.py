@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from spoc_tui.core.presets import GIB, GpuSpec, ModelSpec
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.presets import GIB, GpuSpec, ModelSpec
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0,
@@ -156,7 +156,9 @@ def plan(
     blocks_per_req = math.ceil(ctx / block_size)
     seqs = num_blocks // blocks_per_req if blocks_per_req else 0
     if model.sliding_layers:
-        notes.append(f"{model.sliding_layers} of {model.num_layers} layers use a {model.sliding_window}-token sliding window")
+        notes.append(
+            f"{model.sliding_layers} of {model.num_layers} layers use a {model.sliding_window}-token sliding window"
+        )
     if model.num_experts:
         notes.append(f"MoE: all {model.num_experts} experts resident, {model.experts_per_token} active per token")
     return CapacityPlan(
@@ -245,7 +247,9 @@ def iteration_time(
     return IterationCost(secs, mem_s, comp_s, comm_s, bytes_read, flops)
 
 
-def decode_roofline_tokens_per_s(model: ModelSpec, gpu: GpuSpec, tp: int = 1, context: int = 0, weights_dtype: str | None = None) -> float:
+def decode_roofline_tokens_per_s(
+    model: ModelSpec, gpu: GpuSpec, tp: int = 1, context: int = 0, weights_dtype: str | None = None
+) -> float:
     """Single-stream decode speed if every step only streamed weights + KV at achievable bandwidth."""
     w = weights_bytes(model, weights_dtype) / tp
     kv = kv_bytes_per_token(model) / tp * context

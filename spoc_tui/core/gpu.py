@@ -345,9 +345,9 @@ def with_throttle_window(now: GpuSample, then: GpuSample | None, dt_s: float | N
 # Tensor-parallel groups
 
 
-
 class TpGroupError(InputError, ValueError):
     """A tensor-parallel group list that cannot be (``--tp-groups``)."""
+
 
 def parse_tp_groups(spec: str) -> list[list[int]]:
     """``"0-3,4-7"`` -> [[0,1,2,3],[4,5,6,7]]; ``"0+1,2+3"`` also works.

@@ -156,10 +156,22 @@ class RequestSample:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "start": self.start, "step": self.step, "users": self.users, "ok": self.ok, "ttft": self.ttft,
-            "e2e": self.e2e, "tpot": self.tpot, "itl": list(self.itl), "output_tokens": self.output_tokens,
-            "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens, "error": self.error,
-            "conversation": self.conversation, "turn": self.turn, "request_id": self.request_id, "end": self.end,
+            "start": self.start,
+            "step": self.step,
+            "users": self.users,
+            "ok": self.ok,
+            "ttft": self.ttft,
+            "e2e": self.e2e,
+            "tpot": self.tpot,
+            "itl": list(self.itl),
+            "output_tokens": self.output_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "error": self.error,
+            "conversation": self.conversation,
+            "turn": self.turn,
+            "request_id": self.request_id,
+            "end": self.end,
         }
 
     @classmethod
@@ -174,11 +186,21 @@ class RequestSample:
 
         itl = d.get("itl") or []
         return cls(
-            start=f("start") or 0.0, step=i("step") or 0, users=i("users") or 0, ok=bool(d.get("ok")),
-            ttft=f("ttft"), e2e=f("e2e"), itl=tuple(float(x) for x in itl) if isinstance(itl, list) else (),
-            output_tokens=i("output_tokens"), prompt_tokens=i("prompt_tokens"), cached_tokens=i("cached_tokens"),
-            error=str(d["error"]) if d.get("error") else None, conversation=str(d.get("conversation", "")), turn=i("turn") or 0,
-            request_id=str(d["request_id"]) if d.get("request_id") else None, end=f("end"),
+            start=f("start") or 0.0,
+            step=i("step") or 0,
+            users=i("users") or 0,
+            ok=bool(d.get("ok")),
+            ttft=f("ttft"),
+            e2e=f("e2e"),
+            itl=tuple(float(x) for x in itl) if isinstance(itl, list) else (),
+            output_tokens=i("output_tokens"),
+            prompt_tokens=i("prompt_tokens"),
+            cached_tokens=i("cached_tokens"),
+            error=str(d["error"]) if d.get("error") else None,
+            conversation=str(d.get("conversation", "")),
+            turn=i("turn") or 0,
+            request_id=str(d["request_id"]) if d.get("request_id") else None,
+            end=f("end"),
         )
 
 
@@ -187,7 +209,14 @@ def stats(values: Sequence[float]) -> dict[str, float | None]:
         return {"p50": None, "p90": None, "p95": None, "p99": None, "mean": None, "count": 0}
     a = np.asarray(values, dtype=float)
     p50, p90, p95, p99 = np.percentile(a, [50, 90, 95, 99])
-    return {"p50": float(p50), "p90": float(p90), "p95": float(p95), "p99": float(p99), "mean": float(a.mean()), "count": int(a.size)}
+    return {
+        "p50": float(p50),
+        "p90": float(p90),
+        "p95": float(p95),
+        "p99": float(p99),
+        "mean": float(a.mean()),
+        "count": int(a.size),
+    }
 
 
 def _meets(sample: RequestSample, limits: Iterable[Limit]) -> bool:
@@ -234,15 +263,26 @@ class StepSummary:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "step": self.step, "users": self.users, "duration_s": self.duration_s, "requests": self.requests,
-            "errors": self.errors, "errors_by_kind": self.errors_by_kind, "error_rate": self.error_rate,
-            "request_rate": self.request_rate, "output_tokens_per_s": self.output_tokens_per_s,
-            "goodput": self.goodput, "latency": self.latency, "cached_prompt_fraction": self.cached_prompt_fraction,
-            "verdict": self.verdict, "server": self.server,
+            "step": self.step,
+            "users": self.users,
+            "duration_s": self.duration_s,
+            "requests": self.requests,
+            "errors": self.errors,
+            "errors_by_kind": self.errors_by_kind,
+            "error_rate": self.error_rate,
+            "request_rate": self.request_rate,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "goodput": self.goodput,
+            "latency": self.latency,
+            "cached_prompt_fraction": self.cached_prompt_fraction,
+            "verdict": self.verdict,
+            "server": self.server,
         }
 
 
-def summarize_step(step: int, users: int, samples: Sequence[RequestSample], duration_s: float, limits: Sequence[Limit]) -> StepSummary:
+def summarize_step(
+    step: int, users: int, samples: Sequence[RequestSample], duration_s: float, limits: Sequence[Limit]
+) -> StepSummary:
     """Figures of one step from the requests that *started* inside its measured window."""
     ok = [s for s in samples if s.ok]
     errs: dict[str, int] = {}

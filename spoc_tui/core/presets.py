@@ -43,12 +43,63 @@ class GpuSpec:
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
-        GpuSpec("a100-40gb", "NVIDIA A100-SXM4-40GB", 42_949_672_960, 1.555e12, 312e12, 400, 55, 1410, 210, 1215, 88, 92, 300e9, "a100-80gb"),
-        GpuSpec("a100-80gb", "NVIDIA A100-SXM4-80GB", 85_899_345_920, 2.039e12, 312e12, 400, 60, 1410, 210, 1593, 88, 92, 300e9, "h100-80gb"),
-        GpuSpec("h100-80gb", "NVIDIA H100 80GB HBM3", 85_520_809_984, 3.35e12, 989e12, 700, 72, 1980, 345, 2619, 89, 95, 450e9, "h200"),
-        GpuSpec("h200", "NVIDIA H200", 150_754_820_096, 4.8e12, 989e12, 700, 75, 1980, 345, 3201, 89, 95, 450e9, "b200"),
-        GpuSpec("b200", "NVIDIA B200", 193_273_528_320, 8.0e12, 2250e12, 1000, 120, 1965, 450, 3996, 87, 95, 900e9, None),
-        GpuSpec("l40s", "NVIDIA L40S", 48_305_799_168, 0.864e12, 362e12, 350, 35, 2520, 210, 9001, 88, 93, 32e9, "a100-80gb"),
+        GpuSpec(
+            "a100-40gb",
+            "NVIDIA A100-SXM4-40GB",
+            42_949_672_960,
+            1.555e12,
+            312e12,
+            400,
+            55,
+            1410,
+            210,
+            1215,
+            88,
+            92,
+            300e9,
+            "a100-80gb",
+        ),
+        GpuSpec(
+            "a100-80gb",
+            "NVIDIA A100-SXM4-80GB",
+            85_899_345_920,
+            2.039e12,
+            312e12,
+            400,
+            60,
+            1410,
+            210,
+            1593,
+            88,
+            92,
+            300e9,
+            "h100-80gb",
+        ),
+        GpuSpec(
+            "h100-80gb",
+            "NVIDIA H100 80GB HBM3",
+            85_520_809_984,
+            3.35e12,
+            989e12,
+            700,
+            72,
+            1980,
+            345,
+            2619,
+            89,
+            95,
+            450e9,
+            "h200",
+        ),
+        GpuSpec(
+            "h200", "NVIDIA H200", 150_754_820_096, 4.8e12, 989e12, 700, 75, 1980, 345, 3201, 89, 95, 450e9, "b200"
+        ),
+        GpuSpec(
+            "b200", "NVIDIA B200", 193_273_528_320, 8.0e12, 2250e12, 1000, 120, 1965, 450, 3996, 87, 95, 900e9, None
+        ),
+        GpuSpec(
+            "l40s", "NVIDIA L40S", 48_305_799_168, 0.864e12, 362e12, 350, 35, 2520, 210, 9001, 88, 93, 32e9, "a100-80gb"
+        ),
     )
 }
 
@@ -89,7 +140,10 @@ class ModelSpec:
     @property
     def mlp_params_per_layer(self) -> int:
         if self.num_experts:
-            return self.num_experts * 3 * self.hidden_size * self.moe_intermediate_size + self.hidden_size * self.num_experts
+            return (
+                self.num_experts * 3 * self.hidden_size * self.moe_intermediate_size
+                + self.hidden_size * self.num_experts
+            )
         return 3 * self.hidden_size * self.intermediate_size
 
     @property
@@ -125,18 +179,63 @@ def _m(**kw: Any) -> ModelSpec:
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
-        _m(name="llama-3.1-8b", served_name="meta-llama/Llama-3.1-8B-Instruct", num_layers=32, hidden_size=4096,
-           num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336, vocab_size=128256, max_position=131072),
-        _m(name="llama-3.1-70b", served_name="meta-llama/Llama-3.1-70B-Instruct", num_layers=80, hidden_size=8192,
-           num_heads=64, num_kv_heads=8, head_dim=128, intermediate_size=28672, vocab_size=128256, max_position=131072),
-        _m(name="qwen2.5-7b", served_name="Qwen/Qwen2.5-7B-Instruct", num_layers=28, hidden_size=3584,
-           num_heads=28, num_kv_heads=4, head_dim=128, intermediate_size=18944, vocab_size=152064, max_position=32768),
+        _m(
+            name="llama-3.1-8b",
+            served_name="meta-llama/Llama-3.1-8B-Instruct",
+            num_layers=32,
+            hidden_size=4096,
+            num_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=14336,
+            vocab_size=128256,
+            max_position=131072,
+        ),
+        _m(
+            name="llama-3.1-70b",
+            served_name="meta-llama/Llama-3.1-70B-Instruct",
+            num_layers=80,
+            hidden_size=8192,
+            num_heads=64,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=28672,
+            vocab_size=128256,
+            max_position=131072,
+        ),
+        _m(
+            name="qwen2.5-7b",
+            served_name="Qwen/Qwen2.5-7B-Instruct",
+            num_layers=28,
+            hidden_size=3584,
+            num_heads=28,
+            num_kv_heads=4,
+            head_dim=128,
+            intermediate_size=18944,
+            vocab_size=152064,
+            max_position=32768,
+        ),
         # gpt-oss-120b: 36 layers alternating full and 128-token sliding attention, 128 experts
         # (4 active), MXFP4 expert weights: the checkpoint is about 65 GB.
-        _m(name="gpt-oss-120b", served_name="openai/gpt-oss-120b", num_layers=36, hidden_size=2880, num_heads=64,
-           num_kv_heads=8, head_dim=64, intermediate_size=2880, vocab_size=201088, max_position=131072,
-           num_experts=128, experts_per_token=4, moe_intermediate_size=2880, sliding_window=128, sliding_layers=18,
-           weights_bytes_override=65_249_000_000, dtype="mxfp4"),
+        _m(
+            name="gpt-oss-120b",
+            served_name="openai/gpt-oss-120b",
+            num_layers=36,
+            hidden_size=2880,
+            num_heads=64,
+            num_kv_heads=8,
+            head_dim=64,
+            intermediate_size=2880,
+            vocab_size=201088,
+            max_position=131072,
+            num_experts=128,
+            experts_per_token=4,
+            moe_intermediate_size=2880,
+            sliding_window=128,
+            sliding_layers=18,
+            weights_bytes_override=65_249_000_000,
+            dtype="mxfp4",
+        ),
     )
 }
 
@@ -155,7 +254,13 @@ def custom_gpu(memory_gib: float, base: GpuSpec | None = None) -> GpuSpec:
     if memory_gib <= 0:
         raise PresetError("GPU memory must be positive")
     b = base or GPUS["h100-80gb"]
-    return replace(b, name=f"{memory_gib:g}gib", label=f"GPU with {memory_gib:g} GiB", memory_bytes=int(memory_gib * GIB), next_up=None)
+    return replace(
+        b,
+        name=f"{memory_gib:g}gib",
+        label=f"GPU with {memory_gib:g} GiB",
+        memory_bytes=int(memory_gib * GIB),
+        next_up=None,
+    )
 
 
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")

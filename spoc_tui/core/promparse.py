@@ -21,9 +21,7 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _QSTR = r'"(?:[^"\\\n]|\\.)*"'
 # name, optional {labels}, value, optional timestamp.  The label part is a run of
 # non-quote/non-brace characters and quoted strings, so `}` inside a value is fine.
-_LINE = re.compile(
-    r"^(" + _NAME + r")?\s*(?:\{((?:[^\"}]|" + _QSTR + r")*)\})?[ \t]+(\S+)(?:[ \t]+(\S+))?[ \t]*$"
-)
+_LINE = re.compile(r"^(" + _NAME + r")?\s*(?:\{((?:[^\"}]|" + _QSTR + r")*)\})?[ \t]+(\S+)(?:[ \t]+(\S+))?[ \t]*$")
 _LABEL = re.compile(r"\s*(" + _NAME + r"|" + _QSTR + r")\s*(?:=\s*(" + _QSTR + r"))?\s*(,|$)")
 _ESC = re.compile(r"\\(.)")
 _ESC_MAP = {"n": "\n", "\\": "\\", '"': '"'}
@@ -227,7 +225,15 @@ def _unmangle_openmetrics(exp: Exposition) -> None:
         new = name
         for mangled, real in fixes.items():
             if name.startswith(mangled) and name[len(mangled) :] in (
-                "", "_total", "_bucket", "_sum", "_count", "_created", "_info", "_gcount", "_gsum"
+                "",
+                "_total",
+                "_bucket",
+                "_sum",
+                "_count",
+                "_created",
+                "_info",
+                "_gcount",
+                "_gsum",
             ):
                 new = real + name[len(mangled) :]
                 break

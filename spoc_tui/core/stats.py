@@ -64,7 +64,7 @@ def bucket_quantile(q: float, bounds: tuple[float, ...], counts: tuple[float, ..
     if total <= 0 or len(bounds) < 2:
         return None
     rank = q * total
-    for i, c in enumerate(counts):
+    for i, c in enumerate(counts):  # noqa: B007  (i is the bucket found, read after the loop)
         if c >= rank:
             break
     if bounds[i] == INF:
@@ -157,9 +157,7 @@ def increase(value_now: float, value_then: float | None) -> float:
     return value_now - value_then
 
 
-def series_increase(
-    now: Mapping[Labels, float], then: Mapping[Labels, float] | None
-) -> dict[Labels, float]:
+def series_increase(now: Mapping[Labels, float], then: Mapping[Labels, float] | None) -> dict[Labels, float]:
     """Per-series reset-aware increase; series new since ``then`` count from zero."""
     then = then or {}
     return {k: increase(v, then.get(k)) for k, v in now.items()}

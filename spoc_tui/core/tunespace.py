@@ -39,8 +39,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spoc_tui.core.loadmath import METRICS, Knee, Limit, StepSummary
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.loadmath import METRICS, Knee, Limit, StepSummary
 
 Value = bool | int | float | str
 Config = dict[str, Value]
@@ -167,7 +167,9 @@ class Space:
     def learn(self, name: str, value: Value) -> list[Condition]:
         """A value learnt from a running server; returns the conditions that now apply."""
         self.known.setdefault(name, value)
-        ready = [c for c in self.pending if all(n in self.names or n in self.known or n in self.fixed for n in c.names())]
+        ready = [
+            c for c in self.pending if all(n in self.names or n in self.known or n in self.fixed for n in c.names())
+        ]
         self.pending = tuple(c for c in self.pending if c not in ready)
         self.conditions = (*self.conditions, *ready)
         return ready
@@ -277,7 +279,9 @@ def _norm(v: Value) -> Value:
 def _values(name: str, spec: Mapping[str, object]) -> tuple[Value, ...]:
     kinds = [k for k in ("choices", "pow2", "range") if k in spec]
     if len(kinds) != 1:
-        raise SpaceError(f"flag {name!r}: give exactly one of choices = [...], pow2 = [low, high] or range = [low, high] (with step)")
+        raise SpaceError(
+            f"flag {name!r}: give exactly one of choices = [...], pow2 = [low, high] or range = [low, high] (with step)"
+        )
     kind = kinds[0]
     raw = spec[kind]
     if kind == "choices":
@@ -289,7 +293,11 @@ def _values(name: str, spec: Mapping[str, object]) -> tuple[Value, ...]:
         if len({_norm(v) for v in raw}) != len(raw):
             raise SpaceError(f"flag {name!r}: choices repeat a value")
         return tuple(raw)
-    if not (isinstance(raw, list) and len(raw) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in raw)):
+    if not (
+        isinstance(raw, list)
+        and len(raw) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in raw)
+    ):
         raise SpaceError(f"flag {name!r}: {kind} must be [low, high] numbers")
     lo, hi = raw
     if lo > hi:
@@ -304,7 +312,7 @@ def _values(name: str, spec: Mapping[str, object]) -> tuple[Value, ...]:
     step = spec.get("step")
     if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
         raise SpaceError(f"flag {name!r}: range needs a positive step (every flag has a finite list of values)")
-    n = int(math.floor((hi - lo) / step + 1e-9)) + 1
+    n = math.floor((hi - lo) / step + 1e-9) + 1
     if n > MAX_VALUES:
         raise SpaceError(f"flag {name!r}: {n} values is too many (at most {MAX_VALUES}); use a larger step or pow2")
     if all(isinstance(x, int) for x in (lo, hi, step)):
@@ -345,7 +353,9 @@ def parse_space(text: str, source: str = "<space>", known: Mapping[str, Value] |
             values = _values(name, spec)
             default = spec.get("default")
             if default is not None:
-                match = [v for v in values if isinstance(v, bool) == isinstance(default, bool) and _norm(v) == _norm(default)]
+                match = [
+                    v for v in values if isinstance(v, bool) == isinstance(default, bool) and _norm(v) == _norm(default)
+                ]
                 if not match:
                     raise SpaceError(f"flag {name!r}: default {default!r} is not one of its values")
                 default = match[0]
@@ -369,17 +379,25 @@ def parse_space(text: str, source: str = "<space>", known: Mapping[str, Value] |
         raise SpaceError(f"{source}: conditions must be a list of [[conditions]] tables")
     for i, c in enumerate(raw_conds, 1):
         if not isinstance(c, dict) or not isinstance(c.get("require"), str) or set(c) - {"when", "require"}:
-            raise SpaceError(f"{source}: condition {i}: expected require = \"a >= b\" and optionally when = {{ flag = value }}")
+            raise SpaceError(
+                f'{source}: condition {i}: expected require = "a >= b" and optionally when = {{ flag = value }}'
+            )
         m = _REQUIRE.match(c["require"])
         if not m:
-            raise SpaceError(f"{source}: condition {i}: cannot read require = {c['require']!r}; write it like \"max-num-batched-tokens >= max-model-len\"")
+            raise SpaceError(
+                f"{source}: condition {i}: cannot read require = {c['require']!r}; write it like "
+                f'"max-num-batched-tokens >= max-model-len"'
+            )
         when = c.get("when", {})
         if not isinstance(when, dict):
             raise SpaceError(f"{source}: condition {i}: when must be a table like {{ enable-chunked-prefill = false }}")
         cond = Condition(tuple(when.items()), m.group(1), m.group(2), m.group(3))
         missing = sorted(n for n in cond.names() if n not in space.names and n not in available)
         if missing:
-            msg = f"condition {i} ({cond}) names {', '.join(missing)}, which is neither searched nor fixed nor in the launch command"
+            msg = (
+                f"condition {i} ({cond}) names {', '.join(missing)}, which is neither searched nor fixed nor "
+                "in the launch command"
+            )
             if source == "built-in":
                 space.notes.append(msg + "; it applies once the first server reports it")
                 space.pending = (*space.pending, cond)
@@ -459,18 +477,22 @@ def parse_objectives(text: str) -> tuple[Objective, ...]:
         name = name.strip().lower()
         natural = _natural(name)
         if natural is None:
-            known = ", ".join(["knee_users", *THROUGHPUT, "ttft_p99 (any of ttft/itl/tpot/e2e with p50/p90/p95/p99/mean)"])
+            known = ", ".join(
+                ["knee_users", *THROUGHPUT, "ttft_p99 (any of ttft/itl/tpot/e2e with p50/p90/p95/p99/mean)"]
+            )
             raise SpaceError(f"unknown objective {name!r}; known: {known}")
         direction = direction.strip().lower() or natural
         if direction not in ("max", "min"):
             raise SpaceError(f"objective {part!r}: direction must be max or min")
         if direction != natural:
-            raise SpaceError(f"objective {part!r}: {name} can only be {'maximised' if natural == 'max' else 'minimised'}")
+            raise SpaceError(
+                f"objective {part!r}: {name} can only be {'maximised' if natural == 'max' else 'minimised'}"
+            )
         if any(o.name == name for o in out):
             raise SpaceError(f"objective {name} is given twice")
         out.append(Objective(name, direction))
     if len(out) != 2:
-        raise SpaceError(f"give two objectives, e.g. \"max:out_tok_s,min:ttft_p99\" (got {len(out)})")
+        raise SpaceError(f'give two objectives, e.g. "max:out_tok_s,min:ttft_p99" (got {len(out)})')
     return tuple(out)
 
 
@@ -504,8 +526,13 @@ def objective_value(obj: Objective, steps: Sequence[StepSummary], knee: Knee, re
     return float(v) if v is not None else None
 
 
-def constraint_values(limits: Sequence[Limit], objectives: Sequence[Objective], steps: Sequence[StepSummary], knee: Knee,
-                      ref_users: int | None) -> dict[str, float]:
+def constraint_values(
+    limits: Sequence[Limit],
+    objectives: Sequence[Objective],
+    steps: Sequence[StepSummary],
+    knee: Knee,
+    ref_users: int | None,
+) -> dict[str, float]:
     """Optuna constraints by name (<= 0 is feasible): each SLA limit at the reference load as
     measured / limit - 1 (error rate: measured - limit). With a knee objective the SLA already
     decides the knee, so the only constraint is that the first step met it."""
@@ -524,7 +551,9 @@ def constraint_values(limits: Sequence[Limit], objectives: Sequence[Objective], 
     return out
 
 
-def reference_point(objectives: Sequence[Objective], limits: Sequence[Limit], points: Sequence[Sequence[float]]) -> tuple[float, float]:
+def reference_point(
+    objectives: Sequence[Objective], limits: Sequence[Limit], points: Sequence[Sequence[float]]
+) -> tuple[float, float]:
     """Hypervolume reference: 0 for what is maximised; for a latency, its SLA limit when the SLA
     names it, else 10 % beyond the worst value seen."""
     ref: list[float] = []
@@ -569,9 +598,9 @@ def parse_template(template: str) -> tuple[list[str], dict[str, Value]]:
     except ValueError as e:
         raise SpaceError(f"--launch: cannot read the command: {e}") from None
     if not argv:
-        raise SpaceError("--launch is empty; e.g. \"vllm serve MODEL --port {port} {flags}\"")
+        raise SpaceError('--launch is empty; e.g. "vllm serve MODEL --port {port} {flags}"')
     if not any("{port}" in t for t in argv):
-        raise SpaceError("--launch must contain {port}, e.g. \"vllm serve MODEL --port {port} {flags}\"")
+        raise SpaceError('--launch must contain {port}, e.g. "vllm serve MODEL --port {port} {flags}"')
     for t in argv:
         if t in ("|", "&&", "||", ";", ">", "<", "&") or t.startswith(("$(", "`")):
             raise SpaceError(f"--launch runs without a shell; {t!r} would be passed to the server as an argument")

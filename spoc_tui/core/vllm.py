@@ -62,9 +62,7 @@ _V1_MARKERS = (
 
 
 def is_vllm(exp: Exposition) -> bool:
-    return any(n.startswith("vllm:") for n in exp.samples) or any(
-        n.startswith("vllm:") for n in exp.types
-    )
+    return any(n.startswith("vllm:") for n in exp.samples) or any(n.startswith("vllm:") for n in exp.types)
 
 
 def engine_version(exp: Exposition) -> str:
@@ -227,7 +225,9 @@ def _gauge(scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred, mean: bo
     return sum(vals) / len(vals) if mean else sum(vals)
 
 
-def _counter(scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred) -> tuple[float | None, float | None, float | None]:
+def _counter(
+    scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred
+) -> tuple[float | None, float | None, float | None]:
     """(lifetime total, windowed increase, rate per second); unknowns are None."""
     total: float | None = None
     inc: float | None = 0.0
@@ -314,10 +314,7 @@ def build_view(scrapes: Sequence[Scrape], engine: str = "", pred: Pred = _all) -
     elif q_total is None:
         g = _gauge(scrapes, PREFIX_RATE_V0, pred, mean=True)
         hit_rate = g if g is not None and g >= 0 else None
-    latency = {
-        key: summarize(_histogram(scrapes, names, pred, windowed), window)
-        for key, names in LATENCIES.items()
-    }
+    latency = {key: summarize(_histogram(scrapes, names, pred, windowed), window) for key, names in LATENCIES.items()}
     return EngineView(
         engine=engine,
         running=_gauge(scrapes, RUNNING, pred, mean=False),

@@ -23,7 +23,18 @@ from spoc_tui.core.errors import InputError
 BUILTIN_DIR = Path(__file__).parent / "profiles"
 DIST_KINDS = ("constant", "uniform", "lognormal", "normal")
 _DIST_KEYS = {"dist", "value", "min", "max", "median", "sigma", "mean", "sd", "max_fraction_of_context"}
-_PROFILE_KEYS = {"name", "description", "system_tokens", "turns", "first_user_tokens", "user_tokens", "output_tokens", "think_s", "mix", "replay"}
+_PROFILE_KEYS = {
+    "name",
+    "description",
+    "system_tokens",
+    "turns",
+    "first_user_tokens",
+    "user_tokens",
+    "output_tokens",
+    "think_s",
+    "mix",
+    "replay",
+}
 
 
 class ProfileError(InputError, ValueError):
@@ -61,7 +72,9 @@ class Dist:
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"dist": self.kind}
-        needed = {"constant": ("value",), "uniform": (), "lognormal": ("median", "sigma"), "normal": ("mean", "sd")}[self.kind]
+        needed = {"constant": ("value",), "uniform": (), "lognormal": ("median", "sigma"), "normal": ("mean", "sd")}[
+            self.kind
+        ]
         for k in needed:
             d[k] = getattr(self, k)
         if self.lo is not None:
@@ -95,7 +108,12 @@ def parse_dist(where: str, raw: object) -> Dist:
             raise ProfileError(f"{where}: {k} must be positive")
         return float(v)
 
-    need = {"constant": ("value",), "uniform": ("min", "max"), "lognormal": ("median", "sigma"), "normal": ("mean", "sd")}[kind]
+    need = {
+        "constant": ("value",),
+        "uniform": ("min", "max"),
+        "lognormal": ("median", "sigma"),
+        "normal": ("mean", "sd"),
+    }[kind]
     for k in need:
         if k not in raw:
             raise ProfileError(f"{where}: dist {kind} needs {', '.join(need)}")
@@ -154,20 +172,31 @@ class Profile:
     def from_dict(cls, d: dict[str, Any]) -> Profile:
         """Inverse of :meth:`as_dict` (how the runner child receives its profile)."""
         if d.get("mix"):
-            return cls(d["name"], d.get("description", ""), mix=tuple((cls.from_dict(p), float(w)) for p, w in d["mix"]), source=d.get("source", ""))
+            return cls(
+                d["name"],
+                d.get("description", ""),
+                mix=tuple((cls.from_dict(p), float(w)) for p, w in d["mix"]),
+                source=d.get("source", ""),
+            )
         if d.get("replay"):
             return cls(
-                d["name"], d.get("description", ""),
+                d["name"],
+                d.get("description", ""),
                 replay=tuple(tuple((str(u), m) for u, m in conv) for conv in d["replay"]),
                 output_tokens=parse_dist("output_tokens", d["output_tokens"]),
-                think_s=parse_dist("think_s", d["think_s"]), source=d.get("source", ""),
+                think_s=parse_dist("think_s", d["think_s"]),
+                source=d.get("source", ""),
             )
         return cls(
-            d["name"], d.get("description", ""), int(d.get("system_tokens", 0)),
+            d["name"],
+            d.get("description", ""),
+            int(d.get("system_tokens", 0)),
             parse_dist("turns", d["turns"]),
             parse_dist("first_user_tokens", d["first_user_tokens"]) if d.get("first_user_tokens") else None,
-            parse_dist("user_tokens", d["user_tokens"]), parse_dist("output_tokens", d["output_tokens"]),
-            parse_dist("think_s", d["think_s"]), source=d.get("source", ""),
+            parse_dist("user_tokens", d["user_tokens"]),
+            parse_dist("output_tokens", d["output_tokens"]),
+            parse_dist("think_s", d["think_s"]),
+            source=d.get("source", ""),
         )
 
 
@@ -185,7 +214,9 @@ def load_profile(name_or_path: str, _depth: int = 0) -> Profile:
     if not p.suffix and not p.exists():
         p = BUILTIN_DIR / f"{name_or_path}.toml"
         if not p.exists():
-            raise ProfileError(f"unknown profile {name_or_path!r}; built-in: {', '.join(builtin_names())} (or a .toml file)")
+            raise ProfileError(
+                f"unknown profile {name_or_path!r}; built-in: {', '.join(builtin_names())} (or a .toml file)"
+            )
     try:
         data = tomllib.loads(p.read_text())
     except FileNotFoundError:
@@ -223,9 +254,12 @@ def _profile_from(data: dict[str, Any], p: Path, depth: int) -> Profile:
         if not rp.is_absolute():
             rp = p.parent / rp
         return Profile(
-            name, desc, replay=load_replay(rp),
+            name,
+            desc,
+            replay=load_replay(rp),
             output_tokens=parse_dist(f"{where}: output_tokens", data.get("output_tokens", 256)),
-            think_s=parse_dist(f"{where}: think_s", data.get("think_s", 0)), source=str(p),
+            think_s=parse_dist(f"{where}: think_s", data.get("think_s", 0)),
+            source=str(p),
         )
     sys_tokens = data.get("system_tokens", 0)
     if isinstance(sys_tokens, bool) or not isinstance(sys_tokens, int) or sys_tokens < 0:
@@ -238,7 +272,9 @@ def _profile_from(data: dict[str, Any], p: Path, depth: int) -> Profile:
         description=desc,
         system_tokens=sys_tokens,
         turns=parse_dist(f"{where}: turns", data.get("turns", 1)),
-        first_user_tokens=parse_dist(f"{where}: first_user_tokens", data["first_user_tokens"]) if "first_user_tokens" in data else None,
+        first_user_tokens=parse_dist(f"{where}: first_user_tokens", data["first_user_tokens"])
+        if "first_user_tokens" in data
+        else None,
         user_tokens=parse_dist(f"{where}: user_tokens", data["user_tokens"]),
         output_tokens=parse_dist(f"{where}: output_tokens", data["output_tokens"]),
         think_s=parse_dist(f"{where}: think_s", data.get("think_s", 0)),
@@ -271,7 +307,7 @@ def load_replay(path: Path) -> tuple[tuple[tuple[str, int | None], ...], ...]:
                 mt = t.get("max_tokens")
                 turns.append((t["user"], int(mt) if isinstance(mt, int) and mt > 0 else None))
         else:
-            raise ProfileError(f"replay {path.name} line {i}: expected {{\"messages\": [...]}} or {{\"turns\": [...]}}")
+            raise ProfileError(f'replay {path.name} line {i}: expected {{"messages": [...]}} or {{"turns": [...]}}')
         if turns:
             convs.append(tuple(turns))
     if not convs:
@@ -358,7 +394,9 @@ class TextMaker:
             self.tokens_per_word = 0.7 * self.tokens_per_word + 0.3 * observed
 
 
-def plan_conversation(profile: Profile, rng: random.Random, maker: TextMaker, context_len: int | None, system_cache: dict[str, str]) -> ConversationPlan:
+def plan_conversation(
+    profile: Profile, rng: random.Random, maker: TextMaker, context_len: int | None, system_cache: dict[str, str]
+) -> ConversationPlan:
     """Draw one conversation from a profile (mixes pick a member by share)."""
     if profile.mix:
         x = rng.random()
@@ -374,7 +412,9 @@ def plan_conversation(profile: Profile, rng: random.Random, maker: TextMaker, co
         return ConversationPlan(profile.name, "", turns, [profile.think_s.sample(rng) for _ in turns])
     key = f"{profile.name}:{profile.system_tokens}"
     if key not in system_cache:  # one shared system prompt per profile: real prefix hits
-        system_cache[key] = maker.text(profile.system_tokens, random.Random(zlib.crc32(key.encode()))) if profile.system_tokens else ""
+        system_cache[key] = (
+            maker.text(profile.system_tokens, random.Random(zlib.crc32(key.encode()))) if profile.system_tokens else ""
+        )
     n = max(1, round(profile.turns.sample(rng)))
     turns = []
     for i in range(n):

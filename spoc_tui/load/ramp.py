@@ -25,7 +25,7 @@ import httpx
 
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
-from spoc_tui.core.errors import EXIT_FAILURE, EXIT_USAGE, SpocError, first_line
+from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.loadmath import Knee, Limit, RequestSample, StepSummary, badly_broken, find_knee, summarize_step
 from spoc_tui.load import wire
@@ -106,9 +106,13 @@ async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[s
         try:
             r = await c.get(root + "/v1/models", headers=headers)
         except httpx.HTTPError as e:
-            raise RampError(f"{root}: cannot reach the server ({type(e).__name__}: {first_line(e, 100) if str(e) else 'no answer'})") from None
+            raise RampError(
+                f"{root}: cannot reach the server ({type(e).__name__}: {first_line(e, 100) if str(e) else 'no answer'})"
+            ) from None
         if r.status_code == 401:
-            raise RampError(f"{root}: the server wants an API key (401); pass --api-key or set SPOC_API_KEY", exit_code=EXIT_USAGE)
+            raise RampError(
+                f"{root}: the server wants an API key (401); pass --api-key or set SPOC_API_KEY", exit_code=EXIT_USAGE
+            )
         if r.status_code != 200:
             raise RampError(f"{root}/v1/models answered HTTP {r.status_code}")
         try:
@@ -121,7 +125,9 @@ async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[s
         if model is None:
             model = next(iter(ids))
         elif model not in ids:
-            raise RampError(f"model {model!r} is not served by {root}; it serves: {', '.join(ids)}", exit_code=EXIT_USAGE)
+            raise RampError(
+                f"model {model!r} is not served by {root}; it serves: {', '.join(ids)}", exit_code=EXIT_USAGE
+            )
         body = {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
         try:
             r = await c.post(root + "/v1/chat/completions", json=body, headers=headers)
@@ -150,7 +156,9 @@ class ResultWriter:
         self.requests.write(json.dumps(s.as_dict(), separators=(",", ":")) + "\n")
 
     def write(self, steps: list[StepSummary], knee: Knee, status: RampStatus) -> None:
-        doc = dict(self.header, status=status, steps=[s.as_dict() for s in steps], knee=knee.as_dict(), updated_at=time.time())
+        doc = dict(
+            self.header, status=status, steps=[s.as_dict() for s in steps], knee=knee.as_dict(), updated_at=time.time()
+        )
         fd, tmp = tempfile.mkstemp(dir=self.out_dir, prefix=".ramp-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(json_safe(doc), f, indent=2, allow_nan=False)
@@ -174,8 +182,21 @@ class RunnerProcess:
         self._reader: asyncio.Task[None] | None = None
 
     def _argv(self, *extra: str) -> list[str]:
-        argv = [sys.executable, "-m", "spoc_tui.load.runner", "--url", base_url(self.cfg.url), "--model", self.model,
-                "--profile-json", str(self.log_dir / "profile.json"), "--seed", str(self.cfg.seed), "--timeout", str(self.cfg.request_timeout_s)]
+        argv = [
+            sys.executable,
+            "-m",
+            "spoc_tui.load.runner",
+            "--url",
+            base_url(self.cfg.url),
+            "--model",
+            self.model,
+            "--profile-json",
+            str(self.log_dir / "profile.json"),
+            "--seed",
+            str(self.cfg.seed),
+            "--timeout",
+            str(self.cfg.request_timeout_s),
+        ]
         if self.context_len:
             argv += ["--context-len", str(self.context_len)]
         if self.cfg.tokenizer:
@@ -193,12 +214,24 @@ class RunnerProcess:
             master_port = str(free_port())
             extra = ["--expect-workers", str(self.cfg.workers), "--master-bind-port", master_port]
         log = open(self.log_dir / "runner.log", "ab")
-        self.proc = await asyncio.create_subprocess_exec(*self._argv(*extra), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                                         stderr=log, env=env, start_new_session=True)
+        self.proc = await asyncio.create_subprocess_exec(
+            *self._argv(*extra),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
         for _ in range(self.cfg.workers):
             self.workers.append(
-                await asyncio.create_subprocess_exec(*self._argv("--worker", "--master-port", master_port), stdin=asyncio.subprocess.DEVNULL,
-                                                     stdout=log, stderr=log, env=env, start_new_session=True)
+                await asyncio.create_subprocess_exec(
+                    *self._argv("--worker", "--master-port", master_port),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=env,
+                    start_new_session=True,
+                )
             )
         self._reader = asyncio.create_task(self._read())
         if await self.wait_for(wire.Ready, 90.0) is None:
@@ -275,8 +308,16 @@ async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: dict[
     if dcgm is not None:
         gt = await dcgm.poll()
         out["gpus"] = [
-            {"gpu": g.gpu, "uuid": g.uuid, "sm_clock_mhz": g.sm_clock_mhz, "sm_clock_max_mhz": g.sm_clock_max_mhz, "temp_c": g.temp_c,
-             "power_w": g.power_w, "throttle_reasons": g.throttle_reasons, "throttled_pct": g.throttled_pct}
+            {
+                "gpu": g.gpu,
+                "uuid": g.uuid,
+                "sm_clock_mhz": g.sm_clock_mhz,
+                "sm_clock_max_mhz": g.sm_clock_max_mhz,
+                "temp_c": g.temp_c,
+                "power_w": g.power_w,
+                "throttle_reasons": g.throttle_reasons,
+                "throttled_pct": g.throttled_pct,
+            }
             for g in gt.gpus
         ]
     return out
@@ -290,18 +331,44 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     """
     t_start = time.monotonic()
 
-    def report(phase: RampPhase, step: int, users: int, steps: list[StepSummary], samples: int, message: str = "") -> None:
+    def report(
+        phase: RampPhase, step: int, users: int, steps: list[StepSummary], samples: int, message: str = ""
+    ) -> None:
         if on_progress:
-            on_progress(RampProgress(phase=phase, step=step, users=users, elapsed_s=time.monotonic() - t_start, step_s=cfg.step_s,
-                                     samples=samples, steps=tuple(steps), knee=find_knee(steps) if steps else None, message=message))
+            on_progress(
+                RampProgress(
+                    phase=phase,
+                    step=step,
+                    users=users,
+                    elapsed_s=time.monotonic() - t_start,
+                    step_s=cfg.step_s,
+                    samples=samples,
+                    steps=tuple(steps),
+                    knee=find_knee(steps) if steps else None,
+                    message=message,
+                )
+            )
 
     report("preflight", 0, 0, [], 0)
     model, context_len = await preflight(cfg.url, cfg.model, cfg.api_key)
     header = {
-        "url": cfg.url, "model": model, "profile": cfg.profile.as_dict() if not cfg.profile.replay else {"name": cfg.profile.name, "source": cfg.profile.source},
-        "sla": [str(lim) for lim in cfg.limits], "users": cfg.users, "step_seconds": cfg.step_s, "warmup_seconds": cfg.warmup_s,
-        "abort_factor": cfg.abort_factor, "workers": cfg.workers, "seed": cfg.seed, "started_at": time.time(),
-        "metric_definitions": "vllm bench serve: TTFT first content chunk; ITL pooled chunk gaps; TPOT (E2E-TTFT)/(out-1); goodput per request",
+        "url": cfg.url,
+        "model": model,
+        "profile": cfg.profile.as_dict()
+        if not cfg.profile.replay
+        else {"name": cfg.profile.name, "source": cfg.profile.source},
+        "sla": [str(lim) for lim in cfg.limits],
+        "users": cfg.users,
+        "step_seconds": cfg.step_s,
+        "warmup_seconds": cfg.warmup_s,
+        "abort_factor": cfg.abort_factor,
+        "workers": cfg.workers,
+        "seed": cfg.seed,
+        "started_at": time.time(),
+        "metric_definitions": (
+            "vllm bench serve: TTFT first content chunk; ITL pooled chunk gaps; TPOT (E2E-TTFT)/(out-1); "
+            "goodput per request"
+        ),
     }
     writer = ResultWriter(cfg.out_dir, header)
     runner = RunnerProcess(cfg, model, context_len, cfg.out_dir)
@@ -346,9 +413,15 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             steps.append(summary)
             writer.write(steps, find_knee(steps), "running")
             report("step_done", idx, users, steps, len(samples))
-            if summary.requests and summary.errors == summary.requests and set(summary.errors_by_kind) <= {"connect", "http_5xx"}:
+            if (
+                summary.requests
+                and summary.errors == summary.requests
+                and set(summary.errors_by_kind) <= {"connect", "http_5xx"}
+            ):
                 status = "server_failed"
-                raise RampError(f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed")
+                raise RampError(
+                    f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed"
+                )
             if badly_broken(summary, cfg.abort_factor) and idx < len(cfg.users):
                 status = "stopped_early"
                 break

@@ -57,14 +57,27 @@ def knee_sentence(knee: Knee | None, done: bool = True) -> tuple[str, KneeTone]:
         return f"knee: not reached yet; {knee.max_users_within_sla} users meet the SLA", "meets"
     if knee.max_users_within_sla is None:
         return f"knee: even {knee.first_failing_users} users break the SLA ({knee.broken_limit})", "breaks_at_once"
-    return (f"knee: {knee.max_users_within_sla} users meet the SLA; {knee.first_failing_users} break {knee.broken_limit}",
-            "breaks")
+    return (
+        f"knee: {knee.max_users_within_sla} users meet the SLA; {knee.first_failing_users} break {knee.broken_limit}",
+        "breaks",
+    )
 
 
 # (key, header, width) of the CLI's step table
-_TABLE = [("users", "users", 6), ("req_s", "req/s", 7), ("out_tok_s", "out tok/s", 9), ("goodput", "goodput", 8),
-          ("ttft_p50", "TTFT p50", 9), ("ttft_p99", "TTFT p99", 9), ("itl_p99", "ITL p99", 8), ("tpot_p99", "TPOT p99", 9),
-          ("e2e_p99", "E2E p99", 8), ("err_pct", "err%", 5), ("queue", "queue", 6), ("kv", "KV", 5)]
+_TABLE = [
+    ("users", "users", 6),
+    ("req_s", "req/s", 7),
+    ("out_tok_s", "out tok/s", 9),
+    ("goodput", "goodput", 8),
+    ("ttft_p50", "TTFT p50", 9),
+    ("ttft_p99", "TTFT p99", 9),
+    ("itl_p99", "ITL p99", 8),
+    ("tpot_p99", "TPOT p99", 9),
+    ("e2e_p99", "E2E p99", 8),
+    ("err_pct", "err%", 5),
+    ("queue", "queue", 6),
+    ("kv", "KV", 5),
+]
 
 
 def step_table(steps: list[StepSummary], knee: Knee) -> str:

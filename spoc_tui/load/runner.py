@@ -1,8 +1,8 @@
 """The Locust side of a load ramp, run as a child process: ``python -m spoc_tui.load.runner``.
 
 Locust monkey-patches the whole process with gevent on import, which breaks asyncio, so it
-never runs in the Textual process. This child speaks JSON lines: the commands and events of :mod:`spoc_tui.load.wire`, commands
-on stdin, events (a ``Sample`` per finished request) on stdout.
+never runs in the Textual process. This child speaks JSON lines: the commands and events of
+:mod:`spoc_tui.load.wire`, commands on stdin, events (a ``Sample`` per finished request) on stdout.
 
 One Locust user is one conversation (with its history growing turn by turn). Requests use
 ``HttpUser`` with unbuffered streaming (``iter_content(chunk_size=None)``) and SSE parsed
@@ -28,15 +28,15 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import gevent  # noqa: E402
-from gevent.fileobject import FileObjectPosix  # noqa: E402
-from locust import HttpUser, constant, task  # noqa: E402
-from locust.env import Environment  # noqa: E402
-from locust.runners import MasterRunner  # noqa: E402
+import gevent
+from gevent.fileobject import FileObjectPosix
+from locust import HttpUser, constant, task
+from locust.env import Environment
+from locust.runners import MasterRunner
 
-from spoc_tui.core.loadmath import RequestSample  # noqa: E402
-from spoc_tui.load import wire  # noqa: E402
-from spoc_tui.load.profiles import Profile, TextMaker, plan_conversation  # noqa: E402
+from spoc_tui.core.loadmath import RequestSample
+from spoc_tui.load import wire
+from spoc_tui.load.profiles import Profile, TextMaker, plan_conversation
 
 
 def emit(msg: wire.Event) -> None:
@@ -119,7 +119,15 @@ class ChatUser(HttpUser):
         done = False
         error: str | None = None
         try:
-            with self.client.post("/v1/chat/completions", json=body, headers=headers, stream=True, timeout=(10, Shared.timeout), catch_response=True, name="chat") as resp:
+            with self.client.post(
+                "/v1/chat/completions",
+                json=body,
+                headers=headers,
+                stream=True,
+                timeout=(10, Shared.timeout),
+                catch_response=True,
+                name="chat",
+            ) as resp:
                 if resp.status_code != 200:
                     error = f"http_{resp.status_code // 100}xx"
                     resp.failure(f"HTTP {resp.status_code}")
@@ -276,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     Shared.sink = emit_sample
     if args.expect_workers:
         runner = env.create_master_runner(args.master_bind_host, args.master_bind_port)
-        runner.register_message("spoc_samples", lambda msg, **_kw: [emit_sample(RequestSample.from_dict(s)) for s in msg.data])
+        runner.register_message(
+            "spoc_samples", lambda msg, **_kw: [emit_sample(RequestSample.from_dict(s)) for s in msg.data]
+        )
         deadline = time.time() + 60
         while runner.worker_count < args.expect_workers:
             if time.time() > deadline:

@@ -50,7 +50,11 @@ def main(args: list[str]) -> int:
         except subprocess.TimeoutExpired:
             pass
         if orphaned_at is None and os.getppid() != parent:
-            print(f"spoc guard: the process that started this server ({parent}) is gone; stopping the server", file=sys.stderr, flush=True)
+            print(
+                f"spoc guard: the process that started this server ({parent}) is gone; stopping the server",
+                file=sys.stderr,
+                flush=True,
+            )
             orphaned_at = time.monotonic()
             child.send_signal(signal.SIGTERM)
         elif orphaned_at is not None and time.monotonic() - orphaned_at > 15:

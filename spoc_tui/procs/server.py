@@ -81,8 +81,14 @@ class ServerProcess:
         log = open(self.log_path, "wb")
         self.started_at = time.monotonic()
         try:
-            argv = [sys.executable, "-m", GUARD_MODULE, str(os.getpid()), "--", *self.argv] if self.guard else list(self.argv)
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            argv = (
+                [sys.executable, "-m", GUARD_MODULE, str(os.getpid()), "--", *self.argv]
+                if self.guard
+                else list(self.argv)
+            )
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            )
         except OSError as e:
             log.close()
             self.cleanup_tmp()
@@ -92,7 +98,11 @@ class ServerProcess:
                 log.close()
         if self.marker is not None:
             self.marker.parent.mkdir(parents=True, exist_ok=True)
-            self.marker.write_text(json.dumps({"pid": self.proc.pid, "port": self.port, "argv": list(self.argv), "started_at": time.time()}))
+            self.marker.write_text(
+                json.dumps(
+                    {"pid": self.proc.pid, "port": self.port, "argv": list(self.argv), "started_at": time.time()}
+                )
+            )
         deadline = self.started_at + timeout
         while time.monotonic() < deadline:
             code = self.proc.poll()

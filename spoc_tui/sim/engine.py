@@ -198,9 +198,54 @@ class PrefixCache:
         self._lru.clear()
 
 
-HIST_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+HIST_TTFT = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 HIST_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-HIST_LATENCY = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+HIST_LATENCY = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class Hist:
@@ -251,7 +296,9 @@ class EngineStats:
 class SimEngine:
     """One simulated engine on a TP group of :class:`SimGpu`."""
 
-    def __init__(self, cfg: EngineConfig, gpus: list[SimGpu] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, cfg: EngineConfig, gpus: list[SimGpu] | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         cfg.validate()
         self.cfg = cfg
         self.plan = plan(
@@ -510,7 +557,9 @@ class SimEngine:
         dt = wall_dt * self.cfg.speed
         for g in self.gpus:
             g.step(dt, busy, intensity)
-            g.fb_used_mib = (self.plan.weights_bytes_per_gpu + self.plan.kv_cache_bytes / self.cfg.tp + 1.2 * 2**30) / 2**20
+            g.fb_used_mib = (
+                self.plan.weights_bytes_per_gpu + self.plan.kv_cache_bytes / self.cfg.tp + 1.2 * 2**30
+            ) / 2**20
 
     def sample_output_len(self, max_tokens: int) -> int:
         """Natural answer length when EOS is honoured: log-normal around 220 tokens."""

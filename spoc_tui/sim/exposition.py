@@ -16,7 +16,10 @@ def _f(v: float) -> str:
 
 
 def _labels(pairs: Iterable[tuple[str, str]]) -> str:
-    inner = ",".join(f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34)).replace(chr(10), chr(92) + "n")}"' for k, v in sorted(pairs))
+    inner = ",".join(
+        f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34)).replace(chr(10), chr(92) + "n")}"'
+        for k, v in sorted(pairs)
+    )
     return "{" + inner + "}" if inner else ""
 
 
@@ -32,19 +35,26 @@ def vllm_metrics(engine: SimEngine, engine_id: str = "0") -> str:
         out.append(f"# TYPE {name} {kind}")
 
     family("spoc_sim_info", "gauge", "This server is the spoc-tui engine simulator: every figure is simulated.")
-    out.append(f'spoc_sim_info{_labels([("gpu", engine.cfg.gpu.name), ("model", engine.cfg.model.name), ("tp", str(engine.cfg.tp))])} 1.0')
+    info = _labels([("gpu", engine.cfg.gpu.name), ("model", engine.cfg.model.name), ("tp", str(engine.cfg.tp))])
+    out.append(f"spoc_sim_info{info} 1.0")
     family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.")
     out.append(f"vllm:num_requests_running{L} {_f(len(engine.running))}")
     family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.")
     out.append(f"vllm:num_requests_waiting{L} {_f(len(engine.waiting))}")
     family("vllm:num_requests_waiting_by_reason", "gauge", "Number of waiting requests by reason.")
-    out.append(f"vllm:num_requests_waiting_by_reason{_labels(base + [('reason', 'capacity')])} {_f(len(engine.waiting))}")
+    out.append(
+        f"vllm:num_requests_waiting_by_reason{_labels(base + [('reason', 'capacity')])} {_f(len(engine.waiting))}"
+    )
     out.append(f"vllm:num_requests_waiting_by_reason{_labels(base + [('reason', 'deferred')])} 0.0")
     family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.")
     out.append(f"vllm:kv_cache_usage_perc{L} {_f(engine.kv_usage)}")
     counters = (
         ("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", st.preemptions),
-        ("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", st.prefix_queries),
+        (
+            "vllm:prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            st.prefix_queries,
+        ),
         ("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", st.prefix_hits),
         ("vllm:prompt_tokens_total", "Number of prefill tokens processed.", st.prompt_tokens),
         ("vllm:generation_tokens_total", "Number of generation tokens processed.", st.generation_tokens),
@@ -58,7 +68,11 @@ def vllm_metrics(engine: SimEngine, engine_id: str = "0") -> str:
     hists = (
         ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", st.ttft),
         ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", st.itl),
-        ("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", st.tpot),
+        (
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            st.tpot,
+        ),
         ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", st.e2e),
         ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", st.queue),
         ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", st.prefill_time),
@@ -105,14 +119,39 @@ _DCGM_FIELDS = (
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", lambda g: round(g.temp_c)),
     ("DCGM_FI_DEV_SLOWDOWN_TEMP", "gauge", "Slowdown temperature (in C).", lambda g: round(g.spec.slowdown_temp_c)),
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", lambda g: f"{g.power_w:.6f}"),
-    ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Enforced power limit (in W).", lambda g: f"{g.spec.power_limit_w:.6f}"),
-    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).", lambda g: round(g.energy_mj)),
+    (
+        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+        "gauge",
+        "Enforced power limit (in W).",
+        lambda g: f"{g.spec.power_limit_w:.6f}",
+    ),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+        lambda g: round(g.energy_mj),
+    ),
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", lambda g: round(g.util_pct)),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", lambda g: round(g.fb_used_mib)),
-    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", lambda g: max(0, round(g.spec.memory_bytes / 2**20 - g.fb_used_mib))),
+    (
+        "DCGM_FI_DEV_FB_FREE",
+        "gauge",
+        "Framebuffer memory free (in MiB).",
+        lambda g: max(0, round(g.spec.memory_bytes / 2**20 - g.fb_used_mib)),
+    ),
     ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons (bitmask).", lambda g: g.reasons),
-    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints (in ns).", lambda g: round(g.power_violation_ns)),
-    ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in ns).", lambda g: round(g.thermal_violation_ns)),
+    (
+        "DCGM_FI_DEV_POWER_VIOLATION",
+        "counter",
+        "Throttling duration due to power constraints (in ns).",
+        lambda g: round(g.power_violation_ns),
+    ),
+    (
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+        "counter",
+        "Throttling duration due to thermal constraints (in ns).",
+        lambda g: round(g.thermal_violation_ns),
+    ),
 )
 
 

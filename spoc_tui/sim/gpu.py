@@ -37,7 +37,9 @@ class SimGpu:
 
     def __post_init__(self) -> None:
         if not self.uuid:
-            self.uuid = "GPU-" + str(uuidlib.UUID(int=(self.seed * 1_000_003 + self.index * 7919 + 0x5C0C) % (1 << 128)))
+            self.uuid = "GPU-" + str(
+                uuidlib.UUID(int=(self.seed * 1_000_003 + self.index * 7919 + 0x5C0C) % (1 << 128))
+            )
         self.power_w = self.spec.idle_power_w
         self.sm_clock_mhz = self.spec.sm_clock_idle_mhz
 

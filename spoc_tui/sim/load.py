@@ -18,7 +18,17 @@ SYSTEM_PROMPT = " ".join(FILLER[(i * 5) % len(FILLER)] for i in range(400))
 
 
 class BuiltinLoad:
-    def __init__(self, engine: SimEngine, users: int, wake: asyncio.Event, think_s: tuple[float, float] = (1.0, 6.0), seed: int = 0, wave_period_s: float = 180.0, heavy: bool = False, ramp_s: float | None = None) -> None:
+    def __init__(
+        self,
+        engine: SimEngine,
+        users: int,
+        wake: asyncio.Event,
+        think_s: tuple[float, float] = (1.0, 6.0),
+        seed: int = 0,
+        wave_period_s: float = 180.0,
+        heavy: bool = False,
+        ramp_s: float | None = None,
+    ) -> None:
         """
         Args:
             heavy: long pasted contexts and long answers (fills the KV cache).

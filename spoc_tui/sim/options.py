@@ -41,5 +41,3 @@ class SimOptions:
     load_users: int | None = None
     truth_log: str | None = None
     """Built-in background users (none unless given; `spoc demo` chooses per scenario)."""
-
-

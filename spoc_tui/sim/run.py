@@ -14,7 +14,6 @@ from spoc_tui.sim.gpu import SimGpu
 from spoc_tui.sim.load import BuiltinLoad
 from spoc_tui.sim.options import SCENARIOS, SimConfigError, SimOptions
 from spoc_tui.sim.server import SimServer
-from spoc_tui.core.errors import InputError
 
 HOT_GPU_RESISTANCE = 0.115
 """C/W of the weakly cooled GPU in the thermal scenario (others: 0.060)."""
@@ -91,7 +90,9 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
     load = None
     if users:
         overload = opts.scenario == "overload"
-        load = BuiltinLoad(engine, users, server.wake, seed=opts.seed, heavy=overload, ramp_s=90.0 if overload else None)
+        load = BuiltinLoad(
+            engine, users, server.wake, seed=opts.seed, heavy=overload, ramp_s=90.0 if overload else None
+        )
     loop = asyncio.get_running_loop()
     stop = server.stop_event
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -104,7 +105,11 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
         print(
             f"spoc sim: SIMULATED {cfg.served_model_name} on {cfg.tp}x {cfg.gpu.label} ({opts.scenario})\n"
             f"  OpenAI API + vLLM metrics: http://{opts.host}:{server.bound_port}\n"
-            + (f"  DCGM metrics:              http://{opts.host}:{server.bound_dcgm_port}/metrics\n" if server.bound_dcgm_port else "")
+            + (
+                f"  DCGM metrics:              http://{opts.host}:{server.bound_dcgm_port}/metrics\n"
+                if server.bound_dcgm_port
+                else ""
+            )
             + f"  KV cache: {engine.num_blocks} blocks x {cfg.block_size} tokens = {engine.plan.kv_cache_tokens} tokens"
             + (f"; background load: {users} users" if users else ""),
             flush=True,

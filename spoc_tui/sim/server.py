@@ -16,7 +16,6 @@ from spoc_tui.sim.engine import SimEngine, SimRequest, chat_tokens, tokenize
 from spoc_tui.sim.exposition import dcgm_metrics, vllm_metrics
 
 
-
 def error_response(status: int, message: str, type_: str = "BadRequestError", param: str | None = None) -> web.Response:
     """vLLM's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
     body = {"error": {"message": message, "type": type_, "param": param, "code": status}}
@@ -111,10 +110,17 @@ class SimServer:
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=vllm_metrics(self.engine), content_type="text/plain", charset="utf-8", headers={"X-Spoc-Simulated": "1"})
+        return web.Response(
+            text=vllm_metrics(self.engine),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Spoc-Simulated": "1"},
+        )
 
     async def dcgm(self, request: web.Request) -> web.Response:
-        return web.Response(text=dcgm_metrics(self.engine.gpus, self.hostname), content_type="text/plain", charset="utf-8")
+        return web.Response(
+            text=dcgm_metrics(self.engine.gpus, self.hostname), content_type="text/plain", charset="utf-8"
+        )
 
     async def _body(self, request: web.Request) -> dict[str, Any] | web.Response:
         try:
@@ -152,7 +158,9 @@ class SimServer:
             return error_response(400, "'prompt' must be a string or a list of token ids", param="prompt")
         return await self._generate(request, body, ids, chat=False)
 
-    async def _generate(self, request: web.Request, body: dict[str, Any], prompt: list[int], chat: bool) -> web.StreamResponse:
+    async def _generate(
+        self, request: web.Request, body: dict[str, Any], prompt: list[int], chat: bool
+    ) -> web.StreamResponse:
         eng = self.engine
         max_len = eng.max_len
         raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -188,7 +196,10 @@ class SimServer:
 
         def on_finish(r: SimRequest) -> None:
             if self._truth is not None:
-                self._truth.write(json.dumps({"id": rid, "arrival": r.arrival, "tokens": token_times, "reason": r.finish_reason}) + "\n")
+                self._truth.write(
+                    json.dumps({"id": rid, "arrival": r.arrival, "tokens": token_times, "reason": r.finish_reason})
+                    + "\n"
+                )
             queue.put_nowait(None)
 
         req = SimRequest(
@@ -215,12 +226,19 @@ class SimServer:
             text = "".join(" " + req.word(i) for i in range(req.generated))
             usage = self._usage(req)
             if chat:
-                choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": req.finish_reason, "logprobs": None}
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": req.finish_reason,
+                    "logprobs": None,
+                }
                 obj = "chat.completion"
             else:
                 choice = {"index": 0, "text": text, "finish_reason": req.finish_reason, "logprobs": None}
                 obj = "text_completion"
-            return web.json_response({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage})
+            return web.json_response(
+                {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage}
+            )
 
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
@@ -231,8 +249,22 @@ class SimServer:
 
         try:
             if chat:
-                await send({"id": rid, "object": obj, "created": created, "model": model,
-                            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]})
+                await send(
+                    {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"role": "assistant", "content": ""},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                )
             while True:
                 item = await queue.get()
                 if item is None:
@@ -248,7 +280,16 @@ class SimServer:
             final.update({"delta": {}} if chat else {"text": ""})
             await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [final]})
             if include_usage:
-                await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": self._usage(req)})
+                await send(
+                    {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": self._usage(req),
+                    }
+                )
             await resp.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
             eng.abort(req)
@@ -267,7 +308,7 @@ class SimServer:
 
 
 def _bound_port(site: web.TCPSite) -> int | None:
-    server = site._server  # noqa: SLF001 - aiohttp exposes no public accessor
+    server = site._server
     if server is None or not getattr(server, "sockets", None):
         return None
     return int(server.sockets[0].getsockname()[1])

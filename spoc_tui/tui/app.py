@@ -22,7 +22,15 @@ from spoc_tui.core.errors import InputError, SpocError, first_line
 from spoc_tui.core.gpu import GpuSample, analyse_groups
 from spoc_tui.core.snapshots import GpuTick, SourceStatus
 from spoc_tui.load.ramp import RampConfig, RampError, run_ramp
-from spoc_tui.tui.messages import GpusSampled, RampFinished, RampProgressed, ServersSampled, SourceStatusChanged, TuneEvent, TuneFinished
+from spoc_tui.tui.messages import (
+    GpusSampled,
+    RampFinished,
+    RampProgressed,
+    ServersSampled,
+    SourceStatusChanged,
+    TuneEvent,
+    TuneFinished,
+)
 from spoc_tui.tui.screens.capacity import CapacityScreen
 from spoc_tui.tui.screens.help import HelpScreen
 from spoc_tui.tui.screens.load import LoadScreen
@@ -125,7 +133,9 @@ class SpocApp(App[int]):
                     try:
                         gpus.extend(await asyncio.to_thread(reader.read))
                     except Exception as e:  # a GPU fell off the bus, an NVML hiccup: shown, and polling goes on
-                        changes = changes + (SourceStatus(getattr(reader, "source", "nvml"), False, f"NVML read failed: {e}"),)
+                        changes = changes + (
+                            SourceStatus(getattr(reader, "source", "nvml"), False, f"NVML read failed: {e}"),
+                        )
                 for ch in changes:
                     self.post_message(SourceStatusChanged(ch))
                 groups = await self._tp_groups()
@@ -285,8 +295,13 @@ class SpocApp(App[int]):
             self.post_message(TuneFinished("error", f"internal error: {type(e).__name__}: {e}"))
         else:
             ran = len([r for r in summary.records if r.repeat_of is None])
-            self.post_message(TuneFinished(summary.status, f"{summary.status}: {ran} trial(s), {len(summary.front.records)} Pareto-optimal; "
-                                                           f"results in {out}/pareto.json" + (f"; {summary.message}" if summary.message else "")))
+            self.post_message(
+                TuneFinished(
+                    summary.status,
+                    f"{summary.status}: {ran} trial(s), {len(summary.front.records)} Pareto-optimal; "
+                    f"results in {out}/pareto.json" + (f"; {summary.message}" if summary.message else ""),
+                )
+            )
 
     def on_tune_event(self, message: TuneEvent) -> None:
         self.tune_screen.apply_event(message.event)

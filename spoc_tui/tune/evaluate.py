@@ -45,7 +45,9 @@ class Evaluator(Protocol):
     """Scores one configuration: :class:`ServerEvaluator` (a real server and a ramp) or
     :class:`FastSimEvaluator` (the simulator in virtual time)."""
 
-    def evaluate(self, config: Config, flags: list[str], trial_dir: Path, on_event: OnEvent | None = None) -> TrialOutcome:
+    def evaluate(
+        self, config: Config, flags: list[str], trial_dir: Path, on_event: OnEvent | None = None
+    ) -> TrialOutcome:
         """Run the configuration and say how it did (the configuration's own failures are
         ``infeasible`` outcomes, not exceptions).
 
@@ -87,8 +89,12 @@ def failure_reason(message: str, tail: str) -> str:
     low = tail.lower()
     if "out of memory" in low or "outofmemoryerror" in low or "cannot allocate memory" in low:
         return f"out of memory ({message})"
-    noise = ("File \"", "For further information", "Traceback", "^", "~")
-    lines = [ln.strip() for ln in tail.splitlines() if ln.strip() and _ERROR_LINE.search(ln) and not ln.strip().startswith(noise)]
+    noise = ('File "', "For further information", "Traceback", "^", "~")
+    lines = [
+        ln.strip()
+        for ln in tail.splitlines()
+        if ln.strip() and _ERROR_LINE.search(ln) and not ln.strip().startswith(noise)
+    ]
     if lines:
         line = re.sub(r"\s*\[type=.*$", "", lines[-1])  # pydantic's input dump
         return f"{message}: {line[:300]}"
@@ -113,8 +119,16 @@ class RampSettings:
 class ServerEvaluator:
     """Launch template + ramp. Thread-safe ``stop()`` interrupts a running trial."""
 
-    def __init__(self, template: Sequence[str], ramp: RampSettings, *, env: dict[str, str] | None = None, port: int | None = None,
-                 start_timeout: float = 600.0, marker: Path | None = None) -> None:
+    def __init__(
+        self,
+        template: Sequence[str],
+        ramp: RampSettings,
+        *,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        start_timeout: float = 600.0,
+        marker: Path | None = None,
+    ) -> None:
         self.template = list(template)
         self.ramp = ramp
         self.env = env or {}
@@ -135,7 +149,9 @@ class ServerEvaluator:
         if srv is not None and srv.proc is not None and self._task is None:
             srv.stop(grace=5.0)  # still starting: the readiness loop sees it exit
 
-    def evaluate(self, config: Config, flags: list[str], trial_dir: Path, on_event: OnEvent | None = None) -> TrialOutcome:
+    def evaluate(
+        self, config: Config, flags: list[str], trial_dir: Path, on_event: OnEvent | None = None
+    ) -> TrialOutcome:
         emit: OnEvent = on_event or (lambda ev: None)
         t0 = time.monotonic()
         port = self.port or free_port()
@@ -149,39 +165,86 @@ class ServerEvaluator:
                 start_s = server.start(timeout=self.start_timeout)
             except LaunchError as e:
                 if self._stopping.is_set():
-                    return TrialOutcome("interrupted", reason="stopped while the server was starting", duration_s=time.monotonic() - t0)
+                    return TrialOutcome(
+                        "interrupted", reason="stopped while the server was starting", duration_s=time.monotonic() - t0
+                    )
                 if e.kind in ("port", "exec"):
                     raise TuneFatal(str(e)) from None
-                return TrialOutcome("infeasible", reason=failure_reason(f"server did not start ({e})", e.log_tail), log_tail=e.log_tail,
-                                    duration_s=time.monotonic() - t0)
+                return TrialOutcome(
+                    "infeasible",
+                    reason=failure_reason(f"server did not start ({e})", e.log_tail),
+                    log_tail=e.log_tail,
+                    duration_s=time.monotonic() - t0,
+                )
             emit(ServerReady(start_s, server.url))
             kv_tokens = _kv_tokens(server.url)
             try:
                 steps, knee, mml = self._run_ramp(server.url, trial_dir, emit)
             except asyncio.CancelledError:
-                return TrialOutcome("interrupted", reason="stopped during the ramp", start_s=start_s, duration_s=time.monotonic() - t0)
+                return TrialOutcome(
+                    "interrupted", reason="stopped during the ramp", start_s=start_s, duration_s=time.monotonic() - t0
+                )
             except RampError as e:
                 tail = server.log_tail()
                 if not server.alive():
                     code = server.proc.returncode if server.proc else None
-                    return TrialOutcome("infeasible", reason=failure_reason(f"server exited under load (code {code})", tail), log_tail=tail,
-                                        start_s=start_s, duration_s=time.monotonic() - t0)
-                return TrialOutcome("infeasible", reason=f"ramp failed: {e}", log_tail=tail, start_s=start_s, duration_s=time.monotonic() - t0)
+                    return TrialOutcome(
+                        "infeasible",
+                        reason=failure_reason(f"server exited under load (code {code})", tail),
+                        log_tail=tail,
+                        start_s=start_s,
+                        duration_s=time.monotonic() - t0,
+                    )
+                return TrialOutcome(
+                    "infeasible",
+                    reason=f"ramp failed: {e}",
+                    log_tail=tail,
+                    start_s=start_s,
+                    duration_s=time.monotonic() - t0,
+                )
             if not server.alive():
                 tail = server.log_tail()
-                return TrialOutcome("infeasible", reason=failure_reason("server exited during the ramp", tail), log_tail=tail,
-                                    steps=steps, knee=knee, start_s=start_s, duration_s=time.monotonic() - t0)
+                return TrialOutcome(
+                    "infeasible",
+                    reason=failure_reason("server exited during the ramp", tail),
+                    log_tail=tail,
+                    steps=steps,
+                    knee=knee,
+                    start_s=start_s,
+                    duration_s=time.monotonic() - t0,
+                )
             samples = _read_samples(trial_dir / "requests.jsonl")
-            return TrialOutcome("ok", steps, knee, start_s=start_s, kv_tokens=kv_tokens, max_model_len=mml,
-                                tokens_per_request=_tokens_per_request(samples), duration_s=time.monotonic() - t0)
+            return TrialOutcome(
+                "ok",
+                steps,
+                knee,
+                start_s=start_s,
+                kv_tokens=kv_tokens,
+                max_model_len=mml,
+                tokens_per_request=_tokens_per_request(samples),
+                duration_s=time.monotonic() - t0,
+            )
         finally:
             server.stop()
             self._server = None
 
     def _run_ramp(self, url: str, trial_dir: Path, emit: OnEvent) -> tuple[list[StepSummary], Knee, int | None]:
         r = self.ramp
-        cfg = RampConfig(url=url, profile=r.profile, users=list(r.users), limits=r.limits, out_dir=trial_dir, model=r.model, step_s=r.step_s,
-                         warmup_s=r.warmup_s, abort_factor=r.abort_factor, workers=r.workers, seed=r.seed, tokenizer=r.tokenizer, api_key=r.api_key)
+        cfg = RampConfig(
+            url=url,
+            profile=r.profile,
+            users=list(r.users),
+            limits=r.limits,
+            out_dir=trial_dir,
+            model=r.model,
+            step_s=r.step_s,
+            warmup_s=r.warmup_s,
+            abort_factor=r.abort_factor,
+            workers=r.workers,
+            seed=r.seed,
+            tokenizer=r.tokenizer,
+            api_key=r.api_key,
+        )
 
         def progress(p: RampProgress) -> None:
             emit(RampProgressed(p))
@@ -234,8 +297,15 @@ def _read_samples(path: Path) -> list[RequestSample]:
 # -- the simulator in virtual time -----------------------------------------------------------
 
 SIM_FLAGS = {
-    "max-num-seqs": int, "max-num-batched-tokens": int, "enable-chunked-prefill": bool, "enable-prefix-caching": bool,
-    "gpu-memory-utilization": float, "block-size": int, "max-model-len": int, "kv-cache-dtype": str, "quantization": str,
+    "max-num-seqs": int,
+    "max-num-batched-tokens": int,
+    "enable-chunked-prefill": bool,
+    "enable-prefix-caching": bool,
+    "gpu-memory-utilization": float,
+    "block-size": int,
+    "max-model-len": int,
+    "kv-cache-dtype": str,
+    "quantization": str,
 }
 
 
@@ -245,7 +315,9 @@ class FastSimEvaluator:
     Deterministic for a given configuration and seed, so a whole space can be tabulated once.
     """
 
-    def __init__(self, ramp: RampSettings, model: str = "llama-3.1-8b", gpu: str = "h100-80gb", fixed: Config | None = None) -> None:
+    def __init__(
+        self, ramp: RampSettings, model: str = "llama-3.1-8b", gpu: str = "h100-80gb", fixed: Config | None = None
+    ) -> None:
         if ramp.profile.mix or ramp.profile.replay:
             raise ValueError("the simulator's fast mode takes a simple profile (not a mix or a replay)")
         self.ramp = ramp
@@ -256,8 +328,13 @@ class FastSimEvaluator:
     def stop(self) -> None:
         pass
 
-    def evaluate(self, config: Config, flags: list[str] | None = None, trial_dir: Path | None = None,
-                 on_event: OnEvent | None = None) -> TrialOutcome:
+    def evaluate(
+        self,
+        config: Config,
+        flags: list[str] | None = None,
+        trial_dir: Path | None = None,
+        on_event: OnEvent | None = None,
+    ) -> TrialOutcome:
         from spoc_tui.sim.run import SimConfigError, SimOptions, build
 
         t0 = time.monotonic()
@@ -274,18 +351,30 @@ class FastSimEvaluator:
             try:
                 engine, _ = build(opts)
             except SimConfigError as e:
-                return TrialOutcome("infeasible", reason=f"server did not start: {e}", log_tail=str(e), duration_s=time.monotonic() - t0)
+                return TrialOutcome(
+                    "infeasible", reason=f"server did not start: {e}", log_tail=str(e), duration_s=time.monotonic() - t0
+                )
             samples = run_closed_loop(engine, self.ramp.profile, users, self.ramp.step_s, idx, self.ramp.seed)
             window = [s for s in samples if (s.end or 0) >= self.ramp.warmup_s]
             summary = summarize_step(idx, users, window, self.ramp.step_s - self.ramp.warmup_s, self.ramp.limits)
             steps.append(summary)
             samples_all += window
         assert engine is not None
-        return TrialOutcome("ok", steps, find_knee(steps), start_s=0.0, kv_tokens=engine.plan.kv_cache_tokens, max_model_len=engine.max_len,
-                            tokens_per_request=_tokens_per_request(samples_all), duration_s=time.monotonic() - t0)
+        return TrialOutcome(
+            "ok",
+            steps,
+            find_knee(steps),
+            start_s=0.0,
+            kv_tokens=engine.plan.kv_cache_tokens,
+            max_model_len=engine.max_len,
+            tokens_per_request=_tokens_per_request(samples_all),
+            duration_s=time.monotonic() - t0,
+        )
 
 
-def run_closed_loop(engine: Any, profile: Profile, users: int, duration_s: float, step: int, seed: int) -> list[RequestSample]:
+def run_closed_loop(
+    engine: Any, profile: Profile, users: int, duration_s: float, step: int, seed: int
+) -> list[RequestSample]:
     """``users`` chat users against ``engine`` for ``duration_s`` virtual seconds.
 
     Each user holds a conversation of the profile's turns: the prompt is the shared system
@@ -315,9 +404,21 @@ def run_closed_loop(engine: Any, profile: Profile, users: int, duration_s: float
     def finished(u: int, r: Any) -> None:
         if r.first_token is not None and r.finished is not None:
             itl = tuple(gaps.pop(r.rid, [0.0])[2:])  # [last time, first token's gap, then the inter-token gaps]
-            samples.append(RequestSample(start=r.arrival, step=step, users=users, ok=not r.aborted, ttft=r.first_token - r.arrival, itl=itl,
-                                         e2e=r.finished - r.arrival, output_tokens=r.generated, prompt_tokens=len(r.prompt),
-                                         cached_tokens=r.cached_tokens, end=r.finished))
+            samples.append(
+                RequestSample(
+                    start=r.arrival,
+                    step=step,
+                    users=users,
+                    ok=not r.aborted,
+                    ttft=r.first_token - r.arrival,
+                    itl=itl,
+                    e2e=r.finished - r.arrival,
+                    output_tokens=r.generated,
+                    prompt_tokens=len(r.prompt),
+                    cached_tokens=r.cached_tokens,
+                    end=r.finished,
+                )
+            )
         history[u] = list(r.prompt) + r.output_ids()
         turns_left[u] -= 1
         heapq.heappush(wake, (clock[0] + profile.think_s.sample(rng), u))
@@ -325,7 +426,7 @@ def run_closed_loop(engine: Any, profile: Profile, users: int, duration_s: float
     def submit(u: int) -> None:
         first = turns_left.get(u, 0) <= 0
         if first:
-            turns_left[u] = max(1, int(round(profile.turns.sample(rng))))
+            turns_left[u] = max(1, round(profile.turns.sample(rng)))
             history[u] = list(system)
         dist = profile.first_user_tokens if first and profile.first_user_tokens is not None else profile.user_tokens
         n_user = max(1, int(dist.sample(rng, max_len)))
@@ -338,7 +439,17 @@ def run_closed_loop(engine: Any, profile: Profile, users: int, duration_s: float
         from spoc_tui.sim.engine import SimRequest
 
         rid = f"u{u}-{next(serial)}"
-        engine.add(SimRequest(rid, prompt, out, out, clock[0], on_token=lambda _n, now, rid=rid: token(rid, now), on_finish=lambda r, u=u: finished(u, r)))
+        engine.add(
+            SimRequest(
+                rid,
+                prompt,
+                out,
+                out,
+                clock[0],
+                on_token=lambda _n, now, rid=rid: token(rid, now),
+                on_finish=lambda r, u=u: finished(u, r),
+            )
+        )
 
     while clock[0] < duration_s:
         while wake and wake[0][0] <= clock[0]:

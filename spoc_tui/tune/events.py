@@ -117,7 +117,19 @@ class StudyDone:
 EvaluatorEvent = ServerStarting | ServerReady | RampProgressed
 """What an evaluator reports while it scores one configuration."""
 
-TuneEvent = (StudyOpened | Note | TrialSkipped | TrialStarted | ServerStarting | ServerReady | RampProgressed | TrialDone
-             | OthersDone | RepeatStarted | RepeatDone | StudyDone)
+TuneEvent = (
+    StudyOpened
+    | Note
+    | TrialSkipped
+    | TrialStarted
+    | ServerStarting
+    | ServerReady
+    | RampProgressed
+    | TrialDone
+    | OthersDone
+    | RepeatStarted
+    | RepeatDone
+    | StudyDone
+)
 
 Listener = Callable[[TuneEvent], None]

@@ -48,7 +48,9 @@ def _strategy_class() -> type:
     try:
         from optuna.samplers.nsgaii._child_generation_strategy import NSGAIIChildGenerationStrategy
     except ImportError as e:
-        raise OptunaChanged(f"optuna {optuna.__version__}: {STRATEGY_PATH} is gone ({e}); spoc-tui supports optuna {SUPPORTED}") from None
+        raise OptunaChanged(
+            f"optuna {optuna.__version__}: {STRATEGY_PATH} is gone ({e}); spoc-tui supports optuna {SUPPORTED}"
+        ) from None
     return NSGAIIChildGenerationStrategy
 
 
@@ -56,22 +58,30 @@ def check() -> None:
     """Raises: OptunaChanged when the installed Optuna is not one this module knows."""
     major = int(optuna.__version__.split(".")[0])
     if major not in SUPPORTED:
-        raise OptunaChanged(f"optuna {optuna.__version__} is installed; spoc-tui's NSGA-II screening supports optuna {SUPPORTED}")
+        raise OptunaChanged(
+            f"optuna {optuna.__version__} is installed; spoc-tui's NSGA-II screening supports optuna {SUPPORTED}"
+        )
     cls = _strategy_class()
     init = inspect.signature(cls.__init__).parameters
     call = list(inspect.signature(cls.__call__).parameters)[1:]
     missing = [a for a in _ARGS if a not in init]
     if missing or call != list(_CALL):
-        raise OptunaChanged(f"optuna {optuna.__version__}: {STRATEGY_PATH} changed its signature "
-                            f"(expected arguments {_ARGS}, call {_CALL}); spoc-tui supports optuna {SUPPORTED}")
+        raise OptunaChanged(
+            f"optuna {optuna.__version__}: {STRATEGY_PATH} changed its signature "
+            f"(expected arguments {_ARGS}, call {_CALL}); spoc-tui supports optuna {SUPPORTED}"
+        )
 
 
-def nsga2_children(crossover: Any, rng: RandomState, crossover_prob: float = 0.9, swapping_prob: float = 0.5) -> ChildStrategy:
+def nsga2_children(
+    crossover: Any, rng: RandomState, crossover_prob: float = 0.9, swapping_prob: float = 0.5
+) -> ChildStrategy:
     """NSGA-II's own child-generation strategy (as ``NSGAIISampler`` builds it by default).
 
     Raises:
         OptunaChanged: see :func:`check`.
     """
     check()
-    strategy: ChildStrategy = _strategy_class()(crossover=crossover, crossover_prob=crossover_prob, swapping_prob=swapping_prob, rng=rng)
+    strategy: ChildStrategy = _strategy_class()(
+        crossover=crossover, crossover_prob=crossover_prob, swapping_prob=swapping_prob, rng=rng
+    )
     return strategy

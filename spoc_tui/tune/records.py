@@ -77,10 +77,23 @@ class TrialRecord:
         a = t.user_attrs
         if "status" not in a:
             return None
-        return cls(number=t.number, status=a["status"], config=dict(a.get("config") or t.params), flags=list(a.get("flags", [])),
-                   objectives=dict(a.get("objectives", {})), constraints=dict(a.get("constraints", {})), feasible=bool(a.get("feasible")),
-                   reason=a.get("reason", ""), log_tail=a.get("log_tail", ""), knee=dict(a.get("knee", {})), reference=dict(a.get("reference", {})),
-                   start_s=a.get("start_s"), duration_s=float(a.get("duration_s", 0.0)), worker=a.get("worker", ""), finished_at=float(a.get("finished_at", 0.0)))
+        return cls(
+            number=t.number,
+            status=a["status"],
+            config=dict(a.get("config") or t.params),
+            flags=list(a.get("flags", [])),
+            objectives=dict(a.get("objectives", {})),
+            constraints=dict(a.get("constraints", {})),
+            feasible=bool(a.get("feasible")),
+            reason=a.get("reason", ""),
+            log_tail=a.get("log_tail", ""),
+            knee=dict(a.get("knee", {})),
+            reference=dict(a.get("reference", {})),
+            start_s=a.get("start_s"),
+            duration_s=float(a.get("duration_s", 0.0)),
+            worker=a.get("worker", ""),
+            finished_at=float(a.get("finished_at", 0.0)),
+        )
 
 
 @dataclass
@@ -112,5 +125,3 @@ def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective
             seen.append(v)
         hv_by.append(hypervolume(seen, dirs, ref) if seen else 0.0)
     return Front(pareto, ref, hv_by[-1] if hv_by else 0.0, hv_by)
-
-

@@ -37,7 +37,7 @@ Params = dict[str, Any]
 
 
 class Observation:
-    __slots__ = ("params", "feasible", "values")
+    __slots__ = ("feasible", "params", "values")
 
     def __init__(self, params: Params, feasible: bool, values: Sequence[float] | None) -> None:
         self.params = params
@@ -62,7 +62,9 @@ def observations(study: Any, objective_names: Sequence[str]) -> list[Observation
 class Surrogate:
     """Nearest-neighbour estimate of feasibility and objectives (objectives as minimisation)."""
 
-    def __init__(self, obs: Sequence[Observation], distributions: dict[str, Any], directions: Sequence[str], k: int = 4) -> None:
+    def __init__(
+        self, obs: Sequence[Observation], distributions: dict[str, Any], directions: Sequence[str], k: int = 4
+    ) -> None:
         self.obs = list(obs)
         self.dists = distributions
         self.k = k
@@ -111,13 +113,17 @@ class Surrogate:
         # feasibility with a weak prior of 1/2 (weight of a neighbour at distance 0.45), so a corner
         # next to one failure is not written off for good
         prior_w = 4.0
-        p = (sum(w for w, (_, o) in zip(weights, near, strict=True) if o.feasible) + 0.5 * prior_w) / (sum(weights) + prior_w)
+        p = (sum(w for w, (_, o) in zip(weights, near, strict=True) if o.feasible) + 0.5 * prior_w) / (
+            sum(weights) + prior_w
+        )
         valued = [(w, self.norm(o.values)) for w, (_, o) in zip(weights, near, strict=True) if o.values is not None]
         if not valued:
             return p * (1.0 if not self.front else 0.0) + d0
         wsum = sum(w for w, _ in valued)
         y = np.array([sum(w * v[i] for w, v in valued) / wsum for i in range(len(self.sign))])
-        spread = np.sqrt(np.array([sum(w * (v[i] - y[i]) ** 2 for w, v in valued) / wsum for i in range(len(self.sign))]))
+        spread = np.sqrt(
+            np.array([sum(w * (v[i] - y[i]) ** 2 for w, v in valued) / wsum for i in range(len(self.sign))])
+        )
         optimistic = tuple(float(x) for x in y - kappa * (spread + d0))
         return p * self._gain(optimistic)
 
@@ -142,8 +148,17 @@ class ScreenedChildren:
     another is available.
     """
 
-    def __init__(self, *, seed: int | None, crossover: Any, objective_names: Sequence[str], directions: Sequence[str],
-                 make_filter: Callable[[], Callable[[Params], bool]], pool: int = 32, kappa: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        seed: int | None,
+        crossover: Any,
+        objective_names: Sequence[str],
+        directions: Sequence[str],
+        make_filter: Callable[[], Callable[[Params], bool]],
+        pool: int = 32,
+        kappa: float = 1.0,
+    ) -> None:
         self._rng = RandomState(seed)
         self._inner = nsga2_children(crossover, self._rng)
         self.objective_names = list(objective_names)

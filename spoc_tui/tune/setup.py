@@ -9,7 +9,15 @@ from pathlib import Path
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.loadmath import Limit, parse_sla, parse_users
-from spoc_tui.core.tunespace import Config, Space, SpaceError, load_space, parse_objectives, parse_template, template_flags
+from spoc_tui.core.tunespace import (
+    Config,
+    Space,
+    SpaceError,
+    load_space,
+    parse_objectives,
+    parse_template,
+    template_flags,
+)
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE
 from spoc_tui.tune.evaluate import RampSettings, ServerEvaluator
@@ -84,10 +92,15 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
     space: Space = load_space(a.space, known)
     clash = sorted(set(space.names) & template_flags(template))
     if clash:
-        raise SpaceError(f"--launch already sets {', '.join('--' + c for c in clash)}, which the search space varies; take it out of the command")
+        raise SpaceError(
+            f"--launch already sets {', '.join('--' + c for c in clash)}, which the search space varies; take "
+            f"it out of the command"
+        )
     users = parse_users(a.users)
     if a.ref_users is not None and a.ref_users not in users:
-        raise TuneArgsError(f"--ref-users {a.ref_users} is not one of the ramp's user counts ({', '.join(map(str, users))})")
+        raise TuneArgsError(
+            f"--ref-users {a.ref_users} is not one of the ramp's user counts ({', '.join(map(str, users))})"
+        )
     tries: list[Config] = [space.parse_flags(t) for t in a.tries]
     for t in tries:
         broken = space.violated(t)
@@ -101,11 +114,39 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         env[k] = v
     profile = load_profile(a.profile)
     knee = any(o.name == "knee_users" for o in objectives)
-    ramp = RampSettings(profile=profile, users=users, limits=limits, step_s=a.step_seconds, warmup_s=a.warmup_seconds,
-                        abort_factor=3.0 if knee else float("inf"), seed=a.seed, model=a.model, tokenizer=a.tokenizer, workers=a.workers, api_key=a.api_key)
+    ramp = RampSettings(
+        profile=profile,
+        users=users,
+        limits=limits,
+        step_s=a.step_seconds,
+        warmup_s=a.warmup_seconds,
+        abort_factor=3.0 if knee else float("inf"),
+        seed=a.seed,
+        model=a.model,
+        tokenizer=a.tokenizer,
+        workers=a.workers,
+        api_key=a.api_key,
+    )
     out = Path(a.out_dir)
-    cfg = TuneConfig(space=space, objectives=objectives, limits=limits, trials=a.trials, out_dir=out, study_name=a.study, storage=a.storage,
-                     resume=a.resume, worker=a.worker, seed=None if a.worker else a.seed, population=a.population, screen_pool=a.screen_pool, ref_users=a.ref_users,
-                     tries=tries, repeats=a.repeat_pareto, template=template)
-    evaluator = ServerEvaluator(template, ramp, env=env, port=a.port, start_timeout=a.start_timeout, marker=out / "server.json")
+    cfg = TuneConfig(
+        space=space,
+        objectives=objectives,
+        limits=limits,
+        trials=a.trials,
+        out_dir=out,
+        study_name=a.study,
+        storage=a.storage,
+        resume=a.resume,
+        worker=a.worker,
+        seed=None if a.worker else a.seed,
+        population=a.population,
+        screen_pool=a.screen_pool,
+        ref_users=a.ref_users,
+        tries=tries,
+        repeats=a.repeat_pareto,
+        template=template,
+    )
+    evaluator = ServerEvaluator(
+        template, ramp, env=env, port=a.port, start_timeout=a.start_timeout, marker=out / "server.json"
+    )
     return cfg, evaluator

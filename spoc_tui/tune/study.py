@@ -27,7 +27,15 @@ from typing import Any
 from spoc_tui.core.errors import InputError, first_line
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.loadmath import Limit
-from spoc_tui.core.tunespace import Config, Objective, Space, command_line, constraint_values, objective_value, reference_step
+from spoc_tui.core.tunespace import (
+    Config,
+    Objective,
+    Space,
+    command_line,
+    constraint_values,
+    objective_value,
+    reference_step,
+)
 from spoc_tui.procs.group import pid_alive
 from spoc_tui.procs.leftovers import stop_leftover
 from spoc_tui.tune.evaluate import Evaluator, TrialOutcome
@@ -45,7 +53,7 @@ from spoc_tui.tune.events import (
     TrialStarted,
     TuneEvent,
 )
-from spoc_tui.tune.records import RAN, Front, StudyAttr, StudyStatus, TrialAttr, TrialRecord, TrialStatus, compute_front
+from spoc_tui.tune.records import RAN, Front, StudyAttr, StudyStatus, TrialAttr, TrialRecord, compute_front
 
 logger = logging.getLogger(__name__)
 LOG_TAIL_CHARS = 4000
@@ -103,7 +111,9 @@ def open_storage(url: str | None, out_dir: Path) -> tuple[Any, str]:
         except OSError as e:
             raise TuneError(f"--storage {shown}: {e.strerror or e}") from None
     if not re.match(r"^(sqlite|postgresql|mysql)(\+\w+)?://", url):
-        raise TuneError(f"--storage {shown}: expected sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE or a FILE.journal")
+        raise TuneError(
+            f"--storage {shown}: expected sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE or a FILE.journal"
+        )
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     engine_url = url
@@ -119,8 +129,12 @@ def open_storage(url: str | None, out_dir: Path) -> tuple[Any, str]:
             warnings.simplefilter("ignore")
             return optuna.storages.RDBStorage(engine_url, heartbeat_interval=None), url
     except ImportError as e:  # Optuna's "Failed to import DB access module", or the driver's own
-        what = f"the database driver {e.name!r} is not installed" if e.name else "no database driver for it is installed"
-        raise TuneError(f"--storage {shown}: {what} (for PostgreSQL: pip install 'spoc-tui[postgresql]', which brings psycopg)") from None
+        what = (
+            f"the database driver {e.name!r} is not installed" if e.name else "no database driver for it is installed"
+        )
+        raise TuneError(
+            f"--storage {shown}: {what} (for PostgreSQL: pip install 'spoc-tui[postgresql]', which brings psycopg)"
+        ) from None
     except Exception as e:  # sqlalchemy's OperationalError and friends: the database said no
         raise TuneError(f"--storage {shown}: cannot open the database: {redact_url(first_line(e))}") from None
 
@@ -265,26 +279,48 @@ class TuneSession:
         # order of numeric flags (powers of two are searched by exponent). See benchmarks/tune_quality.py.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SBXCrossover is marked experimental
-            children = ScreenedChildren(seed=cfg.seed, crossover=optuna.samplers.nsgaii.SBXCrossover(), objective_names=[o.name for o in cfg.objectives],
-                                        directions=[o.direction for o in cfg.objectives], make_filter=self._child_filter, pool=cfg.screen_pool)
-            sampler = optuna.samplers.NSGAIISampler(population_size=cfg.population, seed=cfg.seed, child_generation_strategy=children)
+            children = ScreenedChildren(
+                seed=cfg.seed,
+                crossover=optuna.samplers.nsgaii.SBXCrossover(),
+                objective_names=[o.name for o in cfg.objectives],
+                directions=[o.direction for o in cfg.objectives],
+                make_filter=self._child_filter,
+                pool=cfg.screen_pool,
+            )
+            sampler = optuna.samplers.NSGAIISampler(
+                population_size=cfg.population, seed=cfg.seed, child_generation_strategy=children
+            )
         directions = ["maximize" if o.direction == "max" else "minimize" for o in cfg.objectives]
         shown = redact_url(self.storage_url)
         if cfg.study_name in names:
             if not (cfg.resume or cfg.worker):
-                raise TuneError(f"study {cfg.study_name!r} already exists in {shown}; pass --resume to continue it or choose another --study")
+                raise TuneError(
+                    f"study {cfg.study_name!r} already exists in {shown}; pass --resume to continue it or "
+                    f"choose another --study"
+                )
             study = optuna.load_study(study_name=cfg.study_name, storage=storage, sampler=sampler)
             stored = study.user_attrs.get(StudyAttr.OBJECTIVES)
             if stored and stored != [str(o) for o in cfg.objectives]:
-                raise TuneError(f"study {cfg.study_name!r} optimises {', '.join(stored)}; it cannot be continued with {', '.join(map(str, cfg.objectives))}")
+                raise TuneError(
+                    f"study {cfg.study_name!r} optimises {', '.join(stored)}; it cannot be continued with "
+                    f"{', '.join(map(str, cfg.objectives))}"
+                )
             stored_sla = study.user_attrs.get(StudyAttr.SLA)
             if stored_sla and stored_sla != [str(x) for x in cfg.limits]:
-                raise TuneError(f"study {cfg.study_name!r} was run with the SLA {', '.join(stored_sla)}; continue it with the same --sla")
+                raise TuneError(
+                    f"study {cfg.study_name!r} was run with the SLA {', '.join(stored_sla)}; continue it with "
+                    f"the same --sla"
+                )
         else:
             if cfg.resume or cfg.worker:
                 known = ", ".join(names) or "none"
-                raise TuneError(f"no study {cfg.study_name!r} in {shown} to {'join' if cfg.worker else 'resume'} (studies there: {known})")
-            study = optuna.create_study(study_name=cfg.study_name, storage=storage, sampler=sampler, directions=directions)
+                raise TuneError(
+                    f"no study {cfg.study_name!r} in {shown} to {'join' if cfg.worker else 'resume'} (studies "
+                    f"there: {known})"
+                )
+            study = optuna.create_study(
+                study_name=cfg.study_name, storage=storage, sampler=sampler, directions=directions
+            )
             study.set_user_attr(StudyAttr.OBJECTIVES, [str(o) for o in cfg.objectives])
             study.set_user_attr(StudyAttr.SLA, [str(x) for x in cfg.limits])
             study.set_user_attr(StudyAttr.SPACE, cfg.space.source)
@@ -299,10 +335,14 @@ class TuneSession:
                 study.enqueue_trial(cfg.space.encode(defaults), user_attrs={TrialAttr.SEEDED: "server defaults"})
                 first.append(defaults)
             for c in spread_configs(cfg.space, cfg.population - len(first), cfg.seed, first):
-                study.enqueue_trial(cfg.space.encode(c), user_attrs={TrialAttr.SEEDED: "first generation, spread over the space"})
+                study.enqueue_trial(
+                    cfg.space.encode(c), user_attrs={TrialAttr.SEEDED: "first generation, spread over the space"}
+                )
         self.study = study
         self._recover_interrupted()
-        self.records = [r for r in (TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)) if r is not None]
+        self.records = [
+            r for r in (TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)) if r is not None
+        ]
         self.emit(StudyOpened(cfg.study_name, shown, tuple(self.records)))
 
     def _recover_interrupted(self) -> None:
@@ -321,14 +361,20 @@ class TuneSession:
                 self.study.tell(t.number, state=TrialState.FAIL)
             except (ValueError, RuntimeError):
                 continue
-            self.study.enqueue_trial(dict(t.params), user_attrs={TrialAttr.SEEDED: f"re-run of interrupted trial {t.number}"})
+            self.study.enqueue_trial(
+                dict(t.params), user_attrs={TrialAttr.SEEDED: f"re-run of interrupted trial {t.number}"}
+            )
             self.emit(Note(f"trial {t.number} was interrupted by a crash; it will run again"))
 
     def counted(self) -> int:
         """Trials that ran (finished or infeasible), from every worker of the study."""
         from optuna.trial import TrialState
 
-        return sum(1 for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)) if t.user_attrs.get("status") in RAN)
+        return sum(
+            1
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+            if t.user_attrs.get("status") in RAN
+        )
 
     def _blocked(self, config: Config, seen: dict[tuple[Any, ...], int]) -> str | None:
         """Why ``config`` may not run (a repeat of a trial run or running, a broken condition), or None."""
@@ -389,7 +435,11 @@ class TuneSession:
                     self.emit(TrialSkipped(trial.number, config, why, trial.user_attrs.get(TrialAttr.SEEDED)))
                     skips += 1
                     if skips >= cfg.max_skips:
-                        status, message = "exhausted", f"{skips} proposals in a row were duplicates or broke a condition: the space is exhausted around the front"
+                        status, message = (
+                            "exhausted",
+                            f"{skips} proposals in a row were duplicates or broke a condition: the space is "
+                            f"exhausted around the front",
+                        )
                         break
                     continue
                 skips = 0
@@ -405,7 +455,9 @@ class TuneSession:
                 status = "interrupted"
             try:
                 self._sync_others()
-            except Exception as e:  # the storage failing must not hide why the loop ended; the front is this worker's then
+            except (
+                Exception
+            ) as e:  # the storage failing must not hide why the loop ended; the front is this worker's then
                 logger.warning("could not read the other workers' trials: %s", first_line(e))
             front = compute_front(self.records, cfg.objectives, cfg.limits)
             self._write_pareto(front, {})
@@ -441,7 +493,11 @@ class TuneSession:
         if outcome.status == "ok":
             if outcome.max_model_len and "max-model-len" not in cfg.space.names:
                 for c in cfg.space.learn("max-model-len", outcome.max_model_len):
-                    self.emit(Note(f"the server reports max-model-len {outcome.max_model_len}: the condition \"{c}\" now applies"))
+                    self.emit(
+                        Note(
+                            f'the server reports max-model-len {outcome.max_model_len}: the condition "{c}" now applies'
+                        )
+                    )
             values = [objective_value(o, outcome.steps, outcome.knee, cfg.ref_users) for o in cfg.objectives]
             if any(v is None for v in values):
                 where = f"{cfg.ref_users} users" if cfg.ref_users else "the last step"
@@ -452,25 +508,57 @@ class TuneSession:
             return rec
         return self._finish(trial, config, flags, outcome, TrialState.FAIL)
 
-    def _finish(self, trial: Any, config: Config, flags: list[str], o: TrialOutcome, state: Any, values: list[float] | None = None) -> TrialRecord:
+    def _finish(
+        self,
+        trial: Any,
+        config: Config,
+        flags: list[str],
+        o: TrialOutcome,
+        state: Any,
+        values: list[float] | None = None,
+    ) -> TrialRecord:
         cfg = self.cfg
         ref = reference_step(o.steps, cfg.ref_users)
-        cons = constraint_values(cfg.limits, cfg.objectives, o.steps, o.knee, cfg.ref_users) if values is not None else {}
+        cons = (
+            constraint_values(cfg.limits, cfg.objectives, o.steps, o.knee, cfg.ref_users) if values is not None else {}
+        )
         rec = TrialRecord(
-            number=trial.number, status=o.status, config=dict(config), flags=flags,
+            number=trial.number,
+            status=o.status,
+            config=dict(config),
+            flags=flags,
             objectives={ob.name: v for ob, v in zip(cfg.objectives, values, strict=True)} if values is not None else {},
-            constraints=cons, feasible=values is not None and all(c <= 0 for c in cons.values()), reason=o.reason, log_tail=o.log_tail[-LOG_TAIL_CHARS:],
+            constraints=cons,
+            feasible=values is not None and all(c <= 0 for c in cons.values()),
+            reason=o.reason,
+            log_tail=o.log_tail[-LOG_TAIL_CHARS:],
             knee=o.knee.as_dict() if o.steps else {},
-            reference=({"users": ref.users, "requests": ref.requests, "out_tok_s": ref.output_tokens_per_s, "req_s": ref.request_rate,
-                        "ttft_p99": ref.latency["ttft"]["p99"], "itl_p99": ref.latency["itl"]["p99"], "error_rate": ref.error_rate,
-                        "verdict": ref.verdict} if ref is not None else {}),
-            start_s=o.start_s, duration_s=o.duration_s, worker=_worker_id(), finished_at=time.time(),
+            reference=(
+                {
+                    "users": ref.users,
+                    "requests": ref.requests,
+                    "out_tok_s": ref.output_tokens_per_s,
+                    "req_s": ref.request_rate,
+                    "ttft_p99": ref.latency["ttft"]["p99"],
+                    "itl_p99": ref.latency["itl"]["p99"],
+                    "error_rate": ref.error_rate,
+                    "verdict": ref.verdict,
+                }
+                if ref is not None
+                else {}
+            ),
+            start_s=o.start_s,
+            duration_s=o.duration_s,
+            worker=_worker_id(),
+            finished_at=time.time(),
         )
         for k, v in json_safe(rec.as_dict()).items():
             if k not in ("number", "repeat_of"):
                 trial.set_user_attr(k, v)
         if o.status == "interrupted":  # not the configuration's fault: queued to run again when the study goes on
-            self.study.enqueue_trial(cfg.space.encode(config), user_attrs={TrialAttr.SEEDED: f"re-run of interrupted trial {trial.number}"})
+            self.study.enqueue_trial(
+                cfg.space.encode(config), user_attrs={TrialAttr.SEEDED: f"re-run of interrupted trial {trial.number}"}
+            )
         if values is not None:
             for name, c in cons.items():
                 trial.set_constraint(name, c)
@@ -489,7 +577,11 @@ class TuneSession:
         """Take in the trials other workers of a shared study finished meanwhile, so that the
         front, the hypervolume and pareto.json are the whole study's."""
         have = {r.number for r in self.records}
-        new = [r for r in (TrialRecord.from_trial(t) for t in self.study.get_trials(deepcopy=False) if t.number not in have) if r is not None and r.status in RAN]
+        new = [
+            r
+            for r in (TrialRecord.from_trial(t) for t in self.study.get_trials(deepcopy=False) if t.number not in have)
+            if r is not None and r.status in RAN
+        ]
         if new:
             self.records = sorted([*self.records, *new], key=lambda r: r.number)
             self.emit(OthersDone(tuple(new)))
@@ -497,7 +589,12 @@ class TuneSession:
     def _maybe_kv_seed(self, o: TrialOutcome) -> None:
         """After the first finished trial: a configuration whose max-num-seqs is what the KV cache holds."""
         space = self.cfg.space
-        if self.study.user_attrs.get(StudyAttr.KV_SEED) or "max-num-seqs" not in space.names or not o.kv_tokens or not o.tokens_per_request:
+        if (
+            self.study.user_attrs.get(StudyAttr.KV_SEED)
+            or "max-num-seqs" not in space.names
+            or not o.kv_tokens
+            or not o.tokens_per_request
+        ):
             return
         self.study.set_user_attr(StudyAttr.KV_SEED, True)
         fits = o.kv_tokens / o.tokens_per_request
@@ -508,7 +605,10 @@ class TuneSession:
         if space.key(config) in self._seen():
             self.emit(Note(f"{what}; max-num-seqs {pick} was already tried"))
             return
-        self.study.enqueue_trial(space.encode(config), user_attrs={TrialAttr.SEEDED: f"KV cache holds {fits:.0f} sequences of {o.tokens_per_request:.0f} tokens"})
+        self.study.enqueue_trial(
+            space.encode(config),
+            user_attrs={TrialAttr.SEEDED: f"KV cache holds {fits:.0f} sequences of {o.tokens_per_request:.0f} tokens"},
+        )
         self.emit(Note(f"{what}; queued max-num-seqs {pick}"))
 
     def _repeat(self, front: Front) -> dict[int, list[dict[str, float | None]]]:
@@ -520,11 +620,25 @@ class TuneSession:
                 self.emit(RepeatStarted(rec.number, i + 1, self.cfg.repeats, tuple(rec.flags)))
                 trial_dir = self.cfg.out_dir / "trials" / f"{rec.number:04d}-repeat{i + 1}"
                 o = self.evaluator.evaluate(rec.config, rec.flags, trial_dir, self._for_trial(rec.number))
-                vals = {ob.name: objective_value(ob, o.steps, o.knee, self.cfg.ref_users) if o.status == "ok" else None for ob in self.cfg.objectives}
+                vals = {
+                    ob.name: objective_value(ob, o.steps, o.knee, self.cfg.ref_users) if o.status == "ok" else None
+                    for ob in self.cfg.objectives
+                }
                 out.setdefault(rec.number, []).append(vals)
-                rep = TrialRecord(number=rec.number, status=o.status, config=rec.config, flags=rec.flags, objectives=vals, reason=o.reason,
-                                  log_tail=o.log_tail[-LOG_TAIL_CHARS:], start_s=o.start_s, duration_s=o.duration_s, worker=_worker_id(),
-                                  repeat_of=rec.number, finished_at=time.time())
+                rep = TrialRecord(
+                    number=rec.number,
+                    status=o.status,
+                    config=rec.config,
+                    flags=rec.flags,
+                    objectives=vals,
+                    reason=o.reason,
+                    log_tail=o.log_tail[-LOG_TAIL_CHARS:],
+                    start_s=o.start_s,
+                    duration_s=o.duration_s,
+                    worker=_worker_id(),
+                    repeat_of=rec.number,
+                    finished_at=time.time(),
+                )
                 self._append(rep)
                 self.emit(RepeatDone(rep))
         return out
@@ -545,15 +659,26 @@ class TuneSession:
         cfg = self.cfg
         counted = [r for r in self.records if r.repeat_of is None]
         doc = {
-            "study": cfg.study_name, "storage": redact_url(self.storage_url),
+            "study": cfg.study_name,
+            "storage": redact_url(self.storage_url),
             "objectives": [{"name": o.name, "direction": o.direction, "label": o.label} for o in cfg.objectives],
-            "sla": [str(x) for x in cfg.limits], "reference_load_users": cfg.ref_users,
-            "trials_run": len(counted), "feasible": sum(1 for r in counted if r.feasible),
+            "sla": [str(x) for x in cfg.limits],
+            "reference_load_users": cfg.ref_users,
+            "trials_run": len(counted),
+            "feasible": sum(1 for r in counted if r.feasible),
             "infeasible": sum(1 for r in counted if r.status == "infeasible"),
-            "hypervolume": front.hypervolume, "hypervolume_reference": list(front.reference),
+            "hypervolume": front.hypervolume,
+            "hypervolume_reference": list(front.reference),
             "pareto": [
-                {"number": r.number, "config": r.config, "flags": r.flags, "command": self.command(r.flags), "objectives": r.objectives,
-                 "reference": r.reference, **({"repeats": repeats[r.number]} if r.number in repeats else {})}
+                {
+                    "number": r.number,
+                    "config": r.config,
+                    "flags": r.flags,
+                    "command": self.command(r.flags),
+                    "objectives": r.objectives,
+                    "reference": r.reference,
+                    **({"repeats": repeats[r.number]} if r.number in repeats else {}),
+                }
                 for r in front.records
             ],
             "updated_at": time.time(),

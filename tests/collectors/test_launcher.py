@@ -8,7 +8,11 @@ from spoc_tui.procs.server import LaunchError, ServerProcess
 
 def test_launch_sim_ready_then_stopped(tmp_path):
     port, dport = free_ports(2)
-    s = ServerProcess([sys.executable, "-m", "spoc_tui.cli", "sim", "--port", str(port), "--dcgm-port", str(dport)], port, tmp_path / "sim.log")
+    s = ServerProcess(
+        [sys.executable, "-m", "spoc_tui.cli", "sim", "--port", str(port), "--dcgm-port", str(dport)],
+        port,
+        tmp_path / "sim.log",
+    )
     took = s.start(timeout=30)
     assert took < 30 and s.alive()
     tmp = s.tmpdir
@@ -19,7 +23,9 @@ def test_launch_sim_ready_then_stopped(tmp_path):
 
 def test_launch_failure_keeps_the_log_tail(tmp_path):
     (port,) = free_ports(1)
-    s = ServerProcess([sys.executable, "-m", "spoc_tui.cli", "sim", "--port", str(port), "--gpu", "v100"], port, tmp_path / "bad.log")
+    s = ServerProcess(
+        [sys.executable, "-m", "spoc_tui.cli", "sim", "--port", str(port), "--gpu", "v100"], port, tmp_path / "bad.log"
+    )
     with pytest.raises(LaunchError) as e:
         s.start(timeout=30)
     assert "unknown GPU" in e.value.log_tail

@@ -1,6 +1,5 @@
 """The simulator's HTTP API, `spoc inspect` and the pollers, against a real server on loopback."""
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -26,8 +25,14 @@ def sim():
 
 def test_streaming_chat_with_exact_usage(sim):
     url, _, _ = sim
-    body = {"model": "meta-llama/Llama-3.1-8B-Instruct", "messages": [{"role": "user", "content": "hello there, how are you"}],
-            "max_tokens": 7, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    body = {
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "messages": [{"role": "user", "content": "hello there, how are you"}],
+        "max_tokens": 7,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
     chunks = []
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=10) as r:
         assert r.status_code == 200
@@ -47,13 +52,16 @@ def test_completions_non_streaming(sim):
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
 
 
-@pytest.mark.parametrize("body,status,param", [
-    (b"{not json", 400, None),
-    (json.dumps({"model": "other", "messages": [{"role": "user", "content": "x"}]}).encode(), 404, "model"),
-    (json.dumps({"messages": []}).encode(), 400, "messages"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}).encode(), 400, "max_tokens"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}).encode(), 400, "max_tokens"),
-])
+@pytest.mark.parametrize(
+    "body,status,param",
+    [
+        (b"{not json", 400, None),
+        (json.dumps({"model": "other", "messages": [{"role": "user", "content": "x"}]}).encode(), 404, "model"),
+        (json.dumps({"messages": []}).encode(), 400, "messages"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}).encode(), 400, "max_tokens"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}).encode(), 400, "max_tokens"),
+    ],
+)
 def test_openai_error_shapes(sim, body, status, param):
     url, _, _ = sim
     r = httpx.post(url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=10)
@@ -64,7 +72,12 @@ def test_openai_error_shapes(sim, body, status, param):
 
 def test_inspect_json_against_sim(sim):
     url, durl, _ = sim
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", url, durl, "--interval", "1.5", "--json"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "inspect", url, durl, "--interval", "1.5", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     (server,) = data["servers"]
@@ -78,7 +91,21 @@ def test_inspect_json_against_sim(sim):
 def test_inspect_bad_source_reports_others_and_exits_2(sim, tmp_path):
     url, _, _ = sim
     bad = free_port()
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", url, f"http://127.0.0.1:{bad}", str(tmp_path / "nope.txt"), "--json"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spoc_tui.cli",
+            "inspect",
+            url,
+            f"http://127.0.0.1:{bad}",
+            str(tmp_path / "nope.txt"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert len(json.loads(r.stdout)["servers"]) == 1
     errs = r.stderr.strip().splitlines()
@@ -87,14 +114,31 @@ def test_inspect_bad_source_reports_others_and_exits_2(sim, tmp_path):
 
 
 def test_inspect_file_text_mode():
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", str(FIX / "vllm/vllm_0.32_cpu_full_load.txt"), str(FIX / "dcgm/dcgm_sample_02.txt")], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spoc_tui.cli",
+            "inspect",
+            str(FIX / "vllm/vllm_0.32_cpu_full_load.txt"),
+            str(FIX / "dcgm/dcgm_sample_02.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert "engine v1" in r.stdout and "latency over lifetime" in r.stdout and "GPU 0 Tesla V100" in r.stdout
 
 
 def test_api_key_never_printed(sim):
     url, _, _ = sim
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", url, "http://127.0.0.1:1", "--api-key", "sk-SECRET-123"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "inspect", url, "http://127.0.0.1:1", "--api-key", "sk-SECRET-123"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "sk-SECRET-123" not in r.stdout + r.stderr
 
 
@@ -171,14 +215,27 @@ def test_client_disconnect_aborts_the_request():
     port, dport = free_ports(2)
     proc = start_sim(["--dcgm-port", str(dport), "--max-num-seqs", "1"], port)
     try:
-        body = json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 20000, "ignore_eos": True, "stream": True}).encode()
+        body = json.dumps(
+            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 20000, "ignore_eos": True, "stream": True}
+        ).encode()
         s = sk.create_connection(("127.0.0.1", port))
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
         s.recv(100)
         s.close()
         for _ in range(50):
             m = parse_text(httpx.get(f"http://127.0.0.1:{port}/metrics").text)
-            if m.get("vllm:request_success_total").get((("engine", "0"), ("finished_reason", "abort"), ("model_name", "meta-llama/Llama-3.1-8B-Instruct")), 0) == 1:
+            if (
+                m.get("vllm:request_success_total").get(
+                    (("engine", "0"), ("finished_reason", "abort"), ("model_name", "meta-llama/Llama-3.1-8B-Instruct")),
+                    0,
+                )
+                == 1
+            ):
                 break
             import time
 

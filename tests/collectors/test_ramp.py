@@ -1,12 +1,10 @@
 """`spoc ramp` end to end against the simulator (short steps)."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -40,14 +38,34 @@ def fast_profile(tmp_path):
 
 
 def ramp(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "spoc_tui.cli", "ramp", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "ramp", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path):
     url, dcgm = sim8
     out = tmp_path / "out"
-    r = ramp("--url", url, "--profile", fast_profile, "--users", "2,8,40", "--step-seconds", "5", "--warmup-seconds", "1",
-             "--sla", "ttft_p99<=500ms,itl_p99<=60ms", "--out", str(out), "--dcgm", dcgm, "--api-key", "sk-NEVER-WRITTEN")
+    r = ramp(
+        "--url",
+        url,
+        "--profile",
+        fast_profile,
+        "--users",
+        "2,8,40",
+        "--step-seconds",
+        "5",
+        "--warmup-seconds",
+        "1",
+        "--sla",
+        "ttft_p99<=500ms,itl_p99<=60ms",
+        "--out",
+        str(out),
+        "--dcgm",
+        dcgm,
+        "--api-key",
+        "sk-NEVER-WRITTEN",
+    )
     assert r.returncode == 0, r.stderr
     assert "knee: 8 users meet the SLA; 40 break ttft_p99" in r.stdout
     d = json.loads((out / "ramp.json").read_text())
@@ -67,16 +85,25 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
         assert "sk-NEVER-WRITTEN" not in f.read_text(errors="replace")
 
 
-@pytest.mark.parametrize("args,code,msg", [
-    (["--model", "no-such-model"], 2, "is not served by"),
-    (["--sla", "ttft<=1s"], 2, "cannot parse SLA clause"),
-    (["--users", "8,4"], 2, "increasing"),
-    (["--profile", "codin"], 2, "built-in: chatbot, coding, logs, mix"),
-    (["--warmup-seconds", "6"], 2, "--warmup-seconds"),
-])
+@pytest.mark.parametrize(
+    "args,code,msg",
+    [
+        (["--model", "no-such-model"], 2, "is not served by"),
+        (["--sla", "ttft<=1s"], 2, "cannot parse SLA clause"),
+        (["--users", "8,4"], 2, "increasing"),
+        (["--profile", "codin"], 2, "built-in: chatbot, coding, logs, mix"),
+        (["--warmup-seconds", "6"], 2, "--warmup-seconds"),
+    ],
+)
 def test_bad_arguments_before_any_load(sim8, tmp_path, args, code, msg):
     url, _ = sim8
-    base = {"--url": url, "--sla": "ttft_p99<=1s", "--out": str(tmp_path / "o"), "--step-seconds": "5", "--warmup-seconds": "1"}
+    base = {
+        "--url": url,
+        "--sla": "ttft_p99<=1s",
+        "--out": str(tmp_path / "o"),
+        "--step-seconds": "5",
+        "--warmup-seconds": "1",
+    }
     for i in range(0, len(args), 2):
         base[args[i]] = args[i + 1]
     r = ramp(*[x for kv in base.items() for x in kv])
@@ -99,7 +126,9 @@ def test_server_that_returns_errors_exits_1(tmp_path):
         return web.json_response({"data": [{"id": "m"}]})
 
     async def chat(_):
-        return web.json_response({"error": {"message": "CUDA out of memory", "type": "InternalServerError", "code": 500}}, status=500)
+        return web.json_response(
+            {"error": {"message": "CUDA out of memory", "type": "InternalServerError", "code": 500}}, status=500
+        )
 
     (port,) = free_ports(1)
     loop = asyncio.new_event_loop()
@@ -121,9 +150,31 @@ def test_server_that_returns_errors_exits_1(tmp_path):
 def test_ctrl_c_keeps_finished_steps(sim8, fast_profile, tmp_path):
     url, _ = sim8
     out = tmp_path / "out"
-    p = subprocess.Popen([sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", url, "--profile", fast_profile, "--users", "2,4,8",
-                          "--step-seconds", "4", "--warmup-seconds", "1", "--sla", "ttft_p99<=5s", "--out", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spoc_tui.cli",
+            "ramp",
+            "--url",
+            url,
+            "--profile",
+            fast_profile,
+            "--users",
+            "2,4,8",
+            "--step-seconds",
+            "4",
+            "--warmup-seconds",
+            "1",
+            "--sla",
+            "ttft_p99<=5s",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
     for line in p.stdout:
         if line.startswith("step 1: 2 users ") and "req/s" in line:
@@ -142,8 +193,24 @@ def test_ctrl_c_keeps_finished_steps(sim8, fast_profile, tmp_path):
 def test_master_and_local_worker(sim8, fast_profile, tmp_path):
     url, _ = sim8
     out = tmp_path / "out"
-    r = ramp("--url", url, "--profile", fast_profile, "--users", "4", "--step-seconds", "5", "--warmup-seconds", "1",
-             "--sla", "ttft_p99<=5s", "--out", str(out), "--workers", "1")
+    r = ramp(
+        "--url",
+        url,
+        "--profile",
+        fast_profile,
+        "--users",
+        "4",
+        "--step-seconds",
+        "5",
+        "--warmup-seconds",
+        "1",
+        "--sla",
+        "ttft_p99<=5s",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads((out / "ramp.json").read_text())
     assert d["steps"][0]["requests"] > 0

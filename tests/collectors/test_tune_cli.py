@@ -1,7 +1,6 @@
 """`spoc tune` end to end: each trial starts a real `spoc sim` server and runs a real Locust ramp."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -48,9 +47,35 @@ def files(tmp_path):
 
 
 def tune_argv(files, *extra, trials=3):
-    return [sys.executable, "-m", "spoc_tui.cli", "tune", "--launch", SIM, "--space", str(files / "space.toml"), "--profile", str(files / "fast.toml"),
-            "--users", "8", "--step-seconds", "4", "--warmup-seconds", "1", "--sla", "ttft_p99<=1s", "--objectives", "max:out_tok_s,min:ttft_p99",
-            "--trials", str(trials), "--out", str(files / "out"), "--population", "4", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "spoc_tui.cli",
+        "tune",
+        "--launch",
+        SIM,
+        "--space",
+        str(files / "space.toml"),
+        "--profile",
+        str(files / "fast.toml"),
+        "--users",
+        "8",
+        "--step-seconds",
+        "4",
+        "--warmup-seconds",
+        "1",
+        "--sla",
+        "ttft_p99<=1s",
+        "--objectives",
+        "max:out_tok_s,min:ttft_p99",
+        "--trials",
+        str(trials),
+        "--out",
+        str(files / "out"),
+        "--population",
+        "4",
+        *extra,
+    ]
 
 
 def guards_of(pid: int) -> list[int]:
@@ -64,22 +89,39 @@ def guards_of(pid: int) -> list[int]:
             stat = (d / "stat").read_text().split(")")[-1].split()
         except OSError:
             continue
-        if b"spoc_tui.procs.guard" in cmd and cmd[cmd.index(b"spoc_tui.procs.guard") + 1] == str(pid).encode() and stat[0] != "Z":
+        if (
+            b"spoc_tui.procs.guard" in cmd
+            and cmd[cmd.index(b"spoc_tui.procs.guard") + 1] == str(pid).encode()
+            and stat[0] != "Z"
+        ):
             out.append(int(d.name))
     return out
 
 
 def test_tune_three_trials_with_one_that_cannot_start(files):
-    p = subprocess.Popen(tune_argv(files, "--try", "--max-num-seqs 2 --max-num-batched-tokens 1024 --no-enable-chunked-prefill",
-                                   "--try", "--max-num-seqs 2 --max-num-batched-tokens 4096", "--try", "--max-num-seqs 2 --max-num-batched-tokens 4096",
-                                   "--api-key", "sk-NEVER-WRITTEN"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        tune_argv(
+            files,
+            "--try",
+            "--max-num-seqs 2 --max-num-batched-tokens 1024 --no-enable-chunked-prefill",
+            "--try",
+            "--max-num-seqs 2 --max-num-batched-tokens 4096",
+            "--try",
+            "--max-num-seqs 2 --max-num-batched-tokens 4096",
+            "--api-key",
+            "sk-NEVER-WRITTEN",
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out, err = p.communicate(timeout=240)
     assert p.returncode == 0, err
     assert "trial 1/3" in out and "trial 3/3" in out
     assert "infeasible: server did not start" in out and "smaller than max_model_len" in out
     assert "skipped #2 [given with --try]: same configuration as trial 1" in out  # a repeated --try runs once
     recs = [json.loads(x) for x in (files / "out" / "trials.jsonl").read_text().splitlines()]
-    assert [r["status"] for r in recs][0] == "infeasible" and len(recs) == 3
+    assert next(r["status"] for r in recs) == "infeasible" and len(recs) == 3
     assert "max_num_batched_tokens (1024)" in recs[0]["log_tail"]
     assert recs[1]["config"]["max-num-seqs"] == 2  # the second --try, then the server defaults
     assert recs[2]["config"] == {"max-num-seqs": 16, "max-num-batched-tokens": 4096, "enable-chunked-prefill": True}
@@ -92,7 +134,11 @@ def test_tune_three_trials_with_one_that_cannot_start(files):
     assert "Pareto set" in out
     assert not guards_of(p.pid), "a server was left running"
     assert not (files / "out" / "server.json").exists()
-    blob = "".join(f.read_text(errors="replace") for f in (files / "out").rglob("*") if f.is_file() and f.suffix in (".json", ".jsonl", ".log"))
+    blob = "".join(
+        f.read_text(errors="replace")
+        for f in (files / "out").rglob("*")
+        if f.is_file() and f.suffix in (".json", ".jsonl", ".log")
+    )
     assert "sk-NEVER-WRITTEN" not in blob
 
 
@@ -130,12 +176,20 @@ def test_killed_study_leaves_no_server_and_resume_stops_a_leftover(files):
     deadline = time.time() + 20
     while time.time() < deadline and Path(f"/proc/{guard[0]}").exists():
         time.sleep(0.2)
-    assert not Path(f"/proc/{guard[0]}").exists() or "Z" in Path(f"/proc/{guard[0]}/stat").read_text().split(")")[-1][:3]
+    assert (
+        not Path(f"/proc/{guard[0]}").exists() or "Z" in Path(f"/proc/{guard[0]}/stat").read_text().split(")")[-1][:3]
+    )
     assert not private_tmp.exists(), "the guard left the server's private TMPDIR behind"
     # a server whose guard is still alive (here: one this test holds) named by the marker file is stopped on resume
-    port, = free_ports(1)
+    (port,) = free_ports(1)
     marker = files / "out" / "server.json"
-    s = ServerProcess([sys.executable, "-m", "spoc_tui.cli", "sim", "--port", str(port), "--dcgm-port", "0"], port, files / "left.log", guard=True, marker=marker)
+    s = ServerProcess(
+        [sys.executable, "-m", "spoc_tui.cli", "sim", "--port", str(port), "--dcgm-port", "0"],
+        port,
+        files / "left.log",
+        guard=True,
+        marker=marker,
+    )
     s.start(timeout=30)
     r = subprocess.run(tune_argv(files, "--resume", trials=1), capture_output=True, text=True, timeout=120)
     assert "stopped a server left running by an interrupted study" in r.stdout
@@ -178,7 +232,9 @@ def run_two_workers(files, storage: str, secret: str = "") -> None:
     import optuna
 
     common = ("--storage", storage, "--study", "shared")
-    first = subprocess.Popen(tune_argv(files, *common, trials=5), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        tune_argv(files, *common, trials=5), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.time() + 60
     while time.time() < deadline and not list((files / "out" / "trials").glob("*/server.log")):
         time.sleep(0.2)  # the study exists once the first trial starts
@@ -202,14 +258,28 @@ def run_two_workers(files, storage: str, secret: str = "") -> None:
     assert "other workers finished" in out1 + out2
     # the study's own record agrees (what optuna-dashboard shows)
     if storage.startswith("journal:"):
-        st = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage.removeprefix("journal:")))
+        st = optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(storage.removeprefix("journal:"))
+        )
     else:
         st = optuna.storages.RDBStorage(storage)
     study = optuna.load_study(study_name="shared", storage=st)
-    assert sorted(t.number for t in study.trials if t.user_attrs.get("status") in ("ok", "infeasible")) == sorted(r["number"] for r in done)
+    assert sorted(t.number for t in study.trials if t.user_attrs.get("status") in ("ok", "infeasible")) == sorted(
+        r["number"] for r in done
+    )
     assert not guards_of(first.pid) and not guards_of(second.pid)
     if secret:
-        blob = out1 + err1 + out2 + err2 + "".join(f.read_text(errors="replace") for f in files.rglob("*") if f.is_file() and f.suffix in (".json", ".jsonl", ".log"))
+        blob = (
+            out1
+            + err1
+            + out2
+            + err2
+            + "".join(
+                f.read_text(errors="replace")
+                for f in files.rglob("*")
+                if f.is_file() and f.suffix in (".json", ".jsonl", ".log")
+            )
+        )
         assert secret not in blob, "the storage password was written out"
         assert "***@127.0.0.1" in out1
 

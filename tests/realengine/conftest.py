@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from spoc_tui.procs.ports import free_ports
-from spoc_tui.sim.process import start_sim
 from spoc_tui.procs.group import stop_process_group
+from spoc_tui.procs.ports import free_ports
 from spoc_tui.procs.server import ServerProcess
+from spoc_tui.sim.process import start_sim
 
 DIR = Path(os.environ.get("SPOC_REALENGINE_DIR", Path.home() / ".cache" / "spoc-tui"))
 VENV = DIR / "vllm-0.32.0"
@@ -45,8 +45,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 def vllm_argv(port: int, *flags: str) -> list[str]:
-    return [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "2048", "--dtype", "float32", "--served-model-name", "tiny", *flags]
+    return [
+        str(VENV / "bin" / "vllm"),
+        "serve",
+        str(MODEL),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "2048",
+        "--dtype",
+        "float32",
+        "--served-model-name",
+        "tiny",
+        *flags,
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -92,8 +106,15 @@ def prometheus(vllm_server, sim_server):
         f"  - job_name: dcgm\n    static_configs:\n      - targets: ['{dcgm_addr}']\n"
     )
     proc = subprocess.Popen(
-        [binary, f"--config.file={cfg}", f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=open(work / "prometheus.log", "wb"), start_new_session=True,
+        [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={work / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(work / "prometheus.log", "wb"),
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -137,12 +158,43 @@ def postgres_url():
         shutil.chown(work / "pw", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
     log = open(work / "postgres.log", "wb")
-    r = subprocess.run([*as_user, initdb, "-D", str(work / "data"), "-U", "spoc", f"--pwfile={work / 'pw'}", "--auth=scram-sha-256", "-E", "UTF8"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            *as_user,
+            initdb,
+            "-D",
+            str(work / "data"),
+            "-U",
+            "spoc",
+            f"--pwfile={work / 'pw'}",
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         pytest.fail(f"initdb failed: {r.stderr[-2000:]}")
-    proc = subprocess.Popen([*as_user, postgres, "-D", str(work / "data"), "-p", str(port), "-k", str(work), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
-                            stdout=log, stderr=log, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            *as_user,
+            postgres,
+            "-D",
+            str(work / "data"),
+            "-p",
+            str(port),
+            "-k",
+            str(work),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+        ],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     ready = False
     while not ready and proc.poll() is None and time.monotonic() < deadline:

@@ -24,8 +24,14 @@ WORDS = "server queue cache token latency model request batch prefill decode gpu
 
 async def _chat(client: httpx.AsyncClient, url: str, rng: random.Random, samples: dict[str, list[float]]) -> None:
     prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(200, 600)))
-    body = {"model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 96,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 96,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     t0 = time.perf_counter()
     last = None
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
@@ -49,6 +55,7 @@ async def _load(url: str, users: int, requests_each: int, seed: int) -> dict[str
     samples: dict[str, list[float]] = {"ttft": [], "itl": [], "out": []}
     rng = random.Random(seed)
     async with httpx.AsyncClient(timeout=120) as client:
+
         async def user() -> None:
             for _ in range(requests_each):
                 await _chat(client, url, rng, samples)
@@ -99,27 +106,53 @@ async def test_monitor_collectors_during_load_agree_with_the_client(vllm_server)
 
     # Windowed server percentiles against the client's own measurement of the same requests:
     # equal within the bucket resolution (the client quantile's bucket, widened by one).
-    bounds_ttft = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+    bounds_ttft = (
+        0.001,
+        0.005,
+        0.01,
+        0.02,
+        0.04,
+        0.06,
+        0.08,
+        0.1,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+    )
     for q, server_value in ((0.5, ttft.p50), (0.9, ttft.p90)):
         client_value = _client_quantile(samples["ttft"], q)
-        lo, hi = _bucket_of(client_value, bounds_ttft)
+        _, hi = _bucket_of(client_value, bounds_ttft)
         i = bounds_ttft.index(hi) if hi in bounds_ttft else len(bounds_ttft) - 1
         lo2 = bounds_ttft[i - 2] if i >= 2 else 0.0
         hi2 = bounds_ttft[i + 1] if i + 1 < len(bounds_ttft) else hi
-        assert lo2 <= server_value <= hi2, f"TTFT p{q * 100:.0f}: server {server_value:.4f} vs client {client_value:.4f}"
+        assert lo2 <= server_value <= hi2, (
+            f"TTFT p{q * 100:.0f}: server {server_value:.4f} vs client {client_value:.4f}"
+        )
     itl = final.total.latency["itl"]
     # vLLM observes one gap per output token after the first; the client sees one per content
     # chunk, and this random model emits byte tokens that decode to no text, so it sees fewer.
     assert itl.count == sum(samples["out"]) - len(samples["ttft"])
     assert 0 < len(samples["itl"]) <= itl.count
     client_itl = _client_quantile(samples["itl"], 0.5)
-    lo, hi = _bucket_of(client_itl, (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5))
+    _, hi = _bucket_of(client_itl, (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5))
     assert itl.p50 <= max(hi, 0.025), f"ITL p50 server {itl.p50} vs client {client_itl}"
 
 
 def test_spoc_inspect_json_on_the_real_server(vllm_server):
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", vllm_server.url, "--interval", "1", "--json"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "inspect", vllm_server.url, "--interval", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     (s,) = json.loads(r.stdout)["servers"]
     assert s["engine_version"] == "v1" and s["model_names"] == ["tiny"] and s["simulated"] is False
@@ -128,8 +161,26 @@ def test_spoc_inspect_json_on_the_real_server(vllm_server):
 
 
 def test_capacity_matches_the_servers_own_kv_tokens(vllm_server):
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", str(MODEL), "--kv-cache-gib", str(KV_GIB),
-                        "--max-model-len", "2048", "--server", vllm_server.url, "--json"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spoc_tui.cli",
+            "capacity",
+            "--model",
+            str(MODEL),
+            "--kv-cache-gib",
+            str(KV_GIB),
+            "--max-model-len",
+            "2048",
+            "--server",
+            vllm_server.url,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["server_cache_config"]["kv_cache_size_tokens"] == str(d["kv_cache_tokens"]) == "524288"
@@ -165,9 +216,12 @@ async def test_prometheus_mode_reads_the_same_figures(vllm_server, prometheus):
     assert via_prom.total.running == direct.total.running == 0
     # and a PromQL quantile computed by Prometheus itself agrees with ours over the same data
     res = await asyncio.to_thread(
-        prom.promql, f'histogram_quantile(0.9, sum by (le) ({{__name__=~"vllm[:_]time_to_first_token_seconds_bucket", instance="{inst}"}}))'
+        prom.promql,
+        f'histogram_quantile(0.9, sum by (le) ({{__name__=~"vllm[:_]time_to_first_token_seconds_bucket", instance="{inst}"}}))',
     )
-    assert res and float(res[0]["value"][1]) == pytest.approx(server_view(inst, Scrape(now[inst], 1.0)).total.latency["ttft"].p90, rel=1e-6)
+    assert res and float(res[0]["value"][1]) == pytest.approx(
+        server_view(inst, Scrape(now[inst], 1.0)).total.latency["ttft"].p90, rel=1e-6
+    )
 
 
 def test_launcher_reports_a_configuration_vllm_refuses(tmp_path):
@@ -177,7 +231,12 @@ def test_launcher_reports_a_configuration_vllm_refuses(tmp_path):
     from .conftest import VLLM_ENV, vllm_argv
 
     (port,) = free_ports(1)
-    server = ServerProcess(vllm_argv(port, "--no-enable-chunked-prefill", "--max-num-batched-tokens", "512"), port, tmp_path / "bad.log", VLLM_ENV)
+    server = ServerProcess(
+        vllm_argv(port, "--no-enable-chunked-prefill", "--max-num-batched-tokens", "512"),
+        port,
+        tmp_path / "bad.log",
+        VLLM_ENV,
+    )
     with pytest.raises(LaunchError) as info:
         server.start(timeout=180)
     assert "exited" in str(info.value)
@@ -198,14 +257,35 @@ def test_short_ramp_against_the_real_server_finds_a_knee(vllm_server, tmp_path):
     profile.write_text(
         'name = "short"\nsystem_tokens = 100\nturns = 2\n'
         'user_tokens = {dist = "uniform", min = 100, max = 400}\n'
-        'output_tokens = 64\nthink_s = 0\n'
+        "output_tokens = 64\nthink_s = 0\n"
     )
     out = tmp_path / "ramp"
     r = subprocess.run(
-        [sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", vllm_server.url, "--profile", str(profile), "--users", "1,48",
-         "--step-seconds", "10", "--warmup-seconds", "2", "--sla", "itl_p50<=12ms", "--out", str(out),
-         "--tokenizer", str(MODEL)],
-        capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "spoc_tui.cli",
+            "ramp",
+            "--url",
+            vllm_server.url,
+            "--profile",
+            str(profile),
+            "--users",
+            "1,48",
+            "--step-seconds",
+            "10",
+            "--warmup-seconds",
+            "2",
+            "--sla",
+            "itl_p50<=12ms",
+            "--out",
+            str(out),
+            "--tokenizer",
+            str(MODEL),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     d = json.loads((out / "ramp.json").read_text())

@@ -23,27 +23,63 @@ default = 2048
 choices = [true, false]
 default = true
 """
-PROFILE = ('name = "short"\nsystem_tokens = 100\nturns = 2\n'
-           'user_tokens = {dist = "uniform", min = 100, max = 400}\noutput_tokens = 64\nthink_s = 0\n')
+PROFILE = (
+    'name = "short"\nsystem_tokens = 100\nturns = 2\n'
+    'user_tokens = {dist = "uniform", min = 100, max = 400}\noutput_tokens = 64\nthink_s = 0\n'
+)
 
 
 def test_three_trial_tune_against_real_vllm(tmp_path):
     (tmp_path / "space.toml").write_text(SPACE)
     (tmp_path / "p.toml").write_text(PROFILE)
     out = tmp_path / "tune"
-    launch = (f"{VENV / 'bin' / 'vllm'} serve {MODEL} --host 127.0.0.1 --port {{port}} --max-model-len 2048 --dtype float32 "
-              "--served-model-name tiny {flags}")
+    launch = (
+        f"{VENV / 'bin' / 'vllm'} serve {MODEL} --host 127.0.0.1 --port {{port}} --max-model-len 2048 --dtype float32 "
+        "--served-model-name tiny {flags}"
+    )
     env = [x for k, v in VLLM_ENV.items() for x in ("--env", f"{k}={v}")]
     tmp_before = set(Path(tempfile.gettempdir()).glob("spoc-server-*"))
     t0 = time.monotonic()
     p = subprocess.Popen(
-        [sys.executable, "-m", "spoc_tui.cli", "tune", "--launch", launch, "--space", str(tmp_path / "space.toml"), *env,
-         # vLLM refuses this one: without chunked prefill a batch must hold max-model-len (2048) tokens
-         "--try", "--max-num-seqs 16 --max-num-batched-tokens 512 --no-enable-chunked-prefill",
-         "--try", "--max-num-seqs 4 --max-num-batched-tokens 2048",
-         "--profile", str(tmp_path / "p.toml"), "--tokenizer", str(MODEL), "--users", "16", "--step-seconds", "10", "--warmup-seconds", "2",
-         "--sla", "ttft_p99<=5s", "--objectives", "max:out_tok_s,min:ttft_p99", "--trials", "3", "--out", str(out), "--start-timeout", "240"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "spoc_tui.cli",
+            "tune",
+            "--launch",
+            launch,
+            "--space",
+            str(tmp_path / "space.toml"),
+            *env,
+            # vLLM refuses this one: without chunked prefill a batch must hold max-model-len (2048) tokens
+            "--try",
+            "--max-num-seqs 16 --max-num-batched-tokens 512 --no-enable-chunked-prefill",
+            "--try",
+            "--max-num-seqs 4 --max-num-batched-tokens 2048",
+            "--profile",
+            str(tmp_path / "p.toml"),
+            "--tokenizer",
+            str(MODEL),
+            "--users",
+            "16",
+            "--step-seconds",
+            "10",
+            "--warmup-seconds",
+            "2",
+            "--sla",
+            "ttft_p99<=5s",
+            "--objectives",
+            "max:out_tok_s,min:ttft_p99",
+            "--trials",
+            "3",
+            "--out",
+            str(out),
+            "--start-timeout",
+            "240",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     stdout, stderr = p.communicate(timeout=600)
     print(stdout, stderr, f"took {time.monotonic() - t0:.0f} s", sep="\n")
@@ -60,7 +96,12 @@ def test_three_trial_tune_against_real_vllm(tmp_path):
     assert ramp4["steps"][0]["server"]["running_max"] <= 4 and ramp4["steps"][0]["server"]["waiting_max"] > 0
     doc = json.loads((out / "pareto.json").read_text())
     assert doc["pareto"] and doc["hypervolume"] > 0 and doc["trials_run"] == 3
-    assert all(x["command"].startswith(str(VENV / "bin" / "vllm") + " serve") and "--port 8000" in x["command"] for x in doc["pareto"])
+    assert all(
+        x["command"].startswith(str(VENV / "bin" / "vllm") + " serve") and "--port 8000" in x["command"]
+        for x in doc["pareto"]
+    )
     assert not guards_of(p.pid), "a vLLM server was left running"
     assert not (out / "server.json").exists()
-    assert not set(Path(tempfile.gettempdir()).glob("spoc-server-*")) - tmp_before, "a trial's private TMPDIR was left behind"
+    assert not set(Path(tempfile.gettempdir()).glob("spoc-server-*")) - tmp_before, (
+        "a trial's private TMPDIR was left behind"
+    )

@@ -2,14 +2,14 @@
 
 from pathlib import Path
 
-from spoc_tui.tui.app import MonitorSources, SpocApp
 from spoc_tui.collectors.nvml import TraceReplay
-from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.config import Settings
 from spoc_tui.core.gpu import GpuSample, analyse_groups
 from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.vllm import Scrape, server_view
-from spoc_tui.tui.messages import GpusSampled, ServersSampled
+from spoc_tui.tui.app import MonitorSources, SpocApp
+from spoc_tui.tui.messages import GpusSampled
 
 FIX = Path(__file__).parents[1] / "fixtures"
 URL = "http://10.0.0.5:8000"
@@ -28,7 +28,9 @@ def server_tick(up: bool = True) -> VllmTick:
     now = parse_text((FIX / "vllm/vllm_0.32_cpu_full_load.txt").read_text())
     then = parse_text((FIX / "vllm/vllm_0.32_cpu_full_idle.txt").read_text())
     view = server_view(URL, Scrape(now, 160.0, then, 100.0))
-    status = SourceStatus(URL, up, None if up else f"{URL}: cannot connect (All connection attempts failed)", None, None if up else 4.0)
+    status = SourceStatus(
+        URL, up, None if up else f"{URL}: cannot connect (All connection attempts failed)", None, None if up else 4.0
+    )
     return VllmTick((view,), None, frozenset() if up else frozenset({URL}), (), (status,))
 
 
@@ -40,11 +42,33 @@ def gpu_tick() -> GpusSampled:
         clock, temp, mask = (base.sm_clock_mhz, base.temp_c, base.reasons_mask)
         if i == 3:
             clock, temp, mask = 980.0, 90.0, 0x20
-        gpus.append(GpuSample(DCGM, str(i), f"GPU-{i:04d}", base.model, "node-a", None, temp, (temp or 0) + 4, clock, 1980.0,
-                              base.power_w, base.power_limit_w, 99.0, 61440.0, 81559.0, mask, 89.0, 95.0))
+        gpus.append(
+            GpuSample(
+                DCGM,
+                str(i),
+                f"GPU-{i:04d}",
+                base.model,
+                "node-a",
+                None,
+                temp,
+                (temp or 0) + 4,
+                clock,
+                1980.0,
+                base.power_w,
+                base.power_limit_w,
+                99.0,
+                61440.0,
+                81559.0,
+                mask,
+                89.0,
+                95.0,
+            )
+        )
     groups = tuple(analyse_groups([[0, 1, 2, 3]], gpus))
     return GpusSampled(GpuTick(tuple(gpus), frozenset(), (), (SourceStatus(DCGM, True),)), groups)
 
 
 def no_gpu() -> GpusSampled:
-    return GpusSampled(GpuTick((), frozenset(), (), ()), (), "No GPU source: pass --dcgm URL, or run on the GPU host (NVML).")
+    return GpusSampled(
+        GpuTick((), frozenset(), (), ()), (), "No GPU source: pass --dcgm URL, or run on the GPU host (NVML)."
+    )

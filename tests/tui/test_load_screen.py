@@ -77,15 +77,20 @@ async def test_bad_form_shows_the_problem_and_starts_nothing():
 
 
 async def test_ramp_from_the_ui_with_the_monitor_one_key_away():
-    from spoc_tui.tui.app import SpocApp
     from spoc_tui.config import Settings
     from spoc_tui.procs.ports import free_ports
     from spoc_tui.sim.process import start_sim
+    from spoc_tui.tui.app import SpocApp
 
     port, dport = free_ports(2)
     proc = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "8", "--dcgm-port", str(dport)], port)
     try:
-        s = Settings(vllm_urls=[f"http://127.0.0.1:{port}"], dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"], nvml=False, window=10)
+        s = Settings(
+            vllm_urls=[f"http://127.0.0.1:{port}"],
+            dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"],
+            nvml=False,
+            window=10,
+        )
         app = SpocApp(s)
         async with app.run_test(size=(120, 45)) as pilot:
             await pilot.press("l")

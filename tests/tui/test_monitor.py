@@ -106,15 +106,21 @@ async def test_ui_never_shows_api_key():
 
 async def test_worker_against_live_simulator():
     """The real workers, collectors and simulator together: data arrives on screen."""
-    from spoc_tui.tui.app import SpocApp
     from spoc_tui.config import Settings
-    from spoc_tui.procs.ports import free_port, free_ports
+    from spoc_tui.procs.ports import free_ports
     from spoc_tui.sim.process import start_sim
+    from spoc_tui.tui.app import SpocApp
 
     port, dport = free_ports(2)
     proc = start_sim(["--tp", "2", "--dcgm-port", str(dport), "--load-users", "6"], port)
     try:
-        s = Settings(vllm_urls=[f"http://127.0.0.1:{port}"], dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"], nvml=False, tp_groups="0-1", interval=0.3)
+        s = Settings(
+            vllm_urls=[f"http://127.0.0.1:{port}"],
+            dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"],
+            nvml=False,
+            tp_groups="0-1",
+            interval=0.3,
+        )
         app = SpocApp(s)
         async with app.run_test(size=(120, 40)) as pilot:
             for _ in range(60):
@@ -135,8 +141,12 @@ class _FakePromQL:
         from spoc_tui.core.promparse import parse_text
         from tests.tui.helpers import FIX
 
-        self.now = {inst: parse_text((FIX / "vllm/vllm_0.32_cpu_full_load.txt").read_text()) for inst in ("a:8000", "b:8000")}
-        self.then = {inst: parse_text((FIX / "vllm/vllm_0.32_cpu_full_idle.txt").read_text()) for inst in ("a:8000", "b:8000")}
+        self.now = {
+            inst: parse_text((FIX / "vllm/vllm_0.32_cpu_full_load.txt").read_text()) for inst in ("a:8000", "b:8000")
+        }
+        self.then = {
+            inst: parse_text((FIX / "vllm/vllm_0.32_cpu_full_idle.txt").read_text()) for inst in ("a:8000", "b:8000")
+        }
         self.calls = 0
 
     def vllm_pair(self, window):
@@ -145,11 +155,13 @@ class _FakePromQL:
 
 
 async def test_prometheus_worker_merges_replicas():
-    from spoc_tui.tui.app import MonitorSources, SpocApp
     from spoc_tui.config import Settings
+    from spoc_tui.tui.app import MonitorSources, SpocApp
 
     fake = _FakePromQL()
-    app = SpocApp(Settings(prometheus_url="http://prom:9090", nvml=False, interval=0.2, window=60), MonitorSources(promql=fake))
+    app = SpocApp(
+        Settings(prometheus_url="http://prom:9090", nvml=False, interval=0.2, window=60), MonitorSources(promql=fake)
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(40):
             await pilot.pause(0.05)
@@ -166,5 +178,7 @@ def test_nothing_to_monitor_is_a_clear_error():
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "monitor", "--no-nvml"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "monitor", "--no-nvml"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2 and "nothing to monitor" in r.stderr and "spoc demo" in r.stderr

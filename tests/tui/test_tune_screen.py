@@ -11,10 +11,10 @@ from spoc_tui.core.tunespace import parse_objectives, parse_space
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.tui.messages import TuneEvent, TuneFinished
 from spoc_tui.tui.screens.tune import TuneScreen
-from spoc_tui.tune.evaluate import FastSimEvaluator, RampSettings
-from spoc_tui.tune.study import TuneConfig, TuneSession
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
 from spoc_tui.tune import events
+from spoc_tui.tune.evaluate import FastSimEvaluator, RampSettings
+from spoc_tui.tune.study import TuneConfig, TuneSession
 from tests.tui.helpers import make_app
 
 SPACE = """
@@ -59,7 +59,9 @@ def test_snapshot_tune_screen_after_a_study(snap_compare, size, tmp_path):
         scr.prepare(OBJ, LIMITS, " ".join)
         for ev in evs:
             pilot.app.post_message(TuneEvent(ev))
-        pilot.app.post_message(TuneFinished("complete", "complete: 10 trial(s), results in /data/tunes/20261122-120000/pareto.json"))
+        pilot.app.post_message(
+            TuneFinished("complete", "complete: 10 trial(s), results in /data/tunes/20261122-120000/pareto.json")
+        )
         await pilot.pause()
         await pilot.pause()
 
@@ -71,8 +73,16 @@ async def test_plot_marks_front_feasible_and_misses():
     async with app.run_test(size=(60, 14)) as pilot:
         plot = ParetoPlot()
         await app.screen.mount(plot)
-        plot.show([PlotPoint(100, 0.05, "pareto"), PlotPoint(300, 0.20, "pareto"), PlotPoint(150, 0.15, "feasible"), PlotPoint(50, 0.5, "breaks")],
-                  "output tokens/s", "ITL p99")
+        plot.show(
+            [
+                PlotPoint(100, 0.05, "pareto"),
+                PlotPoint(300, 0.20, "pareto"),
+                PlotPoint(150, 0.15, "feasible"),
+                PlotPoint(50, 0.5, "breaks"),
+            ],
+            "output tokens/s",
+            "ITL p99",
+        )
         await pilot.pause()
         text = "\n".join(plot.render_line(y).text for y in range(14))
         assert text.count("◆") == 2 + 1 and text.count("●") == 1 + 1  # points + legend
@@ -100,13 +110,15 @@ async def test_bad_form_shows_the_problem_and_starts_nothing():
 
 
 async def test_study_from_the_ui_with_the_monitor_one_key_away(tmp_path):
-    from spoc_tui.tui.app import SpocApp
     from spoc_tui.config import Settings
+    from spoc_tui.tui.app import SpocApp
     from tests.collectors.test_tune_cli import guards_of
 
     space = tmp_path / "space.toml"
     space.write_text("[flags.max-num-seqs]\nchoices = [2, 16]\ndefault = 16\n")
-    launch = f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --gpu a100-40gb --port {{port}} --dcgm-port 0 {{flags}}"
+    launch = (
+        f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --gpu a100-40gb --port {{port}} --dcgm-port 0 {{flags}}"
+    )
     app = SpocApp(Settings(nvml=False, tune_launch=launch, dcgm_urls=[]), start_workers=False)
     async with app.run_test(size=(120, 45)) as pilot:
         await pilot.press("t")

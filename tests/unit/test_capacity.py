@@ -50,41 +50,102 @@ def test_config_json_missing_fields_are_named(tmp_path):
 
 
 def test_config_json_gqa_and_weights():
-    cfg = {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,
-           "vocab_size": 1000, "intermediate_size": 512, "torch_dtype": "bfloat16"}
+    cfg = {
+        "num_hidden_layers": 4,
+        "hidden_size": 256,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "intermediate_size": 512,
+        "torch_dtype": "bfloat16",
+    }
     m = model_from_config(cfg)
     assert m.head_dim == 32 and kv_bytes_per_token(m) == 2 * 4 * 2 * 32 * 2
     assert weights_bytes(m) == m.total_params * 2
 
 
-@pytest.mark.parametrize("argv,msg", [
-    (["--model", "llama-3.1-8b", "--gpu", "v100"], "unknown GPU 'v100'; known:"),
-    (["--model", "llama-3.1-8b"], "give --gpu"),
-    (["--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "0"], "--tp must be at least 1"),
-    (["--model", "llama-3.1-8b", "--gpu", "h100", "--kv-cache-dtype", "fp7"], "unknown dtype 'fp7'"),
-    (["--model", "llama-3.1-70b", "--gpu", "h100"], "short per GPU"),
-])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["--model", "llama-3.1-8b", "--gpu", "v100"], "unknown GPU 'v100'; known:"),
+        (["--model", "llama-3.1-8b"], "give --gpu"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "0"], "--tp must be at least 1"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100", "--kv-cache-dtype", "fp7"], "unknown dtype 'fp7'"),
+        (["--model", "llama-3.1-70b", "--gpu", "h100"], "short per GPU"),
+    ],
+)
 def test_capacity_cli_bad_input(argv, msg):
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", *argv], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "capacity", *argv], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
 
 
 def test_capacity_cli_json_keys():
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", "qwen2.5-7b", "--gpu", "a100-80gb", "--json"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", "qwen2.5-7b", "--gpu", "a100-80gb", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     d = json.loads(r.stdout)
-    for k in ("weights_bytes", "weights_bytes_per_gpu", "kv_bytes_per_token", "kv_bytes_per_request", "kv_cache_bytes", "kv_cache_tokens", "max_concurrent_sequences", "notes"):
+    for k in (
+        "weights_bytes",
+        "weights_bytes_per_gpu",
+        "kv_bytes_per_token",
+        "kv_bytes_per_request",
+        "kv_cache_bytes",
+        "kv_cache_tokens",
+        "max_concurrent_sequences",
+        "notes",
+    ):
         assert k in d
 
 
 def test_queue_view_from_a_ramp_result(tmp_path):
-    ramp = {"steps": [
-        {"users": 2, "requests": 20, "request_rate": 2.0, "latency": {"ttft": {"p50": 0.02}, "e2e": {"p50": 0.6, "mean": 0.7}}, "server": {"waiting_max": 0}},
-        {"users": 32, "requests": 40, "request_rate": 4.0, "latency": {"ttft": {"p50": 1.9}, "e2e": {"p50": 2.6, "mean": 2.7}}, "server": {"waiting_max": 22}},
-    ]}
+    ramp = {
+        "steps": [
+            {
+                "users": 2,
+                "requests": 20,
+                "request_rate": 2.0,
+                "latency": {"ttft": {"p50": 0.02}, "e2e": {"p50": 0.6, "mean": 0.7}},
+                "server": {"waiting_max": 0},
+            },
+            {
+                "users": 32,
+                "requests": 40,
+                "request_rate": 4.0,
+                "latency": {"ttft": {"p50": 1.9}, "e2e": {"p50": 2.6, "mean": 2.7}},
+                "server": {"waiting_max": 22},
+            },
+        ]
+    }
     (tmp_path / "ramp.json").write_text(json.dumps(ramp))
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", "llama-3.1-8b", "--gpu", "a100-40gb",
-                        "--max-num-seqs", "8", "--avg-context", "2000", "--ramp", str(tmp_path), "--queue", "4,16", "--json"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spoc_tui.cli",
+            "capacity",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "a100-40gb",
+            "--max-num-seqs",
+            "8",
+            "--avg-context",
+            "2000",
+            "--ramp",
+            str(tmp_path),
+            "--queue",
+            "4,16",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     q = json.loads(r.stdout)["queueing"]
     assert q["seats"] == 8 and q["service_s"] == pytest.approx(0.7) and q["think_s"] == pytest.approx(0.3)
@@ -95,13 +156,43 @@ def test_queue_view_from_a_ramp_result(tmp_path):
 
 
 def test_queue_view_needs_times():
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", "llama-3.1-8b", "--gpu", "h100", "--queue", "1,2"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spoc_tui.cli",
+            "capacity",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100",
+            "--queue",
+            "1,2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "--service-time" in r.stderr
 
 
 def test_bad_ramp_file_is_named(tmp_path):
     (tmp_path / "ramp.json").write_text("[1, 2]")
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", "--model", "llama-3.1-8b", "--gpu", "h100", "--ramp", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spoc_tui.cli",
+            "capacity",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100",
+            "--ramp",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "not a JSON object" in r.stderr

@@ -8,7 +8,9 @@ from spoc_tui.config import ConfigError, load_file
 
 
 def run(*argv, env=None):
-    return subprocess.run([sys.executable, "-m", "spoc_tui.cli", *argv], capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", *argv], capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def test_config_file_errors(tmp_path):
@@ -26,15 +28,18 @@ def test_config_file_errors(tmp_path):
     assert load_file(f) == {"vllm_urls": ["http://a:8000"], "interval": 2.0}
 
 
-@pytest.mark.parametrize("argv,msg", [
-    (["monitor", "--interval", "0"], "interval must be between"),
-    (["monitor", "--url", "ftp://x"], "not an http(s) URL"),
-    (["monitor", "--tp-groups", "0-"], "bad TP group"),
-    (["monitor", "--config", "/nonexistent.toml"], "does not exist"),
-    (["inspect", "x.txt", "--interval", "-1"], "--interval must be"),
-    (["sim", "--gpu", "v100"], "unknown GPU"),
-    (["demo", "--scenario", "chaos"], "unknown scenario"),
-])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["monitor", "--interval", "0"], "interval must be between"),
+        (["monitor", "--url", "ftp://x"], "not an http(s) URL"),
+        (["monitor", "--tp-groups", "0-"], "bad TP group"),
+        (["monitor", "--config", "/nonexistent.toml"], "does not exist"),
+        (["inspect", "x.txt", "--interval", "-1"], "--interval must be"),
+        (["sim", "--gpu", "v100"], "unknown GPU"),
+        (["demo", "--scenario", "chaos"], "unknown scenario"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line(argv, msg, tmp_path):
     r = run(*argv)
     assert r.returncode == 2, r.stderr
@@ -63,8 +68,26 @@ def test_monitor_reads_the_config_file_and_flags_win(tmp_path, monkeypatch):
 
 def test_prometheus_vector_to_expositions_restores_vllm_names():
     result = [
-        {"metric": {"__name__": "vllm_num_requests_running", "instance": "a:1", "job": "vllm", "engine": "0", "model_name": "m"}, "value": [1, "3"]},
-        {"metric": {"__name__": "vllm:num_requests_running", "instance": "b:1", "job": "vllm", "engine": "0", "model_name": "m"}, "value": [1, "4"]},
+        {
+            "metric": {
+                "__name__": "vllm_num_requests_running",
+                "instance": "a:1",
+                "job": "vllm",
+                "engine": "0",
+                "model_name": "m",
+            },
+            "value": [1, "3"],
+        },
+        {
+            "metric": {
+                "__name__": "vllm:num_requests_running",
+                "instance": "b:1",
+                "job": "vllm",
+                "engine": "0",
+                "model_name": "m",
+            },
+            "value": [1, "4"],
+        },
         {"metric": {"__name__": "x", "instance": "b:1"}, "value": [1, "nan-ish"]},
     ]
     exps = to_expositions(result)

@@ -1,4 +1,3 @@
-import asyncio
 import json
 from pathlib import Path
 
@@ -26,7 +25,17 @@ def test_reason_decoding_idle_is_not_throttling():
     assert throttle_names(0x20 | 0x40) == ["sw_thermal", "hw_thermal"]
 
 
-@pytest.mark.parametrize("name", ["dcgm_sample_01.txt", "dcgm_sample_02.txt", "dcgm_sample_03.txt", "dcgm_sample_05.txt", "dcgm_sample_07.txt", "dcgm_sample_09.txt"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dcgm_sample_01.txt",
+        "dcgm_sample_02.txt",
+        "dcgm_sample_03.txt",
+        "dcgm_sample_05.txt",
+        "dcgm_sample_07.txt",
+        "dcgm_sample_09.txt",
+    ],
+)
 def test_dcgm_samples_parse(name):
     gpus = dcgm_gpus(parse_text((FIX / "dcgm" / name).read_text()), name)
     assert len({g.key for g in gpus}) == len(gpus)  # deduplicated by UUID
@@ -176,7 +185,17 @@ def test_tp_group_parsing():
 
 
 def _g(i, clock, temp, mask, slowdown=89.0):
-    return GpuSample("s", str(i), f"GPU-{i}", sm_clock_mhz=clock, temp_c=temp, reasons_mask=mask, slowdown_temp_c=slowdown, power_w=500, power_limit_w=700)
+    return GpuSample(
+        "s",
+        str(i),
+        f"GPU-{i}",
+        sm_clock_mhz=clock,
+        temp_c=temp,
+        reasons_mask=mask,
+        slowdown_temp_c=slowdown,
+        power_w=500,
+        power_limit_w=700,
+    )
 
 
 def test_hot_gpu_drags_group_with_thermal_reason():

@@ -1,11 +1,8 @@
-import math
 import random
-from pathlib import Path
 
 import pytest
 
 from spoc_tui.core.loadmath import (
-    Limit,
     RequestSample,
     SlaError,
     badly_broken,
@@ -14,7 +11,7 @@ from spoc_tui.core.loadmath import (
     parse_users,
     summarize_step,
 )
-from spoc_tui.load.profiles import ProfileError, Profile, TextMaker, builtin_names, load_profile, plan_conversation
+from spoc_tui.load.profiles import Profile, ProfileError, TextMaker, builtin_names, load_profile, plan_conversation
 
 
 def test_parse_sla():
@@ -23,7 +20,19 @@ def test_parse_sla():
     assert lims[1].value == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("bad", ["", "ttft<=2s", "ttft_p99>=2s", "latency_p99<=1s", "ttft_p99<=fast", "ttft_p99<=2s,ttft_p99<=3s", "error_rate<=150%", "ttft_p99<=0ms"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "ttft<=2s",
+        "ttft_p99>=2s",
+        "latency_p99<=1s",
+        "ttft_p99<=fast",
+        "ttft_p99<=2s,ttft_p99<=3s",
+        "error_rate<=150%",
+        "ttft_p99<=0ms",
+    ],
+)
 def test_bad_sla_names_the_clause(bad):
     with pytest.raises(SlaError):
         parse_sla(bad)
@@ -39,7 +48,9 @@ def test_parse_users():
 
 
 def _s(ttft, e2e, out, ok=True, itl=(0.01,), error=None, end=1.0):
-    return RequestSample(start=0.0, step=1, users=1, ok=ok, ttft=ttft, e2e=e2e, itl=tuple(itl), output_tokens=out, error=error)
+    return RequestSample(
+        start=0.0, step=1, users=1, ok=ok, ttft=ttft, e2e=e2e, itl=tuple(itl), output_tokens=out, error=error
+    )
 
 
 def test_tpot_is_vllm_bench_definition():
@@ -104,14 +115,17 @@ def test_logs_first_turn_capped_to_context():
         assert len(plan.turns[0].user_text.split()) <= 0.8 * 4096 + 1
 
 
-@pytest.mark.parametrize("text,msg", [
-    ("name='x'\nuser_tokn = 3\noutput_tokens=3\nuser_tokens=3", "unknown key 'user_tokn'"),
-    ("user_tokens = {dist='gauss', mean=1}\noutput_tokens=3", "unknown dist 'gauss'"),
-    ("user_tokens = {dist='uniform', min=1}\noutput_tokens=3", "needs min, max"),
-    ("output_tokens = 3", "missing user_tokens"),
-    ("user_tokens = 3\noutput_tokens = 3\nsystem_tokens = -1", "system_tokens"),
-    ("user_tokens = [\n", "invalid TOML"),
-])
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("name='x'\nuser_tokn = 3\noutput_tokens=3\nuser_tokens=3", "unknown key 'user_tokn'"),
+        ("user_tokens = {dist='gauss', mean=1}\noutput_tokens=3", "unknown dist 'gauss'"),
+        ("user_tokens = {dist='uniform', min=1}\noutput_tokens=3", "needs min, max"),
+        ("output_tokens = 3", "missing user_tokens"),
+        ("user_tokens = 3\noutput_tokens = 3\nsystem_tokens = -1", "system_tokens"),
+        ("user_tokens = [\n", "invalid TOML"),
+    ],
+)
 def test_profile_typos_are_named(tmp_path, text, msg):
     f = tmp_path / "p.toml"
     f.write_text(text)
@@ -165,7 +179,9 @@ def test_text_maker_calibrates_from_usage():
 
 def test_zero_and_uniform_distributions_round_trip(tmp_path):
     f = tmp_path / "z.toml"
-    f.write_text('user_tokens = {dist = "uniform", min = 0, max = 5}\noutput_tokens = 1\nthink_s = 0\nturns = {dist = "normal", mean = 3, sd = 0}\n')
+    f.write_text(
+        'user_tokens = {dist = "uniform", min = 0, max = 5}\noutput_tokens = 1\nthink_s = 0\nturns = {dist = "normal", mean = 3, sd = 0}\n'
+    )
     p = load_profile(str(f))
     assert Profile.from_dict(p.as_dict()) == p
 

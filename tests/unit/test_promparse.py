@@ -73,7 +73,7 @@ def test_openmetrics_exemplars_are_stripped():
 def test_created_series_dropped_and_bad_lines_recorded():
     text = (
         "# TYPE a_total counter\na_total 3\n# TYPE a_created gauge\na_created 1.7e9\n"
-        "b{x=1} 2\nc 0x1p-2\n...\nd{y=\"ok\"} 4\n"
+        'b{x=1} 2\nc 0x1p-2\n...\nd{y="ok"} 4\n'
     )
     exp = parse_text(text)
     assert "a_created" not in exp.samples

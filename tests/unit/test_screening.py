@@ -47,7 +47,9 @@ def test_gain_is_hypervolume_added_or_minus_the_shortfall():
     assert s.front_hv == hypervolume([(1.0, 0.0), (0.0, 1.0)], ["min", "min"], (1.1, 1.1))
     better = s._gain((0.5, 0.5))
     assert better > 0 and math.isclose(better, 0.25)  # the square the knee point adds
-    worse = s._gain((1.05, 0.2))  # dominated by (1, 0): must improve 0.05 in the first objective... and 0.2 in the second
+    worse = s._gain(
+        (1.05, 0.2)
+    )  # dominated by (1, 0): must improve 0.05 in the first objective... and 0.2 in the second
     assert worse < 0 and math.isclose(worse, -0.2)
 
 
@@ -58,11 +60,22 @@ def test_screened_children_never_pick_a_child_that_may_not_run():
         calls.append(1)
         return lambda p: p["a"] % 2 == 0  # odd values "already ran"
 
-    st = ScreenedChildren(seed=1, crossover=optuna.samplers.nsgaii.UniformCrossover(), objective_names=["x", "y"], directions=["max", "min"],
-                          make_filter=make_filter, pool=8)
+    st = ScreenedChildren(
+        seed=1,
+        crossover=optuna.samplers.nsgaii.UniformCrossover(),
+        objective_names=["x", "y"],
+        directions=["max", "min"],
+        make_filter=make_filter,
+        pool=8,
+    )
     # crossover needs parents: stand in with frozen trials
-    parents = [optuna.trial.create_trial(params={"a": a, "b": b}, distributions=DISTS, values=[float(a), 1.0]) for a, b in ((1, True), (3, False), (5, True))]
-    study = optuna.create_study(directions=["maximize", "minimize"])  # in memory, no trials: the surrogate has nothing yet
+    parents = [
+        optuna.trial.create_trial(params={"a": a, "b": b}, distributions=DISTS, values=[float(a), 1.0])
+        for a, b in ((1, True), (3, False), (5, True))
+    ]
+    study = optuna.create_study(
+        directions=["maximize", "minimize"]
+    )  # in memory, no trials: the surrogate has nothing yet
     for _ in range(20):
         child = st(study, DISTS, parents)
         assert set(child) == {"a", "b"}
@@ -103,8 +116,13 @@ def synthetic(config) -> tuple[float, float] | None:
     seqs, tokens = config["max-num-seqs"], config["max-num-batched-tokens"]
     if tokens >= 16384 and seqs >= 128:
         return None  # "out of memory": the server does not start
-    thr = 400 * math.log2(seqs) * (1.1 if config["enable-prefix-caching"] else 1.0) * (0.8 + config["gpu-memory-utilization"] / 4)
-    itl = 0.004 * seqs ** 0.5 * (1 + tokens / 4096) * (0.9 if config["enable-prefix-caching"] else 1.0)
+    thr = (
+        400
+        * math.log2(seqs)
+        * (1.1 if config["enable-prefix-caching"] else 1.0)
+        * (0.8 + config["gpu-memory-utilization"] / 4)
+    )
+    itl = 0.004 * seqs**0.5 * (1 + tokens / 4096) * (0.9 if config["enable-prefix-caching"] else 1.0)
     if seqs == 8:
         itl = 0.5
     return thr, itl
@@ -117,11 +135,24 @@ class Synthetic:
     def evaluate(self, config, flags=None, trial_dir=None, on_event=None) -> TrialOutcome:
         r = synthetic(config)
         if r is None:
-            return TrialOutcome("infeasible", reason="server exited with code 1 before it was ready: CUDA out of memory")
+            return TrialOutcome(
+                "infeasible", reason="server exited with code 1 before it was ready: CUDA out of memory"
+            )
         thr, itl = r
         lat = {m: {"p50": itl, "p90": itl, "p99": itl, "mean": itl} for m in ("ttft", "itl", "tpot", "e2e")}
-        step = StepSummary(step=1, users=16, duration_s=30.0, requests=100, errors=0, errors_by_kind={}, request_rate=thr / 100,
-                           output_tokens_per_s=thr, goodput=thr / 100, latency=lat, cached_prompt_fraction=None)
+        step = StepSummary(
+            step=1,
+            users=16,
+            duration_s=30.0,
+            requests=100,
+            errors=0,
+            errors_by_kind={},
+            request_rate=thr / 100,
+            output_tokens_per_s=thr,
+            goodput=thr / 100,
+            latency=lat,
+            cached_prompt_fraction=None,
+        )
         return TrialOutcome("ok", steps=[step])
 
 
@@ -134,7 +165,17 @@ def truth(space):
 def run_study(tmp_path: Path, seed: int, pool: int, trials: int = 24):
     space = parse_space(SPACE, "synthetic.toml")
     out = tmp_path / f"s{seed}-{pool}"
-    cfg = TuneConfig(space, OBJ, LIMITS, trials, out, population=6, seed=seed, screen_pool=pool, storage=f"journal:{out / 'study.journal'}")
+    cfg = TuneConfig(
+        space,
+        OBJ,
+        LIMITS,
+        trials,
+        out,
+        population=6,
+        seed=seed,
+        screen_pool=pool,
+        storage=f"journal:{out / 'study.journal'}",
+    )
     s = TuneSession(cfg, Synthetic())
     s.run()
     return s

@@ -1,6 +1,11 @@
 import pytest
 
-from spoc_tui.core.capacity import DEFAULT_RESERVE_BYTES, decode_roofline_tokens_per_s, kv_bytes_per_token, weights_bytes
+from spoc_tui.core.capacity import (
+    DEFAULT_RESERVE_BYTES,
+    decode_roofline_tokens_per_s,
+    kv_bytes_per_token,
+    weights_bytes,
+)
 from spoc_tui.core.presets import GPUS, MODELS
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest
 from spoc_tui.sim.gpu import SimGpu
@@ -25,7 +30,9 @@ def drive(engine, t, limit=200000):
 
 
 def req(rid, prompt_len, out, t=0.0, prompt=None):
-    return SimRequest(rid, prompt or list(range(1000 + hash(rid) % 1000, 1000 + hash(rid) % 1000 + prompt_len)), out, out, t)
+    return SimRequest(
+        rid, prompt or list(range(1000 + hash(rid) % 1000, 1000 + hash(rid) % 1000 + prompt_len)), out, out, t
+    )
 
 
 def test_kv_capacity_matches_formula():
@@ -124,15 +131,21 @@ def test_gpu_model_power_cap_and_thermal_reasons():
     assert idle.reasons == 0x1
 
 
-@pytest.mark.parametrize("opts,msg", [
-    (SimOptions(gpu="v100"), "unknown GPU 'v100'; known: a100-40gb, a100-80gb, h100-80gb"),
-    (SimOptions(model="llama-9"), "unknown model"),
-    (SimOptions(model="llama-3.1-70b", gpu="l40s"), "GiB short per GPU"),
-    (SimOptions(tp=3), "TP 3 does not divide"),
-    (SimOptions(enable_chunked_prefill=False, max_num_batched_tokens=1024, max_model_len=4096), "smaller than max_model_len"),
-    (SimOptions(scenario="thermal", tp=1), "needs a TP group"),
-    (SimOptions(scenario="nope"), "unknown scenario"),
-])
+@pytest.mark.parametrize(
+    "opts,msg",
+    [
+        (SimOptions(gpu="v100"), "unknown GPU 'v100'; known: a100-40gb, a100-80gb, h100-80gb"),
+        (SimOptions(model="llama-9"), "unknown model"),
+        (SimOptions(model="llama-3.1-70b", gpu="l40s"), "GiB short per GPU"),
+        (SimOptions(tp=3), "TP 3 does not divide"),
+        (
+            SimOptions(enable_chunked_prefill=False, max_num_batched_tokens=1024, max_model_len=4096),
+            "smaller than max_model_len",
+        ),
+        (SimOptions(scenario="thermal", tp=1), "needs a TP group"),
+        (SimOptions(scenario="nope"), "unknown scenario"),
+    ],
+)
 def test_impossible_configurations_are_refused(opts, msg):
     with pytest.raises(SimConfigError, match=msg.replace("(", r"\(")):
         build(opts)

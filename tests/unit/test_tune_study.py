@@ -40,7 +40,9 @@ def make(tmp_path, trials=6, seed=3, space=SPACE, **kw):
     sp = parse_space(space, "test-space.toml")
     ramp = RampSettings(load_profile("coding"), [24], LIMITS, step_s=30, warmup_s=8, seed=0)
     ev = FastSimEvaluator(ramp, fixed=sp.fixed)
-    cfg = TuneConfig(sp, parse_objectives("max:out_tok_s,min:itl_p99"), LIMITS, trials, tmp_path, population=4, seed=seed, **kw)
+    cfg = TuneConfig(
+        sp, parse_objectives("max:out_tok_s,min:itl_p99"), LIMITS, trials, tmp_path, population=4, seed=seed, **kw
+    )
     seen: list[events.TuneEvent] = []
     return TuneSession(cfg, ev, seen.append), seen
 
@@ -72,8 +74,11 @@ def test_study_runs_records_and_finds_a_front(tmp_path):
         for r in ran:
             if r.feasible and r.number not in front:
                 o = r.objectives
-                assert not (o["out_tok_s"] >= p["objectives"]["out_tok_s"] and o["itl_p99"] <= p["objectives"]["itl_p99"]
-                            and (o["out_tok_s"] > p["objectives"]["out_tok_s"] or o["itl_p99"] < p["objectives"]["itl_p99"]))
+                assert not (
+                    o["out_tok_s"] >= p["objectives"]["out_tok_s"]
+                    and o["itl_p99"] <= p["objectives"]["itl_p99"]
+                    and (o["out_tok_s"] > p["objectives"]["out_tok_s"] or o["itl_p99"] < p["objectives"]["itl_p99"])
+                )
     assert all(p["command"].startswith("--max-model-len 8192") for p in doc["pareto"])
     # the study is a plain Optuna study: constraints stored, dashboard-readable
     st = optuna.load_study(study_name="spoc", storage=f"sqlite:///{tmp_path / 'study.db'}")
@@ -157,4 +162,12 @@ def test_journal_storage_and_storage_errors(tmp_path):
 
 def test_secrets_are_redacted():
     assert redact_url("postgresql://me:s3cret@db/x") == "postgresql://me:***@db/x"
-    assert redact_argv(["vllm", "serve", "--api-key", "sk-1", "--hf-token=hf_x", "--port", "1"]) == ["vllm", "serve", "--api-key", "***", "--hf-token=***", "--port", "1"]
+    assert redact_argv(["vllm", "serve", "--api-key", "sk-1", "--hf-token=hf_x", "--port", "1"]) == [
+        "vllm",
+        "serve",
+        "--api-key",
+        "***",
+        "--hf-token=***",
+        "--port",
+        "1",
+    ]

@@ -50,14 +50,33 @@ def test_values_sizes_and_defaults():
     assert s.param("max-num-seqs").values == (16, 32, 64, 128, 256)
     assert s.param("gpu-memory-utilization").values == (0.8, 0.85, 0.9, 0.95)
     assert s.size == 5 * 3 * 2 * 4 == len(list(s.all_configs()))
-    assert s.defaults() == {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "enable-chunked-prefill": True, "gpu-memory-utilization": 0.9}
-    assert s.argv(s.defaults()) == ["--max-model-len", "4096", "--max-num-seqs", "256", "--max-num-batched-tokens", "8192",
-                                    "--enable-chunked-prefill", "--gpu-memory-utilization", "0.9"]
+    assert s.defaults() == {
+        "max-num-seqs": 256,
+        "max-num-batched-tokens": 8192,
+        "enable-chunked-prefill": True,
+        "gpu-memory-utilization": 0.9,
+    }
+    assert s.argv(s.defaults()) == [
+        "--max-model-len",
+        "4096",
+        "--max-num-seqs",
+        "256",
+        "--max-num-batched-tokens",
+        "8192",
+        "--enable-chunked-prefill",
+        "--gpu-memory-utilization",
+        "0.9",
+    ]
 
 
 def test_condition_uses_fixed_values():
     s = parse_space(SPACE, "s.toml")
-    ok = {"max-num-seqs": 16, "max-num-batched-tokens": 1024, "enable-chunked-prefill": True, "gpu-memory-utilization": 0.9}
+    ok = {
+        "max-num-seqs": 16,
+        "max-num-batched-tokens": 1024,
+        "enable-chunked-prefill": True,
+        "gpu-memory-utilization": 0.9,
+    }
     assert s.violated(ok) is None
     bad = dict(ok, **{"enable-chunked-prefill": False})
     c = s.violated(bad)
@@ -69,8 +88,15 @@ def test_condition_uses_fixed_values():
 
 def test_parse_flags_round_trip_and_errors():
     s = parse_space(SPACE, "s.toml")
-    cfg = s.parse_flags("--max-num-seqs 64 --no-enable-chunked-prefill --gpu-memory-utilization=0.85 --max-num-batched-tokens 4096")
-    assert cfg == {"max-num-seqs": 64, "enable-chunked-prefill": False, "gpu-memory-utilization": 0.85, "max-num-batched-tokens": 4096}
+    cfg = s.parse_flags(
+        "--max-num-seqs 64 --no-enable-chunked-prefill --gpu-memory-utilization=0.85 --max-num-batched-tokens 4096"
+    )
+    assert cfg == {
+        "max-num-seqs": 64,
+        "enable-chunked-prefill": False,
+        "gpu-memory-utilization": 0.85,
+        "max-num-batched-tokens": 4096,
+    }
     assert s.parse_flags(" ".join(s.argv(cfg)[2:])) == cfg
     with pytest.raises(SpaceError, match="not one of the space's values: 16, 32"):
         s.parse_flags("--max-num-seqs 48")
@@ -121,8 +147,13 @@ def test_missing_space_file():
 def test_objectives():
     o = parse_objectives("max:out_tok_s, itl_p99")
     assert [(x.name, x.direction) for x in o] == [("out_tok_s", "max"), ("itl_p99", "min")]
-    for bad, msg in [("min:out_tok_s,ttft_p99", "can only be maximised"), ("out_tok_s", "two objectives"),
-                     ("foo,ttft_p99", "unknown objective"), ("ttft_p99,ttft_p99", "twice"), ("up:ttft_p99,req_s", "max or min")]:
+    for bad, msg in [
+        ("min:out_tok_s,ttft_p99", "can only be maximised"),
+        ("out_tok_s", "two objectives"),
+        ("foo,ttft_p99", "unknown objective"),
+        ("ttft_p99,ttft_p99", "twice"),
+        ("up:ttft_p99,req_s", "max or min"),
+    ]:
         with pytest.raises(SpaceError, match=msg):
             parse_objectives(bad)
 
@@ -130,8 +161,20 @@ def test_objectives():
 def _step(idx, users, ttfts, limits):
     from spoc_tui.core.loadmath import RequestSample
 
-    samples = [RequestSample(start=i, step=idx, users=users, ok=True, ttft=t, e2e=t + 1.0, itl=(0.01, 0.02), output_tokens=100, end=i + t + 1)
-               for i, t in enumerate(ttfts)]
+    samples = [
+        RequestSample(
+            start=i,
+            step=idx,
+            users=users,
+            ok=True,
+            ttft=t,
+            e2e=t + 1.0,
+            itl=(0.01, 0.02),
+            output_tokens=100,
+            end=i + t + 1,
+        )
+        for i, t in enumerate(ttfts)
+    ]
     return summarize_step(idx, users, samples, 10.0, limits)
 
 
@@ -164,12 +207,27 @@ def test_reference_point_uses_the_sla_limit():
 def test_templates():
     argv, known = parse_template("vllm serve /models/x --port {port} --max-model-len=2048 --dtype float32 {flags}")
     assert known == {"max-model-len": 2048}
-    assert command_line(argv, ["--max-num-seqs", "8"], 9000) == ["vllm", "serve", "/models/x", "--port", "9000", "--max-model-len=2048", "--dtype",
-                                                                 "float32", "--max-num-seqs", "8"]
+    assert command_line(argv, ["--max-num-seqs", "8"], 9000) == [
+        "vllm",
+        "serve",
+        "/models/x",
+        "--port",
+        "9000",
+        "--max-model-len=2048",
+        "--dtype",
+        "float32",
+        "--max-num-seqs",
+        "8",
+    ]
     assert command_line(["x", "--port={port}"], ["--a"], 1) == ["x", "--port=1", "--a"]
     assert template_flags(argv) >= {"port", "max-model-len", "dtype"}
-    for bad, msg in [("vllm serve m", "must contain {port}"), ("vllm serve --port {port} | tee x", "without a shell"),
-                     ("vllm --port {port} {model}", "unknown placeholder"), ("vllm 'x", "cannot read"), ("", "empty")]:
+    for bad, msg in [
+        ("vllm serve m", "must contain {port}"),
+        ("vllm serve --port {port} | tee x", "without a shell"),
+        ("vllm --port {port} {model}", "unknown placeholder"),
+        ("vllm 'x", "cannot read"),
+        ("", "empty"),
+    ]:
         with pytest.raises(SpaceError, match=msg):
             parse_template(bad)
 

@@ -15,10 +15,17 @@ def view(name, then=None, dt=60.0):
     return server_view(name, Scrape(now, 100.0 + dt, prev, 100.0 if prev else None))
 
 
-@pytest.mark.parametrize("name,version", [
-    ("vllm_sample_01.txt", "v0"), ("vllm_sample_04.txt", "v0"), ("vllm_sample_06.txt", "v1"),
-    ("vllm_sample_07.txt", "v1"), ("vllm_sample_11.txt", "v0"), ("vllm_0.32_cpu_full_load.txt", "v1"),
-])
+@pytest.mark.parametrize(
+    "name,version",
+    [
+        ("vllm_sample_01.txt", "v0"),
+        ("vllm_sample_04.txt", "v0"),
+        ("vllm_sample_06.txt", "v1"),
+        ("vllm_sample_07.txt", "v1"),
+        ("vllm_sample_11.txt", "v0"),
+        ("vllm_0.32_cpu_full_load.txt", "v1"),
+    ],
+)
 def test_engine_version(name, version):
     assert engine_version(parse_text((FIX / name).read_text())) == version
 
@@ -45,10 +52,13 @@ def test_missing_metrics_are_none_not_zero():
 
 def test_old_itl_name_is_read():
     # time_per_output_token_seconds is the pre-0.10.2 ITL
-    text = "".join(
-        f'vllm:time_per_output_token_seconds_bucket{{le="{le}",model_name="m"}} {c}\n'
-        for le, c in (("0.01", 5.0), ("0.025", 9.0), ("+Inf", 10.0))
-    ) + 'vllm:time_per_output_token_seconds_count{model_name="m"} 10.0\n'
+    text = (
+        "".join(
+            f'vllm:time_per_output_token_seconds_bucket{{le="{le}",model_name="m"}} {c}\n'
+            for le, c in (("0.01", 5.0), ("0.025", 9.0), ("+Inf", 10.0))
+        )
+        + 'vllm:time_per_output_token_seconds_count{model_name="m"} 10.0\n'
+    )
     v = server_view("x", Scrape(parse_text(text), 1.0))
     assert v.total.latency["itl"].count == 10
     assert 0.01 < v.total.latency["itl"].p90 <= 0.025

@@ -61,7 +61,12 @@ class CapacityScreen(Screen[None]):
                 yield Label("KV dtype")
                 yield Select([("auto", "auto"), ("fp8", "fp8")], value="auto", allow_blank=False, id="kv")
                 yield Label("weights")
-                yield Select([("model's", "default"), ("bf16", "bf16"), ("fp8", "fp8"), ("int4", "int4")], value="default", allow_blank=False, id="weights")
+                yield Select(
+                    [("model's", "default"), ("bf16", "bf16"), ("fp8", "fp8"), ("int4", "int4")],
+                    value="default",
+                    allow_blank=False,
+                    id="weights",
+                )
                 yield Label("block")
                 yield Input("16", id="block", restrict=r"[0-9]*")
             yield Static("", id="result")
@@ -71,7 +76,9 @@ class CapacityScreen(Screen[None]):
         self.result = self.query_one("#result", Static)
         self.recompute()
 
-    def prefill(self, model_names: tuple[str, ...], cache_config: dict[str, str], gpu_label: str | None, tp: int | None) -> None:
+    def prefill(
+        self, model_names: tuple[str, ...], cache_config: dict[str, str], gpu_label: str | None, tp: int | None
+    ) -> None:
         """Take what the monitored server says about itself."""
         self.server_config = dict(cache_config)
         for name in model_names:

@@ -36,14 +36,16 @@ clock drags its tensor-parallel group (the group runs at its slowest GPU's pace)
 Figures from the spoc-tui simulator are labelled SIMULATED.
 
 Press `Esc` to close.
-"""
+"""  # noqa: E501  (a Markdown table row cannot be wrapped)
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 90%; max-width: 100; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
+    HelpScreen > VerticalScroll {
+        width: 90%; max-width: 100; height: 90%; border: round $accent; background: $surface; padding: 0 1;
+    }
     """
 
     def compose(self) -> ComposeResult:

@@ -21,13 +21,29 @@ from spoc_tui.load.report import KneeTone, knee_sentence, step_cells, verdict, v
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 
-_KNEE_STYLE: dict[KneeTone, str] = {"pending": "dim", "meets": "green", "breaks_at_once": "bold red", "breaks": "bold yellow"}
-_COLUMNS = [("users", "Users", 5), ("req_s", "req/s", 6), ("out_tok_s", "out t/s", 7), ("goodput", "goodput", 7), ("ttft_p99", "TTFT p99", 8),
-            ("itl_p99", "ITL p99", 7), ("err_pct", "err%", 5), ("queue", "queue", 5), ("kv", "KV", 5)]
+_KNEE_STYLE: dict[KneeTone, str] = {
+    "pending": "dim",
+    "meets": "green",
+    "breaks_at_once": "bold red",
+    "breaks": "bold yellow",
+}
+_COLUMNS = [
+    ("users", "Users", 5),
+    ("req_s", "req/s", 6),
+    ("out_tok_s", "out t/s", 7),
+    ("goodput", "goodput", 7),
+    ("ttft_p99", "TTFT p99", 8),
+    ("itl_p99", "ITL p99", 7),
+    ("err_pct", "err%", 5),
+    ("queue", "queue", 5),
+    ("kv", "KV", 5),
+]
 
 
 class StepTable(DiffTable):
-    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None, disabled: bool = False) -> None:
+    def __init__(
+        self, *, name: str | None = None, id: str | None = None, classes: str | None = None, disabled: bool = False
+    ) -> None:
         super().__init__([*_COLUMNS, ("v", "verdict", 16)], name=name, id=id, classes=classes, disabled=disabled)
 
     def show(self, steps: tuple[StepSummary, ...]) -> None:
@@ -35,7 +51,10 @@ class StepTable(DiffTable):
         for s in steps:
             cells = step_cells(s)
             ok, _ = verdict(s)
-            rows[str(s.step)] = [*(cells[key] for key, _, _ in _COLUMNS), Text(verdict_text(s), style="green" if ok else "bold red")]
+            rows[str(s.step)] = [
+                *(cells[key] for key, _, _ in _COLUMNS),
+                Text(verdict_text(s), style="green" if ok else "bold red"),
+            ]
         self.sync(rows)
 
 
@@ -174,12 +193,22 @@ class LoadScreen(Screen[None]):
     # -- progress -----------------------------------------------------------------------------
     def show_progress(self, p: RampProgress) -> None:
         total = self.total_steps or "?"
-        phase = {"preflight": "checking the server", "starting": "starting Locust", "warmup": "warming up",
-                 "measuring": "measuring", "step_done": "step done", "done": "finished"}.get(p.phase, p.phase)
+        phase = {
+            "preflight": "checking the server",
+            "starting": "starting Locust",
+            "warmup": "warming up",
+            "measuring": "measuring",
+            "step_done": "step done",
+            "done": "finished",
+        }.get(p.phase, p.phase)
         out_rate = p.steps[-1].output_tokens_per_s if p.steps else None
-        self.status.update(Text(
-            f"step {p.step}/{total} · {p.users} users · {phase} · {p.samples} requests · "
-            f"last step {fmt.rate(out_rate, ' out tok/s')} · {p.elapsed_s:.0f}s elapsed", style="bold"))
+        self.status.update(
+            Text(
+                f"step {p.step}/{total} · {p.users} users · {phase} · {p.samples} requests · "
+                f"last step {fmt.rate(out_rate, ' out tok/s')} · {p.elapsed_s:.0f}s elapsed",
+                style="bold",
+            )
+        )
         with self.app.batch_update():
             self.steps.show(p.steps)
             self._charts(p.steps)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from rich.text import Text
@@ -94,7 +95,9 @@ class TuneScreen(Screen[None]):
         """The study's copyable command line for a configuration's flags."""
 
     def compose(self) -> ComposeResult:
-        yield Static("Tuning study: NSGA-II over server flags; each trial starts the server and runs a ramp", id="title")
+        yield Static(
+            "Tuning study: NSGA-II over server flags; each trial starts the server and runs a ramp", id="title"
+        )
         with VerticalScroll(id="body"):
             with Horizontal(classes="row"):
                 yield Label("launch")
@@ -155,9 +158,19 @@ class TuneScreen(Screen[None]):
             self.form_error.update("trials and step seconds must be numbers")
             return None
         profile = self.query_one("#profile", Select).value
-        return TuneArgs(launch=val("launch"), sla=val("sla"), out_dir="", space=val("space") or None, objectives=val("objectives"),
-                        trials=trials, users=val("users") or TuneArgs.users, step_seconds=step, warmup_seconds=min(5.0, step / 5), profile=str(profile),
-                        resume=resume)
+        return TuneArgs(
+            launch=val("launch"),
+            sla=val("sla"),
+            out_dir="",
+            space=val("space") or None,
+            objectives=val("objectives"),
+            trials=trials,
+            users=val("users") or TuneArgs.users,
+            step_seconds=step,
+            warmup_seconds=min(5.0, step / 5),
+            profile=str(profile),
+            resume=resume,
+        )
 
     def set_running(self, running: bool) -> None:
         self.running = running
@@ -168,7 +181,9 @@ class TuneScreen(Screen[None]):
             i.disabled = running
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        {"start": self.action_start, "resume": self.action_resume, "stop": self.action_stop}[event.button.id or "stop"]()
+        {"start": self.action_start, "resume": self.action_resume, "stop": self.action_stop}[
+            event.button.id or "stop"
+        ]()
 
     def action_start(self) -> None:
         if not self.running and (args := self.form()) is not None:
@@ -202,8 +217,13 @@ class TuneScreen(Screen[None]):
             case StudyOpened():
                 self.form_error.update("")
                 self.records = list(ev.records)
-                self.status.update(Text(f"study {ev.study!r} in {ev.storage}" + (f": {len(self.records)} trial(s) already run" if self.records else ""),
-                                        style="dim"))
+                self.status.update(
+                    Text(
+                        f"study {ev.study!r} in {ev.storage}"
+                        + (f": {len(self.records)} trial(s) already run" if self.records else ""),
+                        style="dim",
+                    )
+                )
                 self._redraw()
             case Note(message=message):
                 self.notify(message, timeout=8)
@@ -213,22 +233,37 @@ class TuneScreen(Screen[None]):
             case ServerStarting(log=log):
                 self.log_path = Path(log)
             case ServerReady(start_s=start_s):
-                self.status.update(Text(f"{self.trial_line}\nserver ready in {start_s:.0f} s; ramp starting", style="bold"))
+                self.status.update(
+                    Text(f"{self.trial_line}\nserver ready in {start_s:.0f} s; ramp starting", style="bold")
+                )
             case RampProgressed(progress=p):
                 if p.phase in ("warmup", "measuring"):
-                    done = min(p.step_s, p.elapsed_s - sum(s.duration_s for s in p.steps)) if p.phase == "measuring" else 0.0
-                    self.status.update(Text(f"{self.trial_line}\nramp step {p.step}: {p.users} users, {p.phase} "
-                                            f"({p.samples} requests so far)" + (f", {done:.0f}/{p.step_s:.0f} s" if p.phase == "measuring" else ""),
-                                            style="bold"))
+                    done = (
+                        min(p.step_s, p.elapsed_s - sum(s.duration_s for s in p.steps))
+                        if p.phase == "measuring"
+                        else 0.0
+                    )
+                    self.status.update(
+                        Text(
+                            f"{self.trial_line}\nramp step {p.step}: {p.users} users, {p.phase} "
+                            f"({p.samples} requests so far)"
+                            + (f", {done:.0f}/{p.step_s:.0f} s" if p.phase == "measuring" else ""),
+                            style="bold",
+                        )
+                    )
             case OthersDone(records=records):  # a shared study: trials other workers finished
                 have = {r.number for r in self.records}
-                self.records = sorted([*self.records, *(r for r in records if r.number not in have)], key=lambda r: r.number)
+                self.records = sorted(
+                    [*self.records, *(r for r in records if r.number not in have)], key=lambda r: r.number
+                )
             case TrialDone(record=rec) | RepeatDone(record=rec):
                 if isinstance(ev, TrialDone):
                     self.records.append(rec)
                     self.front = ev.front
                 tail = "" if rec.status == "ok" else f": {rec.reason}"
-                self.status.update(Text(f"{self.trial_line}\n-> {rec.status}{tail}", style="green" if rec.status == "ok" else "yellow"))
+                self.status.update(
+                    Text(f"{self.trial_line}\n-> {rec.status}{tail}", style="green" if rec.status == "ok" else "yellow")
+                )
                 self._redraw()
             case StudyDone(front=front):
                 self.front = front
@@ -258,28 +293,35 @@ class TuneScreen(Screen[None]):
                 continue
             kind: PointKind = "pareto" if r.number in on_front else ("feasible" if r.feasible else "breaks")
             pts.append(PlotPoint(v[0], v[1], kind, f"#{r.number}"))
-        x_fmt = (lambda v: value_text(o[0], v))
-        y_fmt = (lambda v: value_text(o[1], v))
         note = f"{failed} trial(s) could not start or crashed" if failed else ""
-        self.plot.show(pts, o[0].label, o[1].label, x_fmt, y_fmt, note=note)
+        self.plot.show(pts, o[0].label, o[1].label, partial(value_text, o[0]), partial(value_text, o[1]), note=note)
         hv = front.hv_by_trial
         self.query_one("#hv", Sparkline).data = hv or [0.0]
         last = f"{hv[-1]:.4g}" if hv else "-"
-        self.query_one("#hv-label", Static).update(f"hypervolume {last} after {len(hv)} trials" + (f", {failed} infeasible" if failed else ""))
+        self.query_one("#hv-label", Static).update(
+            f"hypervolume {last} after {len(hv)} trials" + (f", {failed} infeasible" if failed else "")
+        )
         self.table.clear(columns=True)
         self.table.add_columns("#", o[0].label, o[1].label, "flags")
         self.commands = {}
         for r in front.records:
             self.commands[r.number] = self.command_for(r.flags)
-            self.table.add_row(str(r.number), value_text(o[0], r.objectives.get(o[0].name)), value_text(o[1], r.objectives.get(o[1].name)),
-                               " ".join(r.flags), key=str(r.number))
+            self.table.add_row(
+                str(r.number),
+                value_text(o[0], r.objectives.get(o[0].name)),
+                value_text(o[1], r.objectives.get(o[1].name)),
+                " ".join(r.flags),
+                key=str(r.number),
+            )
 
     def command_for(self, flags: list[str]) -> str:
         if self.command_of is not None:
             return self.command_of(flags)
         return " ".join(flags)
 
-    def prepare(self, objectives: tuple[Objective, ...], limits: tuple[Limit, ...], command_of: Callable[[Sequence[str]], str]) -> None:
+    def prepare(
+        self, objectives: tuple[Objective, ...], limits: tuple[Limit, ...], command_of: Callable[[Sequence[str]], str]
+    ) -> None:
         self.objectives = objectives
         self.limits = limits
         self.command_of = command_of

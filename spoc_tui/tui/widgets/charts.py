@@ -34,7 +34,9 @@ class LimitBarChart(Widget):
     LimitBarChart { height: 9; width: 1fr; }
     """
 
-    def __init__(self, title: str, unit_seconds: bool = True, *, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(
+        self, title: str, unit_seconds: bool = True, *, id: str | None = None, classes: str | None = None
+    ) -> None:
         super().__init__(id=id, classes=classes)
         self.title = title
         self.unit_seconds = unit_seconds
@@ -107,7 +109,11 @@ class PlotPoint:
     label: str = ""
 
 
-_MARK = {"pareto": ("◆", Style(color="yellow", bold=True)), "feasible": ("●", Style(color="green")), "breaks": ("×", Style(color="red"))}
+_MARK = {
+    "pareto": ("◆", Style(color="yellow", bold=True)),
+    "feasible": ("●", Style(color="green")),
+    "breaks": ("×", Style(color="red")),
+}
 
 
 class ParetoPlot(Widget):
@@ -130,7 +136,9 @@ class ParetoPlot(Widget):
         self.y_fmt = fmt.seconds
         self.note = ""
 
-    def show(self, points: Sequence[PlotPoint], x_label: str, y_label: str, x_fmt=fmt.num, y_fmt=fmt.seconds, note: str = "") -> None:  # type: ignore[no-untyped-def]
+    def show(
+        self, points: Sequence[PlotPoint], x_label: str, y_label: str, x_fmt=fmt.num, y_fmt=fmt.seconds, note: str = ""
+    ) -> None:  # type: ignore[no-untyped-def]
         self.points = list(points)
         self.x_label, self.y_label, self.x_fmt, self.y_fmt, self.note = x_label, y_label, x_fmt, y_fmt, note
         self.refresh()
@@ -203,5 +211,9 @@ class ParetoPlot(Widget):
             legend = "  ◆ Pareto  ● within SLA  × misses SLA"
             room = width - 9 - len(lo) - len(hi)
             mid = legend if room > len(legend) + 2 else ""
-            return Strip([Segment(" " * 9 + lo, dim), Segment(mid.center(max(0, room)), dim), Segment(hi, dim)]).adjust_cell_length(width, base)
-        return Strip([Segment(f" {self.note}", dim)] if y == plot_h + 3 and self.note else []).adjust_cell_length(width, base)
+            return Strip(
+                [Segment(" " * 9 + lo, dim), Segment(mid.center(max(0, room)), dim), Segment(hi, dim)]
+            ).adjust_cell_length(width, base)
+        return Strip([Segment(f" {self.note}", dim)] if y == plot_h + 3 and self.note else []).adjust_cell_length(
+            width, base
+        )

@@ -8,10 +8,10 @@ from collections import deque
 from rich.text import Text
 from textual.widgets import Static
 
-from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core import fmt
 from spoc_tui.core.alerts import Alert
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
+from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 
@@ -82,7 +82,15 @@ class LatencyTable(DiffTable):
 
     def __init__(self, **kw: object) -> None:
         super().__init__(
-            [("m", "Metric", 6), ("p50", "p50", 7), ("p90", "p90", 7), ("p99", "p99", 7), ("mean", "mean", 7), ("n", "count", 6), ("trend", "p99 trend", 16)],
+            [
+                ("m", "Metric", 6),
+                ("p50", "p50", 7),
+                ("p90", "p90", 7),
+                ("p99", "p99", 7),
+                ("mean", "mean", 7),
+                ("n", "count", 6),
+                ("trend", "p99 trend", 16),
+            ],
             **kw,  # type: ignore[arg-type]
         )
         self.history: dict[str, deque[float | None]] = {k: deque(maxlen=HISTORY) for k in LATENCY_LABELS}
@@ -136,7 +144,16 @@ def _reason_text(g: GpuSample) -> Text:
 class GpuTable(DiffTable):
     def __init__(self, **kw: object) -> None:
         super().__init__(
-            [("gpu", "GPU", 7), ("t", "Temp", 4), ("mt", "Mem", 4), ("sm", "SM MHz", 9), ("p", "Power W", 8), ("u", "Util", 4), ("fb", "FB GiB", 6), ("thr", "Throttle", 18)],
+            [
+                ("gpu", "GPU", 7),
+                ("t", "Temp", 4),
+                ("mt", "Mem", 4),
+                ("sm", "SM MHz", 9),
+                ("p", "Power W", 8),
+                ("u", "Util", 4),
+                ("fb", "FB GiB", 6),
+                ("thr", "Throttle", 18),
+            ],
             **kw,  # type: ignore[arg-type]
         )
 
@@ -192,13 +209,18 @@ class TpPanel(ChangedStatic):
         for rep in groups:
             med = fmt.num(rep.median_clock_mhz)
             slow = f"{rep.slowdown_pct:.0f}%" if rep.slowdown_pct is not None else fmt.NA
-            t.append(f"TP {rep.name}: median SM {med} MHz, median {fmt.num(rep.median_temp_c, unit='C')}, slowest GPU -{slow}  ")
+            t.append(
+                f"TP {rep.name}: median SM {med} MHz, median {fmt.num(rep.median_temp_c, unit='C')}, slowest "
+                f"GPU -{slow}  "
+            )
             if rep.draggers:
                 t.append("DRAGGED\n", style="bold red")
             else:
                 t.append("ok\n", style="green")
         for a in alerts:
-            t.append("▲ " if a.severity == "error" else "△ ", style="bold red" if a.severity == "error" else "bold yellow")
+            t.append(
+                "▲ " if a.severity == "error" else "△ ", style="bold red" if a.severity == "error" else "bold yellow"
+            )
             t.append(a.text + "\n", style="red" if a.severity == "error" else "yellow")
         if not alerts:
             t.append("no alerts", style="green")

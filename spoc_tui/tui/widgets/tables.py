@@ -33,7 +33,15 @@ class DiffTable(Widget):
     DiffTable { height: auto; width: 1fr; }
     """
 
-    def __init__(self, columns: list[tuple[str, str, int]], *, name: str | None = None, id: str | None = None, classes: str | None = None, disabled: bool = False) -> None:
+    def __init__(
+        self,
+        columns: list[tuple[str, str, int]],
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+        disabled: bool = False,
+    ) -> None:
         super().__init__(name=name, id=id, classes=classes, disabled=disabled)
         self._columns = columns
         self._rows: dict[str, list[Cell]] = {}

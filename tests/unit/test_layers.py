@@ -1,0 +1,182 @@
+"""The package's layers, checked on its import graph (function-level imports included).
+
+core <- collectors, procs <- services (load, tune, capacity, sim, config) <- tui, cli.
+Nothing imports a layer above its own; tui never imports cli; there is no import cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "spoc_tui"
+
+LAYERS: list[set[str]] = [
+    {"spoc_tui.core"},
+    {"spoc_tui.collectors", "spoc_tui.procs"},
+    {"spoc_tui.load", "spoc_tui.tune", "spoc_tui.capacity", "spoc_tui.sim", "spoc_tui.config"},
+    {"spoc_tui.tui", "spoc_tui.cli"},
+]
+"""Lowest first. Packages in one layer may import each other (no cycles); ``collectors`` and
+``procs`` are independent of each other, as are ``tui`` and ``cli`` except cli -> tui."""
+FORBIDDEN = {
+    ("spoc_tui.collectors", "spoc_tui.procs"),
+    ("spoc_tui.procs", "spoc_tui.collectors"),
+    ("spoc_tui.tui", "spoc_tui.cli"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def imports(path: Path) -> set[str]:
+    """Every spoc_tui module ``path`` imports, anywhere in the file (functions included)."""
+    return imports_of_text(path.read_text(), module_name(path), path.name == "__init__.py")
+
+
+def imports_of_text(text: str, name: str, is_pkg: bool) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")[: len(name.split(".")) - node.level + (1 if is_pkg else 0)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in MODULES)
+    return {m for m in out if m == "spoc_tui" or m.startswith("spoc_tui.")}
+
+
+GRAPH = {name: {m for m in imports(p) if m in MODULES and m != name} for name, p in MODULES.items()}
+
+
+def layer_of(module: str) -> tuple[int, str] | None:
+    for i, layer in enumerate(LAYERS):
+        for pkg in layer:
+            if module == pkg or module.startswith(pkg + "."):
+                return i, pkg
+    return None
+
+
+def test_every_module_belongs_to_a_layer():
+    loose = sorted(m for m in MODULES if m not in ("spoc_tui",) and layer_of(m) is None)
+    assert not loose, f"modules outside the layers: {loose}"
+
+
+def test_no_module_imports_upward_or_across_a_forbidden_edge():
+    bad = []
+    for src, targets in GRAPH.items():
+        a = layer_of(src)
+        for dst in targets:
+            b = layer_of(dst)
+            if a is None or b is None:
+                continue
+            if b[0] > a[0] or (a[1], b[1]) in FORBIDDEN:
+                bad.append(f"{src} -> {dst}")
+    assert not bad, "imports against the layers:\n" + "\n".join(sorted(bad))
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(10_000)
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    # a package's __init__ importing its own submodules is how packages re-export: not a cycle
+    graph = {
+        src: {d for d in dsts if not (src.startswith(d + ".") and MODULES[d].name == "__init__.py")}
+        for src, dsts in GRAPH.items()
+    }
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    """The check itself can fail: a made-up graph with a three-module cycle."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_layer_check_sees_function_level_imports(tmp_path):
+    """An import inside a function (and a relative one) is an edge of the graph like any other."""
+    src = tmp_path / "m.py"
+    src.write_text(
+        "def f():\n    from spoc_tui.tui.app import SpocApp\n    import spoc_tui.cli.main\n    return SpocApp\n"
+    )
+    assert {"spoc_tui.tui.app", "spoc_tui.cli.main"} <= imports_of_text(
+        src.read_text(), "spoc_tui.core.probe", is_pkg=False
+    )
+    assert "spoc_tui.core.fmt" in imports_of_text("from . import fmt\n", "spoc_tui.core.probe", is_pkg=False)
+
+
+@pytest.mark.parametrize(
+    "package",
+    [
+        "spoc_tui.core",
+        "spoc_tui.collectors",
+        "spoc_tui.procs",
+        "spoc_tui.load.ramp",
+        "spoc_tui.tune.study",
+        "spoc_tui.capacity.service",
+        "spoc_tui.sim.run",
+    ],
+)
+def test_below_the_ui_nothing_loads_textual(package):
+    """Import hygiene (as Harlequin checks it): the core loads neither Textual, Rich nor httpx; the
+    collectors and services do not load Textual (Rich comes with httpx, whose own CLI uses it)."""
+    code = f"import sys, importlib; importlib.import_module({package!r}); print(sorted(m for m in ('textual',) if m in sys.modules))"
+    if package == "spoc_tui.core":  # every core module
+        code = (
+            "import sys, importlib, pkgutil, spoc_tui.core as c; "
+            "[importlib.import_module('spoc_tui.core.' + m.name) for m in pkgutil.iter_modules(c.__path__)]; "
+            "print(sorted(m for m in ('textual', 'rich', 'httpx') if m in sys.modules))"
+        )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=PKG.parent)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", f"{package} loads {r.stdout.strip()}"
