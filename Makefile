@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test test-fast realengine-setup screenshots bench clean
+.PHONY: demo test test-fast lint realengine-setup screenshots bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,14 +15,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/spoc demo $(ARGS)
 
-## Everything: unit, collector, simulator, TUI and snapshot tests, then the real-engine tier
-## (a real vLLM CPU server and a real Prometheus on loopback; set-up cached in ~/.cache/spoc-tui).
-test: $(STAMP) realengine-setup
+## Everything: lint and types, unit, collector, simulator, TUI and snapshot tests, then the
+## real-engine tier (a real vLLM CPU server and a real Prometheus on loopback; set-up cached in
+## ~/.cache/spoc-tui).
+test: lint realengine-setup
 	$(PY) -m pytest -q -p no:cacheprovider --durations=12 tests
 
 ## Without the real-engine tier (quick, for development).
-test-fast: $(STAMP)
+test-fast: lint
 	SPOC_SKIP_REALENGINE=1 $(PY) -m pytest -q -p no:cacheprovider tests
+
+## ruff (rules and formatting) over everything, mypy --strict over the package.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check spoc_tui tests scripts benchmarks
+	$(VENV)/bin/ruff format --check spoc_tui tests scripts benchmarks
+	$(VENV)/bin/mypy
 
 realengine-setup:
 	bash scripts/realengine_setup.sh

@@ -80,7 +80,7 @@ def compute(args: CapacityArgs, model: ModelSpec, gpu: GpuSpec, **override: obje
     if args.reserve_gib is not None:
         kw["reserve_bytes"] = args.reserve_gib * GIB
     kw.update(override)
-    return plan(model, gpu, **kw)  # type: ignore[arg-type]
+    return plan(model, gpu, **kw)  # type: ignore[arg-type]  # each value has its parameter's type; **kw mixes them
 
 
 def rule_of_thumb_note(model: ModelSpec) -> str | None:
@@ -227,7 +227,7 @@ class QueueArgs:
     ramp: str | None = None
 
 
-def load_ramp(path: str) -> dict[str, object]:
+def load_ramp(path: str) -> dict[str, Any]:
     """Read ``ramp.json`` (or the folder holding it).
 
     Raises:
@@ -242,10 +242,10 @@ def load_ramp(path: str) -> dict[str, object]:
     return doc
 
 
-def estimate_from_ramp(doc: dict[str, object]) -> tuple[float, float] | None:
+def estimate_from_ramp(doc: dict[str, Any]) -> tuple[float, float] | None:
     """(service time, think time) from the lightest step of a ramp: E2E mean, and the rest of
     each user's request cycle (users / request rate - E2E)."""
-    steps = [s for s in doc["steps"] if isinstance(s, dict) and s.get("requests")]  # type: ignore[union-attr]
+    steps = [s for s in doc["steps"] if isinstance(s, dict) and s.get("requests")]
     if not steps:
         return None
     s = steps[0]
@@ -257,13 +257,13 @@ def estimate_from_ramp(doc: dict[str, object]) -> tuple[float, float] | None:
     return float(e2e), max(0.0, cycle - float(e2e))
 
 
-def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, object]], float, float]:
+def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, Any]], float, float]:
     """Model rows (with the ramp's measured figures where user counts match), service, think.
 
     Raises:
         PresetError: no service/think time and no ramp to estimate them from.
     """
-    measured: dict[int, dict[str, object]] = {}
+    measured: dict[int, dict[str, Any]] = {}
     service, think = q.service_s, q.think_s
     if q.ramp:
         doc = load_ramp(q.ramp)
@@ -272,7 +272,7 @@ def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, object]], float
             service = est[0]
         if est and think is None:
             think = est[1]
-        for s in doc["steps"]:  # type: ignore[union-attr]
+        for s in doc["steps"]:
             measured[int(s["users"])] = s
     if service is None or think is None:
         raise PresetError("the queueing view needs --service-time and --think-time (or --ramp to estimate them)")
@@ -287,15 +287,15 @@ def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, object]], float
                 "utilisation": pt.utilisation,
                 "p_wait": pt.p_wait,
                 "expected_wait_s": None if pt.expected_wait_s == float("inf") else pt.expected_wait_s,
-                "measured_ttft_p50_s": m["latency"]["ttft"]["p50"] if m else None,  # type: ignore[index]
-                "measured_e2e_p50_s": m["latency"]["e2e"]["p50"] if m else None,  # type: ignore[index]
-                "measured_queue_max": (m.get("server") or {}).get("waiting_max") if m else None,  # type: ignore[union-attr]
+                "measured_ttft_p50_s": m["latency"]["ttft"]["p50"] if m else None,
+                "measured_e2e_p50_s": m["latency"]["e2e"]["p50"] if m else None,
+                "measured_queue_max": (m.get("server") or {}).get("waiting_max") if m else None,
             }
         )
     return rows, service, think
 
 
-def render_queue(rows: list[dict[str, object]], seats: int, service: float, think: float) -> str:
+def render_queue(rows: list[dict[str, Any]], seats: int, service: float, think: float) -> str:
     lines = [
         f"queueing view: {seats} seats, service {fmt.seconds(service)}, think {think:.1f}s "
         f"-> saturation at {saturation_users(seats, service, think):.0f} users (M/M/c estimate)"
@@ -307,9 +307,9 @@ def render_queue(rows: list[dict[str, object]], seats: int, service: float, thin
     for r in rows:
         wait = r["expected_wait_s"]
         lines.append(
-            f"  {r['users']:>6} {r['arrival_rate']:>7.2f} {r['utilisation'] * 100:>5.0f}% {r['p_wait'] * 100:>7.0f}% "  # type: ignore[operator]
-            f"{'saturated' if wait is None else fmt.seconds(wait):>10}   {fmt.seconds(r['measured_ttft_p50_s']):>14} "  # type: ignore[arg-type]
-            f"{fmt.seconds(r['measured_e2e_p50_s']):>13} {fmt.num(r['measured_queue_max']):>6}"  # type: ignore[arg-type]
+            f"  {r['users']:>6} {r['arrival_rate']:>7.2f} {r['utilisation'] * 100:>5.0f}% {r['p_wait'] * 100:>7.0f}% "
+            f"{'saturated' if wait is None else fmt.seconds(wait):>10}   {fmt.seconds(r['measured_ttft_p50_s']):>14} "
+            f"{fmt.seconds(r['measured_e2e_p50_s']):>13} {fmt.num(r['measured_queue_max']):>6}"
         )
     lines.append("  note: an open M/M/c approximation; decode slows as the batch grows, so real waits begin earlier.")
     return "\n".join(lines)
@@ -324,7 +324,7 @@ class QueueView:
     seats: int
     service_s: float
     think_s: float
-    rows: list[dict[str, object]]
+    rows: list[dict[str, Any]]
 
 
 @dataclass

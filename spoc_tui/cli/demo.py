@@ -8,8 +8,9 @@ from spoc_tui.config import Settings
 from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from spoc_tui.procs.ports import free_ports
 from spoc_tui.procs.server import LaunchError
+from spoc_tui.sim.options import SimConfigError, SimOptions
 from spoc_tui.sim.process import start_sim
-from spoc_tui.sim.run import SimConfigError, SimOptions, build, demo_users
+from spoc_tui.sim.run import build, demo_users
 from spoc_tui.tui.app import run_monitor
 
 

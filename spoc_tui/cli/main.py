@@ -263,7 +263,7 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     help="TOML config file [platform config dir]/config.toml.",
 )
 @click.pass_context
-def monitor(ctx: click.Context, config_file: str | None, api_key_file: str | None, **flags: Any) -> None:
+def monitor(ctx: click.Context, /, config_file: str | None, api_key_file: str | None, **flags: Any) -> None:
     """Watch vLLM servers and their GPUs live."""
     settings = resolve_settings(ctx, config_file, api_key_file, flags)
     from spoc_tui.tui.app import run_monitor

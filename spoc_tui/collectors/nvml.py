@@ -42,7 +42,7 @@ def load_pynvml() -> ModuleType:
             import pynvml
     except ImportError:
         raise NvmlUnavailable("nvidia-ml-py is not installed") from None
-    return pynvml
+    return pynvml  # type: ignore[no-any-return]  # nvidia-ml-py ships no type information
 
 
 class NvmlCollector:

@@ -186,6 +186,16 @@ def is_dcgm(exp: Exposition) -> bool:
     )
 
 
+def _opt_float(row: Mapping[str, object], key: str) -> float | None:
+    v = row.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _opt_str(row: Mapping[str, object], key: str) -> str | None:
+    v = row.get(key)
+    return v if isinstance(v, str) else None
+
+
 def dcgm_gpus(exp: Exposition, source: str) -> list[GpuSample]:
     """One sample per physical GPU (deduplicated by UUID across pods and MIG instances)."""
     rows: dict[str, dict[str, object]] = {}
@@ -244,29 +254,30 @@ def dcgm_gpus(exp: Exposition, source: str) -> list[GpuSample]:
             row["fb_used_mib"] = sum(mig_fb[key].values())
         fb_total = None
         if row.get("fb_used_mib") is not None and row.get("fb_free_mib") is not None:
-            fb_total = float(row["fb_used_mib"]) + float(row["fb_free_mib"])  # type: ignore[arg-type]
-        reasons = row.get("reasons")
+            fb_total = (_opt_float(row, "fb_used_mib") or 0.0) + (_opt_float(row, "fb_free_mib") or 0.0)
+        reasons = _opt_float(row, "reasons")
+        viol_ns = row.get("violation_ns")
         out.append(
             GpuSample(
                 source=source,
                 gpu=str(row["gpu"]),
-                uuid=row["uuid"],  # type: ignore[arg-type]
-                model=row["model"],  # type: ignore[arg-type]
-                hostname=row["hostname"],  # type: ignore[arg-type]
-                pci_bus_id=row["pci_bus_id"],  # type: ignore[arg-type]
-                temp_c=row.get("temp_c"),  # type: ignore[arg-type]
-                mem_temp_c=row.get("mem_temp_c"),  # type: ignore[arg-type]
-                sm_clock_mhz=row.get("sm_clock_mhz"),  # type: ignore[arg-type]
-                sm_clock_max_mhz=row.get("sm_clock_max_mhz"),  # type: ignore[arg-type]
-                power_w=row.get("power_w"),  # type: ignore[arg-type]
-                power_limit_w=row.get("power_limit_w"),  # type: ignore[arg-type]
-                util_pct=row.get("util_pct"),  # type: ignore[arg-type]
-                fb_used_mib=row.get("fb_used_mib"),  # type: ignore[arg-type]
+                uuid=_opt_str(row, "uuid"),
+                model=_opt_str(row, "model"),
+                hostname=_opt_str(row, "hostname"),
+                pci_bus_id=_opt_str(row, "pci_bus_id"),
+                temp_c=_opt_float(row, "temp_c"),
+                mem_temp_c=_opt_float(row, "mem_temp_c"),
+                sm_clock_mhz=_opt_float(row, "sm_clock_mhz"),
+                sm_clock_max_mhz=_opt_float(row, "sm_clock_max_mhz"),
+                power_w=_opt_float(row, "power_w"),
+                power_limit_w=_opt_float(row, "power_limit_w"),
+                util_pct=_opt_float(row, "util_pct"),
+                fb_used_mib=_opt_float(row, "fb_used_mib"),
                 fb_total_mib=fb_total,
-                reasons_mask=None if reasons is None else int(reasons),  # type: ignore[call-overload]
-                slowdown_temp_c=row.get("slowdown_temp_c"),  # type: ignore[arg-type]
-                shutdown_temp_c=row.get("shutdown_temp_c"),  # type: ignore[arg-type]
-                violation_ns=dict(row.get("violation_ns", {})),  # type: ignore[call-overload]
+                reasons_mask=None if reasons is None else int(reasons),
+                slowdown_temp_c=_opt_float(row, "slowdown_temp_c"),
+                shutdown_temp_c=_opt_float(row, "shutdown_temp_c"),
+                violation_ns=dict(viol_ns) if isinstance(viol_ns, dict) else {},
                 simulated=exp.has("spoc_sim_info"),
             )
         )
@@ -296,7 +307,7 @@ def nvml_gpu(reading: Mapping[str, object], meta: Mapping[str, object], source: 
     if isinstance(raw_viol, Mapping):
         for policy, data in raw_viol.items():
             if isinstance(data, Mapping) and isinstance(data.get("violation_ns"), (int, float)):
-                viol[str(policy).lower()] = float(data["violation_ns"])  # type: ignore[arg-type]
+                viol[str(policy).lower()] = float(data["violation_ns"])
     mem_temp = num(reading, "mem_temp_c")
     fields = reading.get("fields")
     if mem_temp is None and isinstance(fields, Mapping):
@@ -305,10 +316,10 @@ def nvml_gpu(reading: Mapping[str, object], meta: Mapping[str, object], source: 
     return GpuSample(
         source=source,
         gpu=str(meta.get("gpu", reading.get("gpu", "0"))),
-        uuid=meta.get("uuid") if isinstance(meta.get("uuid"), str) else None,  # type: ignore[arg-type]
-        model=meta.get("name") if isinstance(meta.get("name"), str) else None,  # type: ignore[arg-type]
-        hostname=meta.get("hostname") if isinstance(meta.get("hostname"), str) else None,  # type: ignore[arg-type]
-        pci_bus_id=meta.get("pci") if isinstance(meta.get("pci"), str) else None,  # type: ignore[arg-type]
+        uuid=_opt_str(meta, "uuid"),
+        model=_opt_str(meta, "name"),
+        hostname=_opt_str(meta, "hostname"),
+        pci_bus_id=_opt_str(meta, "pci"),
         temp_c=num(reading, "temp_c"),
         mem_temp_c=mem_temp,
         sm_clock_mhz=num(reading, "sm_mhz"),

@@ -109,7 +109,8 @@ def parse_users(text: str) -> list[int]:
             factor = float(parts[2]) if len(parts) > 2 else 2.0
             if start < 1 or stop < start or factor <= 1:
                 raise ValueError
-            out, v = [], float(start)
+            out: list[int] = []
+            v = float(start)
             while round(v) <= stop:
                 if not out or round(v) != out[-1]:
                     out.append(round(v))
@@ -372,5 +373,6 @@ def find_knee(steps: Sequence[StepSummary]) -> Knee:
         if s.verdict.get("ok"):
             best = s.users
         else:
-            return Knee(best, s.users, s.verdict.get("broken_limit"))  # type: ignore[arg-type]
+            limit = s.verdict.get("broken_limit")
+            return Knee(best, s.users, None if limit is None else str(limit))
     return Knee(best, None, None)

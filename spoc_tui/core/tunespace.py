@@ -78,16 +78,16 @@ class Param:
 
     def encode(self, value: Value) -> Value:
         if self.kind == "pow2":
-            return int(math.log2(float(value)))  # type: ignore[arg-type]
+            return int(math.log2(float(value)))
         if self.by_index:
-            return min(range(len(self.values)), key=lambda i: abs(float(self.values[i]) - float(value)))  # type: ignore[arg-type]
+            return min(range(len(self.values)), key=lambda i: abs(float(self.values[i]) - float(value)))
         return value
 
     def decode(self, raw: Value) -> Value:
         if self.kind == "pow2":
-            return int(2 ** int(raw))  # type: ignore[arg-type]
+            return int(2 ** int(raw))
         if self.by_index:
-            return self.values[int(raw)]  # type: ignore[arg-type]
+            return self.values[int(raw)]
         return raw
 
     @property

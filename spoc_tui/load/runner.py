@@ -254,29 +254,37 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     _configure(args)
     env = Environment(user_classes=[ChatUser], host=args.url, catch_exceptions=True)
+    return _work(env, args) if args.worker else _serve(env, args)
 
-    if args.worker:
-        batch: list[dict[str, object]] = []
-        Shared.sink = lambda s: batch.append(s.as_dict())
-        runner = env.create_worker_runner(args.master_host, args.master_port)
 
-        def on_step(msg: Any, **_kw: Any) -> None:
-            Shared.step = int(msg.data.get("step", 0))
-            Shared.users = int(msg.data.get("users", 0))
+def _work(env: Environment, args: argparse.Namespace) -> int:
+    """A Locust worker: its samples go to the master in batches."""
+    batch: list[dict[str, object]] = []
+    Shared.sink = lambda s: batch.append(s.as_dict())
+    runner = env.create_worker_runner(args.master_host, args.master_port)
 
-        runner.register_message("spoc_step", on_step)
+    def on_step(msg: Any, **_kw: Any) -> None:
+        Shared.step = int(msg.data.get("step", 0))
+        Shared.users = int(msg.data.get("users", 0))
 
-        def flush() -> None:
-            while True:
-                gevent.sleep(0.25)
-                if batch:
-                    out = batch[:]
-                    del batch[:]
-                    runner.send_message("spoc_samples", out)
+    runner.register_message("spoc_step", on_step)
 
-        gevent.spawn(flush)
-        runner.greenlet.join()
-        return 0
+    def flush() -> None:
+        while True:
+            gevent.sleep(0.25)
+            if batch:
+                out = batch[:]
+                del batch[:]
+                # Locust types the payload as a dict; its messages carry any msgpack-able data
+                runner.send_message("spoc_samples", out)  # type: ignore[arg-type]
+
+    gevent.spawn(flush)
+    runner.greenlet.join()
+    return 0
+
+
+def _serve(env: Environment, args: argparse.Namespace) -> int:
+    """The master (with workers) or the local runner: emits samples, takes commands."""
 
     def emit_sample(sample: RequestSample) -> None:
         emit(wire.Sample(sample))
@@ -284,9 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     Shared.sink = emit_sample
     if args.expect_workers:
         runner = env.create_master_runner(args.master_bind_host, args.master_bind_port)
-        runner.register_message(
-            "spoc_samples", lambda msg, **_kw: [emit_sample(RequestSample.from_dict(s)) for s in msg.data]
-        )
+
+        def on_samples(msg: Any, **_kw: Any) -> None:
+            for s in msg.data:
+                emit_sample(RequestSample.from_dict(s))
+
+        runner.register_message("spoc_samples", on_samples)
         deadline = time.time() + 60
         while runner.worker_count < args.expect_workers:
             if time.time() > deadline:

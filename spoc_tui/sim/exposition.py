@@ -35,8 +35,8 @@ def vllm_metrics(engine: SimEngine, engine_id: str = "0") -> str:
         out.append(f"# TYPE {name} {kind}")
 
     family("spoc_sim_info", "gauge", "This server is the spoc-tui engine simulator: every figure is simulated.")
-    info = _labels([("gpu", engine.cfg.gpu.name), ("model", engine.cfg.model.name), ("tp", str(engine.cfg.tp))])
-    out.append(f"spoc_sim_info{info} 1.0")
+    sim_labels = _labels([("gpu", engine.cfg.gpu.name), ("model", engine.cfg.model.name), ("tp", str(engine.cfg.tp))])
+    out.append(f"spoc_sim_info{sim_labels} 1.0")
     family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.")
     out.append(f"vllm:num_requests_running{L} {_f(len(engine.running))}")
     family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.")

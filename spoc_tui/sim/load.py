@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from functools import partial
 
 from spoc_tui.sim.engine import FILLER, SimEngine, SimRequest, chat_tokens
 
@@ -86,7 +87,7 @@ class BuiltinLoad:
                     max_tokens=max_tokens,
                     target_tokens=self.engine.sample_output_len(max_tokens),
                     arrival=self.engine.clock(),
-                    on_finish=lambda r, f=done: f.done() or f.set_result(r),
+                    on_finish=partial(_resolve, done),
                     out_seed=rng.randrange(1 << 30),
                 )
                 self.engine.add(req)
@@ -99,3 +100,9 @@ class BuiltinLoad:
                 messages.append({"role": "assistant", "content": " ".join(r.word(k) for k in range(r.generated))})
                 think = (0.0, 0.5) if self.heavy else self.think_s
                 await asyncio.sleep(rng.uniform(*think) / self.engine.cfg.speed)
+
+
+def _resolve(future: asyncio.Future[SimRequest], request: SimRequest) -> None:
+    """A finished request resolves its future (once; a cancelled waiter is left alone)."""
+    if not future.done():
+        future.set_result(request)

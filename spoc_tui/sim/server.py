@@ -276,8 +276,11 @@ class SimServer:
                 else:
                     choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
                 await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]})
-            final = {"index": 0, "logprobs": None, "finish_reason": req.finish_reason}
-            final.update({"delta": {}} if chat else {"text": ""})
+            final: dict[str, object] = {"index": 0, "logprobs": None, "finish_reason": req.finish_reason}
+            if chat:
+                final["delta"] = {}
+            else:
+                final["text"] = ""
             await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [final]})
             if include_usage:
                 await send(
@@ -308,7 +311,8 @@ class SimServer:
 
 
 def _bound_port(site: web.TCPSite) -> int | None:
-    server = site._server
-    if server is None or not getattr(server, "sockets", None):
+    server = site._server  # aiohttp keeps the listening server private; its sockets name the bound port
+    sockets = getattr(server, "sockets", None)
+    if not sockets:
         return None
-    return int(server.sockets[0].getsockname()[1])
+    return int(sockets[0].getsockname()[1])

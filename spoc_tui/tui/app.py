@@ -21,7 +21,7 @@ from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.errors import InputError, SpocError, first_line
 from spoc_tui.core.gpu import GpuSample, analyse_groups
 from spoc_tui.core.snapshots import GpuTick, SourceStatus
-from spoc_tui.load.ramp import RampConfig, RampError, run_ramp
+from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
 from spoc_tui.tui.messages import (
     GpusSampled,
     RampFinished,
@@ -37,6 +37,7 @@ from spoc_tui.tui.screens.load import LoadScreen
 from spoc_tui.tui.screens.monitor import MonitorScreen
 from spoc_tui.tui.screens.tune import TuneScreen
 from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources, check_sources
+from spoc_tui.tune import events
 from spoc_tui.tune.setup import TuneArgs, build
 from spoc_tui.tune.study import TuneSession
 
@@ -222,7 +223,7 @@ class SpocApp(App[int]):
     @work(group="ramps", exclusive=True, exit_on_error=False)
     async def _run_ramp(self, cfg: RampConfig) -> None:
         try:
-            result = await run_ramp(cfg, lambda p: self.post_message(RampProgressed(p)))
+            result = await run_ramp(cfg, self._post_ramp_progress)
         except RampError as e:
             self.post_message(RampFinished("error", str(e)))
         except asyncio.CancelledError:
@@ -230,6 +231,9 @@ class SpocApp(App[int]):
             raise
         else:
             self.post_message(RampFinished(result.status, f"{result.status}: results in {cfg.out_dir}"))
+
+    def _post_ramp_progress(self, progress: RampProgress) -> None:
+        self.post_message(RampProgressed(progress))
 
     def on_ramp_progressed(self, message: RampProgressed) -> None:
         self.load_screen.show_progress(message.progress)
@@ -270,7 +274,7 @@ class SpocApp(App[int]):
         except (InputError, ValueError) as e:
             screen.show_error(str(e))
             return
-        session = TuneSession(cfg, evaluator, lambda ev: self.post_message(TuneEvent(ev)))
+        session = TuneSession(cfg, evaluator, self._post_tune_event)
         screen.show_error("")
         screen.prepare(cfg.objectives, cfg.limits, session.command)
         screen.set_running(True)
@@ -303,6 +307,10 @@ class SpocApp(App[int]):
                 )
             )
 
+    def _post_tune_event(self, event: events.TuneEvent) -> None:
+        """The study's listener (called on its thread): the event goes to the UI as a message."""
+        self.post_message(TuneEvent(event))
+
     def on_tune_event(self, message: TuneEvent) -> None:
         self.tune_screen.apply_event(message.event)
 
@@ -317,10 +325,11 @@ class SpocApp(App[int]):
         self.paused = not self.paused
         self.monitor.set_paused(self.paused)
 
-    def action_screenshot(self) -> None:
-        folder = data_dir() / "screenshots"
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """F8: an SVG of the screen, in the data folder unless told otherwise."""
+        folder = Path(path) if path else data_dir() / "screenshots"
         folder.mkdir(parents=True, exist_ok=True)
-        path = self.save_screenshot(path=str(folder))
+        path = self.save_screenshot(filename, path=str(folder))
         self.notify(f"screenshot saved: {Path(path)}", timeout=5)
 
     async def action_quit(self) -> None:

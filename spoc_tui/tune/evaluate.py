@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -335,7 +336,8 @@ class FastSimEvaluator:
         trial_dir: Path | None = None,
         on_event: OnEvent | None = None,
     ) -> TrialOutcome:
-        from spoc_tui.sim.run import SimConfigError, SimOptions, build
+        from spoc_tui.sim.options import SimConfigError, SimOptions
+        from spoc_tui.sim.run import build
 
         t0 = time.monotonic()
         kw: dict[str, Any] = {}
@@ -396,7 +398,7 @@ def run_closed_loop(
 
     gaps: dict[str, list[float]] = {}
 
-    def token(rid: str, now: float) -> None:
+    def token_of(rid: str, _n: int, now: float) -> None:
         g = gaps.setdefault(rid, [now])
         g.append(now - g[0])
         g[0] = now
@@ -446,8 +448,8 @@ def run_closed_loop(
                 out,
                 out,
                 clock[0],
-                on_token=lambda _n, now, rid=rid: token(rid, now),
-                on_finish=lambda r, u=u: finished(u, r),
+                on_token=partial(token_of, rid),
+                on_finish=partial(finished, u),
             )
         )
 

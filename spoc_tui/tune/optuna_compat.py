@@ -62,7 +62,7 @@ def check() -> None:
             f"optuna {optuna.__version__} is installed; spoc-tui's NSGA-II screening supports optuna {SUPPORTED}"
         )
     cls = _strategy_class()
-    init = inspect.signature(cls.__init__).parameters
+    init = inspect.signature(cls).parameters
     call = list(inspect.signature(cls.__call__).parameters)[1:]
     missing = [a for a in _ARGS if a not in init]
     if missing or call != list(_CALL):

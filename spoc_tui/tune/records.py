@@ -64,10 +64,10 @@ class TrialRecord:
     finished_at: float = 0.0
 
     def values(self, objectives: Sequence[Objective]) -> tuple[float, float] | None:
-        v = [self.objectives.get(o.name) for o in objectives]
-        if self.status != "ok" or any(x is None for x in v):
+        v = [x for o in objectives if (x := self.objectives.get(o.name)) is not None]
+        if self.status != "ok" or len(v) != len(objectives):
             return None
-        return (float(v[0]), float(v[1]))  # type: ignore[arg-type]
+        return (float(v[0]), float(v[1]))
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -109,14 +109,13 @@ class Front:
 
 def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective], limits: Sequence[Limit]) -> Front:
     counted = sorted((r for r in records if r.repeat_of is None), key=lambda r: r.number)
-    feas = [(r, r.values(objectives)) for r in counted if r.feasible]
-    feas = [(r, v) for r, v in feas if v is not None]
+    feas = [(r, v) for r in counted if r.feasible and (v := r.values(objectives)) is not None]
     dirs = [o.direction for o in objectives]
     pts = [v for _, v in feas]
     ref = reference_point(objectives, limits, pts)
     idx = pareto_indices(pts, dirs) if pts else []
-    pareto = [feas[i][0] for i in idx]
-    pareto.sort(key=lambda r: r.values(objectives)[0])  # type: ignore[index]
+    pareto = sorted((feas[i] for i in idx), key=lambda rv: rv[1][0])
+    front_records = [r for r, _ in pareto]
     hv_by: list[float] = []
     seen: list[tuple[float, float]] = []
     for r in counted:
@@ -124,4 +123,4 @@ def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective
         if r.feasible and v is not None:
             seen.append(v)
         hv_by.append(hypervolume(seen, dirs, ref) if seen else 0.0)
-    return Front(pareto, ref, hv_by[-1] if hv_by else 0.0, hv_by)
+    return Front(front_records, ref, hv_by[-1] if hv_by else 0.0, hv_by)

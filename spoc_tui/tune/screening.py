@@ -54,7 +54,8 @@ def observations(study: Any, objective_names: Sequence[str]) -> list[Observation
             continue
         objs = t.user_attrs.get("objectives") or {}
         values = [objs.get(n) for n in objective_names]
-        ok_values = None if any(v is None or not math.isfinite(v) for v in values) else [float(v) for v in values]
+        finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+        ok_values = finite if len(finite) == len(values) else None
         out.append(Observation(dict(t.params), bool(t.user_attrs.get("feasible")), ok_values))
     return out
 

@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from spoc_tui.core.errors import InputError, first_line
 from spoc_tui.core.jsonsafe import json_safe
@@ -181,12 +181,12 @@ def suggest(trial: Any, space: Space) -> Config:
     for p in space.params:
         if p.kind == "pow2":
             exps = [p.encode(v) for v in p.values]
-            config[p.name] = p.decode(trial.suggest_int(p.sampler_name, min(exps), max(exps)))  # type: ignore[arg-type]
+            config[p.name] = p.decode(trial.suggest_int(p.sampler_name, min(exps), max(exps)))
         elif p.by_index:
             config[p.name] = p.decode(trial.suggest_int(p.sampler_name, 0, len(p.values) - 1))
         elif p.kind == "range" and len(p.values) > 1:
-            step = p.values[1] - p.values[0]  # type: ignore[operator]
-            config[p.name] = trial.suggest_int(p.name, p.values[0], p.values[-1], step=step)  # type: ignore[arg-type]
+            step = p.values[1] - p.values[0]  # type: ignore[operator]  # a range's values are ints (tunespace)
+            config[p.name] = trial.suggest_int(p.name, p.values[0], p.values[-1], step=step)
         else:
             config[p.name] = trial.suggest_categorical(p.name, list(p.values))
     return config
@@ -290,7 +290,9 @@ class TuneSession:
             sampler = optuna.samplers.NSGAIISampler(
                 population_size=cfg.population, seed=cfg.seed, child_generation_strategy=children
             )
-        directions = ["maximize" if o.direction == "max" else "minimize" for o in cfg.objectives]
+        directions: list[Literal["maximize", "minimize"]] = [
+            "maximize" if o.direction == "max" else "minimize" for o in cfg.objectives
+        ]
         shown = redact_url(self.storage_url)
         if cfg.study_name in names:
             if not (cfg.resume or cfg.worker):
@@ -413,7 +415,7 @@ class TuneSession:
         from optuna.trial import TrialState
 
         cfg = self.cfg
-        status = "complete"
+        status: StudyStatus = "complete"
         message = ""
         skips = 0
         try:
@@ -498,12 +500,16 @@ class TuneSession:
                             f'the server reports max-model-len {outcome.max_model_len}: the condition "{c}" now applies'
                         )
                     )
-            values = [objective_value(o, outcome.steps, outcome.knee, cfg.ref_users) for o in cfg.objectives]
-            if any(v is None for v in values):
+            values = [
+                v
+                for o in cfg.objectives
+                if (v := objective_value(o, outcome.steps, outcome.knee, cfg.ref_users)) is not None
+            ]
+            if len(values) != len(cfg.objectives):
                 where = f"{cfg.ref_users} users" if cfg.ref_users else "the last step"
                 outcome.status, outcome.reason = "infeasible", f"no request finished at the reference load ({where})"
                 return self._finish(trial, config, flags, outcome, TrialState.FAIL)
-            rec = self._finish(trial, config, flags, outcome, TrialState.COMPLETE, values)  # type: ignore[arg-type]
+            rec = self._finish(trial, config, flags, outcome, TrialState.COMPLETE, values)
             self._maybe_kv_seed(outcome)
             return rec
         return self._finish(trial, config, flags, outcome, TrialState.FAIL)
@@ -552,7 +558,9 @@ class TuneSession:
             worker=_worker_id(),
             finished_at=time.time(),
         )
-        for k, v in json_safe(rec.as_dict()).items():
+        attrs = json_safe(rec.as_dict())
+        assert isinstance(attrs, dict)
+        for k, v in attrs.items():
             if k not in ("number", "repeat_of"):
                 trial.set_user_attr(k, v)
         if o.status == "interrupted":  # not the configuration's fault: queued to run again when the study goes on

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,13 +132,19 @@ class ParetoPlot(Widget):
         self.points: list[PlotPoint] = []
         self.x_label = "x"
         self.y_label = "y"
-        self.x_fmt = fmt.num
-        self.y_fmt = fmt.seconds
+        self.x_fmt: Callable[[float], str] = fmt.num
+        self.y_fmt: Callable[[float], str] = fmt.seconds
         self.note = ""
 
     def show(
-        self, points: Sequence[PlotPoint], x_label: str, y_label: str, x_fmt=fmt.num, y_fmt=fmt.seconds, note: str = ""
-    ) -> None:  # type: ignore[no-untyped-def]
+        self,
+        points: Sequence[PlotPoint],
+        x_label: str,
+        y_label: str,
+        x_fmt: Callable[[float], str] = fmt.num,
+        y_fmt: Callable[[float], str] = fmt.seconds,
+        note: str = "",
+    ) -> None:
         self.points = list(points)
         self.x_label, self.y_label, self.x_fmt, self.y_fmt, self.note = x_label, y_label, x_fmt, y_fmt, note
         self.refresh()

@@ -28,7 +28,7 @@ def _short_source(src: str) -> str:
 class ServerTable(DiffTable):
     """One row per server, one per engine when a server has several, one for all replicas."""
 
-    def __init__(self, **kw: object) -> None:
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(
             [
                 ("src", "Server / engine", 16),
@@ -40,7 +40,9 @@ class ServerTable(DiffTable):
                 ("in", "In t/s", 7),
                 ("out", "Out t/s", 7),
             ],
-            **kw,  # type: ignore[arg-type]
+            name=name,
+            id=id,
+            classes=classes,
         )
 
     @staticmethod
@@ -80,7 +82,7 @@ class ServerTable(DiffTable):
 class LatencyTable(DiffTable):
     """TTFT/ITL/TPOT/E2E/queue percentiles over the stated window, with a p99 trend."""
 
-    def __init__(self, **kw: object) -> None:
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(
             [
                 ("m", "Metric", 6),
@@ -91,7 +93,9 @@ class LatencyTable(DiffTable):
                 ("n", "count", 6),
                 ("trend", "p99 trend", 16),
             ],
-            **kw,  # type: ignore[arg-type]
+            name=name,
+            id=id,
+            classes=classes,
         )
         self.history: dict[str, deque[float | None]] = {k: deque(maxlen=HISTORY) for k in LATENCY_LABELS}
         self.window = "n/a"
@@ -142,7 +146,7 @@ def _reason_text(g: GpuSample) -> Text:
 
 
 class GpuTable(DiffTable):
-    def __init__(self, **kw: object) -> None:
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(
             [
                 ("gpu", "GPU", 7),
@@ -154,7 +158,9 @@ class GpuTable(DiffTable):
                 ("fb", "FB GiB", 6),
                 ("thr", "Throttle", 18),
             ],
-            **kw,  # type: ignore[arg-type]
+            name=name,
+            id=id,
+            classes=classes,
         )
 
     def show(self, tick: GpuTick, draggers: set[str]) -> None:

@@ -109,8 +109,8 @@ class DiffTable(Widget):
         base = self.rich_style
         if y == 0:
             if self._header is None:
-                header = [Text(label, style="bold") for _, label, _ in self._columns]
-                self._header = self._line(header, base + Style(bgcolor="grey15"))  # type: ignore[arg-type]
+                header: list[Cell] = [Text(label, style="bold") for _, label, _ in self._columns]
+                self._header = self._line(header, base + Style(bgcolor="grey15"))
             return self._header
         if y - 1 >= len(self._order):
             return Strip.blank(self.size.width, base)
