@@ -9,6 +9,8 @@ command needs its own handling for errors it does not word itself.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -624,8 +626,33 @@ def locate(what: str) -> None:
     click.echo(str(config_path() if what == "config" else data_dir()))
 
 
+LOG_LEVEL_ENV = "SPOC_LOG_LEVEL"
+
+
+class _LogFile(logging.FileHandler):
+    """A log file whose folder (and the file) is made only when a first record is written."""
+
+    def _open(self) -> Any:
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
+def configure_logging() -> None:
+    """Each module logs to its own logger (``spoc_tui.<module>``); here they go to one file in the
+    data folder, never to the terminal the TUI draws on. WARNING and above by default
+    (``SPOC_LOG_LEVEL=DEBUG`` for more); the file is only created once something is logged."""
+    level = os.environ.get(LOG_LEVEL_ENV, "WARNING").upper()
+    handler = _LogFile(data_dir() / "spoc.log", delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("spoc_tui")
+    root.addHandler(handler)
+    root.setLevel(level if level in logging.getLevelNamesMapping() else logging.WARNING)
+    root.propagate = False
+
+
 def main() -> None:
     """The ``spoc`` entry point: a :class:`SpocError` is one line on stderr and its exit code."""
+    configure_logging()
     try:
         cli(standalone_mode=True)
     except SpocError as e:

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from spoc_tui.core.errors import SpocError
+from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.gpu import is_dcgm
 from spoc_tui.core.promparse import Exposition, parse_text
 from spoc_tui.core.vllm import is_vllm
@@ -127,8 +127,7 @@ async def fetch(client: httpx.AsyncClient, url: str, api_key: str | None = None)
 
 
 def _short(e: Exception) -> str:
-    msg = str(e) or type(e).__name__
-    return msg.splitlines()[0][:120]
+    return first_line(e, 120)
 
 
 async def read_source(client: httpx.AsyncClient, source: str, api_key: str | None = None) -> Reading:

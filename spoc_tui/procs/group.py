@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
@@ -31,24 +32,22 @@ def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 10.0) -> No
 
 def pid_alive(pid: int) -> bool:
     """The process exists (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _zombie(pid)
+    return _exists(os.kill, pid)
 
 
 def group_alive(pgid: int) -> bool:
     """Some process of the group exists (its leader a zombie counts as gone)."""
+    return _exists(os.killpg, pgid)
+
+
+def _exists(send: Callable[[int, int], None], pid: int) -> bool:
     try:
-        os.killpg(pgid, 0)
+        send(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # someone else's process: it exists
         return True
-    return not _zombie(pgid)
+    return not _zombie(pid)
 
 
 def _zombie(pid: int) -> bool:

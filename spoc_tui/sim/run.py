@@ -98,7 +98,7 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests): Ctrl-C still raises
             pass
     if announce:
         cfg = engine.cfg
@@ -132,6 +132,6 @@ def main(opts: SimOptions) -> int:
     except SimConfigError as e:
         print(f"spoc sim: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C is how a foreground simulator is meant to stop
         pass
     return 0

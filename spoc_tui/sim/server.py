@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import time
 import uuid
@@ -14,6 +15,8 @@ from aiohttp import web
 
 from spoc_tui.sim.engine import SimEngine, SimRequest, chat_tokens, tokenize
 from spoc_tui.sim.exposition import dcgm_metrics, vllm_metrics
+
+logger = logging.getLogger(__name__)
 
 
 def error_response(status: int, message: str, type_: str = "BadRequestError", param: str | None = None) -> web.Response:
@@ -73,11 +76,9 @@ class SimServer:
         self.stop_event.set()
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        for result in await asyncio.gather(*self._tasks, return_exceptions=True):
+            if isinstance(result, Exception) and not isinstance(result, asyncio.CancelledError):
+                logger.warning("simulator task failed while stopping: %r", result)
         for r in self._runners:
             await r.cleanup()
         if self._truth is not None:

@@ -290,8 +290,8 @@ def _read_samples(path: Path) -> list[RequestSample]:
                     out.append(RequestSample.from_dict(json.loads(line)))
                 except (ValueError, KeyError, TypeError):
                     continue
-    except OSError:
-        pass
+    except OSError as e:  # no requests file (the ramp failed before any request): no samples
+        logger.debug("no samples from %s: %s", path, e)
     return out
 
 

@@ -96,7 +96,7 @@ class CapacityScreen(Screen[None]):
         try:
             util = float(cache_config.get("gpu_memory_utilization", ""))
             self.query_one("#util", Input).value = f"{util:g}"
-        except ValueError:
+        except ValueError:  # the server did not say (or said "None"): keep the form's value
             pass
         if tp:
             self.query_one("#tp", Input).value = str(tp)
