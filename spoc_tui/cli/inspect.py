@@ -30,14 +30,17 @@ def render_text(res: InspectResult) -> str:
         for key, label in LATENCY_LABELS.items():
             L = t.latency[key]
             lines.append(
-                f"    {label:<6} {fmt.count(L.count):>20} {fmt.seconds(L.mean):>9} {fmt.seconds(L.p50):>9}"
-                f" {fmt.seconds(L.p90):>9} {fmt.seconds(L.p99):>9}"
+                f"    {label:<6} {fmt.count(L.count):>20} {fmt.seconds(L.mean):>9}"
+                + "".join(f" {fmt.seconds(getattr(L, p), L.is_bound(p)):>9}" for p in ("p50", "p90", "p99"))
             )
+        if any(t.latency[key].bounded for key in LATENCY_LABELS):
+            lines.append("    ≤: an upper bound, mean / (1 - q): the buckets are too coarse to interpolate in")
         if len(s.engines) > 1:
             for e in s.engines:
                 lines.append(
                     f"  engine {e.engine}: running {fmt.num(e.running)} waiting {fmt.num(e.waiting)}"
-                    f" KV {fmt.pct(e.kv_cache_usage, digits=1)} TTFT p99 {fmt.seconds(e.latency['ttft'].p99)}"
+                    f" KV {fmt.pct(e.kv_cache_usage, digits=1)} TTFT p99"
+                    f" {fmt.seconds(e.latency['ttft'].p99, e.latency['ttft'].is_bound('p99'))}"
                 )
     for g in res.gpus:
         reasons = g.throttle_reasons

@@ -5,13 +5,14 @@ from __future__ import annotations
 NA = "n/a"
 
 
-def seconds(v: float | None) -> str:
-    """Latency: ms below one second, s above."""
+def seconds(v: float | None, upper_bound: bool = False) -> str:
+    """Latency: ms below one second, s above; ``≤`` before a figure that is an upper bound."""
     if v is None:
         return NA
+    mark = "≤" if upper_bound else ""
     if v < 1.0:
-        return f"{v * 1000:.1f}ms" if v < 0.1 else f"{v * 1000:.0f}ms"
-    return f"{v:.2f}s"
+        return mark + (f"{v * 1000:.1f}ms" if v < 0.1 else f"{v * 1000:.0f}ms")
+    return f"{mark}{v:.2f}s"
 
 
 def pct(v: float | None, fraction: bool = True, digits: int = 0) -> str:

@@ -53,6 +53,22 @@ class Histogram:
             return None
         return bucket_quantile(q, self.bounds, self.counts)
 
+    def bounded_quantile(self, q: float) -> tuple[float | None, bool]:
+        """The tighter of the interpolated quantile and the bound the mean puts on it.
+
+        For non-negative values (latencies) Markov's inequality bounds every quantile:
+        ``x_q <= mean / (1 - q)``. Interpolating inside a bucket assumes its observations are
+        spread evenly; when they sit near its lower edge (vLLM's queue time: mean 0.03 ms in a
+        0-300 ms first bucket) the interpolation overstates the quantile by orders of magnitude
+        and the bound is the truer figure. Returns (value, True when the value is the bound).
+        """
+        interp = self.quantile(q)
+        mean = self.mean()
+        if interp is None or mean is None or q >= 1 or mean < 0 or (self.bounds and self.bounds[0] < 0):
+            return interp, False
+        bound = mean / (1 - q)
+        return (bound, True) if bound < interp else (interp, False)
+
 
 def bucket_quantile(q: float, bounds: tuple[float, ...], counts: tuple[float, ...]) -> float | None:
     """Quantile by linear interpolation inside the bucket (as Prometheus does).
@@ -191,6 +207,18 @@ class LatencySummary:
     p50: float | None
     p90: float | None
     p99: float | None
+    bounded: tuple[str, ...] = ()
+    """The percentiles (``"p50"``...) given as upper bounds from the mean (see
+    :meth:`Histogram.bounded_quantile`), not interpolated."""
+
+    def is_bound(self, name: str) -> bool:
+        return name in self.bounded
+
+    def few(self, name: str) -> bool:
+        """True when the window holds too few observations for this percentile to mean much:
+        fewer than 10 beyond it (p50: 20, p90: 100, p99: 1,000)."""
+        q = PERCENTILES.get(name)
+        return q is not None and (self.count is None or self.count * (1 - q) < 10)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -200,19 +228,25 @@ class LatencySummary:
             "p50": self.p50,
             "p90": self.p90,
             "p99": self.p99,
+            "bounded": list(self.bounded),
         }
+
+
+PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 
 def summarize(h: Histogram | None, window: str) -> LatencySummary:
     if h is None:
         return LatencySummary(window, None, None, None, None, None)
+    values = {name: h.bounded_quantile(q) for name, q in PERCENTILES.items()}
     return LatencySummary(
         window=window,
         count=h.count,
         mean=h.mean(),
-        p50=h.quantile(0.5),
-        p90=h.quantile(0.9),
-        p99=h.quantile(0.99),
+        p50=values["p50"][0],
+        p90=values["p90"][0],
+        p99=values["p99"][0],
+        bounded=tuple(name for name, (_, bound) in values.items() if bound),
     )
 
 

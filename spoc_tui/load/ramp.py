@@ -303,6 +303,8 @@ async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: dict[
             "prefix_cache_hit_rate": v.prefix_cache_hit_rate,
             "ttft_p99": v.latency["ttft"].p99,
             "itl_p99": v.latency["itl"].p99,
+            # which of the two are upper bounds from the histogram's mean, not interpolations
+            "bounded": [f"{m}_p99" for m in ("ttft", "itl") if v.latency[m].is_bound("p99")],
             "window": v.window,
         }
     if dcgm is not None:

@@ -1,3 +1,4 @@
+import math
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,61 @@ def test_incomplete_histogram_reads_na():
     assert h.quantile(0.5) is None
     merged = merge_histograms([h, Histogram((0.1, 0.2, float("inf")), (1, 2, 2), 2, 0.3)])
     assert merged.quantile(0.5) is None
+
+
+# -- quantiles the histogram's sum bounds (issue: truthful histogram percentiles) -----------------
+
+
+def test_full_capture_queue_time_is_bounded_by_its_mean():
+    """vLLM 0.32's queue time: mean 0.03 ms inside a 0-300 ms first bucket. Interpolation said
+    p50 150 ms and p99 297 ms; the mean bounds them to mean / (1 - q)."""
+    v = server_view("x", Scrape(parse_text((FIX / "vllm_0.32_cpu_full_load.txt").read_text()), 1.0)).total
+    q = v.latency["queue"]
+    assert q.mean == pytest.approx(2.666e-5, rel=1e-3)
+    assert q.bounded == ("p50", "p90", "p99")
+    assert q.p50 == pytest.approx(q.mean / 0.5) and q.p99 == pytest.approx(q.mean / 0.01)
+    assert q.p99 < 0.003  # was 0.297 s
+    # where the buckets are fine enough, the interpolation is tighter and stays
+    assert v.latency["ttft"].bounded == () and v.latency["ttft"].p99 == pytest.approx(0.0712, rel=1e-3)
+    assert q.as_dict()["bounded"] == ["p50", "p90", "p99"]
+
+
+def test_bounded_quantile_is_the_tighter_of_interpolation_and_markov():
+    # 100 observations of 1 ms in a 0-10 s bucket: interpolation puts p50 at 5 s
+    h = Histogram(bounds=(10.0, float("inf")), counts=(100.0, 100.0), total=100.0, sum=0.1)
+    assert h.quantile(0.5) == pytest.approx(5.0)
+    assert h.bounded_quantile(0.5) == (pytest.approx(0.002), True)
+    # evenly spread: the interpolation is below the bound and is kept
+    even = Histogram(bounds=(1.0, 2.0, float("inf")), counts=(50.0, 100.0, 100.0), total=100.0, sum=100.0)
+    assert even.bounded_quantile(0.5) == (pytest.approx(1.0), False)
+    # no sum: nothing to bound with
+    nosum = Histogram(bounds=(10.0, float("inf")), counts=(100.0, 100.0), total=100.0, sum=None)
+    assert nosum.bounded_quantile(0.5) == (pytest.approx(5.0), False)
+
+
+def test_markov_bound_holds_for_any_nonnegative_sample():
+    """The bound is never below the true quantile, whatever the data."""
+    import random
+
+    rng = random.Random(7)
+    bounds = (0.005, 0.05, 0.3, 1.0, 5.0, float("inf"))
+    for _ in range(200):
+        xs = sorted(
+            rng.choice([rng.expovariate(1 / rng.choice([1e-4, 0.01, 0.5])), rng.uniform(0, 6)])
+            for _ in range(rng.randint(5, 400))
+        )
+        counts = tuple(float(sum(1 for x in xs if x <= b)) for b in bounds)
+        h = Histogram(bounds=bounds, counts=counts, total=float(len(xs)), sum=sum(xs))
+        for q in (0.5, 0.9, 0.99):
+            value, is_bound = h.bounded_quantile(q)
+            true_q = xs[max(0, math.ceil(q * len(xs)) - 1)]
+            if is_bound:
+                assert value >= true_q - 1e-12
+
+
+def test_few_observations_are_flagged_per_percentile():
+    from spoc_tui.core.stats import summarize
+
+    h = Histogram(bounds=(1.0, float("inf")), counts=(50.0, 50.0), total=50.0, sum=10.0)
+    s = summarize(h, "60s")
+    assert not s.few("p50") and s.few("p90") and s.few("p99")

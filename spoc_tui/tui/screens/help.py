@@ -28,7 +28,9 @@ generated tokens per second over the window.
 **Latency**: percentiles from the differences of the server's histogram buckets over the
 stated window, merged across engines and replicas before the quantile (interpolated inside
 buckets, as PromQL does). *lifetime* means no window exists yet. `n/a`: the server does not
-export that metric, or nothing finished in the window.
+export that metric, or nothing finished in the window. `≤` marks an upper bound, mean / (1 − q),
+shown where it is tighter than interpolating (the observations sit low in a coarse bucket);
+*dim italic*: fewer than 10 observations lie beyond that percentile in the window.
 
 **GPUs**: clock-event reasons decoded; *idle* is not throttling. A `▶` marks a GPU whose SM
 clock drags its tensor-parallel group (the group runs at its slowest GPU's pace).

@@ -12,6 +12,7 @@ from spoc_tui.core import fmt
 from spoc_tui.core.alerts import Alert
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.stats import LatencySummary
 from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 
@@ -110,14 +111,22 @@ class LatencyTable(DiffTable):
                 self.history[key].append(L.p99)
             rows[key] = [
                 Text(label, style="bold " + style),
-                Text(fmt.seconds(L.p50), style=style),
-                Text(fmt.seconds(L.p90), style=style),
-                Text(fmt.seconds(L.p99), style="bold " + style),
+                _percentile(L, "p50", style),
+                _percentile(L, "p90", style),
+                _percentile(L, "p99", "bold " + style),
                 Text(fmt.seconds(L.mean), style=style),
                 Text(fmt.count(L.count), style=style),
                 Text(fmt.spark(list(self.history[key]), 16), style="cyan " + style),
             ]
         self.sync(rows)
+
+
+def _percentile(L: LatencySummary, name: str, style: str) -> Text:
+    """A percentile cell: ``≤`` when it is the mean's bound, dim italic when the window holds too
+    few observations for it."""
+    value: float | None = getattr(L, name)
+    few = value is not None and L.few(name)
+    return Text(fmt.seconds(value, L.is_bound(name)), style=f"{style} dim italic" if few else style)
 
 
 def _reason_text(g: GpuSample) -> Text:
