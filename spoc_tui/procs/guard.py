@@ -19,7 +19,7 @@ import time
 def remove_private_tmp() -> None:
     """Remove the private TMPDIR the launcher made for this server (its parent cannot any more)."""
     tmp = os.environ.get("TMPDIR", "")
-    if os.path.basename(tmp.rstrip("/")).startswith("spoc-server-"):
+    if os.path.basename(tmp.rstrip("/")).startswith(("spoc-server-", "spoc-sim-")):
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -57,6 +57,8 @@ class ServerProcess:
     started_at: float | None = None
     guard: bool = False
     """Run through :mod:`spoc_tui.procs.guard`: the server stops if this process dies (SIGKILL included)."""
+    tmp_prefix: str = "spoc-server-"
+    """Prefix of the private TMPDIR (``spoc-server-`` or ``spoc-sim-``: the guard removes those)."""
     marker: Path | None = None
     """A JSON file naming the running server (pid = process group), removed when it stops:
     a study killed outright finds and stops its server on resume."""
@@ -73,7 +75,7 @@ class ServerProcess:
         """
         if port_in_use(self.port, self.host):
             raise LaunchError(f"port {self.port} is already served by another process; refusing to start", kind="port")
-        self.tmpdir = tempfile.mkdtemp(prefix="spoc-server-")
+        self.tmpdir = tempfile.mkdtemp(prefix=self.tmp_prefix)
         env = {**os.environ, **self.env, "TMPDIR": self.tmpdir}
         if self.log_path is None:
             self.log_path = Path(self.tmpdir) / "server.log"

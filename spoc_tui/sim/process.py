@@ -24,7 +24,7 @@ def start_sim(args: list[str], port: int, timeout: float = 20.0) -> ServerProces
         LaunchError: when it exits or does not become ready; the message is the simulator's
             own last line (its error) where it printed one.
     """
-    server = ServerProcess(sim_argv(args, port), port, guard=True)
+    server = ServerProcess(sim_argv(args, port), port, guard=True, tmp_prefix="spoc-sim-")
     try:
         server.start(timeout=timeout, poll=0.2)
     except LaunchError as e:
