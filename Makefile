@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/monitor_cpu.py
 	$(PY) benchmarks/load_fidelity.py
 	$(PY) benchmarks/tune_quality.py
+	$(PY) benchmarks/knee_search.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

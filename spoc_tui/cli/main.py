@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from spoc_tui import __version__
 from spoc_tui.capacity.service import CapacityArgs
 from spoc_tui.config import Settings, config_path, data_dir, load_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
-from spoc_tui.core.loadmath import parse_sla, parse_users
+from spoc_tui.core.loadmath import FixedUsers, KneeSearch, parse_sla, parse_user_plan, parse_users
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig
 from spoc_tui.sim.options import SCENARIOS, SimOptions
@@ -309,9 +310,19 @@ def resolve_settings(
     help="Built-in profile (coding, logs, chatbot, mix) or a TOML file.",
 )
 @click.option(
-    "--users", "users_spec", default=DEFAULT_USERS, show_default=True, help="User counts, or a series like geom:1:64."
+    "--users",
+    "users_spec",
+    default=DEFAULT_USERS,
+    show_default=True,
+    help="User counts, a series like geom:1:64, or auto[:MAX] to search for the knee (double, then bisect).",
 )
 @click.option("--step-seconds", type=float, default=RampConfig.step_s, show_default=True)
+@click.option(
+    "--max-step-seconds",
+    type=float,
+    default=None,
+    help="A step whose verdict is still inconclusive is measured on, up to this long [4x --step-seconds].",
+)
 @click.option(
     "--warmup-seconds",
     type=float,
@@ -349,6 +360,7 @@ def ramp(
     profile: str,
     users_spec: str,
     step_seconds: float,
+    max_step_seconds: float | None,
     warmup_seconds: float,
     sla: str,
     abort_factor: float,
@@ -372,10 +384,12 @@ def ramp(
     except SpocError as e:
         _fail(str(e))
     limits = parse_sla(sla)
-    users = parse_users(users_spec)
+    plan = parse_user_plan(users_spec)
     prof = load_profile(profile)
-    if step_seconds <= 0 or not 0 <= warmup_seconds < step_seconds:
+    if not 0 < step_seconds < math.inf or not 0 <= warmup_seconds < step_seconds:
         _fail("--warmup-seconds must be at least 0 and shorter than --step-seconds")
+    if max_step_seconds is not None and not step_seconds <= max_step_seconds < math.inf:
+        _fail("--max-step-seconds must be at least --step-seconds")
     if abort_factor <= 1:
         _fail("--abort-factor must be above 1")
     if workers < 0:
@@ -385,7 +399,9 @@ def ramp(
     cfg = RampConfig(
         url=url,
         profile=prof,
-        users=users,
+        users=plan.users if isinstance(plan, FixedUsers) else [],
+        auto_max=plan.max_users if isinstance(plan, KneeSearch) else None,
+        max_step_s=max_step_seconds,
         limits=limits,
         out_dir=Path(out_dir),
         model=model,

@@ -19,14 +19,16 @@ def _progress(p: RampProgress) -> None:
         print("starting the load generator (Locust)...", flush=True)
     elif p.phase == "warmup":
         print(f"step {p.step}: {p.users} users, warming up", flush=True)
+    elif p.phase == "extending" and p.message:
+        print(f"step {p.step}: {p.message}", flush=True)
     elif p.phase == "step_done":
         s = p.steps[-1]
-        ok, limit = verdict(s)
-        mark = "meets SLA" if ok else f"BREAKS {limit}"
+        decision, limit = verdict(s)
+        mark = {"meets": "meets SLA", "breaks": f"BREAKS {limit}"}.get(decision, "INCONCLUSIVE")
         print(
             f"step {s.step}: {s.users} users  {s.request_rate:.2f} req/s  {s.output_tokens_per_s:.0f} out tok/s  "
             f"TTFT p99 {fmt.seconds(s.latency['ttft']['p99'])}  ITL p99 {fmt.seconds(s.latency['itl']['p99'])}  "
-            f"errors {s.error_rate * 100:.1f}%  -> {mark}",
+            f"errors {s.error_rate * 100:.1f}%  ({s.requests} requests) -> {mark}",
             flush=True,
         )
 
@@ -44,6 +46,6 @@ def run(cfg: RampConfig) -> int:
         return EXIT_INTERRUPTED
     print(step_table(result.steps, result.knee))
     if result.status == "stopped_early":
-        print(f"stopped early: the SLA was broken by more than {cfg.abort_factor:g}x")
+        print(f"stopped early: {result.stop_reason}")
     print(f"results: {cfg.out_dir}/ramp.json, {cfg.out_dir}/requests.jsonl")
     return EXIT_OK

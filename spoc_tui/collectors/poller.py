@@ -132,6 +132,12 @@ class VllmPoller(_Poller):
         self.histories: dict[str, ScrapeHistory[Exposition]] = {u: ScrapeHistory(window_s) for u in self.urls}
         self.latest: dict[str, tuple[ServerView, Scrape]] = {}
 
+    def reset(self) -> None:
+        """Forget every earlier scrape: the next window starts at the next poll."""
+        for h in self.histories.values():
+            h.clear()
+        self.latest.clear()
+
     def set_window(self, window_s: float) -> None:
         for h in self.histories.values():
             h.window_s = window_s

@@ -16,9 +16,19 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from spoc_tui.core.confidence import (
+    Decision,
+    Interval,
+    Resampler,
+    decide,
+    min_samples_for_upper_bound,
+    proportion_interval,
+    quantile_interval,
+)
 from spoc_tui.core.errors import InputError
 
 METRICS = ("ttft", "itl", "tpot", "e2e")
@@ -205,7 +215,11 @@ class RequestSample:
         )
 
 
-def stats(values: Sequence[float]) -> dict[str, float | None]:
+PERCENTILE_Q = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+
+
+def stats(values: Sequence[float]) -> dict[str, Any]:
+    """Percentiles (numpy's linear interpolation, as ``vllm bench serve``), mean and count."""
     if not values:
         return {"p50": None, "p90": None, "p95": None, "p99": None, "mean": None, "count": 0}
     a = np.asarray(values, dtype=float)
@@ -218,6 +232,35 @@ def stats(values: Sequence[float]) -> dict[str, float | None]:
         "mean": float(a.mean()),
         "count": int(a.size),
     }
+
+
+def _per_request(values: Sequence[float], rs: Resampler, present: Sequence[bool]) -> dict[str, Any]:
+    """Figures of a per-request metric with their intervals: order statistics for the
+    percentiles, the bootstrap by request for the mean. ``present[i]``: request i has a value."""
+    out = stats(values)
+    out["n"] = len(values)
+    ci: dict[str, list[float | None]] = {name: list(quantile_interval(values, q)) for name, q in PERCENTILE_Q.items()}
+    full = [0.0] * len(present)
+    it = iter(values)
+    for i, has in enumerate(present):
+        if has:
+            full[i] = next(it)
+    ci["mean"] = list(rs.ratio(full, [1.0 if has else 0.0 for has in present])) if values else [None, None]
+    out["ci95"] = ci
+    return out
+
+
+def _pooled(values: Sequence[float], owner: Sequence[int], n_requests: int, rs: Resampler) -> dict[str, Any]:
+    """Figures of a pooled metric (ITL gaps) with intervals from the bootstrap by request."""
+    out = stats(values)
+    out["n"] = len(values)
+    out["requests"] = len(set(owner))
+    names = list(PERCENTILE_Q)
+    intervals = rs.pooled_quantiles(values, owner, [PERCENTILE_Q[n] for n in names])
+    ci: dict[str, list[float | None]] = {n: list(iv) for n, iv in zip(names, intervals, strict=True)}
+    ci["mean"] = list(rs.pooled_mean(values, owner, n_requests)) if values else [None, None]
+    out["ci95"] = ci
+    return out
 
 
 def _meets(sample: RequestSample, limits: Iterable[Limit]) -> bool:
@@ -247,11 +290,16 @@ class StepSummary:
     request_rate: float
     output_tokens_per_s: float
     goodput: float
-    latency: dict[str, dict[str, float | None]]
+    latency: dict[str, dict[str, Any]]
+    """metric -> p50/p90/p95/p99/mean, ``count`` and ``n`` (samples), ``ci95`` (stat -> [lo, hi])."""
     cached_prompt_fraction: float | None
-    verdict: dict[str, object] = field(default_factory=dict)
-    server: dict[str, object] = field(default_factory=dict)
+    verdict: dict[str, Any] = field(default_factory=dict)
+    server: dict[str, Any] = field(default_factory=dict)
     """The server-side view during the step (queue, KV, preemptions, GPU clocks)."""
+    ci95: dict[str, list[float | None]] = field(default_factory=dict)
+    """95 % intervals of request_rate, output_tokens_per_s, goodput and error_rate."""
+    extended_s: float = 0.0
+    """Seconds the step was measured beyond its planned length to reach a decision."""
 
     @property
     def error_rate(self) -> float:
@@ -260,7 +308,23 @@ class StepSummary:
     def value(self, lim: Limit) -> float | None:
         if lim.metric == "error_rate":
             return self.error_rate
-        return self.latency.get(lim.metric, {}).get(lim.stat)
+        v = self.latency.get(lim.metric, {}).get(lim.stat)
+        return None if v is None else float(v)
+
+    def interval(self, lim: Limit) -> Interval:
+        """The 95 % interval of the figure a limit is held against."""
+        ci = (
+            self.ci95.get("error_rate")
+            if lim.metric == "error_rate"
+            else self.latency.get(lim.metric, {}).get("ci95", {}).get(lim.stat)
+        )
+        if not ci:
+            return None, None
+        return ci[0], ci[1]
+
+    @property
+    def decision(self) -> Decision:
+        return str(self.verdict.get("decision", "inconclusive"))
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -276,6 +340,8 @@ class StepSummary:
             "goodput": self.goodput,
             "latency": self.latency,
             "cached_prompt_fraction": self.cached_prompt_fraction,
+            "ci95": self.ci95,
+            "extended_s": self.extended_s,
             "verdict": self.verdict,
             "server": self.server,
         }
@@ -284,95 +350,305 @@ class StepSummary:
 def summarize_step(
     step: int, users: int, samples: Sequence[RequestSample], duration_s: float, limits: Sequence[Limit]
 ) -> StepSummary:
-    """Figures of one step from the requests that *started* inside its measured window."""
+    """Figures of one step from the requests that finished inside its measured window, each with
+    its sample size and 95 % interval (:mod:`spoc_tui.core.confidence`), and the verdict."""
+    n = len(samples)
     ok = [s for s in samples if s.ok]
     errs: dict[str, int] = {}
     for s in samples:
         if not s.ok:
             errs[s.error or "error"] = errs.get(s.error or "error", 0) + 1
     d = max(duration_s, 1e-9)
+    rs = Resampler.for_requests(n, seed=step * 1_000_003 + users * 7_919 + n)
+    ttft = [s.ttft if s.ok else None for s in samples]
+    tpot = [s.tpot if s.ok else None for s in samples]
+    e2e = [s.e2e if s.ok else None for s in samples]
+    gaps = [g for s in samples if s.ok for g in s.itl]
+    owner = [i for i, s in enumerate(samples) if s.ok for _ in s.itl]
     lat = {
-        "ttft": stats([s.ttft for s in ok if s.ttft is not None]),
-        "itl": stats([g for s in ok for g in s.itl]),
-        "tpot": stats([t for s in ok if (t := s.tpot) is not None]),
-        "e2e": stats([s.e2e for s in ok if s.e2e is not None]),
+        "ttft": _per_request([x for x in ttft if x is not None], rs, [x is not None for x in ttft]),
+        "itl": _pooled(gaps, owner, n, rs),
+        "tpot": _per_request([x for x in tpot if x is not None], rs, [x is not None for x in tpot]),
+        "e2e": _per_request([x for x in e2e if x is not None], rs, [x is not None for x in e2e]),
     }
+    out_tokens = [float(s.output_tokens or 0) if s.ok else 0.0 for s in samples]
+    good = [1.0 if _meets(s, limits) else 0.0 for s in samples]
+    failed = [0.0 if s.ok else 1.0 for s in samples]
     prompt = sum(s.prompt_tokens or 0 for s in ok)
     cached = [s.cached_tokens for s in ok if s.cached_tokens is not None]
     summary = StepSummary(
         step=step,
         users=users,
         duration_s=duration_s,
-        requests=len(samples),
-        errors=len(samples) - len(ok),
+        requests=n,
+        errors=n - len(ok),
         errors_by_kind=errs,
-        request_rate=len(samples) / d,
-        output_tokens_per_s=sum(s.output_tokens or 0 for s in ok) / d,
-        goodput=sum(1 for s in samples if _meets(s, limits)) / d,
+        request_rate=n / d,
+        output_tokens_per_s=sum(out_tokens) / d,
+        goodput=sum(good) / d,
         latency=lat,
         cached_prompt_fraction=(sum(cached) / prompt) if cached and prompt else None,
+        ci95={
+            "request_rate": list(rs.total([1.0] * n, 1 / d)) if n else [None, None],
+            "output_tokens_per_s": list(rs.total(out_tokens, 1 / d)) if n else [None, None],
+            "goodput": list(rs.total(good, 1 / d)) if n else [None, None],
+            "error_rate": list(proportion_interval(int(sum(failed)), n)),
+        },
     )
     summary.verdict = judge(summary, limits)
     return summary
 
 
-def judge(step: StepSummary, limits: Sequence[Limit]) -> dict[str, object]:
-    """Which limits hold; the worst breach; ``ok`` is False when there is no data at all."""
+def judge(step: StepSummary, limits: Sequence[Limit]) -> dict[str, Any]:
+    """The step's decision on the SLA: ``meets`` when every limit's interval lies within it,
+    ``breaks`` when some limit's interval lies wholly beyond it, else ``inconclusive`` (an
+    interval straddles its limit, or the sample is too small to bound it) with the reason.
+
+    ``ok`` (meets) and ``broken_limit`` are kept for readers of older results; ``worst_ratio``
+    is how many times over its limit the breaking figure surely is (its interval's low end).
+    """
     if step.requests == 0:
-        return {"ok": False, "checks": {}, "broken_limit": "no_requests", "worst_ratio": None}
-    checks = {}
+        return {
+            "ok": False,
+            "decision": "inconclusive",
+            "checks": {},
+            "broken_limit": None,
+            "worst_ratio": None,
+            "reason": "no request finished in the step: the step is too short for this profile (raise --step-seconds)",
+        }
+    checks: dict[str, dict[str, Any]] = {}
     worst: tuple[float, str] | None = None
+    undecided: list[str] = []
     for lim in limits:
         v = step.value(lim)
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            checks[lim.key] = {"value": None, "limit": lim.value, "ok": False}
-            ratio = math.inf
-        else:
-            checks[lim.key] = {"value": v, "limit": lim.value, "ok": v <= lim.value}
-            ratio = v / lim.value if lim.value else math.inf
-        if not checks[lim.key]["ok"] and (worst is None or ratio > worst[0]):
-            worst = (ratio, lim.key)
+        lo, hi = step.interval(lim)
+        d = decide(v, (lo, hi), lim.value)
+        checks[lim.key] = {"value": v, "limit": lim.value, "ci95": [lo, hi], "decision": d, "ok": d == "meets"}
+        if d == "breaks" and lo is not None:
+            ratio = lo / lim.value if lim.value else math.inf
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, lim.key)
+        elif d == "inconclusive":
+            undecided.append(_why_undecided(step, lim, v, lo, hi))
+    decisions = [c["decision"] for c in checks.values()]
+    decision: Decision = (
+        "breaks" if "breaks" in decisions else ("meets" if all(x == "meets" for x in decisions) else "inconclusive")
+    )
     return {
-        "ok": all(c["ok"] for c in checks.values()) and step.requests > 0,
+        "ok": decision == "meets",
+        "decision": decision,
         "checks": checks,
-        "broken_limit": worst[1] if worst else (None if step.requests else "no_requests"),
+        "broken_limit": worst[1] if worst else None,
         "worst_ratio": None if worst is None or math.isinf(worst[0]) else worst[0],
+        "reason": "; ".join(undecided) if decision == "inconclusive" else "",
     }
 
 
-def badly_broken(step: StepSummary, abort_factor: float) -> bool:
-    """Stop the ramp early: a limit exceeded ``abort_factor`` times, most requests failing,
-    or nothing finishing at all."""
-    v = step.verdict
-    if step.requests == 0:
-        return True
-    if step.error_rate >= 0.5:
-        return True
-    ratio = v.get("worst_ratio")
-    return isinstance(ratio, float) and ratio >= abort_factor
+def _why_undecided(step: StepSummary, lim: Limit, v: float | None, lo: float | None, hi: float | None) -> str:
+    if v is None:
+        return f"{lim.key}: no value (no request finished)"
+    q = PERCENTILE_Q.get(lim.stat)
+    n = step.latency.get(lim.metric, {}).get("n", step.requests) if lim.metric != "error_rate" else step.requests
+    if hi is None and q is not None:
+        return (
+            f"{lim.key}: {n} samples cannot bound a {lim.stat} from above (it takes {min_samples_for_upper_bound(q)}: "
+            "measure longer with --max-step-seconds, or hold a lower percentile)"
+        )
+    if hi is None:
+        return f"{lim.key}: too few samples to bound it"
+    return (
+        f"{lim.key}: its interval {_fmt(lo)}-{_fmt(hi)} straddles the limit {_fmt(lim.value)}"
+        if lim.metric != "error_rate"
+        else (
+            f"error_rate: its interval {(lo or 0) * 100:.1f}-{hi * 100:.1f}% straddles the limit {lim.value * 100:g}%"
+        )
+    )
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "?"
+    return f"{v * 1000:.1f}ms" if v < 1 else f"{v:.2f}s"
+
+
+def badly_broken(step: StepSummary, abort_factor: float) -> str | None:
+    """Why to stop the ramp early, or None: a limit surely exceeded ``abort_factor`` times (the
+    low end of its interval), or most requests surely failing. A step where nothing finished
+    is inconclusive, never a reason to stop."""
+    if step.decision != "breaks":
+        return None
+    err_lo = (step.ci95.get("error_rate") or [None, None])[0]
+    if err_lo is not None and err_lo >= 0.5:
+        return f"step {step.step} ({step.users} users): at least {err_lo:.0%} of requests failed"
+    ratio = step.verdict.get("worst_ratio")
+    if isinstance(ratio, float) and ratio >= abort_factor:
+        return (
+            f"step {step.step} ({step.users} users): {step.verdict.get('broken_limit')} at least {ratio:.1f}x "
+            f"its limit (abort factor {abort_factor:g})"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
 class Knee:
+    """Where the SLA stops holding: the most users a decided step met it with, below the fewest
+    users a decided step broke it with. Undecided and contradicting steps are named, not hidden."""
+
     max_users_within_sla: int | None
     first_failing_users: int | None
     broken_limit: str | None
+    inconclusive: tuple[int, ...] = ()
+    """User counts whose steps stayed inconclusive."""
+    contradicted: tuple[int, ...] = ()
+    """User counts that met the SLA above a count that broke it (noise, or a server that warmed
+    up): the knee below them stands, but it is not the whole story."""
+    reason: str = ""
+    """The server-side reason for the knee, in one sentence with its figures (set by the ramp)."""
+
+    @property
+    def bracket(self) -> str:
+        """``N users meet, M break (limit)`` in words."""
+        if self.first_failing_users is None:
+            if self.max_users_within_sla is None:
+                return "no step decided"
+            return f"{self.max_users_within_sla} users meet; no count broke the SLA"
+        if self.max_users_within_sla is None:
+            return f"even {self.first_failing_users} users break the SLA ({self.broken_limit})"
+        return f"{self.max_users_within_sla} users meet, {self.first_failing_users} break ({self.broken_limit})"
 
     def as_dict(self) -> dict[str, object]:
         return {
             "max_users_within_sla": self.max_users_within_sla,
             "first_failing_users": self.first_failing_users,
             "broken_limit": self.broken_limit,
+            "inconclusive": list(self.inconclusive),
+            "contradicted": list(self.contradicted),
+            "reason": self.reason,
         }
 
 
 def find_knee(steps: Sequence[StepSummary]) -> Knee:
-    """The largest user count meeting the SLA before the first step that breaks it."""
-    best: int | None = None
-    for s in steps:
-        if s.verdict.get("ok"):
-            best = s.users
-        else:
-            limit = s.verdict.get("broken_limit")
-            return Knee(best, s.users, None if limit is None else str(limit))
-    return Knee(best, None, None)
+    """The knee from the steps' decisions, by user count (probes may run in any order)."""
+    breaks = [s for s in steps if s.decision == "breaks"]
+    first = min(breaks, key=lambda s: s.users) if breaks else None
+    meets = [s.users for s in steps if s.decision == "meets"]
+    below = [u for u in meets if first is None or u < first.users]
+    contradicted = tuple(sorted({u for u in meets if first is not None and u > first.users}))
+    undecided = tuple(
+        sorted({s.users for s in steps if s.decision == "inconclusive"} - set(meets) - {s.users for s in breaks})
+    )
+    return Knee(
+        max(below) if below else None,
+        first.users if first else None,
+        str(first.verdict.get("broken_limit")) if first else None,
+        undecided,
+        contradicted,
+    )
+
+
+# -- which user count to run next -------------------------------------------------------------
+
+KNEE_TOLERANCE = 0.05
+"""The knee search stops when the bracket is adjacent counts, or narrower than 5 % of the count
+that meets (64 vs 67 users is pinned; bisecting further costs a step per halving)."""
+
+
+@dataclass
+class FixedUsers:
+    """The user counts the operator listed, in order."""
+
+    users: list[int]
+
+    def next(self, steps: Sequence[StepSummary]) -> int | None:
+        return self.users[len(steps)] if len(steps) < len(self.users) else None
+
+    def describe(self) -> str:
+        return ",".join(map(str, self.users))
+
+
+@dataclass
+class KneeSearch:
+    """``--users auto[:MAX]``: double from ``start`` until a step does not meet the SLA (or MAX),
+    then bisect over whole user counts between the last count that met it and the first that
+    did not, until they are adjacent or within :data:`KNEE_TOLERANCE`. A step that stays
+    inconclusive after its extensions bounds the search like a break and is reported as such."""
+
+    max_users: int = 1024
+    start: int = 1
+
+    def next(self, steps: Sequence[StepSummary]) -> int | None:
+        if not steps:
+            return self.start
+        tried = {s.users for s in steps}
+        meets = [s.users for s in steps if s.decision == "meets"]
+        fails = [s.users for s in steps if s.decision != "meets"]
+        hi = min(fails) if fails else None
+        lo = max([u for u in meets if hi is None or u < hi], default=0)
+        if hi is None:  # still doubling
+            nxt = min(max(tried) * 2, self.max_users)
+            return None if nxt in tried else nxt
+        if hi - lo <= max(1, int(lo * KNEE_TOLERANCE)):
+            return None
+        nxt = (lo + hi) // 2 if lo else max(1, hi // 2)
+        return None if nxt in tried else nxt
+
+    def describe(self) -> str:
+        return f"auto:{self.max_users}"
+
+
+UserPlan = FixedUsers | KneeSearch
+
+
+def parse_user_plan(text: str) -> UserPlan:
+    """``1,2,4,8``, ``geom:1:64``, ``auto`` or ``auto:MAX``.
+
+    Raises:
+        UsersError: with the accepted forms.
+    """
+    t = text.strip().lower()
+    if t == "auto" or t.startswith("auto:"):
+        if t == "auto":
+            return KneeSearch()
+        try:
+            top = int(t[5:])
+        except ValueError:
+            raise UsersError(f"bad --users {text!r}: auto:MAX takes a whole number, e.g. auto:256") from None
+        if not 1 <= top <= 100_000:
+            raise UsersError(f"bad --users {text!r}: MAX must be between 1 and 100000")
+        return KneeSearch(max_users=top)
+    return FixedUsers(parse_users(text))
+
+
+# -- a queue that does not stop growing -------------------------------------------------------
+
+QUEUE_MIN_SPAN_S = 10.0
+QUEUE_MIN_POINTS = 8
+
+
+def queue_unbounded(points: Sequence[tuple[float, float]]) -> str | None:
+    """Why the server's queue is growing without bound during a step, or None.
+
+    ``points`` are (seconds into the measured window, requests waiting). The rule: over at least
+    10 s and 8 polls, the least-squares trend adds at least max(5, half the starting queue)
+    requests over the span, at least 70 % of poll-to-poll changes are not decreases, and the
+    later half of the window still grows (by at least a quarter as much per second, and at least
+    2 requests): a queue that rises and settles at a level is not unbounded. The monitor's
+    "queue keeps growing" alert is the same idea on a shorter history.
+    """
+    if len(points) < QUEUE_MIN_POINTS:
+        return None
+    ts = np.asarray([p[0] for p in points], dtype=float)
+    ws = np.asarray([p[1] for p in points], dtype=float)
+    span = float(ts[-1] - ts[0])
+    if span < QUEUE_MIN_SPAN_S:
+        return None
+    slope = float(np.polyfit(ts, ws, 1)[0])
+    growth = slope * span
+    steady = float(np.mean(np.diff(ws) >= 0))
+    start = float(np.mean(ws[: max(1, len(ws) // 4)]))
+    half = len(ts) // 2
+    late_slope = float(np.polyfit(ts[half:], ws[half:], 1)[0])
+    late_growth = late_slope * float(ts[-1] - ts[half])
+    if growth >= max(5.0, 0.5 * start) and steady >= 0.7 and late_slope >= 0.25 * slope and late_growth >= 2.0:
+        return f"queue unbounded: waiting grew {ws[0]:.0f} -> {ws[-1]:.0f} in {span:.0f} s ({slope:.1f}/s)"
+    return None

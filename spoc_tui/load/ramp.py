@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,15 +27,28 @@ from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.loadmath import Knee, Limit, RequestSample, StepSummary, badly_broken, find_knee, summarize_step
+from spoc_tui.core.loadmath import (
+    FixedUsers,
+    Knee,
+    KneeSearch,
+    Limit,
+    RequestSample,
+    StepSummary,
+    UserPlan,
+    badly_broken,
+    find_knee,
+    queue_unbounded,
+    summarize_step,
+)
 from spoc_tui.load import wire
 from spoc_tui.load.profiles import Profile
+from spoc_tui.load.report import knee_reason
 from spoc_tui.procs.group import kill_group
 from spoc_tui.procs.ports import free_port
 
 logger = logging.getLogger(__name__)
 
-RampPhase = Literal["preflight", "starting", "warmup", "measuring", "step_done", "done"]
+RampPhase = Literal["preflight", "starting", "warmup", "measuring", "extending", "step_done", "done"]
 RampEnd = Literal["complete", "stopped_early", "interrupted", "server_failed"]
 """How a ramp ended."""
 RampStatus = RampEnd | Literal["running"]
@@ -47,6 +60,8 @@ class RampError(SpocError):
 
 
 DEFAULT_USERS = "1,2,4,8,16,32"
+EXTEND_FACTOR = 4.0
+"""Default --max-step-seconds, as a multiple of --step-seconds."""
 DEFAULT_PROFILE = "chatbot"
 
 
@@ -69,6 +84,18 @@ class RampConfig:
     api_key: str | None = field(default=None, repr=False)
     dcgm_urls: list[str] = field(default_factory=list)
     request_timeout_s: float = 300.0
+    auto_max: int | None = None
+    """``--users auto:MAX``: search for the knee up to MAX users (``users`` is then unused)."""
+    max_step_s: float | None = None
+    """A step still inconclusive at ``step_s`` is measured on up to this long [4 x step_s]."""
+
+    @property
+    def plan(self) -> UserPlan:
+        return KneeSearch(self.auto_max) if self.auto_max else FixedUsers(list(self.users))
+
+    @property
+    def step_limit_s(self) -> float:
+        return self.max_step_s if self.max_step_s is not None else EXTEND_FACTOR * self.step_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +119,8 @@ class RampResult:
     model: str
     out_dir: Path
     max_model_len: int | None = None
+    stop_reason: str = ""
+    """Why a ramp stopped early (which limit, how many times over)."""
 
 
 async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[str, int | None]:
@@ -295,6 +324,7 @@ async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: dict[
             if val is not None:
                 peaks[key] = max(peaks.get(key, 0.0), val)
         out = {
+            "waiting": v.waiting,
             "waiting_max": peaks.get("waiting"),
             "running_max": peaks.get("running"),
             "kv_cache_usage_max": peaks.get("kv_cache_usage"),
@@ -325,6 +355,72 @@ async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: dict[
     return out
 
 
+Report = Callable[[RampPhase, int, int, list[StepSummary], int, str], None]
+
+
+async def _run_step(
+    cfg: RampConfig,
+    idx: int,
+    users: int,
+    runner: RunnerProcess,
+    pump: asyncio.Task[None],
+    samples: list[RequestSample],
+    poller: VllmPoller,
+    dcgm: DcgmPoller | None,
+    steps: list[StepSummary],
+    report: Report,
+) -> StepSummary:
+    """One step: warm up, measure for ``step_s``, and while the verdict is inconclusive measure on
+    (up to ``step_limit_s``), re-deciding over the whole window; a queue that grows without bound
+    ends the step at once as a break."""
+    await runner.send(wire.SetUsers(users, idx))
+    report("warmup", idx, users, steps, len(samples), "")
+    await asyncio.sleep(cfg.warmup_s)
+    m_start = time.time()
+    peaks: dict[str, float] = {}
+    poller.reset()
+    await _server_view(poller, dcgm, peaks)  # baseline scrape at the start of the window
+    server: dict[str, Any] = {}
+    queue: list[tuple[float, float]] = []
+    planned = cfg.step_s - cfg.warmup_s
+    limit = max(planned, cfg.step_limit_s - cfg.warmup_s)
+    target = planned
+    phase: RampPhase = "measuring"
+    unbounded: str | None = None
+    while True:
+        while (left := target - (time.time() - m_start)) > 0:
+            report(phase, idx, users, steps, len(samples), "")
+            await asyncio.sleep(min(1.0, left))
+            if pump.done():
+                raise RampError("the load generator exited; see runner.log in the output folder")
+            server = await _server_view(poller, dcgm, peaks)
+            if server.get("waiting") is not None:
+                queue.append((time.time() - m_start, float(server["waiting"])))
+                unbounded = queue_unbounded(queue)
+                if unbounded:
+                    break
+        m_end = time.time()
+        in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
+        summary = summarize_step(idx, users, in_window, m_end - m_start, cfg.limits)
+        summary.server = server
+        summary.extended_s = max(0.0, (m_end - m_start) - planned)
+        if unbounded:
+            summary.verdict.update(ok=False, decision="breaks", broken_limit="queue_unbounded", reason=unbounded)
+            summary.verdict.setdefault("checks", {})["queue_unbounded"] = {"decision": "breaks", "reason": unbounded}
+            return summary
+        if summary.decision != "inconclusive" or target >= limit - 1e-6:
+            return summary
+        target = min(limit, target + planned)
+        phase = "extending"
+        report(phase, idx, users, steps, len(samples), f"inconclusive ({summary.verdict.get('reason')}): measuring on")
+
+
+def _with_reason(knee: Knee, steps: list[StepSummary]) -> Knee:
+    """The knee with the server-side reason the first breaking step gives."""
+    breaking = [s for s in steps if s.users == knee.first_failing_users and s.decision == "breaks"]
+    return replace(knee, reason=knee_reason(breaking[0])) if breaking else knee
+
+
 async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] | None = None) -> RampResult:
     """Run the whole ramp. Cancelling it (Ctrl-C) stops the load and keeps what finished.
 
@@ -346,7 +442,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     step_s=cfg.step_s,
                     samples=samples,
                     steps=tuple(steps),
-                    knee=find_knee(steps) if steps else None,
+                    knee=_with_reason(find_knee(steps), steps) if steps else None,
                     message=message,
                 )
             )
@@ -360,13 +456,19 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         if not cfg.profile.replay
         else {"name": cfg.profile.name, "source": cfg.profile.source},
         "sla": [str(lim) for lim in cfg.limits],
-        "users": cfg.users,
+        "users": cfg.plan.describe(),
         "step_seconds": cfg.step_s,
+        "max_step_seconds": cfg.step_limit_s,
         "warmup_seconds": cfg.warmup_s,
         "abort_factor": cfg.abort_factor,
         "workers": cfg.workers,
         "seed": cfg.seed,
         "started_at": time.time(),
+        "intervals": (
+            "95 %: order statistics for per-request percentiles (TTFT, TPOT, E2E), Poisson bootstrap by "
+            "request for ITL, means and rates, Clopper-Pearson for the error rate; decision meets/breaks only "
+            "when the interval lies wholly within/beyond the limit"
+        ),
         "metric_definitions": (
             "vllm bench serve: TTFT first content chunk; ITL pooled chunk gaps; TPOT (E2E-TTFT)/(out-1); "
             "goodput per request"
@@ -377,7 +479,8 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     samples: list[RequestSample] = []
     steps: list[StepSummary] = []
     status: RampEnd = "interrupted"
-    poller = VllmPoller([cfg.url], window_s=max(1.0, cfg.step_s - cfg.warmup_s), api_key=cfg.api_key)
+    stop_reason = ""
+    poller = VllmPoller([cfg.url], window_s=max(1.0, cfg.step_limit_s), api_key=cfg.api_key)
     dcgm = DcgmPoller(cfg.dcgm_urls) if cfg.dcgm_urls else None
     pump: asyncio.Task[None] | None = None
     try:
@@ -394,24 +497,11 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     return
 
         pump = asyncio.create_task(pump_samples())
-        for idx, users in enumerate(cfg.users, 1):
-            await runner.send(wire.SetUsers(users, idx))
-            report("warmup", idx, users, steps, len(samples))
-            await asyncio.sleep(cfg.warmup_s)
-            m_start = time.time()
-            peaks: dict[str, float] = {}
-            await _server_view(poller, dcgm, peaks)  # baseline scrape at the start of the window
-            server: dict[str, Any] = {}
-            while (left := cfg.step_s - cfg.warmup_s - (time.time() - m_start)) > 0:
-                report("measuring", idx, users, steps, len(samples))
-                await asyncio.sleep(min(1.0, left))
-                if pump.done():
-                    raise RampError("the load generator exited; see runner.log in the output folder")
-                server = await _server_view(poller, dcgm, peaks)
-            m_end = time.time()
-            in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
-            summary = summarize_step(idx, users, in_window, m_end - m_start, cfg.limits)
-            summary.server = server
+        plan = cfg.plan
+        idx = 0
+        while (users := plan.next(steps)) is not None:
+            idx += 1
+            summary = await _run_step(cfg, idx, users, runner, pump, samples, poller, dcgm, steps, report)
             steps.append(summary)
             writer.write(steps, find_knee(steps), "running")
             report("step_done", idx, users, steps, len(samples))
@@ -424,13 +514,15 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                 raise RampError(
                     f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed"
                 )
-            if badly_broken(summary, cfg.abort_factor) and idx < len(cfg.users):
-                status = "stopped_early"
+            why = badly_broken(summary, cfg.abort_factor)
+            if why and isinstance(plan, FixedUsers) and idx < len(plan.users):
+                status, stop_reason = "stopped_early", why
                 break
         else:
             status = "complete"
     finally:
-        knee = find_knee(steps)
+        knee = _with_reason(find_knee(steps), steps)
+        writer.header["stop_reason"] = stop_reason
         try:
             await runner.stop()
         finally:
@@ -442,4 +534,4 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             if dcgm is not None:
                 await dcgm.aclose()
     report("done", len(steps), steps[-1].users if steps else 0, steps, len(samples))
-    return RampResult(status, steps, knee, model, cfg.out_dir, context_len)
+    return RampResult(status, steps, knee, model, cfg.out_dir, context_len, stop_reason)

@@ -205,6 +205,7 @@ class SpocApp(App[int]):
             url=self.settings.vllm_urls[0],
             profile=request.profile,
             users=list(request.users),
+            auto_max=request.auto_max,
             limits=request.limits,
             out_dir=data_dir() / "ramps" / stamp,
             step_s=request.step_s,

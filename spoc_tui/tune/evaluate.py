@@ -245,6 +245,7 @@ class ServerEvaluator:
             seed=r.seed,
             tokenizer=r.tokenizer,
             api_key=r.api_key,
+            max_step_s=r.step_s,  # a trial's steps are not extended: its budget is the study's to spend
         )
 
         def progress(p: RampProgress) -> None:

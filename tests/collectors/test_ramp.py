@@ -58,7 +58,7 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
         "--warmup-seconds",
         "1",
         "--sla",
-        "ttft_p99<=500ms,itl_p99<=60ms",
+        "ttft_p90<=500ms,itl_p90<=60ms",
         "--out",
         str(out),
         "--dcgm",
@@ -67,10 +67,21 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
         "sk-NEVER-WRITTEN",
     )
     assert r.returncode == 0, r.stderr
-    assert "knee: 8 users meet the SLA; 40 break ttft_p99" in r.stdout
+    assert "knee: 8 users meet the SLA; 40 break ttft_p90" in r.stdout
+    assert "why: the batch is full: 8 running" in r.stdout  # the server-side reason, with its figures
     d = json.loads((out / "ramp.json").read_text())
-    assert d["knee"] == {"max_users_within_sla": 8, "first_failing_users": 40, "broken_limit": "ttft_p99"}
-    assert d["sla"] == ["ttft_p99<=500ms", "itl_p99<=60ms"]
+    knee = d["knee"]
+    assert (knee["max_users_within_sla"], knee["first_failing_users"], knee["broken_limit"]) == (8, 40, "ttft_p90")
+    assert knee["reason"].startswith("the batch is full")
+    assert d["sla"] == ["ttft_p90<=500ms", "itl_p90<=60ms"]
+    for step in d["steps"]:  # every decided figure says how sure it is
+        assert step["verdict"]["decision"] in ("meets", "breaks")
+        ttft = step["latency"]["ttft"]
+        assert ttft["n"] == ttft["count"] > 0 and set(ttft["ci95"]) >= {"p50", "p90", "p99", "mean"}
+        lo, hi = ttft["ci95"]["p90"]
+        assert lo <= ttft["p90"] and (hi is None or ttft["p90"] <= hi)
+        assert set(step["ci95"]) == {"request_rate", "output_tokens_per_s", "goodput", "error_rate"}
+        assert step["verdict"]["checks"]["ttft_p90"]["ci95"] == ttft["ci95"]["p90"]
     last = d["steps"][-1]
     assert last["server"]["waiting_max"] > 0  # why the knee is there: requests queue behind 8 seats
     assert last["server"]["gpus"] and last["server"]["gpus"][0]["sm_clock_mhz"]
@@ -110,6 +121,47 @@ def test_bad_arguments_before_any_load(sim8, tmp_path, args, code, msg):
     assert r.returncode == code, r.stdout + r.stderr
     assert msg in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "o" / "requests.jsonl").exists()
+
+
+def test_a_step_too_short_for_its_profile_is_inconclusive_not_a_breach(sim8, tmp_path):
+    """The chatbot profile thinks 3-15 s between turns: a 12 s step sees almost nothing finish.
+    That is not a breach, and not a reason to stop early; the output says why and what to change."""
+    url, _ = sim8
+    out = tmp_path / "out"
+    r = ramp(
+        "--url", url, "--profile", "chatbot", "--users", "1,4", "--step-seconds", "6", "--warmup-seconds", "1",
+        "--max-step-seconds", "6", "--sla", "ttft_p99<=2s,itl_p99<=100ms", "--out", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "stopped early" not in r.stdout and "BREAKS" not in r.stdout
+    assert "INCONCLUSIVE" in r.stdout and "inconclusive at 1, 4 users" in r.stdout
+    assert "--max-step-seconds" in r.stdout or "too short for this profile" in r.stdout
+    d = json.loads((out / "ramp.json").read_text())
+    assert d["status"] == "complete" and [s["verdict"]["decision"] for s in d["steps"]] == ["inconclusive"] * 2
+    assert d["knee"]["max_users_within_sla"] is None and d["knee"]["first_failing_users"] is None
+
+
+def test_knee_search_auto(sim8, fast_profile, tmp_path):
+    """--users auto:MAX doubles until a step breaks, then bisects to adjacent counts."""
+    url, _ = sim8
+    out = tmp_path / "out"
+    r = ramp(
+        "--url", url, "--profile", fast_profile, "--users", "auto:64", "--step-seconds", "4", "--warmup-seconds", "1",
+        "--sla", "ttft_p50<=300ms", "--out", str(out), timeout=400,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    d = json.loads((out / "ramp.json").read_text())
+    probes = [s["users"] for s in d["steps"]]
+    assert probes[:3] == [1, 2, 4] and d["users"] == "auto:64"
+    knee = d["knee"]
+    lo, hi = knee["max_users_within_sla"], knee["first_failing_users"]
+    assert lo is not None and hi is not None and lo < hi, (probes, knee)
+    # the search stops at the first count above `lo` that did not meet the SLA: broken, or still
+    # inconclusive after its extensions (named in the knee)
+    not_met = min(s["users"] for s in d["steps"] if s["verdict"]["decision"] != "meets")
+    assert not_met - lo <= max(1, int(lo * 0.05)), (probes, knee)
+    assert set(knee["inconclusive"]) <= set(probes) and all(u > lo for u in knee["inconclusive"])
+    assert f"knee: {lo} users meet the SLA; {hi} break" in r.stdout
 
 
 def test_unreachable_server_exits_1(tmp_path):

@@ -9,14 +9,14 @@ from spoc_tui.tui.screens.load import LoadScreen
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from tests.tui.helpers import make_app
 
-SLA = "ttft_p99<=500ms,itl_p99<=60ms"
+SLA = "ttft_p90<=500ms,itl_p90<=60ms"
 
 
 def _steps():
     lims = parse_sla(SLA)
     out = []
     for i, (users, ttft, itl) in enumerate(((2, 0.05, 0.015), (8, 0.06, 0.018), (40, 3.7, 0.02)), 1):
-        samples = [RequestSample(0.0, i, users, True, ttft, ttft + 1.0, (itl,) * 20, 21) for _ in range(30)]
+        samples = [RequestSample(0.0, i, users, True, ttft, ttft + 1.0, (itl,) * 20, 21) for _ in range(60)]
         s = summarize_step(i, users, samples, 10.0, lims)
         s.server = {"waiting_max": 0.0 if users < 40 else 23.0, "kv_cache_usage_max": 0.02 * i}
         out.append(s)
@@ -28,7 +28,8 @@ def _finished_ramp(app):
     scr.limits = parse_sla(SLA)
     scr.total_steps = 3
     steps = _steps()
-    app.post_message(RampProgressed(RampProgress("done", 3, 40, 42.0, 10.0, 270, steps, Knee(8, 40, "ttft_p99"))))
+    knee = Knee(8, 40, "ttft_p90", reason="the batch is full: 8 running, up to 23 waiting with the KV cache at 6%")
+    app.post_message(RampProgressed(RampProgress("done", 3, 40, 42.0, 10.0, 180, steps, knee)))
     app.post_message(RampFinished("stopped_early", "stopped_early: results in /data/ramps/20261122-120000"))
 
 
@@ -97,22 +98,24 @@ async def test_ramp_from_the_ui_with_the_monitor_one_key_away():
             await pilot.pause()
             scr = app.load_screen
             assert isinstance(app.screen, LoadScreen)
-            scr.query_one("#users").value = "2,40"
+            scr.query_one("#users").value = "4,40"
             scr.query_one("#step").value = "5"
             scr.query_one("#warmup").value = "1"
-            scr.query_one("#sla").value = SLA
+            scr.query_one("#sla").value = "ttft_p50<=500ms,itl_p50<=60ms"  # chatbot users think 3-15 s: few requests
             await pilot.press("ctrl+r")
             await pilot.pause()
             assert scr.running
             await pilot.press("m")  # back to the monitor; the ramp keeps going
             await pilot.pause()
             assert app.screen is app.monitor and scr.running
-            for _ in range(80):
+            for _ in range(240):
                 await asyncio.sleep(0.25)
                 if not scr.running:
                     break
             assert not scr.running
-            assert "knee: 2 users meet the SLA; 40 break ttft_p99" in str(scr.knee.render())
+            shown = str(scr.knee.render())
+            assert "knee: 4 users meet the SLA; 40 break ttft_p50" in shown
+            assert "why: the batch is full" in shown and "95 % intervals" in shown
             assert scr.steps.row_count == 2
     finally:
         proc.stop()

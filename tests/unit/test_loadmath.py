@@ -3,12 +3,17 @@ import random
 import pytest
 
 from spoc_tui.core.loadmath import (
+    FixedUsers,
+    KneeSearch,
     RequestSample,
     SlaError,
+    UsersError,
     badly_broken,
     find_knee,
     parse_sla,
+    parse_user_plan,
     parse_users,
+    queue_unbounded,
     summarize_step,
 )
 from spoc_tui.load.profiles import Profile, ProfileError, TextMaker, builtin_names, load_profile, plan_conversation
@@ -68,23 +73,94 @@ def test_step_summary_goodput_and_percentiles():
     assert st.request_rate == pytest.approx(1.0)
     assert st.output_tokens_per_s == pytest.approx(9 * 21 / 10)
     assert st.latency["ttft"]["p50"] == pytest.approx(0.1)
-    assert st.verdict["ok"] is False and st.verdict["broken_limit"] == "ttft_p99"
+    # 9 finished requests cannot bound a p99 from above, nor put it surely over 1 s: undecided
+    assert st.verdict["decision"] == "inconclusive" and st.verdict["ok"] is False
+    assert "9 samples cannot bound a p99 from above (it takes 368: " in st.verdict["reason"]
+    # every figure says how many samples it rests on and its interval
+    assert st.latency["ttft"]["n"] == 9 and st.latency["ttft"]["ci95"]["p50"] == [
+        pytest.approx(0.1),
+        pytest.approx(0.1),
+    ]
+    assert st.latency["ttft"]["ci95"]["p99"][1] is None
+    lo, hi = st.ci95["error_rate"]
+    assert lo == pytest.approx(0.0025, abs=1e-4) and hi == pytest.approx(0.445, abs=1e-3)  # Clopper-Pearson, 1 of 10
+    assert st.ci95["request_rate"][0] < 1.0 < st.ci95["request_rate"][1]
+
+
+def _step(users, ttft, n, lims, spread=0.0):
+    """A step of n requests whose TTFTs run evenly from ttft to ttft + spread."""
+    samples = [_s(ttft + spread * i / max(1, n - 1), ttft + 1, 10) for i in range(n)]
+    return summarize_step(users, users, samples, 10, lims)
+
+
+def test_decisions_need_the_interval_on_one_side_of_the_limit():
+    lims = parse_sla("ttft_p99<=1s")
+    assert _step(1, 0.1, 400, lims).decision == "meets"  # 400 samples bound a p99 from above
+    assert _step(1, 0.1, 300, lims).decision == "inconclusive"  # 300 cannot, however low they are
+    assert _step(1, 1.5, 20, lims).decision == "breaks"  # 20 samples all over the limit: surely over
+    straddle = _step(1, 0.5, 1000, lims, spread=1.0)  # p99 near 1.49 s: the whole interval lies above 1 s
+    assert straddle.decision == "breaks"
+    near = _step(1, 0.0, 1000, lims, spread=1.005)  # the p99 sits right at the limit
+    assert near.decision == "inconclusive" and "straddles the limit" in near.verdict["reason"]
 
 
 def test_knee_and_early_stop():
     lims = parse_sla("ttft_p99<=1s")
-    mk = lambda users, ttft: summarize_step(users, users, [_s(ttft, ttft + 1, 10) for _ in range(20)], 10, lims)  # noqa: E731
-    steps = [mk(1, 0.1), mk(2, 0.2), mk(4, 1.5), mk(8, 5)]
+    steps = [_step(1, 0.1, 400, lims), _step(2, 0.2, 400, lims), _step(4, 1.5, 400, lims), _step(8, 5, 400, lims)]
     knee = find_knee(steps)
-    assert knee.as_dict() == {"max_users_within_sla": 2, "first_failing_users": 4, "broken_limit": "ttft_p99"}
-    assert not badly_broken(steps[2], 3.0) and badly_broken(steps[3], 3.0)
+    assert (knee.max_users_within_sla, knee.first_failing_users, knee.broken_limit) == (2, 4, "ttft_p99")
+    assert knee.bracket == "2 users meet, 4 break (ttft_p99)"
+    assert not badly_broken(steps[2], 3.0)
+    assert "ttft_p99 at least 5.0x its limit" in (badly_broken(steps[3], 3.0) or "")
     assert find_knee(steps[:2]).first_failing_users is None
-    assert find_knee([mk(1, 3)]).max_users_within_sla is None
+    assert find_knee([_step(1, 3, 50, lims)]).max_users_within_sla is None
 
 
-def test_empty_step_is_no_requests():
+def test_a_pass_above_a_break_is_named_as_a_contradiction():
+    lims = parse_sla("ttft_p99<=1s")
+    steps = [_step(1, 0.1, 400, lims), _step(4, 1.5, 400, lims), _step(8, 0.1, 400, lims), _step(16, 0.1, 30, lims)]
+    knee = find_knee(steps)
+    assert knee.max_users_within_sla == 1 and knee.first_failing_users == 4
+    assert knee.contradicted == (8,) and knee.inconclusive == (16,)
+
+
+def test_empty_step_is_inconclusive_never_a_breach():
+    """The 12-second chatbot step (think time 3-15 s): nothing finished, so nothing is known."""
     st = summarize_step(1, 1, [], 10, parse_sla("ttft_p99<=1s"))
-    assert st.verdict["broken_limit"] == "no_requests" and badly_broken(st, 3)
+    assert st.verdict["decision"] == "inconclusive" and "too short for this profile" in st.verdict["reason"]
+    assert st.verdict["broken_limit"] is None and badly_broken(st, 3) is None
+    assert find_knee([st]).as_dict()["inconclusive"] == [1]
+
+
+def test_knee_search_doubles_then_bisects():
+    lims = parse_sla("ttft_p99<=1s")
+    true_knee = 37
+    search = KneeSearch(max_users=1024)
+    steps: list = []
+    while (u := search.next(steps)) is not None:
+        steps.append(_step(u, 0.1 if u <= true_knee else 3.0, 400, lims))
+        assert len(steps) < 30
+    knee = find_knee(steps)
+    assert [s.users for s in steps][:7] == [1, 2, 4, 8, 16, 32, 64]
+    assert knee.max_users_within_sla <= true_knee < knee.first_failing_users
+    assert knee.first_failing_users - knee.max_users_within_sla <= max(1, int(knee.max_users_within_sla * 0.05))
+    # never past MAX, and a plan of counts is followed as given
+    capped = KneeSearch(max_users=10)
+    seen: list = []
+    while (u := capped.next(seen)) is not None:
+        seen.append(_step(u, 0.1, 400, lims))
+    assert [s.users for s in seen] == [1, 2, 4, 8, 10]
+    assert parse_user_plan("auto:64") == KneeSearch(max_users=64) and parse_user_plan("1,2") == FixedUsers([1, 2])
+    for bad in ("auto:x", "auto:0", "auto:-3"):
+        with pytest.raises(UsersError):
+            parse_user_plan(bad)
+
+
+def test_queue_unbounded_only_when_it_keeps_growing():
+    assert queue_unbounded([(float(i), 2.0 * i) for i in range(12)])
+    assert queue_unbounded([(float(i), 20.0) for i in range(12)]) is None  # steady
+    assert queue_unbounded([(float(i), min(i * 3.0, 15.0)) for i in range(20)]) is None  # rose, then settled
+    assert queue_unbounded([(float(i), 2.0 * i) for i in range(5)]) is None  # too short to tell
 
 
 @pytest.mark.parametrize("name", ["coding", "logs", "chatbot", "mix"])

@@ -14,13 +14,14 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.loadmath import DEFAULT_SLA, Knee, Limit, StepSummary, parse_sla, parse_users
+from spoc_tui.core.loadmath import DEFAULT_SLA, Knee, KneeSearch, Limit, StepSummary, parse_sla, parse_user_plan
 from spoc_tui.load.profiles import Profile, builtin_names, load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
-from spoc_tui.load.report import KneeTone, knee_sentence, step_cells, verdict, verdict_text
+from spoc_tui.load.report import KneeTone, check_lines, knee_sentence, step_cells, verdict, verdict_text
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 
+_DECISION_STYLE = {"meets": "green", "breaks": "bold red", "inconclusive": "yellow"}
 _KNEE_STYLE: dict[KneeTone, str] = {
     "pending": "dim",
     "meets": "green",
@@ -50,17 +51,23 @@ class StepTable(DiffTable):
         rows: dict[str, list[Cell]] = {}
         for s in steps:
             cells = step_cells(s)
-            ok, _ = verdict(s)
+            decision, _ = verdict(s)
             rows[str(s.step)] = [
                 *(cells[key] for key, _, _ in _COLUMNS),
-                Text(verdict_text(s), style="green" if ok else "bold red"),
+                Text(verdict_text(s), style=_DECISION_STYLE[decision]),
             ]
         self.sync(rows)
 
 
-def knee_text(knee: Knee | None, done: bool) -> Text:
+def knee_text(knee: Knee | None, done: bool, steps: tuple[StepSummary, ...] = ()) -> Text:
+    """The knee sentence, its server-side reason, and each step's SLA figures with their intervals."""
     text, tone = knee_sentence(knee, done)
-    return Text(text, style=_KNEE_STYLE[tone])
+    out = Text(text, style=_KNEE_STYLE[tone])
+    if knee is not None and knee.reason:
+        out.append(f"\nwhy: {knee.reason}", style="bold")
+    if steps:
+        out.append("\n95 % intervals:" + "".join(f"\n{line}" for s in steps for line in check_lines(s)), style="dim")
+    return out
 
 
 class LoadScreen(Screen[None]):
@@ -94,9 +101,12 @@ class LoadScreen(Screen[None]):
 
         profile: Profile
         users: tuple[int, ...]
+        """The counts to step through (empty when searching for the knee)."""
         limits: tuple[Limit, ...]
         step_s: float
         warmup_s: float
+        auto_max: int | None = None
+        """``auto[:MAX]``: search for the knee up to MAX users."""
 
     class StopRequested(Message):
         """The operator asked to stop the running ramp."""
@@ -149,7 +159,7 @@ class LoadScreen(Screen[None]):
     def read_form(self) -> StartRequested | None:
         """The ramp asked for, checked, or None with the problem shown under the form."""
         try:
-            users = parse_users(self.query_one("#users", Input).value)
+            plan = parse_user_plan(self.query_one("#users", Input).value)
             limits = parse_sla(self.query_one("#sla", Input).value)
             try:
                 step = float(self.query_one("#step", Input).value or "0")
@@ -164,7 +174,9 @@ class LoadScreen(Screen[None]):
             return None
         self.form_error.update("")
         self.limits = limits
-        return self.StartRequested(profile, tuple(users), limits, step, warm)
+        if isinstance(plan, KneeSearch):
+            return self.StartRequested(profile, (), limits, step, warm, plan.max_users)
+        return self.StartRequested(profile, tuple(plan.users), limits, step, warm)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":
@@ -178,7 +190,7 @@ class LoadScreen(Screen[None]):
         request = self.read_form()
         if request is None:
             return
-        self.total_steps = len(request.users)
+        self.total_steps = len(request.users) or None  # a knee search: as many probes as it takes
         self.post_message(request)
 
     def action_stop(self) -> None:
@@ -198,6 +210,7 @@ class LoadScreen(Screen[None]):
             "starting": "starting Locust",
             "warmup": "warming up",
             "measuring": "measuring",
+            "extending": "inconclusive so far: measuring on",
             "step_done": "step done",
             "done": "finished",
         }.get(p.phase, p.phase)
@@ -212,7 +225,7 @@ class LoadScreen(Screen[None]):
         with self.app.batch_update():
             self.steps.show(p.steps)
             self._charts(p.steps)
-            self.knee.update(knee_text(p.knee, p.phase == "done"))
+            self.knee.update(knee_text(p.knee, p.phase == "done", p.steps))
 
     def _charts(self, steps: tuple[StepSummary, ...]) -> None:
         def limit_for(metric: str) -> float | None:

@@ -1,0 +1,177 @@
+"""How sure a step's figures are: 95 % intervals that hold for the data as it is.
+
+Two methods, each where it is valid:
+
+- **Per-request percentiles** (TTFT, TPOT, E2E: one value per request, requests independent):
+  the distribution-free order-statistic interval. The number of samples below the true
+  quantile ``x_q`` is Binomial(n, q), so the ranks ``l`` and ``u`` with
+  ``P(B <= l - 1) <= 2.5 %`` and ``P(B >= u) <= 2.5 %`` give ``X(l) <= x_q <= X(u)`` with at
+  least 95 % confidence, whatever the distribution. With too few samples a side does not exist
+  (the p99 of fewer than 368 samples has no upper bound at 95 %, the p90 of fewer than 36): that side is ``None``, and a
+  verdict that needs it is inconclusive.
+- **Everything that pools or counts** (ITL gaps, correlated within a request; request rate,
+  output tokens/s, goodput, error rate; means): the Poisson bootstrap *by request*. Each
+  replicate gives every request a weight ~ Poisson(1) and recomputes the figure from the
+  weighted requests, so a request's gaps stay together and the number of requests in the
+  window varies as it does between runs. The interval is the 2.5-97.5 % range of
+  :data:`REPLICATES` replicates (seeded: the same step gives the same interval).
+
+Everything here is pure (NumPy only).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+LEVEL = 0.95
+REPLICATES = 400
+Interval = tuple[float | None, float | None]
+"""(low, high); ``None`` where the sample is too small to bound that side."""
+
+
+def binom_cdf(n: int, p: float) -> np.ndarray:
+    """``P(Binomial(n, p) <= k)`` for k = 0..n, in log space (no overflow for large n)."""
+    k = np.arange(n + 1)
+    if p <= 0:
+        return np.ones(n + 1)
+    if p >= 1:
+        return np.where(k >= n, 1.0, 0.0)
+    log_fact = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1)))))
+    log_pmf = log_fact[n] - log_fact[k] - log_fact[n - k] + k * math.log(p) + (n - k) * math.log1p(-p)
+    cdf: np.ndarray = np.minimum(np.cumsum(np.exp(log_pmf)), 1.0)
+    return cdf
+
+
+def order_stat_ranks(n: int, q: float, level: float = LEVEL) -> tuple[int | None, int | None]:
+    """1-based ranks (l, u) of the order statistics bounding the q-quantile of n samples, each
+    side missing (None) when n is too small for it."""
+    if n <= 0:
+        return None, None
+    alpha = (1 - level) / 2
+    cdf = binom_cdf(n, q)
+    # lower: the largest l with P(B <= l - 1) <= alpha (then P(X(l) > x_q) <= alpha)
+    below = np.flatnonzero(cdf <= alpha)
+    lo = int(below[-1]) + 1 if below.size else None
+    # upper: the smallest u with P(B <= u - 1) >= 1 - alpha (then P(X(u) < x_q) <= alpha)
+    above = np.flatnonzero(cdf >= 1 - alpha)
+    u = int(above[0]) + 1 if above.size else None
+    return lo, u if u is not None and u <= n else None
+
+
+def proportion_interval(k: int, n: int, level: float = LEVEL) -> Interval:
+    """Clopper-Pearson (exact) interval of a proportion: k of n (the error rate). 0 errors in 40
+    requests bound the error rate to 0-8.8 %, not to 0."""
+    if n <= 0:
+        return None, None
+    alpha = (1 - level) / 2
+
+    def solve(target: Callable[[float], bool]) -> float:
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if target(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    # lower: the p where P(B >= k) = alpha; upper: the p where P(B <= k) = alpha
+    low = 0.0 if k == 0 else solve(lambda p: 1 - float(binom_cdf(n, p)[k - 1]) >= alpha)
+    high = 1.0 if k == n else solve(lambda p: float(binom_cdf(n, p)[k]) <= alpha)
+    return low, high
+
+
+def quantile_interval(values: Sequence[float], q: float, level: float = LEVEL) -> Interval:
+    """Distribution-free interval for the q-quantile of independent samples."""
+    n = len(values)
+    lo_rank, hi_rank = order_stat_ranks(n, q, level)
+    xs = np.sort(np.asarray(values, dtype=float))
+    return (
+        float(xs[lo_rank - 1]) if lo_rank is not None else None,
+        float(xs[hi_rank - 1]) if hi_rank is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class Resampler:
+    """Poisson-bootstrap weights for the requests of one step: ``weights[b, i]`` is request i's
+    weight in replicate b."""
+
+    weights: np.ndarray
+
+    @classmethod
+    def for_requests(cls, n: int, seed: int, replicates: int = REPLICATES) -> Resampler:
+        rng = np.random.default_rng(seed)
+        return cls(rng.poisson(1.0, size=(replicates, n)).astype(float))
+
+    def interval(self, estimates: np.ndarray, level: float = LEVEL) -> Interval:
+        finite = estimates[np.isfinite(estimates)]
+        if finite.size < 0.9 * estimates.size or finite.size == 0:
+            return None, None
+        a = (1 - level) / 2
+        lo, hi = np.quantile(finite, [a, 1 - a])
+        return float(lo), float(hi)
+
+    def total(self, per_request: Sequence[float], scale: float = 1.0) -> Interval:
+        """Interval of ``scale * sum(per_request)`` (counts and token totals over a window)."""
+        x = np.asarray(per_request, dtype=float)
+        return self.interval(self.weights @ x * scale)
+
+    def ratio(self, numer: Sequence[float], denom: Sequence[float]) -> Interval:
+        """Interval of ``sum(numer) / sum(denom)`` (a mean, an error rate)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.interval((self.weights @ np.asarray(numer, float)) / (self.weights @ np.asarray(denom, float)))
+
+    def pooled_quantiles(self, values: Sequence[float], owner: Sequence[int], qs: Sequence[float]) -> list[Interval]:
+        """Intervals of the q-quantiles of values pooled over requests (``owner[j]`` is the index
+        of the request value j belongs to): a request's values are resampled together."""
+        if len(values) == 0:
+            return [(None, None) for _ in qs]
+        order = np.argsort(np.asarray(values, dtype=float), kind="stable")
+        xs = np.asarray(values, dtype=float)[order]
+        own = np.asarray(owner, dtype=int)[order]
+        est = np.full((len(qs), self.weights.shape[0]), np.nan)
+        qv = np.asarray(qs, dtype=float)
+        # each replicate's weighted quantile: the first value whose cumulative weight reaches
+        # q x the replicate's total; replicates in chunks so memory stays near 32 x len(values)
+        for start in range(0, self.weights.shape[0], 32):
+            cum = np.cumsum(self.weights[start : start + 32, own].astype(np.float32), axis=1)
+            for r, c in enumerate(cum):
+                if c[-1] > 0:
+                    idx = np.minimum(np.searchsorted(c, qv * c[-1], side="left"), xs.size - 1)
+                    est[:, start + r] = xs[idx]
+        return [self.interval(e) for e in est]
+
+    def pooled_mean(self, values: Sequence[float], owner: Sequence[int], n_requests: int) -> Interval:
+        sums = np.zeros(n_requests)
+        counts = np.zeros(n_requests)
+        np.add.at(sums, np.asarray(owner, dtype=int), np.asarray(values, dtype=float))
+        np.add.at(counts, np.asarray(owner, dtype=int), 1.0)
+        return self.ratio(sums.tolist(), counts.tolist())
+
+
+Decision = str
+"""``meets``, ``breaks`` or ``inconclusive``."""
+
+
+def decide(value: float | None, interval: Interval, limit: float) -> Decision:
+    """A limit is met when the whole interval lies at or below it, broken when the whole interval
+    lies above it; otherwise (or without a value, or with a side missing) it is not decided."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "inconclusive"
+    lo, hi = interval
+    if hi is not None and hi <= limit:
+        return "meets"
+    if lo is not None and lo > limit:
+        return "breaks"
+    return "inconclusive"
+
+
+def min_samples_for_upper_bound(q: float, level: float = LEVEL) -> int:
+    """How many independent samples it takes before the q-quantile has an upper bound at all."""
+    alpha = (1 - level) / 2
+    return math.ceil(math.log(alpha) / math.log(q))

@@ -1,0 +1,68 @@
+"""The intervals a step's figures carry (spoc_tui/core/confidence.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spoc_tui.core.confidence import (
+    Resampler,
+    decide,
+    min_samples_for_upper_bound,
+    order_stat_ranks,
+    proportion_interval,
+    quantile_interval,
+)
+
+
+def test_order_statistic_ranks_match_the_binomial():
+    assert order_stat_ranks(100, 0.5) == (40, 61)
+    assert order_stat_ranks(1000, 0.99) == (983, 997)
+    # the p99 of 367 samples has no upper bound at 95 %; of 368 it has
+    assert order_stat_ranks(367, 0.99)[1] is None and order_stat_ranks(368, 0.99)[1] == 368
+    assert min_samples_for_upper_bound(0.99) == 368 and min_samples_for_upper_bound(0.9) == 36
+    assert order_stat_ranks(0, 0.5) == (None, None)
+
+
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.99])
+def test_order_statistic_intervals_cover_the_true_quantile(q):
+    """Distribution-free: at least 95 % coverage on a skewed distribution (400 trials)."""
+    rng = np.random.default_rng(3)
+    true = -np.log(1 - q)  # exponential(1)
+    hits = 0
+    for _ in range(400):
+        lo, hi = quantile_interval(rng.exponential(1.0, size=600), q)
+        hits += lo is not None and hi is not None and lo <= true <= hi
+    assert hits / 400 >= 0.93
+
+
+def test_clopper_pearson():
+    assert proportion_interval(0, 40) == (0.0, pytest.approx(0.0881, abs=1e-4))
+    lo, hi = proportion_interval(50, 100)
+    assert lo == pytest.approx(0.3983, abs=1e-4) and hi == pytest.approx(0.6017, abs=1e-4)
+    assert proportion_interval(0, 0) == (None, None)
+
+
+def test_bootstrap_by_request_keeps_a_requests_gaps_together():
+    """Gaps correlated within a request: the interval by request is wider than one that treats
+    every gap as independent, and it covers the p99 of the generating process."""
+    rng = np.random.default_rng(5)
+    n_req, per = 200, 50
+    speed = rng.lognormal(0.0, 0.5, size=n_req)  # each request has its own pace
+    gaps = np.concatenate([rng.exponential(0.01 * s, size=per) for s in speed])
+    owner = np.repeat(np.arange(n_req), per)
+    by_request = Resampler.for_requests(n_req, 1).pooled_quantiles(gaps, owner, [0.99])[0]
+    naive = Resampler.for_requests(gaps.size, 1).pooled_quantiles(gaps, np.arange(gaps.size), [0.99])[0]
+    assert (by_request[1] - by_request[0]) > 1.5 * (naive[1] - naive[0])
+    truth = np.quantile(
+        np.concatenate([rng.exponential(0.01 * s, size=per) for s in rng.lognormal(0.0, 0.5, size=20000)]), 0.99
+    )
+    assert by_request[0] <= truth <= by_request[1]
+
+
+def test_decide():
+    assert decide(0.5, (0.4, 0.6), 1.0) == "meets"
+    assert decide(1.5, (1.2, 1.8), 1.0) == "breaks"
+    assert decide(0.9, (0.8, 1.1), 1.0) == "inconclusive"
+    assert decide(0.5, (0.4, None), 1.0) == "inconclusive"  # no upper bound: cannot say it meets
+    assert decide(None, (None, None), 1.0) == "inconclusive"
