@@ -22,7 +22,9 @@ virtual time (spoc_tui.tune.evaluate.run_closed_loop), so a step of minutes cost
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import tempfile
@@ -52,10 +54,14 @@ SEEDS = list(range(int(next((a.split("=")[1] for a in sys.argv if a.startswith("
 STEP_S, WARMUP_S, MAX_STEP_S = 40.0, 10.0, 160.0
 
 
+@functools.cache
 def profile() -> Profile:
-    path = Path(tempfile.gettempdir()) / "spoc-bench-profile.toml"
+    path = Path(tempfile.gettempdir()) / f"spoc-bench-profile-{os.getpid()}.toml"  # one per pool process
     path.write_text(PROFILE_TOML)
-    return load_profile(str(path))
+    try:
+        return load_profile(str(path))
+    finally:
+        path.unlink()
 
 
 def samples(users: int, duration: float, seed: int) -> list:

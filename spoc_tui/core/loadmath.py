@@ -430,6 +430,18 @@ def judge(step: StepSummary, limits: Sequence[Limit]) -> dict[str, Any]:
                 worst = (ratio, lim.key)
         elif d == "inconclusive":
             undecided.append(_why_undecided(step, lim, v, lo, hi))
+    err_lo = (step.ci95.get("error_rate") or [None, None])[0]
+    if err_lo is not None and err_lo >= 0.5 and "error_rate" not in checks:
+        # most requests surely failed: no latency SLA is met by requests that never finish
+        checks["error_rate"] = {
+            "value": step.error_rate,
+            "limit": 0.5,
+            "ci95": step.ci95["error_rate"],
+            "decision": "breaks",
+            "ok": False,
+        }
+        if worst is None:
+            worst = (err_lo / 0.5, "error_rate")
     decisions = [c["decision"] for c in checks.values()]
     decision: Decision = (
         "breaks" if "breaks" in decisions else ("meets" if all(x == "meets" for x in decisions) else "inconclusive")

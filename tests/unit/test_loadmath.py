@@ -275,3 +275,11 @@ def test_ramp_json_writes_nan_as_null(tmp_path):
     w.close()
     doc = _json.loads((tmp_path / "ramp.json").read_text())
     assert doc["steps"][0]["server"]["kv_cache_usage_max"] is None
+
+
+def test_a_step_whose_requests_mostly_fail_breaks_even_without_an_error_limit():
+    lims = parse_sla("ttft_p90<=1s")
+    failing = [_s(None, 0.1, None, ok=False, error="http_4xx") for _ in range(30)] + [_s(0.1, 1.1, 10)]
+    st = summarize_step(1, 1, failing, 10, lims)
+    assert st.decision == "breaks" and st.verdict["broken_limit"] == "error_rate"
+    assert "at least" in (badly_broken(st, 3.0) or "")
