@@ -318,6 +318,12 @@ def resolve_settings(
 )
 @click.option("--step-seconds", type=float, default=RampConfig.step_s, show_default=True)
 @click.option(
+    "--spawn-rate",
+    type=float,
+    default=None,
+    help="Users added per second when a step starts [fast enough for half the warm-up, 1-100/s].",
+)
+@click.option(
     "--max-step-seconds",
     type=float,
     default=None,
@@ -361,6 +367,7 @@ def ramp(
     users_spec: str,
     step_seconds: float,
     max_step_seconds: float | None,
+    spawn_rate: float | None,
     warmup_seconds: float,
     sla: str,
     abort_factor: float,
@@ -390,6 +397,10 @@ def ramp(
         _fail("--warmup-seconds must be at least 0 and shorter than --step-seconds")
     if max_step_seconds is not None and not step_seconds <= max_step_seconds < math.inf:
         _fail("--max-step-seconds must be at least --step-seconds")
+    if spawn_rate is not None and not 0 < spawn_rate <= 1000:
+        _fail("--spawn-rate must be above 0 and at most 1000 users per second")
+    if spawn_rate is not None and spawn_rate > 100:
+        click.echo("spoc ramp: warning: Locust advises spawn rates of at most 100 users/s", err=True)
     if abort_factor <= 1:
         _fail("--abort-factor must be above 1")
     if workers < 0:
@@ -402,6 +413,7 @@ def ramp(
         users=plan.users if isinstance(plan, FixedUsers) else [],
         auto_max=plan.max_users if isinstance(plan, KneeSearch) else None,
         max_step_s=max_step_seconds,
+        spawn_rate=spawn_rate,
         limits=limits,
         out_dir=Path(out_dir),
         model=model,

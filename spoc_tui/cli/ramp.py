@@ -18,7 +18,7 @@ def _progress(p: RampProgress) -> None:
     elif p.phase == "starting":
         print("starting the load generator (Locust)...", flush=True)
     elif p.phase == "warmup":
-        print(f"step {p.step}: {p.users} users, warming up", flush=True)
+        print(f"step {p.step}: {p.users} users, warming up" + (f" ({p.message})" if p.message else ""), flush=True)
     elif p.phase == "extending" and p.message:
         print(f"step {p.step}: {p.message}", flush=True)
     elif p.phase == "step_done":

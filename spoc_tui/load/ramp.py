@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -88,6 +89,8 @@ class RampConfig:
     """``--users auto:MAX``: search for the knee up to MAX users (``users`` is then unused)."""
     max_step_s: float | None = None
     """A step still inconclusive at ``step_s`` is measured on up to this long [4 x step_s]."""
+    spawn_rate: float | None = None
+    """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
 
     @property
     def plan(self) -> UserPlan:
@@ -355,6 +358,19 @@ async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: dict[
     return out
 
 
+MAX_SPAWN_RATE = 100.0
+"""Locust's advice: faster ramp-ups are known to cause trouble."""
+
+
+def spawn_rate(cfg: RampConfig, change: int) -> float:
+    """Users per second for a step that changes the user count by ``change``: ``--spawn-rate`` when
+    given, else fast enough to finish within the first half of the warm-up, between 1 and 100 a
+    second (Locust's advised maximum); a ramp-up longer than the warm-up is said in the step."""
+    if cfg.spawn_rate:
+        return cfg.spawn_rate
+    return float(min(MAX_SPAWN_RATE, max(1.0, math.ceil(abs(change) / max(0.5, cfg.warmup_s / 2)))))
+
+
 Report = Callable[[RampPhase, int, int, list[StepSummary], int, str], None]
 
 
@@ -373,8 +389,11 @@ async def _run_step(
     """One step: warm up, measure for ``step_s``, and while the verdict is inconclusive measure on
     (up to ``step_limit_s``), re-deciding over the whole window; a queue that grows without bound
     ends the step at once as a break."""
-    await runner.send(wire.SetUsers(users, idx))
-    report("warmup", idx, users, steps, len(samples), "")
+    rate = spawn_rate(cfg, users - (steps[-1].users if steps else 0))
+    ramp_up = abs(users - (steps[-1].users if steps else 0)) / rate
+    await runner.send(wire.SetUsers(users, idx, rate))
+    note = f"spawning {rate:g} users/s takes {ramp_up:.0f} s, longer than the warm-up" if ramp_up > cfg.warmup_s else ""
+    report("warmup", idx, users, steps, len(samples), note)
     await asyncio.sleep(cfg.warmup_s)
     m_start = time.time()
     peaks: dict[str, float] = {}
@@ -462,6 +481,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         "warmup_seconds": cfg.warmup_s,
         "abort_factor": cfg.abort_factor,
         "workers": cfg.workers,
+        "spawn_rate": cfg.spawn_rate or "auto: within half the warm-up, 1-100 users/s",
         "seed": cfg.seed,
         "started_at": time.time(),
         "intervals": (

@@ -216,7 +216,7 @@ def _read_commands(env: Environment) -> None:
             Shared.step, Shared.users = cmd.step, cmd.n
             if isinstance(runner, MasterRunner):
                 runner.send_message("spoc_step", {"step": cmd.step, "users": cmd.n})
-            runner.start(cmd.n, spawn_rate=max(1, cmd.n), wait=False)
+            runner.start(cmd.n, spawn_rate=cmd.spawn_rate or max(1, cmd.n), wait=False)
             emit(wire.UsersSet(cmd.n, cmd.step))
         elif isinstance(cmd, wire.Stop):
             break

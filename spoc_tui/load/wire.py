@@ -4,7 +4,7 @@ Commands go to the child's stdin, events come back on its stdout. Each message i
 dataclass defined here once; :func:`encode` and the two decoders are the only code that knows
 the JSON shape:
 
-- commands: ``{"cmd": "users", "n": 8, "step": 2}``, ``{"cmd": "stop"}``
+- commands: ``{"cmd": "users", "n": 8, "step": 2, "rate": 4.0}``, ``{"cmd": "stop"}``
 - events: ``{"type": "ready", "workers": 0}``, ``{"type": "sample", ...}`` (a request's fields),
   ``{"type": "users", "n": 8, "step": 2}``, ``{"type": "error", "message": ...}``,
   ``{"type": "stopped"}``
@@ -28,10 +28,12 @@ class WireError(SpocError):
 
 @dataclass(frozen=True, slots=True)
 class SetUsers:
-    """Run ``n`` users from now on, as step ``step``."""
+    """Run ``n`` users from now on, as step ``step``, adding (or stopping) ``spawn_rate`` a second."""
 
     n: int
     step: int
+    spawn_rate: float = 0.0
+    """Users per second; 0: all at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,7 @@ def encode(msg: Command | Event) -> str:
     """One line of JSON (without the newline)."""
     d: dict[str, Any]
     if isinstance(msg, SetUsers):
-        d = {"cmd": "users", "n": msg.n, "step": msg.step}
+        d = {"cmd": "users", "n": msg.n, "step": msg.step, "rate": msg.spawn_rate}
     elif isinstance(msg, Stop):
         d = {"cmd": "stop"}
     elif isinstance(msg, Ready):
@@ -128,7 +130,10 @@ def decode_command(line: str | bytes) -> Command:
     d = _object(line)
     cmd = d.get("cmd")
     if cmd == "users":
-        return SetUsers(_int(d, "n"), _int(d, "step"))
+        rate = d.get("rate", 0.0)
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0:
+            raise WireError(f"rate must be a number of users per second, got {rate!r}")
+        return SetUsers(_int(d, "n"), _int(d, "step"), float(rate))
     if cmd == "stop":
         return Stop()
     raise WireError(f"unknown command {cmd!r}")

@@ -1,0 +1,67 @@
+"""The ramp <-> Locust runner messages (spoc_tui/load/wire.py): one definition, both sides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spoc_tui.core.loadmath import RequestSample, parse_sla
+from spoc_tui.load import wire
+from spoc_tui.load.profiles import load_profile
+from spoc_tui.load.ramp import RampConfig, spawn_rate
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        wire.SetUsers(8, 2, 4.0),
+        wire.Stop(),
+    ],
+)
+def test_commands_round_trip(msg):
+    assert wire.decode_command(wire.encode(msg)) == msg
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        wire.Ready(2),
+        wire.UsersSet(8, 2),
+        wire.RunnerFailed("only 1 of 2 workers joined"),
+        wire.Stopped(),
+        wire.Sample(
+            RequestSample(1.0, 2, 8, True, 0.05, 1.2, (0.01, 0.02), 30, 100, 64, None, "c-1", 1, "chatcmpl-x", 2.2)
+        ),
+    ],
+)
+def test_events_round_trip(msg):
+    assert wire.decode_event(wire.encode(msg)) == msg
+
+
+def test_the_wire_format_is_what_the_runner_speaks():
+    assert wire.encode(wire.SetUsers(8, 2, 4.0)) == '{"cmd":"users","n":8,"step":2,"rate":4.0}'
+    assert wire.decode_command(b'{"cmd": "users", "n": 8, "step": 2}') == wire.SetUsers(8, 2, 0.0)  # older senders
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["not json", "[1]", '{"cmd": "dance"}', '{"cmd": "users", "n": "x"}', '{"cmd": "users", "n": 1, "rate": -1}'],
+)
+def test_bad_commands_are_refused(line):
+    with pytest.raises(wire.WireError):
+        wire.decode_command(line)
+
+
+def test_exited_is_never_sent():
+    with pytest.raises(wire.WireError):
+        wire.encode(wire.Exited())
+
+
+def test_spawn_rate_fits_the_warm_up():
+    cfg = RampConfig("http://x", load_profile("chatbot"), [1], parse_sla("ttft_p99<=1s"), Path("o"), warmup_s=10)
+    assert spawn_rate(cfg, 40) == 8.0  # 40 users within the first 5 s
+    assert spawn_rate(cfg, 5000) == 100.0  # never above Locust's advised maximum
+    assert spawn_rate(cfg, -2) == 1.0
+    cfg.spawn_rate = 3.0
+    assert spawn_rate(cfg, 40) == 3.0
