@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +52,8 @@ think_s = {dist = "uniform", min = 0.5, max = 2.0}
 """
 LIMITS = parse_sla("ttft_p90<=200ms")
 SEEDS = list(range(int(next((a.split("=")[1] for a in sys.argv if a.startswith("--seeds=")), "20"))))
+ONLY = next((a.split("=")[1] for a in sys.argv if a.startswith("--only=")), "ab")
+STEPS = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--steps=")), "100"))
 STEP_S, WARMUP_S, MAX_STEP_S = 40.0, 10.0, 160.0
 
 
@@ -126,6 +129,14 @@ def truth(users: int) -> dict:
 
 def main() -> None:
     with mp.Pool(2) as pool:
+        if "a" in ONLY:
+            knee_part(pool)
+        if "b" in ONLY:
+            coverage_part(pool)
+
+
+def knee_part(pool: Any) -> None:
+    if True:
         sweep = dict(pool.map(true_p90, range(14, 31)))
         limit = LIMITS[0].value
         true_knee = max(u for u, v in sweep.items() if v <= limit and all(sweep[w] <= limit for w in range(14, u)))
@@ -155,10 +166,13 @@ def main() -> None:
             f"load-minutes {spent:.1f} vs {grid_mean:.1f} for a grid of the same precision ({grid_mean / spent:.1f}x)"
         )
 
-        print("(b) coverage of the 95 % intervals, 100 steps of 60 s (10 s warm-up) per load")
+
+def coverage_part(pool: Any) -> None:
+    if True:
+        print(f"(b) coverage of the 95 % intervals, {STEPS} steps of 60 s (10 s warm-up) per load")
         for users in (8, 20, 24):
             tr = truth(users)
-            cases = pool.map(coverage_case, [(users, 500_000 + users * 1000 + i) for i in range(100)])
+            cases = pool.map(coverage_case, [(users, 500_000 + users * 1000 + i) for i in range(STEPS)])
             hits: dict[tuple[str, str], list[bool]] = {key: [] for key in tr}
             for c in cases:
                 s: StepSummary = c["summary"]

@@ -25,6 +25,7 @@ from spoc_tui.core.confidence import (
     Interval,
     Resampler,
     decide,
+    hull,
     min_samples_for_upper_bound,
     proportion_interval,
     quantile_interval,
@@ -235,11 +236,18 @@ def stats(values: Sequence[float]) -> dict[str, Any]:
 
 
 def _per_request(values: Sequence[float], rs: Resampler, present: Sequence[bool]) -> dict[str, Any]:
-    """Figures of a per-request metric with their intervals: order statistics for the
-    percentiles, the bootstrap by request for the mean. ``present[i]``: request i has a value."""
+    """Figures of a per-request metric with their intervals: each percentile's is the hull of the
+    order-statistic interval (which says when the sample is too small to bound a side) and the
+    block bootstrap's (which widens it where requests of the same moment move together); the
+    mean's is the block bootstrap's. ``present[i]``: request i has a value."""
     out = stats(values)
     out["n"] = len(values)
-    ci: dict[str, list[float | None]] = {name: list(quantile_interval(values, q)) for name, q in PERCENTILE_Q.items()}
+    owner = [i for i, has in enumerate(present) if has]
+    boot = rs.pooled_quantiles(values, owner, list(PERCENTILE_Q.values()))
+    ci: dict[str, list[float | None]] = {
+        name: list(hull(quantile_interval(values, q), b))
+        for (name, q), b in zip(PERCENTILE_Q.items(), boot, strict=True)
+    }
     full = [0.0] * len(present)
     it = iter(values)
     for i, has in enumerate(present):
@@ -347,6 +355,20 @@ class StepSummary:
         }
 
 
+BLOCKS = 20
+"""The measured window is cut into this many blocks of time (at least 1 s each) for the bootstrap."""
+
+
+def time_blocks(samples: Sequence[RequestSample], duration_s: float) -> list[int]:
+    """Each request's block of time (by when it finished) within the step's window."""
+    ends = [s.end if s.end is not None else s.start for s in samples]
+    if not ends:
+        return []
+    t0 = min(ends)
+    width = max(1.0, duration_s / BLOCKS)
+    return [int((e - t0) // width) for e in ends]
+
+
 def summarize_step(
     step: int, users: int, samples: Sequence[RequestSample], duration_s: float, limits: Sequence[Limit]
 ) -> StepSummary:
@@ -359,7 +381,7 @@ def summarize_step(
         if not s.ok:
             errs[s.error or "error"] = errs.get(s.error or "error", 0) + 1
     d = max(duration_s, 1e-9)
-    rs = Resampler.for_requests(n, seed=step * 1_000_003 + users * 7_919 + n)
+    rs = Resampler.for_blocks(time_blocks(samples, duration_s), seed=step * 1_000_003 + users * 7_919 + n)
     ttft = [s.ttft if s.ok else None for s in samples]
     tpot = [s.tpot if s.ok else None for s in samples]
     e2e = [s.e2e if s.ok else None for s in samples]

@@ -54,7 +54,7 @@ def test_parse_users():
 
 def _s(ttft, e2e, out, ok=True, itl=(0.01,), error=None, end=1.0):
     return RequestSample(
-        start=0.0, step=1, users=1, ok=ok, ttft=ttft, e2e=e2e, itl=tuple(itl), output_tokens=out, error=error
+        start=0.0, step=1, users=1, ok=ok, ttft=ttft, e2e=e2e, itl=tuple(itl), output_tokens=out, error=error, end=end
     )
 
 
@@ -66,7 +66,10 @@ def test_tpot_is_vllm_bench_definition():
 
 def test_step_summary_goodput_and_percentiles():
     lims = parse_sla("ttft_p99<=1s,tpot_p99<=50ms")
-    samples = [_s(0.1, 1.1, 21) for _ in range(8)] + [_s(2.0, 3.0, 21), _s(None, 0.2, None, ok=False, error="http_5xx")]
+    samples = [_s(0.1, 1.1, 21, end=float(i)) for i in range(8)] + [
+        _s(2.0, 3.0, 21, end=8.5),
+        _s(None, 0.2, None, ok=False, error="http_5xx", end=9.5),
+    ]
     st = summarize_step(1, 4, samples, 10.0, lims)
     assert st.requests == 10 and st.errors == 1 and st.errors_by_kind == {"http_5xx": 1}
     assert st.goodput == pytest.approx(0.8)  # 8 good requests in 10 s
@@ -84,12 +87,15 @@ def test_step_summary_goodput_and_percentiles():
     assert st.latency["ttft"]["ci95"]["p99"][1] is None
     lo, hi = st.ci95["error_rate"]
     assert lo == pytest.approx(0.0025, abs=1e-4) and hi == pytest.approx(0.445, abs=1e-3)  # Clopper-Pearson, 1 of 10
-    assert st.ci95["request_rate"][0] < 1.0 < st.ci95["request_rate"][1]
+    assert st.ci95["request_rate"][0] <= 1.0 <= st.ci95["request_rate"][1]
+    # all requests finishing in one moment: nothing tells how a rate varies over time
+    one_moment = summarize_step(1, 4, [_s(0.1, 1.1, 21) for _ in range(8)], 10.0, lims)
+    assert one_moment.ci95["request_rate"] == [None, None]
 
 
 def _step(users, ttft, n, lims, spread=0.0):
     """A step of n requests whose TTFTs run evenly from ttft to ttft + spread."""
-    samples = [_s(ttft + spread * i / max(1, n - 1), ttft + 1, 10) for i in range(n)]
+    samples = [_s(ttft + spread * i / max(1, n - 1), ttft + 1, 10, end=10.0 * i / n) for i in range(n)]
     return summarize_step(users, users, samples, 10, lims)
 
 
