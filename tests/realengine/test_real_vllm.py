@@ -133,9 +133,17 @@ async def test_monitor_collectors_during_load_agree_with_the_client(vllm_server)
         i = bounds_ttft.index(hi) if hi in bounds_ttft else len(bounds_ttft) - 1
         lo2 = bounds_ttft[i - 2] if i >= 2 else 0.0
         hi2 = bounds_ttft[i + 1] if i + 1 < len(bounds_ttft) else hi
-        assert lo2 <= server_value <= hi2, (
-            f"TTFT p{q * 100:.0f}: server {server_value:.4f} vs client {client_value:.4f}"
-        )
+        if ttft.is_bound(f"p{q * 100:.0f}"):
+            # the server's own mean bounds its quantile below the interpolation; the client's
+            # TTFT includes the HTTP front end, so the server's figure is never above its bucket
+            assert server_value <= hi2, (
+                f"TTFT p{q * 100:.0f}: server bound {server_value:.4f} vs client {client_value:.4f}"
+            )
+            assert ttft.mean is not None and server_value == pytest.approx(ttft.mean / (1 - q))
+        else:
+            assert lo2 <= server_value <= hi2, (
+                f"TTFT p{q * 100:.0f}: server {server_value:.4f} vs client {client_value:.4f}"
+            )
     itl = final.total.latency["itl"]
     # vLLM observes one gap per output token after the first; the client sees one per content
     # chunk, and this random model emits byte tokens that decode to no text, so it sees fewer.

@@ -16,7 +16,9 @@ def _steps():
     lims = parse_sla(SLA)
     out = []
     for i, (users, ttft, itl) in enumerate(((2, 0.05, 0.015), (8, 0.06, 0.018), (40, 3.7, 0.02)), 1):
-        samples = [RequestSample(0.0, i, users, True, ttft, ttft + 1.0, (itl,) * 20, 21) for _ in range(60)]
+        samples = [
+            RequestSample(0.0, i, users, True, ttft, ttft + 1.0, (itl,) * 20, 21, end=k / 6) for k in range(60)
+        ]  # finishing through the 10 s window
         s = summarize_step(i, users, samples, 10.0, lims)
         s.server = {"waiting_max": 0.0 if users < 40 else 23.0, "kv_cache_usage_max": 0.02 * i}
         out.append(s)
