@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -276,6 +277,8 @@ def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, Any]], float, f
             measured[int(s["users"])] = s
     if service is None or think is None:
         raise PresetError("the queueing view needs --service-time and --think-time (or --ramp to estimate them)")
+    if not 0 < service < math.inf or not 0 <= think < math.inf:
+        raise PresetError("--service-time must be a positive number of seconds and --think-time 0 or more")
     users = sorted(set(q.users) | set(measured))
     rows = []
     for pt in queue_curve(users, seats, service, think):

@@ -16,6 +16,9 @@ from spoc_tui.tui.app import run_monitor
 
 def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None, seed: int) -> int:
     opts = SimOptions(model=model, gpu=gpu, tp=tp, scenario=scenario, seed=seed)
+    if users is not None and users < 0:
+        print("spoc demo: error: --users must be 0 or more", file=sys.stderr)
+        return EXIT_USAGE
     try:
         engine, _ = build(opts)  # validate before starting anything
     except SimConfigError as e:

@@ -32,6 +32,8 @@ from spoc_tui.sim.options import SCENARIOS, SimOptions
 from spoc_tui.tune.setup import TuneArgs
 
 F = TypeVar("F", bound=Callable[..., Any])
+MAX_WORKERS = 64
+"""Local Locust worker processes: each takes a core; more than this is a typo."""
 
 
 def _fail(msg: str) -> NoReturn:
@@ -401,10 +403,10 @@ def ramp(
         _fail("--spawn-rate must be above 0 and at most 1000 users per second")
     if spawn_rate is not None and spawn_rate > 100:
         click.echo("spoc ramp: warning: Locust advises spawn rates of at most 100 users/s", err=True)
-    if abort_factor <= 1:
-        _fail("--abort-factor must be above 1")
-    if workers < 0:
-        _fail("--workers must be 0 or more")
+    if not 1 < abort_factor < math.inf:
+        _fail("--abort-factor must be a number above 1")
+    if not 0 <= workers <= MAX_WORKERS:
+        _fail(f"--workers must be between 0 and {MAX_WORKERS}")
     if tokenizer and not Path(tokenizer).exists():
         _fail(f"--tokenizer {tokenizer}: no such file or folder")
     cfg = RampConfig(

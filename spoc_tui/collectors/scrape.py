@@ -34,8 +34,12 @@ def metrics_url(url: str) -> str:
     Raises:
         SourceError: when the URL has no host.
     """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises for a port out of 0-65535)
+    except ValueError as e:  # "Invalid IPv6 URL", "Port out of range 0-65535"
+        raise SourceError(f"{url}: not a valid URL ({e})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SourceError(f"{url}: not an http(s) URL with a host")
     path = parts.path.rstrip("/")
     if path in ("", "/v1"):

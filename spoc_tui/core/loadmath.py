@@ -87,7 +87,9 @@ def parse_sla(text: str) -> tuple[Limit, ...]:
         m = _CLAUSE.match(clause)
         if m:
             metric, stat, _, num, unit = m.groups()
-            value = float(num) / (1000.0 if (unit or "s").lower() == "ms" else 1.0)
+            if not unit:
+                raise SlaError(f"SLA clause {clause.strip()!r} has no unit: write {num}ms or {num}s")
+            value = float(num) / (1000.0 if unit.lower() == "ms" else 1.0)
             if value <= 0:
                 raise SlaError(f"SLA limit must be positive: {clause.strip()!r}")
             out.append(Limit(metric.lower(), stat.lower(), value))

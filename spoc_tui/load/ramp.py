@@ -179,10 +179,14 @@ class ResultWriter:
     """``ramp.json`` (rewritten atomically after each step) and ``requests.jsonl`` (appended)."""
 
     def __init__(self, out_dir: Path, header: dict[str, Any]) -> None:
+        """Raises: RampError (exit code 2) when the folder cannot be written."""
         self.out_dir = out_dir
-        out_dir.mkdir(parents=True, exist_ok=True)
         self.header = header
-        self.requests = open(out_dir / "requests.jsonl", "a", buffering=1)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            self.requests = open(out_dir / "requests.jsonl", "a", buffering=1)
+        except OSError as e:
+            raise RampError(f"--out {out_dir}: cannot write there ({e.strerror or e})", exit_code=EXIT_USAGE) from None
 
     def sample(self, s: RequestSample) -> None:
         self.requests.write(json.dumps(s.as_dict(), separators=(",", ":")) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import math
 import signal
 import sys
 
@@ -39,8 +40,13 @@ def build(opts: SimOptions) -> tuple[SimEngine, int]:
         raise SimConfigError("the thermal scenario needs a TP group: use --tp 2 or more")
     if model.num_heads % tp:
         raise SimConfigError(f"TP {tp} does not divide the model's {model.num_heads} attention heads")
-    if opts.speed <= 0:
-        raise SimConfigError("--speed must be positive")
+    if not 0 < opts.speed < math.inf:
+        raise SimConfigError("--speed must be a positive number")
+    for flag, port in (("--port", opts.port), ("--dcgm-port", opts.dcgm_port)):
+        if port is not None and not 0 <= port <= 65535:
+            raise SimConfigError(f"{flag} must be between 0 and 65535, got {port}")
+    if opts.load_users is not None and opts.load_users < 0:
+        raise SimConfigError("--load-users must be 0 or more")
     cfg = EngineConfig(
         model=model,
         gpu=gpu,

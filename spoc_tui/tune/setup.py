@@ -3,6 +3,7 @@ fill in, with every default once) and :func:`build`, which checks it and makes t
 
 from __future__ import annotations
 
+import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,14 +76,16 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         raise TuneArgsError("--population must be between 4 and 100 (about 8-12 suits expensive trials)")
     if not 1 <= a.screen_pool <= 1000:
         raise TuneArgsError("--screen-pool must be between 1 (plain NSGA-II) and 1000")
-    if a.step_seconds <= 0 or not 0 <= a.warmup_seconds < a.step_seconds:
+    if not 0 < a.step_seconds < math.inf or not 0 <= a.warmup_seconds < a.step_seconds:
         raise TuneArgsError("--warmup-seconds must be at least 0 and shorter than --step-seconds")
     if a.repeat_pareto < 0:
         raise TuneArgsError("--repeat-pareto must be 0 or more")
     if a.port is not None and not 0 < a.port < 65536:
         raise TuneArgsError("--port must be between 1 and 65535")
-    if a.start_timeout <= 0:
-        raise TuneArgsError("--start-timeout must be positive")
+    if not 0 < a.start_timeout < math.inf:
+        raise TuneArgsError("--start-timeout must be a positive number of seconds")
+    if not 0 <= a.workers <= 64:
+        raise TuneArgsError("--workers must be between 0 and 64")
     template, known = parse_template(a.launch)
     prog = template[0]
     if shutil.which(prog) is None:

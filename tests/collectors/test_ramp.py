@@ -104,6 +104,7 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
         (["--users", "8,4"], 2, "increasing"),
         (["--profile", "codin"], 2, "built-in: chatbot, coding, logs, mix"),
         (["--warmup-seconds", "6"], 2, "--warmup-seconds"),
+        (["--out", "/proc/spoc-o1"], 2, "cannot write there"),
     ],
 )
 def test_bad_arguments_before_any_load(sim8, tmp_path, args, code, msg):

@@ -38,6 +38,64 @@ def test_config_file_errors(tmp_path):
         (["inspect", "x.txt", "--interval", "-1"], "--interval must be"),
         (["sim", "--gpu", "v100"], "unknown GPU"),
         (["demo", "--scenario", "chaos"], "unknown scenario"),
+        # bad input that once got through (one line, exit 2, never a traceback)
+        (["monitor", "--url", "http://[::1", "--no-nvml"], "not a valid URL"),
+        (["monitor", "--url", "http://127.0.0.1:99999", "--no-nvml"], "not a valid URL"),
+        (["inspect", "http://[::1:19100"], "not a valid URL"),
+        (["sim", "--port", "99999"], "--port must be between 0 and 65535"),
+        (["sim", "--port", "-1"], "--port must be between 0 and 65535"),
+        (["sim", "--speed", "nan"], "--speed must be a positive number"),
+        (["demo", "--users", "-5"], "--users must be 0 or more"),
+        (
+            ["ramp", "--url", "http://127.0.0.1:1", "--sla", "itl_p99<=100", "--out", "o"],
+            "has no unit: write 100ms or 100s",
+        ),
+        (
+            ["ramp", "--url", "http://127.0.0.1:1", "--sla", "itl_p99<=1s", "--out", "o", "--abort-factor", "nan"],
+            "--abort-factor must be",
+        ),
+        (
+            ["ramp", "--url", "http://127.0.0.1:1", "--sla", "itl_p99<=1s", "--out", "o", "--workers", "100000"],
+            "--workers must be between",
+        ),
+        (
+            ["ramp", "--url", "http://127.0.0.1:1", "--sla", "itl_p99<=1s", "--out", "o", "--users", "auto:x"],
+            "auto:MAX",
+        ),
+        (
+            ["ramp", "--url", "http://127.0.0.1:1", "--sla", "itl_p99<=1s", "--out", "o", "--max-step-seconds", "1"],
+            "--max-step-seconds",
+        ),
+        (
+            [
+                "capacity",
+                "--model",
+                "llama-3.1-8b",
+                "--gpu",
+                "h100-80gb",
+                "--queue",
+                "1,2",
+                "--service-time",
+                "nan",
+                "--think-time",
+                "1",
+            ],
+            "--service-time must be",
+        ),
+        (
+            [
+                "tune",
+                "--launch",
+                f"{sys.executable} x --port {{port}} {{flags}}",
+                "--sla",
+                "ttft_p99<=1s",
+                "--out",
+                "o",
+                "--start-timeout",
+                "nan",
+            ],
+            "--start-timeout must be",
+        ),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(argv, msg, tmp_path):

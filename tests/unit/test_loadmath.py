@@ -20,7 +20,7 @@ from spoc_tui.load.profiles import Profile, ProfileError, TextMaker, builtin_nam
 
 
 def test_parse_sla():
-    lims = parse_sla("ttft_p99<=2s, itl_p99<=100ms,e2e_mean<30,error_rate<=1%")
+    lims = parse_sla("ttft_p99<=2s, itl_p99<=100ms,e2e_mean<30s,error_rate<=1%")
     assert [str(x) for x in lims] == ["ttft_p99<=2s", "itl_p99<=100ms", "e2e_mean<=30s", "error_rate<=1%"]
     assert lims[1].value == pytest.approx(0.1)
 
@@ -33,6 +33,7 @@ def test_parse_sla():
         "ttft_p99>=2s",
         "latency_p99<=1s",
         "ttft_p99<=fast",
+        "itl_p99<=100",  # no unit: 100 ms or 100 s? say which
         "ttft_p99<=2s,ttft_p99<=3s",
         "error_rate<=150%",
         "ttft_p99<=0ms",
