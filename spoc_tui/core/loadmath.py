@@ -237,25 +237,21 @@ def stats(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def _per_request(values: Sequence[float], rs: Resampler, present: Sequence[bool]) -> dict[str, Any]:
-    """Figures of a per-request metric with their intervals: each percentile's is the hull of the
-    order-statistic interval (which says when the sample is too small to bound a side) and the
-    block bootstrap's (which widens it where requests of the same moment move together); the
-    mean's is the block bootstrap's. ``present[i]``: request i has a value."""
+def _per_request(per_request: Sequence[float | None], rs: Resampler) -> dict[str, Any]:
+    """Figures of a per-request metric (``None`` for a request without one) with their intervals:
+    each percentile's is the hull of the order-statistic interval (which says when the sample is
+    too small to bound a side) and the block bootstrap's (which widens it where requests of the
+    same moment move together); the mean's is the block bootstrap's."""
+    owner = [i for i, v in enumerate(per_request) if v is not None]
+    values = [v for v in per_request if v is not None]
     out = stats(values)
     out["n"] = len(values)
-    owner = [i for i, has in enumerate(present) if has]
     boot = rs.pooled_quantiles(values, owner, list(PERCENTILE_Q.values()))
     ci: dict[str, list[float | None]] = {
         name: list(hull(quantile_interval(values, q), b))
         for (name, q), b in zip(PERCENTILE_Q.items(), boot, strict=True)
     }
-    full = [0.0] * len(present)
-    it = iter(values)
-    for i, has in enumerate(present):
-        if has:
-            full[i] = next(it)
-    ci["mean"] = list(rs.ratio(full, [1.0 if has else 0.0 for has in present])) if values else [None, None]
+    ci["mean"] = list(rs.pooled_mean(values, owner, len(per_request))) if values else [None, None]
     out["ci95"] = ci
     return out
 
@@ -390,10 +386,10 @@ def summarize_step(
     gaps = [g for s in samples if s.ok for g in s.itl]
     owner = [i for i, s in enumerate(samples) if s.ok for _ in s.itl]
     lat = {
-        "ttft": _per_request([x for x in ttft if x is not None], rs, [x is not None for x in ttft]),
+        "ttft": _per_request(ttft, rs),
         "itl": _pooled(gaps, owner, n, rs),
-        "tpot": _per_request([x for x in tpot if x is not None], rs, [x is not None for x in tpot]),
-        "e2e": _per_request([x for x in e2e if x is not None], rs, [x is not None for x in e2e]),
+        "tpot": _per_request(tpot, rs),
+        "e2e": _per_request(e2e, rs),
     }
     out_tokens = [float(s.output_tokens or 0) if s.ok else 0.0 for s in samples]
     good = [1.0 if _meets(s, limits) else 0.0 for s in samples]
