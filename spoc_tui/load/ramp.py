@@ -393,8 +393,9 @@ async def _run_step(
     """One step: warm up, measure for ``step_s``, and while the verdict is inconclusive measure on
     (up to ``step_limit_s``), re-deciding over the whole window; a queue that grows without bound
     ends the step at once as a break."""
-    rate = spawn_rate(cfg, users - (steps[-1].users if steps else 0))
-    ramp_up = abs(users - (steps[-1].users if steps else 0)) / rate
+    change = users - (steps[-1].users if steps else 0)
+    rate = spawn_rate(cfg, change)
+    ramp_up = abs(change) / rate
     await runner.send(wire.SetUsers(users, idx, rate))
     note = f"spawning {rate:g} users/s takes {ramp_up:.0f} s, longer than the warm-up" if ramp_up > cfg.warmup_s else ""
     report("warmup", idx, users, steps, len(samples), note)
