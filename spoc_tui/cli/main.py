@@ -25,7 +25,7 @@ from spoc_tui import __version__
 from spoc_tui.capacity.service import CapacityArgs
 from spoc_tui.config import Settings, config_path, data_dir, load_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
-from spoc_tui.core.loadmath import FixedUsers, KneeSearch, parse_sla, parse_user_plan, parse_users
+from spoc_tui.core.loadmath import FixedUsers, KneeSearch, parse_rates, parse_sla, parse_user_plan, parse_users
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig
 from spoc_tui.sim.options import SCENARIOS, SimOptions
@@ -314,9 +314,17 @@ def resolve_settings(
 @click.option(
     "--users",
     "users_spec",
-    default=DEFAULT_USERS,
-    show_default=True,
-    help="User counts, a series like geom:1:64, or auto[:MAX] to search for the knee (double, then bisect).",
+    default=None,
+    help=(
+        "User counts, a series like geom:1:64, or auto[:MAX] to search for the knee (double, then bisect) "
+        f"[{DEFAULT_USERS}]."
+    ),
+)
+@click.option(
+    "--rate",
+    "rate_spec",
+    default=None,
+    help="Open loop instead of users: arrival rates in requests/s (Poisson, as vllm bench serve), e.g. 1,2,4,8.",
 )
 @click.option("--step-seconds", type=float, default=RampConfig.step_s, show_default=True)
 @click.option(
@@ -366,7 +374,8 @@ def ramp(
     url: str,
     model: str | None,
     profile: str,
-    users_spec: str,
+    users_spec: str | None,
+    rate_spec: str | None,
     step_seconds: float,
     max_step_seconds: float | None,
     spawn_rate: float | None,
@@ -380,7 +389,8 @@ def ramp(
     seed: int,
     api_key: str | None,
 ) -> None:
-    """Step the number of concurrent multi-turn chat users until the latency SLA breaks.
+    """Step the number of concurrent multi-turn chat users (or, with --rate, the request rate)
+    until the latency SLA breaks.
 
     Exit code 0 when the ramp ran (whatever the verdict), 1 when the server failed, 2 for
     bad arguments. Results are written as steps finish.
@@ -393,7 +403,10 @@ def ramp(
     except SpocError as e:
         _fail(str(e))
     limits = parse_sla(sla)
-    plan = parse_user_plan(users_spec)
+    if rate_spec is not None and users_spec is not None:
+        _fail("give --users (closed loop) or --rate (open loop), not both")
+    rates = parse_rates(rate_spec) if rate_spec is not None else []
+    plan = parse_user_plan(users_spec or DEFAULT_USERS)
     prof = load_profile(profile)
     if not 0 < step_seconds < math.inf or not 0 <= warmup_seconds < step_seconds:
         _fail("--warmup-seconds must be at least 0 and shorter than --step-seconds")
@@ -412,8 +425,9 @@ def ramp(
     cfg = RampConfig(
         url=url,
         profile=prof,
-        users=plan.users if isinstance(plan, FixedUsers) else [],
-        auto_max=plan.max_users if isinstance(plan, KneeSearch) else None,
+        users=plan.users if isinstance(plan, FixedUsers) and not rates else [],
+        auto_max=plan.max_users if isinstance(plan, KneeSearch) and not rates else None,
+        rates=rates,
         max_step_s=max_step_seconds,
         spawn_rate=spawn_rate,
         limits=limits,

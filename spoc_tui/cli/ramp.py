@@ -18,7 +18,7 @@ def _progress(p: RampProgress) -> None:
     elif p.phase == "starting":
         print("starting the load generator (Locust)...", flush=True)
     elif p.phase == "warmup":
-        print(f"step {p.step}: {p.users} users, warming up" + (f" ({p.message})" if p.message else ""), flush=True)
+        print(f"step {p.step}: {p.level_text}, warming up" + (f" ({p.message})" if p.message else ""), flush=True)
     elif p.phase == "extending" and p.message:
         print(f"step {p.step}: {p.message}", flush=True)
     elif p.phase == "step_done":
@@ -26,7 +26,7 @@ def _progress(p: RampProgress) -> None:
         decision, limit = verdict(s)
         mark = {"meets": "meets SLA", "breaks": f"BREAKS {limit}"}.get(decision, "INCONCLUSIVE")
         print(
-            f"step {s.step}: {s.users} users  {s.request_rate:.2f} req/s  {s.output_tokens_per_s:.0f} out tok/s  "
+            f"step {s.step}: {s.level_text}  {s.request_rate:.2f} req/s done  {s.output_tokens_per_s:.0f} out tok/s  "
             f"TTFT p99 {fmt.seconds(s.latency['ttft']['p99'])}  ITL p99 {fmt.seconds(s.latency['itl']['p99'])}  "
             f"errors {s.error_rate * 100:.1f}%  ({s.requests} requests) -> {mark}",
             flush=True,

@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -306,6 +306,19 @@ class StepSummary:
     """95 % intervals of request_rate, output_tokens_per_s, goodput and error_rate."""
     extended_s: float = 0.0
     """Seconds the step was measured beyond its planned length to reach a decision."""
+    rate: float | None = None
+    """Open-loop steps: the target arrival rate (requests/s, Poisson); ``users`` is then the number
+    of arrival generators, not a concurrency."""
+
+    @property
+    def level(self) -> float:
+        """What the ramp stepped: the arrival rate of an open-loop step, else the user count."""
+        return self.rate if self.rate is not None else self.users
+
+    @property
+    def level_text(self) -> str:
+        """``8 users`` or ``4 req/s``."""
+        return level_text(self.level, "req/s" if self.rate is not None else "users")
 
     @property
     def error_rate(self) -> float:
@@ -348,6 +361,7 @@ class StepSummary:
             "cached_prompt_fraction": self.cached_prompt_fraction,
             "ci95": self.ci95,
             "extended_s": self.extended_s,
+            "rate": self.rate,
             "verdict": self.verdict,
             "server": self.server,
         }
@@ -511,31 +525,59 @@ def badly_broken(step: StepSummary, abort_factor: float) -> str | None:
         return None
     err_lo = (step.ci95.get("error_rate") or [None, None])[0]
     if err_lo is not None and err_lo >= 0.5:
-        return f"step {step.step} ({step.users} users): at least {err_lo:.0%} of requests failed"
+        return f"step {step.step} ({step.level_text}): at least {err_lo:.0%} of requests failed"
     ratio = step.verdict.get("worst_ratio")
     if isinstance(ratio, float) and ratio >= abort_factor:
         return (
-            f"step {step.step} ({step.users} users): {step.verdict.get('broken_limit')} at least {ratio:.1f}x "
+            f"step {step.step} ({step.level_text}): {step.verdict.get('broken_limit')} at least {ratio:.1f}x "
             f"its limit (abort factor {abort_factor:g})"
         )
     return None
 
 
+LevelUnit = Literal["users", "req/s"]
+"""What a ramp steps: concurrent users (closed loop) or an arrival rate (open loop)."""
+
+
+def level_text(level: float | None, unit: LevelUnit) -> str:
+    """``8 users`` or ``2.5 req/s``."""
+    if level is None:
+        return "?"
+    return f"{level:g} {unit}" if unit == "req/s" else f"{int(level)} users"
+
+
+def levels_text(levels: Sequence[float], unit: LevelUnit) -> str:
+    """``4, 8 users`` or ``2, 4 req/s``."""
+    return ", ".join(f"{v:g}" for v in levels) + f" {unit}"
+
+
 @dataclass(frozen=True, slots=True)
 class Knee:
-    """Where the SLA stops holding: the most users a decided step met it with, below the fewest
-    users a decided step broke it with. Undecided and contradicting steps are named, not hidden."""
+    """Where the SLA stops holding: the highest level (user count, or arrival rate when ``unit`` is
+    req/s) a decided step met it with, below the lowest level a decided step broke it with.
+    Undecided and contradicting steps are named, not hidden."""
 
-    max_users_within_sla: int | None
-    first_failing_users: int | None
+    max_users_within_sla: float | None
+    """The highest level that met the SLA below the break (users, or req/s by ``unit``)."""
+    first_failing_users: float | None
+    """The lowest level that broke it (users, or req/s by ``unit``)."""
     broken_limit: str | None
-    inconclusive: tuple[int, ...] = ()
-    """User counts whose steps stayed inconclusive."""
-    contradicted: tuple[int, ...] = ()
-    """User counts that met the SLA above a count that broke it (noise, or a server that warmed
-    up): the knee below them stands, but it is not the whole story."""
+    inconclusive: tuple[float, ...] = ()
+    """Levels whose steps stayed inconclusive."""
+    contradicted: tuple[float, ...] = ()
+    """Levels that met the SLA above one that broke it (noise, or a server that warmed up): the
+    knee below them stands, but it is not the whole story."""
     reason: str = ""
     """The server-side reason for the knee, in one sentence with its figures (set by the ramp)."""
+    unit: LevelUnit = "users"
+
+    @property
+    def meets_text(self) -> str:
+        return level_text(self.max_users_within_sla, self.unit)
+
+    @property
+    def breaks_text(self) -> str:
+        return level_text(self.first_failing_users, self.unit)
 
     @property
     def bracket(self) -> str:
@@ -543,15 +585,18 @@ class Knee:
         if self.first_failing_users is None:
             if self.max_users_within_sla is None:
                 return "no step decided"
-            return f"{self.max_users_within_sla} users meet; no count broke the SLA"
+            return f"{self.meets_text} meet; no level broke the SLA"
         if self.max_users_within_sla is None:
-            return f"even {self.first_failing_users} users break the SLA ({self.broken_limit})"
-        return f"{self.max_users_within_sla} users meet, {self.first_failing_users} break ({self.broken_limit})"
+            return f"even {self.breaks_text} break the SLA ({self.broken_limit})"
+        assert self.first_failing_users is not None
+        return f"{self.meets_text} meet, {self.first_failing_users:g} break ({self.broken_limit})"
 
     def as_dict(self) -> dict[str, object]:
+        key = "users" if self.unit == "users" else "rate"
         return {
-            "max_users_within_sla": self.max_users_within_sla,
-            "first_failing_users": self.first_failing_users,
+            f"max_{key}_within_sla": self.max_users_within_sla,
+            f"first_failing_{key}": self.first_failing_users,
+            "unit": self.unit,
             "broken_limit": self.broken_limit,
             "inconclusive": list(self.inconclusive),
             "contradicted": list(self.contradicted),
@@ -560,21 +605,23 @@ class Knee:
 
 
 def find_knee(steps: Sequence[StepSummary]) -> Knee:
-    """The knee from the steps' decisions, by user count (probes may run in any order)."""
+    """The knee from the steps' decisions, by level (probes may run in any order)."""
+    unit: LevelUnit = "req/s" if any(s.rate is not None for s in steps) else "users"
     breaks = [s for s in steps if s.decision == "breaks"]
-    first = min(breaks, key=lambda s: s.users) if breaks else None
-    meets = [s.users for s in steps if s.decision == "meets"]
-    below = [u for u in meets if first is None or u < first.users]
-    contradicted = tuple(sorted({u for u in meets if first is not None and u > first.users}))
+    first = min(breaks, key=lambda s: s.level) if breaks else None
+    meets = [s.level for s in steps if s.decision == "meets"]
+    below = [u for u in meets if first is None or u < first.level]
+    contradicted = tuple(sorted({u for u in meets if first is not None and u > first.level}))
     undecided = tuple(
-        sorted({s.users for s in steps if s.decision == "inconclusive"} - set(meets) - {s.users for s in breaks})
+        sorted({s.level for s in steps if s.decision == "inconclusive"} - set(meets) - {s.level for s in breaks})
     )
     return Knee(
         max(below) if below else None,
-        first.users if first else None,
+        first.level if first else None,
         str(first.verdict.get("broken_limit")) if first else None,
         undecided,
         contradicted,
+        unit=unit,
     )
 
 
@@ -628,10 +675,44 @@ class KneeSearch:
         return f"auto:{self.max_users}"
 
 
-UserPlan = FixedUsers | KneeSearch
+@dataclass
+class FixedRates:
+    """``--rate 1,2,4``: open-loop steps at these arrival rates (requests/s, Poisson), in order."""
+
+    rates: list[float]
+
+    def next(self, steps: Sequence[StepSummary]) -> float | None:
+        return self.rates[len(steps)] if len(steps) < len(self.rates) else None
+
+    def describe(self) -> str:
+        return "rate:" + ",".join(f"{r:g}" for r in self.rates)
 
 
-def parse_user_plan(text: str) -> UserPlan:
+UserPlan = FixedUsers | KneeSearch | FixedRates
+
+MAX_RATE = 10_000.0
+
+
+def parse_rates(text: str) -> list[float]:
+    """``--rate 0.5,1,2,4``: increasing arrival rates in requests per second.
+
+    Raises:
+        UsersError: with the accepted form.
+    """
+    try:
+        rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsersError(f"bad --rate {text!r}: give request rates per second like 0.5,1,2,4") from None
+    if not rates:
+        raise UsersError(f"bad --rate {text!r}: give request rates per second like 0.5,1,2,4")
+    if any(not (0 < r <= MAX_RATE) or math.isnan(r) for r in rates):
+        raise UsersError(f"bad --rate {text!r}: each rate must be above 0 and at most {MAX_RATE:g} requests/s")
+    if any(b <= a for a, b in zip(rates, rates[1:], strict=False)):
+        raise UsersError(f"bad --rate {text!r}: rates must be increasing")
+    return rates
+
+
+def parse_user_plan(text: str) -> FixedUsers | KneeSearch:
     """``1,2,4,8``, ``geom:1:64``, ``auto`` or ``auto:MAX``.
 
     Raises:

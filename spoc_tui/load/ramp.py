@@ -29,6 +29,7 @@ from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.loadmath import (
+    FixedRates,
     FixedUsers,
     Knee,
     KneeSearch,
@@ -38,6 +39,7 @@ from spoc_tui.core.loadmath import (
     UserPlan,
     badly_broken,
     find_knee,
+    level_text,
     queue_unbounded,
     summarize_step,
 )
@@ -91,10 +93,19 @@ class RampConfig:
     """A step still inconclusive at ``step_s`` is measured on up to this long [4 x step_s]."""
     spawn_rate: float | None = None
     """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
+    rates: list[float] = field(default_factory=list)
+    """``--rate``: open-loop steps at these arrival rates (requests/s) instead of user counts."""
 
     @property
     def plan(self) -> UserPlan:
+        if self.rates:
+            return FixedRates(list(self.rates))
         return KneeSearch(self.auto_max) if self.auto_max else FixedUsers(list(self.users))
+
+    @property
+    def generators(self) -> int:
+        """Open loop: the Locust users that generate arrivals, one per worker process (or one)."""
+        return max(1, self.workers)
 
     @property
     def step_limit_s(self) -> float:
@@ -105,13 +116,19 @@ class RampConfig:
 class RampProgress:
     phase: RampPhase
     step: int
-    users: int
+    users: float
+    """The step's level: users, or the arrival rate (req/s) of an open-loop ramp (``rate`` set)."""
     elapsed_s: float
     step_s: float
     samples: int
     steps: tuple[StepSummary, ...]
     knee: Knee | None
     message: str = ""
+    open_loop: bool = False
+
+    @property
+    def level_text(self) -> str:
+        return level_text(self.users, "req/s" if self.open_loop else "users")
 
 
 @dataclass
@@ -237,6 +254,8 @@ class RunnerProcess:
             argv += ["--context-len", str(self.context_len)]
         if self.cfg.tokenizer:
             argv += ["--tokenizer", self.cfg.tokenizer]
+        if self.cfg.rates:
+            argv += ["--open-loop"]
         return argv + list(extra)
 
     async def start(self) -> None:
@@ -375,13 +394,13 @@ def spawn_rate(cfg: RampConfig, change: int) -> float:
     return float(min(MAX_SPAWN_RATE, max(1.0, math.ceil(abs(change) / max(0.5, cfg.warmup_s / 2)))))
 
 
-Report = Callable[[RampPhase, int, int, list[StepSummary], int, str], None]
+Report = Callable[[RampPhase, int, float, list[StepSummary], int, str], None]
 
 
 async def _run_step(
     cfg: RampConfig,
     idx: int,
-    users: int,
+    level: float,
     runner: RunnerProcess,
     pump: asyncio.Task[None],
     samples: list[RequestSample],
@@ -392,13 +411,20 @@ async def _run_step(
 ) -> StepSummary:
     """One step: warm up, measure for ``step_s``, and while the verdict is inconclusive measure on
     (up to ``step_limit_s``), re-deciding over the whole window; a queue that grows without bound
-    ends the step at once as a break."""
-    change = users - (steps[-1].users if steps else 0)
-    rate = spawn_rate(cfg, change)
-    ramp_up = abs(change) / rate
-    await runner.send(wire.SetUsers(users, idx, rate))
-    note = f"spawning {rate:g} users/s takes {ramp_up:.0f} s, longer than the warm-up" if ramp_up > cfg.warmup_s else ""
-    report("warmup", idx, users, steps, len(samples), note)
+    ends the step at once as a break. ``level`` is a user count, or an arrival rate in open loop."""
+    if cfg.rates:
+        users = cfg.generators
+        await runner.send(wire.SetUsers(users, idx, 0.0, rate=level))
+        note = ""
+    else:
+        users = int(level)
+        change = users - (steps[-1].users if steps else 0)
+        rate = spawn_rate(cfg, change)
+        ramp_up = abs(change) / rate
+        await runner.send(wire.SetUsers(users, idx, rate))
+        long = ramp_up > cfg.warmup_s
+        note = f"spawning {rate:g} users/s takes {ramp_up:.0f} s, longer than the warm-up" if long else ""
+    report("warmup", idx, level, steps, len(samples), note)
     await asyncio.sleep(cfg.warmup_s)
     m_start = time.time()
     peaks: dict[str, float] = {}
@@ -413,7 +439,7 @@ async def _run_step(
     unbounded: str | None = None
     while True:
         while (left := target - (time.time() - m_start)) > 0:
-            report(phase, idx, users, steps, len(samples), "")
+            report(phase, idx, level, steps, len(samples), "")
             await asyncio.sleep(min(1.0, left))
             if pump.done():
                 raise RampError("the load generator exited; see runner.log in the output folder")
@@ -426,6 +452,7 @@ async def _run_step(
         m_end = time.time()
         in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
         summary = summarize_step(idx, users, in_window, m_end - m_start, cfg.limits)
+        summary.rate = level if cfg.rates else None
         summary.server = server
         summary.extended_s = max(0.0, (m_end - m_start) - planned)
         if unbounded:
@@ -436,12 +463,12 @@ async def _run_step(
             return summary
         target = min(limit, target + planned)
         phase = "extending"
-        report(phase, idx, users, steps, len(samples), f"inconclusive ({summary.verdict.get('reason')}): measuring on")
+        report(phase, idx, level, steps, len(samples), f"inconclusive ({summary.verdict.get('reason')}): measuring on")
 
 
 def _with_reason(knee: Knee, steps: list[StepSummary]) -> Knee:
     """The knee with the server-side reason the first breaking step gives."""
-    breaking = [s for s in steps if s.users == knee.first_failing_users and s.decision == "breaks"]
+    breaking = [s for s in steps if s.level == knee.first_failing_users and s.decision == "breaks"]
     return replace(knee, reason=knee_reason(breaking[0])) if breaking else knee
 
 
@@ -454,7 +481,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     t_start = time.monotonic()
 
     def report(
-        phase: RampPhase, step: int, users: int, steps: list[StepSummary], samples: int, message: str = ""
+        phase: RampPhase, step: int, users: float, steps: list[StepSummary], samples: int, message: str = ""
     ) -> None:
         if on_progress:
             on_progress(
@@ -468,6 +495,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     steps=tuple(steps),
                     knee=_with_reason(find_knee(steps), steps) if steps else None,
                     message=message,
+                    open_loop=bool(cfg.rates),
                 )
             )
 
@@ -481,6 +509,12 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         else {"name": cfg.profile.name, "source": cfg.profile.source},
         "sla": [str(lim) for lim in cfg.limits],
         "users": cfg.plan.describe(),
+        "load": (
+            "open loop: Poisson arrivals at each step's rate; each arrival is the next turn of an idle "
+            "conversation (or a new one), with no think time"
+            if cfg.rates
+            else "closed loop: each user is one conversation at a time, with the profile's think time"
+        ),
         "step_seconds": cfg.step_s,
         "max_step_seconds": cfg.step_limit_s,
         "warmup_seconds": cfg.warmup_s,
@@ -524,12 +558,12 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         pump = asyncio.create_task(pump_samples())
         plan = cfg.plan
         idx = 0
-        while (users := plan.next(steps)) is not None:
+        while (level := plan.next(steps)) is not None:
             idx += 1
-            summary = await _run_step(cfg, idx, users, runner, pump, samples, poller, dcgm, steps, report)
+            summary = await _run_step(cfg, idx, level, runner, pump, samples, poller, dcgm, steps, report)
             steps.append(summary)
             writer.write(steps, find_knee(steps), "running")
-            report("step_done", idx, users, steps, len(samples))
+            report("step_done", idx, level, steps, len(samples))
             if (
                 summary.requests
                 and summary.errors == summary.requests
@@ -540,7 +574,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed"
                 )
             why = badly_broken(summary, cfg.abort_factor)
-            if why and isinstance(plan, FixedUsers) and idx < len(plan.users):
+            if why and isinstance(plan, (FixedUsers, FixedRates)) and plan.next(steps) is not None:
                 status, stop_reason = "stopped_early", why
                 break
         else:
@@ -558,5 +592,5 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             await poller.aclose()
             if dcgm is not None:
                 await dcgm.aclose()
-    report("done", len(steps), steps[-1].users if steps else 0, steps, len(samples))
+    report("done", len(steps), steps[-1].level if steps else 0, steps, len(samples))
     return RampResult(status, steps, knee, model, cfg.out_dir, context_len, stop_reason)

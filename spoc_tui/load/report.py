@@ -7,7 +7,7 @@ from typing import Literal
 
 from spoc_tui.core import fmt
 from spoc_tui.core.confidence import Decision
-from spoc_tui.core.loadmath import Knee, StepSummary
+from spoc_tui.core.loadmath import Knee, StepSummary, levels_text
 
 KneeTone = Literal["pending", "meets", "breaks_at_once", "breaks"]
 """How a knee sentence should look: nothing decided yet, SLA never broken, broken by the first
@@ -47,7 +47,7 @@ def step_cells(s: StepSummary) -> dict[str, str]:
     srv = s.server or {}
     lat = s.latency
     return {
-        "users": str(s.users),
+        "users": f"{s.users}" if s.rate is None else f"{s.rate:g}/s",
         "n": str(s.requests),
         "req_s": f"{s.request_rate:.2f}",
         "out_tok_s": f"{s.output_tokens_per_s:.0f}",
@@ -69,24 +69,23 @@ def knee_sentence(knee: Knee | None, done: bool = True) -> tuple[str, KneeTone]:
         return "knee: no step finished yet", "pending"
     extra = ""
     if knee.inconclusive:
-        extra += f"; inconclusive at {', '.join(map(str, knee.inconclusive))} users"
+        extra += f"; inconclusive at {levels_text(knee.inconclusive, knee.unit)}"
     if knee.contradicted:
-        above = ", ".join(map(str, knee.contradicted))
-        extra += f"; {above} users met it above the break (noise or warm-up: re-run to confirm)"
+        above = levels_text(knee.contradicted, knee.unit)
+        extra += f"; {above} met it above the break (noise or warm-up: re-run to confirm)"
     if knee.first_failing_users is None:
         if knee.max_users_within_sla is None:
             return "knee: no step decided yet" + extra, "pending"
         if done:
-            return f"knee: not reached; {knee.max_users_within_sla} users still meet the SLA" + extra, "meets"
-        return f"knee: not reached yet; {knee.max_users_within_sla} users meet the SLA" + extra, "meets"
+            return f"knee: not reached; {knee.meets_text} still meet the SLA" + extra, "meets"
+        return f"knee: not reached yet; {knee.meets_text} meet the SLA" + extra, "meets"
     if knee.max_users_within_sla is None:
         return (
-            f"knee: even {knee.first_failing_users} users break the SLA ({knee.broken_limit})" + extra,
+            f"knee: even {knee.breaks_text} break the SLA ({knee.broken_limit})" + extra,
             "breaks_at_once",
         )
     return (
-        f"knee: {knee.max_users_within_sla} users meet the SLA; {knee.first_failing_users} break {knee.broken_limit}"
-        + extra,
+        f"knee: {knee.meets_text} meet the SLA; {knee.first_failing_users:g} break {knee.broken_limit}" + extra,
         "breaks",
     )
 
@@ -100,7 +99,7 @@ def check_lines(s: StepSummary) -> list[str]:
         lim = f"{c['limit'] * 100:g}%" if rate else fmt.seconds(c["limit"])
         parts.append(f"{key} {interval_text(c.get('value'), c.get('ci95'), rate)} vs {lim}: {c.get('decision')}")
     extended = f", extended {s.extended_s:.0f} s" if s.extended_s >= 0.5 else ""
-    head = f"  step {s.step} ({s.users} users, {n} requests{extended}): "
+    head = f"  step {s.step} ({s.level_text}, {n} requests{extended}): "
     lines = [head + "; ".join(parts)] if parts else [head + verdict_text(s)]
     reason = s.verdict.get("reason")
     if s.decision == "inconclusive" and reason:
@@ -128,7 +127,8 @@ _TABLE = [
 
 def step_table(steps: list[StepSummary], knee: Knee) -> str:
     """The CLI's table of steps, each SLA figure with its interval, then the knee and its reason."""
-    lines = [" ".join(f"{head:>{w}}" for _, head, w in _TABLE) + "  verdict"]
+    heads = {"users": "rate"} if any(s.rate is not None for s in steps) else {}
+    lines = [" ".join(f"{heads.get(key, head):>{w}}" for key, head, w in _TABLE) + "  verdict"]
     for s in steps:
         cells = step_cells(s)
         lines.append(" ".join(f"{cells[key]:>{w}}" for key, _, w in _TABLE) + "  " + verdict_text(s, short=True))

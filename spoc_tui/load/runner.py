@@ -4,7 +4,8 @@ Locust monkey-patches the whole process with gevent on import, which breaks asyn
 never runs in the Textual process. This child speaks JSON lines: the commands and events of
 :mod:`spoc_tui.load.wire`, commands on stdin, events (a ``Sample`` per finished request) on stdout.
 
-One Locust user is one conversation (with its history growing turn by turn). Requests use
+One Locust user is one conversation (with its history growing turn by turn); with
+``--open-loop`` each user instead generates Poisson arrivals (:class:`RateUser`). Requests use
 ``HttpUser`` with unbuffered streaming (``iter_content(chunk_size=None)``) and SSE parsed
 here, so every content chunk is timestamped as it arrives.
 
@@ -33,10 +34,11 @@ from gevent.fileobject import FileObjectPosix
 from locust import HttpUser, constant, task
 from locust.env import Environment
 from locust.runners import MasterRunner
+from urllib3 import PoolManager
 
 from spoc_tui.core.loadmath import RequestSample
 from spoc_tui.load import wire
-from spoc_tui.load.profiles import Profile, TextMaker, plan_conversation
+from spoc_tui.load.profiles import ConversationPlan, Profile, TextMaker, plan_conversation
 
 
 def emit(msg: wire.Event) -> None:
@@ -58,6 +60,8 @@ class Shared:
     seed = 0
     timeout = 300.0
     system_cache: dict[str, str] = {}
+    rate: float | None = None
+    """Open loop: the arrival rate (requests/s) all users together generate."""
     sink: Callable[[RequestSample], None] | None = None
     """Where samples go: emitted by a master/local runner, batched to the master on a worker."""
     counter = 0
@@ -72,6 +76,120 @@ def classify_error(exc: BaseException) -> str:
     return "stream"
 
 
+BACKOFF_S = (0.5, 30.0)
+"""A failed request's conversation ends; its user waits 0.5 s, doubling with each failure in a row
+up to 30 s, before the next conversation (so a dead server is not hammered)."""
+
+MAX_IN_FLIGHT = 1024
+"""Open loop: arrivals beyond this many requests in flight (per process) are not sent; each is
+recorded as a failed request of kind ``client_limit`` (the server is far past its knee)."""
+
+
+def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn: int, conv_id: str) -> str | None:
+    """One streamed chat request, every content chunk timestamped as it arrives; its sample goes to
+    ``Shared.sink``. Returns the answer's text, or None when the request failed."""
+    body = {
+        "model": Shared.model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"Authorization": f"Bearer {Shared.api_key}"} if Shared.api_key else {}
+    step, users = Shared.step, Shared.users
+    wall0 = time.time()
+    t0 = time.perf_counter()
+    first: float | None = None
+    last: float | None = None
+    gaps: list[float] = []
+    usage: dict[str, Any] = {}
+    request_id: str | None = None
+    parts: list[str] = []
+    done = False
+    error: str | None = None
+    try:
+        with client.post(
+            "/v1/chat/completions",
+            json=body,
+            headers=headers,
+            stream=True,
+            timeout=(10, Shared.timeout),
+            catch_response=True,
+            name="chat",
+        ) as resp:
+            if resp.status_code == 0:  # Locust's stand-in for a request that got no answer at all
+                error = classify_error(resp.error) if resp.error is not None else "connect"
+                resp.failure("no answer")
+            elif resp.status_code != 200:
+                error = f"http_{resp.status_code // 100}xx"
+                resp.failure(f"HTTP {resp.status_code}")
+            else:
+                buf = b""
+                for chunk in resp.iter_content(chunk_size=None):
+                    now = time.perf_counter()
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        line = line.strip()
+                        if not line.startswith(b"data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            done = True
+                            continue
+                        try:
+                            ev = json.loads(data)
+                        except ValueError:
+                            continue
+                        if request_id is None and isinstance(ev.get("id"), str):
+                            request_id = ev["id"]
+                        if ev.get("usage"):
+                            usage = ev["usage"]
+                        for ch in ev.get("choices") or []:
+                            piece = (ch.get("delta") or {}).get("content")
+                            if piece:
+                                if first is None:
+                                    first = now
+                                elif last is not None:
+                                    gaps.append(now - last)
+                                last = now
+                                parts.append(piece)
+                if not done:
+                    error = "stream"
+                    resp.failure("stream ended without [DONE]")
+                else:
+                    resp.success()
+    except Exception as e:  # connection refused, timeouts, broken streams
+        error = classify_error(e)
+    end = time.perf_counter()
+    details = usage.get("prompt_tokens_details") or {}
+    ok = error is None
+    sample = RequestSample(
+        start=wall0,
+        end=wall0 + (end - t0),
+        step=step,
+        users=users,
+        # A stream that completed with no text (EOS first) is a finished request without a TTFT.
+        ok=ok,
+        error=error,
+        ttft=(first - t0) if first is not None else None,
+        e2e=end - t0,
+        itl=tuple(gaps),
+        output_tokens=_int_or_none(usage.get("completion_tokens")),
+        prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+        cached_tokens=_int_or_none(details.get("cached_tokens")) if isinstance(details, dict) else None,
+        request_id=request_id,
+        conversation=conv_id,
+        turn=turn,
+    )
+    assert Shared.sink is not None
+    Shared.sink(sample)
+    if ok and usage.get("prompt_tokens"):
+        planned = sum(len(m["content"].split()) for m in messages)
+        Shared.maker.calibrate(planned, int(usage["prompt_tokens"]), overhead=4 * len(messages))
+    return "".join(parts) if ok else None
+
+
 class ChatUser(HttpUser):
     """One conversation: a system prompt, then turns whose history grows, with think time."""
 
@@ -81,6 +199,7 @@ class ChatUser(HttpUser):
         Shared.counter += 1
         self.rng = random.Random(Shared.seed * 1_000_003 + Shared.counter + os.getpid())
         self.conv_id = f"{os.getpid()}-{Shared.counter}"
+        self.failures = 0
 
     @task
     def converse(self) -> None:
@@ -92,110 +211,104 @@ class ChatUser(HttpUser):
         self.conv_id = f"{self.conv_id.split('#')[0]}#{self.rng.randrange(1 << 30):x}"
         for i, turn in enumerate(plan.turns):
             messages.append({"role": "user", "content": turn.user_text})
-            answer = self._send(messages, turn.max_tokens, i)
-            if answer is None:
-                return  # a failed turn ends the conversation; the user starts a new one
+            answer = send_chat(self.client, messages, turn.max_tokens, i, self.conv_id)
+            if answer is None:  # a failed turn ends the conversation; back off, then start a new one
+                self.failures += 1
+                gevent.sleep(min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** (self.failures - 1)))
+                return
+            self.failures = 0
             messages.append({"role": "assistant", "content": answer})
             gevent.sleep(plan.think_s[i])
 
-    def _send(self, messages: list[dict[str, str]], max_tokens: int, turn: int) -> str | None:
-        body = {
-            "model": Shared.model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        headers = {"Authorization": f"Bearer {Shared.api_key}"} if Shared.api_key else {}
-        step, users = Shared.step, Shared.users
-        wall0 = time.time()
-        t0 = time.perf_counter()
-        first: float | None = None
-        last: float | None = None
-        gaps: list[float] = []
-        usage: dict[str, Any] = {}
-        request_id: str | None = None
-        parts: list[str] = []
-        done = False
-        error: str | None = None
+
+class _Conversation:
+    """An open-loop conversation between arrivals: its messages so far and its remaining turns."""
+
+    __slots__ = ("conv_id", "messages", "plan", "turn")
+
+    def __init__(self, plan: ConversationPlan, conv_id: str) -> None:
+        self.plan = plan
+        self.conv_id = conv_id
+        self.turn = 0
+        self.messages: list[dict[str, str]] = []
+        if plan.system_text:
+            self.messages.append({"role": "system", "content": plan.system_text})
+
+
+class RateUser(HttpUser):
+    """Open loop: Poisson arrivals at ``Shared.rate / Shared.users`` requests/s from this user (the
+    users of all processes together make the step's rate). Each arrival is sent at once, whatever
+    is in flight, as the next turn of an idle conversation (picked at random) or of a new one, so
+    conversations still grow and share prefixes; there is no think time, the arrivals are the
+    pacing. Arrival times follow an absolute schedule, so a late wake-up does not lower the rate."""
+
+    wait_time = constant(0)
+    pool_manager = PoolManager(maxsize=MAX_IN_FLIGHT, block=False)
+
+    def on_start(self) -> None:
+        Shared.counter += 1
+        self.rng = random.Random(Shared.seed * 1_000_003 + Shared.counter + os.getpid())
+        self.prefix = f"{os.getpid()}-{Shared.counter}"
+        self.idle: list[_Conversation] = []
+        self.in_flight = 0
+        self.next_at = 0.0
+        self.rate_seen: float | None = None
+
+    @task
+    def arrive(self) -> None:
+        rate = Shared.rate
+        if not rate:
+            gevent.sleep(0.2)
+            return
+        per_user = rate / max(1, Shared.users)
+        now = time.perf_counter()
+        if rate != self.rate_seen:
+            self.rate_seen, self.next_at = rate, now
+        self.next_at += self.rng.expovariate(per_user)
+        if self.next_at > now:
+            gevent.sleep(self.next_at - now)
+        if self.in_flight >= MAX_IN_FLIGHT:
+            _refused(self.prefix)
+            return
+        self.in_flight += 1
+        gevent.spawn(self._one)
+
+    def _one(self) -> None:
+        assert Shared.profile is not None
         try:
-            with self.client.post(
-                "/v1/chat/completions",
-                json=body,
-                headers=headers,
-                stream=True,
-                timeout=(10, Shared.timeout),
-                catch_response=True,
-                name="chat",
-            ) as resp:
-                if resp.status_code != 200:
-                    error = f"http_{resp.status_code // 100}xx"
-                    resp.failure(f"HTTP {resp.status_code}")
-                else:
-                    buf = b""
-                    for chunk in resp.iter_content(chunk_size=None):
-                        now = time.perf_counter()
-                        buf += chunk
-                        while b"\n" in buf:
-                            line, buf = buf.split(b"\n", 1)
-                            line = line.strip()
-                            if not line.startswith(b"data:"):
-                                continue
-                            data = line[5:].strip()
-                            if data == b"[DONE]":
-                                done = True
-                                continue
-                            try:
-                                ev = json.loads(data)
-                            except ValueError:
-                                continue
-                            if request_id is None and isinstance(ev.get("id"), str):
-                                request_id = ev["id"]
-                            if ev.get("usage"):
-                                usage = ev["usage"]
-                            for ch in ev.get("choices") or []:
-                                piece = (ch.get("delta") or {}).get("content")
-                                if piece:
-                                    if first is None:
-                                        first = now
-                                    elif last is not None:
-                                        gaps.append(now - last)
-                                    last = now
-                                    parts.append(piece)
-                    if not done:
-                        error = "stream"
-                        resp.failure("stream ended without [DONE]")
-                    else:
-                        resp.success()
-        except Exception as e:  # connection refused, timeouts, broken streams
-            error = classify_error(e)
-        end = time.perf_counter()
-        details = usage.get("prompt_tokens_details") or {}
-        ok = error is None
-        sample = RequestSample(
-            start=wall0,
-            end=wall0 + (end - t0),
-            step=step,
-            users=users,
-            # A stream that completed with no text (EOS first) is a finished request without a TTFT.
-            ok=ok,
-            error=error,
-            ttft=(first - t0) if first is not None else None,
-            e2e=end - t0,
-            itl=tuple(gaps),
-            output_tokens=_int_or_none(usage.get("completion_tokens")),
-            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-            cached_tokens=_int_or_none(details.get("cached_tokens")) if isinstance(details, dict) else None,
-            request_id=request_id,
-            conversation=self.conv_id,
-            turn=turn,
+            if self.idle:
+                conv = self.idle.pop(self.rng.randrange(len(self.idle)))
+            else:
+                plan = plan_conversation(
+                    Shared.profile, self.rng, Shared.maker, Shared.context_len, Shared.system_cache
+                )
+                conv = _Conversation(plan, f"{self.prefix}#{self.rng.randrange(1 << 30):x}")
+            turn = conv.plan.turns[conv.turn]
+            conv.messages.append({"role": "user", "content": turn.user_text})
+            answer = send_chat(self.client, conv.messages, turn.max_tokens, conv.turn, conv.conv_id)
+            if answer is not None:
+                conv.messages.append({"role": "assistant", "content": answer})
+                conv.turn += 1
+                if conv.turn < len(conv.plan.turns):
+                    self.idle.append(conv)
+        finally:
+            self.in_flight -= 1
+
+
+def _refused(prefix: str) -> None:
+    now = time.time()
+    assert Shared.sink is not None
+    Shared.sink(
+        RequestSample(
+            start=now,
+            end=now,
+            step=Shared.step,
+            users=Shared.users,
+            ok=False,
+            error="client_limit",
+            conversation=prefix,
         )
-        assert Shared.sink is not None
-        Shared.sink(sample)
-        if ok and usage.get("prompt_tokens"):
-            planned = sum(len(m["content"].split()) for m in messages)
-            Shared.maker.calibrate(planned, int(usage["prompt_tokens"]), overhead=4 * len(messages))
-        return "".join(parts) if ok else None
+    )
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -213,9 +326,9 @@ def _read_commands(env: Environment) -> None:
             emit(wire.RunnerFailed(f"bad command: {e}"))
             continue
         if isinstance(cmd, wire.SetUsers):
-            Shared.step, Shared.users = cmd.step, cmd.n
+            Shared.step, Shared.users, Shared.rate = cmd.step, cmd.n, cmd.rate
             if isinstance(runner, MasterRunner):
-                runner.send_message("spoc_step", {"step": cmd.step, "users": cmd.n})
+                runner.send_message("spoc_step", {"step": cmd.step, "users": cmd.n, "rate": cmd.rate})
             runner.start(cmd.n, spawn_rate=cmd.spawn_rate or max(1, cmd.n), wait=False)
             emit(wire.UsersSet(cmd.n, cmd.step))
         elif isinstance(cmd, wire.Stop):
@@ -249,11 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master-bind-host", default="127.0.0.1")
     ap.add_argument("--master-bind-port", type=int, default=5557)
     ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--open-loop", action="store_true", help="Poisson arrivals at the rate each step sets")
     ap.add_argument("--master-host", default="127.0.0.1")
     ap.add_argument("--master-port", type=int, default=5557)
     args = ap.parse_args(argv)
     _configure(args)
-    env = Environment(user_classes=[ChatUser], host=args.url, catch_exceptions=True)
+    user_class = RateUser if args.open_loop else ChatUser
+    env = Environment(user_classes=[user_class], host=args.url, catch_exceptions=True)
     return _work(env, args) if args.worker else _serve(env, args)
 
 
@@ -266,6 +381,8 @@ def _work(env: Environment, args: argparse.Namespace) -> int:
     def on_step(msg: Any, **_kw: Any) -> None:
         Shared.step = int(msg.data.get("step", 0))
         Shared.users = int(msg.data.get("users", 0))
+        rate = msg.data.get("rate")
+        Shared.rate = float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
 
     runner.register_message("spoc_step", on_step)
 

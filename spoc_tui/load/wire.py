@@ -4,7 +4,7 @@ Commands go to the child's stdin, events come back on its stdout. Each message i
 dataclass defined here once; :func:`encode` and the two decoders are the only code that knows
 the JSON shape:
 
-- commands: ``{"cmd": "users", "n": 8, "step": 2, "rate": 4.0}``, ``{"cmd": "stop"}``
+- commands: ``{"cmd": "users", "n": 8, "step": 2, "spawn_rate": 4.0, "arrival_rate": null}``, ``{"cmd": "stop"}``
 - events: ``{"type": "ready", "workers": 0}``, ``{"type": "sample", ...}`` (a request's fields),
   ``{"type": "users", "n": 8, "step": 2}``, ``{"type": "error", "message": ...}``,
   ``{"type": "stopped"}``
@@ -34,6 +34,8 @@ class SetUsers:
     step: int
     spawn_rate: float = 0.0
     """Users per second; 0: all at once."""
+    rate: float | None = None
+    """Open loop: the ``n`` users together generate Poisson arrivals at this many requests/s."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,7 @@ def encode(msg: Command | Event) -> str:
     """One line of JSON (without the newline)."""
     d: dict[str, Any]
     if isinstance(msg, SetUsers):
-        d = {"cmd": "users", "n": msg.n, "step": msg.step, "rate": msg.spawn_rate}
+        d = {"cmd": "users", "n": msg.n, "step": msg.step, "spawn_rate": msg.spawn_rate, "arrival_rate": msg.rate}
     elif isinstance(msg, Stop):
         d = {"cmd": "stop"}
     elif isinstance(msg, Ready):
@@ -130,10 +132,15 @@ def decode_command(line: str | bytes) -> Command:
     d = _object(line)
     cmd = d.get("cmd")
     if cmd == "users":
-        rate = d.get("rate", 0.0)
+        rate = d.get("spawn_rate", 0.0)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0:
-            raise WireError(f"rate must be a number of users per second, got {rate!r}")
-        return SetUsers(_int(d, "n"), _int(d, "step"), float(rate))
+            raise WireError(f"spawn_rate must be a number of users per second, got {rate!r}")
+        arrivals = d.get("arrival_rate")
+        if arrivals is not None and (
+            isinstance(arrivals, bool) or not isinstance(arrivals, (int, float)) or not arrivals > 0
+        ):
+            raise WireError(f"arrival_rate must be a positive number of requests per second, got {arrivals!r}")
+        return SetUsers(_int(d, "n"), _int(d, "step"), float(rate), None if arrivals is None else float(arrivals))
     if cmd == "stop":
         return Stop()
     raise WireError(f"unknown command {cmd!r}")

@@ -206,6 +206,7 @@ class SpocApp(App[int]):
             profile=request.profile,
             users=list(request.users),
             auto_max=request.auto_max,
+            rates=list(request.rates),
             limits=request.limits,
             out_dir=data_dir() / "ramps" / stamp,
             step_s=request.step_s,

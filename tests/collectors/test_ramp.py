@@ -105,6 +105,11 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
         (["--profile", "codin"], 2, "built-in: chatbot, coding, logs, mix"),
         (["--warmup-seconds", "6"], 2, "--warmup-seconds"),
         (["--out", "/proc/spoc-o1"], 2, "cannot write there"),
+        (["--rate", "4,2"], 2, "rates must be increasing"),
+        (["--rate", "0"], 2, "above 0"),
+        (["--rate", "fast"], 2, "bad --rate"),
+        (["--rate", "nan"], 2, "above 0"),
+        (["--rate", "2", "--users", "4"], 2, "not both"),
     ],
 )
 def test_bad_arguments_before_any_load(sim8, tmp_path, args, code, msg):
@@ -165,6 +170,31 @@ def test_knee_search_auto(sim8, fast_profile, tmp_path):
     assert f"knee: {lo} users meet the SLA; {hi} break" in r.stdout
 
 
+def test_open_loop_rates_are_poisson_and_the_knee_is_in_requests_per_second(sim8, fast_profile, tmp_path):
+    """--rate: arrivals at the asked rate whatever is in flight, spaced as a Poisson process (the
+    inter-arrival times' coefficient of variation is 1; a closed loop or a fixed pace is not)."""
+    url, _ = sim8
+    out = tmp_path / "out"
+    r = ramp(
+        "--url", url, "--profile", fast_profile, "--rate", "5,20", "--step-seconds", "7", "--warmup-seconds", "1",
+        "--max-step-seconds", "7", "--sla", "ttft_p50<=2s", "--out", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    d = json.loads((out / "ramp.json").read_text())
+    assert d["users"] == "rate:5,20" and d["load"].startswith("open loop")
+    assert [s["rate"] for s in d["steps"]] == [5.0, 20.0]
+    assert d["knee"]["unit"] == "req/s" and "max_rate_within_sla" in d["knee"]
+    rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    for step, rate in ((1, 5.0), (2, 20.0)):
+        starts = sorted(x["start"] for x in rows if x["step"] == step)
+        gaps = [b - a for a, b in zip(starts, starts[1:])]
+        mean = sum(gaps) / len(gaps)
+        cv = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5 / mean
+        assert 0.6 * rate < 1 / mean < 1.4 * rate, (step, 1 / mean)
+        assert 0.6 < cv < 1.4, (step, cv)
+    assert " 5/s " in r.stdout and "20/s" in r.stdout
+
+
 def test_unreachable_server_exits_1(tmp_path):
     (port,) = free_ports(1)
     r = ramp("--url", f"http://127.0.0.1:{port}", "--sla", "ttft_p99<=1s", "--out", str(tmp_path / "o"))
@@ -198,6 +228,40 @@ def test_server_that_returns_errors_exits_1(tmp_path):
     finally:
         loop.call_soon_threadsafe(loop.stop)
     assert r.returncode == 1 and "HTTP 500" in r.stderr and "CUDA out of memory" in r.stderr
+
+
+def test_a_server_that_dies_mid_ramp_is_a_failure_not_a_pass(fast_profile, tmp_path):
+    """Refused connections are `connect` errors (Locust reports them as status 0), a step whose
+    requests all fail ends the ramp with exit 1, and the users back off instead of hammering the
+    dead port (hundreds of requests a second before)."""
+    port, dport = free_ports(2)
+    sim = start_sim(["--dcgm-port", str(dport)], port)
+    out = tmp_path / "out"
+    p = subprocess.Popen(
+        [
+            sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", f"http://127.0.0.1:{port}", "--profile",
+            fast_profile, "--users", "4,8", "--step-seconds", "6", "--warmup-seconds", "2", "--max-step-seconds", "6",
+            "--sla", "ttft_p99<=1s", "--out", str(out),
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line.startswith("step 1:"):
+                break
+        sim.stop()
+        _, err = p.communicate(timeout=120)
+    finally:
+        sim.stop()
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, err
+    assert "the server failed" in err and "connect" in err
+    rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    failed = [x for x in rows if not x["ok"]]
+    assert failed and not any(x["error"] == "http_0xx" for x in failed)
+    assert len(failed) < 100, len(failed)  # 4 users backing off 0.5, 1, 2, 4 s over ~6 s
 
 
 def test_ctrl_c_keeps_finished_steps(sim8, fast_profile, tmp_path):

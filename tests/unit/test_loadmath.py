@@ -10,6 +10,7 @@ from spoc_tui.core.loadmath import (
     UsersError,
     badly_broken,
     find_knee,
+    parse_rates,
     parse_sla,
     parse_user_plan,
     parse_users,
@@ -121,6 +122,26 @@ def test_knee_and_early_stop():
     assert "ttft_p99 at least 5.0x its limit" in (badly_broken(steps[3], 3.0) or "")
     assert find_knee(steps[:2]).first_failing_users is None
     assert find_knee([_step(1, 3, 50, lims)]).max_users_within_sla is None
+
+
+def test_an_open_loop_knee_is_in_requests_per_second():
+    lims = parse_sla("ttft_p99<=1s")
+    steps = [_step(1, 0.1, 400, lims), _step(1, 0.2, 400, lims), _step(1, 1.5, 400, lims)]
+    for s, rate in zip(steps, (0.5, 2.0, 8.0), strict=True):
+        s.rate = rate
+    knee = find_knee(steps)
+    assert (knee.max_users_within_sla, knee.first_failing_users, knee.unit) == (2.0, 8.0, "req/s")
+    assert knee.bracket == "2 req/s meet, 8 break (ttft_p99)"
+    d = knee.as_dict()
+    assert d["max_rate_within_sla"] == 2.0 and d["first_failing_rate"] == 8.0 and "max_users_within_sla" not in d
+    assert steps[0].as_dict()["rate"] == 0.5 and steps[0].level_text == "0.5 req/s"
+
+
+@pytest.mark.parametrize("text", ["", "0", "-1", "2,1", "nan", "inf", "1,x", "20000"])
+def test_bad_rates(text):
+    with pytest.raises(UsersError):
+        parse_rates(text)
+    assert parse_rates("0.5, 1,2") == [0.5, 1.0, 2.0]
 
 
 def test_a_pass_above_a_break_is_named_as_a_contradiction():

@@ -40,13 +40,25 @@ def test_events_round_trip(msg):
 
 
 def test_the_wire_format_is_what_the_runner_speaks():
-    assert wire.encode(wire.SetUsers(8, 2, 4.0)) == '{"cmd":"users","n":8,"step":2,"rate":4.0}'
-    assert wire.decode_command(b'{"cmd": "users", "n": 8, "step": 2}') == wire.SetUsers(8, 2, 0.0)  # older senders
+    assert (
+        wire.encode(wire.SetUsers(8, 2, 4.0)) == '{"cmd":"users","n":8,"step":2,"spawn_rate":4.0,"arrival_rate":null}'
+    )
+    assert wire.decode_command(b'{"cmd": "users", "n": 8, "step": 2}') == wire.SetUsers(8, 2, 0.0)
+    open_loop = wire.SetUsers(2, 3, 0.0, rate=2.5)
+    assert wire.decode_command(wire.encode(open_loop)) == open_loop
 
 
 @pytest.mark.parametrize(
     "line",
-    ["not json", "[1]", '{"cmd": "dance"}', '{"cmd": "users", "n": "x"}', '{"cmd": "users", "n": 1, "rate": -1}'],
+    [
+        "not json",
+        "[1]",
+        '{"cmd": "dance"}',
+        '{"cmd": "users", "n": "x"}',
+        '{"cmd": "users", "n": 1, "spawn_rate": -1}',
+        '{"cmd": "users", "n": 1, "arrival_rate": 0}',
+        '{"cmd": "users", "n": 1, "arrival_rate": "fast"}',
+    ],
 )
 def test_bad_commands_are_refused(line):
     with pytest.raises(wire.WireError):

@@ -14,7 +14,16 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.loadmath import DEFAULT_SLA, Knee, KneeSearch, Limit, StepSummary, parse_sla, parse_user_plan
+from spoc_tui.core.loadmath import (
+    DEFAULT_SLA,
+    Knee,
+    KneeSearch,
+    Limit,
+    StepSummary,
+    parse_rates,
+    parse_sla,
+    parse_user_plan,
+)
 from spoc_tui.load.profiles import Profile, builtin_names, load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
 from spoc_tui.load.report import KneeTone, check_lines, knee_sentence, step_cells, verdict, verdict_text
@@ -107,6 +116,8 @@ class LoadScreen(Screen[None]):
         warmup_s: float
         auto_max: int | None = None
         """``auto[:MAX]``: search for the knee up to MAX users."""
+        rates: tuple[float, ...] = ()
+        """``rate:1,2,4``: open-loop steps at these arrival rates (requests/s) instead of users."""
 
     class StopRequested(Message):
         """The operator asked to stop the running ramp."""
@@ -125,7 +136,7 @@ class LoadScreen(Screen[None]):
                 yield Label("profile")
                 yield Select([(n, n) for n in builtin_names()], value=DEFAULT_PROFILE, allow_blank=False, id="profile")
                 yield Label("users")
-                yield Input(DEFAULT_USERS, id="users")
+                yield Input(DEFAULT_USERS, id="users", tooltip="1,2,4 · geom:1:64 · auto[:MAX] · rate:1,2,4 (req/s)")
                 yield Label("step s")
                 yield Input(f"{RampConfig.step_s:g}", id="step", restrict=r"[0-9.]*")
                 yield Label("warm-up s")
@@ -159,7 +170,9 @@ class LoadScreen(Screen[None]):
     def read_form(self) -> StartRequested | None:
         """The ramp asked for, checked, or None with the problem shown under the form."""
         try:
-            plan = parse_user_plan(self.query_one("#users", Input).value)
+            users = self.query_one("#users", Input).value.strip()
+            rates = parse_rates(users[5:]) if users.lower().startswith("rate:") else []
+            plan = parse_user_plan(users) if not rates else None
             limits = parse_sla(self.query_one("#sla", Input).value)
             try:
                 step = float(self.query_one("#step", Input).value or "0")
@@ -174,8 +187,11 @@ class LoadScreen(Screen[None]):
             return None
         self.form_error.update("")
         self.limits = limits
+        if rates:
+            return self.StartRequested(profile, (), limits, step, warm, rates=tuple(rates))
         if isinstance(plan, KneeSearch):
             return self.StartRequested(profile, (), limits, step, warm, plan.max_users)
+        assert plan is not None
         return self.StartRequested(profile, tuple(plan.users), limits, step, warm)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -190,7 +206,7 @@ class LoadScreen(Screen[None]):
         request = self.read_form()
         if request is None:
             return
-        self.total_steps = len(request.users) or None  # a knee search: as many probes as it takes
+        self.total_steps = len(request.users) or len(request.rates) or None  # a knee search: as many as it takes
         self.post_message(request)
 
     def action_stop(self) -> None:
@@ -217,7 +233,7 @@ class LoadScreen(Screen[None]):
         out_rate = p.steps[-1].output_tokens_per_s if p.steps else None
         self.status.update(
             Text(
-                f"step {p.step}/{total} · {p.users} users · {phase} · {p.samples} requests · "
+                f"step {p.step}/{total} · {p.level_text} · {phase} · {p.samples} requests · "
                 f"last step {fmt.rate(out_rate, ' out tok/s')} · {p.elapsed_s:.0f}s elapsed",
                 style="bold",
             )
@@ -234,8 +250,8 @@ class LoadScreen(Screen[None]):
                     return lim.value
             return None
 
-        self.ttft_chart.show([Bar(str(s.users), s.latency["ttft"]["p99"]) for s in steps], limit_for("ttft"))
-        self.itl_chart.show([Bar(str(s.users), s.latency["itl"]["p99"]) for s in steps], limit_for("itl"))
+        self.ttft_chart.show([Bar(f"{s.level:g}", s.latency["ttft"]["p99"]) for s in steps], limit_for("ttft"))
+        self.itl_chart.show([Bar(f"{s.level:g}", s.latency["itl"]["p99"]) for s in steps], limit_for("itl"))
 
     def show_finished(self, message: str, ok: bool) -> None:
         self.set_running(False)
