@@ -2,10 +2,17 @@
 
 Target (issue 2): at least 3x faster than prometheus_client for a full vLLM capture and an
 8-GPU dcgm capture. Prints figures and ratios; run with `make bench`.
+
+Hostile bodies (issue 17): each parsed and reduced to the server view (what the monitor does per
+scrape), with its time and the process's peak RSS growth: a metric name and 1 MB of blanks
+(quadratic backtracking took 53 s for 100 KB before), a 10 MB label value (1.8 GB before),
+a line of 100k labels, 8,000 engines (4 s before) and a 50 MB body with 648k engines (over
+300 s before). Target: the 50 MB body within a few seconds, memory bounded (a few times the body).
 """
 
 from __future__ import annotations
 
+import resource
 import sys
 import time
 from pathlib import Path
@@ -72,5 +79,43 @@ def main() -> None:
     print("'cold cache' clears it before every parse (the first scrape of a server).")
 
 
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def hostile() -> None:
+    engine_line = 'vllm:num_requests_running{{engine="{i}",model_name="m"}} 1\n'
+    hist = 'vllm:time_to_first_token_seconds_bucket{{engine="{i}",le="0.1",model_name="m"}} 3\n'
+    many = "".join(engine_line.format(i=i) + hist.format(i=i) for i in range(8000))
+    cases = [
+        ("name + 1 MB of blanks", "vllm:x" + " " * 2**20 + "\n"),
+        ("10 MB label value", 'vllm:num_requests_running{a="' + "v" * 10 * 2**20 + '"} 1\n'),
+        (
+            "100k labels on a line",
+            "vllm:num_requests_running{" + ",".join(f'l{i}="v"' for i in range(100_000)) + "} 1\n",
+        ),
+        ("8,000 engines", many),
+    ]
+    big: list[str] = []
+    size, i = 0, 0
+    while size < 50 * 2**20:
+        chunk = engine_line.format(i=i) + hist.format(i=i)
+        big.append(chunk)
+        size += len(chunk)
+        i += 1
+    cases.append((f"50 MB body, {i:,} engines", "".join(big)))
+    del big
+    print()
+    print(f"{'hostile body':<32}{'MB':>7}{'parse+view':>12}{'peak RSS':>10}")
+    for name, text in cases:
+        base = rss_mb()
+        t0 = time.perf_counter()
+        server_view("x", Scrape(parse_text(text), 1.0))
+        dt = time.perf_counter() - t0
+        print(f"{name:<32}{len(text) / 2**20:>7.1f}{dt:>10.2f} s{max(0.0, rss_mb() - base):>7.0f} MB")
+        _CACHE.clear()
+
+
 if __name__ == "__main__":
     main()
+    hostile()

@@ -8,6 +8,7 @@ retried after 1, 2, 4 ... 30 s, and recovers by itself.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,11 +16,14 @@ from dataclasses import dataclass
 import httpx
 
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, fetch
+from spoc_tui.core.errors import first_line
 from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
 from spoc_tui.core.history import ScrapeHistory
 from spoc_tui.core.promparse import Exposition
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.vllm import Scrape, ServerView, replicas_view, server_view
+
+logger = logging.getLogger(__name__)
 
 BACKOFF_MAX_S = 30.0
 
@@ -79,34 +83,48 @@ class _Poller:
         self.api_key = api_key
         self.backoff = _Backoff(self.urls, clock)
         self._client = client
+        self._inflight: dict[str, asyncio.Task[Reading | SourceError]] = {}
 
     async def aclose(self) -> None:
+        for task in self._inflight.values():
+            task.cancel()
+        self._inflight.clear()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
 
-    async def _read_due(self) -> tuple[list[tuple[str, Reading]], list[SourceStatus]]:
-        """Read every due source: good readings, and status changes of the failed ones."""
+    async def _read_due(self, wait_s: float | None) -> tuple[list[tuple[str, Reading]], list[SourceStatus]]:
+        """Start a read of every due source (one at a time per source), wait up to ``wait_s``
+        (None: until each has answered or hit its deadline), and return the good readings and
+        the status changes of the failed ones. A read still going on keeps going; it is
+        collected by a later call, so a slow source never holds the others back."""
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
         client = self._client
-        due = self.backoff.due()
 
         async def one(url: str) -> Reading | SourceError:
             try:
                 r = await fetch(client, url, self.api_key)
             except SourceError as e:
                 return e
+            except Exception as e:  # anything unforeseen is this source's failure, never the poller's
+                logger.exception("reading %s", url)
+                return SourceError(f"{url}: {type(e).__name__} ({first_line(e, 100)})")
             if r.kind != self.kind:
                 return SourceError(
                     f"{url}: serves {r.kind} metrics, not {self.kind.upper() if self.kind == 'dcgm' else 'vLLM'}"
                 )
             return r
 
-        results = await asyncio.gather(*(one(u) for u in due))
+        for url in self.backoff.due():
+            if url not in self._inflight:
+                self._inflight[url] = asyncio.create_task(one(url))
+        if self._inflight:
+            await asyncio.wait(list(self._inflight.values()), timeout=wait_s)
         good: list[tuple[str, Reading]] = []
         changes: list[SourceStatus] = []
-        for url, res in zip(due, results):
+        for url in [u for u, t in self._inflight.items() if t.done()]:
+            res = self._inflight.pop(url).result()
             if isinstance(res, SourceError):
                 ch = self.backoff.failed(url, str(res))
             else:
@@ -115,6 +133,10 @@ class _Poller:
             if ch:
                 changes.append(ch)
         return good, changes
+
+    def slow(self) -> frozenset[str]:
+        """Sources whose read is still going on."""
+        return frozenset(self._inflight)
 
 
 class VllmPoller(_Poller):
@@ -142,13 +164,16 @@ class VllmPoller(_Poller):
         for h in self.histories.values():
             h.window_s = window_s
 
-    async def poll(self) -> VllmTick:
-        good, changes = await self._read_due()
+    async def poll(self, wait_s: float | None = None) -> VllmTick:
+        """One tick; ``wait_s`` bounds how long a slow source may hold it up (None: each read's
+        own deadline)."""
+        good, changes = await self._read_due(wait_s)
         for url, res in good:
             t = self.clock()
             base = self.histories[url].add(t, res.exposition)
             scrape = Scrape(res.exposition, t, base[1] if base else None, base[0] if base else None)
-            self.latest[url] = (server_view(url, scrape), scrape)
+            # off the event loop: a body with thousands of engines takes a while to reduce
+            self.latest[url] = (await asyncio.to_thread(server_view, url, scrape), scrape)
         statuses = self.backoff.status()
         stale = frozenset(s.source for s in statuses if not s.up and s.source in self.latest)
         servers = tuple(self.latest[u][0] for u in self.urls if u in self.latest)
@@ -166,8 +191,8 @@ class DcgmPoller(_Poller):
         super().__init__(urls, clock, client)
         self.latest: dict[str, tuple[float, list[GpuSample]]] = {}
 
-    async def poll(self) -> GpuTick:
-        good, changes = await self._read_due()
+    async def poll(self, wait_s: float | None = None) -> GpuTick:
+        good, changes = await self._read_due(wait_s)
         for url, res in good:
             t = self.clock()
             prev = self.latest.get(url)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,11 @@ from spoc_tui.core.promparse import Exposition, parse_text
 from spoc_tui.core.vllm import is_vllm
 
 DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
+DEADLINE_S = 10.0
+"""A whole scrape (connect, headers, every byte of the body) must finish within this; httpx's
+own timeouts are per read, so a server trickling a byte every few seconds never trips them."""
 MAX_BODY = 64 * 2**20
+"""Bodies larger than this are refused while they stream in, never downloaded whole."""
 # Plain text only: vLLM's OpenMetrics output is broken (see reference/exposition_notes.md).
 ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 
@@ -84,7 +89,12 @@ def read_file(path: str) -> Reading:
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        if not p.is_file() and p.exists():
+            raise SourceError(f"{path}: not a regular file")
+        with p.open("rb") as f:
+            raw = f.read(MAX_BODY + 1)
+        if len(raw) > MAX_BODY:
+            raise SourceError(f"{path}: larger than {MAX_BODY // 2**20} MiB")
     except FileNotFoundError:
         raise SourceError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -106,28 +116,56 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return headers
 
 
-async def fetch(client: httpx.AsyncClient, url: str, api_key: str | None = None) -> Reading:
-    """Scrape one URL.
+async def fetch(
+    client: httpx.AsyncClient, url: str, api_key: str | None = None, deadline_s: float = DEADLINE_S
+) -> Reading:
+    """Scrape one URL within ``deadline_s`` as a whole, the body limited to :data:`MAX_BODY`
+    as it streams; the text is parsed in a worker thread, so a huge or hostile body never holds
+    up the caller's event loop (the TUI's).
 
     Raises:
-        SourceError: connection failures, timeouts, HTTP errors and bodies without metrics,
-            each with a one-line reason that names the URL (never the API key).
+        SourceError: connection failures, timeouts, HTTP errors, bodies too large and bodies
+            without metrics, each with a one-line reason that names the URL (never the API key).
     """
     target = metrics_url(url)
     try:
-        resp = await client.get(target, headers=auth_headers(api_key), follow_redirects=True)
+        async with asyncio.timeout(deadline_s):
+            status, body, ctype = await _download(client, target, api_key, url)
+    except TimeoutError:
+        raise SourceError(f"{url}: no complete answer within {deadline_s:g} s") from None
     except httpx.TimeoutException:
         raise SourceError(f"{url}: timed out") from None
     except httpx.ConnectError as e:
         raise SourceError(f"{url}: cannot connect ({_short(e)})") from None
     except httpx.HTTPError as e:
         raise SourceError(f"{url}: {type(e).__name__} ({_short(e)})") from None
-    if resp.status_code != 200:
-        raise SourceError(f"{url}: HTTP {resp.status_code} from {target}")
-    if len(resp.content) > MAX_BODY:
-        raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB")
-    exp = parse_text(resp.text, resp.headers.get("content-type"))
+    if status != 200:
+        raise SourceError(f"{url}: HTTP {status} from {target}")
+    exp = await asyncio.to_thread(_decode_and_parse, body, ctype)
     return Reading(url, classify(url, exp), exp, time.monotonic(), time.time())
+
+
+async def _download(
+    client: httpx.AsyncClient, target: str, api_key: str | None, url: str
+) -> tuple[int, bytes, str | None]:
+    async with client.stream("GET", target, headers=auth_headers(api_key), follow_redirects=True) as resp:
+        if resp.status_code != 200:
+            return resp.status_code, b"", None
+        declared = resp.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > MAX_BODY:
+            raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY:
+                raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB")
+            chunks.append(chunk)
+        return resp.status_code, b"".join(chunks), resp.headers.get("content-type")
+
+
+def _decode_and_parse(body: bytes, content_type: str | None) -> Exposition:
+    return parse_text(body.decode("utf-8", errors="replace"), content_type)
 
 
 def _short(e: Exception) -> str:

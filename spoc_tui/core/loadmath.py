@@ -262,8 +262,10 @@ def _pooled(values: Sequence[float], owner: Sequence[int], n_requests: int, rs: 
     out["n"] = len(values)
     out["requests"] = len(set(owner))
     names = list(PERCENTILE_Q)
-    intervals = rs.pooled_quantiles(values, owner, [PERCENTILE_Q[n] for n in names])
-    ci: dict[str, list[float | None]] = {n: list(iv) for n, iv in zip(names, intervals, strict=True)}
+    qs = [PERCENTILE_Q[n] for n in names]
+    boot = rs.pooled_quantiles(values, owner, qs)
+    wood = rs.woodruff(values, owner, qs)
+    ci: dict[str, list[float | None]] = {n: list(hull(w, b)) for n, w, b in zip(names, wood, boot, strict=True)}
     ci["mean"] = list(rs.pooled_mean(values, owner, n_requests)) if values else [None, None]
     out["ci95"] = ci
     return out
@@ -381,11 +383,41 @@ def time_blocks(samples: Sequence[RequestSample], duration_s: float) -> list[int
     return [int((e - t0) // width) for e in ends]
 
 
+USER_UNITS_MIN = 8
+"""Closed-loop totals are resampled by user when the step has at least this many users."""
+
+
+def user_units(samples: Sequence[RequestSample]) -> list[int] | None:
+    """Each request's user (``user#conversation`` ids, as the runner and the simulator name
+    them), or None when a request has no such id or there are fewer than
+    :data:`USER_UNITS_MIN` users."""
+    ids: dict[str, int] = {}
+    out: list[int] = []
+    for s in samples:
+        user, sep, _ = s.conversation.partition("#")
+        if not sep:
+            return None
+        out.append(ids.setdefault(user, len(ids)))
+    return out if len(ids) >= USER_UNITS_MIN else None
+
+
 def summarize_step(
-    step: int, users: int, samples: Sequence[RequestSample], duration_s: float, limits: Sequence[Limit]
+    step: int,
+    users: int,
+    samples: Sequence[RequestSample],
+    duration_s: float,
+    limits: Sequence[Limit],
+    open_loop: bool = False,
 ) -> StepSummary:
     """Figures of one step from the requests that finished inside its measured window, each with
-    its sample size and 95 % interval (:mod:`spoc_tui.core.confidence`), and the verdict."""
+    its sample size and 95 % interval (:mod:`spoc_tui.core.confidence`), and the verdict.
+
+    Totals over the window (request rate, output tokens/s, goodput) of a closed loop are
+    resampled by user: a closed-loop user is a renewal process whose count in a window is
+    regulated (a long answer delays the next request), so blocks of time are negatively
+    correlated and treating them as independent made those intervals 3-4x too wide; users are
+    the independent units. An open loop (Poisson arrivals), or a step with few users, keeps the
+    time blocks."""
     n = len(samples)
     ok = [s for s in samples if s.ok]
     errs: dict[str, int] = {}
@@ -410,6 +442,8 @@ def summarize_step(
     failed = [0.0 if s.ok else 1.0 for s in samples]
     prompt = sum(s.prompt_tokens or 0 for s in ok)
     cached = [s.cached_tokens for s in ok if s.cached_tokens is not None]
+    units = None if open_loop else user_units(samples)
+    totals = rs if units is None else Resampler.for_blocks(units, seed=step * 1_000_003 + users * 7_919 + n + 1)
     summary = StepSummary(
         step=step,
         users=users,
@@ -423,9 +457,9 @@ def summarize_step(
         latency=lat,
         cached_prompt_fraction=(sum(cached) / prompt) if cached and prompt else None,
         ci95={
-            "request_rate": list(rs.total([1.0] * n, 1 / d)) if n else [None, None],
-            "output_tokens_per_s": list(rs.total(out_tokens, 1 / d)) if n else [None, None],
-            "goodput": list(rs.total(good, 1 / d)) if n else [None, None],
+            "request_rate": list(totals.total([1.0] * n, 1 / d)) if n else [None, None],
+            "output_tokens_per_s": list(totals.total(out_tokens, 1 / d)) if n else [None, None],
+            "goodput": list(totals.total(good, 1 / d)) if n else [None, None],
             "error_rate": list(proportion_interval(int(sum(failed)), n)),
         },
     )

@@ -17,12 +17,17 @@ from dataclasses import dataclass, field
 Labels = tuple[tuple[str, str], ...]
 """A label set: ``(name, value)`` pairs sorted by name."""
 
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_QSTR = r'"(?:[^"\\\n]|\\.)*"'
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
+_QSTR = r'"(?:[^"\\\n]++|\\.)*+"'
 # name, optional {labels}, value, optional timestamp.  The label part is a run of
 # non-quote/non-brace characters and quoted strings, so `}` inside a value is fine.
-_LINE = re.compile(r"^(" + _NAME + r")?\s*(?:\{((?:[^\"}]|" + _QSTR + r")*)\})?[ \t]+(\S+)(?:[ \t]+(\S+))?[ \t]*$")
-_LABEL = re.compile(r"\s*(" + _NAME + r"|" + _QSTR + r")\s*(?:=\s*(" + _QSTR + r"))?\s*(,|$)")
+# Every repeat is possessive (Python 3.11): no run of blanks or characters is ever re-split,
+# so a line is matched in linear time whatever it holds (a name and 100 KB of blanks took 53 s
+# with backtracking).
+_LINE = re.compile(
+    r"^(" + _NAME + r")?+(?:\s*+\{((?:[^\"}]++|" + _QSTR + r")*+)\})?+[ \t]++(\S++)(?:[ \t]++(\S++))?+[ \t]*+$"
+)
+_LABEL = re.compile(r"\s*+(" + _NAME + r"|" + _QSTR + r")\s*+(?:=\s*+(" + _QSTR + r"))?+\s*+(,|$)")
 _ESC = re.compile(r"\\(.)")
 _ESC_MAP = {"n": "\n", "\\": "\\", '"': '"'}
 
@@ -75,8 +80,12 @@ class _LabelCache(dict[str, Labels | None]):
     """Raw label text -> parsed labels; label sets repeat a lot within and across scrapes."""
 
     MAX = 20000
+    LONGEST = 4096
+    """Longer label texts are parsed each time, never kept (a 10 MB label value is not cached)."""
 
     def parse(self, raw: str) -> Labels | None:
+        if len(raw) > self.LONGEST:
+            return _parse_labels(raw)
         hit = self.get(raw)
         if hit is not None or raw in self:
             return hit
@@ -95,10 +104,8 @@ def _parse_labels(raw: str) -> Labels | None:
     """
     pairs: list[tuple[str, str]] = []
     pos = 0
-    n = len(raw)
+    n = len(raw.rstrip())  # past this only blanks (checked once: slicing per label was quadratic)
     while pos < n:
-        if raw[pos:].strip() == "":
-            break
         m = _LABEL.match(raw, pos)
         if m is None or m.end() == pos:
             return None
@@ -112,7 +119,7 @@ def _parse_labels(raw: str) -> Labels | None:
                 key = _unescape(key[1:-1])
             pairs.append((key, _unescape(val[1:-1])))
         pos = m.end()
-        if m.group(3) == "" and pos < n and raw[pos:].strip():
+        if m.group(3) == "" and pos < n:
             return None
     pairs.sort()
     return tuple(pairs)

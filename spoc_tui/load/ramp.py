@@ -451,7 +451,7 @@ async def _run_step(
                     break
         m_end = time.time()
         in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
-        summary = summarize_step(idx, users, in_window, m_end - m_start, cfg.limits)
+        summary = summarize_step(idx, users, in_window, m_end - m_start, cfg.limits, open_loop=bool(cfg.rates))
         summary.rate = level if cfg.rates else None
         summary.server = server
         summary.extended_s = max(0.0, (m_end - m_start) - planned)

@@ -94,10 +94,16 @@ class SpocApp(App[int]):
         assert poller is not None
         while True:
             if not self.paused:
-                tick = await poller.poll()
-                for ch in tick.changes:
-                    self.post_message(SourceStatusChanged(ch))
-                self.post_message(ServersSampled(tick))
+                try:
+                    # a slow source holds the tick up for one interval at most; its read goes on
+                    tick = await poller.poll(wait_s=self.settings.interval)
+                except Exception as e:  # a defect, not a source's failure: shown, and polling goes on
+                    logger.exception("polling the vLLM sources")
+                    self.post_message(SourceStatusChanged(SourceStatus("vLLM poller", False, first_line(e, 120))))
+                else:
+                    for ch in tick.changes:
+                        self.post_message(SourceStatusChanged(ch))
+                    self.post_message(ServersSampled(tick))
             await asyncio.sleep(self.settings.interval)
 
     @work(group="prometheus", exclusive=True, exit_on_error=False, thread=True)
@@ -127,9 +133,14 @@ class SpocApp(App[int]):
                 statuses: tuple[SourceStatus, ...] = ()
                 changes: tuple[SourceStatus, ...] = ()
                 if src.dcgm is not None:
-                    t = await src.dcgm.poll()
-                    gpus.extend(t.gpus)
-                    stale, statuses, changes = t.stale, t.statuses, t.changes
+                    try:
+                        t = await src.dcgm.poll(wait_s=self.settings.interval)
+                    except Exception as e:  # a defect, not a source's failure: shown, and polling goes on
+                        logger.exception("polling the DCGM sources")
+                        changes = (SourceStatus("DCGM poller", False, first_line(e, 120)),)
+                    else:
+                        gpus.extend(t.gpus)
+                        stale, statuses, changes = t.stale, t.statuses, t.changes
                 for reader in src.gpu_readers:
                     try:
                         gpus.extend(await asyncio.to_thread(reader.read))

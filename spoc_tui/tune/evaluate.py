@@ -420,15 +420,19 @@ def run_closed_loop(
                     prompt_tokens=len(r.prompt),
                     cached_tokens=r.cached_tokens,
                     end=r.finished,
+                    conversation=f"u{u}#{conv[u]}",  # user#conversation, as the Locust runner names them
                 )
             )
         history[u] = list(r.prompt) + r.output_ids()
         turns_left[u] -= 1
         heapq.heappush(wake, (clock[0] + profile.think_s.sample(rng), u))
 
+    conv: dict[int, int] = {}
+
     def submit(u: int) -> None:
         first = turns_left.get(u, 0) <= 0
         if first:
+            conv[u] = conv.get(u, 0) + 1
             turns_left[u] = max(1, round(profile.turns.sample(rng)))
             history[u] = list(system)
         dist = profile.first_user_tokens if first and profile.first_user_tokens is not None else profile.user_tokens
@@ -436,6 +440,7 @@ def run_closed_loop(
         out = max(1, int(profile.output_tokens.sample(rng, max_len)))
         prompt = history[u] + [next(token_ids) for _ in range(n_user)]
         if len(prompt) + out > max_len:  # the conversation outgrew the context: a new one
+            conv[u] = conv.get(u, 0) + 1
             turns_left[u] = 0
             history[u] = list(system)
             prompt = (system + [next(token_ids) for _ in range(n_user)])[: max(1, max_len - out)]

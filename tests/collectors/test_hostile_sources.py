@@ -1,0 +1,162 @@
+"""Slow, endless and hostile sources (issue 17, items 1-3 and 6): every read has a whole-response
+deadline, a body is limited while it streams, one slow source never holds the others back, and
+no input makes the parser backtrack."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from spoc_tui.collectors import scrape
+from spoc_tui.collectors.poller import VllmPoller
+from spoc_tui.collectors.scrape import SourceError, fetch, read_file
+from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.vllm import Scrape, server_view, split_by_engine
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+VLLM = (FIX / "vllm" / "vllm_0.32_cpu_full_load.txt").read_text()
+
+
+class Servers:
+    """A loopback aiohttp server with a healthy, a trickling and an endless /metrics."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def app(self) -> web.Application:
+        async def healthy(_: web.Request) -> web.Response:
+            return web.Response(text=VLLM, content_type="text/plain")
+
+        async def trickle(request: web.Request) -> web.StreamResponse:
+            resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+            await resp.prepare(request)
+            for _ in range(60):  # one byte every 0.5 s: no single read ever times out
+                await resp.write(b"#")
+                await asyncio.sleep(0.5)
+            return resp
+
+        async def endless(request: web.Request) -> web.StreamResponse:
+            resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+            await resp.prepare(request)
+            line = b"vllm:num_requests_running 1\n" * 4096
+            try:
+                while True:
+                    await resp.write(line)
+                    self.sent += len(line)
+            except (ConnectionError, RuntimeError):
+                return resp
+
+        app = web.Application()
+        app.router.add_get("/healthy/metrics", healthy)
+        app.router.add_get("/trickle/metrics", trickle)
+        app.router.add_get("/endless/metrics", endless)
+        return app
+
+
+@pytest.fixture()
+async def servers():
+    s = Servers()
+    server = TestServer(s.app(), host="127.0.0.1")
+    await server.start_server()
+    yield s, f"http://127.0.0.1:{server.port}"
+    await server.close()
+
+
+async def test_a_trickling_server_hits_the_whole_response_deadline(servers):
+    _, root = servers
+    async with httpx.AsyncClient(timeout=scrape.DEFAULT_TIMEOUT) as c:
+        t0 = time.monotonic()
+        with pytest.raises(SourceError, match="no complete answer within 1.5 s"):
+            await fetch(c, f"{root}/trickle/metrics", deadline_s=1.5)
+        assert time.monotonic() - t0 < 10  # not the 30 s the body would take
+
+
+async def test_an_endless_body_is_cut_while_it_streams(servers, monkeypatch):
+    s, root = servers
+    monkeypatch.setattr(scrape, "MAX_BODY", 2**20)
+    async with httpx.AsyncClient(timeout=scrape.DEFAULT_TIMEOUT) as c:
+        with pytest.raises(SourceError, match="larger than 1 MiB"):
+            await fetch(c, f"{root}/endless/metrics")
+    assert s.sent < 16 * 2**20  # stopped near the limit, not downloaded whole
+
+
+async def test_a_slow_source_does_not_hold_the_others_back(servers):
+    _, root = servers
+    poller = VllmPoller([f"{root}/healthy/metrics", f"{root}/trickle/metrics"])
+    try:
+        t0 = time.monotonic()
+        tick = await poller.poll(wait_s=0.5)
+        assert time.monotonic() - t0 < 3
+        assert [v.source for v in tick.servers] == [f"{root}/healthy/metrics"]
+        assert poller.slow() == {f"{root}/trickle/metrics"}
+        tick = await poller.poll(wait_s=0.5)  # the slow read goes on; the healthy row is fresh again
+        assert [v.source for v in tick.servers] == [f"{root}/healthy/metrics"]
+    finally:
+        await poller.aclose()
+
+
+async def test_a_broken_url_fails_its_source_and_polling_goes_on(servers):
+    _, root = servers
+    poller = VllmPoller(["http://127.0.0.1:99999", f"{root}/healthy/metrics"])
+    try:
+        tick = await poller.poll()
+    finally:
+        await poller.aclose()
+    assert [v.source for v in tick.servers] == [f"{root}/healthy/metrics"]
+    down = [s for s in tick.statuses if not s.up]
+    assert len(down) == 1 and "not a valid URL" in (down[0].reason or "")
+
+
+def test_files_are_read_with_a_bound(tmp_path):
+    with pytest.raises(SourceError, match="not a regular file"):
+        read_file("/dev/zero")
+    binary = tmp_path / "x.bin"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(SourceError, match="not UTF-8"):
+        read_file(str(binary))
+
+
+HOSTILE = r"""
+import sys
+from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.vllm import Scrape, server_view
+cases = [
+    "vllm:x" + " " * 4_000_000 + "\n",
+    "vllm:x" + " " * 4_000_000 + "x y z\n",
+    'vllm:x{a="1",' + " " * 4_000_000 + "x} 1\n",
+    "vllm:x{" + ",".join(f'l{i}="v"' for i in range(200_000)) + "} 1\n",
+    "".join(f'vllm:num_requests_running{{engine="{i}"}} 1\n' for i in range(50_000)),
+]
+for text in cases:
+    server_view("x", Scrape(parse_text(text), 1.0))
+print("ok")
+"""
+
+
+def test_no_input_makes_the_parser_backtrack():
+    """Inputs that took hours with backtracking (53 s for 100 KB of blanks, quadratic; here 4 MB)
+    or quadratic per-engine work (50,000 engines) finish: in a child with a limit a thousand
+    times what they need, so a regression hangs no test run."""
+    r = subprocess.run([sys.executable, "-c", HOSTILE], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_per_engine_rows_come_from_one_pass():
+    text = "".join(
+        f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {e + 1}\n'
+        f'vllm:num_requests_waiting{{engine="{e}",model_name="m"}} {2 * e}\n'
+        for e in range(3)
+    )
+    exp = parse_text(text)
+    assert sorted(split_by_engine(exp)) == ["0", "1", "2"]
+    view = server_view("x", Scrape(exp, 1.0))
+    assert [(e.engine, e.running, e.waiting) for e in view.engines] == [("0", 1, 0), ("1", 2, 2), ("2", 3, 4)]
+    assert view.total.running == 6 and view.total.waiting == 6
