@@ -26,6 +26,7 @@ from spoc_tui.capacity.service import CapacityArgs
 from spoc_tui.config import Settings, config_path, data_dir, load_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
 from spoc_tui.core.loadmath import FixedUsers, KneeSearch, parse_rates, parse_sla, parse_user_plan, parse_users
+from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig
 from spoc_tui.sim.options import SCENARIOS, SimOptions
@@ -85,7 +86,7 @@ def inspect(sources: tuple[str, ...], interval: float | None, as_json: bool, api
     out, errors = run_inspect(list(sources), interval, as_json, api_key)
     click.echo(out)
     for e in errors:
-        click.echo(f"spoc: error: {e}", err=True)
+        click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
     sys.exit(EXIT_USAGE if errors else EXIT_OK)
 
 
@@ -155,6 +156,13 @@ def sim_options(f: F) -> F:
     help="Port of the simulated dcgm-exporter (0: any free port).",
 )
 @click.option("--load-users", type=int, default=None, help="Built-in background users (default none).")
+@click.option(
+    "--api-key",
+    envvar="VLLM_API_KEY",
+    default=None,
+    show_default=False,
+    help="As vLLM: /v1 endpoints want this Bearer token (/metrics and /health stay open).",
+)
 @click.option(
     "--truth-log",
     type=click.Path(dir_okay=False),
@@ -700,7 +708,7 @@ def main() -> None:
     try:
         cli(standalone_mode=True)
     except SpocError as e:
-        click.echo(f"spoc: error: {e}", err=True)
+        click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)

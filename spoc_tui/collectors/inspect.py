@@ -9,6 +9,7 @@ import httpx
 
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, read_source
 from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
+from spoc_tui.core.redact import redact_url
 from spoc_tui.core.vllm import Scrape, ServerView, server_view
 
 
@@ -55,14 +56,15 @@ async def inspect_sources(
             res.errors.append(str(b))
             continue
         now, then = (b, a) if b is not None else (a, None)
+        shown = redact_url(src)  # the source as shown and written: never with its password
         if now.kind == "vllm":
             scrape = Scrape(
                 now.exposition, now.taken_at, then.exposition if then else None, then.taken_at if then else None
             )
-            res.servers.append(server_view(src, scrape))
+            res.servers.append(server_view(shown, scrape))
         else:
-            before = {g.key: g for g in dcgm_gpus(then.exposition, src)} if then else {}
+            before = {g.key: g for g in dcgm_gpus(then.exposition, shown)} if then else {}
             dt = now.taken_at - then.taken_at if then else None
-            for g in dcgm_gpus(now.exposition, src):
+            for g in dcgm_gpus(now.exposition, shown):
                 res.gpus.append(with_throttle_window(g, before.get(g.key), dt))
     return res

@@ -20,6 +20,7 @@ from spoc_tui.core.errors import first_line
 from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
 from spoc_tui.core.history import ScrapeHistory
 from spoc_tui.core.promparse import Exposition
+from spoc_tui.core.redact import redact_url
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.vllm import Scrape, ServerView, replicas_view, server_view
 
@@ -42,6 +43,8 @@ class _Backoff:
     def __init__(self, sources: list[str], clock: Callable[[], float]) -> None:
         self.clock = clock
         self.states = {s: _SourceState(s) for s in sources}
+        self.names = {s: redact_url(s) for s in sources}
+        """What a source is called in everything handed out: its URL without a password."""
 
     def due(self) -> list[str]:
         now = self.clock()
@@ -51,7 +54,7 @@ class _Backoff:
         st = self.states[source]
         changed = st.up is not True
         st.up, st.reason, st.failures, st.next_try, st.last_ok = True, None, 0, 0.0, wall
-        return SourceStatus(source, True, None, wall) if changed else None
+        return SourceStatus(self.names[source], True, None, wall) if changed else None
 
     def failed(self, source: str, reason: str) -> SourceStatus | None:
         st = self.states[source]
@@ -60,14 +63,24 @@ class _Backoff:
         st.next_try = self.clock() + delay
         changed = st.up is not False or st.reason != reason
         st.up, st.reason = False, reason
-        return SourceStatus(source, False, reason, st.last_ok, delay) if changed else None
+        return SourceStatus(self.names[source], False, reason, st.last_ok, delay) if changed else None
 
     def status(self) -> list[SourceStatus]:
         now = self.clock()
         return [
-            SourceStatus(s, bool(st.up), st.reason, st.last_ok, max(0.0, st.next_try - now) if st.up is False else None)
+            SourceStatus(
+                self.names[s],
+                bool(st.up),
+                st.reason,
+                st.last_ok,
+                max(0.0, st.next_try - now) if st.up is False else None,
+            )
             for s, st in self.states.items()
         ]
+
+    def down(self) -> set[str]:
+        """The sources (raw URLs) whose last read failed."""
+        return {s for s, st in self.states.items() if st.up is False}
 
 
 class _Poller:
@@ -173,11 +186,13 @@ class VllmPoller(_Poller):
             base = self.histories[url].add(t, res.exposition)
             scrape = Scrape(res.exposition, t, base[1] if base else None, base[0] if base else None)
             # off the event loop: a body with thousands of engines takes a while to reduce
-            self.latest[url] = (await asyncio.to_thread(server_view, url, scrape), scrape)
+            name = self.backoff.names[url]
+            self.latest[url] = (await asyncio.to_thread(server_view, name, scrape), scrape)
         statuses = self.backoff.status()
-        stale = frozenset(s.source for s in statuses if not s.up and s.source in self.latest)
+        down = {u for u in self.backoff.down() if u in self.latest}
+        stale = frozenset(self.backoff.names[u] for u in down)
         servers = tuple(self.latest[u][0] for u in self.urls if u in self.latest)
-        fresh = [self.latest[u][1] for u in self.urls if u in self.latest and u not in stale]
+        fresh = [self.latest[u][1] for u in self.urls if u in self.latest and u not in down]
         total = replicas_view(fresh) if len(self.urls) > 1 and fresh else None
         return VllmTick(servers, total, stale, tuple(changes), tuple(statuses))
 
@@ -200,10 +215,13 @@ class DcgmPoller(_Poller):
             dt = t - prev[0] if prev else None
             self.latest[url] = (
                 t,
-                [with_throttle_window(g, before.get(g.key), dt) for g in dcgm_gpus(res.exposition, url)],
+                [
+                    with_throttle_window(g, before.get(g.key), dt)
+                    for g in dcgm_gpus(res.exposition, self.backoff.names[url])
+                ],
             )
         statuses = self.backoff.status()
-        stale = frozenset(s.source for s in statuses if not s.up and s.source in self.latest)
+        stale = frozenset(self.backoff.names[u] for u in self.backoff.down() if u in self.latest)
         seen: set[str] = set()
         gpus_out: list[GpuSample] = []
         for u in self.urls:

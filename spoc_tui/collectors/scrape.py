@@ -13,6 +13,7 @@ import httpx
 from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.gpu import is_dcgm
 from spoc_tui.core.promparse import Exposition, parse_text
+from spoc_tui.core.redact import redact_text, redact_url
 from spoc_tui.core.vllm import is_vllm
 
 DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
@@ -43,9 +44,9 @@ def metrics_url(url: str) -> str:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises for a port out of 0-65535)
     except ValueError as e:  # "Invalid IPv6 URL", "Port out of range 0-65535"
-        raise SourceError(f"{url}: not a valid URL ({e})") from None
+        raise SourceError(f"{redact_text(url)}: not a valid URL ({e})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SourceError(f"{url}: not an http(s) URL with a host")
+        raise SourceError(f"{redact_url(url)}: not an http(s) URL with a host")
     path = parts.path.rstrip("/")
     if path in ("", "/v1"):
         path = "/metrics"
@@ -128,6 +129,7 @@ async def fetch(
             without metrics, each with a one-line reason that names the URL (never the API key).
     """
     target = metrics_url(url)
+    url, shown_target = redact_url(url), redact_url(target)  # what messages show: never a password
     try:
         async with asyncio.timeout(deadline_s):
             status, body, ctype = await _download(client, target, api_key, url)
@@ -140,7 +142,7 @@ async def fetch(
     except httpx.HTTPError as e:
         raise SourceError(f"{url}: {type(e).__name__} ({_short(e)})") from None
     if status != 200:
-        raise SourceError(f"{url}: HTTP {status} from {target}")
+        raise SourceError(f"{url}: HTTP {status} from {shown_target}")
     exp = await asyncio.to_thread(_decode_and_parse, body, ctype)
     return Reading(url, classify(url, exp), exp, time.monotonic(), time.time())
 

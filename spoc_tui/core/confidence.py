@@ -111,6 +111,7 @@ class Resampler:
 
     weights: np.ndarray
     scale: np.ndarray
+    _units: int = 0
     """Per replicate: units / the replicate's total unit weight, which turns Poisson weights into
     the fixed-size (multinomial) bootstrap that a total over a fixed window needs."""
 
@@ -119,7 +120,7 @@ class Resampler:
         """Every request resampled on its own (independent requests)."""
         rng = np.random.default_rng(seed)
         w = rng.poisson(1.0, size=(replicates, n)).astype(float)
-        return cls(w, _scale(w))
+        return cls(w, _scale(w), n)
 
     @classmethod
     def for_blocks(cls, block_of: Sequence[int], seed: int, replicates: int = REPLICATES) -> Resampler:
@@ -130,15 +131,27 @@ class Resampler:
         n_blocks = int(blocks.max()) + 1 if blocks.size else 0
         rng = np.random.default_rng(seed)
         w = rng.poisson(1.0, size=(replicates, n_blocks)).astype(float)
-        return cls(w[:, blocks] if blocks.size else np.zeros((replicates, 0)), _scale(w))
+        used = int(np.unique(blocks).size) if blocks.size else 0
+        return cls(w[:, blocks] if blocks.size else np.zeros((replicates, 0)), _scale(w), used)
+
+    def widening(self) -> float:
+        """The factor a percentile interval is stretched by (about its median) for resampling few
+        units: ``sqrt(m / (m - 1)) * t(m - 1) / z``, the bootstrap's variance bias and the
+        Student correction for m units (1.29 for 8 users, 1.10 for 20 blocks). Without it the
+        intervals held the truth in 88-92 % of simulated steps, not 95 %."""
+        m = self._units
+        if m < 3:
+            return 1.0
+        return math.sqrt(m / (m - 1)) * t_quantile(m - 1) / Z95
 
     def interval(self, estimates: np.ndarray, level: float = LEVEL) -> Interval:
         finite = estimates[np.isfinite(estimates)]
         if finite.size < 0.9 * estimates.size or finite.size == 0:
             return None, None
         a = (1 - level) / 2
-        lo, hi = np.quantile(finite, [a, 1 - a])
-        return float(lo), float(hi)
+        lo, mid, hi = np.quantile(finite, [a, 0.5, 1 - a])
+        k = self.widening()
+        return float(mid - k * (mid - lo)), float(mid + k * (hi - mid))
 
     def total(self, per_request: Sequence[float], scale: float = 1.0) -> Interval:
         """Interval of ``scale * sum(per_request)`` (counts and token totals over a fixed window)."""
@@ -188,7 +201,7 @@ class Resampler:
         keep = tot > 0
         sorted_xs = np.sort(xs)
         n = xs.size
-        z = 1.959963984540054
+        z = Z95 * self.widening()
         out: list[Interval] = []
         for q in qs:
             xq = float(np.percentile(xs, q * 100))
@@ -207,6 +220,21 @@ class Resampler:
         np.add.at(sums, np.asarray(owner, dtype=int), np.asarray(values, dtype=float))
         np.add.at(counts, np.asarray(owner, dtype=int), 1.0)
         return self.ratio(sums.tolist(), counts.tolist())
+
+
+Z95 = 1.959963984540054
+
+
+def t_quantile(df: int) -> float:
+    """The 97.5 % quantile of Student's t with ``df`` degrees of freedom (Cornish-Fisher
+    expansion; within 1 % of the exact value from 3 degrees of freedom up)."""
+    z, v = Z95, float(df)
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+    )
 
 
 def _scale(unit_weights: np.ndarray) -> np.ndarray:

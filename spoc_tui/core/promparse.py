@@ -14,6 +14,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from spoc_tui.core.textsafe import safe
+
 Labels = tuple[tuple[str, str], ...]
 """A label set: ``(name, value)`` pairs sorted by name."""
 
@@ -113,11 +115,11 @@ def _parse_labels(raw: str) -> Labels | None:
         if val is None:
             if not key.startswith('"'):
                 return None
-            pairs.append(("__name__", _unescape(key[1:-1])))
+            pairs.append(("__name__", safe(_unescape(key[1:-1]))))
         else:
             if key.startswith('"'):
-                key = _unescape(key[1:-1])
-            pairs.append((key, _unescape(val[1:-1])))
+                key = safe(_unescape(key[1:-1]))
+            pairs.append((key, safe(_unescape(val[1:-1]))))
         pos = m.end()
         if m.group(3) == "" and pos < n:
             return None
@@ -196,7 +198,7 @@ def _comment(line: str, exp: Exposition) -> None:
     if len(parts) >= 3 and parts[1] == "TYPE":
         exp.types[parts[2]] = parts[3].strip().lower() if len(parts) > 3 else "untyped"
     elif len(parts) >= 3 and parts[1] == "HELP":
-        exp.helps[parts[2]] = _unescape(parts[3]) if len(parts) > 3 else ""
+        exp.helps[parts[2]] = safe(_unescape(parts[3])) if len(parts) > 3 else ""
 
 
 def _strip_exemplar(line: str) -> str:

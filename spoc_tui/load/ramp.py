@@ -43,6 +43,8 @@ from spoc_tui.core.loadmath import (
     queue_unbounded,
     summarize_step,
 )
+from spoc_tui.core.redact import redact_url
+from spoc_tui.core.textsafe import safe
 from spoc_tui.load import wire
 from spoc_tui.load.profiles import Profile
 from spoc_tui.load.report import knee_reason
@@ -166,7 +168,7 @@ async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[s
             raise RampError(f"{root}/v1/models answered HTTP {r.status_code}")
         try:
             data = r.json()["data"]
-            ids = {m["id"]: m.get("max_model_len") for m in data}
+            ids = {safe(str(m["id"])): m.get("max_model_len") for m in data}
         except (ValueError, KeyError, TypeError):
             raise RampError(f"{root}/v1/models did not return an OpenAI model list") from None
         if not ids:
@@ -187,7 +189,7 @@ async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[s
                 msg = r.json().get("error", {}).get("message") or r.text[:200]
             except ValueError:
                 msg = r.text[:200]
-            raise RampError(f"{root}: a one-token probe request failed with HTTP {r.status_code}: {msg}")
+            raise RampError(f"{root}: a one-token probe request failed with HTTP {r.status_code}: {safe(str(msg))}")
     mml = ids[model]
     return model, int(mml) if isinstance(mml, int) else None
 
@@ -502,7 +504,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     report("preflight", 0, 0, [], 0)
     model, context_len = await preflight(cfg.url, cfg.model, cfg.api_key)
     header = {
-        "url": cfg.url,
+        "url": redact_url(cfg.url),
         "model": model,
         "profile": cfg.profile.as_dict()
         if not cfg.profile.replay

@@ -56,3 +56,30 @@ def _zombie(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] == "Z"
     except (OSError, IndexError):
         return False
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None when there is no such process:
+    with the pid it names one process, never a later one that got the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def owner_stamp() -> str:
+    """``pid:start`` of this process, as markers and locks record their owner."""
+    return f"{os.getpid()}:{start_time(os.getpid())}"
+
+
+def owner_alive(stamp: object) -> bool:
+    """The process a ``pid:start`` stamp names (the study that wrote it) still runs; this
+    process itself does not count."""
+    if not isinstance(stamp, str) or ":" not in stamp:
+        return False
+    pid_s, _, start_s = stamp.partition(":")
+    if not pid_s.isdigit() or int(pid_s) == os.getpid():
+        return False
+    now = start_time(int(pid_s))
+    return now is not None and str(now) == start_s

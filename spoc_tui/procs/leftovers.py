@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spoc_tui.procs.group import group_alive, kill_group
+from spoc_tui.core.errors import SpocError
+from spoc_tui.procs.group import group_alive, kill_group, owner_alive
 from spoc_tui.procs.server import GUARD_MODULE
 
 logger = logging.getLogger(__name__)
@@ -38,12 +39,26 @@ def is_guard(pid: int) -> bool:
         return False
 
 
+class StudyRunning(SpocError):
+    """The study whose marker this is still runs: it must not be disturbed."""
+
+
 def stop_leftover(path: Path) -> str | None:
     """Stop a server a killed study left running (its marker file names the process group);
-    returns what was done, or None when nothing was running."""
+    returns what was done, or None when nothing was running.
+
+    Raises:
+        StudyRunning: the marker's owner (the study that started the server) is still alive:
+            its server is in use, not left over.
+    """
     info = marker_info(path)
     if info is None:
         return None
+    if owner_alive(info.get("owner")):
+        raise StudyRunning(
+            f"the study in {path.parent} is still running (pid {info.get('owner')}): "
+            "stop it first (Ctrl-C), or use another --out"
+        )
     pid = info.get("pid")
     msg = None
     if isinstance(pid, int) and group_alive(pid) and is_guard(pid) and kill_group(pid, signal.SIGTERM):

@@ -23,7 +23,8 @@ from typing import Literal
 import httpx
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.procs.group import stop_process_group
+from spoc_tui.core.redact import redact_argv
+from spoc_tui.procs.group import owner_stamp, stop_process_group
 from spoc_tui.procs.ports import port_in_use
 
 logger = logging.getLogger(__name__)
@@ -100,11 +101,16 @@ class ServerProcess:
                 log.close()
         if self.marker is not None:
             self.marker.parent.mkdir(parents=True, exist_ok=True)
-            self.marker.write_text(
-                json.dumps(
-                    {"pid": self.proc.pid, "port": self.port, "argv": list(self.argv), "started_at": time.time()}
-                )
-            )
+            doc = {
+                "pid": self.proc.pid,
+                "owner": owner_stamp(),
+                "port": self.port,
+                "argv": redact_argv(self.argv),
+                "started_at": time.time(),
+            }
+            fd = os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(doc))
         deadline = self.started_at + timeout
         while time.monotonic() < deadline:
             code = self.proc.poll()

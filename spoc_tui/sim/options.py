@@ -5,7 +5,7 @@ Kept apart from the simulator itself so the CLI can read the defaults without lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spoc_tui.core.errors import InputError
 
@@ -40,4 +40,6 @@ class SimOptions:
     speed: float = 1.0
     load_users: int | None = None
     truth_log: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    """As vLLM's --api-key: /v1 endpoints want ``Authorization: Bearer KEY`` (/metrics, /health stay open)."""
     """Built-in background users (none unless given; `spoc demo` chooses per scenario)."""

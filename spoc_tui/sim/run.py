@@ -85,7 +85,14 @@ def demo_users(scenario: str, engine: SimEngine) -> int:
 
 async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: bool = True) -> None:
     engine, users = build(opts)
-    server = SimServer(engine, host=opts.host, port=opts.port, dcgm_port=opts.dcgm_port, truth_log=opts.truth_log)
+    server = SimServer(
+        engine,
+        host=opts.host,
+        port=opts.port,
+        dcgm_port=opts.dcgm_port,
+        truth_log=opts.truth_log,
+        api_key=opts.api_key,
+    )
     try:
         await server.start()
     except OSError as e:

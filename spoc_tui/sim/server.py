@@ -42,11 +42,21 @@ class SimServer:
     truth_log: str | None = None
     """Write each finished request's server-side truth (arrival, token times) as JSON lines."""
     _truth: Any = None
+    api_key: str | None = field(default=None, repr=False)
+    """As vLLM's --api-key: /v1 wants ``Authorization: Bearer KEY``."""
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.api_key and request.path.startswith("/v1"):
+            if request.headers.get("Authorization", "") != f"Bearer {self.api_key}":
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        resp: web.StreamResponse = await handler(request)
+        return resp
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         self._rng = random.Random(self.engine.cfg.seed)
-        api = web.Application(client_max_size=64 * 2**20)
+        api = web.Application(client_max_size=64 * 2**20, middlewares=[self._auth])
         api.router.add_get("/health", self.health)
         api.router.add_get("/version", self.version)
         api.router.add_get("/v1/models", self.models)

@@ -20,6 +20,7 @@ from spoc_tui.collectors.promql import PromQLPoller
 from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.errors import InputError, SpocError, first_line
 from spoc_tui.core.gpu import GpuSample, analyse_groups
+from spoc_tui.core.redact import redact_url
 from spoc_tui.core.snapshots import GpuTick, SourceStatus
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
 from spoc_tui.tui.messages import (
@@ -65,9 +66,10 @@ class SpocApp(App[int]):
     def title_text(self) -> str:
         s = self.settings
         if s.prometheus_url:
-            target = f"Prometheus {s.prometheus_url}"
+            target = f"Prometheus {redact_url(s.prometheus_url)}"
         elif s.vllm_urls:
-            target = ", ".join(s.vllm_urls[:2]) + (f" +{len(s.vllm_urls) - 2}" if len(s.vllm_urls) > 2 else "")
+            shown = [redact_url(u) for u in s.vllm_urls[:2]]
+            target = ", ".join(shown) + (f" +{len(s.vllm_urls) - 2}" if len(s.vllm_urls) > 2 else "")
         else:
             target = "no vLLM server (--url)"
         return f"spoc-tui · {target} · refresh {s.interval:g}s · window {s.window:g}s"

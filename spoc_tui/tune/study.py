@@ -36,8 +36,8 @@ from spoc_tui.core.tunespace import (
     objective_value,
     reference_step,
 )
-from spoc_tui.procs.group import pid_alive
-from spoc_tui.procs.leftovers import stop_leftover
+from spoc_tui.procs.group import owner_alive, owner_stamp, pid_alive
+from spoc_tui.procs.leftovers import StudyRunning, stop_leftover
 from spoc_tui.tune.evaluate import Evaluator, TrialOutcome
 from spoc_tui.tune.events import (
     EvaluatorEvent,
@@ -238,6 +238,7 @@ class TuneSession:
         self.records: list[TrialRecord] = []
         self.study: Any = None
         self.storage_url = ""
+        self._lock: Path | None = None
 
     # -- control ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -270,6 +271,8 @@ class TuneSession:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         cfg = self.cfg
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
+        if not cfg.worker:
+            self._take_lock()
         left = stop_leftover(cfg.out_dir / "server.json")
         if left:
             self.emit(Note(left))
@@ -403,6 +406,38 @@ class TuneSession:
                 out.setdefault(self.cfg.space.key(self.cfg.space.decode(t.params)), t.number)
         return out
 
+    def _take_lock(self) -> None:
+        """``study.lock`` names the process running the study in this folder; a second run of the
+        same folder (``--resume`` while it still runs) is refused instead of disturbing it.
+
+        Raises:
+            StudyRunning: another live spoc process holds the lock.
+        """
+        lock = self.cfg.out_dir / "study.lock"
+        try:
+            owner = lock.read_text().strip()
+        except OSError:
+            owner = ""
+        if owner_alive(owner):
+            raise StudyRunning(
+                f"the study in {self.cfg.out_dir} is still running (pid {owner.partition(':')[0]}): stop it first "
+                "(Ctrl-C), or use another --out"
+            )
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(owner_stamp())
+        self._lock = lock
+
+    def _release_lock(self) -> None:
+        lock = self._lock
+        if lock is not None:
+            try:
+                if lock.read_text().strip() == owner_stamp():
+                    lock.unlink()
+            except OSError as e:
+                logger.debug("study lock: %s", e)
+            self._lock = None
+
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> TuneSummary:
         """Run trials until ``cfg.trials`` have run in the study (all workers), then the repeats.
@@ -410,6 +445,12 @@ class TuneSession:
         Raises:
             TuneError: the study cannot start; TuneFatal: a launch problem that is not the configuration's.
         """
+        try:
+            return self._run()
+        finally:
+            self._release_lock()
+
+    def _run(self) -> TuneSummary:
         if self.study is None:
             self.open()
         from optuna.trial import TrialState

@@ -160,3 +160,26 @@ def test_per_engine_rows_come_from_one_pass():
     view = server_view("x", Scrape(exp, 1.0))
     assert [(e.engine, e.running, e.waiting) for e in view.engines] == [("0", 1, 0), ("1", 2, 2), ("2", 3, 4)]
     assert view.total.running == 6 and view.total.waiting == 6
+
+
+def test_inspect_prints_no_escape_sequence_and_no_password(tmp_path):
+    evil = tmp_path / "evil.txt"
+    evil.write_text(VLLM.replace('model_name="', 'model_name="\x1b]52;c;ZWNobyBoaQ==\x07\x1b[2J', 1))
+    for args in ([str(evil)], [str(evil), "--json"]):
+        r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "inspect", *args], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+        assert "\\x1b]52" in r.stdout or "\\\\x1b]52" in r.stdout  # shown, inert
+
+
+async def test_inspect_json_and_errors_never_show_a_url_password(servers):
+    _, root = servers
+    with_pw = root.replace("http://", "http://admin:hunter2@")
+    for target in (f"{with_pw}/healthy/metrics", f"{with_pw}/missing/metrics"):
+        p = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "spoc_tui.cli", "inspect", target, "--json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(p.communicate(), 60)
+        text = out.decode() + err.decode()
+        assert "hunter2" not in text and "***@127.0.0.1" in text, text[-300:]

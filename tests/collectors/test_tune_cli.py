@@ -1,6 +1,7 @@
 """`spoc tune` end to end: each trial starts a real `spoc sim` server and runs a real Locust ramp."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -191,10 +192,41 @@ def test_killed_study_leaves_no_server_and_resume_stops_a_leftover(files):
         marker=marker,
     )
     s.start(timeout=30)
+    info = json.loads(marker.read_text())
+    assert info["owner"].startswith(f"{os.getpid()}:") and marker.stat().st_mode & 0o777 == 0o600
+    info["owner"] = f"{p.pid}:1"  # the study that started it was killed
+    marker.write_text(json.dumps(info))
     r = subprocess.run(tune_argv(files, "--resume", trials=1), capture_output=True, text=True, timeout=120)
     assert "stopped a server left running by an interrupted study" in r.stdout
     assert s.proc.wait(timeout=5) is not None
     s.stop()
+
+
+def test_resume_while_the_study_runs_is_refused_and_disturbs_nothing(files):
+    """--resume of a folder whose study is still running must not stop the live run's server
+    (it did, and the live run recorded a false infeasible trial)."""
+    argv = tune_argv(files, "--api-key", "sk-SECRET-123456", trials=2)
+    argv[argv.index("--launch") + 1] = SIM + " --api-key sk-SECRET-123456"  # the server wants it too
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not (files / "out" / "server.json").exists():
+            time.sleep(0.2)
+        marker = files / "out" / "server.json"
+        assert marker.exists()
+        assert "sk-SECRET" not in marker.read_text() and marker.stat().st_mode & 0o777 == 0o600
+        r = subprocess.run(tune_argv(files, "--resume", trials=2), capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "is still running" in r.stderr and "Traceback" not in r.stderr
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    trials = [json.loads(x) for x in (files / "out" / "trials.jsonl").read_text().splitlines()]
+    assert len(trials) == 2 and all(t["status"] != "infeasible" for t in trials), trials
+    for f in (files / "out").rglob("*"):
+        if f.is_file():
+            assert "sk-SECRET" not in f.read_text(errors="replace"), f
 
 
 def test_occupied_port_and_bad_input_are_one_line_errors(files):

@@ -1,7 +1,7 @@
 import pytest
 
 from spoc_tui.tui.messages import ServersSampled
-from tests.tui.helpers import gpu_tick, make_app, no_gpu, server_tick
+from tests.tui.helpers import gpu_tick, make_app, no_gpu, server_tick, settings
 
 SIZES = [(80, 24), (160, 48)]
 
@@ -182,3 +182,11 @@ def test_nothing_to_monitor_is_a_clear_error():
         [sys.executable, "-m", "spoc_tui.cli", "monitor", "--no-nvml"], capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 2 and "nothing to monitor" in r.stderr and "spoc demo" in r.stderr
+
+
+def test_a_password_in_a_url_never_reaches_the_screen():
+    s = settings()
+    s.vllm_urls = ["http://admin:hunter2@127.0.0.1:8000"]
+    s.prometheus_url = None
+    app = make_app(s)
+    assert "hunter2" not in app.title_text() and "http://***@127.0.0.1:8000" in app.title_text()

@@ -48,12 +48,15 @@ def test_prometheus_client_agrees_on_full_capture():
 def test_edge_cases_escapes_trailing_comma_and_values():
     exp = parse_text((FIX / "exposition/edge_01.txt").read_text())
     assert not exp.errors
-    # every label value that prometheus_client reads, we read identically
+    # every label value that prometheus_client reads, we read identically, made safe for a
+    # terminal (a newline in a value shows as the exposition wrote it, \n)
     from prometheus_client.parser import text_string_to_metric_families
+
+    from spoc_tui.core.textsafe import safe
 
     for fam in text_string_to_metric_families((FIX / "exposition/edge_01.txt").read_text()):
         for s in fam.samples:
-            got = exp.get(s.name).get(tuple(sorted(s.labels.items())))
+            got = exp.get(s.name).get(tuple(sorted((k, safe(v)) for k, v in s.labels.items())))
             assert got is not None, s
             assert (math.isnan(got) and math.isnan(s.value)) or got == float(s.value)
 
@@ -108,3 +111,14 @@ line = st.builds(
 def test_valid_lines_round_trip(lines):
     exp = parse_text("\n".join(lines) + "\n")
     assert not exp.errors
+
+
+def test_control_characters_from_a_server_never_reach_the_terminal():
+    """A crafted label value (tmux title, clear screen, OSC 52 clipboard write, bidi override)
+    is kept readable and inert."""
+    evil = "\x1b]2;pwned\x07\x1b[2J\x1b]52;c;ZWNobyBoaQ==\x07\u202e"
+    exp = parse_text(f'vllm:num_requests_running{{model_name="m{evil}"}} 1\n')
+    ((labels, _),) = exp.get("vllm:num_requests_running").items()
+    value = dict(labels)["model_name"]
+    assert value == "m\\x1b]2;pwned\\x07\\x1b[2J\\x1b]52;c;ZWNobyBoaQ==\\x07\\u202e"
+    assert not any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in value)
