@@ -217,7 +217,7 @@ def test_resume_while_the_study_runs_is_refused_and_disturbs_nothing(files):
         assert "sk-SECRET" not in marker.read_text() and marker.stat().st_mode & 0o777 == 0o600
         r = subprocess.run(tune_argv(files, "--resume", trials=2), capture_output=True, text=True, timeout=60)
         assert r.returncode != 0 and "is still running" in r.stderr and "Traceback" not in r.stderr
-        out, err = p.communicate(timeout=180)
+        _, err = p.communicate(timeout=180)
     finally:
         if p.poll() is None:
             p.kill()
