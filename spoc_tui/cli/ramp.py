@@ -17,6 +17,8 @@ def _progress(p: RampProgress) -> None:
     if p.phase == "preflight":
         print("checking the server and the model...", flush=True)
     elif p.phase == "starting":
+        if p.message:
+            print(p.message, flush=True)
         print("starting the load generator (Locust)...", flush=True)
     elif p.phase == "warmup":
         print(f"step {p.step}: {p.level_text}, warming up" + (f" ({p.message})" if p.message else ""), flush=True)

@@ -258,6 +258,15 @@ def _histogram(scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred, wind
     return merge_histograms(parts)
 
 
+def _prefix_pair(scrapes: Sequence[Scrape]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The prefix-cache (queries, hits) names of the first generation that has both (none: no
+    counter-based hit rate)."""
+    for q, h in zip(PREFIX_QUERIES, PREFIX_HITS, strict=True):
+        if any(s.now.has(q) and s.now.has(h) for s in scrapes):
+            return (q,), (h,)
+    return (), ()
+
+
 def window_label(scrapes: Sequence[Scrape]) -> str:
     dts = [s.dt for s in scrapes]
     if not dts or any(d is None for d in dts):
@@ -288,13 +297,16 @@ def build_view(scrapes: Sequence[Scrape], engine: str = "", pred: Pred = _all) -
     prompt_total, _, prompt_rate = _counter(scrapes, PROMPT_TOKENS, pred)
     gen_total, _, gen_rate = _counter(scrapes, GENERATION_TOKENS, pred)
     _, _, req_rate = _counter(scrapes, REQUEST_SUCCESS, pred)
-    q_total, q_inc, _ = _counter(scrapes, PREFIX_QUERIES, pred)
-    h_total, h_inc, _ = _counter(scrapes, PREFIX_HITS, pred)
+    # queries and hits from the same generation of names: a server exporting the old and the new
+    # names together (or in different amounts) must not divide one by the other (it gave > 100 %)
+    q_names, h_names = _prefix_pair(scrapes)
+    q_total, q_inc, _ = _counter(scrapes, q_names, pred)
+    h_total, h_inc, _ = _counter(scrapes, h_names, pred)
     hit_rate: float | None = None
     if q_inc is not None and h_inc is not None and q_inc > 0:
-        hit_rate = h_inc / q_inc
+        hit_rate = min(1.0, max(0.0, h_inc / q_inc))
     elif q_total is not None and h_total is not None and q_total > 0 and not windowed:
-        hit_rate = h_total / q_total
+        hit_rate = min(1.0, max(0.0, h_total / q_total))
     elif q_total is None:
         g = _gauge(scrapes, PREFIX_RATE_V0, pred, mean=True)
         hit_rate = g if g is not None and g >= 0 else None

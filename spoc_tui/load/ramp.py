@@ -194,6 +194,25 @@ async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[s
     return model, int(mml) if isinstance(mml, int) else None
 
 
+def keep_previous(out_dir: Path) -> str | None:
+    """A folder that holds an earlier ramp's results: they are moved to ``previous-<time>/``
+    inside it (nothing is lost, and the new ``requests.jsonl`` is not mixed with the old one).
+    Returns the folder they went to, or None."""
+    old = [out_dir / n for n in ("ramp.json", "requests.jsonl") if (out_dir / n).exists()]
+    if not old:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(max(p.stat().st_mtime for p in old)))
+    dest = out_dir / f"previous-{stamp}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = out_dir / f"previous-{stamp}-{n}"
+    dest.mkdir()
+    for p in old:
+        p.rename(dest / p.name)
+    return dest.name
+
+
 class ResultWriter:
     """``ramp.json`` (rewritten atomically after each step) and ``requests.jsonl`` (appended)."""
 
@@ -203,7 +222,8 @@ class ResultWriter:
         self.header = header
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
-            self.requests = open(out_dir / "requests.jsonl", "a", buffering=1)
+            self.kept = keep_previous(out_dir)
+            self.requests = open(out_dir / "requests.jsonl", "w", buffering=1)
         except OSError as e:
             raise RampError(f"--out {out_dir}: cannot write there ({e.strerror or e})", exit_code=EXIT_USAGE) from None
 
@@ -545,7 +565,8 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     dcgm = DcgmPoller(cfg.dcgm_urls) if cfg.dcgm_urls else None
     pump: asyncio.Task[None] | None = None
     try:
-        report("starting", 0, 0, steps, 0)
+        kept = f"the folder's earlier results were moved to {writer.kept}/" if writer.kept else ""
+        report("starting", 0, 0, steps, 0, kept)
         await runner.start()
 
         async def pump_samples() -> None:

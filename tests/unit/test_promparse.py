@@ -122,3 +122,30 @@ def test_control_characters_from_a_server_never_reach_the_terminal():
     value = dict(labels)["model_name"]
     assert value == "m\\x1b]2;pwned\\x07\\x1b[2J\\x1b]52;c;ZWNobyBoaQ==\\x07\\u202e"
     assert not any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in value)
+
+
+_CAPTURE = (FIX / "vllm" / "vllm_0.32_cpu_full_load.txt").read_text()
+_mutation = st.tuples(
+    st.integers(0, len(_CAPTURE) - 1),
+    st.integers(0, 40),
+    st.sampled_from(["", " ", "\n", "{", "}", '"', "\\", "=", ",", "#", "NaN", "+Inf", "-1e308", "\x1b", "le=", "\t"]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_mutation, min_size=1, max_size=8))
+def test_mutated_real_captures_never_break_the_view(mutations):
+    """Mutations of a real vLLM capture (cut, replaced, injected characters): the parser and the
+    whole server view never raise, and what reaches JSON has no NaN or infinity."""
+    import json
+
+    from spoc_tui.core.jsonsafe import json_safe
+    from spoc_tui.core.vllm import Scrape, server_view
+
+    text = _CAPTURE
+    for pos, cut, put in mutations:
+        pos = min(pos, len(text))
+        text = text[:pos] + put + text[pos + cut :]
+    then = parse_text(_CAPTURE)
+    view = server_view("x", Scrape(parse_text(text), 10.0, then, 0.0))
+    json.dumps(json_safe(view.as_dict()), allow_nan=False)

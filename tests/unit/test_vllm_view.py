@@ -190,3 +190,25 @@ def test_few_observations_are_flagged_per_percentile():
     h = Histogram(bounds=(1.0, float("inf")), counts=(50.0, 50.0), total=50.0, sum=10.0)
     s = summarize(h, "60s")
     assert not s.few("p50") and s.few("p90") and s.few("p99")
+
+
+def test_prefix_hit_rate_pairs_names_of_one_generation():
+    """Old and new names together (queries under the new name, hits under both) must not give
+    a hit rate above 100 %."""
+    from spoc_tui.core.promparse import parse_text
+    from spoc_tui.core.vllm import Scrape, server_view
+
+    def body(q_new, h_new, h_old, q_old):
+        return (
+            f"vllm:prefix_cache_queries_total {q_new}\nvllm:prefix_cache_hits_total {h_new}\n"
+            f"vllm:gpu_prefix_cache_hits_total {h_old}\nvllm:gpu_prefix_cache_queries_total {q_old}\n"
+            "vllm:num_requests_running 1\n"
+        )
+
+    then = parse_text(body(100, 50, 10, 20))
+    now = parse_text(body(200, 90, 900, 40))
+    v = server_view("x", Scrape(now, 10.0, then, 0.0)).total
+    assert v.prefix_cache_hit_rate == 0.4  # 40 of 100 new-name queries, not 890/100
+    only_new_queries = parse_text("vllm:prefix_cache_queries_total 10\nvllm:gpu_prefix_cache_hits_total 50\n"
+                                  "vllm:num_requests_running 1\n")  # fmt: skip
+    assert server_view("x", Scrape(only_new_queries, 1.0)).total.prefix_cache_hit_rate is None  # was 5.0
