@@ -36,22 +36,50 @@ if [ ! -f "$MODEL/.ready" ]; then
   touch "$MODEL/.ready"
 fi
 
+# Prometheus and PostgreSQL come from Debian's packages. They are installed without starting or
+# enabling their services (a policy-rc.d that refuses every start, the Debian way, for the length
+# of the install), and whatever the packages enabled is disabled, so nothing listens after a
+# reboot; the tests start their own instances on loopback. Nothing is ever killed by name.
+# Installing needs root: as root it is done, with passwordless sudo it is done through sudo, and
+# otherwise the script says what to run and stops.
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo "$@"
+  else return 126
+  fi
+}
+
+apt_install() {  # apt_install PACKAGE SERVICE
+  local pkg=$1 svc=$2
+  if ! as_root true; then
+    echo "[realengine] $pkg is not installed, and installing it needs root: run" >&2
+    echo "  sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $pkg" >&2
+    echo "  sudo systemctl disable --now $svc   # the tests start their own, on loopback" >&2
+    exit 1
+  fi
+  echo "[realengine] installing $pkg (Debian), its service neither started nor enabled"
+  local policy=/usr/sbin/policy-rc.d made_policy=""
+  if [ ! -e "$policy" ]; then
+    as_root sh -c "printf '#!/bin/sh\nexit 101\n' > $policy && chmod 755 $policy"
+    made_policy=1
+  fi
+  [ -n "${APT_UPDATED:-}" ] || { as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq; APT_UPDATED=1; }
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
+  [ -z "$made_policy" ] || as_root rm -f "$policy"
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    as_root systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  fi
+  if command -v update-rc.d >/dev/null 2>&1; then
+    as_root update-rc.d "$svc" disable >/dev/null 2>&1 || true
+  fi
+}
+
 if ! command -v prometheus >/dev/null 2>&1 && [ ! -x /usr/bin/prometheus ]; then
-  echo "[realengine] installing prometheus (Debian)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && APT_UPDATED=1
-  apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-  # the package starts a service on :9090 where there is an init system; the tests start their own
-  (service prometheus stop || systemctl stop prometheus || pkill -x prometheus) >/dev/null 2>&1 || true
+  apt_install prometheus prometheus
 fi
 
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
-  echo "[realengine] installing postgresql (Debian), for the shared-study test"
-  export DEBIAN_FRONTEND=noninteractive
-  [ -n "${APT_UPDATED:-}" ] || apt-get update -qq
-  apt-get install -y -qq --no-install-recommends postgresql >/dev/null
-  # the package may start a cluster on :5432 where there is an init system; the tests start their own
-  (service postgresql stop || systemctl stop postgresql) >/dev/null 2>&1 || true
+  apt_install postgresql postgresql
 fi
 
 echo "[realengine] set-up done in $(( $(date +%s) - t0 )) s"
