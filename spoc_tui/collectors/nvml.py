@@ -15,7 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from spoc_tui.core.errors import SpocError
+from spoc_tui.core.errors import EXIT_USAGE, SpocError
+from spoc_tui.core.files import FileReadError, read_text_bounded
 from spoc_tui.core.gpu import GpuSample, groups_from_processes, nvml_gpu, with_throttle_window
 
 _POLICIES = {
@@ -29,6 +30,13 @@ _POLICIES = {
 _FI_DEV_MEMORY_TEMP = 82
 _THRESHOLD_SHUTDOWN = 0
 _THRESHOLD_SLOWDOWN = 1
+
+
+class NvmlError(SpocError):
+    """An NVML trace that cannot be played (exit code 2: bad input)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, exit_code=EXIT_USAGE)
 
 
 class NvmlUnavailable(SpocError):
@@ -205,17 +213,26 @@ class TraceReplay:
         self.source = source
         self.meta: dict[str, Any] = {}
         self.rows: list[dict[str, Any]] = []
-        for line in Path(path).read_text().splitlines():
+        try:
+            text = read_text_bounded(path)
+        except FileReadError as e:
+            raise NvmlError(f"--nvml-trace {path}: {e}") from None
+        for i, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
-            obj = json.loads(line)
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                raise NvmlError(f"--nvml-trace {path} line {i}: not JSON (a trace is JSON lines)") from None
+            if not isinstance(obj, dict):
+                raise NvmlError(f"--nvml-trace {path} line {i}: not a JSON object")
             if "meta" in obj:
                 m = obj["meta"]
                 self.meta = m[0] if isinstance(m, list) else m
             else:
                 self.rows.append(obj)
         if not self.rows:
-            raise ValueError(f"{path}: no samples")
+            raise NvmlError(f"--nvml-trace {path}: no samples")
         self._i = 0
         self._prev: GpuSample | None = None
         self._prev_t: float | None = None

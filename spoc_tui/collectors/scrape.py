@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from spoc_tui.core.errors import SpocError, first_line
+from spoc_tui.core.files import FileReadError, read_text_bounded
 from spoc_tui.core.gpu import is_dcgm
 from spoc_tui.core.promparse import Exposition, parse_text
 from spoc_tui.core.redact import redact_text, redact_url
@@ -88,24 +88,10 @@ def read_file(path: str) -> Reading:
     Raises:
         SourceError: missing, unreadable, binary or metric-less files.
     """
-    p = Path(path)
     try:
-        if not p.is_file() and p.exists():
-            raise SourceError(f"{path}: not a regular file")
-        with p.open("rb") as f:
-            raw = f.read(MAX_BODY + 1)
-        if len(raw) > MAX_BODY:
-            raise SourceError(f"{path}: larger than {MAX_BODY // 2**20} MiB")
-    except FileNotFoundError:
-        raise SourceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise SourceError(f"{path}: is a directory") from None
-    except OSError as e:
-        raise SourceError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SourceError(f"{path}: not UTF-8 text") from None
+        text = read_text_bounded(path, MAX_BODY)
+    except FileReadError as e:
+        raise SourceError(f"{path}: {e}") from None
     exp = parse_text(text)
     return Reading(path, classify(path, exp), exp, time.monotonic(), time.time())
 

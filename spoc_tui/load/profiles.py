@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.files import FileReadError, read_text_bounded
 
 BUILTIN_DIR = Path(__file__).parent / "profiles"
 DIST_KINDS = ("constant", "uniform", "lognormal", "normal")
@@ -284,9 +285,9 @@ def _profile_from(data: dict[str, Any], p: Path, depth: int) -> Profile:
 
 def load_replay(path: Path) -> tuple[tuple[tuple[str, int | None], ...], ...]:
     try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise ProfileError(f"replay {path}: cannot read ({e.strerror or e})") from None
+        lines = read_text_bounded(path).splitlines()
+    except FileReadError as e:
+        raise ProfileError(f"replay {path}: {e}") from None
     convs = []
     for i, line in enumerate(lines, 1):
         if not line.strip():

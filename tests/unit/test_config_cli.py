@@ -42,6 +42,9 @@ def test_config_file_errors(tmp_path):
         (["monitor", "--url", "http://[::1", "--no-nvml"], "not a valid URL"),
         (["monitor", "--url", "http://127.0.0.1:99999", "--no-nvml"], "not a valid URL"),
         (["inspect", "http://[::1:19100"], "not a valid URL"),
+        (["inspect", "/dev/zero"], "not a regular file"),
+        (["monitor", "--nvml-trace", "/dev/zero", "--no-nvml"], "not a regular file"),
+        (["monitor", "--nvml-trace", "tests/fixtures/h100_nvml_trace.jsonl.gz", "--no-nvml"], "no such file"),
         (["sim", "--port", "99999"], "--port must be between 0 and 65535"),
         (["sim", "--port", "-1"], "--port must be between 0 and 65535"),
         (["sim", "--speed", "nan"], "--speed must be a positive number"),
@@ -151,3 +154,18 @@ def test_prometheus_vector_to_expositions_restores_vllm_names():
     exps = to_expositions(result)
     assert exps["a:1"].get("vllm:num_requests_running") == {(("engine", "0"), ("model_name", "m")): 3.0}
     assert exps["b:1"].get("vllm:num_requests_running")[(("engine", "0"), ("model_name", "m"))] == 4.0
+
+
+def test_traces_and_replays_that_cannot_be_read_are_one_line(tmp_path):
+    binary = tmp_path / "trace.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00 not text")
+    r = run("monitor", "--nvml-trace", str(binary), "--no-nvml")
+    assert r.returncode == 2 and "not UTF-8 text" in r.stderr and "Traceback" not in r.stderr
+    notjson = tmp_path / "t2.jsonl"
+    notjson.write_text("[1]\n")
+    r = run("monitor", "--nvml-trace", str(notjson), "--no-nvml")
+    assert r.returncode == 2 and "line 1: not a JSON object" in r.stderr
+    prof = tmp_path / "replay.toml"
+    prof.write_text('name = "r"\nreplay = "/dev/zero"\n')
+    r = run("ramp", "--url", "http://127.0.0.1:1", "--profile", str(prof), "--sla", "ttft_p99<=1s", "--out", "o")
+    assert r.returncode == 2 and "replay /dev/zero: not a regular file" in r.stderr
