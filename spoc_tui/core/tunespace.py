@@ -526,6 +526,25 @@ def objective_value(obj: Objective, steps: Sequence[StepSummary], knee: Knee, re
     return float(v) if v is not None else None
 
 
+def objective_interval(
+    obj: Objective, steps: Sequence[StepSummary], knee: Knee, ref_users: int | None
+) -> tuple[list[float | None], int]:
+    """The objective's 95 % interval and the sample it rests on, as the ramp's step reports them
+    (ramp.json's shape: ``[lo, hi]``, a side None where the sample cannot bound it). For the knee:
+    the bracket, the count that met the SLA and the first that did not."""
+    if obj.name == "knee_users":
+        return [knee.max_users_within_sla, knee.first_failing_users], len(steps)
+    ref = reference_step(steps, ref_users)
+    if ref is None or not ref.requests:
+        return [None, None], 0
+    key = {"out_tok_s": "output_tokens_per_s", "req_s": "request_rate", "goodput": "goodput"}.get(obj.name)
+    if key is not None:
+        return list(ref.ci95.get(key) or [None, None]), ref.requests
+    metric, stat = obj.name.split("_")
+    lat = ref.latency.get(metric, {})
+    return list((lat.get("ci95") or {}).get(stat) or [None, None]), int(lat.get("n") or 0)
+
+
 def constraint_values(
     limits: Sequence[Limit],
     objectives: Sequence[Objective],

@@ -62,6 +62,10 @@ class TrialRecord:
     worker: str = ""
     repeat_of: int | None = None
     finished_at: float = 0.0
+    ci95: dict[str, list[float | None]] = field(default_factory=dict)
+    """Each objective's 95 % interval at the reference load (ramp.json's shape)."""
+    n: dict[str, int] = field(default_factory=dict)
+    """The sample each objective rests on (requests; ITL gaps for ITL; steps for the knee)."""
 
     def values(self, objectives: Sequence[Objective]) -> tuple[float, float] | None:
         v = [x for o in objectives if (x := self.objectives.get(o.name)) is not None]
@@ -93,6 +97,8 @@ class TrialRecord:
             duration_s=float(a.get("duration_s", 0.0)),
             worker=a.get("worker", ""),
             finished_at=float(a.get("finished_at", 0.0)),
+            ci95=dict(a.get("ci95", {})),
+            n=dict(a.get("n", {})),
         )
 
 

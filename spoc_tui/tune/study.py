@@ -33,6 +33,7 @@ from spoc_tui.core.tunespace import (
     Space,
     command_line,
     constraint_values,
+    objective_interval,
     objective_value,
     reference_step,
 )
@@ -599,6 +600,9 @@ class TuneSession:
             worker=_worker_id(),
             finished_at=time.time(),
         )
+        if values is not None:
+            for ob in cfg.objectives:
+                rec.ci95[ob.name], rec.n[ob.name] = objective_interval(ob, o.steps, o.knee, cfg.ref_users)
         attrs = json_safe(rec.as_dict())
         assert isinstance(attrs, dict)
         for k, v in attrs.items():
@@ -725,6 +729,8 @@ class TuneSession:
                     "flags": r.flags,
                     "command": self.command(r.flags),
                     "objectives": r.objectives,
+                    "ci95": r.ci95,
+                    "n": r.n,
                     "reference": r.reference,
                     **({"repeats": repeats[r.number]} if r.number in repeats else {}),
                 }

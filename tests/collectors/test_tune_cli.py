@@ -129,8 +129,13 @@ def test_tune_three_trials_with_one_that_cannot_start(files):
     assert all(r["status"] == "ok" and r["reference"]["requests"] > 0 for r in recs[1:])
     # 2 seats queue 8 users: more TTFT than 16 seats
     assert recs[1]["objectives"]["ttft_p99"] > recs[2]["objectives"]["ttft_p99"]
+    for r in recs[1:]:  # every objective says how sure it is: its interval and its sample
+        assert set(r["ci95"]) == set(r["n"]) == {"out_tok_s", "ttft_p99"}
+        lo, hi = r["ci95"]["out_tok_s"]
+        assert lo <= r["objectives"]["out_tok_s"] <= hi and r["n"]["out_tok_s"] == r["reference"]["requests"]
     doc = json.loads((files / "out" / "pareto.json").read_text())
     assert doc["pareto"] and doc["trials_run"] == 3 and doc["infeasible"] == 1
+    assert all(set(m["ci95"]) == {"out_tok_s", "ttft_p99"} for m in doc["pareto"])
     assert doc["pareto"][0]["command"].startswith(sys.executable)
     assert "Pareto set" in out
     assert not guards_of(p.pid), "a server was left running"
