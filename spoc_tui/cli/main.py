@@ -25,10 +25,18 @@ from spoc_tui import __version__
 from spoc_tui.capacity.service import CapacityArgs
 from spoc_tui.config import Settings, config_path, data_dir, load_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
-from spoc_tui.core.loadmath import FixedUsers, KneeSearch, parse_rates, parse_sla, parse_user_plan, parse_users
+from spoc_tui.core.loadmath import (
+    FixedRates,
+    FixedUsers,
+    KneeSearch,
+    parse_rates,
+    parse_sla,
+    parse_user_plan,
+    parse_users,
+)
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.profiles import load_profile
-from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig
+from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, auto_workers
 from spoc_tui.sim.options import SCENARIOS, SimOptions
 from spoc_tui.tune.setup import TuneArgs
 
@@ -367,10 +375,10 @@ def resolve_settings(
 )
 @click.option(
     "--workers",
-    type=int,
-    default=RampConfig.workers,
+    "workers_spec",
+    default=str(RampConfig.workers),
     show_default=True,
-    help="Local Locust worker processes (0: one process).",
+    help="Local Locust worker processes (0: one process), or auto: one per 64 users, at most one per core but one.",
 )
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
 @click.option("--dcgm", "dcgm_urls", multiple=True, help="dcgm-exporter URL, recorded next to each step.")
@@ -391,7 +399,7 @@ def ramp(
     sla: str,
     abort_factor: float,
     out_dir: str,
-    workers: int,
+    workers_spec: str,
     tokenizer: str | None,
     dcgm_urls: tuple[str, ...],
     seed: int,
@@ -426,6 +434,15 @@ def ramp(
         click.echo("spoc ramp: warning: Locust advises spawn rates of at most 100 users/s", err=True)
     if not 1 < abort_factor < math.inf:
         _fail("--abort-factor must be a number above 1")
+    if workers_spec.strip().lower() == "auto":
+        auto_plan = FixedRates(rates) if rates else plan
+        workers = auto_workers(auto_plan, os.cpu_count() or 1)
+        click.echo(f"spoc ramp: --workers auto: {workers} worker process(es) on {os.cpu_count()} cores", err=True)
+    else:
+        try:
+            workers = int(workers_spec)
+        except ValueError:
+            _fail(f"--workers {workers_spec!r}: give a number of processes or auto")
     if not 0 <= workers <= MAX_WORKERS:
         _fail(f"--workers must be between 0 and {MAX_WORKERS}")
     if tokenizer and not Path(tokenizer).exists():

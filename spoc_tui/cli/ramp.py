@@ -8,6 +8,7 @@ from pathlib import Path
 
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK
+from spoc_tui.core.loadmath import client_saturated_text
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 from spoc_tui.load.report import step_table, verdict
@@ -34,6 +35,8 @@ def _progress(p: RampProgress) -> None:
             f"errors {s.error_rate * 100:.1f}%  ({s.requests} requests) -> {mark}",
             flush=True,
         )
+        if sat := client_saturated_text(s):
+            print(f"  {sat}", flush=True)
 
 
 def run(cfg: RampConfig) -> int:

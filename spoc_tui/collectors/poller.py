@@ -99,8 +99,10 @@ class _Poller:
         self._inflight: dict[str, asyncio.Task[Reading | SourceError]] = {}
 
     async def aclose(self) -> None:
-        for task in self._inflight.values():
+        tasks = list(self._inflight.values())
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._inflight.clear()
         if self._client is not None:
             await self._client.aclose()

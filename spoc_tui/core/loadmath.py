@@ -308,6 +308,8 @@ class StepSummary:
     """95 % intervals of request_rate, output_tokens_per_s, goodput and error_rate."""
     extended_s: float = 0.0
     """Seconds the step was measured beyond its planned length to reach a decision."""
+    client: dict[str, Any] = field(default_factory=dict)
+    """The load generator watching itself during the window (:func:`client_health`)."""
     rate: float | None = None
     """Open-loop steps: the target arrival rate (requests/s, Poisson); ``users`` is then the number
     of arrival generators, not a concurrency."""
@@ -364,9 +366,61 @@ class StepSummary:
             "ci95": self.ci95,
             "extended_s": self.extended_s,
             "rate": self.rate,
+            "client": self.client,
             "verdict": self.verdict,
             "server": self.server,
         }
+
+
+CLIENT_LAG_P99_MS = 1.0
+CLIENT_CPU_PCT = 90.0
+"""A load-generator process whose event loop woke more than 1 ms late at the 99th percentile, or
+that used more than 90 % of a core (Locust's own warning), timestamped chunks late: its
+latencies are not trustworthy."""
+
+
+def client_health(points: Sequence[tuple[str, float, float, Sequence[float]]]) -> dict[str, Any]:
+    """How the load generator's processes fared over a step's window, from their once-a-second
+    reports ``(process, wall time, CPU seconds so far, loop lags in ms)``: CPU use in % of a core,
+    loop lag p99 and max per process, and whether any was saturated (and why)."""
+    by: dict[str, list[tuple[float, float, Sequence[float]]]] = {}
+    for proc, t, cpu, lags in points:
+        by.setdefault(proc, []).append((t, cpu, lags))
+    procs: dict[str, dict[str, float | None]] = {}
+    for proc, pts in by.items():
+        pts.sort(key=lambda p: p[0])
+        span = pts[-1][0] - pts[0][0]
+        cpu_pct = 100 * (pts[-1][1] - pts[0][1]) / span if len(pts) > 1 and span > 0 else None
+        lags = [x for p in pts[1:] for x in p[2]] if len(pts) > 1 else [x for p in pts for x in p[2]]
+        procs[proc] = {
+            "cpu_pct": cpu_pct,
+            "loop_lag_p99_ms": float(np.percentile(lags, 99)) if lags else None,
+            "loop_lag_max_ms": max(lags) if lags else None,
+        }
+    if not procs:
+        return {}
+    worst_cpu = max((p["cpu_pct"] for p in procs.values() if p["cpu_pct"] is not None), default=None)
+    worst_lag = max((p["loop_lag_p99_ms"] for p in procs.values() if p["loop_lag_p99_ms"] is not None), default=None)
+    why = []
+    if worst_cpu is not None and worst_cpu > CLIENT_CPU_PCT:
+        why.append(f"CPU {worst_cpu:.0f} % of a core")
+    if worst_lag is not None and worst_lag > CLIENT_LAG_P99_MS:
+        why.append(f"event-loop lag p99 {worst_lag:.1f} ms")
+    return {
+        "processes": procs,
+        "cpu_pct": worst_cpu,
+        "loop_lag_p99_ms": worst_lag,
+        "saturated": bool(why),
+        "reason": ", ".join(why),
+    }
+
+
+def client_saturated_text(step: StepSummary) -> str | None:
+    """``client saturated: timings not trustworthy (...)`` with the remedy, or None."""
+    c = step.client or {}
+    if not c.get("saturated"):
+        return None
+    return f"client saturated: timings not trustworthy ({c.get('reason')}); add load-generator processes (--workers)"
 
 
 BLOCKS = 20

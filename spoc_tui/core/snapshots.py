@@ -21,6 +21,13 @@ class SourceStatus:
     last_ok: float | None = None
     """Wall time of the last good read."""
     retry_in: float | None = None
+    """Seconds to the next try, as of ``at``."""
+    at: float = field(default_factory=time.time, compare=False)
+    """Wall time the status was taken (``retry_in`` counts down from it)."""
+
+    def retry_left(self, now: float) -> float | None:
+        """Seconds to the next try as of ``now``."""
+        return None if self.retry_in is None else max(0.0, self.retry_in - (now - self.at))
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from spoc_tui.core.loadmath import (
     StepSummary,
     UserPlan,
     badly_broken,
+    client_health,
     find_knee,
     level_text,
     queue_unbounded,
@@ -361,6 +362,7 @@ class RunnerProcess:
                 await p.wait()
         if self._reader:
             self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)  # never "Task was destroyed"
 
 
 async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: dict[str, float]) -> dict[str, Any]:
@@ -403,6 +405,27 @@ async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: dict[
     return out
 
 
+USERS_PER_PROCESS = 64
+"""--workers auto: a load-generator process per this many concurrent streams (above it one
+process's event loop timestamps chunks late on these machines: benchmarks/load_fidelity.py)."""
+SECONDS_PER_REQUEST = 4.0
+"""--workers auto with --rate: concurrency is taken as rate x this (a chat answer's length)."""
+
+
+def auto_workers(plan: UserPlan, cores: int) -> int:
+    """``--workers auto``: one process per :data:`USERS_PER_PROCESS` streams at the plan's highest
+    level, at most one per core but one (kept for the master and the system); 0 (a single
+    process) when that comes to one or fewer."""
+    if isinstance(plan, FixedRates):
+        streams = max(plan.rates) * SECONDS_PER_REQUEST
+    elif isinstance(plan, KneeSearch):
+        streams = float(plan.max_users)
+    else:
+        streams = float(max(plan.users))
+    n = min(math.ceil(streams / USERS_PER_PROCESS), max(0, cores - 1))
+    return n if n > 1 else 0
+
+
 MAX_SPAWN_RATE = 100.0
 """Locust's advice: faster ramp-ups are known to cause trouble."""
 
@@ -426,6 +449,7 @@ async def _run_step(
     runner: RunnerProcess,
     pump: asyncio.Task[None],
     samples: list[RequestSample],
+    health: list[wire.Health],
     poller: VllmPoller,
     dcgm: DcgmPoller | None,
     steps: list[StepSummary],
@@ -475,6 +499,9 @@ async def _run_step(
         in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
         summary = summarize_step(idx, users, in_window, m_end - m_start, cfg.limits, open_loop=bool(cfg.rates))
         summary.rate = level if cfg.rates else None
+        summary.client = client_health(
+            [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if m_start <= h.t <= m_end + 1.0]
+        )
         summary.server = server
         summary.extended_s = max(0.0, (m_end - m_start) - planned)
         if unbounded:
@@ -558,6 +585,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     writer = ResultWriter(cfg.out_dir, header)
     runner = RunnerProcess(cfg, model, context_len, cfg.out_dir)
     samples: list[RequestSample] = []
+    health: list[wire.Health] = []
     steps: list[StepSummary] = []
     status: RampEnd = "interrupted"
     stop_reason = ""
@@ -575,6 +603,8 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                 if isinstance(ev, wire.Sample):
                     samples.append(ev.sample)
                     writer.sample(ev.sample)
+                elif isinstance(ev, wire.Health):
+                    health.append(ev)
                 elif isinstance(ev, wire.Exited):
                     return
 
@@ -583,7 +613,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         idx = 0
         while (level := plan.next(steps)) is not None:
             idx += 1
-            summary = await _run_step(cfg, idx, level, runner, pump, samples, poller, dcgm, steps, report)
+            summary = await _run_step(cfg, idx, level, runner, pump, samples, health, poller, dcgm, steps, report)
             steps.append(summary)
             writer.write(steps, find_knee(steps), "running")
             report("step_done", idx, level, steps, len(samples))
@@ -610,6 +640,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         finally:
             if pump is not None:
                 pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
             writer.write(steps, knee, status)
             writer.close()
             await poller.aclose()

@@ -7,7 +7,7 @@ from typing import Literal
 
 from spoc_tui.core import fmt
 from spoc_tui.core.confidence import Decision
-from spoc_tui.core.loadmath import Knee, StepSummary, levels_text
+from spoc_tui.core.loadmath import Knee, StepSummary, client_saturated_text, levels_text
 
 KneeTone = Literal["pending", "meets", "breaks_at_once", "breaks"]
 """How a knee sentence should look: nothing decided yet, SLA never broken, broken by the first
@@ -104,6 +104,8 @@ def check_lines(s: StepSummary) -> list[str]:
     reason = s.verdict.get("reason")
     if s.decision == "inconclusive" and reason:
         lines.append(f"    inconclusive: {reason}")
+    if sat := client_saturated_text(s):
+        lines.append(f"    {sat}")
     return lines
 
 
@@ -153,8 +155,19 @@ def knee_reason(step: StepSummary) -> str:
     full with requests waiting; requests waiting with the cache not full (the batch is at its
     seat or token limit: max-num-seqs, max-num-batched-tokens); an inter-token limit broken with
     no queue (decode slows as the batch grows, or prefills stall decodes); otherwise no server-side
-    cause was seen, which points at the client (see ``--workers``).
+    cause was seen, which points at the client (see ``--workers``). A step whose load generator
+    was saturated says so after the server-side reason (or instead of "no server-side cause").
     """
+    reason = _server_reason(step)
+    sat = client_saturated_text(step)
+    if sat is None:
+        return reason
+    if reason.startswith(("no server-side cause", "no server-side view")):
+        return sat
+    return f"{reason}; and the {sat}"
+
+
+def _server_reason(step: StepSummary) -> str:
     srv = step.server or {}
     limit = str(step.verdict.get("broken_limit") or "")
     if limit == "queue_unbounded":

@@ -311,6 +311,25 @@ def _refused(prefix: str) -> None:
     )
 
 
+LAG_TICK_S = 0.05
+
+
+def watch_self(sink: Callable[[wire.Health], None]) -> None:
+    """Forever: sleep 50 ms at a time, note how late each wake-up is (the event loop's lag: a
+    loop busy with other users' chunks or starved of CPU timestamps late), and once a second hand
+    the lags and the process's CPU time to ``sink``."""
+    lags: list[float] = []
+    last = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        gevent.sleep(LAG_TICK_S)
+        lags.append(max(0.0, (time.perf_counter() - t0 - LAG_TICK_S) * 1000))
+        if time.perf_counter() - last >= 1.0:
+            sink(wire.Health(time.time(), time.process_time(), tuple(round(x, 3) for x in lags)))
+            lags = []
+            last = time.perf_counter()
+
+
 def _int_or_none(v: Any) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -386,6 +405,12 @@ def _work(env: Environment, args: argparse.Namespace) -> int:
 
     runner.register_message("spoc_step", on_step)
 
+    def send_health(h: wire.Health) -> None:
+        # Locust types the payload as a dict; its messages carry any msgpack-able data
+        runner.send_message("spoc_health", {"t": h.t, "cpu_s": h.cpu_s, "lags_ms": list(h.lags_ms)})
+
+    gevent.spawn(watch_self, send_health)
+
     def flush() -> None:
         while True:
             gevent.sleep(0.25)
@@ -415,6 +440,12 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
                 emit_sample(RequestSample.from_dict(s))
 
         runner.register_message("spoc_samples", on_samples)
+
+        def on_health(msg: Any, **_kw: Any) -> None:
+            d = msg.data
+            emit(wire.Health(float(d["t"]), float(d["cpu_s"]), tuple(d["lags_ms"]), f"worker {msg.node_id}"))
+
+        runner.register_message("spoc_health", on_health)
         deadline = time.time() + 60
         while runner.worker_count < args.expect_workers:
             if time.time() > deadline:
@@ -424,6 +455,7 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
     else:
         env.create_local_runner()
     emit(wire.Ready(args.expect_workers))
+    gevent.spawn(watch_self, emit)
     _read_commands(env)
     return 0
 

@@ -85,7 +85,19 @@ class Exited:
     """The runner's output ended (it exited); made by the reading side, never sent."""
 
 
-Event = Ready | Sample | UsersSet | RunnerFailed | Stopped | Exited
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A load-generator process watching itself over the last second: its CPU time so far
+    (seconds, cumulative) and the lags of its event loop (ms: how late 50 ms sleeps woke)."""
+
+    t: float
+    """Wall time."""
+    cpu_s: float
+    lags_ms: tuple[float, ...]
+    process: str = "main"
+
+
+Event = Ready | Sample | UsersSet | RunnerFailed | Stopped | Exited | Health
 
 
 def encode(msg: Command | Event) -> str:
@@ -105,6 +117,8 @@ def encode(msg: Command | Event) -> str:
         d = {"type": "error", "message": msg.message}
     elif isinstance(msg, Stopped):
         d = {"type": "stopped"}
+    elif isinstance(msg, Health):
+        d = {"type": "health", "t": msg.t, "cpu_s": msg.cpu_s, "lags_ms": list(msg.lags_ms), "process": msg.process}
     else:
         raise WireError(f"{type(msg).__name__} is not sent over the wire")
     return json.dumps(d, separators=(",", ":"))
@@ -160,4 +174,12 @@ def decode_event(line: str | bytes) -> Event:
         return RunnerFailed(str(d.get("message", "")))
     if kind == "stopped":
         return Stopped()
+    if kind == "health":
+        lags = d.get("lags_ms")
+        if not isinstance(lags, list) or not all(isinstance(x, (int, float)) for x in lags):
+            raise WireError("health: lags_ms must be a list of numbers")
+        t, cpu = d.get("t"), d.get("cpu_s")
+        if not isinstance(t, (int, float)) or not isinstance(cpu, (int, float)):
+            raise WireError("health: t and cpu_s must be numbers")
+        return Health(float(t), float(cpu), tuple(float(x) for x in lags), str(d.get("process", "main")))
     raise WireError(f"unknown event {kind!r}")

@@ -78,6 +78,9 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
         assert step["verdict"]["decision"] in ("meets", "breaks")
         ttft = step["latency"]["ttft"]
         assert ttft["n"] == ttft["count"] > 0 and set(ttft["ci95"]) >= {"p50", "p90", "p99", "mean"}
+        client = step["client"]  # the load generator watched itself through the window
+        assert client["processes"]["main"]["cpu_pct"] is not None and client["loop_lag_p99_ms"] is not None
+        assert isinstance(client["saturated"], bool)
         lo, hi = ttft["ci95"]["p90"]
         assert lo <= ttft["p90"] and (hi is None or ttft["p90"] <= hi)
         assert set(step["ci95"]) == {"request_rate", "output_tokens_per_s", "goodput", "error_rate"}

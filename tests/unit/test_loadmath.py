@@ -311,3 +311,28 @@ def test_a_step_whose_requests_mostly_fail_breaks_even_without_an_error_limit():
     st = summarize_step(1, 1, failing, 10, lims)
     assert st.decision == "breaks" and st.verdict["broken_limit"] == "error_rate"
     assert "at least" in (badly_broken(st, 3.0) or "")
+
+
+def test_client_health_flags_a_saturated_load_generator():
+    from spoc_tui.core.loadmath import client_health
+
+    calm = [("main", float(t), 0.2 * t, [0.1] * 20) for t in range(10)]  # 20 % of a core, 0.1 ms lags
+    h = client_health(calm)
+    assert h["cpu_pct"] == pytest.approx(20.0) and h["loop_lag_p99_ms"] == pytest.approx(0.1)
+    assert not h["saturated"]
+    busy = calm + [("worker w1", float(t), 0.97 * t, [0.2] * 19 + [30.0]) for t in range(10)]
+    h = client_health(busy)
+    assert h["saturated"] and "CPU 97 % of a core" in h["reason"] and "lag p99" in h["reason"]
+    assert set(h["processes"]) == {"main", "worker w1"}
+    assert client_health([]) == {}
+
+
+def test_workers_auto_sizes_by_streams_and_cores():
+    from spoc_tui.core.loadmath import FixedRates
+    from spoc_tui.load.ramp import auto_workers
+
+    assert auto_workers(FixedUsers([1, 8, 32]), 16) == 0  # one process is enough for 32 streams
+    assert auto_workers(FixedUsers([64, 512]), 16) == 8
+    assert auto_workers(FixedUsers([512]), 2) == 0  # a single spare core: a worker would only add a hop
+    assert auto_workers(KneeSearch(max_users=1024), 8) == 7
+    assert auto_workers(FixedRates([10.0, 100.0]), 16) == 7  # 100 req/s x 4 s in flight

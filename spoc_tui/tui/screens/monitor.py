@@ -78,6 +78,8 @@ class MonitorScreen(Screen[None]):
         self.gpu_note.display = False
         self._draw_tp()
         self._draw_status()
+        # "stale N s" and "retry in N s" count every second, not only when a tick arrives
+        self.set_interval(1.0, self._draw_status)
 
     # -- message handlers ---------------------------------------------------------------
     def apply_servers(self, msg: ServersSampled) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 
@@ -261,7 +262,8 @@ class StatusLine(ChangedStatic):
             else:
                 t.append("✖ ", style="bold red")
                 since = f" stale {now - s.last_ok:.0f}s" if s.last_ok else ""
-                retry = f", retry {s.retry_in:.0f}s" if s.retry_in else ""
+                left = s.retry_left(now)
+                retry = f", retry {math.ceil(left)}s" if left else ""
                 reason = (s.reason or "down").removeprefix(s.source + ": ")
                 t.append(f"{name}{since}: {reason}{retry}", style="red")
         self.show_text(t)
