@@ -34,6 +34,7 @@ from spoc_tui.core.loadmath import (
     parse_user_plan,
     parse_users,
 )
+from spoc_tui.core.redact import RedactingFormatter
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, auto_workers
@@ -712,7 +713,7 @@ def configure_logging() -> None:
     (``SPOC_LOG_LEVEL=DEBUG`` for more); the file is only created once something is logged."""
     level = os.environ.get(LOG_LEVEL_ENV, "WARNING").upper()
     handler = _LogFile(data_dir() / "spoc.log", delay=True)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("spoc_tui")
     root.addHandler(handler)
     root.setLevel(level if level in logging.getLevelNamesMapping() else logging.WARNING)

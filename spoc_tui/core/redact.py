@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
@@ -51,6 +52,13 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             continue
         out.append(redact_text(arg))
     return out
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log formatter that masks secrets in the whole record, tracebacks included."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
 
 
 def redact_text(text: str) -> str:

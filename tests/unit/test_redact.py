@@ -50,3 +50,18 @@ def test_terminal_text_is_inert_and_readable():
     assert safe("a\x1b[2Jb\x9bc\u202ed") == "a\\x1b[2Jb\\x9bc\\u202ed"
     assert safe("tab\tok") == "tab\tok"
     assert for_terminal("line one\nhttp://u:p@h \x07") == "line one\nhttp://***@h \\x07"
+
+
+def test_log_records_are_redacted_tracebacks_included():
+    import logging
+
+    from spoc_tui.core.redact import RedactingFormatter
+
+    try:
+        raise ValueError("cannot reach http://admin:hunter2@gpu-a:8000/metrics")
+    except ValueError:
+        import sys
+
+        rec = logging.LogRecord("x", logging.ERROR, "f", 1, "reading %s", ("http://u:pw@h/m",), sys.exc_info())
+    out = RedactingFormatter("%(message)s").format(rec)
+    assert "hunter2" not in out and ":pw@" not in out and "***@gpu-a:8000" in out and "***@h/m" in out
