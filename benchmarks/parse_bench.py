@@ -7,7 +7,9 @@ Hostile bodies (issue 17): each parsed and reduced to the server view (what the 
 scrape), with its time and the process's peak RSS growth: a metric name and 1 MB of blanks
 (quadratic backtracking took 53 s for 100 KB before), a 10 MB label value (1.8 GB before),
 a line of 100k labels, 8,000 engines (4 s before) and a 50 MB body with 648k engines (over
-300 s before). Target: the 50 MB body within a few seconds, memory bounded (a few times the body).
+300 s before). A body of more than 200,000 lines is refused before parsing (Prometheus'
+sample_limit); one at the limit is parsed and reduced. Target: every case within a few seconds,
+memory bounded.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from spoc_tui.core.gpu import dcgm_gpus  # noqa: E402
 from spoc_tui.core.presets import GPUS  # noqa: E402
-from spoc_tui.core.promparse import _CACHE, parse_text  # noqa: E402
+from spoc_tui.core.promparse import _CACHE, TooLarge, check_size, parse_text  # noqa: E402
 from spoc_tui.core.vllm import Scrape, server_view  # noqa: E402
 from spoc_tui.sim.exposition import dcgm_metrics  # noqa: E402
 from spoc_tui.sim.gpu import SimGpu  # noqa: E402
@@ -83,36 +85,37 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def hostile() -> None:
+def engines_text(n: int) -> str:
     engine_line = 'vllm:num_requests_running{{engine="{i}",model_name="m"}} 1\n'
     hist = 'vllm:time_to_first_token_seconds_bucket{{engine="{i}",le="0.1",model_name="m"}} 3\n'
-    many = "".join(engine_line.format(i=i) + hist.format(i=i) for i in range(8000))
+    return "".join(engine_line.format(i=i) + hist.format(i=i) for i in range(n))
+
+
+def hostile() -> None:
+    """What the monitor does with each body (size check, parse, the server view), smallest first;
+    peak RSS is the process's high-water mark after the case."""
     cases = [
-        ("name + 1 MB of blanks", "vllm:x" + " " * 2**20 + "\n"),
-        ("10 MB label value", 'vllm:num_requests_running{a="' + "v" * 10 * 2**20 + '"} 1\n'),
-        (
-            "100k labels on a line",
-            "vllm:num_requests_running{" + ",".join(f'l{i}="v"' for i in range(100_000)) + "} 1\n",
-        ),
-        ("8,000 engines", many),
+        ("name + 1 MB of blanks", lambda: "vllm:x" + " " * 2**20 + "\n"),
+        ("100k labels on a line", lambda: "vllm:x{" + ",".join(f'l{i}="v"' for i in range(100_000)) + "} 1\n"),
+        ("10 MB label value", lambda: 'vllm:num_requests_running{a="' + "v" * 10 * 2**20 + '"} 1\n'),
+        ("8,000 engines", lambda: engines_text(8000)),
+        ("200,000 lines, 100,000 engines", lambda: engines_text(100_000)),
+        ("50 MB body, 368,000 engines", lambda: engines_text(368_000)),
     ]
-    big: list[str] = []
-    size, i = 0, 0
-    while size < 50 * 2**20:
-        chunk = engine_line.format(i=i) + hist.format(i=i)
-        big.append(chunk)
-        size += len(chunk)
-        i += 1
-    cases.append((f"50 MB body, {i:,} engines", "".join(big)))
-    del big
     print()
-    print(f"{'hostile body':<32}{'MB':>7}{'parse+view':>12}{'peak RSS':>10}")
-    for name, text in cases:
-        base = rss_mb()
+    print(f"{'hostile body':<34}{'MB':>7}{'check+parse+view':>18}{'peak RSS':>10}  result")
+    for name, make in cases:
+        text = make()
         t0 = time.perf_counter()
-        server_view("x", Scrape(parse_text(text), 1.0))
+        try:
+            check_size(text)
+            view = server_view("x", Scrape(parse_text(text), 1.0))
+            result = f"{len(view.engines)} engine rows"
+        except TooLarge as e:
+            result = f"refused: {e}"
         dt = time.perf_counter() - t0
-        print(f"{name:<32}{len(text) / 2**20:>7.1f}{dt:>10.2f} s{max(0.0, rss_mb() - base):>7.0f} MB")
+        print(f"{name:<34}{len(text) / 2**20:>7.1f}{dt:>16.2f} s{rss_mb():>7.0f} MB  {result}")
+        del text
         _CACHE.clear()
 
 

@@ -12,7 +12,7 @@ import httpx
 from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.files import FileReadError, read_text_bounded
 from spoc_tui.core.gpu import is_dcgm
-from spoc_tui.core.promparse import Exposition, parse_text
+from spoc_tui.core.promparse import Exposition, TooLarge, check_size, parse_text
 from spoc_tui.core.redact import redact_text, redact_url
 from spoc_tui.core.vllm import is_vllm
 
@@ -92,6 +92,10 @@ def read_file(path: str) -> Reading:
         text = read_text_bounded(path, MAX_BODY)
     except FileReadError as e:
         raise SourceError(f"{path}: {e}") from None
+    try:
+        check_size(text)
+    except TooLarge as e:
+        raise SourceError(f"{path}: {e}") from None
     exp = parse_text(text)
     return Reading(path, classify(path, exp), exp, time.monotonic(), time.time())
 
@@ -129,7 +133,10 @@ async def fetch(
         raise SourceError(f"{url}: {type(e).__name__} ({_short(e)})") from None
     if status != 200:
         raise SourceError(f"{url}: HTTP {status} from {shown_target}")
-    exp = await asyncio.to_thread(_decode_and_parse, body, ctype)
+    try:
+        exp = await asyncio.to_thread(_decode_and_parse, body, ctype)
+    except TooLarge as e:
+        raise SourceError(f"{url}: {e}") from None
     return Reading(url, classify(url, exp), exp, time.monotonic(), time.time())
 
 
@@ -153,7 +160,10 @@ async def _download(
 
 
 def _decode_and_parse(body: bytes, content_type: str | None) -> Exposition:
-    return parse_text(body.decode("utf-8", errors="replace"), content_type)
+    """Raises: TooLarge (see :func:`~spoc_tui.core.promparse.check_size`)."""
+    text = body.decode("utf-8", errors="replace")
+    check_size(text)
+    return parse_text(text, content_type)
 
 
 def _short(e: Exception) -> str:

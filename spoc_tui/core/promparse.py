@@ -130,8 +130,24 @@ def _parse_labels(raw: str) -> Labels | None:
 _CACHE = _LabelCache()
 
 
+MAX_LINES = 200_000
+"""Bodies with more lines are not parsed (as Prometheus' ``sample_limit`` refuses a scrape): a
+full vLLM 0.32 /metrics is about 700 lines, 64 data-parallel engines about 45,000."""
+
+
+class TooLarge(ValueError):
+    """An exposition with more than :data:`MAX_LINES` lines."""
+
+
+def check_size(text: str, limit: int = MAX_LINES) -> None:
+    """Raises: TooLarge for a body with more than ``limit`` lines (counted in C, fast)."""
+    n = text.count("\n")
+    if n > limit:
+        raise TooLarge(f"{n:,} lines, more than the {limit:,} a scrape may have (sample limit)")
+
+
 def parse_text(text: str, content_type: str | None = None) -> Exposition:
-    """Parse exposition text. Never raises.
+    """Parse exposition text. Never raises (callers refuse oversized bodies with :func:`check_size`).
 
     Args:
         text: the body.

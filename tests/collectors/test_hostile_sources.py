@@ -183,3 +183,10 @@ async def test_inspect_json_and_errors_never_show_a_url_password(servers):
         out, err = await asyncio.wait_for(p.communicate(), 60)
         text = out.decode() + err.decode()
         assert "hunter2" not in text and "***@127.0.0.1" in text, text[-300:]
+
+
+def test_a_body_past_the_sample_limit_is_refused_before_parsing(tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text("vllm:num_requests_running 1\n" * 200_001)
+    with pytest.raises(SourceError, match="more than the 200,000 a scrape may have"):
+        read_file(str(big))
