@@ -48,7 +48,7 @@ SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40.0
 IN_TOKENS, OUT_TOKENS = 200, 128
 PROFILE = (
     f'name = "flat"\nsystem_tokens = 0\nturns = 1\nuser_tokens = {IN_TOKENS}\n'
-    f"output_tokens = {OUT_TOKENS}\nthink_s = 0\n"
+    f"output_tokens = {OUT_TOKENS}\nthink_s = 0\nignore_eos = true\n"
 )
 KEYS = [(m, p) for m in ("ttft", "itl", "tpot") for p in ("p50", "p90", "p99")]
 
@@ -71,6 +71,8 @@ def vllm_bench(url: str, conc: int, prompts: int, out: Path) -> dict[str, float]
     res = {f"{m}_{p}": float(d[f"{p}_{m}_ms"]) / 1000 for m, p in KEYS}
     res["out_tok_s"] = float(d["output_throughput"])
     res["n"] = float(d["completed"])
+    res["in_tok"] = float(d["total_input_tokens"]) / max(1.0, float(d["completed"]))
+    res["out_tok"] = float(d["total_output_tokens"]) / max(1.0, float(d["completed"]))
     return res
 
 
@@ -94,6 +96,10 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool) -> dict[str, flo
     res = {f"{m}_{p}": float(s.latency[m][p]) for m, p in KEYS if s.latency[m][p] is not None}
     res["out_tok_s"] = s.output_tokens_per_s
     res["n"] = float(s.requests)
+    rows = [json.loads(x) for x in (out / "ramp" / "requests.jsonl").read_text().splitlines()]
+    mine = [r for r in rows if r["ok"] and r["step"] == s.step]
+    res["in_tok"] = sum(r["prompt_tokens"] or 0 for r in mine) / max(1, len(mine))
+    res["out_tok"] = sum(r["output_tokens"] or 0 for r in mine) / max(1, len(mine))
     res["client_saturated"] = float(bool((s.client or {}).get("saturated")))
     return res
 
@@ -101,7 +107,7 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool) -> dict[str, flo
 def fmt(key: str, v: float | None) -> str:
     if v is None:
         return "?"
-    return f"{v:,.0f}" if key in ("out_tok_s", "n") else f"{v * 1000:.2f}"
+    return f"{v:,.0f}" if key in ("out_tok_s", "n", "in_tok", "out_tok") else f"{v * 1000:.2f}"
 
 
 def within(key: str, ours: float | None, theirs: float | None) -> bool:
@@ -146,17 +152,18 @@ def report(conc: int, runs: dict[str, dict[str, Any]]) -> None:
     )
     print(f"{'':<12}" + "".join(f"{n:>28}" for n in names))
     ok = dict.fromkeys(names[1:], 0)
-    for key in [f"{m}_{p}" for m, p in KEYS] + ["out_tok_s", "n"]:
+    for key in [f"{m}_{p}" for m, p in KEYS] + ["out_tok_s", "n", "in_tok", "out_tok"]:
         cells = []
         for n in names:
             v = runs[n].get(key)
             cell = fmt(key, v)
-            if n != names[0] and key != "n" and v is not None and ref.get(key):
+            if n != names[0] and key not in ("n", "in_tok", "out_tok") and v is not None and ref.get(key):
                 cell += f" ({v / ref[key]:.2f}x)"
                 ok[n] += within(key, v, ref.get(key))
             cells.append(cell)
         print(f"{key:<12}" + "".join(f"{c:>28}" for c in cells))
     targets = len(KEYS) + 1
+    print("(n: requests measured; in_tok/out_tok: mean prompt/answer tokens per request, as the server counted)")
     print("within target (every percentile max(5 %, 1 ms), out tok/s 3 %): " + "; ".join(
         f"{n}: {k}/{targets}" for n, k in ok.items()
     ))  # fmt: skip

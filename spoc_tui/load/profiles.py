@@ -35,6 +35,7 @@ _PROFILE_KEYS = {
     "think_s",
     "mix",
     "replay",
+    "ignore_eos",
 }
 
 
@@ -148,6 +149,10 @@ class Profile:
     replay: tuple[tuple[tuple[str, int | None], ...], ...] = ()
     """Recorded conversations: per conversation, (user text, max_tokens or None) per turn."""
     source: str = ""
+    ignore_eos: bool = False
+    """Ask vLLM to generate every planned output token (its ``ignore_eos`` extension, as
+    ``vllm bench serve``'s random dataset does), so answer lengths are the profile's, not the
+    model's: for benchmarks that compare clients like for like."""
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "description": self.description, "source": self.source}
@@ -166,6 +171,7 @@ class Profile:
             user_tokens=self.user_tokens.as_dict(),
             output_tokens=self.output_tokens.as_dict(),
             think_s=self.think_s.as_dict(),
+            ignore_eos=self.ignore_eos,
         )
         return d
 
@@ -198,6 +204,7 @@ class Profile:
             parse_dist("output_tokens", d["output_tokens"]),
             parse_dist("think_s", d["think_s"]),
             source=d.get("source", ""),
+            ignore_eos=bool(d.get("ignore_eos", False)),
         )
 
 
@@ -268,6 +275,9 @@ def _profile_from(data: dict[str, Any], p: Path, depth: int) -> Profile:
     for required in ("user_tokens", "output_tokens"):
         if required not in data:
             raise ProfileError(f"{where}: missing {required}")
+    ignore_eos = data.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise ProfileError(f"{where}: ignore_eos must be true or false")
     return Profile(
         name=name,
         description=desc,
@@ -280,6 +290,7 @@ def _profile_from(data: dict[str, Any], p: Path, depth: int) -> Profile:
         output_tokens=parse_dist(f"{where}: output_tokens", data["output_tokens"]),
         think_s=parse_dist(f"{where}: think_s", data.get("think_s", 0)),
         source=str(p),
+        ignore_eos=ignore_eos,
     )
 
 

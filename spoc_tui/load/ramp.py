@@ -578,8 +578,8 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             "when the interval lies wholly within/beyond the limit"
         ),
         "metric_definitions": (
-            "vllm bench serve: TTFT first content chunk; ITL pooled chunk gaps; TPOT (E2E-TTFT)/(out-1); "
-            "goodput per request"
+            "vllm bench serve: TTFT first event with choices; ITL pooled gaps between events with choices; "
+            "E2E to the last such event; TPOT (E2E-TTFT)/(out-1); goodput per request"
         ),
     }
     writer = ResultWriter(cfg.out_dir, header)

@@ -95,6 +95,8 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if Shared.profile is not None and Shared.profile.ignore_eos:
+        body["ignore_eos"] = True  # vLLM's extension: every planned token, as vllm bench serve
     headers = {"Authorization": f"Bearer {Shared.api_key}"} if Shared.api_key else {}
     step, users = Shared.step, Shared.users
     wall0 = time.time()
@@ -145,15 +147,20 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
                             request_id = ev["id"]
                         if ev.get("usage"):
                             usage = ev["usage"]
-                        for ch in ev.get("choices") or []:
-                            piece = (ch.get("delta") or {}).get("content")
-                            if piece:
-                                if first is None:
-                                    first = now
-                                elif last is not None:
-                                    gaps.append(now - last)
-                                last = now
-                                parts.append(piece)
+                        choices = ev.get("choices")
+                        if choices:
+                            # As vllm bench serve: every event with choices is a step of the
+                            # stream (TTFT at the first, a gap at each next), text or not: a
+                            # token whose text the detokenizer holds back still took its step.
+                            if first is None:
+                                first = now
+                            elif last is not None:
+                                gaps.append(now - last)
+                            last = now
+                            for ch in choices:
+                                piece = (ch.get("delta") or {}).get("content")
+                                if piece:
+                                    parts.append(piece)
                 if not done:
                     error = "stream"
                     resp.failure("stream ended without [DONE]")
@@ -173,7 +180,7 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
         ok=ok,
         error=error,
         ttft=(first - t0) if first is not None else None,
-        e2e=end - t0,
+        e2e=(last if last is not None else end) - t0,  # to the last token event, as vllm bench serve
         itl=tuple(gaps),
         output_tokens=_int_or_none(usage.get("completion_tokens")),
         prompt_tokens=_int_or_none(usage.get("prompt_tokens")),

@@ -259,40 +259,37 @@ class SimServer:
             await resp.write(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")
 
         try:
-            if chat:
-                await send(
-                    {
-                        "id": rid,
-                        "object": obj,
-                        "created": created,
-                        "model": model,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "delta": {"role": "assistant", "content": ""},
-                                "logprobs": None,
-                                "finish_reason": None,
-                            }
-                        ],
-                    }
-                )
+            # As vLLM's chat stream: the role chunk goes out with the first token (not before),
+            # then one event per token; the last token's event carries the finish reason.
+            first = True
+            finished = False
             while True:
                 item = await queue.get()
                 if item is None:
                     break
                 n, _ = item
+                if chat and first:
+                    role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
+                    await send(
+                        {"id": rid, "object": obj, "created": created, "model": model,
+                         "choices": [{**role, "finish_reason": None}]}
+                    )  # fmt: skip
+                first = False
                 piece = " " + req.word(n - 1)
+                finished = n >= req.target_tokens
+                reason = ("length" if n >= req.max_tokens else "stop") if finished else None
                 if chat:
-                    choice = {"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": None}
+                    choice = {"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": reason}
                 else:
-                    choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
+                    choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": reason}
                 await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]})
-            final: dict[str, object] = {"index": 0, "logprobs": None, "finish_reason": req.finish_reason}
-            if chat:
-                final["delta"] = {}
-            else:
-                final["text"] = ""
-            await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [final]})
+            if not finished:  # aborted, or ended early by the context: the reason in an event of its own
+                final: dict[str, object] = {"index": 0, "logprobs": None, "finish_reason": req.finish_reason}
+                if chat:
+                    final["delta"] = {}
+                else:
+                    final["text"] = ""
+                await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [final]})
             if include_usage:
                 await send(
                     {

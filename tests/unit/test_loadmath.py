@@ -336,3 +336,13 @@ def test_workers_auto_sizes_by_streams_and_cores():
     assert auto_workers(FixedUsers([512]), 2) == 0  # a single spare core: a worker would only add a hop
     assert auto_workers(KneeSearch(max_users=1024), 8) == 7
     assert auto_workers(FixedRates([10.0, 100.0]), 16) == 7  # 100 req/s x 4 s in flight
+
+
+def test_a_profile_may_ask_for_every_planned_token(tmp_path):
+    p = tmp_path / "flat.toml"
+    p.write_text('name = "flat"\nuser_tokens = 200\noutput_tokens = 128\nignore_eos = true\n')
+    prof = load_profile(str(p))
+    assert prof.ignore_eos and Profile.from_dict(prof.as_dict()).ignore_eos
+    p.write_text('name = "flat"\nuser_tokens = 200\noutput_tokens = 128\nignore_eos = "yes"\n')
+    with pytest.raises(ProfileError, match="ignore_eos must be true or false"):
+        load_profile(str(p))
