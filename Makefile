@@ -44,6 +44,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/load_fidelity.py
 	$(PY) benchmarks/tune_quality.py
 	$(PY) benchmarks/knee_search.py
+	bash scripts/realengine_setup.sh
+	$(PY) benchmarks/vs_vllm_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
