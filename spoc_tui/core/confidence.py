@@ -151,7 +151,10 @@ class Resampler:
         a = (1 - level) / 2
         lo, mid, hi = np.quantile(finite, [a, 0.5, 1 - a])
         k = self.widening()
-        return float(mid - k * (mid - lo)), float(mid + k * (hi - mid))
+        low, high = float(mid - k * (mid - lo)), float(mid + k * (hi - mid))
+        if finite.min() >= 0:  # a latency, a rate, a count: the widening never makes it negative
+            low = max(0.0, low)
+        return low, high
 
     def total(self, per_request: Sequence[float], scale: float = 1.0) -> Interval:
         """Interval of ``scale * sum(per_request)`` (counts and token totals over a fixed window)."""

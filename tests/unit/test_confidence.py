@@ -66,3 +66,14 @@ def test_decide():
     assert decide(0.9, (0.8, 1.1), 1.0) == "inconclusive"
     assert decide(0.5, (0.4, None), 1.0) == "inconclusive"  # no upper bound: cannot say it meets
     assert decide(None, (None, None), 1.0) == "inconclusive"
+
+
+def test_widened_intervals_of_non_negative_figures_stay_non_negative():
+    """Few requests (7) and a skewed latency: stretching the bootstrap interval about its median
+    once gave a TTFT p50 interval of [-103.5ms, 176ms]."""
+    from spoc_tui.core.confidence import Resampler
+
+    values = [0.02, 0.03, 0.16, 0.17, 0.17, 0.18, 0.18]
+    rs = Resampler.for_blocks(list(range(len(values))), seed=1)
+    lo, hi = rs.pooled_quantiles(values, list(range(len(values))), [0.5])[0]
+    assert lo is not None and hi is not None and 0.0 <= lo <= hi
