@@ -75,6 +75,8 @@ class TrialOutcome:
     tokens_per_request: float | None = None
     """Mean prompt + output tokens of the measured requests (for the KV-derived seed)."""
     duration_s: float = 0.0
+    early_stop: dict[str, Any] = field(default_factory=dict)
+    """The reference step stopped early, clearly dominated: ``reason`` and ``saved_s``."""
 
 
 def _tokens_per_request(samples: Sequence[RequestSample]) -> float | None:

@@ -7,13 +7,16 @@ few attributes that are not record fields are named in :class:`TrialAttr` and :c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import statistics
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
 from spoc_tui.core.loadmath import Limit
-from spoc_tui.core.pareto import hypervolume, pareto_indices
+from spoc_tui.core.noisyfront import Estimate, FrontStatus, Run, classify, pool
+from spoc_tui.core.pareto import hypervolume
 from spoc_tui.core.tunespace import Config, Objective, reference_point
 
 TrialStatus = Literal["ok", "infeasible", "interrupted"]
@@ -31,6 +34,10 @@ class TrialAttr(StrEnum):
     """Why a queued trial was queued (``--try``, server defaults, a re-run...)."""
     SKIPPED = "skipped"
     """Why a proposal was not run (a repeat, a broken condition)."""
+    REPEAT_OF = "repeat_of"
+    """A re-run of this trial's configuration (queued by the study; pooled with it)."""
+    EXTRA = "extra"
+    """A --repeat-pareto run at the end, outside the --trials budget."""
 
 
 class StudyAttr(StrEnum):
@@ -66,6 +73,11 @@ class TrialRecord:
     """Each objective's 95 % interval at the reference load (ramp.json's shape)."""
     n: dict[str, int] = field(default_factory=dict)
     """The sample each objective rests on (requests; ITL gaps for ITL; steps for the knee)."""
+    extra: bool = False
+    """A --repeat-pareto run, outside the --trials budget."""
+    early_stop: dict[str, Any] = field(default_factory=dict)
+    """Set when the trial stopped partway through its step, clearly dominated: why, and the
+    seconds of planned measurement it did not spend (``saved_s``)."""
 
     def values(self, objectives: Sequence[Objective]) -> tuple[float, float] | None:
         v = [x for o in objectives if (x := self.objectives.get(o.name)) is not None]
@@ -99,34 +111,142 @@ class TrialRecord:
             finished_at=float(a.get("finished_at", 0.0)),
             ci95=dict(a.get("ci95", {})),
             n=dict(a.get("n", {})),
+            repeat_of=int(a["repeat_of"]) if a.get("repeat_of") is not None else None,
+            extra=bool(a.get("extra")),
+            early_stop=dict(a.get("early_stop") or {}),
         )
+
+
+def config_key(config: Config) -> tuple[tuple[str, str], ...]:
+    """A configuration as a hashable key (its runs are pooled under it)."""
+    return tuple(sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in config.items()))
+
+
+@dataclass
+class FrontMember:
+    """A configuration on (or near) the front: its runs pooled (see :mod:`spoc_tui.core.noisyfront`)."""
+
+    record: TrialRecord
+    """The configuration's first trial (its flags, command, reference load)."""
+    values: tuple[float, float]
+    ci95: tuple[tuple[float, float], tuple[float, float]]
+    runs: int
+    numbers: list[int]
+    """Its trial, then the trials that re-ran it."""
+    status: FrontStatus
+    spread: tuple[float, ...] = ()
+    """Coefficient of variation between its runs, per objective (with two runs or more)."""
+
+    def as_dict(self, objectives: Sequence[Objective]) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "runs": self.runs,
+            "trials": self.numbers,
+            "pooled": {o.name: self.values[i] for i, o in enumerate(objectives)},
+            "pooled_ci95": {o.name: list(self.ci95[i]) for i, o in enumerate(objectives)},
+            **({"spread_cv": {o.name: self.spread[i] for i, o in enumerate(objectives)}} if self.spread else {}),
+        }
 
 
 @dataclass
 class Front:
-    """The Pareto set of the feasible trials so far, and its hypervolume."""
+    """The Pareto set of the feasible configurations so far, and its hypervolume.
+
+    A configuration run more than once (re-runs, ``--repeat-pareto``) is one point: its runs pooled.
+    ``members`` are the front's configurations, each confirmed or provisional; ``candidates`` are
+    configurations off the point-estimate front whose intervals still reach it."""
 
     records: list[TrialRecord]
     reference: tuple[float, float]
     hypervolume: float
     hv_by_trial: list[float]
-    """Hypervolume after each counted trial, in trial order (same reference point)."""
+    """Hypervolume after each run (trials and re-runs), in the order they finished."""
+    members: list[FrontMember] = field(default_factory=list)
+    candidates: list[FrontMember] = field(default_factory=list)
+    estimates: list[Estimate] = field(default_factory=list)
+    """Every feasible configuration's pooled estimate, classified (for the re-run policy)."""
+
+    @property
+    def settled(self) -> bool:
+        """Every member confirmed and no candidate left."""
+        return all(m.status == "confirmed" for m in self.members) and not self.candidates
+
+    def member(self, number: int) -> FrontMember | None:
+        return next((m for m in self.members if number in m.numbers), None)
+
+
+def _run_of(r: TrialRecord, objectives: Sequence[Objective]) -> Run | None:
+    v = r.values(objectives)
+    if v is None:
+        return None
+    ci: list[tuple[float | None, float | None]] = []
+    for o in objectives:
+        c = r.ci95.get(o.name) or [None, None]
+        ci.append((c[0], c[1]) if len(c) == 2 else (None, None))
+    return Run(v, tuple(ci))
+
+
+def _pooled(
+    records: Sequence[TrialRecord], objectives: Sequence[Objective]
+) -> tuple[list[Estimate], dict[Hashable, list[TrialRecord]]]:
+    """Feasible configurations' pooled estimates, and every configuration's runs in order."""
+    groups: dict[Hashable, list[TrialRecord]] = {}
+    for r in records:
+        if r.status in RAN:
+            groups.setdefault(config_key(r.config), []).append(r)
+    out: list[Estimate] = []
+    for key, runs in groups.items():
+        if any(r.status != "ok" for r in runs):
+            continue  # a server that failed once under this configuration is not a front member
+        rs = [x for r in runs if (x := _run_of(r, objectives)) is not None]
+        if len(rs) != len(runs):
+            continue
+        cons: dict[str, list[float]] = {}
+        for r in runs:
+            for name, c in r.constraints.items():
+                cons.setdefault(name, []).append(c)
+        if not runs[0].feasible and not cons:
+            continue
+        if any(statistics.fmean(cs) > 0 for cs in cons.values()):
+            continue  # feasible on average over its runs, or not at all
+        out.append(pool(key, rs))
+    return out, groups
 
 
 def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective], limits: Sequence[Limit]) -> Front:
-    counted = sorted((r for r in records if r.repeat_of is None), key=lambda r: r.number)
-    feas = [(r, v) for r in counted if r.feasible and (v := r.values(objectives)) is not None]
+    ordered = sorted(records, key=lambda r: (r.finished_at or 0.0, r.number, r.repeat_of is not None))
     dirs = [o.direction for o in objectives]
-    pts = [v for _, v in feas]
-    ref = reference_point(objectives, limits, pts)
-    idx = pareto_indices(pts, dirs) if pts else []
-    pareto = sorted((feas[i] for i in idx), key=lambda rv: rv[1][0])
-    front_records = [r for r, _ in pareto]
+    estimates, groups = _pooled(ordered, objectives)
+    pts = [e.values for e in estimates]
+    ref = reference_point(objectives, limits, [(float(p[0]), float(p[1])) for p in pts])
+    classify(estimates, dirs)
+
+    def member(e: Estimate) -> FrontMember:
+        runs = groups[e.key]
+        first = min(runs, key=lambda r: (r.repeat_of is not None, r.number))
+        numbers = [first.number] + sorted(r.number for r in runs if r is not first)
+        return FrontMember(
+            first,
+            (e.values[0], e.values[1]),
+            ((e.lo[0], e.hi[0]), (e.lo[1], e.hi[1])),
+            e.runs,
+            numbers,
+            e.status,
+            e.spread,
+        )
+
+    members = sorted((member(e) for e in estimates if e.status in ("confirmed", "provisional")), key=lambda m: m.values[0])
+    candidates = sorted((member(e) for e in estimates if e.status == "candidate"), key=lambda m: m.values[0])
     hv_by: list[float] = []
-    seen: list[tuple[float, float]] = []
-    for r in counted:
-        v = r.values(objectives)
-        if r.feasible and v is not None:
-            seen.append(v)
-        hv_by.append(hypervolume(seen, dirs, ref) if seen else 0.0)
-    return Front(front_records, ref, hv_by[-1] if hv_by else 0.0, hv_by)
+    for i in range(len(ordered)):  # the hypervolume of the pooled points after each run
+        est, _ = _pooled(ordered[: i + 1], objectives)
+        hv_by.append(hypervolume([e.values for e in est], dirs, ref) if est else 0.0)
+    return Front(
+        [m.record for m in members],
+        ref,
+        hypervolume(pts, dirs, ref) if pts else 0.0,
+        hv_by,
+        members,
+        candidates,
+        estimates,
+    )

@@ -45,8 +45,6 @@ from spoc_tui.tune.events import (
     Listener,
     Note,
     OthersDone,
-    RepeatDone,
-    RepeatStarted,
     StudyDone,
     StudyOpened,
     TrialDone,
@@ -54,7 +52,18 @@ from spoc_tui.tune.events import (
     TrialStarted,
     TuneEvent,
 )
-from spoc_tui.tune.records import RAN, Front, StudyAttr, StudyStatus, TrialAttr, TrialRecord, compute_front
+from spoc_tui.core.noisyfront import MAX_RUNS, pick_rerun
+from spoc_tui.tune.records import (
+    RAN,
+    Front,
+    FrontMember,
+    StudyAttr,
+    StudyStatus,
+    TrialAttr,
+    TrialRecord,
+    compute_front,
+    config_key,
+)
 
 logger = logging.getLogger(__name__)
 LOG_TAIL_CHARS = 4000
@@ -164,6 +173,8 @@ class TuneConfig:
     """Proposals skipped (duplicates, broken conditions) in a row before the space counts as exhausted."""
     screen_pool: int = 32
     """NSGA-II children bred per trial, of which the surrogate picks one (1: plain NSGA-II)."""
+    rerun_share: float = 0.25
+    """At most this share of the --trials budget re-runs unsettled configurations (see :meth:`TuneSession._due_rerun`)."""
 
 
 @dataclass
@@ -378,9 +389,37 @@ class TuneSession:
 
         return sum(
             1
-            for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
-            if t.user_attrs.get("status") in RAN
+            for t in self.study.get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+            )
+            if t.user_attrs.get("status") in RAN and not t.user_attrs.get(TrialAttr.EXTRA)
         )
+
+    def _due_rerun(self, done: int) -> TrialRecord | None:
+        """The configuration to re-run now, or None (the sampler proposes the next trial).
+
+        Policy (documented in the README): once the first generation has run, re-runs may take up
+        to ``rerun_share`` of the trials run so far (a quarter by default), and go to the unsettled
+        configuration :func:`~spoc_tui.core.noisyfront.pick_rerun` names: a provisional front member
+        or a candidate whose interval reaches the front, fewest runs first, at most 4 runs each. In
+        the last trials of the budget re-runs come first while the front is unsettled, since an
+        unsettled front is what the study would otherwise end with."""
+        cfg = self.cfg
+        if cfg.rerun_share <= 0 or done < cfg.population:
+            return None
+        reruns = sum(1 for r in self.records if r.repeat_of is not None and not r.extra)
+        left = cfg.trials - done
+        allowed = int(cfg.rerun_share * (done + 1))
+        if reruns >= allowed and left > max(1, round(cfg.rerun_share * cfg.population)):
+            return None
+        if reruns >= int(cfg.rerun_share * cfg.trials) + 1:
+            return None
+        front = compute_front(self.records, cfg.objectives, cfg.limits)
+        pick = pick_rerun(front.estimates, [o.direction for o in cfg.objectives])
+        if pick is None:
+            return None
+        runs = [r for r in self.records if config_key(r.config) == pick.key]
+        return min(runs, key=lambda r: (r.repeat_of is not None, r.number)) if runs else None
 
     def _blocked(self, config: Config, seen: dict[tuple[Any, ...], int]) -> str | None:
         """Why ``config`` may not run (a repeat of a trial run or running, a broken condition), or None."""
@@ -465,6 +504,13 @@ class TuneSession:
                 done = self.counted()
                 if done >= cfg.trials:
                     break
+                due = self._due_rerun(done)
+                if due is not None:
+                    record = self._rerun(due, done + 1, f"re-run of trial {due.number}: its interval overlaps the front")
+                    if record.status == "interrupted":
+                        status = "interrupted"
+                        break
+                    continue
                 trial = self.study.ask()
                 # A queued trial (--try, defaults, the spread first generation, the KV-derived seed)
                 # takes its values without asking the sampler, so NSGA-II would never file it under a
@@ -508,11 +554,14 @@ class TuneSession:
         repeats: dict[int, list[dict[str, float | None]]] = {}
         if status != "interrupted" and cfg.repeats > 0 and not cfg.worker:
             repeats = self._repeat(front)
+            front = compute_front(self.records, cfg.objectives, cfg.limits)
             self._write_pareto(front, repeats)
         self.emit(StudyDone(status, front, message))
         return TuneSummary(status, list(self.records), front, repeats, message)
 
     def _run_trial(self, trial: Any, config: Config, ordinal: int) -> TrialRecord:
+        """Run one trial. A trial queued with ``TrialAttr.REPEAT_OF`` re-runs that trial's
+        configuration: it is pooled with it and hidden from the sampler (told as pruned)."""
         from optuna.trial import TrialState
 
         cfg = self.cfg
@@ -542,28 +591,23 @@ class TuneSession:
                             f'the server reports max-model-len {outcome.max_model_len}: the condition "{c}" now applies'
                         )
                     )
-            values = [
-                v
-                for o in cfg.objectives
-                if (v := objective_value(o, outcome.steps, outcome.knee, cfg.ref_users)) is not None
-            ]
-            if len(values) != len(cfg.objectives):
-                where = f"{cfg.ref_users} users" if cfg.ref_users else "the last step"
-                outcome.status, outcome.reason = "infeasible", f"no request finished at the reference load ({where})"
+            values = self._values(outcome)
+            if values is None:
                 return self._finish(trial, config, flags, outcome, TrialState.FAIL)
             rec = self._finish(trial, config, flags, outcome, TrialState.COMPLETE, values)
             self._maybe_kv_seed(outcome)
             return rec
         return self._finish(trial, config, flags, outcome, TrialState.FAIL)
 
-    def _finish(
+    def _record(
         self,
-        trial: Any,
+        number: int,
         config: Config,
         flags: list[str],
         o: TrialOutcome,
-        state: Any,
-        values: list[float] | None = None,
+        values: list[float] | None,
+        repeat_of: int | None = None,
+        extra: bool = False,
     ) -> TrialRecord:
         cfg = self.cfg
         ref = reference_step(o.steps, cfg.ref_users)
@@ -571,7 +615,7 @@ class TuneSession:
             constraint_values(cfg.limits, cfg.objectives, o.steps, o.knee, cfg.ref_users) if values is not None else {}
         )
         rec = TrialRecord(
-            number=trial.number,
+            number=number,
             status=o.status,
             config=dict(config),
             flags=flags,
@@ -599,32 +643,100 @@ class TuneSession:
             duration_s=o.duration_s,
             worker=_worker_id(),
             finished_at=time.time(),
+            repeat_of=repeat_of,
+            extra=extra,
+            early_stop=dict(o.early_stop),
         )
         if values is not None:
             for ob in cfg.objectives:
                 rec.ci95[ob.name], rec.n[ob.name] = objective_interval(ob, o.steps, o.knee, cfg.ref_users)
+        return rec
+
+    def _values(self, o: TrialOutcome) -> list[float] | None:
+        """The objectives at the reference load, or None (the outcome turns infeasible, saying why)."""
+        cfg = self.cfg
+        if o.status != "ok":
+            return None
+        values = [v for ob in cfg.objectives if (v := objective_value(ob, o.steps, o.knee, cfg.ref_users)) is not None]
+        if len(values) != len(cfg.objectives):
+            where = f"{cfg.ref_users} users" if cfg.ref_users else "the last step"
+            o.status, o.reason = "infeasible", f"no request finished at the reference load ({where})"
+            return None
+        return values
+
+    def _finish(
+        self,
+        trial: Any,
+        config: Config,
+        flags: list[str],
+        o: TrialOutcome,
+        state: Any,
+        values: list[float] | None = None,
+    ) -> TrialRecord:
+        cfg = self.cfg
+        rec = self._record(trial.number, config, flags, o, values)
         attrs = json_safe(rec.as_dict())
         assert isinstance(attrs, dict)
         for k, v in attrs.items():
-            if k not in ("number", "repeat_of"):
+            if k != "number":
                 trial.set_user_attr(k, v)
         if o.status == "interrupted":  # not the configuration's fault: queued to run again when the study goes on
             self.study.enqueue_trial(
                 cfg.space.encode(config), user_attrs={TrialAttr.SEEDED: f"re-run of interrupted trial {trial.number}"}
             )
         if values is not None:
-            for name, c in cons.items():
+            for name, c in rec.constraints.items():
                 trial.set_constraint(name, c)
             self.study.tell(trial, values)
         else:
             self.study.tell(trial, state=state)
+        return self._recorded(rec)
+
+    def _recorded(self, rec: TrialRecord) -> TrialRecord:
         self.records.append(rec)
         self._append(rec)
         self._sync_others()
-        front = compute_front(self.records, cfg.objectives, cfg.limits)
+        front = compute_front(self.records, self.cfg.objectives, self.cfg.limits)
         self._write_pareto(front, {})
         self.emit(TrialDone(rec, front))
         return rec
+
+    def _rerun(self, of: TrialRecord, ordinal: int, why: str, extra: bool = False) -> TrialRecord:
+        """Run ``of``'s configuration again. It is stored as a finished trial of its own (told as
+        pruned, so NSGA-II's populations never hold a configuration twice) with ``repeat_of`` set,
+        and pooled with ``of`` on the front. An interrupted re-run is dropped (nothing to pool)."""
+        import optuna
+        from optuna.trial import TrialState
+
+        cfg = self.cfg
+        k = sum(1 for r in self.records if r.repeat_of == of.number) + 1
+        self.emit(TrialStarted(of.number, ordinal, cfg.trials, of.config, tuple(of.flags), why))
+        trial_dir = cfg.out_dir / "trials" / f"{of.number:04d}-run{k + 1}"
+        try:
+            o = self.evaluator.evaluate(of.config, list(of.flags), trial_dir, self._for_trial(of.number))
+        except KeyboardInterrupt:
+            return self._record(of.number, of.config, list(of.flags), TrialOutcome("interrupted"), None, of.number)
+        if o.status == "interrupted":
+            return self._record(of.number, of.config, list(of.flags), o, None, of.number, extra)
+        values = self._values(o)
+        rec = self._record(-1, of.config, list(of.flags), o, values, of.number, extra)
+        attrs = json_safe(rec.as_dict())
+        assert isinstance(attrs, dict)
+        attrs.pop("number", None)
+        attrs[TrialAttr.SEEDED] = why
+        frozen = optuna.trial.create_trial(
+            state=TrialState.PRUNED,
+            params=cfg.space.encode(of.config),
+            distributions=self._distributions(of.number),
+            user_attrs=attrs,
+        )
+        trial_id = self.study._storage.create_new_trial(self.study._study_id, template_trial=frozen)
+        rec.number = self.study._storage.get_trial_number_from_id(trial_id)
+        return self._recorded(rec)
+
+    def _distributions(self, number: int) -> dict[str, Any]:
+        """The parameter distributions of trial ``number`` (a re-run stores its values as they were)."""
+        return dict(self.study.trials[number].distributions) if number < len(self.study.trials) else {}
 
     def _sync_others(self) -> None:
         """Take in the trials other workers of a shared study finished meanwhile, so that the
@@ -665,35 +777,20 @@ class TuneSession:
         self.emit(Note(f"{what}; queued max-num-seqs {pick}"))
 
     def _repeat(self, front: Front) -> dict[int, list[dict[str, float | None]]]:
+        """--repeat-pareto: each front configuration this many more times, outside the budget; the
+        runs are pooled with the configuration's trial like any re-run."""
         out: dict[int, list[dict[str, float | None]]] = {}
+        n = self.cfg.repeats
         for rec in front.records:
-            for i in range(self.cfg.repeats):
+            for i in range(n):
                 if self._stop.is_set():
                     return out
-                self.emit(RepeatStarted(rec.number, i + 1, self.cfg.repeats, tuple(rec.flags)))
-                trial_dir = self.cfg.out_dir / "trials" / f"{rec.number:04d}-repeat{i + 1}"
-                o = self.evaluator.evaluate(rec.config, rec.flags, trial_dir, self._for_trial(rec.number))
-                vals = {
-                    ob.name: objective_value(ob, o.steps, o.knee, self.cfg.ref_users) if o.status == "ok" else None
-                    for ob in self.cfg.objectives
-                }
-                out.setdefault(rec.number, []).append(vals)
-                rep = TrialRecord(
-                    number=rec.number,
-                    status=o.status,
-                    config=rec.config,
-                    flags=rec.flags,
-                    objectives=vals,
-                    reason=o.reason,
-                    log_tail=o.log_tail[-LOG_TAIL_CHARS:],
-                    start_s=o.start_s,
-                    duration_s=o.duration_s,
-                    worker=_worker_id(),
-                    repeat_of=rec.number,
-                    finished_at=time.time(),
+                rep = self._rerun(
+                    rec, self.counted(), f"repeat {i + 1}/{n} of trial {rec.number} (--repeat-pareto)", extra=True
                 )
-                self._append(rep)
-                self.emit(RepeatDone(rep))
+                if rep.status == "interrupted":
+                    return out
+                out.setdefault(rec.number, []).append(dict(rep.objectives))
         return out
 
     # -- files -----------------------------------------------------------------------------
@@ -708,9 +805,31 @@ class TuneSession:
             return " ".join(shlex.quote(x) for x in flags)
         return " ".join(shlex.quote(x) for x in redact_argv(command_line(self.cfg.template, flags, port=8000)))
 
+    def _member_doc(self, m: FrontMember, repeats: dict[int, list[dict[str, float | None]]]) -> dict[str, Any]:
+        r = m.record
+        obs = self.cfg.objectives
+        runs = [x for x in self.records if x.number in m.numbers]
+        n = {o.name: sum(int(x.n.get(o.name, 0)) for x in runs) for o in obs}
+        return {
+            "number": r.number,
+            "status": m.status,
+            "config": r.config,
+            "flags": r.flags,
+            "command": self.command(r.flags),
+            "objectives": {o.name: m.values[i] for i, o in enumerate(obs)},
+            "ci95": {o.name: list(m.ci95[i]) for i, o in enumerate(obs)},
+            "n": n,
+            "runs": m.runs,
+            "trials": m.numbers,
+            **({"spread_cv": {o.name: m.spread[i] for i, o in enumerate(obs)}} if m.spread else {}),
+            "first_run": {"objectives": r.objectives, "ci95": r.ci95, "n": r.n},
+            "reference": r.reference,
+            **({"repeats": repeats[r.number]} if r.number in repeats else {}),
+        }
+
     def _write_pareto(self, front: Front, repeats: dict[int, list[dict[str, float | None]]]) -> None:
         cfg = self.cfg
-        counted = [r for r in self.records if r.repeat_of is None]
+        counted = [r for r in self.records if not r.extra]
         doc = {
             "study": cfg.study_name,
             "storage": redact_url(self.storage_url),
@@ -722,20 +841,21 @@ class TuneSession:
             "infeasible": sum(1 for r in counted if r.status == "infeasible"),
             "hypervolume": front.hypervolume,
             "hypervolume_reference": list(front.reference),
-            "pareto": [
-                {
-                    "number": r.number,
-                    "config": r.config,
-                    "flags": r.flags,
-                    "command": self.command(r.flags),
-                    "objectives": r.objectives,
-                    "ci95": r.ci95,
-                    "n": r.n,
-                    "reference": r.reference,
-                    **({"repeats": repeats[r.number]} if r.number in repeats else {}),
-                }
-                for r in front.records
-            ],
+            "pareto": [self._member_doc(m, repeats) for m in front.members],
+            "candidates": [self._member_doc(m, {}) for m in front.candidates],
+            "settled": front.settled,
+            "noise": (
+                "each configuration's runs are pooled (mean; 95 % interval from the larger of the within-run "
+                "and between-run variance); a front member is confirmed when no other configuration's interval "
+                "could dominate it, provisional otherwise; candidates are off the front but their intervals "
+                f"reach it. Re-runs: up to {cfg.rerun_share:.0%} of the trials, to the unsettled configuration "
+                f"with the fewest runs (at most {MAX_RUNS} runs each)"
+            ),
+            "reruns": sum(1 for r in self.records if r.repeat_of is not None and not r.extra),
+            "early_stopped": {
+                "trials": sum(1 for r in self.records if r.early_stop),
+                "saved_s": round(sum(float(r.early_stop.get("saved_s", 0.0)) for r in self.records), 1),
+            },
             "updated_at": time.time(),
         }
         fd, tmp = tempfile.mkstemp(dir=cfg.out_dir, prefix=".pareto-", suffix=".json")

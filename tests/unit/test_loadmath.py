@@ -268,9 +268,43 @@ def test_text_maker_exact_with_a_tokenizer(tmp_path):
     tok.train_from_iterator(["the service returns an error when the queue grows past its limit"] * 50, trainer)
     tok.save(str(tmp_path / "tokenizer.json"))
     maker = TextMaker(str(tmp_path))
-    for n in (1, 17, 300):
-        text = maker.text(n, random.Random(n))
-        assert len(tok.encode(text).ids) == n
+    assert maker.additive  # byte-level BPE splits at spaces: lengths come from per-word counts
+    for n in (1, 2, 3, 17, 64, 300, 1000):
+        for seed in range(3):
+            text = maker.text(n, random.Random(n * 10 + seed))
+            assert len(tok.encode(text).ids) == n
+
+
+def test_text_maker_never_calls_the_tokenizer_per_request_when_counts_add_up(tmp_path, monkeypatch):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["the cache holds recent blocks of tokens"] * 50, trainer)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    maker = TextMaker(str(tmp_path))
+    calls = []
+    monkeypatch.setattr(maker, "_count", lambda text: calls.append(text) or 0)
+    maker.text(200, random.Random(0))
+    assert calls == []
+
+
+def test_text_maker_exact_when_tokens_cross_spaces(tmp_path):
+    """A tokenizer without a whitespace pre-tokenizer can merge across words: per-word sums are not
+    exact, the check at build says so and the slower encode-and-cut path keeps lengths exact."""
+    from tokenizers import Tokenizer, decoders, models, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.decoder = decoders.BPEDecoder()
+    trainer = trainers.BpeTrainer(vocab_size=600)
+    tok.train_from_iterator(["the service returns an error when the queue grows"] * 200, trainer)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    maker = TextMaker(str(tmp_path))
+    assert not maker.additive
+    for n in (1, 17, 120):
+        assert len(tok.encode(maker.text(n, random.Random(n))).ids) == n
 
 
 def test_text_maker_calibrates_from_usage():

@@ -48,7 +48,7 @@ def make(tmp_path, trials=6, seed=3, space=SPACE, **kw):
 
 
 def test_study_runs_records_and_finds_a_front(tmp_path):
-    s, evs = make(tmp_path)
+    s, evs = make(tmp_path, rerun_share=0)
     summary = s.run()
     assert summary.status == "complete"
     ran = [r for r in summary.records if r.repeat_of is None]
@@ -96,12 +96,12 @@ def test_same_seed_same_study(tmp_path):
 
 
 def test_resume_continues_and_refuses_mistakes(tmp_path):
-    s, _ = make(tmp_path, trials=3)
+    s, _ = make(tmp_path, trials=3, rerun_share=0)
     s.run()
-    again, _ = make(tmp_path, trials=5)
+    again, _ = make(tmp_path, trials=5, rerun_share=0)
     with pytest.raises(TuneError, match="already exists.*--resume"):
         again.open()
-    resumed, evs = make(tmp_path, trials=5, resume=True)
+    resumed, evs = make(tmp_path, trials=5, resume=True, rerun_share=0)
     summary = resumed.run()
     assert isinstance(evs[0], events.StudyOpened) and len(evs[0].records) == 3
     ran = [r for r in summary.records if r.repeat_of is None]
@@ -145,9 +145,40 @@ def test_repeats_of_the_pareto_set(tmp_path):
     summary = s.run()
     assert summary.repeats and all(len(v) == 2 for v in summary.repeats.values())
     doc = json.loads((tmp_path / "pareto.json").read_text())
-    assert all(len(p["repeats"]) == 2 for p in doc["pareto"])
+    repeated = [p for p in doc["pareto"] if "repeats" in p]
+    assert repeated and all(len(p["repeats"]) == 2 and p["runs"] >= 3 for p in repeated)
     lines = [json.loads(x) for x in (tmp_path / "trials.jsonl").read_text().splitlines()]
-    assert sum(1 for x in lines if x["repeat_of"] is not None) == 2 * len(doc["pareto"])
+    extra = [x for x in lines if x["extra"]]
+    assert len(extra) == 2 * len(summary.repeats) and all(x["repeat_of"] is not None for x in extra)
+    assert doc["trials_run"] == 3  # --repeat-pareto runs are outside the budget
+
+
+def test_reruns_are_pooled_within_the_budget_and_hidden_from_the_sampler(tmp_path):
+    s, evs = make(tmp_path, trials=9, seed=5)
+    summary = s.run()
+    reruns = [r for r in summary.records if r.repeat_of is not None]
+    assert reruns, "no configuration was re-run"
+    assert len(summary.records) == 9  # re-runs count towards --trials
+    assert len(reruns) <= int(0.25 * 9) + 1
+    by_number = {r.number: r for r in summary.records}
+    for r in reruns:
+        assert r.config == by_number[r.repeat_of].config and r.repeat_of < r.number
+    st = s.study
+    for r in reruns:  # told as pruned: NSGA-II's populations never see a configuration twice
+        assert st.trials[r.number].state == optuna.trial.TrialState.PRUNED
+    doc = json.loads((tmp_path / "pareto.json").read_text())
+    assert doc["trials_run"] == 9 and doc["reruns"] == len(reruns)
+    assert all(p["status"] in ("confirmed", "provisional") for p in doc["pareto"])
+    pooled = [p for p in doc["pareto"] + doc["candidates"] if p["runs"] > 1]
+    for p in pooled:
+        assert sorted(p["trials"]) == sorted([p["number"], *[r.number for r in reruns if r.repeat_of == p["number"]]])
+        for name, (lo, hi) in p["ci95"].items():
+            assert lo <= p["objectives"][name] <= hi
+    # a resumed study reads its re-runs back as re-runs
+    again, _ = make(tmp_path, trials=9, seed=5, resume=True)
+    again.open()
+    assert {r.number for r in again.records if r.repeat_of is not None} == {r.number for r in reruns}
+    assert again.counted() == 9
 
 
 def test_journal_storage_and_storage_errors(tmp_path):
