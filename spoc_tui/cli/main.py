@@ -518,7 +518,8 @@ def ramp(
     "--users",
     default=TuneArgs.users,
     show_default=True,
-    help="User counts of each trial's ramp (the last is the reference load).",
+    help="auto[:MAX]: the first trial's knee search sets the reference load (near saturation) for every "
+    "trial; or user counts of each trial's ramp (the last is the reference load).",
 )
 @click.option(
     "--ref-users", type=int, default=None, help="Reference load for the objectives and the SLA [the last step]."
@@ -554,6 +555,13 @@ def ramp(
     default=TuneArgs.repeat_pareto,
     show_default=True,
     help="Run each Pareto-optimal configuration this many more times at the end.",
+)
+@click.option(
+    "--rerun-share",
+    type=float,
+    default=TuneArgs.rerun_share,
+    show_default=True,
+    help="Share of --trials that may re-run configurations whose intervals overlap the front (0: none).",
 )
 @click.option(
     "--env", multiple=True, help="NAME=VALUE for the server's environment (repeatable; values are never written out)."

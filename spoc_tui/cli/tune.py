@@ -20,7 +20,7 @@ from spoc_tui.tune.events import (
     TuneEvent,
 )
 from spoc_tui.tune.records import Front
-from spoc_tui.tune.report import hypervolume_text, objectives_text, value_text
+from spoc_tui.tune.report import hypervolume_text, member_tag, member_text, objectives_text, value_text
 from spoc_tui.tune.setup import TuneArgs, build
 from spoc_tui.tune.study import TuneConfig, TuneError, TuneSession, redact_url
 
@@ -54,9 +54,14 @@ class Printer:
                         if r.feasible
                         else "  breaks SLA (" + ", ".join(k for k, v in r.constraints.items() if v > 0) + ")"
                     )
-                    star = "  * Pareto" if r.number in {x.number for x in front.records} else ""
+                    m = front.member(r.number)
+                    star = f"  * Pareto ({m.status})" if m is not None else ""
+                    early = f"  stopped early: {r.early_stop.get('reason')}" if r.early_stop else ""
+                    again = f"  [re-run of #{r.repeat_of}]" if r.repeat_of is not None else ""
                     print(
-                        f"  -> {objectives_text(o, r)}{tag}{star}   (hypervolume {hypervolume_text(front)})", flush=True
+                        f"  -> {objectives_text(o, r)}{tag}{star}{again}{early}   (hypervolume "
+                        f"{hypervolume_text(front)})",
+                        flush=True,
                     )
                 else:
                     print(f"  -> {r.status}: {r.reason}", flush=True)
@@ -74,13 +79,31 @@ class Printer:
 
 def pareto_table(session: TuneSession, front: Front) -> str:
     o = session.cfg.objectives
-    if not front.records:
+    if not front.members:
         return "Pareto set: empty (no trial met the SLA)"
-    ran = len([r for r in session.records if r.repeat_of is None])
-    lines = [f"Pareto set ({len(front.records)} of {ran} trials), hypervolume {hypervolume_text(front)}:"]
-    for r in front.records:
-        lines.append(f"  #{r.number:<4} {objectives_text(o, r, sep='  ')}")
-        lines.append(f"        {session.command(r.flags)}")
+    runs = [r for r in session.records if not r.extra]
+    reruns = sum(1 for r in runs if r.repeat_of is not None)
+    head = (
+        f"Pareto set ({len(front.members)} configurations of {len(runs)} runs, {reruns} of them re-runs), "
+        f"hypervolume {hypervolume_text(front)}; values are pooled runs with their 95 % intervals:"
+    )
+    lines = [head]
+    for m in front.members:
+        lines.append(f"  #{m.record.number:<4} {member_text(o, m)}   [{member_tag(m)}]")
+        lines.append(f"        {session.command(m.record.flags)}")
+    for m in front.candidates:
+        lines.append(
+            f"  ?{m.record.number:<4} {member_text(o, m)}   [candidate, {m.runs} run(s): could still be on it]"
+        )
+    if not front.settled:
+        lines.append(
+            "  provisional: another configuration's interval reaches past it; more --trials (re-runs) or "
+            "longer --step-seconds would settle it"
+        )
+    early = [r for r in session.records if r.early_stop]
+    if early:
+        saved = sum(float(r.early_stop.get("saved_s", 0.0)) for r in early)
+        lines.append(f"  {len(early)} trial(s) stopped early, clearly dominated: {saved:.0f} s of measurement saved")
     return "\n".join(lines)
 
 

@@ -313,6 +313,9 @@ class StepSummary:
     rate: float | None = None
     """Open-loop steps: the target arrival rate (requests/s, Poisson); ``users`` is then the number
     of arrival generators, not a concurrency."""
+    stopped_early: dict[str, Any] = field(default_factory=dict)
+    """A tuning trial's step ended before its planned length, clearly dominated by the front:
+    ``reason`` and ``saved_s`` (the planned measurement it did not spend)."""
 
     @property
     def level(self) -> float:
@@ -369,6 +372,7 @@ class StepSummary:
             "client": self.client,
             "verdict": self.verdict,
             "server": self.server,
+            **({"stopped_early": self.stopped_early} if self.stopped_early else {}),
         }
 
 
@@ -763,6 +767,54 @@ class KneeSearch:
         return f"auto:{self.max_users}"
 
 
+SATURATION_GAIN = 1.10
+"""Calibration: a doubling of users that adds less than 10 % output tokens/s means saturation."""
+SATURATION_SHARE = 0.90
+"""Calibration: the reference load is the fewest users that reach 90 % of the best tokens/s."""
+
+
+@dataclass
+class SaturationSearch:
+    """A tuning study's calibration (``spoc tune --users auto``): double the users from ``start``
+    until output tokens/s grows by less than :data:`SATURATION_GAIN` per doubling, a step clearly
+    breaks the SLA, or ``max_users``. Unlike the knee search it needs no conclusive SLA verdict at
+    light load (a p99 over a handful of requests has none), only throughput, which every step
+    measures well."""
+
+    max_users: int = 1024
+    start: int = 2
+
+    def next(self, steps: Sequence[StepSummary]) -> int | None:
+        if not steps:
+            return min(self.start, self.max_users)
+        last = steps[-1]
+        if last.decision == "breaks" or last.users >= self.max_users:
+            return None
+        if len(steps) >= 2 and last.output_tokens_per_s < SATURATION_GAIN * steps[-2].output_tokens_per_s:
+            return None
+        return min(last.users * 2, self.max_users)
+
+    def describe(self) -> str:
+        return f"auto:{self.max_users} (calibration: double until tokens/s saturates)"
+
+
+def saturation_users(steps: Sequence[StepSummary]) -> tuple[int, str] | None:
+    """The reference load a calibration found: the fewest users whose output tokens/s reach
+    :data:`SATURATION_SHARE` of the best among steps that did not clearly break the SLA, and
+    why, in words. None without such a step."""
+    ok = [s for s in steps if s.decision != "breaks" and s.requests]
+    if not ok:
+        return None
+    best = max(s.output_tokens_per_s for s in ok)
+    pick = min((s for s in ok if s.output_tokens_per_s >= SATURATION_SHARE * best), key=lambda s: s.users)
+    broke = [s.users for s in steps if s.decision == "breaks"]
+    tail = f"; the SLA breaks at {min(broke)} users" if broke else ""
+    return pick.users, (
+        f"reaches {pick.output_tokens_per_s:,.0f} of the best {best:,.0f} output tokens/s at {pick.users} users "
+        f"(tried {', '.join(str(s.users) for s in steps)}{tail})"
+    )
+
+
 @dataclass
 class FixedRates:
     """``--rate 1,2,4``: open-loop steps at these arrival rates (requests/s, Poisson), in order."""
@@ -776,7 +828,7 @@ class FixedRates:
         return "rate:" + ",".join(f"{r:g}" for r in self.rates)
 
 
-UserPlan = FixedUsers | KneeSearch | FixedRates
+UserPlan = FixedUsers | KneeSearch | FixedRates | SaturationSearch
 
 MAX_RATE = 10_000.0
 

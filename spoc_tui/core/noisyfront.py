@@ -128,9 +128,7 @@ def classify(estimates: Sequence[Estimate], directions: Sequence[str]) -> list[E
         e.over = []
         if i in on_front:
             _, pes = corners[i]
-            e.over = [
-                estimates[j].key for j in range(len(estimates)) if j != i and _weakly_better(corners[j][0], pes)
-            ]
+            e.over = [estimates[j].key for j in range(len(estimates)) if j != i and _weakly_better(corners[j][0], pes)]
             e.status = "provisional" if e.over else "confirmed"
         else:
             opt, _ = corners[i]

@@ -33,6 +33,7 @@ from spoc_tui.core.loadmath import (
     FixedUsers,
     Knee,
     KneeSearch,
+    SaturationSearch,
     Limit,
     RequestSample,
     StepSummary,
@@ -98,11 +99,19 @@ class RampConfig:
     """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
     rates: list[float] = field(default_factory=list)
     """``--rate``: open-loop steps at these arrival rates (requests/s) instead of user counts."""
+    early_stop: Callable[[StepSummary], str | None] | None = field(default=None, repr=False)
+    """Tuning: asked every few seconds of a step's window (from a third of it on) with the window
+    so far; a reason ends the step there (the trial is clearly dominated)."""
+
+    calibrate: bool = False
+    """With ``auto_max``: a tuning study's calibration (:class:`SaturationSearch`) instead of the knee search."""
 
     @property
     def plan(self) -> UserPlan:
         if self.rates:
             return FixedRates(list(self.rates))
+        if self.auto_max and self.calibrate:
+            return SaturationSearch(self.auto_max)
         return KneeSearch(self.auto_max) if self.auto_max else FixedUsers(list(self.users))
 
     @property
@@ -483,6 +492,7 @@ async def _run_step(
     target = planned
     phase: RampPhase = "measuring"
     unbounded: str | None = None
+    next_check = planned / 3
     while True:
         while (left := target - (time.time() - m_start)) > 0:
             report(phase, idx, level, steps, len(samples), "")
@@ -495,6 +505,11 @@ async def _run_step(
                 unbounded = queue_unbounded(queue)
                 if unbounded:
                     break
+            if cfg.early_stop is not None and time.time() - m_start >= next_check:
+                next_check += EARLY_CHECK_S
+                if early := _early(cfg, idx, users, samples, m_start, target):
+                    early.server = server
+                    return early
         m_end = time.time()
         in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
         summary = summarize_step(idx, users, in_window, m_end - m_start, cfg.limits, open_loop=bool(cfg.rates))
@@ -513,6 +528,31 @@ async def _run_step(
         target = min(limit, target + planned)
         phase = "extending"
         report(phase, idx, level, steps, len(samples), f"inconclusive ({summary.verdict.get('reason')}): measuring on")
+
+
+EARLY_CHECK_S = 5.0
+EARLY_MIN_REQUESTS = 10
+
+
+def _early(
+    cfg: RampConfig, idx: int, users: int, samples: list[RequestSample], m_start: float, target: float
+) -> StepSummary | None:
+    """The window so far, when ``cfg.early_stop`` says the trial is clearly dominated (asked
+    every :data:`EARLY_CHECK_S` seconds from a third of the planned window on), with at least
+    :data:`EARLY_MIN_REQUESTS` requests."""
+    now = time.time()
+    elapsed = now - m_start
+    if cfg.early_stop is None:
+        return None
+    window = [s for s in samples if m_start <= (s.end or s.start) <= now]
+    if len(window) < EARLY_MIN_REQUESTS:
+        return None
+    summary = summarize_step(idx, users, window, elapsed, cfg.limits, open_loop=bool(cfg.rates))
+    reason = cfg.early_stop(summary)
+    if not reason:
+        return None
+    summary.stopped_early = {"reason": reason, "saved_s": round(max(0.0, target - elapsed), 1)}
+    return summary
 
 
 def _with_reason(knee: Knee, steps: list[StepSummary]) -> Knee:
@@ -626,6 +666,9 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                 raise RampError(
                     f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed"
                 )
+            if summary.stopped_early:
+                status, stop_reason = "stopped_early", str(summary.stopped_early.get("reason", ""))
+                break
             why = badly_broken(summary, cfg.abort_factor)
             if why and isinstance(plan, (FixedUsers, FixedRates)) and plan.next(steps) is not None:
                 status, stop_reason = "stopped_early", why

@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.core.loadmath import Knee, Limit, RequestSample, StepSummary, find_knee, summarize_step
+from spoc_tui.core.loadmath import (
+    FixedUsers,
+    Knee,
+    Limit,
+    RequestSample,
+    SaturationSearch,
+    StepSummary,
+    find_knee,
+    summarize_step,
+)
 from spoc_tui.core.tunespace import Config, command_line
 from spoc_tui.load.profiles import Profile
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
@@ -117,6 +126,12 @@ class RampSettings:
     tokenizer: str | None = None
     workers: int = 0
     api_key: str | None = field(default=None, repr=False)
+    auto_max: int | None = None
+    """``--users auto[:MAX]``: the calibration trial doubles users up to MAX until tokens/s
+    saturates (``users`` is empty until the study sets the reference load it found)."""
+
+    def plan(self) -> FixedUsers | SaturationSearch:
+        return FixedUsers(list(self.users)) if self.users else SaturationSearch(self.auto_max or 1024)
 
 
 class ServerEvaluator:
@@ -142,6 +157,8 @@ class ServerEvaluator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[Any] | None = None
         self._stopping = threading.Event()
+        self.early_stop: Callable[[StepSummary], str | None] | None = None
+        """Set by the study: asked during each step whether the trial is clearly dominated."""
 
     def stop(self) -> None:
         self._stopping.set()
@@ -221,6 +238,7 @@ class ServerEvaluator:
                 "ok",
                 steps,
                 knee,
+                early_stop=next((dict(s.stopped_early) for s in steps if s.stopped_early), {}),
                 start_s=start_s,
                 kv_tokens=kv_tokens,
                 max_model_len=mml,
@@ -239,6 +257,8 @@ class ServerEvaluator:
             users=list(r.users),
             limits=r.limits,
             out_dir=trial_dir,
+            auto_max=None if r.users else (r.auto_max or 1024),
+            calibrate=not r.users,
             model=r.model,
             step_s=r.step_s,
             warmup_s=r.warmup_s,
@@ -248,6 +268,7 @@ class ServerEvaluator:
             tokenizer=r.tokenizer,
             api_key=r.api_key,
             max_step_s=r.step_s,  # a trial's steps are not extended: its budget is the study's to spend
+            early_stop=self.early_stop,
         )
 
         def progress(p: RampProgress) -> None:
@@ -352,7 +373,10 @@ class FastSimEvaluator:
         steps: list[StepSummary] = []
         samples_all: list[RequestSample] = []
         engine = None
-        for idx, users in enumerate(self.ramp.users, 1):
+        plan = self.ramp.plan()
+        idx = 0
+        while (level := plan.next(steps)) is not None:
+            idx, users = idx + 1, int(level)
             try:
                 engine, _ = build(opts)
             except SimConfigError as e:

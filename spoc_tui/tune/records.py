@@ -47,6 +47,8 @@ class StudyAttr(StrEnum):
     SLA = "sla"
     SPACE = "space"
     COMMAND = "command"
+    REFERENCE_USERS = "reference_users"
+    """The reference load the calibration knee search set (--users auto)."""
     KV_SEED = "kv_seed"
     """The KV-capacity-derived configuration was queued."""
 
@@ -235,7 +237,9 @@ def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective
             e.spread,
         )
 
-    members = sorted((member(e) for e in estimates if e.status in ("confirmed", "provisional")), key=lambda m: m.values[0])
+    members = sorted(
+        (member(e) for e in estimates if e.status in ("confirmed", "provisional")), key=lambda m: m.values[0]
+    )
     candidates = sorted((member(e) for e in estimates if e.status == "candidate"), key=lambda m: m.values[0])
     hv_by: list[float] = []
     for i in range(len(ordered)):  # the hypervolume of the pooled points after each run

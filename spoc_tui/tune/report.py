@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from spoc_tui.core import fmt
 from spoc_tui.core.tunespace import Objective
-from spoc_tui.tune.records import Front, TrialRecord
+from spoc_tui.tune.records import Front, FrontMember, TrialRecord
 
 
 def value_text(o: Objective, v: float | None) -> str:
@@ -24,3 +24,16 @@ def objectives_text(objectives: tuple[Objective, ...] | list[Objective], r: Tria
 
 def hypervolume_text(front: Front) -> str:
     return f"{front.hypervolume:.4g}"
+
+
+def member_text(objectives: tuple[Objective, ...] | list[Objective], m: FrontMember, sep: str = "  ") -> str:
+    """``LABEL VALUE [LO, HI]`` for each objective of a front member (its runs pooled)."""
+    return sep.join(
+        f"{o.label} {value_text(o, m.values[i])} [{value_text(o, m.ci95[i][0])}, {value_text(o, m.ci95[i][1])}]"
+        for i, o in enumerate(objectives)
+    )
+
+
+def member_tag(m: FrontMember) -> str:
+    """``confirmed, 2 runs`` / ``provisional, 1 run``."""
+    return f"{m.status}, {m.runs} run{'s' if m.runs != 1 else ''}"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.loadmath import Limit, parse_sla, parse_users
+from spoc_tui.core.loadmath import FixedUsers, KneeSearch, Limit, parse_sla, parse_user_plan
 from spoc_tui.core.tunespace import (
     Config,
     Space,
@@ -42,7 +42,9 @@ class TuneArgs:
     resume: bool = False
     worker: bool = False
     profile: str = DEFAULT_PROFILE
-    users: str = "16"
+    users: str = "auto:256"
+    """``auto[:MAX]``: a calibration knee search on the first trial sets the reference load (see
+    :meth:`TuneSession._calibrate`); or explicit counts, the last the reference load."""
     ref_users: int | None = None
     step_seconds: float = 30.0
     warmup_seconds: float = 5.0
@@ -51,6 +53,7 @@ class TuneArgs:
     screen_pool: int = 32
     tries: tuple[str, ...] = ()
     repeat_pareto: int = 0
+    rerun_share: float = 0.25
     env: tuple[str, ...] = ()
     port: int | None = None
     start_timeout: float = 600.0
@@ -78,6 +81,8 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         raise TuneArgsError("--screen-pool must be between 1 (plain NSGA-II) and 1000")
     if not 0 < a.step_seconds < math.inf or not 0 <= a.warmup_seconds < a.step_seconds:
         raise TuneArgsError("--warmup-seconds must be at least 0 and shorter than --step-seconds")
+    if not 0 <= a.rerun_share <= 0.5:
+        raise TuneArgsError("--rerun-share must be between 0 (no re-runs) and 0.5")
     if a.repeat_pareto < 0:
         raise TuneArgsError("--repeat-pareto must be 0 or more")
     if a.port is not None and not 0 < a.port < 65536:
@@ -99,7 +104,10 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
             f"--launch already sets {', '.join('--' + c for c in clash)}, which the search space varies; take "
             f"it out of the command"
         )
-    users = parse_users(a.users)
+    plan = parse_user_plan(a.users)
+    users = plan.users if isinstance(plan, FixedUsers) else []
+    if a.ref_users is not None and not users:
+        raise TuneArgsError("--ref-users needs explicit --users counts (with --users auto the calibration sets it)")
     if a.ref_users is not None and a.ref_users not in users:
         raise TuneArgsError(
             f"--ref-users {a.ref_users} is not one of the ramp's user counts ({', '.join(map(str, users))})"
@@ -129,6 +137,7 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         tokenizer=a.tokenizer,
         workers=a.workers,
         api_key=a.api_key,
+        auto_max=plan.max_users if isinstance(plan, KneeSearch) else None,
     )
     out = Path(a.out_dir)
     cfg = TuneConfig(
@@ -147,6 +156,7 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         ref_users=a.ref_users,
         tries=tries,
         repeats=a.repeat_pareto,
+        rerun_share=a.rerun_share,
         template=template,
     )
     evaluator = ServerEvaluator(

@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 from spoc_tui.core.errors import InputError, first_line
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.loadmath import Limit
+from spoc_tui.core.loadmath import Knee, Limit, saturation_users
+from spoc_tui.core.noisyfront import MAX_RUNS, dominated_by_front, pick_rerun
 from spoc_tui.core.tunespace import (
     Config,
     Objective,
@@ -52,7 +53,6 @@ from spoc_tui.tune.events import (
     TrialStarted,
     TuneEvent,
 )
-from spoc_tui.core.noisyfront import MAX_RUNS, pick_rerun
 from spoc_tui.tune.records import (
     RAN,
     Front,
@@ -174,7 +174,8 @@ class TuneConfig:
     screen_pool: int = 32
     """NSGA-II children bred per trial, of which the surrogate picks one (1: plain NSGA-II)."""
     rerun_share: float = 0.25
-    """At most this share of the --trials budget re-runs unsettled configurations (see :meth:`TuneSession._due_rerun`)."""
+    """At most this share of the --trials budget re-runs unsettled configurations
+    (see :meth:`TuneSession._due_rerun`)."""
 
 
 @dataclass
@@ -251,6 +252,79 @@ class TuneSession:
         self.study: Any = None
         self.storage_url = ""
         self._lock: Path | None = None
+        self._front: Front | None = None
+        if hasattr(evaluator, "early_stop"):
+            evaluator.early_stop = self._dominated
+
+    def _ramp(self) -> Any:
+        return getattr(self.evaluator, "ramp", None)
+
+    def _calibrating(self) -> bool:
+        """--users auto and no reference load yet: this trial's ramp is the calibration knee search."""
+        r = self._ramp()
+        return r is not None and not r.users and not self.cfg.ref_users
+
+    def _use_reference(self, users: int) -> None:
+        self.cfg.ref_users = users
+        r = self._ramp()
+        if r is not None:
+            r.users = [users]
+
+    def _calibrate(self, o: TrialOutcome) -> None:
+        """The first trial's calibration sets the study's reference load: the fewest users at
+        which its configuration (normally the server defaults) reaches 90 % of its best output
+        tokens/s (:func:`~spoc_tui.core.loadmath.saturation_users`), so that every trial is
+        measured near saturation, where flags change what the server does (at light load the
+        front would rank the workload's randomness). Kept in the study for --resume and workers;
+        the calibration trial is scored at that load like the others."""
+        found = saturation_users(o.steps)
+        if found is None:
+            ref = min((s.users for s in o.steps), default=1)
+            why = f"clearly breaks the SLA from {ref} user(s) on"
+        else:
+            ref, why = found
+            top = max((s.users for s in o.steps), default=0)
+            last = o.steps[-1] if o.steps else None
+            if last is not None and ref == top and last.decision != "breaks":
+                why += (
+                    f"; tokens/s still grew at {top} users, the most the calibration tries: the server is not "
+                    "saturated (raise --users auto:MAX, or use a profile with less think time)"
+                )
+        self._use_reference(ref)
+        try:
+            self.study.set_user_attr(StudyAttr.REFERENCE_USERS, ref)
+        except Exception as e:  # the storage failing here must not lose the trial
+            logger.warning("could not store the reference load: %s", first_line(e))
+        self.emit(Note(f"calibration: the first configuration {why}; every trial is measured at {ref} users"))
+
+    def _dominated(self, step: Any) -> str | None:
+        """Early stopping: why the reference step measured so far is clearly dominated, or None.
+
+        Its interval box (each objective's 95 % interval over the window so far) must lie wholly
+        beyond a confirmed front member's pessimistic corner. Knee objectives are not stopped
+        early (a knee needs every step)."""
+        cfg = self.cfg
+        front = self._front
+        if front is None or not front.members or any(o.name == "knee_users" for o in cfg.objectives):
+            return None
+        ref_users = cfg.ref_users or getattr(getattr(self.evaluator, "ramp", None), "users", [None])[-1]
+        if ref_users is not None and step.users != ref_users:
+            return None
+        lo, hi = [], []
+        for o in cfg.objectives:
+            v = objective_value(o, [step], Knee(None, None, None), None)
+            ci, _ = objective_interval(o, [step], Knee(None, None, None), None)
+            if v is None or ci[0] is None or ci[1] is None:
+                return None
+            lo.append(float(ci[0]))
+            hi.append(float(ci[1]))
+        estimates = [e for e in front.estimates if e.status == "confirmed"]
+        by = dominated_by_front(lo, hi, estimates, [o.direction for o in cfg.objectives])
+        if by is None:
+            return None
+        m = next((m for m in front.members if config_key(m.record.config) == by.key), None)
+        who = f"trial {m.record.number}" if m else "a confirmed front member"
+        return f"clearly dominated by {who} ({step.requests} requests so far)"
 
     # -- control ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -356,10 +430,14 @@ class TuneSession:
                     cfg.space.encode(c), user_attrs={TrialAttr.SEEDED: "first generation, spread over the space"}
                 )
         self.study = study
+        stored_ref = study.user_attrs.get(StudyAttr.REFERENCE_USERS)
+        if stored_ref and not cfg.ref_users:
+            self._use_reference(int(stored_ref))
         self._recover_interrupted()
         self.records = [
             r for r in (TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)) if r is not None
         ]
+        self._front = compute_front(self.records, cfg.objectives, cfg.limits)
         self.emit(StudyOpened(cfg.study_name, shown, tuple(self.records)))
 
     def _recover_interrupted(self) -> None:
@@ -506,7 +584,9 @@ class TuneSession:
                     break
                 due = self._due_rerun(done)
                 if due is not None:
-                    record = self._rerun(due, done + 1, f"re-run of trial {due.number}: its interval overlaps the front")
+                    record = self._rerun(
+                        due, done + 1, f"re-run of trial {due.number}: its interval overlaps the front"
+                    )
                     if record.status == "interrupted":
                         status = "interrupted"
                         break
@@ -583,6 +663,8 @@ class TuneSession:
             raise
         if outcome.status == "interrupted":
             return self._finish(trial, config, flags, outcome, TrialState.FAIL)
+        if outcome.status == "ok" and self._calibrating():
+            self._calibrate(outcome)
         if outcome.status == "ok":
             if outcome.max_model_len and "max-model-len" not in cfg.space.names:
                 for c in cfg.space.learn("max-model-len", outcome.max_model_len):
@@ -696,7 +778,7 @@ class TuneSession:
         self.records.append(rec)
         self._append(rec)
         self._sync_others()
-        front = compute_front(self.records, self.cfg.objectives, self.cfg.limits)
+        front = self._front = compute_front(self.records, self.cfg.objectives, self.cfg.limits)
         self._write_pareto(front, {})
         self.emit(TrialDone(rec, front))
         return rec

@@ -349,3 +349,39 @@ def test_master_and_local_worker(sim8, fast_profile, tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads((out / "ramp.json").read_text())
     assert d["steps"][0]["requests"] > 0
+
+
+def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(sim8, fast_profile, tmp_path):
+    """A tuning study's callback sees the window so far; a reason ends the step (and the ramp) there."""
+    import asyncio
+
+    from spoc_tui.core.loadmath import parse_sla
+    from spoc_tui.load.profiles import load_profile
+    from spoc_tui.load.ramp import RampConfig, run_ramp
+
+    url, _ = sim8
+    seen = []
+
+    def judge(step):
+        seen.append(step.requests)
+        return "clearly dominated (test)" if step.requests >= 10 else None
+
+    cfg = RampConfig(
+        url=url,
+        profile=load_profile(fast_profile),
+        users=[8, 16],
+        limits=parse_sla("ttft_p99<=30s"),
+        out_dir=tmp_path / "out",
+        step_s=40,
+        warmup_s=1,
+        early_stop=judge,
+    )
+    t0 = time.monotonic()
+    result = asyncio.run(run_ramp(cfg))
+    assert time.monotonic() - t0 < 35
+    assert result.status == "stopped_early" and len(result.steps) == 1
+    step = result.steps[0]
+    assert step.stopped_early["reason"] == "clearly dominated (test)" and step.stopped_early["saved_s"] > 5
+    assert (seen and seen[0] >= 10) or len(seen) > 1
+    doc = json.loads((tmp_path / "out" / "ramp.json").read_text())
+    assert doc["steps"][0]["stopped_early"]["saved_s"] == step.stopped_early["saved_s"]

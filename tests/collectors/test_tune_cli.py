@@ -287,8 +287,11 @@ def run_two_workers(files, storage: str, secret: str = "") -> None:
     # both check the count before starting a trial: at the end both may start one more
     assert 5 <= len(done) <= 6, [r["number"] for r in done]
     assert len({r["worker"] for r in done}) == 2, "the worker ran no trial"
-    keys = [json.dumps(r["config"], sort_keys=True) for r in done]
-    assert len(keys) == len(set(keys)), "a configuration ran twice"
+    keys = [json.dumps(r["config"], sort_keys=True) for r in done if r["repeat_of"] is None]
+    assert len(keys) == len(set(keys)), "a configuration ran twice (other than as a re-run)"
+    for r in done:  # a re-run runs the configuration of the trial it names
+        if r["repeat_of"] is not None:
+            assert any(x["number"] == r["repeat_of"] and x["config"] == r["config"] for x in done)
     assert len({r["number"] for r in done}) == len(done)
     # each pareto.json covers the whole study as that worker last saw it; the last to finish saw it all
     runs = [json.loads((files / d / "pareto.json").read_text())["trials_run"] for d in ("out", "out-worker")]

@@ -91,6 +91,32 @@ async def test_plot_marks_front_feasible_and_misses():
         assert "ITL p99 (better ↓) against output tokens/s (better →)" in text
 
 
+async def test_plot_draws_intervals_and_provisional_members():
+    app = make_app()
+    async with app.run_test(size=(100, 16)) as pilot:
+        plot = ParetoPlot()
+        await app.screen.mount(plot)
+        plot.show(
+            [
+                PlotPoint(100, 0.05, "pareto", x_ci=(80, 120), y_ci=(0.04, 0.06)),
+                PlotPoint(300, 0.20, "provisional", x_ci=(200, 400), y_ci=(0.1, 0.3)),
+                PlotPoint(290, 0.21, "feasible"),
+            ],
+            "output tokens/s",
+            "ITL p99",
+        )
+        await pilot.pause()
+        lines = [plot.render_line(y).text for y in range(14)]
+        text = "\n".join(lines)
+        assert text.count("◇") == 1 + 1 and text.count("◆") == 1 + 1  # points + legend
+        row = next(ln for ln in lines if "◇" in ln and "provisional" not in ln)
+        assert "─◇" in row or "─" in row.split("◇")[0][-3:]  # a horizontal whisker through the point
+        assert sum("│" in ln.split("│", 1)[1] for ln in lines if "│" in ln) >= 2  # and a vertical one
+        assert "95 % intervals" in text
+        # the whiskers widen the axes: the interval ends are on the scale
+        assert plot._range[0] <= 80 and plot._range[1] >= 400
+
+
 async def test_bad_form_shows_the_problem_and_starts_nothing():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -154,7 +154,7 @@ def test_repeats_of_the_pareto_set(tmp_path):
 
 
 def test_reruns_are_pooled_within_the_budget_and_hidden_from_the_sampler(tmp_path):
-    s, evs = make(tmp_path, trials=9, seed=5)
+    s, _ = make(tmp_path, trials=9, seed=5)
     summary = s.run()
     reruns = [r for r in summary.records if r.repeat_of is not None]
     assert reruns, "no configuration was re-run"
@@ -202,3 +202,28 @@ def test_secrets_are_redacted():
         "--port",
         "1",
     ]
+
+
+def test_users_auto_calibrates_the_reference_load_on_the_first_trial(tmp_path):
+    sp = parse_space(SPACE, "test-space.toml")
+    ramp = RampSettings(load_profile("coding"), [], LIMITS, step_s=30, warmup_s=8, seed=0, auto_max=128)
+    cfg = TuneConfig(
+        sp, parse_objectives("max:out_tok_s,min:itl_p99"), LIMITS, 4, tmp_path, population=4, seed=3, rerun_share=0
+    )
+    seen: list[events.TuneEvent] = []
+    s = TuneSession(cfg, FastSimEvaluator(ramp, fixed=sp.fixed), seen.append)
+    summary = s.run()
+    first, *rest = [r for r in summary.records if r.status == "ok"]
+    ref = s.cfg.ref_users
+    assert ref is not None and ref > 2  # doubled past light load
+    assert first.reference["users"] == ref  # the calibration trial is scored at the load it found
+    note = next(e.message for e in seen if isinstance(e, events.Note) and e.message.startswith("calibration"))
+    assert f"measured at {ref} users" in note
+    assert all(r.reference["users"] == ref for r in rest)
+    assert s.study.user_attrs["reference_users"] == ref
+    again = TuneSession(
+        TuneConfig(sp, cfg.objectives, LIMITS, 5, tmp_path, population=4, seed=3, resume=True),
+        FastSimEvaluator(RampSettings(load_profile("coding"), [], LIMITS, auto_max=128), fixed=sp.fixed),
+    )
+    again.open()
+    assert again.cfg.ref_users == ref and again.evaluator.ramp.users == [ref]

@@ -18,7 +18,7 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Spa
 from spoc_tui.core.loadmath import DEFAULT_SLA, Limit
 from spoc_tui.core.tunespace import Objective
 from spoc_tui.load.profiles import builtin_names
-from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint, PointKind
+from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
 from spoc_tui.tune.events import (
     Note,
     OthersDone,
@@ -33,7 +33,7 @@ from spoc_tui.tune.events import (
     TuneEvent,
 )
 from spoc_tui.tune.records import Front, TrialRecord, compute_front
-from spoc_tui.tune.report import value_text
+from spoc_tui.tune.report import member_tag, value_text
 from spoc_tui.tune.setup import SIM_LAUNCH, VLLM_LAUNCH, TuneArgs
 
 __all__ = ["SIM_LAUNCH", "VLLM_LAUNCH", "TuneScreen"]
@@ -281,35 +281,52 @@ class TuneScreen(Screen[None]):
         o = self.objectives
         front = compute_front(self.records, o, self.limits)
         self.front = front
-        on_front = {r.number for r in front.records}
+        members = {m.record.number: m for m in front.members}
         pts: list[PlotPoint] = []
         failed = 0
         for r in self.records:
             if r.repeat_of is not None:
-                continue
+                continue  # pooled into its configuration's point
             v = r.values(o)
             if v is None:
                 failed += 1
                 continue
-            kind: PointKind = "pareto" if r.number in on_front else ("feasible" if r.feasible else "breaks")
-            pts.append(PlotPoint(v[0], v[1], kind, f"#{r.number}"))
+            m = members.get(r.number)
+            if m is not None:
+                pts.append(
+                    PlotPoint(
+                        m.values[0],
+                        m.values[1],
+                        "pareto" if m.status == "confirmed" else "provisional",
+                        f"#{r.number}",
+                        x_ci=m.ci95[0],
+                        y_ci=m.ci95[1],
+                    )
+                )
+                continue
+            pts.append(PlotPoint(v[0], v[1], "feasible" if r.feasible else "breaks", f"#{r.number}"))
         note = f"{failed} trial(s) could not start or crashed" if failed else ""
         self.plot.show(pts, o[0].label, o[1].label, partial(value_text, o[0]), partial(value_text, o[1]), note=note)
         hv = front.hv_by_trial
         self.query_one("#hv", Sparkline).data = hv or [0.0]
         last = f"{hv[-1]:.4g}" if hv else "-"
         self.query_one("#hv-label", Static).update(
-            f"hypervolume {last} after {len(hv)} trials" + (f", {failed} infeasible" if failed else "")
+            f"hypervolume {last} after {len(hv)} runs (area to {value_text(o[0], front.reference[0])}, "
+            f"{value_text(o[1], front.reference[1])})"
+            + (f", {failed} infeasible" if failed else "")
+            + ("" if front.settled or not front.members else "; front not settled: ◇ are provisional")
         )
         self.table.clear(columns=True)
-        self.table.add_columns("#", o[0].label, o[1].label, "flags")
+        self.table.add_columns("#", o[0].label, o[1].label, "front", "flags")
         self.commands = {}
-        for r in front.records:
+        for m in front.members:
+            r = m.record
             self.commands[r.number] = self.command_for(r.flags)
             self.table.add_row(
                 str(r.number),
-                value_text(o[0], r.objectives.get(o[0].name)),
-                value_text(o[1], r.objectives.get(o[1].name)),
+                f"{value_text(o[0], m.values[0])} [{value_text(o[0], m.ci95[0][0])}, {value_text(o[0], m.ci95[0][1])}]",
+                f"{value_text(o[1], m.values[1])} [{value_text(o[1], m.ci95[1][0])}, {value_text(o[1], m.ci95[1][1])}]",
+                member_tag(m),
                 " ".join(r.flags),
                 key=str(r.number),
             )

@@ -97,8 +97,9 @@ class LimitBarChart(Widget):
         return Strip(segs).adjust_cell_length(width, base)
 
 
-PointKind = Literal["pareto", "feasible", "breaks"]
-"""On the Pareto front; meets the SLA but dominated; misses the SLA."""
+PointKind = Literal["pareto", "provisional", "feasible", "breaks"]
+"""On the Pareto front (confirmed: no other interval reaches it); on it but not settled;
+meets the SLA but dominated; misses the SLA."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +108,14 @@ class PlotPoint:
     y: float
     kind: PointKind
     label: str = ""
+    x_ci: tuple[float, float] | None = None
+    """The 95 % interval of x, drawn as a whisker (front members)."""
+    y_ci: tuple[float, float] | None = None
 
 
 _MARK = {
     "pareto": ("◆", Style(color="yellow", bold=True)),
+    "provisional": ("◇", Style(color="yellow")),
     "feasible": ("●", Style(color="green")),
     "breaks": ("×", Style(color="red")),
 }
@@ -119,8 +124,10 @@ _MARK = {
 class ParetoPlot(Widget):
     """Trials in objective space: x the first objective, y the second; the front joined up.
 
-    Drawn as a character grid: Pareto-optimal trials ◆, other trials within the SLA ●, trials
-    that miss it ×; a later point drawn on the same cell never hides a Pareto one.
+    Drawn as a character grid: confirmed Pareto-optimal configurations ◆, provisional ones ◇
+    (another configuration's interval reaches past them), other trials within the SLA ●, trials
+    that miss it ×; front members carry whiskers for their 95 % intervals (─ and │); a later
+    point drawn on the same cell never hides a Pareto one.
     """
 
     DEFAULT_CSS = """
@@ -157,8 +164,8 @@ class ParetoPlot(Widget):
         grid: list[list[tuple[str, Style]]] = [[(" ", Style()) for _ in range(plot_w)] for _ in range(plot_h)]
         if not self.points:
             return grid
-        xs = [p.x for p in self.points]
-        ys = [p.y for p in self.points]
+        xs = [p.x for p in self.points] + [v for p in self.points if p.x_ci for v in p.x_ci if v == v]
+        ys = [p.y for p in self.points] + [v for p in self.points if p.y_ci for v in p.y_ci if v == v]
         x0, x1 = min(xs), max(xs)
         y0, y1 = min(ys), max(ys)
         if x1 - x0 < 1e-12:
@@ -172,7 +179,18 @@ class ParetoPlot(Widget):
             cy = plot_h - 1 - round((p[1] - y0) / (y1 - y0) * (plot_h - 1))
             return cx, cy
 
-        front = sorted((p for p in self.points if p.kind == "pareto"), key=lambda p: p.x)
+        whisker = Style(color="yellow", dim=True)
+        for p in self.points:
+            cx, cy = cell((p.x, p.y))
+            if p.x_ci is not None:
+                (lx, _), (hx, _) = cell((p.x_ci[0], p.y)), cell((p.x_ci[1], p.y))
+                for x in range(max(0, min(lx, hx)), min(plot_w - 1, max(lx, hx)) + 1):
+                    grid[cy][x] = ("─", whisker)
+            if p.y_ci is not None:
+                (_, ly), (_, hy) = cell((p.x, p.y_ci[0])), cell((p.x, p.y_ci[1]))
+                for yy in range(max(0, min(ly, hy)), min(plot_h - 1, max(ly, hy)) + 1):
+                    grid[yy][cx] = ("┼" if grid[yy][cx][0] == "─" else "│", whisker)
+        front = sorted((p for p in self.points if p.kind in ("pareto", "provisional")), key=lambda p: p.x)
         line = Style(color="yellow", dim=True)
         for a, b in zip(front, front[1:], strict=False):
             (ax, ay), (bx, by) = cell((a.x, a.y)), cell((b.x, b.y))
@@ -180,8 +198,9 @@ class ParetoPlot(Widget):
             for i in range(1, steps):
                 cx = round(ax + (bx - ax) * i / steps)
                 cy = round(ay + (by - ay) * i / steps)
-                grid[cy][cx] = ("·", line)
-        order = {"breaks": 0, "feasible": 1, "pareto": 2}
+                if grid[cy][cx][0] == " ":
+                    grid[cy][cx] = ("·", line)
+        order = {"breaks": 0, "feasible": 1, "provisional": 2, "pareto": 3}
         for p in sorted(self.points, key=lambda p: order.get(p.kind, 0)):
             cx, cy = cell((p.x, p.y))
             grid[cy][cx] = _MARK.get(p.kind, _MARK["feasible"])
@@ -214,8 +233,10 @@ class ParetoPlot(Widget):
             return Strip([Segment(" " * 8 + "└" + "─" * (width - 9), dim)]).adjust_cell_length(width, base)
         if y == plot_h + 2:
             lo, hi = self.x_fmt(x0), self.x_fmt(x1)
-            legend = "  ◆ Pareto  ● within SLA  × misses SLA"
             room = width - 9 - len(lo) - len(hi)
+            legend = "  ◆ Pareto confirmed  ◇ provisional  ─│ 95 % intervals  ● within SLA  × misses SLA"
+            if room <= len(legend) + 2:
+                legend = "  ◆ Pareto  ◇ provisional  ● within SLA  × misses"
             mid = legend if room > len(legend) + 2 else ""
             return Strip(
                 [Segment(" " * 9 + lo, dim), Segment(mid.center(max(0, room)), dim), Segment(hi, dim)]
