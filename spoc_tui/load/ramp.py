@@ -33,9 +33,9 @@ from spoc_tui.core.loadmath import (
     FixedUsers,
     Knee,
     KneeSearch,
-    SaturationSearch,
     Limit,
     RequestSample,
+    SaturationSearch,
     StepSummary,
     UserPlan,
     badly_broken,
@@ -427,7 +427,7 @@ def auto_workers(plan: UserPlan, cores: int) -> int:
     process) when that comes to one or fewer."""
     if isinstance(plan, FixedRates):
         streams = max(plan.rates) * SECONDS_PER_REQUEST
-    elif isinstance(plan, KneeSearch):
+    elif isinstance(plan, (KneeSearch, SaturationSearch)):
         streams = float(plan.max_users)
     else:
         streams = float(max(plan.users))
