@@ -72,6 +72,8 @@ def test_three_trial_tune_against_real_vllm(tmp_path):
             "max:out_tok_s,min:ttft_p99",
             "--trials",
             "3",
+            "--repeat-pareto",
+            "1",
             "--out",
             str(out),
             "--start-timeout",
@@ -84,7 +86,8 @@ def test_three_trial_tune_against_real_vllm(tmp_path):
     stdout, stderr = p.communicate(timeout=600)
     print(stdout, stderr, f"took {time.monotonic() - t0:.0f} s", sep="\n")
     assert p.returncode == 0, stderr
-    recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+    recs = [r for r in lines if not r["extra"]]
     assert [r["status"] for r in recs] == ["infeasible", "ok", "ok"]
     assert "max_num_batched_tokens" in recs[0]["reason"] and "max_model_len" in recs[0]["reason"]
     # the flag the second --try leaves out takes the server's default
@@ -96,6 +99,19 @@ def test_three_trial_tune_against_real_vllm(tmp_path):
     assert ramp4["steps"][0]["server"]["running_max"] <= 4 and ramp4["steps"][0]["server"]["waiting_max"] > 0
     doc = json.loads((out / "pareto.json").read_text())
     assert doc["pareto"] and doc["hypervolume"] > 0 and doc["trials_run"] == 3
+    # --repeat-pareto 1: each front configuration ran again on a fresh server; the runs are pooled,
+    # and the pooled interval is recorded with its sample
+    again = [r for r in lines if r["extra"]]
+    assert again and all(r["repeat_of"] is not None and r["status"] == "ok" for r in again)
+    for m in doc["pareto"]:
+        assert m["runs"] == 2 and len(m["trials"]) == 2 and m["status"] in ("confirmed", "provisional")
+        for name, (lo, hi) in m["ci95"].items():
+            assert lo is not None and hi is not None and lo <= m["objectives"][name] <= hi
+            assert m["n"][name] > m["first_run"]["n"][name]  # both runs' samples
+        assert set(m["spread_cv"]) == {"out_tok_s", "ttft_p99"}
+    print(
+        "pooled front:", [(m["number"], m["status"], m["objectives"], m["ci95"], m["spread_cv"]) for m in doc["pareto"]]
+    )
     assert all(
         x["command"].startswith(str(VENV / "bin" / "vllm") + " serve") and "--port 8000" in x["command"]
         for x in doc["pareto"]
