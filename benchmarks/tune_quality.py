@@ -181,6 +181,7 @@ def main() -> None:
                     seed=seed,
                     screen_pool=pool,
                     storage=f"journal:{Path(d) / 'study.journal'}",
+                    rerun_share=0,  # noise-free lookups: a re-run would measure the same figures again
                 )  # same search as SQLite, faster to write
                 session = TuneSession(cfg, Lookup(table))
                 session.run()

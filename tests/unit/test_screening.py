@@ -175,6 +175,7 @@ def run_study(tmp_path: Path, seed: int, pool: int, trials: int = 24):
         seed=seed,
         screen_pool=pool,
         storage=f"journal:{out / 'study.journal'}",
+        rerun_share=0,  # a noise-free landscape: the sampler's own search is what is measured
     )
     s = TuneSession(cfg, Synthetic())
     s.run()
