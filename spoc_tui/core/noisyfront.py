@@ -56,9 +56,6 @@ class Estimate:
     over: list[Hashable] = field(default_factory=list)
     """Configurations whose intervals reach past this one (why it is provisional)."""
 
-    def half_width(self, i: int) -> float:
-        return (self.hi[i] - self.lo[i]) / 2
-
 
 def _half(run: Run, i: int) -> float:
     """A run's half-width for objective ``i`` (a missing side mirrors the other; none: unbounded)."""

@@ -34,10 +34,6 @@ class TrialAttr(StrEnum):
     """Why a queued trial was queued (``--try``, server defaults, a re-run...)."""
     SKIPPED = "skipped"
     """Why a proposal was not run (a repeat, a broken condition)."""
-    REPEAT_OF = "repeat_of"
-    """A re-run of this trial's configuration (queued by the study; pooled with it)."""
-    EXTRA = "extra"
-    """A --repeat-pareto run at the end, outside the --trials budget."""
 
 
 class StudyAttr(StrEnum):
@@ -48,7 +44,7 @@ class StudyAttr(StrEnum):
     SPACE = "space"
     COMMAND = "command"
     REFERENCE_USERS = "reference_users"
-    """The reference load the calibration knee search set (--users auto)."""
+    """The reference load the calibration set (--users auto)."""
     KV_SEED = "kv_seed"
     """The KV-capacity-derived configuration was queued."""
 
@@ -139,16 +135,6 @@ class FrontMember:
     spread: tuple[float, ...] = ()
     """Coefficient of variation between its runs, per objective (with two runs or more)."""
 
-    def as_dict(self, objectives: Sequence[Objective]) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "runs": self.runs,
-            "trials": self.numbers,
-            "pooled": {o.name: self.values[i] for i, o in enumerate(objectives)},
-            "pooled_ci95": {o.name: list(self.ci95[i]) for i, o in enumerate(objectives)},
-            **({"spread_cv": {o.name: self.spread[i] for i, o in enumerate(objectives)}} if self.spread else {}),
-        }
-
 
 @dataclass
 class Front:
@@ -188,37 +174,37 @@ def _run_of(r: TrialRecord, objectives: Sequence[Objective]) -> Run | None:
     return Run(v, tuple(ci))
 
 
-def _pooled(
-    records: Sequence[TrialRecord], objectives: Sequence[Objective]
-) -> tuple[list[Estimate], dict[Hashable, list[TrialRecord]]]:
-    """Feasible configurations' pooled estimates, and every configuration's runs in order."""
-    groups: dict[Hashable, list[TrialRecord]] = {}
-    for r in records:
-        if r.status in RAN:
-            groups.setdefault(config_key(r.config), []).append(r)
-    out: list[Estimate] = []
-    for key, runs in groups.items():
-        if any(r.status != "ok" for r in runs):
-            continue  # a server that failed once under this configuration is not a front member
-        rs = [x for r in runs if (x := _run_of(r, objectives)) is not None]
-        if len(rs) != len(runs):
-            continue
-        cons: dict[str, list[float]] = {}
-        for r in runs:
-            for name, c in r.constraints.items():
-                cons.setdefault(name, []).append(c)
-        if not runs[0].feasible and not cons:
-            continue
-        if any(statistics.fmean(cs) > 0 for cs in cons.values()):
-            continue  # feasible on average over its runs, or not at all
-        out.append(pool(key, rs))
-    return out, groups
+def _estimate(key: Hashable, runs: Sequence[TrialRecord], objectives: Sequence[Objective]) -> Estimate | None:
+    """A configuration's runs pooled, or None when it is not a feasible front contender."""
+    if any(r.status != "ok" for r in runs):
+        return None  # a server that failed once under this configuration is not a front member
+    rs = [x for r in runs if (x := _run_of(r, objectives)) is not None]
+    if len(rs) != len(runs):
+        return None
+    cons: dict[str, list[float]] = {}
+    for r in runs:
+        for name, c in r.constraints.items():
+            cons.setdefault(name, []).append(c)
+    if not runs[0].feasible and not cons:
+        return None
+    if any(statistics.fmean(cs) > 0 for cs in cons.values()):
+        return None  # feasible on average over its runs, or not at all
+    return pool(key, rs)
 
 
 def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective], limits: Sequence[Limit]) -> Front:
     ordered = sorted(records, key=lambda r: (r.finished_at or 0.0, r.number, r.repeat_of is not None))
     dirs = [o.direction for o in objectives]
-    estimates, groups = _pooled(ordered, objectives)
+    groups: dict[Hashable, list[TrialRecord]] = {}
+    pooled: dict[Hashable, Estimate | None] = {}
+    history: list[list[Estimate]] = []  # the pooled points after each run (for the hypervolume)
+    for r in ordered:
+        if r.status in RAN:  # only the configuration this run belongs to changes
+            key = config_key(r.config)
+            groups.setdefault(key, []).append(r)
+            pooled[key] = _estimate(key, groups[key], objectives)
+        history.append([e for e in pooled.values() if e is not None])
+    estimates = history[-1] if history else []
     pts = [e.values for e in estimates]
     ref = reference_point(objectives, limits, [(float(p[0]), float(p[1])) for p in pts])
     classify(estimates, dirs)
@@ -241,10 +227,7 @@ def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective
         (member(e) for e in estimates if e.status in ("confirmed", "provisional")), key=lambda m: m.values[0]
     )
     candidates = sorted((member(e) for e in estimates if e.status == "candidate"), key=lambda m: m.values[0])
-    hv_by: list[float] = []
-    for i in range(len(ordered)):  # the hypervolume of the pooled points after each run
-        est, _ = _pooled(ordered[: i + 1], objectives)
-        hv_by.append(hypervolume([e.values for e in est], dirs, ref) if est else 0.0)
+    hv_by = [hypervolume([e.values for e in est], dirs, ref) if est else 0.0 for est in history]
     return Front(
         [m.record for m in members],
         ref,

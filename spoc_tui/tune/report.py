@@ -26,12 +26,14 @@ def hypervolume_text(front: Front) -> str:
     return f"{front.hypervolume:.4g}"
 
 
+def pooled_text(o: Objective, m: FrontMember, i: int) -> str:
+    """``VALUE [LO, HI]``: a front member's pooled value of objective ``i`` and its interval."""
+    return f"{value_text(o, m.values[i])} [{value_text(o, m.ci95[i][0])}, {value_text(o, m.ci95[i][1])}]"
+
+
 def member_text(objectives: tuple[Objective, ...] | list[Objective], m: FrontMember, sep: str = "  ") -> str:
     """``LABEL VALUE [LO, HI]`` for each objective of a front member (its runs pooled)."""
-    return sep.join(
-        f"{o.label} {value_text(o, m.values[i])} [{value_text(o, m.ci95[i][0])}, {value_text(o, m.ci95[i][1])}]"
-        for i, o in enumerate(objectives)
-    )
+    return sep.join(f"{o.label} {pooled_text(o, m, i)}" for i, o in enumerate(objectives))
 
 
 def member_tag(m: FrontMember) -> str:

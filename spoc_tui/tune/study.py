@@ -260,7 +260,7 @@ class TuneSession:
         return getattr(self.evaluator, "ramp", None)
 
     def _calibrating(self) -> bool:
-        """--users auto and no reference load yet: this trial's ramp is the calibration knee search."""
+        """--users auto and no reference load yet: this trial's ramp is the calibration."""
         r = self._ramp()
         return r is not None and not r.users and not self.cfg.ref_users
 
@@ -470,7 +470,7 @@ class TuneSession:
             for t in self.study.get_trials(
                 deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
             )
-            if t.user_attrs.get("status") in RAN and not t.user_attrs.get(TrialAttr.EXTRA)
+            if t.user_attrs.get("status") in RAN and not t.user_attrs.get("extra")
         )
 
     def _due_rerun(self, done: int) -> TrialRecord | None:
@@ -492,7 +492,7 @@ class TuneSession:
             return None
         if reruns >= int(cfg.rerun_share * cfg.trials) + 1:
             return None
-        front = compute_front(self.records, cfg.objectives, cfg.limits)
+        front = self._front or compute_front(self.records, cfg.objectives, cfg.limits)  # current after each run
         pick = pick_rerun(front.estimates, [o.direction for o in cfg.objectives])
         if pick is None:
             return None
@@ -640,8 +640,7 @@ class TuneSession:
         return TuneSummary(status, list(self.records), front, repeats, message)
 
     def _run_trial(self, trial: Any, config: Config, ordinal: int) -> TrialRecord:
-        """Run one trial. A trial queued with ``TrialAttr.REPEAT_OF`` re-runs that trial's
-        configuration: it is pooled with it and hidden from the sampler (told as pruned)."""
+        """Run one trial the sampler proposed (or a queued one); re-runs go through :meth:`_rerun`."""
         from optuna.trial import TrialState
 
         cfg = self.cfg
@@ -791,9 +790,9 @@ class TuneSession:
         from optuna.trial import TrialState
 
         cfg = self.cfg
-        k = sum(1 for r in self.records if r.repeat_of == of.number) + 1
+        run = 2 + sum(1 for r in self.records if r.repeat_of == of.number)  # the trial itself was run 1
         self.emit(TrialStarted(of.number, ordinal, cfg.trials, of.config, tuple(of.flags), why))
-        trial_dir = cfg.out_dir / "trials" / f"{of.number:04d}-run{k + 1}"
+        trial_dir = cfg.out_dir / "trials" / f"{of.number:04d}-run{run}"
         try:
             o = self.evaluator.evaluate(of.config, list(of.flags), trial_dir, self._for_trial(of.number))
         except KeyboardInterrupt:

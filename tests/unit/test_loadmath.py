@@ -258,15 +258,21 @@ def test_replay_profile(tmp_path):
         load_profile(str(tmp_path / "b.toml"))
 
 
-def test_text_maker_exact_with_a_tokenizer(tmp_path):
+def byte_level_bpe(folder, text: str, vocab_size: int):
+    """A byte-level BPE tokenizer (as the tier's tiny Llama has) trained on ``text``, saved in ``folder``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(["the service returns an error when the queue grows past its limit"] * 50, trainer)
-    tok.save(str(tmp_path / "tokenizer.json"))
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([text] * 50, trainer)
+    tok.save(str(folder / "tokenizer.json"))
+    return tok
+
+
+def test_text_maker_exact_with_a_tokenizer(tmp_path):
+    tok = byte_level_bpe(tmp_path, "the service returns an error when the queue grows past its limit", 400)
     maker = TextMaker(str(tmp_path))
     assert maker.additive  # byte-level BPE splits at spaces: lengths come from per-word counts
     for n in (1, 2, 3, 17, 64, 300, 1000):
@@ -276,14 +282,7 @@ def test_text_maker_exact_with_a_tokenizer(tmp_path):
 
 
 def test_text_maker_never_calls_the_tokenizer_per_request_when_counts_add_up(tmp_path, monkeypatch):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(["the cache holds recent blocks of tokens"] * 50, trainer)
-    tok.save(str(tmp_path / "tokenizer.json"))
+    byte_level_bpe(tmp_path, "the cache holds recent blocks of tokens", 300)
     maker = TextMaker(str(tmp_path))
     calls = []
     monkeypatch.setattr(maker, "_count", lambda text: calls.append(text) or 0)

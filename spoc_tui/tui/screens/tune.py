@@ -33,7 +33,7 @@ from spoc_tui.tune.events import (
     TuneEvent,
 )
 from spoc_tui.tune.records import Front, TrialRecord, compute_front
-from spoc_tui.tune.report import member_tag, value_text
+from spoc_tui.tune.report import member_tag, pooled_text, value_text
 from spoc_tui.tune.setup import SIM_LAUNCH, VLLM_LAUNCH, TuneArgs
 
 __all__ = ["SIM_LAUNCH", "VLLM_LAUNCH", "TuneScreen"]
@@ -324,8 +324,8 @@ class TuneScreen(Screen[None]):
             self.commands[r.number] = self.command_for(r.flags)
             self.table.add_row(
                 str(r.number),
-                f"{value_text(o[0], m.values[0])} [{value_text(o[0], m.ci95[0][0])}, {value_text(o[0], m.ci95[0][1])}]",
-                f"{value_text(o[1], m.values[1])} [{value_text(o[1], m.ci95[1][0])}, {value_text(o[1], m.ci95[1][1])}]",
+                pooled_text(o[0], m, 0),
+                pooled_text(o[1], m, 1),
                 member_tag(m),
                 " ".join(r.flags),
                 key=str(r.number),
