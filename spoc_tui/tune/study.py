@@ -307,7 +307,10 @@ class TuneSession:
         front = self._front
         if front is None or not front.members or any(o.name == "knee_users" for o in cfg.objectives):
             return None
-        ref_users = cfg.ref_users or getattr(getattr(self.evaluator, "ramp", None), "users", [None])[-1]
+        if self._calibrating():  # its steps are the calibration's, not the reference load
+            return None
+        ramp = self._ramp()
+        ref_users = cfg.ref_users or (ramp.users[-1] if ramp is not None and ramp.users else None)
         if ref_users is not None and step.users != ref_users:
             return None
         lo, hi = [], []

@@ -227,3 +227,16 @@ def test_users_auto_calibrates_the_reference_load_on_the_first_trial(tmp_path):
     )
     again.open()
     assert again.cfg.ref_users == ref and again.evaluator.ramp.users == [ref]
+
+
+def test_early_stop_is_not_asked_during_the_calibration(tmp_path):
+    """A calibrating trial has no user counts yet (``--users auto``): its steps are never judged
+    against the front, even when other workers' trials already made one."""
+    s, _ = make(tmp_path, trials=3, rerun_share=0)
+    s.run()
+    assert s._front is not None and s._front.members
+    s.evaluator.ramp.users = []  # as --users auto before the reference load is known
+    s.cfg.ref_users = None
+    from spoc_tui.core.loadmath import summarize_step
+
+    assert s._dominated(summarize_step(1, 2, [], 10.0, LIMITS)) is None  # was an IndexError
