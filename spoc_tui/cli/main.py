@@ -704,6 +704,14 @@ def locate(what: str) -> None:
     click.echo(str(config_path() if what == "config" else data_dir()))
 
 
+def _register() -> None:
+    from spoc_tui.cli.profile import profile_cmd
+
+    cli.add_command(profile_cmd)
+
+
+_register()
+
 LOG_LEVEL_ENV = "SPOC_LOG_LEVEL"
 
 

@@ -250,6 +250,32 @@ def gpu_preset(name: str) -> GpuSpec:
     return GPUS[key]
 
 
+def gpu_for_model_name(model_name: str | None) -> GpuSpec | None:
+    """The preset of a GPU that NVML or DCGM names (``"NVIDIA H100 80GB HBM3"``), or None when
+    no preset has the same peaks: PCIe and NVL boards of a family run at other clocks and
+    bandwidths, and a wrong peak would give a wrong share."""
+    if not model_name:
+        return None
+    text = model_name.strip().upper()
+    for g in GPUS.values():
+        if g.label.upper() == text:
+            return g
+    if "PCIE" in text or "NVL" in text:
+        return None
+    words = text.replace("-", " ").split()
+    if "H200" in words:
+        return GPUS["h200"]
+    if "B200" in words:
+        return GPUS["b200"]
+    if "L40S" in words:
+        return GPUS["l40s"]
+    if "H100" in words and ("HBM3" in words or "SXM5" in text or "80GB" in words):
+        return GPUS["h100-80gb"]
+    if "A100" in words and "SXM4" in text:
+        return GPUS["a100-80gb"] if "80GB" in text else GPUS["a100-40gb"]
+    return None
+
+
 def custom_gpu(memory_gib: float, base: GpuSpec | None = None) -> GpuSpec:
     if memory_gib <= 0:
         raise PresetError("GPU memory must be positive")

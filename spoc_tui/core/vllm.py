@@ -32,6 +32,10 @@ PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
 GENERATION_TOKENS = ("vllm:generation_tokens_total",)
 REQUEST_SUCCESS = ("vllm:request_success_total",)
 CACHE_CONFIG = ("vllm:cache_config_info",)
+FLOPS_PER_GPU = ("vllm:estimated_flops_per_gpu_total",)
+READ_BYTES_PER_GPU = ("vllm:estimated_read_bytes_per_gpu_total",)
+WRITE_BYTES_PER_GPU = ("vllm:estimated_write_bytes_per_gpu_total",)
+ITERATION_TOKENS = ("vllm:iteration_tokens_total",)
 SIM_MARKER = "spoc_sim_info"
 
 LATENCIES: dict[str, tuple[str, ...]] = {
@@ -146,6 +150,14 @@ class EngineView:
     """Finished requests per second over the window."""
     latency: dict[str, LatencySummary]
     window: str
+    flops_per_gpu_rate: float | None = None
+    """Estimated FLOP/s per GPU over the window (vLLM's MFU counters; mean over engines)."""
+    read_bytes_per_gpu_rate: float | None = None
+    write_bytes_per_gpu_rate: float | None = None
+    steps_rate: float | None = None
+    """Engine steps per second over the window (``iteration_tokens`` observations)."""
+    tokens_per_step: float | None = None
+    """Mean tokens scheduled per engine step over the window (lifetime without a window)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -163,6 +175,11 @@ class EngineView:
             "request_success": self.request_success or None,
             "request_rate": self.request_rate,
             "latency": {k: v.as_dict() for k, v in self.latency.items()},
+            "flops_per_gpu_rate": self.flops_per_gpu_rate,
+            "read_bytes_per_gpu_rate": self.read_bytes_per_gpu_rate,
+            "write_bytes_per_gpu_rate": self.write_bytes_per_gpu_rate,
+            "steps_rate": self.steps_rate,
+            "tokens_per_step": self.tokens_per_step,
         }
 
 
@@ -235,6 +252,43 @@ def _counter(
     if total is None:
         return None, None, None
     return total, inc, rate
+
+
+def _per_gpu_rate(scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred) -> float | None:
+    """A per-GPU counter's rate, averaged over the series (engines, replicas) that export it:
+    each engine runs on GPUs of its own, so summing per-GPU figures across engines would
+    compare several GPUs' work with one GPU's peak."""
+    _, _, rate = _counter(scrapes, names, pred)
+    if rate is None:
+        return None
+    n = 0
+    for s in scrapes:
+        name = _first_present(s.now, names)
+        if name is not None:
+            n += sum(1 for k in s.now.get(name) if pred(k))
+    return rate / n if n else None
+
+
+def _steps(scrapes: Sequence[Scrape], pred: Pred, windowed: bool) -> tuple[float | None, float | None]:
+    """(engine steps per second per engine, mean tokens per step) from ``iteration_tokens``."""
+    h = _histogram(scrapes, ITERATION_TOKENS, pred, windowed)
+    if h is None:
+        return None, None
+    n, total = h.count, h.sum
+    per_step = total / n if n and total is not None else None
+    rate: float | None = None
+    dts = [s.dt for s in scrapes]
+    if windowed and n is not None and dts and all(d is not None for d in dts):
+        engines = len(
+            {
+                (i, _engine_of(k))
+                for i, s in enumerate(scrapes)
+                for k in s.now.get(ITERATION_TOKENS[0] + "_count")
+                if pred(k)
+            }
+        )
+        rate = n / min(d for d in dts if d is not None) / max(1, engines)
+    return rate, per_step
 
 
 def _histogram(scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred, windowed: bool) -> Histogram | None:
@@ -311,6 +365,7 @@ def build_view(scrapes: Sequence[Scrape], engine: str = "", pred: Pred = _all) -
         g = _gauge(scrapes, PREFIX_RATE_V0, pred, mean=True)
         hit_rate = g if g is not None and g >= 0 else None
     latency = {key: summarize(_histogram(scrapes, names, pred, windowed), window) for key, names in LATENCIES.items()}
+    steps_rate, tokens_per_step = _steps(scrapes, pred, windowed)
     return EngineView(
         engine=engine,
         running=_gauge(scrapes, RUNNING, pred, mean=False),
@@ -328,6 +383,11 @@ def build_view(scrapes: Sequence[Scrape], engine: str = "", pred: Pred = _all) -
         request_rate=req_rate,
         latency=latency,
         window=window,
+        flops_per_gpu_rate=_per_gpu_rate(scrapes, FLOPS_PER_GPU, pred),
+        read_bytes_per_gpu_rate=_per_gpu_rate(scrapes, READ_BYTES_PER_GPU, pred),
+        write_bytes_per_gpu_rate=_per_gpu_rate(scrapes, WRITE_BYTES_PER_GPU, pred),
+        steps_rate=steps_rate,
+        tokens_per_step=tokens_per_step,
     )
 
 

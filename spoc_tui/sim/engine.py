@@ -24,7 +24,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from spoc_tui.core.capacity import CapacityError, iteration_time, kv_bytes_per_token, plan
+from spoc_tui.core.capacity import CapacityError, IterationCost, iteration_time, kv_bytes_per_token, plan
 from spoc_tui.core.presets import GpuSpec, ModelSpec
 from spoc_tui.sim.gpu import SimGpu
 
@@ -222,6 +222,8 @@ HIST_TTFT = (
     640.0,
     2560.0,
 )
+HIST_ITER_TOKENS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
+"""vLLM's ``iteration_tokens_total`` buckets (V1 >= 0.8.5)."""
 HIST_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 HIST_LATENCY = (
     0.3,
@@ -291,6 +293,11 @@ class EngineStats:
     prefill_time: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
     decode_time: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
     iterations: int = 0
+    iteration_tokens: Hist = field(default_factory=lambda: Hist(HIST_ITER_TOKENS))
+    flops_per_gpu: float = 0.0
+    """The cost model's FLOPs per GPU, as vLLM's ``estimated_flops_per_gpu_total`` counts them."""
+    read_bytes_per_gpu: float = 0.0
+    write_bytes_per_gpu: float = 0.0
 
 
 class SimEngine:
@@ -325,6 +332,7 @@ class SimEngine:
         self.budget = cfg.resolved_batched_tokens()
         self._hashes: dict[str, list[bytes]] = {}
         self.last_iteration_s = 0.0
+        self._last_cost = IterationCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         self.busy_s = 0.0
 
     # -- requests -----------------------------------------------------------------------
@@ -465,6 +473,9 @@ class SimEngine:
         return decodes, prefills
 
     def cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> float:
+        return self._cost(decodes, prefills).seconds
+
+    def _cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> IterationCost:
         ratio = min(g.clock_ratio for g in self.gpus) if self.gpus else 1.0
         c = iteration_time(
             self.cfg.model,
@@ -477,12 +488,21 @@ class SimEngine:
             clock_ratio=ratio,
             flops_scale=2.0 if self.cfg.quantization == "fp8" else 1.0,
         )
-        return c.seconds
+        return c
 
     def complete(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]], now: float) -> None:
         """Apply the iteration's results at time ``now``: tokens out, requests finished."""
         st = self.stats
         st.iterations += 1
+        tokens = len(decodes) + sum(n for _, n in prefills)
+        if tokens:
+            # the same model that times the step counts its work: FLOPs and bytes read per GPU
+            # from the cost model, and the new tokens' KV entries written
+            c = self._last_cost
+            st.iteration_tokens.observe(tokens)
+            st.flops_per_gpu += c.flops
+            st.read_bytes_per_gpu += c.bytes_read
+            st.write_bytes_per_gpu += self.kv_per_token / self.cfg.tp * tokens
         emitted: list[SimRequest] = []
         for r in decodes:
             r.computed += 1
@@ -514,7 +534,8 @@ class SimEngine:
         delivered by :meth:`complete`, which the caller runs when the time has passed."""
         decodes, prefills = self.schedule()
         self._pending = (decodes, prefills)
-        self.last_iteration_s = self.cost(decodes, prefills)
+        self._last_cost = self._cost(decodes, prefills)
+        self.last_iteration_s = self._last_cost.seconds
         return self.last_iteration_s
 
     @property

@@ -58,6 +58,21 @@ def vllm_metrics(engine: SimEngine, engine_id: str = "0") -> str:
         ("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", st.prefix_hits),
         ("vllm:prompt_tokens_total", "Number of prefill tokens processed.", st.prompt_tokens),
         ("vllm:generation_tokens_total", "Number of generation tokens processed.", st.generation_tokens),
+        (
+            "vllm:estimated_flops_per_gpu_total",
+            "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).",
+            st.flops_per_gpu,
+        ),
+        (
+            "vllm:estimated_read_bytes_per_gpu_total",
+            "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations).",
+            st.read_bytes_per_gpu,
+        ),
+        (
+            "vllm:estimated_write_bytes_per_gpu_total",
+            "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations).",
+            st.write_bytes_per_gpu,
+        ),
     )
     for name, help_, value in counters:
         family(name, "counter", help_)
@@ -77,6 +92,7 @@ def vllm_metrics(engine: SimEngine, engine_id: str = "0") -> str:
         ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", st.queue),
         ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", st.prefill_time),
         ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", st.decode_time),
+        ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", st.iteration_tokens),
     )
     for name, help_, h in hists:
         family(name, "histogram", help_)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -69,7 +70,12 @@ def vllm_server(tmp_path_factory):
         pytest.fail(f"real-engine set-up missing in {DIR}: run `bash scripts/realengine_setup.sh` (make test does)")
     (port,) = free_ports(1)
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    server = ServerProcess(vllm_argv(port), port, log, VLLM_ENV)
+    # the torch profiler answers /start_profile (idle until asked) and the MFU counters move:
+    # the profile and roofline tests need them, the others do not notice
+    traces = tmp_path_factory.mktemp("traces")
+    flags = ["--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(traces)})]
+    server = ServerProcess(vllm_argv(port, *flags, "--enable-mfu-metrics"), port, log, VLLM_ENV)
+    server.trace_dir = traces  # type: ignore[attr-defined]
     try:
         took = server.start(timeout=300)
     except Exception as e:

@@ -119,6 +119,8 @@ async def test_ramp_from_the_ui_with_the_monitor_one_key_away():
             if "break ttft_p50" in shown:
                 assert "knee: 4 users meet the SLA; 40 break ttft_p50" in shown
                 assert "why: the batch is full" in shown
+            elif "client saturated" in shown:  # a busy machine lags the load generator: undecided, and why
+                assert "inconclusive at 4" in shown and "--workers" in shown
             else:  # 40 users for 5-20 s is a few requests: on a loaded machine it may stay undecided, and says so
                 assert "knee: not reached; 4 users still meet the SLA; inconclusive at 40 users" in shown
             assert "95 % intervals" in shown

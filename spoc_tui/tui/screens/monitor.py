@@ -16,7 +16,16 @@ from spoc_tui.core.alerts import gpu_alerts, server_alerts
 from spoc_tui.core.gpu import TpGroupReport
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
-from spoc_tui.tui.widgets.panels import ChangedStatic, GpuTable, LatencyTable, ServerTable, StatusLine, TpPanel
+from spoc_tui.core.roofline import gpu_of
+from spoc_tui.tui.widgets.panels import (
+    ChangedStatic,
+    GpuTable,
+    LatencyTable,
+    RooflineTable,
+    ServerTable,
+    StatusLine,
+    TpPanel,
+)
 
 
 class MonitorScreen(Screen[None]):
@@ -52,6 +61,8 @@ class MonitorScreen(Screen[None]):
                 yield ServerTable(id="servers")
             with Vertical(id="latency-panel", classes="panel"):
                 yield LatencyTable(id="latency")
+            with Vertical(id="roofline-panel", classes="panel"):
+                yield RooflineTable(id="roofline")
             with Vertical(id="gpu-panel", classes="panel"):
                 yield GpuTable(id="gpus")
                 yield ChangedStatic("", id="gpu-note")
@@ -63,6 +74,7 @@ class MonitorScreen(Screen[None]):
     def on_mount(self) -> None:
         self.servers = self.query_one(ServerTable)
         self.latency = self.query_one(LatencyTable)
+        self.roofline = self.query_one(RooflineTable)
         self.gpus = self.query_one(GpuTable)
         self.tp = self.query_one(TpPanel)
         self.status = self.query_one(StatusLine)
@@ -73,6 +85,8 @@ class MonitorScreen(Screen[None]):
         self.servers_panel.border_title = "vLLM servers"
         self.latency_panel.border_title = "Latency"
         self.gpu_panel.border_title = "GPUs"
+        self.roofline_panel = self.query_one("#roofline-panel")
+        self.roofline_panel.border_title = "Roofline (vLLM's FLOP/byte estimates, per GPU)"
         self.query_one("#tp-panel").border_title = "TP groups & alerts"
         self.ready = True
         self.gpu_note.display = False
@@ -102,6 +116,7 @@ class MonitorScreen(Screen[None]):
             sim = any(s.simulated for s in tick.servers)
             self._title(self.servers_panel, "vLLM servers" + (" — SIMULATED" if sim else ""))
             self.servers_panel.set_class(bool(tick.stale), "-stale")
+            self._draw_roofline()
             self._draw_tp()
             self._draw_status()
 
@@ -123,6 +138,7 @@ class MonitorScreen(Screen[None]):
                 self.gpu_note.show_text(Text(msg.note or "No GPU data yet.", style="dim"))
             sim = any(g.simulated for g in msg.tick.gpus)
             self._title(self.gpu_panel, "GPUs" + (" — SIMULATED" if sim else ""))
+            self._draw_roofline()
             self._draw_tp()
             self._draw_status()
 
@@ -136,6 +152,22 @@ class MonitorScreen(Screen[None]):
         if not self.ready or not self.is_attached:
             return
         self._draw_status()
+
+    def _draw_roofline(self) -> None:
+        if self._vllm is None:
+            return
+        names = [g.model for g in self._gpus.gpus] if self._gpus is not None else []
+        gpu = gpu_of(names) if names else None
+        self.roofline.show(self._vllm, gpu)
+        peak = f" vs {gpu.label} peak" if gpu else " (GPU unknown: no peak)"
+        self._title(self.roofline_panel, f"Roofline per GPU, over {self._vllm_window()}{peak}")
+
+    def _vllm_window(self) -> str:
+        tick = self._vllm
+        if tick is None or not tick.servers:
+            return "n/a"
+        w = tick.servers[0].total.window
+        return "lifetime" if w == "lifetime" else f"last {w}"
 
     def _draw_tp(self) -> None:
         alerts = server_alerts(list(self._server_hist))

@@ -12,6 +12,8 @@ from textual.widgets import Static
 from spoc_tui.core import fmt
 from spoc_tui.core.alerts import Alert
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
+from spoc_tui.core.presets import GpuSpec
+from spoc_tui.core.roofline import Roofline, of_view, si
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.stats import LatencySummary
 from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
@@ -78,6 +80,66 @@ class ServerTable(DiffTable):
                     rows[f"{s.source}#{e.engine}"] = self._cells(f"  engine {e.engine}", e, stale)
         if tick.total is not None:
             rows["__all__"] = self._cells(f"all {len(tick.servers)} replicas", tick.total, False)
+        self.sync(rows)
+
+
+_READING_STYLE = {
+    "memory-bound": "bold cyan",
+    "compute-bound": "bold green",
+    "overhead-bound": "bold yellow",
+    "idle": "dim",
+    "n/a": "dim",
+}
+
+
+class RooflineTable(DiffTable):
+    """Per server (and engine): achieved FLOP/s and memory traffic per GPU from vLLM's estimates,
+    their share of the GPU's peak, tokens per engine step and the one-word reading."""
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(
+            [
+                ("src", "Server / engine", 16),
+                ("flops", "FLOP/s (peak)", 17),
+                ("bw", "Mem B/s (peak)", 15),
+                ("ai", "FLOP/B", 6),
+                ("tps", "tok/step", 8),
+                ("read", "Reading", 14),
+                ("why", "Why", 58),
+            ],
+            name=name,
+            id=id,
+            classes=classes,
+        )
+
+    @staticmethod
+    def _cells(label: str, r: Roofline, stale: bool) -> list[Cell]:
+        style = "dim" if stale else ""
+        f = si(r.flops_s, "FLOP/s")
+        if r.flops_share is not None:
+            f += f" {r.flops_share:.0%}"
+        b = si(r.bytes_s, "B/s")
+        if r.bw_share is not None:
+            b += f" {r.bw_share:.0%}"
+        ai = r.intensity
+        return [
+            Text(label, style=style),
+            Text(f, style=style),
+            Text(b, style=style),
+            Text("n/a" if ai is None else f"{ai:.3g}", style=style),
+            Text("n/a" if r.tokens_per_step is None else f"{r.tokens_per_step:.1f}", style=style),
+            Text(r.reading, style="dim" if stale else _READING_STYLE.get(r.reading, "")),
+            Text(r.why, style="dim"),
+        ]
+
+    def show(self, tick: VllmTick, gpu: GpuSpec | None) -> None:
+        rows: dict[str, list[Cell]] = {}
+        for s in tick.servers:
+            stale = s.source in tick.stale
+            rows[s.source] = self._cells(_short_source(s.source), of_view(s.total, gpu), stale)
+            if len(s.engines) > 1:
+                for e in s.engines:
+                    rows[f"{s.source}#{e.engine}"] = self._cells(f"  engine {e.engine}", of_view(e, gpu), stale)
         self.sync(rows)
 
 

@@ -1,0 +1,172 @@
+"""``spoc profile``: where a vLLM server's step time goes, by kernel class, from a profiler trace."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+
+from spoc_tui.core.errors import EXIT_INTERRUPTED, InputError, SpocError
+from spoc_tui.core.textsafe import for_terminal
+
+
+def _say(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+@click.command("profile")
+@click.option("--url", default=None, envvar="SPOC_VLLM_URL", show_envvar=True, help="The vLLM server to profile.")
+@click.option(
+    "--trace-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="The server's torch_profiler_dir (on this host or a shared mount); the newest new trace there is read.",
+)
+@click.option("--seconds", type=float, default=10.0, show_default=True, help="How long the profiler records.")
+@click.option(
+    "--users",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Concurrent users driven while profiling (0: profile the traffic there is).",
+)
+@click.option("--profile", "load_profile_name", default="chatbot", show_default=True, help="Load profile of --users.")
+@click.option("--warmup-seconds", type=float, default=5.0, show_default=True, help="Load before the profiler starts.")
+@click.option("--served-model", default=None, help="Served model name for the load [the server's first].")
+@click.option(
+    "--from-trace",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Analyse an existing *.pt.trace.json(.gz) instead of profiling a server.",
+)
+@click.option(
+    "--nsys",
+    "nsys_report",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Analyse an Nsight Systems report (.nsys-rep, needs nsys on PATH) or its kernel-summary CSV.",
+)
+@click.option("--model", default=None, help="Model preset or config.json, for the decode roofline.")
+@click.option("--gpu", default=None, help="GPU preset (h100-80gb, h200, ...), for the decode roofline.")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size, for the decode roofline.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token.")
+@click.option(
+    "--api-key-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Read the bearer token from this file (not visible in ps).",
+)
+def profile_cmd(
+    url: str | None,
+    trace_dir: str | None,
+    seconds: float,
+    users: int,
+    load_profile_name: str,
+    warmup_seconds: float,
+    served_model: str | None,
+    from_trace: str | None,
+    nsys_report: str | None,
+    model: str | None,
+    gpu: str | None,
+    tp: int,
+    as_json: bool,
+    api_key: str | None,
+    api_key_file: str | None,
+) -> None:
+    """Where the engine's time goes: GEMM, attention, KV-cache writes, communication, sampling,
+    norms and element-wise work, copies, other, and idle time between kernels, per prefill and
+    decode step, next to the decode roofline.
+
+    Profiles a running server (started with the torch profiler; the error says the flag when it
+    was not) for --seconds while driving --users of load, or reads --from-trace / --nsys.
+    """
+    from spoc_tui.core.presets import gpu_preset, model_preset
+    from spoc_tui.profile.analyze import Breakdown, analyse
+    from spoc_tui.profile.nsys import read_nsys
+    from spoc_tui.profile.report import decode_roofline, render_text
+    from spoc_tui.profile.trace import read_trace
+
+    sources = [x for x in (url if not (from_trace or nsys_report) else None, from_trace, nsys_report) if x]
+    if from_trace and nsys_report:
+        raise InputError("give --from-trace or --nsys, not both")
+    if not sources:
+        raise InputError("give --url with --trace-dir to profile a server, or --from-trace FILE, or --nsys FILE")
+    if (model is None) != (gpu is None):
+        raise InputError("the decode roofline needs both --model and --gpu")
+    if not 1 <= tp <= 64:
+        raise InputError("--tp must be between 1 and 64")
+    roofline = None
+    if model is not None and gpu is not None:
+        roofline = decode_roofline(model_preset(model), gpu_preset(gpu), tp)
+    if from_trace:
+        trace: Path = Path(from_trace)
+        if not trace.exists():
+            raise InputError(f"--from-trace {from_trace}: no such file")
+    elif nsys_report:
+        pass
+    else:
+        trace = _capture(
+            url or "", trace_dir, seconds, users, load_profile_name, warmup_seconds, served_model, api_key, api_key_file
+        )
+        _say(f"reading {trace}")
+    b: Breakdown = read_nsys(Path(nsys_report)) if nsys_report else analyse(read_trace(trace))
+    if roofline is not None:
+        b.roofline_step_s, b.roofline_basis = roofline
+    click.echo(json.dumps(b.as_dict(), indent=2) if as_json else render_text(b))
+
+
+def _capture(
+    url: str,
+    trace_dir: str | None,
+    seconds: float,
+    users: int,
+    load_profile_name: str,
+    warmup_seconds: float,
+    served_model: str | None,
+    api_key: str | None,
+    api_key_file: str | None,
+) -> Path:
+    from spoc_tui.collectors.scrape import base_url, metrics_url
+    from spoc_tui.load.profiles import load_profile
+    from spoc_tui.profile.capture import CaptureConfig, capture
+
+    try:
+        metrics_url(url)
+    except SpocError as e:
+        raise InputError(str(e)) from None
+    if not trace_dir:
+        raise InputError("--trace-dir is needed with --url: the folder the server writes its traces to")
+    if not 0 < seconds <= 600 or math.isnan(seconds):
+        raise InputError("--seconds must be above 0 and at most 600 (traces grow by megabytes a second)")
+    if not 0 <= users <= 4096:
+        raise InputError("--users must be between 0 and 4096")
+    if not 0 <= warmup_seconds <= 600:
+        raise InputError("--warmup-seconds must be between 0 and 600")
+    if api_key_file:
+        try:
+            api_key = Path(api_key_file).read_text().strip()
+        except OSError as e:
+            raise InputError(f"--api-key-file {api_key_file}: cannot read ({e.strerror})") from None
+    cfg = CaptureConfig(
+        url=base_url(url),
+        trace_dir=Path(trace_dir),
+        seconds=seconds,
+        users=users,
+        profile=load_profile(load_profile_name) if users else None,
+        model=served_model,
+        warmup_s=warmup_seconds,
+        api_key=api_key,
+    )
+    try:
+        return asyncio.run(capture(cfg, _say))
+    except KeyboardInterrupt:
+        _say("interrupted: the profiler was stopped")
+        sys.exit(EXIT_INTERRUPTED)
+    except SpocError as e:
+        _say(f"spoc profile: error: {for_terminal(str(e))}")
+        sys.exit(e.exit_code)
