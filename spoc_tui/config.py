@@ -45,6 +45,8 @@ class Settings:
     """Seconds over which percentiles and rates are computed."""
     api_key: str | None = field(default=None, repr=False)
     """Bearer token for the servers; never displayed or logged."""
+    trace_dir: str | None = None
+    """The first server's torch_profiler_dir (on this host), for profiling from the Load screen."""
     tune_launch: str | None = None
     """Launch command the Tune screen starts with (``spoc demo``: the simulator)."""
 

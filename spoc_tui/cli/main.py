@@ -276,6 +276,13 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     "--api-key-file", type=click.Path(dir_okay=False), default=None, help="Read the bearer token from this file."
 )
 @click.option(
+    "--trace-dir",
+    envvar="SPOC_TRACE_DIR",
+    show_envvar=True,
+    default=None,
+    help="The first server's torch_profiler_dir, to profile a running step from the Load screen (F6).",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False),

@@ -52,6 +52,7 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
             r"copy_blocks",
             r"swap_blocks",
             r"kv_cache_write",
+            r"kv_cache_update",
         ),
     ),
     (

@@ -129,7 +129,12 @@ def reading(
 
 def of_view(v: EngineView, gpu: GpuSpec | None) -> Roofline:
     return reading(
-        v.flops_per_gpu_rate, v.read_bytes_per_gpu_rate, v.write_bytes_per_gpu_rate, v.steps_rate, v.tokens_per_step, gpu
+        v.flops_per_gpu_rate,
+        v.read_bytes_per_gpu_rate,
+        v.write_bytes_per_gpu_rate,
+        v.steps_rate,
+        v.tokens_per_step,
+        gpu,
     )
 
 

@@ -106,9 +106,7 @@ class Breakdown:
             "seconds": self.seconds,
             "shares": self.shares,
             "counts": self.counts,
-            "top_kernels": [
-                {"name": k.name, "class": k.cls, "count": k.count, "seconds": k.seconds} for k in self.top
-            ],
+            "top_kernels": [{"name": k.name, "class": k.cls, "count": k.count, "seconds": k.seconds} for k in self.top],
             "phases": [p.as_dict() for p in self.phases],
             "decode_step_ms": None if measured is None else measured * 1e3,
             "decode_roofline_ms": None if self.roofline_step_s is None else self.roofline_step_s * 1e3,
@@ -126,7 +124,7 @@ def _shares(seconds: dict[str, float]) -> dict[str, float]:
 
 
 def _empty_seconds() -> dict[str, float]:
-    return {c: 0.0 for c in (*CLASSES, IDLE)}
+    return dict.fromkeys((*CLASSES, IDLE), 0.0)
 
 
 def _arrays(iv: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -35,7 +35,7 @@ class ProfileError(SpocError):
 
 
 def profiler_flag(trace_dir: Path | str) -> str:
-    return f"--profiler-config '{{\"profiler\": \"torch\", \"torch_profiler_dir\": \"{trace_dir}\"}}'"
+    return f'--profiler-config \'{{"profiler": "torch", "torch_profiler_dir": "{trace_dir}"}}\''
 
 
 @dataclass
@@ -82,24 +82,35 @@ async def _post(client: httpx.AsyncClient, url: str, path: str, trace_dir: Path,
         raise ProfileError(f"POST {path}: HTTP {r.status_code}: {redact_text(r.text[:200])}")
 
 
+def pick_trace(sizes: dict[Path, int]) -> Path:
+    ranks = sorted((p for p in sizes if p.name.startswith("rank")), key=lambda p: (len(p.name), p.name))
+    if ranks:
+        return ranks[0]
+    workers = [p for p in sizes if "async_llm" not in p.name] or list(sizes)
+    return max(workers, key=lambda p: sizes[p])
+
+
 async def wait_for_trace(
     trace_dir: Path, before: dict[Path, float], timeout_s: float, on_wait: Callable[[float], None] | None = None
 ) -> Path:
-    """The newest trace written since ``before`` once its size stops changing."""
+    """The engine's trace written since ``before``, once every new trace stopped growing.
+
+    vLLM writes one trace per worker (``rank0…``, ``rank1…``) and one for the API process
+    (``…async_llm…``, no model work): the lowest rank's is taken, else the largest."""
     t0 = time.monotonic()
-    last: tuple[Path, int] | None = None
+    last: dict[Path, int] | None = None
     while True:
         now = traces_in(trace_dir)
         new = [p for p, m in now.items() if p not in before or m > before[p]]
         if new:
-            newest = max(new, key=lambda p: now[p])
-            try:
-                size = newest.stat().st_size
-            except OSError:
-                size = -1
-            if last == (newest, size) and size > 0:
-                return newest
-            last = (newest, size)
+            sizes: dict[Path, int] = {}
+            for p in new:
+                with contextlib.suppress(OSError):
+                    sizes[p] = p.stat().st_size
+            api_only = all("async_llm" in p.name for p in sizes)
+            if sizes and sizes == last and all(sizes.values()) and not (api_only and time.monotonic() - t0 < 20):
+                return pick_trace(sizes)
+            last = sizes
         waited = time.monotonic() - t0
         if waited > timeout_s:
             raise ProfileError(

@@ -30,8 +30,8 @@ def parse_kernel_summary(text: str, source: str) -> Breakdown:
     rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
     if not rows or "Name" not in rows[0] or "Total Time (ns)" not in rows[0]:
         raise TraceError(f"{source}: not an nsys kernel summary (need the Total Time (ns) and Name columns)")
-    seconds = {c: 0.0 for c in (*CLASSES, IDLE)}
-    counts = {c: 0 for c in CLASSES}
+    seconds = dict.fromkeys((*CLASSES, IDLE), 0.0)
+    counts = dict.fromkeys(CLASSES, 0)
     kernels: list[KernelRow] = []
     for n, row in enumerate(rows, start=start + 2):
         name = (row.get("Name") or "").strip()

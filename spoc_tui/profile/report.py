@@ -79,9 +79,10 @@ def render_text(b: Breakdown) -> str:
     if b.roofline_step_s is not None:
         roof = f"decode roofline {_ms(b.roofline_step_s)} ({b.roofline_basis})"
         if measured is not None:
+            n = next(p.steps for p in b.phases if p.kind == "decode")
             lines.append(
-                f"decode step: measured {_ms(measured)} (mean of {next(p.steps for p in b.phases if p.kind == 'decode'):,} "
-                f"decode steps), {measured / b.roofline_step_s:.2f}x the {roof}"
+                f"decode step: measured {_ms(measured)} (mean of {n:,} decode steps), "
+                f"{measured / b.roofline_step_s:.2f}x the {roof}"
             )
         else:
             lines.append(f"{roof}; no decode-only step in the trace to compare with")
@@ -96,6 +97,6 @@ def render_text(b: Breakdown) -> str:
             name = for_terminal(k.name)
             name = name if len(name) <= 70 else name[:69] + "…"
             lines.append(f"  {k.seconds / total:>6.1%} {_time(k.seconds):>9} {k.count:>8,}x  {SHORT[k.cls]:<5} {name}")
-    for n in b.notes:
-        lines.append(f"note: {n}")
+    for note in b.notes:
+        lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -126,7 +126,7 @@ def _open(path: Path) -> IO[str]:
         raise TraceError(f"{path}: cannot read ({e.strerror})") from None
     head = raw.read(2)
     raw.seek(0)
-    stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if head == b"\x1f\x8b" else raw
+    stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if head == b"\x1f\x8b" else raw  # type: ignore[assignment]
     return io.TextIOWrapper(stream, encoding="utf-8", errors="strict")
 
 
@@ -284,8 +284,9 @@ def read_trace(path: Path | str) -> TraceData:
         if cat in DEVICE_CATS:
             args = ev.get("args")
             dev = args.get("device") if isinstance(args, dict) else None
-            lane = dev if isinstance(dev, int) else (ev.get("pid") if isinstance(ev.get("pid"), int) else 0)
-            data.device.add(ts, dur, int(lane), data.name_id(name))
+            pid = ev.get("pid")
+            lane: int = dev if isinstance(dev, int) else (pid if isinstance(pid, int) else 0)
+            data.device.add(ts, dur, lane, data.name_id(name))
         elif cat == "cpu_op":
             lane = data.thread_id((ev.get("pid"), ev.get("tid")))
             data.host.add(ts, dur, lane, data.name_id(name))

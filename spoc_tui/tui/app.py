@@ -11,20 +11,29 @@ import logging
 import time
 from pathlib import Path
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, get_current_worker
 
 from spoc_tui.collectors.promql import PromQLPoller
+from spoc_tui.collectors.scrape import base_url
 from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.errors import InputError, SpocError, first_line
 from spoc_tui.core.gpu import GpuSample, analyse_groups
+from spoc_tui.core.presets import gpu_for_model_name, model_preset
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.snapshots import GpuTick, SourceStatus
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
+from spoc_tui.profile.analyze import Breakdown, analyse
+from spoc_tui.profile.capture import CaptureConfig, capture, profiler_flag
+from spoc_tui.profile.report import decode_roofline
+from spoc_tui.profile.trace import read_trace
 from spoc_tui.tui.messages import (
     GpusSampled,
+    ProfileFinished,
+    ProfileProgressed,
     RampFinished,
     RampProgressed,
     ServersSampled,
@@ -38,6 +47,7 @@ from spoc_tui.tui.screens.load import LoadScreen
 from spoc_tui.tui.screens.monitor import MonitorScreen
 from spoc_tui.tui.screens.tune import TuneScreen
 from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources, check_sources
+from spoc_tui.tui.widgets.panels import profile_text
 from spoc_tui.tune import events
 from spoc_tui.tune.setup import TuneArgs, build
 from spoc_tui.tune.study import TuneSession
@@ -256,6 +266,71 @@ class SpocApp(App[int]):
     def on_ramp_finished(self, message: RampFinished) -> None:
         self.load_screen.show_finished(message.message, message.ok)
         self.notify(message.message, severity="information" if message.ok else "warning", timeout=8)
+
+    # -- profiling the running step ----------------------------------------------------------
+    PROFILE_SECONDS = 5.0
+
+    @on(LoadScreen.ProfileRequested)
+    def start_profile(self) -> None:
+        if not self.settings.trace_dir:
+            self.load_screen.show_profile(
+                Text(
+                    "no trace folder: start spoc with --trace-dir DIR (or trace_dir in the config), the folder the "
+                    f"server writes traces to; the server needs {profiler_flag('DIR')}",
+                    style="bold yellow",
+                )
+            )
+            return
+        self._run_profile(Path(self.settings.trace_dir))
+
+    @work(group="profile", exclusive=True, exit_on_error=False)
+    async def _run_profile(self, trace_dir: Path) -> None:
+        cfg = CaptureConfig(
+            url=base_url(self.settings.vllm_urls[0]),
+            trace_dir=trace_dir,
+            seconds=self.PROFILE_SECONDS,
+            api_key=self.settings.api_key,
+        )
+        try:
+            path = await capture(cfg, self._post_profile_progress)
+            self.post_message(ProfileProgressed(f"reading {path.name}…"))
+            breakdown = await asyncio.to_thread(lambda: analyse(read_trace(path)))
+        except SpocError as e:
+            self.post_message(ProfileFinished(None, first_line(str(e))))
+            return
+        roof = self._decode_roofline()
+        if roof is not None:
+            breakdown.roofline_step_s, breakdown.roofline_basis = roof
+        self.post_message(ProfileFinished(breakdown))
+
+    def _post_profile_progress(self, text: str) -> None:
+        self.post_message(ProfileProgressed(text))
+
+    def _decode_roofline(self) -> tuple[float, str] | None:
+        """From what the monitor sees: the served model as a preset, the GPU by its name."""
+        seen = self.monitor.seen()
+        if seen is None:
+            return None
+        names, _, gpu_label, tp = seen
+        gpu = gpu_for_model_name(gpu_label)
+        for name in names:
+            try:
+                model = model_preset(name)
+            except InputError:
+                continue
+            if gpu is not None:
+                return decode_roofline(model, gpu, tp or 1)
+        return None
+
+    def on_profile_progressed(self, message: ProfileProgressed) -> None:
+        self.load_screen.show_profile_progress(message.text)
+
+    def on_profile_finished(self, message: ProfileFinished) -> None:
+        if isinstance(message.breakdown, Breakdown):
+            self.load_screen.show_profile(profile_text(message.breakdown))
+        else:
+            self.load_screen.show_profile(Text(f"profile failed: {message.error}", style="bold red"))
+            self.notify(f"profile failed: {message.error}", severity="warning", timeout=8)
 
     # -- tuning studies ----------------------------------------------------------------------
     @property

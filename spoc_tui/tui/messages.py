@@ -76,3 +76,17 @@ class TuneFinished(Message):
     @property
     def ok(self) -> bool:
         return self.status in ("complete", "exhausted")
+
+
+@dataclass
+class ProfileProgressed(Message):
+    text: str
+
+
+@dataclass
+class ProfileFinished(Message):
+    """A profile of the running step: its breakdown, or why there is none."""
+
+    breakdown: object | None
+    """A :class:`spoc_tui.profile.analyze.Breakdown` (None: ``error`` says why)."""
+    error: str | None = None

@@ -20,9 +20,7 @@ from tests.realengine.conftest import MODEL
 
 def _profile_toml(tmp_path):
     p = tmp_path / "p.toml"
-    p.write_text(
-        'name = "flat"\nsystem_tokens = 0\nturns = 1\nuser_tokens = 200\noutput_tokens = 32\nthink_s = 0\n'
-    )
+    p.write_text('name = "flat"\nsystem_tokens = 0\nturns = 1\nuser_tokens = 200\noutput_tokens = 32\nthink_s = 0\n')
     return p
 
 

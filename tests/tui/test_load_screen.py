@@ -127,3 +127,60 @@ async def test_ramp_from_the_ui_with_the_monitor_one_key_away():
             assert scr.steps.row_count == 2
     finally:
         proc.stop()
+
+
+async def test_f6_without_a_trace_folder_says_what_to_set():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        await pilot.click("#users")  # a focused field must not eat the key
+        await pilot.press("f6")
+        await pilot.pause()
+        shown = str(app.load_screen.profile.render())
+        assert "--trace-dir" in shown and "--profiler-config" in shown
+
+
+async def test_f6_against_a_server_without_the_profiler_shows_the_flag(tmp_path):
+    from spoc_tui.config import Settings
+    from spoc_tui.procs.ports import free_ports
+    from spoc_tui.sim.process import start_sim
+    from spoc_tui.tui.app import SpocApp
+
+    (port,) = free_ports(1)
+    proc = start_sim([], port)
+    try:
+        app = SpocApp(Settings(vllm_urls=[f"http://127.0.0.1:{port}"], nvml=False, trace_dir=str(tmp_path)))
+        async with app.run_test(size=(120, 45)) as pilot:
+            await pilot.press("l")
+            await pilot.pause()
+            await pilot.press("f6")
+            for _ in range(80):
+                await asyncio.sleep(0.1)
+                if not app.load_screen.profiling:
+                    break
+            shown = str(app.load_screen.profile.render())
+            assert "profile failed" in shown and "404" in shown and "--profiler-config" in shown
+    finally:
+        proc.stop()
+
+
+async def test_profile_panel_draws_a_real_trace_with_its_roofline():
+    from spoc_tui.core.presets import GPUS, MODELS
+    from spoc_tui.profile.analyze import analyse
+    from spoc_tui.profile.report import decode_roofline
+    from spoc_tui.profile.trace import read_trace
+    from spoc_tui.tui.messages import ProfileFinished
+    from tests.tui.helpers import FIX
+
+    b = analyse(read_trace(FIX / "profiles" / "vllm_0.32_cpu_tiny_llama.pt.trace.json.gz"))
+    b.roofline_step_s, b.roofline_basis = decode_roofline(MODELS["llama-3.1-8b"], GPUS["h100-80gb"])
+    app = make_app()
+    async with app.run_test(size=(160, 60)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        app.post_message(ProfileFinished(b))
+        await pilot.pause()
+        shown = str(app.load_screen.profile.render())
+        assert "GEMM" in shown and "█" in shown and "decode: 11 steps" in shown
+        assert "x the roofline" in shown

@@ -29,6 +29,8 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "profiles"
         ("_C::cpu_attention_with_kv_cache", kernels.ATTENTION),
         ("_C::cpu_attn_reshape_and_cache", kernels.KV_WRITE),
         ("_C::compute_slot_mapping_kernel_impl", kernels.KV_WRITE),
+        ("vllm::unified_kv_cache_update", kernels.KV_WRITE),
+        ("_C::fused_gumbel_argmax", kernels.SAMPLING),
         # CUDA kernel names as GPU traces and nsys print them
         ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", kernels.COMM),
         ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 2>(...)", kernels.COMM),
@@ -186,6 +188,20 @@ def test_trace_with_nothing_to_analyse(tmp_path):
     p = _write(tmp_path / "e.json", [X("user_annotation", "other", 0, 1)])
     with pytest.raises(TraceError, match="no kernels"):
         analyse(read_trace(p))
+
+
+def test_real_vllm_cpu_trace_fixture():
+    """A trimmed trace the real-engine tier's vLLM 0.32 CPU server wrote under 4 users (13 steps)."""
+    b = analyse(read_trace(FIX / "vllm_0.32_cpu_tiny_llama.pt.trace.json.gz"))
+    assert b.timeline == "host"
+    assert b.seconds[kernels.GEMM] > 0 and b.seconds[kernels.ATTENTION] > 0 and b.seconds[kernels.KV_WRITE] > 0
+    assert sum(b.shares.values()) == pytest.approx(1.0)
+    kinds = {p.kind: p for p in b.phases}
+    assert kinds["decode"].steps == 11 and kinds["mixed"].steps == 2
+    # prefill work is GEMM-heavy, decode steps are not
+    assert kinds["mixed"].shares[kernels.GEMM] > 2 * kinds["decode"].shares[kernels.GEMM]
+    assert kinds["mixed"].tokens_per_step > 50 * kinds["decode"].tokens_per_step
+    assert {k.name for k in b.top[:3]} >= {"_C::onednn_mm", "_C::compute_slot_mapping_kernel_impl"}
 
 
 NSYS_CSV = """Generating SQLite file report.sqlite from report.nsys-rep

@@ -63,7 +63,12 @@ def test_simulator_exports_its_cost_model_consistently():
     assert v.flops_per_gpu_rate == pytest.approx(st.flops_per_gpu / (e.clock() - 0.0))
     # decode of 4 streams on an 8B: weights dominate the bytes, far below the ridge point
     r = reading(
-        v.flops_per_gpu_rate, v.read_bytes_per_gpu_rate, v.write_bytes_per_gpu_rate, v.steps_rate, v.tokens_per_step, H100
+        v.flops_per_gpu_rate,
+        v.read_bytes_per_gpu_rate,
+        v.write_bytes_per_gpu_rate,
+        v.steps_rate,
+        v.tokens_per_step,
+        H100,
     )
     assert r.reading == "memory-bound", r
     assert r.intensity is not None and r.ridge is not None and r.intensity < r.ridge / 10
@@ -72,9 +77,14 @@ def test_simulator_exports_its_cost_model_consistently():
 
 
 def test_prefill_heavy_batches_read_compute_bound():
-    e, v = _sim_view(lambda e: [e.add(req(f"p{i}", 2000, 1)) for i in range(64)])
+    _, v = _sim_view(lambda e: [e.add(req(f"p{i}", 2000, 1)) for i in range(64)])
     r = reading(
-        v.flops_per_gpu_rate, v.read_bytes_per_gpu_rate, v.write_bytes_per_gpu_rate, v.steps_rate, v.tokens_per_step, H100
+        v.flops_per_gpu_rate,
+        v.read_bytes_per_gpu_rate,
+        v.write_bytes_per_gpu_rate,
+        v.steps_rate,
+        v.tokens_per_step,
+        H100,
     )
     assert r.reading == "compute-bound", r
     assert r.tokens_per_step is not None and r.tokens_per_step > 1000
@@ -103,7 +113,9 @@ def test_engines_average_per_gpu_figures_instead_of_adding_them():
 
 def _families_stripped(text: str) -> str:
     """Series lines only (a second engine's HELP/TYPE would repeat the family)."""
-    return "".join(line + "\n" for line in text.splitlines() if not line.startswith("#") and "spoc_sim_info" not in line)
+    return "".join(
+        line + "\n" for line in text.splitlines() if not line.startswith("#") and "spoc_sim_info" not in line
+    )
 
 
 @pytest.mark.parametrize(

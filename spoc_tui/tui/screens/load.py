@@ -79,6 +79,12 @@ def knee_text(knee: Knee | None, done: bool, steps: tuple[StepSummary, ...] = ()
     return out
 
 
+PROFILE_HINT = (
+    "F6 records the server's work for a few seconds (torch profiler) and shows where the step time goes. "
+    "The server needs --profiler-config and spoc needs its folder (--trace-dir)."
+)
+
+
 class LoadScreen(Screen[None]):
     """Start/stop a ramp against the monitored server; the monitor is one key away (m)."""
 
@@ -86,6 +92,7 @@ class LoadScreen(Screen[None]):
         Binding("m,escape", "app.pop_screen", "Monitor"),
         Binding("ctrl+r", "start", "Start ramp"),
         Binding("ctrl+x", "stop", "Stop ramp"),
+        Binding("f6", "profile", "Profile step", priority=True),
         Binding("f8", "app.screenshot", "Screenshot"),
     ]
 
@@ -122,6 +129,9 @@ class LoadScreen(Screen[None]):
     class StopRequested(Message):
         """The operator asked to stop the running ramp."""
 
+    class ProfileRequested(Message):
+        """The operator asked for a profile of what the server is doing now (the running step)."""
+
     def __init__(self, url: str | None) -> None:
         super().__init__()
         self.url = url
@@ -155,6 +165,8 @@ class LoadScreen(Screen[None]):
             with Vertical(classes="panel", id="steps-panel"):
                 yield StepTable(id="steps")
             yield Static(knee_text(None, False), id="knee")
+            with Vertical(classes="panel", id="profile-panel"):
+                yield Static(Text(PROFILE_HINT, style="dim"), id="profile-view")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -165,6 +177,9 @@ class LoadScreen(Screen[None]):
         self.status = self.query_one("#status", Static)
         self.knee = self.query_one("#knee", Static)
         self.form_error = self.query_one("#form-error", Static)
+        self.profile = self.query_one("#profile-view", Static)
+        self.query_one("#profile-panel").border_title = "Profile (F6: profile the running step)"
+        self.profiling = False
 
     # -- form -------------------------------------------------------------------------------
     def read_form(self) -> StartRequested | None:
@@ -208,6 +223,20 @@ class LoadScreen(Screen[None]):
             return
         self.total_steps = len(request.users) or len(request.rates) or None  # a knee search: as many as it takes
         self.post_message(request)
+
+    def action_profile(self) -> None:
+        if self.url is None or self.profiling:
+            return
+        self.profiling = True
+        self.profile.update(Text("starting the profiler…", style="bold"))
+        self.post_message(self.ProfileRequested())
+
+    def show_profile_progress(self, text: str) -> None:
+        self.profile.update(Text(text, style="bold"))
+
+    def show_profile(self, text: Text) -> None:
+        self.profiling = False
+        self.profile.update(text)
 
     def action_stop(self) -> None:
         if self.running:

@@ -14,9 +14,9 @@ from textual.widgets import Footer, Static
 from spoc_tui.core import fmt
 from spoc_tui.core.alerts import gpu_alerts, server_alerts
 from spoc_tui.core.gpu import TpGroupReport
+from spoc_tui.core.roofline import gpu_of
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
-from spoc_tui.core.roofline import gpu_of
 from spoc_tui.tui.widgets.panels import (
     ChangedStatic,
     GpuTable,

@@ -12,11 +12,13 @@ from textual.widgets import Static
 from spoc_tui.core import fmt
 from spoc_tui.core.alerts import Alert
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
+from spoc_tui.core.kernels import CLASSES, IDLE
 from spoc_tui.core.presets import GpuSpec
 from spoc_tui.core.roofline import Roofline, of_view, si
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.stats import LatencySummary
 from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
+from spoc_tui.profile.analyze import Breakdown
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 
 HISTORY = 120
@@ -329,3 +331,51 @@ class StatusLine(ChangedStatic):
                 reason = (s.reason or "down").removeprefix(s.source + ": ")
                 t.append(f"{name}{since}: {reason}{retry}", style="red")
         self.show_text(t)
+
+
+_CLASS_STYLE = {
+    "GEMM": "green",
+    "attention": "cyan",
+    "KV-cache write": "magenta",
+    "communication": "red",
+    "sampling & logits": "yellow",
+    "norms/activations/elementwise": "blue",
+    "memory copies": "bright_black",
+    "other": "white",
+    "idle": "dim",
+}
+
+
+def profile_text(b: Breakdown, width: int = 30) -> Text:
+    """A profile's class shares as bars, its step kinds, and the decode step against the roofline."""
+    t = Text()
+    t.append(f"{b.timeline}: {', '.join(b.lanes)} · {b.events:,} events · span {b.span_s:.2f} s\n", style="dim")
+    shares = b.shares
+    for cls in (*CLASSES, IDLE):
+        share = shares.get(cls, 0.0)
+        t.append(f"{cls:<30}", style="bold" if share >= 0.2 else "")
+        t.append(f"{share:>6.1%} ")
+        t.append("█" * round(share * width), style=_CLASS_STYLE.get(cls, ""))
+        t.append("\n")
+    for p in b.phases:
+        top = sorted(((v, k) for k, v in p.shares.items() if k != IDLE), reverse=True)[:2]
+        lead = ", ".join(f"{k} {v:.0%}" for v, k in top)
+        t.append(
+            f"{p.kind}: {p.steps:,} steps, {p.mean_step_s * 1e3:.2f} ms mean, {p.tokens_per_step:.1f} tok/step; "
+            f"{lead}, idle {p.shares[IDLE]:.0%}\n"
+        )
+    measured = b.decode_step_s
+    if b.roofline_step_s is not None and measured is not None:
+        t.append(
+            f"decode step {measured * 1e3:.2f} ms = {measured / b.roofline_step_s:.2f}x the roofline "
+            f"{b.roofline_step_s * 1e3:.2f} ms ({b.roofline_basis})",
+            style="bold",
+        )
+    elif b.roofline_step_s is not None:
+        t.append(f"decode roofline {b.roofline_step_s * 1e3:.2f} ms; no decode-only step profiled", style="dim")
+    else:
+        m = f"decode step {measured * 1e3:.2f} ms; " if measured is not None else ""
+        t.append(m + "roofline n/a (model or GPU not among the presets)", style="dim")
+    for n in b.notes:
+        t.append(f"\nnote: {n}", style="dim")
+    return t
