@@ -557,6 +557,12 @@ def ramp(
     "take the server default (repeatable).",
 )
 @click.option(
+    "--profile-best",
+    is_flag=True,
+    default=False,
+    help="End with a torch-profiler profile of the best configuration at the reference load (vLLM 0.32+).",
+)
+@click.option(
     "--repeat-pareto",
     type=int,
     default=TuneArgs.repeat_pareto,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 import traceback
 
-from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError
-from spoc_tui.tune.evaluate import TuneFatal
+from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
+from spoc_tui.core.textsafe import for_terminal
+from spoc_tui.tune.evaluate import ServerEvaluator, TuneFatal
 from spoc_tui.tune.events import (
     Note,
     OthersDone,
@@ -107,6 +108,20 @@ def pareto_table(session: TuneSession, front: Front) -> str:
     return "\n".join(lines)
 
 
+def _profile_best(cfg: TuneConfig, evaluator: ServerEvaluator, front: Front) -> None:
+    """The best configuration's profile; a failure is reported, the study's results stand."""
+    from spoc_tui.profile.report import render_text
+    from spoc_tui.tune.profile_best import profile_best
+
+    try:
+        b = profile_best(cfg, evaluator, front, lambda msg: print(msg, flush=True))
+    except SpocError as e:
+        print(f"spoc tune: --profile-best: {for_terminal(str(e))}", file=sys.stderr)
+        return
+    print(render_text(b))
+    print(f"profile: {cfg.out_dir}/profile/profile.json, {cfg.out_dir}/profile/profile.txt")
+
+
 def run(a: TuneArgs) -> int:
     try:
         cfg, evaluator = build(a)
@@ -160,6 +175,8 @@ def run(a: TuneArgs) -> int:
                 )
     if summary.message:
         print(summary.message)
+    if a.profile_best and summary.status != "interrupted":
+        _profile_best(cfg, evaluator, summary.front)
     if summary.status == "interrupted":
         print("stopped: continue with --resume", file=sys.stderr)
     print(

@@ -53,6 +53,7 @@ class TuneArgs:
     screen_pool: int = 32
     tries: tuple[str, ...] = ()
     repeat_pareto: int = 0
+    profile_best: bool = False
     rerun_share: float = 0.25
     env: tuple[str, ...] = ()
     port: int | None = None

@@ -74,6 +74,7 @@ def test_three_trial_tune_against_real_vllm(tmp_path):
             "3",
             "--repeat-pareto",
             "1",
+            "--profile-best",
             "--out",
             str(out),
             "--start-timeout",
@@ -116,6 +117,11 @@ def test_three_trial_tune_against_real_vllm(tmp_path):
         x["command"].startswith(str(VENV / "bin" / "vllm") + " serve") and "--port 8000" in x["command"]
         for x in doc["pareto"]
     )
+    # --profile-best: the best configuration ran once more with the profiler on and was profiled
+    prof = json.loads((out / "profile" / "profile.json").read_text())
+    assert prof["seconds"]["GEMM"] > 0 and prof["seconds"]["attention"] > 0
+    assert abs(sum(prof["shares"].values()) - 1) < 1e-9
+    assert "top kernels by time" in stdout and "profile:" in stdout
     assert not guards_of(p.pid), "a vLLM server was left running"
     assert not (out / "server.json").exists()
     assert not set(Path(tempfile.gettempdir()).glob("spoc-server-*")) - tmp_before, (
