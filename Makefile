@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/load_fidelity.py
 	$(PY) benchmarks/tune_quality.py
 	$(PY) benchmarks/knee_search.py
+	$(PY) benchmarks/trace_bench.py
 	bash scripts/realengine_setup.sh
 	$(PY) benchmarks/vs_vllm_bench.py
 

@@ -245,3 +245,27 @@ def test_client_disconnect_aborts_the_request():
         assert list(m.get("vllm:num_requests_running").values()) == [0.0]
     finally:
         proc.stop()
+
+
+def test_roofline_of_the_running_simulator_against_its_gpus(sim):
+    """The live path: two scrapes of the simulator under its background load, its GPUs named by
+    its dcgm-exporter, a reading with shares of the H100's peak."""
+    import time
+
+    from spoc_tui.core.gpu import dcgm_gpus
+    from spoc_tui.core.promparse import parse_text
+    from spoc_tui.core.roofline import gpu_of, of_view
+    from spoc_tui.core.vllm import Scrape, server_view
+
+    url, dcgm, _ = sim
+    t0 = time.time()
+    before = parse_text(httpx.get(url + "/metrics", timeout=5).text)
+    time.sleep(2.0)
+    t1 = time.time()
+    after = parse_text(httpx.get(url + "/metrics", timeout=5).text)
+    gpus = dcgm_gpus(parse_text(httpx.get(dcgm, timeout=5).text), dcgm)
+    gpu = gpu_of([g.model for g in gpus])
+    assert gpu is not None and gpu.name == "h100-80gb"
+    r = of_view(server_view(url, Scrape(after, t1, before, t0)).total, gpu)
+    assert r.reading in ("memory-bound", "compute-bound", "overhead-bound"), r
+    assert r.flops_share is not None and 0 < r.flops_share < 1 and r.bw_share is not None and 0 < r.bw_share < 1

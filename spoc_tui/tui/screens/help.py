@@ -15,7 +15,7 @@ HELP_TEXT = """\
 |---|---|
 | `p` | pause / resume refreshing (the last data stays) |
 | `c` | the Capacity screen: KV-cache arithmetic, prefilled from this server (`m` or `Esc` back) |
-| `l` | the Load screen: run a ramp against this server (`m` or `Esc` back; the ramp keeps running) |
+| `l` | the Load screen: run a ramp against this server (`m` or `Esc` back; the ramp keeps running); `F6` there profiles the running step |
 | `t` | the Tune screen: an NSGA-II study over server flags, the Pareto front live (`m` or `Esc` back; the study keeps running) |
 | `F8` | save a screenshot (SVG) to the data folder |
 | `?` | this help |
@@ -31,6 +31,11 @@ buckets, as PromQL does). *lifetime* means no window exists yet. `n/a`: the serv
 export that metric, or nothing finished in the window. `≤` marks an upper bound, mean / (1 − q),
 shown where it is tighter than interpolating (the observations sit low in a coarse bucket);
 *dim italic*: fewer than 10 observations lie beyond that percentile in the window.
+
+**Roofline**: vLLM's own estimates of FLOPs and bytes per GPU over the window (vLLM 0.17+;
+counted only with `--enable-mfu-metrics`), as a share of the GPU's peak when its model is known,
+tokens per engine step, and a reading: *idle* (no step), *overhead-bound* (both shares under
+25 %), *memory-bound* (bandwidth share at least the FLOP share), *compute-bound* (otherwise).
 
 **GPUs**: clock-event reasons decoded; *idle* is not throttling. A `▶` marks a GPU whose SM
 clock drags its tensor-parallel group (the group runs at its slowest GPU's pace).
