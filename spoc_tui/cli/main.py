@@ -718,9 +718,11 @@ def locate(what: str) -> None:
 
 
 def _register() -> None:
+    from spoc_tui.cli.plan import plan_cmd
     from spoc_tui.cli.profile import profile_cmd
 
     cli.add_command(profile_cmd)
+    cli.add_command(plan_cmd)
 
 
 _register()

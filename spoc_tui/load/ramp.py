@@ -518,6 +518,9 @@ async def _run_step(
             [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if m_start <= h.t <= m_end + 1.0]
         )
         summary.server = server
+        if queue:
+            # the mean queue over the window: the autoscaling target `spoc plan` reads at the knee
+            summary.server = {**server, "waiting_mean": round(sum(w for _, w in queue) / len(queue), 2)}
         summary.extended_s = max(0.0, (m_end - m_start) - planned)
         if unbounded:
             summary.verdict.update(ok=False, decision="breaks", broken_limit="queue_unbounded", reason=unbounded)

@@ -1,0 +1,223 @@
+"""How many replicas for N concurrent users, from a ramp's knee, and the autoscaling rule.
+
+The ramp measured one replica: ``K`` users met the SLA and ``F`` users broke it, so one
+replica's capacity lies in ``[K, F)``. With headroom ``h`` (the share of each replica kept free
+for bursts), a replica is planned at ``K·(1 − h)`` users: ``ceil(N / (K·(1 − h)))`` replicas.
+That is the plan; the interval next to it is what the bracket allows: had the capacity been just
+under ``F``, ``ceil(N / ((F − 1)·(1 − h)))`` would do. A knee-search ramp narrows the bracket
+(``--users auto``).
+
+Autoscaling scales on queue depth per replica, not CPU: the target is the requests waiting on a
+replica at the knee step (its mean over the step's window when the ramp recorded it, else the
+peak), at least 1, so a replica is added once its queue holds more than a replica at the knee
+did. It is printed as a KEDA ScaledObject (Prometheus trigger on ``vllm:num_requests_waiting``,
+``AverageValue``: desired replicas = ceil(sum waiting / target)) and as an HPA external-metric
+target (through prometheus-adapter).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from spoc_tui.core.errors import InputError
+
+
+class PlanError(InputError):
+    """A ramp that cannot be planned from, or bad numbers (exit code 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPlan:
+    users: int
+    headroom: float
+    model: str
+    knee_users: float
+    first_failing_users: float | None
+    replicas: int
+    replicas_low: int
+    """Fewest replicas the knee's bracket allows (capacity just under the first failing level)."""
+    gpus_per_replica: int
+    target_waiting: float
+    waiting_basis: str
+    broken_limit: str | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.gpus_per_replica
+
+    @property
+    def users_per_replica(self) -> float:
+        return self.knee_users * (1 - self.headroom)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "users": self.users,
+            "headroom": self.headroom,
+            "model": self.model,
+            "knee_users_per_replica": self.knee_users,
+            "first_failing_users_per_replica": self.first_failing_users,
+            "planned_users_per_replica": self.users_per_replica,
+            "replicas": self.replicas,
+            "replicas_interval": [self.replicas_low, self.replicas],
+            "gpus_per_replica": self.gpus_per_replica,
+            "gpus": self.gpus,
+            "autoscaling": {
+                "metric": "vllm:num_requests_waiting",
+                "target_waiting_per_replica": self.target_waiting,
+                "basis": self.waiting_basis,
+                "min_replicas": 1,
+                "max_replicas": self.replicas,
+            },
+            "broken_limit": self.broken_limit,
+            "notes": self.notes,
+        }
+
+
+def plan_from_ramp(
+    doc: dict[str, Any], users: int, headroom: float = 0.2, gpus_per_replica: int | None = None
+) -> FleetPlan:
+    """The plan for ``users`` concurrent users from a ramp result (``ramp.json``'s dict).
+
+    Raises:
+        PlanError: users <= 0, headroom outside [0, 0.9], a ramp with no knee or of request rates.
+    """
+    if users <= 0:
+        raise PlanError(f"--users must be at least 1, got {users}")
+    if not 0 <= headroom <= 0.9:
+        raise PlanError(f"--headroom must be between 0 and 0.9, got {headroom:g}")
+    knee = doc.get("knee") or {}
+    if knee.get("unit") == "req/s":
+        raise PlanError("the ramp stepped request rates (--rate): plan from a ramp of users")
+    k = knee.get("max_users_within_sla")
+    f = knee.get("first_failing_users")
+    if not isinstance(k, int | float) or k <= 0:
+        why = (
+            f"even {f:g} users broke the SLA ({knee.get('broken_limit')})"
+            if isinstance(f, int | float)
+            else "no step met the SLA"
+        )
+        raise PlanError(f"the ramp has no knee to plan from: {why}; ramp lower user counts (--users auto)")
+    notes: list[str] = []
+    if not isinstance(f, int | float):
+        f = None
+        notes.append(f"no step broke the SLA: one replica holds at least {k:g} users (the plan is conservative)")
+    per = k * (1 - headroom)
+    if per < 1:
+        raise PlanError(f"with {headroom:.0%} headroom a replica holds under one user ({k:g} at the knee)")
+    replicas = math.ceil(users / per)
+    low = replicas if f is None else max(1, math.ceil(users / (max(k, f - 1) * (1 - headroom))))
+    gpus = gpus_per_replica if gpus_per_replica is not None else _gpus_of(doc)
+    if gpus < 1:
+        raise PlanError("--gpus-per-replica must be at least 1")
+    target, basis = _target_waiting(doc, k)
+    if "client saturated" in str(knee.get("reason") or ""):
+        notes.append("the ramp's load generator was saturated: its latencies read high, the knee may lie higher")
+    if knee.get("inconclusive"):
+        notes.append(f"undecided levels {knee['inconclusive']}: the knee could lie higher")
+    if knee.get("contradicted"):
+        notes.append(f"levels above the failing one met the SLA {knee['contradicted']}: noise or warm-up")
+    return FleetPlan(
+        users=users,
+        headroom=headroom,
+        model=str(doc.get("model") or "?"),
+        knee_users=float(k),
+        first_failing_users=None if f is None else float(f),
+        replicas=replicas,
+        replicas_low=min(low, replicas),
+        gpus_per_replica=gpus,
+        target_waiting=target,
+        waiting_basis=basis,
+        broken_limit=knee.get("broken_limit"),
+        notes=notes,
+    )
+
+
+def _gpus_of(doc: dict[str, Any]) -> int:
+    """GPUs the ramp saw beside the server (its steps' GPU readings), else 1."""
+    for s in doc.get("steps") or []:
+        g = (s.get("server") or {}).get("gpus") if isinstance(s, dict) else None
+        if isinstance(g, list) and g:
+            return len(g)
+    return 1
+
+
+def _target_waiting(doc: dict[str, Any], knee_users: float) -> tuple[float, str]:
+    steps = [s for s in doc.get("steps") or [] if isinstance(s, dict) and s.get("users") == knee_users]
+    server = (steps[-1].get("server") or {}) if steps else {}
+    for key, basis in (("waiting_mean", "mean waiting at the knee"), ("waiting_max", "peak waiting at the knee")):
+        v = server.get(key)
+        if isinstance(v, int | float) and v >= 1:
+            return float(round(v, 1)), basis
+    return 1.0, "the queue was empty at the knee: scale out as soon as requests wait"
+
+
+def _name(model: str) -> str:
+    n = re.sub(r"[^a-z0-9-]+", "-", model.lower().rsplit("/", 1)[-1]).strip("-")
+    return (n or "model")[:40]
+
+
+def keda_yaml(p: FleetPlan, prometheus: str = "http://prometheus.monitoring:9090", target: str = "vllm") -> str:
+    q = f'sum(vllm:num_requests_waiting{{model_name="{p.model}"}})'
+    return f"""apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata:
+  name: vllm-{_name(p.model)}
+spec:
+  scaleTargetRef:
+    name: {target}              # the vLLM Deployment
+  minReplicaCount: 1
+  maxReplicaCount: {p.replicas}
+  cooldownPeriod: 300           # model load takes minutes: scale in slowly
+  triggers:
+    - type: prometheus
+      metricType: AverageValue  # desired replicas = ceil(waiting / threshold)
+      metadata:
+        serverAddress: {prometheus}
+        query: {q}
+        threshold: "{p.target_waiting:g}"
+"""
+
+
+def hpa_yaml(p: FleetPlan, target: str = "vllm") -> str:
+    return f"""apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: vllm-{_name(p.model)}
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: {target}
+  minReplicas: 1
+  maxReplicas: {p.replicas}
+  metrics:
+    - type: External
+      external:
+        metric:
+          name: vllm:num_requests_waiting   # as prometheus-adapter exposes it
+          selector:
+            matchLabels:
+              model_name: "{p.model}"
+        target:
+          type: AverageValue
+          averageValue: "{p.target_waiting:g}"
+"""
+
+
+def plan_text(p: FleetPlan) -> str:
+    lines = [
+        f"{p.users:,} concurrent users of {p.model}:",
+        f"  one replica met the SLA at {p.knee_users:g} users"
+        + (f" and broke it at {p.first_failing_users:g} ({p.broken_limit})" if p.first_failing_users else ""),
+        f"  planned at {p.users_per_replica:.1f} users per replica ({p.headroom:.0%} headroom)",
+        f"  replicas: {p.replicas}"
+        + (f" (the knee's bracket allows {p.replicas_low}..{p.replicas})" if p.replicas_low != p.replicas else "")
+        + f", GPUs: {p.gpus} ({p.gpus_per_replica} per replica)",
+        f"  autoscale on vllm:num_requests_waiting, target {p.target_waiting:g} per replica ({p.waiting_basis})",
+    ]
+    lines += [f"  note: {n}" for n in p.notes]
+    return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""spoc plan: replicas from a ramp's knee with its bracket, the autoscaling target, manifests
+that parse, and one-line errors for ramps that cannot be planned from."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from spoc_tui.core.fleetplan import PlanError, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
+
+
+def ramp(k=16, f=40, waiting_mean=None, waiting_max=0.0, gpus=1, unit="users", reason=""):
+    server = {"waiting_max": waiting_max, "gpus": [{"gpu": str(i)} for i in range(gpus)]}
+    if waiting_mean is not None:
+        server["waiting_mean"] = waiting_mean
+    return {
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "knee": {
+            "max_users_within_sla": k,
+            "first_failing_users": f,
+            "unit": unit,
+            "broken_limit": "ttft_p99",
+            "inconclusive": [],
+            "contradicted": [],
+            "reason": reason,
+        },
+        "steps": [{"users": u, "server": server} for u in (1, 4, 16, 40)],
+    }
+
+
+def test_replicas_with_headroom_and_the_brackets_interval():
+    p = plan_from_ramp(ramp(), 1000, 0.2)
+    assert p.users_per_replica == pytest.approx(12.8)
+    assert p.replicas == 79  # ceil(1000 / 12.8)
+    assert p.replicas_low == 33  # ceil(1000 / (39 * 0.8))
+    assert p.gpus == 79
+    assert plan_from_ramp(ramp(gpus=4), 1000, 0.2).gpus == 316
+    assert plan_from_ramp(ramp(), 1000, 0.2, gpus_per_replica=2).gpus == 158
+    assert plan_from_ramp(ramp(), 10, 0.0).replicas == 1
+
+
+def test_target_waiting_from_the_knee_step():
+    assert plan_from_ramp(ramp(waiting_mean=3.4, waiting_max=9), 100).target_waiting == 3.4
+    p = plan_from_ramp(ramp(waiting_max=6), 100)
+    assert p.target_waiting == 6 and "peak" in p.waiting_basis
+    p = plan_from_ramp(ramp(), 100)
+    assert p.target_waiting == 1 and "empty" in p.waiting_basis
+
+
+def test_manifests_are_valid_yaml_with_the_plan():
+    p = plan_from_ramp(ramp(waiting_mean=4), 500)
+    keda = yaml.safe_load(keda_yaml(p, "http://prom:9090", "my-vllm"))
+    assert keda["kind"] == "ScaledObject" and keda["spec"]["maxReplicaCount"] == p.replicas
+    trig = keda["spec"]["triggers"][0]
+    assert trig["type"] == "prometheus" and trig["metadata"]["threshold"] == "4"
+    assert 'vllm:num_requests_waiting{model_name="meta-llama/Llama-3.1-8B-Instruct"}' in trig["metadata"]["query"]
+    hpa = yaml.safe_load(hpa_yaml(p))
+    assert hpa["spec"]["metrics"][0]["external"]["target"]["averageValue"] == "4"
+    assert "replicas:" in plan_text(p)
+
+
+@pytest.mark.parametrize(
+    ("doc", "users", "headroom", "match"),
+    [
+        (ramp(k=None, f=2), 100, 0.2, "no knee.*even 2 users broke"),
+        (ramp(k=None, f=None), 100, 0.2, "no knee.*no step met"),
+        (ramp(), 0, 0.2, "at least 1"),
+        (ramp(), -5, 0.2, "at least 1"),
+        (ramp(), 100, 0.95, "headroom"),
+        (ramp(unit="req/s"), 100, 0.2, "request rates"),
+        (ramp(k=1), 100, 0.5, "under one user"),
+    ],
+)
+def test_bad_plans_are_one_line_errors(doc, users, headroom, match):
+    with pytest.raises(PlanError, match=match):
+        plan_from_ramp(doc, users, headroom)
+
+
+def test_no_failing_level_and_a_saturated_client_are_noted():
+    p = plan_from_ramp(ramp(f=None, reason="... and the client saturated: timings not trustworthy"), 100)
+    assert p.replicas_low == p.replicas
+    assert any("no step broke" in n for n in p.notes) and any("saturated" in n for n in p.notes)
+
+
+def test_cli(tmp_path):
+    (tmp_path / "ramp.json").write_text(json.dumps(ramp(waiting_mean=2)))
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "plan", "--ramp", str(tmp_path), "--users", "200", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["replicas"] == 16 and d["autoscaling"]["target_waiting_per_replica"] == 2
+    assert yaml.safe_load(d["keda_scaled_object"])["kind"] == "ScaledObject"
+    for args, msg in (
+        (["--users", "0"], "at least 1"),
+        (["--users", "10", "--model", "other"], "not 'other'"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "spoc_tui.cli", "plan", "--ramp", str(tmp_path), *args],
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "plan", "--ramp", str(tmp_path / "nope"), "--users", "5"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr
