@@ -45,6 +45,8 @@ class Settings:
     """Seconds over which percentiles and rates are computed."""
     api_key: str | None = field(default=None, repr=False)
     """Bearer token for the servers; never displayed or logged."""
+    gpu_cost_per_hour: float | None = None
+    """Price of one GPU-hour: the monitor shows the cost per million output tokens."""
     trace_dir: str | None = None
     """The first server's torch_profiler_dir (on this host), for profiling from the Load screen."""
     tune_launch: str | None = None
@@ -62,6 +64,8 @@ class Settings:
                 metrics_url(u)
             except SourceError as e:
                 raise ConfigError(str(e)) from None
+        if self.gpu_cost_per_hour is not None and not 0 < self.gpu_cost_per_hour < 1e6:
+            raise ConfigError(f"gpu_cost_per_hour must be a positive price, got {self.gpu_cost_per_hour:g}")
         if self.tp_groups:
             from spoc_tui.core.gpu import parse_tp_groups
 

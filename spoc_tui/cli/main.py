@@ -276,6 +276,14 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     "--api-key-file", type=click.Path(dir_okay=False), default=None, help="Read the bearer token from this file."
 )
 @click.option(
+    "--gpu-cost-per-hour",
+    type=float,
+    envvar="SPOC_GPU_COST_PER_HOUR",
+    show_envvar=True,
+    default=None,
+    help="Price of one GPU-hour: shows the cost per million output tokens.",
+)
+@click.option(
     "--trace-dir",
     envvar="SPOC_TRACE_DIR",
     show_envvar=True,

@@ -155,6 +155,7 @@ class NvmlCollector:
                 "sm_mhz": self._try(n.nvmlDeviceGetClockInfo, h, 1),
                 "sm_max_mhz": meta["sm_max_mhz"],
                 "power_mw": self._try(n.nvmlDeviceGetPowerUsage, h),
+                "energy_mj": self._try(n.nvmlDeviceGetTotalEnergyConsumption, h),
                 "power_limit_mw": self._try(n.nvmlDeviceGetEnforcedPowerLimit, h),
                 "util_gpu": getattr(util, "gpu", None),
                 "fb_used": getattr(mem, "used", None),

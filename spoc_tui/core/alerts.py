@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
+from spoc_tui.core.vllm import EngineView
 
 KV_HIGH = 0.90
 SUSTAIN_SAMPLES = 5
@@ -46,6 +47,31 @@ def server_alerts(history: Sequence[tuple[float | None, float | None, float | No
             )
         )
     return out
+
+
+def shed_alerts(view: EngineView | None) -> list[Alert]:
+    """Load turned away or lost over the window: admission rejections (a queue limit), aborted
+    and errored requests, 4xx/5xx answers; each named with its rate once it is above zero."""
+    if view is None:
+        return []
+    parts: list[str] = []
+    if view.rejections_rate:
+        parts.append(f"admission rejections {view.rejections_rate:.2g}/s")
+    for reason in ("abort", "error"):
+        r = view.finished_rates.get(reason)
+        if r:
+            parts.append(f"{'aborted' if reason == 'abort' else 'errored'} {r:.2g}/s")
+    for status, r in sorted(view.http_rates.items()):
+        if status[:1] in ("4", "5") and r:
+            parts.append(f"HTTP {status} {r:.2g}/s")
+    if not parts:
+        return []
+    severity = (
+        "error"
+        if view.rejections_rate or any(k.startswith("5") and v for k, v in view.http_rates.items())
+        else "warning"
+    )
+    return [Alert("shed", severity, "shedding load over the window: " + ", ".join(parts))]
 
 
 def gpu_alerts(gpus: Sequence[GpuSample], groups: Sequence[TpGroupReport]) -> list[Alert]:

@@ -73,6 +73,8 @@ class GpuSample:
     fb_total_mib: float | None = None
     reasons_mask: int | None = None
     slowdown_temp_c: float | None = None
+    energy_j: float | None = None
+    """Total energy since boot (DCGM's or NVML's counter), joules: the window's energy is its increase."""
     shutdown_temp_c: float | None = None
     violation_ns: dict[str, float] = field(default_factory=dict)
     """Cumulative throttled nanoseconds per policy (power, thermal, ...)."""
@@ -134,6 +136,7 @@ class GpuSample:
             "sm_clock_mhz": self.sm_clock_mhz,
             "sm_clock_max_mhz": self.sm_clock_max_mhz,
             "power_w": self.power_w,
+            "energy_j": self.energy_j,
             "power_limit_w": self.power_limit_w,
             "util_pct": self.util_pct,
             "fb_used_mib": self.fb_used_mib,
@@ -163,6 +166,7 @@ _DCGM_FIELDS: dict[str, tuple[tuple[str, float], ...]] = {
     ),
     "util_pct": (("DCGM_FI_DEV_GPU_UTIL", 1), ("DCGM_FI_DEV_GPU_UTIL_RATIO", 100), ("dcgm_gpu_utilization", 1)),
     "fb_used_mib": (("DCGM_FI_DEV_FB_USED", 1), ("dcgm_fb_used", 1)),
+    "energy_j": (("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3), ("dcgm_total_energy_consumption", 1e-3)),
     "fb_free_mib": (("DCGM_FI_DEV_FB_FREE", 1), ("dcgm_fb_free", 1)),
     "reasons": (("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 1), ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 1)),
     "slowdown_temp_c": (("DCGM_FI_DEV_SLOWDOWN_TEMP", 1), ("DCGM_FI_DEV_GPU_TEMP_SLOWDOWN_CELSIUS", 1)),
@@ -270,6 +274,7 @@ def dcgm_gpus(exp: Exposition, source: str) -> list[GpuSample]:
                 sm_clock_mhz=_opt_float(row, "sm_clock_mhz"),
                 sm_clock_max_mhz=_opt_float(row, "sm_clock_max_mhz"),
                 power_w=_opt_float(row, "power_w"),
+                energy_j=_opt_float(row, "energy_j"),
                 power_limit_w=_opt_float(row, "power_limit_w"),
                 util_pct=_opt_float(row, "util_pct"),
                 fb_used_mib=_opt_float(row, "fb_used_mib"),
@@ -325,6 +330,7 @@ def nvml_gpu(reading: Mapping[str, object], meta: Mapping[str, object], source: 
         sm_clock_mhz=num(reading, "sm_mhz"),
         sm_clock_max_mhz=num(reading, "sm_max_mhz") or num(meta, "sm_max_mhz"),
         power_w=num(reading, "power_mw", 1e-3),
+        energy_j=num(reading, "energy_mj", 1e-3),
         power_limit_w=num(reading, "power_limit_mw", 1e-3) or num(meta, "power_limit_mw", 1e-3),
         util_pct=num(reading, "util_gpu"),
         fb_used_mib=num(reading, "fb_used", 1 / 2**20),

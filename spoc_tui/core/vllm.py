@@ -36,6 +36,11 @@ FLOPS_PER_GPU = ("vllm:estimated_flops_per_gpu_total",)
 READ_BYTES_PER_GPU = ("vllm:estimated_read_bytes_per_gpu_total",)
 WRITE_BYTES_PER_GPU = ("vllm:estimated_write_bytes_per_gpu_total",)
 ITERATION_TOKENS = ("vllm:iteration_tokens_total",)
+REJECTIONS = ("vllm:admission_rejections_total",)
+HTTP_REQUESTS = ("http_requests_total",)
+SPEC_DRAFTS = ("vllm:spec_decode_num_drafts_total",)
+SPEC_DRAFT_TOKENS = ("vllm:spec_decode_num_draft_tokens_total",)
+SPEC_ACCEPTED = ("vllm:spec_decode_num_accepted_tokens_total",)
 SIM_MARKER = "spoc_sim_info"
 
 LATENCIES: dict[str, tuple[str, ...]] = {
@@ -158,6 +163,28 @@ class EngineView:
     """Engine steps per second over the window (``iteration_tokens`` observations)."""
     tokens_per_step: float | None = None
     """Mean tokens scheduled per engine step over the window (lifetime without a window)."""
+    rejections_rate: float | None = None
+    """Admission attempts refused by a queue limit, per second (vLLM 0.32+)."""
+    finished_rates: dict[str, float] = field(default_factory=dict)
+    """finished_reason -> requests per second over the window (abort and error are shed load)."""
+    http_rates: dict[str, float] = field(default_factory=dict)
+    """HTTP status (class) -> responses per second over the window (the API server's counter)."""
+    spec_acceptance: float | None = None
+    """Speculative decoding: accepted / proposed draft tokens over the window."""
+    spec_mean_length: float | None = None
+    """Speculative decoding: tokens emitted per draft (1 + accepted / drafts) over the window."""
+
+    @property
+    def shed_rate(self) -> float | None:
+        """Load the server turned away or lost, per second: admission rejections, aborted and
+        errored requests, and 4xx/5xx answers other than 2xx. None when nothing is known."""
+        parts = [self.rejections_rate]
+        parts += [self.finished_rates.get(r) for r in ("abort", "error")]
+        parts += [v for k, v in self.http_rates.items() if k[:1] in ("4", "5")]
+        known = [p for p in parts if p is not None]
+        if self.rejections_rate is None and not self.finished_rates and not self.http_rates:
+            return None
+        return sum(known)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -180,6 +207,12 @@ class EngineView:
             "write_bytes_per_gpu_rate": self.write_bytes_per_gpu_rate,
             "steps_rate": self.steps_rate,
             "tokens_per_step": self.tokens_per_step,
+            "rejections_rate": self.rejections_rate,
+            "finished_rates": self.finished_rates or None,
+            "http_rates": self.http_rates or None,
+            "shed_rate": self.shed_rate,
+            "spec_acceptance": self.spec_acceptance,
+            "spec_mean_length": self.spec_mean_length,
         }
 
 
@@ -267,6 +300,30 @@ def _per_gpu_rate(scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred) -
         if name is not None:
             n += sum(1 for k in s.now.get(name) if pred(k))
     return rate / n if n else None
+
+
+def _rates_by(scrapes: Sequence[Scrape], names: Sequence[str], label: str, pred: Pred) -> dict[str, float]:
+    """Per value of ``label``: the counter's windowed rate (reset-aware, summed over the other
+    labels, engines and replicas); empty without a window or the metric."""
+    out: dict[str, float] = {}
+    for s in scrapes:
+        name = _first_present(s.now, names)
+        dt = s.dt
+        if name is None or dt is None or s.then is None:
+            continue
+        now = {k: v for k, v in s.now.get(name).items() if pred(k)}
+        for k, d in series_increase(now, s.then.get(name)).items():
+            key = dict(k).get(label, "?")
+            out[key] = out.get(key, 0.0) + d / dt
+    return out
+
+
+def _ratio(scrapes: Sequence[Scrape], num: Sequence[str], den: Sequence[str], pred: Pred) -> float | None:
+    _, n, _ = _counter(scrapes, num, pred)
+    _, d, _ = _counter(scrapes, den, pred)
+    if n is None or not d:
+        return None
+    return n / d
 
 
 def _steps(scrapes: Sequence[Scrape], pred: Pred, windowed: bool) -> tuple[float | None, float | None]:
@@ -388,6 +445,11 @@ def build_view(scrapes: Sequence[Scrape], engine: str = "", pred: Pred = _all) -
         write_bytes_per_gpu_rate=_per_gpu_rate(scrapes, WRITE_BYTES_PER_GPU, pred),
         steps_rate=steps_rate,
         tokens_per_step=tokens_per_step,
+        rejections_rate=_counter(scrapes, REJECTIONS, pred)[2],
+        finished_rates=_rates_by(scrapes, REQUEST_SUCCESS, "finished_reason", pred),
+        http_rates=_rates_by(scrapes, HTTP_REQUESTS, "status", pred),
+        spec_acceptance=_ratio(scrapes, SPEC_ACCEPTED, SPEC_DRAFT_TOKENS, pred),
+        spec_mean_length=None if (a := _ratio(scrapes, SPEC_ACCEPTED, SPEC_DRAFTS, pred)) is None else 1 + a,
     )
 
 

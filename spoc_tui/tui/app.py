@@ -85,7 +85,7 @@ class SpocApp(App[int]):
         return f"spoc-tui · {target} · refresh {s.interval:g}s · window {s.window:g}s"
 
     def on_mount(self) -> None:
-        self.monitor = MonitorScreen(self.title_text(), self.settings.window)
+        self.monitor = MonitorScreen(self.title_text(), self.settings.window, self.settings.gpu_cost_per_hour)
         self.push_screen(self.monitor)
         if not self.start_workers:
             return

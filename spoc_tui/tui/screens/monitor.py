@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from rich.text import Text
@@ -12,7 +13,9 @@ from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from spoc_tui.core import fmt
-from spoc_tui.core.alerts import gpu_alerts, server_alerts
+from spoc_tui.core.alerts import Alert, gpu_alerts, server_alerts, shed_alerts
+from spoc_tui.core.energy import EnergyMeter
+from spoc_tui.core.fleet import lagging, waiting_per_replica
 from spoc_tui.core.gpu import TpGroupReport
 from spoc_tui.core.roofline import gpu_of
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
@@ -41,8 +44,10 @@ class MonitorScreen(Screen[None]):
         ("q", "app.quit", "Quit"),
     ]
 
-    def __init__(self, title: str, window_s: float) -> None:
+    def __init__(self, title: str, window_s: float, gpu_cost_per_hour: float | None = None) -> None:
         super().__init__()
+        self.energy = EnergyMeter(window_s)
+        self.gpu_cost_per_hour = gpu_cost_per_hour
         self.title_text = title
         self.window_s = window_s
         self._server_hist: deque[tuple[float | None, float | None, float | None]] = deque(maxlen=30)
@@ -66,6 +71,7 @@ class MonitorScreen(Screen[None]):
             with Vertical(id="gpu-panel", classes="panel"):
                 yield GpuTable(id="gpus")
                 yield ChangedStatic("", id="gpu-note")
+                yield ChangedStatic("", id="efficiency")
             with Vertical(id="tp-panel", classes="panel"):
                 yield TpPanel(id="tp")
         yield StatusLine(id="status")
@@ -79,6 +85,7 @@ class MonitorScreen(Screen[None]):
         self.tp = self.query_one(TpPanel)
         self.status = self.query_one(StatusLine)
         self.gpu_note = self.query_one("#gpu-note", ChangedStatic)
+        self.efficiency = self.query_one("#efficiency", ChangedStatic)
         self.servers_panel = self.query_one("#servers-panel")
         self.latency_panel = self.query_one("#latency-panel")
         self.gpu_panel = self.query_one("#gpu-panel")
@@ -114,7 +121,11 @@ class MonitorScreen(Screen[None]):
                 if not stale:
                     self._server_hist.append((view.waiting, view.kv_cache_usage, view.preemptions_total))
             sim = any(s.simulated for s in tick.servers)
-            self._title(self.servers_panel, "vLLM servers" + (" — SIMULATED" if sim else ""))
+            title = "vLLM servers" + (" — SIMULATED" if sim else "")
+            per = waiting_per_replica(tick.servers, tick.stale) if len(tick.servers) > 1 else None
+            if per is not None:
+                title += f" · {per:.1f} waiting per replica (the autoscaling signal)"
+            self._title(self.servers_panel, title)
             self.servers_panel.set_class(bool(tick.stale), "-stale")
             self._draw_roofline()
             self._draw_tp()
@@ -129,6 +140,9 @@ class MonitorScreen(Screen[None]):
         for s in msg.tick.statuses:
             self._statuses[s.source] = s
         draggers = {m.gpu.key for g in msg.groups for m in g.draggers}
+        live = [g for g in msg.tick.gpus if g.source not in msg.tick.stale]
+        if live:
+            self.energy.add(time.monotonic(), live)
         with self.app.batch_update():
             self.gpus.show(msg.tick, draggers)
             if self.gpus.display != bool(msg.tick.gpus):
@@ -139,8 +153,22 @@ class MonitorScreen(Screen[None]):
             sim = any(g.simulated for g in msg.tick.gpus)
             self._title(self.gpu_panel, "GPUs" + (" — SIMULATED" if sim else ""))
             self._draw_roofline()
+            self._draw_efficiency()
             self._draw_tp()
             self._draw_status()
+
+    def _draw_efficiency(self) -> None:
+        tick = self._vllm
+        view = (
+            None
+            if tick is None
+            else (tick.total if tick.total is not None else (tick.servers[0].total if tick.servers else None))
+        )
+        eff = self.energy.efficiency(view.generation_tokens_rate if view else None, self.gpu_cost_per_hour)
+        if eff is None:
+            self.efficiency.show_text(Text(""))
+            return
+        self.efficiency.show_text(Text("energy: " + eff.text(self.gpu_cost_per_hour), style="dim"))
 
     @staticmethod
     def _title(widget: Widget, title: str) -> None:
@@ -171,6 +199,15 @@ class MonitorScreen(Screen[None]):
 
     def _draw_tp(self) -> None:
         alerts = server_alerts(list(self._server_hist))
+        if self._vllm is not None:
+            tick = self._vllm
+            alerts += [
+                Alert(f"lag:{lag.source}", "warning", f"replica {lag.source} lags the fleet: {lag.reason}")
+                for lag in lagging(tick.servers, tick.stale)
+            ]
+            alerts += shed_alerts(
+                tick.total if tick.total is not None else (tick.servers[0].total if tick.servers else None)
+            )
         if self._gpus is not None:
             alerts += gpu_alerts(self._gpus.gpus, self._groups)
         self.tp.show(self._groups, alerts, None)

@@ -11,6 +11,7 @@ from textual.widgets import Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.alerts import Alert
+from spoc_tui.core.fleet import lagging
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.kernels import CLASSES, IDLE
 from spoc_tui.core.presets import GpuSpec
@@ -32,7 +33,8 @@ def _short_source(src: str) -> str:
 
 
 class ServerTable(DiffTable):
-    """One row per server, one per engine when a server has several, one for all replicas."""
+    """The fleet total on top (several replicas), then one row per server, one per engine when a
+    server has several; a replica that lags the fleet is marked ▲ (see :mod:`spoc_tui.core.fleet`)."""
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(
@@ -45,6 +47,8 @@ class ServerTable(DiffTable):
                 ("pre", "Preempt", 9),
                 ("in", "In t/s", 7),
                 ("out", "Out t/s", 7),
+                ("ttft", "TTFT p99", 8),
+                ("shed", "Shed/s", 6),
             ],
             name=name,
             id=id,
@@ -52,7 +56,7 @@ class ServerTable(DiffTable):
         )
 
     @staticmethod
-    def _cells(label: str, v: EngineView, stale: bool) -> list[Cell]:
+    def _cells(label: str, v: EngineView, stale: bool, label_style: str = "") -> list[Cell]:
         style = "dim" if stale else ""
         kv_style = "bold red" if (v.kv_cache_usage or 0) >= 0.9 else style
         wait_style = "bold yellow" if (v.waiting or 0) > 0 else style
@@ -60,8 +64,9 @@ class ServerTable(DiffTable):
         if v.preemptions_rate:
             r = v.preemptions_rate
             pre += f" +{r:.0f}/s" if r >= 9.5 else f" +{r:.1f}/s"
+        shed = v.shed_rate
         return [
-            Text(label, style=style),
+            Text(label, style=label_style or style),
             Text(fmt.num(v.running), style=style),
             Text(fmt.num(v.waiting), style=wait_style),
             Text(fmt.pct(v.kv_cache_usage, digits=1), style=kv_style),
@@ -69,19 +74,23 @@ class ServerTable(DiffTable):
             Text(pre, style="bold red" if v.preemptions_rate else style),
             Text(fmt.rate(v.prompt_tokens_rate, ""), style=style),
             Text(fmt.rate(v.generation_tokens_rate, ""), style=style),
+            Text(fmt.seconds(v.latency["ttft"].p99), style=style),
+            Text("n/a" if shed is None else f"{shed:.2g}", style="bold red" if shed else style),
         ]
 
     def show(self, tick: VllmTick) -> None:
         rows: dict[str, list[Cell]] = {}
+        lags = {lag.source for lag in lagging(tick.servers, tick.stale)}
+        if tick.total is not None:
+            rows["__all__"] = self._cells(f"fleet: {len(tick.servers)} replicas", tick.total, False, "bold")
         for s in tick.servers:
             stale = s.source in tick.stale
-            label = ("✖ " if stale else "") + _short_source(s.source)
-            rows[s.source] = self._cells(label, s.total, stale)
+            mark = "✖ " if stale else ("▲ " if s.source in lags else "")
+            label = mark + _short_source(s.source)
+            rows[s.source] = self._cells(label, s.total, stale, "bold yellow" if s.source in lags else "")
             if len(s.engines) > 1:
                 for e in s.engines:
                     rows[f"{s.source}#{e.engine}"] = self._cells(f"  engine {e.engine}", e, stale)
-        if tick.total is not None:
-            rows["__all__"] = self._cells(f"all {len(tick.servers)} replicas", tick.total, False)
         self.sync(rows)
 
 
