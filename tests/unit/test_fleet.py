@@ -23,7 +23,7 @@ def exposition(
         f'vllm:request_success_total{{{L},finished_reason="abort"}} {aborted}',
         f'vllm:request_success_total{{{L},finished_reason="error"}} {errored}',
         "# TYPE http_requests_total counter",
-        f'http_requests_total{{handler="/v1/chat/completions",method="POST",status="2xx"}} 100',
+        'http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"} 100',
         f'http_requests_total{{handler="/v1/chat/completions",method="POST",status="5xx"}} {http5}',
         f'http_requests_total{{handler="/v1/models",method="GET",status="4xx"}} {http4}',
         "# TYPE vllm:spec_decode_num_drafts_total counter",
