@@ -6,11 +6,11 @@ import sys
 
 from spoc_tui.config import Settings
 from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
-from spoc_tui.procs.ports import free_ports
+from spoc_tui.procs.ports import free_block, free_ports
 from spoc_tui.procs.server import LaunchError
 from spoc_tui.sim.options import SimConfigError, SimOptions
 from spoc_tui.sim.process import start_sim
-from spoc_tui.sim.run import build, demo_users
+from spoc_tui.sim.run import build, demo_users, replica_count
 from spoc_tui.tui.app import run_monitor
 
 
@@ -25,7 +25,11 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
         print(f"spoc demo: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     n_users = users if users is not None else demo_users(scenario, engine)
-    port, dport = free_ports(2)
+    replicas = replica_count(opts)
+    if replicas > 1:
+        port, dport = free_block(replicas), free_block(replicas)
+    else:
+        port, dport = free_ports(2)
     args = [
         "--model",
         model,
@@ -42,7 +46,14 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
     ]
     if tp is not None:
         args += ["--tp", str(tp)]
-    print(f"spoc demo: starting the SIMULATED {model} on {gpu} ({scenario}, {n_users} users)...", flush=True)
+    if replicas > 1:
+        args += ["--replicas", str(replicas)]
+    print(
+        f"spoc demo: starting the SIMULATED {model} on {gpu} ({scenario}, {n_users} users"
+        + (f", {replicas} replicas" if replicas > 1 else "")
+        + ")...",
+        flush=True,
+    )
     try:
         server = start_sim(args, port)
     except LaunchError as e:
@@ -50,8 +61,8 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
         return EXIT_FAILURE
     try:
         settings = Settings(
-            vllm_urls=[f"http://127.0.0.1:{port}"],
-            dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"],
+            vllm_urls=[f"http://127.0.0.1:{port + i}" for i in range(replicas)],
+            dcgm_urls=[f"http://127.0.0.1:{dport + i}/metrics" for i in range(replicas)],
             nvml=False,
             tp_groups=f"0-{engine.cfg.tp - 1}" if engine.cfg.tp > 1 else None,
             interval=1.0,

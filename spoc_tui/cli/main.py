@@ -125,9 +125,10 @@ def sim_options(f: F) -> F:
         ),
         click.option(
             "--scenario",
+            type=click.Choice(SCENARIOS),
             default=d.scenario,
             show_default=True,
-            help="steady | thermal (one hot GPU in the TP group) | overload.",
+            help="steady | thermal (one hot GPU in the TP group) | overload | imbalanced/fleet (replicas, one lags).",
         ),
         click.option("--seed", type=int, default=d.seed, show_default=True),
         click.option("--served-model-name", default=None),
@@ -166,6 +167,12 @@ def sim_options(f: F) -> F:
 )
 @click.option("--load-users", type=int, default=None, help="Built-in background users (default none).")
 @click.option(
+    "--replicas",
+    type=int,
+    default=SimOptions.replicas,
+    help="Replicas, each on --port + i (and --dcgm-port + i); imbalanced/fleet: 3 unless given.",
+)
+@click.option(
     "--api-key",
     envvar="VLLM_API_KEY",
     default=None,
@@ -194,7 +201,13 @@ def sim(model: str | None, model_opt: str | None, host: str, **kw: Any) -> None:
 
 
 @cli.command()
-@click.option("--scenario", default=SimOptions.scenario, show_default=True, help=" | ".join(SCENARIOS))
+@click.option(
+    "--scenario",
+    type=click.Choice(SCENARIOS),
+    default=SimOptions.scenario,
+    show_default=True,
+    help="fleet: three replicas behind a round-robin split, one of them lagging.",
+)
 @click.option("--model", default=SimOptions.model, show_default=True)
 @click.option("--gpu", default=SimOptions.gpu, show_default=True)
 @click.option("--tp", type=int, default=None)

@@ -25,3 +25,30 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.3)
         return s.connect_ex((host, port)) == 0
+
+
+def free_block(n: int, tries: int = 200) -> int:
+    """The first of ``n`` consecutive free loopback ports (``spoc sim --replicas`` takes
+    ``port + i``); held together while checking.
+
+    Raises:
+        OSError: no such block found.
+    """
+    import random
+
+    rng = random.Random()
+    for _ in range(tries):
+        base = rng.randrange(20000, 60000 - n)
+        socks: list[socket.socket] = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise OSError(f"no {n} consecutive free ports on 127.0.0.1")

@@ -9,8 +9,11 @@ from dataclasses import dataclass, field
 
 from spoc_tui.core.errors import InputError
 
-SCENARIOS = ("steady", "thermal", "overload")
-"""steady; thermal: one hot GPU in the TP group; overload: far more users than seats."""
+SCENARIOS = ("steady", "thermal", "overload", "imbalanced", "fleet")
+"""steady; thermal: one hot GPU in the TP group; overload: far more users than seats;
+imbalanced: several replicas (``--replicas``, 3 unless given) sharing the load evenly while the
+last one runs on slower GPUs (L40S), so it lags; fleet: ``spoc demo``'s name for imbalanced."""
+MULTI_REPLICA = ("imbalanced", "fleet")
 
 
 class SimConfigError(InputError, ValueError):
@@ -39,6 +42,9 @@ class SimOptions:
     quantization: str | None = None
     speed: float = 1.0
     load_users: int | None = None
+    replicas: int = 1
+    """Replicas served by this process, each an engine of its own on ``port + i`` (and
+    ``dcgm_port + i``); 0 for a port picks one per replica."""
     truth_log: str | None = None
     api_key: str | None = field(default=None, repr=False)
     """As vLLM's --api-key: /v1 endpoints want ``Authorization: Bearer KEY`` (/metrics, /health stay open)."""

@@ -7,17 +7,50 @@ import errno
 import math
 import signal
 import sys
+from dataclasses import replace
 
 from spoc_tui.core.capacity import CapacityError
 from spoc_tui.core.presets import PresetError, gpu_preset, model_preset
 from spoc_tui.sim.engine import EngineConfig, SimEngine
 from spoc_tui.sim.gpu import SimGpu
 from spoc_tui.sim.load import BuiltinLoad
-from spoc_tui.sim.options import SCENARIOS, SimConfigError, SimOptions
+from spoc_tui.sim.options import MULTI_REPLICA, SCENARIOS, SimConfigError, SimOptions
 from spoc_tui.sim.server import SimServer
 
 HOT_GPU_RESISTANCE = 0.115
 """C/W of the weakly cooled GPU in the thermal scenario (others: 0.060)."""
+SLOW_REPLICA_GPU = "l40s"
+"""The lagging replica's GPUs in the imbalanced scenario: an older, slower board behind the same
+round-robin balancer (a quarter of an H100's memory bandwidth), as mixed fleets have."""
+MAX_REPLICAS = 16
+
+
+def replica_count(opts: SimOptions) -> int:
+    if opts.scenario in MULTI_REPLICA and opts.replicas == 1:
+        return 3
+    return opts.replicas
+
+
+def build_replicas(opts: SimOptions) -> list[tuple[SimEngine, int]]:
+    """One (engine, background users) per replica; the imbalanced scenario's last replica runs
+    on hot, power-capped GPUs. The background users are split evenly, as a round-robin balancer
+    would send them.
+
+    Raises:
+        SimConfigError: as :func:`build`, and a replica count out of range.
+    """
+    n = replica_count(opts)
+    if not 1 <= n <= MAX_REPLICAS:
+        raise SimConfigError(f"--replicas must be between 1 and {MAX_REPLICAS}, got {n}")
+    if opts.scenario in MULTI_REPLICA and n < 2:
+        raise SimConfigError(f"the {opts.scenario} scenario needs 2 replicas or more (--replicas)")
+    out: list[tuple[SimEngine, int]] = []
+    for i in range(n):
+        slow = opts.scenario in MULTI_REPLICA and i == n - 1
+        engine, users = build(replace(opts, seed=opts.seed + i, gpu=SLOW_REPLICA_GPU if slow else opts.gpu))
+        share = users // n + (1 if i < users % n else 0)
+        out.append((engine, share))
+    return out
 
 
 def build(opts: SimOptions) -> tuple[SimEngine, int]:
@@ -80,63 +113,82 @@ def demo_users(scenario: str, engine: SimEngine) -> int:
     """Background users for ``spoc demo``: comfortable, or far past capacity for overload."""
     if scenario == "overload":
         return max(64, engine.cfg.max_num_seqs * 3)
+    if scenario in MULTI_REPLICA:
+        return 96  # 32 a replica
     return 48
 
 
 async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: bool = True) -> None:
-    engine, users = build(opts)
-    server = SimServer(
-        engine,
-        host=opts.host,
-        port=opts.port,
-        dcgm_port=opts.dcgm_port,
-        truth_log=opts.truth_log,
-        api_key=opts.api_key,
-    )
-    try:
-        await server.start()
-    except OSError as e:
-        await server.close()
-        if e.errno in (errno.EADDRINUSE, 98):
-            raise SimConfigError(f"port already in use on {opts.host} ({opts.port} or {opts.dcgm_port})") from None
-        raise SimConfigError(f"cannot listen on {opts.host}: {e.strerror or e}") from None
-    load = None
-    if users:
-        overload = opts.scenario == "overload"
-        load = BuiltinLoad(
-            engine, users, server.wake, seed=opts.seed, heavy=overload, ramp_s=90.0 if overload else None
+    replicas = build_replicas(opts)
+    n = len(replicas)
+    servers: list[SimServer] = []
+    loads: list[BuiltinLoad] = []
+    stop = asyncio.Event()
+    for i, (engine, users) in enumerate(replicas):
+        port = opts.port + i if opts.port else 0
+        dport = None if opts.dcgm_port is None else (opts.dcgm_port + i if opts.dcgm_port else 0)
+        server = SimServer(
+            engine,
+            host=opts.host,
+            port=port,
+            dcgm_port=dport,
+            hostname="spoc-sim" if n == 1 else f"spoc-sim-{i}",
+            truth_log=opts.truth_log if n == 1 else None,
+            api_key=opts.api_key,
+            stop_event=stop,
         )
+        servers.append(server)
+        try:
+            await server.start()
+        except OSError as e:
+            for s in servers:
+                await s.close()
+            if e.errno in (errno.EADDRINUSE, 98):
+                raise SimConfigError(f"port already in use on {opts.host} ({port} or {dport})") from None
+            raise SimConfigError(f"cannot listen on {opts.host}: {e.strerror or e}") from None
+        if users:
+            overload = opts.scenario == "overload"
+            loads.append(
+                BuiltinLoad(
+                    engine, users, server.wake, seed=opts.seed + i, heavy=overload, ramp_s=90.0 if overload else None
+                )
+            )
     loop = asyncio.get_running_loop()
-    stop = server.stop_event
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # not the main thread (tests): Ctrl-C still raises
             pass
     if announce:
-        cfg = engine.cfg
-        print(
-            f"spoc sim: SIMULATED {cfg.served_model_name} on {cfg.tp}x {cfg.gpu.label} ({opts.scenario})\n"
-            f"  OpenAI API + vLLM metrics: http://{opts.host}:{server.bound_port}\n"
-            + (
-                f"  DCGM metrics:              http://{opts.host}:{server.bound_dcgm_port}/metrics\n"
-                if server.bound_dcgm_port
-                else ""
+        for i, ((engine, users), server) in enumerate(zip(replicas, servers)):
+            cfg = engine.cfg
+            lags = opts.scenario in MULTI_REPLICA and i == n - 1
+            slow = f" (slower {cfg.gpu.label} GPUs: the lagging replica)" if lags else ""
+            kv = f"{engine.num_blocks} blocks x {cfg.block_size} tokens = {engine.plan.kv_cache_tokens} tokens"
+            print(
+                f"spoc sim: SIMULATED {cfg.served_model_name} on {cfg.tp}x {cfg.gpu.label} ({opts.scenario})"
+                + (f", replica {i}{slow}" if n > 1 else "")
+                + f"\n  OpenAI API + vLLM metrics: http://{opts.host}:{server.bound_port}\n"
+                + (
+                    f"  DCGM metrics:              http://{opts.host}:{server.bound_dcgm_port}/metrics\n"
+                    if server.bound_dcgm_port
+                    else ""
+                )
+                + f"  KV cache: {kv}"
+                + (f"; background load: {users} users" if users else ""),
+                flush=True,
             )
-            + f"  KV cache: {engine.num_blocks} blocks x {cfg.block_size} tokens = {engine.plan.kv_cache_tokens} tokens"
-            + (f"; background load: {users} users" if users else ""),
-            flush=True,
-        )
     if ready is not None:
         ready.set()
-    load_task = asyncio.create_task(load.run(stop)) if load else None
+    load_tasks = [asyncio.create_task(load.run(stop)) for load in loads]
     try:
         await stop.wait()
     finally:
-        if load_task:
-            load_task.cancel()
-            await asyncio.gather(load_task, return_exceptions=True)
-        await server.close()
+        for t in load_tasks:
+            t.cancel()
+        await asyncio.gather(*load_tasks, return_exceptions=True)
+        for s in servers:
+            await s.close()
 
 
 def main(opts: SimOptions) -> int:
