@@ -190,3 +190,47 @@ def test_a_password_in_a_url_never_reaches_the_screen():
     s.prometheus_url = None
     app = make_app(s)
     assert "hunter2" not in app.title_text() and "http://***@127.0.0.1:8000" in app.title_text()
+
+
+def fleet_tick():
+    """Three replicas: two alike, the third queueing with a slow TTFT and shedding load."""
+    from spoc_tui.core.snapshots import SourceStatus, VllmTick
+    from spoc_tui.core.vllm import Scrape, replicas_view, server_view
+    from tests.unit.test_fleet import exposition
+
+    fast = [0.02] * 50
+    specs = {
+        "http://10.0.0.1:8000": dict(waiting=1, ttft=fast),
+        "http://10.0.0.2:8000": dict(waiting=2, ttft=fast),
+        "http://10.0.0.3:8000": dict(waiting=9, ttft=[0.8] * 50, rejected=20, http5=3),
+    }
+    scrapes = {u: Scrape(exposition(**kw), 10.0, exposition(), 0.0) for u, kw in specs.items()}
+    views = tuple(server_view(u, s) for u, s in scrapes.items())
+    return VllmTick(
+        views, replicas_view(list(scrapes.values())), frozenset(), (), tuple(SourceStatus(u, True) for u in specs)
+    )
+
+
+async def test_fleet_view_names_the_lagging_replica_and_the_shed_load():
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_message(ServersSampled(fleet_tick()))
+        await _settle(pilot)
+        table = app.monitor.servers
+        assert table._order[0] == "__all__"  # the fleet total on top
+        assert str(table.get_row("__all__")[0]) == "fleet of 3"
+        assert str(table.get_row("http://10.0.0.3:8000")[0]).startswith("▲ ")
+        assert not str(table.get_row("http://10.0.0.1:8000")[0]).startswith("▲")
+        tp = str(app.monitor.tp.render())
+        assert "replica http://10.0.0.3:8000 lags the fleet: 9 waiting vs fleet median 2" in tp
+        assert "shedding load over the window: admission rejections 2/s" in tp
+        assert "4.0 waiting per replica (the autoscaling signal)" in app.monitor.servers_panel.border_title
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_snapshot_fleet(snap_compare, size):
+    async def run_before(pilot):
+        pilot.app.post_message(ServersSampled(fleet_tick()))
+        await _settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run_before)

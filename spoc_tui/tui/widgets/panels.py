@@ -82,7 +82,7 @@ class ServerTable(DiffTable):
         rows: dict[str, list[Cell]] = {}
         lags = {lag.source for lag in lagging(tick.servers, tick.stale)}
         if tick.total is not None:
-            rows["__all__"] = self._cells(f"fleet: {len(tick.servers)} replicas", tick.total, False, "bold")
+            rows["__all__"] = self._cells(f"fleet of {len(tick.servers)}", tick.total, False, "bold")
         for s in tick.servers:
             stale = s.source in tick.stale
             mark = "✖ " if stale else ("▲ " if s.source in lags else "")
