@@ -213,9 +213,14 @@ class SpocApp(App[int]):
         if self.screen is not self.load_screen:
             self.push_screen("load")
 
+    def last_ramp(self) -> Path | None:
+        """The newest ramp result in the data folder (the Load screen's and spoc ramp's default)."""
+        found = sorted((data_dir() / "ramps").glob("*/ramp.json"), key=lambda p: p.stat().st_mtime)
+        return found[-1].parent if found else None
+
     def action_capacity(self) -> None:
         """Open the Capacity screen, prefilled from what the monitor sees."""
-        screen = CapacityScreen()
+        screen = CapacityScreen(self.last_ramp())
         self.push_screen(screen)
         seen = self.monitor.seen()
         if seen is not None:

@@ -53,3 +53,48 @@ def test_snapshot_capacity_screen(snap_compare, size):
         await pilot.pause()
 
     assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
+
+
+async def test_plan_panel_from_the_last_ramp():
+    import json
+
+    from spoc_tui.config import data_dir
+    from tests.unit.test_fleetplan import ramp
+
+    folder = data_dir() / "ramps" / "20261124-120000"
+    folder.mkdir(parents=True)
+    (folder / "ramp.json").write_text(json.dumps(ramp(waiting_mean=3)))
+    app = make_app()
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.press("c")
+        await pilot.pause()
+        scr = app.screen
+        assert isinstance(scr, CapacityScreen)
+        shown = str(scr.plan.render())
+        assert "replicas: 79" in shown and "target 3 per replica" in shown and "spoc plan --ramp" in shown
+        scr.query_one("#plan_users").value = "0"
+        await pilot.pause()
+        assert "above 0" in str(scr.plan.render())
+
+
+async def test_plan_panel_refuses_a_ramp_of_another_model():
+    import json
+
+    from spoc_tui.config import data_dir
+    from tests.unit.test_fleetplan import ramp
+
+    folder = data_dir() / "ramps" / "20261124-120000"
+    folder.mkdir(parents=True)
+    (folder / "ramp.json").write_text(json.dumps(ramp()))
+    app = make_app()
+    async with app.run_test(size=(120, 50)) as pilot:
+        app.post_message(ServersSampled(server_tick()))
+        app.post_message(gpu_tick())
+        await pilot.pause()
+        await pilot.press("c")
+        await pilot.pause()
+        await pilot.pause()
+        shown = str(app.screen.plan.render())
+        assert (
+            "the last ramp measured 'meta-llama/Llama-3.1-8B-Instruct'" in shown and "ramp this server first" in shown
+        )

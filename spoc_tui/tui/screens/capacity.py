@@ -7,6 +7,8 @@ the server's own KV token count is shown next to the prediction.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,8 +16,10 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, Select, Static
 
-from spoc_tui.capacity.service import CapacityArgs, compute, render
+from spoc_tui.capacity.service import CapacityArgs, compute, load_ramp, render
 from spoc_tui.core.capacity import CapacityError
+from spoc_tui.core.errors import InputError
+from spoc_tui.core.fleetplan import PlanError, plan_from_ramp, plan_text
 from spoc_tui.core.presets import GPUS, MODELS, PresetError
 
 
@@ -33,12 +37,15 @@ class CapacityScreen(Screen[None]):
     CapacityScreen Select { width: 24; }
     CapacityScreen Input { width: 14; }
     CapacityScreen #result { padding: 1 1; height: auto; }
+    CapacityScreen #plan { padding: 0 1 1 1; height: auto; }
     """
 
-    def __init__(self) -> None:
+    def __init__(self, ramp_path: Path | None = None) -> None:
         super().__init__()
         self.server_config: dict[str, str] = {}
         self.server_label = ""
+        self.server_models: tuple[str, ...] = ()
+        self.ramp_path = ramp_path
 
     def compose(self) -> ComposeResult:
         yield Static("Capacity: how many sequences fit", id="title")
@@ -70,10 +77,17 @@ class CapacityScreen(Screen[None]):
                 yield Label("block")
                 yield Input("16", id="block", restrict=r"[0-9]*")
             yield Static("", id="result")
+            with Horizontal(id="plan-form"):
+                yield Label("plan for users")
+                yield Input("1000", id="plan_users", restrict=r"[0-9]*")
+                yield Label("headroom")
+                yield Input("0.2", id="headroom", restrict=r"[0-9.]*")
+            yield Static("", id="plan")
         yield Footer()
 
     def on_mount(self) -> None:
         self.result = self.query_one("#result", Static)
+        self.plan = self.query_one("#plan", Static)
         self.recompute()
 
     def prefill(
@@ -101,6 +115,7 @@ class CapacityScreen(Screen[None]):
         if tp:
             self.query_one("#tp", Input).value = str(tp)
         self.server_label = ", ".join(model_names)
+        self.server_models = model_names
         self.recompute()
 
     def args(self) -> CapacityArgs:
@@ -122,9 +137,38 @@ class CapacityScreen(Screen[None]):
             block_size=_int(self.query_one("#block", Input).value) or 16,
         )
 
+    def replan(self) -> None:
+        """The Plan panel: replicas for the users asked, from the last ramp's knee."""
+        if self.ramp_path is None:
+            self.plan.update(Text("Plan: no ramp yet. Run one on the Load screen (l) or with spoc ramp.", style="dim"))
+            return
+        try:
+            doc = load_ramp(str(self.ramp_path))
+            if self.server_models and doc.get("model") not in self.server_models:
+                raise PlanError(
+                    f"the last ramp measured {doc.get('model')!r}, the monitored server serves "
+                    f"{', '.join(self.server_models)}: ramp this server first"
+                )
+            users = _int(self.query_one("#plan_users", Input).value)
+            if users is None:
+                raise PlanError("users must be a whole number above 0")
+            try:
+                headroom = float(self.query_one("#headroom", Input).value)
+            except ValueError:
+                raise PlanError("headroom must be a number between 0 and 0.9") from None
+            p = plan_from_ramp(doc, users, headroom)
+        except InputError as e:
+            self.plan.update(Text(f"Plan: {e}", style="bold red"))
+            return
+        text = Text("Plan ", style="bold")
+        text.append(f"(from {self.ramp_path}): ", style="dim")
+        text.append(plan_text(p) + "\n  manifests: spoc plan --ramp " + str(self.ramp_path) + f" --users {users}")
+        self.plan.update(text)
+
     def recompute(self) -> None:
         if not self.is_mounted:
             return
+        self.replan()
         try:
             a = self.args()
             model, gpu = MODELS[a.model], GPUS[str(a.gpu)]
