@@ -14,11 +14,11 @@ from spoc_tui.collectors.scrape import SourceError
 from spoc_tui.core.errors import first_line
 from spoc_tui.core.promparse import Exposition, Labels
 from spoc_tui.core.snapshots import SourceStatus, VllmTick
-from spoc_tui.core.vllm import Scrape, replicas_view, server_view
+from spoc_tui.core.vllm import Scrape, is_vllm, replicas_view, server_view
 
 # Prometheus asks for OpenMetrics, and prometheus_client >= 0.23 then writes `vllm_` for
 # `vllm:` (reference/exposition_notes.md): select both and normalise back.
-VLLM_SELECTOR = '{__name__=~"vllm[:_].*"}'
+VLLM_SELECTOR = '{__name__=~"vllm[:_].*|http_requests_total"}'
 DCGM_SELECTOR = '{__name__=~"DCGM_FI_.*|dcgm_.*"}'
 _DROP = {"__name__", "job", "instance"}
 
@@ -98,6 +98,7 @@ class PromQLPoller:
         status = SourceStatus(url, True, None, time.time())
         change = status if self._up is not True else None
         self._up = True
+        now = {inst: exp for inst, exp in now.items() if is_vllm(exp)}  # not every HTTP server is vLLM
         scrapes = {
             inst: Scrape(exp, t, then.get(inst), t - self.window_s if inst in then else None)
             for inst, exp in now.items()

@@ -95,21 +95,23 @@ def sim_server():
     proc.stop()
 
 
-@pytest.fixture(scope="session")
-def prometheus(vllm_server, sim_server):
+def start_prometheus(targets: dict[str, list[str]]) -> tuple[str, subprocess.Popen[bytes], Path]:
+    """A real Prometheus on loopback scraping ``job -> [host:port]`` every second; fails the test
+    when it does not become ready. Stop it with ``stop_process_group`` and remove the folder."""
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     if not Path(binary).exists():
         pytest.fail("prometheus is not installed: run `bash scripts/realengine_setup.sh` (make test does)")
     (port,) = free_ports(1)
     work = Path(tempfile.mkdtemp(prefix="spoc-prom-"))
-    sim_url, dcgm_addr = sim_server
     cfg = work / "prometheus.yml"
+    jobs = {"prometheus": [f"127.0.0.1:{port}"], **targets}
     cfg.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         "scrape_configs:\n"
-        f"  - job_name: prometheus\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-        f"  - job_name: vllm\n    static_configs:\n      - targets: ['127.0.0.1:{vllm_server.port}', '{sim_url.removeprefix('http://')}']\n"
-        f"  - job_name: dcgm\n    static_configs:\n      - targets: ['{dcgm_addr}']\n"
+        + "".join(
+            f"  - job_name: {job}\n    static_configs:\n      - targets: [{', '.join(repr(t) for t in hosts)}]\n"
+            for job, hosts in jobs.items()
+        )
     )
     proc = subprocess.Popen(
         [
@@ -127,13 +129,23 @@ def prometheus(vllm_server, sim_server):
     while time.monotonic() < deadline:
         try:
             if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
-                break
+                return url, proc, work
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    else:
-        stop_process_group(proc)
-        pytest.fail("prometheus did not become ready:\n" + (work / "prometheus.log").read_text()[-2000:])
+    stop_process_group(proc)
+    pytest.fail("prometheus did not become ready:\n" + (work / "prometheus.log").read_text()[-2000:])
+
+
+@pytest.fixture(scope="session")
+def prometheus(vllm_server, sim_server):
+    sim_url, dcgm_addr = sim_server
+    url, proc, work = start_prometheus(
+        {
+            "vllm": [f"127.0.0.1:{vllm_server.port}", sim_url.removeprefix("http://")],
+            "dcgm": [dcgm_addr],
+        }
+    )
     yield url
     stop_process_group(proc)
     shutil.rmtree(work, ignore_errors=True)

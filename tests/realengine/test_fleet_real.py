@@ -1,0 +1,74 @@
+"""Two real vLLM CPU replicas (small KV space each) under load, read directly and through a
+real Prometheus: the per-replica rows agree between the two modes."""
+
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from spoc_tui.collectors.promql import PromQLCollector, PromQLPoller
+from spoc_tui.collectors.scrape import metrics_url
+from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.vllm import Scrape, server_view
+from spoc_tui.procs.group import stop_process_group
+from spoc_tui.procs.ports import free_ports
+from spoc_tui.procs.server import ServerProcess
+from tests.realengine.conftest import VLLM_ENV, start_prometheus, vllm_argv
+
+
+def _complete(url: str, i: int) -> int:
+    r = httpx.post(
+        url + "/v1/completions",
+        json={"model": "tiny", "prompt": f"replica test {i} " * 20, "max_tokens": 48, "ignore_eos": True},
+        timeout=180,
+    )
+    r.raise_for_status()
+    return int(r.json()["usage"]["completion_tokens"])
+
+
+def _direct(url: str):
+    return server_view(url, Scrape(parse_text(httpx.get(metrics_url(url), timeout=10).text), time.time())).total
+
+
+def test_two_real_replicas_agree_directly_and_through_prometheus(vllm_server, tmp_path):
+    (port,) = free_ports(1)
+    b = ServerProcess(vllm_argv(port, "--max-num-seqs", "4"), port, tmp_path / "b.log", VLLM_ENV)
+    b.start(timeout=300)
+    prom_url, proc, work = start_prometheus({"vllm": [f"127.0.0.1:{vllm_server.port}", f"127.0.0.1:{port}"]})
+    try:
+        urls = {f"127.0.0.1:{vllm_server.port}": vllm_server.url, f"127.0.0.1:{port}": b.url}
+        poller = PromQLPoller(PromQLCollector(prom_url), 86400.0, prom_url)  # no sample a day ago: lifetime
+        seen = dict.fromkeys(urls, 0.0)
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(_complete, list(urls.values())[i % 2], i) for i in range(24)]
+            while not all(f.done() for f in futures):
+                tick, _ = poller.poll()
+                if tick is not None:
+                    for v in tick.servers:
+                        if v.source in seen:
+                            seen[v.source] = max(seen[v.source], v.total.running or 0)
+                time.sleep(0.5)
+            out = sum(f.result() for f in futures)
+        assert out == 24 * 48
+        assert all(r > 0 for r in seen.values()), f"Prometheus never saw both replicas busy: {seen}"
+        time.sleep(3.0)  # two scrapes after the last request
+        tick, _ = poller.poll()
+        assert tick is not None and tick.total is not None
+        by_prom = {v.source: v.total for v in tick.servers}
+        assert set(by_prom) == set(urls)
+        for inst, url in urls.items():
+            d, p = _direct(url), by_prom[inst]
+            print(inst, d.running, p.running, d.generation_tokens_total, p.generation_tokens_total)
+            assert d.running == p.running == 0 and d.waiting == p.waiting == 0
+            assert d.generation_tokens_total == p.generation_tokens_total
+            assert d.kv_cache_usage == p.kv_cache_usage
+            assert d.latency["ttft"].count == p.latency["ttft"].count
+            assert d.latency["ttft"].p99 == p.latency["ttft"].p99
+            assert d.request_success == p.request_success
+        # the fleet row is the two replicas together
+        assert tick.total.generation_tokens_total == sum(v.generation_tokens_total for v in by_prom.values())
+    finally:
+        stop_process_group(proc)
+        shutil.rmtree(work, ignore_errors=True)
+        b.stop()
