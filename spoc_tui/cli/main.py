@@ -169,8 +169,8 @@ def sim_options(f: F) -> F:
 @click.option(
     "--replicas",
     type=int,
-    default=SimOptions.replicas,
-    help="Replicas, each on --port + i (and --dcgm-port + i); imbalanced/fleet: 3 unless given.",
+    default=None,
+    help="Replicas, each on --port + i (and --dcgm-port + i) [1; imbalanced/fleet: 3].",
 )
 @click.option(
     "--api-key",

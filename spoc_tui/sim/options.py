@@ -42,9 +42,9 @@ class SimOptions:
     quantization: str | None = None
     speed: float = 1.0
     load_users: int | None = None
-    replicas: int = 1
+    replicas: int | None = None
     """Replicas served by this process, each an engine of its own on ``port + i`` (and
-    ``dcgm_port + i``); 0 for a port picks one per replica."""
+    ``dcgm_port + i``); 0 for a port picks one per replica. None: 1, or 3 for imbalanced/fleet."""
     truth_log: str | None = None
     api_key: str | None = field(default=None, repr=False)
     """As vLLM's --api-key: /v1 endpoints want ``Authorization: Bearer KEY`` (/metrics, /health stay open)."""

@@ -26,8 +26,8 @@ MAX_REPLICAS = 16
 
 
 def replica_count(opts: SimOptions) -> int:
-    if opts.scenario in MULTI_REPLICA and opts.replicas == 1:
-        return 3
+    if opts.replicas is None:
+        return 3 if opts.scenario in MULTI_REPLICA else 1
     return opts.replicas
 
 

@@ -269,3 +269,38 @@ def test_roofline_of_the_running_simulator_against_its_gpus(sim):
     r = of_view(server_view(url, Scrape(after, t1, before, t0)).total, gpu)
     assert r.reading in ("memory-bound", "compute-bound", "overhead-bound"), r
     assert r.flops_share is not None and 0 < r.flops_share < 1 and r.bw_share is not None and 0 < r.bw_share < 1
+
+
+def test_simulator_serves_replicas_one_port_each_and_one_lags():
+    from spoc_tui.core.gpu import dcgm_gpus
+    from spoc_tui.core.promparse import parse_text
+    from spoc_tui.procs.ports import free_block
+
+    port, dport = free_block(2), free_block(2)
+    proc = start_sim(
+        ["--scenario", "imbalanced", "--replicas", "2", "--load-users", "4", "--dcgm-port", str(dport)], port
+    )
+    try:
+        models = []
+        for i in range(2):
+            assert httpx.get(f"http://127.0.0.1:{port + i}/health", timeout=5).status_code == 200
+            assert "vllm:num_requests_running" in httpx.get(f"http://127.0.0.1:{port + i}/metrics", timeout=5).text
+            (g,) = dcgm_gpus(parse_text(httpx.get(f"http://127.0.0.1:{dport + i}/metrics", timeout=5).text), "d")
+            models.append((g.model, g.hostname))
+        assert models == [("NVIDIA H100 80GB HBM3", "spoc-sim-0"), ("NVIDIA L40S", "spoc-sim-1")]
+    finally:
+        proc.stop()
+
+
+def test_simulator_replica_options_are_checked():
+    for args, msg in (
+        (["--scenario", "imbalanced", "--replicas", "1"], "2 replicas or more"),
+        (["--replicas", "99"], "between 1 and 16"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "spoc_tui.cli", "sim", *args, "--port", str(free_port())],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert r.returncode == 2 and msg in r.stderr, r.stderr
