@@ -202,7 +202,9 @@ def fleet_tick():
     specs = {
         "http://10.0.0.1:8000": dict(waiting=1, ttft=fast),
         "http://10.0.0.2:8000": dict(waiting=2, ttft=fast),
-        "http://10.0.0.3:8000": dict(waiting=9, ttft=[0.8] * 50, rejected=20, http5=3),
+        "http://10.0.0.3:8000": dict(
+            waiting=9, ttft=[0.8] * 50, rejected=20, http5=3, drafts=100, draft_tokens=400, accepted=300
+        ),
     }
     scrapes = {u: Scrape(exposition(**kw), 10.0, exposition(), 0.0) for u, kw in specs.items()}
     views = tuple(server_view(u, s) for u, s in scrapes.items())
@@ -225,6 +227,8 @@ async def test_fleet_view_names_the_lagging_replica_and_the_shed_load():
         assert "replica http://10.0.0.3:8000 lags the fleet: 9 waiting vs fleet median 2" in tp
         assert "shedding load over the window: admission rejections 2/s" in tp
         assert "4.0 waiting per replica (the autoscaling signal)" in app.monitor.servers_panel.border_title
+        spec = str(app.monitor.spec.render())
+        assert "75% of draft tokens accepted, 4.00 tokens per draft" in spec
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")

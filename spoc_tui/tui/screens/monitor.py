@@ -19,6 +19,7 @@ from spoc_tui.core.fleet import lagging, waiting_per_replica
 from spoc_tui.core.gpu import TpGroupReport
 from spoc_tui.core.roofline import gpu_of
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.vllm import EngineView
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
 from spoc_tui.tui.widgets.panels import (
     ChangedStatic,
@@ -64,6 +65,7 @@ class MonitorScreen(Screen[None]):
         with VerticalScroll(id="body"):
             with Vertical(id="servers-panel", classes="panel"):
                 yield ServerTable(id="servers")
+                yield ChangedStatic("", id="spec")
             with Vertical(id="latency-panel", classes="panel"):
                 yield LatencyTable(id="latency")
             with Vertical(id="roofline-panel", classes="panel"):
@@ -86,6 +88,9 @@ class MonitorScreen(Screen[None]):
         self.status = self.query_one(StatusLine)
         self.gpu_note = self.query_one("#gpu-note", ChangedStatic)
         self.efficiency = self.query_one("#efficiency", ChangedStatic)
+        self.spec = self.query_one("#spec", ChangedStatic)
+        self.spec.display = False
+        self.efficiency.display = False
         self.servers_panel = self.query_one("#servers-panel")
         self.latency_panel = self.query_one("#latency-panel")
         self.gpu_panel = self.query_one("#gpu-panel")
@@ -128,8 +133,21 @@ class MonitorScreen(Screen[None]):
             self._title(self.servers_panel, title)
             self.servers_panel.set_class(bool(tick.stale), "-stale")
             self._draw_roofline()
+            self._draw_spec()
             self._draw_tp()
             self._draw_status()
+
+    def _draw_spec(self) -> None:
+        """Speculative decoding, shown only where the server exports its counters."""
+        v = self._fleet_view()
+        if v is None or v.spec_acceptance is None:
+            self.spec.display = False
+            return
+        self.spec.display = True
+        length = f", {v.spec_mean_length:.2f} tokens per draft" if v.spec_mean_length is not None else ""
+        self.spec.show_text(
+            Text(f"speculative decoding: {v.spec_acceptance:.0%} of draft tokens accepted{length} (window)")
+        )
 
     def apply_gpus(self, msg: GpusSampled) -> None:
         if not self.ready or not self.is_attached:
@@ -157,17 +175,20 @@ class MonitorScreen(Screen[None]):
             self._draw_tp()
             self._draw_status()
 
-    def _draw_efficiency(self) -> None:
+    def _fleet_view(self) -> EngineView | None:
+        """All replicas merged, or the one server's view."""
         tick = self._vllm
-        view = (
-            None
-            if tick is None
-            else (tick.total if tick.total is not None else (tick.servers[0].total if tick.servers else None))
-        )
+        if tick is None:
+            return None
+        return tick.total if tick.total is not None else (tick.servers[0].total if tick.servers else None)
+
+    def _draw_efficiency(self) -> None:
+        view = self._fleet_view()
         eff = self.energy.efficiency(view.generation_tokens_rate if view else None, self.gpu_cost_per_hour)
         if eff is None:
-            self.efficiency.show_text(Text(""))
+            self.efficiency.display = False
             return
+        self.efficiency.display = True
         self.efficiency.show_text(Text("energy: " + eff.text(self.gpu_cost_per_hour), style="dim"))
 
     @staticmethod
@@ -205,9 +226,7 @@ class MonitorScreen(Screen[None]):
                 Alert(f"lag:{lag.source}", "warning", f"replica {lag.source} lags the fleet: {lag.reason}")
                 for lag in lagging(tick.servers, tick.stale)
             ]
-            alerts += shed_alerts(
-                tick.total if tick.total is not None else (tick.servers[0].total if tick.servers else None)
-            )
+            alerts += shed_alerts(self._fleet_view())
         if self._gpus is not None:
             alerts += gpu_alerts(self._gpus.gpus, self._groups)
         self.tp.show(self._groups, alerts, None)
