@@ -304,3 +304,38 @@ def test_simulator_replica_options_are_checked():
             timeout=30,
         )
         assert r.returncode == 2 and msg in r.stderr, r.stderr
+
+
+async def test_fleet_demo_names_the_slow_replica_and_shows_energy_and_cost():
+    """What `make demo ARGS="--scenario fleet"` opens: three replicas, the last on slower GPUs."""
+    import asyncio
+
+    from spoc_tui.config import Settings
+    from spoc_tui.procs.ports import free_block
+    from spoc_tui.tui.app import SpocApp
+
+    port, dport = free_block(3), free_block(3)
+    proc = start_sim(["--scenario", "fleet", "--load-users", "96", "--dcgm-port", str(dport)], port)
+    try:
+        s = Settings(
+            vllm_urls=[f"http://127.0.0.1:{port + i}" for i in range(3)],
+            dcgm_urls=[f"http://127.0.0.1:{dport + i}/metrics" for i in range(3)],
+            nvml=False,
+            window=10,
+            gpu_cost_per_hour=2.5,
+        )
+        app = SpocApp(s)
+        slow = f"http://127.0.0.1:{port + 2}"
+        async with app.run_test(size=(160, 60)):
+            for _ in range(60):
+                await asyncio.sleep(1)
+                if f"replica {slow} lags the fleet" in str(app.monitor.tp.render()):
+                    break
+            assert f"replica {slow} lags the fleet" in str(app.monitor.tp.render())
+            assert str(app.monitor.servers.get_row(slow)[0]).startswith("▲")
+            energy = str(app.monitor.efficiency.render())
+            assert (
+                "3 GPU(s)" in energy and "energy counters" in energy and "per M out tokens at $2.5/GPU-hour" in energy
+            )
+    finally:
+        proc.stop()
