@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spoc_tui.config import Settings  # noqa: E402
-from spoc_tui.procs.ports import free_ports  # noqa: E402
+from spoc_tui.procs.ports import free_block, free_ports  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
 from spoc_tui.tui.app import SpocApp  # noqa: E402
 
@@ -25,17 +25,20 @@ SHOTS = [
     ("monitor-thermal-120x40.svg", ["--scenario", "thermal", "--tp", "4", "--speed", "4"], 48, 20, (120, 40)),
     ("monitor-overload-120x40.svg", ["--scenario", "overload", "--speed", "3"], 768, 25, (120, 40)),
     ("monitor-steady-80x24.svg", ["--scenario", "steady"], 48, 8, (80, 24)),
+    ("monitor-fleet-120x45.svg", ["--scenario", "fleet"], 96, 15, (120, 45)),
 ]
 
 
 async def shoot(name: str, args: list[str], users: int, seconds: float, size: tuple[int, int]) -> None:
-    port, dport = free_ports(2)
+    replicas = 3 if "fleet" in args else 1
+    port, dport = (free_block(3), free_block(3)) if replicas > 1 else free_ports(2)
     proc = start_sim([*args, "--dcgm-port", str(dport), "--load-users", str(users)], port)
     try:
         tp = args[args.index("--tp") + 1] if "--tp" in args else "1"
         settings = Settings(
-            vllm_urls=[f"http://127.0.0.1:{port}"],
-            dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"],
+            vllm_urls=[f"http://127.0.0.1:{port + i}" for i in range(replicas)],
+            dcgm_urls=[f"http://127.0.0.1:{dport + i}/metrics" for i in range(replicas)],
+            gpu_cost_per_hour=2.5 if replicas > 1 else None,
             nvml=False,
             tp_groups=f"0-{int(tp) - 1}" if int(tp) > 1 else None,
             interval=1.0,

@@ -99,9 +99,11 @@ def reading(
     steps_s: float | None,
     tokens_per_step: float | None,
     gpu: GpuSpec | None,
+    no_gpu: str = "GPU unknown",
 ) -> Roofline:
     """The roofline figures and reading of one engine (or a server's mean engine); ``None``
-    inputs are metrics the server does not export (or no window yet)."""
+    inputs are metrics the server does not export (or no window yet); ``no_gpu`` says why there
+    is no peak when ``gpu`` is None."""
     bytes_s = None if read_s is None and write_s is None else (read_s or 0.0) + (write_s or 0.0)
 
     def out(word: str, why: str, f: float | None = flops_s, b: float | None = bytes_s) -> Roofline:
@@ -117,7 +119,7 @@ def reading(
         # the engine stepped (or we cannot tell) while the estimates stood still
         return out("n/a", f"FLOP counters at zero: start vLLM with {MFU_FLAG}", None, None)
     if gpu is None:
-        return out("n/a", "GPU unknown: absolute figures only")
+        return out("n/a", f"{no_gpu}: absolute figures only")
     c = (flops_s or 0.0) / gpu.bf16_flops
     m = (bytes_s or 0.0) / gpu.mem_bw_bytes_s
     if max(c, m) < OVERHEAD_BELOW:
@@ -127,7 +129,7 @@ def reading(
     return out("compute-bound", f"{c:.0%} of peak FLOP/s, {m:.0%} of peak bandwidth")
 
 
-def of_view(v: EngineView, gpu: GpuSpec | None) -> Roofline:
+def of_view(v: EngineView, gpu: GpuSpec | None, no_gpu: str = "GPU unknown") -> Roofline:
     return reading(
         v.flops_per_gpu_rate,
         v.read_bytes_per_gpu_rate,

@@ -207,8 +207,13 @@ class MonitorScreen(Screen[None]):
             return
         names = [g.model for g in self._gpus.gpus] if self._gpus is not None else []
         gpu = gpu_of(names) if names else None
-        self.roofline.show(self._vllm, gpu)
-        peak = f" vs {gpu.label} peak" if gpu else " (GPU unknown: no peak)"
+        mixed = len({n for n in names if n}) > 1
+        self.roofline.show(self._vllm, gpu, "mixed GPUs" if mixed else "GPU unknown")
+        peak = (
+            f" vs {gpu.label} peak"
+            if gpu
+            else (" (mixed GPUs: no single peak)" if mixed else " (GPU unknown: no peak)")
+        )
         self._title(self.roofline_panel, f"Roofline per GPU, over {self._vllm_window()}{peak}")
 
     def _vllm_window(self) -> str:

@@ -143,14 +143,15 @@ class RooflineTable(DiffTable):
             Text(r.why, style="dim"),
         ]
 
-    def show(self, tick: VllmTick, gpu: GpuSpec | None) -> None:
+    def show(self, tick: VllmTick, gpu: GpuSpec | None, no_gpu: str = "GPU unknown") -> None:
         rows: dict[str, list[Cell]] = {}
         for s in tick.servers:
             stale = s.source in tick.stale
-            rows[s.source] = self._cells(_short_source(s.source), of_view(s.total, gpu), stale)
+            rows[s.source] = self._cells(_short_source(s.source), of_view(s.total, gpu, no_gpu), stale)
             if len(s.engines) > 1:
                 for e in s.engines:
-                    rows[f"{s.source}#{e.engine}"] = self._cells(f"  engine {e.engine}", of_view(e, gpu), stale)
+                    r = of_view(e, gpu, no_gpu)
+                    rows[f"{s.source}#{e.engine}"] = self._cells(f"  engine {e.engine}", r, stale)
         self.sync(rows)
 
 
@@ -228,11 +229,17 @@ def _reason_text(g: GpuSample) -> Text:
     return Text(",".join(names) + pct, style="bold red" if kind == "thermal" else "bold yellow")
 
 
+def _short_model(model: str | None) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``H100 80GB HBM3``."""
+    return (model or "?").removeprefix("NVIDIA ").strip()
+
+
 class GpuTable(DiffTable):
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(
             [
                 ("gpu", "GPU", 7),
+                ("model", "Model", 0),
                 ("t", "Temp", 4),
                 ("mt", "Mem", 4),
                 ("sm", "SM MHz", 9),
@@ -249,6 +256,11 @@ class GpuTable(DiffTable):
     def show(self, tick: GpuTick, draggers: set[str]) -> None:
         rows: dict[str, list[Cell]] = {}
         multi_host = len({g.hostname for g in tick.gpus}) > 1
+        # several hosts: the GPU names its host in full; mixed models: a column says which is which
+        width = max((len(f"{g.hostname}:{g.gpu} sim") for g in tick.gpus if g.hostname), default=7)
+        width = width if multi_host else 7
+        mixed = len({g.model for g in tick.gpus}) > 1
+        self.set_widths({"gpu": min(width + 2, 28) if multi_host else 7, "model": 14 if mixed else 0})
         for g in tick.gpus:
             stale = g.source in tick.stale
             style = "dim" if stale else ""
@@ -263,6 +275,7 @@ class GpuTable(DiffTable):
             fb = fmt.num(None if g.fb_used_mib is None else g.fb_used_mib / 1024, 1)
             rows[g.key] = [
                 Text(("▶ " if g.key in draggers else "") + name, style="bold red" if g.key in draggers else style),
+                Text(_short_model(g.model), style=style),
                 Text(fmt.plain(g.temp_c, "C"), style=temp_style),
                 Text(fmt.plain(g.mem_temp_c, "C"), style=style),
                 Text(sm, style="bold red" if g.key in draggers else style),

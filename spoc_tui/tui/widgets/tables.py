@@ -50,6 +50,15 @@ class DiffTable(Widget):
         self._order: list[str] = []
         self._header: Strip | None = None
 
+    def set_widths(self, widths: dict[str, int]) -> None:
+        """Resize columns by key (0 hides one); redraws everything when a width changes."""
+        cols = [(k, label, widths.get(k, w)) for k, label, w in self._columns]
+        if cols != self._columns:
+            self._columns = cols
+            self._strips.clear()
+            self._header = None
+            self.refresh(layout=True)
+
     # -- data ------------------------------------------------------------------------------
     def sync(self, rows: dict[str, list[Cell]]) -> None:
         """Show exactly ``rows`` (key -> cells), redrawing only rows that changed."""
@@ -87,7 +96,7 @@ class DiffTable(Widget):
         return 1 + len(self._order)
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
-        return sum(w + PAD for _, _, w in self._columns)
+        return sum(w + PAD for _, _, w in self._columns if w)
 
     def on_resize(self) -> None:
         self._strips.clear()
@@ -97,6 +106,8 @@ class DiffTable(Widget):
         text = Text(no_wrap=True, overflow="crop", end="")
         text.append("\u00a0")  # a no-break space: SVG screenshots would drop a leading blank
         for (_, _, width), cell in zip(self._columns, cells):
+            if not width:
+                continue
             t = cell if isinstance(cell, Text) else Text(str(cell))
             t = t.copy()
             t.truncate(width, overflow="ellipsis", pad=True)
