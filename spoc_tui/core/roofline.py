@@ -137,6 +137,7 @@ def of_view(v: EngineView, gpu: GpuSpec | None, no_gpu: str = "GPU unknown") -> 
         v.steps_rate,
         v.tokens_per_step,
         gpu,
+        no_gpu,
     )
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from spoc_tui.core.presets import GPUS, gpu_for_model_name
 from spoc_tui.core.promparse import parse_text as parse
-from spoc_tui.core.roofline import MFU_FLAG, OVERHEAD_BELOW, reading, si, summary
+from spoc_tui.core.roofline import MFU_FLAG, OVERHEAD_BELOW, of_view, reading, si, summary
 from spoc_tui.core.vllm import Scrape, replicas_view, server_view
 from spoc_tui.sim.exposition import vllm_metrics
 from tests.unit.test_sim_engine import drive, make, req
@@ -163,3 +163,13 @@ def test_si():
     assert si(3.12e14, "FLOP/s") == "312 TFLOP/s"
     assert si(2.1e12, "B/s") == "2.1 TB/s"
     assert si(None, "B/s") == "n/a"
+
+
+def test_why_there_is_no_peak_is_passed_through():
+    from spoc_tui.core.vllm import EngineView
+
+    v = EngineView("", None, None, {}, None, None, None, None, None, None, None, None, {}, None, {}, "10s")
+    v = EngineView(
+        **{**{f: getattr(v, f) for f in v.__dataclass_fields__}, "flops_per_gpu_rate": 1e12, "steps_rate": 5.0}
+    )
+    assert of_view(v, None, "mixed GPUs").why == "mixed GPUs: absolute figures only"
