@@ -76,7 +76,7 @@ def vllm_bench(url: str, conc: int, prompts: int, out: Path) -> dict[str, float]
     return res
 
 
-async def spoc(url: str, conc: int, out: Path, tokenizer: bool) -> dict[str, float]:
+async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: float | None = None) -> dict[str, float]:
     prof_path = out / "flat.toml"
     out.mkdir(parents=True, exist_ok=True)
     prof_path.write_text(PROFILE)
@@ -90,6 +90,7 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool) -> dict[str, flo
         warmup_s=5.0,
         max_step_s=SECONDS,
         tokenizer=str(MODEL) if tokenizer else None,
+        spawn_rate=spawn_rate,
     )
     result = await run_ramp(cfg)
     s = result.steps[-1]
@@ -138,6 +139,11 @@ def main() -> None:
             runs["vllm bench serve"] = vllm_bench(url, conc, prompts, work / f"bench-{conc}")
             runs["spoc ramp"] = asyncio.run(spoc(url, conc, work / f"spoc-{conc}", False))
             runs["spoc ramp --tokenizer"] = asyncio.run(spoc(url, conc, work / f"spoc-tok-{conc}", True))
+            # vllm bench starts all its streams at once, and with fixed lengths they stay in step:
+            # the same arrival pattern from spoc (all users at once) separates workload from client
+            runs["spoc --spawn-rate 1000"] = asyncio.run(
+                spoc(url, conc, work / f"spoc-burst-{conc}", False, spawn_rate=1000.0)
+            )
             runs["vllm bench serve (repeat)"] = vllm_bench(url, conc, prompts, work / f"bench2-{conc}")
             report(conc, runs)
     finally:

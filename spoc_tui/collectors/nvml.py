@@ -106,7 +106,9 @@ class NvmlCollector:
             self._started = False
 
     @staticmethod
-    def _try(fn: Callable[..., Any], *args: Any) -> Any:
+    def _try(fn: Callable[..., Any] | None, *args: Any) -> Any:
+        if fn is None:  # a function this nvidia-ml-py does not have
+            return None
         try:
             return fn(*args)
         except Exception:
@@ -155,7 +157,8 @@ class NvmlCollector:
                 "sm_mhz": self._try(n.nvmlDeviceGetClockInfo, h, 1),
                 "sm_max_mhz": meta["sm_max_mhz"],
                 "power_mw": self._try(n.nvmlDeviceGetPowerUsage, h),
-                "energy_mj": self._try(n.nvmlDeviceGetTotalEnergyConsumption, h),
+                # added in NVML 5xx; an older nvidia-ml-py has no such function: read None
+                "energy_mj": self._try(getattr(n, "nvmlDeviceGetTotalEnergyConsumption", None), h),
                 "power_limit_mw": self._try(n.nvmlDeviceGetEnforcedPowerLimit, h),
                 "util_gpu": getattr(util, "gpu", None),
                 "fb_used": getattr(mem, "used", None),

@@ -37,7 +37,7 @@ def test_config_file_errors(tmp_path):
         (["monitor", "--config", "/nonexistent.toml"], "does not exist"),
         (["inspect", "x.txt", "--interval", "-1"], "--interval must be"),
         (["sim", "--gpu", "v100"], "unknown GPU"),
-        (["demo", "--scenario", "chaos"], "unknown scenario"),
+        (["demo", "--scenario", "chaos"], "'chaos' is not one of"),
         # bad input that once got through (one line, exit 2, never a traceback)
         (["monitor", "--url", "http://[::1", "--no-nvml"], "not a valid URL"),
         (["monitor", "--url", "http://127.0.0.1:99999", "--no-nvml"], "not a valid URL"),

@@ -86,6 +86,10 @@ def test_violation_counters_give_percent_of_window():
     assert sorted(idle)[len(idle) // 2] < 5
 
 
+def _energy_not_supported(self, h):
+    raise _FakeNvmlFromTrace.NVMLError("Not Supported")  # the trace did not record it
+
+
 class _FakeNvmlFromTrace:
     """pynvml's API answered from the recorded H100 trace (what the real library returned)."""
 
@@ -157,6 +161,8 @@ class _FakeNvmlFromTrace:
     def nvmlDeviceGetPciInfo(self, h):
         raise self.NVMLError("Not Supported")
 
+    nvmlDeviceGetTotalEnergyConsumption = _energy_not_supported
+
 
 def test_nvml_collector_on_recorded_trace():
     fake = _FakeNvmlFromTrace(FIX / "h100_nvml_trace.jsonl")
@@ -168,6 +174,13 @@ def test_nvml_collector_on_recorded_trace():
     assert s.throttle_reasons == ["sw_power_cap"]
     assert s.sm_clock_max_mhz == 1980
     assert s.pci_bus_id is None  # a failing call reads None, the rest still works
+    assert s.energy_j is None
+    del _FakeNvmlFromTrace.nvmlDeviceGetTotalEnergyConsumption  # an nvidia-ml-py without it
+    try:
+        (s,) = col.read()
+        assert s.energy_j is None and s.power_w is not None
+    finally:
+        _FakeNvmlFromTrace.nvmlDeviceGetTotalEnergyConsumption = _energy_not_supported
     col.stop()
 
 
