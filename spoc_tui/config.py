@@ -49,6 +49,9 @@ class Settings:
     """Price of one GPU-hour: the monitor shows the cost per million output tokens."""
     trace_dir: str | None = None
     """The first server's torch_profiler_dir (on this host), for profiling from the Load screen."""
+    sla: str | None = None
+    """Latency limits (``ttft_p99<=2s,itl_p99<=100ms``): latency cells and the verdict are judged
+    against them."""
     tune_launch: str | None = None
     """Launch command the Tune screen starts with (``spoc demo``: the simulator)."""
 
@@ -66,6 +69,13 @@ class Settings:
                 raise ConfigError(str(e)) from None
         if self.gpu_cost_per_hour is not None and not 0 < self.gpu_cost_per_hour < 1e6:
             raise ConfigError(f"gpu_cost_per_hour must be a positive price, got {self.gpu_cost_per_hour:g}")
+        if self.sla:
+            from spoc_tui.core.loadmath import SlaError, parse_sla
+
+            try:
+                parse_sla(self.sla)
+            except SlaError as e:
+                raise ConfigError(f"sla: {e}") from None
         if self.tp_groups:
             from spoc_tui.core.gpu import parse_tp_groups
 

@@ -297,6 +297,13 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     help="Price of one GPU-hour: shows the cost per million output tokens.",
 )
 @click.option(
+    "--sla",
+    envvar="SPOC_SLA",
+    show_envvar=True,
+    default=None,
+    help="Latency limits to judge against, e.g. ttft_p99<=2s,itl_p99<=100ms: latency cells turn red past them.",
+)
+@click.option(
     "--trace-dir",
     envvar="SPOC_TRACE_DIR",
     show_envvar=True,

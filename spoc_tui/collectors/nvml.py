@@ -17,7 +17,7 @@ from typing import Any
 
 from spoc_tui.core.errors import EXIT_USAGE, SpocError
 from spoc_tui.core.files import FileReadError, read_text_bounded
-from spoc_tui.core.gpu import GpuSample, groups_from_processes, nvml_gpu, with_throttle_window
+from spoc_tui.core.gpu import GpuSample, ThrottleWindow, groups_from_processes, nvml_gpu
 
 _POLICIES = {
     "POWER": 0,
@@ -56,12 +56,12 @@ def load_pynvml() -> ModuleType:
 class NvmlCollector:
     """Reads every GPU through NVML. ``nvml`` may be any object with pynvml's API."""
 
-    def __init__(self, nvml: Any | None = None, source: str = "nvml") -> None:
+    def __init__(self, nvml: Any | None = None, source: str = "nvml", window_s: float = 60.0) -> None:
         self.nvml = nvml if nvml is not None else load_pynvml()
         self.source = source
         self._handles: list[Any] = []
         self._meta: list[dict[str, Any]] = []
-        self._prev: dict[str, tuple[float, GpuSample]] = {}
+        self.throttle = ThrottleWindow(window_s)
         self._started = False
 
     def start(self) -> None:
@@ -170,16 +170,9 @@ class NvmlCollector:
         return out
 
     def read(self) -> list[GpuSample]:
-        """Current samples, with "% of window throttled" against the previous read."""
+        """Current samples, with "% of window throttled" over the window."""
         now = time.monotonic()
-        samples = []
-        for reading, meta in self.read_raw():
-            s = nvml_gpu(reading, meta, self.source)
-            prev = self._prev.get(s.key)
-            s2 = with_throttle_window(s, prev[1] if prev else None, now - prev[0] if prev else None)
-            self._prev[s.key] = (now, s)
-            samples.append(s2)
-        return samples
+        return [self.throttle.add(now, nvml_gpu(reading, meta, self.source)) for reading, meta in self.read_raw()]
 
     def compute_pids(self) -> dict[int, list[int]]:
         n = self.nvml
@@ -213,8 +206,9 @@ class TraceReplay:
     the trace's own time stamps used for "% of window throttled".
     """
 
-    def __init__(self, path: str | Path, source: str = "nvml-trace") -> None:
+    def __init__(self, path: str | Path, source: str = "nvml-trace", window_s: float = 60.0) -> None:
         self.source = source
+        self.throttle = ThrottleWindow(window_s)
         self.meta: dict[str, Any] = {}
         self.rows: list[dict[str, Any]] = []
         try:
@@ -238,15 +232,12 @@ class TraceReplay:
         if not self.rows:
             raise NvmlError(f"--nvml-trace {path}: no samples")
         self._i = 0
-        self._prev: GpuSample | None = None
-        self._prev_t: float | None = None
+        self._laps = 0
 
     def read(self) -> list[GpuSample]:
         row = self.rows[self._i % len(self.rows)]
+        if self._i and self._i % len(self.rows) == 0:
+            self.throttle = ThrottleWindow(self.throttle.window_s)  # looped: the counters start again
         self._i += 1
         s = nvml_gpu(row, self.meta, self.source)
-        t = float(row.get("t", 0.0))
-        dt = None if self._prev_t is None else t - self._prev_t
-        out = with_throttle_window(s, self._prev, dt)
-        self._prev, self._prev_t = s, t
-        return [out]
+        return [self.throttle.add(float(row.get("t", 0.0)), s)]

@@ -17,7 +17,7 @@ import httpx
 
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, fetch
 from spoc_tui.core.errors import first_line
-from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
+from spoc_tui.core.gpu import GpuSample, ThrottleWindow, dcgm_gpus
 from spoc_tui.core.history import ScrapeHistory
 from spoc_tui.core.promparse import Exposition
 from spoc_tui.core.redact import redact_url
@@ -203,24 +203,23 @@ class DcgmPoller(_Poller):
     kind = "dcgm"
 
     def __init__(
-        self, urls: list[str], clock: Callable[[], float] = time.monotonic, client: httpx.AsyncClient | None = None
+        self,
+        urls: list[str],
+        clock: Callable[[], float] = time.monotonic,
+        client: httpx.AsyncClient | None = None,
+        window_s: float = 60.0,
     ) -> None:
         super().__init__(urls, clock, client)
         self.latest: dict[str, tuple[float, list[GpuSample]]] = {}
+        self.throttle = ThrottleWindow(window_s)
 
     async def poll(self, wait_s: float | None = None) -> GpuTick:
         good, changes = await self._read_due(wait_s)
         for url, res in good:
             t = self.clock()
-            prev = self.latest.get(url)
-            before = {g.key: g for g in prev[1]} if prev else {}
-            dt = t - prev[0] if prev else None
             self.latest[url] = (
                 t,
-                [
-                    with_throttle_window(g, before.get(g.key), dt)
-                    for g in dcgm_gpus(res.exposition, self.backoff.names[url])
-                ],
+                [self.throttle.add(t, g) for g in dcgm_gpus(res.exposition, self.backoff.names[url])],
             )
         statuses = self.backoff.status()
         stale = frozenset(self.backoff.names[u] for u in self.backoff.down() if u in self.latest)

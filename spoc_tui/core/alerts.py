@@ -28,7 +28,8 @@ def server_alerts(history: Sequence[tuple[float | None, float | None, float | No
     waits = [w for w, _, _ in recent]
     if len(waits) > SUSTAIN_SAMPLES and all(w is not None for w in waits):
         ws = [w for w in waits if w is not None]
-        if ws[-1] > 0 and all(b >= a for a, b in zip(ws, ws[1:])) and ws[-1] > ws[0]:
+        # the queue never empties and only grows: a request that waits one step (0 -> 1) is not it
+        if ws[0] > 0 and all(b >= a for a, b in zip(ws, ws[1:])) and ws[-1] > ws[0]:
             out.append(Alert("queue", "warning", f"queue keeps growing: {ws[0]:.0f} -> {ws[-1]:.0f} waiting"))
     kvs = [k for _, k, _ in recent[-SUSTAIN_SAMPLES:]]
     if len(kvs) == SUSTAIN_SAMPLES and all(k is not None and k >= KV_HIGH for k in kvs):

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.history import ScrapeHistory
 from spoc_tui.core.promparse import Exposition, Labels, is_sentinel
 from spoc_tui.core.stats import median
 
@@ -343,6 +344,25 @@ def nvml_gpu(reading: Mapping[str, object], meta: Mapping[str, object], source: 
 
 
 _POLICY_NAMES = {"low_utilization": "low_util"}
+
+
+class ThrottleWindow:
+    """ "% of window throttled" over the stated window: each GPU's cumulative violation counters
+    against its reading at least ``window_s`` old (until there is one, the oldest kept, so the
+    share is over a shorter span at first). Against the previous read alone, the share would
+    swing from 100 % to 0 within a few refreshes of a window that says 30 s."""
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        self.window_s = window_s
+        self._hist: dict[str, ScrapeHistory[GpuSample]] = {}
+
+    def add(self, t: float, sample: GpuSample) -> GpuSample:
+        h = self._hist.get(sample.key)
+        if h is None:
+            h = self._hist[sample.key] = ScrapeHistory(self.window_s)
+        h.window_s = self.window_s
+        base = h.add(t, sample)
+        return with_throttle_window(sample, base[1], t - base[0]) if base else sample
 
 
 def with_throttle_window(now: GpuSample, then: GpuSample | None, dt_s: float | None) -> GpuSample:

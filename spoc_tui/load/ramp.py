@@ -633,7 +633,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     status: RampEnd = "interrupted"
     stop_reason = ""
     poller = VllmPoller([cfg.url], window_s=max(1.0, cfg.step_limit_s), api_key=cfg.api_key)
-    dcgm = DcgmPoller(cfg.dcgm_urls) if cfg.dcgm_urls else None
+    dcgm = DcgmPoller(cfg.dcgm_urls, window_s=cfg.step_s) if cfg.dcgm_urls else None
     pump: asyncio.Task[None] | None = None
     try:
         kept = f"the folder's earlier results were moved to {writer.kept}/" if writer.kept else ""

@@ -9,19 +9,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from rich.text import Text
 from textual import on, work
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.screen import Screen
 from textual.worker import Worker, get_current_worker
 
 from spoc_tui.collectors.promql import PromQLPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.errors import InputError, SpocError, first_line
+from spoc_tui.core.events import EventLog
 from spoc_tui.core.gpu import GpuSample, analyse_groups
+from spoc_tui.core.loadmath import parse_sla
 from spoc_tui.core.presets import gpu_for_model_name, model_preset
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.snapshots import GpuTick, SourceStatus
@@ -42,6 +46,7 @@ from spoc_tui.tui.messages import (
     TuneFinished,
 )
 from spoc_tui.tui.screens.capacity import CapacityScreen
+from spoc_tui.tui.screens.confirm import ConfirmScreen
 from spoc_tui.tui.screens.help import HelpScreen
 from spoc_tui.tui.screens.load import LoadScreen
 from spoc_tui.tui.screens.monitor import MonitorScreen
@@ -61,7 +66,15 @@ class SpocApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "spoc-tui"
     SCREENS = {"help": HelpScreen}
-    BINDINGS = [Binding("ctrl+c", "quit", "Quit", show=False, priority=True)]
+    BINDINGS = [
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        # screen switches that work from anywhere, a text field included (letters go to fields)
+        Binding("f1", "push_screen('help')", "Help", show=False, priority=True),
+        Binding("f2", "monitor", "Monitor", show=False, priority=True),
+        Binding("f3", "load", "Load", show=False, priority=True),
+        Binding("f4", "tune", "Tune", show=False, priority=True),
+        Binding("f5", "capacity", "Capacity", show=False, priority=True),
+    ]
 
     def __init__(self, settings: Settings, sources: MonitorSources | None = None, start_workers: bool = True) -> None:
         super().__init__()
@@ -72,6 +85,9 @@ class SpocApp(App[int]):
         self.start_workers = start_workers
         self.paused = False
         self._groups_cache: tuple[float, list[list[int]]] | None = None
+        self.events = EventLog()
+        """What happened, for the monitor's Events panel: sources, throttling, ramps, studies."""
+        self.limits = parse_sla(settings.sla) if settings.sla else ()
 
     def title_text(self) -> str:
         s = self.settings
@@ -85,7 +101,9 @@ class SpocApp(App[int]):
         return f"spoc-tui · {target} · refresh {s.interval:g}s · window {s.window:g}s"
 
     def on_mount(self) -> None:
-        self.monitor = MonitorScreen(self.title_text(), self.settings.window, self.settings.gpu_cost_per_hour)
+        self.monitor = MonitorScreen(
+            self.title_text(), self.settings.window, self.settings.gpu_cost_per_hour, self.limits, self.events
+        )
         self.push_screen(self.monitor)
         if not self.start_workers:
             return
@@ -243,6 +261,15 @@ class SpocApp(App[int]):
             dcgm_urls=list(self.settings.dcgm_urls),
         )
         self.load_screen.set_running(True)
+        levels = (
+            ",".join(f"{u:g}" for u in cfg.rates) + " req/s"
+            if cfg.rates
+            else (
+                ",".join(str(u) for u in cfg.users) + " users" if cfg.users else f"knee search to {cfg.auto_max} users"
+            )
+        )
+        self.events.note("ramp", f"ramp started: {levels}, {cfg.step_s:g} s steps")
+        self._set_background()
         self._ramp_worker = self._run_ramp(cfg)
 
     @on(LoadScreen.StopRequested)
@@ -266,9 +293,22 @@ class SpocApp(App[int]):
         self.post_message(RampProgressed(progress))
 
     def on_ramp_progressed(self, message: RampProgressed) -> None:
-        self.load_screen.show_progress(message.progress)
+        p = message.progress
+        self.load_screen.show_progress(p)
+        if p.phase == "step_done" and p.steps:
+            last = p.steps[-1]
+            decision = last.decision
+            said = {"meets": "meets the SLA", "breaks": f"breaks the SLA ({last.verdict.get('broken_limit')})"}
+            self.events.note(
+                "ramp",
+                f"ramp step {len(p.steps)} at {p.level_text}: {said.get(decision, decision)} (n={last.requests})",
+                "warning" if decision == "breaks" else "info",
+            )
 
     def on_ramp_finished(self, message: RampFinished) -> None:
+        self._ramp_worker = None
+        self.events.note("ramp", f"ramp {message.message}", "info" if message.ok else "warning")
+        self._set_background()
         self.load_screen.show_finished(message.message, message.ok)
         self.notify(message.message, severity="information" if message.ok else "warning", timeout=8)
 
@@ -374,6 +414,8 @@ class SpocApp(App[int]):
         screen.prepare(cfg.objectives, cfg.limits, session.command)
         screen.set_running(True)
         self._tune_session = session
+        self.events.note("tune", f"study started: {cfg.trials} trials, results in {cfg.out_dir}")
+        self._set_background()
         self._run_tune(session)
 
     @on(TuneScreen.StopRequested)
@@ -407,10 +449,21 @@ class SpocApp(App[int]):
         self.post_message(TuneEvent(event))
 
     def on_tune_event(self, message: TuneEvent) -> None:
-        self.tune_screen.apply_event(message.event)
+        e = message.event
+        if isinstance(e, events.TrialDone):
+            r = e.record
+            self.events.note(
+                "tune",
+                f"trial #{r.number} {r.status}"
+                + ("" if r.feasible else " (misses the SLA)")
+                + f"; front of {len(e.front.records)}",
+            )
+        self.tune_screen.apply_event(e)
 
     def on_tune_finished(self, message: TuneFinished) -> None:
         self._tune_session = None
+        self.events.note("tune", f"study {message.message}", "info" if message.ok else "warning")
+        self._set_background()
         self.tune_screen.finished(message.message, message.ok)
         if message.status == "error":
             self.tune_screen.show_error(message.message)
@@ -427,10 +480,66 @@ class SpocApp(App[int]):
         path = self.save_screenshot(filename, path=str(folder))
         self.notify(f"screenshot saved: {Path(path)}", timeout=5)
 
+    def running_work(self) -> list[str]:
+        """What would be lost by quitting now."""
+        out = []
+        if self._ramp_worker is not None and self._ramp_worker.is_running:
+            out.append("a load ramp")
+        if self._tune_session is not None:
+            out.append("a tuning study")
+        return out
+
+    def _set_background(self) -> None:
+        work = self.running_work()
+        self.monitor.set_background(" and ".join(work) + " running" if work else "")
+
+    def action_monitor(self) -> None:
+        while len(self.screen_stack) > 2 and self.screen is not self.monitor:
+            self.pop_screen()
+        if self.screen is not self.monitor and len(self.screen_stack) > 1:
+            self.pop_screen()
+
     async def action_quit(self) -> None:
+        work = self.running_work()
+        if not work or isinstance(self.screen, ConfirmScreen):
+            self._quit_now()
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._quit_now()
+
+        self.push_screen(
+            ConfirmScreen(
+                f"{' and '.join(work).capitalize()} is running. Quit and stop it?\n"
+                "Finished steps and trials are kept on disk (a study can be resumed with ctrl+e)."
+            ),
+            answered,
+        )
+
+    def _quit_now(self) -> None:
         if self._tune_session is not None:
             self._tune_session.stop()  # its server stops; if we exit first, the server's guard stops it
         self.exit(0)
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        """Every app action in the command palette (ctrl+p), not only Textual's defaults."""
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Monitor", "Back to the live monitor (F2)", self.action_monitor)
+        yield SystemCommand("Load ramp", "Step load up until the SLA breaks (l, F3)", self.action_load)
+        yield SystemCommand("Tune", "NSGA-II study over server flags (t, F4)", self.action_tune)
+        yield SystemCommand("Capacity", "KV-cache arithmetic and the fleet plan (c, F5)", self.action_capacity)
+        yield SystemCommand("Pause / resume", "Stop or restart refreshing (p)", self.action_toggle_pause)
+        yield SystemCommand(
+            "Chart span", "Cycle the charts over 1, 5, 15, 60 min (w)", self.monitor.action_chart_window
+        )
+        yield SystemCommand("Screenshot", "Save an SVG of the screen to the data folder (F8)", self.action_screenshot)
+        yield SystemCommand("Help", "Keys and how the figures are computed (?, F1)", lambda: self.push_screen("help"))
+        if self.running_work():
+            if self._ramp_worker is not None:
+                yield SystemCommand("Stop ramp", "Stop the running load ramp (finished steps are kept)", self.stop_ramp)
+            if self._tune_session is not None:
+                yield SystemCommand("Stop study", "Stop the running study (trials are kept)", self.stop_tune)
 
 
 def run_monitor(settings: Settings, sources: MonitorSources | None = None) -> int:

@@ -53,12 +53,12 @@ def build_sources(settings: Settings) -> MonitorSources:
     if settings.vllm_urls and not settings.prometheus_url:
         src.vllm = VllmPoller(settings.vllm_urls, settings.window, settings.api_key)
     if settings.dcgm_urls:
-        src.dcgm = DcgmPoller(settings.dcgm_urls)
+        src.dcgm = DcgmPoller(settings.dcgm_urls, window_s=settings.window)
     if settings.nvml_trace:
-        src.gpu_readers.append(TraceReplay(settings.nvml_trace))
+        src.gpu_readers.append(TraceReplay(settings.nvml_trace, window_s=settings.window))
     elif settings.nvml is not False:
         try:
-            col = NvmlCollector()
+            col = NvmlCollector(window_s=settings.window)
             col.start()
             src.gpu_readers.append(col)
             src.find_groups = col.find_tp_groups

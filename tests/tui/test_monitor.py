@@ -6,7 +6,12 @@ from tests.tui.helpers import gpu_tick, make_app, no_gpu, server_tick, settings
 SIZES = [(80, 24), (160, 48)]
 
 
+FIXED = 1_795_000_000.0
+"""The monitor's clock in snapshots: event times and charts read the same on every run."""
+
+
 def _connected(app):
+    app.monitor.clock = lambda: FIXED
     app.post_message(ServersSampled(server_tick()))
     app.post_message(gpu_tick())
 
@@ -28,6 +33,7 @@ def test_snapshot_connected(snap_compare, size):
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_source_down(snap_compare, size):
     async def run_before(pilot):
+        pilot.app.monitor.clock = lambda: FIXED
         pilot.app.post_message(ServersSampled(server_tick()))
         await _settle(pilot)
         pilot.app.post_message(ServersSampled(server_tick(up=False)))
@@ -40,6 +46,7 @@ def test_snapshot_source_down(snap_compare, size):
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_no_gpu(snap_compare, size):
     async def run_before(pilot):
+        pilot.app.monitor.clock = lambda: FIXED
         pilot.app.post_message(ServersSampled(server_tick()))
         pilot.app.post_message(no_gpu())
         await _settle(pilot)
@@ -234,6 +241,7 @@ async def test_fleet_view_names_the_lagging_replica_and_the_shed_load():
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_fleet(snap_compare, size):
     async def run_before(pilot):
+        pilot.app.monitor.clock = lambda: FIXED
         pilot.app.post_message(ServersSampled(fleet_tick()))
         await _settle(pilot)
 

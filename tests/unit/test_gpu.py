@@ -75,7 +75,7 @@ def test_nvml_trace_power_capped_burn():
 
 
 def test_violation_counters_give_percent_of_window():
-    rep = TraceReplay(FIX / "h100_nvml_bursts.jsonl")
+    rep = TraceReplay(FIX / "h100_nvml_bursts.jsonl", window_s=1.0)
     out = []
     for row in rep.rows:
         (s,) = rep.read()
@@ -84,6 +84,28 @@ def test_violation_counters_give_percent_of_window():
     idle = [p["power"] for ph, p in out[5:] if ph == "idle" and p and "power" in p]
     assert max(burn) > 80
     assert sorted(idle)[len(idle) // 2] < 5
+
+
+def test_throttle_share_follows_the_stated_window_not_the_last_read():
+    """Bursts of ~8 s power capping every ~13 s: over a 30 s window the share stays near the
+    duty cycle instead of flipping between 100 % and 0 at each phase change (issue #20)."""
+    rows = TraceReplay(FIX / "h100_nvml_bursts.jsonl").rows
+    rep = TraceReplay(FIX / "h100_nvml_bursts.jsonl", window_s=30.0)
+    shares = []
+    for row in rows:
+        (s,) = rep.read()
+        if row["t"] >= 35:  # a full window behind it
+            shares.append((row["t"], s.throttled_pct["power"]))
+    assert shares
+    for t, pct in shares:
+        # the truth: capped nanoseconds over the newest reading at least 30 s old
+        base = max((r for r in rows if t - r["t"] >= 30), key=lambda r: r["t"])
+        now = next(r for r in rows if r["t"] == t)
+        want = (now["violations"]["POWER"]["violation_ns"] - base["violations"]["POWER"]["violation_ns"]) / (
+            (t - base["t"]) * 1e9
+        )
+        assert pct == pytest.approx(100 * want, abs=0.01)
+        assert 40 < pct < 75  # the duty cycle, in every sample, burn or idle
 
 
 def _energy_not_supported(self, h):

@@ -21,6 +21,7 @@ from spoc_tui.core.capacity import CapacityError
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.fleetplan import PlanError, plan_from_ramp, plan_text
 from spoc_tui.core.presets import GPUS, MODELS, PresetError
+from spoc_tui.tui.widgets.fields import Field
 
 
 def _int(text: str) -> int | None:
@@ -29,6 +30,9 @@ def _int(text: str) -> int | None:
 
 
 class CapacityScreen(Screen[None]):
+    AUTO_FOCUS = None
+    """No field takes the keys when the screen opens: Tab (or a click) to edit, Esc to leave."""
+
     BINDINGS = [Binding("m,escape", "app.pop_screen", "Monitor"), Binding("f8", "app.screenshot", "Screenshot")]
 
     DEFAULT_CSS = """
@@ -56,14 +60,14 @@ class CapacityScreen(Screen[None]):
                 yield Label("GPU")
                 yield Select([(g, g) for g in GPUS], value="h100-80gb", allow_blank=False, id="gpu")
                 yield Label("TP")
-                yield Input("1", id="tp", restrict=r"[0-9]*")
+                yield Field("1", id="tp", restrict=r"[0-9]*")
             with Horizontal():
                 yield Label("max len")
-                yield Input("", placeholder="model", id="max_len", restrict=r"[0-9]*")
+                yield Field("", placeholder="model", id="max_len", restrict=r"[0-9]*")
                 yield Label("avg context")
-                yield Input("", placeholder="max len", id="avg", restrict=r"[0-9]*")
+                yield Field("", placeholder="max len", id="avg", restrict=r"[0-9]*")
                 yield Label("GPU util")
-                yield Input("0.9", id="util", restrict=r"[0-9.]*")
+                yield Field("0.9", id="util", restrict=r"[0-9.]*")
             with Horizontal():
                 yield Label("KV dtype")
                 yield Select([("auto", "auto"), ("fp8", "fp8")], value="auto", allow_blank=False, id="kv")
@@ -75,13 +79,13 @@ class CapacityScreen(Screen[None]):
                     id="weights",
                 )
                 yield Label("block")
-                yield Input("16", id="block", restrict=r"[0-9]*")
+                yield Field("16", id="block", restrict=r"[0-9]*")
             yield Static("", id="result")
             with Horizontal(id="plan-form"):
                 yield Label("plan for users")
-                yield Input("1000", id="plan_users", restrict=r"[0-9]*")
+                yield Field("1000", id="plan_users", restrict=r"[0-9]*")
                 yield Label("headroom")
-                yield Input("0.2", id="headroom", restrict=r"[0-9.]*")
+                yield Field("0.2", id="headroom", restrict=r"[0-9.]*")
             yield Static("", id="plan")
         yield Footer()
 

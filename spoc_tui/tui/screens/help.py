@@ -14,12 +14,30 @@ HELP_TEXT = """\
 | key | action |
 |---|---|
 | `p` | pause / resume refreshing (the last data stays) |
-| `c` | the Capacity screen: KV-cache arithmetic, prefilled from this server (`m` or `Esc` back) |
-| `l` | the Load screen: run a ramp against this server (`m` or `Esc` back; the ramp keeps running); `F6` there profiles the running step |
-| `t` | the Tune screen: an NSGA-II study over server flags, the Pareto front live (`m` or `Esc` back; the study keeps running) |
+| `w` | the charts' span: 1, 5, 15 or 60 minutes |
+| `l` / `F3` | the Load screen: run a ramp against this server (the ramp keeps running when you leave); `F6` there profiles the running step |
+| `t` / `F4` | the Tune screen: an NSGA-II study over server flags, the Pareto front live (the study keeps running) |
+| `c` / `F5` | the Capacity screen: KV-cache arithmetic and the fleet plan, prefilled from this server |
+| `m`, `Esc` / `F2` | back to the monitor |
+| `ctrl+r`, `ctrl+x` | start, stop a ramp or study (also from inside a field) |
+| `Tab`, `Esc` | into a form field, out of it (letters are typed into a field only while you edit it) |
+| `ctrl+p` | the command palette: every action above by name |
 | `F8` | save a screenshot (SVG) to the data folder |
-| `?` | this help |
-| `q` | quit |
+| `?` / `F1` | this help |
+| `q` | quit (asks first while a ramp or study runs) |
+
+**Verdict** (under the servers): the first that holds of *down*, *throttled* (a GPU of the server
+throttles), *KV-bound* (KV cache ≥ 90 % or preemptions), *queue-bound* (requests wait in each of the
+last 5 refreshes with the KV cache below 90 %), *SLA broken*, *idle*, *healthy*. With `--sla` (or
+`sla` in the config) latency cells turn red past a limit and green within it; a percentile with too
+few observations behind it (dim italic) is not judged.
+
+**Charts**: requests, KV cache, tokens/s, TTFT and ITL p99 (the dashed red line is the SLA), and per
+GPU SM clock, temperature (line: slowdown) and power (line: the limit), from 0 on a round scale.
+Gaps are times without data (a source down).
+
+**Events**: sources down and back, server restarts, preemption bursts, the KV cache filling,
+throttling episodes (one per episode, ended after 10 s without throttling) and ramp and study steps.
 
 **Servers**: *Run* requests in the batch, *Wait* queued, *KV* cache use, *Prefix* prefix-cache
 hit rate over the window, *Preempt* total and per second, *In t/s* and *Out t/s* prompt and

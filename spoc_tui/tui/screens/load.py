@@ -28,6 +28,7 @@ from spoc_tui.load.profiles import Profile, builtin_names, load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
 from spoc_tui.load.report import KneeTone, check_lines, knee_sentence, step_cells, verdict, verdict_text
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
+from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 
 _DECISION_STYLE = {"meets": "green", "breaks": "bold red", "inconclusive": "yellow"}
@@ -88,10 +89,14 @@ PROFILE_HINT = (
 class LoadScreen(Screen[None]):
     """Start/stop a ramp against the monitored server; the monitor is one key away (m)."""
 
+    AUTO_FOCUS = None
+    """No field takes the keys when the screen opens: Tab (or a click) to edit, Esc to leave."""
+
     BINDINGS = [
         Binding("m,escape", "app.pop_screen", "Monitor"),
-        Binding("ctrl+r", "start", "Start ramp"),
-        Binding("ctrl+x", "stop", "Stop ramp"),
+        # ctrl keys work from a field too (Input would take ctrl+x as "cut")
+        Binding("ctrl+r", "start", "Start ramp", priority=True),
+        Binding("ctrl+x", "stop", "Stop ramp", priority=True),
         Binding("f6", "profile", "Profile step", priority=True),
         Binding("f8", "app.screenshot", "Screenshot"),
     ]
@@ -146,14 +151,14 @@ class LoadScreen(Screen[None]):
                 yield Label("profile")
                 yield Select([(n, n) for n in builtin_names()], value=DEFAULT_PROFILE, allow_blank=False, id="profile")
                 yield Label("users")
-                yield Input(DEFAULT_USERS, id="users", tooltip="1,2,4 · geom:1:64 · auto[:MAX] · rate:1,2,4 (req/s)")
+                yield Field(DEFAULT_USERS, id="users", tooltip="1,2,4 · geom:1:64 · auto[:MAX] · rate:1,2,4 (req/s)")
                 yield Label("step s")
-                yield Input(f"{RampConfig.step_s:g}", id="step", restrict=r"[0-9.]*")
+                yield Field(f"{RampConfig.step_s:g}", id="step", restrict=r"[0-9.]*")
                 yield Label("warm-up s")
-                yield Input(f"{RampConfig.warmup_s:g}", id="warmup", restrict=r"[0-9.]*")
+                yield Field(f"{RampConfig.warmup_s:g}", id="warmup", restrict=r"[0-9.]*")
             with Horizontal(id="form2", classes="-row"):
                 yield Label("SLA")
-                yield Input(DEFAULT_SLA, id="sla")
+                yield Field(DEFAULT_SLA, id="sla")
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
                 yield Button("Start (ctrl+r)", id="start", variant="success", disabled=self.url is None)
@@ -222,6 +227,7 @@ class LoadScreen(Screen[None]):
         if request is None:
             return
         self.total_steps = len(request.users) or len(request.rates) or None  # a knee search: as many as it takes
+        self.set_focus(None)  # out of the field: the screen's keys work while the ramp runs
         self.post_message(request)
 
     def action_profile(self) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
+from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical, VerticalScroll
+from textual.binding import Binding
+from textual.containers import Grid, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
@@ -15,11 +19,15 @@ from textual.widgets import Footer, Static
 from spoc_tui.core import fmt
 from spoc_tui.core.alerts import Alert, gpu_alerts, server_alerts, shed_alerts
 from spoc_tui.core.energy import EnergyMeter
+from spoc_tui.core.events import EventDetector, EventLog
 from spoc_tui.core.fleet import lagging, waiting_per_replica
-from spoc_tui.core.gpu import TpGroupReport
+from spoc_tui.core.gpu import GpuSample, TpGroupReport
+from spoc_tui.core.loadmath import Limit
 from spoc_tui.core.roofline import gpu_of
+from spoc_tui.core.series import WINDOWS_S, SeriesStore
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
-from spoc_tui.core.vllm import EngineView
+from spoc_tui.core.verdict import Verdict, verdict
+from spoc_tui.core.vllm import EngineView, ServerView
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
 from spoc_tui.tui.widgets.panels import (
     ChangedStatic,
@@ -29,7 +37,29 @@ from spoc_tui.tui.widgets.panels import (
     ServerTable,
     StatusLine,
     TpPanel,
+    short_source,
 )
+from spoc_tui.tui.widgets.timechart import PALETTE, Line, TimeChart, span_text
+
+_VERDICT_STYLE = {"ok": "green", "warning": "bold yellow", "error": "bold red"}
+_EVENT_STYLE = {"info": "", "warning": "yellow", "error": "red"}
+
+
+def _host(url: str) -> str:
+    try:
+        return urlsplit(url if "://" in url else "http://" + url).hostname or ""
+    except ValueError:
+        return ""
+
+
+def _ms(v: float) -> str:
+    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+
+
+def _n(v: float) -> str:
+    if v >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    return f"{v / 1000:.3g}k" if v >= 1000 else f"{v:.3g}"
 
 
 class MonitorScreen(Screen[None]):
@@ -40,13 +70,33 @@ class MonitorScreen(Screen[None]):
         ("l", "app.load", "Load ramp"),
         ("c", "app.capacity", "Capacity"),
         ("t", "app.tune", "Tune"),
+        # w and F8 stay out of the footer so that q Quit fits at 80 columns (both are in ? and ctrl+p)
+        Binding("w", "chart_window", "Chart span", show=False),
         ("question_mark", "app.push_screen('help')", "Help"),
-        ("f8", "app.screenshot", "Screenshot"),
+        Binding("f8", "app.screenshot", "Screenshot", show=False),
         ("q", "app.quit", "Quit"),
     ]
 
-    def __init__(self, title: str, window_s: float, gpu_cost_per_hour: float | None = None) -> None:
+    def __init__(
+        self,
+        title: str,
+        window_s: float,
+        gpu_cost_per_hour: float | None = None,
+        limits: tuple[Limit, ...] = (),
+        events: EventLog | None = None,
+    ) -> None:
         super().__init__()
+        self.limits = limits
+        self.clock: Callable[[], float] = time.time
+        """Wall-clock seconds for the events and charts (tests pin it)."""
+        self.events = events if events is not None else EventLog()
+        self.detector = EventDetector()
+        self.series = SeriesStore()
+        self.span_s = WINDOWS_S[1]
+        self._waits: dict[str, deque[float | None]] = {}
+        self._events_drawn = -1
+        self.background = ""
+        """What runs in the background (a ramp, a study), shown in the title."""
         self.energy = EnergyMeter(window_s)
         self.gpu_cost_per_hour = gpu_cost_per_hour
         self.title_text = title
@@ -64,7 +114,9 @@ class MonitorScreen(Screen[None]):
         yield Static(self.title_text, id="title")
         with VerticalScroll(id="body"):
             with Vertical(id="servers-panel", classes="panel"):
+                yield ChangedStatic("", id="server-info")
                 yield ServerTable(id="servers")
+                yield ChangedStatic("", id="verdicts")
                 yield ChangedStatic("", id="spec")
             with Vertical(id="latency-panel", classes="panel"):
                 yield LatencyTable(id="latency")
@@ -76,6 +128,17 @@ class MonitorScreen(Screen[None]):
                 yield ChangedStatic("", id="efficiency")
             with Vertical(id="tp-panel", classes="panel"):
                 yield TpPanel(id="tp")
+            with Vertical(id="events-panel", classes="panel"):
+                yield ChangedStatic("", id="events")
+            with Grid(id="charts"):
+                yield TimeChart("Requests", _n, id="c-requests")
+                yield TimeChart("KV cache", lambda v: f"{v:.0f}%", y_max=100.0, id="c-kv")
+                yield TimeChart("Tokens/s", _n, id="c-tokens")
+                yield TimeChart("TTFT p99", _ms, id="c-ttft")
+                yield TimeChart("ITL p99", _ms, id="c-itl")
+                yield TimeChart("SM MHz", lambda v: f"{v:.0f}", id="c-clock")
+                yield TimeChart("GPU °C", lambda v: f"{v:.0f}", id="c-temp")
+                yield TimeChart("GPU W", lambda v: f"{v:.0f}", id="c-power")
         yield StatusLine(id="status")
         yield Footer()
 
@@ -90,6 +153,13 @@ class MonitorScreen(Screen[None]):
         self.efficiency = self.query_one("#efficiency", ChangedStatic)
         self.spec = self.query_one("#spec", ChangedStatic)
         self.spec.display = False
+        self.server_info = self.query_one("#server-info", ChangedStatic)
+        self.verdicts = self.query_one("#verdicts", ChangedStatic)
+        self.events_view = self.query_one("#events", ChangedStatic)
+        self.events_panel = self.query_one("#events-panel")
+        self.events_panel.border_title = "Events"
+        self.charts = self.query_one("#charts", Grid)
+        self.latency.limits = self.limits
         self.efficiency.display = False
         self.servers_panel = self.query_one("#servers-panel")
         self.latency_panel = self.query_one("#latency-panel")
@@ -104,8 +174,30 @@ class MonitorScreen(Screen[None]):
         self.gpu_note.display = False
         self._draw_tp()
         self._draw_status()
+        self._draw_events()
+        self._draw_charts()
         # "stale N s" and "retry in N s" count every second, not only when a tick arrives
         self.set_interval(1.0, self._draw_status)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit_charts)
+
+    def _fit_charts(self) -> None:
+        """Charts take the rows the panels leave (the terminal's size, not a fixed height): two
+        to four per row by width, at least 7 rows each (below the fold at 80x24, scrolled to)."""
+        if not self.ready:
+            return
+        body = self.query_one("#body")
+        width = body.size.width
+        cols = 4 if width >= 156 else 3 if width >= 108 else 2
+        n = len(self.charts.children)
+        rows = math.ceil(n / cols)
+        used = sum(w.outer_size.height for w in body.children if w is not self.charts and w.display)
+        height = max(rows * 7, body.size.height - used)
+        if self.charts.styles.grid_size_columns != cols:
+            self.charts.styles.grid_size_columns = cols
+        if self.charts.styles.height is None or self.charts.styles.height.value != height:
+            self.charts.styles.height = height
 
     # -- message handlers ---------------------------------------------------------------
     def apply_servers(self, msg: ServersSampled) -> None:
@@ -115,8 +207,13 @@ class MonitorScreen(Screen[None]):
         self._vllm = tick
         for s in tick.statuses:
             self._statuses[s.source] = s
+        now = self.clock()
+        self.events.extend(self.detector.servers(tick, now))
+        self._record_servers(tick, now)
         with self.app.batch_update():
             self.servers.show(tick)
+            self._draw_info()
+            self._draw_verdicts()
             view = tick.total if tick.total is not None else (tick.servers[0].total if tick.servers else None)
             if view is not None:
                 stale = tick.total is None and bool(tick.servers) and tick.servers[0].source in tick.stale
@@ -136,6 +233,184 @@ class MonitorScreen(Screen[None]):
             self._draw_spec()
             self._draw_tp()
             self._draw_status()
+            self._draw_events()
+            self._draw_charts()
+        self._fit_charts()
+
+    def _record_servers(self, tick: VllmTick, now: float) -> None:
+        view = self._fleet_view()
+        live = view is not None and not (tick.total is None and tick.servers and tick.servers[0].source in tick.stale)
+        v = view if live else None
+        add = self.series.add
+        add("running", now, v.running if v else None)
+        add("waiting", now, v.waiting if v else None)
+        add("kv", now, None if v is None or v.kv_cache_usage is None else v.kv_cache_usage * 100)
+        add("out", now, v.generation_tokens_rate if v else None)
+        add("in", now, v.prompt_tokens_rate if v else None)
+        add("ttft", now, v.latency["ttft"].p99 if v else None)
+        add("itl", now, v.latency["itl"].p99 if v else None)
+        for server in tick.servers:
+            w = self._waits.setdefault(server.source, deque(maxlen=5))
+            w.append(None if server.source in tick.stale else server.total.waiting)
+
+    def _draw_info(self) -> None:
+        """What is served: model, engine version and the KV cache it was given."""
+        tick = self._vllm
+        if tick is None or not tick.servers:
+            return
+        parts: list[str] = []
+        seen: set[tuple[str, ...]] = set()
+        for server in tick.servers:
+            key = (", ".join(server.model_names), server.engine_version)
+            if key in seen:
+                continue
+            seen.add(key)
+            cc = server.cache_config
+            kv = ""
+            if cc.get("kv_cache_size_tokens") not in (None, "None"):
+                kv = f" · KV {float(cc['kv_cache_size_tokens']):,.0f} tokens"
+            elif cc.get("num_gpu_blocks") not in (None, "None") and cc.get("block_size") not in (None, "None"):
+                kv = f" · KV {float(cc['num_gpu_blocks']) * float(cc['block_size']):,.0f} tokens"
+            if cc.get("kv_cache_max_concurrency") not in (None, "None"):
+                kv += f" (max {float(cc['kv_cache_max_concurrency']):,.0f} full-length requests)"
+            if cc.get("enable_prefix_caching") == "True":
+                kv += " · prefix caching"
+            version = f"vLLM {server.engine_version}" if server.engine_version else "vLLM version n/a"
+            parts.append(f"{key[0] or 'model n/a'} · {version}{kv}")
+        n = len(tick.servers)
+        text = "; ".join(parts) + (f" · {n} replicas" if n > 1 else "")
+        self.server_info.show_text(Text(text, style="dim"))
+
+    def _server_gpus(self, server: ServerView) -> list[GpuSample]:
+        """The GPUs that serve ``server``: all of them with one server, else those on its host."""
+        gpus = list(self._gpus.gpus) if self._gpus is not None else []
+        if self._vllm is None or len(self._vllm.servers) <= 1:
+            return gpus
+        host = _host(server.source)
+        return [g for g in gpus if g.hostname and g.hostname == host]
+
+    def verdicts_now(self) -> list[tuple[str, Verdict]]:
+        """One verdict per server: those that answered, then those that never did."""
+        out: list[tuple[str, Verdict]] = []
+        tick = self._vllm
+        known: set[str] = set()
+        throttling = self.detector.throttling()
+        for server in tick.servers if tick is not None else ():
+            known.add(server.source)
+            st = self._statuses.get(server.source)
+            down = None
+            if tick is not None and server.source in tick.stale:
+                down = (st.reason if st and st.reason else "no answer") + (
+                    f"; figures from {self.clock() - st.last_ok:.0f} s ago" if st and st.last_ok else ""
+                )
+            hot = [
+                f"GPU {g.gpu} {g.throttle_kind() or 'throttled'}"
+                for g in self._server_gpus(server)
+                if g.key in throttling
+            ]
+            waits = [w for w in self._waits.get(server.source, ()) if w is not None]
+            out.append(
+                (
+                    server.source,
+                    verdict(
+                        server.total, down=down, throttled=hot, limits=self.limits, waiting=min(waits, default=None)
+                    ),
+                )
+            )
+        for src, st in self._statuses.items():
+            if not st.up and src not in known and self._is_server(src):
+                out.append((src, Verdict("down", "error", (st.reason or "no answer") + "; never answered")))
+        return out
+
+    def _is_server(self, source: str) -> bool:
+        urls = getattr(self.app, "settings", None)
+        vllm = getattr(urls, "vllm_urls", []) or []
+        return any(source == u or source.startswith(u.rstrip("/")) for u in vllm)
+
+    def _draw_verdicts(self) -> None:
+        t = Text()
+        for i, (src, v) in enumerate(self.verdicts_now()):
+            if i:
+                t.append("\n")
+            t.append("● " if v.severity == "ok" else "▲ ", style=_VERDICT_STYLE[v.severity])
+            t.append(short_source(src) + " ", style="bold")
+            t.append(v.word, style=_VERDICT_STYLE[v.severity])
+            if v.reason:
+                t.append(": " + v.reason)
+        self.verdicts.show_text(t)
+
+    def _draw_events(self) -> None:
+        if self.events.added == self._events_drawn:
+            return
+        self._events_drawn = self.events.added
+        recent = self.events.recent(6)
+        t = Text()
+        if not recent:
+            t.append(
+                "nothing yet: throttling, restarts, preemption bursts, sources down/up, ramp and study steps", "dim"
+            )
+        for i, e in enumerate(reversed(recent)):
+            if i:
+                t.append("\n")
+            t.append(e.clock() + " ", style="dim")
+            t.append(e.text, style=_EVENT_STYLE.get(e.severity, ""))
+        total = len(self.events)
+        self._title(self.events_panel, f"Events (newest first, {total} kept)" if total > 6 else "Events")
+        self.events_view.show_text(t)
+
+    def action_chart_window(self) -> None:
+        """``w``: the charts' span cycles 1, 5, 15, 60 minutes."""
+        i = WINDOWS_S.index(self.span_s) if self.span_s in WINDOWS_S else 0
+        self.span_s = WINDOWS_S[(i + 1) % len(WINDOWS_S)]
+        self.notify(f"charts span the last {span_text(self.span_s)}", timeout=2)
+        self._draw_charts()
+
+    def _draw_charts(self) -> None:
+        if not self.ready:
+            return
+        now = self.clock()
+        since = now - self.span_s
+        pts = self.series.points
+
+        def chart(cid: str) -> TimeChart:
+            return self.query_one(f"#{cid}", TimeChart)
+
+        sla = {lim.key: lim.value for lim in self.limits}
+        chart("c-requests").show(
+            [Line("running", pts("running", since), "green"), Line("waiting", pts("waiting", since), "yellow")],
+            now,
+            self.span_s,
+        )
+        chart("c-kv").show([Line("KV", pts("kv", since), "magenta")], now, self.span_s)
+        chart("c-tokens").show(
+            [Line("out", pts("out", since), "green"), Line("in", pts("in", since), "cyan")], now, self.span_s
+        )
+        for cid, key in (("c-ttft", "ttft"), ("c-itl", "itl")):
+            limit = sla.get(f"{key}_p99")
+            chart(cid).show(
+                [Line("p99", pts(key, since), "cyan")],
+                now,
+                self.span_s,
+                ("SLA", limit) if limit else None,
+                note="" if self.limits else "no SLA set (--sla)",
+            )
+        gpus = list(self._gpus.gpus) if self._gpus is not None else []
+        multi = len({g.hostname for g in gpus}) > 1
+        limits = {
+            "temp": ("slowdown", gpus[0].slowdown_temp_c) if gpus and gpus[0].slowdown_temp_c else None,
+            "power": ("limit", gpus[0].power_limit_w) if gpus and gpus[0].power_limit_w else None,
+        }
+        for cid, kind in (("c-clock", "clock"), ("c-temp", "temp"), ("c-power", "power")):
+            lines = [
+                Line(
+                    (f"{g.hostname}:" if multi and g.hostname else "") + g.gpu,
+                    pts(f"{kind}:{g.key}", since),
+                    PALETTE[i % len(PALETTE)],
+                )
+                for i, g in enumerate(gpus[:8])
+            ]
+            note = "no GPU source" if not gpus else ""
+            chart(cid).show(lines, now, self.span_s, limits.get(kind), note=note)
 
     def _draw_spec(self) -> None:
         """Speculative decoding, shown only where the server exports its counters."""
@@ -161,6 +436,13 @@ class MonitorScreen(Screen[None]):
         live = [g for g in msg.tick.gpus if g.source not in msg.tick.stale]
         if live:
             self.energy.add(time.monotonic(), live)
+        now = self.clock()
+        self.events.extend(self.detector.gpus(msg.tick.gpus, msg.tick.stale, now))
+        for g in msg.tick.gpus:
+            up = g.source not in msg.tick.stale
+            self.series.add(f"clock:{g.key}", now, g.sm_clock_mhz if up else None)
+            self.series.add(f"temp:{g.key}", now, g.temp_c if up else None)
+            self.series.add(f"power:{g.key}", now, g.power_w if up else None)
         with self.app.batch_update():
             self.gpus.show(msg.tick, draggers)
             if self.gpus.display != bool(msg.tick.gpus):
@@ -174,6 +456,9 @@ class MonitorScreen(Screen[None]):
             self._draw_efficiency()
             self._draw_tp()
             self._draw_status()
+            self._draw_verdicts()
+            self._draw_events()
+            self._draw_charts()
 
     def _fleet_view(self) -> EngineView | None:
         """All replicas merged, or the one server's view."""
@@ -198,9 +483,13 @@ class MonitorScreen(Screen[None]):
 
     def apply_status(self, status: SourceStatus) -> None:
         self._statuses[status.source] = status
+        self.events.extend(self.detector.status(status, self.clock()))
         if not self.ready or not self.is_attached:
             return
         self._draw_status()
+        self._draw_verdicts()
+        self._draw_tp()
+        self._draw_events()
 
     def _draw_roofline(self) -> None:
         if self._vllm is None:
@@ -224,7 +513,12 @@ class MonitorScreen(Screen[None]):
         return "lifetime" if w == "lifetime" else f"last {w}"
 
     def _draw_tp(self) -> None:
-        alerts = server_alerts(list(self._server_hist))
+        alerts = [
+            Alert(f"down:{src}", "error", f"{short_source(src)} is down: {v.reason}")
+            for src, v in self.verdicts_now()
+            if v.word == "down"
+        ]
+        alerts += server_alerts(list(self._server_hist))
         if self._vllm is not None:
             tick = self._vllm
             alerts += [
@@ -237,7 +531,13 @@ class MonitorScreen(Screen[None]):
         self.tp.show(self._groups, alerts, None)
 
     def _draw_status(self) -> None:
-        self.status.show(list(self._statuses.values()), self.paused)
+        self.status.show(list(self._statuses.values()), self.paused, self.background)
+
+    def set_background(self, text: str) -> None:
+        """A ramp or study running behind the monitor (empty: none)."""
+        self.background = text
+        if self.ready:
+            self._draw_status()
 
     def set_paused(self, paused: bool) -> None:
         self.paused = paused

@@ -19,6 +19,7 @@ from spoc_tui.core.loadmath import DEFAULT_SLA, Limit
 from spoc_tui.core.tunespace import Objective
 from spoc_tui.load.profiles import builtin_names
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
+from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tune.events import (
     Note,
     OthersDone,
@@ -42,11 +43,15 @@ __all__ = ["SIM_LAUNCH", "VLLM_LAUNCH", "TuneScreen"]
 class TuneScreen(Screen[None]):
     """Start/stop/resume a tuning study; the monitor is one key away (m)."""
 
+    AUTO_FOCUS = None
+    """No field takes the keys when the screen opens: Tab (or a click) to edit, Esc to leave."""
+
     BINDINGS = [
         Binding("m,escape", "app.pop_screen", "Monitor"),
-        Binding("ctrl+r", "start", "Start study"),
-        Binding("ctrl+e", "resume", "Resume last"),
-        Binding("ctrl+x", "stop", "Stop"),
+        # ctrl keys work from a field too (Input would take ctrl+x as "cut", ctrl+e as "end")
+        Binding("ctrl+r", "start", "Start study", priority=True),
+        Binding("ctrl+e", "resume", "Resume last", priority=True),
+        Binding("ctrl+x", "stop", "Stop", priority=True),
         Binding("y", "copy", "Copy command"),
         Binding("f8", "app.screenshot", "Screenshot"),
     ]
@@ -101,21 +106,21 @@ class TuneScreen(Screen[None]):
         with VerticalScroll(id="body"):
             with Horizontal(classes="row"):
                 yield Label("launch")
-                yield Input(self.launch_default, id="launch")
+                yield Field(self.launch_default, id="launch")
             with Horizontal(classes="row"):
                 yield Label("space")
-                yield Input("", placeholder="built-in (or a TOML file)", id="space")
+                yield Field("", placeholder="built-in (or a TOML file)", id="space")
                 yield Label("objectives")
-                yield Input(TuneArgs.objectives, id="objectives")
+                yield Field(TuneArgs.objectives, id="objectives")
             with Horizontal(classes="row"):
                 yield Label("SLA")
-                yield Input(DEFAULT_SLA, id="sla")
+                yield Field(DEFAULT_SLA, id="sla")
                 yield Label("trials")
-                yield Input(str(TuneArgs.trials), id="trials", restrict=r"[0-9]*")
+                yield Field(str(TuneArgs.trials), id="trials", restrict=r"[0-9]*")
                 yield Label("users")
-                yield Input(TuneArgs.users, id="users")
+                yield Field(TuneArgs.users, id="users")
                 yield Label("step s")
-                yield Input(f"{TuneArgs.step_seconds:g}", id="step", restrict=r"[0-9.]*")
+                yield Field(f"{TuneArgs.step_seconds:g}", id="step", restrict=r"[0-9.]*")
                 yield Select([(n, n) for n in builtin_names()], value=TuneArgs.profile, allow_blank=False, id="profile")
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
@@ -187,10 +192,12 @@ class TuneScreen(Screen[None]):
 
     def action_start(self) -> None:
         if not self.running and (args := self.form()) is not None:
+            self.set_focus(None)  # out of the field: the screen's keys work while the study runs
             self.post_message(self.StartRequested(args))
 
     def action_resume(self) -> None:
         if not self.running and (args := self.form(resume=True)) is not None:
+            self.set_focus(None)
             self.post_message(self.StartRequested(args))
 
     def action_stop(self) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 
 from rich.text import Text
 from textual.widgets import Static
@@ -14,6 +13,7 @@ from spoc_tui.core.alerts import Alert
 from spoc_tui.core.fleet import lagging
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.kernels import CLASSES, IDLE
+from spoc_tui.core.loadmath import Limit
 from spoc_tui.core.presets import GpuSpec
 from spoc_tui.core.roofline import Roofline, of_view, si
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
@@ -22,10 +22,8 @@ from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
 from spoc_tui.profile.analyze import Breakdown
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 
-HISTORY = 120
 
-
-def _short_source(src: str) -> str:
+def short_source(src: str) -> str:
     for p in ("http://", "https://"):
         if src.startswith(p):
             src = src[len(p) :]
@@ -86,7 +84,7 @@ class ServerTable(DiffTable):
         for s in tick.servers:
             stale = s.source in tick.stale
             mark = "✖ " if stale else ("▲ " if s.source in lags else "")
-            label = mark + _short_source(s.source)
+            label = mark + short_source(s.source)
             rows[s.source] = self._cells(label, s.total, stale, "bold yellow" if s.source in lags else "")
             if len(s.engines) > 1:
                 for e in s.engines:
@@ -147,7 +145,7 @@ class RooflineTable(DiffTable):
         rows: dict[str, list[Cell]] = {}
         for s in tick.servers:
             stale = s.source in tick.stale
-            rows[s.source] = self._cells(_short_source(s.source), of_view(s.total, gpu, no_gpu), stale)
+            rows[s.source] = self._cells(short_source(s.source), of_view(s.total, gpu, no_gpu), stale)
             if len(s.engines) > 1:
                 for e in s.engines:
                     r = of_view(e, gpu, no_gpu)
@@ -167,14 +165,14 @@ class LatencyTable(DiffTable):
                 ("p99", "p99", 7),
                 ("mean", "mean", 7),
                 ("n", "count", 6),
-                ("trend", "p99 trend", 16),
             ],
             name=name,
             id=id,
             classes=classes,
         )
-        self.history: dict[str, deque[float | None]] = {k: deque(maxlen=HISTORY) for k in LATENCY_LABELS}
         self.window = "n/a"
+        self.limits: tuple[Limit, ...] = ()
+        """The SLA: a cell it judges turns red past its limit, green within it."""
 
     def show(self, view: EngineView, stale: bool = False) -> None:
         self.window = view.window
@@ -182,26 +180,32 @@ class LatencyTable(DiffTable):
         style = "dim" if stale else ""
         for key, label in LATENCY_LABELS.items():
             L = view.latency[key]
-            if not stale:
-                self.history[key].append(L.p99)
+            judged = {lim.stat: lim for lim in self.limits if lim.metric == key}
             rows[key] = [
                 Text(label, style="bold " + style),
-                _percentile(L, "p50", style),
-                _percentile(L, "p90", style),
-                _percentile(L, "p99", "bold " + style),
-                Text(fmt.seconds(L.mean), style=style),
+                _percentile(L, "p50", style, judged.get("p50")),
+                _percentile(L, "p90", style, judged.get("p90")),
+                _percentile(L, "p99", "bold " + style, judged.get("p99")),
+                _judged(Text(fmt.seconds(L.mean), style=style), L.mean, judged.get("mean"), stale),
                 Text(fmt.count(L.count), style=style),
-                Text(fmt.spark(list(self.history[key]), 16), style="cyan " + style),
             ]
         self.sync(rows)
 
 
-def _percentile(L: LatencySummary, name: str, style: str) -> Text:
+def _judged(cell: Text, value: float | None, limit: Limit | None, stale: bool) -> Text:
+    if limit is None or value is None or stale:
+        return cell
+    cell.stylize("bold red" if value > limit.value else "green")
+    return cell
+
+
+def _percentile(L: LatencySummary, name: str, style: str, limit: Limit | None = None) -> Text:
     """A percentile cell: ``≤`` when it is the mean's bound, dim italic when the window holds too
-    few observations for it."""
+    few observations for it (and then not judged against the SLA)."""
     value: float | None = getattr(L, name)
     few = value is not None and L.few(name)
-    return Text(fmt.seconds(value, L.is_bound(name)), style=f"{style} dim italic" if few else style)
+    cell = Text(fmt.seconds(value, L.is_bound(name)), style=f"{style} dim italic" if few else style)
+    return cell if few else _judged(cell, value, limit, "dim" in style)
 
 
 def _reason_text(g: GpuSample) -> Text:
@@ -332,16 +336,19 @@ class TpPanel(ChangedStatic):
 class StatusLine(ChangedStatic):
     """One entry per source: up, stale since, error and retry."""
 
-    def show(self, statuses: list[SourceStatus], paused: bool) -> None:
+    def show(self, statuses: list[SourceStatus], paused: bool, background: str = "") -> None:
         t = Text()
         if paused:
             t.append(" PAUSED ", style="bold black on yellow")
+            t.append(" ")
+        if background:
+            t.append(f" {background} ", style="bold black on cyan")
             t.append(" ")
         now = time.time()
         for i, s in enumerate(statuses):
             if i:
                 t.append("  ")
-            name = _short_source(s.source)
+            name = short_source(s.source)
             if s.up:
                 t.append("● ", style="green")
                 t.append(name)

@@ -1,0 +1,189 @@
+"""Time-series charts with axes and units, drawn in braille (2 x 4 dots per cell) over SSH.
+
+:func:`plot` is pure (columns of values in, rows of characters out) and tested without a
+terminal; :class:`TimeChart` lays out the title and legend, the y axis with its unit, the x axis
+with the span, and a dashed limit line (an SLA, a power limit) that is always in range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+from textual.widget import Widget
+
+from spoc_tui.core.series import columns, nice_range
+
+_DOTS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
+"""Braille dot bits by (row 0..3 within the cell, column 0..1)."""
+
+PALETTE = ("green", "cyan", "magenta", "yellow", "blue", "red", "bright_green", "bright_cyan")
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    label: str
+    points: Sequence[tuple[float, float | None]]
+    color: str = "green"
+
+
+def plot(
+    series: Sequence[Sequence[float | None]], y0: float, y1: float, width: int, height: int
+) -> list[list[tuple[str, int | None]]]:
+    """Each series (``2 * width`` columns of values, None for gaps) as a braille line in a
+    ``width`` x ``height`` cell grid scaled to ``[y0, y1]``; each cell says which series drew in
+    it last (None: empty). Consecutive columns are joined vertically so a step reads as a line."""
+    dots_h = height * 4
+    bits = [[0] * width for _ in range(height)]
+    owner: list[list[int | None]] = [[None] * width for _ in range(height)]
+    span = (y1 - y0) or 1.0
+
+    def ydot(v: float) -> int:
+        f = (v - y0) / span
+        return max(0, min(dots_h - 1, round(f * (dots_h - 1))))
+
+    for si, vals in enumerate(series):
+        prev: int | None = None
+        for x, v in enumerate(vals[: width * 2]):
+            if v is None:
+                prev = None
+                continue
+            d = ydot(v)
+            lo, hi = (d, d) if prev is None else (min(d, prev), max(d, prev))
+            cx, sub = divmod(x, 2)
+            for dy in range(lo, hi + 1):
+                row_from_top = dots_h - 1 - dy
+                cy, r = divmod(row_from_top, 4)
+                bits[cy][cx] |= _DOTS[r][sub]
+                owner[cy][cx] = si
+            prev = d
+    return [[(chr(0x2800 + b) if b else " ", owner[y][x]) for x, b in enumerate(row)] for y, row in enumerate(bits)]
+
+
+def span_text(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:g} h"
+    if s >= 60:
+        return f"{s / 60:g} min"
+    return f"{s:g} s"
+
+
+class TimeChart(Widget):
+    """One chart: a title with its legend, the y axis in the chart's unit, the x axis from
+    ``-span`` to ``now``; lines share one scale from 0 (or a fixed ``y_max``, like 100 %)."""
+
+    DEFAULT_CSS = """
+    TimeChart { height: 1fr; min-height: 5; width: 1fr; padding: 0 1 0 0; }
+    """
+
+    GUTTER = 7
+
+    def __init__(
+        self,
+        title: str,
+        fmt_value: Callable[[float], str],
+        *,
+        y_max: float | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(id=id, classes=classes)
+        self.title = title
+        self.fmt_value = fmt_value
+        self.y_max = y_max
+        self.lines: list[Line] = []
+        self.limit: tuple[str, float] | None = None
+        self.span_s = 300.0
+        self.now = 0.0
+        self.note = ""
+        self._cache: tuple[object, list[Strip]] | None = None
+
+    def show(
+        self,
+        lines: Sequence[Line],
+        now: float,
+        span_s: float,
+        limit: tuple[str, float] | None = None,
+        note: str = "",
+    ) -> None:
+        self.lines, self.now, self.span_s, self.limit, self.note = list(lines), now, span_s, limit, note
+        self._cache = None
+        self.refresh()
+
+    def _range(self, cols: list[list[float | None]]) -> tuple[float, float]:
+        vals = [v for c in cols for v in c if v is not None]
+        if self.limit is not None:
+            vals.append(self.limit[1] * 1.1)
+        if self.y_max is not None:
+            return 0.0, max([self.y_max, *vals])
+        return nice_range(min(vals, default=0.0), max(vals, default=1.0))
+
+    def _strips(self, width: int, height: int) -> list[Strip]:
+        base = self.rich_style
+        dim = base + Style(dim=True)
+        bold = base + Style(bold=True)
+        strips: list[Strip] = []
+        # title row: the chart's name, then each line's label in its colour with its latest value
+        segs = [Segment(self.title, bold)]
+        for ln in self.lines:
+            last = next((v for _, v in reversed(ln.points) if v is not None), None)
+            shown = self.fmt_value(last) if last is not None else "n/a"
+            segs.append(
+                Segment(f"  ━ {ln.label} {shown}" if len(self.lines) > 1 else f"  {shown}", Style(color=ln.color))
+            )
+        if self.limit is not None:
+            segs.append(Segment(f"  ╌ {self.limit[0]} {self.fmt_value(self.limit[1])}", Style(color="red")))
+        strips.append(Strip(segs).crop(0, width).adjust_cell_length(width, base))
+        plot_h = height - 2
+        plot_w = max(1, width - self.GUTTER - 1)
+        if plot_h < 1:
+            return strips[:height]
+        t1, t0 = self.now, self.now - self.span_s
+        cols = [columns(ln.points, t0, t1, plot_w * 2) for ln in self.lines]
+        lo, hi = self._range(cols)
+        grid = plot(cols, lo, hi, plot_w, plot_h)
+        limit_row = None
+        if self.limit is not None and hi > lo:
+            limit_row = plot_h - 1 - round((self.limit[1] - lo) / (hi - lo) * (plot_h - 1))
+        for y in range(plot_h):
+            label = ""
+            if y == 0:
+                label = self.fmt_value(hi)
+            elif y == plot_h - 1:
+                label = self.fmt_value(lo)
+            elif y == plot_h // 2 and plot_h >= 5:
+                label = self.fmt_value((hi + lo) / 2)
+            row = [Segment(f"{label[: self.GUTTER - 1]:>{self.GUTTER - 1}} ", dim), Segment("┤" if label else "│", dim)]
+            for ch, who in grid[y]:
+                if who is None:
+                    if y == limit_row:
+                        row.append(Segment("╌", Style(color="red", dim=True)))
+                    else:
+                        row.append(Segment(" ", base))
+                else:
+                    row.append(Segment(ch, Style(color=self.lines[who].color)))
+            strips.append(Strip(row).adjust_cell_length(width, base))
+        if not any(v is not None for c in cols for v in c):
+            msg = self.note or "no data yet"
+            mid = 1 + plot_h // 2
+            strips[mid] = (
+                Strip([Segment(" " * (self.GUTTER + 2), base), Segment(msg, dim)])
+                .crop(0, width)
+                .adjust_cell_length(width, base)
+            )
+        left, right = f"-{span_text(self.span_s)}", "now"
+        room = max(0, plot_w - len(left) - len(right))
+        axis = " " * self.GUTTER + "└" + left + " " * room + right
+        strips.append(Strip([Segment(axis, dim)]).crop(0, width).adjust_cell_length(width, base))
+        return strips
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size.width, self.size.height
+        key = (width, height)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, self._strips(width, height))
+        strips = self._cache[1]
+        return strips[y] if y < len(strips) else Strip.blank(width, self.rich_style)

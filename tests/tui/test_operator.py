@@ -1,0 +1,225 @@
+"""The monitor an operator keeps open (issue #20): charts, events, the verdict, keys that work."""
+
+import pytest
+
+from spoc_tui.core.series import WINDOWS_S
+from spoc_tui.core.snapshots import SourceStatus
+from spoc_tui.tui.messages import ServersSampled, SourceStatusChanged
+from spoc_tui.tui.screens.confirm import ConfirmScreen
+from spoc_tui.tui.widgets.fields import Field
+from spoc_tui.tui.widgets.timechart import TimeChart, plot
+from tests.tui.helpers import URL, gpu_tick, make_app, server_tick, settings
+
+
+async def _settle(pilot):
+    await pilot.pause()
+    await pilot.pause()
+
+
+# -- charts ---------------------------------------------------------------------------------------------
+def test_plot_places_values_by_scale_and_keeps_gaps():
+    # 4 cells wide (8 dot columns), 2 rows (8 dots high), scale 0..7: value v -> dot row v from the bottom
+    grid = plot([[0, 0, None, None, 7, 7, 7, 7]], 0.0, 7.0, 4, 2)
+    chars = ["".join(c for c, _ in row) for row in grid]
+    assert chars[0][0] == " " and chars[1][0] != " "  # 0 sits in the bottom row
+    assert chars[0][1] == " " and chars[1][1] == " "  # the gap stays blank, not joined
+    assert chars[0][2] != " " and chars[1][2] == " "  # 7 at the top; a fresh start after a gap is not joined down
+    # a step from 0 to 7 in adjacent columns is joined vertically: both rows drawn in that cell
+    joined = plot([[0, 7]], 0.0, 7.0, 1, 2)
+    assert joined[0][0][0] != " " and joined[1][0][0] != " "
+    assert joined[0][0][1] == 0  # owner: the series that drew it
+
+
+async def test_charts_fill_the_terminal_with_axes_units_and_the_sla():
+    s = settings()
+    s.sla = "ttft_p99<=2s,itl_p99<=100ms"
+    app = make_app(s)
+    async with app.run_test(size=(200, 60)) as pilot:
+        for _ in range(3):
+            app.post_message(ServersSampled(server_tick()))
+            app.post_message(gpu_tick())
+            await _settle(pilot)
+        await _settle(pilot)
+        m = app.monitor
+        charts = list(m.query(TimeChart))
+        assert len(charts) == 8
+        # the panels leave room: the charts take it (no blank half screen), four to a row
+        assert m.charts.styles.grid_size_columns == 4
+        assert charts[0].size.height >= 8
+        body = m.query_one("#body")
+        assert body.virtual_size.height <= body.size.height + 1
+
+        def axis(chart):
+            return "".join(seg.text for seg in chart.render_line(chart.size.height - 1))
+
+        assert "-5 min" in axis(charts[0]) and axis(charts[0]).rstrip().endswith("now")
+        ttft = m.query_one("#c-ttft", TimeChart)
+        assert ttft.limit == ("SLA", 2.0)
+        assert any("SLA" in str(seg.text) for seg in ttft.render_line(0))
+        await pilot.press("w")
+        assert m.span_s == WINDOWS_S[2]
+        await _settle(pilot)
+        assert "-15 min" in axis(charts[0])
+
+
+async def test_charts_shrink_to_80x24_below_the_fold():
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.post_message(ServersSampled(server_tick()))
+        app.post_message(gpu_tick())
+        await _settle(pilot)
+        assert app.monitor.charts.styles.grid_size_columns == 2
+        assert app.monitor.query_one("#c-requests", TimeChart).size.height >= 5
+
+
+# -- verdict, SLA colouring, a dead server --------------------------------------------------------------
+async def test_a_dead_server_reads_down_not_no_alerts():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(ServersSampled(server_tick()))
+        await _settle(pilot)
+        app.post_message(ServersSampled(server_tick(up=False)))
+        app.post_message(SourceStatusChanged(SourceStatus(URL, False, "cannot connect (connection refused)")))
+        await _settle(pilot)
+        verdicts = str(app.monitor.verdicts.render())
+        assert "10.0.0.5:8000 down: cannot connect" in verdicts
+        tp = str(app.monitor.tp.render())
+        assert "is down" in tp and "no alerts" not in tp
+        events = str(app.monitor.events_view.render())
+        assert "10.0.0.5:8000 down: cannot connect (connection refused)" in events
+
+
+async def test_a_server_that_never_answered_is_down_too():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(SourceStatusChanged(SourceStatus(URL, False, "cannot connect")))
+        await _settle(pilot)
+        assert "never answered" in str(app.monitor.verdicts.render())
+        assert "no alerts" not in str(app.monitor.tp.render())
+
+
+async def test_sla_colours_the_latency_cells_and_the_verdict_says_it():
+    s = settings()
+    # the capture's TTFT p50 (38 ms, 144 requests) is far above 1 ms, its ITL p50 far below 10 s; its
+    # p99 rests on 144 requests, too few to judge: not coloured, not a breach
+    s.sla = "ttft_p50<=1ms,itl_p50<=10s,ttft_p99<=1ms"
+    app = make_app(s)
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_message(ServersSampled(server_tick()))
+        await _settle(pilot)
+
+        def styles(cell):
+            return str(cell.style) + " ".join(str(sp.style) for sp in cell.spans)
+
+        ttft = app.monitor.latency.get_row("ttft")
+        itl = app.monitor.latency.get_row("itl")
+        assert "red" in styles(ttft[1]) and "green" in styles(itl[1])
+        assert "red" not in styles(ttft[3]) and "italic" in styles(ttft[3])
+        verdicts = str(app.monitor.verdicts.render())
+        assert "SLA broken" in verdicts and "ttft_p50" in verdicts and "ttft_p99" not in verdicts
+
+
+def test_a_bad_sla_in_the_config_is_a_clear_error(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('vllm_urls = ["http://127.0.0.1:9"]\nsla = "ttft<=2s"\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "monitor", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "sla: cannot parse SLA clause 'ttft<=2s'" in r.stderr and "Traceback" not in r.stderr
+
+
+# -- events ---------------------------------------------------------------------------------------------
+async def test_throttling_and_milestones_reach_the_events_panel():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(gpu_tick())
+        await _settle(pilot)
+        app.events.note("ramp", "ramp step 1 at 8 users: meets the SLA (n=120)")
+        app.post_message(gpu_tick())
+        await _settle(pilot)
+        text = str(app.monitor.events_view.render())
+        assert "GPU node-a:3 throttling (thermal: sw_thermal) at 980 MHz" in text
+        assert text.index("ramp step 1") < text.index("GPU node-a:3")  # newest first
+
+
+# -- keys -----------------------------------------------------------------------------------------------
+class _Worker:
+    is_running = True
+
+    def __init__(self):
+        self.cancelled = False
+
+    def cancel(self):
+        self.cancelled = True
+
+
+async def test_ctrl_x_stops_a_ramp_from_inside_a_field_and_m_is_typed_not_eaten():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await _settle(pilot)
+        screen = app.load_screen
+        assert not isinstance(app.focused, Field)  # no field takes the keys when the screen opens
+        users = screen.query_one("#users", Field)
+        before = users.value
+        users.focus()
+        await _settle(pilot)
+        assert users.selection.is_empty  # focusing does not select the text
+        await pilot.press("end", "m")
+        assert users.value == before + "m" and app.screen is screen  # typing goes to the field
+        worker = _Worker()
+        app._ramp_worker = worker
+        screen.set_running(True)
+        await pilot.press("ctrl+x")
+        await _settle(pilot)
+        assert worker.cancelled  # the field did not eat ctrl+x
+        await pilot.press("escape")  # leave the field
+        assert not isinstance(app.focused, Field) and app.screen is screen
+        await pilot.press("m")  # then m is the screen's key again
+        await _settle(pilot)
+        assert app.screen is app.monitor
+
+
+async def test_f_keys_switch_screens_from_a_field():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f3")
+        await _settle(pilot)
+        app.load_screen.query_one("#users", Field).focus()
+        await pilot.press("f2")
+        await _settle(pilot)
+        assert app.screen is app.monitor
+
+
+async def test_quitting_during_a_ramp_asks_first_and_the_monitor_says_it_runs():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app._ramp_worker = _Worker()
+        app._set_background()
+        await _settle(pilot)
+        assert "a load ramp running" in str(app.monitor.status.render())
+        await pilot.press("q")
+        await _settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await _settle(pilot)
+        assert app.screen is app.monitor and app.is_running
+        await pilot.press("q")
+        await _settle(pilot)
+        await pilot.press("y")
+        await _settle(pilot)
+    assert app.return_code == 0
+
+
+@pytest.mark.parametrize("title", ["Load ramp", "Tune", "Capacity", "Pause / resume", "Chart span", "Help", "Monitor"])
+async def test_every_app_action_is_in_the_command_palette(title):
+    app = make_app()
+    async with app.run_test(size=(120, 40)):
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert title in titles

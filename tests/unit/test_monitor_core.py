@@ -1,0 +1,128 @@
+"""The monitor's pure parts: the event log, the health verdict and the SLA check, the queue alert."""
+
+from dataclasses import replace
+from pathlib import Path
+
+from spoc_tui.core.alerts import server_alerts
+from spoc_tui.core.events import THROTTLE_HOLD_S, EventDetector, EventLog
+from spoc_tui.core.gpu import GpuSample
+from spoc_tui.core.loadmath import parse_sla
+from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.snapshots import SourceStatus, VllmTick
+from spoc_tui.core.stats import LatencySummary
+from spoc_tui.core.verdict import breaches, verdict
+from spoc_tui.core.vllm import Scrape, ServerView, server_view
+
+FIX = Path(__file__).parents[1] / "fixtures" / "vllm"
+
+
+def _load_view():
+    """The real vLLM 0.32 capture under load, windowed against its idle capture."""
+    idle = parse_text((FIX / "vllm_0.32_cpu_full_idle.txt").read_text())
+    load = parse_text((FIX / "vllm_0.32_cpu_full_load.txt").read_text())
+    return server_view("http://127.0.0.1:8000", Scrape(load, 30.0, idle, 0.0)).total
+
+
+def _tick(src, **fields):
+    v = replace(_load_view(), **fields)
+    return VllmTick((ServerView(src, "0.32", ("m",), v, (v,)),), None, frozenset(), (), ())
+
+
+def _gpu(mask=0, clock=1980.0, temp=50.0):
+    return GpuSample("nvml", "3", "GPU-3", sm_clock_mhz=clock, temp_c=temp, reasons_mask=mask, slowdown_temp_c=89)
+
+
+# -- the queue alert ------------------------------------------------------------------------------------
+def test_a_request_waiting_one_step_is_not_a_growing_queue():
+    """The steady demo's false alarm: 0, 0, 0, 0, 0 -> 1 waiting."""
+    assert server_alerts([(0, 0.1, 0)] * 5 + [(1, 0.1, 0)]) == []
+    grown = server_alerts([(3, 0.1, 0), (4, 0.1, 0), (4, 0.1, 0), (6, 0.1, 0), (7, 0.1, 0), (9, 0.1, 0)])
+    assert [a.key for a in grown] == ["queue"] and "3 -> 9" in grown[0].text
+
+
+# -- events ---------------------------------------------------------------------------------------------
+def test_a_throttle_that_flickers_is_one_episode_with_its_length():
+    det = EventDetector()
+    evs = []
+    # power capped (0x4) at 0..8 s, one clean sample at 9 s, capped again 10..20 s, clean after
+    for t in range(45):
+        capped = t <= 8 or 10 <= t <= 20
+        evs += det.gpus([_gpu(0x4 if capped else 0x0)], frozenset(), 1000.0 + t)
+    texts = [e.text for e in evs]
+    assert len(texts) == 2, texts
+    assert "GPU 3 throttling (power: sw_power_cap) at 1980 MHz" == texts[0]
+    assert texts[1] == "GPU 3 throttle over (power, lasted 20 s)"
+    assert evs[1].t == 1000.0 + 20 + THROTTLE_HOLD_S
+    # idling is not throttling
+    assert det.gpus([_gpu(0x1)], frozenset(), 2000.0) == []
+
+
+def test_server_restart_preemption_burst_kv_and_source_events():
+    det = EventDetector()
+    base = _load_view()
+    src = "http://127.0.0.1:8000"
+    t = 100.0
+    assert det.servers(_tick(src, preemptions_total=0.0, kv_cache_usage=0.5), t) == []
+    ev = det.servers(_tick(src, preemptions_total=4.0, kv_cache_usage=0.95), t + 1)
+    assert [e.kind for e in ev] == ["preempt", "kv"]
+    assert ev[0].text == "127.0.0.1:8000: preemptions started (+4)" and ev[0].severity == "error"
+    assert det.servers(_tick(src, preemptions_total=9.0, kv_cache_usage=0.85), t + 2) == []  # same burst, KV hysteresis
+    ev = det.servers(_tick(src, preemptions_total=9.0, kv_cache_usage=0.5), t + 40)
+    assert [e.text for e in ev] == [
+        "127.0.0.1:8000: preemption burst over: 9 in 1 s",
+        "127.0.0.1:8000: KV cache back to 50%",
+    ]
+    assert base.generation_tokens_total
+    ev = det.servers(_tick(src, generation_tokens_total=3.0, preemptions_total=0.0), t + 41)
+    assert [e.kind for e in ev] == ["restart"]
+    # sources: the first contact is not news; down once, up once
+    up = SourceStatus(src, True)
+    down = SourceStatus(src, False, "connection refused")
+    assert det.status(up, t) == []
+    assert [e.text for e in det.status(down, t)] == ["127.0.0.1:8000 down: connection refused"]
+    assert det.status(down, t + 1) == []
+    assert [e.text for e in det.status(up, t + 2)] == ["127.0.0.1:8000 back up"]
+
+
+def test_event_log_keeps_the_newest():
+    log = EventLog(size=3)
+    for i in range(5):
+        log.note("ramp", f"step {i}", t=float(i))
+    assert [e.text for e in log.recent()] == ["step 2", "step 3", "step 4"]
+    assert log.added == 5 and [e.text for e in log.recent(1)] == ["step 4"]
+
+
+# -- verdict and SLA ------------------------------------------------------------------------------------
+def _lat(p99, count=5000.0):
+    return LatencySummary("60s", count, p99 / 2, p99 / 3, p99 / 1.5, p99)
+
+
+def test_verdict_rules_in_order():
+    v = _load_view()
+    assert verdict(v, down="connection refused").word == "down"
+    assert verdict(v, throttled=["GPU 3 thermal"]).word == "throttled"
+    kv = verdict(replace(v, kv_cache_usage=0.95, preemptions_rate=0.0))
+    assert kv.word == "KV-bound" and "KV cache 95%" in kv.reason
+    q = verdict(replace(v, kv_cache_usage=0.4, preemptions_rate=0.0, waiting=6.0))
+    assert q.word == "queue-bound" and q.severity == "warning"
+    # a queue that emptied in one of the last refreshes is no bottleneck
+    flicker = verdict(replace(v, kv_cache_usage=0.4, preemptions_rate=0.0, waiting=1.0), waiting=0.0)
+    assert flicker.word == "healthy"
+    assert verdict(replace(v, running=0.0, waiting=0.0, preemptions_rate=0.0, kv_cache_usage=0.0)).word == "idle"
+
+
+def test_sla_breaches_and_a_thin_window_judges_nothing():
+    v = _load_view()
+    lat = dict(v.latency)
+    lat["ttft"] = _lat(1.5)
+    lat["itl"] = _lat(0.05)
+    ok = replace(v, latency=lat, kv_cache_usage=0.2, waiting=0.0, preemptions_rate=0.0, running=4.0)
+    limits = parse_sla("ttft_p99<1s,itl_p99<=100ms")
+    (b,) = breaches(ok, limits)
+    assert b.limit.key == "ttft_p99" and str(b) == "ttft_p99 1.50s > 1s"
+    got = verdict(ok, limits=limits)
+    assert got.word == "SLA broken" and got.severity == "error"
+    assert verdict(replace(ok, kv_cache_usage=0.95), limits=limits).word == "KV-bound, SLA broken"
+    lat["ttft"] = _lat(1.5, count=40.0)  # 40 requests: no p99 worth judging
+    assert breaches(replace(ok, latency=lat), limits) == []
+    assert verdict(replace(ok, latency=lat), limits=limits).text == "healthy: 4 running, within the SLA"
