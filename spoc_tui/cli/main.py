@@ -311,6 +311,12 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     help="The first server's torch_profiler_dir, to profile a running step from the Load screen (F6).",
 )
 @click.option(
+    "--record",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append what the monitor sees to this file (JSON lines, safe on a crash); play it back with spoc replay.",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False),
@@ -320,12 +326,14 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     help="TOML config file [platform config dir]/config.toml.",
 )
 @click.pass_context
-def monitor(ctx: click.Context, /, config_file: str | None, api_key_file: str | None, **flags: Any) -> None:
+def monitor(
+    ctx: click.Context, /, config_file: str | None, api_key_file: str | None, record: str | None, **flags: Any
+) -> None:
     """Watch vLLM servers and their GPUs live."""
     settings = resolve_settings(ctx, config_file, api_key_file, flags)
     from spoc_tui.tui.app import run_monitor
 
-    sys.exit(run_monitor(settings))
+    sys.exit(run_monitor(settings, record=record))
 
 
 def resolve_settings(
@@ -748,9 +756,11 @@ def locate(what: str) -> None:
 def _register() -> None:
     from spoc_tui.cli.plan import plan_cmd
     from spoc_tui.cli.profile import profile_cmd
+    from spoc_tui.cli.replay import replay_cmd
 
     cli.add_command(profile_cmd)
     cli.add_command(plan_cmd)
+    cli.add_command(replay_cmd)
 
 
 _register()

@@ -72,6 +72,10 @@ class EventLog:
         self.add(e)
         return e
 
+    def clear(self) -> None:
+        self._items.clear()
+        self.added += 1
+
     def recent(self, n: int | None = None) -> list[Event]:
         items = list(self._items)
         return items if n is None else items[-n:]

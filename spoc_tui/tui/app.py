@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rich.text import Text
@@ -27,6 +27,7 @@ from spoc_tui.core.events import EventLog
 from spoc_tui.core.gpu import GpuSample, analyse_groups
 from spoc_tui.core.loadmath import parse_sla
 from spoc_tui.core.presets import gpu_for_model_name, model_preset
+from spoc_tui.core.recording import Recorder
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.snapshots import GpuTick, SourceStatus
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
@@ -76,8 +77,16 @@ class SpocApp(App[int]):
         Binding("f5", "capacity", "Capacity", show=False, priority=True),
     ]
 
-    def __init__(self, settings: Settings, sources: MonitorSources | None = None, start_workers: bool = True) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        sources: MonitorSources | None = None,
+        start_workers: bool = True,
+        recorder: Recorder | None = None,
+    ) -> None:
         super().__init__()
+        self.recorder = recorder
+        """Where what the monitor sees is written (``--record``), or None."""
         self._ramp_worker: Worker[None] | None = None
         self._tune_session: TuneSession | None = None
         self.settings = settings
@@ -90,7 +99,10 @@ class SpocApp(App[int]):
         self.limits = parse_sla(settings.sla) if settings.sla else ()
 
     def title_text(self) -> str:
-        s = self.settings
+        return self.title_for(self.settings)
+
+    @staticmethod
+    def title_for(s: Settings) -> str:
         if s.prometheus_url:
             target = f"Prometheus {redact_url(s.prometheus_url)}"
         elif s.vllm_urls:
@@ -115,6 +127,8 @@ class SpocApp(App[int]):
             self._poll_gpus()
 
     async def on_unmount(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
         await self.sources.aclose()
 
     # -- workers: sample, post, wait ------------------------------------------------------
@@ -203,13 +217,29 @@ class SpocApp(App[int]):
 
     # -- message handlers own the UI state -------------------------------------------------
     def on_servers_sampled(self, message: ServersSampled) -> None:
+        if self.recorder is not None:
+            self._record(lambda r: r.servers(message.tick))
         self.monitor.apply_servers(message)
 
     def on_gpus_sampled(self, message: GpusSampled) -> None:
+        if self.recorder is not None:
+            groups = [[int(m.gpu.gpu) for m in rep.members if m.gpu.gpu.isdigit()] for rep in message.groups]
+            self._record(lambda r: r.gpus(message.tick, groups, message.note))
         self.monitor.apply_gpus(message)
+
+    def _record(self, write: Callable[[Recorder], None]) -> None:
+        """A failing disk stops the recording with a notice, never the monitor."""
+        assert self.recorder is not None
+        try:
+            write(self.recorder)
+        except OSError as e:
+            self.notify(f"recording stopped: {self.recorder.path}: {e.strerror or e}", severity="error", timeout=10)
+            self.recorder = None
 
     def on_source_status_changed(self, message: SourceStatusChanged) -> None:
         s = message.status
+        if self.recorder is not None:
+            self._record(lambda r: r.status(s))
         self.monitor.apply_status(s)
         if s.up:
             self.notify(f"{s.source}: connected", severity="information", timeout=3)
@@ -542,13 +572,30 @@ class SpocApp(App[int]):
                 yield SystemCommand("Stop study", "Stop the running study (trials are kept)", self.stop_tune)
 
 
-def run_monitor(settings: Settings, sources: MonitorSources | None = None) -> int:
+def run_monitor(settings: Settings, sources: MonitorSources | None = None, record: str | None = None) -> int:
     """Build the sources, check there is something to watch, and run the app.
 
     Raises:
         NothingToMonitor: no server and no GPU source (exit code 2).
+        RecordingError: ``record`` cannot be written (exit code 2).
     """
     if sources is None:
         sources = build_sources(settings)
     check_sources(sources)
-    return int(SpocApp(settings, sources).run() or 0)
+    recorder = None
+    if record:
+        recorder = Recorder(
+            record,
+            {
+                "title": SpocApp.title_for(settings),
+                "window_s": settings.window,
+                "interval_s": settings.interval,
+                "sla": settings.sla,
+                "tp_groups": settings.tp_groups,
+            },
+        )
+    try:
+        return int(SpocApp(settings, sources, recorder=recorder).run() or 0)
+    finally:
+        if recorder is not None:
+            recorder.close()

@@ -223,3 +223,78 @@ async def test_every_app_action_is_in_the_command_palette(title):
     async with app.run_test(size=(120, 40)):
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert title in titles
+
+
+# -- record and replay ----------------------------------------------------------------------------------
+async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tmp_path):
+    from spoc_tui.core.recording import Recorder, read_recording
+    from spoc_tui.tui.app import SpocApp
+    from spoc_tui.tui.replay import ReplayApp
+
+    s = settings()
+    s.vllm_urls = ["http://admin:hunter2@10.0.0.5:8000"]
+    s.api_key = "sk-TOPSECRET"
+    path = tmp_path / "rec.jsonl"
+    recorder = Recorder(path, {"title": SpocApp.title_for(s), "window_s": 60, "interval_s": 1, "sla": None})
+    app = make_app(s)
+    app.recorder = recorder
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(ServersSampled(server_tick()))
+        app.post_message(gpu_tick())
+        await _settle(pilot)
+        app.post_message(SourceStatusChanged(SourceStatus(URL, False, "cannot connect")))
+        app.post_message(ServersSampled(server_tick(up=False)))
+        await _settle(pilot)
+    text = path.read_text()
+    assert "hunter2" not in text and "sk-TOPSECRET" not in text  # the password and the key stay out
+    rec = read_recording(path)
+    assert [r.kind for r in rec.records] == ["servers", "gpus", "status", "servers"]
+
+    replay = ReplayApp(rec, speed=60.0)
+    async with replay.run_test(size=(120, 40)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.05)
+            if replay.i >= len(rec.records):
+                break
+        assert replay.i == len(rec.records)
+        m = replay.monitor
+        assert "down" in str(m.verdicts.render())
+        assert "10.0.0.5:8000 down: cannot connect" in str(m.events_view.render())
+        title = str(m.query_one("#title").render())
+        assert title.startswith("REPLAY rec.jsonl") and "end" in title
+        await pilot.press("space")
+        assert replay.paused and "paused" in str(m.query_one("#title").render())
+        await pilot.press("home")  # seek back to the start: the history is rebuilt, the down event gone
+        await _settle(pilot)
+        assert replay.i == 1 and "down: cannot connect" not in str(m.events_view.render())
+        assert "down" not in str(m.verdicts.render()) and "10.0.0.5:8000" in str(m.verdicts.render())
+        await pilot.press("space")  # playing on from there reaches the end again
+        for _ in range(50):
+            await pilot.pause(0.05)
+            if replay.i == len(rec.records):
+                break
+        assert "down" in str(m.verdicts.render())
+
+
+def test_replay_cli_exports_and_refuses_a_bad_file(tmp_path):
+    import subprocess
+    import sys
+
+    from spoc_tui.core.recording import Recorder
+
+    path = tmp_path / "rec.jsonl"
+    r = Recorder(path, {})
+    r.servers(server_tick(), t=100.0)
+    r.close()
+
+    def spoc(*args):
+        return subprocess.run([sys.executable, "-m", "spoc_tui.cli", *args], capture_output=True, text=True, timeout=60)
+
+    out = spoc("replay", str(path), "--export", "csv")
+    assert out.returncode == 0 and out.stdout.startswith("t,kind,source") and "10.0.0.5:8000" in out.stdout
+    bad = tmp_path / "bad.txt"
+    bad.write_text("not json\n")
+    err = spoc("replay", str(bad))
+    assert err.returncode == 2 and "not a spoc recording" in err.stderr and "Traceback" not in err.stderr
+    err = spoc("monitor", "--url", "http://127.0.0.1:9", "--record", str(tmp_path))
+    assert err.returncode == 2 and "--record" in err.stderr and "Traceback" not in err.stderr

@@ -200,16 +200,28 @@ class MonitorScreen(Screen[None]):
             self.charts.styles.height = height
 
     # -- message handlers ---------------------------------------------------------------
-    def apply_servers(self, msg: ServersSampled) -> None:
-        if not self.ready or not self.is_attached:
-            return
-        tick = msg.tick
+    def ingest_servers(self, tick: VllmTick) -> None:
+        """Take a tick into the state (history, events) without drawing (a replay's seek)."""
         self._vllm = tick
         for s in tick.statuses:
             self._statuses[s.source] = s
         now = self.clock()
         self.events.extend(self.detector.servers(tick, now))
         self._record_servers(tick, now)
+        view = self._fleet_view()
+        if view is not None and not (tick.total is None and tick.servers and tick.servers[0].source in tick.stale):
+            self._server_hist.append((view.waiting, view.kv_cache_usage, view.preemptions_total))
+
+    def apply_servers(self, msg: ServersSampled) -> None:
+        if not self.ready or not self.is_attached:
+            return
+        self.ingest_servers(msg.tick)
+        self._draw_servers()
+
+    def _draw_servers(self) -> None:
+        tick = self._vllm
+        if tick is None:
+            return
         with self.app.batch_update():
             self.servers.show(tick)
             self._draw_info()
@@ -220,8 +232,6 @@ class MonitorScreen(Screen[None]):
                 self.latency.show(view, stale)
                 win = "lifetime" if view.window == "lifetime" else f"last {view.window} (window {self.window_s:g}s)"
                 self._title(self.latency_panel, f"Latency over {win}")
-                if not stale:
-                    self._server_hist.append((view.waiting, view.kv_cache_usage, view.preemptions_total))
             sim = any(s.simulated for s in tick.servers)
             title = "vLLM servers" + (" — SIMULATED" if sim else "")
             per = waiting_per_replica(tick.servers, tick.stale) if len(tick.servers) > 1 else None
@@ -424,33 +434,76 @@ class MonitorScreen(Screen[None]):
             Text(f"speculative decoding: {v.spec_acceptance:.0%} of draft tokens accepted{length} (window)")
         )
 
-    def apply_gpus(self, msg: GpusSampled) -> None:
-        if not self.ready or not self.is_attached:
-            return
+    def ingest_gpus(self, msg: GpusSampled) -> None:
+        """Take a GPU tick into the state (history, events, energy) without drawing."""
         self._gpus = msg.tick
         self._groups = msg.groups
         self._gpu_note = msg.note
         for s in msg.tick.statuses:
             self._statuses[s.source] = s
-        draggers = {m.gpu.key for g in msg.groups for m in g.draggers}
+        now = self.clock()
         live = [g for g in msg.tick.gpus if g.source not in msg.tick.stale]
         if live:
-            self.energy.add(time.monotonic(), live)
-        now = self.clock()
+            self.energy.add(now, live)
         self.events.extend(self.detector.gpus(msg.tick.gpus, msg.tick.stale, now))
         for g in msg.tick.gpus:
             up = g.source not in msg.tick.stale
             self.series.add(f"clock:{g.key}", now, g.sm_clock_mhz if up else None)
             self.series.add(f"temp:{g.key}", now, g.temp_c if up else None)
             self.series.add(f"power:{g.key}", now, g.power_w if up else None)
+
+    def ingest_status(self, status: SourceStatus) -> None:
+        self._statuses[status.source] = status
+        self.events.extend(self.detector.status(status, self.clock()))
+
+    def reset_history(self) -> None:
+        """Forget charts, events and alerts' history (a replay seeking back)."""
+        self.series = SeriesStore()
+        self.events.clear()
+        self._events_drawn = -1
+        self.detector = EventDetector()
+        self.energy = EnergyMeter(self.window_s)
+        self._server_hist.clear()
+        self._waits.clear()
+        self._statuses.clear()
+
+    def redraw(self) -> None:
+        """Draw the whole state (after :meth:`ingest_servers` and friends)."""
+        if not self.ready:
+            return
+        self._events_drawn = -1
+        self._draw_servers()
+        self._draw_gpus()
+        self._draw_status()
+        self._draw_tp()
+        self._draw_verdicts()
+        self._draw_events()
+        self._draw_charts()
+
+    def set_title(self, text: str) -> None:
+        self.title_text = text
+        if self.ready:
+            self.query_one("#title", Static).update(text)
+
+    def apply_gpus(self, msg: GpusSampled) -> None:
+        if not self.ready or not self.is_attached:
+            return
+        self.ingest_gpus(msg)
+        self._draw_gpus()
+
+    def _draw_gpus(self) -> None:
+        tick = self._gpus
+        if tick is None:
+            return
+        draggers = {m.gpu.key for g in self._groups for m in g.draggers}
         with self.app.batch_update():
-            self.gpus.show(msg.tick, draggers)
-            if self.gpus.display != bool(msg.tick.gpus):
-                self.gpus.display = bool(msg.tick.gpus)
-                self.gpu_note.display = not msg.tick.gpus
-            if not msg.tick.gpus:
-                self.gpu_note.show_text(Text(msg.note or "No GPU data yet.", style="dim"))
-            sim = any(g.simulated for g in msg.tick.gpus)
+            self.gpus.show(tick, draggers)
+            if self.gpus.display != bool(tick.gpus):
+                self.gpus.display = bool(tick.gpus)
+                self.gpu_note.display = not tick.gpus
+            if not tick.gpus:
+                self.gpu_note.show_text(Text(self._gpu_note or "No GPU data yet.", style="dim"))
+            sim = any(g.simulated for g in tick.gpus)
             self._title(self.gpu_panel, "GPUs" + (" — SIMULATED" if sim else ""))
             self._draw_roofline()
             self._draw_efficiency()
@@ -482,8 +535,7 @@ class MonitorScreen(Screen[None]):
             widget.border_title = title
 
     def apply_status(self, status: SourceStatus) -> None:
-        self._statuses[status.source] = status
-        self.events.extend(self.detector.status(status, self.clock()))
+        self.ingest_status(status)
         if not self.ready or not self.is_attached:
             return
         self._draw_status()

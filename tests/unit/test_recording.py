@@ -1,0 +1,68 @@
+"""Record and replay: the codec round-trips real snapshots, the file survives a crash, export."""
+
+import csv
+import io
+import json
+
+import pytest
+
+from spoc_tui.core.recording import Recorder, RecordingError, decode, encode, export, read_recording
+from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
+from tests.tui.helpers import gpu_tick, server_tick
+
+
+def test_real_snapshots_round_trip_exactly():
+    tick = server_tick()
+    assert decode(VllmTick, json.loads(json.dumps(encode(tick)))) == tick
+    down = server_tick(up=False)
+    assert decode(VllmTick, json.loads(json.dumps(encode(down)))) == down
+    g = gpu_tick().tick
+    back = decode(GpuTick, json.loads(json.dumps(encode(g))))
+    assert back == g and back.gpus[3].throttle_reasons == ["sw_thermal"]
+
+
+def test_a_recording_appends_sessions_and_survives_a_torn_last_line(tmp_path):
+    path = tmp_path / "rec.jsonl"
+    r = Recorder(path, {"title": "t", "window_s": 60})
+    r.servers(server_tick(), t=100.0)
+    r.gpus(gpu_tick().tick, [[0, 1, 2, 3]], None, t=100.5)
+    r.close()
+    r2 = Recorder(path, {"title": "t2", "window_s": 30})  # a second session appends
+    r2.status(SourceStatus("http://10.0.0.5:8000", False, "cannot connect"), t=200.0)
+    r2.servers(server_tick(up=False), t=201.0)
+    r2.close()
+    with path.open("a") as f:
+        f.write('{"t": 202.0, "kind": "servers", "tick": {"serv')  # the monitor was killed mid-line
+    rec = read_recording(path)
+    assert [h["title"] for h in rec.headers] == ["t", "t2"]
+    assert [r.kind for r in rec.records] == ["servers", "gpus", "status", "servers"]
+    assert rec.skipped == 1 and rec.start == 100.0 and rec.end == 201.0
+    assert rec.records[1].groups == ((0, 1, 2, 3),)
+    assert rec.records[3].servers.stale == frozenset({"http://10.0.0.5:8000"})
+
+
+def test_not_a_recording_is_one_clear_error(tmp_path):
+    bad = tmp_path / "x.jsonl"
+    bad.write_text("hello\n")
+    with pytest.raises(RecordingError, match="not a spoc recording"):
+        read_recording(bad)
+    with pytest.raises(RecordingError, match="cannot read"):
+        read_recording(tmp_path / "missing.jsonl")
+    empty = tmp_path / "e.jsonl"
+    Recorder(empty, {}).close()
+    with pytest.raises(RecordingError, match="no data"):
+        read_recording(empty)
+
+
+def test_csv_export_has_one_row_per_server_and_gpu(tmp_path):
+    path = tmp_path / "rec.jsonl"
+    r = Recorder(path, {})
+    r.servers(server_tick(), t=100.0)
+    r.gpus(gpu_tick().tick, [], None, t=100.5)
+    r.close()
+    rows = list(csv.DictReader(io.StringIO(export(read_recording(path), "csv"))))
+    assert [row["kind"] for row in rows] == ["server", "gpu", "gpu", "gpu", "gpu"]
+    assert rows[0]["running"] == "16.0" and float(rows[0]["ttft_p99"]) == pytest.approx(0.0712, abs=1e-3)
+    assert rows[4]["throttle"] == "sw_thermal" and rows[4]["sm_clock_mhz"] == "980.0"
+    js = json.loads(export(read_recording(path), "json"))
+    assert len(js["records"]) == 2 and js["records"][0]["servers"]["servers"][0]["total"]["running"] == 16.0
