@@ -216,6 +216,88 @@ def args_from_server(args: CapacityArgs, cfg: dict[str, str]) -> CapacityArgs:
 
 
 # ---------------------------------------------------------------------------------------
+# Answering in users (the Capacity screen)
+
+TYPICAL_CONTEXT = 2048
+"""Average context of a typical chat conversation, for sizing the cache when nothing is typed:
+the chatbot profile (400 system tokens, 4-14 turns of ~50 user and ~215 answer tokens) averages
+about 1.6k tokens of context over a conversation's life and 2.8k at its last turn. The model's
+maximum length (128k for Llama 3.1) would read as "3 sequences" for an 8B on an H100."""
+TYPICAL_OUTPUT_TOKENS = 215
+"""Mean answer length of the chatbot profile (lognormal, median 180, sigma 0.6)."""
+TYPICAL_THINK_S = 9.0
+"""Mean think time of the chatbot profile (uniform 3-15 s)."""
+DEFAULT_MAX_NUM_SEQS = 256
+"""vLLM's default --max-num-seqs: the batch never holds more, whatever the cache could."""
+
+
+@dataclass(frozen=True)
+class UsersEstimate:
+    seats: int
+    service_s: float
+    think_s: float
+    basis: str
+    saturation: float
+    rows: list[tuple[int, float, float]]
+    """(users, utilisation, expected wait s; inf when saturated)."""
+
+
+def users_estimate(
+    model: ModelSpec, gpu: GpuSpec, p: CapacityPlan, tp: int, ramp: dict[str, Any] | None = None
+) -> UsersEstimate:
+    """How many chat users the configuration holds, as operators ask.
+
+    Seats: the batch, ``min(concurrent sequences, max-num-seqs 256)``. Service time: from the
+    ramp when one of this model is given (its lightest step's E2E mean, think time from its
+    request rate), else from the model and GPU: a typical answer's tokens times a decode step
+    that reads each GPU's weights and the batch's KV cache once at peak HBM bandwidth (the
+    fastest it can be: real steps add launch and attention overhead). Then an M/M/c view.
+    """
+    seats = max(1, min(p.max_concurrent_sequences, DEFAULT_MAX_NUM_SEQS))
+    est = estimate_from_ramp(ramp) if ramp else None
+    if est is not None:
+        service, think = est
+        basis = f"service {fmt.seconds(service)} and think {think:.1f} s measured by the last ramp"
+    else:
+        step = (p.weights_bytes_per_gpu + seats * p.kv_bytes_per_request / max(1, tp)) / gpu.mem_bw_bytes_s
+        service, think = TYPICAL_OUTPUT_TOKENS * step, TYPICAL_THINK_S
+        basis = (
+            f"service {fmt.seconds(service)} = {TYPICAL_OUTPUT_TOKENS} answer tokens x {step * 1e3:.1f} ms "
+            f"decode steps (weights + KV of {seats} running read at peak HBM bandwidth: a lower bound), "
+            f"think {think:g} s (the chatbot profile); run a ramp to measure them"
+        )
+    sat = saturation_users(seats, service, think)
+    users = sorted({max(1, round(sat * f)) for f in (0.5, 0.8, 0.95, 1.2)})
+    rows = [(pt.users, pt.utilisation, pt.expected_wait_s) for pt in queue_curve(users, seats, service, think)]
+    return UsersEstimate(seats, service, think, basis, sat, rows)
+
+
+def fits_instead(args: CapacityArgs, model: ModelSpec, gpu: GpuSpec) -> list[str]:
+    """When the model does not fit: the changes that make it fit (fp8 weights, fp8 KV cache, more
+    tensor parallelism, a bigger GPU), each with the sequences it would hold."""
+    tries: list[tuple[str, CapacityArgs, GpuSpec]] = []
+    if args.weights_dtype not in ("fp8", "int4"):
+        tries.append(("fp8 weights", replace(args, weights_dtype="fp8"), gpu))
+    if args.kv_cache_dtype != "fp8":
+        tries.append(("fp8 KV cache", replace(args, kv_cache_dtype="fp8"), gpu))
+    for tp in (args.tp * 2, args.tp * 4, args.tp * 8):
+        if tp <= 8 and model.num_heads % tp == 0:
+            tries.append((f"TP {tp}", replace(args, tp=tp), gpu))
+    g = gpu
+    while g.next_up and g.next_up in GPUS:
+        g = GPUS[g.next_up]
+        tries.append((f"on {g.name}", replace(args, gpu=g.name), g))
+    out = []
+    for label, a, gg in tries:
+        try:
+            res = compute(a, model, gg)
+        except CapacityError:
+            continue
+        out.append(f"{label}: {res.max_concurrent_sequences:,} sequences")
+    return out
+
+
+# ---------------------------------------------------------------------------------------
 # Queueing view
 
 

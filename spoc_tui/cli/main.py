@@ -8,6 +8,7 @@ command needs its own handling for errors it does not word itself.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -17,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import click
 
@@ -34,6 +35,7 @@ from spoc_tui.core.loadmath import (
     parse_user_plan,
     parse_users,
 )
+from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.profiles import load_profile
@@ -49,6 +51,32 @@ MAX_WORKERS = 64
 def _fail(msg: str) -> NoReturn:
     """Bad input: one line on stderr, exit code 2."""
     raise InputError(msg)
+
+
+def api_key_file_option(f: F) -> F:
+    """``--api-key-file FILE`` next to a command's ``--api-key``: a key on the command line shows
+    in ``ps`` and the shell's history, a file's does not. The file's content becomes ``api_key``."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, api_key_file: str | None = None, **kw: Any) -> Any:
+        if api_key_file is not None:
+            if kw.get("api_key"):
+                _fail("give --api-key or --api-key-file, not both")
+            try:
+                kw["api_key"] = Path(api_key_file).read_text().strip()
+            except OSError as e:
+                _fail(f"--api-key-file {api_key_file}: cannot read ({e.strerror or e})")
+            if not kw["api_key"]:
+                _fail(f"--api-key-file {api_key_file}: the file is empty")
+        return f(*args, **kw)
+
+    opt = click.option(
+        "--api-key-file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Read the bearer token from this file (a key on the command line shows in ps).",
+    )
+    return cast(F, opt(wrapper))
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
@@ -82,6 +110,7 @@ def cli(ctx: click.Context) -> None:
     default=None,
     help="Bearer token for the servers (never printed).",
 )
+@api_key_file_option
 def inspect(sources: tuple[str, ...], interval: float | None, as_json: bool, api_key: str | None) -> None:
     """Read vLLM and dcgm-exporter SOURCES (URLs or saved /metrics files) once and report.
 
@@ -113,7 +142,7 @@ def sim_options(f: F) -> F:
             "--gpu",
             default=d.gpu,
             show_default=True,
-            help="GPU preset (a100-40gb, a100-80gb, h100-80gb, h200, b200, l40s).",
+            help=f"GPU preset: {', '.join(GPUS)}.",
         ),
         click.option(
             "--tp",
@@ -430,6 +459,7 @@ def resolve_settings(
 @click.option(
     "--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token (never written to results)."
 )
+@api_key_file_option
 def ramp(
     url: str,
     model: str | None,
@@ -635,6 +665,7 @@ def ramp(
     default=None,
     help="Bearer token for the server (never written to results).",
 )
+@api_key_file_option
 def tune(**kw: Any) -> None:
     """Search server flags with NSGA-II: each trial starts the server, runs a ramp, scores it.
 
@@ -682,7 +713,7 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
 
 @cli.command()
 @click.option("--model", required=True, help="Model preset or path to a config.json (or its folder).")
-@click.option("--gpu", default=None, help="GPU preset (a100-80gb, h100-80gb, h200, b200, l40s).")
+@click.option("--gpu", default=None, help=f"GPU preset: {', '.join(GPUS)}.")
 @click.option("--gpu-memory-gib", type=float, default=None, help="Memory of a GPU not in the presets.")
 @click.option("--tp", type=int, default=CapacityArgs.tp, show_default=True, help="Tensor-parallel size.")
 @click.option("--max-model-len", type=int, default=None, help="Longest sequence [the model's maximum].")

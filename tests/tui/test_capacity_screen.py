@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from spoc_tui.tui.messages import ServersSampled
@@ -42,7 +44,56 @@ async def test_prefilled_from_the_monitored_server():
         assert scr.query_one("#block").value == "128"  # from the server's cache_config_info
         assert scr.query_one("#tp").value == "4"  # its TP group
         text = str(scr.result.render())
-        assert "predicted vs the server's own cache_config_info" in text and "524288" in text
+        # the server serves "tiny", not the form's Llama 3.1 8B: its figures are not set against the form's
+        assert "predicted vs the server's own" not in text
+        assert "not compared with the monitored server: it serves tiny on h100-80gb (TP 4)" in text
+
+
+def _llama_tick():
+    from dataclasses import replace
+
+    from spoc_tui.core.snapshots import VllmTick
+
+    t = server_tick()
+    (s,) = t.servers
+    return VllmTick((replace(s, model_names=("meta-llama/Llama-3.1-8B-Instruct",)),), None, t.stale, (), t.statuses)
+
+
+async def test_like_is_compared_with_like_only():
+    app = make_app()
+    async with app.run_test(size=(120, 45)) as pilot:
+        app.post_message(ServersSampled(_llama_tick()))
+        app.post_message(gpu_tick())
+        await pilot.pause()
+        scr = await _open(pilot)
+        await pilot.pause()
+        assert scr.query_one("#model").value == "llama-3.1-8b"
+        assert "predicted vs the server's own cache_config_info" in str(scr.result.render())
+        scr.query_one("#model").value = "llama-3.1-70b"  # a what-if for another model
+        await pilot.pause()
+        text = str(scr.result.render())
+        assert "predicted vs the server's own" not in text and "server 524288" not in text
+
+
+async def test_the_answer_in_users_and_what_would_fit():
+    app = make_app()
+    async with app.run_test(size=(120, 45)) as pilot:
+        scr = await _open(pilot)
+        assert scr.query_one("#avg").value == "2048"  # a typical conversation, not the 128k maximum
+        text = str(scr.result.render())
+        assert "concurrent sequences" in text and "(context 2048)" in text
+        users = str(scr.users.render())
+        # 220 sequences of 2k tokens fit an 8B's cache on an H100 (below max-num-seqs 256); each decode
+        # step reads 16 GB of weights and their KV: ~22 ms, 215 tokens an answer, 9 s think: ~630 users
+        assert "chat users saturate 220 seats" in users and "the chatbot profile" in users
+        assert re.search(r"about 6\d\d chat users", users)
+        assert "saturated: the queue grows" in users and "busy" in users
+        scr.query_one("#model").value = "llama-3.1-70b"  # 140 GB of weights on one H100
+        await pilot.pause()
+        text = str(scr.result.render())
+        # TP 2 (66 GiB of weights per GPU) leaves no room for one 128k-token sequence; TP 4 does
+        assert "does not fit" in text and "would fit: TP 4: 238 sequences" in text and "TP 2:" not in text
+        assert str(scr.users.render()) == ""
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")

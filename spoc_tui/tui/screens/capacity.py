@@ -16,11 +16,19 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, Select, Static
 
-from spoc_tui.capacity.service import CapacityArgs, compute, load_ramp, render
-from spoc_tui.core.capacity import CapacityError
+from spoc_tui.capacity.service import (
+    TYPICAL_CONTEXT,
+    CapacityArgs,
+    compute,
+    fits_instead,
+    load_ramp,
+    render,
+    users_estimate,
+)
+from spoc_tui.core.capacity import CapacityError, CapacityPlan
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.fleetplan import PlanError, plan_from_ramp, plan_text
-from spoc_tui.core.presets import GPUS, MODELS, PresetError
+from spoc_tui.core.presets import GPUS, MODELS, GpuSpec, ModelSpec, PresetError
 from spoc_tui.tui.widgets.fields import Field
 
 
@@ -42,6 +50,7 @@ class CapacityScreen(Screen[None]):
     CapacityScreen Input { width: 14; }
     CapacityScreen #result { padding: 1 1; height: auto; }
     CapacityScreen #plan { padding: 0 1 1 1; height: auto; }
+    CapacityScreen #users { padding: 0 1 1 1; height: auto; }
     """
 
     def __init__(self, ramp_path: Path | None = None) -> None:
@@ -49,6 +58,9 @@ class CapacityScreen(Screen[None]):
         self.server_config: dict[str, str] = {}
         self.server_label = ""
         self.server_models: tuple[str, ...] = ()
+        self.server_form: tuple[str | None, str | None, int] | None = None
+        """(model preset, GPU preset, TP) the monitored server was recognised as: only that form is
+        compared with its own figures."""
         self.ramp_path = ramp_path
 
     def compose(self) -> ComposeResult:
@@ -65,7 +77,12 @@ class CapacityScreen(Screen[None]):
                 yield Label("max len")
                 yield Field("", placeholder="model", id="max_len", restrict=r"[0-9]*")
                 yield Label("avg context")
-                yield Field("", placeholder="max len", id="avg", restrict=r"[0-9]*")
+                yield Field(
+                    str(TYPICAL_CONTEXT),
+                    id="avg",
+                    restrict=r"[0-9]*",
+                    tooltip="tokens held per conversation on average: a typical chat, not the maximum length",
+                )
                 yield Label("GPU util")
                 yield Field("0.9", id="util", restrict=r"[0-9.]*")
             with Horizontal():
@@ -81,6 +98,7 @@ class CapacityScreen(Screen[None]):
                 yield Label("block")
                 yield Field("16", id="block", restrict=r"[0-9]*")
             yield Static("", id="result")
+            yield Static("", id="users")
             with Horizontal(id="plan-form"):
                 yield Label("plan for users")
                 yield Field("1000", id="plan_users", restrict=r"[0-9]*")
@@ -92,6 +110,7 @@ class CapacityScreen(Screen[None]):
     def on_mount(self) -> None:
         self.result = self.query_one("#result", Static)
         self.plan = self.query_one("#plan", Static)
+        self.users = self.query_one("#users", Static)
         self.recompute()
 
     def prefill(
@@ -99,14 +118,17 @@ class CapacityScreen(Screen[None]):
     ) -> None:
         """Take what the monitored server says about itself."""
         self.server_config = dict(cache_config)
+        model_key: str | None = None
+        gpu_key: str | None = None
         for name in model_names:
             for key, m in MODELS.items():
                 if m.served_name.lower() == name.lower() or key == name.lower():
-                    self.query_one("#model", Select).value = key
+                    self.query_one("#model", Select).value = model_key = key
         if gpu_label:
             for key, g in GPUS.items():
                 if g.label.lower() in gpu_label.lower() or gpu_label.lower() in g.label.lower():
-                    self.query_one("#gpu", Select).value = key
+                    self.query_one("#gpu", Select).value = gpu_key = key
+        self.server_form = (model_key, gpu_key, tp or 1)
         if cache_config.get("block_size", "").isdigit():
             self.query_one("#block", Input).value = cache_config["block_size"]
         if "fp8" in cache_config.get("cache_dtype", ""):
@@ -176,14 +198,63 @@ class CapacityScreen(Screen[None]):
         try:
             a = self.args()
             model, gpu = MODELS[a.model], GPUS[str(a.gpu)]
-            plan = compute(a, model, gpu)
         except (CapacityError, PresetError, KeyError) as e:
-            self.result.update(Text(f"does not fit: {e}", style="bold red"))
+            self.result.update(Text(f"cannot compute: {e}", style="bold red"))
+            self.users.update("")
             return
-        text = Text(render(a, model, gpu, plan, self.server_config or None))
+        try:
+            plan = compute(a, model, gpu)
+        except CapacityError as e:
+            text = Text(f"does not fit: {e}", style="bold red")
+            instead = fits_instead(a, model, gpu)
+            text.append(
+                "\n  would fit: " + "; ".join(instead) if instead else "\n  nothing within reach fits", style="yellow"
+            )
+            self.result.update(text)
+            self.users.update("")
+            return
+        # like with like: the server's own figures only next to the form it was recognised as
+        form = (a.model, a.gpu, a.tp)
+        same = self.server_form is not None and form == self.server_form
+        text = Text(render(a, model, gpu, plan, self.server_config if same else None))
         if self.server_label:
-            text.append(f"\n  prefilled from the monitored server ({self.server_label})", style="dim")
+            if same:
+                text.append(f"\n  prefilled from the monitored server ({self.server_label})", style="dim")
+            else:
+                _, g, tp = self.server_form or (None, None, 1)
+                text.append(
+                    f"\n  not compared with the monitored server: it serves {self.server_label}"
+                    + (f" on {g}" if g else "")
+                    + f" (TP {tp}); the form now describes another set-up",
+                    style="dim",
+                )
         self.result.update(text)
+        self.users.update(self._users_text(a, model, gpu, plan))
+
+    def _users_text(self, a: CapacityArgs, model: ModelSpec, gpu: GpuSpec, plan: CapacityPlan) -> Text:
+        """The answer in users: the queueing view with the service time from the last ramp of
+        this model, or from the model and GPU."""
+        ramp = None
+        if self.ramp_path is not None:
+            try:
+                doc = load_ramp(str(self.ramp_path))
+            except InputError:
+                doc = None
+            names = {model.served_name.lower(), a.model.lower()}
+            if doc is not None and str(doc.get("model", "")).lower() in names:
+                ramp = doc
+        est = users_estimate(model, gpu, plan, a.tp, ramp)
+        t = Text("Users ", style="bold")
+        t.append(
+            f"about {est.saturation:,.0f} chat users saturate {est.seats} seats (min of the sequences that fit "
+            f"and max-num-seqs 256)\n",
+        )
+        t.append(f"  {est.basis}\n", style="dim")
+        for users, util, wait in est.rows:
+            w = "saturated: the queue grows" if wait == float("inf") else f"expected wait {wait * 1000:,.0f} ms"
+            t.append(f"    {users:>7,} users  {util:>4.0%} busy  {w}\n", style="red" if wait == float("inf") else "")
+        t.append("  an open M/M/c approximation: decode slows as the batch grows, so real waits begin earlier", "dim")
+        return t
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.recompute()
