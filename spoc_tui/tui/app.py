@@ -276,6 +276,27 @@ class SpocApp(App[int]):
 
     @on(LoadScreen.StartRequested)
     def start_ramp(self, request: LoadScreen.StartRequested) -> None:
+        busy = self.monitor.busy()
+        if busy is None:
+            self._start_ramp(request)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.events.note("ramp", f"ramp started on a busy server ({busy})", "warning")
+                self._start_ramp(request)
+            else:
+                self.load_screen.show_finished("not started: the server is busy with other traffic", False)
+
+        self.push_screen(
+            ConfirmScreen(
+                f"The server is already busy: {busy}.\nThe ramp's steps would be measured on top of that traffic, "
+                "so its knee would come out low. Start anyway?"
+            ),
+            answered,
+        )
+
+    def _start_ramp(self, request: LoadScreen.StartRequested) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         cfg = RampConfig(
             url=self.settings.vllm_urls[0],
@@ -422,6 +443,41 @@ class SpocApp(App[int]):
 
     @on(TuneScreen.StartRequested)
     def start_tune(self, request: TuneScreen.StartRequested) -> None:
+        shared = self.gpus_in_use(request.args.launch)
+        if shared is None:
+            self._start_tune(request)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.events.note("tune", f"study started on GPUs already in use ({shared})", "warning")
+                self._start_tune(request)
+            else:
+                self.tune_screen.show_error("not started: this host's GPUs already serve a model")
+
+        self.push_screen(
+            ConfirmScreen(
+                f"This host's GPUs already serve a model ({shared}).\nEach trial starts another vLLM on the same "
+                "GPUs: it competes for their memory (it may not start) and for their time (its figures and the "
+                "running server's both suffer). Start anyway?"
+            ),
+            answered,
+        )
+
+    def gpus_in_use(self, launch: str) -> str | None:
+        """When a study would start a second server on GPUs this host's NVML sees serving one (the
+        simulator needs no GPU: None)."""
+        if any(word in launch for word in ("spoc sim", "spoc demo", "spoc_tui.cli sim", "spoc_tui.cli demo")):
+            return None
+        gpus = self.monitor._gpus.gpus if self.monitor._gpus is not None else ()
+        local = [g for g in gpus if g.source == "nvml" and not g.simulated]  # NVML here, not a trace
+        used = [g for g in local if (g.fb_used_mib or 0) > 1024 or (g.util_pct or 0) > 5]
+        if not used:
+            return None
+        busy = self.monitor.busy()
+        return f"{len(used)} of {len(local)} GPU(s) with memory in use" + (f", the server {busy}" if busy else "")
+
+    def _start_tune(self, request: TuneScreen.StartRequested) -> None:
         args: TuneArgs = request.args
         screen = self.tune_screen
         root = data_dir() / "tunes"

@@ -298,3 +298,47 @@ def test_replay_cli_exports_and_refuses_a_bad_file(tmp_path):
     assert err.returncode == 2 and "not a spoc recording" in err.stderr and "Traceback" not in err.stderr
     err = spoc("monitor", "--url", "http://127.0.0.1:9", "--record", str(tmp_path))
     assert err.returncode == 2 and "--record" in err.stderr and "Traceback" not in err.stderr
+
+
+async def test_a_ramp_on_a_busy_server_asks_first():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(ServersSampled(server_tick()))  # the capture: 16 requests running
+        await _settle(pilot)
+        await pilot.press("l")
+        await _settle(pilot)
+        await pilot.press("ctrl+r")
+        await _settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "already busy: 16 running, 0 waiting" in str(app.screen.query_one("Static").render())
+        await pilot.press("n")
+        await _settle(pilot)
+        assert app.screen is app.load_screen and not app.load_screen.running
+        assert "not started: the server is busy" in str(app.load_screen.status.render())
+
+
+async def test_a_study_on_gpus_that_already_serve_asks_first():
+    from dataclasses import replace
+
+    from spoc_tui.core.snapshots import GpuTick
+    from spoc_tui.tui.messages import GpusSampled
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        g = replace(gpu_tick().tick.gpus[0], source="nvml", fb_used_mib=70_000.0)  # this host's GPU, 70 GB used
+        app.post_message(GpusSampled(GpuTick((g,), frozenset(), (), ())))
+        app.post_message(ServersSampled(server_tick()))
+        await _settle(pilot)
+        assert app.gpus_in_use("spoc sim --port {port} {flags}") is None  # the simulator needs no GPU
+        shared = app.gpus_in_use("vllm serve m --port {port} {flags}")
+        assert shared == "1 of 1 GPU(s) with memory in use, the server 16 running, 0 waiting"
+        await pilot.press("t")
+        await _settle(pilot)
+        app.tune_screen.query_one("#launch", Field).value = "vllm serve m --port {port} {flags}"
+        await pilot.press("ctrl+r")
+        await _settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await _settle(pilot)
+        assert not app.tune_screen.running
+        assert "already serve a model" in str(app.tune_screen.form_error.render())

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from spoc_tui.config import data_dir
 from spoc_tui.core.loadmath import parse_sla
 from spoc_tui.core.tunespace import parse_objectives, parse_space
 from spoc_tui.load.profiles import load_profile
@@ -176,4 +177,8 @@ async def test_study_from_the_ui_with_the_monitor_one_key_away(tmp_path):
         await pilot.pause()
         await pilot.press("y")
         await pilot.pause()
+        # where OSC 52 cannot reach a clipboard (tmux), the command is on screen and in a file
+        saved = list((data_dir() / "commands").glob("trial-*.sh"))
+        assert len(saved) == 1 and saved[0].read_text().strip() in scr.commands.values()
+        assert saved[0].read_text().strip() in str(scr.status.render())
         assert not set(guards_of(os.getpid())) - before, "the study left its server running"

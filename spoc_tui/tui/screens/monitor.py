@@ -595,6 +595,18 @@ class MonitorScreen(Screen[None]):
         self.paused = paused
         self._draw_status()
 
+    def busy(self) -> str | None:
+        """What the first server is already doing, when it serves traffic of its own (None: idle or
+        unknown): a ramp started now would be measured on top of it."""
+        tick = self._vllm
+        if tick is None or not tick.servers or tick.servers[0].source in tick.stale:
+            return None
+        v = tick.servers[0].total
+        running, waiting = v.running or 0, v.waiting or 0
+        if running + waiting < 1:
+            return None
+        return f"{running:.0f} running, {waiting:.0f} waiting"
+
     def seen(self) -> tuple[tuple[str, ...], dict[str, str], str | None, int | None] | None:
         """What the first server says of itself, for the Capacity screen: its model names, its
         ``cache_config_info``, the first GPU's name and the first TP group's size (None: no server yet)."""

@@ -15,6 +15,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Sparkline, Static
 
+from spoc_tui.config import data_dir
 from spoc_tui.core.loadmath import DEFAULT_SLA, Limit
 from spoc_tui.core.tunespace import Objective
 from spoc_tui.load.profiles import builtin_names
@@ -212,8 +213,21 @@ class TuneScreen(Screen[None]):
         row = self.table.cursor_row
         keys = list(self.commands)
         number = keys[min(max(row, 0), len(keys) - 1)]
-        self.app.copy_to_clipboard(self.commands[number])
-        self.notify(f"copied trial #{number}'s command line", timeout=4)
+        command = self.commands[number]
+        # OSC 52 reaches the clipboard only where the terminal allows it (tmux needs set-clipboard on):
+        # the command also goes to a file, and on the screen in full
+        self.app.copy_to_clipboard(command)
+        saved = ""
+        try:
+            folder = data_dir() / "commands"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"trial-{number}.sh"
+            path.write_text(command + "\n")
+            saved = f"; also saved to {path}"
+        except OSError as e:
+            saved = f"; not saved ({e.strerror or e})"
+        self.status.update(Text(f"trial #{number}: {command}", style="bold"))
+        self.notify(f"trial #{number}'s command line sent to the clipboard (OSC 52){saved}", timeout=8)
 
     def show_error(self, message: str) -> None:
         self.form_error.update(message)
