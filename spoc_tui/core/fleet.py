@@ -51,3 +51,33 @@ def lagging(servers: Sequence[ServerView], stale: frozenset[str] = frozenset()) 
 def waiting_per_replica(servers: Sequence[ServerView], stale: frozenset[str] = frozenset()) -> float | None:
     waits = [s.total.waiting for s in servers if s.source not in stale and s.total.waiting is not None]
     return sum(waits) / len(waits) if waits else None
+
+
+def _host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        return (urlsplit(url if "://" in url else "http://" + url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def replica_of_gpu(
+    gpu_source: str, gpu_hostname: str | None, servers: Sequence[str], gpu_sources: Sequence[str]
+) -> str | None:
+    """Which replica (server source) a GPU serves, or None when nothing says.
+
+    1. One server: all GPUs are its.
+    2. The GPU's hostname (DCGM's ``Hostname`` label) is the host of exactly one server's URL.
+    3. As many GPU sources (``--dcgm``) as servers (``--url``): they pair up in the order given
+       (``--url A --url B --dcgm A-exporter --dcgm B-exporter``), as the fleet demo passes them.
+    """
+    if len(servers) == 1:
+        return servers[0]
+    if gpu_hostname:
+        by_host = [s for s in servers if _host(s) == gpu_hostname.lower()]
+        if len(by_host) == 1:
+            return by_host[0]
+    if len(gpu_sources) == len(servers) and gpu_source in gpu_sources:
+        return servers[list(gpu_sources).index(gpu_source)]
+    return None

@@ -88,3 +88,18 @@ def test_the_replica_that_lags_is_named():
     assert lagging([a]) == []
     # within noise: no lag
     assert lagging([view("a", waiting=0, ttft=fast), view("b", waiting=0, ttft=[0.03] * 50)]) == []
+
+
+def test_which_replica_a_gpu_serves():
+    from spoc_tui.core.fleet import replica_of_gpu
+
+    a, b = "http://node-a:8000", "http://node-b:8000"
+    assert replica_of_gpu("http://x:9400/metrics", None, [a], []) == a  # one server: all GPUs its
+    # DCGM's Hostname label names the node of one server
+    assert replica_of_gpu("http://x:9400/metrics", "node-b", [a, b], ["http://x:9400/metrics"]) == b
+    # two exporters for two servers on one host: paired in the order given
+    ea, eb = "http://127.0.0.1:9401/metrics", "http://127.0.0.1:9402/metrics"
+    s1, s2 = "http://127.0.0.1:8001", "http://127.0.0.1:8002"
+    assert replica_of_gpu(eb, "spoc-sim", [s1, s2], [ea, eb]) == s2
+    # nothing says: unknown, never guessed
+    assert replica_of_gpu(ea, "spoc-sim", [s1, s2], [ea]) is None

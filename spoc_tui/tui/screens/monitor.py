@@ -6,7 +6,6 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,9 +19,10 @@ from spoc_tui.core import fmt
 from spoc_tui.core.alerts import Alert, gpu_alerts, server_alerts, shed_alerts
 from spoc_tui.core.energy import EnergyMeter
 from spoc_tui.core.events import EventDetector, EventLog
-from spoc_tui.core.fleet import lagging, waiting_per_replica
+from spoc_tui.core.fleet import lagging, replica_of_gpu, waiting_per_replica
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.loadmath import Limit
+from spoc_tui.core.redact import redact_url
 from spoc_tui.core.roofline import gpu_of
 from spoc_tui.core.series import WINDOWS_S, SeriesStore
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
@@ -43,13 +43,6 @@ from spoc_tui.tui.widgets.timechart import PALETTE, Line, TimeChart, span_text
 
 _VERDICT_STYLE = {"ok": "green", "warning": "bold yellow", "error": "bold red"}
 _EVENT_STYLE = {"info": "", "warning": "yellow", "error": "red"}
-
-
-def _host(url: str) -> str:
-    try:
-        return urlsplit(url if "://" in url else "http://" + url).hostname or ""
-    except ValueError:
-        return ""
 
 
 def _ms(v: float) -> str:
@@ -291,13 +284,27 @@ class MonitorScreen(Screen[None]):
         text = "; ".join(parts) + (f" · {n} replicas" if n > 1 else "")
         self.server_info.show_text(Text(text, style="dim"))
 
+    def _replicas(self) -> dict[str, str]:
+        """GPU key -> the replica it serves, with several servers (see :func:`replica_of_gpu`)."""
+        if self._vllm is None or len(self._vllm.servers) <= 1 or self._gpus is None:
+            return {}
+        servers = [s.source for s in self._vllm.servers]
+        settings = getattr(self.app, "settings", None)
+        gpu_sources = [redact_url(u) for u in getattr(settings, "dcgm_urls", [])]
+        out = {}
+        for g in self._gpus.gpus:
+            r = replica_of_gpu(g.source, g.hostname, servers, gpu_sources)
+            if r is not None:
+                out[g.key] = r
+        return out
+
     def _server_gpus(self, server: ServerView) -> list[GpuSample]:
-        """The GPUs that serve ``server``: all of them with one server, else those on its host."""
+        """The GPUs that serve ``server``: all of them with one server, else those mapped to it."""
         gpus = list(self._gpus.gpus) if self._gpus is not None else []
         if self._vllm is None or len(self._vllm.servers) <= 1:
             return gpus
-        host = _host(server.source)
-        return [g for g in gpus if g.hostname and g.hostname == host]
+        mapping = self._replicas()
+        return [g for g in gpus if mapping.get(g.key) == server.source]
 
     def verdicts_now(self) -> list[tuple[str, Verdict]]:
         """One verdict per server: those that answered, then those that never did."""
@@ -497,7 +504,7 @@ class MonitorScreen(Screen[None]):
             return
         draggers = {m.gpu.key for g in self._groups for m in g.draggers}
         with self.app.batch_update():
-            self.gpus.show(tick, draggers)
+            self.gpus.show(tick, draggers, self._replicas())
             if self.gpus.display != bool(tick.gpus):
                 self.gpus.display = bool(tick.gpus)
                 self.gpu_note.display = not tick.gpus

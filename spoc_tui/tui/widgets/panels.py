@@ -243,6 +243,7 @@ class GpuTable(DiffTable):
         super().__init__(
             [
                 ("gpu", "GPU", 7),
+                ("rep", "Replica", 0),
                 ("model", "Model", 0),
                 ("t", "Temp", 4),
                 ("mt", "Mem", 4),
@@ -257,14 +258,23 @@ class GpuTable(DiffTable):
             classes=classes,
         )
 
-    def show(self, tick: GpuTick, draggers: set[str]) -> None:
+    def show(self, tick: GpuTick, draggers: set[str], replicas: dict[str, str] | None = None) -> None:
+        """``replicas``: GPU key -> the replica it serves (several servers; a column appears)."""
         rows: dict[str, list[Cell]] = {}
+        replicas = replicas or {}
         multi_host = len({g.hostname for g in tick.gpus}) > 1
         # several hosts: the GPU names its host in full; mixed models: a column says which is which
         width = max((len(f"{g.hostname}:{g.gpu} sim") for g in tick.gpus if g.hostname), default=7)
         width = width if multi_host else 7
         mixed = len({g.model for g in tick.gpus}) > 1
-        self.set_widths({"gpu": min(width + 2, 28) if multi_host else 7, "model": 14 if mixed else 0})
+        rep_w = max((len(short_source(r)) for r in replicas.values()), default=0)
+        self.set_widths(
+            {
+                "gpu": min(width + 2, 28) if multi_host else 7,
+                "model": 14 if mixed else 0,
+                "rep": min(rep_w, 22) if replicas else 0,
+            }
+        )
         for g in tick.gpus:
             stale = g.source in tick.stale
             style = "dim" if stale else ""
@@ -279,6 +289,7 @@ class GpuTable(DiffTable):
             fb = fmt.num(None if g.fb_used_mib is None else g.fb_used_mib / 1024, 1)
             rows[g.key] = [
                 Text(("▶ " if g.key in draggers else "") + name, style="bold red" if g.key in draggers else style),
+                Text(short_source(replicas[g.key]) if g.key in replicas else "?", style=style or "cyan"),
                 Text(_short_model(g.model), style=style),
                 Text(fmt.plain(g.temp_c, "C"), style=temp_style),
                 Text(fmt.plain(g.mem_temp_c, "C"), style=style),
