@@ -80,7 +80,8 @@ def pool(key: Hashable, runs: Sequence[Run]) -> Estimate:
         lo, hi = [], []
         for i in range(m):
             a, b = r.ci95[i] if i < len(r.ci95) else (None, None)
-            lo.append(float(a) if a is not None else r.values[i] - _half(r, i))
+            low = float(a) if a is not None else r.values[i] - _half(r, i)
+            lo.append(max(0.0, low) if r.values[i] >= 0 else low)
             hi.append(float(b) if b is not None else r.values[i] + _half(r, i))
         return Estimate(key, tuple(r.values), tuple(lo), tuple(hi), 1)
     means, los, his, spread = [], [], [], []
@@ -91,7 +92,8 @@ def pool(key: Hashable, runs: Sequence[Run]) -> Estimate:
         between = statistics.variance(xs)
         half = Z95 * math.sqrt(max(within, between) / k)
         means.append(mean)
-        los.append(mean - half)
+        # throughputs and latencies cannot be negative: an interval wider than its mean is cut at 0
+        los.append(max(0.0, mean - half) if min(xs) >= 0 else mean - half)
         his.append(mean + half)
         spread.append(math.sqrt(between) / abs(mean) if mean else math.inf)
     return Estimate(key, tuple(means), tuple(los), tuple(his), k, tuple(spread))

@@ -45,7 +45,7 @@ class CapacityScreen(Screen[None]):
 
     DEFAULT_CSS = """
     CapacityScreen Horizontal { height: auto; padding: 0 1; }
-    CapacityScreen Label { padding: 1 1 0 0; }
+    CapacityScreen Label { padding: 0 1 0 0; }
     CapacityScreen Select { width: 24; }
     CapacityScreen Input { width: 14; }
     CapacityScreen #result { padding: 1 1; height: auto; }
@@ -68,9 +68,11 @@ class CapacityScreen(Screen[None]):
         with VerticalScroll():
             with Horizontal():
                 yield Label("model")
-                yield Select([(m, m) for m in MODELS], value="llama-3.1-8b", allow_blank=False, id="model")
+                yield Select(
+                    [(m, m) for m in MODELS], value="llama-3.1-8b", allow_blank=False, id="model", compact=True
+                )
                 yield Label("GPU")
-                yield Select([(g, g) for g in GPUS], value="h100-80gb", allow_blank=False, id="gpu")
+                yield Select([(g, g) for g in GPUS], value="h100-80gb", allow_blank=False, id="gpu", compact=True)
                 yield Label("TP")
                 yield Field("1", id="tp", restrict=r"[0-9]*")
             with Horizontal():
@@ -87,13 +89,14 @@ class CapacityScreen(Screen[None]):
                 yield Field("0.9", id="util", restrict=r"[0-9.]*")
             with Horizontal():
                 yield Label("KV dtype")
-                yield Select([("auto", "auto"), ("fp8", "fp8")], value="auto", allow_blank=False, id="kv")
+                yield Select([("auto", "auto"), ("fp8", "fp8")], value="auto", allow_blank=False, id="kv", compact=True)
                 yield Label("weights")
                 yield Select(
                     [("model's", "default"), ("bf16", "bf16"), ("fp8", "fp8"), ("int4", "int4")],
                     value="default",
                     allow_blank=False,
                     id="weights",
+                    compact=True,
                 )
                 yield Label("block")
                 yield Field("16", id="block", restrict=r"[0-9]*")

@@ -105,8 +105,10 @@ class LoadScreen(Screen[None]):
     LoadScreen Horizontal { height: auto; }
     LoadScreen #form, LoadScreen #form2 { height: auto; padding: 0 1; }
     LoadScreen #form Input { width: 1fr; }
-    LoadScreen #form Select { width: 18; }
-    LoadScreen #form Label, LoadScreen #form2 Label { padding: 1 1 0 0; }
+    LoadScreen #form #users { width: 3fr; min-width: 14; }
+    LoadScreen #form #step, LoadScreen #form #warmup { width: 6; }
+    LoadScreen #form Select { width: 16; }
+    LoadScreen #form Label, LoadScreen #form2 Label { padding: 0 1 0 0; }
     LoadScreen #form2 Input { width: 1fr; }
     LoadScreen #buttons { height: auto; padding: 0 1; }
     LoadScreen #buttons Button { margin-right: 2; min-width: 12; }
@@ -149,7 +151,13 @@ class LoadScreen(Screen[None]):
         with VerticalScroll(id="body"):
             with Horizontal(id="form"):
                 yield Label("profile")
-                yield Select([(n, n) for n in builtin_names()], value=DEFAULT_PROFILE, allow_blank=False, id="profile")
+                yield Select(
+                    [(n, n) for n in builtin_names()],
+                    value=DEFAULT_PROFILE,
+                    allow_blank=False,
+                    id="profile",
+                    compact=True,
+                )
                 yield Label("users")
                 yield Field(DEFAULT_USERS, id="users", tooltip="1,2,4 · geom:1:64 · auto[:MAX] · rate:1,2,4 (req/s)")
                 yield Label("step s")
@@ -161,15 +169,16 @@ class LoadScreen(Screen[None]):
                 yield Field(DEFAULT_SLA, id="sla")
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
-                yield Button("Start (ctrl+r)", id="start", variant="success", disabled=self.url is None)
-                yield Button("Stop (ctrl+x)", id="stop", variant="error", disabled=True)
+                yield Button("Start (ctrl+r)", id="start", variant="success", disabled=self.url is None, compact=True)
+                yield Button("Stop (ctrl+x)", id="stop", variant="error", disabled=True, compact=True)
             yield Static(Text("idle", style="dim"), id="status")
-            with Horizontal(id="charts"):
-                yield LimitBarChart("p99 TTFT by users", id="ttft-chart")
-                yield LimitBarChart("p99 ITL by users", id="itl-chart")
+            # the result first (steps and knee), then the charts: at 80x24 the table is in view
             with Vertical(classes="panel", id="steps-panel"):
                 yield StepTable(id="steps")
             yield Static(knee_text(None, False), id="knee")
+            with Horizontal(id="charts"):
+                yield LimitBarChart("p99 TTFT by users", id="ttft-chart")
+                yield LimitBarChart("p99 ITL by users", id="itl-chart")
             with Vertical(classes="panel", id="profile-panel"):
                 yield Static(Text(PROFILE_HINT, style="dim"), id="profile-view")
         yield Footer()

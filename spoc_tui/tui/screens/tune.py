@@ -59,10 +59,11 @@ class TuneScreen(Screen[None]):
 
     DEFAULT_CSS = """
     TuneScreen .row { height: auto; padding: 0 1; }
-    TuneScreen .row Label { padding: 1 1 0 0; }
+    TuneScreen .row Label { padding: 0 1 0 0; }
     TuneScreen .row Input { width: 1fr; }
-    TuneScreen #trials, TuneScreen #step { width: 9; }
+    TuneScreen #trials, TuneScreen #step { width: 6; }
     TuneScreen #users { width: 12; }
+    TuneScreen #sla { min-width: 24; }
     TuneScreen .row Select { width: 16; }
     TuneScreen #buttons { height: auto; padding: 0 1; }
     TuneScreen #buttons Button { margin-right: 2; min-width: 12; }
@@ -122,12 +123,18 @@ class TuneScreen(Screen[None]):
                 yield Field(TuneArgs.users, id="users")
                 yield Label("step s")
                 yield Field(f"{TuneArgs.step_seconds:g}", id="step", restrict=r"[0-9.]*")
-                yield Select([(n, n) for n in builtin_names()], value=TuneArgs.profile, allow_blank=False, id="profile")
+                yield Select(
+                    [(n, n) for n in builtin_names()],
+                    value=TuneArgs.profile,
+                    allow_blank=False,
+                    id="profile",
+                    compact=True,
+                )
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
-                yield Button("Start (ctrl+r)", id="start", variant="success")
-                yield Button("Resume last (ctrl+e)", id="resume", variant="primary")
-                yield Button("Stop (ctrl+x)", id="stop", variant="error", disabled=True)
+                yield Button("Start (ctrl+r)", id="start", variant="success", compact=True)
+                yield Button("Resume last (ctrl+e)", id="resume", variant="primary", compact=True)
+                yield Button("Stop (ctrl+x)", id="stop", variant="error", disabled=True, compact=True)
             yield Static(Text("idle", style="dim"), id="status")
             with Horizontal(id="plots"):
                 yield ParetoPlot(id="plot")
