@@ -175,3 +175,29 @@ async def read_source(client: httpx.AsyncClient, source: str, api_key: str | Non
     if is_url(source):
         return await fetch(client, source, api_key)
     return read_file(source)
+
+
+async def served_models(url: str, api_key: str | None = None, timeout_s: float = 5.0) -> dict[str, int | None]:
+    """``/v1/models`` of a vLLM server: each served model's ``max_model_len`` (None where not
+    said). Reads only: no request is sent to the model.
+
+    Raises:
+        SourceError: unreachable, not 200, or not an OpenAI model list.
+    """
+    root = base_url(url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as c:
+            r = await c.get(root + "/v1/models", headers=headers)
+    except httpx.HTTPError as e:
+        raise SourceError(f"{redact_url(root)}/v1/models: {type(e).__name__}") from None
+    if r.status_code != 200:
+        raise SourceError(f"{redact_url(root)}/v1/models answered HTTP {r.status_code}")
+    try:
+        out: dict[str, int | None] = {}
+        for m in r.json()["data"]:
+            n = m.get("max_model_len")
+            out[str(m["id"])] = int(n) if isinstance(n, int) else None
+        return out
+    except (ValueError, KeyError, TypeError):
+        raise SourceError(f"{redact_url(root)}/v1/models did not return an OpenAI model list") from None

@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.worker import Worker, get_current_worker
 
 from spoc_tui.collectors.promql import PromQLPoller
-from spoc_tui.collectors.scrape import base_url
+from spoc_tui.collectors.scrape import base_url, served_models
 from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.errors import InputError, SpocError, first_line
 from spoc_tui.core.events import EventLog
@@ -94,6 +94,7 @@ class SpocApp(App[int]):
         self.start_workers = start_workers
         self.paused = False
         self._groups_cache: tuple[float, list[list[int]]] | None = None
+        self._asked_models: set[str] = set()
         self.events = EventLog()
         """What happened, for the monitor's Events panel: sources, throttling, ramps, studies."""
         self.limits = parse_sla(settings.sla) if settings.sla else ()
@@ -220,6 +221,22 @@ class SpocApp(App[int]):
         if self.recorder is not None:
             self._record(lambda r: r.servers(message.tick))
         self.monitor.apply_servers(message)
+        if self.start_workers:
+            for u in self.settings.vllm_urls:
+                name = redact_url(u)
+                if name not in self._asked_models and any(sv.source == name for sv in message.tick.servers):
+                    self._asked_models.add(name)
+                    self._ask_models(u, name)
+
+    @work(group="models", exit_on_error=False)
+    async def _ask_models(self, url: str, name: str) -> None:
+        """Once per server: its models' max-model-len from /v1/models (the metrics do not say)."""
+        try:
+            models = await served_models(url, self.settings.api_key)
+        except SpocError as e:
+            logger.info("reading /v1/models: %s", first_line(e))
+            return
+        self.monitor.set_models(name, models)
 
     def on_gpus_sampled(self, message: GpusSampled) -> None:
         if self.recorder is not None:

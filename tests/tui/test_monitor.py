@@ -137,6 +137,12 @@ async def test_worker_against_live_simulator():
             assert app.monitor._vllm.servers[0].simulated
             assert len(app.monitor._gpus.gpus) == 2
             assert "SIMULATED" in app.monitor.servers_panel.border_title
+            for _ in range(40):  # what is served: from the metrics, and max-model-len from /v1/models
+                await pilot.pause(0.1)
+                if "max-model-len" in str(app.monitor.server_info.render()):
+                    break
+            info = str(app.monitor.server_info.render())
+            assert "meta-llama/Llama-3.1-8B-Instruct · vLLM" in info and "max-model-len 32,768" in info
     finally:
         proc.stop()
 

@@ -87,6 +87,7 @@ class MonitorScreen(Screen[None]):
         self.series = SeriesStore()
         self.span_s = WINDOWS_S[1]
         self._waits: dict[str, deque[float | None]] = {}
+        self._models: dict[str, dict[str, int | None]] = {}
         self._events_drawn = -1
         self.background = ""
         """What runs in the background (a ramp, a study), shown in the title."""
@@ -256,6 +257,12 @@ class MonitorScreen(Screen[None]):
             w = self._waits.setdefault(server.source, deque(maxlen=5))
             w.append(None if server.source in tick.stale else server.total.waiting)
 
+    def set_models(self, source: str, models: dict[str, int | None]) -> None:
+        """What /v1/models says of a server (max-model-len per model)."""
+        self._models[source] = models
+        if self.ready:
+            self._draw_info()
+
     def _draw_info(self) -> None:
         """What is served: model, engine version and the KV cache it was given."""
         tick = self._vllm
@@ -279,7 +286,9 @@ class MonitorScreen(Screen[None]):
             if cc.get("enable_prefix_caching") == "True":
                 kv += " · prefix caching"
             version = f"vLLM {server.engine_version}" if server.engine_version else "vLLM version n/a"
-            parts.append(f"{key[0] or 'model n/a'} · {version}{kv}")
+            lens = {n for n in self._models.get(server.source, {}).values() if n}
+            max_len = f" · max-model-len {max(lens):,}" if lens else ""
+            parts.append(f"{key[0] or 'model n/a'} · {version}{max_len}{kv}")
         n = len(tick.servers)
         text = "; ".join(parts) + (f" · {n} replicas" if n > 1 else "")
         self.server_info.show_text(Text(text, style="dim"))
