@@ -159,20 +159,48 @@ def sim_options(f: F) -> F:
             show_default=True,
             help="steady | thermal (one hot GPU in the TP group) | overload | imbalanced/fleet (replicas, one lags).",
         ),
-        click.option("--seed", type=int, default=d.seed, show_default=True),
-        click.option("--served-model-name", default=None),
-        click.option("--max-num-seqs", type=int, default=d.max_num_seqs, show_default=True),
-        click.option("--max-num-batched-tokens", type=int, default=None),
         click.option(
-            "--enable-chunked-prefill/--no-enable-chunked-prefill", default=d.enable_chunked_prefill, show_default=True
+            "--seed", type=int, default=d.seed, show_default=True, help="Random seed of the simulated engine."
         ),
         click.option(
-            "--enable-prefix-caching/--no-enable-prefix-caching", default=d.enable_prefix_caching, show_default=True
+            "--served-model-name", default=None, help="Name the model is served under [default: the preset's]."
         ),
-        click.option("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization, show_default=True),
-        click.option("--block-size", type=int, default=d.block_size, show_default=True),
-        click.option("--max-model-len", type=int, default=None),
-        click.option("--kv-cache-dtype", default=d.kv_cache_dtype, show_default=True),
+        click.option(
+            "--max-num-seqs",
+            type=int,
+            default=d.max_num_seqs,
+            show_default=True,
+            help="Most requests in a batch (vLLM's flag).",
+        ),
+        click.option(
+            "--max-num-batched-tokens", type=int, default=None, help="Token budget of a step [default: vLLM's rule]."
+        ),
+        click.option(
+            "--enable-chunked-prefill/--no-enable-chunked-prefill",
+            default=d.enable_chunked_prefill,
+            show_default=True,
+            help="Split long prefills across steps (vLLM's flag).",
+        ),
+        click.option(
+            "--enable-prefix-caching/--no-enable-prefix-caching",
+            default=d.enable_prefix_caching,
+            show_default=True,
+            help="Reuse the KV cache of shared prompt prefixes (vLLM's flag).",
+        ),
+        click.option(
+            "--gpu-memory-utilization",
+            type=float,
+            default=d.gpu_memory_utilization,
+            show_default=True,
+            help="Share of GPU memory vLLM may use (weights + KV cache).",
+        ),
+        click.option(
+            "--block-size", type=int, default=d.block_size, show_default=True, help="KV-cache block size, tokens."
+        ),
+        click.option(
+            "--max-model-len", type=int, default=None, help="Longest sequence [default: the model's maximum]."
+        ),
+        click.option("--kv-cache-dtype", default=d.kv_cache_dtype, show_default=True, help="auto | fp8"),
         click.option("--quantization", "-q", default=None, help="fp8: FP8 weights."),
         click.option(
             "--speed", type=float, default=d.speed, show_default=True, help="Simulated seconds per real second."
@@ -187,7 +215,9 @@ def sim_options(f: F) -> F:
 @click.argument("model", required=False)
 @sim_options
 @click.option("--host", default=SimOptions.host, help="Address to bind (loopback unless told otherwise).")
-@click.option("--port", type=int, default=SimOptions.port)
+@click.option(
+    "--port", type=int, default=SimOptions.port, show_default=True, help="Port of the OpenAI API and /metrics."
+)
 @click.option(
     "--dcgm-port",
     type=int,
@@ -199,7 +229,7 @@ def sim_options(f: F) -> F:
     "--replicas",
     type=int,
     default=None,
-    help="Replicas, each on --port + i (and --dcgm-port + i) [1; imbalanced/fleet: 3].",
+    help="Replicas, each on --port + i (and --dcgm-port + i) [default: 1; imbalanced/fleet: 3].",
 )
 @click.option(
     "--api-key",
@@ -237,11 +267,11 @@ def sim(model: str | None, model_opt: str | None, host: str, **kw: Any) -> None:
     show_default=True,
     help="fleet: three replicas behind a round-robin split, one of them lagging.",
 )
-@click.option("--model", default=SimOptions.model, show_default=True)
-@click.option("--gpu", default=SimOptions.gpu, show_default=True)
-@click.option("--tp", type=int, default=None)
+@click.option("--model", default=SimOptions.model, show_default=True, help="Model preset of the simulated server.")
+@click.option("--gpu", default=SimOptions.gpu, show_default=True, help=f"GPU preset: {', '.join(GPUS)}.")
+@click.option("--tp", type=int, default=None, help="Tensor-parallel size [default: 1; thermal: 4].")
 @click.option("--users", type=int, default=None, help="Background users (default: 48, overload: 3x max-num-seqs).")
-@click.option("--seed", type=int, default=SimOptions.seed, show_default=True)
+@click.option("--seed", type=int, default=SimOptions.seed, show_default=True, help="Random seed of the simulator.")
 def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None, seed: int) -> None:
     """Start the simulator with a background load and open the monitor on it.
 
@@ -297,7 +327,7 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     envvar="SPOC_INTERVAL",
     show_envvar=True,
     default=None,
-    help=f"Refresh interval in seconds [{Settings.interval:g}].",
+    help=f"Refresh interval in seconds [default: {Settings.interval:g}].",
 )
 @click.option(
     "--window",
@@ -305,7 +335,7 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     envvar="SPOC_WINDOW",
     show_envvar=True,
     default=None,
-    help=f"Percentile/rate window in seconds [{Settings.window:g}].",
+    help=f"Percentile/rate window in seconds [default: {Settings.window:g}].",
 )
 @click.option(
     "--api-key",
@@ -352,7 +382,7 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     envvar="SPOC_CONFIG",
     show_envvar=True,
     default=None,
-    help="TOML config file [platform config dir]/config.toml.",
+    help="TOML config file [default: <platform config dir>/config.toml].",
 )
 @click.pass_context
 def monitor(
@@ -393,7 +423,7 @@ def resolve_settings(
 
 @cli.command()
 @click.option("--url", required=True, envvar="SPOC_VLLM_URL", show_envvar=True, help="The server (vLLM or spoc sim).")
-@click.option("--model", default=None, help="Served model name [the server's first].")
+@click.option("--model", default=None, help="Served model name [default: the server's first].")
 @click.option(
     "--profile",
     default=DEFAULT_PROFILE,
@@ -406,7 +436,7 @@ def resolve_settings(
     default=None,
     help=(
         "User counts, a series like geom:1:64, or auto[:MAX] to search for the knee (double, then bisect) "
-        f"[{DEFAULT_USERS}]."
+        f"[default: {DEFAULT_USERS}]."
     ),
 )
 @click.option(
@@ -415,18 +445,20 @@ def resolve_settings(
     default=None,
     help="Open loop instead of users: arrival rates in requests/s (Poisson, as vllm bench serve), e.g. 1,2,4,8.",
 )
-@click.option("--step-seconds", type=float, default=RampConfig.step_s, show_default=True)
+@click.option(
+    "--step-seconds", type=float, default=RampConfig.step_s, show_default=True, help="Measured length of each step."
+)
 @click.option(
     "--spawn-rate",
     type=float,
     default=None,
-    help="Users added per second when a step starts [fast enough for half the warm-up, 1-100/s].",
+    help="Users added per second when a step starts [default: fast enough for half the warm-up, 1-100/s].",
 )
 @click.option(
     "--max-step-seconds",
     type=float,
     default=None,
-    help="A step whose verdict is still inconclusive is measured on, up to this long [4x --step-seconds].",
+    help="A step whose verdict is still inconclusive is measured on, up to this long [default: 4x --step-seconds].",
 )
 @click.option(
     "--warmup-seconds",
@@ -455,7 +487,7 @@ def resolve_settings(
 )
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
 @click.option("--dcgm", "dcgm_urls", multiple=True, help="dcgm-exporter URL, recorded next to each step.")
-@click.option("--seed", type=int, default=RampConfig.seed, show_default=True)
+@click.option("--seed", type=int, default=RampConfig.seed, show_default=True, help="Random seed of the users.")
 @click.option(
     "--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token (never written to results)."
 )
@@ -554,7 +586,7 @@ def ramp(
 @click.option(
     "--space",
     default=None,
-    help="Search space TOML file [built-in: max-num-seqs, max-num-batched-tokens, chunked prefill, prefix "
+    help="Search space TOML file [default: built-in: max-num-seqs, max-num-batched-tokens, chunked prefill, prefix "
     "caching, gpu-memory-utilization].",
 )
 @click.option(
@@ -574,7 +606,7 @@ def ramp(
 @click.option(
     "--storage",
     default=None,
-    help="Optuna storage: sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE [OUT/study.db].",
+    help="Optuna storage: sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE [default: OUT/study.db].",
 )
 @click.option("--study", "study", default=TuneArgs.study, show_default=True, help="Study name in the storage.")
 @click.option("--resume", is_flag=True, help="Continue the study (after a crash or Ctrl-C).")
@@ -595,10 +627,21 @@ def ramp(
     "trial; or user counts of each trial's ramp (the last is the reference load).",
 )
 @click.option(
-    "--ref-users", type=int, default=None, help="Reference load for the objectives and the SLA [the last step]."
+    "--ref-users",
+    type=int,
+    default=None,
+    help="Reference load for the objectives and the SLA [default: the last step].",
 )
-@click.option("--step-seconds", type=float, default=TuneArgs.step_seconds, show_default=True)
-@click.option("--warmup-seconds", type=float, default=TuneArgs.warmup_seconds, show_default=True)
+@click.option(
+    "--step-seconds", type=float, default=TuneArgs.step_seconds, show_default=True, help="Measured length of each step."
+)
+@click.option(
+    "--warmup-seconds",
+    type=float,
+    default=TuneArgs.warmup_seconds,
+    show_default=True,
+    help="Load before each step's measurement starts.",
+)
 @click.option(
     "--seed",
     type=int,
@@ -645,7 +688,7 @@ def ramp(
 @click.option(
     "--env", multiple=True, help="NAME=VALUE for the server's environment (repeatable; values are never written out)."
 )
-@click.option("--port", type=int, default=None, help="Port for the server [any free port].")
+@click.option("--port", type=int, default=None, help="Port for the server [default: any free port].")
 @click.option(
     "--start-timeout",
     type=float,
@@ -653,7 +696,7 @@ def ramp(
     show_default=True,
     help="Seconds a server may take to become ready.",
 )
-@click.option("--model", default=None, help="Served model name [the server's first].")
+@click.option("--model", default=None, help="Served model name [default: the server's first].")
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
 @click.option(
     "--workers", type=int, default=TuneArgs.workers, show_default=True, help="Local Locust worker processes per ramp."
@@ -680,11 +723,11 @@ def tune(**kw: Any) -> None:
 
 @cli.command("load-worker")
 @click.option("--master", required=True, help="Host of the machine running `spoc ramp --workers N`.")
-@click.option("--master-port", type=int, default=5557, show_default=True)
+@click.option("--master-port", type=int, default=5557, show_default=True, help="The master's Locust port.")
 @click.option("--url", required=True, help="The server under test (as the master has it).")
-@click.option("--model", required=True)
-@click.option("--profile", default=DEFAULT_PROFILE, show_default=True)
-@click.option("--seed", type=int, default=0)
+@click.option("--model", required=True, help="Served model name (as the master has it).")
+@click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="The master's load profile.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed of this worker's users.")
 def load_worker(master: str, master_port: int, url: str, model: str, profile: str, seed: int) -> None:
     """Join a ramp from another machine as a Locust worker (Locust's master/worker protocol)."""
     prof = load_profile(profile)
@@ -716,17 +759,28 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
 @click.option("--gpu", default=None, help=f"GPU preset: {', '.join(GPUS)}.")
 @click.option("--gpu-memory-gib", type=float, default=None, help="Memory of a GPU not in the presets.")
 @click.option("--tp", type=int, default=CapacityArgs.tp, show_default=True, help="Tensor-parallel size.")
-@click.option("--max-model-len", type=int, default=None, help="Longest sequence [the model's maximum].")
-@click.option("--avg-context", type=int, default=None, help="Typical tokens in flight per request [max-model-len].")
-@click.option("--weights-dtype", default=None, help="bf16 | fp8 | int4 [the model's].")
+@click.option("--max-model-len", type=int, default=None, help="Longest sequence [default: the model's maximum].")
+@click.option(
+    "--avg-context", type=int, default=None, help="Typical tokens in flight per request [default: max-model-len]."
+)
+@click.option("--weights-dtype", default=None, help="bf16 | fp8 | int4 [default: the model's].")
 @click.option("--kv-cache-dtype", default=CapacityArgs.kv_cache_dtype, show_default=True, help="auto | fp8")
-@click.option("--gpu-memory-utilization", type=float, default=CapacityArgs.gpu_memory_utilization, show_default=True)
-@click.option("--block-size", type=int, default=CapacityArgs.block_size, show_default=True)
+@click.option(
+    "--gpu-memory-utilization",
+    type=float,
+    default=CapacityArgs.gpu_memory_utilization,
+    show_default=True,
+    help="Share of GPU memory vLLM may use.",
+)
+@click.option("--block-size", type=int, default=CapacityArgs.block_size, show_default=True, help="KV-cache block size.")
 @click.option(
     "--kv-cache-gib", type=float, default=None, help="KV space given directly (CPU servers: VLLM_CPU_KVCACHE_SPACE)."
 )
 @click.option(
-    "--reserve-gib", type=float, default=None, help="Runtime reserve per GPU for activations and CUDA graphs [1.5]."
+    "--reserve-gib",
+    type=float,
+    default=None,
+    help="Runtime reserve per GPU for activations and CUDA graphs [default: 1.5].",
 )
 @click.option(
     "--server", default=None, help="A running vLLM server: compare the prediction with its own cache_config_info."

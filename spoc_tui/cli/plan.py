@@ -18,7 +18,7 @@ from spoc_tui.core.errors import InputError
     "--gpus-per-replica",
     type=int,
     default=None,
-    help="GPUs one replica uses [the GPUs the ramp saw beside the server, else 1].",
+    help="GPUs one replica uses [default: the GPUs the ramp saw beside the server, else 1].",
 )
 @click.option("--model", default=None, help="Refuse a ramp of another served model.")
 @click.option(

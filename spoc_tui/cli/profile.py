@@ -36,7 +36,7 @@ def _say(msg: str) -> None:
 )
 @click.option("--profile", "load_profile_name", default="chatbot", show_default=True, help="Load profile of --users.")
 @click.option("--warmup-seconds", type=float, default=5.0, show_default=True, help="Load before the profiler starts.")
-@click.option("--served-model", default=None, help="Served model name for the load [the server's first].")
+@click.option("--served-model", default=None, help="Served model name for the load [default: the server's first].")
 @click.option(
     "--from-trace",
     type=click.Path(dir_okay=False),

@@ -30,7 +30,7 @@ from spoc_tui.core.errors import InputError
     "--out",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Where --export writes [standard output].",
+    help="Where --export writes [default: standard output].",
 )
 def replay_cmd(file: str, speed: float, export_fmt: str | None, out: str | None) -> None:
     """Play back what `spoc monitor --record FILE` saw: space pauses, ←/→ seek 30 s (shift: 5 min),

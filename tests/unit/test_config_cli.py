@@ -150,7 +150,7 @@ def test_monitor_reads_the_config_file_and_flags_win(tmp_path, monkeypatch):
     cfg.write_text('vllm_urls = ["http://a:8000"]\ninterval = 5\nwindow = 30\n')
     seen = {}
 
-    def fake_run(settings):
+    def fake_run(settings, record=None):
         seen["s"] = settings
         return 0
 
@@ -203,3 +203,19 @@ def test_traces_and_replays_that_cannot_be_read_are_one_line(tmp_path):
     prof.write_text('name = "r"\nreplay = "/dev/zero"\n')
     r = run("ramp", "--url", "http://127.0.0.1:1", "--profile", str(prof), "--sla", "ttft_p99<=1s", "--out", "o")
     assert r.returncode == 2 and "replay /dev/zero: not a regular file" in r.stderr
+
+
+def test_every_option_has_help_and_defaults_read_one_way():
+    """CLI conventions: each option says what it does; a default is shown as click shows it."""
+    import re
+
+    import click
+
+    from spoc_tui.cli.main import cli
+
+    for name, cmd in cli.commands.items():
+        for p in cmd.params:
+            if not isinstance(p, click.Option) or p.hidden:
+                continue
+            assert p.help, f"spoc {name} {p.opts[0]} has no help"
+            assert not re.search(r"\[(?!default:)[^\]]*\]\.?$", p.help), f"spoc {name} {p.opts[0]}: {p.help!r}"
