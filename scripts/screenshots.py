@@ -17,6 +17,7 @@ from spoc_tui.config import Settings  # noqa: E402
 from spoc_tui.procs.ports import free_block, free_ports  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
 from spoc_tui.tui.app import SpocApp  # noqa: E402
+from spoc_tui.tui.svg import fix_file  # noqa: E402
 
 OUT = ROOT / "screenshots"
 SHOTS = [
@@ -49,6 +50,7 @@ async def shoot(name: str, args: list[str], users: int, seconds: float, size: tu
             await asyncio.sleep(seconds)
             await pilot.pause()
             app.save_screenshot(path=str(OUT), filename=name)
+            fix_file(OUT / name)  # renders right offline (no web font)
         print(f"wrote screenshots/{name}")
     finally:
         proc.stop()
@@ -83,6 +85,7 @@ async def shoot_load(name: str = "load-ramp-120x45.svg") -> None:
                     break
             await pilot.pause()
             app.save_screenshot(path=str(OUT), filename=name)
+            fix_file(OUT / name)  # renders right offline (no web font)
         print(f"wrote screenshots/{name}")
     finally:
         proc.stop()
@@ -135,6 +138,7 @@ async def shoot_tune(name: str = "tune-study-120x45.svg") -> None:
             app.clear_notifications()
             await pilot.pause()
             app.save_screenshot(path=str(OUT), filename=name)
+            fix_file(OUT / name)  # renders right offline (no web font)
         print(f"wrote screenshots/{name}")
 
 

@@ -53,6 +53,7 @@ from spoc_tui.tui.screens.load import LoadScreen
 from spoc_tui.tui.screens.monitor import MonitorScreen
 from spoc_tui.tui.screens.tune import TuneScreen
 from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources, check_sources
+from spoc_tui.tui.svg import fix_file
 from spoc_tui.tui.widgets.panels import profile_text
 from spoc_tui.tune import events
 from spoc_tui.tune.setup import TuneArgs, build
@@ -581,6 +582,7 @@ class SpocApp(App[int]):
         folder = Path(path) if path else data_dir() / "screenshots"
         folder.mkdir(parents=True, exist_ok=True)
         path = self.save_screenshot(filename, path=str(folder))
+        fix_file(path)  # renders right offline too
         self.notify(f"screenshot saved: {Path(path)}", timeout=5)
 
     def running_work(self) -> list[str]:

@@ -97,6 +97,9 @@ async def test_pause_help_and_screenshot_keys(tmp_path):
         await _settle(pilot)
         shots = list((tmp_path / "data").rglob("*.svg"))
         assert shots
+        svg = shots[0].read_text()
+        # renders right offline: no web font to fetch, the system's monospace font (issue #20)
+        assert "@font-face" not in svg and "cdnjs" not in svg and "font-family: monospace;" in svg
 
 
 async def test_ui_never_shows_api_key():
