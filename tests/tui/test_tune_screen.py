@@ -180,5 +180,5 @@ async def test_study_from_the_ui_with_the_monitor_one_key_away(tmp_path):
         # where OSC 52 cannot reach a clipboard (tmux), the command is on screen and in a file
         saved = list((data_dir() / "commands").glob("trial-*.sh"))
         assert len(saved) == 1 and saved[0].read_text().strip() in scr.commands.values()
-        assert saved[0].read_text().strip() in str(scr.status.render())
+        assert saved[0].read_text().strip() in str(scr.query_one("#selected").render())
         assert not set(guards_of(os.getpid())) - before, "the study left its server running"

@@ -76,6 +76,7 @@ class TuneScreen(Screen[None]):
     TuneScreen #log-title { height: 1; padding: 0 1; }
     TuneScreen #log { height: 8; padding: 0 1; color: $text-muted; }
     TuneScreen #pareto { height: auto; max-height: 12; }
+    TuneScreen #selected { height: auto; padding: 0 1; }
     """
 
     @dataclass
@@ -145,6 +146,7 @@ class TuneScreen(Screen[None]):
                     yield Static("", id="log")
             with Vertical(classes="panel", id="pareto-panel"):
                 yield DataTable(id="pareto", cursor_type="row", zebra_stripes=False)
+                yield Static("", id="selected")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -193,6 +195,15 @@ class TuneScreen(Screen[None]):
         for i in self.query(Input):
             i.disabled = running
 
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """The table cuts long flag lists at its width: the highlighted member's command in full."""
+        keys = list(self.commands)
+        if keys and 0 <= event.cursor_row < len(keys):
+            number = keys[event.cursor_row]
+            self.query_one("#selected", Static).update(
+                Text(f"trial #{number} (y copies it): {self.commands[number]}", style="dim")
+            )
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         {"start": self.action_start, "resume": self.action_resume, "stop": self.action_stop}[
             event.button.id or "stop"
@@ -233,7 +244,7 @@ class TuneScreen(Screen[None]):
             saved = f"; also saved to {path}"
         except OSError as e:
             saved = f"; not saved ({e.strerror or e})"
-        self.status.update(Text(f"trial #{number}: {command}", style="bold"))
+        self.query_one("#selected", Static).update(Text(f"trial #{number} (copied): {command}", style="bold"))
         self.notify(f"trial #{number}'s command line sent to the clipboard (OSC 52){saved}", timeout=8)
 
     def show_error(self, message: str) -> None:
