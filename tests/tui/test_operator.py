@@ -342,3 +342,32 @@ async def test_a_study_on_gpus_that_already_serve_asks_first():
         await _settle(pilot)
         assert not app.tune_screen.running
         assert "already serve a model" in str(app.tune_screen.form_error.render())
+
+
+async def test_a_drag_alert_does_not_blink_when_the_gpu_hovers_at_the_threshold():
+    from dataclasses import replace
+
+    from spoc_tui.core.gpu import analyse_groups
+    from spoc_tui.core.snapshots import GpuTick
+    from spoc_tui.tui.messages import GpusSampled
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        t = [1000.0]
+        app.monitor.clock = lambda: t[0]
+        hot = gpu_tick()  # GPU 3 drags its group (980 MHz, 90 C)
+        gpus = list(hot.tick.gpus)
+        cool = [*gpus[:3], replace(gpus[3], sm_clock_mhz=gpus[0].sm_clock_mhz, temp_c=gpus[0].temp_c, reasons_mask=0)]
+        cool_msg = GpusSampled(GpuTick(tuple(cool), frozenset(), (), ()), tuple(analyse_groups([[0, 1, 2, 3]], cool)))
+        app.post_message(hot)
+        await _settle(pilot)
+        assert "GPU 3 drags TP group 0-3" in str(app.monitor.tp.render())
+        t[0] += 4
+        app.post_message(cool_msg)  # one good sample: the alert stays, saying when it last held
+        await _settle(pilot)
+        text = str(app.monitor.tp.render())
+        assert "GPU 3 drags TP group 0-3" in text and "(4 s ago)" in text
+        t[0] += 10
+        app.post_message(cool_msg)  # quiet for 10 s: gone
+        await _settle(pilot)
+        assert "drags" not in str(app.monitor.tp.render())

@@ -18,7 +18,7 @@ from textual.widgets import Footer, Static
 from spoc_tui.core import fmt
 from spoc_tui.core.alerts import Alert, gpu_alerts, server_alerts, shed_alerts
 from spoc_tui.core.energy import EnergyMeter
-from spoc_tui.core.events import EventDetector, EventLog
+from spoc_tui.core.events import THROTTLE_HOLD_S, EventDetector, EventLog
 from spoc_tui.core.fleet import lagging, replica_of_gpu, waiting_per_replica
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.loadmath import Limit
@@ -88,6 +88,7 @@ class MonitorScreen(Screen[None]):
         self.span_s = WINDOWS_S[1]
         self._waits: dict[str, deque[float | None]] = {}
         self._models: dict[str, dict[str, int | None]] = {}
+        self._alert_seen: dict[str, tuple[float, Alert]] = {}
         self._events_drawn = -1
         self.background = ""
         """What runs in the background (a ramp, a study), shown in the title."""
@@ -595,8 +596,26 @@ class MonitorScreen(Screen[None]):
             ]
             alerts += shed_alerts(self._fleet_view())
         if self._gpus is not None:
-            alerts += gpu_alerts(self._gpus.gpus, self._groups)
+            alerts += self._held(gpu_alerts(self._gpus.gpus, self._groups))
         self.tp.show(self._groups, alerts, None)
+
+    def _held(self, alerts: list[Alert]) -> list[Alert]:
+        """GPU alerts stay up for :data:`THROTTLE_HOLD_S` after their condition last held, marked
+        with how long ago, so a GPU hovering at the drag threshold reads as one steady alert
+        instead of blinking every few seconds."""
+        now = self.clock()
+        for a in alerts:
+            self._alert_seen[a.key] = (now, a)
+        out = list(alerts)
+        live = {a.key for a in alerts}
+        for key, (t, a) in list(self._alert_seen.items()):
+            if key in live:
+                continue
+            if now - t >= THROTTLE_HOLD_S:
+                del self._alert_seen[key]
+            else:
+                out.append(Alert(a.key, a.severity, f"{a.text} ({now - t:.0f} s ago)"))
+        return out
 
     def _draw_status(self) -> None:
         self.status.show(list(self._statuses.values()), self.paused, self.background)
