@@ -878,9 +878,17 @@ def main() -> None:
     """The ``spoc`` entry point: a :class:`SpocError` is one line on stderr and its exit code."""
     configure_logging()
     try:
-        cli(standalone_mode=True)
+        rc = cli(standalone_mode=False)
     except SpocError as e:
         click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
+    except click.UsageError as e:  # a bad flag or value: the same one-line prefix as every other error
+        cmd = e.ctx.command_path if e.ctx is not None else "spoc"
+        click.echo(f"spoc: error: {for_terminal(e.format_message())} (see {cmd} --help)", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as e:
+        click.echo(f"spoc: error: {for_terminal(e.format_message())}", err=True)
+        sys.exit(e.exit_code)
+    except (KeyboardInterrupt, click.Abort):
         sys.exit(EXIT_INTERRUPTED)
+    sys.exit(rc if isinstance(rc, int) else EXIT_OK)

@@ -76,6 +76,8 @@ class SpocApp(App[int]):
         Binding("f3", "load", "Load", show=False, priority=True),
         Binding("f4", "tune", "Tune", show=False, priority=True),
         Binding("f5", "capacity", "Capacity", show=False, priority=True),
+        # Esc closes the Keys panel (ctrl+p, "Keys") first; otherwise it goes on to the screen
+        Binding("escape", "close_keys", "Close keys", show=False, priority=True),
     ]
 
     def __init__(
@@ -584,6 +586,19 @@ class SpocApp(App[int]):
         path = self.save_screenshot(filename, path=str(folder))
         fix_file(path)  # renders right offline too
         self.notify(f"screenshot saved: {Path(path)}", timeout=5)
+
+    def _keys_shown(self) -> bool:
+        from textual.widgets import HelpPanel
+
+        return bool(self.screen.query(HelpPanel))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "close_keys":
+            return self._keys_shown()  # False: the binding is skipped and Esc reaches the screen
+        return True
+
+    def action_close_keys(self) -> None:
+        self.action_hide_help_panel()
 
     def running_work(self) -> list[str]:
         """What would be lost by quitting now."""

@@ -371,3 +371,21 @@ async def test_a_drag_alert_does_not_blink_when_the_gpu_hovers_at_the_threshold(
         app.post_message(cool_msg)  # quiet for 10 s: gone
         await _settle(pilot)
         assert "drags" not in str(app.monitor.tp.render())
+
+
+async def test_esc_closes_the_keys_panel_first():
+    from textual.widgets import HelpPanel
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await _settle(pilot)
+        app.action_show_help_panel()  # the palette's "Keys"
+        await _settle(pilot)
+        assert app.screen.query(HelpPanel)
+        await pilot.press("escape")
+        await _settle(pilot)
+        assert not app.screen.query(HelpPanel) and app.screen is app.load_screen
+        await pilot.press("escape")  # with no panel, Esc is the screen's again: back to the monitor
+        await _settle(pilot)
+        assert app.screen is app.monitor
