@@ -2,24 +2,29 @@
 make bench, or python benchmarks/vs_vllm_bench.py [CONCURRENCIES] [SECONDS]).
 
 The real-engine tier's vLLM 0.32 CPU build and tiny Llama (scripts/realengine_setup.sh) serve on
-127.0.0.1. At each concurrency (default 8 and 32), back to back: `vllm bench serve` (openai-chat
-backend, random dataset, 200-token prompts, 128-token answers, --max-concurrency C) and `spoc
-ramp` with a flat profile (one turn, no think time, 200-token prompts, 128-token answers, C
-users), without and with --tokenizer. Printed: TTFT, ITL and TPOT p50/p90/p99 and output tokens/s
-from each, and spoc's figure over vLLM's (target: every percentile within max(5 %, 1 ms), output
-tokens/s within 3 %). Both clients are run on the same 2 shared cores as the server, so the
-server's own speed moves between runs too; the table says how far apart two runs of vLLM's own
-client are (its repeat) so the differences can be read against that.
+127.0.0.1. At each concurrency (default 8 and 32), in SPOC_BENCH_ROUNDS (3) interleaved rounds
+(ABC, CBA, ABC): `vllm bench serve` (openai-chat backend, random dataset, 200-token prompts,
+128-token answers, --max-concurrency C) and `spoc ramp` with a flat profile (one turn, no think
+time, 200-token prompts, 128-token answers, C users), without and with --tokenizer; then once spoc
+with every user started at once (vllm bench's arrival pattern). Printed: TTFT, ITL and TPOT
+p50/p90/p99 and output tokens/s, each client's median over the rounds, spoc's over vLLM's (target:
+every percentile within max(5 %, 1 ms), output tokens/s within 3 %), and how far vllm bench's own
+rounds lie apart (max/min): the server's speed drifts between runs on a shared machine, and a
+difference smaller than that drift is not the client's. The server runs pinned to one core and
+the clients to the others (SPOC_BENCH_PIN=0: all share every core).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +51,11 @@ ENV = {
 CONC = [int(x) for x in sys.argv[1].split(",")] if len(sys.argv) > 1 else [8, 32]
 SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40.0
 IN_TOKENS, OUT_TOKENS = 200, 128
+PIN = os.environ.get("SPOC_BENCH_PIN", "1") != "0"
+ROUNDS = int(os.environ.get("SPOC_BENCH_ROUNDS", "3"))
+"""Interleaved rounds per concurrency; figures are the median over them."""
+BENCH = "vllm bench serve"
+"""Server and clients on separate cores (SPOC_BENCH_PIN=0: share them all, as before)."""
 PROFILE = (
     f'name = "flat"\nsystem_tokens = 0\nturns = 1\nuser_tokens = {IN_TOKENS}\n'
     f"output_tokens = {OUT_TOKENS}\nthink_s = 0\nignore_eos = true\n"
@@ -76,7 +86,7 @@ def vllm_bench(url: str, conc: int, prompts: int, out: Path) -> dict[str, float]
     return res
 
 
-async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: float | None = None) -> dict[str, float]:
+async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: float | None = None) -> dict[str, Any]:
     prof_path = out / "flat.toml"
     out.mkdir(parents=True, exist_ok=True)
     prof_path.write_text(PROFILE)
@@ -94,7 +104,7 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: floa
     )
     result = await run_ramp(cfg)
     s = result.steps[-1]
-    res = {f"{m}_{p}": float(s.latency[m][p]) for m, p in KEYS if s.latency[m][p] is not None}
+    res: dict[str, Any] = {f"{m}_{p}": float(s.latency[m][p]) for m, p in KEYS if s.latency[m][p] is not None}
     res["out_tok_s"] = s.output_tokens_per_s
     res["n"] = float(s.requests)
     rows = [json.loads(x) for x in (out / "ramp" / "requests.jsonl").read_text().splitlines()]
@@ -102,6 +112,7 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: floa
     res["in_tok"] = sum(r["prompt_tokens"] or 0 for r in mine) / max(1, len(mine))
     res["out_tok"] = sum(r["output_tokens"] or 0 for r in mine) / max(1, len(mine))
     res["client_saturated"] = float(bool((s.client or {}).get("saturated")))
+    res["client_reason"] = (s.client or {}).get("reason") or ""
     return res
 
 
@@ -126,55 +137,121 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="spoc-vs-vllm-"))
     argv = [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
             "--max-model-len", "2048", "--dtype", "float32", "--served-model-name", "tiny"]  # fmt: skip
-    server = ServerProcess(argv, port, work / "vllm.log", ENV)
+    env = dict(ENV)
+    cores = sorted(os.sched_getaffinity(0))
+    pin = PIN and len(cores) >= 2
+    if pin:
+        # the CPU server on one core, the clients on the rest: otherwise the server's threads take
+        # every core and each client's event loop is descheduled for tens to hundreds of ms at a
+        # time (measured: loop lag max 220-400 ms at 15 % CPU), which is the machine, not the client
+        argv = ["taskset", "-c", str(cores[0]), *argv]
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[0])
+    server = ServerProcess(argv, port, work / "vllm.log", env)
     took = server.start(timeout=300)
+    if pin:
+        os.sched_setaffinity(0, set(cores[1:]))  # this process, vllm bench and spoc's workers
     url = f"http://127.0.0.1:{port}"
-    print(f"vLLM 0.32 CPU (tiny Llama) ready in {took:.0f} s on {url}; {SECONDS:g} s steps; results in {work}")
+    where = f"server on core {cores[0]}, clients on {','.join(map(str, cores[1:]))}" if pin else "nothing pinned"
+    print(f"vLLM 0.32 CPU (tiny Llama) ready in {took:.0f} s on {url}; {SECONDS:g} s steps; {where}; results in {work}")
     try:
         for conc in CONC:
             # as many prompts as spoc's step sees, about (a first run of vllm bench warms the server up)
             warm = vllm_bench(url, conc, conc * 4, work / f"warm-{conc}")
             prompts = max(conc * 8, int(warm["out_tok_s"] * (SECONDS - 5) / OUT_TOKENS))
-            runs: dict[str, dict[str, float]] = {}
-            runs["vllm bench serve"] = vllm_bench(url, conc, prompts, work / f"bench-{conc}")
-            runs["spoc ramp"] = asyncio.run(spoc(url, conc, work / f"spoc-{conc}", False))
-            runs["spoc ramp --tokenizer"] = asyncio.run(spoc(url, conc, work / f"spoc-tok-{conc}", True))
+            clients: dict[str, Callable[[Path], dict[str, Any]]] = {
+                BENCH: functools.partial(vllm_bench, url, conc, prompts),
+                "spoc ramp": functools.partial(run_spoc, url, conc, tokenizer=False),
+                "spoc ramp --tokenizer": functools.partial(run_spoc, url, conc, tokenizer=True),
+            }
+            rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in clients}
+            for r in range(ROUNDS):
+                # interleaved, the order reversed every other round (ABC CBA ABC): the server's drift
+                # (warm-up, a shared host) falls on every client alike
+                order = list(clients) if r % 2 == 0 else list(reversed(clients))
+                for name in order:
+                    slug = name.replace(" ", "-").replace("--", "")
+                    rounds[name].append(clients[name](work / f"{slug}-{conc}-r{r}"))
             # vllm bench starts all its streams at once, and with fixed lengths they stay in step:
             # the same arrival pattern from spoc (all users at once) separates workload from client
-            runs["spoc --spawn-rate 1000"] = asyncio.run(
-                spoc(url, conc, work / f"spoc-burst-{conc}", False, spawn_rate=1000.0)
-            )
-            runs["vllm bench serve (repeat)"] = vllm_bench(url, conc, prompts, work / f"bench2-{conc}")
-            report(conc, runs)
+            burst = asyncio.run(spoc(url, conc, work / f"spoc-burst-{conc}", False, spawn_rate=1000.0))
+            report(conc, rounds, burst)
     finally:
         server.stop()
 
 
-def report(conc: int, runs: dict[str, dict[str, Any]]) -> None:
-    ref = runs["vllm bench serve"]
-    names = list(runs)
+def run_spoc(url: str, conc: int, out: Path, tokenizer: bool) -> dict[str, Any]:
+    return asyncio.run(spoc(url, conc, out, tokenizer))
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the rounds (and whether any round's client was saturated)."""
+    out: dict[str, Any] = {}
+    for key in [f"{m}_{p}" for m, p in KEYS] + ["out_tok_s", "n", "in_tok", "out_tok"]:
+        vals = [r[key] for r in runs if r.get(key) is not None]
+        out[key] = statistics.median(vals) if vals else None
+    reasons = sorted({r.get("client_reason") or "" for r in runs if r.get("client_saturated")} - {""})
+    out["client_saturated"] = float(bool(reasons))
+    out["client_reason"] = "; ".join(reasons)
+    return out
+
+
+def spread(runs: list[dict[str, Any]], key: str) -> float | None:
+    """How far a client's own rounds lie apart: max / min of the figure over the rounds."""
+    vals = [r[key] for r in runs if r.get(key)]
+    return max(vals) / min(vals) if len(vals) > 1 else None
+
+
+def report(conc: int, rounds: dict[str, list[dict[str, Any]]], burst: dict[str, Any]) -> None:
+    med = {n: median_run(rs) for n, rs in rounds.items()}
+    ref, ref_runs = med[BENCH], rounds[BENCH]
+    names = list(med)
     print(
-        f"\n{conc} concurrent streams, {IN_TOKENS}-token prompts, {OUT_TOKENS}-token answers (ms; ratio to vllm bench)"
+        f"\n{conc} concurrent streams, {IN_TOKENS}-token prompts, {OUT_TOKENS}-token answers; median of {ROUNDS} "
+        "interleaved rounds (ms; ratio to vllm bench)"
     )
-    print(f"{'':<12}" + "".join(f"{n:>28}" for n in names))
+    cols = [*names, "vllm bench round spread", "spoc, all users at once"]
+    print(f"{'':<12}" + "".join(f"{n:>26}" for n in cols))
     ok = dict.fromkeys(names[1:], 0)
+    within_noise = dict.fromkeys(names[1:], 0)
     for key in [f"{m}_{p}" for m, p in KEYS] + ["out_tok_s", "n", "in_tok", "out_tok"]:
         cells = []
         for n in names:
-            v = runs[n].get(key)
+            v = med[n].get(key)
             cell = fmt(key, v)
-            if n != names[0] and key not in ("n", "in_tok", "out_tok") and v is not None and ref.get(key):
+            if n != BENCH and key not in ("n", "in_tok", "out_tok") and v is not None and ref.get(key):
                 cell += f" ({v / ref[key]:.2f}x)"
                 ok[n] += within(key, v, ref.get(key))
+                sp = spread(ref_runs, key)
+                # within the noise: closer to vllm bench's median than its own rounds lie apart
+                within_noise[n] += within(key, v, ref.get(key)) or (
+                    sp is not None and max(v, ref[key]) / min(v, ref[key]) <= sp
+                )
             cells.append(cell)
-        print(f"{key:<12}" + "".join(f"{c:>28}" for c in cells))
+        sp = spread(ref_runs, key) if key not in ("n", "in_tok", "out_tok") else None
+        cells.append(f"{sp:.2f}x" if sp else "")
+        b = burst.get(key)
+        cells.append(
+            fmt(key, b)
+            + (
+                f" ({b / ref[key]:.2f}x)"
+                if b is not None and ref.get(key) and key not in ("n", "in_tok", "out_tok")
+                else ""
+            )
+        )
+        print(f"{key:<12}" + "".join(f"{c:>26}" for c in cells))
     targets = len(KEYS) + 1
     print("(n: requests measured; in_tok/out_tok: mean prompt/answer tokens per request, as the server counted)")
     print("within target (every percentile max(5 %, 1 ms), out tok/s 3 %): " + "; ".join(
         f"{n}: {k}/{targets}" for n, k in ok.items()
     ))  # fmt: skip
-    if any(runs[n].get("client_saturated") for n in names):
-        print("(a spoc step was flagged client-saturated: its timings are not trustworthy)")
+    print("within target or within vllm bench's own round-to-round spread: " + "; ".join(
+        f"{n}: {k}/{targets}" for n, k in within_noise.items()
+    ))  # fmt: skip
+    for n in names:
+        if med[n].get("client_saturated"):
+            print(f"({n}: a round was flagged client-saturated: {med[n].get('client_reason')})")
+    if burst.get("client_saturated"):
+        print(f"(spoc, all users at once: flagged client-saturated: {burst.get('client_reason')})")
 
 
 if __name__ == "__main__":
