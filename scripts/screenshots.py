@@ -26,6 +26,8 @@ SHOTS = [
     ("monitor-thermal-120x40.svg", ["--scenario", "thermal", "--tp", "4", "--speed", "4"], 48, 20, (120, 40)),
     ("monitor-overload-120x40.svg", ["--scenario", "overload", "--speed", "3"], 768, 25, (120, 40)),
     ("monitor-steady-80x24.svg", ["--scenario", "steady"], 48, 8, (80, 24)),
+    # a big terminal: the charts take the rows the tables leave
+    ("monitor-thermal-200x60.svg", ["--scenario", "thermal", "--tp", "4", "--speed", "4"], 48, 45, (200, 60)),
     ("monitor-fleet-120x45.svg", ["--scenario", "fleet"], 96, 15, (120, 45)),
 ]
 
@@ -47,6 +49,8 @@ async def shoot(name: str, args: list[str], users: int, seconds: float, size: tu
         )
         app = SpocApp(settings)
         async with app.run_test(size=size) as pilot:
+            if seconds < 90:  # a short run: charts over the last minute, not five mostly empty ones
+                app.monitor.span_s = 60.0
             await asyncio.sleep(seconds)
             await pilot.pause()
             app.save_screenshot(path=str(OUT), filename=name)

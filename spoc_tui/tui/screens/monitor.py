@@ -154,6 +154,10 @@ class MonitorScreen(Screen[None]):
         self.events_panel = self.query_one("#events-panel")
         self.events_panel.border_title = "Events"
         self.charts = self.query_one("#charts", Grid)
+        # kept, not queried per draw: a tick that lands while the app shuts down finds them still
+        self._chart = {str(c.id): c for c in self.query(TimeChart)}
+        self.body = self.query_one("#body")
+        self.title_bar = self.query_one("#title", Static)
         self.latency.limits = self.limits
         self.efficiency.display = False
         self.servers_panel = self.query_one("#servers-panel")
@@ -182,7 +186,7 @@ class MonitorScreen(Screen[None]):
         to four per row by width, at least 7 rows each (below the fold at 80x24, scrolled to)."""
         if not self.ready:
             return
-        body = self.query_one("#body")
+        body = self.body
         width = body.size.width
         cols = 4 if width >= 156 else 3 if width >= 108 else 2
         n = len(self.charts.children)
@@ -400,7 +404,7 @@ class MonitorScreen(Screen[None]):
         pts = self.series.points
 
         def chart(cid: str) -> TimeChart:
-            return self.query_one(f"#{cid}", TimeChart)
+            return self._chart[cid]
 
         sla = {lim.key: lim.value for lim in self.limits}
         chart("c-requests").show(
@@ -500,7 +504,7 @@ class MonitorScreen(Screen[None]):
     def set_title(self, text: str) -> None:
         self.title_text = text
         if self.ready:
-            self.query_one("#title", Static).update(text)
+            self.title_bar.update(text)
 
     def apply_gpus(self, msg: GpusSampled) -> None:
         if not self.ready or not self.is_attached:
@@ -608,8 +612,10 @@ class MonitorScreen(Screen[None]):
             self._alert_seen[a.key] = (now, a)
         out = list(alerts)
         live = {a.key for a in alerts}
+        # a GPU that now drags its group is named by the group's alert: not twice
+        dragging = {f"gpu:{m.gpu.key}" for g in self._groups for m in g.draggers}
         for key, (t, a) in list(self._alert_seen.items()):
-            if key in live:
+            if key in live or key in dragging:
                 continue
             if now - t >= THROTTLE_HOLD_S:
                 del self._alert_seen[key]
