@@ -88,6 +88,18 @@ class Settings:
 _TYPES = {f.name: f.type for f in fields(Settings)}
 
 
+def read_key_file(path: str | Path, label: str) -> str:
+    """A bearer token kept in a file (``--api-key-file``, ``api_key_file``), stripped.
+
+    Raises:
+        ConfigError: unreadable, named by ``label``.
+    """
+    try:
+        return Path(path).read_text().strip()
+    except OSError as e:
+        raise ConfigError(f"{label}: cannot read ({e.strerror or e})") from None
+
+
 def load_file(path: Path) -> dict[str, object]:
     """Read the TOML config; a missing file is an empty config.
 
@@ -106,10 +118,7 @@ def load_file(path: Path) -> dict[str, object]:
     for key, value in data.items():
         name = key.replace("-", "_")
         if name == "api_key_file":
-            try:
-                out["api_key"] = Path(str(value)).expanduser().read_text().strip()
-            except OSError as e:
-                raise ConfigError(f"{path}: api_key_file: cannot read ({e.strerror})") from None
+            out["api_key"] = read_key_file(Path(str(value)).expanduser(), f"{path}: api_key_file")
             continue
         if name not in _TYPES:
             raise ConfigError(f"{path}: unknown setting {key!r}; known: {', '.join(sorted(_TYPES))}, api_key_file")

@@ -24,7 +24,7 @@ import click
 
 from spoc_tui import __version__
 from spoc_tui.capacity.service import CapacityArgs
-from spoc_tui.config import Settings, config_path, data_dir, load_file
+from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
 from spoc_tui.core.loadmath import (
     FixedRates,
@@ -62,10 +62,7 @@ def api_key_file_option(f: F) -> F:
         if api_key_file is not None:
             if kw.get("api_key"):
                 _fail("give --api-key or --api-key-file, not both")
-            try:
-                kw["api_key"] = Path(api_key_file).read_text().strip()
-            except OSError as e:
-                _fail(f"--api-key-file {api_key_file}: cannot read ({e.strerror or e})")
+            kw["api_key"] = read_key_file(api_key_file, f"--api-key-file {api_key_file}")
             if not kw["api_key"]:
                 _fail(f"--api-key-file {api_key_file}: the file is empty")
         return f(*args, **kw)
@@ -412,10 +409,7 @@ def resolve_settings(
             continue
         values[name] = list(value) if isinstance(value, tuple) else value
     if api_key_file:
-        try:
-            values["api_key"] = Path(api_key_file).read_text().strip()
-        except OSError as e:
-            _fail(f"--api-key-file {api_key_file}: cannot read ({e.strerror})")
+        values["api_key"] = read_key_file(api_key_file, f"--api-key-file {api_key_file}")
     settings = Settings(**values)  # type: ignore[arg-type]  # load_file checked each value's type against its field
     settings.validate()
     return settings

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from spoc_tui.config import read_key_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, InputError, SpocError
 from spoc_tui.core.textsafe import for_terminal
 
@@ -148,10 +149,7 @@ def _capture(
     if not 0 <= warmup_seconds <= 600:
         raise InputError("--warmup-seconds must be between 0 and 600")
     if api_key_file:
-        try:
-            api_key = Path(api_key_file).read_text().strip()
-        except OSError as e:
-            raise InputError(f"--api-key-file {api_key_file}: cannot read ({e.strerror})") from None
+        api_key = read_key_file(api_key_file, f"--api-key-file {api_key_file}")
     cfg = CaptureConfig(
         url=base_url(url),
         trace_dir=Path(trace_dir),

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from spoc_tui.core.fmt import short_source
 from spoc_tui.core.gpu import GpuSample
 from spoc_tui.core.snapshots import SourceStatus, VllmTick
 
@@ -99,12 +100,6 @@ class _Throttle:
     reasons: set[str] = field(default_factory=set)
 
 
-def _short(source: str) -> str:
-    for p in ("http://", "https://"):
-        source = source.removeprefix(p)
-    return source.removesuffix("/metrics")
-
-
 def _dur(s: float) -> str:
     s = max(0.0, s)
     if s < 90:
@@ -131,18 +126,18 @@ class EventDetector:
             if s.source in self._down:
                 return []
             self._down.add(s.source)
-            return [Event(now, "error", "source", f"{_short(s.source)} down: {s.reason or 'no answer'}")]
+            return [Event(now, "error", "source", f"{short_source(s.source)} down: {s.reason or 'no answer'}")]
         if s.source not in self._down:
             return []  # first contact is not news
         self._down.discard(s.source)
-        return [Event(now, "info", "source", f"{_short(s.source)} back up")]
+        return [Event(now, "info", "source", f"{short_source(s.source)} back up")]
 
     def servers(self, tick: VllmTick, now: float) -> list[Event]:
         out: list[Event] = []
         for server in tick.servers:
             if server.source in tick.stale:
                 continue
-            src, v, name = server.source, server.total, _short(server.source)
+            src, v, name = server.source, server.total, short_source(server.source)
             prev = self._totals.get(src)
             totals = (v.prompt_tokens_total, v.generation_tokens_total)
             self._totals[src] = totals

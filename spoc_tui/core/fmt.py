@@ -76,3 +76,10 @@ def spark(values: list[float | None], width: int = 16) -> str:
         else:
             out.append(_BARS[min(7, int((v - lo) / span * 7.999))])
     return "".join(out)
+
+
+def short_source(src: str) -> str:
+    """A source as the screens name it: ``http://h:8000/metrics`` -> ``h:8000``."""
+    for p in ("http://", "https://"):
+        src = src.removeprefix(p)
+    return src.removesuffix("/metrics")

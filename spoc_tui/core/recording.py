@@ -109,22 +109,18 @@ class Recorder:
             os.fsync(self._f.fileno())
             self._synced = now
 
+    def _record(self, kind: str, t: float | None, **fields: Any) -> None:
+        """One record, stamped now unless ``t`` is given."""
+        self._write({"t": time.time() if t is None else t, "kind": kind, **fields})
+
     def servers(self, tick: VllmTick, t: float | None = None) -> None:
-        self._write({"t": time.time() if t is None else t, "kind": "servers", "tick": encode(tick)})
+        self._record("servers", t, tick=encode(tick))
 
     def gpus(self, tick: GpuTick, groups: Sequence[Sequence[int]], note: str | None, t: float | None = None) -> None:
-        self._write(
-            {
-                "t": time.time() if t is None else t,
-                "kind": "gpus",
-                "tick": encode(tick),
-                "groups": [list(g) for g in groups],
-                "note": note,
-            }
-        )
+        self._record("gpus", t, tick=encode(tick), groups=[list(g) for g in groups], note=note)
 
     def status(self, status: SourceStatus, t: float | None = None) -> None:
-        self._write({"t": time.time() if t is None else t, "kind": "status", "status": encode(status)})
+        self._record("status", t, status=encode(status))
 
     def close(self) -> None:
         if not self._f.closed:

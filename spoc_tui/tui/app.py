@@ -301,19 +301,15 @@ class SpocApp(App[int]):
             self._start_ramp(request)
             return
 
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.events.note("ramp", f"ramp started on a busy server ({busy})", "warning")
-                self._start_ramp(request)
-            else:
-                self.load_screen.show_finished("not started: the server is busy with other traffic", False)
+        def start() -> None:
+            self.events.note("ramp", f"ramp started on a busy server ({busy})", "warning")
+            self._start_ramp(request)
 
-        self.push_screen(
-            ConfirmScreen(
-                f"The server is already busy: {busy}.\nThe ramp's steps would be measured on top of that traffic, "
-                "so its knee would come out low. Start anyway?"
-            ),
-            answered,
+        self.ask(
+            f"The server is already busy: {busy}.\nThe ramp's steps would be measured on top of that traffic, "
+            "so its knee would come out low. Start anyway?",
+            start,
+            lambda: self.load_screen.show_finished("not started: the server is busy with other traffic", False),
         )
 
     def _start_ramp(self, request: LoadScreen.StartRequested) -> None:
@@ -468,20 +464,16 @@ class SpocApp(App[int]):
             self._start_tune(request)
             return
 
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.events.note("tune", f"study started on GPUs already in use ({shared})", "warning")
-                self._start_tune(request)
-            else:
-                self.tune_screen.show_error("not started: this host's GPUs already serve a model")
+        def start() -> None:
+            self.events.note("tune", f"study started on GPUs already in use ({shared})", "warning")
+            self._start_tune(request)
 
-        self.push_screen(
-            ConfirmScreen(
-                f"This host's GPUs already serve a model ({shared}).\nEach trial starts another vLLM on the same "
-                "GPUs: it competes for their memory (it may not start) and for their time (its figures and the "
-                "running server's both suffer). Start anyway?"
-            ),
-            answered,
+        self.ask(
+            f"This host's GPUs already serve a model ({shared}).\nEach trial starts another vLLM on the same "
+            "GPUs: it competes for their memory (it may not start) and for their time (its figures and the "
+            "running server's both suffer). Start anyway?",
+            start,
+            lambda: self.tune_screen.show_error("not started: this host's GPUs already serve a model"),
         )
 
     def gpus_in_use(self, launch: str) -> str | None:
@@ -625,17 +617,22 @@ class SpocApp(App[int]):
             self._quit_now()
             return
 
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._quit_now()
-
-        self.push_screen(
-            ConfirmScreen(
-                f"{' and '.join(work).capitalize()} is running. Quit and stop it?\n"
-                "Finished steps and trials are kept on disk (a study can be resumed with ctrl+e)."
-            ),
-            answered,
+        self.ask(
+            f"{' and '.join(work).capitalize()} is running. Quit and stop it?\n"
+            "Finished steps and trials are kept on disk (a study can be resumed with ctrl+e).",
+            self._quit_now,
         )
+
+    def ask(self, question: str, yes: Callable[[], None], no: Callable[[], None] | None = None) -> None:
+        """A yes/no box; ``yes`` or ``no`` runs with the answer (Esc is no)."""
+
+        def answered(answer: bool | None) -> None:
+            if answer:
+                yes()
+            elif no is not None:
+                no()
+
+        self.push_screen(ConfirmScreen(question), answered)
 
     def _quit_now(self) -> None:
         if self._tune_session is not None:

@@ -8,6 +8,7 @@ the server's own KV token count is shown next to the prediction.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -62,6 +63,7 @@ class CapacityScreen(Screen[None]):
         """(model preset, GPU preset, TP) the monitored server was recognised as: only that form is
         compared with its own figures."""
         self.ramp_path = ramp_path
+        self._ramp: dict[str, Any] | InputError | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("Capacity: how many sequences fit", id="title")
@@ -166,13 +168,29 @@ class CapacityScreen(Screen[None]):
             block_size=_int(self.query_one("#block", Input).value) or 16,
         )
 
+    def ramp(self) -> dict[str, Any]:
+        """The last ramp's result, read once for the screen (every keystroke recomputes the Plan
+        and Users panels; the file does not change under them).
+
+        Raises:
+            InputError: no readable ramp (the same error each time).
+        """
+        if self._ramp is None:
+            try:
+                self._ramp = load_ramp(str(self.ramp_path))
+            except InputError as e:
+                self._ramp = e
+        if isinstance(self._ramp, InputError):
+            raise self._ramp
+        return self._ramp
+
     def replan(self) -> None:
         """The Plan panel: replicas for the users asked, from the last ramp's knee."""
         if self.ramp_path is None:
             self.plan.update(Text("Plan: no ramp yet. Run one on the Load screen (l) or with spoc ramp.", style="dim"))
             return
         try:
-            doc = load_ramp(str(self.ramp_path))
+            doc = self.ramp()
             if self.server_models and doc.get("model") not in self.server_models:
                 raise PlanError(
                     f"the last ramp measured {doc.get('model')!r}, the monitored server serves "
@@ -240,7 +258,7 @@ class CapacityScreen(Screen[None]):
         ramp = None
         if self.ramp_path is not None:
             try:
-                doc = load_ramp(str(self.ramp_path))
+                doc: dict[str, Any] | None = self.ramp()
             except InputError:
                 doc = None
             names = {model.served_name.lower(), a.model.lower()}

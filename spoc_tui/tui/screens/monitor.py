@@ -37,7 +37,6 @@ from spoc_tui.tui.widgets.panels import (
     ServerTable,
     StatusLine,
     TpPanel,
-    short_source,
 )
 from spoc_tui.tui.widgets.timechart import PALETTE, Line, TimeChart, span_text
 
@@ -206,10 +205,17 @@ class MonitorScreen(Screen[None]):
             self._statuses[s.source] = s
         now = self.clock()
         self.events.extend(self.detector.servers(tick, now))
-        self._record_servers(tick, now)
-        view = self._fleet_view()
-        if view is not None and not (tick.total is None and tick.servers and tick.servers[0].source in tick.stale):
+        view = self._live_view()
+        self._record_servers(tick, view, now)
+        if view is not None:
             self._server_hist.append((view.waiting, view.kv_cache_usage, view.preemptions_total))
+
+    def _live_view(self) -> EngineView | None:
+        """The fleet's view (or the one server's), None while its source is stale."""
+        tick = self._vllm
+        if tick is None or (tick.total is None and tick.servers and tick.servers[0].source in tick.stale):
+            return None
+        return self._fleet_view()
 
     def apply_servers(self, msg: ServersSampled) -> None:
         if not self.ready or not self.is_attached:
@@ -246,10 +252,8 @@ class MonitorScreen(Screen[None]):
             self._draw_charts()
         self._fit_charts()
 
-    def _record_servers(self, tick: VllmTick, now: float) -> None:
-        view = self._fleet_view()
-        live = view is not None and not (tick.total is None and tick.servers and tick.servers[0].source in tick.stale)
-        v = view if live else None
+    def _record_servers(self, tick: VllmTick, v: EngineView | None, now: float) -> None:
+        """Chart history: the live view's figures (gaps while it is stale), each server's waiting."""
         add = self.series.add
         add("running", now, v.running if v else None)
         add("waiting", now, v.waiting if v else None)
@@ -364,7 +368,7 @@ class MonitorScreen(Screen[None]):
             if i:
                 t.append("\n")
             t.append("● " if v.severity == "ok" else "▲ ", style=_VERDICT_STYLE[v.severity])
-            t.append(short_source(src) + " ", style="bold")
+            t.append(fmt.short_source(src) + " ", style="bold")
             t.append(v.word, style=_VERDICT_STYLE[v.severity])
             if v.reason:
                 t.append(": " + v.reason)
@@ -587,7 +591,7 @@ class MonitorScreen(Screen[None]):
 
     def _draw_tp(self) -> None:
         alerts = [
-            Alert(f"down:{src}", "error", f"{short_source(src)} is down: {v.reason}")
+            Alert(f"down:{src}", "error", f"{fmt.short_source(src)} is down: {v.reason}")
             for src, v in self.verdicts_now()
             if v.word == "down"
         ]

@@ -23,13 +23,6 @@ from spoc_tui.profile.analyze import Breakdown
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 
 
-def short_source(src: str) -> str:
-    for p in ("http://", "https://"):
-        if src.startswith(p):
-            src = src[len(p) :]
-    return src.removesuffix("/metrics")
-
-
 class ServerTable(DiffTable):
     """The fleet total on top (several replicas), then one row per server, one per engine when a
     server has several; a replica that lags the fleet is marked ▲ (see :mod:`spoc_tui.core.fleet`)."""
@@ -84,7 +77,7 @@ class ServerTable(DiffTable):
         for s in tick.servers:
             stale = s.source in tick.stale
             mark = "✖ " if stale else ("▲ " if s.source in lags else "")
-            label = mark + short_source(s.source)
+            label = mark + fmt.short_source(s.source)
             rows[s.source] = self._cells(label, s.total, stale, "bold yellow" if s.source in lags else "")
             if len(s.engines) > 1:
                 for e in s.engines:
@@ -145,7 +138,7 @@ class RooflineTable(DiffTable):
         rows: dict[str, list[Cell]] = {}
         for s in tick.servers:
             stale = s.source in tick.stale
-            rows[s.source] = self._cells(short_source(s.source), of_view(s.total, gpu, no_gpu), stale)
+            rows[s.source] = self._cells(fmt.short_source(s.source), of_view(s.total, gpu, no_gpu), stale)
             if len(s.engines) > 1:
                 for e in s.engines:
                     r = of_view(e, gpu, no_gpu)
@@ -267,7 +260,7 @@ class GpuTable(DiffTable):
         width = max((len(f"{g.hostname}:{g.gpu} sim") for g in tick.gpus if g.hostname), default=7)
         width = width if multi_host else 7
         mixed = len({g.model for g in tick.gpus}) > 1
-        rep_w = max((len(short_source(r)) for r in replicas.values()), default=0)
+        rep_w = max((len(fmt.short_source(r)) for r in replicas.values()), default=0)
         self.set_widths(
             {
                 "gpu": min(width + 2, 28) if multi_host else 7,
@@ -289,7 +282,7 @@ class GpuTable(DiffTable):
             fb = fmt.num(None if g.fb_used_mib is None else g.fb_used_mib / 1024, 1)
             rows[g.key] = [
                 Text(("▶ " if g.key in draggers else "") + name, style="bold red" if g.key in draggers else style),
-                Text(short_source(replicas[g.key]) if g.key in replicas else "?", style=style or "cyan"),
+                Text(fmt.short_source(replicas[g.key]) if g.key in replicas else "?", style=style or "cyan"),
                 Text(_short_model(g.model), style=style),
                 Text(fmt.plain(g.temp_c, "C"), style=temp_style),
                 Text(fmt.plain(g.mem_temp_c, "C"), style=style),
@@ -359,7 +352,7 @@ class StatusLine(ChangedStatic):
         for i, s in enumerate(statuses):
             if i:
                 t.append("  ")
-            name = short_source(s.source)
+            name = fmt.short_source(s.source)
             if s.up:
                 t.append("● ", style="green")
                 t.append(name)
