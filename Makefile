@@ -43,10 +43,12 @@ bench: $(STAMP)
 	$(PY) benchmarks/monitor_cpu.py
 	$(PY) benchmarks/load_fidelity.py
 	$(PY) benchmarks/tune_quality.py
+	$(PY) benchmarks/tune_quality.py --noise --cached
 	$(PY) benchmarks/knee_search.py
 	$(PY) benchmarks/trace_bench.py
 	bash scripts/realengine_setup.sh
 	$(PY) benchmarks/vs_vllm_bench.py
+	$(PY) benchmarks/tune_noise.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -12,6 +12,12 @@ every percentile within max(5 %, 1 ms), output tokens/s within 3 %), and how far
 rounds lie apart (max/min): the server's speed drifts between runs on a shared machine, and a
 difference smaller than that drift is not the client's. The server runs pinned to one core and
 the clients to the others (SPOC_BENCH_PIN=0: all share every core).
+
+Then, per round, side by side: spoc (C/2 users) and vllm bench (--max-concurrency C/2) load the
+server at the same time, and both are measured over the same window (vllm bench's first request
+to its last answer). The server's drift falls on both alike there, so what differs is the
+clients; printed per figure: the median over rounds, the ratio per round, and how often vllm
+bench's figure lies inside spoc's own 95 % interval for that window.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.core.loadmath import parse_sla  # noqa: E402
+from spoc_tui.core.loadmath import RequestSample, parse_sla, summarize_step  # noqa: E402
 from spoc_tui.load.profiles import load_profile  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
@@ -63,20 +70,28 @@ PROFILE = (
 KEYS = [(m, p) for m in ("ttft", "itl", "tpot") for p in ("p50", "p90", "p99")]
 
 
-def vllm_bench(url: str, conc: int, prompts: int, out: Path) -> dict[str, float]:
-    """vLLM's own client; its result JSON in ms, reduced to our keys (seconds)."""
+def bench_argv(url: str, conc: int, prompts: int, out: Path) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
-    argv = [
+    return [
         str(VENV / "bin" / "vllm"), "bench", "serve", "--backend", "openai-chat", "--base-url", url,
         "--endpoint", "/v1/chat/completions", "--model", "tiny", "--tokenizer", str(MODEL),
         "--dataset-name", "random", "--random-input-len", str(IN_TOKENS), "--random-output-len", str(OUT_TOKENS),
         "--max-concurrency", str(conc), "--num-prompts", str(prompts), "--percentile-metrics", "ttft,tpot,itl",
         "--metric-percentiles", "50,90,99", "--save-result", "--result-dir", str(out), "--result-filename",
-        "bench.json", "--seed", "1",
+        "bench.json", "--seed", "1", "--save-detailed",
     ]  # fmt: skip
+
+
+def vllm_bench(url: str, conc: int, prompts: int, out: Path) -> dict[str, float]:
+    """vLLM's own client; its result JSON in ms, reduced to our keys (seconds)."""
+    argv = bench_argv(url, conc, prompts, out)
     r = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **ENV}, timeout=900)
     if r.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{r.stderr[-3000:]}")
+    return bench_figures(out)
+
+
+def bench_figures(out: Path) -> dict[str, float]:
     d = json.loads((out / "bench.json").read_text())
     res = {f"{m}_{p}": float(d[f"{p}_{m}_ms"]) / 1000 for m, p in KEYS}
     res["out_tok_s"] = float(d["output_throughput"])
@@ -114,6 +129,70 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: floa
     res["client_saturated"] = float(bool((s.client or {}).get("saturated")))
     res["client_reason"] = (s.client or {}).get("reason") or ""
     return res
+
+
+async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """spoc (C/2 users, all at once, exact lengths) and vllm bench (--max-concurrency C/2) against
+    the server at the same time, each figure over the same window (from vllm bench's first
+    request to its last answer): the server's drift between runs, which back-to-back rounds
+    cannot remove, falls on both alike, so what differs is the clients."""
+    half = max(1, conc // 2)
+    prof_path = out / "flat.toml"
+    out.mkdir(parents=True, exist_ok=True)
+    prof_path.write_text(PROFILE)
+    cfg = RampConfig(
+        url=url,
+        profile=load_profile(str(prof_path)),
+        users=[half],
+        limits=parse_sla("ttft_p99<=60s"),
+        out_dir=out / "ramp",
+        step_s=SECONDS + 30,
+        warmup_s=5.0,
+        max_step_s=SECONDS + 30,
+        spawn_rate=1000.0,
+    )
+    ramp = asyncio.create_task(run_ramp(cfg))
+    await asyncio.sleep(3.0)  # spoc's users are streaming before vllm bench's first request
+    clock = time.time() - time.perf_counter()  # vllm bench stamps with perf_counter (CLOCK_MONOTONIC)
+    proc = await asyncio.create_subprocess_exec(
+        *bench_argv(url, half, prompts, out / "bench"),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **ENV},
+    )
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        ramp.cancel()
+        raise SystemExit(f"vllm bench serve failed:\n{err.decode()[-3000:]}")
+    await ramp
+    (out / "clock.txt").write_text(repr(clock))
+    return analyse_side(out, half)
+
+
+def analyse_side(out: Path, half: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A side-by-side round's figures from its folder (vllm bench's JSON, spoc's requests.jsonl)."""
+    clock = float((out / "clock.txt").read_text())
+    limits = parse_sla("ttft_p99<=60s")
+    d = json.loads((out / "bench" / "bench.json").read_text())
+    w0 = clock + min(d["start_times"])
+    w1 = clock + max(st + lat for st, lat in zip(d["start_times"], d["latencies"], strict=True))
+    rows = [json.loads(x) for x in (out / "ramp" / "requests.jsonl").read_text().splitlines()]
+    mine = [RequestSample.from_dict(r) for r in rows if r["step"] == 1]
+    inside = [r for r in mine if w0 <= r.start and (r.end or r.start) <= w1]
+    s = summarize_step(1, half, inside, w1 - w0, limits)
+    ours: dict[str, Any] = {f"{m}_{p}": float(s.latency[m][p]) for m, p in KEYS if s.latency[m][p] is not None}
+    ours["out_tok_s"] = s.output_tokens_per_s
+    ours["n"] = float(s.requests)
+    # spoc's own 95 % intervals on these figures (the ramp's: order statistics, bootstrap for ITL)
+    ours["ci95"] = {f"{m}_{p}": s.latency[m].get("ci95", {}).get(p) for m, p in KEYS}
+    ours["ci95"]["out_tok_s"] = s.ci95.get("output_tokens_per_s")
+    ok = [r for r in inside if r.ok]
+    ours["in_tok"] = sum(r.prompt_tokens or 0 for r in ok) / max(1, len(ok))
+    ours["out_tok"] = sum(r.output_tokens or 0 for r in ok) / max(1, len(ok))
+    spoc_end = max((r.end or r.start) for r in mine)
+    if spoc_end < w1 - 1.0:
+        print(f"(side by side: spoc's step ended {w1 - spoc_end:.0f} s before vllm bench's last answer)")
+    return bench_figures(out / "bench"), ours
 
 
 def fmt(key: str, v: float | None) -> str:
@@ -174,7 +253,10 @@ def main() -> None:
             # vllm bench starts all its streams at once, and with fixed lengths they stay in step:
             # the same arrival pattern from spoc (all users at once) separates workload from client
             burst = asyncio.run(spoc(url, conc, work / f"spoc-burst-{conc}", False, spawn_rate=1000.0))
-            report(conc, rounds, burst)
+            pair = [
+                asyncio.run(side_by_side(url, conc, prompts // 2, work / f"side-{conc}-r{r}")) for r in range(ROUNDS)
+            ]
+            report(conc, rounds, burst, pair)
     finally:
         server.stop()
 
@@ -201,7 +283,12 @@ def spread(runs: list[dict[str, Any]], key: str) -> float | None:
     return max(vals) / min(vals) if len(vals) > 1 else None
 
 
-def report(conc: int, rounds: dict[str, list[dict[str, Any]]], burst: dict[str, Any]) -> None:
+def report(
+    conc: int,
+    rounds: dict[str, list[dict[str, Any]]],
+    burst: dict[str, Any],
+    pair: list[tuple[dict[str, Any], dict[str, Any]]],
+) -> None:
     med = {n: median_run(rs) for n, rs in rounds.items()}
     ref, ref_runs = med[BENCH], rounds[BENCH]
     names = list(med)
@@ -252,6 +339,56 @@ def report(conc: int, rounds: dict[str, list[dict[str, Any]]], burst: dict[str, 
             print(f"({n}: a round was flagged client-saturated: {med[n].get('client_reason')})")
     if burst.get("client_saturated"):
         print(f"(spoc, all users at once: flagged client-saturated: {burst.get('client_reason')})")
+    report_pair(conc, pair)
+
+
+def report_pair(conc: int, pair: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """The side-by-side rounds: per round spoc over vllm bench, and the median of those ratios."""
+    half = max(1, conc // 2)
+    print(
+        f"\nside by side at {conc} streams: vllm bench ({half}) and spoc ({half}) at the same time, over the same window; "
+        f"{len(pair)} rounds (ms)"
+    )
+    print(f"{'':<12}{'vllm bench':>14}{'spoc':>14}{'median ratio':>14}{'in CI':>8}   per round")
+    ok = inside_ci = rounds_ci = 0
+    for key in [f"{m}_{p}" for m, p in KEYS] + ["out_tok_s", "n", "in_tok", "out_tok"]:
+        b = [x.get(key) for x, _ in pair]
+        o = [y.get(key) for _, y in pair]
+        bm = statistics.median([v for v in b if v is not None]) if any(v is not None for v in b) else None
+        om = statistics.median([v for v in o if v is not None]) if any(v is not None for v in o) else None
+        if key in ("n", "in_tok", "out_tok"):
+            print(f"{key:<12}{fmt(key, bm):>14}{fmt(key, om):>14}")
+            continue
+        ratios = [y / x for x, y in zip(b, o, strict=True) if x and y is not None]
+        mr = statistics.median(ratios) if ratios else None
+        # within target when the median round's difference is inside max(5 %, 1 ms) (3 % for tokens/s)
+        inside = sorted(
+            ((y - x) if key != "out_tok_s" else (y / x - 1)) for x, y in zip(b, o, strict=True) if x and y is not None
+        )
+        med_diff = statistics.median(inside) if inside else None
+        good = (
+            med_diff is not None
+            and bm is not None
+            and (abs(med_diff) <= 0.03 if key == "out_tok_s" else abs(med_diff) <= max(0.05 * bm, 0.001))
+        )
+        ok += good
+        cells = " ".join(f"{r:.2f}x" for r in ratios)
+        # how often vllm bench's figure lies inside spoc's 95 % interval of the same window
+        held = []
+        for x, y in pair:
+            ci = (y.get("ci95") or {}).get(key)
+            if x.get(key) is not None and ci and ci[0] is not None and ci[1] is not None:
+                held.append(ci[0] <= x[key] <= ci[1])
+        hold = f"{sum(held)}/{len(held)}" if held else "-"
+        note = "" if good else "   (outside)"
+        ratio = f"{mr:.2f}x" if mr else "?"
+        print(f"{key:<12}{fmt(key, bm):>14}{fmt(key, om):>14}{ratio:>14}{hold:>8}   {cells}{note}")
+        inside_ci += sum(held)
+        rounds_ci += len(held)
+    print(f"within target (median round's difference inside max(5 %, 1 ms); tokens/s 3 %): {ok}/{len(KEYS) + 1}")
+    print(
+        f"vllm bench's figure inside spoc's 95 % interval of the same window: {inside_ci}/{rounds_ci} (rounds x figures)"
+    )
 
 
 if __name__ == "__main__":

@@ -461,6 +461,16 @@ def resolve_settings(
     show_default=True,
     help="Start of each step left out of the figures.",
 )
+@click.option(
+    "--poll-seconds",
+    type=float,
+    default=RampConfig.poll_s,
+    show_default=True,
+    help=(
+        "Longest time between two reads of the server's /metrics during a step (each read costs vLLM a few "
+        "ms in the process that streams tokens; a short step is read every tenth of it, at most once a second)."
+    ),
+)
 @click.option("--sla", required=True, help='Limits, e.g. "ttft_p99<=2s,itl_p99<=100ms,error_rate<=1%".')
 @click.option(
     "--abort-factor",
@@ -496,6 +506,7 @@ def ramp(
     max_step_seconds: float | None,
     spawn_rate: float | None,
     warmup_seconds: float,
+    poll_seconds: float,
     sla: str,
     abort_factor: float,
     out_dir: str,
@@ -534,6 +545,8 @@ def ramp(
         click.echo("spoc ramp: warning: Locust advises spawn rates of at most 100 users/s", err=True)
     if not 1 < abort_factor < math.inf:
         _fail("--abort-factor must be a number above 1")
+    if not 0.5 <= poll_seconds <= 60:
+        _fail("--poll-seconds must be between 0.5 and 60")
     if workers_spec.strip().lower() == "auto":
         auto_plan = FixedRates(rates) if rates else plan
         workers = auto_workers(auto_plan, os.cpu_count() or 1)
@@ -560,6 +573,7 @@ def ramp(
         model=model,
         step_s=step_seconds,
         warmup_s=warmup_seconds,
+        poll_s=poll_seconds,
         abort_factor=abort_factor,
         workers=workers,
         seed=seed,

@@ -14,6 +14,7 @@ import math
 import random
 import tomllib
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -357,9 +358,9 @@ WORDS = (
 class TextMaker:
     """Synthetic text of a given token length.
 
-    With the server's tokenizer (a local ``tokenizer.json``), lengths are exact. Otherwise the
-    words-per-token ratio starts at 1.0 and is calibrated from the server's reported
-    ``usage.prompt_tokens``.
+    With the server's tokenizer (a local ``tokenizer.json``, or the server's own ``/tokenize``
+    through :meth:`learn`), lengths are exact. Otherwise the words-per-token ratio starts at 1.0
+    and is calibrated from the server's reported ``usage.prompt_tokens``.
 
     The tokenizer runs once per vocabulary word, when the maker is built (before any request is
     timed): where it splits text at spaces (byte-level BPE, SentencePiece-style Metaspace), a word
@@ -383,32 +384,39 @@ class TextMaker:
             if p.is_dir():
                 p = p / "tokenizer.json"
             self.tokenizer = Tokenizer.from_file(str(p))
-            self._learn_word_counts()
+            self.learn(self._count)
 
     def _count(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
-    def _learn_word_counts(self) -> None:
-        self._first = [self._count(w) for w in WORDS]
-        self._after = [self._count("x " + w) - self._count("x") for w in WORDS]
-        self._ones = [i for i, c in enumerate(self._after) if c == 1]
-        if not self._ones or min(self._first) < 1 or min(self._after) < 1:
-            return
+    def learn(self, count: Callable[[str], int]) -> bool:
+        """Learn every vocabulary word's token count with ``count`` (text -> tokens, without
+        special tokens: a local tokenizer, or a server's ``/tokenize``) and turn exact lengths on
+        when the counts add up (checked on five random texts). Returns whether they do; exceptions
+        from ``count`` propagate, leaving the maker as it was."""
+        first = [count(w) for w in WORDS]
+        x = count("x")
+        after = [count("x " + w) - x for w in WORDS]
+        ones = [i for i, c in enumerate(after) if c == 1]
+        if not ones or min(first) < 1 or min(after) < 1:
+            return False
         rng = random.Random(12345)
         for n in (1, 2, 7, 60, 400):  # the sums must be exact, or the fast path stays off
             idx = [rng.randrange(len(WORDS)) for _ in range(n)]
             text = " ".join(WORDS[i] for i in idx)
-            if self._count(text) != self._first[idx[0]] + sum(self._after[i] for i in idx[1:]):
-                return
+            if count(text) != first[idx[0]] + sum(after[i] for i in idx[1:]):
+                return False
+        self._first, self._after, self._ones = first, after, ones
         self.additive = True
+        return True
 
     def text(self, tokens: int, rng: random.Random) -> str:
         tokens = max(1, int(tokens))
+        if self.additive:
+            return self._text_from_counts(tokens, rng)
         if self.tokenizer is None:
             n = max(1, round(tokens / self.tokens_per_word))
             return " ".join(rng.choice(WORDS) for _ in range(n))
-        if self.additive:
-            return self._text_from_counts(tokens, rng)
         return self._text_by_encoding(tokens, rng)
 
     def _text_from_counts(self, tokens: int, rng: random.Random) -> str:
@@ -419,7 +427,10 @@ class TextMaker:
                 break
             i = rng.randrange(nw)
         else:
-            return self._text_by_encoding(tokens, rng)
+            if self.tokenizer is None:  # counts from a server: the shortest first word
+                i = min(range(nw), key=self._first.__getitem__)
+            else:
+                return self._text_by_encoding(tokens, rng)
         words = [WORDS[i]]
         left = tokens - self._first[i]
         while left > 0:
@@ -452,7 +463,7 @@ class TextMaker:
     def calibrate(self, words_sent: int, reported_tokens: int, overhead: int = 0) -> None:
         """Move the tokens-per-word estimate towards what the server counted for the words sent
         (``overhead``: the chat template's tokens)."""
-        if self.tokenizer is not None or words_sent <= 0 or reported_tokens <= overhead:
+        if self.additive or self.tokenizer is not None or words_sent <= 0 or reported_tokens <= overhead:
             return
         observed = (reported_tokens - overhead) / words_sent
         if 0.2 < observed < 10:

@@ -103,6 +103,14 @@ class RampConfig:
     """Tuning: asked every few seconds of a step's window (from a third of it on) with the window
     so far; a reason ends the step there (the trial is clearly dominated)."""
 
+    poll_s: float = 5.0
+    """The longest time between two readings of the server's /metrics during a step's window (also
+    read at its start and end; a window shorter than 10 x this is read every tenth of it, at most
+    once a second).
+    Not every second: vLLM renders /metrics in the process that streams the tokens (about 7 ms
+    for 54 KB on the CPU build, idle), so a reading every second stalls every stream once a
+    second and lengthens the ITL tail being measured (README: "The observer's cost")."""
+
     calibrate: bool = False
     """With ``auto_max``: a tuning study's calibration (:class:`SaturationSearch`) instead of the knee search."""
 
@@ -265,6 +273,8 @@ class RunnerProcess:
         self.workers: list[asyncio.subprocess.Process] = []
         self.events: asyncio.Queue[wire.Event] = asyncio.Queue()
         self._reader: asyncio.Task[None] | None = None
+        self.lengths = ""
+        """How the runner makes prompt lengths (from its Ready)."""
 
     def _argv(self, *extra: str) -> list[str]:
         argv = [
@@ -321,8 +331,10 @@ class RunnerProcess:
                 )
             )
         self._reader = asyncio.create_task(self._read())
-        if await self.wait_for(wire.Ready, 90.0) is None:
+        ready = await self.wait_for(wire.Ready, 90.0)
+        if not isinstance(ready, wire.Ready):
             raise RampError("the load generator did not start; see runner.log in the output folder")
+        self.lengths = ready.lengths
 
     async def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -493,18 +505,24 @@ async def _run_step(
     phase: RampPhase = "measuring"
     unbounded: str | None = None
     next_check = planned / 3
+    # about ten readings per window (the queue-growth rule needs eight), never more than one a second
+    every = min(cfg.poll_s, max(1.0, planned / 10))
+    polled = time.time()
     while True:
         while (left := target - (time.time() - m_start)) > 0:
             report(phase, idx, level, steps, len(samples), "")
             await asyncio.sleep(min(1.0, left))
             if pump.done():
                 raise RampError("the load generator exited; see runner.log in the output folder")
-            server = await _server_view(poller, dcgm, peaks)
-            if server.get("waiting") is not None:
-                queue.append((time.time() - m_start, float(server["waiting"])))
-                unbounded = queue_unbounded(queue)
-                if unbounded:
-                    break
+            # every poll_s, and always at the window's end (its server-side figures end there)
+            if time.time() - polled >= every - 0.05 or time.time() - m_start >= target:
+                polled = time.time()
+                server = await _server_view(poller, dcgm, peaks)
+                if server.get("waiting") is not None:
+                    queue.append((time.time() - m_start, float(server["waiting"])))
+                    unbounded = queue_unbounded(queue)
+                    if unbounded:
+                        break
             if cfg.early_stop is not None and time.time() - m_start >= next_check:
                 next_check += EARLY_CHECK_S
                 if early := _early(cfg, idx, users, samples, m_start, target):
@@ -639,6 +657,8 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         kept = f"the folder's earlier results were moved to {writer.kept}/" if writer.kept else ""
         report("starting", 0, 0, steps, 0, kept)
         await runner.start()
+        if runner.lengths:
+            writer.header["prompt_lengths"] = runner.lengths
 
         async def pump_samples() -> None:
             while True:

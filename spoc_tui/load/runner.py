@@ -62,6 +62,8 @@ class Shared:
     system_cache: dict[str, str] = {}
     rate: float | None = None
     """Open loop: the arrival rate (requests/s) all users together generate."""
+    lengths = ""
+    """How prompt lengths are made (:func:`learn_lengths`)."""
     sink: Callable[[RequestSample], None] | None = None
     """Where samples go: emitted by a master/local runner, batched to the master on a worker."""
     counter = 0
@@ -363,6 +365,52 @@ def _read_commands(env: Environment) -> None:
     emit(wire.Stopped())
 
 
+class NoTokenize(Exception):
+    """The server cannot count tokens for us (no /tokenize, or an answer we cannot read)."""
+
+
+def server_counter(url: str, model: str, api_key: str | None) -> Callable[[str], int]:
+    """Count tokens with the server's own tokenizer: vLLM's ``POST /tokenize`` (the simulator's
+    too), without special tokens, as the chat template's text around a message is not ours."""
+    pool = PoolManager(maxsize=1)
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+
+    def count(text: str) -> int:
+        body = json.dumps({"model": model, "prompt": text, "add_special_tokens": False})
+        try:
+            r = pool.request("POST", url + "/tokenize", body=body, headers=headers, timeout=10.0, retries=False)
+        except Exception as e:
+            raise NoTokenize(f"/tokenize: {type(e).__name__}") from None
+        if r.status != 200:
+            raise NoTokenize(f"/tokenize answered HTTP {r.status}")
+        try:
+            n = json.loads(r.data)["count"]
+        except (ValueError, KeyError, TypeError):
+            raise NoTokenize("/tokenize answered without a token count") from None
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise NoTokenize("/tokenize answered without a token count")
+        return n
+
+    return count
+
+
+def learn_lengths(maker: TextMaker, url: str, model: str, api_key: str | None) -> str:
+    """Make prompt lengths exact before any request is timed: with the local tokenizer when there
+    is one, else with the server's /tokenize (about 150 short calls, once per process). Returns
+    how lengths are made, for the results' header."""
+    if maker.tokenizer is not None:
+        return "exact: the local tokenizer" if maker.additive else "exact: the local tokenizer (encode and cut)"
+    try:
+        if maker.learn(server_counter(url, model, api_key)):
+            return "exact: the server's /tokenize"
+        why = "its token counts do not add up word by word"
+    except NoTokenize as e:
+        why = str(e)
+    return f"approximate: words per token calibrated from the server's usage (the server's tokenizer: {why})"
+
+
 def _configure(args: argparse.Namespace) -> None:
     with open(args.profile_json) as f:
         Shared.profile = Profile.from_dict(json.load(f))
@@ -373,6 +421,8 @@ def _configure(args: argparse.Namespace) -> None:
     Shared.seed = args.seed
     Shared.timeout = args.timeout
     Shared.maker = TextMaker(args.tokenizer)
+    Shared.lengths = learn_lengths(Shared.maker, args.url, args.model, Shared.api_key)
+    sys.stderr.write(f"prompt lengths: {Shared.lengths}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -461,7 +511,7 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
             gevent.sleep(0.1)
     else:
         env.create_local_runner()
-    emit(wire.Ready(args.expect_workers))
+    emit(wire.Ready(args.expect_workers, Shared.lengths))
     gevent.spawn(watch_self, emit)
     _read_commands(env)
     return 0

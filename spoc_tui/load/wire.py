@@ -5,7 +5,8 @@ dataclass defined here once; :func:`encode` and the two decoders are the only co
 the JSON shape:
 
 - commands: ``{"cmd": "users", "n": 8, "step": 2, "spawn_rate": 4.0, "arrival_rate": null}``, ``{"cmd": "stop"}``
-- events: ``{"type": "ready", "workers": 0}``, ``{"type": "sample", ...}`` (a request's fields),
+- events: ``{"type": "ready", "workers": 0, "lengths": "exact: ..."}``,
+  ``{"type": "sample", ...}`` (a request's fields),
   ``{"type": "users", "n": 8, "step": 2}``, ``{"type": "error", "message": ...}``,
   ``{"type": "stopped"}``
 
@@ -51,6 +52,8 @@ class Ready:
     """The runner (and its ``workers`` Locust workers) can take commands."""
 
     workers: int = 0
+    lengths: str = ""
+    """How prompt lengths are made: exact (and from what) or approximate, and why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +111,7 @@ def encode(msg: Command | Event) -> str:
     elif isinstance(msg, Stop):
         d = {"cmd": "stop"}
     elif isinstance(msg, Ready):
-        d = {"type": "ready", "workers": msg.workers}
+        d = {"type": "ready", "workers": msg.workers, "lengths": msg.lengths}
     elif isinstance(msg, Sample):
         d = {"type": "sample", **msg.sample.as_dict()}
     elif isinstance(msg, UsersSet):
@@ -167,7 +170,7 @@ def decode_event(line: str | bytes) -> Event:
     if kind == "sample":
         return Sample(RequestSample.from_dict(d))
     if kind == "ready":
-        return Ready(_int(d, "workers"))
+        return Ready(_int(d, "workers"), str(d.get("lengths") or ""))
     if kind == "users":
         return UsersSet(_int(d, "n"), _int(d, "step"))
     if kind == "error":

@@ -62,6 +62,7 @@ class SimServer:
         api.router.add_get("/v1/models", self.models)
         api.router.add_post("/v1/chat/completions", self.chat)
         api.router.add_post("/v1/completions", self.completions)
+        api.router.add_post("/tokenize", self.tokenize)
         api.router.add_get("/metrics", self.metrics)
         runner = web.AppRunner(api, access_log=None, shutdown_timeout=1.0, handler_cancellation=True)
         await runner.setup()
@@ -153,6 +154,22 @@ class SimServer:
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             return error_response(400, "'messages' must be a non-empty list of message objects", param="messages")
         return await self._generate(request, body, chat_tokens(messages), chat=True)
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's ``POST /tokenize``: a ``prompt`` (or chat ``messages``) -> its ``count`` and ``tokens``."""
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        prompt, messages = body.get("prompt"), body.get("messages")
+        if isinstance(prompt, str):
+            ids = tokenize(prompt)
+        elif isinstance(messages, list) and all(isinstance(m, dict) for m in messages):
+            ids = chat_tokens(messages)
+        else:
+            return error_response(400, "'prompt' must be a string (or 'messages' a list of messages)", param="prompt")
+        return web.json_response(
+            {"count": len(ids), "max_model_len": self.engine.cfg.resolved_max_model_len(), "tokens": ids}
+        )
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)

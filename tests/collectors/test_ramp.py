@@ -99,6 +99,33 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
         assert "sk-NEVER-WRITTEN" not in f.read_text(errors="replace")
 
 
+def test_constant_prompt_lengths_are_exact_from_the_servers_tokenize(sim8, tmp_path):
+    """No --tokenizer: the runner learns word counts from the server's /tokenize, so a constant
+    200-token message is 200 tokens on the server (plus the simulator's 7 template tokens) every
+    time, not a calibrated guess."""
+    url, _ = sim8
+    prof = tmp_path / "flat.toml"
+    prof.write_text('name = "flat"\nsystem_tokens = 0\nturns = 1\nuser_tokens = 200\noutput_tokens = 4\nthink_s = 0\n')
+    out = tmp_path / "out"
+    r = ramp("--url", url, "--profile", str(prof), "--users", "2", "--step-seconds", "3", "--warmup-seconds", "0",
+             "--sla", "ttft_p99<=60s", "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    d = json.loads((out / "ramp.json").read_text())
+    assert d["prompt_lengths"] == "exact: the server's /tokenize"
+    lengths = [json.loads(x)["prompt_tokens"] for x in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(lengths) > 5 and set(lengths) == {207}
+
+
+def test_the_simulators_tokenize_answers_as_vllm(sim8):
+    import httpx
+
+    url, _ = sim8
+    r = httpx.post(url + "/tokenize", json={"prompt": "the queue, grows", "add_special_tokens": False})
+    assert r.status_code == 200 and r.json()["count"] == 4 and len(r.json()["tokens"]) == 4
+    assert httpx.post(url + "/tokenize", json={"prompt": 3}).status_code == 400
+    assert httpx.post(url + "/tokenize", json={"model": "other", "prompt": "x"}).status_code == 404
+
+
 @pytest.mark.parametrize(
     "args,code,msg",
     [
@@ -109,6 +136,7 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
         (["--warmup-seconds", "6"], 2, "--warmup-seconds"),
         (["--out", "/proc/spoc-o1"], 2, "cannot write there"),
         (["--rate", "4,2"], 2, "rates must be increasing"),
+        (["--poll-seconds", "0.1"], 2, "--poll-seconds must be between"),
         (["--rate", "0"], 2, "above 0"),
         (["--rate", "fast"], 2, "bad --rate"),
         (["--rate", "nan"], 2, "above 0"),

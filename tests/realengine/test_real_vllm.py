@@ -310,5 +310,26 @@ def test_short_ramp_against_the_real_server_finds_a_knee(vllm_server, tmp_path):
     assert last["server"]["running_max"] > first["server"]["running_max"]
     assert last["output_tokens_per_s"] > first["output_tokens_per_s"]
     reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
-    # prompt lengths from the real tokenizer: the server's count is the planned one plus the template
     assert all(q["ok"] for q in reqs)
+    assert d["prompt_lengths"] == "exact: the local tokenizer"
+
+
+def test_prompt_lengths_are_exact_without_a_local_tokenizer(vllm_server, tmp_path):
+    """No --tokenizer: the runner learns each vocabulary word's token count from the server's own
+    /tokenize before the first request, so a constant-length profile gives one prompt length."""
+    profile = tmp_path / "p.toml"
+    profile.write_text('name = "flat"\nsystem_tokens = 0\nturns = 1\nuser_tokens = 150\noutput_tokens = 8\nthink_s = 0\n')
+    out = tmp_path / "ramp"
+    argv = [sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", vllm_server.url, "--profile", str(profile),
+            "--users", "2", "--step-seconds", "6", "--warmup-seconds", "1", "--sla", "ttft_p99<=60s",
+            "--out", str(out)]  # fmt: skip
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads((out / "ramp.json").read_text())
+    assert d["prompt_lengths"] == "exact: the server's /tokenize"
+    reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    lengths = {q["prompt_tokens"] for q in reqs if q["ok"]}
+    assert len(reqs) >= 10 and len(lengths) == 1, lengths
+    # the server's count is the planned 150 plus its chat template's tokens around one message
+    (n,) = lengths
+    assert 150 < n <= 150 + 40

@@ -306,6 +306,35 @@ def test_text_maker_exact_when_tokens_cross_spaces(tmp_path):
         assert len(tok.encode(maker.text(n, random.Random(n))).ids) == n
 
 
+def test_text_maker_learns_word_counts_from_any_counter(tmp_path):
+    """What the runner does with a server's /tokenize: counts from a function, lengths then exact,
+    and calibration from usage (which would drift them) is off."""
+    tok = byte_level_bpe(tmp_path, "the queue grows past its limit when requests wait", 350)
+    calls: list[str] = []
+
+    def count(text: str) -> int:
+        calls.append(text)
+        return len(tok.encode(text).ids)
+
+    maker = TextMaker()
+    assert maker.learn(count) and maker.additive
+    learned = len(calls)
+    assert learned < 200  # a bounded number of calls, once, before any request
+    for n in (1, 3, 40, 200, 900):
+        assert len(tok.encode(maker.text(n, random.Random(n))).ids) == n
+    assert len(calls) == learned  # no counting per request
+    maker.calibrate(100, 500)
+    assert maker.tokens_per_word == 1.0
+
+
+def test_text_maker_keeps_calibrating_when_counts_do_not_add_up():
+    maker = TextMaker()
+    assert not maker.learn(lambda text: len(text) // 3 + 1)  # characters, not words: sums are off
+    assert not maker.additive
+    maker.calibrate(100, 134)
+    assert maker.tokens_per_word != 1.0
+
+
 def test_text_maker_calibrates_from_usage():
     m = TextMaker()
     for _ in range(30):

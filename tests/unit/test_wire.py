@@ -27,6 +27,7 @@ def test_commands_round_trip(msg):
     "msg",
     [
         wire.Ready(2),
+        wire.Ready(0, "exact: the server's /tokenize"),
         wire.UsersSet(8, 2),
         wire.RunnerFailed("only 1 of 2 workers joined"),
         wire.Stopped(),
