@@ -1,5 +1,5 @@
 """How much one tuning trial's figures move when nothing changes (issue 16; run: make bench, or
-python benchmarks/tune_noise.py [sim|vllm|both] [REPEATS] [STEP_SECONDS]).
+python benchmarks/tune_noise.py [sim|vllm|both] [REPEATS] [STEP_SECONDS] [--profile=NAME]).
 
 `spoc tune` as a user runs it, with its defaults (the chatbot profile, `--users auto`: the first
 trial's calibration picks the reference load near saturation), one trial (the server defaults)
@@ -24,9 +24,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = sys.argv[1] if len(sys.argv) > 1 else "both"
-REPEATS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-STEP_S = float(sys.argv[3]) if len(sys.argv) > 3 else 30.0
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+TARGETS = ARGS[0] if ARGS else "both"
+REPEATS = int(ARGS[1]) if len(ARGS) > 1 else 4
+STEP_S = float(ARGS[2]) if len(ARGS) > 2 else 30.0
+PROFILE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--profile=")), None)
+"""``--profile=NAME``: another load profile than spoc tune's default."""
 OBJECTIVES = "max:out_tok_s,min:itl_p99"
 SLA = "ttft_p99<=30s,itl_p99<=300ms"
 DIR = Path(os.environ.get("SPOC_REALENGINE_DIR", Path.home() / ".cache" / "spoc-tui"))
@@ -64,7 +67,7 @@ def measure(target: str) -> dict[str, float] | None:
     argv = [
         sys.executable, "-m", "spoc_tui.cli", "tune", "--launch", template, "--sla", SLA, "--objectives", OBJECTIVES,
         "--trials", "1", "--repeat-pareto", str(REPEATS), "--step-seconds", str(STEP_S), "--out", str(out),
-        "--rerun-share", "0", *extra,
+        "--rerun-share", "0", *extra, *(["--profile", PROFILE] if PROFILE else []),
     ]  # fmt: skip
     r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=3600)
     if r.returncode != 0:
@@ -75,7 +78,10 @@ def measure(target: str) -> dict[str, float] | None:
     itl = [float(x["objectives"]["itl_p99"]) for x in runs]
     ref = next((x.get("reference", {}).get("users") for x in runs if x.get("reference")), None)
     n = [x.get("n", {}).get("out_tok_s") for x in runs]
-    print(f"\n{target}: reference load {ref} users (the calibration's); {len(runs)} runs of the server defaults")
+    prof = PROFILE or "spoc tune's default"
+    print(
+        f"\n{target}, profile {prof}: reference load {ref} users (the calibration's); {len(runs)} runs of the defaults"
+    )
     print(f"{'run':<6}{'out tok/s':>12}{'ITL p99 ms':>12}{'requests':>10}")
     for i, (a, b, k) in enumerate(zip(tok, itl, n, strict=True)):
         print(f"{i + 1:<6}{a:>12,.1f}{b * 1000:>12.1f}{k if k is not None else '?':>10}")
@@ -92,7 +98,7 @@ def measure(target: str) -> dict[str, float] | None:
 def main() -> None:
     targets = ["sim", "vllm"] if TARGETS == "both" else [TARGETS]
     if not set(targets) <= {"sim", "vllm"}:
-        raise SystemExit("usage: tune_noise.py [sim|vllm|both] [REPEATS] [STEP_SECONDS]")
+        raise SystemExit("usage: tune_noise.py [sim|vllm|both] [REPEATS] [STEP_SECONDS] [--profile=NAME]")
     for t in targets:
         measure(t)
 

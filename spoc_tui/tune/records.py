@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from spoc_tui.core.loadmath import Limit
-from spoc_tui.core.noisyfront import Estimate, FrontStatus, Run, classify, pool
+from spoc_tui.core.noisyfront import Estimate, FrontStatus, Run, classify, pool, run_to_run_cv, widen
 from spoc_tui.core.pareto import hypervolume
 from spoc_tui.core.tunespace import Config, Objective, reference_point
 
@@ -153,6 +153,9 @@ class Front:
     candidates: list[FrontMember] = field(default_factory=list)
     estimates: list[Estimate] = field(default_factory=list)
     """Every feasible configuration's pooled estimate, classified (for the re-run policy)."""
+    run_to_run_cv: tuple[float, ...] | None = None
+    """The run-to-run noise the study's repeated configurations measured, per objective (every
+    interval is at least this wide); None until a configuration has run twice."""
 
     @property
     def settled(self) -> bool:
@@ -205,6 +208,16 @@ def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective
             pooled[key] = _estimate(key, groups[key], objectives)
         history.append([e for e in pooled.values() if e is not None])
     estimates = history[-1] if history else []
+    # one run's interval holds only that run's sampling; configurations run more than once measure
+    # the run-to-run noise too, and every interval is widened to at least it
+    runs_by: list[list[Run]] = []
+    for gkey, recs in groups.items():
+        if pooled.get(gkey) is not None:
+            runs_by.append([x for r in recs if (x := _run_of(r, objectives)) is not None])
+    noise = run_to_run_cv(runs_by)
+    if noise is not None:
+        for e in estimates:
+            widen(e, noise)
     pts = [e.values for e in estimates]
     ref = reference_point(objectives, limits, [(float(p[0]), float(p[1])) for p in pts])
     classify(estimates, dirs)
@@ -236,4 +249,5 @@ def compute_front(records: Sequence[TrialRecord], objectives: Sequence[Objective
         members,
         candidates,
         estimates,
+        noise,
     )

@@ -20,11 +20,13 @@ from spoc_tui.core.tunespace import (
     template_flags,
 )
 from spoc_tui.load.profiles import load_profile
-from spoc_tui.load.ramp import DEFAULT_PROFILE
 from spoc_tui.tune.evaluate import RampSettings, ServerEvaluator
 from spoc_tui.tune.study import TuneConfig
 
 DEFAULT_OBJECTIVES = "max:out_tok_s,min:ttft_p99"
+TUNE_PROFILE = "tuning"
+"""The chatbot's conversations without think time: every user has a request in flight, so the
+calibration reaches saturation and trials measure the server, not the workload's randomness."""
 SIM_LAUNCH = "spoc sim llama-3.1-8b --port {port} --dcgm-port 0 {flags}"
 VLLM_LAUNCH = "vllm serve MODEL --port {port} {flags}"
 
@@ -41,7 +43,7 @@ class TuneArgs:
     study: str = "spoc"
     resume: bool = False
     worker: bool = False
-    profile: str = DEFAULT_PROFILE
+    profile: str = TUNE_PROFILE
     users: str = "auto:256"
     """``auto[:MAX]``: a calibration knee search on the first trial sets the reference load (see
     :meth:`TuneSession._calibrate`); or explicit counts, the last the reference load."""
@@ -54,7 +56,7 @@ class TuneArgs:
     tries: tuple[str, ...] = ()
     repeat_pareto: int = 0
     profile_best: bool = False
-    rerun_share: float = 0.25
+    rerun_share: float = 0.1
     env: tuple[str, ...] = ()
     port: int | None = None
     start_timeout: float = 600.0

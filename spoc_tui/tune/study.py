@@ -173,7 +173,7 @@ class TuneConfig:
     """Proposals skipped (duplicates, broken conditions) in a row before the space counts as exhausted."""
     screen_pool: int = 32
     """NSGA-II children bred per trial, of which the surrogate picks one (1: plain NSGA-II)."""
-    rerun_share: float = 0.25
+    rerun_share: float = 0.1
     """At most this share of the --trials budget re-runs unsettled configurations
     (see :meth:`TuneSession._due_rerun`)."""
 
@@ -480,7 +480,7 @@ class TuneSession:
         """The configuration to re-run now, or None (the sampler proposes the next trial).
 
         Policy (documented in the README): once the first generation has run, re-runs may take up
-        to ``rerun_share`` of the trials run so far (a quarter by default), and go to the unsettled
+        to ``rerun_share`` of the trials run so far (a tenth by default), and go to the unsettled
         configuration :func:`~spoc_tui.core.noisyfront.pick_rerun` names: a provisional front member
         or a candidate whose interval reaches the front, fewest runs first, at most 4 runs each. In
         the last trials of the budget re-runs come first while the front is unsettled, since an
@@ -928,10 +928,15 @@ class TuneSession:
             "pareto": [self._member_doc(m, repeats) for m in front.members],
             "candidates": [self._member_doc(m, {}) for m in front.candidates],
             "settled": front.settled,
+            "run_to_run_cv": (
+                {o.name: front.run_to_run_cv[i] for i, o in enumerate(cfg.objectives)} if front.run_to_run_cv else None
+            ),
             "noise": (
                 "each configuration's runs are pooled (mean; 95 % interval from the larger of the within-run "
-                "and between-run variance); a front member is confirmed when no other configuration's interval "
-                "could dominate it, provisional otherwise; candidates are off the front but their intervals "
+                "and between-run variance, and at least the run-to-run noise the study's repeated "
+                "configurations measured, run_to_run_cv, also for a configuration run once); a front member is "
+                "confirmed when no other configuration's interval could dominate it, provisional otherwise; "
+                "candidates are off the front but their intervals "
                 f"reach it. Re-runs: up to {cfg.rerun_share:.0%} of the trials, to the unsettled configuration "
                 f"with the fewest runs (at most {MAX_RUNS} runs each)"
             ),

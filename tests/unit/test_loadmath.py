@@ -201,7 +201,18 @@ def test_builtin_profiles_load_and_plan(name):
 
 
 def test_builtins_listed():
-    assert builtin_names() == ["chatbot", "coding", "logs", "mix"]
+    assert builtin_names() == ["chatbot", "coding", "logs", "mix", "tuning"]
+
+
+def test_spoc_tune_measures_with_the_chatbots_conversations_and_no_think_time():
+    """Issue 16: the default tuning load keeps every user's request in flight (the calibration can
+    reach saturation); otherwise it is the chatbot's conversation shape."""
+    from spoc_tui.tune.setup import TuneArgs
+
+    tuning, chatbot = load_profile(TuneArgs.profile), load_profile("chatbot")
+    assert tuning.name == "tuning" and tuning.think_s.sample(random.Random(0)) == 0
+    for field in ("system_tokens", "turns", "user_tokens", "output_tokens"):
+        assert getattr(tuning, field) == getattr(chatbot, field)
 
 
 def test_shared_system_prompt_is_the_same_for_every_conversation():

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from spoc_tui.core.noisyfront import Run, classify, dominated_by_front, pick_rerun, pool
+from spoc_tui.core.noisyfront import Run, classify, dominated_by_front, pick_rerun, pool, run_to_run_cv, widen
 
 DIRS = ["max", "min"]  # tokens/s up, latency down
 
@@ -79,3 +79,29 @@ def test_early_stop_only_against_confirmed_members():
     assert dominated_by_front((300, 0.03), (400, 0.05), es, DIRS).key == "lean"
     # one that could still beat it somewhere: not stopped
     assert dominated_by_front((300, 0.01), (520, 0.05), es, DIRS) is None
+
+
+def test_run_to_run_noise_is_pooled_over_repeated_configurations_as_an_upper_bound():
+    # two configurations, each run twice, 10 % apart around their means; one run alone says nothing
+    groups = [[run(90, 1.0, 0.01), run(110, 1.0, 0.01)], [run(180, 2.0, 0.01), run(220, 2.0, 0.01)], [run(50, 3.0)]]
+    cv = run_to_run_cv(groups)
+    assert cv is not None
+    point = math.sqrt((0.01 + 0.01 + 0.01 + 0.01) / 2)  # squared relative deviations over 2 degrees of freedom
+    assert cv[0] == pytest.approx(point / math.sqrt(0.210721 / 2), rel=1e-6)  # chi-square 10 % quantile, 2 dof
+    assert cv[1] == 0.0
+    assert run_to_run_cv([[run(1, 1)], [run(2, 2)]]) is None
+    # many degrees of freedom: the bound approaches the estimate
+    rng = random.Random(0)
+    many = [[run(100 * (1 + 0.1 * rng.gauss(0, 1)), 1.0) for _ in range(4)] for _ in range(60)]
+    big = run_to_run_cv(many)
+    assert big is not None and 0.1 < big[0] < 0.12
+
+
+def test_a_single_runs_interval_widens_to_the_measured_run_to_run_noise():
+    e = pool("b", [run(100, 1.0, 0.01)])  # its own interval claims 1 %
+    widen(e, (0.10, 0.0))
+    assert e.lo[0] == pytest.approx(100 - 1.959963984540054 * 10) and e.hi[0] == pytest.approx(100 + 19.6, rel=1e-3)
+    assert (e.lo[1], e.hi[1]) == (0.99, 1.01)  # no noise measured there: its own interval stays
+    assert e.values == (100, 1.0)
+    pooled = widen(pool("c", [run(100, 1.0, 0.01)] * 4), (0.10, 0.0))  # four runs: half as wide
+    assert pooled.hi[0] - pooled.values[0] == pytest.approx(1.959963984540054 * 10 / 2)

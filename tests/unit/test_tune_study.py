@@ -154,7 +154,7 @@ def test_repeats_of_the_pareto_set(tmp_path):
 
 
 def test_reruns_are_pooled_within_the_budget_and_hidden_from_the_sampler(tmp_path):
-    s, _ = make(tmp_path, trials=9, seed=5)
+    s, _ = make(tmp_path, trials=9, seed=5, rerun_share=0.25)
     summary = s.run()
     reruns = [r for r in summary.records if r.repeat_of is not None]
     assert reruns, "no configuration was re-run"
@@ -168,6 +168,8 @@ def test_reruns_are_pooled_within_the_budget_and_hidden_from_the_sampler(tmp_pat
         assert st.trials[r.number].state == optuna.trial.TrialState.PRUNED
     doc = json.loads((tmp_path / "pareto.json").read_text())
     assert doc["trials_run"] == 9 and doc["reruns"] == len(reruns)
+    # the re-runs measured the run-to-run noise (an upper bound; the simulator's fast mode has none)
+    assert set(doc["run_to_run_cv"]) == {"out_tok_s", "itl_p99"} and all(v >= 0 for v in doc["run_to_run_cv"].values())
     assert all(p["status"] in ("confirmed", "provisional") for p in doc["pareto"])
     pooled = [p for p in doc["pareto"] + doc["candidates"] if p["runs"] > 1]
     for p in pooled:
