@@ -318,7 +318,9 @@ def test_prompt_lengths_are_exact_without_a_local_tokenizer(vllm_server, tmp_pat
     """No --tokenizer: the runner learns each vocabulary word's token count from the server's own
     /tokenize before the first request, so a constant-length profile gives one prompt length."""
     profile = tmp_path / "p.toml"
-    profile.write_text('name = "flat"\nsystem_tokens = 0\nturns = 1\nuser_tokens = 150\noutput_tokens = 8\nthink_s = 0\n')
+    profile.write_text(
+        'name = "flat"\nsystem_tokens = 0\nturns = 1\nuser_tokens = 150\noutput_tokens = 8\nthink_s = 0\n'
+    )
     out = tmp_path / "ramp"
     argv = [sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", vllm_server.url, "--profile", str(profile),
             "--users", "2", "--step-seconds", "6", "--warmup-seconds", "1", "--sla", "ttft_p99<=60s",
