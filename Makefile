@@ -43,11 +43,13 @@ bench: $(STAMP)
 	$(PY) benchmarks/monitor_cpu.py
 	$(PY) benchmarks/load_fidelity.py
 	$(PY) benchmarks/tune_quality.py
-	$(PY) benchmarks/tune_quality.py --noise --cached
+	$(PY) benchmarks/tune_quality.py --noise --cached --cv=0.008,0.020
+	$(PY) benchmarks/tune_quality.py --noise --cached --cv=0.104,0.077 --within=0.014,0.044
 	$(PY) benchmarks/knee_search.py
 	$(PY) benchmarks/trace_bench.py
 	bash scripts/realengine_setup.sh
 	$(PY) benchmarks/vs_vllm_bench.py
+	$(PY) benchmarks/client_referee.py
 	$(PY) benchmarks/tune_noise.py
 
 clean:

@@ -20,7 +20,9 @@ both baselines.
 
 ``--noise`` (issue 16): the same, with measurement noise. Every lookup multiplies the reference
 step's output tokens/s and its latencies by (1 + CV x N(0, 1)), drawn afresh per run, and each run
-reports the interval such a run would claim (+-1.96 CV). ``--cv=0.16`` by default: the repeat
+reports the interval such a run would claim (+-1.96 CV; ``--within`` sets a narrower claim). ``make bench``
+uses the noise benchmarks/tune_noise.py measured (simulator: ``--cv=0.008,0.020``; real vLLM CPU:
+``--cv=0.104,0.077 --within=0.014,0.044``). ``--cv=0.16`` by default: the repeat
 spread of one configuration measured on ``spoc sim`` in real time (16 chatbot users, 30 s steps:
 181, 224 and 252 output tokens/s, CV 0.16). Each method is scored by the *true* hypervolume of the
 front it reports (its configurations' noise-free values; a configuration that truly misses the SLA
