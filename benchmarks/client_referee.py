@@ -7,8 +7,10 @@ each token left the engine, on this machine's monotonic clock, which `vllm bench
 its requests with. So `spoc sim` runs pinned to one core, and `vllm bench serve` and `spoc ramp`
 load it back to back from the other (the same shape as vs_vllm_bench: 200-token prompts, 128-token
 answers, ignore_eos, C streams); for each client, its TTFT and ITL p50/p90/p99 are set against the
-truth's over the requests it sent. The difference is the client's error: its own time (sending,
-reading, its event loop) plus the HTTP front end's, which the engine's clock does not see.
+truth's over the requests it sent, twice: against the engine's token times (the client's error
+plus the HTTP front end's time, which the engine's clock does not see) and against when each
+token's event was written to the socket ("wire": the client's own error, its sending, reading
+and event loop, plus the kernel's loopback).
 Needs the real-engine tier's venv for `vllm bench serve` (scripts/realengine_setup.sh).
 """
 
@@ -39,19 +41,25 @@ SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40.0
 PCTS = (50, 90, 99)
 
 
-def truth_in(truth: list[dict[str, Any]], ids: set[str] | None, w0: float, w1: float) -> tuple[Any, Any]:
+def truth_in(
+    truth: list[dict[str, Any]], ids: set[str] | None, w0: float, w1: float, key: str = "tokens"
+) -> tuple[Any, Any]:
     """The truth's TTFTs and token gaps (ms) of the requests a client sent: by response id where it
-    has them (spoc), else by arrival inside the client's window (vllm bench keeps no ids)."""
-    sel = [t for t in truth if t["tokens"] and (t["id"] in ids if ids is not None else w0 <= t["arrival"] <= w1)]
-    ttft = np.array([t["tokens"][0] - t["arrival"] for t in sel]) * 1000
-    itl = np.concatenate([np.diff(t["tokens"]) for t in sel]) * 1000
+    has them (spoc), else by arrival inside the client's window (vllm bench keeps no ids). ``key``:
+    "tokens", when each token left the engine, or "sent", when its event went to the socket."""
+    sel = [t for t in truth if t.get(key) and (t["id"] in ids if ids is not None else w0 <= t["arrival"] <= w1)]
+    ttft = np.array([t[key][0] - t["arrival"] for t in sel]) * 1000
+    itl = np.concatenate([np.diff(t[key]) for t in sel]) * 1000
     return ttft, itl
 
 
-def row(name: str, ttft: Any, itl: Any, truth: tuple[Any, Any]) -> None:
-    for metric, ours, true in (("TTFT", ttft, truth[0]), ("ITL", itl, truth[1])):
-        c, t = np.percentile(ours, PCTS), np.percentile(true, PCTS)
-        cells = "  ".join(f"p{p} {a:7.2f} vs {b:7.2f} ({a - b:+6.2f})" for p, a, b in zip(PCTS, c, t, strict=True))
+def row(name: str, ttft: Any, itl: Any, truth: tuple[Any, Any], wire: tuple[Any, Any]) -> None:
+    for metric, ours, true, sent in (("TTFT", ttft, truth[0], wire[0]), ("ITL", itl, truth[1], wire[1])):
+        c, t, w = np.percentile(ours, PCTS), np.percentile(true, PCTS), np.percentile(sent, PCTS)
+        cells = "  ".join(
+            f"p{p} {a:7.2f} vs {b:7.2f} ({a - b:+6.2f}) wire {d:7.2f} ({a - d:+6.2f})"
+            for p, a, b, d in zip(PCTS, c, t, w, strict=True)
+        )
         print(f"{name:<18}{metric:<6}{cells}")
 
 
@@ -91,19 +99,22 @@ def main() -> None:
         mine = [x for x in rows if x["ok"] and x["step"] == 1 and x["ttft"] is not None]
         print(
             f"spoc sim (pinned to core {cores[0]}) at {CONC} streams, 200-token prompts, {OUT_TOKENS}-token answers; "
-            f"each client's figure vs the server's truth for its own requests (ms; client - truth). Results in {work}"
+            "each client's figure vs the server's truth for its own requests (ms; client - truth): the engine's "
+            f"token times, and (wire) when each token's event was written to the socket. Results in {work}"
         )
         row(
             "vllm bench serve",
             np.array(b["ttfts"]) * 1000,
             np.concatenate([np.array(x) for x in b["itls"] if x]) * 1000,
             truth_in(truth, None, w0, w1),
+            truth_in(truth, None, w0, w1, "sent"),
         )
         row(
             "spoc ramp",
             np.array([x["ttft"] for x in mine]) * 1000,
             np.concatenate([np.array(x["itl"]) for x in mine if x["itl"]]) * 1000,
             truth_in(truth, {x["request_id"] for x in mine}, clock, clock),
+            truth_in(truth, {x["request_id"] for x in mine}, clock, clock, "sent"),
         )
         print(f"(requests: vllm bench {len(b['ttfts'])}, spoc {len(mine)})")
     finally:

@@ -1,7 +1,8 @@
 """How exactly the load generator measures TTFT and ITL (run: make bench, or directly).
 
-The simulator logs the server-side truth of every request (when it arrived, when each token
-left the engine, on the same monotonic clock of this machine). The ramp's Locust runner (one
+The simulator logs the server-side truth of every request (when it arrived, and when each token's
+event was written to the socket, on the same monotonic clock of this machine), so the errors
+are the client's own: its sending, reading and event loop. The ramp's Locust runner (one
 process = one load-generator core) and, in the same run, a minimal asyncio + httpx client
 load it at 16, 128 and 512 concurrent users; every client measurement is matched to the
 truth by response id. Printed: error p50/p99 of TTFT and of ITL (client minus server), and
@@ -54,12 +55,16 @@ def errors(
     n = 0
     for rid, ttft, gaps in samples:
         tr = t.get(rid)
-        if tr is None or not tr["tokens"]:
+        tokens: list[float] = (tr.get("sent") or tr.get("tokens")) if tr is not None else None  # type: ignore[assignment]
+        if tr is None or not tokens:
             continue
-        tokens: list[float] = tr["tokens"]  # type: ignore[assignment]
         n += 1
         e_ttft.append(ttft - (tokens[0] - float(tr["arrival"])))  # type: ignore[arg-type]
         server_gaps = np.diff(tokens)
+        if len(gaps) == len(server_gaps) + 1:
+            # the runner counts the chat stream's role event (as vllm bench serve does), which
+            # leaves with the first token: its first gap is that pair's, not one of the tokens'
+            gaps = gaps[1:]
         for c, s in zip(gaps, server_gaps):
             e_itl.append(c - float(s))
     return e_ttft, e_itl, n

@@ -460,10 +460,15 @@ class TextMaker:
             k = max(1, min(len(ids), k + tokens - count))
         return best
 
+    @property
+    def exact(self) -> bool:
+        """Lengths are exact (a tokenizer, local or learned): nothing to calibrate."""
+        return self.additive or self.tokenizer is not None
+
     def calibrate(self, words_sent: int, reported_tokens: int, overhead: int = 0) -> None:
         """Move the tokens-per-word estimate towards what the server counted for the words sent
         (``overhead``: the chat template's tokens)."""
-        if self.additive or self.tokenizer is not None or words_sent <= 0 or reported_tokens <= overhead:
+        if self.exact or words_sent <= 0 or reported_tokens <= overhead:
             return
         observed = (reported_tokens - overhead) / words_sent
         if 0.2 < observed < 10:

@@ -6,8 +6,10 @@ never runs in the Textual process. This child speaks JSON lines: the commands an
 
 One Locust user is one conversation (with its history growing turn by turn); with
 ``--open-loop`` each user instead generates Poisson arrivals (:class:`RateUser`). Requests use
-``HttpUser`` with unbuffered streaming (``iter_content(chunk_size=None)``) and SSE parsed
-here, so every content chunk is timestamped as it arrives.
+Locust's ``FastHttpUser`` (geventhttpclient: a third of the CPU per request that ``HttpUser``'s
+requests/urllib3 takes, which a burst of 32 users starting requests at once queued ahead of the
+last one's first byte) and SSE read line by line as each arrives, so every event is
+timestamped when it is read.
 
 With ``--expect-workers N`` it becomes a Locust master and the workers (``--worker``, local
 or ``spoc load-worker --master HOST`` on other machines) send their samples to it over
@@ -30,8 +32,10 @@ from gevent import monkey
 monkey.patch_all()
 
 import gevent
+import gevent.event
 from gevent.fileobject import FileObjectPosix
-from locust import HttpUser, constant, task
+from locust import constant, task
+from locust.contrib.fasthttp import FastHttpUser
 from locust.env import Environment
 from locust.runners import MasterRunner
 from urllib3 import PoolManager
@@ -41,9 +45,59 @@ from spoc_tui.load import wire
 from spoc_tui.load.profiles import ConversationPlan, Profile, TextMaker, plan_conversation
 
 
+class _Out:
+    """Events to the parent, off the timing path.
+
+    A finished request's sample is queued, not written: one greenlet encodes the queue, yielding
+    between two events so that a stream whose bytes are waiting is read (and timestamped) between
+    two encodings rather than after all of them, and writes the batch in one go to a pipe it never
+    blocks on (gevent's cooperative file object: a full pipe, a parent slow to read, parks this
+    greenlet, not the loop that timestamps every stream). When 32 users finish in the same engine
+    step, writing each sample at once used to delay the other streams' next tokens by milliseconds.
+    """
+
+    def __init__(self) -> None:
+        self.queue: list[wire.Event] = []
+        self.wake = gevent.event.Event()
+        self.busy = False
+        self.pipe: Any = None
+        self.writer: gevent.Greenlet[[], None] | None = None
+
+    def put(self, msg: wire.Event) -> None:
+        self.queue.append(msg)
+        if self.writer is None:
+            self.pipe = FileObjectPosix(sys.stdout.fileno(), "wb", close=False)
+            self.writer = gevent.spawn(self._run)
+        self.wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            self.busy = True
+            try:
+                while self.queue:
+                    batch, self.queue = self.queue, []
+                    lines = []
+                    for msg in batch:
+                        lines.append(wire.encode(msg))
+                        gevent.sleep(0)
+                    self.pipe.write(("\n".join(lines) + "\n").encode())
+                    self.pipe.flush()
+            finally:
+                self.busy = False
+
+    def flush(self) -> None:
+        """Before the process ends: returns once everything queued is written."""
+        while self.writer is not None and (self.queue or self.busy):
+            gevent.sleep(0.005)
+
+
+OUT = _Out()
+
+
 def emit(msg: wire.Event) -> None:
-    sys.stdout.write(wire.encode(msg) + "\n")
-    sys.stdout.flush()
+    OUT.put(msg)
 
 
 class Shared:
@@ -58,7 +112,6 @@ class Shared:
     step = 0
     users = 0
     seed = 0
-    timeout = 300.0
     system_cache: dict[str, str] = {}
     rate: float | None = None
     """Open loop: the arrival rate (requests/s) all users together generate."""
@@ -67,6 +120,8 @@ class Shared:
     sink: Callable[[RequestSample], None] | None = None
     """Where samples go: emitted by a master/local runner, batched to the master on a worker."""
     counter = 0
+    launched_in = -1
+    """The event loop's iteration in which the last request was launched (:func:`quiet_moment`)."""
 
 
 def classify_error(exc: BaseException) -> str:
@@ -82,9 +137,37 @@ BACKOFF_S = (0.5, 30.0)
 """A failed request's conversation ends; its user waits 0.5 s, doubling with each failure in a row
 up to 30 s, before the next conversation (so a dead server is not hammered)."""
 
+CONNECT_TIMEOUT_S = 10.0
+
 MAX_IN_FLIGHT = 1024
 """Open loop: arrivals beyond this many requests in flight (per process) are not sent; each is
 recorded as a failed request of kind ``client_limit`` (the server is far past its knee)."""
+
+
+LAUNCH_WAIT_S = 0.005
+"""How long a user that is about to plan and send a request waits, at most, for a quiet moment."""
+
+
+def quiet_moment() -> None:
+    """Wait (up to ``LAUNCH_WAIT_S``) until the event loop has read every stream whose bytes are
+    waiting, and launch at most one request per turn of the loop.
+
+    Planning a turn's text and sending it takes about 1 ms of this process's one core, and nothing
+    else runs meanwhile. When 32 streams end in the same engine step, their users used to plan and
+    send one after the other while the last ones' final tokens sat unread, which lengthened the
+    ITL tail by milliseconds at every request end. Now the streams are read first, and one launch
+    at a time lets the loop poll between two launches."""
+    loop = gevent.get_hub().loop
+    deadline = time.perf_counter() + LAUNCH_WAIT_S
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return
+        with gevent.Timeout(left, False):
+            gevent.idle()
+        if loop.iteration != Shared.launched_in:
+            Shared.launched_in = loop.iteration
+            return
 
 
 def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn: int, conv_id: str) -> str | None:
@@ -99,7 +182,10 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
     }
     if Shared.profile is not None and Shared.profile.ignore_eos:
         body["ignore_eos"] = True  # vLLM's extension: every planned token, as vllm bench serve
-    headers = {"Authorization": f"Bearer {Shared.api_key}"} if Shared.api_key else {}
+    # identity: a compressed stream would reach us in the compressor's blocks, not token by token
+    headers = {"Accept-Encoding": "identity"}
+    if Shared.api_key:
+        headers["Authorization"] = f"Bearer {Shared.api_key}"
     step, users = Shared.step, Shared.users
     wall0 = time.time()
     t0 = time.perf_counter()
@@ -117,7 +203,6 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
             json=body,
             headers=headers,
             stream=True,
-            timeout=(10, Shared.timeout),
             catch_response=True,
             name="chat",
         ) as resp:
@@ -128,47 +213,54 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
                 error = f"http_{resp.status_code // 100}xx"
                 resp.failure(f"HTTP {resp.status_code}")
             else:
-                buf = b""
-                for chunk in resp.iter_content(chunk_size=None):
+                # geventhttpclient's response: readline hands back each line as soon as it is
+                # complete, reading the socket only when no whole line is buffered
+                raw = resp._response
+                while True:
+                    try:
+                        line = raw.readline(b"\n")
+                    except Exception as e:  # the connection broke or timed out mid-stream
+                        error = "timeout" if classify_error(e) == "timeout" else "stream"
+                        break
+                    if not line:
+                        break
                     now = time.perf_counter()
-                    buf += chunk
-                    while b"\n" in buf:
-                        line, buf = buf.split(b"\n", 1)
-                        line = line.strip()
-                        if not line.startswith(b"data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == b"[DONE]":
-                            done = True
-                            continue
-                        try:
-                            ev = json.loads(data)
-                        except ValueError:
-                            continue
-                        if request_id is None and isinstance(ev.get("id"), str):
-                            request_id = ev["id"]
-                        if ev.get("usage"):
-                            usage = ev["usage"]
-                        choices = ev.get("choices")
-                        if choices:
-                            # As vllm bench serve: every event with choices is a step of the
-                            # stream (TTFT at the first, a gap at each next), text or not: a
-                            # token whose text the detokenizer holds back still took its step.
-                            if first is None:
-                                first = now
-                            elif last is not None:
-                                gaps.append(now - last)
-                            last = now
-                            for ch in choices:
-                                piece = (ch.get("delta") or {}).get("content")
-                                if piece:
-                                    parts.append(piece)
-                if not done:
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        done = True
+                        continue
+                    try:
+                        ev = json.loads(data)
+                    except ValueError:
+                        continue
+                    if request_id is None and isinstance(ev.get("id"), str):
+                        request_id = ev["id"]
+                    if ev.get("usage"):
+                        usage = ev["usage"]
+                    choices = ev.get("choices")
+                    if choices:
+                        # As vllm bench serve: every event with choices is a step of the stream
+                        # (TTFT at the first, a gap at each next), text or not: a token whose
+                        # text the detokenizer holds back still took its step.
+                        if first is None:
+                            first = now
+                        elif last is not None:
+                            gaps.append(now - last)
+                        last = now
+                        for ch in choices:
+                            piece = (ch.get("delta") or {}).get("content")
+                            if piece:
+                                parts.append(piece)
+                if error is not None:
+                    resp.failure(f"stream broke: {error}")
+                elif not done:
                     error = "stream"
                     resp.failure("stream ended without [DONE]")
                 else:
                     resp.success()
-    except Exception as e:  # connection refused, timeouts, broken streams
+    except Exception as e:  # anything the client raised outside the stream
         error = classify_error(e)
     end = time.perf_counter()
     details = usage.get("prompt_tokens_details") or {}
@@ -193,16 +285,18 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
     )
     assert Shared.sink is not None
     Shared.sink(sample)
-    if ok and usage.get("prompt_tokens"):
+    if ok and usage.get("prompt_tokens") and not Shared.maker.exact:
         planned = sum(len(m["content"].split()) for m in messages)
         Shared.maker.calibrate(planned, int(usage["prompt_tokens"]), overhead=4 * len(messages))
     return "".join(parts) if ok else None
 
 
-class ChatUser(HttpUser):
+class ChatUser(FastHttpUser):
     """One conversation: a system prompt, then turns whose history grows, with think time."""
 
     wait_time = constant(0)
+    connection_timeout = CONNECT_TIMEOUT_S
+    network_timeout = 300.0  # each read; --timeout sets it (_configure)
 
     def on_start(self) -> None:
         Shared.counter += 1
@@ -213,12 +307,15 @@ class ChatUser(HttpUser):
     @task
     def converse(self) -> None:
         assert Shared.profile is not None
+        quiet_moment()
         plan = plan_conversation(Shared.profile, self.rng, Shared.maker, Shared.context_len, Shared.system_cache)
         messages: list[dict[str, str]] = []
         if plan.system_text:
             messages.append({"role": "system", "content": plan.system_text})
         self.conv_id = f"{self.conv_id.split('#')[0]}#{self.rng.randrange(1 << 30):x}"
         for i, turn in enumerate(plan.turns):
+            if i:
+                quiet_moment()
             messages.append({"role": "user", "content": turn.user_text})
             answer = send_chat(self.client, messages, turn.max_tokens, i, self.conv_id)
             if answer is None:  # a failed turn ends the conversation; back off, then start a new one
@@ -244,7 +341,7 @@ class _Conversation:
             self.messages.append({"role": "system", "content": plan.system_text})
 
 
-class RateUser(HttpUser):
+class RateUser(FastHttpUser):
     """Open loop: Poisson arrivals at ``Shared.rate / Shared.users`` requests/s from this user (the
     users of all processes together make the step's rate). Each arrival is sent at once, whatever
     is in flight, as the next turn of an idle conversation (picked at random) or of a new one, so
@@ -252,7 +349,9 @@ class RateUser(HttpUser):
     pacing. Arrival times follow an absolute schedule, so a late wake-up does not lower the rate."""
 
     wait_time = constant(0)
-    pool_manager = PoolManager(maxsize=MAX_IN_FLIGHT, block=False)
+    connection_timeout = CONNECT_TIMEOUT_S
+    network_timeout = 300.0
+    concurrency = MAX_IN_FLIGHT  # connections: one per request in flight
 
     def on_start(self) -> None:
         Shared.counter += 1
@@ -285,6 +384,7 @@ class RateUser(HttpUser):
     def _one(self) -> None:
         assert Shared.profile is not None
         try:
+            quiet_moment()
             if self.idle:
                 conv = self.idle.pop(self.rng.randrange(len(self.idle)))
             else:
@@ -419,7 +519,7 @@ def _configure(args: argparse.Namespace) -> None:
     Shared.api_key = os.environ.get("SPOC_API_KEY") or None
     Shared.context_len = args.context_len
     Shared.seed = args.seed
-    Shared.timeout = args.timeout
+    ChatUser.network_timeout = RateUser.network_timeout = args.timeout
     Shared.maker = TextMaker(args.tokenizer)
     Shared.lengths = learn_lengths(Shared.maker, args.url, args.model, Shared.api_key)
     sys.stderr.write(f"prompt lengths: {Shared.lengths}\n")
@@ -507,6 +607,7 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
         while runner.worker_count < args.expect_workers:
             if time.time() > deadline:
                 emit(wire.RunnerFailed(f"only {runner.worker_count} of {args.expect_workers} workers joined"))
+                OUT.flush()
                 return 1
             gevent.sleep(0.1)
     else:
@@ -514,6 +615,7 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
     emit(wire.Ready(args.expect_workers, Shared.lengths))
     gevent.spawn(watch_self, emit)
     _read_commands(env)
+    OUT.flush()
     return 0
 
 

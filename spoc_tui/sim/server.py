@@ -222,12 +222,19 @@ class SimServer:
             token_times.append(t)
             queue.put_nowait((n, t))
 
-        def on_finish(r: SimRequest) -> None:
+        sent_times: list[float] = []
+
+        def log_truth(r: SimRequest) -> None:
             if self._truth is not None:
-                self._truth.write(
-                    json.dumps({"id": rid, "arrival": r.arrival, "tokens": token_times, "reason": r.finish_reason})
-                    + "\n"
-                )
+                rec: dict[str, Any] = {"id": rid, "arrival": r.arrival, "tokens": token_times}
+                rec["reason"] = r.finish_reason
+                if stream:
+                    rec["sent"] = sent_times
+                self._truth.write(json.dumps(rec) + "\n")
+
+        def on_finish(r: SimRequest) -> None:
+            if not stream:
+                log_truth(r)
             queue.put_nowait(None)
 
         req = SimRequest(
@@ -300,6 +307,7 @@ class SimServer:
                 else:
                     choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": reason}
                 await send({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]})
+                sent_times.append(eng.clock())
             if not finished:  # aborted, or ended early by the context: the reason in an event of its own
                 final: dict[str, object] = {"index": 0, "logprobs": None, "finish_reason": req.finish_reason}
                 if chat:
@@ -323,6 +331,11 @@ class SimServer:
             eng.abort(req)
             self.wake.set()
             raise
+        finally:
+            # after the stream, not at the engine's finish (which runs inside the engine step, ahead
+            # of the last tokens' writes); "sent": when each token's event went to the socket
+            if req.finished is not None:
+                log_truth(req)
         return resp
 
     @staticmethod

@@ -345,3 +345,30 @@ async def test_fleet_demo_names_the_slow_replica_and_shows_energy_and_cost():
                 assert str(app.monitor.gpus.get_row(g.key)[1]) == f"127.0.0.1:{port + i}"
     finally:
         proc.stop()
+
+
+def test_truth_log_has_engine_and_wire_times(tmp_path):
+    """The benchmarks' referee: per request, when each token left the engine and (streams) when its
+    event was written to the socket, on the monotonic clock clients stamp with."""
+    port, dport = free_ports(2)
+    truth = tmp_path / "truth.jsonl"
+    proc = start_sim(["--dcgm-port", str(dport), "--truth-log", str(truth)], port)
+    try:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        msgs = [{"role": "user", "content": "hello there"}]
+        with httpx.stream(
+            "POST", url, json={"messages": msgs, "max_tokens": 5, "stream": True, "ignore_eos": True}, timeout=10
+        ) as r:
+            ids = {json.loads(x[6:])["id"] for x in r.iter_lines() if x.startswith("data: {")}
+        plain = httpx.post(url, json={"messages": msgs, "max_tokens": 3, "ignore_eos": True}, timeout=10).json()
+    finally:
+        proc.stop()
+    recs = {d["id"]: d for d in map(json.loads, truth.read_text().splitlines())}
+    (sid,) = ids
+    s = recs[sid]
+    assert len(s["tokens"]) == len(s["sent"]) == 5
+    assert s["arrival"] <= s["tokens"][0]
+    assert all(t <= w for t, w in zip(s["tokens"], s["sent"], strict=True))
+    assert s["sent"] == sorted(s["sent"])
+    p = recs[plain["id"]]
+    assert len(p["tokens"]) == 3 and "sent" not in p

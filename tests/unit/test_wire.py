@@ -33,7 +33,7 @@ def test_commands_round_trip(msg):
         wire.Stopped(),
         wire.Health(1.5, 0.25, (0.1, 2.0), "worker w1"),
         wire.Sample(
-            RequestSample(1.0, 2, 8, True, 0.05, 1.2, (0.01, 0.02), 30, 100, 64, None, "c-1", 1, "chatcmpl-x", 2.2)
+            RequestSample(1.0, 2, 8, True, 0.05, 1.2, (0.01, 0.002), 30, 100, 64, None, "c-1", 1, "chatcmpl-x", 2.2)
         ),
     ],
 )
@@ -65,6 +65,19 @@ def test_the_wire_format_is_what_the_runner_speaks():
 def test_bad_commands_are_refused(line):
     with pytest.raises(wire.WireError):
         wire.decode_command(line)
+
+
+def test_samples_carry_gaps_in_whole_microseconds():
+    sample = RequestSample(1.0, 2, 8, True, 0.05, 1.2, (0.0123456789, 0.002), 30, 100, 64, None, "c-1", 1, None, 2.2)
+    line = wire.encode(wire.Sample(sample))
+    assert '"itl_us":[12346,2000]' in line and '"itl":' not in line
+    back = wire.decode_event(line)
+    assert isinstance(back, wire.Sample)
+    assert back.sample.itl == (0.012346, 0.002)
+    # a line from an older runner (float seconds) still reads
+    assert wire.decode_event(line.replace('"itl_us":[12346,2000]', '"itl":[0.5]')).sample.itl == (0.5,)  # type: ignore[union-attr]
+    with pytest.raises(wire.WireError, match="itl_us"):
+        wire.decode_event(line.replace("[12346,2000]", "[1.5]"))
 
 
 def test_exited_is_never_sent():
