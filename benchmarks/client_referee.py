@@ -33,11 +33,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import numpy as np  # noqa: E402
 from vs_vllm_bench import ENV, MODEL, OUT_TOKENS, VENV, bench_argv, spoc  # noqa: E402
 
+from wiretap import Response, read_wire  # noqa: E402
+
 from spoc_tui.procs.ports import free_ports  # noqa: E402
+from spoc_tui.procs.server import ServerProcess  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
 
 CONC = int(sys.argv[1]) if len(sys.argv) > 1 else 32
 SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40.0
+ENGINE = sys.argv[3] if len(sys.argv) > 3 else "sim"
 PCTS = (50, 90, 99)
 
 
@@ -53,71 +57,139 @@ def truth_in(
     return ttft, itl
 
 
-def row(name: str, ttft: Any, itl: Any, truth: tuple[Any, Any], wire: tuple[Any, Any]) -> None:
-    for metric, ours, true, sent in (("TTFT", ttft, truth[0], wire[0]), ("ITL", itl, truth[1], wire[1])):
-        c, t, w = np.percentile(ours, PCTS), np.percentile(true, PCTS), np.percentile(sent, PCTS)
-        cells = "  ".join(
-            f"p{p} {a:7.2f} vs {b:7.2f} ({a - b:+6.2f}) wire {d:7.2f} ({a - d:+6.2f})"
-            for p, a, b, d in zip(PCTS, c, t, w, strict=True)
-        )
-        print(f"{name:<18}{metric:<6}{cells}")
+def row(name: str, ttft: Any, itl: Any, label: str, truth: tuple[Any, Any]) -> None:
+    for metric, ours, true in (("TTFT", ttft, truth[0]), ("ITL", itl, truth[1])):
+        c, t = np.percentile(ours, PCTS), np.percentile(true, PCTS)
+        cells = "  ".join(f"p{p} {a:7.2f} vs {b:7.2f} ({a - b:+6.2f})" for p, a, b in zip(PCTS, c, t, strict=True))
+        print(f"{name:<18}{label:<8}{metric:<6}{cells}")
+
+
+def wire_in(resps: list[Response], ids: set[str] | None, w0: float, w1: float) -> tuple[Any, Any]:
+    """The wire's TTFTs and event gaps (ms) of a client's requests: by response id (spoc), else by
+    when they were sent (vllm bench). Kernel times are wall-clock: ``w0``/``w1`` are too."""
+    sel = [r for r in resps if (r.id in ids if ids is not None else w0 <= r.sent <= w1)]
+    ttft = np.array([r.ttft for r in sel]) * 1000
+    itl = np.concatenate([np.diff(r.events) for r in sel]) * 1000
+    return ttft, itl
+
+
+def start_server(work: Path, engine: str, port: int, core: int | None) -> Any:
+    """The simulator (with its truth log) or the real-engine tier's vLLM, on ``core`` if given."""
+    if engine == "sim":
+        argv = ["--served-model-name", "tiny", "--dcgm-port", str(free_ports(1)[0])]
+        argv += ["--truth-log", str(work / "truth.jsonl")]
+        if core is not None:  # it inherits this process's affinity
+            os.sched_setaffinity(0, {core})
+        return start_sim(argv, port)
+    argv = [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
+            "--max-model-len", "2048", "--dtype", "float32", "--served-model-name", "tiny"]  # fmt: skip
+    env = dict(ENV)
+    if core is not None:
+        argv = ["taskset", "-c", str(core), *argv]
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+    server = ServerProcess(argv, port, work / "vllm.log", env)
+    server.start(timeout=300)
+    return server
 
 
 def main() -> None:
     if not (VENV / ".ready").exists() or not (MODEL / ".ready").exists():
         raise SystemExit("the real-engine tier is not set up: run bash scripts/realengine_setup.sh")
+    if ENGINE not in ("sim", "vllm"):
+        raise SystemExit(f"engine must be sim or vllm, not {ENGINE!r}")
+    if os.geteuid() != 0:
+        raise SystemExit("the wire tap (an AF_PACKET socket on lo) needs root")
     work = Path(tempfile.mkdtemp(prefix="spoc-referee-"))
-    truth_path = work / "truth.jsonl"
-    port, dport = free_ports(2)
+    (port,) = free_ports(1)
     cores = sorted(os.sched_getaffinity(0))
-    argv = ["--served-model-name", "tiny", "--dcgm-port", str(dport), "--truth-log", str(truth_path)]
     pin = len(cores) >= 2
-    if pin:  # the simulator on one core (it inherits this affinity), the clients on the rest
-        os.sched_setaffinity(0, {cores[0]})
-    proc = start_sim(argv, port)
+    proc = start_server(work, ENGINE, port, cores[0] if pin else None)
+    tap: subprocess.Popen[str] | None = None
     try:
-        if pin:
+        if pin:  # the clients (and the tap, which wakes 20 times a second) on the other cores
             os.sched_setaffinity(0, set(cores[1:]))
         url = f"http://127.0.0.1:{port}"
-        clock = time.time() - time.perf_counter()  # spoc stamps wall time, the truth perf_counter's clock
         warm = work / "warm"
         subprocess.run(bench_argv(url, CONC, CONC * 4, warm), capture_output=True, env={**os.environ, **ENV})
         rate = json.loads((warm / "bench.json").read_text())["output_throughput"]
         prompts = max(CONC * 8, int(rate * (SECONDS - 5) / OUT_TOKENS))
+        pcap = work / "wire.bin"
+        tap = subprocess.Popen(
+            [sys.executable, str(ROOT / "benchmarks" / "wiretap.py"), str(port), str(pcap)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert tap.stdout is not None
+        if tap.stdout.readline().strip() != "ready":
+            raise SystemExit("the wire tap did not start")
+        truth_path = work / "truth.jsonl"
+        clock = time.time() - time.perf_counter()  # spoc stamps wall time, the truth perf_counter's clock
         out = work / "bench"
         r = subprocess.run(
             bench_argv(url, CONC, prompts, out), capture_output=True, text=True, env={**os.environ, **ENV}
         )
         if r.returncode != 0:
             raise SystemExit(f"vllm bench serve failed:\n{r.stderr[-3000:]}")
+        t_spoc = time.time()
         asyncio.run(spoc(url, CONC, work / "spoc", tokenizer=False, spawn_rate=1000.0))
-        truth = [json.loads(x) for x in truth_path.read_text().splitlines()]
+        tap.terminate()
+        tap.wait(timeout=60)
+        wire = read_wire(pcap, port)
         b = json.loads((out / "bench.json").read_text())
         w0 = min(b["start_times"])
         w1 = max(s + lat for s, lat in zip(b["start_times"], b["latencies"], strict=True))
         rows = [json.loads(x) for x in (work / "spoc" / "ramp" / "requests.jsonl").read_text().splitlines()]
         mine = [x for x in rows if x["ok"] and x["step"] == 1 and x["ttft"] is not None]
+        ids = {x["request_id"] for x in mine}
+        where = f"pinned to core {cores[0]}" if pin else "unpinned"
+        server = "spoc sim" if ENGINE == "sim" else "vLLM 0.32 CPU (tiny Llama)"
         print(
-            f"spoc sim (pinned to core {cores[0]}) at {CONC} streams, 200-token prompts, {OUT_TOKENS}-token answers; "
-            "each client's figure vs the server's truth for its own requests (ms; client - truth): the engine's "
-            f"token times, and (wire) when each token's event was written to the socket. Results in {work}"
+            f"{server} ({where}) at {CONC} streams, 200-token prompts, {OUT_TOKENS}-token answers; each client's "
+            "figure vs the truth for its own requests (ms; client - truth). kernel: when each event's packet "
+            "left the server and the request's last packet left the client, as the kernel stamped them on lo"
+            + (
+                "; engine: the simulator's token times; sent: when the simulator wrote each event to the socket"
+                if ENGINE == "sim"
+                else ""
+            )
+            + f". Results in {work}"
         )
-        row(
-            "vllm bench serve",
-            np.array(b["ttfts"]) * 1000,
-            np.concatenate([np.array(x) for x in b["itls"] if x]) * 1000,
-            truth_in(truth, None, w0, w1),
-            truth_in(truth, None, w0, w1, "sent"),
+        bench_ttft = np.array(b["ttfts"]) * 1000
+        bench_itl = np.concatenate([np.array(x) for x in b["itls"] if x]) * 1000
+        spoc_ttft = np.array([x["ttft"] for x in mine]) * 1000
+        spoc_itl = np.concatenate([np.array(x["itl"]) for x in mine if x["itl"]]) * 1000
+        # vllm bench's start_times are perf_counter's; the kernel stamps wall time
+        bench_wire = wire_in(wire, None, w0 + clock, w1 + clock)
+        spoc_wire = wire_in(wire, ids, 0, 0)
+        row("vllm bench serve", bench_ttft, bench_itl, "kernel", bench_wire)
+        row("spoc ramp", spoc_ttft, spoc_itl, "kernel", spoc_wire)
+        if ENGINE == "sim":
+            truth = [json.loads(x) for x in truth_path.read_text().splitlines()]
+            row("vllm bench serve", bench_ttft, bench_itl, "engine", truth_in(truth, None, w0, w1))
+            row("spoc ramp", spoc_ttft, spoc_itl, "engine", truth_in(truth, ids, 0, 0))
+            row("vllm bench serve", bench_ttft, bench_itl, "sent", truth_in(truth, None, w0, w1, "sent"))
+            row("spoc ramp", spoc_ttft, spoc_itl, "sent", truth_in(truth, ids, 0, 0, "sent"))
+            # the tap against the simulator's own record of its writes: how good a referee it is
+            sent = {t["id"]: t["sent"] for t in truth if t.get("sent")}
+            # (the wire has one event more: the role's, before the first token)
+            d = [
+                (np.diff(r.events[-len(sent[r.id]) :]) - np.diff(sent[r.id])) * 1000
+                for r in wire
+                if r.id in sent and len(r.events) - len(sent[r.id]) in (0, 1)
+            ]
+            if d:
+                dd = np.concatenate(d)
+                print(
+                    f"(the tap vs the simulator's own write times, per gap, {len(d)} requests: "
+                    f"p50 {np.percentile(dd, 50):+.3f} ms, |p99| {np.percentile(np.abs(dd), 99):.3f} ms)"
+                )
+        print(
+            f"(requests: vllm bench {len(b['ttfts'])} (on the wire {len(bench_wire[0])}), "
+            f"spoc {len(mine)} (on the wire {len(spoc_wire[0])}); spoc's step began {time.time() - t_spoc:.0f} s ago)"
         )
-        row(
-            "spoc ramp",
-            np.array([x["ttft"] for x in mine]) * 1000,
-            np.concatenate([np.array(x["itl"]) for x in mine if x["itl"]]) * 1000,
-            truth_in(truth, {x["request_id"] for x in mine}, clock, clock),
-            truth_in(truth, {x["request_id"] for x in mine}, clock, clock, "sent"),
-        )
-        print(f"(requests: vllm bench {len(b['ttfts'])}, spoc {len(mine)})")
     finally:
+        if tap is not None and tap.poll() is None:
+            tap.kill()
         proc.stop()
 
 
