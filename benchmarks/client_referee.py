@@ -32,7 +32,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
 from vs_vllm_bench import ENV, MODEL, OUT_TOKENS, VENV, bench_argv, spoc  # noqa: E402
-
 from wiretap import Response, read_wire  # noqa: E402
 
 from spoc_tui.procs.ports import free_ports  # noqa: E402

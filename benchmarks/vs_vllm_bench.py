@@ -37,6 +37,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from wiretap import Response, Tap  # noqa: E402
 
 from spoc_tui.core.loadmath import RequestSample, parse_sla, summarize_step  # noqa: E402
 from spoc_tui.load.profiles import load_profile  # noqa: E402
@@ -85,10 +88,57 @@ def bench_argv(url: str, conc: int, prompts: int, out: Path) -> list[str]:
 def vllm_bench(url: str, conc: int, prompts: int, out: Path) -> dict[str, float]:
     """vLLM's own client; its result JSON in ms, reduced to our keys (seconds)."""
     argv = bench_argv(url, conc, prompts, out)
-    r = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **ENV}, timeout=900)
+    clock = time.time() - time.perf_counter()  # vllm bench stamps perf_counter's clock, the kernel wall time
+    with Tap(port_of(url), out / "wire.bin") as tap:
+        r = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **ENV}, timeout=900)
     if r.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{r.stderr[-3000:]}")
-    return bench_figures(out)
+    res: dict[str, Any] = dict(bench_figures(out))
+    res["wire"] = bench_vs_wire(out, tap.responses(), clock, exclude=set())
+    return res
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+WIRE_KEYS = [
+    (m, p)
+    for m, p in (("ttft", "p50"), ("ttft", "p90"), ("ttft", "p99"), ("itl", "p50"), ("itl", "p90"), ("itl", "p99"))
+]
+
+
+def vs_wire(ttfts: list[float], itls: list[float], wire: list[Response]) -> dict[str, tuple[float, float]]:
+    """A client's TTFT and ITL percentiles next to the wire's for the same requests (seconds)."""
+    import numpy as np
+
+    if not ttfts or not itls or not wire:
+        return {}
+    w_ttft = [r.ttft for r in wire]
+    w_itl = [g for r in wire for g in np.diff(r.events)]
+    out: dict[str, tuple[float, float]] = {}
+    for m, p in WIRE_KEYS:
+        q = float(p[1:])
+        ours, theirs = (ttfts, w_ttft) if m == "ttft" else (itls, w_itl)
+        out[f"{m}_{p}"] = (float(np.percentile(ours, q)), float(np.percentile(theirs, q)))
+    out["n"] = (float(len(ttfts)), float(len(wire)))
+    return out
+
+
+def bench_vs_wire(out: Path, wire: list[Response], clock: float, exclude: set[str]) -> dict[str, tuple[float, float]]:
+    """vllm bench keeps no response ids: its requests on the wire are those sent inside its window
+    (less ``exclude``, another client's ids when both ran at once)."""
+    d = json.loads((out / "bench.json").read_text())
+    w0 = clock + min(d["start_times"])
+    w1 = clock + max(st + lat for st, lat in zip(d["start_times"], d["latencies"], strict=True))
+    mine = [r for r in wire if w0 <= r.sent <= w1 and r.id not in exclude]
+    return vs_wire(list(d["ttfts"]), [g for x in d["itls"] for g in x], mine)
+
+
+def spoc_vs_wire(rows: list[dict[str, Any]], wire: list[Response]) -> dict[str, tuple[float, float]]:
+    """spoc's measured requests and, by response id, the same ones on the wire."""
+    ids = {r["request_id"] for r in rows}
+    return vs_wire([r["ttft"] for r in rows], [g for r in rows for g in r["itl"]], [w for w in wire if w.id in ids])
 
 
 def bench_figures(out: Path) -> dict[str, float]:
@@ -117,7 +167,8 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: floa
         tokenizer=str(MODEL) if tokenizer else None,
         spawn_rate=spawn_rate,
     )
-    result = await run_ramp(cfg)
+    with Tap(port_of(url), out / "wire.bin") as tap:
+        result = await run_ramp(cfg)
     s = result.steps[-1]
     res: dict[str, Any] = {f"{m}_{p}": float(s.latency[m][p]) for m, p in KEYS if s.latency[m][p] is not None}
     res["out_tok_s"] = s.output_tokens_per_s
@@ -127,6 +178,7 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: floa
     res["in_tok"] = sum(r["prompt_tokens"] or 0 for r in mine) / max(1, len(mine))
     res["out_tok"] = sum(r["output_tokens"] or 0 for r in mine) / max(1, len(mine))
     res["client_saturated"] = float(bool((s.client or {}).get("saturated")))
+    res["wire"] = spoc_vs_wire([r for r in mine if r["ttft"] is not None], tap.responses())
     res["client_reason"] = (s.client or {}).get("reason") or ""
     return res
 
@@ -151,6 +203,7 @@ async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[di
         max_step_s=SECONDS + 30,
         spawn_rate=1000.0,
     )
+    tap = Tap(port_of(url), out / "wire.bin").__enter__()
     ramp = asyncio.create_task(run_ramp(cfg))
     await asyncio.sleep(3.0)  # spoc's users are streaming before vllm bench's first request
     clock = time.time() - time.perf_counter()  # vllm bench stamps with perf_counter (CLOCK_MONOTONIC)
@@ -165,8 +218,15 @@ async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[di
         ramp.cancel()
         raise SystemExit(f"vllm bench serve failed:\n{err.decode()[-3000:]}")
     await ramp
+    tap.__exit__()
     (out / "clock.txt").write_text(repr(clock))
-    return analyse_side(out, half)
+    theirs, ours = analyse_side(out, half)
+    wire = tap.responses()
+    rows = [json.loads(x) for x in (out / "ramp" / "requests.jsonl").read_text().splitlines()]
+    mine = [r for r in rows if r["step"] == 1 and r["ok"] and r["ttft"] is not None]
+    ours["wire"] = spoc_vs_wire(mine, wire)
+    theirs["wire"] = bench_vs_wire(out / "bench", wire, clock, exclude={r["request_id"] for r in mine})
+    return theirs, ours
 
 
 def analyse_side(out: Path, half: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -192,7 +252,7 @@ def analyse_side(out: Path, half: int) -> tuple[dict[str, Any], dict[str, Any]]:
     spoc_end = max((r.end or r.start) for r in mine)
     if spoc_end < w1 - 1.0:
         print(f"(side by side: spoc's step ended {w1 - spoc_end:.0f} s before vllm bench's last answer)")
-    return bench_figures(out / "bench"), ours
+    return dict(bench_figures(out / "bench")), ours
 
 
 def fmt(key: str, v: float | None) -> str:
@@ -340,6 +400,43 @@ def report(
     if burst.get("client_saturated"):
         print(f"(spoc, all users at once: flagged client-saturated: {burst.get('client_reason')})")
     report_pair(conc, pair)
+    report_wire(f"back to back at {conc} streams", rounds)
+    report_wire(f"side by side at {conc} streams", {BENCH: [x for x, _ in pair], "spoc ramp": [y for _, y in pair]})
+
+
+def report_wire(title: str, runs: dict[str, list[dict[str, Any]]]) -> None:
+    """Each client against the wire: its figure next to the same requests' figure from the kernel's
+    packet times (request's last byte out to each event with choices out), median over rounds."""
+    if not any(r.get("wire") for rs in runs.values() for r in rs):
+        print(f"\n(the wire tap needs root: no wire check for {title})")
+        return
+    print(
+        f"\n{title}, each client against the wire (the kernel's packet times of the same requests; ms, "
+        "median over rounds: client, wire, client - wire)"
+    )
+    print(f"{'':<12}" + "".join(f"{n:>34}" for n in runs))
+    ok = dict.fromkeys(runs, 0)
+    for m, p in WIRE_KEYS:
+        key = f"{m}_{p}"
+        cells = []
+        for n, rs in runs.items():
+            pairs = [r["wire"][key] for r in rs if r.get("wire") and key in r["wire"]]
+            if not pairs:
+                cells.append("?")
+                continue
+            c = statistics.median(a for a, _ in pairs)
+            w = statistics.median(b for _, b in pairs)
+            d = statistics.median(a - b for a, b in pairs)
+            ok[n] += abs(d) <= max(0.05 * w, 0.001)
+            cells.append(f"{c * 1000:.2f} {w * 1000:.2f} ({d * 1000:+.2f})")
+        print(f"{key:<12}" + "".join(f"{c:>34}" for c in cells))
+    counts = [r["wire"]["n"] for rs in runs.values() for r in rs if r.get("wire") and "n" in r["wire"]]
+    matched = all(a == b for a, b in counts)
+    print(
+        "within max(5 %, 1 ms) of the wire: "
+        + "; ".join(f"{n}: {k}/{len(WIRE_KEYS)}" for n, k in ok.items())
+        + ("" if matched else " (some requests not found on the wire)")
+    )
 
 
 def report_pair(conc: int, pair: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:

@@ -18,6 +18,7 @@ import json
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -181,3 +182,41 @@ def read_wire(path: Path, server_port: int) -> list[Response]:
 
 if __name__ == "__main__":
     capture(int(sys.argv[1]), Path(sys.argv[2]))
+
+
+class Tap:
+    """``with Tap(port, file) as tap:`` captures while the block runs; ``tap.responses()`` after.
+    Without root (no AF_PACKET) ``ok`` is False and nothing is captured."""
+
+    def __init__(self, port: int, path: Path) -> None:
+        self.port, self.path = port, path
+        self.ok = False
+        self.proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> Tap:
+        import os
+
+        if os.geteuid() != 0:
+            return self
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, str(self.port), str(self.path)], stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        self.ok = self.proc.stdout.readline().strip() == "ready"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def responses(self) -> list[Response]:
+        if not self.ok:
+            return []
+        try:
+            return read_wire(self.path, self.port)
+        finally:
+            self.path.unlink(missing_ok=True)  # tens of MB a run
