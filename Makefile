@@ -50,6 +50,7 @@ bench: $(STAMP)
 	bash scripts/realengine_setup.sh
 	$(PY) benchmarks/vs_vllm_bench.py
 	$(PY) benchmarks/client_referee.py
+	$(PY) benchmarks/client_referee.py 32 40 vllm
 	$(PY) benchmarks/tune_noise.py
 
 clean:
