@@ -31,11 +31,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
-from vs_vllm_bench import ENV, MODEL, OUT_TOKENS, VENV, bench_argv, spoc  # noqa: E402
-from wiretap import Response, read_wire  # noqa: E402
+from vs_vllm_bench import ENV, MODEL, OUT_TOKENS, VENV, bench_argv, spoc, vllm_server  # noqa: E402
+from wiretap import Response, Tap  # noqa: E402
 
 from spoc_tui.procs.ports import free_ports  # noqa: E402
-from spoc_tui.procs.server import ServerProcess  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
 
 CONC = int(sys.argv[1]) if len(sys.argv) > 1 else 32
@@ -80,13 +79,7 @@ def start_server(work: Path, engine: str, port: int, core: int | None) -> Any:
         if core is not None:  # it inherits this process's affinity
             os.sched_setaffinity(0, {core})
         return start_sim(argv, port)
-    argv = [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "2048", "--dtype", "float32", "--served-model-name", "tiny"]  # fmt: skip
-    env = dict(ENV)
-    if core is not None:
-        argv = ["taskset", "-c", str(core), *argv]
-        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
-    server = ServerProcess(argv, port, work / "vllm.log", env)
+    server = vllm_server(work, port, core)
     server.start(timeout=300)
     return server
 
@@ -103,7 +96,6 @@ def main() -> None:
     cores = sorted(os.sched_getaffinity(0))
     pin = len(cores) >= 2
     proc = start_server(work, ENGINE, port, cores[0] if pin else None)
-    tap: subprocess.Popen[str] | None = None
     try:
         if pin:  # the clients (and the tap, which wakes 20 times a second) on the other cores
             os.sched_setaffinity(0, set(cores[1:]))
@@ -112,28 +104,20 @@ def main() -> None:
         subprocess.run(bench_argv(url, CONC, CONC * 4, warm), capture_output=True, env={**os.environ, **ENV})
         rate = json.loads((warm / "bench.json").read_text())["output_throughput"]
         prompts = max(CONC * 8, int(rate * (SECONDS - 5) / OUT_TOKENS))
-        pcap = work / "wire.bin"
-        tap = subprocess.Popen(
-            [sys.executable, str(ROOT / "benchmarks" / "wiretap.py"), str(port), str(pcap)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert tap.stdout is not None
-        if tap.stdout.readline().strip() != "ready":
-            raise SystemExit("the wire tap did not start")
         truth_path = work / "truth.jsonl"
         clock = time.time() - time.perf_counter()  # spoc stamps wall time, the truth perf_counter's clock
         out = work / "bench"
-        r = subprocess.run(
-            bench_argv(url, CONC, prompts, out), capture_output=True, text=True, env={**os.environ, **ENV}
-        )
-        if r.returncode != 0:
-            raise SystemExit(f"vllm bench serve failed:\n{r.stderr[-3000:]}")
-        t_spoc = time.time()
-        asyncio.run(spoc(url, CONC, work / "spoc", tokenizer=False, spawn_rate=1000.0))
-        tap.terminate()
-        tap.wait(timeout=60)
-        wire = read_wire(pcap, port)
+        with Tap(port, work / "wire.bin") as tap:
+            if not tap.ok:
+                raise SystemExit("the wire tap did not start")
+            r = subprocess.run(
+                bench_argv(url, CONC, prompts, out), capture_output=True, text=True, env={**os.environ, **ENV}
+            )
+            if r.returncode != 0:
+                raise SystemExit(f"vllm bench serve failed:\n{r.stderr[-3000:]}")
+            t_spoc = time.time()
+            asyncio.run(spoc(url, CONC, work / "spoc", tokenizer=False, spawn_rate=1000.0))
+        wire = tap.responses()
         b = json.loads((out / "bench.json").read_text())
         w0 = min(b["start_times"])
         w1 = max(s + lat for s, lat in zip(b["start_times"], b["latencies"], strict=True))
@@ -187,8 +171,6 @@ def main() -> None:
             f"spoc {len(mine)} (on the wire {len(spoc_wire[0])}); spoc's step began {time.time() - t_spoc:.0f} s ago)"
         )
     finally:
-        if tap is not None and tap.poll() is None:
-            tap.kill()
         proc.stop()
 
 

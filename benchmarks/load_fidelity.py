@@ -55,8 +55,10 @@ def errors(
     n = 0
     for rid, ttft, gaps in samples:
         tr = t.get(rid)
-        tokens: list[float] = (tr.get("sent") or tr.get("tokens")) if tr is not None else None  # type: ignore[assignment]
-        if tr is None or not tokens:
+        if tr is None:
+            continue
+        tokens: list[float] = tr.get("sent") or tr.get("tokens")  # type: ignore[assignment]
+        if not tokens:
             continue
         n += 1
         e_ttft.append(ttft - (tokens[0] - float(tr["arrival"])))  # type: ignore[arg-type]

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -102,16 +104,11 @@ def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
-WIRE_KEYS = [
-    (m, p)
-    for m, p in (("ttft", "p50"), ("ttft", "p90"), ("ttft", "p99"), ("itl", "p50"), ("itl", "p90"), ("itl", "p99"))
-]
+WIRE_KEYS = [(m, p) for m, p in KEYS if m in ("ttft", "itl")]  # what the wire times; TPOT derives from them
 
 
 def vs_wire(ttfts: list[float], itls: list[float], wire: list[Response]) -> dict[str, tuple[float, float]]:
     """A client's TTFT and ITL percentiles next to the wire's for the same requests (seconds)."""
-    import numpy as np
-
     if not ttfts or not itls or not wire:
         return {}
     w_ttft = [r.ttft for r in wire]
@@ -203,22 +200,21 @@ async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[di
         max_step_s=SECONDS + 30,
         spawn_rate=1000.0,
     )
-    tap = Tap(port_of(url), out / "wire.bin").__enter__()
-    ramp = asyncio.create_task(run_ramp(cfg))
-    await asyncio.sleep(3.0)  # spoc's users are streaming before vllm bench's first request
-    clock = time.time() - time.perf_counter()  # vllm bench stamps with perf_counter (CLOCK_MONOTONIC)
-    proc = await asyncio.create_subprocess_exec(
-        *bench_argv(url, half, prompts, out / "bench"),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **ENV},
-    )
-    _, err = await proc.communicate()
-    if proc.returncode != 0:
-        ramp.cancel()
-        raise SystemExit(f"vllm bench serve failed:\n{err.decode()[-3000:]}")
-    await ramp
-    tap.__exit__()
+    with Tap(port_of(url), out / "wire.bin") as tap:
+        ramp = asyncio.create_task(run_ramp(cfg))
+        await asyncio.sleep(3.0)  # spoc's users are streaming before vllm bench's first request
+        clock = time.time() - time.perf_counter()  # vllm bench stamps with perf_counter (CLOCK_MONOTONIC)
+        proc = await asyncio.create_subprocess_exec(
+            *bench_argv(url, half, prompts, out / "bench"),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, **ENV},
+        )
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            ramp.cancel()
+            raise SystemExit(f"vllm bench serve failed:\n{err.decode()[-3000:]}")
+        await ramp
     (out / "clock.txt").write_text(repr(clock))
     theirs, ours = analyse_side(out, half)
     wire = tap.responses()
@@ -269,23 +265,28 @@ def within(key: str, ours: float | None, theirs: float | None) -> bool:
     return abs(ours - theirs) <= max(0.05 * theirs, 0.001)
 
 
+def vllm_server(work: Path, port: int, core: int | None) -> ServerProcess:
+    """The real-engine tier's vLLM on 127.0.0.1:``port`` (not started), its threads on ``core`` if given."""
+    argv = [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
+            "--max-model-len", "2048", "--dtype", "float32", "--served-model-name", "tiny"]  # fmt: skip
+    env = dict(ENV)
+    if core is not None:
+        argv = ["taskset", "-c", str(core), *argv]
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+    return ServerProcess(argv, port, work / "vllm.log", env)
+
+
 def main() -> None:
     if not (VENV / ".ready").exists() or not (MODEL / ".ready").exists():
         raise SystemExit("the real-engine tier is not set up: run bash scripts/realengine_setup.sh")
     (port,) = free_ports(1)
     work = Path(tempfile.mkdtemp(prefix="spoc-vs-vllm-"))
-    argv = [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "2048", "--dtype", "float32", "--served-model-name", "tiny"]  # fmt: skip
-    env = dict(ENV)
     cores = sorted(os.sched_getaffinity(0))
     pin = PIN and len(cores) >= 2
-    if pin:
-        # the CPU server on one core, the clients on the rest: otherwise the server's threads take
-        # every core and each client's event loop is descheduled for tens to hundreds of ms at a
-        # time (measured: loop lag max 220-400 ms at 15 % CPU), which is the machine, not the client
-        argv = ["taskset", "-c", str(cores[0]), *argv]
-        env["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[0])
-    server = ServerProcess(argv, port, work / "vllm.log", env)
+    # the CPU server on one core, the clients on the rest: otherwise the server's threads take
+    # every core and each client's event loop is descheduled for tens to hundreds of ms at a
+    # time (measured: loop lag max 220-400 ms at 15 % CPU), which is the machine, not the client
+    server = vllm_server(work, port, cores[0] if pin else None)
     took = server.start(timeout=300)
     if pin:
         os.sched_setaffinity(0, set(cores[1:]))  # this process, vllm bench and spoc's workers

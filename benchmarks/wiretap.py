@@ -14,6 +14,9 @@ when each event with ``choices`` went out (the same events `vllm bench serve` an
 
 from __future__ import annotations
 
+import bisect
+import ctypes
+import itertools
 import json
 import signal
 import socket
@@ -62,8 +65,8 @@ def capture(port: int, out: Path) -> None:
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL))
     s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 256 << 20)
     prog = _filter(port)
-    buf = __import__("ctypes").create_string_buffer(prog)
-    fprog = struct.pack("HL", len(prog) // 8, __import__("ctypes").addressof(buf))
+    buf = ctypes.create_string_buffer(prog)
+    fprog = struct.pack("HL", len(prog) // 8, ctypes.addressof(buf))
     s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
     s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.bind(("lo", 0))
@@ -130,23 +133,13 @@ def read_wire(path: Path, server_port: int) -> list[Response]:
     out: list[Response] = []
     for port, packets in streams.items():
         data = b"".join(b for _, b in packets)
-        ends: list[int] = []  # offset just past each packet, to find the packet of a byte
-        pos = 0
-        for _, b in packets:
-            pos += len(b)
-            ends.append(pos)
+        ends = list(itertools.accumulate(len(b) for _, b in packets))  # offset just past each packet
         times = [t for t, _ in packets]
         requests = sorted(asked.get(port, []))
 
         def when(offset: int, ends: list[int] = ends, times: list[float] = times) -> float:
-            lo, hi = 0, len(ends) - 1
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if ends[mid] > offset:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            return times[lo]
+            """The time of the packet that holds byte ``offset``."""
+            return times[bisect.bisect_right(ends, offset)]
 
         cur: Response | None = None
         at = 0
@@ -156,9 +149,8 @@ def read_wire(path: Path, server_port: int) -> list[Response]:
             if ev < 0 and head < 0:
                 break
             if head >= 0 and (ev < 0 or head < ev):
-                t_head = when(head)
-                before = [t for t in requests if t <= t_head]
-                cur = Response(port, before[-1] if before else float("nan"))
+                k = bisect.bisect_right(requests, when(head))  # the last request packet before it
+                cur = Response(port, requests[k - 1] if k else float("nan"))
                 out.append(cur)
                 at = head + 9
                 continue

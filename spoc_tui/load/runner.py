@@ -285,18 +285,25 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
     )
     assert Shared.sink is not None
     Shared.sink(sample)
+    # (calibrate ignores exact lengths too; checked here first to skip counting the history's words)
     if ok and usage.get("prompt_tokens") and not Shared.maker.exact:
         planned = sum(len(m["content"].split()) for m in messages)
         Shared.maker.calibrate(planned, int(usage["prompt_tokens"]), overhead=4 * len(messages))
     return "".join(parts) if ok else None
 
 
-class ChatUser(FastHttpUser):
+class _StreamingUser(FastHttpUser):
+    """What both kinds of user share: geventhttpclient's connect and read timeouts."""
+
+    abstract = True
+    connection_timeout = CONNECT_TIMEOUT_S
+    network_timeout = 300.0  # each read; --timeout sets it (_configure)
+
+
+class ChatUser(_StreamingUser):
     """One conversation: a system prompt, then turns whose history grows, with think time."""
 
     wait_time = constant(0)
-    connection_timeout = CONNECT_TIMEOUT_S
-    network_timeout = 300.0  # each read; --timeout sets it (_configure)
 
     def on_start(self) -> None:
         Shared.counter += 1
@@ -341,7 +348,7 @@ class _Conversation:
             self.messages.append({"role": "system", "content": plan.system_text})
 
 
-class RateUser(FastHttpUser):
+class RateUser(_StreamingUser):
     """Open loop: Poisson arrivals at ``Shared.rate / Shared.users`` requests/s from this user (the
     users of all processes together make the step's rate). Each arrival is sent at once, whatever
     is in flight, as the next turn of an idle conversation (picked at random) or of a new one, so
@@ -349,8 +356,6 @@ class RateUser(FastHttpUser):
     pacing. Arrival times follow an absolute schedule, so a late wake-up does not lower the rate."""
 
     wait_time = constant(0)
-    connection_timeout = CONNECT_TIMEOUT_S
-    network_timeout = 300.0
     concurrency = MAX_IN_FLIGHT  # connections: one per request in flight
 
     def on_start(self) -> None:
@@ -519,7 +524,7 @@ def _configure(args: argparse.Namespace) -> None:
     Shared.api_key = os.environ.get("SPOC_API_KEY") or None
     Shared.context_len = args.context_len
     Shared.seed = args.seed
-    ChatUser.network_timeout = RateUser.network_timeout = args.timeout
+    _StreamingUser.network_timeout = args.timeout
     Shared.maker = TextMaker(args.tokenizer)
     Shared.lengths = learn_lengths(Shared.maker, args.url, args.model, Shared.api_key)
     sys.stderr.write(f"prompt lengths: {Shared.lengths}\n")

@@ -226,8 +226,12 @@ class SimServer:
 
         def log_truth(r: SimRequest) -> None:
             if self._truth is not None:
-                rec: dict[str, Any] = {"id": rid, "arrival": r.arrival, "tokens": token_times}
-                rec["reason"] = r.finish_reason
+                rec: dict[str, Any] = {
+                    "id": rid,
+                    "arrival": r.arrival,
+                    "tokens": token_times,
+                    "reason": r.finish_reason,
+                }
                 if stream:
                     rec["sent"] = sent_times
                 self._truth.write(json.dumps(rec) + "\n")
