@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.leftovers import describe, ensure_marker, marked, stop, wait_gone
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
@@ -18,3 +20,17 @@ def isolated_dirs(tmp_path, monkeypatch):
 
 def fixture_text(rel: str) -> str:
     return (FIXTURES / rel).read_text()
+
+
+# Every process the suite starts carries this marker in its environment: at the end, none may be left.
+_RUN = ensure_marker()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    left = wait_gone(marked(_RUN), 15.0)
+    if not left:
+        return
+    names = "\n  ".join(describe(p) for p in left)
+    stop(left)
+    session.config.get_terminal_writer().line(f"\nthe suite left {len(left)} process(es) running:\n  {names}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -6,6 +6,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from spoc_tui.cli.signals import stop_signals_interrupt
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK
 from spoc_tui.core.loadmath import client_saturated_text
@@ -41,7 +42,8 @@ def _progress(p: RampProgress) -> None:
 
 def run(cfg: RampConfig) -> int:
     try:
-        result: RampResult = asyncio.run(run_ramp(cfg, _progress))
+        with stop_signals_interrupt():
+            result: RampResult = asyncio.run(run_ramp(cfg, _progress))
     except RampError as e:
         print(f"spoc ramp: error: {for_terminal(str(e))}", file=sys.stderr)
         if (Path(cfg.out_dir) / "ramp.json").exists():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import traceback
 
+from spoc_tui.cli.signals import stop_signals_interrupt
 from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.tune.evaluate import ServerEvaluator, TuneFatal
@@ -138,14 +139,18 @@ def run(a: TuneArgs) -> int:
     )
     session = TuneSession(cfg, evaluator, Printer(cfg))
     try:
-        session.open()
-        summary = session.run()
+        with stop_signals_interrupt():
+            session.open()
+            summary = session.run()
     except TuneError as e:
         print(f"spoc tune: error: {e}", file=sys.stderr)
         return e.exit_code
     except TuneFatal as e:
         print(f"spoc tune: error: {e}", file=sys.stderr)
         print(f"finished trials are in {cfg.out_dir}/trials.jsonl", file=sys.stderr)
+        return e.exit_code
+    except SpocError as e:  # the study cannot start here (another process runs it): nothing of it is touched
+        print(f"spoc tune: error: {for_terminal(str(e))}", file=sys.stderr)
         return e.exit_code
     except Exception as e:  # a bug: say so in one line, keep the details in the output folder
         log = cfg.out_dir / "tune-error.log"

@@ -9,6 +9,7 @@ use, preemptions, GPU clocks and throttling) next to the client's, and writes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -51,6 +52,7 @@ from spoc_tui.load import wire
 from spoc_tui.load.profiles import Profile
 from spoc_tui.load.report import knee_reason
 from spoc_tui.procs.group import kill_group
+from spoc_tui.procs.lock import FolderLock
 from spoc_tui.procs.ports import free_port
 
 logger = logging.getLogger(__name__)
@@ -113,6 +115,10 @@ class RampConfig:
 
     calibrate: bool = False
     """With ``auto_max``: a tuning study's calibration (:class:`SaturationSearch`) instead of the knee search."""
+
+    finalize: tuple[Path, ...] = ()
+    """Other result files (a study's pareto.json) that the load generator marks ``interrupted``
+    when this process dies while they still say ``running`` (ramp.json always is)."""
 
     @property
     def plan(self) -> UserPlan:
@@ -238,27 +244,50 @@ class ResultWriter:
         """Raises: RampError (exit code 2) when the folder cannot be written."""
         self.out_dir = out_dir
         self.header = header
+        self.lock = FolderLock(out_dir / "ramp.lock", "ramp")
+        self.write_error = ""
+        """Why requests.jsonl could not be written (a full disk): the ramp ends at its step's end."""
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()  # before anything in the folder moves (FolderBusy: another ramp writes there)
             self.kept = keep_previous(out_dir)
             self.requests = open(out_dir / "requests.jsonl", "w", buffering=1)
         except OSError as e:
+            self.lock.release()
             raise RampError(f"--out {out_dir}: cannot write there ({e.strerror or e})", exit_code=EXIT_USAGE) from None
 
     def sample(self, s: RequestSample) -> None:
-        self.requests.write(json.dumps(s.as_dict(), separators=(",", ":")) + "\n")
+        if self.write_error:
+            return
+        try:
+            self.requests.write(json.dumps(s.as_dict(), separators=(",", ":")) + "\n")
+        except OSError as e:
+            self.write_error = f"cannot write {self.out_dir}/requests.jsonl ({e.strerror or e})"
 
     def write(self, steps: list[StepSummary], knee: Knee, status: RampStatus) -> None:
+        """Raises: RampError when the file cannot be written (no temporary file is left)."""
         doc = dict(
             self.header, status=status, steps=[s.as_dict() for s in steps], knee=knee.as_dict(), updated_at=time.time()
         )
-        fd, tmp = tempfile.mkstemp(dir=self.out_dir, prefix=".ramp-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(json_safe(doc), f, indent=2, allow_nan=False)
-        os.replace(tmp, self.out_dir / "ramp.json")
+        tmp = ""
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.out_dir, prefix=".ramp-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                json.dump(json_safe(doc), f, indent=2, allow_nan=False)
+            os.replace(tmp, self.out_dir / "ramp.json")
+        except OSError as e:
+            if tmp:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise RampError(f"cannot write {self.out_dir}/ramp.json ({e.strerror or e})") from None
 
     def close(self) -> None:
-        self.requests.close()
+        try:
+            self.requests.close()
+        except OSError as e:
+            self.write_error = self.write_error or f"cannot write {self.out_dir}/requests.jsonl ({e.strerror or e})"
+        finally:
+            self.lock.release()
 
 
 class RunnerProcess:
@@ -282,7 +311,7 @@ class RunnerProcess:
             "-m",
             "spoc_tui.load.runner",
             "--url",
-            base_url(self.cfg.url),
+            redact_url(base_url(self.cfg.url)),  # the real one (it may hold a password) goes by environment
             "--model",
             self.model,
             "--profile-json",
@@ -298,11 +327,15 @@ class RunnerProcess:
             argv += ["--tokenizer", self.cfg.tokenizer]
         if self.cfg.rates:
             argv += ["--open-loop"]
+        argv += ["--parent-pid", str(os.getpid())]
+        for path in (self.log_dir / "ramp.json", *self.cfg.finalize):
+            argv += ["--finalize", str(path)]
         return argv + list(extra)
 
     async def start(self) -> None:
         (self.log_dir / "profile.json").write_text(json.dumps(self.cfg.profile.as_dict()))
         env = dict(os.environ)
+        env["SPOC_RUNNER_URL"] = base_url(self.cfg.url)
         if self.cfg.api_key:
             env["SPOC_API_KEY"] = self.cfg.api_key  # passed by environment, never on a command line
         extra: list[str] = []
@@ -680,6 +713,8 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             steps.append(summary)
             writer.write(steps, find_knee(steps), "running")
             report("step_done", idx, level, steps, len(samples))
+            if writer.write_error:
+                raise RampError(f"{writer.write_error}: the ramp stopped after step {idx}")
             if (
                 summary.requests
                 and summary.errors == summary.requests
@@ -707,10 +742,12 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             if pump is not None:
                 pump.cancel()
                 await asyncio.gather(pump, return_exceptions=True)
-            writer.write(steps, knee, status)
-            writer.close()
-            await poller.aclose()
-            if dcgm is not None:
-                await dcgm.aclose()
+            try:
+                writer.write(steps, knee, status)
+            finally:
+                writer.close()
+                await poller.aclose()
+                if dcgm is not None:
+                    await dcgm.aclose()
     report("done", len(steps), steps[-1].level if steps else 0, steps, len(samples))
     return RampResult(status, steps, knee, model, cfg.out_dir, context_len, stop_reason)

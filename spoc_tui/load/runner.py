@@ -25,6 +25,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gevent import monkey
@@ -43,6 +44,7 @@ from urllib3 import PoolManager
 from spoc_tui.core.loadmath import RequestSample
 from spoc_tui.load import wire
 from spoc_tui.load.profiles import ConversationPlan, Profile, TextMaker, plan_conversation
+from spoc_tui.procs.lock import mark_interrupted
 
 
 class _Out:
@@ -62,8 +64,12 @@ class _Out:
         self.busy = False
         self.pipe: Any = None
         self.writer: gevent.Greenlet[[], None] | None = None
+        self.closed = False
+        """The parent stopped reading (its end of the pipe is closed): nothing more can be written."""
 
     def put(self, msg: wire.Event) -> None:
+        if self.closed:
+            return
         self.queue.append(msg)
         if self.writer is None:
             self.pipe = FileObjectPosix(sys.stdout.fileno(), "wb", close=False)
@@ -84,12 +90,20 @@ class _Out:
                         gevent.sleep(0)
                     self.pipe.write(("\n".join(lines) + "\n").encode())
                     self.pipe.flush()
+            except OSError:  # EPIPE: the parent is gone; what is queued has no reader
+                self.closed = True
+                self.queue = []
+                return
             finally:
                 self.busy = False
 
-    def flush(self) -> None:
-        """Before the process ends: returns once everything queued is written."""
-        while self.writer is not None and (self.queue or self.busy):
+    def flush(self, timeout: float = 10.0) -> None:
+        """Before the process ends: returns once everything queued is written, the pipe is closed
+        or ``timeout`` passed (a parent that stopped reading must not keep this process alive)."""
+        deadline = time.monotonic() + timeout
+        while self.writer is not None and not self.writer.dead and (self.queue or self.busy):
+            if time.monotonic() > deadline:
+                return
             gevent.sleep(0.005)
 
 
@@ -444,6 +458,39 @@ def watch_self(sink: Callable[[wire.Health], None]) -> None:
             last = time.perf_counter()
 
 
+PARENT_POLL_S = 0.5
+
+
+def watch_parent(parent: int, results: list[str]) -> None:
+    """Forever: end this process within a second of the process that started it dying, however it
+    died (SIGKILL and a dropped SSH session included: the runner runs in a session of its own,
+    so no terminal signal reaches it). Before ending, a result file the parent left saying
+    ``running`` (ramp.json, a study's pareto.json) is marked ``interrupted``."""
+    Orphan.parent, Orphan.results = parent, results
+    while os.getppid() == parent:
+        gevent.sleep(PARENT_POLL_S)
+    orphaned()
+
+
+class Orphan:
+    parent = 0
+    results: list[str] = []
+    ending = False
+
+
+def orphaned() -> None:
+    """The parent is gone (or closed our stdin without a Stop): finalize its results and end."""
+    if Orphan.ending:  # the parent watch and the end of stdin both noticed
+        return
+    Orphan.ending = True
+    reason = f"the spoc process running this (pid {Orphan.parent}) ended without finishing it"
+    for path in Orphan.results:
+        mark_interrupted(Path(path), reason)
+    sys.stderr.write(f"load generator: {reason}; stopping\n")
+    sys.stderr.flush()
+    os._exit(3)
+
+
 def _int_or_none(v: Any) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -466,6 +513,9 @@ def _read_commands(env: Environment) -> None:
             emit(wire.UsersSet(cmd.n, cmd.step))
         elif isinstance(cmd, wire.Stop):
             break
+    else:  # end of input without a Stop: the parent died (its end of the pipe closed with it)
+        runner.quit()
+        orphaned()
     runner.quit()
     emit(wire.Stopped())
 
@@ -546,7 +596,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--open-loop", action="store_true", help="Poisson arrivals at the rate each step sets")
     ap.add_argument("--master-host", default="127.0.0.1")
     ap.add_argument("--master-port", type=int, default=5557)
+    ap.add_argument(
+        "--parent-pid", type=int, default=None, help="end when this process ends (default: the one that started us)"
+    )
+    ap.add_argument(
+        "--finalize",
+        action="append",
+        default=[],
+        help="a result file to mark interrupted if the parent dies while it says running (repeatable)",
+    )
     args = ap.parse_args(argv)
+    # the URL on the command line is redacted (``ps`` shows it to every user); the real one,
+    # which may carry a password, comes by environment, as the API key does
+    args.url = os.environ.get("SPOC_RUNNER_URL") or args.url
+    gevent.spawn(watch_parent, args.parent_pid or os.getppid(), list(args.finalize))
     _configure(args)
     user_class = RateUser if args.open_loop else ChatUser
     env = Environment(user_classes=[user_class], host=args.url, catch_exceptions=True)

@@ -9,6 +9,7 @@ a second), which the search-quality benchmark uses to try every configuration of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import json
@@ -269,6 +270,9 @@ class ServerEvaluator:
             api_key=r.api_key,
             max_step_s=r.step_s,  # a trial's steps are not extended: its budget is the study's to spend
             early_stop=self.early_stop,
+            # a study's trial folders are <study>/trials/NNNN: its pareto.json gets a final status
+            # even if the study is killed outright
+            finalize=(trial_dir.parent.parent / "pareto.json",) if trial_dir.parent.name == "trials" else (),
         )
 
         def progress(p: RampProgress) -> None:
@@ -283,7 +287,16 @@ class ServerEvaluator:
         try:
             if self._stopping.is_set():
                 raise asyncio.CancelledError
-            result = loop.run_until_complete(go())
+            task = loop.create_task(go())
+            try:
+                result = loop.run_until_complete(task)
+            except KeyboardInterrupt:
+                # Ctrl-C (or SIGTERM/SIGHUP, turned into it) landed in the loop: let the ramp stop
+                # its load generator and write ramp.json as interrupted before the loop closes
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RampError):
+                    loop.run_until_complete(task)
+                raise
         finally:
             self._task = None
             self._loop = None

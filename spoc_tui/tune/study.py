@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from spoc_tui.core.errors import InputError, first_line
+from spoc_tui.core.errors import EXIT_USAGE, InputError, first_line
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.loadmath import Knee, Limit, saturation_users
 from spoc_tui.core.noisyfront import MAX_RUNS, dominated_by_front, pick_rerun
@@ -38,8 +38,9 @@ from spoc_tui.core.tunespace import (
     objective_value,
     reference_step,
 )
-from spoc_tui.procs.group import owner_alive, owner_stamp, pid_alive
+from spoc_tui.procs.group import pid_alive
 from spoc_tui.procs.leftovers import StudyRunning, stop_leftover
+from spoc_tui.procs.lock import FolderBusy, FolderLock
 from spoc_tui.tune.evaluate import Evaluator, TrialOutcome
 from spoc_tui.tune.events import (
     EvaluatorEvent,
@@ -251,7 +252,7 @@ class TuneSession:
         self.records: list[TrialRecord] = []
         self.study: Any = None
         self.storage_url = ""
-        self._lock: Path | None = None
+        self._lock: FolderLock | None = None
         self._front: Front | None = None
         if hasattr(evaluator, "early_stop"):
             evaluator.early_stop = self._dominated
@@ -528,35 +529,26 @@ class TuneSession:
         return out
 
     def _take_lock(self) -> None:
-        """``study.lock`` names the process running the study in this folder; a second run of the
-        same folder (``--resume`` while it still runs) is refused instead of disturbing it.
+        """``study.lock`` (an flock the kernel drops when the process ends) names the process
+        running the study in this folder; a second run of the same folder (``--resume`` while it
+        still runs) is refused instead of disturbing it.
 
         Raises:
             StudyRunning: another live spoc process holds the lock.
         """
-        lock = self.cfg.out_dir / "study.lock"
+        lock = FolderLock(self.cfg.out_dir / "study.lock", "study")
         try:
-            owner = lock.read_text().strip()
-        except OSError:
-            owner = ""
-        if owner_alive(owner):
+            self._lock = lock.acquire()
+        except FolderBusy as e:
             raise StudyRunning(
-                f"the study in {self.cfg.out_dir} is still running (pid {owner.partition(':')[0]}): stop it first "
-                "(Ctrl-C), or use another --out"
-            )
-        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(owner_stamp())
-        self._lock = lock
+                f"the study in {self.cfg.out_dir} is still running (pid {e.owner_pid}): stop it first (Ctrl-C), "
+                "or use another --out",
+                exit_code=EXIT_USAGE,
+            ) from None
 
     def _release_lock(self) -> None:
-        lock = self._lock
-        if lock is not None:
-            try:
-                if lock.read_text().strip() == owner_stamp():
-                    lock.unlink()
-            except OSError as e:
-                logger.debug("study lock: %s", e)
+        if self._lock is not None:
+            self._lock.release()
             self._lock = None
 
     # -- the loop --------------------------------------------------------------------------
@@ -633,12 +625,13 @@ class TuneSession:
             ) as e:  # the storage failing must not hide why the loop ended; the front is this worker's then
                 logger.warning("could not read the other workers' trials: %s", first_line(e))
             front = compute_front(self.records, cfg.objectives, cfg.limits)
-            self._write_pareto(front, {})
+            repeating = status != "interrupted" and cfg.repeats > 0 and not cfg.worker
+            self._write_pareto(front, {}, "running" if repeating else status)
         repeats: dict[int, list[dict[str, float | None]]] = {}
-        if status != "interrupted" and cfg.repeats > 0 and not cfg.worker:
+        if repeating:
             repeats = self._repeat(front)
             front = compute_front(self.records, cfg.objectives, cfg.limits)
-            self._write_pareto(front, repeats)
+            self._write_pareto(front, repeats, status)
         self.emit(StudyDone(status, front, message))
         return TuneSummary(status, list(self.records), front, repeats, message)
 
@@ -911,10 +904,15 @@ class TuneSession:
             **({"repeats": repeats[r.number]} if r.number in repeats else {}),
         }
 
-    def _write_pareto(self, front: Front, repeats: dict[int, list[dict[str, float | None]]]) -> None:
+    def _write_pareto(
+        self, front: Front, repeats: dict[int, list[dict[str, float | None]]], status: str = "running"
+    ) -> None:
+        """``status``: ``running`` while trials go on, then how the study ended (a study killed
+        outright is marked ``interrupted`` by its trial's load generator, which outlives it a moment)."""
         cfg = self.cfg
         counted = [r for r in self.records if not r.extra]
         doc = {
+            "status": status,
             "study": cfg.study_name,
             "storage": redact_url(self.storage_url),
             "objectives": [{"name": o.name, "direction": o.direction, "label": o.label} for o in cfg.objectives],

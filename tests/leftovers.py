@@ -1,0 +1,90 @@
+"""Processes the suite started, found by a marker in their environment (every child inherits it,
+whatever session or process group it moved to, and however its parent died): never by name."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+MARKER = "SPOC_TEST_RUN"
+
+
+def ensure_marker() -> str:
+    return os.environ.setdefault(MARKER, uuid.uuid4().hex)
+
+
+def marked(token: str | None = None) -> list[int]:
+    """Live (not zombie) processes other than this one whose environment carries the marker."""
+    needle = f"{MARKER}={token or os.environ[MARKER]}".encode()
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if needle not in (d / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (d / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(int(d.name))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, their children...)."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if stat[0] != "Z":
+            kids.setdefault(int(stat[1]), []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+def alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(pid)
+    return out
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """The pids still alive after up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while (left := alive(pids)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def describe(pid: int) -> str:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        cmd = "?"
+    return f"{pid}: {cmd[:160]}"
+
+
+def stop(pids: list[int]) -> None:
+    for pid in alive(pids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
