@@ -461,6 +461,10 @@ def check_args(args: CapacityArgs) -> None:
         v = getattr(args, name)
         if v is not None and v < 1:
             raise CapacityError(f"--{name.replace('_', '-')} must be positive")
+    for name in ("gpu_memory_gib", "gpu_memory_utilization", "kv_cache_gib", "reserve_gib"):
+        v = getattr(args, name)
+        if v is not None and (not math.isfinite(v) or v < 0 or (v == 0 and name != "reserve_gib")):
+            raise CapacityError(f"--{name.replace('_', '-')} must be a positive number, not {v}")
 
 
 def capacity_report(req: CapacityRequest) -> CapacityReport:

@@ -16,7 +16,7 @@ def render_text(res: InspectResult) -> str:
     for s in res.servers:
         t = s.total
         sim = "  [SIMULATED]" if s.simulated else ""
-        lines.append(f"vLLM {s.source}  engine {s.engine_version}  model {', '.join(s.model_names) or fmt.NA}{sim}")
+        lines.append(f"vLLM {s.source}  engine {s.engine_version}  model {fmt.names(s.model_names)}{sim}")
         lines.append(
             f"  running {fmt.num(t.running)}  waiting {fmt.num(t.waiting)}  KV cache "
             f"{fmt.pct(t.kv_cache_usage, digits=1)}"

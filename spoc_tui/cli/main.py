@@ -24,6 +24,7 @@ import click
 
 from spoc_tui import __version__
 from spoc_tui.capacity.service import CapacityArgs
+from spoc_tui.cli.types import FINITE
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
 from spoc_tui.core.loadmath import (
@@ -95,7 +96,7 @@ def cli(ctx: click.Context) -> None:
 @click.argument("sources", nargs=-1, required=True)
 @click.option(
     "--interval",
-    type=float,
+    type=FINITE,
     default=None,
     help="Scrape twice this many seconds apart for windowed percentiles and rates.",
 )
@@ -186,7 +187,7 @@ def sim_options(f: F) -> F:
         ),
         click.option(
             "--gpu-memory-utilization",
-            type=float,
+            type=FINITE,
             default=d.gpu_memory_utilization,
             show_default=True,
             help="Share of GPU memory vLLM may use (weights + KV cache).",
@@ -200,7 +201,7 @@ def sim_options(f: F) -> F:
         click.option("--kv-cache-dtype", default=d.kv_cache_dtype, show_default=True, help="auto | fp8"),
         click.option("--quantization", "-q", default=None, help="fp8: FP8 weights."),
         click.option(
-            "--speed", type=float, default=d.speed, show_default=True, help="Simulated seconds per real second."
+            "--speed", type=FINITE, default=d.speed, show_default=True, help="Simulated seconds per real second."
         ),
     ]
     for o in reversed(opts):
@@ -320,7 +321,7 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
 )
 @click.option(
     "--interval",
-    type=float,
+    type=FINITE,
     envvar="SPOC_INTERVAL",
     show_envvar=True,
     default=None,
@@ -328,7 +329,7 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
 )
 @click.option(
     "--window",
-    type=float,
+    type=FINITE,
     envvar="SPOC_WINDOW",
     show_envvar=True,
     default=None,
@@ -346,7 +347,7 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
 )
 @click.option(
     "--gpu-cost-per-hour",
-    type=float,
+    type=FINITE,
     envvar="SPOC_GPU_COST_PER_HOUR",
     show_envvar=True,
     default=None,
@@ -440,30 +441,30 @@ def resolve_settings(
     help="Open loop instead of users: arrival rates in requests/s (Poisson, as vllm bench serve), e.g. 1,2,4,8.",
 )
 @click.option(
-    "--step-seconds", type=float, default=RampConfig.step_s, show_default=True, help="Measured length of each step."
+    "--step-seconds", type=FINITE, default=RampConfig.step_s, show_default=True, help="Measured length of each step."
 )
 @click.option(
     "--spawn-rate",
-    type=float,
+    type=FINITE,
     default=None,
     help="Users added per second when a step starts [default: fast enough for half the warm-up, 1-100/s].",
 )
 @click.option(
     "--max-step-seconds",
-    type=float,
+    type=FINITE,
     default=None,
     help="A step whose verdict is still inconclusive is measured on, up to this long [default: 4x --step-seconds].",
 )
 @click.option(
     "--warmup-seconds",
-    type=float,
+    type=FINITE,
     default=RampConfig.warmup_s,
     show_default=True,
     help="Start of each step left out of the figures.",
 )
 @click.option(
     "--poll-seconds",
-    type=float,
+    type=FINITE,
     default=RampConfig.poll_s,
     show_default=True,
     help=(
@@ -474,7 +475,7 @@ def resolve_settings(
 @click.option("--sla", required=True, help='Limits, e.g. "ttft_p99<=2s,itl_p99<=100ms,error_rate<=1%".')
 @click.option(
     "--abort-factor",
-    type=float,
+    type=FINITE,
     default=RampConfig.abort_factor,
     show_default=True,
     help="Stop early when a limit is broken this many times over.",
@@ -641,11 +642,15 @@ def ramp(
     help="Reference load for the objectives and the SLA [default: the last step].",
 )
 @click.option(
-    "--step-seconds", type=float, default=TuneArgs.step_seconds, show_default=True, help="Measured length of each step."
+    "--step-seconds",
+    type=FINITE,
+    default=TuneArgs.step_seconds,
+    show_default=True,
+    help="Measured length of each step.",
 )
 @click.option(
     "--warmup-seconds",
-    type=float,
+    type=FINITE,
     default=TuneArgs.warmup_seconds,
     show_default=True,
     help="Load before each step's measurement starts.",
@@ -688,7 +693,7 @@ def ramp(
 )
 @click.option(
     "--rerun-share",
-    type=float,
+    type=FINITE,
     default=TuneArgs.rerun_share,
     show_default=True,
     help="Share of --trials that may re-run configurations whose intervals overlap the front (0: none).",
@@ -699,7 +704,7 @@ def ramp(
 @click.option("--port", type=int, default=None, help="Port for the server [default: any free port].")
 @click.option(
     "--start-timeout",
-    type=float,
+    type=FINITE,
     default=TuneArgs.start_timeout,
     show_default=True,
     help="Seconds a server may take to become ready.",
@@ -765,7 +770,7 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
 @cli.command()
 @click.option("--model", required=True, help="Model preset or path to a config.json (or its folder).")
 @click.option("--gpu", default=None, help=f"GPU preset: {', '.join(GPUS)}.")
-@click.option("--gpu-memory-gib", type=float, default=None, help="Memory of a GPU not in the presets.")
+@click.option("--gpu-memory-gib", type=FINITE, default=None, help="Memory of a GPU not in the presets.")
 @click.option("--tp", type=int, default=CapacityArgs.tp, show_default=True, help="Tensor-parallel size.")
 @click.option("--max-model-len", type=int, default=None, help="Longest sequence [default: the model's maximum].")
 @click.option(
@@ -775,18 +780,18 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
 @click.option("--kv-cache-dtype", default=CapacityArgs.kv_cache_dtype, show_default=True, help="auto | fp8")
 @click.option(
     "--gpu-memory-utilization",
-    type=float,
+    type=FINITE,
     default=CapacityArgs.gpu_memory_utilization,
     show_default=True,
     help="Share of GPU memory vLLM may use.",
 )
 @click.option("--block-size", type=int, default=CapacityArgs.block_size, show_default=True, help="KV-cache block size.")
 @click.option(
-    "--kv-cache-gib", type=float, default=None, help="KV space given directly (CPU servers: VLLM_CPU_KVCACHE_SPACE)."
+    "--kv-cache-gib", type=FINITE, default=None, help="KV space given directly (CPU servers: VLLM_CPU_KVCACHE_SPACE)."
 )
 @click.option(
     "--reserve-gib",
-    type=float,
+    type=FINITE,
     default=None,
     help="Runtime reserve per GPU for activations and CUDA graphs [default: 1.5].",
 )
@@ -794,8 +799,8 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
     "--server", default=None, help="A running vLLM server: compare the prediction with its own cache_config_info."
 )
 @click.option("--queue", "queue_users", default=None, help="Queueing view for these user counts, e.g. 1,8,32,64,128.")
-@click.option("--service-time", type=float, default=None, help="Seconds per request at light load (queueing view).")
-@click.option("--think-time", type=float, default=None, help="Seconds a user waits between requests (queueing view).")
+@click.option("--service-time", type=FINITE, default=None, help="Seconds per request at light load (queueing view).")
+@click.option("--think-time", type=FINITE, default=None, help="Seconds a user waits between requests (queueing view).")
 @click.option(
     "--max-num-seqs", type=int, default=256, show_default=True, help="The server's seat limit (queueing view)."
 )

@@ -7,13 +7,14 @@ import json
 
 import click
 
+from spoc_tui.cli.types import FINITE
 from spoc_tui.core.errors import InputError
 
 
 @click.command("plan")
 @click.option("--ramp", "ramp_path", required=True, help="A ramp result of one replica (folder or ramp.json).")
 @click.option("--users", type=int, required=True, help="Concurrent users to plan for.")
-@click.option("--headroom", type=float, default=0.2, show_default=True, help="Share of each replica kept free.")
+@click.option("--headroom", type=FINITE, default=0.2, show_default=True, help="Share of each replica kept free.")
 @click.option(
     "--gpus-per-replica",
     type=int,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from spoc_tui.cli.types import FINITE
 from spoc_tui.config import read_key_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, InputError, SpocError
 from spoc_tui.core.textsafe import for_terminal
@@ -27,7 +28,7 @@ def _say(msg: str) -> None:
     type=click.Path(file_okay=False),
     help="The server's torch_profiler_dir (on this host or a shared mount); the newest new trace there is read.",
 )
-@click.option("--seconds", type=float, default=10.0, show_default=True, help="How long the profiler records.")
+@click.option("--seconds", type=FINITE, default=10.0, show_default=True, help="How long the profiler records.")
 @click.option(
     "--users",
     type=int,
@@ -36,7 +37,7 @@ def _say(msg: str) -> None:
     help="Concurrent users driven while profiling (0: profile the traffic there is).",
 )
 @click.option("--profile", "load_profile_name", default="chatbot", show_default=True, help="Load profile of --users.")
-@click.option("--warmup-seconds", type=float, default=5.0, show_default=True, help="Load before the profiler starts.")
+@click.option("--warmup-seconds", type=FINITE, default=5.0, show_default=True, help="Load before the profiler starts.")
 @click.option("--served-model", default=None, help="Served model name for the load [default: the server's first].")
 @click.option(
     "--from-trace",

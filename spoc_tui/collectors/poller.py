@@ -1,8 +1,11 @@
 """Polling many sources with per-source history, back-off and status (no UI here).
 
 The monitor's workers call :meth:`VllmPoller.poll` / :meth:`DcgmPoller.poll` once per tick
-and post what comes back. A source that fails keeps its last data (shown as stale), is
-retried after 1, 2, 4 ... 30 s, and recovers by itself.
+and post what comes back. A source that fails keeps its last data (shown as stale) and recovers
+by itself. Only what is expensive backs off: a read that failed fast (connection refused, an
+HTTP error answered at once: a server restarting) is tried again on the next poll, so a server
+that comes back is seen within two polls; a read that cost time (a timeout, a host that does not
+answer, a huge body) is retried after 1, 2, 4 ... 30 s.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from spoc_tui.core.vllm import Scrape, ServerView, replicas_view, server_view
 logger = logging.getLogger(__name__)
 
 BACKOFF_MAX_S = 30.0
+CHEAP_FAILURE_S = 0.25
+"""A failed read that took less than this is retried at the next poll, without back-off."""
 
 
 @dataclass
@@ -56,10 +61,14 @@ class _Backoff:
         st.up, st.reason, st.failures, st.next_try, st.last_ok = True, None, 0, 0.0, wall
         return SourceStatus(self.names[source], True, None, wall) if changed else None
 
-    def failed(self, source: str, reason: str) -> SourceStatus | None:
+    def failed(self, source: str, reason: str, cost_s: float = float("inf")) -> SourceStatus | None:
+        """``cost_s``: how long the failed read took; a cheap one is retried at the next poll."""
         st = self.states[source]
-        st.failures += 1
-        delay = min(BACKOFF_MAX_S, 2.0 ** (st.failures - 1))
+        if cost_s < CHEAP_FAILURE_S:
+            delay = 0.0
+        else:
+            st.failures += 1
+            delay = min(BACKOFF_MAX_S, 2.0 ** (st.failures - 1))
         st.next_try = self.clock() + delay
         changed = st.up is not False or st.reason != reason
         st.up, st.reason = False, reason
@@ -97,6 +106,8 @@ class _Poller:
         self.backoff = _Backoff(self.urls, clock)
         self._client = client
         self._inflight: dict[str, asyncio.Task[Reading | SourceError]] = {}
+        self._cost: dict[str, float] = {}
+        """How long each source's last failed read took (seconds)."""
 
     async def aclose(self) -> None:
         tasks = list(self._inflight.values())
@@ -118,9 +129,11 @@ class _Poller:
         client = self._client
 
         async def one(url: str) -> Reading | SourceError:
+            t0 = time.monotonic()
             try:
                 r = await fetch(client, url, self.api_key)
             except SourceError as e:
+                self._cost[url] = time.monotonic() - t0
                 return e
             except Exception as e:  # anything unforeseen is this source's failure, never the poller's
                 logger.exception("reading %s", url)
@@ -141,7 +154,7 @@ class _Poller:
         for url in [u for u, t in self._inflight.items() if t.done()]:
             res = self._inflight.pop(url).result()
             if isinstance(res, SourceError):
-                ch = self.backoff.failed(url, str(res))
+                ch = self.backoff.failed(url, str(res), self._cost.pop(url, float("inf")))
             else:
                 good.append((url, res))
                 ch = self.backoff.ok(url, res.wall_time)

@@ -83,3 +83,13 @@ def short_source(src: str) -> str:
     for p in ("http://", "https://"):
         src = src.removeprefix(p)
     return src.removesuffix("/metrics")
+
+
+def names(items: tuple[str, ...] | list[str], limit: int = 3, width: int = 48) -> str:
+    """A list of names bounded for one line: at most ``limit``, each cut to ``width`` characters,
+    then "and N more" (a server with 10,000 LoRA adapters must not print a 109 KB line)."""
+    if not items:
+        return NA
+    shown = [n if len(n) <= width else n[: width - 1] + "…" for n in list(items)[:limit]]
+    more = len(items) - len(shown)
+    return ", ".join(shown) + (f" and {more:,} more" if more > 0 else "")

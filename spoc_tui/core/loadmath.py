@@ -106,10 +106,16 @@ def parse_sla(text: str) -> tuple[Limit, ...]:
             f"cannot parse SLA clause {clause.strip()!r}: expected METRIC_STAT<=VALUE with METRIC one of "
             f"{', '.join(METRICS)}, STAT one of {', '.join(STATS)}, VALUE in ms or s (or error_rate<=N%)"
         )
+    if not out:  # "," or ",,": clauses of nothing would be an SLA every step meets
+        raise SlaError(f"empty SLA {text!r}; write it like ttft_p99<=2s,itl_p99<=100ms")
     keys = [lim.key for lim in out]
     if len(set(keys)) != len(keys):
         raise SlaError(f"SLA names a limit twice: {text!r}")
     return tuple(out)
+
+
+MAX_USERS = 100_000
+"""The most users a ramp step may ask for (a typo like 100000000000 must not run)."""
 
 
 def parse_users(text: str) -> list[int]:
@@ -122,6 +128,8 @@ def parse_users(text: str) -> list[int]:
             factor = float(parts[2]) if len(parts) > 2 else 2.0
             if start < 1 or stop < start or factor <= 1:
                 raise ValueError
+            if stop > MAX_USERS:
+                raise UsersError(f"bad --users {text!r}: at most {MAX_USERS:,} users")
             out: list[int] = []
             v = float(start)
             while round(v) <= stop:
@@ -136,6 +144,8 @@ def parse_users(text: str) -> list[int]:
         raise UsersError(f"bad --users {text!r}: give counts like 1,2,4,8 or a series like geom:1:64") from None
     if not out or any(u < 1 for u in out) or any(b <= a for a, b in zip(out, out[1:])):
         raise UsersError(f"bad --users {text!r}: counts must be positive and increasing")
+    if out[-1] > MAX_USERS:
+        raise UsersError(f"bad --users {text!r}: at most {MAX_USERS:,} users (auto:MAX has the same bound)")
     return out
 
 
@@ -866,8 +876,8 @@ def parse_user_plan(text: str) -> FixedUsers | KneeSearch:
             top = int(t[5:])
         except ValueError:
             raise UsersError(f"bad --users {text!r}: auto:MAX takes a whole number, e.g. auto:256") from None
-        if not 1 <= top <= 100_000:
-            raise UsersError(f"bad --users {text!r}: MAX must be between 1 and 100000")
+        if not 1 <= top <= MAX_USERS:
+            raise UsersError(f"bad --users {text!r}: MAX must be between 1 and {MAX_USERS}")
         return KneeSearch(max_users=top)
     return FixedUsers(parse_users(text))
 

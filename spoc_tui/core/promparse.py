@@ -66,6 +66,9 @@ class Exposition:
     errors: list[str] = field(default_factory=list)
     """Lines that could not be parsed, with their line numbers."""
     openmetrics: bool = False
+    nonfinite: int = 0
+    """Samples whose value was NaN or ±Inf: dropped here, so every figure built on them reads n/a
+    (a server's NaN gauge must not reach a rate, a verdict or the screen as "inf")."""
 
     def get(self, name: str) -> dict[Labels, float]:
         """All series of one sample name (empty when absent)."""
@@ -198,6 +201,9 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
             value = parse_float(raw_value)
         except ValueError:
             exp.errors.append(f"line {lineno}: bad value {raw_value[:40]!r}")
+            continue
+        if not math.isfinite(value):
+            exp.nonfinite += 1
             continue
         series = samples.get(name)
         if series is None:

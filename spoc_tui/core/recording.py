@@ -167,18 +167,18 @@ def read_recording(path: str | Path) -> Recording:
     """
     p = Path(path)
     try:
-        f = p.open(encoding="utf-8")
+        f = p.open("rb")  # line by line: one line that is not UTF-8 (a torn write) is skipped, not fatal
     except OSError as e:
         raise RecordingError(f"{path}: cannot read ({e.strerror or e})") from None
     headers: list[dict[str, Any]] = []
     records: list[Record] = []
     skipped = 0
     with f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(raw.decode("utf-8"))
                 if not isinstance(obj, dict):
                     raise ValueError("not an object")
                 if "spoc_record" in obj:

@@ -2,7 +2,8 @@
 
 - URLs: the userinfo (``http://user:pass@host``) becomes ``***@``.
 - Command lines: the value of a key-like flag (``--api-key X``, ``--api-key=X``, ``--hf-token``,
-  ``--password``, anything with key, token, secret or password in its name) becomes ``***``.
+  ``--password``: a word of its name that is a key, token, secret or password) becomes ``***``;
+  ``--max-num-batched-tokens`` and ``--tokenizer`` are kept.
 - Free text (error messages, log lines): URLs with userinfo, ``Bearer`` tokens and
   ``sk-``-style keys are masked.
 """
@@ -15,7 +16,21 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(key|token|secret|password|passwd|credential)[\w-]*$", re.IGNORECASE)
+_SECRET_WORD = re.compile(
+    r"^(?:\w*key|\w*token|secrets?|secret\w*|\w*password|passwd|credentials?|auth|authorization)$", re.IGNORECASE
+)
+"""A word of a flag's name that makes its value a secret: ``--api-key``, ``--hf-token``,
+``--secret-key``, ``--db-password``. Plurals and longer words are not (``--max-num-batched-tokens``,
+``--tokenizer``, ``--tokenizer-mode``: a count and a name, which a recorded command must keep)."""
+
+
+def _secret_flag(flag: str) -> bool:
+    if not flag.startswith("-"):
+        return False
+    words = re.split(r"[-_]+", flag.lstrip("-"))
+    return any(_SECRET_WORD.match(w) for w in words if w)
+
+
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s,;\"']+")
 _SK = re.compile(r"\bsk-[A-Za-z0-9_-]{6,}")
@@ -43,7 +58,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             hide_next = False
             continue
         flag, eq, _ = arg.partition("=")
-        if _SECRET_FLAG.match(flag):
+        if _secret_flag(flag):
             if eq:
                 out.append(f"{flag}={MASK}")
             else:

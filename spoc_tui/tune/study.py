@@ -28,6 +28,7 @@ from spoc_tui.core.errors import EXIT_USAGE, InputError, first_line
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.loadmath import Knee, Limit, saturation_users
 from spoc_tui.core.noisyfront import MAX_RUNS, dominated_by_front, pick_rerun
+from spoc_tui.core.redact import redact_argv, redact_url
 from spoc_tui.core.tunespace import (
     Config,
     Objective,
@@ -68,37 +69,10 @@ from spoc_tui.tune.records import (
 
 logger = logging.getLogger(__name__)
 LOG_TAIL_CHARS = 4000
-_SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
 
 
 class TuneError(InputError):
     """A study that cannot start or go on; the message says what to change."""
-
-
-def redact_url(url: str) -> str:
-    """A storage URL with its password hidden."""
-    return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """A command line with the values of secret flags hidden."""
-    out: list[str] = []
-    hide = False
-    for tok in argv:
-        if hide:
-            out.append("***")
-            hide = False
-            continue
-        name, eq, _ = tok.partition("=")
-        if name in _SECRET_FLAGS:
-            if eq:
-                out.append(f"{name}=***")
-            else:
-                out.append(tok)
-                hide = True
-            continue
-        out.append(tok)
-    return out
 
 
 def open_storage(url: str | None, out_dir: Path) -> tuple[Any, str]:

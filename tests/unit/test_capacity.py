@@ -196,3 +196,22 @@ def test_bad_ramp_file_is_named(tmp_path):
         timeout=60,
     )
     assert r.returncode == 2 and "not a JSON object" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--gpu-memory-gib", "nan"], ["--gpu-memory-gib", "inf"], ["--kv-cache-gib", "nan"], ["--kv-cache-gib", "-inf"]],
+)
+def test_non_finite_numbers_are_refused_in_one_line(args):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "capacity", *args], capture_output=True, text=True)
+    assert r.returncode == 2 and "is not a finite number" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_the_service_refuses_non_finite_memory_too():
+    from spoc_tui.capacity.service import CapacityArgs, check_args
+
+    with pytest.raises(CapacityError, match="--kv-cache-gib must be a positive number"):
+        check_args(CapacityArgs("llama-3.1-8b", kv_cache_gib=float("nan")))

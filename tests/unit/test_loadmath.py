@@ -38,6 +38,8 @@ def test_parse_sla():
         "ttft_p99<=2s,ttft_p99<=3s",
         "error_rate<=150%",
         "ttft_p99<=0ms",
+        ",",  # clauses of nothing: an SLA every step would meet
+        " , ,",
     ],
 )
 def test_bad_sla_names_the_clause(bad):
@@ -49,9 +51,10 @@ def test_parse_users():
     assert parse_users("1,2,4,8") == [1, 2, 4, 8]
     assert parse_users("geom:1:64") == [1, 2, 4, 8, 16, 32, 64]
     assert parse_users("geom:2:20:3") == [2, 6, 18, 20]
-    for bad in ("", "4,2", "0,1", "a", "geom:5:1"):
+    for bad in ("", "4,2", "0,1", "a", "geom:5:1", "100000000000", "1,100001", "geom:1:1000000000:1.0001"):
         with pytest.raises(ValueError):
             parse_users(bad)
+    assert parse_users("100000") == [100_000]
 
 
 def _s(ttft, e2e, out, ok=True, itl=(0.01,), error=None, end=1.0):

@@ -10,11 +10,12 @@ import optuna
 import pytest
 
 from spoc_tui.core.loadmath import parse_sla
+from spoc_tui.core.redact import redact_argv, redact_url
 from spoc_tui.core.tunespace import parse_objectives, parse_space
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.tune import events
 from spoc_tui.tune.evaluate import FastSimEvaluator, RampSettings
-from spoc_tui.tune.study import TuneConfig, TuneError, TuneSession, open_storage, redact_argv, redact_url
+from spoc_tui.tune.study import TuneConfig, TuneError, TuneSession, open_storage
 
 SPACE = """
 [fixed]
@@ -189,12 +190,24 @@ def test_journal_storage_and_storage_errors(tmp_path):
     assert (tmp_path / "study.journal").stat().st_size > 0
     with pytest.raises(TuneError, match="expected sqlite"):
         open_storage("redis://x", tmp_path)
-    with pytest.raises(TuneError, match=r"postgresql://u:\*\*\*@.*(driver|cannot open)"):
+    with pytest.raises(TuneError, match=r"postgresql://\*\*\*@.*(driver|cannot open)"):
         open_storage("postgresql://u:hunter2@127.0.0.1:1/db", tmp_path)
 
 
 def test_secrets_are_redacted():
-    assert redact_url("postgresql://me:s3cret@db/x") == "postgresql://me:***@db/x"
+    assert redact_url("postgresql://me:s3cret@db/x") == "postgresql://***@db/x"
+    # the study uses the one redactor: a secret flag it did not list, and a URL's password in any flag
+    argv = ["vllm", "serve", "--secret-key", "S3CR3T", "--download-dir", "http://u:pw@h/x", "--max-num-batched-tokens"]
+    assert redact_argv([*argv, "4096"]) == [
+        "vllm",
+        "serve",
+        "--secret-key",
+        "***",
+        "--download-dir",
+        "http://***@h/x",
+        "--max-num-batched-tokens",
+        "4096",
+    ]
     assert redact_argv(["vllm", "serve", "--api-key", "sk-1", "--hf-token=hf_x", "--port", "1"]) == [
         "vllm",
         "serve",
@@ -242,3 +255,15 @@ def test_early_stop_is_not_asked_during_the_calibration(tmp_path):
     from spoc_tui.core.loadmath import summarize_step
 
     assert s._dominated(summarize_step(1, 2, [], 10.0, LIMITS)) is None  # was an IndexError
+
+
+def test_no_secret_of_the_launch_command_reaches_any_file_of_the_study(tmp_path):
+    template = "vllm serve m --port {port} {flags} --secret-key S3CR3T --download-dir http://u:pw@h/x".split()
+    s, _ = make(tmp_path, trials=3, rerun_share=0, template=template)
+    s.run()
+    doc = json.loads((tmp_path / "pareto.json").read_text())
+    assert "--secret-key '***'" in doc["pareto"][0]["command"] or "--secret-key ***" in doc["pareto"][0]["command"]
+    for f in tmp_path.rglob("*"):
+        if f.is_file():
+            blob = f.read_bytes()
+            assert b"S3CR3T" not in blob and b"u:pw@" not in blob, f

@@ -26,6 +26,7 @@ from spoc_tui.capacity.service import (
     render,
     users_estimate,
 )
+from spoc_tui.core import fmt
 from spoc_tui.core.capacity import CapacityError, CapacityPlan
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.fleetplan import PlanError, plan_from_ramp, plan_text
@@ -145,7 +146,7 @@ class CapacityScreen(Screen[None]):
             pass
         if tp:
             self.query_one("#tp", Input).value = str(tp)
-        self.server_label = ", ".join(model_names)
+        self.server_label = fmt.names(model_names)
         self.server_models = model_names
         self.recompute()
 

@@ -280,7 +280,7 @@ class MonitorScreen(Screen[None]):
         parts: list[str] = []
         seen: set[tuple[str, ...]] = set()
         for server in tick.servers:
-            key = (", ".join(server.model_names), server.engine_version)
+            key = (fmt.names(server.model_names) if server.model_names else "", server.engine_version)
             if key in seen:
                 continue
             seen.add(key)

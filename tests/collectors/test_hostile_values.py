@@ -1,0 +1,178 @@
+"""Hostile values from a live /metrics, through the real collectors and the headless monitor:
+NaN and ±Inf read as n/a (never "inf" on screen or in a verdict), 10,000 model names bounded,
+and a server that restarts or flaps is seen again within two polls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from spoc_tui.collectors.poller import VllmPoller
+from spoc_tui.config import Settings
+from spoc_tui.core import fmt
+from spoc_tui.core.jsonsafe import json_safe
+from spoc_tui.procs.ports import free_ports
+from spoc_tui.tui.app import MonitorSources, SpocApp
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+VLLM = (FIX / "vllm" / "vllm_0.32_cpu_full_load.txt").read_text()
+
+
+def poisoned(text: str) -> str:
+    """The capture with the gauges and counters a verdict reads turned NaN / ±Inf."""
+    subs = {
+        'vllm:num_requests_running{engine="0",model_name="tiny"} 16.0': "+Inf",
+        'vllm:num_requests_waiting{engine="0",model_name="tiny"} 0.0': "NaN",
+        'vllm:num_preemptions_total{engine="0",model_name="tiny"} 0.0': "+Inf",
+        'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.003907203907203893': "-Inf",
+    }
+    for line, value in subs.items():
+        assert line in text
+        text = text.replace(line, line.rsplit(" ", 1)[0] + " " + value)
+    return text
+
+
+def many_models(text: str, n: int) -> str:
+    """The capture's gauges repeated for ``n`` model names (one of them 5,000 characters long)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("vllm:num_requests_running{")]
+    extra = []
+    for i in range(n):
+        name = "lora-" + ("x" * 5000 if i == 0 else f"{i:05d}")
+        extra += [ln.replace('model_name="tiny"', f'model_name="{name}"') for ln in lines]
+    return text + "\n".join(extra) + "\n"
+
+
+class Source:
+    def __init__(self, body: str) -> None:
+        self.body = body
+
+    def app(self) -> web.Application:
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(text=self.body, content_type="text/plain")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        return app
+
+
+async def test_nan_and_inf_read_as_na_in_the_view_and_on_the_monitor():
+    src = Source(poisoned(VLLM))
+    server = TestServer(src.app(), host="127.0.0.1")
+    await server.start_server()
+    url = f"http://127.0.0.1:{server.port}"
+    try:
+        poller = VllmPoller([url], 60)
+        for _ in range(2):
+            tick = await poller.poll()
+            await asyncio.sleep(0.3)
+        await poller.aclose()
+        v = tick.servers[0].total
+        assert (v.running, v.waiting, v.kv_cache_usage, v.preemptions_rate) == (None, None, None, None)
+        json.dumps(json_safe(v.as_dict()), allow_nan=False)
+
+        app = SpocApp(
+            Settings(vllm_urls=[url], nvml=False, interval=0.2, window=60),
+            MonitorSources(vllm=VllmPoller([url], 60), gpu_note="no GPU"),
+        )
+        async with app.run_test(size=(160, 48)) as pilot:
+            for _ in range(60):
+                await pilot.pause(0.1)
+                if app.monitor._vllm is not None and app.monitor.servers.row_count:
+                    break
+            await pilot.pause(0.5)
+            text = re.sub(r"<[^>]+>", " ", app.export_screenshot()).replace("&#160;", " ")
+        assert app.monitor.servers.row_count
+        assert not re.search(r"(?i)(?<![a-z])-?(inf|nan)(?![a-z])", text), "a non-finite value reached the screen"
+    finally:
+        await server.close()
+
+
+async def test_ten_thousand_model_names_are_bounded_in_inspect_and_on_screen(tmp_path):
+    import subprocess
+    import sys
+
+    body = many_models(VLLM, 10_000)
+    src = Source(body)
+    server = TestServer(src.app(), host="127.0.0.1")
+    await server.start_server()
+    url = f"http://127.0.0.1:{server.port}"
+    try:
+        r = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "spoc_tui.cli", "inspect", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr
+        assert "and 9,998 more" in r.stdout and max(map(len, r.stdout.splitlines())) < 400
+        app = SpocApp(
+            Settings(vllm_urls=[url], nvml=False, interval=0.5, window=60),
+            MonitorSources(vllm=VllmPoller([url], 60), gpu_note="no GPU"),
+        )
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.1)
+                if app.monitor._vllm is not None and app.monitor.servers.row_count:
+                    break
+            await pilot.pause(0.5)
+            text = re.sub(r"<[^>]+>", " ", app.export_screenshot()).replace("&#160;", " ")
+        assert "and 9,998 more" in text and "x" * 60 not in text
+    finally:
+        await server.close()
+
+
+def test_names_are_bounded():
+    assert fmt.names(()) == "n/a"
+    assert fmt.names(("a", "b")) == "a, b"
+    assert fmt.names(tuple(f"m{i}" for i in range(10_000))) == "m0, m1, m2 and 9,997 more"
+    assert fmt.names(("y" * 100,), width=10) == "y" * 9 + "…"
+
+
+async def test_a_restarted_or_flapping_server_is_seen_within_two_polls():
+    (port,) = free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    src = Source(VLLM)
+    poller = VllmPoller([url], 60)
+
+    async def up() -> web.AppRunner:
+        runner = web.AppRunner(src.app())
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
+        return runner
+
+    try:
+        for _cycle in range(3):  # up, down for ten polls, up again: each return seen within two polls
+            runner = await up()
+            for _ in range(2):
+                await poller.poll()
+                if url not in poller.backoff.down():
+                    break
+                await asyncio.sleep(0.1)
+            assert url not in poller.backoff.down(), "back up, still read down after two polls"
+            await runner.cleanup()
+            for _ in range(10):
+                await poller.poll()
+                await asyncio.sleep(0.1)
+            assert url in poller.backoff.down()
+    finally:
+        await poller.aclose()
+
+
+@pytest.mark.parametrize("cost", [5.0])
+def test_an_expensive_failure_still_backs_off(cost):
+    from spoc_tui.collectors.poller import _Backoff
+
+    now = [100.0]
+    b = _Backoff(["u"], lambda: now[0])
+    b.failed("u", "timed out", cost)
+    b.failed("u", "timed out", cost)
+    assert b.due() == [] and b.status()[0].retry_in == 2.0
+    b.failed("u", "refused", 0.001)
+    assert b.due() == ["u"]
