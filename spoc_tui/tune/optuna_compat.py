@@ -85,3 +85,34 @@ def nsga2_children(
         crossover=crossover, crossover_prob=crossover_prob, swapping_prob=swapping_prob, rng=rng
     )
     return strategy
+
+
+def ask_preferring(study: Any, prefer: Callable[[Any], bool]) -> Any:
+    """``study.ask()``, except that a queued (WAITING) trial for which ``prefer(frozen_trial)``
+    holds is taken before the ones queued earlier: a configuration an interruption cut short runs
+    first when the study goes on, not after the whole first generation queued before it.
+
+    Optuna's queue is first in, first out (``Study._pop_waiting_trial_id``); taking a chosen trial
+    does what it does for the first one: set it RUNNING in the storage (which refuses if another
+    worker took it meanwhile) and wrap it as a ``Trial``."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if not prefer(t):
+            continue
+        try:
+            if not study._storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                continue
+        except UpdateFinishedTrialError:
+            continue
+        study._thread_local.cached_all_trials = None
+        return optuna.Trial(study, t._trial_id)
+    return study.ask()
+
+
+def add_frozen(study: Any, frozen: Any) -> int:
+    """Store a finished trial and return its number (``Study.add_trial`` returns nothing, and the
+    last trial's number may be another worker's by the time it is read)."""
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=frozen)
+    return int(study._storage.get_trial_number_from_id(trial_id))

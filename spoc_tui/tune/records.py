@@ -47,6 +47,8 @@ class StudyAttr(StrEnum):
     """The reference load the calibration set (--users auto)."""
     KV_SEED = "kv_seed"
     """The KV-capacity-derived configuration was queued."""
+    MAX_MODEL_LEN = "max_model_len"
+    """The max-model-len the study's servers reported (its conditions apply on --resume too)."""
 
 
 @dataclass

@@ -55,6 +55,7 @@ from spoc_tui.tune.events import (
     TrialStarted,
     TuneEvent,
 )
+from spoc_tui.tune.optuna_compat import add_frozen, ask_preferring
 from spoc_tui.tune.records import (
     RAN,
     Front,
@@ -68,6 +69,8 @@ from spoc_tui.tune.records import (
 )
 
 logger = logging.getLogger(__name__)
+REQUEUED = "re-run of interrupted trial"
+"""How a configuration an interruption cut short is queued again (it runs first on --resume)."""
 LOG_TAIL_CHARS = 4000
 
 
@@ -411,6 +414,9 @@ class TuneSession:
         stored_ref = study.user_attrs.get(StudyAttr.REFERENCE_USERS)
         if stored_ref and not cfg.ref_users:
             self._use_reference(int(stored_ref))
+        stored_mml = study.user_attrs.get(StudyAttr.MAX_MODEL_LEN)
+        if isinstance(stored_mml, int) and stored_mml > 0 and "max-model-len" not in cfg.space.names:
+            self._learn_max_model_len(stored_mml, "the study's servers reported")
         self._recover_interrupted()
         self.records = [
             r for r in (TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)) if r is not None
@@ -434,9 +440,7 @@ class TuneSession:
                 self.study.tell(t.number, state=TrialState.FAIL)
             except (ValueError, RuntimeError):
                 continue
-            self.study.enqueue_trial(
-                dict(t.params), user_attrs={TrialAttr.SEEDED: f"re-run of interrupted trial {t.number}"}
-            )
+            self.study.enqueue_trial(dict(t.params), user_attrs={TrialAttr.SEEDED: f"{REQUEUED} {t.number}"})
             self.emit(Note(f"trial {t.number} was interrupted by a crash; it will run again"))
 
     def counted(self) -> int:
@@ -560,7 +564,9 @@ class TuneSession:
                         status = "interrupted"
                         break
                     continue
-                trial = self.study.ask()
+                trial = ask_preferring(
+                    self.study, lambda t: str(t.user_attrs.get(TrialAttr.SEEDED, "")).startswith(REQUEUED)
+                )
                 # A queued trial (--try, defaults, the spread first generation, the KV-derived seed)
                 # takes its values without asking the sampler, so NSGA-II would never file it under a
                 # generation: it would run a whole random generation of its own first and never use
@@ -635,13 +641,10 @@ class TuneSession:
         if outcome.status == "ok" and self._calibrating():
             self._calibrate(outcome)
         if outcome.status == "ok":
-            if outcome.max_model_len and "max-model-len" not in cfg.space.names:
-                for c in cfg.space.learn("max-model-len", outcome.max_model_len):
-                    self.emit(
-                        Note(
-                            f'the server reports max-model-len {outcome.max_model_len}: the condition "{c}" now applies'
-                        )
-                    )
+            if outcome.max_model_len and not {"max-model-len"} & {*cfg.space.names, *cfg.space.known}:
+                self._learn_max_model_len(outcome.max_model_len, "the server reports")
+                # kept in the study: a resumed study skips what this one would have skipped
+                self.study.set_user_attr(StudyAttr.MAX_MODEL_LEN, outcome.max_model_len)
             values = self._values(outcome)
             if values is None:
                 return self._finish(trial, config, flags, outcome, TrialState.FAIL)
@@ -649,6 +652,10 @@ class TuneSession:
             self._maybe_kv_seed(outcome)
             return rec
         return self._finish(trial, config, flags, outcome, TrialState.FAIL)
+
+    def _learn_max_model_len(self, value: int, source: str) -> None:
+        for c in self.cfg.space.learn("max-model-len", value):
+            self.emit(Note(f'{source} max-model-len {value}: the condition "{c}" now applies'))
 
     def _record(
         self,
@@ -733,7 +740,7 @@ class TuneSession:
                 trial.set_user_attr(k, v)
         if o.status == "interrupted":  # not the configuration's fault: queued to run again when the study goes on
             self.study.enqueue_trial(
-                cfg.space.encode(config), user_attrs={TrialAttr.SEEDED: f"re-run of interrupted trial {trial.number}"}
+                cfg.space.encode(config), user_attrs={TrialAttr.SEEDED: f"{REQUEUED} {trial.number}"}
             )
         if values is not None:
             for name, c in rec.constraints.items():
@@ -781,8 +788,7 @@ class TuneSession:
             distributions=self._distributions(of.number),
             user_attrs=attrs,
         )
-        trial_id = self.study._storage.create_new_trial(self.study._study_id, template_trial=frozen)
-        rec.number = self.study._storage.get_trial_number_from_id(trial_id)
+        rec.number = add_frozen(self.study, frozen)
         return self._recorded(rec)
 
     def _distributions(self, number: int) -> dict[str, Any]:

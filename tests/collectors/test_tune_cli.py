@@ -164,8 +164,8 @@ def test_ctrl_c_stops_the_server_and_resume_finishes(files):
     assert r.returncode == 0, r.stderr
     recs = [json.loads(x) for x in (files / "out" / "trials.jsonl").read_text().splitlines()]
     assert recs[0]["status"] == "interrupted" and len(recs) == 5
-    # the interrupted configuration was queued again (after the first generation queued before it)
-    assert recs[0]["config"] in [x["config"] for x in recs[1:] if x["status"] == "ok"]
+    # the interrupted configuration was queued again, and ran first when the study went on
+    assert recs[1]["config"] == recs[0]["config"] and recs[1]["status"] == "ok"
 
 
 def test_killed_study_leaves_no_server_and_resume_stops_a_leftover(files):

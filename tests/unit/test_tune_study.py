@@ -11,7 +11,7 @@ import pytest
 
 from spoc_tui.core.loadmath import parse_sla
 from spoc_tui.core.redact import redact_argv, redact_url
-from spoc_tui.core.tunespace import parse_objectives, parse_space
+from spoc_tui.core.tunespace import load_space, parse_objectives, parse_space
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.tune import events
 from spoc_tui.tune.evaluate import FastSimEvaluator, RampSettings
@@ -126,12 +126,32 @@ def test_crashed_trial_runs_again_on_resume(tmp_path):
     import socket
 
     t.set_user_attr("worker", f"{socket.gethostname()}:999999999")
+    waiting = [x.number for x in st.get_trials(states=(optuna.trial.TrialState.WAITING,))]
     resumed, evs = make(tmp_path, trials=3, resume=True)
     resumed.open()
     assert any(isinstance(e, events.Note) and "interrupted by a crash" in e.message for e in evs)
     assert st.trials[t.number].state == optuna.trial.TrialState.FAIL
     resumed.run()
     assert resumed.counted() == 3
+    # the configuration the crash cut short ran first, before the first generation queued before it
+    again = [x for x in st.get_trials() if str(x.user_attrs.get("seeded", "")).startswith("re-run of interrupted")]
+    assert again and again[0].user_attrs.get("status") in ("ok", "infeasible"), again
+    assert waiting and all(st.trials[n].state == optuna.trial.TrialState.WAITING for n in waiting)
+
+
+def test_a_resumed_study_remembers_the_max_model_len_its_servers_reported(tmp_path):
+    sp = load_space(None)  # the built-in space: its max-model-len condition waits for a server
+    assert sp.pending
+    ramp = RampSettings(load_profile("coding"), [24], LIMITS, step_s=30, warmup_s=8, seed=0)
+    objectives = parse_objectives("max:out_tok_s,min:itl_p99")
+    cfg = TuneConfig(sp, objectives, LIMITS, 1, tmp_path, population=4, seed=3, rerun_share=0)
+    TuneSession(cfg, FastSimEvaluator(ramp, fixed=sp.fixed), lambda e: None).run()
+    sp2 = load_space(None)
+    seen: list[events.TuneEvent] = []
+    cfg2 = TuneConfig(sp2, objectives, LIMITS, 2, tmp_path, population=4, seed=3, rerun_share=0, resume=True)
+    TuneSession(cfg2, FastSimEvaluator(ramp, fixed=sp2.fixed), seen.append).open()
+    assert not sp2.pending and "max-model-len" in sp2.known
+    assert any(isinstance(e, events.Note) and "the study's servers reported max-model-len" in e.message for e in seen)
 
 
 def test_exhausted_space_stops(tmp_path):
