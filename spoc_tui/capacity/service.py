@@ -11,8 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, SourceError, fetch
 from spoc_tui.core import fmt
 from spoc_tui.core.capacity import CapacityError, CapacityPlan, dtype_bytes, plan
@@ -192,7 +191,7 @@ def server_cache_config(url: str) -> dict[str, str]:
     """
 
     async def go() -> dict[str, str]:
-        async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as c:
+        async with new_client(DEFAULT_TIMEOUT) as c:
             r = await fetch(c, url)
         return cache_config(r.exposition)
 

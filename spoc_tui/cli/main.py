@@ -25,6 +25,7 @@ import click
 from spoc_tui import __version__
 from spoc_tui.capacity.service import CapacityArgs
 from spoc_tui.cli.types import FINITE
+from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
 from spoc_tui.core.loadmath import (
@@ -66,6 +67,8 @@ def api_key_file_option(f: F) -> F:
             kw["api_key"] = read_key_file(api_key_file, f"--api-key-file {api_key_file}")
             if not kw["api_key"]:
                 _fail(f"--api-key-file {api_key_file}: the file is empty")
+        urls = [kw.get("url") or "", *(kw.get("sources") or ()), *(kw.get("dcgm") or ())]
+        check_credentials([u for u in urls if u], kw.get("api_key"))
         return f(*args, **kw)
 
     opt = click.option(
@@ -75,6 +78,34 @@ def api_key_file_option(f: F) -> F:
         help="Read the bearer token from this file (a key on the command line shows in ps).",
     )
     return cast(F, opt(wrapper))
+
+
+def tls_options(f: F) -> F:
+    """``--ca-bundle`` and ``--insecure``: the one TLS rule of every client (collectors.http)."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, ca_bundle: str | None = None, insecure: bool = False, **kw: Any) -> Any:
+        configure_tls(ca_bundle, insecure)
+        if insecure:
+            click.echo("spoc: warning: --insecure: TLS certificates are not checked", err=True)
+        return f(*args, **kw)
+
+    f2 = click.option(
+        "--insecure",
+        is_flag=True,
+        envvar=INSECURE_ENV,
+        show_envvar=True,
+        help="Do not check TLS certificates (a self-signed bring-up host).",
+    )(wrapper)
+    f3 = click.option(
+        "--ca-bundle",
+        type=click.Path(dir_okay=False),
+        envvar=CA_ENV,
+        show_envvar=True,
+        default=None,
+        help="Check TLS certificates against this CA file (PEM) [default: the system's store, or SSL_CERT_FILE].",
+    )(f2)
+    return cast(F, f3)
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
@@ -109,6 +140,7 @@ def cli(ctx: click.Context) -> None:
     help="Bearer token for the servers (never printed).",
 )
 @api_key_file_option
+@tls_options
 def inspect(sources: tuple[str, ...], interval: float | None, as_json: bool, api_key: str | None) -> None:
     """Read vLLM and dcgm-exporter SOURCES (URLs or saved /metrics files) once and report.
 
@@ -382,6 +414,7 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     default=None,
     help="TOML config file [default: <platform config dir>/config.toml].",
 )
+@tls_options
 @click.pass_context
 def monitor(
     ctx: click.Context, /, config_file: str | None, api_key_file: str | None, record: str | None, **flags: Any
@@ -413,6 +446,7 @@ def resolve_settings(
         values["api_key"] = read_key_file(api_key_file, f"--api-key-file {api_key_file}")
     settings = Settings(**values)  # type: ignore[arg-type]  # load_file checked each value's type against its field
     settings.validate()
+    check_credentials([*settings.vllm_urls, *settings.dcgm_urls], settings.api_key)
     return settings
 
 
@@ -497,6 +531,7 @@ def resolve_settings(
     "--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token (never written to results)."
 )
 @api_key_file_option
+@tls_options
 def ramp(
     url: str,
     model: str | None,
@@ -722,6 +757,7 @@ def ramp(
     help="Bearer token for the server (never written to results).",
 )
 @api_key_file_option
+@tls_options
 def tune(**kw: Any) -> None:
     """Search server flags with NSGA-II: each trial starts the server, runs a ramp, scores it.
 

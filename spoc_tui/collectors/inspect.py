@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, read_source
 from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
 from spoc_tui.core.redact import redact_url
@@ -40,7 +41,7 @@ async def inspect_sources(
     sources: list[str], interval: float | None = None, api_key: str | None = None
 ) -> InspectResult:
     res = InspectResult()
-    async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT) as client:
+    async with new_client(DEFAULT_TIMEOUT) as client:
         first = await _read_all(client, sources, api_key)
         second: list[Reading | SourceError] | None = None
         if interval:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, fetch
 from spoc_tui.core.errors import first_line
 from spoc_tui.core.gpu import GpuSample, ThrottleWindow, dcgm_gpus
@@ -125,7 +126,7 @@ class _Poller:
         the status changes of the failed ones. A read still going on keeps going; it is
         collected by a later call, so a slow source never holds the others back."""
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+            self._client = new_client(DEFAULT_TIMEOUT)
         client = self._client
 
         async def one(url: str) -> Reading | SourceError:

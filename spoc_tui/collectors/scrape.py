@@ -9,6 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from spoc_tui.collectors.http import MAX_REDIRECTS, RedirectRefused, new_client, next_hop, request
 from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.files import FileReadError, read_text_bounded
 from spoc_tui.core.gpu import is_dcgm
@@ -129,6 +130,8 @@ async def fetch(
         raise SourceError(f"{url}: timed out") from None
     except httpx.ConnectError as e:
         raise SourceError(f"{url}: cannot connect ({_short(e)})") from None
+    except RedirectRefused as e:
+        raise SourceError(f"{url}: {e}") from None
     except httpx.HTTPError as e:
         raise SourceError(f"{url}: {type(e).__name__} ({_short(e)})") from None
     if status != 200:
@@ -143,20 +146,26 @@ async def fetch(
 async def _download(
     client: httpx.AsyncClient, target: str, api_key: str | None, url: str
 ) -> tuple[int, bytes, str | None]:
-    async with client.stream("GET", target, headers=auth_headers(api_key), follow_redirects=True) as resp:
-        if resp.status_code != 200:
-            return resp.status_code, b"", None
-        declared = resp.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > MAX_BODY:
-            raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in resp.aiter_bytes():
-            size += len(chunk)
-            if size > MAX_BODY:
+    for _ in range(MAX_REDIRECTS + 1):
+        async with client.stream("GET", target, headers=auth_headers(api_key), follow_redirects=False) as resp:
+            hop = next_hop(target, resp)  # same-origin redirects only (collectors.http)
+            if hop is not None:
+                target = hop
+                continue
+            if resp.status_code != 200:
+                return resp.status_code, b"", None
+            declared = resp.headers.get("content-length")
+            if declared and declared.isdigit() and int(declared) > MAX_BODY:
                 raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB")
-            chunks.append(chunk)
-        return resp.status_code, b"".join(chunks), resp.headers.get("content-type")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB")
+                chunks.append(chunk)
+            return resp.status_code, b"".join(chunks), resp.headers.get("content-type")
+    raise RedirectRefused(f"more than {MAX_REDIRECTS} redirects")
 
 
 def _decode_and_parse(body: bytes, content_type: str | None) -> Exposition:
@@ -187,8 +196,10 @@ async def served_models(url: str, api_key: str | None = None, timeout_s: float =
     root = base_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(timeout=timeout_s) as c:
-            r = await c.get(root + "/v1/models", headers=headers)
+        async with new_client(timeout_s) as c:
+            r = await request(c, "GET", root + "/v1/models", headers=headers)
+    except RedirectRefused as e:
+        raise SourceError(f"{redact_url(root)}/v1/models: {e}") from None
     except httpx.HTTPError as e:
         raise SourceError(f"{redact_url(root)}/v1/models: {type(e).__name__}") from None
     if r.status_code != 200:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import httpx
 
+from spoc_tui.collectors.http import RedirectRefused, new_client, request, tls_env
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
@@ -177,9 +178,11 @@ async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[s
     """
     root = base_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0)) as c:
+    async with new_client(httpx.Timeout(30.0, connect=5.0)) as c:
         try:
-            r = await c.get(root + "/v1/models", headers=headers)
+            r = await request(c, "GET", root + "/v1/models", headers=headers)
+        except RedirectRefused as e:
+            raise RampError(f"{redact_url(root)}/v1/models: {e}") from None
         except httpx.HTTPError as e:
             raise RampError(
                 f"{root}: cannot reach the server ({type(e).__name__}: {first_line(e, 100) if str(e) else 'no answer'})"
@@ -205,7 +208,7 @@ async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[s
             )
         body = {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
         try:
-            r = await c.post(root + "/v1/chat/completions", json=body, headers=headers)
+            r = await request(c, "POST", root + "/v1/chat/completions", json=body, headers=headers)
         except httpx.HTTPError as e:
             raise RampError(f"{root}: probe request failed ({type(e).__name__})") from None
         if r.status_code != 200:
@@ -335,6 +338,7 @@ class RunnerProcess:
     async def start(self) -> None:
         (self.log_dir / "profile.json").write_text(json.dumps(self.cfg.profile.as_dict()))
         env = dict(os.environ)
+        env.update(tls_env())
         env["SPOC_RUNNER_URL"] = base_url(self.cfg.url)
         if self.cfg.api_key:
             env["SPOC_API_KEY"] = self.cfg.api_key  # passed by environment, never on a command line

@@ -34,6 +34,7 @@ monkey.patch_all()
 
 import gevent
 import gevent.event
+import gevent.ssl
 from gevent.fileobject import FileObjectPosix
 from locust import constant, task
 from locust.contrib.fasthttp import FastHttpUser
@@ -41,6 +42,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner
 from urllib3 import PoolManager
 
+from spoc_tui.collectors.http import tls
 from spoc_tui.core.loadmath import RequestSample
 from spoc_tui.load import wire
 from spoc_tui.load.profiles import ConversationPlan, Profile, TextMaker, plan_conversation
@@ -306,12 +308,21 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
     return "".join(parts) if ok else None
 
 
+def _private_ca_context() -> Any:
+    """An SSL context that trusts the CA bundle the parent was given (--ca-bundle)."""
+    return gevent.ssl.create_default_context(cafile=tls().ca_bundle)
+
+
 class _StreamingUser(FastHttpUser):
     """What both kinds of user share: geventhttpclient's connect and read timeouts."""
 
     abstract = True
     connection_timeout = CONNECT_TIMEOUT_S
     network_timeout = 300.0  # each read; --timeout sets it (_configure)
+    # TLS as every spoc client does it (collectors.http: the parent hands its rule down by
+    # environment); Locust's own default skips verification
+    insecure = tls().insecure
+    ssl_context_factory = staticmethod(_private_ca_context) if tls().ca_bundle else None
 
 
 class ChatUser(_StreamingUser):
@@ -527,7 +538,10 @@ class NoTokenize(Exception):
 def server_counter(url: str, model: str, api_key: str | None) -> Callable[[str], int]:
     """Count tokens with the server's own tokenizer: vLLM's ``POST /tokenize`` (the simulator's
     too), without special tokens, as the chat template's text around a message is not ours."""
-    pool = PoolManager(maxsize=1)
+    rule = tls()
+    pool = PoolManager(
+        maxsize=1, cert_reqs="CERT_NONE" if rule.insecure else "CERT_REQUIRED", ca_certs=rule.ca_bundle or None
+    )
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
