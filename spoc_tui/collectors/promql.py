@@ -7,6 +7,7 @@ direct scrapes (buckets merged across replicas before the quantile).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -36,9 +37,12 @@ def to_expositions(result: list[dict[str, Any]]) -> dict[str, Exposition]:
             v = float(value[1])
         except (TypeError, ValueError):
             continue
+        inst = metric.get("instance", "?")
+        if not math.isfinite(v):  # "NaN", "+Inf": no data, as the exposition parser has it
+            out.setdefault(inst, Exposition()).nonfinite += 1
+            continue
         if name.startswith("vllm_"):
             name = "vllm:" + name[len("vllm_") :]
-        inst = metric.get("instance", "?")
         labels: Labels = tuple(sorted((k, str(x)) for k, x in metric.items() if k not in _DROP))
         out.setdefault(inst, Exposition()).samples.setdefault(name, {})[labels] = v
     return out

@@ -222,7 +222,9 @@ def test_resume_while_the_study_runs_is_refused_and_disturbs_nothing(files):
         assert marker.exists()
         assert "sk-SECRET" not in marker.read_text() and marker.stat().st_mode & 0o777 == 0o600
         r = subprocess.run(tune_argv(files, "--resume", trials=2), capture_output=True, text=True, timeout=60)
-        assert r.returncode != 0 and "is still running" in r.stderr and "Traceback" not in r.stderr
+        assert r.returncode == 2 and "is still running" in r.stderr and "Traceback" not in r.stderr
+        assert "internal error" not in r.stderr and f"(pid {p.pid})" in r.stderr, r.stderr
+        assert not (files / "out" / "tune-error.log").exists(), "the refused run wrote into the live study's folder"
         _, err = p.communicate(timeout=180)
     finally:
         if p.poll() is None:

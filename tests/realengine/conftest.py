@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -74,7 +75,8 @@ def vllm_server(tmp_path_factory):
     # the profile and roofline tests need them, the others do not notice
     traces = tmp_path_factory.mktemp("traces")
     flags = ["--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(traces)})]
-    server = ServerProcess(vllm_argv(port, *flags, "--enable-mfu-metrics"), port, log, VLLM_ENV)
+    # guarded: a test run that is killed takes its server with it
+    server = ServerProcess(vllm_argv(port, *flags, "--enable-mfu-metrics"), port, log, VLLM_ENV, guard=True)
     server.trace_dir = traces  # type: ignore[attr-defined]
     try:
         took = server.start(timeout=300)
@@ -93,6 +95,12 @@ def sim_server():
     proc = start_sim(["--dcgm-port", str(dport), "--load-users", "4"], port)
     yield f"http://127.0.0.1:{port}", f"127.0.0.1:{dport}"
     proc.stop()
+
+
+def guarded() -> list[str]:
+    """The prefix that runs a program under spoc's guard (it is stopped when this test process
+    dies, however it dies); the guard leads the new process group ``stop_process_group`` stops."""
+    return [sys.executable, "-m", "spoc_tui.procs.guard", str(os.getpid()), "--"]
 
 
 def start_prometheus(targets: dict[str, list[str]]) -> tuple[str, subprocess.Popen[bytes], Path]:
@@ -115,6 +123,7 @@ def start_prometheus(targets: dict[str, list[str]]) -> tuple[str, subprocess.Pop
     )
     proc = subprocess.Popen(
         [
+            *guarded(),
             binary,
             f"--config.file={cfg}",
             f"--storage.tsdb.path={work / 'data'}",
@@ -196,6 +205,7 @@ def postgres_url():
         pytest.fail(f"initdb failed: {r.stderr[-2000:]}")
     proc = subprocess.Popen(
         [
+            *guarded(),
             *as_user,
             postgres,
             "-D",

@@ -184,8 +184,13 @@ def test_prometheus_vector_to_expositions_restores_vllm_names():
             "value": [1, "4"],
         },
         {"metric": {"__name__": "x", "instance": "b:1"}, "value": [1, "nan-ish"]},
+        {"metric": {"__name__": "vllm:num_requests_waiting", "instance": "b:1"}, "value": [1, "NaN"]},
+        {"metric": {"__name__": "vllm:num_preemptions_total", "instance": "b:1"}, "value": [1, "+Inf"]},
     ]
     exps = to_expositions(result)
+    # Prometheus' NaN and ±Inf are no data, as the exposition parser has them (never "inf" on screen)
+    assert not exps["b:1"].has("vllm:num_requests_waiting") and not exps["b:1"].has("vllm:num_preemptions_total")
+    assert exps["b:1"].nonfinite == 2
     assert exps["a:1"].get("vllm:num_requests_running") == {(("engine", "0"), ("model_name", "m")): 3.0}
     assert exps["b:1"].get("vllm:num_requests_running")[(("engine", "0"), ("model_name", "m"))] == 4.0
 
