@@ -81,14 +81,19 @@ def test_config_file_errors(tmp_path):
         (["monitor", "--nvml-trace", "tests/fixtures/h100_nvml_trace.jsonl.gz", "--no-nvml"], "no such file"),
         (["sim", "--port", "99999"], "--port must be between 0 and 65535"),
         (["sim", "--port", "-1"], "--port must be between 0 and 65535"),
-        (["sim", "--speed", "nan"], "--speed must be a positive number"),
+        (["sim", "--speed", "-1"], "--speed must be a positive number"),
+        (["sim", "--speed", "nan"], "'nan' is not a finite number"),  # every float flag: nan/inf refused
+        (
+            ["ramp", "--url", "u", "--sla", "itl_p99<=1s", "--out", "o", "--step-seconds", "inf"],
+            "'inf' is not a finite",
+        ),
         (["demo", "--users", "-5"], "--users must be 0 or more"),
         (
             ["ramp", "--url", "http://127.0.0.1:1", "--sla", "itl_p99<=100", "--out", "o"],
             "has no unit: write 100ms or 100s",
         ),
         (
-            ["ramp", "--url", "http://127.0.0.1:1", "--sla", "itl_p99<=1s", "--out", "o", "--abort-factor", "nan"],
+            ["ramp", "--url", "http://127.0.0.1:1", "--sla", "itl_p99<=1s", "--out", "o", "--abort-factor", "-1"],
             "--abort-factor must be",
         ),
         (
@@ -113,7 +118,7 @@ def test_config_file_errors(tmp_path):
                 "--queue",
                 "1,2",
                 "--service-time",
-                "nan",
+                "-1",
                 "--think-time",
                 "1",
             ],
@@ -129,7 +134,7 @@ def test_config_file_errors(tmp_path):
                 "--out",
                 "o",
                 "--start-timeout",
-                "nan",
+                "-1",
             ],
             "--start-timeout must be",
         ),
