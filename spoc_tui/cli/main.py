@@ -25,7 +25,7 @@ import click
 from spoc_tui import __version__
 from spoc_tui.capacity.service import CapacityArgs
 from spoc_tui.cli.types import FINITE
-from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls
+from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls, tls_env
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
 from spoc_tui.core.loadmath import (
@@ -38,7 +38,7 @@ from spoc_tui.core.loadmath import (
     parse_users,
 )
 from spoc_tui.core.presets import GPUS
-from spoc_tui.core.redact import RedactingFormatter
+from spoc_tui.core.redact import RedactingFormatter, redact_url
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, auto_workers
@@ -777,6 +777,7 @@ def tune(**kw: Any) -> None:
 @click.option("--model", required=True, help="Served model name (as the master has it).")
 @click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="The master's load profile.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed of this worker's users.")
+@tls_options
 def load_worker(master: str, master_port: int, url: str, model: str, profile: str, seed: int) -> None:
     """Join a ramp from another machine as a Locust worker (Locust's master/worker protocol)."""
     prof = load_profile(profile)
@@ -792,7 +793,7 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
         "--master-port",
         str(master_port),
         "--url",
-        url,
+        redact_url(url),  # the real one (it may hold a password) goes by environment, never on a command line
         "--model",
         model,
         "--profile-json",
@@ -800,7 +801,7 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
         "--seed",
         str(seed),
     ]
-    sys.exit(subprocess.call(argv))
+    sys.exit(subprocess.call(argv, env={**os.environ, **tls_env(), "SPOC_RUNNER_URL": url}))
 
 
 @cli.command()

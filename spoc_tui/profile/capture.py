@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import tempfile
 import time
@@ -34,8 +35,22 @@ class ProfileError(SpocError):
     """The server refused or failed to profile (exit code 1)."""
 
 
+def profiler_config(trace_dir: Path | str) -> dict[str, object]:
+    """vLLM's ``--profiler-config`` for a profile spoc reads: the engine's trace only (the API
+    process's trace holds no model work) and no Python stacks (spoc reads kernel names and
+    steps). On the CPU engine that halves the trace and the profiler's overhead, and the server
+    writes it far sooner (a 5 s profile at 16 users of the tiny test model: 46 MB of traces and
+    about 2.5 minutes of writing with vLLM's defaults)."""
+    return {
+        "profiler": "torch",
+        "torch_profiler_dir": str(trace_dir),
+        "torch_profiler_with_stack": False,
+        "ignore_frontend": True,
+    }
+
+
 def profiler_flag(trace_dir: Path | str) -> str:
-    return f'--profiler-config \'{{"profiler": "torch", "torch_profiler_dir": "{trace_dir}"}}\''
+    return f"--profiler-config '{json.dumps(profiler_config(trace_dir))}'"
 
 
 @dataclass

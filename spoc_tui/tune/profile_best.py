@@ -19,7 +19,7 @@ from spoc_tui.core.tunespace import command_line
 from spoc_tui.procs.ports import free_port
 from spoc_tui.procs.server import LaunchError, ServerProcess
 from spoc_tui.profile.analyze import Breakdown, analyse
-from spoc_tui.profile.capture import CaptureConfig, capture
+from spoc_tui.profile.capture import CaptureConfig, capture, profiler_config
 from spoc_tui.profile.report import render_text
 from spoc_tui.profile.trace import read_trace
 from spoc_tui.tune.evaluate import ServerEvaluator
@@ -52,7 +52,7 @@ def profile_best(
     folder = cfg.out_dir / "profile" / f"trial-{rec.number}"
     traces = folder / "traces"
     traces.mkdir(parents=True, exist_ok=True)
-    flags = [*rec.flags, "--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(traces)})]
+    flags = [*rec.flags, "--profiler-config", json.dumps(profiler_config(traces))]
     port = evaluator.port or free_port()
     argv = command_line(evaluator.template, flags, port)
     say(f"--profile-best: trial #{rec.number} again with the profiler on: {' '.join(rec.flags) or '(defaults)'}")

@@ -21,6 +21,7 @@ import pytest
 from spoc_tui.procs.group import stop_process_group
 from spoc_tui.procs.ports import free_ports
 from spoc_tui.procs.server import ServerProcess
+from spoc_tui.profile.capture import profiler_config
 from spoc_tui.sim.process import start_sim
 
 DIR = Path(os.environ.get("SPOC_REALENGINE_DIR", Path.home() / ".cache" / "spoc-tui"))
@@ -74,7 +75,7 @@ def vllm_server(tmp_path_factory):
     # the torch profiler answers /start_profile (idle until asked) and the MFU counters move:
     # the profile and roofline tests need them, the others do not notice
     traces = tmp_path_factory.mktemp("traces")
-    flags = ["--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(traces)})]
+    flags = ["--profiler-config", json.dumps(profiler_config(traces))]
     # guarded: a test run that is killed takes its server with it
     server = ServerProcess(vllm_argv(port, *flags, "--enable-mfu-metrics"), port, log, VLLM_ENV, guard=True)
     server.trace_dir = traces  # type: ignore[attr-defined]
