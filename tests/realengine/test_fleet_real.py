@@ -33,9 +33,7 @@ def _direct(url: str):
 
 def test_two_real_replicas_agree_directly_and_through_prometheus(vllm_server, tmp_path):
     (port,) = free_ports(1)
-    b = ServerProcess(
-        vllm_argv(port, "--max-num-seqs", "4", "--enforce-eager"), port, tmp_path / "b.log", VLLM_ENV, guard=True
-    )
+    b = ServerProcess(vllm_argv(port, "--max-num-seqs", "4"), port, tmp_path / "b.log", VLLM_ENV, guard=True)
     b.start(timeout=300)
     prom_url, proc, work = start_prometheus({"vllm": [f"127.0.0.1:{vllm_server.port}", f"127.0.0.1:{port}"]})
     try:
