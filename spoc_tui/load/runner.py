@@ -472,21 +472,22 @@ def watch_self(sink: Callable[[wire.Health], None]) -> None:
 PARENT_POLL_S = 0.5
 
 
-def watch_parent(parent: int, results: list[str]) -> None:
+class Orphan:
+    """Whose child this process is, and the result files to finalize if that process dies."""
+
+    parent = 0
+    results: list[str] = []
+    ending = False
+
+
+def watch_parent() -> None:
     """Forever: end this process within a second of the process that started it dying, however it
     died (SIGKILL and a dropped SSH session included: the runner runs in a session of its own,
     so no terminal signal reaches it). Before ending, a result file the parent left saying
     ``running`` (ramp.json, a study's pareto.json) is marked ``interrupted``."""
-    Orphan.parent, Orphan.results = parent, results
-    while os.getppid() == parent:
+    while os.getppid() == Orphan.parent:
         gevent.sleep(PARENT_POLL_S)
     orphaned()
-
-
-class Orphan:
-    parent = 0
-    results: list[str] = []
-    ending = False
 
 
 def orphaned() -> None:
@@ -623,7 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     # the URL on the command line is redacted (``ps`` shows it to every user); the real one,
     # which may carry a password, comes by environment, as the API key does
     args.url = os.environ.get("SPOC_RUNNER_URL") or args.url
-    gevent.spawn(watch_parent, args.parent_pid or os.getppid(), list(args.finalize))
+    Orphan.parent, Orphan.results = args.parent_pid or os.getppid(), list(args.finalize)
+    gevent.spawn(watch_parent)
     _configure(args)
     user_class = RateUser if args.open_loop else ChatUser
     env = Environment(user_classes=[user_class], host=args.url, catch_exceptions=True)

@@ -42,3 +42,27 @@ def test_only_a_running_result_is_marked_interrupted(tmp_path):
     assert not mark_interrupted(f, "again")
     f.write_text("{not json")
     assert not mark_interrupted(f, "x") and not mark_interrupted(tmp_path / "none.json", "x")
+
+
+def test_a_full_disk_is_one_error_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import errno
+
+    import pytest
+
+    from spoc_tui.core.loadmath import Knee, RequestSample
+    from spoc_tui.load import ramp
+
+    w = ramp.ResultWriter(tmp_path, {"url": "u"})
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ramp.json, "dump", full)
+    with pytest.raises(ramp.RampError, match=r"cannot write .*ramp.json \(No space left on device\)"):
+        w.write([], Knee(None, None, None), "running")
+    assert not list(tmp_path.glob(".ramp-*")), "a temporary file was left behind"
+    monkeypatch.setattr(w.requests, "write", full)
+    w.sample(RequestSample(start=0.0, step=1, users=1, ok=True))
+    assert "No space left on device" in w.write_error  # the ramp ends after its step, saying why
+    w.close()
+    assert not (tmp_path / "ramp.lock").exists()
