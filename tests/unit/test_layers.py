@@ -7,6 +7,7 @@ Nothing imports a layer above its own; tui never imports cli; there is no import
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,18 @@ def test_below_the_ui_nothing_loads_textual(package):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=PKG.parent)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]", f"{package} loads {r.stdout.strip()}"
+
+
+def test_only_optuna_compat_touches_optunas_private_attributes():
+    """Optuna's private API (``study._storage``, ``._study_id``, ``._thread_local``, private
+    modules) is reached in one module, pinned by test_optuna_compat: an Optuna release that changes
+    it fails there, not half-way through a study."""
+    private = re.compile(r"\.(_storage|_study_id|_thread_local|_trial_id)\b|optuna\.[\w.]*\._\w+")
+    offenders = []
+    for path in PKG.rglob("*.py"):
+        if path.name == "optuna_compat.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if private.search(line) and not line.lstrip().startswith("#"):
+                offenders.append(f"{path.relative_to(PKG.parent)}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
