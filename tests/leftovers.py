@@ -88,3 +88,10 @@ def stop(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a child a test stops with SIGINT, as Ctrl-C in a terminal would: a shell
+    that runs the suite in the background (``make test &``, CI runners) starts it with SIGINT
+    ignored, and a child inherits that, so Python would never raise KeyboardInterrupt in it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -13,7 +13,7 @@ from spoc_tui.procs.lock import FolderLock
 from spoc_tui.procs.ports import free_ports
 from spoc_tui.sim.process import start_sim
 from tests.collectors.test_tune_cli import files, tune_argv  # noqa: F401 (a fixture)
-from tests.leftovers import descendants, describe, wait_gone
+from tests.leftovers import descendants, describe, interruptible, wait_gone
 
 FAST = """
 name = "fast"
@@ -51,7 +51,14 @@ def test_a_signalled_ramp_leaves_nothing_and_a_final_status(sim, tmp_path, sig):
     argv = [sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", sim.replace("http://", "http://ops:pw123@")]
     argv += ["--profile", str(tmp_path / "fast.toml"), "--users", "2,4,8", "--step-seconds", "3"]
     argv += ["--warmup-seconds", "1", "--sla", "ttft_p99<=5s", "--out", str(out)]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=interruptible,
+    )
     deadline = time.time() + 60
     assert p.stdout is not None
     for line in p.stdout:
@@ -81,7 +88,12 @@ def test_a_signalled_ramp_leaves_nothing_and_a_final_status(sim, tmp_path, sig):
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_a_signalled_study_leaves_nothing_and_a_final_status(files, sig):  # noqa: F811
     p = subprocess.Popen(
-        tune_argv(files, trials=3), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        tune_argv(files, trials=3),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=interruptible,
     )
     study = files / "out"
     deadline = time.time() + 120

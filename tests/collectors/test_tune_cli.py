@@ -12,6 +12,7 @@ import pytest
 
 from spoc_tui.procs.ports import free_ports
 from spoc_tui.procs.server import ServerProcess
+from tests.leftovers import interruptible
 
 SIM = f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --gpu a100-40gb --port {{port}} --dcgm-port 0 {{flags}}"
 FAST = """
@@ -149,7 +150,9 @@ def test_tune_three_trials_with_one_that_cannot_start(files):
 
 
 def test_ctrl_c_stops_the_server_and_resume_finishes(files):
-    p = subprocess.Popen(tune_argv(files, trials=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        tune_argv(files, trials=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible
+    )
     deadline = time.time() + 60
     while time.time() < deadline and not list((files / "out" / "trials").glob("*/requests.jsonl")):
         time.sleep(0.2)

@@ -16,11 +16,14 @@ from spoc_tui.procs.ports import free_ports
 from spoc_tui.procs.server import ServerProcess
 from tests.realengine.conftest import VLLM_ENV, start_prometheus, vllm_argv
 
+REQUESTS, TOKENS = 32, 128
+"""Enough for both replicas to be seen busy through Prometheus (scraping every second)."""
+
 
 def _complete(url: str, i: int) -> int:
     r = httpx.post(
         url + "/v1/completions",
-        json={"model": "tiny", "prompt": f"replica test {i} " * 20, "max_tokens": 256, "ignore_eos": True},
+        json={"model": "tiny", "prompt": f"replica test {i} " * 20, "max_tokens": TOKENS, "ignore_eos": True},
         timeout=180,
     )
     r.raise_for_status()
@@ -41,7 +44,7 @@ def test_two_real_replicas_agree_directly_and_through_prometheus(vllm_server, tm
         poller = PromQLPoller(PromQLCollector(prom_url), 86400.0, prom_url)  # no sample a day ago: lifetime
         seen = dict.fromkeys(urls, 0.0)
         with ThreadPoolExecutor(8) as pool:
-            futures = [pool.submit(_complete, list(urls.values())[i % 2], i) for i in range(64)]
+            futures = [pool.submit(_complete, list(urls.values())[i % 2], i) for i in range(REQUESTS)]
             while not all(f.done() for f in futures):
                 tick, _ = poller.poll()
                 if tick is not None:
@@ -50,7 +53,7 @@ def test_two_real_replicas_agree_directly_and_through_prometheus(vllm_server, tm
                             seen[v.source] = max(seen[v.source], v.total.running or 0)
                 time.sleep(0.5)
             out = sum(f.result() for f in futures)
-        assert out == 64 * 256
+        assert out == REQUESTS * TOKENS
         assert all(r > 0 for r in seen.values()), f"Prometheus never saw both replicas busy: {seen}"
         time.sleep(3.0)  # two scrapes after the last request
         tick, _ = poller.poll()
