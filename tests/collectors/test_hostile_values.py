@@ -48,6 +48,23 @@ def many_models(text: str, n: int) -> str:
     return text + "\n".join(extra) + "\n"
 
 
+async def monitor_text(url: str, size: tuple[int, int], interval: float) -> str:
+    """The headless monitor watching ``url`` through the real poller: its screen as text, once a
+    server row is drawn."""
+    app = SpocApp(
+        Settings(vllm_urls=[url], nvml=False, interval=interval, window=60),
+        MonitorSources(vllm=VllmPoller([url], 60), gpu_note="no GPU"),
+    )
+    async with app.run_test(size=size) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.1)
+            if app.monitor._vllm is not None and app.monitor.servers.row_count:
+                break
+        await pilot.pause(0.5)
+        assert app.monitor.servers.row_count, "no server row drawn"
+        return re.sub(r"<[^>]+>", " ", app.export_screenshot()).replace("&#160;", " ")
+
+
 class Source:
     def __init__(self, body: str) -> None:
         self.body = body
@@ -76,18 +93,7 @@ async def test_nan_and_inf_read_as_na_in_the_view_and_on_the_monitor():
         assert (v.running, v.waiting, v.kv_cache_usage, v.preemptions_rate) == (None, None, None, None)
         json.dumps(json_safe(v.as_dict()), allow_nan=False)
 
-        app = SpocApp(
-            Settings(vllm_urls=[url], nvml=False, interval=0.2, window=60),
-            MonitorSources(vllm=VllmPoller([url], 60), gpu_note="no GPU"),
-        )
-        async with app.run_test(size=(160, 48)) as pilot:
-            for _ in range(60):
-                await pilot.pause(0.1)
-                if app.monitor._vllm is not None and app.monitor.servers.row_count:
-                    break
-            await pilot.pause(0.5)
-            text = re.sub(r"<[^>]+>", " ", app.export_screenshot()).replace("&#160;", " ")
-        assert app.monitor.servers.row_count
+        text = await monitor_text(url, (160, 48), 0.2)
         assert not re.search(r"(?i)(?<![a-z])-?(inf|nan)(?![a-z])", text), "a non-finite value reached the screen"
     finally:
         await server.close()
@@ -112,17 +118,7 @@ async def test_ten_thousand_model_names_are_bounded_in_inspect_and_on_screen(tmp
         )
         assert r.returncode == 0, r.stderr
         assert "and 9,998 more" in r.stdout and max(map(len, r.stdout.splitlines())) < 400
-        app = SpocApp(
-            Settings(vllm_urls=[url], nvml=False, interval=0.5, window=60),
-            MonitorSources(vllm=VllmPoller([url], 60), gpu_note="no GPU"),
-        )
-        async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(100):
-                await pilot.pause(0.1)
-                if app.monitor._vllm is not None and app.monitor.servers.row_count:
-                    break
-            await pilot.pause(0.5)
-            text = re.sub(r"<[^>]+>", " ", app.export_screenshot()).replace("&#160;", " ")
+        text = await monitor_text(url, (120, 40), 0.5)
         assert "and 9,998 more" in text and "x" * 60 not in text
     finally:
         await server.close()

@@ -12,17 +12,9 @@ import pytest
 from spoc_tui.procs.lock import FolderLock
 from spoc_tui.procs.ports import free_ports
 from spoc_tui.sim.process import start_sim
-from tests.collectors.test_tune_cli import files, tune_argv  # noqa: F401 (a fixture)
+from tests.collectors.test_tune_cli import FAST, files, tune_argv  # noqa: F401 (a fixture)
 from tests.leftovers import descendants, describe, interruptible, wait_gone
 
-FAST = """
-name = "fast"
-system_tokens = 200
-turns = 3
-user_tokens = {dist = "uniform", min = 50, max = 300}
-output_tokens = {dist = "uniform", min = 20, max = 80}
-think_s = {dist = "uniform", min = 0.1, max = 0.4}
-"""
 SIGNALS = [signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGKILL]
 
 
