@@ -114,14 +114,17 @@ def next_hop(url: str, resp: httpx.Response) -> str | None:
     return target
 
 
-async def request(client: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
-    """``client.request`` following same-origin redirects only (see the module's rule).
+async def request(
+    client: httpx.AsyncClient, method: str, url: str, *, stream: bool = False, **kw: Any
+) -> httpx.Response:
+    """``client.request`` following same-origin redirects only (see the module's rule). With
+    ``stream`` the body is not read: the caller reads it and closes the response.
 
     Raises:
         RedirectRefused, httpx.HTTPError.
     """
     for _ in range(MAX_REDIRECTS + 1):
-        resp = await client.request(method, url, **kw)
+        resp = await client.send(client.build_request(method, url, **kw), stream=stream)
         target = next_hop(url, resp)
         if target is None:
             return resp

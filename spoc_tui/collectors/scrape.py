@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from spoc_tui.collectors.http import MAX_REDIRECTS, RedirectRefused, new_client, next_hop, request
+from spoc_tui.collectors.http import RedirectRefused, new_client, request
 from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.files import FileReadError, read_text_bounded
 from spoc_tui.core.gpu import is_dcgm
@@ -146,26 +146,23 @@ async def fetch(
 async def _download(
     client: httpx.AsyncClient, target: str, api_key: str | None, url: str
 ) -> tuple[int, bytes, str | None]:
-    for _ in range(MAX_REDIRECTS + 1):
-        async with client.stream("GET", target, headers=auth_headers(api_key), follow_redirects=False) as resp:
-            hop = next_hop(target, resp)  # same-origin redirects only (collectors.http)
-            if hop is not None:
-                target = hop
-                continue
-            if resp.status_code != 200:
-                return resp.status_code, b"", None
-            declared = resp.headers.get("content-length")
-            if declared and declared.isdigit() and int(declared) > MAX_BODY:
+    resp = await request(client, "GET", target, headers=auth_headers(api_key), stream=True)
+    try:
+        if resp.status_code != 200:
+            return resp.status_code, b"", None
+        declared = resp.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > MAX_BODY:
+            raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY:
                 raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in resp.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_BODY:
-                    raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB")
-                chunks.append(chunk)
-            return resp.status_code, b"".join(chunks), resp.headers.get("content-type")
-    raise RedirectRefused(f"more than {MAX_REDIRECTS} redirects")
+            chunks.append(chunk)
+        return resp.status_code, b"".join(chunks), resp.headers.get("content-type")
+    finally:
+        await resp.aclose()
 
 
 def _decode_and_parse(body: bytes, content_type: str | None) -> Exposition:
