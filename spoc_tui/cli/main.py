@@ -25,7 +25,7 @@ import click
 from spoc_tui import __version__
 from spoc_tui.capacity.service import CapacityArgs
 from spoc_tui.cli.types import FINITE
-from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls, tls_env
+from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
 from spoc_tui.core.loadmath import (
@@ -41,7 +41,7 @@ from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter, redact_url
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.profiles import load_profile
-from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, auto_workers
+from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, auto_workers, runner_env
 from spoc_tui.sim.options import SCENARIOS, SimOptions
 from spoc_tui.tune.setup import TuneArgs
 
@@ -801,7 +801,7 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
         "--seed",
         str(seed),
     ]
-    sys.exit(subprocess.call(argv, env={**os.environ, **tls_env(), "SPOC_RUNNER_URL": url}))
+    sys.exit(subprocess.call(argv, env=runner_env(url)))
 
 
 @cli.command()

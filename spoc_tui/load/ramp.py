@@ -293,6 +293,12 @@ class ResultWriter:
             self.lock.release()
 
 
+def runner_env(url: str) -> dict[str, str]:
+    """The load generator's environment: the server's URL (it may hold a password, so never on a
+    command line, where ``ps`` shows it to every user) and this process's TLS rule."""
+    return {**os.environ, **tls_env(), "SPOC_RUNNER_URL": url}
+
+
 class RunnerProcess:
     """The Locust child (and its local workers), talked to over :mod:`spoc_tui.load.wire`."""
 
@@ -337,9 +343,7 @@ class RunnerProcess:
 
     async def start(self) -> None:
         (self.log_dir / "profile.json").write_text(json.dumps(self.cfg.profile.as_dict()))
-        env = dict(os.environ)
-        env.update(tls_env())
-        env["SPOC_RUNNER_URL"] = base_url(self.cfg.url)
+        env = runner_env(base_url(self.cfg.url))
         if self.cfg.api_key:
             env["SPOC_API_KEY"] = self.cfg.api_key  # passed by environment, never on a command line
         extra: list[str] = []
