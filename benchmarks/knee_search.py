@@ -37,7 +37,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.core.loadmath import KneeSearch, StepSummary, find_knee, parse_sla, summarize_step  # noqa: E402
+from spoc_tui.core.knee import KneeSearch, find_knee  # noqa: E402
+from spoc_tui.core.sla import parse_sla  # noqa: E402
+from spoc_tui.core.steps import StepSummary, summarize_step  # noqa: E402
 from spoc_tui.load.profiles import Profile, load_profile  # noqa: E402
 from spoc_tui.sim.options import SimOptions  # noqa: E402
 from spoc_tui.sim.run import build  # noqa: E402

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from spoc_tui.core.loadmath import parse_sla  # noqa: E402
+from spoc_tui.core.steps import parse_sla  # noqa: E402
 from spoc_tui.load.profiles import WORDS, load_profile  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402

@@ -45,8 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.core.loadmath import parse_sla  # noqa: E402
 from spoc_tui.core.pareto import hypervolume, pareto_indices  # noqa: E402
+from spoc_tui.core.steps import parse_sla  # noqa: E402
 from spoc_tui.core.tunespace import load_space, objective_value, parse_objectives  # noqa: E402
 from spoc_tui.load.profiles import load_profile  # noqa: E402
 from spoc_tui.tune.evaluate import FastSimEvaluator, RampSettings, TrialOutcome  # noqa: E402

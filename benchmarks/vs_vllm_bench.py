@@ -43,7 +43,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from wiretap import Response, Tap  # noqa: E402
 
-from spoc_tui.core.loadmath import RequestSample, parse_sla, summarize_step  # noqa: E402
+from spoc_tui.core.sla import parse_sla  # noqa: E402
+from spoc_tui.core.steps import RequestSample, summarize_step  # noqa: E402
 from spoc_tui.load.profiles import load_profile  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402

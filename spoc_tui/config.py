@@ -70,7 +70,7 @@ class Settings:
         if self.gpu_cost_per_hour is not None and not 0 < self.gpu_cost_per_hour < 1e6:
             raise ConfigError(f"gpu_cost_per_hour must be a positive price, got {self.gpu_cost_per_hour:g}")
         if self.sla:
-            from spoc_tui.core.loadmath import SlaError, parse_sla
+            from spoc_tui.core.sla import SlaError, parse_sla
 
             try:
                 parse_sla(self.sla)

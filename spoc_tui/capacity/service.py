@@ -8,7 +8,6 @@ import asyncio
 import json
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from spoc_tui.collectors.http import new_client
@@ -24,9 +23,10 @@ from spoc_tui.core.presets import (
     custom_gpu,
     gpu_preset,
     model_preset,
-    read_json_object,
 )
 from spoc_tui.core.queueing import queue_curve, saturation_users
+from spoc_tui.core.results import RampDoc, read_ramp
+from spoc_tui.core.steps import StepSummary
 from spoc_tui.core.vllm import cache_config
 
 
@@ -242,7 +242,7 @@ class UsersEstimate:
 
 
 def users_estimate(
-    model: ModelSpec, gpu: GpuSpec, p: CapacityPlan, tp: int, ramp: dict[str, Any] | None = None
+    model: ModelSpec, gpu: GpuSpec, p: CapacityPlan, tp: int, ramp: RampDoc | None = None
 ) -> UsersEstimate:
     """How many chat users the configuration holds, as operators ask.
 
@@ -309,34 +309,19 @@ class QueueArgs:
     ramp: str | None = None
 
 
-def load_ramp(path: str) -> dict[str, Any]:
-    """Read ``ramp.json`` (or the folder holding it).
-
-    Raises:
-        PresetError: missing or unreadable file.
-    """
-    p = Path(path)
-    if p.is_dir():
-        p = p / "ramp.json"
-    doc = read_json_object(p, unreadable="not a ramp result")
-    if not isinstance(doc.get("steps"), list):
-        raise PresetError(f"{p}: not a ramp result (no steps)")
-    return doc
-
-
-def estimate_from_ramp(doc: dict[str, Any]) -> tuple[float, float] | None:
+def estimate_from_ramp(doc: RampDoc) -> tuple[float, float] | None:
     """(service time, think time) from the lightest step of a ramp: E2E mean, and the rest of
     each user's request cycle (users / request rate - E2E)."""
-    steps = [s for s in doc["steps"] if isinstance(s, dict) and s.get("requests")]
+    steps = [s for s in doc.steps if s.requests]
     if not steps:
         return None
     s = steps[0]
-    e2e = s["latency"]["e2e"]["mean"]
-    rate = s["request_rate"]
+    e2e = s.latency.e2e.mean
+    rate = s.request_rate
     if not e2e or not rate:
         return None
-    cycle = s["users"] / rate
-    return float(e2e), max(0.0, cycle - float(e2e))
+    cycle = s.users / rate
+    return e2e, max(0.0, cycle - e2e)
 
 
 def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, Any]], float, float]:
@@ -345,17 +330,17 @@ def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, Any]], float, f
     Raises:
         PresetError: no service/think time and no ramp to estimate them from.
     """
-    measured: dict[int, dict[str, Any]] = {}
+    measured: dict[int, StepSummary] = {}
     service, think = q.service_s, q.think_s
     if q.ramp:
-        doc = load_ramp(q.ramp)
+        doc = read_ramp(q.ramp)
         est = estimate_from_ramp(doc)
         if est and service is None:
             service = est[0]
         if est and think is None:
             think = est[1]
-        for s in doc["steps"]:
-            measured[int(s["users"])] = s
+        for s in doc.steps:
+            measured[s.users] = s
     if service is None or think is None:
         raise PresetError("the queueing view needs --service-time and --think-time (or --ramp to estimate them)")
     if not 0 < service < math.inf or not 0 <= think < math.inf:
@@ -371,9 +356,9 @@ def queue_rows(q: QueueArgs, seats: int) -> tuple[list[dict[str, Any]], float, f
                 "utilisation": pt.utilisation,
                 "p_wait": pt.p_wait,
                 "expected_wait_s": None if pt.expected_wait_s == float("inf") else pt.expected_wait_s,
-                "measured_ttft_p50_s": m["latency"]["ttft"]["p50"] if m else None,
-                "measured_e2e_p50_s": m["latency"]["e2e"]["p50"] if m else None,
-                "measured_queue_max": (m.get("server") or {}).get("waiting_max") if m else None,
+                "measured_ttft_p50_s": m.latency.ttft.p50 if m else None,
+                "measured_e2e_p50_s": m.latency.e2e.p50 if m else None,
+                "measured_queue_max": m.server.waiting_max if m else None,
             }
         )
     return rows, service, think

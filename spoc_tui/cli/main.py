@@ -28,17 +28,10 @@ from spoc_tui.cli.types import FINITE
 from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
-from spoc_tui.core.loadmath import (
-    FixedRates,
-    FixedUsers,
-    KneeSearch,
-    parse_rates,
-    parse_sla,
-    parse_user_plan,
-    parse_users,
-)
+from spoc_tui.core.knee import FixedRates, FixedUsers, KneeSearch, parse_user_plan
 from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter, redact_url
+from spoc_tui.core.sla import parse_rates, parse_sla, parse_users
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, auto_workers, runner_env

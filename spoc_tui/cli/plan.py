@@ -42,12 +42,12 @@ def plan_cmd(
 ) -> None:
     """How many replicas (and GPUs) serve --users concurrent users within the ramp's SLA, and the
     autoscaling rule: scale on requests waiting per replica, as a KEDA ScaledObject and an HPA."""
-    from spoc_tui.capacity.service import load_ramp
     from spoc_tui.core.fleetplan import hpa_yaml, keda_yaml, plan_from_ramp, plan_text
+    from spoc_tui.core.results import read_ramp
 
-    doc = load_ramp(ramp_path)
-    if model is not None and doc.get("model") != model:
-        raise InputError(f"the ramp measured model {doc.get('model')!r}, not {model!r}: ramp the model you plan for")
+    doc = read_ramp(ramp_path)
+    if model is not None and doc.model != model:
+        raise InputError(f"the ramp measured model {doc.model!r}, not {model!r}: ramp the model you plan for")
     p = plan_from_ramp(doc, users, headroom, gpus_per_replica)
     keda, hpa = keda_yaml(p, prometheus, deployment), hpa_yaml(p, deployment)
     if as_json:

@@ -9,7 +9,6 @@ from pathlib import Path
 from spoc_tui.cli.signals import stop_signals_interrupt
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK
-from spoc_tui.core.loadmath import client_saturated_text
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 from spoc_tui.load.report import step_table, verdict
@@ -32,11 +31,11 @@ def _progress(p: RampProgress) -> None:
         mark = {"meets": "meets SLA", "breaks": f"BREAKS {limit}"}.get(decision, "INCONCLUSIVE")
         print(
             f"step {s.step}: {s.level_text}  {s.request_rate:.2f} req/s done  {s.output_tokens_per_s:.0f} out tok/s  "
-            f"TTFT p99 {fmt.seconds(s.latency['ttft']['p99'])}  ITL p99 {fmt.seconds(s.latency['itl']['p99'])}  "
+            f"TTFT p99 {fmt.seconds(s.latency.ttft.p99)}  ITL p99 {fmt.seconds(s.latency.itl.p99)}  "
             f"errors {s.error_rate * 100:.1f}%  ({s.requests} requests) -> {mark}",
             flush=True,
         )
-        if sat := client_saturated_text(s):
+        if sat := s.client.saturated_text:
             print(f"  {sat}", flush=True)
 
 

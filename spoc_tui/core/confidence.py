@@ -11,7 +11,7 @@ Two methods, each where it is valid:
   verdict that needs it is inconclusive.
 - **Everything that pools or counts** (ITL gaps, correlated within a request; request rate,
   output tokens/s, goodput; means): a block bootstrap over *time*. The step's window is cut
-  into blocks (``loadmath.BLOCKS``, by when each request finished); each replicate gives every
+  into blocks (``steps.BLOCKS``, by when each request finished); each replicate gives every
   block a weight ~ Poisson(1) and recomputes the figure from the weighted requests, so a
   request's gaps stay together and so do requests that ran in the same batch at the same
   moment (resampling requests one by one made ITL intervals far too narrow: 39-70 % coverage
@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -255,8 +256,8 @@ def hull(a: Interval, b: Interval) -> Interval:
     return lo, hi
 
 
-Decision = str
-"""``meets``, ``breaks`` or ``inconclusive``."""
+Decision = Literal["meets", "breaks", "inconclusive"]
+"""A figure held against its limit: its interval lies within it, wholly beyond it, or neither."""
 
 
 def decide(value: float | None, interval: Interval, limit: float) -> Decision:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.results import RampDoc
 
 
 class PlanError(InputError):
@@ -77,10 +78,8 @@ class FleetPlan:
         }
 
 
-def plan_from_ramp(
-    doc: dict[str, Any], users: int, headroom: float = 0.2, gpus_per_replica: int | None = None
-) -> FleetPlan:
-    """The plan for ``users`` concurrent users from a ramp result (``ramp.json``'s dict).
+def plan_from_ramp(doc: RampDoc, users: int, headroom: float = 0.2, gpus_per_replica: int | None = None) -> FleetPlan:
+    """The plan for ``users`` concurrent users from a ramp result (:func:`~spoc_tui.core.results.read_ramp`).
 
     Raises:
         PlanError: users <= 0, headroom outside [0, 0.9], a ramp with no knee or of request rates.
@@ -89,41 +88,35 @@ def plan_from_ramp(
         raise PlanError(f"--users must be at least 1, got {users}")
     if not 0 <= headroom <= 0.9:
         raise PlanError(f"--headroom must be between 0 and 0.9, got {headroom:g}")
-    knee = doc.get("knee") or {}
-    if knee.get("unit") == "req/s":
+    knee = doc.knee
+    if knee.unit == "req/s":
         raise PlanError("the ramp stepped request rates (--rate): plan from a ramp of users")
-    k = knee.get("max_users_within_sla")
-    f = knee.get("first_failing_users")
-    if not isinstance(k, int | float) or k <= 0:
-        why = (
-            f"even {f:g} users broke the SLA ({knee.get('broken_limit')})"
-            if isinstance(f, int | float)
-            else "no step met the SLA"
-        )
+    k, f = knee.meets_level, knee.breaks_level
+    if k is None or k <= 0:
+        why = f"even {f:g} users broke the SLA ({knee.broken_limit})" if f is not None else "no step met the SLA"
         raise PlanError(f"the ramp has no knee to plan from: {why}; ramp lower user counts (--users auto)")
     notes: list[str] = []
-    if not isinstance(f, int | float):
-        f = None
+    if f is None:
         notes.append(f"no step broke the SLA: one replica holds at least {k:g} users (the plan is conservative)")
     per = k * (1 - headroom)
     if per < 1:
         raise PlanError(f"with {headroom:.0%} headroom a replica holds under one user ({k:g} at the knee)")
     replicas = math.ceil(users / per)
     low = replicas if f is None else max(1, math.ceil(users / (max(k, f - 1) * (1 - headroom))))
-    gpus = gpus_per_replica if gpus_per_replica is not None else _gpus_of(doc)
+    gpus = gpus_per_replica if gpus_per_replica is not None else (doc.gpus or 1)
     if gpus < 1:
         raise PlanError("--gpus-per-replica must be at least 1")
     target, basis = _target_waiting(doc, k)
-    if "client saturated" in str(knee.get("reason") or ""):
+    if knee.why is not None and knee.why.client_saturated:
         notes.append("the ramp's load generator was saturated: its latencies read high, the knee may lie higher")
-    if knee.get("inconclusive"):
-        notes.append(f"undecided levels {knee['inconclusive']}: the knee could lie higher")
-    if knee.get("contradicted"):
-        notes.append(f"levels above the failing one met the SLA {knee['contradicted']}: noise or warm-up")
+    if knee.inconclusive:
+        notes.append(f"undecided levels {_levels(knee.inconclusive)}: the knee could lie higher")
+    if knee.contradicted:
+        notes.append(f"levels above the failing one met the SLA {_levels(knee.contradicted)}: noise or warm-up")
     return FleetPlan(
         users=users,
         headroom=headroom,
-        model=str(doc.get("model") or "?"),
+        model=doc.model,
         knee_users=float(k),
         first_failing_users=None if f is None else float(f),
         replicas=replicas,
@@ -131,27 +124,26 @@ def plan_from_ramp(
         gpus_per_replica=gpus,
         target_waiting=target,
         waiting_basis=basis,
-        broken_limit=knee.get("broken_limit"),
+        broken_limit=knee.broken_limit,
         notes=notes,
     )
 
 
-def _gpus_of(doc: dict[str, Any]) -> int:
-    """GPUs the ramp saw beside the server (its steps' GPU readings), else 1."""
-    for s in doc.get("steps") or []:
-        g = (s.get("server") or {}).get("gpus") if isinstance(s, dict) else None
-        if isinstance(g, list) and g:
-            return len(g)
-    return 1
+def _levels(levels: tuple[float, ...]) -> str:
+    """``[4, 8]`` as the files of schema 1 printed it (whole counts without a decimal point)."""
+    return "[" + ", ".join(f"{v:g}" for v in levels) + "]"
 
 
-def _target_waiting(doc: dict[str, Any], knee_users: float) -> tuple[float, str]:
-    steps = [s for s in doc.get("steps") or [] if isinstance(s, dict) and s.get("users") == knee_users]
-    server = (steps[-1].get("server") or {}) if steps else {}
-    for key, basis in (("waiting_mean", "mean waiting at the knee"), ("waiting_max", "peak waiting at the knee")):
-        v = server.get(key)
-        if isinstance(v, int | float) and v >= 1:
-            return float(round(v, 1)), basis
+def _target_waiting(doc: RampDoc, knee_users: float) -> tuple[float, str]:
+    at_knee = [s for s in doc.steps if s.users == knee_users]
+    if at_knee:
+        server = at_knee[-1].server
+        for v, basis in (
+            (server.waiting_mean, "mean waiting at the knee"),
+            (server.waiting_max, "peak waiting at the knee"),
+        ):
+            if v is not None and v >= 1:
+                return float(round(v, 1)), basis
     return 1.0, "the queue was empty at the knee: scale out as soon as requests wait"
 
 

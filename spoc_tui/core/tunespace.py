@@ -40,7 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.loadmath import METRICS, Knee, Limit, StepSummary
+from spoc_tui.core.knee import Knee
+from spoc_tui.core.sla import METRICS, Limit
+from spoc_tui.core.steps import StepSummary
 
 Value = bool | int | float | str
 Config = dict[str, Value]
@@ -511,7 +513,7 @@ def reference_step(steps: Sequence[StepSummary], ref_users: int | None) -> StepS
 def objective_value(obj: Objective, steps: Sequence[StepSummary], knee: Knee, ref_users: int | None) -> float | None:
     """The objective's value from a trial's ramp; None when it was not measured."""
     if obj.name == "knee_users":
-        return float(knee.max_users_within_sla or 0)
+        return float(knee.meets_level or 0)
     ref = reference_step(steps, ref_users)
     if ref is None or not ref.requests:
         return None
@@ -522,8 +524,7 @@ def objective_value(obj: Objective, steps: Sequence[StepSummary], knee: Knee, re
     if obj.name == "goodput":
         return ref.goodput
     metric, stat = obj.name.split("_")
-    v = ref.latency.get(metric, {}).get(stat)
-    return float(v) if v is not None else None
+    return ref.latency.of(metric).stat(stat)
 
 
 def objective_interval(
@@ -533,16 +534,16 @@ def objective_interval(
     (ramp.json's shape: ``[lo, hi]``, a side None where the sample cannot bound it). For the knee:
     the bracket, the count that met the SLA and the first that did not."""
     if obj.name == "knee_users":
-        return [knee.max_users_within_sla, knee.first_failing_users], len(steps)
+        return [knee.meets_level, knee.breaks_level], len(steps)
     ref = reference_step(steps, ref_users)
     if ref is None or not ref.requests:
         return [None, None], 0
     key = {"out_tok_s": "output_tokens_per_s", "req_s": "request_rate", "goodput": "goodput"}.get(obj.name)
     if key is not None:
-        return list(ref.ci95.get(key) or [None, None]), ref.requests
+        return list(getattr(ref.ci95, key)), ref.requests
     metric, stat = obj.name.split("_")
-    lat = ref.latency.get(metric, {})
-    return list((lat.get("ci95") or {}).get(stat) or [None, None]), int(lat.get("n") or 0)
+    fig = ref.latency.of(metric)
+    return list(fig.interval(stat)), fig.n
 
 
 def constraint_values(
@@ -556,7 +557,7 @@ def constraint_values(
     measured / limit - 1 (error rate: measured - limit). With a knee objective the SLA already
     decides the knee, so the only constraint is that the first step met it."""
     if any(o.name == "knee_users" for o in objectives):
-        return {"first step meets the SLA": 0.0 if knee.max_users_within_sla else 1.0}
+        return {"first step meets the SLA": 0.0 if knee.meets_level else 1.0}
     ref = reference_step(steps, ref_users)
     out: dict[str, float] = {}
     for lim in limits:

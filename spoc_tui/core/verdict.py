@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spoc_tui.core.loadmath import Limit
+from spoc_tui.core.sla import Limit
 from spoc_tui.core.vllm import EngineView
 
 KV_BOUND = 0.90

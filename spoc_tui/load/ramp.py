@@ -29,29 +29,24 @@ from spoc_tui.collectors.http import RedirectRefused, new_client, request, tls_e
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
-from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.loadmath import (
-    FixedRates,
-    FixedUsers,
-    Knee,
-    KneeSearch,
-    Limit,
+from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, KneeSearch, SaturationSearch, UserPlan, find_knee
+from spoc_tui.core.redact import redact_url
+from spoc_tui.core.results import encode_ramp
+from spoc_tui.core.sla import Limit, level_text
+from spoc_tui.core.steps import (
+    EarlyStop,
+    GpuWindow,
     RequestSample,
-    SaturationSearch,
+    ServerWindow,
     StepSummary,
-    UserPlan,
     badly_broken,
     client_health,
-    find_knee,
-    level_text,
     queue_unbounded,
     summarize_step,
 )
-from spoc_tui.core.redact import redact_url
 from spoc_tui.core.textsafe import safe
 from spoc_tui.load import wire
 from spoc_tui.load.profiles import Profile
-from spoc_tui.load.report import knee_reason
 from spoc_tui.procs.group import kill_group
 from spoc_tui.procs.lock import FolderLock
 from spoc_tui.procs.ports import free_port
@@ -269,14 +264,12 @@ class ResultWriter:
 
     def write(self, steps: list[StepSummary], knee: Knee, status: RampStatus) -> None:
         """Raises: RampError when the file cannot be written (no temporary file is left)."""
-        doc = dict(
-            self.header, status=status, steps=[s.as_dict() for s in steps], knee=knee.as_dict(), updated_at=time.time()
-        )
+        text = encode_ramp(self.header, steps, knee, status, time.time())
         tmp = ""
         try:
             fd, tmp = tempfile.mkstemp(dir=self.out_dir, prefix=".ramp-", suffix=".json")
             with os.fdopen(fd, "w") as f:
-                json.dump(json_safe(doc), f, indent=2, allow_nan=False)
+                f.write(text)
             os.replace(tmp, self.out_dir / "ramp.json")
         except OSError as e:
             if tmp:
@@ -427,43 +420,71 @@ class RunnerProcess:
             await asyncio.gather(self._reader, return_exceptions=True)  # never "Task was destroyed"
 
 
-async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: dict[str, float]) -> dict[str, Any]:
+class _Peaks:
+    """The highest queue, batch and KV-cache use the step's polls saw, and every queue reading
+    (seconds into the window, requests waiting)."""
+
+    def __init__(self) -> None:
+        self.waiting: float | None = None
+        self.running: float | None = None
+        self.kv: float | None = None
+        self.queue: list[tuple[float, float]] = []
+
+    @staticmethod
+    def _max(a: float | None, b: float | None) -> float | None:
+        return b if a is None else a if b is None else max(a, b)
+
+    def see(self, waiting: float | None, running: float | None, kv: float | None) -> None:
+        self.waiting = self._max(self.waiting, waiting)
+        self.running = self._max(self.running, running)
+        self.kv = self._max(self.kv, kv)
+
+    @property
+    def waiting_mean(self) -> float | None:
+        """The mean queue over the window: the autoscaling target `spoc plan` reads at the knee."""
+        return round(sum(w for _, w in self.queue) / len(self.queue), 2) if self.queue else None
+
+
+async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: _Peaks) -> ServerWindow:
     tick = await poller.poll()
-    out: dict[str, Any] = {}
+    out = ServerWindow()
     if tick.servers:
         v = tick.servers[0].total
-        for key, val in (("waiting", v.waiting), ("running", v.running), ("kv_cache_usage", v.kv_cache_usage)):
-            if val is not None:
-                peaks[key] = max(peaks.get(key, 0.0), val)
-        out = {
-            "waiting": v.waiting,
-            "waiting_max": peaks.get("waiting"),
-            "running_max": peaks.get("running"),
-            "kv_cache_usage_max": peaks.get("kv_cache_usage"),
-            "preemptions_per_s": v.preemptions_rate,
-            "generation_tokens_per_s": v.generation_tokens_rate,
-            "prefix_cache_hit_rate": v.prefix_cache_hit_rate,
-            "ttft_p99": v.latency["ttft"].p99,
-            "itl_p99": v.latency["itl"].p99,
+        peaks.see(v.waiting, v.running, v.kv_cache_usage)
+        out = ServerWindow(
+            seen=True,
+            waiting=v.waiting,
+            waiting_max=peaks.waiting,
+            waiting_mean=peaks.waiting_mean,
+            running_max=peaks.running,
+            kv_cache_usage_max=peaks.kv,
+            preemptions_per_s=v.preemptions_rate,
+            generation_tokens_per_s=v.generation_tokens_rate,
+            prefix_cache_hit_rate=v.prefix_cache_hit_rate,
+            ttft_p99=v.latency["ttft"].p99,
+            itl_p99=v.latency["itl"].p99,
             # which of the two are upper bounds from the histogram's mean, not interpolations
-            "bounded": [f"{m}_p99" for m in ("ttft", "itl") if v.latency[m].is_bound("p99")],
-            "window": v.window,
-        }
+            bounded=tuple(f"{m}_p99" for m in ("ttft", "itl") if v.latency[m].is_bound("p99")),
+            window=v.window,
+        )
     if dcgm is not None:
         gt = await dcgm.poll()
-        out["gpus"] = [
-            {
-                "gpu": g.gpu,
-                "uuid": g.uuid,
-                "sm_clock_mhz": g.sm_clock_mhz,
-                "sm_clock_max_mhz": g.sm_clock_max_mhz,
-                "temp_c": g.temp_c,
-                "power_w": g.power_w,
-                "throttle_reasons": g.throttle_reasons,
-                "throttled_pct": g.throttled_pct,
-            }
-            for g in gt.gpus
-        ]
+        out = replace(
+            out,
+            gpus=tuple(
+                GpuWindow(
+                    gpu=str(g.gpu),
+                    uuid=g.uuid,
+                    sm_clock_mhz=g.sm_clock_mhz,
+                    sm_clock_max_mhz=g.sm_clock_max_mhz,
+                    temp_c=g.temp_c,
+                    power_w=g.power_w,
+                    throttle_reasons=tuple(g.throttle_reasons or ()),
+                    throttled_pct=tuple((g.throttled_pct or {}).items()),
+                )
+                for g in gt.gpus
+            ),
+        )
     return out
 
 
@@ -535,11 +556,10 @@ async def _run_step(
     report("warmup", idx, level, steps, len(samples), note)
     await asyncio.sleep(cfg.warmup_s)
     m_start = time.time()
-    peaks: dict[str, float] = {}
+    peaks = _Peaks()
     poller.reset()
     await _server_view(poller, dcgm, peaks)  # baseline scrape at the start of the window
-    server: dict[str, Any] = {}
-    queue: list[tuple[float, float]] = []
+    server = ServerWindow()
     planned = cfg.step_s - cfg.warmup_s
     limit = max(planned, cfg.step_limit_s - cfg.warmup_s)
     target = planned
@@ -559,37 +579,38 @@ async def _run_step(
             if time.time() - polled >= every - 0.05 or time.time() - m_start >= target:
                 polled = time.time()
                 server = await _server_view(poller, dcgm, peaks)
-                if server.get("waiting") is not None:
-                    queue.append((time.time() - m_start, float(server["waiting"])))
-                    unbounded = queue_unbounded(queue)
+                if server.waiting is not None:
+                    peaks.queue.append((time.time() - m_start, server.waiting))
+                    server = replace(server, waiting_mean=peaks.waiting_mean)
+                    unbounded = queue_unbounded(peaks.queue)
                     if unbounded:
                         break
             if cfg.early_stop is not None and time.time() - m_start >= next_check:
                 next_check += EARLY_CHECK_S
-                if early := _early(cfg, idx, users, samples, m_start, target):
-                    early.server = server
+                if early := _early(cfg, idx, users, samples, m_start, target, server):
                     return early
         m_end = time.time()
         in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
-        summary = summarize_step(idx, users, in_window, m_end - m_start, cfg.limits, open_loop=bool(cfg.rates))
-        summary.rate = level if cfg.rates else None
-        summary.client = client_health(
-            [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if m_start <= h.t <= m_end + 1.0]
+        summary = summarize_step(
+            idx,
+            users,
+            in_window,
+            m_end - m_start,
+            cfg.limits,
+            open_loop=bool(cfg.rates),
+            rate=level if cfg.rates else None,
+            server=server,
+            client=client_health(
+                [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if m_start <= h.t <= m_end + 1.0]
+            ),
+            extended_s=max(0.0, (m_end - m_start) - planned),
+            unbounded=unbounded,
         )
-        summary.server = server
-        if queue:
-            # the mean queue over the window: the autoscaling target `spoc plan` reads at the knee
-            summary.server = {**server, "waiting_mean": round(sum(w for _, w in queue) / len(queue), 2)}
-        summary.extended_s = max(0.0, (m_end - m_start) - planned)
-        if unbounded:
-            summary.verdict.update(ok=False, decision="breaks", broken_limit="queue_unbounded", reason=unbounded)
-            summary.verdict.setdefault("checks", {})["queue_unbounded"] = {"decision": "breaks", "reason": unbounded}
-            return summary
-        if summary.decision != "inconclusive" or target >= limit - 1e-6:
+        if unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
             return summary
         target = min(limit, target + planned)
         phase = "extending"
-        report(phase, idx, level, steps, len(samples), f"inconclusive ({summary.verdict.get('reason')}): measuring on")
+        report(phase, idx, level, steps, len(samples), f"inconclusive ({summary.verdict.reason}): measuring on")
 
 
 EARLY_CHECK_S = 5.0
@@ -597,7 +618,13 @@ EARLY_MIN_REQUESTS = 10
 
 
 def _early(
-    cfg: RampConfig, idx: int, users: int, samples: list[RequestSample], m_start: float, target: float
+    cfg: RampConfig,
+    idx: int,
+    users: int,
+    samples: list[RequestSample],
+    m_start: float,
+    target: float,
+    server: ServerWindow,
 ) -> StepSummary | None:
     """The window so far, when ``cfg.early_stop`` says the trial is clearly dominated (asked
     every :data:`EARLY_CHECK_S` seconds from a third of the planned window on), with at least
@@ -609,18 +636,11 @@ def _early(
     window = [s for s in samples if m_start <= (s.end or s.start) <= now]
     if len(window) < EARLY_MIN_REQUESTS:
         return None
-    summary = summarize_step(idx, users, window, elapsed, cfg.limits, open_loop=bool(cfg.rates))
+    summary = summarize_step(idx, users, window, elapsed, cfg.limits, open_loop=bool(cfg.rates), server=server)
     reason = cfg.early_stop(summary)
     if not reason:
         return None
-    summary.stopped_early = {"reason": reason, "saved_s": round(max(0.0, target - elapsed), 1)}
-    return summary
-
-
-def _with_reason(knee: Knee, steps: list[StepSummary]) -> Knee:
-    """The knee with the server-side reason the first breaking step gives."""
-    breaking = [s for s in steps if s.level == knee.first_failing_users and s.decision == "breaks"]
-    return replace(knee, reason=knee_reason(breaking[0])) if breaking else knee
+    return replace(summary, stopped_early=EarlyStop(reason, round(max(0.0, target - elapsed), 1)))
 
 
 async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] | None = None) -> RampResult:
@@ -644,7 +664,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     step_s=cfg.step_s,
                     samples=samples,
                     steps=tuple(steps),
-                    knee=_with_reason(find_knee(steps), steps) if steps else None,
+                    knee=find_knee(steps) if steps else None,
                     message=message,
                     open_loop=bool(cfg.rates),
                 )
@@ -733,7 +753,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed"
                 )
             if summary.stopped_early:
-                status, stop_reason = "stopped_early", str(summary.stopped_early.get("reason", ""))
+                status, stop_reason = "stopped_early", summary.stopped_early.reason
                 break
             why = badly_broken(summary, cfg.abort_factor)
             if why and isinstance(plan, (FixedUsers, FixedRates)) and plan.next(steps) is not None:
@@ -742,7 +762,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         else:
             status = "complete"
     finally:
-        knee = _with_reason(find_knee(steps), steps)
+        knee = find_knee(steps)
         writer.header["stop_reason"] = stop_reason
         try:
             await runner.stop()

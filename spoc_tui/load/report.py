@@ -7,7 +7,9 @@ from typing import Literal
 
 from spoc_tui.core import fmt
 from spoc_tui.core.confidence import Decision
-from spoc_tui.core.loadmath import Knee, StepSummary, client_saturated_text, levels_text
+from spoc_tui.core.knee import Knee
+from spoc_tui.core.sla import levels_text
+from spoc_tui.core.steps import StepSummary
 
 KneeTone = Literal["pending", "meets", "breaks_at_once", "breaks"]
 """How a knee sentence should look: nothing decided yet, SLA never broken, broken by the first
@@ -17,7 +19,7 @@ count, broken after smaller counts met it."""
 def verdict(s: StepSummary) -> tuple[Decision, str | None]:
     """(the step's decision: meets, breaks or inconclusive; the limit it breaks)."""
     d = s.decision
-    return d, str(s.verdict.get("broken_limit")) if d == "breaks" else None
+    return d, s.verdict.broken_limit if d == "breaks" else None
 
 
 def verdict_text(s: StepSummary, short: bool = False) -> str:
@@ -44,7 +46,7 @@ def interval_text(value: float | None, ci: Sequence[float | None] | None, rate: 
 
 def step_cells(s: StepSummary) -> dict[str, str]:
     """Every figure a step table may show, formatted once (keys: the table's column keys)."""
-    srv = s.server or {}
+    srv = s.server
     lat = s.latency
     return {
         "users": f"{s.users}" if s.rate is None else f"{s.rate:g}/s",
@@ -52,14 +54,14 @@ def step_cells(s: StepSummary) -> dict[str, str]:
         "req_s": f"{s.request_rate:.2f}",
         "out_tok_s": f"{s.output_tokens_per_s:.0f}",
         "goodput": f"{s.goodput:.2f}",
-        "ttft_p50": fmt.seconds(lat["ttft"]["p50"]),
-        "ttft_p99": fmt.seconds(lat["ttft"]["p99"]),
-        "itl_p99": fmt.seconds(lat["itl"]["p99"]),
-        "tpot_p99": fmt.seconds(lat["tpot"]["p99"]),
-        "e2e_p99": fmt.seconds(lat["e2e"]["p99"]),
+        "ttft_p50": fmt.seconds(lat.ttft.p50),
+        "ttft_p99": fmt.seconds(lat.ttft.p99),
+        "itl_p99": fmt.seconds(lat.itl.p99),
+        "tpot_p99": fmt.seconds(lat.tpot.p99),
+        "e2e_p99": fmt.seconds(lat.e2e.p99),
         "err_pct": f"{s.error_rate * 100:.1f}",
-        "queue": fmt.num(srv.get("waiting_max")),
-        "kv": fmt.pct(srv.get("kv_cache_usage_max")),
+        "queue": fmt.num(srv.waiting_max),
+        "kv": fmt.pct(srv.kv_cache_usage_max),
     }
 
 
@@ -73,19 +75,19 @@ def knee_sentence(knee: Knee | None, done: bool = True) -> tuple[str, KneeTone]:
     if knee.contradicted:
         above = levels_text(knee.contradicted, knee.unit)
         extra += f"; {above} met it above the break (noise or warm-up: re-run to confirm)"
-    if knee.first_failing_users is None:
-        if knee.max_users_within_sla is None:
+    if knee.breaks_level is None:
+        if knee.meets_level is None:
             return "knee: no step decided yet" + extra, "pending"
         if done:
             return f"knee: not reached; {knee.meets_text} still meet the SLA" + extra, "meets"
         return f"knee: not reached yet; {knee.meets_text} meet the SLA" + extra, "meets"
-    if knee.max_users_within_sla is None:
+    if knee.meets_level is None:
         return (
             f"knee: even {knee.breaks_text} break the SLA ({knee.broken_limit})" + extra,
             "breaks_at_once",
         )
     return (
-        f"knee: {knee.meets_text} meet the SLA; {knee.first_failing_users:g} break {knee.broken_limit}" + extra,
+        f"knee: {knee.meets_text} meet the SLA; {knee.breaks_level:g} break {knee.broken_limit}" + extra,
         "breaks",
     )
 
@@ -94,17 +96,19 @@ def check_lines(s: StepSummary) -> list[str]:
     """One line per SLA limit of a step: the figure, its interval, the limit and the decision."""
     n = s.requests
     parts = []
-    for key, c in (s.verdict.get("checks") or {}).items():
-        rate = key == "error_rate"
-        lim = f"{c['limit'] * 100:g}%" if rate else fmt.seconds(c["limit"])
-        parts.append(f"{key} {interval_text(c.get('value'), c.get('ci95'), rate)} vs {lim}: {c.get('decision')}")
+    for c in s.verdict.checks:
+        if c.limit is None:  # a rule, not a figure against a limit (the queue grew without bound)
+            parts.append(f"{c.key}: {c.decision} ({c.reason})")
+            continue
+        lim = f"{c.limit * 100:g}%" if c.is_rate else fmt.seconds(c.limit)
+        parts.append(f"{c.key} {interval_text(c.value, c.ci95, c.is_rate)} vs {lim}: {c.decision}")
     extended = f", extended {s.extended_s:.0f} s" if s.extended_s >= 0.5 else ""
     head = f"  step {s.step} ({s.level_text}, {n} requests{extended}): "
     lines = [head + "; ".join(parts)] if parts else [head + verdict_text(s)]
-    reason = s.verdict.get("reason")
+    reason = s.verdict.reason
     if s.decision == "inconclusive" and reason:
         lines.append(f"    inconclusive: {reason}")
-    if sat := client_saturated_text(s):
+    if sat := s.client.saturated_text:
         lines.append(f"    {sat}")
     return lines
 
@@ -141,76 +145,3 @@ def step_table(steps: list[StepSummary], knee: Knee) -> str:
     if knee.reason:
         lines.append(f"why: {knee.reason}")
     return "\n".join(lines)
-
-
-KV_FULL = 0.9
-"""KV-cache use at or above which a queue is put down to the cache (as the monitor's alert)."""
-
-
-def knee_reason(step: StepSummary) -> str:
-    """The server-side reason a step broke the SLA, in one sentence with the figures it rests on.
-
-    Rules, first match wins, from the step's server view: a GPU throttled (thermal or power
-    reasons); preemptions (the KV cache ran out and running requests were evicted); the KV cache
-    full with requests waiting; requests waiting with the cache not full (the batch is at its
-    seat or token limit: max-num-seqs, max-num-batched-tokens); an inter-token limit broken with
-    no queue (decode slows as the batch grows, or prefills stall decodes); otherwise no server-side
-    cause was seen, which points at the client (see ``--workers``). A step whose load generator
-    was saturated says so after the server-side reason (or instead of "no server-side cause").
-    """
-    reason = _server_reason(step)
-    sat = client_saturated_text(step)
-    if sat is None:
-        return reason
-    if reason.startswith(("no server-side cause", "no server-side view")):
-        return sat
-    return f"{reason}; and the {sat}"
-
-
-def _server_reason(step: StepSummary) -> str:
-    srv = step.server or {}
-    limit = str(step.verdict.get("broken_limit") or "")
-    if limit == "queue_unbounded":
-        return str(step.verdict.get("reason") or "the queue grew without bound")
-    throttled = [
-        g
-        for g in srv.get("gpus") or []
-        if any(
-            r in ("sw_thermal", "hw_thermal", "sw_power", "hw_power", "hw_slowdown")
-            for r in (g.get("throttle_reasons") or [])
-        )
-    ]
-    waiting = srv.get("waiting_max")
-    running = srv.get("running_max")
-    kv = srv.get("kv_cache_usage_max")
-    pre = srv.get("preemptions_per_s")
-    if throttled:
-        g = throttled[0]
-        return (
-            f"GPU {g.get('gpu')} throttled ({', '.join(g.get('throttle_reasons') or [])}) at "
-            f"{fmt.num(g.get('sm_clock_mhz'))}/{fmt.num(g.get('sm_clock_max_mhz'))} MHz, "
-            f"{fmt.num(g.get('temp_c'), unit='C')}"
-        )
-    if pre:
-        return f"preemptions ({pre:.2f}/s): the KV cache ran out and running requests were evicted (KV {fmt.pct(kv)})"
-    if waiting and kv is not None and kv >= KV_FULL:
-        return (
-            f"KV cache full ({fmt.pct(kv)}) and requests queue "
-            f"(up to {fmt.num(waiting)} waiting, {fmt.num(running)} running)"
-        )
-    if waiting:
-        return (
-            f"the batch is full: {fmt.num(running)} running, up to {fmt.num(waiting)} waiting with the KV cache at "
-            f"{fmt.pct(kv)} (max-num-seqs or max-num-batched-tokens)"
-        )
-    if limit.startswith(("itl", "tpot")):
-        return (
-            f"no queue, but each step of decoding slows as the batch grows ({fmt.num(running)} running): "
-            "prefills stall decodes, or the GPU is saturated"
-        )
-    if srv:
-        return (
-            f"no server-side cause seen ({fmt.num(running)} running, no queue, KV {fmt.pct(kv)}): "
-            "the client may be the limit (try --workers)"
-        )
-    return "no server-side view was recorded for the step"

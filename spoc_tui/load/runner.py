@@ -43,7 +43,7 @@ from locust.runners import MasterRunner
 from urllib3 import PoolManager
 
 from spoc_tui.collectors.http import tls
-from spoc_tui.core.loadmath import RequestSample
+from spoc_tui.core.steps import RequestSample
 from spoc_tui.load import wire
 from spoc_tui.load.profiles import ConversationPlan, Profile, TextMaker, plan_conversation
 from spoc_tui.procs.lock import mark_interrupted

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.core.loadmath import RequestSample
+from spoc_tui.core.steps import RequestSample
 
 
 class WireError(SpocError):

@@ -25,10 +25,10 @@ from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.errors import InputError, SpocError, first_line
 from spoc_tui.core.events import EventLog
 from spoc_tui.core.gpu import GpuSample, analyse_groups
-from spoc_tui.core.loadmath import parse_sla
 from spoc_tui.core.presets import gpu_for_model_name, model_preset
 from spoc_tui.core.recording import Recorder
 from spoc_tui.core.redact import redact_url
+from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.snapshots import GpuTick, SourceStatus
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
 from spoc_tui.profile.analyze import Breakdown, analyse
@@ -365,7 +365,7 @@ class SpocApp(App[int]):
         if p.phase == "step_done" and p.steps:
             last = p.steps[-1]
             decision = last.decision
-            said = {"meets": "meets the SLA", "breaks": f"breaks the SLA ({last.verdict.get('broken_limit')})"}
+            said = {"meets": "meets the SLA", "breaks": f"breaks the SLA ({last.verdict.broken_limit})"}
             self.events.note(
                 "ramp",
                 f"ramp step {len(p.steps)} at {p.level_text}: {said.get(decision, decision)} (n={last.requests})",

@@ -25,16 +25,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.core.loadmath import (
-    FixedUsers,
-    Knee,
-    Limit,
-    RequestSample,
-    SaturationSearch,
-    StepSummary,
-    find_knee,
-    summarize_step,
-)
+from spoc_tui.core.knee import FixedUsers, Knee, SaturationSearch, find_knee
+from spoc_tui.core.sla import Limit
+from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step
 from spoc_tui.core.tunespace import Config, command_line
 from spoc_tui.load.profiles import Profile
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
@@ -239,7 +232,7 @@ class ServerEvaluator:
                 "ok",
                 steps,
                 knee,
-                early_stop=next((dict(s.stopped_early) for s in steps if s.stopped_early), {}),
+                early_stop=next((s.stopped_early.as_dict() for s in steps if s.stopped_early), {}),
                 start_s=start_s,
                 kv_tokens=kv_tokens,
                 max_model_len=mml,

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from spoc_tui.core.loadmath import Limit
 from spoc_tui.core.noisyfront import Estimate, FrontStatus, Run, classify, pool, run_to_run_cv, widen
 from spoc_tui.core.pareto import hypervolume
+from spoc_tui.core.sla import Limit
 from spoc_tui.core.tunespace import Config, Objective, reference_point
 
 TrialStatus = Literal["ok", "infeasible", "interrupted"]

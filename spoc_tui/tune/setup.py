@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.loadmath import FixedUsers, KneeSearch, Limit, parse_sla, parse_user_plan
+from spoc_tui.core.knee import FixedUsers, KneeSearch, parse_user_plan
+from spoc_tui.core.sla import Limit, parse_sla
 from spoc_tui.core.tunespace import (
     Config,
     Space,

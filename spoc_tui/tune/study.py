@@ -26,9 +26,10 @@ from typing import Any, Literal
 
 from spoc_tui.core.errors import EXIT_USAGE, InputError, first_line
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.loadmath import Knee, Limit, saturation_users
+from spoc_tui.core.knee import Knee, saturation_users
 from spoc_tui.core.noisyfront import MAX_RUNS, dominated_by_front, pick_rerun
 from spoc_tui.core.redact import redact_argv, redact_url
+from spoc_tui.core.sla import Limit
 from spoc_tui.core.tunespace import (
     Config,
     Objective,
@@ -251,7 +252,7 @@ class TuneSession:
     def _calibrate(self, o: TrialOutcome) -> None:
         """The first trial's calibration sets the study's reference load: the fewest users at
         which its configuration (normally the server defaults) reaches 90 % of its best output
-        tokens/s (:func:`~spoc_tui.core.loadmath.saturation_users`), so that every trial is
+        tokens/s (:func:`~spoc_tui.core.knee.saturation_users`), so that every trial is
         measured near saturation, where flags change what the server does (at light load the
         front would rank the workload's randomness). Kept in the study for --resume and workers;
         the calibration trial is scored at that load like the others."""
@@ -689,10 +690,10 @@ class TuneSession:
                     "requests": ref.requests,
                     "out_tok_s": ref.output_tokens_per_s,
                     "req_s": ref.request_rate,
-                    "ttft_p99": ref.latency["ttft"]["p99"],
-                    "itl_p99": ref.latency["itl"]["p99"],
+                    "ttft_p99": ref.latency.ttft.p99,
+                    "itl_p99": ref.latency.itl.p99,
                     "error_rate": ref.error_rate,
-                    "verdict": ref.verdict,
+                    "verdict": ref.verdict.as_dict(),
                 }
                 if ref is not None
                 else {}

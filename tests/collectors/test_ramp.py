@@ -339,7 +339,7 @@ def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(sim8, fast_pro
     """A tuning study's callback sees the window so far; a reason ends the step (and the ramp) there."""
     import asyncio
 
-    from spoc_tui.core.loadmath import parse_sla
+    from spoc_tui.core.sla import parse_sla
     from spoc_tui.load.profiles import load_profile
     from spoc_tui.load.ramp import RampConfig, run_ramp
 

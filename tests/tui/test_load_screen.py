@@ -2,7 +2,9 @@ import asyncio
 
 import pytest
 
-from spoc_tui.core.loadmath import Knee, RequestSample, parse_sla, summarize_step
+from spoc_tui.core.knee import Knee
+from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.steps import RequestSample, summarize_step
 from spoc_tui.load.ramp import RampProgress
 from spoc_tui.tui.messages import RampFinished, RampProgressed
 from spoc_tui.tui.screens.load import LoadScreen

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from spoc_tui.config import data_dir
-from spoc_tui.core.loadmath import parse_sla
+from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.tunespace import parse_objectives, parse_space
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.tui.messages import TuneEvent, TuneFinished

@@ -9,9 +9,11 @@ import pytest
 import yaml
 
 from spoc_tui.core.fleetplan import PlanError, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
+from spoc_tui.core.results import decode_ramp
 
 
-def ramp(k=16, f=40, waiting_mean=None, waiting_max=0.0, gpus=1, unit="users", reason=""):
+def raw(k=16, f=40, waiting_mean=None, waiting_max=0.0, gpus=1, unit="users", reason=""):
+    """A ramp.json of schema 1 (as the ramps of today's main wrote it, trimmed)."""
     server = {"waiting_max": waiting_max, "gpus": [{"gpu": str(i)} for i in range(gpus)]}
     if waiting_mean is not None:
         server["waiting_mean"] = waiting_mean
@@ -28,6 +30,10 @@ def ramp(k=16, f=40, waiting_mean=None, waiting_max=0.0, gpus=1, unit="users", r
         },
         "steps": [{"users": u, "server": server} for u in (1, 4, 16, 40)],
     }
+
+
+def ramp(**kw):
+    return decode_ramp(raw(**kw))
 
 
 def test_replicas_with_headroom_and_the_brackets_interval():
@@ -85,7 +91,7 @@ def test_no_failing_level_and_a_saturated_client_are_noted():
 
 
 def test_cli(tmp_path):
-    (tmp_path / "ramp.json").write_text(json.dumps(ramp(waiting_mean=2)))
+    (tmp_path / "ramp.json").write_text(json.dumps(raw(waiting_mean=2)))
     r = subprocess.run(
         [sys.executable, "-m", "spoc_tui.cli", "plan", "--ramp", str(tmp_path), "--users", "200", "--json"],
         capture_output=True,

@@ -49,7 +49,8 @@ def test_a_full_disk_is_one_error_and_leaves_no_temporary_file(tmp_path, monkeyp
 
     import pytest
 
-    from spoc_tui.core.loadmath import Knee, RequestSample
+    from spoc_tui.core.knee import Knee
+    from spoc_tui.core.steps import RequestSample
     from spoc_tui.load import ramp
 
     w = ramp.ResultWriter(tmp_path, {"url": "u"})
@@ -57,7 +58,7 @@ def test_a_full_disk_is_one_error_and_leaves_no_temporary_file(tmp_path, monkeyp
     def full(*_a, **_k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ramp.json, "dump", full)
+    monkeypatch.setattr(ramp.os, "fdopen", full)
     with pytest.raises(ramp.RampError, match=r"cannot write .*ramp.json \(No space left on device\)"):
         w.write([], Knee(None, None, None), "running")
     assert not list(tmp_path.glob(".ramp-*")), "a temporary file was left behind"

@@ -6,8 +6,8 @@ from pathlib import Path
 from spoc_tui.core.alerts import server_alerts
 from spoc_tui.core.events import THROTTLE_HOLD_S, EventDetector, EventLog
 from spoc_tui.core.gpu import GpuSample
-from spoc_tui.core.loadmath import parse_sla
 from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.snapshots import SourceStatus, VllmTick
 from spoc_tui.core.stats import LatencySummary
 from spoc_tui.core.verdict import breaches, verdict

@@ -12,8 +12,9 @@ from pathlib import Path
 import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from spoc_tui.core.loadmath import StepSummary, parse_sla
 from spoc_tui.core.pareto import hypervolume, pareto_indices
+from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.steps import Figures, Latency, StepSummary
 from spoc_tui.core.tunespace import parse_objectives, parse_space
 from spoc_tui.tune.evaluate import TrialOutcome
 from spoc_tui.tune.screening import Observation, ScreenedChildren, Surrogate
@@ -139,7 +140,8 @@ class Synthetic:
                 "infeasible", reason="server exited with code 1 before it was ready: CUDA out of memory"
             )
         thr, itl = r
-        lat = {m: {"p50": itl, "p90": itl, "p99": itl, "mean": itl} for m in ("ttft", "itl", "tpot", "e2e")}
+        fig = Figures(p50=itl, p90=itl, p99=itl, mean=itl)
+        lat = Latency(fig, fig, fig, fig)
         step = StepSummary(
             step=1,
             users=16,

@@ -9,8 +9,8 @@ import json
 import optuna
 import pytest
 
-from spoc_tui.core.loadmath import parse_sla
 from spoc_tui.core.redact import redact_argv, redact_url
+from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.tunespace import load_space, parse_objectives, parse_space
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.tune import events
@@ -272,7 +272,7 @@ def test_early_stop_is_not_asked_during_the_calibration(tmp_path):
     assert s._front is not None and s._front.members
     s.evaluator.ramp.users = []  # as --users auto before the reference load is known
     s.cfg.ref_users = None
-    from spoc_tui.core.loadmath import summarize_step
+    from spoc_tui.core.steps import summarize_step
 
     assert s._dominated(summarize_step(1, 2, [], 10.0, LIMITS)) is None  # was an IndexError
 

@@ -4,7 +4,9 @@ import math
 
 import pytest
 
-from spoc_tui.core.loadmath import Knee, parse_sla, summarize_step
+from spoc_tui.core.knee import Knee
+from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.steps import summarize_step
 from spoc_tui.core.tunespace import (
     SpaceError,
     command_line,
@@ -159,7 +161,7 @@ def test_objectives():
 
 
 def _step(idx, users, ttfts, limits):
-    from spoc_tui.core.loadmath import RequestSample
+    from spoc_tui.core.steps import RequestSample
 
     samples = [
         RequestSample(
@@ -187,7 +189,7 @@ def test_objective_values_and_constraints_at_the_reference_load():
     assert objective_value(objs[1], steps, knee, 4) == pytest.approx(0.1)
     assert objective_value(objs[1], steps, knee, 8) is None  # never measured there
     cons = constraint_values(limits, objs, steps, knee, None)
-    p99 = steps[1].latency["ttft"]["p99"]
+    p99 = steps[1].latency.ttft.p99
     assert cons == {"ttft_p99<=1s": pytest.approx(p99 - 1.0), "error_rate<=5%": pytest.approx(-0.05)}
     assert constraint_values(limits, objs, steps, knee, 4)["ttft_p99<=1s"] < 0
     kobjs = parse_objectives("knee_users,ttft_p99")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from spoc_tui.core.loadmath import RequestSample, parse_sla
+from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.steps import RequestSample
 from spoc_tui.load import wire
 from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import RampConfig, spawn_rate

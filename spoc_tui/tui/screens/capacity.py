@@ -8,7 +8,6 @@ the server's own KV token count is shown next to the prediction.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -22,7 +21,6 @@ from spoc_tui.capacity.service import (
     CapacityArgs,
     compute,
     fits_instead,
-    load_ramp,
     render,
     users_estimate,
 )
@@ -31,6 +29,7 @@ from spoc_tui.core.capacity import CapacityError, CapacityPlan
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.fleetplan import PlanError, plan_from_ramp, plan_text
 from spoc_tui.core.presets import GPUS, MODELS, GpuSpec, ModelSpec, PresetError
+from spoc_tui.core.results import RampDoc, read_ramp
 from spoc_tui.tui.widgets.fields import Field
 
 
@@ -64,7 +63,7 @@ class CapacityScreen(Screen[None]):
         """(model preset, GPU preset, TP) the monitored server was recognised as: only that form is
         compared with its own figures."""
         self.ramp_path = ramp_path
-        self._ramp: dict[str, Any] | InputError | None = None
+        self._ramp: RampDoc | InputError | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("Capacity: how many sequences fit", id="title")
@@ -169,7 +168,7 @@ class CapacityScreen(Screen[None]):
             block_size=_int(self.query_one("#block", Input).value) or 16,
         )
 
-    def ramp(self) -> dict[str, Any]:
+    def ramp(self) -> RampDoc:
         """The last ramp's result, read once for the screen (every keystroke recomputes the Plan
         and Users panels; the file does not change under them).
 
@@ -178,7 +177,7 @@ class CapacityScreen(Screen[None]):
         """
         if self._ramp is None:
             try:
-                self._ramp = load_ramp(str(self.ramp_path))
+                self._ramp = read_ramp(str(self.ramp_path))
             except InputError as e:
                 self._ramp = e
         if isinstance(self._ramp, InputError):
@@ -192,9 +191,9 @@ class CapacityScreen(Screen[None]):
             return
         try:
             doc = self.ramp()
-            if self.server_models and doc.get("model") not in self.server_models:
+            if self.server_models and doc.model not in self.server_models:
                 raise PlanError(
-                    f"the last ramp measured {doc.get('model')!r}, the monitored server serves "
+                    f"the last ramp measured {doc.model!r}, the monitored server serves "
                     f"{', '.join(self.server_models)}: ramp this server first"
                 )
             users = _int(self.query_one("#plan_users", Input).value)
@@ -259,11 +258,11 @@ class CapacityScreen(Screen[None]):
         ramp = None
         if self.ramp_path is not None:
             try:
-                doc: dict[str, Any] | None = self.ramp()
+                doc: RampDoc | None = self.ramp()
             except InputError:
                 doc = None
             names = {model.served_name.lower(), a.model.lower()}
-            if doc is not None and str(doc.get("model", "")).lower() in names:
+            if doc is not None and doc.model.lower() in names:
                 ramp = doc
         est = users_estimate(model, gpu, plan, a.tp, ramp)
         t = Text("Users ", style="bold")

@@ -14,16 +14,9 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.loadmath import (
-    DEFAULT_SLA,
-    Knee,
-    KneeSearch,
-    Limit,
-    StepSummary,
-    parse_rates,
-    parse_sla,
-    parse_user_plan,
-)
+from spoc_tui.core.knee import Knee, KneeSearch, parse_user_plan
+from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_rates, parse_sla
+from spoc_tui.core.steps import StepSummary
 from spoc_tui.load.profiles import Profile, builtin_names, load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
 from spoc_tui.load.report import KneeTone, check_lines, knee_sentence, step_cells, verdict, verdict_text
@@ -294,8 +287,8 @@ class LoadScreen(Screen[None]):
                     return lim.value
             return None
 
-        self.ttft_chart.show([Bar(f"{s.level:g}", s.latency["ttft"]["p99"]) for s in steps], limit_for("ttft"))
-        self.itl_chart.show([Bar(f"{s.level:g}", s.latency["itl"]["p99"]) for s in steps], limit_for("itl"))
+        self.ttft_chart.show([Bar(f"{s.level:g}", s.latency.ttft.p99) for s in steps], limit_for("ttft"))
+        self.itl_chart.show([Bar(f"{s.level:g}", s.latency.itl.p99) for s in steps], limit_for("itl"))
 
     def show_finished(self, message: str, ok: bool) -> None:
         self.set_running(False)

@@ -21,10 +21,10 @@ from spoc_tui.core.energy import EnergyMeter
 from spoc_tui.core.events import THROTTLE_HOLD_S, EventDetector, EventLog
 from spoc_tui.core.fleet import lagging, replica_of_gpu, waiting_per_replica
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
-from spoc_tui.core.loadmath import Limit
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.roofline import gpu_of
 from spoc_tui.core.series import WINDOWS_S, SeriesStore
+from spoc_tui.core.sla import Limit
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.verdict import Verdict, verdict
 from spoc_tui.core.vllm import EngineView, ServerView

@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Sparkline, Static
 
 from spoc_tui.config import data_dir
-from spoc_tui.core.loadmath import DEFAULT_SLA, Limit
+from spoc_tui.core.sla import DEFAULT_SLA, Limit
 from spoc_tui.core.tunespace import Objective
 from spoc_tui.load.profiles import builtin_names
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint

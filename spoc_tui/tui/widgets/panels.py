@@ -13,9 +13,9 @@ from spoc_tui.core.alerts import Alert
 from spoc_tui.core.fleet import lagging
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.kernels import CLASSES, IDLE
-from spoc_tui.core.loadmath import Limit
 from spoc_tui.core.presets import GpuSpec
 from spoc_tui.core.roofline import Roofline, of_view, si
+from spoc_tui.core.sla import Limit
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.stats import LatencySummary
 from spoc_tui.core.vllm import LATENCY_LABELS, EngineView

@@ -1,22 +1,12 @@
+import math
 import random
+from dataclasses import replace
 
 import pytest
 
-from spoc_tui.core.loadmath import (
-    FixedUsers,
-    KneeSearch,
-    RequestSample,
-    SlaError,
-    UsersError,
-    badly_broken,
-    find_knee,
-    parse_rates,
-    parse_sla,
-    parse_user_plan,
-    parse_users,
-    queue_unbounded,
-    summarize_step,
-)
+from spoc_tui.core.knee import FixedUsers, KneeSearch, find_knee, parse_user_plan
+from spoc_tui.core.sla import SlaError, UsersError, parse_rates, parse_sla, parse_users
+from spoc_tui.core.steps import RequestSample, ServerWindow, badly_broken, queue_unbounded, summarize_step
 from spoc_tui.load.profiles import Profile, ProfileError, TextMaker, builtin_names, load_profile, plan_conversation
 
 
@@ -80,22 +70,22 @@ def test_step_summary_goodput_and_percentiles():
     assert st.goodput == pytest.approx(0.8)  # 8 good requests in 10 s
     assert st.request_rate == pytest.approx(1.0)
     assert st.output_tokens_per_s == pytest.approx(9 * 21 / 10)
-    assert st.latency["ttft"]["p50"] == pytest.approx(0.1)
+    assert st.latency.ttft.p50 == pytest.approx(0.1)
     # 9 finished requests cannot bound a p99 from above, nor put it surely over 1 s: undecided
-    assert st.verdict["decision"] == "inconclusive" and st.verdict["ok"] is False
-    assert "9 samples cannot bound a p99 from above (it takes 368: " in st.verdict["reason"]
+    assert st.verdict.decision == "inconclusive" and st.verdict.ok is False
+    assert "9 samples cannot bound a p99 from above (it takes 368: " in st.verdict.reason
     # every figure says how many samples it rests on and its interval
-    assert st.latency["ttft"]["n"] == 9 and st.latency["ttft"]["ci95"]["p50"] == [
+    assert st.latency.ttft.n == 9 and st.latency.ttft.interval("p50") == (
         pytest.approx(0.1),
         pytest.approx(0.1),
-    ]
-    assert st.latency["ttft"]["ci95"]["p99"][1] is None
-    lo, hi = st.ci95["error_rate"]
+    )
+    assert st.latency.ttft.interval("p99")[1] is None
+    lo, hi = st.ci95.error_rate
     assert lo == pytest.approx(0.0025, abs=1e-4) and hi == pytest.approx(0.445, abs=1e-3)  # Clopper-Pearson, 1 of 10
-    assert st.ci95["request_rate"][0] <= 1.0 <= st.ci95["request_rate"][1]
+    assert st.ci95.request_rate[0] <= 1.0 <= st.ci95.request_rate[1]
     # all requests finishing in one moment: nothing tells how a rate varies over time
     one_moment = summarize_step(1, 4, [_s(0.1, 1.1, 21) for _ in range(8)], 10.0, lims)
-    assert one_moment.ci95["request_rate"] == [None, None]
+    assert one_moment.ci95.request_rate == (None, None)
 
 
 def _step(users, ttft, n, lims, spread=0.0):
@@ -112,31 +102,30 @@ def test_decisions_need_the_interval_on_one_side_of_the_limit():
     straddle = _step(1, 0.5, 1000, lims, spread=1.0)  # p99 near 1.49 s: the whole interval lies above 1 s
     assert straddle.decision == "breaks"
     near = _step(1, 0.0, 1000, lims, spread=1.005)  # the p99 sits right at the limit
-    assert near.decision == "inconclusive" and "straddles the limit" in near.verdict["reason"]
+    assert near.decision == "inconclusive" and "straddles the limit" in near.verdict.reason
 
 
 def test_knee_and_early_stop():
     lims = parse_sla("ttft_p99<=1s")
     steps = [_step(1, 0.1, 400, lims), _step(2, 0.2, 400, lims), _step(4, 1.5, 400, lims), _step(8, 5, 400, lims)]
     knee = find_knee(steps)
-    assert (knee.max_users_within_sla, knee.first_failing_users, knee.broken_limit) == (2, 4, "ttft_p99")
+    assert (knee.meets_level, knee.breaks_level, knee.broken_limit) == (2, 4, "ttft_p99")
     assert knee.bracket == "2 users meet, 4 break (ttft_p99)"
     assert not badly_broken(steps[2], 3.0)
     assert "ttft_p99 at least 5.0x its limit" in (badly_broken(steps[3], 3.0) or "")
-    assert find_knee(steps[:2]).first_failing_users is None
-    assert find_knee([_step(1, 3, 50, lims)]).max_users_within_sla is None
+    assert find_knee(steps[:2]).breaks_level is None
+    assert find_knee([_step(1, 3, 50, lims)]).meets_level is None
 
 
 def test_an_open_loop_knee_is_in_requests_per_second():
     lims = parse_sla("ttft_p99<=1s")
     steps = [_step(1, 0.1, 400, lims), _step(1, 0.2, 400, lims), _step(1, 1.5, 400, lims)]
-    for s, rate in zip(steps, (0.5, 2.0, 8.0), strict=True):
-        s.rate = rate
+    steps = [replace(s, rate=rate) for s, rate in zip(steps, (0.5, 2.0, 8.0), strict=True)]
     knee = find_knee(steps)
-    assert (knee.max_users_within_sla, knee.first_failing_users, knee.unit) == (2.0, 8.0, "req/s")
+    assert (knee.meets_level, knee.breaks_level, knee.unit) == (2.0, 8.0, "req/s")
     assert knee.bracket == "2 req/s meet, 8 break (ttft_p99)"
     d = knee.as_dict()
-    assert d["max_rate_within_sla"] == 2.0 and d["first_failing_rate"] == 8.0 and "max_users_within_sla" not in d
+    assert d["max_rate_within_sla"] == 2.0 and d["first_failing_rate"] == 8.0 and "meets_level" not in d
     assert steps[0].as_dict()["rate"] == 0.5 and steps[0].level_text == "0.5 req/s"
 
 
@@ -151,15 +140,15 @@ def test_a_pass_above_a_break_is_named_as_a_contradiction():
     lims = parse_sla("ttft_p99<=1s")
     steps = [_step(1, 0.1, 400, lims), _step(4, 1.5, 400, lims), _step(8, 0.1, 400, lims), _step(16, 0.1, 30, lims)]
     knee = find_knee(steps)
-    assert knee.max_users_within_sla == 1 and knee.first_failing_users == 4
+    assert knee.meets_level == 1 and knee.breaks_level == 4
     assert knee.contradicted == (8,) and knee.inconclusive == (16,)
 
 
 def test_empty_step_is_inconclusive_never_a_breach():
     """The 12-second chatbot step (think time 3-15 s): nothing finished, so nothing is known."""
     st = summarize_step(1, 1, [], 10, parse_sla("ttft_p99<=1s"))
-    assert st.verdict["decision"] == "inconclusive" and "too short for this profile" in st.verdict["reason"]
-    assert st.verdict["broken_limit"] is None and badly_broken(st, 3) is None
+    assert st.verdict.decision == "inconclusive" and "too short for this profile" in st.verdict.reason
+    assert st.verdict.broken_limit is None and badly_broken(st, 3) is None
     assert find_knee([st]).as_dict()["inconclusive"] == [1]
 
 
@@ -173,8 +162,8 @@ def test_knee_search_doubles_then_bisects():
         assert len(steps) < 30
     knee = find_knee(steps)
     assert [s.users for s in steps][:7] == [1, 2, 4, 8, 16, 32, 64]
-    assert knee.max_users_within_sla <= true_knee < knee.first_failing_users
-    assert knee.first_failing_users - knee.max_users_within_sla <= max(1, int(knee.max_users_within_sla * 0.05))
+    assert knee.meets_level <= true_knee < knee.breaks_level
+    assert knee.breaks_level - knee.meets_level <= max(1, int(knee.meets_level * 0.05))
     # never past MAX, and a plan of counts is followed as given
     capped = KneeSearch(max_users=10)
     seen: list = []
@@ -372,8 +361,9 @@ def test_ramp_json_writes_nan_as_null(tmp_path):
     from spoc_tui.load.ramp import ResultWriter
 
     lims = parse_sla("ttft_p99<=1s")
-    step = summarize_step(1, 1, [_s(0.1, 1.0, 5)], 10, lims)
-    step.server = {"kv_cache_usage_max": float("nan")}
+    step = summarize_step(
+        1, 1, [_s(0.1, 1.0, 5)], 10, lims, server=ServerWindow(seen=True, kv_cache_usage_max=math.nan)
+    )
     w = ResultWriter(tmp_path, {"url": "http://x"})
     w.write([step], find_knee([step]), "complete")
     w.close()
@@ -385,26 +375,26 @@ def test_a_step_whose_requests_mostly_fail_breaks_even_without_an_error_limit():
     lims = parse_sla("ttft_p90<=1s")
     failing = [_s(None, 0.1, None, ok=False, error="http_4xx") for _ in range(30)] + [_s(0.1, 1.1, 10)]
     st = summarize_step(1, 1, failing, 10, lims)
-    assert st.decision == "breaks" and st.verdict["broken_limit"] == "error_rate"
+    assert st.decision == "breaks" and st.verdict.broken_limit == "error_rate"
     assert "at least" in (badly_broken(st, 3.0) or "")
 
 
 def test_client_health_flags_a_saturated_load_generator():
-    from spoc_tui.core.loadmath import client_health
+    from spoc_tui.core.steps import client_health
 
     calm = [("main", float(t), 0.2 * t, [0.1] * 20) for t in range(10)]  # 20 % of a core, 0.1 ms lags
     h = client_health(calm)
-    assert h["cpu_pct"] == pytest.approx(20.0) and h["loop_lag_p99_ms"] == pytest.approx(0.1)
-    assert not h["saturated"]
+    assert h.cpu_pct == pytest.approx(20.0) and h.loop_lag_p99_ms == pytest.approx(0.1)
+    assert not h.saturated and h.saturated_text is None
     busy = calm + [("worker w1", float(t), 0.97 * t, [0.2] * 19 + [30.0]) for t in range(10)]
     h = client_health(busy)
-    assert h["saturated"] and "CPU 97 % of a core" in h["reason"] and "lag p99" in h["reason"]
-    assert set(h["processes"]) == {"main", "worker w1"}
-    assert client_health([]) == {}
+    assert h.saturated and "CPU 97 % of a core" in h.reason and "lag p99" in h.reason
+    assert {p.name for p in h.processes} == {"main", "worker w1"}
+    assert client_health([]).as_dict() == {}
 
 
 def test_workers_auto_sizes_by_streams_and_cores():
-    from spoc_tui.core.loadmath import FixedRates
+    from spoc_tui.core.knee import FixedRates
     from spoc_tui.load.ramp import auto_workers
 
     assert auto_workers(FixedUsers([1, 8, 32]), 16) == 0  # one process is enough for 32 streams

@@ -1,0 +1,348 @@
+"""The knee of a ramp (where the SLA stops holding), why it is there, and which level to run next.
+
+The knee is read from the steps' decisions by level (probes may run in any order); its reason is
+a typed value built from the breaking step's server window and client health, so a reader asks
+``knee.why.cause`` rather than searching a sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from spoc_tui.core import fmt
+from spoc_tui.core.sla import MAX_USERS, LevelUnit, UsersError, level_text, parse_users
+from spoc_tui.core.steps import Json, StepSummary
+
+Cause = Literal[
+    "queue_unbounded",
+    "throttled",
+    "preempting",
+    "kv_full",
+    "batch_full",
+    "decode_slows",
+    "client",
+    "none_seen",
+    "no_view",
+]
+"""What held the knee where it is, from the server's view of the breaking step (first match):
+the queue grew without bound; a GPU throttled; preemptions; the KV cache full with a queue; a
+queue with the cache not full (the batch at its seat or token limit); an inter-token limit
+broken with no queue; no server-side cause seen (``client`` when the load generator was
+saturated, else ``none_seen``); no server-side view recorded."""
+
+KV_FULL = 0.9
+"""KV-cache use at or above which a queue is put down to the cache (as the monitor's alert)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KneeWhy:
+    """Why the SLA broke where it did: the cause, and the sentence with the figures it rests on."""
+
+    cause: Cause
+    text: str
+    client_saturated: bool = False
+    """The load generator was saturated during the breaking step (its latencies read high)."""
+
+
+def knee_why(step: StepSummary) -> KneeWhy:
+    """The server-side reason a step broke the SLA (see :data:`Cause`), with the client's
+    saturation said after it (or instead of "no server-side cause")."""
+    cause, text = _server_reason(step)
+    sat = step.client.saturated_text
+    if sat is None:
+        return KneeWhy(cause, text)
+    if cause in ("none_seen", "no_view"):
+        return KneeWhy("client", sat, True)
+    return KneeWhy(cause, f"{text}; and the {sat}", True)
+
+
+def _server_reason(step: StepSummary) -> tuple[Cause, str]:
+    srv = step.server
+    v = step.verdict
+    limit = v.broken_limit or ""
+    if limit == "queue_unbounded":
+        return "queue_unbounded", v.reason or "the queue grew without bound"
+    throttled = [g for g in srv.gpus or () if g.throttled]
+    waiting, running, kv, pre = srv.waiting_max, srv.running_max, srv.kv_cache_usage_max, srv.preemptions_per_s
+    if throttled:
+        g = throttled[0]
+        return "throttled", (
+            f"GPU {g.gpu} throttled ({', '.join(g.throttle_reasons)}) at "
+            f"{fmt.num(g.sm_clock_mhz)}/{fmt.num(g.sm_clock_max_mhz)} MHz, {fmt.num(g.temp_c, unit='C')}"
+        )
+    if pre:
+        return "preempting", (
+            f"preemptions ({pre:.2f}/s): the KV cache ran out and running requests were evicted (KV {fmt.pct(kv)})"
+        )
+    if waiting and kv is not None and kv >= KV_FULL:
+        return "kv_full", (
+            f"KV cache full ({fmt.pct(kv)}) and requests queue (up to {fmt.num(waiting)} waiting, "
+            f"{fmt.num(running)} running)"
+        )
+    if waiting:
+        return "batch_full", (
+            f"the batch is full: {fmt.num(running)} running, up to {fmt.num(waiting)} waiting with the KV cache at "
+            f"{fmt.pct(kv)} (max-num-seqs or max-num-batched-tokens)"
+        )
+    if limit.startswith(("itl", "tpot")):
+        return "decode_slows", (
+            f"no queue, but each step of decoding slows as the batch grows ({fmt.num(running)} running): "
+            "prefills stall decodes, or the GPU is saturated"
+        )
+    if srv.seen or srv.gpus:
+        return "none_seen", (
+            f"no server-side cause seen ({fmt.num(running)} running, no queue, KV {fmt.pct(kv)}): "
+            "the client may be the limit (try --workers)"
+        )
+    return "no_view", "no server-side view was recorded for the step"
+
+
+@dataclass(frozen=True, slots=True)
+class Knee:
+    """Where the SLA stops holding: the highest level (a user count, or an arrival rate when
+    ``unit`` is req/s) a decided step met it with, below the lowest level a decided step broke it
+    with. Undecided and contradicting steps are named, not hidden."""
+
+    meets_level: float | None
+    """The highest level that met the SLA below the break."""
+    breaks_level: float | None
+    """The lowest level that broke it."""
+    broken_limit: str | None
+    inconclusive: tuple[float, ...] = ()
+    """Levels whose steps stayed inconclusive."""
+    contradicted: tuple[float, ...] = ()
+    """Levels that met the SLA above one that broke it (noise, or a server that warmed up): the
+    knee below them stands, but it is not the whole story."""
+    why: KneeWhy | None = None
+    """Why it broke there, from the breaking step's server view (None before any break)."""
+    unit: LevelUnit = "users"
+
+    @property
+    def reason(self) -> str:
+        return self.why.text if self.why else ""
+
+    @property
+    def meets_text(self) -> str:
+        return level_text(self.meets_level, self.unit)
+
+    @property
+    def breaks_text(self) -> str:
+        return level_text(self.breaks_level, self.unit)
+
+    @property
+    def bracket(self) -> str:
+        """``N users meet, M break (limit)`` in words."""
+        if self.breaks_level is None:
+            if self.meets_level is None:
+                return "no step decided"
+            return f"{self.meets_text} meet; no level broke the SLA"
+        if self.meets_level is None:
+            return f"even {self.breaks_text} break the SLA ({self.broken_limit})"
+        return f"{self.meets_text} meet, {self.breaks_level:g} break ({self.broken_limit})"
+
+    def as_dict(self) -> dict[str, object]:
+        key = "users" if self.unit == "users" else "rate"
+        return {
+            f"max_{key}_within_sla": self.meets_level,
+            f"first_failing_{key}": self.breaks_level,
+            "unit": self.unit,
+            "broken_limit": self.broken_limit,
+            "inconclusive": list(self.inconclusive),
+            "contradicted": list(self.contradicted),
+            "reason": self.reason,
+            "cause": self.why.cause if self.why else None,
+            "client_saturated": self.why.client_saturated if self.why else False,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Json, steps: Sequence[StepSummary] = ()) -> Knee:
+        """The knee as a file holds it. Its ``why`` is rebuilt from the breaking step (files of
+        schema 1 hold only the sentence), else kept as the file says it."""
+        unit: LevelUnit = "req/s" if d.get("unit") == "req/s" else "users"
+        key = "users" if unit == "users" else "rate"
+
+        def level(k: str) -> float | None:
+            v = d.get(k)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        def levels(k: str) -> tuple[float, ...]:
+            v = d.get(k)
+            return tuple(float(x) for x in v if isinstance(x, (int, float))) if isinstance(v, list) else ()
+
+        meets, breaks = level(f"max_{key}_within_sla"), level(f"first_failing_{key}")
+        b = d.get("broken_limit")
+        breaking = [s for s in steps if s.decision == "breaks" and s.level == breaks]
+        why: KneeWhy | None = knee_why(breaking[0]) if breaking else None
+        if why is None and d.get("reason"):
+            cause = d.get("cause")
+            text = str(d["reason"])
+            # schema 1 said the client's saturation only in the sentence (its one carrier then)
+            saturated = d.get("client_saturated", "client saturated" in text)
+            why = KneeWhy(_cause(cause) if isinstance(cause, str) else "none_seen", text, bool(saturated))
+        return cls(meets, breaks, str(b) if b else None, levels("inconclusive"), levels("contradicted"), why, unit)
+
+
+def _cause(name: str) -> Cause:
+    for c in get_args(Cause):
+        if c == name:
+            return c  # type: ignore[no-any-return]
+    return "none_seen"
+
+
+def find_knee(steps: Sequence[StepSummary]) -> Knee:
+    """The knee from the steps' decisions, by level (probes may run in any order), with the
+    reason the first breaking step gives."""
+    unit: LevelUnit = "req/s" if any(s.rate is not None for s in steps) else "users"
+    breaks = [s for s in steps if s.decision == "breaks"]
+    first = min(breaks, key=lambda s: s.level) if breaks else None
+    meets = [s.level for s in steps if s.decision == "meets"]
+    below = [u for u in meets if first is None or u < first.level]
+    contradicted = tuple(sorted({u for u in meets if first is not None and u > first.level}))
+    undecided = tuple(
+        sorted({s.level for s in steps if s.decision == "inconclusive"} - set(meets) - {s.level for s in breaks})
+    )
+    return Knee(
+        max(below) if below else None,
+        first.level if first else None,
+        first.verdict.broken_limit if first else None,
+        undecided,
+        contradicted,
+        knee_why(first) if first else None,
+        unit=unit,
+    )
+
+
+# -- which user count to run next -------------------------------------------------------------
+
+KNEE_TOLERANCE = 0.05
+"""The knee search stops when the bracket is adjacent counts, or narrower than 5 % of the count
+that meets (64 vs 67 users is pinned; bisecting further costs a step per halving)."""
+
+
+@dataclass(frozen=True)
+class FixedUsers:
+    """The user counts the operator listed, in order."""
+
+    users: list[int]
+
+    def next(self, steps: Sequence[StepSummary]) -> int | None:
+        return self.users[len(steps)] if len(steps) < len(self.users) else None
+
+    def describe(self) -> str:
+        return ",".join(map(str, self.users))
+
+
+@dataclass(frozen=True)
+class KneeSearch:
+    """``--users auto[:MAX]``: double from ``start`` until a step does not meet the SLA (or MAX),
+    then bisect over whole user counts between the last count that met it and the first that
+    did not, until they are adjacent or within :data:`KNEE_TOLERANCE`. A step that stays
+    inconclusive after its extensions bounds the search like a break and is reported as such."""
+
+    max_users: int = 1024
+    start: int = 1
+
+    def next(self, steps: Sequence[StepSummary]) -> int | None:
+        if not steps:
+            return self.start
+        tried = {s.users for s in steps}
+        meets = [s.users for s in steps if s.decision == "meets"]
+        fails = [s.users for s in steps if s.decision != "meets"]
+        hi = min(fails) if fails else None
+        lo = max([u for u in meets if hi is None or u < hi], default=0)
+        if hi is None:  # still doubling
+            nxt = min(max(tried) * 2, self.max_users)
+            return None if nxt in tried else nxt
+        if hi - lo <= max(1, int(lo * KNEE_TOLERANCE)):
+            return None
+        nxt = (lo + hi) // 2 if lo else max(1, hi // 2)
+        return None if nxt in tried else nxt
+
+    def describe(self) -> str:
+        return f"auto:{self.max_users}"
+
+
+SATURATION_GAIN = 1.10
+"""Calibration: a doubling of users that adds less than 10 % output tokens/s means saturation."""
+SATURATION_SHARE = 0.90
+"""Calibration: the reference load is the fewest users that reach 90 % of the best tokens/s."""
+
+
+@dataclass(frozen=True)
+class SaturationSearch:
+    """A tuning study's calibration (``spoc tune --users auto``): double the users from ``start``
+    until output tokens/s grows by less than :data:`SATURATION_GAIN` per doubling, a step clearly
+    breaks the SLA, or ``max_users``. Unlike the knee search it needs no conclusive SLA verdict at
+    light load (a p99 over a handful of requests has none), only throughput, which every step
+    measures well."""
+
+    max_users: int = 1024
+    start: int = 2
+
+    def next(self, steps: Sequence[StepSummary]) -> int | None:
+        if not steps:
+            return min(self.start, self.max_users)
+        last = steps[-1]
+        if last.decision == "breaks" or last.users >= self.max_users:
+            return None
+        if len(steps) >= 2 and last.output_tokens_per_s < SATURATION_GAIN * steps[-2].output_tokens_per_s:
+            return None
+        return min(last.users * 2, self.max_users)
+
+    def describe(self) -> str:
+        return f"auto:{self.max_users} (calibration: double until tokens/s saturates)"
+
+
+def saturation_users(steps: Sequence[StepSummary]) -> tuple[int, str] | None:
+    """The reference load a calibration found: the fewest users whose output tokens/s reach
+    :data:`SATURATION_SHARE` of the best among steps that did not clearly break the SLA, and
+    why, in words. None without such a step."""
+    ok = [s for s in steps if s.decision != "breaks" and s.requests]
+    if not ok:
+        return None
+    best = max(s.output_tokens_per_s for s in ok)
+    pick = min((s for s in ok if s.output_tokens_per_s >= SATURATION_SHARE * best), key=lambda s: s.users)
+    broke = [s.users for s in steps if s.decision == "breaks"]
+    tail = f"; the SLA breaks at {min(broke)} users" if broke else ""
+    return pick.users, (
+        f"reaches {pick.output_tokens_per_s:,.0f} of the best {best:,.0f} output tokens/s at {pick.users} users "
+        f"(tried {', '.join(str(s.users) for s in steps)}{tail})"
+    )
+
+
+@dataclass(frozen=True)
+class FixedRates:
+    """``--rate 1,2,4``: open-loop steps at these arrival rates (requests/s, Poisson), in order."""
+
+    rates: list[float]
+
+    def next(self, steps: Sequence[StepSummary]) -> float | None:
+        return self.rates[len(steps)] if len(steps) < len(self.rates) else None
+
+    def describe(self) -> str:
+        return "rate:" + ",".join(f"{r:g}" for r in self.rates)
+
+
+UserPlan = FixedUsers | KneeSearch | FixedRates | SaturationSearch
+
+
+def parse_user_plan(text: str) -> FixedUsers | KneeSearch:
+    """``1,2,4,8``, ``geom:1:64``, ``auto`` or ``auto:MAX``.
+
+    Raises:
+        UsersError: with the accepted forms.
+    """
+    t = text.strip().lower()
+    if t == "auto" or t.startswith("auto:"):
+        if t == "auto":
+            return KneeSearch()
+        try:
+            top = int(t[5:])
+        except ValueError:
+            raise UsersError(f"bad --users {text!r}: auto:MAX takes a whole number, e.g. auto:256") from None
+        if not 1 <= top <= MAX_USERS:
+            raise UsersError(f"bad --users {text!r}: MAX must be between 1 and {MAX_USERS}")
+        return KneeSearch(max_users=top)
+    return FixedUsers(parse_users(text))

@@ -1,0 +1,959 @@
+"""A ramp step, measured: the client's figures with their intervals, the SLA verdict, the
+server's window and the load generator's health, as frozen values.
+
+Metric definitions follow ``vllm bench serve``:
+- TTFT: first content-bearing chunk minus send time.
+- ITL: gaps between consecutive content chunks, pooled over all requests.
+- TPOT: per request, (E2E - TTFT) / (output tokens - 1), output tokens from ``usage``.
+- E2E: last byte minus send time.
+- Percentiles: numpy's linear interpolation over the raw samples of the step.
+- Goodput: requests per second whose TTFT, TPOT and E2E all meet the SLA limits given for
+  them (an ITL limit is held against the request's TPOT, its mean inter-token gap).
+
+Every value here writes itself as the dict ``ramp.json`` has always held (``as_dict``) and
+reads itself back from any such dict, old or new (``from_dict``); :mod:`spoc_tui.core.results`
+is the file codec around them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from spoc_tui.core.confidence import (
+    Decision,
+    Interval,
+    Resampler,
+    decide,
+    hull,
+    min_samples_for_upper_bound,
+    proportion_interval,
+    quantile_interval,
+)
+from spoc_tui.core.sla import PERCENTILE_Q, LevelUnit, Limit, level_text
+
+Json = Mapping[str, object]
+"""A decoded JSON object as a reader receives it (values unchecked)."""
+
+
+def _f(d: Json, k: str) -> float | None:
+    v = d.get(k)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _i(d: Json, k: str) -> int | None:
+    v = d.get(k)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _obj(v: object) -> Json:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _interval(v: object) -> Interval:
+    if isinstance(v, (list, tuple)) and len(v) == 2:
+        lo, hi = v
+        return (
+            float(lo) if isinstance(lo, (int, float)) and not isinstance(lo, bool) else None,
+            float(hi) if isinstance(hi, (int, float)) and not isinstance(hi, bool) else None,
+        )
+    return None, None
+
+
+def _decision(v: object) -> Decision:
+    if v == "meets":
+        return "meets"
+    return "breaks" if v == "breaks" else "inconclusive"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSample:
+    """One request as the client saw it (seconds, wall clock for ``start``)."""
+
+    start: float
+    step: int
+    users: int
+    ok: bool
+    ttft: float | None = None
+    e2e: float | None = None
+    itl: tuple[float, ...] = ()
+    output_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    error: str | None = None
+    """Kind: timeout, connect, http_4xx, http_5xx, stream, ..."""
+    conversation: str = ""
+    turn: int = 0
+    request_id: str | None = None
+    """The server's response id (``chatcmpl-...``)."""
+    end: float | None = None
+    """Wall time the request finished (steps count requests by when they finished)."""
+
+    @property
+    def tpot(self) -> float | None:
+        if self.e2e is None or self.ttft is None or not self.output_tokens or self.output_tokens < 2:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "start": self.start,
+            "step": self.step,
+            "users": self.users,
+            "ok": self.ok,
+            "ttft": self.ttft,
+            "e2e": self.e2e,
+            "tpot": self.tpot,
+            "itl": list(self.itl),
+            "output_tokens": self.output_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "error": self.error,
+            "conversation": self.conversation,
+            "turn": self.turn,
+            "request_id": self.request_id,
+            "end": self.end,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> RequestSample:
+        def f(k: str) -> float | None:
+            v = d.get(k)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        def i(k: str) -> int | None:
+            v = d.get(k)
+            return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        itl = d.get("itl") or []
+        return cls(
+            start=f("start") or 0.0,
+            step=i("step") or 0,
+            users=i("users") or 0,
+            ok=bool(d.get("ok")),
+            ttft=f("ttft"),
+            e2e=f("e2e"),
+            itl=tuple(float(x) for x in itl) if isinstance(itl, list) else (),
+            output_tokens=i("output_tokens"),
+            prompt_tokens=i("prompt_tokens"),
+            cached_tokens=i("cached_tokens"),
+            error=str(d["error"]) if d.get("error") else None,
+            conversation=str(d.get("conversation", "")),
+            turn=i("turn") or 0,
+            request_id=str(d["request_id"]) if d.get("request_id") else None,
+            end=f("end"),
+        )
+
+
+STAT_NAMES = ("p50", "p90", "p95", "p99", "mean")
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """One latency metric of a step: its percentiles and mean (seconds), how many samples they rest
+    on, and each one's 95 % interval (a side ``None`` where the sample cannot bound it)."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+    count: int = 0
+    """Values the figures were computed from (requests, or ITL gaps)."""
+    n: int = 0
+    """The sample size (as ``count``; kept apart in ramp.json for readers of either key)."""
+    requests: int | None = None
+    """Pooled metrics (ITL): the requests the gaps came from, the independent units."""
+    ci95: tuple[tuple[str, Interval], ...] = ()
+    """(statistic, interval) for p50, p90, p95, p99 and mean."""
+
+    def stat(self, name: str) -> float | None:
+        """``p99`` -> the figure (None for an unknown name)."""
+        return getattr(self, name) if name in STAT_NAMES else None
+
+    def interval(self, name: str) -> Interval:
+        return next((ci for k, ci in self.ci95 if k == name), (None, None))
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {k: self.stat(k) for k in ("p50", "p90", "p95", "p99", "mean")}
+        out["count"] = self.count
+        out["n"] = self.n
+        if self.requests is not None:
+            out["requests"] = self.requests
+        out["ci95"] = {k: list(ci) for k, ci in self.ci95}
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Json) -> Figures:
+        ci = _obj(d.get("ci95"))
+        return cls(
+            p50=_f(d, "p50"),
+            p90=_f(d, "p90"),
+            p95=_f(d, "p95"),
+            p99=_f(d, "p99"),
+            mean=_f(d, "mean"),
+            count=_i(d, "count") or 0,
+            n=_i(d, "n") if _i(d, "n") is not None else (_i(d, "count") or 0),  # type: ignore[arg-type]
+            requests=_i(d, "requests"),
+            ci95=tuple((k, _interval(ci[k])) for k in STAT_NAMES if k in ci),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """The step's four latency metrics."""
+
+    ttft: Figures = Figures()
+    itl: Figures = Figures()
+    tpot: Figures = Figures()
+    e2e: Figures = Figures()
+
+    def of(self, metric: str) -> Figures:
+        """``ttft`` -> its figures (empty figures for a metric that is not latency)."""
+        return getattr(self, metric) if metric in ("ttft", "itl", "tpot", "e2e") else Figures()
+
+    def as_dict(self) -> dict[str, object]:
+        return {m: self.of(m).as_dict() for m in ("ttft", "itl", "tpot", "e2e")}
+
+    @classmethod
+    def from_dict(cls, d: Json) -> Latency:
+        return cls(*(Figures.from_dict(_obj(d.get(m))) for m in ("ttft", "itl", "tpot", "e2e")))
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """95 % intervals of the step's totals over its window."""
+
+    request_rate: Interval = (None, None)
+    output_tokens_per_s: Interval = (None, None)
+    goodput: Interval = (None, None)
+    error_rate: Interval = (None, None)
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: list(getattr(self, k)) for k in ("request_rate", "output_tokens_per_s", "goodput", "error_rate")}
+
+    @classmethod
+    def from_dict(cls, d: Json) -> Totals:
+        return cls(*(_interval(d.get(k)) for k in ("request_rate", "output_tokens_per_s", "goodput", "error_rate")))
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One limit held against the step: the figure, its interval and the decision."""
+
+    key: str
+    """The limit's name (``ttft_p99``, ``error_rate``, or ``queue_unbounded``)."""
+    value: float | None
+    limit: float | None
+    """The limit (seconds, or a fraction for the error rate); None for the queue rule."""
+    ci95: Interval
+    decision: Decision
+    reason: str = ""
+    """Why, for a rule that is not a figure against a limit (the queue grew without bound)."""
+
+    @property
+    def is_rate(self) -> bool:
+        return self.key == "error_rate"
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "value": self.value,
+            "limit": self.limit,
+            "ci95": list(self.ci95),
+            "decision": self.decision,
+            "ok": self.decision == "meets",
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+    @classmethod
+    def from_dict(cls, key: str, d: Json) -> Check:
+        return cls(
+            key,
+            _f(d, "value"),
+            _f(d, "limit"),
+            _interval(d.get("ci95")),
+            _decision(d.get("decision")),
+            str(d.get("reason") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepVerdict:
+    """The step's decision on the SLA: ``meets`` when every limit's interval lies within it,
+    ``breaks`` when some limit's interval lies wholly beyond it, else ``inconclusive`` with the
+    reason."""
+
+    decision: Decision = "inconclusive"
+    checks: tuple[Check, ...] = ()
+    broken_limit: str | None = None
+    worst_ratio: float | None = None
+    """How many times over its limit the breaking figure surely is (its interval's low end)."""
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.decision == "meets"
+
+    def check(self, key: str) -> Check | None:
+        return next((c for c in self.checks if c.key == key), None)
+
+    def broken_by_queue(self, why: str) -> StepVerdict:
+        """This verdict overruled by a queue that grew without bound (a break, whatever the figures)."""
+        return replace(
+            self,
+            decision="breaks",
+            broken_limit="queue_unbounded",
+            reason=why,
+            checks=(*self.checks, Check("queue_unbounded", None, None, (None, None), "breaks", why)),
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "decision": self.decision,
+            "checks": {c.key: c.as_dict() for c in self.checks},
+            "broken_limit": self.broken_limit,
+            "worst_ratio": self.worst_ratio,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Json) -> StepVerdict:
+        checks = _obj(d.get("checks"))
+        b = d.get("broken_limit")
+        return cls(
+            decision=_decision(d.get("decision")),
+            checks=tuple(Check.from_dict(str(k), _obj(v)) for k, v in checks.items()),
+            broken_limit=str(b) if b else None,
+            worst_ratio=_f(d, "worst_ratio"),
+            reason=str(d.get("reason") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuWindow:
+    """One GPU as dcgm-exporter showed it at the end of the step's window."""
+
+    gpu: str
+    uuid: str | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    throttled_pct: tuple[tuple[str, float], ...] = ()
+    """(reason, % of the window throttled for it)."""
+
+    THROTTLING = ("sw_thermal", "hw_thermal", "sw_power", "hw_power", "hw_slowdown")
+
+    @property
+    def throttled(self) -> bool:
+        return any(r in self.THROTTLING for r in self.throttle_reasons)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "gpu": self.gpu,
+            "uuid": self.uuid,
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "sm_clock_max_mhz": self.sm_clock_max_mhz,
+            "temp_c": self.temp_c,
+            "power_w": self.power_w,
+            "throttle_reasons": list(self.throttle_reasons),
+            "throttled_pct": dict(self.throttled_pct) if self.throttled_pct else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Json) -> GpuWindow:
+        reasons = d.get("throttle_reasons")
+        pct = _obj(d.get("throttled_pct"))
+        return cls(
+            gpu=str(d.get("gpu", "?")),
+            uuid=str(d["uuid"]) if d.get("uuid") else None,
+            sm_clock_mhz=_f(d, "sm_clock_mhz"),
+            sm_clock_max_mhz=_f(d, "sm_clock_max_mhz"),
+            temp_c=_f(d, "temp_c"),
+            power_w=_f(d, "power_w"),
+            throttle_reasons=tuple(str(r) for r in reasons) if isinstance(reasons, list) else (),
+            throttled_pct=tuple((str(k), float(v)) for k, v in pct.items() if isinstance(v, (int, float))),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerWindow:
+    """The server's own view of a step's window (its /metrics, and the GPUs when DCGM was given):
+    queue, KV cache, preemptions, its own TTFT/ITL p99 (histogram), GPU clocks and throttling."""
+
+    seen: bool = False
+    """Whether the server's /metrics was read (the figures below are None otherwise)."""
+    waiting: float | None = None
+    waiting_max: float | None = None
+    waiting_mean: float | None = None
+    """The mean queue over the window's polls: the autoscaling target ``spoc plan`` reads."""
+    running_max: float | None = None
+    kv_cache_usage_max: float | None = None
+    preemptions_per_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    prefix_cache_hit_rate: float | None = None
+    ttft_p99: float | None = None
+    itl_p99: float | None = None
+    bounded: tuple[str, ...] = ()
+    """Which of the p99s are upper bounds from the histogram's mean, not interpolations."""
+    window: str | None = None
+    gpus: tuple[GpuWindow, ...] | None = None
+    """None when no DCGM exporter was given."""
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {}
+        if self.seen:
+            out = {
+                "waiting": self.waiting,
+                "waiting_max": self.waiting_max,
+                "running_max": self.running_max,
+                "kv_cache_usage_max": self.kv_cache_usage_max,
+                "preemptions_per_s": self.preemptions_per_s,
+                "generation_tokens_per_s": self.generation_tokens_per_s,
+                "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
+                "ttft_p99": self.ttft_p99,
+                "itl_p99": self.itl_p99,
+                "bounded": list(self.bounded),
+                "window": self.window,
+            }
+        if self.gpus is not None:
+            out["gpus"] = [g.as_dict() for g in self.gpus]
+        if self.waiting_mean is not None:
+            out["waiting_mean"] = self.waiting_mean
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Json) -> ServerWindow:
+        gpus = d.get("gpus")
+        bounded = d.get("bounded")
+        return cls(
+            seen=any(k in d for k in ("waiting", "waiting_max", "running_max", "kv_cache_usage_max")),
+            waiting=_f(d, "waiting"),
+            waiting_max=_f(d, "waiting_max"),
+            waiting_mean=_f(d, "waiting_mean"),
+            running_max=_f(d, "running_max"),
+            kv_cache_usage_max=_f(d, "kv_cache_usage_max"),
+            preemptions_per_s=_f(d, "preemptions_per_s"),
+            generation_tokens_per_s=_f(d, "generation_tokens_per_s"),
+            prefix_cache_hit_rate=_f(d, "prefix_cache_hit_rate"),
+            ttft_p99=_f(d, "ttft_p99"),
+            itl_p99=_f(d, "itl_p99"),
+            bounded=tuple(str(b) for b in bounded) if isinstance(bounded, list) else (),
+            window=str(d["window"]) if d.get("window") is not None else None,
+            gpus=tuple(GpuWindow.from_dict(_obj(g)) for g in gpus) if isinstance(gpus, list) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessHealth:
+    """One load-generator process over a step's window."""
+
+    name: str
+    cpu_pct: float | None = None
+    """CPU use in % of one core."""
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+
+
+CLIENT_LAG_P99_MS = 1.0
+CLIENT_CPU_PCT = 90.0
+"""A load-generator process whose event loop woke more than 1 ms late at the 99th percentile, or
+that used more than 90 % of a core (Locust's own warning), timestamped chunks late: its
+latencies are not trustworthy."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientHealth:
+    """How the load generator's processes fared over a step's window (:func:`client_health`)."""
+
+    processes: tuple[ProcessHealth, ...] = ()
+    cpu_pct: float | None = None
+    """The busiest process's CPU use."""
+    loop_lag_p99_ms: float | None = None
+    """The worst process's event-loop lag p99."""
+    saturated: bool = False
+    reason: str = ""
+
+    @property
+    def saturated_text(self) -> str | None:
+        """``client saturated: timings not trustworthy (...)`` with the remedy, or None."""
+        if not self.saturated:
+            return None
+        return f"client saturated: timings not trustworthy ({self.reason}); add load-generator processes (--workers)"
+
+    def as_dict(self) -> dict[str, object]:
+        if not self.processes:
+            return {}
+        return {
+            "processes": {
+                p.name: {
+                    "cpu_pct": p.cpu_pct,
+                    "loop_lag_p99_ms": p.loop_lag_p99_ms,
+                    "loop_lag_max_ms": p.loop_lag_max_ms,
+                }
+                for p in self.processes
+            },
+            "cpu_pct": self.cpu_pct,
+            "loop_lag_p99_ms": self.loop_lag_p99_ms,
+            "saturated": self.saturated,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Json) -> ClientHealth:
+        procs = _obj(d.get("processes"))
+        return cls(
+            processes=tuple(
+                ProcessHealth(
+                    str(k), _f(_obj(v), "cpu_pct"), _f(_obj(v), "loop_lag_p99_ms"), _f(_obj(v), "loop_lag_max_ms")
+                )
+                for k, v in procs.items()
+            ),
+            cpu_pct=_f(d, "cpu_pct"),
+            loop_lag_p99_ms=_f(d, "loop_lag_p99_ms"),
+            saturated=bool(d.get("saturated")),
+            reason=str(d.get("reason") or ""),
+        )
+
+
+def client_health(points: Sequence[tuple[str, float, float, Sequence[float]]]) -> ClientHealth:
+    """How the load generator's processes fared over a step's window, from their once-a-second
+    reports ``(process, wall time, CPU seconds so far, loop lags in ms)``: CPU use in % of a core,
+    loop lag p99 and max per process, and whether any was saturated (and why)."""
+    by: dict[str, list[tuple[float, float, Sequence[float]]]] = {}
+    for proc, t, cpu, lags in points:
+        by.setdefault(proc, []).append((t, cpu, lags))
+    procs: list[ProcessHealth] = []
+    for proc, pts in by.items():
+        pts.sort(key=lambda p: p[0])
+        span = pts[-1][0] - pts[0][0]
+        cpu_pct = 100 * (pts[-1][1] - pts[0][1]) / span if len(pts) > 1 and span > 0 else None
+        lags = [x for p in pts[1:] for x in p[2]] if len(pts) > 1 else [x for p in pts for x in p[2]]
+        procs.append(
+            ProcessHealth(
+                proc,
+                cpu_pct,
+                float(np.percentile(lags, 99)) if lags else None,
+                max(lags) if lags else None,
+            )
+        )
+    if not procs:
+        return ClientHealth()
+    worst_cpu = max((p.cpu_pct for p in procs if p.cpu_pct is not None), default=None)
+    worst_lag = max((p.loop_lag_p99_ms for p in procs if p.loop_lag_p99_ms is not None), default=None)
+    why = []
+    if worst_cpu is not None and worst_cpu > CLIENT_CPU_PCT:
+        why.append(f"CPU {worst_cpu:.0f} % of a core")
+    if worst_lag is not None and worst_lag > CLIENT_LAG_P99_MS:
+        why.append(f"event-loop lag p99 {worst_lag:.1f} ms")
+    return ClientHealth(tuple(procs), worst_cpu, worst_lag, bool(why), ", ".join(why))
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyStop:
+    """A tuning trial's step ended before its planned length, clearly dominated by the front."""
+
+    reason: str
+    saved_s: float
+    """The planned measurement it did not spend."""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"reason": self.reason, "saved_s": self.saved_s}
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    """One ramp step as measured, judged and seen by the server; nothing is set after it is built."""
+
+    step: int
+    users: int
+    duration_s: float
+    requests: int
+    errors: int
+    errors_by_kind: Mapping[str, int]
+    request_rate: float
+    output_tokens_per_s: float
+    goodput: float
+    latency: Latency
+    cached_prompt_fraction: float | None
+    verdict: StepVerdict = StepVerdict()
+    server: ServerWindow = ServerWindow()
+    ci95: Totals = Totals()
+    extended_s: float = 0.0
+    """Seconds the step was measured beyond its planned length to reach a decision."""
+    client: ClientHealth = ClientHealth()
+    rate: float | None = None
+    """Open-loop steps: the target arrival rate (requests/s, Poisson); ``users`` is then the number
+    of arrival generators, not a concurrency."""
+    stopped_early: EarlyStop | None = None
+
+    @property
+    def level(self) -> float:
+        """What the ramp stepped: the arrival rate of an open-loop step, else the user count."""
+        return self.rate if self.rate is not None else self.users
+
+    @property
+    def unit(self) -> LevelUnit:
+        return "req/s" if self.rate is not None else "users"
+
+    @property
+    def level_text(self) -> str:
+        """``8 users`` or ``4 req/s``."""
+        return level_text(self.level, self.unit)
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+    def value(self, lim: Limit) -> float | None:
+        if lim.metric == "error_rate":
+            return self.error_rate
+        return self.latency.of(lim.metric).stat(lim.stat)
+
+    def interval(self, lim: Limit) -> Interval:
+        """The 95 % interval of the figure a limit is held against."""
+        if lim.metric == "error_rate":
+            return self.ci95.error_rate
+        return self.latency.of(lim.metric).interval(lim.stat)
+
+    @property
+    def decision(self) -> Decision:
+        return self.verdict.decision
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "users": self.users,
+            "duration_s": self.duration_s,
+            "requests": self.requests,
+            "errors": self.errors,
+            "errors_by_kind": dict(self.errors_by_kind),
+            "error_rate": self.error_rate,
+            "request_rate": self.request_rate,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "goodput": self.goodput,
+            "latency": self.latency.as_dict(),
+            "cached_prompt_fraction": self.cached_prompt_fraction,
+            "ci95": self.ci95.as_dict(),
+            "extended_s": self.extended_s,
+            "rate": self.rate,
+            "client": self.client.as_dict(),
+            "verdict": self.verdict.as_dict(),
+            "server": self.server.as_dict(),
+            **({"stopped_early": self.stopped_early.as_dict()} if self.stopped_early else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Json) -> StepSummary:
+        """A step as ramp.json holds it (any version this project wrote); missing figures read as
+        none measured."""
+        errs = _obj(d.get("errors_by_kind"))
+        early = _obj(d.get("stopped_early"))
+        return cls(
+            step=_i(d, "step") or 0,
+            users=_i(d, "users") or 0,
+            duration_s=_f(d, "duration_s") or 0.0,
+            requests=_i(d, "requests") or 0,
+            errors=_i(d, "errors") or 0,
+            errors_by_kind={str(k): int(v) for k, v in errs.items() if isinstance(v, int)},
+            request_rate=_f(d, "request_rate") or 0.0,
+            output_tokens_per_s=_f(d, "output_tokens_per_s") or 0.0,
+            goodput=_f(d, "goodput") or 0.0,
+            latency=Latency.from_dict(_obj(d.get("latency"))),
+            cached_prompt_fraction=_f(d, "cached_prompt_fraction"),
+            verdict=StepVerdict.from_dict(_obj(d.get("verdict"))),
+            server=ServerWindow.from_dict(_obj(d.get("server"))),
+            ci95=Totals.from_dict(_obj(d.get("ci95"))),
+            extended_s=_f(d, "extended_s") or 0.0,
+            client=ClientHealth.from_dict(_obj(d.get("client"))),
+            rate=_f(d, "rate"),
+            stopped_early=EarlyStop(str(early.get("reason", "")), _f(early, "saved_s") or 0.0) if early else None,
+        )
+
+
+def stats(values: Sequence[float]) -> Figures:
+    """Percentiles (numpy's linear interpolation, as ``vllm bench serve``), mean and count."""
+    if not values:
+        return Figures()
+    a = np.asarray(values, dtype=float)
+    p50, p90, p95, p99 = np.percentile(a, [50, 90, 95, 99])
+    return Figures(float(p50), float(p90), float(p95), float(p99), float(a.mean()), int(a.size), int(a.size))
+
+
+def _per_request(per_request: Sequence[float | None], rs: Resampler) -> Figures:
+    """Figures of a per-request metric (``None`` for a request without one) with their intervals:
+    each percentile's is the hull of the order-statistic interval (which says when the sample is
+    too small to bound a side) and the block bootstrap's (which widens it where requests of the
+    same moment move together); the mean's is the block bootstrap's."""
+    owner = [i for i, v in enumerate(per_request) if v is not None]
+    values = [v for v in per_request if v is not None]
+    boot = rs.pooled_quantiles(values, owner, list(PERCENTILE_Q.values()))
+    ci: list[tuple[str, Interval]] = [
+        (name, hull(quantile_interval(values, q), b)) for (name, q), b in zip(PERCENTILE_Q.items(), boot, strict=True)
+    ]
+    ci.append(("mean", rs.pooled_mean(values, owner, len(per_request)) if values else (None, None)))
+    return replace(stats(values), ci95=tuple(ci))
+
+
+def _pooled(values: Sequence[float], owner: Sequence[int], n_requests: int, rs: Resampler) -> Figures:
+    """Figures of a pooled metric (ITL gaps) with intervals from the bootstrap by request."""
+    names = list(PERCENTILE_Q)
+    qs = [PERCENTILE_Q[n] for n in names]
+    boot = rs.pooled_quantiles(values, owner, qs)
+    wood = rs.woodruff(values, owner, qs)
+    ci: list[tuple[str, Interval]] = [(n, hull(w, b)) for n, w, b in zip(names, wood, boot, strict=True)]
+    ci.append(("mean", rs.pooled_mean(values, owner, n_requests) if values else (None, None)))
+    return replace(stats(values), requests=len(set(owner)), ci95=tuple(ci))
+
+
+def _meets(sample: RequestSample, limits: Iterable[Limit]) -> bool:
+    if not sample.ok:
+        return False
+    for lim in limits:
+        first = sample.ttft if sample.ttft is not None else sample.e2e  # no text at all: the answer ended
+        if lim.metric == "ttft" and (first is None or first > lim.value):
+            return False
+        if lim.metric in ("tpot", "itl"):
+            t = sample.tpot
+            if t is not None and t > lim.value:
+                return False
+        if lim.metric == "e2e" and (sample.e2e is None or sample.e2e > lim.value):
+            return False
+    return True
+
+
+BLOCKS = 20
+"""The measured window is cut into this many blocks of time (at least 1 s each) for the bootstrap."""
+
+
+def time_blocks(samples: Sequence[RequestSample], duration_s: float) -> list[int]:
+    """Each request's block of time (by when it finished) within the step's window."""
+    ends = [s.end if s.end is not None else s.start for s in samples]
+    if not ends:
+        return []
+    t0 = min(ends)
+    width = max(1.0, duration_s / BLOCKS)
+    return [int((e - t0) // width) for e in ends]
+
+
+USER_UNITS_MIN = 8
+"""Closed-loop totals are resampled by user when the step has at least this many users."""
+
+
+def user_units(samples: Sequence[RequestSample]) -> list[int] | None:
+    """Each request's user (``user#conversation`` ids, as the runner and the simulator name
+    them), or None when a request has no such id or there are fewer than
+    :data:`USER_UNITS_MIN` users."""
+    ids: dict[str, int] = {}
+    out: list[int] = []
+    for s in samples:
+        user, sep, _ = s.conversation.partition("#")
+        if not sep:
+            return None
+        out.append(ids.setdefault(user, len(ids)))
+    return out if len(ids) >= USER_UNITS_MIN else None
+
+
+def summarize_step(
+    step: int,
+    users: int,
+    samples: Sequence[RequestSample],
+    duration_s: float,
+    limits: Sequence[Limit],
+    open_loop: bool = False,
+    *,
+    rate: float | None = None,
+    server: ServerWindow = ServerWindow(),
+    client: ClientHealth = ClientHealth(),
+    extended_s: float = 0.0,
+    unbounded: str | None = None,
+) -> StepSummary:
+    """Figures of one step from the requests that finished inside its measured window, each with
+    its sample size and 95 % interval (:mod:`spoc_tui.core.confidence`), and the verdict (broken
+    by the queue rule when ``unbounded`` says why).
+
+    Totals over the window (request rate, output tokens/s, goodput) of a closed loop are
+    resampled by user: a closed-loop user is a renewal process whose count in a window is
+    regulated (a long answer delays the next request), so blocks of time are negatively
+    correlated and treating them as independent made those intervals 3-4x too wide; users are
+    the independent units. An open loop (Poisson arrivals), or a step with few users, keeps the
+    time blocks."""
+    n = len(samples)
+    ok = [s for s in samples if s.ok]
+    errs: dict[str, int] = {}
+    for s in samples:
+        if not s.ok:
+            errs[s.error or "error"] = errs.get(s.error or "error", 0) + 1
+    d = max(duration_s, 1e-9)
+    rs = Resampler.for_blocks(time_blocks(samples, duration_s), seed=step * 1_000_003 + users * 7_919 + n)
+    gaps = [g for s in samples if s.ok for g in s.itl]
+    owner = [i for i, s in enumerate(samples) if s.ok for _ in s.itl]
+    lat = Latency(
+        ttft=_per_request([s.ttft if s.ok else None for s in samples], rs),
+        itl=_pooled(gaps, owner, n, rs),
+        tpot=_per_request([s.tpot if s.ok else None for s in samples], rs),
+        e2e=_per_request([s.e2e if s.ok else None for s in samples], rs),
+    )
+    out_tokens = [float(s.output_tokens or 0) if s.ok else 0.0 for s in samples]
+    good = [1.0 if _meets(s, limits) else 0.0 for s in samples]
+    prompt = sum(s.prompt_tokens or 0 for s in ok)
+    cached = [s.cached_tokens for s in ok if s.cached_tokens is not None]
+    units = None if open_loop else user_units(samples)
+    totals = rs if units is None else Resampler.for_blocks(units, seed=step * 1_000_003 + users * 7_919 + n + 1)
+    none: Interval = (None, None)
+    figures = StepSummary(
+        step=step,
+        users=users,
+        duration_s=duration_s,
+        requests=n,
+        errors=n - len(ok),
+        errors_by_kind=errs,
+        request_rate=n / d,
+        output_tokens_per_s=sum(out_tokens) / d,
+        goodput=sum(good) / d,
+        latency=lat,
+        cached_prompt_fraction=(sum(cached) / prompt) if cached and prompt else None,
+        ci95=Totals(
+            request_rate=totals.total([1.0] * n, 1 / d) if n else none,
+            output_tokens_per_s=totals.total(out_tokens, 1 / d) if n else none,
+            goodput=totals.total(good, 1 / d) if n else none,
+            error_rate=proportion_interval(n - len(ok), n),
+        ),
+        server=server,
+        client=client,
+        rate=rate,
+        extended_s=extended_s,
+    )
+    verdict = judge(figures, limits)
+    if unbounded:
+        verdict = verdict.broken_by_queue(unbounded)
+    return replace(figures, verdict=verdict)
+
+
+def judge(step: StepSummary, limits: Sequence[Limit]) -> StepVerdict:
+    """The step's decision on the SLA: ``meets`` when every limit's interval lies within it,
+    ``breaks`` when some limit's interval lies wholly beyond it, else ``inconclusive`` (an
+    interval straddles its limit, or the sample is too small to bound it) with the reason.
+    Most requests surely failing breaks it whatever the latency limits say."""
+    if step.requests == 0:
+        return StepVerdict(
+            reason="no request finished in the step: the step is too short for this profile (raise --step-seconds)"
+        )
+    checks: list[Check] = []
+    worst: tuple[float, str] | None = None
+    undecided: list[str] = []
+    for lim in limits:
+        v = step.value(lim)
+        lo, hi = step.interval(lim)
+        dec = decide(v, (lo, hi), lim.value)
+        checks.append(Check(lim.key, v, lim.value, (lo, hi), dec))
+        if dec == "breaks" and lo is not None:
+            ratio = lo / lim.value if lim.value else math.inf
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, lim.key)
+        elif dec == "inconclusive":
+            undecided.append(_why_undecided(step, lim, v, lo, hi))
+    err_lo = step.ci95.error_rate[0]
+    if err_lo is not None and err_lo >= 0.5 and all(c.key != "error_rate" for c in checks):
+        # most requests surely failed: no latency SLA is met by requests that never finish
+        checks.append(Check("error_rate", step.error_rate, 0.5, step.ci95.error_rate, "breaks"))
+        if worst is None:
+            worst = (err_lo / 0.5, "error_rate")
+    decisions = [c.decision for c in checks]
+    decision: Decision = (
+        "breaks" if "breaks" in decisions else ("meets" if all(x == "meets" for x in decisions) else "inconclusive")
+    )
+    return StepVerdict(
+        decision=decision,
+        checks=tuple(checks),
+        broken_limit=worst[1] if worst else None,
+        worst_ratio=None if worst is None or math.isinf(worst[0]) else worst[0],
+        reason="; ".join(undecided) if decision == "inconclusive" else "",
+    )
+
+
+def _why_undecided(step: StepSummary, lim: Limit, v: float | None, lo: float | None, hi: float | None) -> str:
+    if v is None:
+        return f"{lim.key}: no value (no request finished)"
+    q = PERCENTILE_Q.get(lim.stat)
+    n = step.latency.of(lim.metric).n if lim.metric != "error_rate" else step.requests
+    if hi is None and q is not None:
+        return (
+            f"{lim.key}: {n} samples cannot bound a {lim.stat} from above (it takes {min_samples_for_upper_bound(q)}: "
+            "measure longer with --max-step-seconds, or hold a lower percentile)"
+        )
+    if hi is None:
+        return f"{lim.key}: too few samples to bound it"
+    return (
+        f"{lim.key}: its interval {_fmt(lo)}-{_fmt(hi)} straddles the limit {_fmt(lim.value)}"
+        if lim.metric != "error_rate"
+        else (
+            f"error_rate: its interval {(lo or 0) * 100:.1f}-{hi * 100:.1f}% straddles the limit {lim.value * 100:g}%"
+        )
+    )
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "?"
+    return f"{v * 1000:.1f}ms" if v < 1 else f"{v:.2f}s"
+
+
+def badly_broken(step: StepSummary, abort_factor: float) -> str | None:
+    """Why to stop the ramp early, or None: a limit surely exceeded ``abort_factor`` times (the
+    low end of its interval), or most requests surely failing. A step where nothing finished
+    is inconclusive, never a reason to stop."""
+    if step.decision != "breaks":
+        return None
+    err_lo = step.ci95.error_rate[0]
+    if err_lo is not None and err_lo >= 0.5:
+        return f"step {step.step} ({step.level_text}): at least {err_lo:.0%} of requests failed"
+    ratio = step.verdict.worst_ratio
+    if ratio is not None and ratio >= abort_factor:
+        return (
+            f"step {step.step} ({step.level_text}): {step.verdict.broken_limit} at least {ratio:.1f}x "
+            f"its limit (abort factor {abort_factor:g})"
+        )
+    return None
+
+
+# -- a queue that does not stop growing -------------------------------------------------------
+
+QUEUE_MIN_SPAN_S = 10.0
+QUEUE_MIN_POINTS = 8
+
+
+def queue_unbounded(points: Sequence[tuple[float, float]]) -> str | None:
+    """Why the server's queue is growing without bound during a step, or None.
+
+    ``points`` are (seconds into the measured window, requests waiting). The rule: over at least
+    10 s and 8 polls, the least-squares trend adds at least max(5, half the starting queue)
+    requests over the span, at least 70 % of poll-to-poll changes are not decreases, and the
+    later half of the window still grows (by at least a quarter as much per second, and at least
+    2 requests): a queue that rises and settles at a level is not unbounded. The monitor's
+    "queue keeps growing" alert is the same idea on a shorter history.
+    """
+    if len(points) < QUEUE_MIN_POINTS:
+        return None
+    ts = np.asarray([p[0] for p in points], dtype=float)
+    ws = np.asarray([p[1] for p in points], dtype=float)
+    span = float(ts[-1] - ts[0])
+    if span < QUEUE_MIN_SPAN_S:
+        return None
+    slope = float(np.polyfit(ts, ws, 1)[0])
+    growth = slope * span
+    steady = float(np.mean(np.diff(ws) >= 0))
+    start = float(np.mean(ws[: max(1, len(ws) // 4)]))
+    half = len(ts) // 2
+    late_slope = float(np.polyfit(ts[half:], ws[half:], 1)[0])
+    late_growth = late_slope * float(ts[-1] - ts[half])
+    if growth >= max(5.0, 0.5 * start) and steady >= 0.7 and late_slope >= 0.25 * slope and late_growth >= 2.0:
+        return f"queue unbounded: waiting grew {ws[0]:.0f} -> {ws[-1]:.0f} in {span:.0f} s ({slope:.1f}/s)"
+    return None
