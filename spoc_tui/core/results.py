@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
@@ -81,8 +81,11 @@ class RampDoc:
     steps: tuple[StepSummary, ...]
     knee: Knee
     stop_reason: str = ""
-    header: Mapping[str, object] = field(default_factory=dict)
-    """Everything else the file holds (the profile, settings, timestamps), as written."""
+    plan: str = ""
+    """The levels asked for, as ``--users``/``--rate`` described them (``1,2,4``, ``auto:256``, ``rate:1,2``)."""
+    step_seconds: float | None = None
+    started_at: float | None = None
+    updated_at: float | None = None
     path: str = ""
 
     @property
@@ -126,7 +129,11 @@ def decode_ramp(doc: Json, where: str = "ramp.json") -> RampDoc:
     knee_doc = doc.get("knee")
     knee = Knee.from_dict(knee_doc if isinstance(knee_doc, Mapping) else {}, steps)
     sla = doc.get("sla")
-    known = {"schema", "status", "model", "url", "sla", "steps", "knee", "stop_reason"}
+
+    def num(k: str) -> float | None:
+        v = doc.get(k)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
     return RampDoc(
         schema=version,
         status=str(doc.get("status") or "unknown"),
@@ -136,7 +143,10 @@ def decode_ramp(doc: Json, where: str = "ramp.json") -> RampDoc:
         steps=steps,
         knee=knee,
         stop_reason=str(doc.get("stop_reason") or ""),
-        header={k: v for k, v in doc.items() if k not in known},
+        plan=str(doc.get("users") or ""),
+        step_seconds=num("step_seconds"),
+        started_at=num("started_at"),
+        updated_at=num("updated_at"),
         path=where,
     )
 

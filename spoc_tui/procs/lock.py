@@ -107,12 +107,18 @@ def mark_interrupted(path: Path, reason: str) -> bool:
     import json
     import tempfile
 
+    from spoc_tui.core.results import ResultError, schema_of
+
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     if not isinstance(doc, dict) or doc.get("status") != "running":
         return False
+    try:
+        schema_of(doc, str(path))
+    except ResultError:
+        return False  # a newer program's file: not ours to rewrite
     doc["status"] = "interrupted"
     doc["stop_reason"] = reason
     try:

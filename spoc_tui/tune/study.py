@@ -10,7 +10,6 @@ several ``--worker`` processes can share it. Each finished trial is appended to
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from spoc_tui.core import results
 from spoc_tui.core.errors import EXIT_USAGE, InputError, first_line
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.knee import Knee, saturation_users
@@ -854,7 +854,7 @@ class TuneSession:
     # -- files -----------------------------------------------------------------------------
     def _append(self, rec: TrialRecord) -> None:
         with open(self.cfg.out_dir / "trials.jsonl", "a") as f:
-            f.write(json.dumps(json_safe(rec.as_dict()), allow_nan=False, separators=(",", ":")) + "\n")
+            f.write(results.dumps(rec.as_dict(), indent=None) + "\n")
 
     def command(self, flags: Sequence[str]) -> str:
         import shlex
@@ -928,5 +928,5 @@ class TuneSession:
         }
         fd, tmp = tempfile.mkstemp(dir=cfg.out_dir, prefix=".pareto-", suffix=".json")
         with os.fdopen(fd, "w") as f:
-            json.dump(json_safe(doc), f, indent=2, allow_nan=False)
+            f.write(results.dumps(doc))
         os.replace(tmp, cfg.out_dir / "pareto.json")

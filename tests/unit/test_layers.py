@@ -196,3 +196,33 @@ def test_only_optuna_compat_touches_optunas_private_attributes():
             if private.search(line) and not line.lstrip().startswith("#"):
                 offenders.append(f"{path.relative_to(PKG.parent)}:{n}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_cores_values_are_typed_not_string_keyed_dicts():
+    """Results in core are frozen, typed values: no dataclass field holds ``Any`` or a string-keyed
+    dict of anything (a reader would have to know the keys by heart). Counts by name
+    (``errors_by_kind: Mapping[str, int]``) are typed and allowed."""
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import spoc_tui.core as core
+
+    allowed = {("spoc_tui.core.recording", "Recording", "headers")}  # a recording's own header lines, as written
+    offenders = []
+    for info in pkgutil.iter_modules(core.__path__):
+        mod = importlib.import_module(f"spoc_tui.core.{info.name}")
+        for name, obj in vars(mod).items():
+            if not (isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == mod.__name__):
+                continue
+            for f in dataclasses.fields(obj):
+                t = str(f.type)
+                loose = "Any" in t or re.search(r"(dict|Mapping)\[str, (object|Json)", t) or t in ("dict", "Json")
+                if loose and (mod.__name__, name, f.name) not in allowed:
+                    offenders.append(f"{mod.__name__}.{name}.{f.name}: {t}")
+    assert not offenders, "\n".join(offenders)
+    for name in ("steps", "knee", "results"):  # a ramp's results: nothing is set after it is built
+        mod = importlib.import_module(f"spoc_tui.core.{name}")
+        for cls in vars(mod).values():
+            if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == mod.__name__:
+                assert cls.__dataclass_params__.frozen, f"{cls.__name__} is not frozen"  # type: ignore[attr-defined]

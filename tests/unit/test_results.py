@@ -1,0 +1,160 @@
+"""The result files' codec: every ramp.json this project wrote reads back with the same knee and
+plan; a newer schema is refused with a message; what is written reads back as the same values."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spoc_tui.core.knee import find_knee
+from spoc_tui.core.results import (
+    SCHEMA,
+    ResultError,
+    decode_ramp,
+    encode_ramp,
+    read_pareto,
+    read_ramp,
+    read_trials,
+)
+from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.steps import RequestSample, ServerWindow, StepSummary, summarize_step
+from spoc_tui.procs.lock import mark_interrupted
+
+V1 = Path(__file__).parent.parent / "fixtures" / "results" / "v1"
+FUTURE = V1.parent / "future.ramp.json"
+
+
+def _plain(d):
+    """A result dict with the keys schema 2 added taken out, to compare with schema 1."""
+    if isinstance(d, dict):
+        return {k: _plain(v) for k, v in d.items() if k not in ("cause", "client_saturated")}
+    if isinstance(d, list):
+        return [_plain(v) for v in d]
+    return d
+
+
+@pytest.mark.parametrize("name", ["users", "auto", "rate", "trial"])
+def test_every_schema_1_ramp_reads_back_with_the_same_steps_and_knee(name):
+    raw = json.loads((V1 / f"{name}.ramp.json").read_text())
+    assert "schema" not in raw  # written by main before the codec
+    doc = read_ramp(V1 / f"{name}.ramp.json")
+    assert doc.schema == 1 and doc.model == raw["model"] and doc.status == raw["status"]
+    assert _plain(doc.knee.as_dict()) == raw["knee"]
+    # the knee found again from the steps read back is the knee the ramp wrote
+    assert _plain(find_knee(doc.steps).as_dict()) == raw["knee"]
+    for step, old in zip(doc.steps, raw["steps"], strict=True):
+        new = step.as_dict()
+        for key, check in old["verdict"]["checks"].items():
+            # the queue rule's check gained the fields every other check has (value, limit, ...)
+            assert {k: v for k, v in new["verdict"]["checks"][key].items() if k in check} == check
+        new["verdict"]["checks"] = old["verdict"]["checks"]
+        assert new == old
+
+
+def test_the_knees_cause_is_a_value_not_a_sentence():
+    users = read_ramp(V1 / "users.ramp.json").knee
+    assert users.why is not None and users.why.cause == "batch_full" and users.why.client_saturated
+    rate = read_ramp(V1 / "rate.ramp.json").knee
+    assert rate.unit == "req/s" and rate.why is not None and rate.why.cause == "queue_unbounded"
+    assert read_ramp(V1 / "auto.ramp.json").knee.why is None  # nothing broke
+
+
+def test_spoc_plan_gives_todays_answer_from_a_schema_1_ramp():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spoc_tui.cli",
+            "plan",
+            "--ramp",
+            str(V1 / "users.ramp.json"),
+            "--users",
+            "500",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert json.loads(out) == json.loads((V1 / "users.plan.json").read_text())
+
+
+def test_a_newer_schema_is_refused_with_a_message(tmp_path):
+    with pytest.raises(ResultError, match=rf"newer spoc-tui \(schema 99; this one reads schema 1 to {SCHEMA}\)"):
+        read_ramp(FUTURE)
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "plan", "--ramp", str(FUTURE), "--users", "5"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "newer spoc-tui" in r.stderr and "Traceback" not in r.stderr
+    for bad in ('{"schema": "2", "steps": []}', '{"schema": 0, "steps": []}'):
+        with pytest.raises(ResultError, match="not a version"):
+            decode_ramp(json.loads(bad))
+    with pytest.raises(ResultError, match="not a ramp result"):
+        decode_ramp({"knee": {}})
+    (tmp_path / "ramp.json").write_text("[1, 2]")
+    with pytest.raises(ResultError, match="not a JSON object"):
+        read_ramp(tmp_path)
+    with pytest.raises(ResultError, match="no such file"):
+        read_ramp(tmp_path / "nothing")
+
+
+def test_a_newer_files_status_is_not_rewritten(tmp_path):
+    doc = json.loads(FUTURE.read_text())
+    doc["status"] = "running"
+    (tmp_path / "ramp.json").write_text(json.dumps(doc))
+    assert not mark_interrupted(tmp_path / "ramp.json", "parent gone")
+    old = json.loads((V1 / "users.ramp.json").read_text())
+    old["status"] = "running"
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert mark_interrupted(tmp_path / "old.json", "parent gone")
+
+
+def _sample(i: int, ttft: float) -> RequestSample:
+    return RequestSample(
+        start=float(i),
+        step=1,
+        users=4,
+        ok=True,
+        ttft=ttft,
+        e2e=ttft + 1,
+        itl=(0.01,) * 20,
+        output_tokens=21,
+        end=i + 1.0,
+    )
+
+
+def test_what_is_written_reads_back_as_the_same_values():
+    lims = parse_sla("ttft_p50<=1s,itl_p99<=50ms")
+    steps = [
+        summarize_step(
+            1, 4, [_sample(i, 0.1) for i in range(30)], 30.0, lims, server=ServerWindow(seen=True, waiting=0)
+        ),
+        summarize_step(2, 8, [_sample(i, 2.0) for i in range(30)], 30.0, lims, unbounded="queue unbounded: 1 -> 40"),
+    ]
+    knee = find_knee(steps)
+    text = encode_ramp({"model": "m", "url": "http://h"}, steps, knee, "complete", 1.0)
+    raw = json.loads(text)
+    assert raw["schema"] == SCHEMA and next(iter(raw)) == "schema"
+    doc = decode_ramp(raw)
+    assert doc.steps == tuple(steps)
+    assert doc.knee == knee and knee.why is not None and knee.why.cause == "queue_unbounded"
+    assert StepSummary.from_dict(steps[1].as_dict()) == steps[1]
+
+
+def test_study_files_carry_their_schema_and_read_back(tmp_path):
+    assert read_pareto(V1 / "pareto.json")["status"] == "complete"  # schema 1
+    trials = read_trials(V1 / "trials.jsonl")
+    assert [t["number"] for t in trials] == [0, 1, 2]
+    cut = (V1 / "trials.jsonl").read_text() + '{"number": 3, "sta'
+    (tmp_path / "trials.jsonl").write_text(cut)
+    assert len(read_trials(tmp_path)) == 3  # the line a crash cut short is left out
+    (tmp_path / "trials.jsonl").write_text('{"schema": 7, "number": 0}\n')
+    with pytest.raises(ResultError, match="newer spoc-tui"):
+        read_trials(tmp_path)
+    (tmp_path / "pareto.json").write_text('{"schema": 7, "pareto": []}')
+    with pytest.raises(ResultError, match="newer spoc-tui"):
+        read_pareto(tmp_path)
