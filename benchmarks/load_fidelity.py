@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
+from spoc_tui.core.knee import FixedUsers  # noqa: E402
 from spoc_tui.core.steps import parse_sla  # noqa: E402
 from spoc_tui.load.profiles import WORDS, load_profile  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
@@ -76,7 +77,7 @@ async def locust_run(url: str, users: int, out: Path, profile_path: Path) -> lis
     cfg = RampConfig(
         url=url,
         profile=load_profile(str(profile_path)),
-        users=[users],
+        plan=FixedUsers([users]),
         limits=parse_sla("ttft_p99<=1000s"),
         out_dir=out,
         step_s=SECONDS,

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from wiretap import Response, Tap  # noqa: E402
 
+from spoc_tui.core.knee import FixedUsers  # noqa: E402
 from spoc_tui.core.sla import parse_sla  # noqa: E402
 from spoc_tui.core.steps import RequestSample, summarize_step  # noqa: E402
 from spoc_tui.load.profiles import load_profile  # noqa: E402
@@ -156,7 +157,7 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: floa
     cfg = RampConfig(
         url=url,
         profile=load_profile(str(prof_path)),
-        users=[conc],
+        plan=FixedUsers([conc]),
         limits=parse_sla("ttft_p99<=60s"),
         out_dir=out / "ramp",
         step_s=SECONDS,
@@ -193,7 +194,7 @@ async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[di
     cfg = RampConfig(
         url=url,
         profile=load_profile(str(prof_path)),
-        users=[half],
+        plan=FixedUsers([half]),
         limits=parse_sla("ttft_p99<=60s"),
         out_dir=out / "ramp",
         step_s=SECONDS + 30,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from spoc_tui.cli.types import FINITE
 from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
-from spoc_tui.core.knee import FixedRates, FixedUsers, KneeSearch, parse_user_plan
+from spoc_tui.core.knee import FixedRates, UserPlan, parse_user_plan
 from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter, redact_url
 from spoc_tui.core.sla import parse_rates, parse_sla, parse_users
@@ -39,7 +38,6 @@ from spoc_tui.sim.options import SCENARIOS, SimOptions
 from spoc_tui.tune.setup import TuneArgs
 
 F = TypeVar("F", bound=Callable[..., Any])
-MAX_WORKERS = 64
 """Local Locust worker processes: each takes a core; more than this is a typo."""
 
 
@@ -561,40 +559,22 @@ def ramp(
     limits = parse_sla(sla)
     if rate_spec is not None and users_spec is not None:
         _fail("give --users (closed loop) or --rate (open loop), not both")
-    rates = parse_rates(rate_spec) if rate_spec is not None else []
-    plan = parse_user_plan(users_spec or DEFAULT_USERS)
+    plan: UserPlan = (
+        FixedRates(parse_rates(rate_spec)) if rate_spec is not None else parse_user_plan(users_spec or DEFAULT_USERS)
+    )
     prof = load_profile(profile)
-    if not 0 < step_seconds < math.inf or not 0 <= warmup_seconds < step_seconds:
-        _fail("--warmup-seconds must be at least 0 and shorter than --step-seconds")
-    if max_step_seconds is not None and not step_seconds <= max_step_seconds < math.inf:
-        _fail("--max-step-seconds must be at least --step-seconds")
-    if spawn_rate is not None and not 0 < spawn_rate <= 1000:
-        _fail("--spawn-rate must be above 0 and at most 1000 users per second")
-    if spawn_rate is not None and spawn_rate > 100:
-        click.echo("spoc ramp: warning: Locust advises spawn rates of at most 100 users/s", err=True)
-    if not 1 < abort_factor < math.inf:
-        _fail("--abort-factor must be a number above 1")
-    if not 0.5 <= poll_seconds <= 60:
-        _fail("--poll-seconds must be between 0.5 and 60")
     if workers_spec.strip().lower() == "auto":
-        auto_plan = FixedRates(rates) if rates else plan
-        workers = auto_workers(auto_plan, os.cpu_count() or 1)
+        workers = auto_workers(plan, os.cpu_count() or 1)
         click.echo(f"spoc ramp: --workers auto: {workers} worker process(es) on {os.cpu_count()} cores", err=True)
     else:
         try:
             workers = int(workers_spec)
         except ValueError:
             _fail(f"--workers {workers_spec!r}: give a number of processes or auto")
-    if not 0 <= workers <= MAX_WORKERS:
-        _fail(f"--workers must be between 0 and {MAX_WORKERS}")
-    if tokenizer and not Path(tokenizer).exists():
-        _fail(f"--tokenizer {tokenizer}: no such file or folder")
     cfg = RampConfig(
         url=url,
         profile=prof,
-        users=plan.users if isinstance(plan, FixedUsers) and not rates else [],
-        auto_max=plan.max_users if isinstance(plan, KneeSearch) and not rates else None,
-        rates=rates,
+        plan=plan,
         max_step_s=max_step_seconds,
         spawn_rate=spawn_rate,
         limits=limits,
@@ -610,6 +590,9 @@ def ramp(
         api_key=api_key,
         dcgm_urls=list(dcgm_urls),
     )
+    cfg.validate()
+    if spawn_rate is not None and spawn_rate > 100:
+        click.echo("spoc ramp: warning: Locust advises spawn rates of at most 100 users/s", err=True)
     sys.exit(run(cfg))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from spoc_tui.core import fmt
-from spoc_tui.core.sla import MAX_USERS, LevelUnit, UsersError, level_text, parse_users
+from spoc_tui.core.sla import MAX_USERS, LevelUnit, UsersError, level_text, parse_rates, parse_users
 from spoc_tui.core.steps import Json, StepSummary
 
 Cause = Literal[
@@ -326,6 +326,29 @@ class FixedRates:
 
 
 UserPlan = FixedUsers | KneeSearch | FixedRates | SaturationSearch
+
+
+def plan_text(plan: UserPlan) -> str:
+    """``1,2,4 users``, ``knee search to 256 users``, ``1,2 req/s`` or the calibration, in words."""
+    if isinstance(plan, FixedRates):
+        return ",".join(f"{r:g}" for r in plan.rates) + " req/s"
+    if isinstance(plan, FixedUsers):
+        return ",".join(map(str, plan.users)) + " users"
+    if isinstance(plan, KneeSearch):
+        return f"knee search to {plan.max_users} users"
+    return f"calibration to {plan.max_users} users"
+
+
+def parse_levels(text: str) -> UserPlan:
+    """A Load form's levels: ``rate:1,2,4`` (open loop), or what ``--users`` takes.
+
+    Raises:
+        UsersError: with the accepted forms.
+    """
+    t = text.strip()
+    if t.lower().startswith("rate:"):
+        return FixedRates(parse_rates(t[5:]))
+    return parse_user_plan(t)
 
 
 def parse_user_plan(text: str) -> FixedUsers | KneeSearch:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import httpx
 
@@ -65,6 +65,8 @@ class RampError(SpocError):
 
 
 DEFAULT_USERS = "1,2,4,8,16,32"
+MAX_WORKERS = 64
+"""The most load-generator processes a ramp starts on this machine."""
 EXTEND_FACTOR = 4.0
 """Default --max-step-seconds, as a multiple of --step-seconds."""
 DEFAULT_PROFILE = "chatbot"
@@ -76,7 +78,8 @@ class RampConfig:
 
     url: str
     profile: Profile
-    users: list[int]
+    plan: UserPlan
+    """The levels: listed user counts, the knee search, a calibration, or open-loop rates."""
     limits: tuple[Limit, ...]
     out_dir: Path
     model: str | None = None
@@ -89,14 +92,10 @@ class RampConfig:
     api_key: str | None = field(default=None, repr=False)
     dcgm_urls: list[str] = field(default_factory=list)
     request_timeout_s: float = 300.0
-    auto_max: int | None = None
-    """``--users auto:MAX``: search for the knee up to MAX users (``users`` is then unused)."""
     max_step_s: float | None = None
     """A step still inconclusive at ``step_s`` is measured on up to this long [4 x step_s]."""
     spawn_rate: float | None = None
     """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
-    rates: list[float] = field(default_factory=list)
-    """``--rate``: open-loop steps at these arrival rates (requests/s) instead of user counts."""
     early_stop: Callable[[StepSummary], str | None] | None = field(default=None, repr=False)
     """Tuning: asked every few seconds of a step's window (from a third of it on) with the window
     so far; a reason ends the step there (the trial is clearly dominated)."""
@@ -109,20 +108,42 @@ class RampConfig:
     for 54 KB on the CPU build, idle), so a reading every second stalls every stream once a
     second and lengthens the ITL tail being measured (README: "The observer's cost")."""
 
-    calibrate: bool = False
-    """With ``auto_max``: a tuning study's calibration (:class:`SaturationSearch`) instead of the knee search."""
-
     finalize: tuple[Path, ...] = ()
     """Other result files (a study's pareto.json) that the load generator marks ``interrupted``
     when this process dies while they still say ``running`` (ramp.json always is)."""
 
     @property
-    def plan(self) -> UserPlan:
-        if self.rates:
-            return FixedRates(list(self.rates))
-        if self.auto_max and self.calibrate:
-            return SaturationSearch(self.auto_max)
-        return KneeSearch(self.auto_max) if self.auto_max else FixedUsers(list(self.users))
+    def open_loop(self) -> bool:
+        """Steps of arrival rates (requests/s, Poisson) rather than of concurrent users."""
+        return isinstance(self.plan, FixedRates)
+
+    def validate(self) -> None:
+        """The one check of a ramp's settings, shared by ``spoc ramp``, the Load screen and a
+        tuning study's trials.
+
+        Raises:
+            RampError: (exit code 2) naming the setting and what it must be.
+        """
+
+        def bad(msg: str) -> NoReturn:
+            raise RampError(msg, exit_code=EXIT_USAGE)
+
+        if not 0 < self.step_s < math.inf or not 0 <= self.warmup_s < self.step_s:
+            bad("--warmup-seconds must be at least 0 and shorter than --step-seconds")
+        if self.max_step_s is not None and not self.step_s <= self.max_step_s < math.inf:
+            bad("--max-step-seconds must be at least --step-seconds")
+        if self.spawn_rate is not None and not 0 < self.spawn_rate <= 1000:
+            bad("--spawn-rate must be above 0 and at most 1000 users per second")
+        if not self.abort_factor > 1:  # a tuning study's inf: never stop early
+            bad("--abort-factor must be a number above 1")
+        if not 0.5 <= self.poll_s <= 60:
+            bad("--poll-seconds must be between 0.5 and 60")
+        if not 0 <= self.workers <= MAX_WORKERS:
+            bad(f"--workers must be between 0 and {MAX_WORKERS}")
+        if self.tokenizer and not Path(self.tokenizer).exists():
+            bad(f"--tokenizer {self.tokenizer}: no such file or folder")
+        if not self.limits:
+            bad("the SLA has no limit")
 
     @property
     def generators(self) -> int:
@@ -327,7 +348,7 @@ class RunnerProcess:
             argv += ["--context-len", str(self.context_len)]
         if self.cfg.tokenizer:
             argv += ["--tokenizer", self.cfg.tokenizer]
-        if self.cfg.rates:
+        if self.cfg.open_loop:
             argv += ["--open-loop"]
         argv += ["--parent-pid", str(os.getpid())]
         for path in (self.log_dir / "ramp.json", *self.cfg.finalize):
@@ -541,7 +562,7 @@ async def _run_step(
     """One step: warm up, measure for ``step_s``, and while the verdict is inconclusive measure on
     (up to ``step_limit_s``), re-deciding over the whole window; a queue that grows without bound
     ends the step at once as a break. ``level`` is a user count, or an arrival rate in open loop."""
-    if cfg.rates:
+    if cfg.open_loop:
         users = cfg.generators
         await runner.send(wire.SetUsers(users, idx, 0.0, rate=level))
         note = ""
@@ -597,8 +618,8 @@ async def _run_step(
             in_window,
             m_end - m_start,
             cfg.limits,
-            open_loop=bool(cfg.rates),
-            rate=level if cfg.rates else None,
+            open_loop=cfg.open_loop,
+            rate=level if cfg.open_loop else None,
             server=server,
             client=client_health(
                 [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if m_start <= h.t <= m_end + 1.0]
@@ -636,7 +657,7 @@ def _early(
     window = [s for s in samples if m_start <= (s.end or s.start) <= now]
     if len(window) < EARLY_MIN_REQUESTS:
         return None
-    summary = summarize_step(idx, users, window, elapsed, cfg.limits, open_loop=bool(cfg.rates), server=server)
+    summary = summarize_step(idx, users, window, elapsed, cfg.limits, open_loop=cfg.open_loop, server=server)
     reason = cfg.early_stop(summary)
     if not reason:
         return None
@@ -666,7 +687,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     steps=tuple(steps),
                     knee=find_knee(steps) if steps else None,
                     message=message,
-                    open_loop=bool(cfg.rates),
+                    open_loop=cfg.open_loop,
                 )
             )
 
@@ -683,7 +704,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         "load": (
             "open loop: Poisson arrivals at each step's rate; each arrival is the next turn of an idle "
             "conversation (or a new one), with no think time"
-            if cfg.rates
+            if cfg.open_loop
             else "closed loop: each user is one conversation at a time, with the profile's think time"
         ),
         "step_seconds": cfg.step_s,

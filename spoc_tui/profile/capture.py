@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from spoc_tui.core.errors import SpocError
+from spoc_tui.core.knee import FixedUsers
 from spoc_tui.core.redact import redact_text
 from spoc_tui.load.profiles import Profile
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
@@ -161,7 +162,7 @@ async def capture(cfg: CaptureConfig, say: Callable[[str], None] = lambda _: Non
                 ramp = RampConfig(
                     url=base,
                     profile=cfg.profile,
-                    users=[cfg.users],
+                    plan=FixedUsers([cfg.users]),
                     limits=(),
                     out_dir=work,
                     model=cfg.model,

@@ -25,6 +25,7 @@ from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.errors import InputError, SpocError, first_line
 from spoc_tui.core.events import EventLog
 from spoc_tui.core.gpu import GpuSample, analyse_groups
+from spoc_tui.core.knee import plan_text
 from spoc_tui.core.presets import gpu_for_model_name, model_preset
 from spoc_tui.core.recording import Recorder
 from spoc_tui.core.redact import redact_url
@@ -317,9 +318,7 @@ class SpocApp(App[int]):
         cfg = RampConfig(
             url=self.settings.vllm_urls[0],
             profile=request.profile,
-            users=list(request.users),
-            auto_max=request.auto_max,
-            rates=list(request.rates),
+            plan=request.plan,
             limits=request.limits,
             out_dir=data_dir() / "ramps" / stamp,
             step_s=request.step_s,
@@ -328,14 +327,7 @@ class SpocApp(App[int]):
             dcgm_urls=list(self.settings.dcgm_urls),
         )
         self.load_screen.set_running(True)
-        levels = (
-            ",".join(f"{u:g}" for u in cfg.rates) + " req/s"
-            if cfg.rates
-            else (
-                ",".join(str(u) for u in cfg.users) + " users" if cfg.users else f"knee search to {cfg.auto_max} users"
-            )
-        )
-        self.events.note("ramp", f"ramp started: {levels}, {cfg.step_s:g} s steps")
+        self.events.note("ramp", f"ramp started: {plan_text(cfg.plan)}, {cfg.step_s:g} s steps")
         self._set_background()
         self._ramp_worker = self._run_ramp(cfg)
 

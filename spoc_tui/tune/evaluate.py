@@ -19,14 +19,13 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.core.knee import FixedUsers, Knee, SaturationSearch, find_knee
-from spoc_tui.core.sla import Limit
+from spoc_tui.core.knee import Knee, find_knee
 from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step
 from spoc_tui.core.tunespace import Config, command_line
 from spoc_tui.load.profiles import Profile
@@ -48,6 +47,13 @@ class TuneFatal(SpocError, RuntimeError):
 class Evaluator(Protocol):
     """Scores one configuration: :class:`ServerEvaluator` (a real server and a ramp) or
     :class:`FastSimEvaluator` (the simulator in virtual time)."""
+
+    ramp: RampConfig
+    """The ramp each trial runs (its ``url`` and ``out_dir`` are the trial's): the study reads its
+    plan (a calibration's :class:`SaturationSearch`, or the reference load) and sets the plan to
+    the reference load once the calibration found it."""
+    early_stop: Callable[[StepSummary], str | None] | None
+    """Set by the study: asked during a step whether the trial is already clearly dominated."""
 
     def evaluate(
         self, config: Config, flags: list[str], trial_dir: Path, on_event: OnEvent | None = None
@@ -107,34 +113,13 @@ def failure_reason(message: str, tail: str) -> str:
     return message
 
 
-@dataclass
-class RampSettings:
-    profile: Profile
-    users: list[int]
-    limits: tuple[Limit, ...]
-    step_s: float = 30.0
-    warmup_s: float = 5.0
-    abort_factor: float = 3.0
-    seed: int = 0
-    model: str | None = None
-    tokenizer: str | None = None
-    workers: int = 0
-    api_key: str | None = field(default=None, repr=False)
-    auto_max: int | None = None
-    """``--users auto[:MAX]``: the calibration trial doubles users up to MAX until tokens/s
-    saturates (``users`` is empty until the study sets the reference load it found)."""
-
-    def plan(self) -> FixedUsers | SaturationSearch:
-        return FixedUsers(list(self.users)) if self.users else SaturationSearch(self.auto_max or 1024)
-
-
 class ServerEvaluator:
     """Launch template + ramp. Thread-safe ``stop()`` interrupts a running trial."""
 
     def __init__(
         self,
         template: Sequence[str],
-        ramp: RampSettings,
+        ramp: RampConfig,
         *,
         env: dict[str, str] | None = None,
         port: int | None = None,
@@ -244,24 +229,11 @@ class ServerEvaluator:
             self._server = None
 
     def _run_ramp(self, url: str, trial_dir: Path, emit: OnEvent) -> tuple[list[StepSummary], Knee, int | None]:
-        r = self.ramp
-        cfg = RampConfig(
+        cfg = replace(
+            self.ramp,
             url=url,
-            profile=r.profile,
-            users=list(r.users),
-            limits=r.limits,
             out_dir=trial_dir,
-            auto_max=None if r.users else (r.auto_max or 1024),
-            calibrate=not r.users,
-            model=r.model,
-            step_s=r.step_s,
-            warmup_s=r.warmup_s,
-            abort_factor=r.abort_factor,
-            workers=r.workers,
-            seed=r.seed,
-            tokenizer=r.tokenizer,
-            api_key=r.api_key,
-            max_step_s=r.step_s,  # a trial's steps are not extended: its budget is the study's to spend
+            max_step_s=self.ramp.step_s,  # a trial's steps are not extended: its budget is the study's to spend
             early_stop=self.early_stop,
             # a study's trial folders are <study>/trials/NNNN: its pareto.json gets a final status
             # even if the study is killed outright
@@ -347,11 +319,12 @@ class FastSimEvaluator:
     """
 
     def __init__(
-        self, ramp: RampSettings, model: str = "llama-3.1-8b", gpu: str = "h100-80gb", fixed: Config | None = None
+        self, ramp: RampConfig, model: str = "llama-3.1-8b", gpu: str = "h100-80gb", fixed: Config | None = None
     ) -> None:
         if ramp.profile.mix or ramp.profile.replay:
             raise ValueError("the simulator's fast mode takes a simple profile (not a mix or a replay)")
         self.ramp = ramp
+        self.early_stop: Callable[[StepSummary], str | None] | None = None
         self.model = model
         self.gpu = gpu
         self.fixed = fixed or {}
@@ -379,7 +352,7 @@ class FastSimEvaluator:
         steps: list[StepSummary] = []
         samples_all: list[RequestSample] = []
         engine = None
-        plan = self.ramp.plan()
+        plan = self.ramp.plan
         idx = 0
         while (level := plan.next(steps)) is not None:
             idx, users = idx + 1, int(level)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spoc_tui.core.errors import SpocError
+from spoc_tui.core.knee import FixedUsers
 from spoc_tui.core.tunespace import command_line
 from spoc_tui.procs.ports import free_port
 from spoc_tui.procs.server import LaunchError, ServerProcess
@@ -65,7 +66,9 @@ def profile_best(
                 f"--profile-best: the server did not start with the profiler ({e}); vLLM before 0.32 takes "
                 f"VLLM_TORCH_PROFILER_DIR={traces} in --env instead (log: {folder / 'server.log'})"
             ) from None
-        users = int(rec.reference.get("users") or (evaluator.ramp.users[-1] if evaluator.ramp.users else 4))
+        plan = evaluator.ramp.plan
+        planned = plan.users[-1] if isinstance(plan, FixedUsers) and plan.users else 4
+        users = int(rec.reference.get("users") or planned)
         ramp = evaluator.ramp
         cap = CaptureConfig(
             url=server.url,

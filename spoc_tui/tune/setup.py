@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.knee import FixedUsers, KneeSearch, parse_user_plan
+from spoc_tui.core.knee import FixedUsers, KneeSearch, SaturationSearch, parse_user_plan
 from spoc_tui.core.sla import Limit, parse_sla
 from spoc_tui.core.tunespace import (
     Config,
@@ -21,7 +21,8 @@ from spoc_tui.core.tunespace import (
     template_flags,
 )
 from spoc_tui.load.profiles import load_profile
-from spoc_tui.tune.evaluate import RampSettings, ServerEvaluator
+from spoc_tui.load.ramp import RampConfig, RampError
+from spoc_tui.tune.evaluate import ServerEvaluator
 from spoc_tui.tune.study import TuneConfig
 
 DEFAULT_OBJECTIVES = "max:out_tok_s,min:ttft_p99"
@@ -83,8 +84,6 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         raise TuneArgsError("--population must be between 4 and 100 (about 8-12 suits expensive trials)")
     if not 1 <= a.screen_pool <= 1000:
         raise TuneArgsError("--screen-pool must be between 1 (plain NSGA-II) and 1000")
-    if not 0 < a.step_seconds < math.inf or not 0 <= a.warmup_seconds < a.step_seconds:
-        raise TuneArgsError("--warmup-seconds must be at least 0 and shorter than --step-seconds")
     if not 0 <= a.rerun_share <= 0.5:
         raise TuneArgsError("--rerun-share must be between 0 (no re-runs) and 0.5")
     if a.repeat_pareto < 0:
@@ -93,8 +92,6 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         raise TuneArgsError("--port must be between 1 and 65535")
     if not 0 < a.start_timeout < math.inf:
         raise TuneArgsError("--start-timeout must be a positive number of seconds")
-    if not 0 <= a.workers <= 64:
-        raise TuneArgsError("--workers must be between 0 and 64")
     template, known = parse_template(a.launch)
     prog = template[0]
     if shutil.which(prog) is None:
@@ -129,10 +126,12 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         env[k] = v
     profile = load_profile(a.profile)
     knee = any(o.name == "knee_users" for o in objectives)
-    ramp = RampSettings(
+    ramp = RampConfig(
+        url="",  # each trial's server
         profile=profile,
-        users=users,
+        plan=FixedUsers(users) if users else SaturationSearch(plan.max_users if isinstance(plan, KneeSearch) else 1024),
         limits=limits,
+        out_dir=Path(a.out_dir),  # each trial's folder under it
         step_s=a.step_seconds,
         warmup_s=a.warmup_seconds,
         abort_factor=3.0 if knee else float("inf"),
@@ -141,8 +140,11 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         tokenizer=a.tokenizer,
         workers=a.workers,
         api_key=a.api_key,
-        auto_max=plan.max_users if isinstance(plan, KneeSearch) else None,
     )
+    try:
+        ramp.validate()
+    except RampError as e:
+        raise TuneArgsError(str(e)) from None
     out = Path(a.out_dir)
     cfg = TuneConfig(
         space=space,

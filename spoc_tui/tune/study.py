@@ -19,14 +19,14 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from spoc_tui.core import results
 from spoc_tui.core.errors import EXIT_USAGE, InputError, first_line
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.knee import Knee, saturation_users
+from spoc_tui.core.knee import FixedUsers, Knee, SaturationSearch, saturation_users
 from spoc_tui.core.noisyfront import MAX_RUNS, dominated_by_front, pick_rerun
 from spoc_tui.core.redact import redact_argv, redact_url
 from spoc_tui.core.sla import Limit
@@ -232,22 +232,20 @@ class TuneSession:
         self.storage_url = ""
         self._lock: FolderLock | None = None
         self._front: Front | None = None
-        if hasattr(evaluator, "early_stop"):
-            evaluator.early_stop = self._dominated
-
-    def _ramp(self) -> Any:
-        return getattr(self.evaluator, "ramp", None)
+        evaluator.early_stop = self._dominated
 
     def _calibrating(self) -> bool:
         """--users auto and no reference load yet: this trial's ramp is the calibration."""
-        r = self._ramp()
-        return r is not None and not r.users and not self.cfg.ref_users
+        return isinstance(self.evaluator.ramp.plan, SaturationSearch) and not self.cfg.ref_users
 
     def _use_reference(self, users: int) -> None:
         self.cfg.ref_users = users
-        r = self._ramp()
-        if r is not None:
-            r.users = [users]
+        self.evaluator.ramp = replace(self.evaluator.ramp, plan=FixedUsers([users]))
+
+    def _planned_users(self) -> int | None:
+        """The user count the trials' ramp steps last (the reference load), or None while calibrating."""
+        plan = self.evaluator.ramp.plan
+        return plan.users[-1] if isinstance(plan, FixedUsers) and plan.users else None
 
     def _calibrate(self, o: TrialOutcome) -> None:
         """The first trial's calibration sets the study's reference load: the fewest users at
@@ -288,8 +286,7 @@ class TuneSession:
             return None
         if self._calibrating():  # its steps are the calibration's, not the reference load
             return None
-        ramp = self._ramp()
-        ref_users = cfg.ref_users or (ramp.users[-1] if ramp is not None and ramp.users else None)
+        ref_users = cfg.ref_users or self._planned_users()
         if ref_users is not None and step.users != ref_users:
             return None
         lo, hi = [], []

@@ -8,6 +8,7 @@ import time
 import pytest
 from aiohttp import web
 
+from spoc_tui.core.knee import FixedUsers
 from spoc_tui.procs.ports import free_ports
 from spoc_tui.sim.process import start_sim
 
@@ -353,7 +354,7 @@ def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(sim8, fast_pro
     cfg = RampConfig(
         url=url,
         profile=load_profile(fast_profile),
-        users=[8, 16],
+        plan=FixedUsers([8, 16]),
         limits=parse_sla("ttft_p99<=30s"),
         out_dir=tmp_path / "out",
         step_s=40,

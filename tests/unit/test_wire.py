@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from spoc_tui.core.knee import FixedUsers
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import RequestSample
 from spoc_tui.load import wire
@@ -87,7 +88,9 @@ def test_exited_is_never_sent():
 
 
 def test_spawn_rate_fits_the_warm_up():
-    cfg = RampConfig("http://x", load_profile("chatbot"), [1], parse_sla("ttft_p99<=1s"), Path("o"), warmup_s=10)
+    cfg = RampConfig(
+        "http://x", load_profile("chatbot"), FixedUsers([1]), parse_sla("ttft_p99<=1s"), Path("o"), warmup_s=10
+    )
     assert spawn_rate(cfg, 40) == 8.0  # 40 users within the first 5 s
     assert spawn_rate(cfg, 5000) == 100.0  # never above Locust's advised maximum
     assert spawn_rate(cfg, -2) == 1.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,9 +14,9 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from spoc_tui.core import fmt
-from spoc_tui.core.errors import InputError
-from spoc_tui.core.knee import Knee, KneeSearch, parse_user_plan
-from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_rates, parse_sla
+from spoc_tui.core.errors import InputError, SpocError
+from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, UserPlan, parse_levels
+from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.steps import StepSummary
 from spoc_tui.load.profiles import Profile, builtin_names, load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
@@ -116,15 +117,11 @@ class LoadScreen(Screen[None]):
         """The operator asked for a ramp with these settings (already checked)."""
 
         profile: Profile
-        users: tuple[int, ...]
-        """The counts to step through (empty when searching for the knee)."""
+        plan: UserPlan
+        """User counts, the knee search (``auto[:MAX]``) or open-loop rates (``rate:1,2,4``)."""
         limits: tuple[Limit, ...]
         step_s: float
         warmup_s: float
-        auto_max: int | None = None
-        """``auto[:MAX]``: search for the knee up to MAX users."""
-        rates: tuple[float, ...] = ()
-        """``rate:1,2,4``: open-loop steps at these arrival rates (requests/s) instead of users."""
 
     class StopRequested(Message):
         """The operator asked to stop the running ramp."""
@@ -192,29 +189,22 @@ class LoadScreen(Screen[None]):
     def read_form(self) -> StartRequested | None:
         """The ramp asked for, checked, or None with the problem shown under the form."""
         try:
-            users = self.query_one("#users", Input).value.strip()
-            rates = parse_rates(users[5:]) if users.lower().startswith("rate:") else []
-            plan = parse_user_plan(users) if not rates else None
+            plan = parse_levels(self.query_one("#users", Input).value)
             limits = parse_sla(self.query_one("#sla", Input).value)
             try:
                 step = float(self.query_one("#step", Input).value or "0")
                 warm = float(self.query_one("#warmup", Input).value or "0")
             except ValueError:
                 raise InputError("step and warm-up must be numbers of seconds") from None
-            if step <= 0 or not 0 <= warm < step:
-                raise InputError("warm-up must be at least 0 and shorter than the step")
             profile = load_profile(str(self.query_one("#profile", Select).value))
-        except InputError as e:
-            self.form_error.update(str(e))
+            # the check spoc ramp makes, with the form's names for its fields
+            RampConfig(self.url or "", profile, plan, limits, Path(), step_s=step, warmup_s=warm).validate()
+        except SpocError as e:
+            self.form_error.update(str(e).replace("--warmup-seconds", "warm-up").replace("--step-seconds", "the step"))
             return None
         self.form_error.update("")
         self.limits = limits
-        if rates:
-            return self.StartRequested(profile, (), limits, step, warm, rates=tuple(rates))
-        if isinstance(plan, KneeSearch):
-            return self.StartRequested(profile, (), limits, step, warm, plan.max_users)
-        assert plan is not None
-        return self.StartRequested(profile, tuple(plan.users), limits, step, warm)
+        return self.StartRequested(profile, plan, limits, step, warm)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":
@@ -228,7 +218,15 @@ class LoadScreen(Screen[None]):
         request = self.read_form()
         if request is None:
             return
-        self.total_steps = len(request.users) or len(request.rates) or None  # a knee search: as many as it takes
+        plan = request.plan
+        # a search: as many steps as it takes
+        self.total_steps = (
+            len(plan.users)
+            if isinstance(plan, FixedUsers)
+            else len(plan.rates)
+            if isinstance(plan, FixedRates)
+            else None
+        )
         self.set_focus(None)  # out of the field: the screen's keys work while the ramp runs
         self.post_message(request)
 
