@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from spoc_tui.core.knee import KneeSearch, find_knee  # noqa: E402
 from spoc_tui.core.sla import parse_sla  # noqa: E402
 from spoc_tui.core.steps import StepSummary, summarize_step  # noqa: E402
-from spoc_tui.load.profiles import Profile, load_profile  # noqa: E402
+from spoc_tui.load.workload import Workload, load_workload  # noqa: E402
 from spoc_tui.sim.options import SimOptions  # noqa: E402
 from spoc_tui.sim.run import build  # noqa: E402
 from spoc_tui.tune.evaluate import run_closed_loop  # noqa: E402
@@ -61,11 +61,11 @@ STEP_S, WARMUP_S, MAX_STEP_S = 40.0, 10.0, 160.0
 
 
 @functools.cache
-def profile() -> Profile:
+def profile() -> Workload:
     path = Path(tempfile.gettempdir()) / f"spoc-bench-profile-{os.getpid()}.toml"  # one per pool process
     path.write_text(PROFILE_TOML)
     try:
-        return load_profile(str(path))
+        return load_workload(str(path))
     finally:
         path.unlink()
 

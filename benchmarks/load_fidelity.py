@@ -29,8 +29,8 @@ import numpy as np  # noqa: E402
 
 from spoc_tui.core.knee import FixedUsers  # noqa: E402
 from spoc_tui.core.steps import parse_sla  # noqa: E402
-from spoc_tui.load.profiles import WORDS, load_profile  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
+from spoc_tui.load.workload import WORDS, load_workload  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
 
@@ -76,7 +76,7 @@ def errors(
 async def locust_run(url: str, users: int, out: Path, profile_path: Path) -> list[tuple[str, float, list[float]]]:
     cfg = RampConfig(
         url=url,
-        profile=load_profile(str(profile_path)),
+        workload=load_workload(str(profile_path)),
         plan=FixedUsers([users]),
         limits=parse_sla("ttft_p99<=1000s"),
         out_dir=out,

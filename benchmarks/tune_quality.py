@@ -49,8 +49,8 @@ from spoc_tui.core.knee import FixedUsers  # noqa: E402
 from spoc_tui.core.pareto import hypervolume, pareto_indices  # noqa: E402
 from spoc_tui.core.steps import parse_sla  # noqa: E402
 from spoc_tui.core.tunespace import load_space, objective_value, parse_objectives  # noqa: E402
-from spoc_tui.load.profiles import load_profile  # noqa: E402
 from spoc_tui.load.ramp import RampConfig  # noqa: E402
+from spoc_tui.load.workload import load_workload  # noqa: E402
 from spoc_tui.tune.evaluate import FastSimEvaluator, TrialOutcome  # noqa: E402
 from spoc_tui.tune.study import TuneConfig, TuneSession  # noqa: E402
 
@@ -62,7 +62,7 @@ BUDGETS = [10, 20, 30, 40]
 POP = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--population=")), "8"))
 SPACE = load_space(None, KNOWN)
 USERS = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--users=")), "128"))
-RAMP = RampConfig("", load_profile("coding"), FixedUsers([USERS]), LIMITS, Path(), step_s=40.0, warmup_s=10.0, seed=0)
+RAMP = RampConfig("", load_workload("coding"), FixedUsers([USERS]), LIMITS, Path(), step_s=40.0, warmup_s=10.0, seed=0)
 
 
 def _evaluate(config: dict) -> tuple[tuple, TrialOutcome]:

@@ -46,8 +46,8 @@ from wiretap import Response, Tap  # noqa: E402
 from spoc_tui.core.knee import FixedUsers  # noqa: E402
 from spoc_tui.core.sla import parse_sla  # noqa: E402
 from spoc_tui.core.steps import RequestSample, summarize_step  # noqa: E402
-from spoc_tui.load.profiles import load_profile  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
+from spoc_tui.load.workload import load_workload  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
 from spoc_tui.procs.server import ServerProcess  # noqa: E402
 
@@ -156,7 +156,7 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: floa
     prof_path.write_text(PROFILE)
     cfg = RampConfig(
         url=url,
-        profile=load_profile(str(prof_path)),
+        workload=load_workload(str(prof_path)),
         plan=FixedUsers([conc]),
         limits=parse_sla("ttft_p99<=60s"),
         out_dir=out / "ramp",
@@ -193,7 +193,7 @@ async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[di
     prof_path.write_text(PROFILE)
     cfg = RampConfig(
         url=url,
-        profile=load_profile(str(prof_path)),
+        workload=load_workload(str(prof_path)),
         plan=FixedUsers([half]),
         limits=parse_sla("ttft_p99<=60s"),
         out_dir=out / "ramp",

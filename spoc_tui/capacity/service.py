@@ -14,6 +14,7 @@ from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, SourceError, fetch
 from spoc_tui.core import fmt
 from spoc_tui.core.capacity import CapacityError, CapacityPlan, dtype_bytes, plan
+from spoc_tui.core.engineflags import DEFAULTS
 from spoc_tui.core.presets import (
     GIB,
     GPUS,
@@ -39,9 +40,9 @@ class CapacityArgs:
     max_model_len: int | None = None
     avg_context: int | None = None
     weights_dtype: str | None = None
-    kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
+    kv_cache_dtype: str = DEFAULTS.kv_cache_dtype
+    gpu_memory_utilization: float = DEFAULTS.gpu_memory_utilization
+    block_size: int = DEFAULTS.block_size
     kv_cache_gib: float | None = None
     """KV space given directly (a CPU server's VLLM_CPU_KVCACHE_SPACE)."""
     reserve_gib: float | None = None
@@ -226,7 +227,7 @@ TYPICAL_OUTPUT_TOKENS = 215
 """Mean answer length of the chatbot profile (lognormal, median 180, sigma 0.6)."""
 TYPICAL_THINK_S = 9.0
 """Mean think time of the chatbot profile (uniform 3-15 s)."""
-DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_MAX_NUM_SEQS = DEFAULTS.max_num_seqs
 """vLLM's default --max-num-seqs: the batch never holds more, whatever the cache could."""
 
 
@@ -305,7 +306,7 @@ class QueueArgs:
     users: list[int]
     service_s: float | None = None
     think_s: float | None = None
-    max_num_seqs: int = 256
+    max_num_seqs: int = DEFAULTS.max_num_seqs
     ramp: str | None = None
 
 
@@ -429,7 +430,7 @@ class CapacityRequest:
     queue_users: list[int] = field(default_factory=list)
     service_s: float | None = None
     think_s: float | None = None
-    max_num_seqs: int = 256
+    max_num_seqs: int = DEFAULTS.max_num_seqs
     ramp: str | None = None
 
     @property

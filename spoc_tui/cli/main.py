@@ -26,14 +26,15 @@ from spoc_tui.capacity.service import CapacityArgs
 from spoc_tui.cli.types import FINITE
 from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
+from spoc_tui.core.engineflags import DEFAULTS
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
 from spoc_tui.core.knee import FixedRates, UserPlan, parse_user_plan
 from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter, redact_url
 from spoc_tui.core.sla import parse_rates, parse_sla, parse_users
 from spoc_tui.core.textsafe import for_terminal
-from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, auto_workers, runner_env
+from spoc_tui.load.workload import load_workload
 from spoc_tui.sim.options import SCENARIOS, SimOptions
 from spoc_tui.tune.setup import TuneArgs
 
@@ -562,7 +563,7 @@ def ramp(
     plan: UserPlan = (
         FixedRates(parse_rates(rate_spec)) if rate_spec is not None else parse_user_plan(users_spec or DEFAULT_USERS)
     )
-    prof = load_profile(profile)
+    prof = load_workload(profile)
     if workers_spec.strip().lower() == "auto":
         workers = auto_workers(plan, os.cpu_count() or 1)
         click.echo(f"spoc ramp: --workers auto: {workers} worker process(es) on {os.cpu_count()} cores", err=True)
@@ -573,7 +574,7 @@ def ramp(
             _fail(f"--workers {workers_spec!r}: give a number of processes or auto")
     cfg = RampConfig(
         url=url,
-        profile=prof,
+        workload=prof,
         plan=plan,
         max_step_s=max_step_seconds,
         spawn_rate=spawn_rate,
@@ -756,7 +757,7 @@ def tune(**kw: Any) -> None:
 @tls_options
 def load_worker(master: str, master_port: int, url: str, model: str, profile: str, seed: int) -> None:
     """Join a ramp from another machine as a Locust worker (Locust's master/worker protocol)."""
-    prof = load_profile(profile)
+    prof = load_workload(profile)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prof.as_dict(), f)
     argv = [
@@ -815,7 +816,11 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
 @click.option("--service-time", type=FINITE, default=None, help="Seconds per request at light load (queueing view).")
 @click.option("--think-time", type=FINITE, default=None, help="Seconds a user waits between requests (queueing view).")
 @click.option(
-    "--max-num-seqs", type=int, default=256, show_default=True, help="The server's seat limit (queueing view)."
+    "--max-num-seqs",
+    type=int,
+    default=DEFAULTS.max_num_seqs,
+    show_default=True,
+    help="The server's seat limit (queueing view).",
 )
 @click.option(
     "--ramp",

@@ -134,7 +134,7 @@ def _capture(
     api_key_file: str | None,
 ) -> Path:
     from spoc_tui.collectors.scrape import base_url, metrics_url
-    from spoc_tui.load.profiles import load_profile
+    from spoc_tui.load.workload import load_workload
     from spoc_tui.profile.capture import CaptureConfig, capture
 
     try:
@@ -156,7 +156,7 @@ def _capture(
         trace_dir=Path(trace_dir),
         seconds=seconds,
         users=users,
-        profile=load_profile(load_profile_name) if users else None,
+        profile=load_workload(load_profile_name) if users else None,
         model=served_model,
         warmup_s=warmup_seconds,
         api_key=api_key,

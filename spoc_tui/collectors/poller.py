@@ -189,10 +189,6 @@ class VllmPoller(_Poller):
             h.clear()
         self.latest.clear()
 
-    def set_window(self, window_s: float) -> None:
-        for h in self.histories.values():
-            h.window_s = window_s
-
     async def poll(self, wait_s: float | None = None) -> VllmTick:
         """One tick; ``wait_s`` bounds how long a slow source may hold it up (None: each read's
         own deadline)."""

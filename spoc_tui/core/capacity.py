@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from spoc_tui.core.engineflags import DEFAULTS
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.presets import GIB, GpuSpec, ModelSpec
 
@@ -92,12 +93,12 @@ def plan(
     model: ModelSpec,
     gpu: GpuSpec,
     tp: int = 1,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = DEFAULTS.gpu_memory_utilization,
     max_model_len: int | None = None,
     avg_context: int | None = None,
     weights_dtype: str | None = None,
-    kv_cache_dtype: str = "auto",
-    block_size: int = 16,
+    kv_cache_dtype: str = DEFAULTS.kv_cache_dtype,
+    block_size: int = DEFAULTS.block_size,
     reserve_bytes: float = DEFAULT_RESERVE_BYTES,
     kv_cache_bytes_override: float | None = None,
 ) -> CapacityPlan:

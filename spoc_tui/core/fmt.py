@@ -56,28 +56,6 @@ def count(v: float | None) -> str:
     return f"{v:.0f}"
 
 
-_BARS = "▁▂▃▄▅▆▇█"
-
-
-def spark(values: list[float | None], width: int = 16) -> str:
-    """A sparkline of the last ``width`` values (unknown ones as blanks)."""
-    vals = values[-width:]
-    known = [v for v in vals if v is not None]
-    if not known:
-        return " " * len(vals)
-    lo, hi = min(known), max(known)
-    span = hi - lo
-    out = []
-    for v in vals:
-        if v is None:
-            out.append(" ")
-        elif span <= 0:
-            out.append(_BARS[0])
-        else:
-            out.append(_BARS[min(7, int((v - lo) / span * 7.999))])
-    return "".join(out)
-
-
 def short_source(src: str) -> str:
     """A source as the screens name it: ``http://h:8000/metrics`` -> ``h:8000``."""
     for p in ("http://", "https://"):

@@ -131,17 +131,6 @@ class Knee:
     def breaks_text(self) -> str:
         return level_text(self.breaks_level, self.unit)
 
-    @property
-    def bracket(self) -> str:
-        """``N users meet, M break (limit)`` in words."""
-        if self.breaks_level is None:
-            if self.meets_level is None:
-                return "no step decided"
-            return f"{self.meets_text} meet; no level broke the SLA"
-        if self.meets_level is None:
-            return f"even {self.breaks_text} break the SLA ({self.broken_limit})"
-        return f"{self.meets_text} meet, {self.breaks_level:g} break ({self.broken_limit})"
-
     def as_dict(self) -> dict[str, object]:
         key = "users" if self.unit == "users" else "rate"
         return {
@@ -295,7 +284,7 @@ class SaturationSearch:
         return f"auto:{self.max_users} (calibration: double until tokens/s saturates)"
 
 
-def saturation_users(steps: Sequence[StepSummary]) -> tuple[int, str] | None:
+def reference_load(steps: Sequence[StepSummary]) -> tuple[int, str] | None:
     """The reference load a calibration found: the fewest users whose output tokens/s reach
     :data:`SATURATION_SHARE` of the best among steps that did not clearly break the SLA, and
     why, in words. None without such a step."""

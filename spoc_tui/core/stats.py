@@ -7,7 +7,7 @@ All functions are pure. Series values are ``dict[Labels, float]`` as produced by
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from spoc_tui.core.promparse import Labels
@@ -263,8 +263,3 @@ def rate(now: float | None, then: float | None, dt: float) -> float | None:
     if now is None or then is None or dt <= 0:
         return None
     return increase(now, then) / dt
-
-
-def sum_where(series: Mapping[Labels, float], pred: Callable[[Labels], bool]) -> float | None:
-    vals = [v for k, v in series.items() if pred(k)]
-    return sum(vals) if vals else None

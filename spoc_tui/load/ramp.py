@@ -46,7 +46,7 @@ from spoc_tui.core.steps import (
 )
 from spoc_tui.core.textsafe import safe
 from spoc_tui.load import wire
-from spoc_tui.load.profiles import Profile
+from spoc_tui.load.workload import Workload
 from spoc_tui.procs.group import kill_group
 from spoc_tui.procs.lock import FolderLock
 from spoc_tui.procs.ports import free_port
@@ -77,7 +77,7 @@ class RampConfig:
     """A ramp as ``spoc ramp`` and the Load screen ask for it; its defaults are theirs."""
 
     url: str
-    profile: Profile
+    workload: Workload
     plan: UserPlan
     """The levels: listed user counts, the knee search, a calibration, or open-loop rates."""
     limits: tuple[Limit, ...]
@@ -356,7 +356,7 @@ class RunnerProcess:
         return argv + list(extra)
 
     async def start(self) -> None:
-        (self.log_dir / "profile.json").write_text(json.dumps(self.cfg.profile.as_dict()))
+        (self.log_dir / "profile.json").write_text(json.dumps(self.cfg.workload.as_dict()))
         env = runner_env(base_url(self.cfg.url))
         if self.cfg.api_key:
             env["SPOC_API_KEY"] = self.cfg.api_key  # passed by environment, never on a command line
@@ -696,9 +696,9 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     header = {
         "url": redact_url(cfg.url),
         "model": model,
-        "profile": cfg.profile.as_dict()
-        if not cfg.profile.replay
-        else {"name": cfg.profile.name, "source": cfg.profile.source},
+        "profile": cfg.workload.as_dict()
+        if not cfg.workload.replay
+        else {"name": cfg.workload.name, "source": cfg.workload.source},
         "sla": [str(lim) for lim in cfg.limits],
         "users": cfg.plan.describe(),
         "load": (

@@ -45,7 +45,7 @@ from urllib3 import PoolManager
 from spoc_tui.collectors.http import tls
 from spoc_tui.core.steps import RequestSample
 from spoc_tui.load import wire
-from spoc_tui.load.profiles import ConversationPlan, Profile, TextMaker, plan_conversation
+from spoc_tui.load.workload import ConversationPlan, TextMaker, Workload, plan_conversation
 from spoc_tui.procs.lock import mark_interrupted
 
 
@@ -122,7 +122,7 @@ class Shared:
     url = ""
     model = ""
     api_key: str | None = None
-    profile: Profile | None = None
+    profile: Workload | None = None
     maker = TextMaker()
     context_len: int | None = None
     step = 0
@@ -583,7 +583,7 @@ def learn_lengths(maker: TextMaker, url: str, model: str, api_key: str | None) -
 
 def _configure(args: argparse.Namespace) -> None:
     with open(args.profile_json) as f:
-        Shared.profile = Profile.from_dict(json.load(f))
+        Shared.profile = Workload.from_dict(json.load(f))
     Shared.url = args.url
     Shared.model = args.model
     Shared.api_key = os.environ.get("SPOC_API_KEY") or None

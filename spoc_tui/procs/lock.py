@@ -87,10 +87,6 @@ class FolderLock:
             pass
         os.close(fd)
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
 
 def _read_owner(fd: int) -> str:
     try:

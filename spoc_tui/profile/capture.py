@@ -26,8 +26,8 @@ import httpx
 from spoc_tui.core.errors import SpocError
 from spoc_tui.core.knee import FixedUsers
 from spoc_tui.core.redact import redact_text
-from spoc_tui.load.profiles import Profile
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
+from spoc_tui.load.workload import Workload
 
 TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
 
@@ -62,7 +62,7 @@ class CaptureConfig:
     seconds: float = 10.0
     users: int = 0
     """Users of the load driven while profiling (0: profile the traffic there is)."""
-    profile: Profile | None = None
+    profile: Workload | None = None
     model: str | None = None
     warmup_s: float = 5.0
     api_key: str | None = field(default=None, repr=False)
@@ -161,7 +161,7 @@ async def capture(cfg: CaptureConfig, say: Callable[[str], None] = lambda _: Non
 
                 ramp = RampConfig(
                     url=base,
-                    profile=cfg.profile,
+                    workload=cfg.profile,
                     plan=FixedUsers([cfg.users]),
                     limits=(),
                     out_dir=work,

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spoc_tui.core.capacity import CapacityError, IterationCost, iteration_time, kv_bytes_per_token, plan
+from spoc_tui.core.engineflags import BLOCK_SIZES, DEFAULTS
 from spoc_tui.core.presets import GpuSpec, ModelSpec
 from spoc_tui.sim.gpu import SimGpu
 
@@ -65,14 +66,14 @@ class EngineConfig:
     gpu: GpuSpec
     served_model_name: str
     tp: int = 1
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
-    max_model_len: int | None = None
-    kv_cache_dtype: str = "auto"
+    max_num_seqs: int = DEFAULTS.max_num_seqs
+    max_num_batched_tokens: int | None = DEFAULTS.max_num_batched_tokens
+    enable_chunked_prefill: bool = DEFAULTS.enable_chunked_prefill
+    enable_prefix_caching: bool = DEFAULTS.enable_prefix_caching
+    gpu_memory_utilization: float = DEFAULTS.gpu_memory_utilization
+    block_size: int = DEFAULTS.block_size
+    max_model_len: int | None = DEFAULTS.max_model_len
+    kv_cache_dtype: str = DEFAULTS.kv_cache_dtype
     quantization: str | None = None
     """``fp8``: FP8 weights (half the bytes, twice the tensor throughput)."""
     speed: float = 1.0
@@ -95,8 +96,8 @@ class EngineConfig:
         """
         if self.max_num_seqs < 1:
             raise CapacityError("max-num-seqs must be at least 1")
-        if self.block_size not in (1, 8, 16, 32, 64, 128, 256):
-            raise CapacityError(f"block-size {self.block_size} is not one of 1, 8, 16, 32, 64, 128, 256")
+        if self.block_size not in BLOCK_SIZES:
+            raise CapacityError(f"block-size {self.block_size} is not one of {', '.join(map(str, BLOCK_SIZES))}")
         mml = self.resolved_max_model_len()
         if mml > self.model.max_position:
             raise CapacityError(f"max-model-len {mml} exceeds the model's {self.model.max_position} positions")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spoc_tui.core.engineflags import DEFAULTS
 from spoc_tui.core.errors import InputError
 
 SCENARIOS = ("steady", "thermal", "overload", "imbalanced", "fleet")
@@ -31,14 +32,14 @@ class SimOptions:
     port: int = 8000
     dcgm_port: int | None = 9400
     served_model_name: str | None = None
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
-    max_model_len: int | None = None
-    kv_cache_dtype: str = "auto"
+    max_num_seqs: int = DEFAULTS.max_num_seqs
+    max_num_batched_tokens: int | None = DEFAULTS.max_num_batched_tokens
+    enable_chunked_prefill: bool = DEFAULTS.enable_chunked_prefill
+    enable_prefix_caching: bool = DEFAULTS.enable_prefix_caching
+    gpu_memory_utilization: float = DEFAULTS.gpu_memory_utilization
+    block_size: int = DEFAULTS.block_size
+    max_model_len: int | None = DEFAULTS.max_model_len
+    kv_cache_dtype: str = DEFAULTS.kv_cache_dtype
     quantization: str | None = None
     speed: float = 1.0
     load_users: int | None = None

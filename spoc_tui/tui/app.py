@@ -317,7 +317,7 @@ class SpocApp(App[int]):
         stamp = time.strftime("%Y%m%d-%H%M%S")
         cfg = RampConfig(
             url=self.settings.vllm_urls[0],
-            profile=request.profile,
+            workload=request.profile,
             plan=request.plan,
             limits=request.limits,
             out_dir=data_dir() / "ramps" / stamp,

@@ -28,11 +28,11 @@ from spoc_tui.core.errors import SpocError
 from spoc_tui.core.knee import Knee, find_knee
 from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step
 from spoc_tui.core.tunespace import Config, command_line
-from spoc_tui.load.profiles import Profile
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
+from spoc_tui.load.workload import Workload
 from spoc_tui.procs.ports import free_port
 from spoc_tui.procs.server import LaunchError, ServerProcess
-from spoc_tui.tune.events import EvaluatorEvent, RampProgressed, ServerReady, ServerStarting
+from spoc_tui.tune.events import EvaluatorEvent, ServerReady, ServerStarting, TrialRampProgressed
 from spoc_tui.tune.records import TrialStatus
 
 logger = logging.getLogger(__name__)
@@ -241,7 +241,7 @@ class ServerEvaluator:
         )
 
         def progress(p: RampProgress) -> None:
-            emit(RampProgressed(p))
+            emit(TrialRampProgressed(p))
 
         async def go() -> RampResult:
             self._task = asyncio.current_task()
@@ -321,7 +321,7 @@ class FastSimEvaluator:
     def __init__(
         self, ramp: RampConfig, model: str = "llama-3.1-8b", gpu: str = "h100-80gb", fixed: Config | None = None
     ) -> None:
-        if ramp.profile.mix or ramp.profile.replay:
+        if ramp.workload.mix or ramp.workload.replay:
             raise ValueError("the simulator's fast mode takes a simple profile (not a mix or a replay)")
         self.ramp = ramp
         self.early_stop: Callable[[StepSummary], str | None] | None = None
@@ -362,7 +362,7 @@ class FastSimEvaluator:
                 return TrialOutcome(
                     "infeasible", reason=f"server did not start: {e}", log_tail=str(e), duration_s=time.monotonic() - t0
                 )
-            samples = run_closed_loop(engine, self.ramp.profile, users, self.ramp.step_s, idx, self.ramp.seed)
+            samples = run_closed_loop(engine, self.ramp.workload, users, self.ramp.step_s, idx, self.ramp.seed)
             window = [s for s in samples if (s.end or 0) >= self.ramp.warmup_s]
             summary = summarize_step(idx, users, window, self.ramp.step_s - self.ramp.warmup_s, self.ramp.limits)
             steps.append(summary)
@@ -381,7 +381,7 @@ class FastSimEvaluator:
 
 
 def run_closed_loop(
-    engine: Any, profile: Profile, users: int, duration_s: float, step: int, seed: int
+    engine: Any, profile: Workload, users: int, duration_s: float, step: int, seed: int
 ) -> list[RequestSample]:
     """``users`` chat users against ``engine`` for ``duration_s`` virtual seconds.
 

@@ -72,7 +72,7 @@ class ServerReady:
 
 
 @dataclass(frozen=True, slots=True)
-class RampProgressed:
+class TrialRampProgressed:
     """Progress of the trial's ramp."""
 
     progress: RampProgress
@@ -114,7 +114,7 @@ class StudyDone:
     message: str
 
 
-EvaluatorEvent = ServerStarting | ServerReady | RampProgressed
+EvaluatorEvent = ServerStarting | ServerReady | TrialRampProgressed
 """What an evaluator reports while it scores one configuration."""
 
 TuneEvent = (
@@ -124,7 +124,7 @@ TuneEvent = (
     | TrialStarted
     | ServerStarting
     | ServerReady
-    | RampProgressed
+    | TrialRampProgressed
     | TrialDone
     | OthersDone
     | RepeatStarted

@@ -75,7 +75,7 @@ def profile_best(
             trace_dir=traces,
             seconds=seconds,
             users=users,
-            profile=ramp.profile,
+            profile=ramp.workload,
             model=ramp.model,
             warmup_s=min(ramp.warmup_s, 10.0),
             api_key=ramp.api_key,

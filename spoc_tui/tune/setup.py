@@ -20,8 +20,8 @@ from spoc_tui.core.tunespace import (
     parse_template,
     template_flags,
 )
-from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import RampConfig, RampError
+from spoc_tui.load.workload import load_workload
 from spoc_tui.tune.evaluate import ServerEvaluator
 from spoc_tui.tune.study import TuneConfig
 
@@ -76,7 +76,7 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
     """Check every option and build the study and its evaluator.
 
     Raises:
-        InputError (SpaceError, SlaError, ProfileError, TuneArgsError): with a message naming the option.
+        InputError (SpaceError, SlaError, WorkloadError, TuneArgsError): with a message naming the option.
     """
     if a.trials < 1:
         raise TuneArgsError("--trials must be at least 1")
@@ -124,11 +124,11 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         if not eq or not k or not k.replace("_", "").isalnum():
             raise TuneArgsError(f"--env {item.split('=')[0]}=...: expected NAME=VALUE")
         env[k] = v
-    profile = load_profile(a.profile)
+    profile = load_workload(a.profile)
     knee = any(o.name == "knee_users" for o in objectives)
     ramp = RampConfig(
         url="",  # each trial's server
-        profile=profile,
+        workload=profile,
         plan=FixedUsers(users) if users else SaturationSearch(plan.max_users if isinstance(plan, KneeSearch) else 1024),
         limits=limits,
         out_dir=Path(a.out_dir),  # each trial's folder under it

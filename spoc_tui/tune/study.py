@@ -26,7 +26,7 @@ from typing import Any, Literal
 from spoc_tui.core import results
 from spoc_tui.core.errors import EXIT_USAGE, InputError, first_line
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.knee import FixedUsers, Knee, SaturationSearch, saturation_users
+from spoc_tui.core.knee import FixedUsers, Knee, SaturationSearch, reference_load
 from spoc_tui.core.noisyfront import MAX_RUNS, dominated_by_front, pick_rerun
 from spoc_tui.core.redact import redact_argv, redact_url
 from spoc_tui.core.sla import Limit
@@ -250,11 +250,11 @@ class TuneSession:
     def _calibrate(self, o: TrialOutcome) -> None:
         """The first trial's calibration sets the study's reference load: the fewest users at
         which its configuration (normally the server defaults) reaches 90 % of its best output
-        tokens/s (:func:`~spoc_tui.core.knee.saturation_users`), so that every trial is
+        tokens/s (:func:`~spoc_tui.core.knee.reference_load`), so that every trial is
         measured near saturation, where flags change what the server does (at light load the
         front would rank the workload's randomness). Kept in the study for --resume and workers;
         the calibration trial is scored at that load like the others."""
-        found = saturation_users(o.steps)
+        found = reference_load(o.steps)
         if found is None:
             ref = min((s.users for s in o.steps), default=1)
             why = f"clearly breaks the SLA from {ref} user(s) on"

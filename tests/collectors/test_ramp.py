@@ -341,8 +341,8 @@ def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(sim8, fast_pro
     import asyncio
 
     from spoc_tui.core.sla import parse_sla
-    from spoc_tui.load.profiles import load_profile
     from spoc_tui.load.ramp import RampConfig, run_ramp
+    from spoc_tui.load.workload import load_workload
 
     url, _ = sim8
     seen = []
@@ -353,7 +353,7 @@ def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(sim8, fast_pro
 
     cfg = RampConfig(
         url=url,
-        profile=load_profile(fast_profile),
+        workload=load_workload(fast_profile),
         plan=FixedUsers([8, 16]),
         limits=parse_sla("ttft_p99<=30s"),
         out_dir=tmp_path / "out",

@@ -11,8 +11,8 @@ from spoc_tui.config import data_dir
 from spoc_tui.core.knee import FixedUsers
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.tunespace import parse_objectives, parse_space
-from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import RampConfig
+from spoc_tui.load.workload import load_workload
 from spoc_tui.tui.messages import TuneEvent, TuneFinished
 from spoc_tui.tui.screens.tune import TuneScreen
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
@@ -44,7 +44,7 @@ OBJ = parse_objectives("max:out_tok_s,min:itl_p99")
 def study_events(tmp_path: Path) -> list[events.TuneEvent]:
     """A real (virtual-time) study's events, the way a running session posts them."""
     sp = parse_space(SPACE, "space.toml")
-    ramp = RampConfig("", load_profile("coding"), FixedUsers([24]), LIMITS, Path(), step_s=30, warmup_s=8)
+    ramp = RampConfig("", load_workload("coding"), FixedUsers([24]), LIMITS, Path(), step_s=30, warmup_s=8)
     cfg = TuneConfig(sp, OBJ, LIMITS, 10, tmp_path, population=4, seed=3)
     seen: list[events.TuneEvent] = []
     TuneSession(cfg, FastSimEvaluator(ramp, fixed=sp.fixed), seen.append).run()

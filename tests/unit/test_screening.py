@@ -17,8 +17,8 @@ from spoc_tui.core.pareto import hypervolume, pareto_indices
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import Figures, Latency, StepSummary
 from spoc_tui.core.tunespace import parse_objectives, parse_space
-from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import RampConfig
+from spoc_tui.load.workload import load_workload
 from spoc_tui.tune.evaluate import TrialOutcome
 from spoc_tui.tune.screening import Observation, ScreenedChildren, Surrogate
 from spoc_tui.tune.study import TuneConfig, TuneSession
@@ -135,7 +135,7 @@ def synthetic(config) -> tuple[float, float] | None:
 class Synthetic:
     """Scores a configuration from a formula (no server): its ramp is only what the study reads."""
 
-    ramp = RampConfig("", load_profile("coding"), FixedUsers([16]), parse_sla("ttft_p99<=1s"), Path())
+    ramp = RampConfig("", load_workload("coding"), FixedUsers([16]), parse_sla("ttft_p99<=1s"), Path())
     early_stop = None
 
     def stop(self) -> None:

@@ -14,8 +14,8 @@ from spoc_tui.core.knee import FixedUsers, SaturationSearch
 from spoc_tui.core.redact import redact_argv, redact_url
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.tunespace import load_space, parse_objectives, parse_space
-from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import RampConfig
+from spoc_tui.load.workload import load_workload
 from spoc_tui.tune import events
 from spoc_tui.tune.evaluate import FastSimEvaluator
 from spoc_tui.tune.study import TuneConfig, TuneError, TuneSession, open_storage
@@ -42,7 +42,7 @@ LIMITS = parse_sla("ttft_p99<=30s,itl_p99<=400ms")
 
 def make(tmp_path, trials=6, seed=3, space=SPACE, **kw):
     sp = parse_space(space, "test-space.toml")
-    ramp = RampConfig("", load_profile("coding"), FixedUsers([24]), LIMITS, Path(), step_s=30, warmup_s=8, seed=0)
+    ramp = RampConfig("", load_workload("coding"), FixedUsers([24]), LIMITS, Path(), step_s=30, warmup_s=8, seed=0)
     ev = FastSimEvaluator(ramp, fixed=sp.fixed)
     cfg = TuneConfig(
         sp, parse_objectives("max:out_tok_s,min:itl_p99"), LIMITS, trials, tmp_path, population=4, seed=seed, **kw
@@ -145,7 +145,7 @@ def test_crashed_trial_runs_again_on_resume(tmp_path):
 def test_a_resumed_study_remembers_the_max_model_len_its_servers_reported(tmp_path):
     sp = load_space(None)  # the built-in space: its max-model-len condition waits for a server
     assert sp.pending
-    ramp = RampConfig("", load_profile("coding"), FixedUsers([24]), LIMITS, Path(), step_s=30, warmup_s=8, seed=0)
+    ramp = RampConfig("", load_workload("coding"), FixedUsers([24]), LIMITS, Path(), step_s=30, warmup_s=8, seed=0)
     objectives = parse_objectives("max:out_tok_s,min:itl_p99")
     cfg = TuneConfig(sp, objectives, LIMITS, 1, tmp_path, population=4, seed=3, rerun_share=0)
     TuneSession(cfg, FastSimEvaluator(ramp, fixed=sp.fixed), lambda e: None).run()
@@ -244,7 +244,7 @@ def test_secrets_are_redacted():
 
 def test_users_auto_calibrates_the_reference_load_on_the_first_trial(tmp_path):
     sp = parse_space(SPACE, "test-space.toml")
-    ramp = RampConfig("", load_profile("coding"), SaturationSearch(128), LIMITS, Path(), step_s=30, warmup_s=8, seed=0)
+    ramp = RampConfig("", load_workload("coding"), SaturationSearch(128), LIMITS, Path(), step_s=30, warmup_s=8, seed=0)
     cfg = TuneConfig(
         sp, parse_objectives("max:out_tok_s,min:itl_p99"), LIMITS, 4, tmp_path, population=4, seed=3, rerun_share=0
     )
@@ -261,7 +261,9 @@ def test_users_auto_calibrates_the_reference_load_on_the_first_trial(tmp_path):
     assert s.study.user_attrs["reference_users"] == ref
     again = TuneSession(
         TuneConfig(sp, cfg.objectives, LIMITS, 5, tmp_path, population=4, seed=3, resume=True),
-        FastSimEvaluator(RampConfig("", load_profile("coding"), SaturationSearch(128), LIMITS, Path()), fixed=sp.fixed),
+        FastSimEvaluator(
+            RampConfig("", load_workload("coding"), SaturationSearch(128), LIMITS, Path()), fixed=sp.fixed
+        ),
     )
     again.open()
     assert again.cfg.ref_users == ref and again.evaluator.ramp.plan == FixedUsers([ref])

@@ -10,8 +10,8 @@ from spoc_tui.core.knee import FixedUsers
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import RequestSample
 from spoc_tui.load import wire
-from spoc_tui.load.profiles import load_profile
 from spoc_tui.load.ramp import RampConfig, spawn_rate
+from spoc_tui.load.workload import load_workload
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_exited_is_never_sent():
 
 def test_spawn_rate_fits_the_warm_up():
     cfg = RampConfig(
-        "http://x", load_profile("chatbot"), FixedUsers([1]), parse_sla("ttft_p99<=1s"), Path("o"), warmup_s=10
+        "http://x", load_workload("chatbot"), FixedUsers([1]), parse_sla("ttft_p99<=1s"), Path("o"), warmup_s=10
     )
     assert spawn_rate(cfg, 40) == 8.0  # 40 users within the first 5 s
     assert spawn_rate(cfg, 5000) == 100.0  # never above Locust's advised maximum

@@ -18,9 +18,9 @@ from spoc_tui.core.errors import InputError, SpocError
 from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, UserPlan, parse_levels
 from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.steps import StepSummary
-from spoc_tui.load.profiles import Profile, builtin_names, load_profile
 from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
 from spoc_tui.load.report import KneeTone, check_lines, knee_sentence, step_cells, verdict, verdict_text
+from spoc_tui.load.workload import Workload, builtin_names, load_workload
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
@@ -116,7 +116,7 @@ class LoadScreen(Screen[None]):
     class StartRequested(Message):
         """The operator asked for a ramp with these settings (already checked)."""
 
-        profile: Profile
+        profile: Workload
         plan: UserPlan
         """User counts, the knee search (``auto[:MAX]``) or open-loop rates (``rate:1,2,4``)."""
         limits: tuple[Limit, ...]
@@ -196,7 +196,7 @@ class LoadScreen(Screen[None]):
                 warm = float(self.query_one("#warmup", Input).value or "0")
             except ValueError:
                 raise InputError("step and warm-up must be numbers of seconds") from None
-            profile = load_profile(str(self.query_one("#profile", Select).value))
+            profile = load_workload(str(self.query_one("#profile", Select).value))
             # the check spoc ramp makes, with the form's names for its fields
             RampConfig(self.url or "", profile, plan, limits, Path(), step_s=step, warmup_s=warm).validate()
         except SpocError as e:

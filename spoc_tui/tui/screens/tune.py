@@ -18,19 +18,19 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Spa
 from spoc_tui.config import data_dir
 from spoc_tui.core.sla import DEFAULT_SLA, Limit
 from spoc_tui.core.tunespace import Objective
-from spoc_tui.load.profiles import builtin_names
+from spoc_tui.load.workload import builtin_names
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tune.events import (
     Note,
     OthersDone,
-    RampProgressed,
     RepeatDone,
     ServerReady,
     ServerStarting,
     StudyDone,
     StudyOpened,
     TrialDone,
+    TrialRampProgressed,
     TrialStarted,
     TuneEvent,
 )
@@ -275,7 +275,7 @@ class TuneScreen(Screen[None]):
                 self.status.update(
                     Text(f"{self.trial_line}\nserver ready in {start_s:.0f} s; ramp starting", style="bold")
                 )
-            case RampProgressed(progress=p):
+            case TrialRampProgressed(progress=p):
                 if p.phase in ("warmup", "measuring"):
                     done = (
                         min(p.step_s, p.elapsed_s - sum(s.duration_s for s in p.steps))

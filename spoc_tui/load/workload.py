@@ -40,7 +40,7 @@ _PROFILE_KEYS = {
 }
 
 
-class ProfileError(InputError, ValueError):
+class WorkloadError(InputError, ValueError):
     """A profile that cannot be used; the message names the file and the key."""
 
 
@@ -93,22 +93,22 @@ def parse_dist(where: str, raw: object) -> Dist:
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = {"dist": "constant", "value": raw}
     if not isinstance(raw, dict):
-        raise ProfileError(f"{where}: expected a number or a table with dist = ...")
+        raise WorkloadError(f"{where}: expected a number or a table with dist = ...")
     unknown = set(raw) - _DIST_KEYS
     if unknown:
-        raise ProfileError(f"{where}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_DIST_KEYS))})")
+        raise WorkloadError(f"{where}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_DIST_KEYS))})")
     kind = raw.get("dist", "constant")
     if kind not in DIST_KINDS:
-        raise ProfileError(f"{where}: unknown dist {kind!r} (known: {', '.join(DIST_KINDS)})")
+        raise WorkloadError(f"{where}: unknown dist {kind!r} (known: {', '.join(DIST_KINDS)})")
 
     def num(k: str, default: float | None = None, positive: bool = False) -> float | None:
         v = raw.get(k, default)
         if v is None:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ProfileError(f"{where}: {k} must be a number")
+            raise WorkloadError(f"{where}: {k} must be a number")
         if positive and v <= 0:
-            raise ProfileError(f"{where}: {k} must be positive")
+            raise WorkloadError(f"{where}: {k} must be positive")
         return float(v)
 
     need = {
@@ -119,7 +119,7 @@ def parse_dist(where: str, raw: object) -> Dist:
     }[kind]
     for k in need:
         if k not in raw:
-            raise ProfileError(f"{where}: dist {kind} needs {', '.join(need)}")
+            raise WorkloadError(f"{where}: dist {kind} needs {', '.join(need)}")
     d = Dist(
         kind,
         value=num("value", 0.0) or 0.0,
@@ -132,12 +132,12 @@ def parse_dist(where: str, raw: object) -> Dist:
         max_fraction_of_context=num("max_fraction_of_context"),
     )
     if d.lo is not None and d.hi is not None and d.hi < d.lo:
-        raise ProfileError(f"{where}: max is below min")
+        raise WorkloadError(f"{where}: max is below min")
     return d
 
 
 @dataclass(frozen=True, slots=True)
-class Profile:
+class Workload:
     name: str
     description: str = ""
     system_tokens: int = 0
@@ -146,7 +146,7 @@ class Profile:
     user_tokens: Dist = Dist("constant", value=100)
     output_tokens: Dist = Dist("constant", value=200)
     think_s: Dist = Dist("constant", value=0)
-    mix: tuple[tuple[Profile, float], ...] = ()
+    mix: tuple[tuple[Workload, float], ...] = ()
     replay: tuple[tuple[tuple[str, int | None], ...], ...] = ()
     """Recorded conversations: per conversation, (user text, max_tokens or None) per turn."""
     source: str = ""
@@ -177,7 +177,7 @@ class Profile:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Profile:
+    def from_dict(cls, d: dict[str, Any]) -> Workload:
         """Inverse of :meth:`as_dict` (how the runner child receives its profile)."""
         if d.get("mix"):
             return cls(
@@ -213,56 +213,56 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
 
 
-def load_profile(name_or_path: str, _depth: int = 0) -> Profile:
+def load_workload(name_or_path: str, _depth: int = 0) -> Workload:
     """A built-in profile by name, or a TOML file.
 
     Raises:
-        ProfileError: unknown name (lists the built-ins), unreadable file, bad keys or values.
+        WorkloadError: unknown name (lists the built-ins), unreadable file, bad keys or values.
     """
     p = Path(name_or_path)
     if not p.suffix and not p.exists():
         p = BUILTIN_DIR / f"{name_or_path}.toml"
         if not p.exists():
-            raise ProfileError(
+            raise WorkloadError(
                 f"unknown profile {name_or_path!r}; built-in: {', '.join(builtin_names())} (or a .toml file)"
             )
     try:
         data = tomllib.loads(p.read_text())
     except FileNotFoundError:
-        raise ProfileError(f"{p}: no such file") from None
+        raise WorkloadError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{p}: cannot read ({e})") from None
+        raise WorkloadError(f"{p}: cannot read ({e})") from None
     except tomllib.TOMLDecodeError as e:
-        raise ProfileError(f"{p}: invalid TOML ({e})") from None
-    return _profile_from(data, p, _depth)
+        raise WorkloadError(f"{p}: invalid TOML ({e})") from None
+    return _workload_from(data, p, _depth)
 
 
-def _profile_from(data: dict[str, Any], p: Path, depth: int) -> Profile:
+def _workload_from(data: dict[str, Any], p: Path, depth: int) -> Workload:
     where = p.name
     unknown = set(data) - _PROFILE_KEYS
     if unknown:
-        raise ProfileError(f"{where}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_PROFILE_KEYS))})")
+        raise WorkloadError(f"{where}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_PROFILE_KEYS))})")
     name = str(data.get("name") or p.stem)
     desc = str(data.get("description", ""))
     if "mix" in data:
         if depth > 2:
-            raise ProfileError(f"{where}: mixes nest too deep")
+            raise WorkloadError(f"{where}: mixes nest too deep")
         mix = data["mix"]
         if not isinstance(mix, dict) or not mix:
-            raise ProfileError(f"{where}: mix must be a table of profile = share")
+            raise WorkloadError(f"{where}: mix must be a table of profile = share")
         parts = []
         for sub, w in mix.items():
             if isinstance(w, bool) or not isinstance(w, (int, float)) or w <= 0:
-                raise ProfileError(f"{where}: mix share of {sub!r} must be a positive number")
+                raise WorkloadError(f"{where}: mix share of {sub!r} must be a positive number")
             sub_path = (p.parent / f"{sub}.toml") if (p.parent / f"{sub}.toml").exists() else Path(sub)
-            parts.append((load_profile(str(sub_path) if sub_path.exists() else sub, depth + 1), float(w)))
+            parts.append((load_workload(str(sub_path) if sub_path.exists() else sub, depth + 1), float(w)))
         total = sum(w for _, w in parts)
-        return Profile(name, desc, mix=tuple((q, w / total) for q, w in parts), source=str(p))
+        return Workload(name, desc, mix=tuple((q, w / total) for q, w in parts), source=str(p))
     if "replay" in data:
         rp = Path(str(data["replay"]))
         if not rp.is_absolute():
             rp = p.parent / rp
-        return Profile(
+        return Workload(
             name,
             desc,
             replay=load_replay(rp),
@@ -272,14 +272,14 @@ def _profile_from(data: dict[str, Any], p: Path, depth: int) -> Profile:
         )
     sys_tokens = data.get("system_tokens", 0)
     if isinstance(sys_tokens, bool) or not isinstance(sys_tokens, int) or sys_tokens < 0:
-        raise ProfileError(f"{where}: system_tokens must be a whole number >= 0")
+        raise WorkloadError(f"{where}: system_tokens must be a whole number >= 0")
     for required in ("user_tokens", "output_tokens"):
         if required not in data:
-            raise ProfileError(f"{where}: missing {required}")
+            raise WorkloadError(f"{where}: missing {required}")
     ignore_eos = data.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
-        raise ProfileError(f"{where}: ignore_eos must be true or false")
-    return Profile(
+        raise WorkloadError(f"{where}: ignore_eos must be true or false")
+    return Workload(
         name=name,
         description=desc,
         system_tokens=sys_tokens,
@@ -299,7 +299,7 @@ def load_replay(path: Path) -> tuple[tuple[tuple[str, int | None], ...], ...]:
     try:
         lines = read_text_bounded(path).splitlines()
     except FileReadError as e:
-        raise ProfileError(f"replay {path}: {e}") from None
+        raise WorkloadError(f"replay {path}: {e}") from None
     convs = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
@@ -307,7 +307,7 @@ def load_replay(path: Path) -> tuple[tuple[tuple[str, int | None], ...], ...]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ProfileError(f"replay {path.name} line {i}: not JSON ({e.msg})") from None
+            raise WorkloadError(f"replay {path.name} line {i}: not JSON ({e.msg})") from None
         turns: list[tuple[str, int | None]] = []
         if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
             for m in obj["messages"]:
@@ -316,15 +316,15 @@ def load_replay(path: Path) -> tuple[tuple[tuple[str, int | None], ...], ...]:
         elif isinstance(obj, dict) and isinstance(obj.get("turns"), list):
             for t in obj["turns"]:
                 if not isinstance(t, dict) or not isinstance(t.get("user"), str):
-                    raise ProfileError(f"replay {path.name} line {i}: each turn needs a 'user' string")
+                    raise WorkloadError(f"replay {path.name} line {i}: each turn needs a 'user' string")
                 mt = t.get("max_tokens")
                 turns.append((t["user"], int(mt) if isinstance(mt, int) and mt > 0 else None))
         else:
-            raise ProfileError(f'replay {path.name} line {i}: expected {{"messages": [...]}} or {{"turns": [...]}}')
+            raise WorkloadError(f'replay {path.name} line {i}: expected {{"messages": [...]}} or {{"turns": [...]}}')
         if turns:
             convs.append(tuple(turns))
     if not convs:
-        raise ProfileError(f"replay {path.name}: no conversations")
+        raise WorkloadError(f"replay {path.name}: no conversations")
     return tuple(convs)
 
 
@@ -476,7 +476,7 @@ class TextMaker:
 
 
 def plan_conversation(
-    profile: Profile, rng: random.Random, maker: TextMaker, context_len: int | None, system_cache: dict[str, str]
+    profile: Workload, rng: random.Random, maker: TextMaker, context_len: int | None, system_cache: dict[str, str]
 ) -> ConversationPlan:
     """Draw one conversation from a profile (mixes pick a member by share)."""
     if profile.mix:
