@@ -31,7 +31,9 @@ from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest  # noqa: E40
 def run(gpu: str, concurrency: int, total: int, in_len: int = 1024, out_len: int = 128, **cfg: object) -> float:
     """Output tokens/s with ``concurrency`` closed-loop clients (like --max-concurrency)."""
     t = [0.0]
-    eng = SimEngine(EngineConfig(MODELS["llama-3.1-8b"], GPUS[gpu], "m", **cfg), clock=lambda: t[0])  # type: ignore[arg-type]
+    eng = SimEngine(
+        EngineConfig(model=MODELS["llama-3.1-8b"], gpu=GPUS[gpu], served_model_name="m", **cfg), clock=lambda: t[0]
+    )  # type: ignore[arg-type]
     sent = 0
 
     def submit() -> None:
@@ -64,7 +66,9 @@ def main() -> None:
     single_tps = None
     # single-stream decode speed: output tokens/s of one request after its first token
     t = [0.0]
-    eng = SimEngine(EngineConfig(MODELS["llama-3.1-8b"], GPUS["a100-40gb"], "m"), clock=lambda: t[0])
+    eng = SimEngine(
+        EngineConfig(model=MODELS["llama-3.1-8b"], gpu=GPUS["a100-40gb"], served_model_name="m"), clock=lambda: t[0]
+    )
     times: list[float] = []
     eng.add(SimRequest("s", list(range(1024)), 128, 128, 0.0, on_token=lambda n, now: times.append(now)))
     while not eng.idle():

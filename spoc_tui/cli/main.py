@@ -8,7 +8,6 @@ command needs its own handling for errors it does not word itself.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -17,14 +16,15 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from spoc_tui import __version__
 from spoc_tui.capacity.service import CapacityArgs
+from spoc_tui.cli.options import api_key_options, served_model_option, tls_options
 from spoc_tui.cli.types import FINITE
-from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls
+from spoc_tui.collectors.http import check_credentials
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.engineflags import DEFAULTS
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
@@ -45,59 +45,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _fail(msg: str) -> NoReturn:
     """Bad input: one line on stderr, exit code 2."""
     raise InputError(msg)
-
-
-def api_key_file_option(f: F) -> F:
-    """``--api-key-file FILE`` next to a command's ``--api-key``: a key on the command line shows
-    in ``ps`` and the shell's history, a file's does not. The file's content becomes ``api_key``."""
-
-    @functools.wraps(f)
-    def wrapper(*args: Any, api_key_file: str | None = None, **kw: Any) -> Any:
-        if api_key_file is not None:
-            if kw.get("api_key"):
-                _fail("give --api-key or --api-key-file, not both")
-            kw["api_key"] = read_key_file(api_key_file, f"--api-key-file {api_key_file}")
-            if not kw["api_key"]:
-                _fail(f"--api-key-file {api_key_file}: the file is empty")
-        urls = [kw.get("url") or "", *(kw.get("sources") or ()), *(kw.get("dcgm") or ())]
-        check_credentials([u for u in urls if u], kw.get("api_key"))
-        return f(*args, **kw)
-
-    opt = click.option(
-        "--api-key-file",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Read the bearer token from this file (a key on the command line shows in ps).",
-    )
-    return cast(F, opt(wrapper))
-
-
-def tls_options(f: F) -> F:
-    """``--ca-bundle`` and ``--insecure``: the one TLS rule of every client (collectors.http)."""
-
-    @functools.wraps(f)
-    def wrapper(*args: Any, ca_bundle: str | None = None, insecure: bool = False, **kw: Any) -> Any:
-        configure_tls(ca_bundle, insecure)
-        if insecure:
-            click.echo("spoc: warning: --insecure: TLS certificates are not checked", err=True)
-        return f(*args, **kw)
-
-    f2 = click.option(
-        "--insecure",
-        is_flag=True,
-        envvar=INSECURE_ENV,
-        show_envvar=True,
-        help="Do not check TLS certificates (a self-signed bring-up host).",
-    )(wrapper)
-    f3 = click.option(
-        "--ca-bundle",
-        type=click.Path(dir_okay=False),
-        envvar=CA_ENV,
-        show_envvar=True,
-        default=None,
-        help="Check TLS certificates against this CA file (PEM) [default: the system's store, or SSL_CERT_FILE].",
-    )(f2)
-    return cast(F, f3)
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
@@ -124,14 +71,7 @@ def cli(ctx: click.Context) -> None:
     help="Scrape twice this many seconds apart for windowed percentiles and rates.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option(
-    "--api-key",
-    envvar="SPOC_API_KEY",
-    show_envvar=True,
-    default=None,
-    help="Bearer token for the servers (never printed).",
-)
-@api_key_file_option
+@api_key_options("Bearer token for the servers (never printed).")
 @tls_options
 def inspect(sources: tuple[str, ...], interval: float | None, as_json: bool, api_key: str | None) -> None:
     """Read vLLM and dcgm-exporter SOURCES (URLs or saved /metrics files) once and report.
@@ -444,7 +384,7 @@ def resolve_settings(
 
 @cli.command()
 @click.option("--url", required=True, envvar="SPOC_VLLM_URL", show_envvar=True, help="The server (vLLM or spoc sim).")
-@click.option("--model", default=None, help="Served model name [default: the server's first].")
+@served_model_option
 @click.option(
     "--profile",
     default=DEFAULT_PROFILE,
@@ -519,10 +459,7 @@ def resolve_settings(
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
 @click.option("--dcgm", "dcgm_urls", multiple=True, help="dcgm-exporter URL, recorded next to each step.")
 @click.option("--seed", type=int, default=RampConfig.seed, show_default=True, help="Random seed of the users.")
-@click.option(
-    "--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token (never written to results)."
-)
-@api_key_file_option
+@api_key_options("Bearer token (never written to results).")
 @tls_options
 def ramp(
     url: str,
@@ -721,19 +658,12 @@ def ramp(
     show_default=True,
     help="Seconds a server may take to become ready.",
 )
-@click.option("--model", default=None, help="Served model name [default: the server's first].")
+@served_model_option
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
 @click.option(
     "--workers", type=int, default=TuneArgs.workers, show_default=True, help="Local Locust worker processes per ramp."
 )
-@click.option(
-    "--api-key",
-    envvar="SPOC_API_KEY",
-    show_envvar=True,
-    default=None,
-    help="Bearer token for the server (never written to results).",
-)
-@api_key_file_option
+@api_key_options("Bearer token for the server (never written to results).")
 @tls_options
 def tune(**kw: Any) -> None:
     """Search server flags with NSGA-II: each trial starts the server, runs a ramp, scores it.
@@ -912,6 +842,8 @@ def main() -> None:
         rc = cli(standalone_mode=False)
     except SpocError as e:
         click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
+        if e.hint:
+            click.echo(for_terminal(e.hint), err=True)
         sys.exit(e.exit_code)
     except click.UsageError as e:  # a bad flag or value: the same one-line prefix as every other error
         cmd = e.ctx.command_path if e.ctx is not None else "spoc"

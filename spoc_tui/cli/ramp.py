@@ -9,7 +9,6 @@ from pathlib import Path
 from spoc_tui.cli.signals import stop_signals_interrupt
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK
-from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 from spoc_tui.load.report import step_table, verdict
 
@@ -44,10 +43,9 @@ def run(cfg: RampConfig) -> int:
         with stop_signals_interrupt():
             result: RampResult = asyncio.run(run_ramp(cfg, _progress))
     except RampError as e:
-        print(f"spoc ramp: error: {for_terminal(str(e))}", file=sys.stderr)
         if (Path(cfg.out_dir) / "ramp.json").exists():
-            print(f"finished steps are in {cfg.out_dir}/ramp.json", file=sys.stderr)
-        return e.exit_code
+            e.hint = f"finished steps are in {cfg.out_dir}/ramp.json"
+        raise
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished steps are in {cfg.out_dir}/ramp.json", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -6,7 +6,7 @@ import sys
 import traceback
 
 from spoc_tui.cli.signals import stop_signals_interrupt
-from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
+from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, InputError, SpocError
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.tune.evaluate import ServerEvaluator, TuneFatal
@@ -25,7 +25,7 @@ from spoc_tui.tune.events import (
 from spoc_tui.tune.records import Front
 from spoc_tui.tune.report import hypervolume_text, member_tag, member_text, objectives_text, value_text
 from spoc_tui.tune.setup import TuneArgs, build
-from spoc_tui.tune.study import TuneConfig, TuneError, TuneSession
+from spoc_tui.tune.study import TuneConfig, TuneSession
 
 
 class Printer:
@@ -127,9 +127,8 @@ def _profile_best(cfg: TuneConfig, evaluator: ServerEvaluator, front: Front) -> 
 def run(a: TuneArgs) -> int:
     try:
         cfg, evaluator = build(a)
-    except (InputError, ValueError) as e:
-        print(f"spoc tune: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    except ValueError as e:
+        raise InputError(str(e)) from None
     for note in cfg.space.notes:
         print(f"note: {note}", flush=True)
     print(
@@ -143,25 +142,18 @@ def run(a: TuneArgs) -> int:
         with stop_signals_interrupt():
             session.open()
             summary = session.run()
-    except TuneError as e:
-        print(f"spoc tune: error: {e}", file=sys.stderr)
-        return e.exit_code
     except TuneFatal as e:
-        print(f"spoc tune: error: {e}", file=sys.stderr)
-        print(f"finished trials are in {cfg.out_dir}/trials.jsonl", file=sys.stderr)
-        return e.exit_code
-    except SpocError as e:  # the study cannot start here (another process runs it): nothing of it is touched
-        print(f"spoc tune: error: {for_terminal(str(e))}", file=sys.stderr)
-        return e.exit_code
+        e.hint = f"finished trials are in {cfg.out_dir}/trials.jsonl"
+        raise
+    except SpocError:  # the study cannot start here (another process runs it): nothing of it is touched
+        raise
     except Exception as e:  # a bug: say so in one line, keep the details in the output folder
         log = cfg.out_dir / "tune-error.log"
         log.write_text(traceback.format_exc())
-        print(
-            f"spoc tune: internal error: {type(e).__name__}: {e} (details in {log}); finished trials are in "
-            f"{cfg.out_dir}/trials.jsonl",
-            file=sys.stderr,
-        )
-        return EXIT_FAILURE
+        raise SpocError(
+            f"internal error: {type(e).__name__}: {e} (details in {log})",
+            hint=f"finished trials are in {cfg.out_dir}/trials.jsonl",
+        ) from None
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: the server was stopped; finished trials are in {cfg.out_dir}/trials.jsonl and "

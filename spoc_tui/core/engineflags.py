@@ -12,8 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class EngineFlags:
+    """The flags, each a vLLM ``serve`` option; the class's attributes are the defaults (no slots,
+    so ``SimOptions.max_num_seqs`` reads as one for the CLI's option declarations)."""
+
     max_num_seqs: int = 256
     """--max-num-seqs: the most requests in a batch (the seats)."""
     max_num_batched_tokens: int | None = None

@@ -22,11 +22,15 @@ class SpocError(Exception):
     """An error with a one-line message for the user and the exit code it ends the CLI with."""
 
     exit_code: int = EXIT_FAILURE
+    hint: str = ""
+    """A second line for the user (where the finished results are), printed under the error."""
 
-    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+    def __init__(self, message: str, *, exit_code: int | None = None, hint: str = "") -> None:
         super().__init__(message)
         if exit_code is not None:
             self.exit_code = exit_code
+        if hint:
+            self.hint = hint
 
 
 class InputError(SpocError):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.knee import Knee
+from spoc_tui.core.presets import PresetError, read_json_object
 from spoc_tui.core.steps import Json, StepSummary
 
 SCHEMA = 2
@@ -158,14 +159,9 @@ def read_json(path: Path, kind: str) -> dict[str, object]:
         ResultError: missing, unreadable, not JSON, not an object.
     """
     try:
-        obj = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ResultError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ResultError(f"{path}: not a {kind} ({e})") from None
-    if not isinstance(obj, dict):
-        raise ResultError(f"{path}: not a {kind} (not a JSON object)")
-    return obj
+        return read_json_object(path, unreadable=f"not a {kind}")
+    except PresetError as e:
+        raise ResultError(str(e)) from None
 
 
 def read_ramp(path: str | Path) -> RampDoc:

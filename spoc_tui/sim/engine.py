@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spoc_tui.core.capacity import CapacityError, IterationCost, iteration_time, kv_bytes_per_token, plan
-from spoc_tui.core.engineflags import BLOCK_SIZES, DEFAULTS
+from spoc_tui.core.engineflags import BLOCK_SIZES, EngineFlags
 from spoc_tui.core.presets import GpuSpec, ModelSpec
 from spoc_tui.sim.gpu import SimGpu
 
@@ -60,20 +60,15 @@ def chat_tokens(messages: list[dict[str, object]]) -> list[int]:
     return ids
 
 
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig(EngineFlags):
+    """The simulated engine: vLLM's flags (:class:`EngineFlags`, their defaults declared there),
+    the model, the GPUs and the simulation's own settings."""
+
     model: ModelSpec
     gpu: GpuSpec
     served_model_name: str
     tp: int = 1
-    max_num_seqs: int = DEFAULTS.max_num_seqs
-    max_num_batched_tokens: int | None = DEFAULTS.max_num_batched_tokens
-    enable_chunked_prefill: bool = DEFAULTS.enable_chunked_prefill
-    enable_prefix_caching: bool = DEFAULTS.enable_prefix_caching
-    gpu_memory_utilization: float = DEFAULTS.gpu_memory_utilization
-    block_size: int = DEFAULTS.block_size
-    max_model_len: int | None = DEFAULTS.max_model_len
-    kv_cache_dtype: str = DEFAULTS.kv_cache_dtype
     quantization: str | None = None
     """``fp8``: FP8 weights (half the bytes, twice the tensor throughput)."""
     speed: float = 1.0

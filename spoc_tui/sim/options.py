@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spoc_tui.core.engineflags import DEFAULTS
+from spoc_tui.core.engineflags import EngineFlags
 from spoc_tui.core.errors import InputError
 
 SCENARIOS = ("steady", "thermal", "overload", "imbalanced", "fleet")
@@ -21,8 +21,10 @@ class SimConfigError(InputError, ValueError):
     """Bad simulator options; the message says what to change."""
 
 
-@dataclass
-class SimOptions:
+@dataclass(frozen=True, kw_only=True)
+class SimOptions(EngineFlags):
+    """``spoc sim``'s options: vLLM's flags (:class:`EngineFlags`) and the simulator's own."""
+
     model: str = "llama-3.1-8b"
     gpu: str = "h100-80gb"
     tp: int | None = None
@@ -32,14 +34,6 @@ class SimOptions:
     port: int = 8000
     dcgm_port: int | None = 9400
     served_model_name: str | None = None
-    max_num_seqs: int = DEFAULTS.max_num_seqs
-    max_num_batched_tokens: int | None = DEFAULTS.max_num_batched_tokens
-    enable_chunked_prefill: bool = DEFAULTS.enable_chunked_prefill
-    enable_prefix_caching: bool = DEFAULTS.enable_prefix_caching
-    gpu_memory_utilization: float = DEFAULTS.gpu_memory_utilization
-    block_size: int = DEFAULTS.block_size
-    max_model_len: int | None = DEFAULTS.max_model_len
-    kv_cache_dtype: str = DEFAULTS.kv_cache_dtype
     quantization: str | None = None
     speed: float = 1.0
     load_users: int | None = None

@@ -7,9 +7,10 @@ import errno
 import math
 import signal
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from spoc_tui.core.capacity import CapacityError
+from spoc_tui.core.engineflags import EngineFlags
 from spoc_tui.core.presets import PresetError, gpu_preset, model_preset
 from spoc_tui.sim.engine import EngineConfig, SimEngine
 from spoc_tui.sim.gpu import SimGpu
@@ -85,14 +86,7 @@ def build(opts: SimOptions) -> tuple[SimEngine, int]:
         gpu=gpu,
         served_model_name=opts.served_model_name or model.served_name,
         tp=tp,
-        max_num_seqs=opts.max_num_seqs,
-        max_num_batched_tokens=opts.max_num_batched_tokens,
-        enable_chunked_prefill=opts.enable_chunked_prefill,
-        enable_prefix_caching=opts.enable_prefix_caching,
-        gpu_memory_utilization=opts.gpu_memory_utilization,
-        block_size=opts.block_size,
-        max_model_len=opts.max_model_len,
-        kv_cache_dtype=opts.kv_cache_dtype,
+        **{f.name: getattr(opts, f.name) for f in fields(EngineFlags)},
         quantization=opts.quantization,
         speed=opts.speed,
         seed=opts.seed,

@@ -14,7 +14,9 @@ from spoc_tui.sim.run import SimConfigError, SimOptions, build
 
 def make(max_num_seqs=256, tp=1, model="llama-3.1-8b", gpu="h100-80gb", gpus=None, **kw):
     t = [0.0]
-    cfg = EngineConfig(MODELS[model], GPUS[gpu], "m", tp=tp, max_num_seqs=max_num_seqs, **kw)
+    cfg = EngineConfig(
+        model=MODELS[model], gpu=GPUS[gpu], served_model_name="m", tp=tp, max_num_seqs=max_num_seqs, **kw
+    )
     return SimEngine(cfg, gpus, clock=lambda: t[0]), t
 
 

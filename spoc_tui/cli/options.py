@@ -1,0 +1,105 @@
+"""Options several commands share, declared once, and the one rule they read settings by:
+command line, then environment (``SPOC_*``), then ``config.toml`` (``spoc locate config``, or
+``SPOC_CONFIG``), then the default."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import click
+
+from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls
+from spoc_tui.config import config_path, load_file, read_key_file
+from spoc_tui.core.errors import InputError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+API_KEY_ENV = "SPOC_API_KEY"
+CONFIG_ENV = "SPOC_CONFIG"
+
+
+def config_values(config_file: str | None = None) -> dict[str, object]:
+    """The settings of ``config.toml`` (``config_file``, else ``SPOC_CONFIG``, else the platform's
+    config folder); a missing default file is an empty config.
+
+    Raises:
+        ConfigError: a bad file, or a named file that does not exist.
+    """
+    named = config_file or os.environ.get(CONFIG_ENV)
+    path = Path(named) if named else config_path()
+    if named and not path.exists():
+        raise InputError(f"config file {path}: no such file")
+    return load_file(path)
+
+
+def api_key_options(help_text: str = "Bearer token for the server (never printed or written).") -> Callable[[F], F]:
+    """``--api-key`` (``SPOC_API_KEY``) and ``--api-key-file``, then ``config.toml``'s
+    ``api_key_file``: the key a command's clients send. A key on the command line shows in ``ps``
+    and the shell's history; a file's does not. Both at once are refused, as is a key beside a
+    URL's ``user:pass@``."""
+
+    def decorate(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, api_key: str | None = None, api_key_file: str | None = None, **kw: Any) -> Any:
+            if api_key_file is not None:
+                if api_key:
+                    raise InputError("give --api-key or --api-key-file, not both")
+                api_key = read_key_file(api_key_file, f"--api-key-file {api_key_file}")
+                if not api_key:
+                    raise InputError(f"--api-key-file {api_key_file}: the file is empty")
+            if not api_key:
+                key = config_values().get("api_key")
+                api_key = str(key) if key else None
+            urls = [kw.get("url") or "", *(kw.get("sources") or ()), *(kw.get("dcgm_urls") or ())]
+            check_credentials([u for u in urls if u], api_key)
+            return f(*args, api_key=api_key, **kw)
+
+        opt_file = click.option(
+            "--api-key-file",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="Read the bearer token from this file (a key on the command line shows in ps) "
+            "[default: config.toml's api_key_file].",
+        )
+        opt_key = click.option("--api-key", envvar=API_KEY_ENV, show_envvar=True, default=None, help=help_text)
+        return cast(F, opt_key(opt_file(wrapper)))
+
+    return decorate
+
+
+def tls_options(f: F) -> F:
+    """``--ca-bundle`` and ``--insecure``: the one TLS rule of every client (collectors.http)."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, ca_bundle: str | None = None, insecure: bool = False, **kw: Any) -> Any:
+        configure_tls(ca_bundle, insecure)
+        if insecure:
+            click.echo("spoc: warning: --insecure: TLS certificates are not checked", err=True)
+        return f(*args, **kw)
+
+    f2 = click.option(
+        "--insecure",
+        is_flag=True,
+        envvar=INSECURE_ENV,
+        show_envvar=True,
+        help="Do not check TLS certificates (a self-signed bring-up host).",
+    )(wrapper)
+    f3 = click.option(
+        "--ca-bundle",
+        type=click.Path(dir_okay=False),
+        envvar=CA_ENV,
+        show_envvar=True,
+        default=None,
+        help="Check TLS certificates against this CA file (PEM) [default: the system's store, or SSL_CERT_FILE].",
+    )(f2)
+    return cast(F, f3)
+
+
+def served_model_option(f: F) -> F:
+    """``--model``: the served model name a client asks for."""
+    opt = click.option("--model", default=None, help="Served model name [default: the server's first].")
+    return opt(f)
