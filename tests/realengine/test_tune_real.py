@@ -7,7 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.collectors.test_tune_cli import guards_of
+from tests.e2e.test_tune_cli import guards_of
 from tests.realengine.conftest import MODEL, VENV, VLLM_ENV
 
 SPACE = """

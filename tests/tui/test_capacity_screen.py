@@ -110,7 +110,7 @@ async def test_plan_panel_from_the_last_ramp():
     import json
 
     from spoc_tui.config import data_dir
-    from tests.unit.test_fleetplan import ramp
+    from tests.unit.test_fleetplan import raw as ramp
 
     folder = data_dir() / "ramps" / "20261124-120000"
     folder.mkdir(parents=True)
@@ -132,7 +132,7 @@ async def test_plan_panel_refuses_a_ramp_of_another_model():
     import json
 
     from spoc_tui.config import data_dir
-    from tests.unit.test_fleetplan import ramp
+    from tests.unit.test_fleetplan import raw as ramp
 
     folder = data_dir() / "ramps" / "20261124-120000"
     folder.mkdir(parents=True)

@@ -2,9 +2,9 @@ import asyncio
 
 import pytest
 
-from spoc_tui.core.knee import Knee
+from spoc_tui.core.knee import Knee, KneeWhy
 from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import RequestSample, summarize_step
+from spoc_tui.core.steps import RequestSample, ServerWindow, summarize_step
 from spoc_tui.load.ramp import RampProgress
 from spoc_tui.tui.messages import RampFinished, RampProgressed
 from spoc_tui.tui.screens.load import LoadScreen
@@ -21,9 +21,8 @@ def _steps():
         samples = [
             RequestSample(0.0, i, users, True, ttft, ttft + 1.0, (itl,) * 20, 21, end=k / 6) for k in range(60)
         ]  # finishing through the 10 s window
-        s = summarize_step(i, users, samples, 10.0, lims)
-        s.server = {"waiting_max": 0.0 if users < 40 else 23.0, "kv_cache_usage_max": 0.02 * i}
-        out.append(s)
+        server = ServerWindow(seen=True, waiting_max=0.0 if users < 40 else 23.0, kv_cache_usage_max=0.02 * i)
+        out.append(summarize_step(i, users, samples, 10.0, lims, server=server))
     return tuple(out)
 
 
@@ -32,7 +31,8 @@ def _finished_ramp(app):
     scr.limits = parse_sla(SLA)
     scr.total_steps = 3
     steps = _steps()
-    knee = Knee(8, 40, "ttft_p90", reason="the batch is full: 8 running, up to 23 waiting with the KV cache at 6%")
+    why = KneeWhy("batch_full", "the batch is full: 8 running, up to 23 waiting with the KV cache at 6%")
+    knee = Knee(8, 40, "ttft_p90", why=why)
     app.post_message(RampProgressed(RampProgress("done", 3, 40, 42.0, 10.0, 180, steps, knee)))
     app.post_message(RampFinished("stopped_early", "stopped_early: results in /data/ramps/20261122-120000"))
 

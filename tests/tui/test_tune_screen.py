@@ -142,7 +142,7 @@ async def test_bad_form_shows_the_problem_and_starts_nothing():
 async def test_study_from_the_ui_with_the_monitor_one_key_away(tmp_path):
     from spoc_tui.config import Settings
     from spoc_tui.tui.app import SpocApp
-    from tests.collectors.test_tune_cli import guards_of
+    from tests.e2e.test_tune_cli import guards_of
 
     space = tmp_path / "space.toml"
     space.write_text("[flags.max-num-seqs]\nchoices = [2, 16]\ndefault = 16\n")

@@ -366,7 +366,8 @@ def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(sim8, fast_pro
     assert time.monotonic() - t0 < 35
     assert result.status == "stopped_early" and len(result.steps) == 1
     step = result.steps[0]
-    assert step.stopped_early["reason"] == "clearly dominated (test)" and step.stopped_early["saved_s"] > 5
+    assert step.stopped_early is not None
+    assert step.stopped_early.reason == "clearly dominated (test)" and step.stopped_early.saved_s > 5
     assert (seen and seen[0] >= 10) or len(seen) > 1
     doc = json.loads((tmp_path / "out" / "ramp.json").read_text())
-    assert doc["steps"][0]["stopped_early"]["saved_s"] == step.stopped_early["saved_s"]
+    assert doc["steps"][0]["stopped_early"]["saved_s"] == step.stopped_early.saved_s

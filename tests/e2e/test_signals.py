@@ -12,7 +12,7 @@ import pytest
 from spoc_tui.procs.lock import FolderLock
 from spoc_tui.procs.ports import free_ports
 from spoc_tui.sim.process import start_sim
-from tests.collectors.test_tune_cli import FAST, files, tune_argv  # noqa: F401 (a fixture)
+from tests.e2e.test_tune_cli import FAST, files, tune_argv  # noqa: F401 (a fixture)
 from tests.leftovers import descendants, describe, interruptible, wait_gone
 
 SIGNALS = [signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGKILL]
