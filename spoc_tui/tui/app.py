@@ -119,7 +119,13 @@ class SpocApp(App[int]):
 
     def on_mount(self) -> None:
         self.monitor = MonitorScreen(
-            self.title_text(), self.settings.window, self.settings.gpu_cost_per_hour, self.limits, self.events
+            self.title_text(),
+            self.settings.window,
+            self.settings.gpu_cost_per_hour,
+            self.limits,
+            self.events,
+            vllm_urls=self.settings.vllm_urls,
+            dcgm_urls=self.settings.dcgm_urls,
         )
         self.push_screen(self.monitor)
         if not self.start_workers:
@@ -473,7 +479,7 @@ class SpocApp(App[int]):
         simulator needs no GPU: None)."""
         if any(word in launch for word in ("spoc sim", "spoc demo", "spoc_tui.cli sim", "spoc_tui.cli demo")):
             return None
-        gpus = self.monitor._gpus.gpus if self.monitor._gpus is not None else ()
+        gpus = self.monitor.model.gpu_samples
         local = [g for g in gpus if g.source == "nvml" and not g.simulated]  # NVML here, not a trace
         used = [g for g in local if (g.fb_used_mib or 0) > 1024 or (g.util_pct or 0) > 5]
         if not used:

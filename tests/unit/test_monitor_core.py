@@ -126,3 +126,37 @@ def test_sla_breaches_and_a_thin_window_judges_nothing():
     lat["ttft"] = _lat(1.5, count=40.0)  # 40 requests: no p99 worth judging
     assert breaches(replace(ok, latency=lat), limits) == []
     assert verdict(replace(ok, latency=lat), limits=limits).text == "healthy: 4 running, within the SLA"
+
+
+def test_the_monitor_model_judges_once_per_tick_without_a_terminal(monkeypatch):
+    """The model the Monitor screen and a replay both feed: a tick in, the verdicts and alerts
+    out, computed once per tick (the screen only draws them), and nothing of Textual loaded."""
+    import subprocess
+    import sys
+
+    from spoc_tui.core import monitor as monitor_mod
+    from spoc_tui.core.monitor import MonitorModel
+    from spoc_tui.core.snapshots import SourceStatus
+    from tests.tui.helpers import gpu_tick, server_tick
+
+    calls = []
+    real = monitor_mod.verdict
+    monkeypatch.setattr(monitor_mod, "verdict", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model = MonitorModel(
+        60.0, parse_sla("ttft_p99<=2s"), vllm_urls=["http://a:8000", "http://b:8000"], clock=lambda: 100.0
+    )
+    tick = server_tick()
+    model.servers(tick)
+    assert len(calls) == len(tick.servers) and [src for src, _ in model.verdicts] == [s.source for s in tick.servers]
+    g = gpu_tick()
+    model.gpus(g.tick, g.groups, g.note)
+    assert len(calls) == 2 * len(tick.servers)  # once more for the GPU tick, never at draw time
+    assert model.seen() is not None and model.gpu_samples == g.tick.gpus
+    # a server that never answered is still judged: down
+    model.status(SourceStatus("http://b:8000", False, "connection refused", None, None))
+    assert ("http://b:8000", "down") in [(src, v.word) for src, v in model.verdicts]
+    assert any(a.key == "down:http://b:8000" for a in model.alerts)
+    model.reset()
+    assert model.verdicts == () and len(model.events) == 0
+    code = "import sys, spoc_tui.core.monitor; print('textual' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import math
-import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,18 +14,14 @@ from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from spoc_tui.core import fmt
-from spoc_tui.core.alerts import Alert, gpu_alerts, server_alerts, shed_alerts
-from spoc_tui.core.energy import EnergyMeter
-from spoc_tui.core.events import THROTTLE_HOLD_S, EventDetector, EventLog
-from spoc_tui.core.fleet import lagging, replica_of_gpu, waiting_per_replica
-from spoc_tui.core.gpu import GpuSample, TpGroupReport
+from spoc_tui.core.events import EventLog
+from spoc_tui.core.fleet import waiting_per_replica
+from spoc_tui.core.monitor import MonitorModel
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.roofline import gpu_of
-from spoc_tui.core.series import WINDOWS_S, SeriesStore
+from spoc_tui.core.series import WINDOWS_S
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
-from spoc_tui.core.verdict import Verdict, verdict
-from spoc_tui.core.vllm import EngineView, ServerView
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
 from spoc_tui.tui.widgets.panels import (
     ChangedStatic,
@@ -76,33 +70,40 @@ class MonitorScreen(Screen[None]):
         gpu_cost_per_hour: float | None = None,
         limits: tuple[Limit, ...] = (),
         events: EventLog | None = None,
+        vllm_urls: Sequence[str] = (),
+        dcgm_urls: Sequence[str] = (),
     ) -> None:
         super().__init__()
+        self.model = MonitorModel(window_s, limits, events, vllm_urls, [redact_url(u) for u in dcgm_urls])
+        """What the screen draws (verdicts and alerts computed once per tick, also for a replay)."""
         self.limits = limits
-        self.clock: Callable[[], float] = time.time
-        """Wall-clock seconds for the events and charts (tests pin it)."""
-        self.events = events if events is not None else EventLog()
-        self.detector = EventDetector()
-        self.series = SeriesStore()
+        self.events = self.model.events
         self.span_s = WINDOWS_S[1]
-        self._waits: dict[str, deque[float | None]] = {}
-        self._models: dict[str, dict[str, int | None]] = {}
-        self._alert_seen: dict[str, tuple[float, Alert]] = {}
         self._events_drawn = -1
         self.background = ""
         """What runs in the background (a ramp, a study), shown in the title."""
-        self.energy = EnergyMeter(window_s)
         self.gpu_cost_per_hour = gpu_cost_per_hour
         self.title_text = title
         self.window_s = window_s
-        self._server_hist: deque[tuple[float | None, float | None, float | None]] = deque(maxlen=30)
-        self._statuses: dict[str, SourceStatus] = {}
-        self._vllm: VllmTick | None = None
-        self._gpus: GpuTick | None = None
-        self._groups: tuple[TpGroupReport, ...] = ()
-        self._gpu_note: str | None = None
         self.paused = False
         self.ready = False
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """Wall-clock seconds for the events and charts (tests and replays pin it)."""
+        return self.model.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self.model.clock = clock
+
+    @property
+    def _vllm(self) -> VllmTick | None:
+        return self.model.vllm
+
+    @property
+    def _gpus(self) -> GpuTick | None:
+        return self.model.gpu_tick
 
     def compose(self) -> ComposeResult:
         yield Static(self.title_text, id="title")
@@ -199,23 +200,8 @@ class MonitorScreen(Screen[None]):
 
     # -- message handlers ---------------------------------------------------------------
     def ingest_servers(self, tick: VllmTick) -> None:
-        """Take a tick into the state (history, events) without drawing (a replay's seek)."""
-        self._vllm = tick
-        for s in tick.statuses:
-            self._statuses[s.source] = s
-        now = self.clock()
-        self.events.extend(self.detector.servers(tick, now))
-        view = self._live_view()
-        self._record_servers(tick, view, now)
-        if view is not None:
-            self._server_hist.append((view.waiting, view.kv_cache_usage, view.preemptions_total))
-
-    def _live_view(self) -> EngineView | None:
-        """The fleet's view (or the one server's), None while its source is stale."""
-        tick = self._vllm
-        if tick is None or (tick.total is None and tick.servers and tick.servers[0].source in tick.stale):
-            return None
-        return self._fleet_view()
+        """Take a tick into the model (history, events, verdicts) without drawing (a replay's seek)."""
+        self.model.servers(tick)
 
     def apply_servers(self, msg: ServersSampled) -> None:
         if not self.ready or not self.is_attached:
@@ -252,23 +238,9 @@ class MonitorScreen(Screen[None]):
             self._draw_charts()
         self._fit_charts()
 
-    def _record_servers(self, tick: VllmTick, v: EngineView | None, now: float) -> None:
-        """Chart history: the live view's figures (gaps while it is stale), each server's waiting."""
-        add = self.series.add
-        add("running", now, v.running if v else None)
-        add("waiting", now, v.waiting if v else None)
-        add("kv", now, None if v is None or v.kv_cache_usage is None else v.kv_cache_usage * 100)
-        add("out", now, v.generation_tokens_rate if v else None)
-        add("in", now, v.prompt_tokens_rate if v else None)
-        add("ttft", now, v.latency["ttft"].p99 if v else None)
-        add("itl", now, v.latency["itl"].p99 if v else None)
-        for server in tick.servers:
-            w = self._waits.setdefault(server.source, deque(maxlen=5))
-            w.append(None if server.source in tick.stale else server.total.waiting)
-
     def set_models(self, source: str, models: dict[str, int | None]) -> None:
         """What /v1/models says of a server (max-model-len per model)."""
-        self._models[source] = models
+        self.model.set_models(source, models)
         if self.ready:
             self._draw_info()
 
@@ -295,76 +267,16 @@ class MonitorScreen(Screen[None]):
             if cc.get("enable_prefix_caching") == "True":
                 kv += " · prefix caching"
             version = f"vLLM {server.engine_version}" if server.engine_version else "vLLM version n/a"
-            lens = {n for n in self._models.get(server.source, {}).values() if n}
+            lens = {n for n in self.model.models.get(server.source, {}).values() if n}
             max_len = f" · max-model-len {max(lens):,}" if lens else ""
             parts.append(f"{key[0] or 'model n/a'} · {version}{max_len}{kv}")
         n = len(tick.servers)
         text = "; ".join(parts) + (f" · {n} replicas" if n > 1 else "")
         self.server_info.show_text(Text(text, style="dim"))
 
-    def _replicas(self) -> dict[str, str]:
-        """GPU key -> the replica it serves, with several servers (see :func:`replica_of_gpu`)."""
-        if self._vllm is None or len(self._vllm.servers) <= 1 or self._gpus is None:
-            return {}
-        servers = [s.source for s in self._vllm.servers]
-        settings = getattr(self.app, "settings", None)
-        gpu_sources = [redact_url(u) for u in getattr(settings, "dcgm_urls", [])]
-        out = {}
-        for g in self._gpus.gpus:
-            r = replica_of_gpu(g.source, g.hostname, servers, gpu_sources)
-            if r is not None:
-                out[g.key] = r
-        return out
-
-    def _server_gpus(self, server: ServerView) -> list[GpuSample]:
-        """The GPUs that serve ``server``: all of them with one server, else those mapped to it."""
-        gpus = list(self._gpus.gpus) if self._gpus is not None else []
-        if self._vllm is None or len(self._vllm.servers) <= 1:
-            return gpus
-        mapping = self._replicas()
-        return [g for g in gpus if mapping.get(g.key) == server.source]
-
-    def verdicts_now(self) -> list[tuple[str, Verdict]]:
-        """One verdict per server: those that answered, then those that never did."""
-        out: list[tuple[str, Verdict]] = []
-        tick = self._vllm
-        known: set[str] = set()
-        throttling = self.detector.throttling()
-        for server in tick.servers if tick is not None else ():
-            known.add(server.source)
-            st = self._statuses.get(server.source)
-            down = None
-            if tick is not None and server.source in tick.stale:
-                down = (st.reason if st and st.reason else "no answer") + (
-                    f"; figures from {self.clock() - st.last_ok:.0f} s ago" if st and st.last_ok else ""
-                )
-            hot = [
-                f"GPU {g.gpu} {g.throttle_kind() or 'throttled'}"
-                for g in self._server_gpus(server)
-                if g.key in throttling
-            ]
-            waits = [w for w in self._waits.get(server.source, ()) if w is not None]
-            out.append(
-                (
-                    server.source,
-                    verdict(
-                        server.total, down=down, throttled=hot, limits=self.limits, waiting=min(waits, default=None)
-                    ),
-                )
-            )
-        for src, st in self._statuses.items():
-            if not st.up and src not in known and self._is_server(src):
-                out.append((src, Verdict("down", "error", (st.reason or "no answer") + "; never answered")))
-        return out
-
-    def _is_server(self, source: str) -> bool:
-        urls = getattr(self.app, "settings", None)
-        vllm = getattr(urls, "vllm_urls", []) or []
-        return any(source == u or source.startswith(u.rstrip("/")) for u in vllm)
-
     def _draw_verdicts(self) -> None:
         t = Text()
-        for i, (src, v) in enumerate(self.verdicts_now()):
+        for i, (src, v) in enumerate(self.model.verdicts):
             if i:
                 t.append("\n")
             t.append("● " if v.severity == "ok" else "▲ ", style=_VERDICT_STYLE[v.severity])
@@ -405,7 +317,7 @@ class MonitorScreen(Screen[None]):
             return
         now = self.clock()
         since = now - self.span_s
-        pts = self.series.points
+        pts = self.model.series.points
 
         def chart(cid: str) -> TimeChart:
             return self._chart[cid]
@@ -449,7 +361,7 @@ class MonitorScreen(Screen[None]):
 
     def _draw_spec(self) -> None:
         """Speculative decoding, shown only where the server exports its counters."""
-        v = self._fleet_view()
+        v = self.model.fleet_view
         if v is None or v.spec_acceptance is None:
             self.spec.display = False
             return
@@ -460,37 +372,16 @@ class MonitorScreen(Screen[None]):
         )
 
     def ingest_gpus(self, msg: GpusSampled) -> None:
-        """Take a GPU tick into the state (history, events, energy) without drawing."""
-        self._gpus = msg.tick
-        self._groups = msg.groups
-        self._gpu_note = msg.note
-        for s in msg.tick.statuses:
-            self._statuses[s.source] = s
-        now = self.clock()
-        live = [g for g in msg.tick.gpus if g.source not in msg.tick.stale]
-        if live:
-            self.energy.add(now, live)
-        self.events.extend(self.detector.gpus(msg.tick.gpus, msg.tick.stale, now))
-        for g in msg.tick.gpus:
-            up = g.source not in msg.tick.stale
-            self.series.add(f"clock:{g.key}", now, g.sm_clock_mhz if up else None)
-            self.series.add(f"temp:{g.key}", now, g.temp_c if up else None)
-            self.series.add(f"power:{g.key}", now, g.power_w if up else None)
+        """Take a GPU tick into the model (history, events, energy, verdicts) without drawing."""
+        self.model.gpus(msg.tick, msg.groups, msg.note)
 
     def ingest_status(self, status: SourceStatus) -> None:
-        self._statuses[status.source] = status
-        self.events.extend(self.detector.status(status, self.clock()))
+        self.model.status(status)
 
     def reset_history(self) -> None:
         """Forget charts, events and alerts' history (a replay seeking back)."""
-        self.series = SeriesStore()
-        self.events.clear()
+        self.model.reset()
         self._events_drawn = -1
-        self.detector = EventDetector()
-        self.energy = EnergyMeter(self.window_s)
-        self._server_hist.clear()
-        self._waits.clear()
-        self._statuses.clear()
 
     def redraw(self) -> None:
         """Draw the whole state (after :meth:`ingest_servers` and friends)."""
@@ -520,14 +411,14 @@ class MonitorScreen(Screen[None]):
         tick = self._gpus
         if tick is None:
             return
-        draggers = {m.gpu.key for g in self._groups for m in g.draggers}
+        draggers = {m.gpu.key for g in self.model.groups for m in g.draggers}
         with self.app.batch_update():
-            self.gpus.show(tick, draggers, self._replicas())
+            self.gpus.show(tick, draggers, self.model.replicas())
             if self.gpus.display != bool(tick.gpus):
                 self.gpus.display = bool(tick.gpus)
                 self.gpu_note.display = not tick.gpus
             if not tick.gpus:
-                self.gpu_note.show_text(Text(self._gpu_note or "No GPU data yet.", style="dim"))
+                self.gpu_note.show_text(Text(self.model.gpu_note or "No GPU data yet.", style="dim"))
             sim = any(g.simulated for g in tick.gpus)
             self._title(self.gpu_panel, "GPUs" + (" — SIMULATED" if sim else ""))
             self._draw_roofline()
@@ -538,16 +429,9 @@ class MonitorScreen(Screen[None]):
             self._draw_events()
             self._draw_charts()
 
-    def _fleet_view(self) -> EngineView | None:
-        """All replicas merged, or the one server's view."""
-        tick = self._vllm
-        if tick is None:
-            return None
-        return tick.total if tick.total is not None else (tick.servers[0].total if tick.servers else None)
-
     def _draw_efficiency(self) -> None:
-        view = self._fleet_view()
-        eff = self.energy.efficiency(view.generation_tokens_rate if view else None, self.gpu_cost_per_hour)
+        view = self.model.fleet_view
+        eff = self.model.energy.efficiency(view.generation_tokens_rate if view else None, self.gpu_cost_per_hour)
         if eff is None:
             self.efficiency.display = False
             return
@@ -590,45 +474,10 @@ class MonitorScreen(Screen[None]):
         return "lifetime" if w == "lifetime" else f"last {w}"
 
     def _draw_tp(self) -> None:
-        alerts = [
-            Alert(f"down:{src}", "error", f"{fmt.short_source(src)} is down: {v.reason}")
-            for src, v in self.verdicts_now()
-            if v.word == "down"
-        ]
-        alerts += server_alerts(list(self._server_hist))
-        if self._vllm is not None:
-            tick = self._vllm
-            alerts += [
-                Alert(f"lag:{lag.source}", "warning", f"replica {lag.source} lags the fleet: {lag.reason}")
-                for lag in lagging(tick.servers, tick.stale)
-            ]
-            alerts += shed_alerts(self._fleet_view())
-        if self._gpus is not None:
-            alerts += self._held(gpu_alerts(self._gpus.gpus, self._groups))
-        self.tp.show(self._groups, alerts, None)
-
-    def _held(self, alerts: list[Alert]) -> list[Alert]:
-        """GPU alerts stay up for :data:`THROTTLE_HOLD_S` after their condition last held, marked
-        with how long ago, so a GPU hovering at the drag threshold reads as one steady alert
-        instead of blinking every few seconds."""
-        now = self.clock()
-        for a in alerts:
-            self._alert_seen[a.key] = (now, a)
-        out = list(alerts)
-        live = {a.key for a in alerts}
-        # a GPU that now drags its group is named by the group's alert: not twice
-        dragging = {f"gpu:{m.gpu.key}" for g in self._groups for m in g.draggers}
-        for key, (t, a) in list(self._alert_seen.items()):
-            if key in live or key in dragging:
-                continue
-            if now - t >= THROTTLE_HOLD_S:
-                del self._alert_seen[key]
-            else:
-                out.append(Alert(a.key, a.severity, f"{a.text} ({now - t:.0f} s ago)"))
-        return out
+        self.tp.show(self.model.groups, list(self.model.alerts), None)
 
     def _draw_status(self) -> None:
-        self.status.show(list(self._statuses.values()), self.paused, self.background)
+        self.status.show(list(self.model.statuses.values()), self.paused, self.background)
 
     def set_background(self, text: str) -> None:
         """A ramp or study running behind the monitor (empty: none)."""
@@ -641,27 +490,12 @@ class MonitorScreen(Screen[None]):
         self._draw_status()
 
     def busy(self) -> str | None:
-        """What the first server is already doing, when it serves traffic of its own (None: idle or
-        unknown): a ramp started now would be measured on top of it."""
-        tick = self._vllm
-        if tick is None or not tick.servers or tick.servers[0].source in tick.stale:
-            return None
-        v = tick.servers[0].total
-        running, waiting = v.running or 0, v.waiting or 0
-        if running + waiting < 1:
-            return None
-        return f"{running:.0f} running, {waiting:.0f} waiting"
+        """What the first server is already doing (see :meth:`MonitorModel.busy`)."""
+        return self.model.busy()
 
     def seen(self) -> tuple[tuple[str, ...], dict[str, str], str | None, int | None] | None:
-        """What the first server says of itself, for the Capacity screen: its model names, its
-        ``cache_config_info``, the first GPU's name and the first TP group's size (None: no server yet)."""
-        if self._vllm is None or not self._vllm.servers:
-            return None
-        server = self._vllm.servers[0]
-        gpus = self._gpus.gpus if self._gpus is not None else ()
-        label = gpus[0].model if gpus else None
-        tp = len(self._groups[0].members) if self._groups else None
-        return server.model_names, server.cache_config, label, tp
+        """What the first server says of itself (see :meth:`MonitorModel.seen`)."""
+        return self.model.seen()
 
     def summary(self) -> str:
         """A one-line summary (used by tests and the screenshot script)."""
