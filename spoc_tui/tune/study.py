@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import re
 import socket
-import tempfile
 import threading
 import time
 import warnings
@@ -23,26 +20,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from spoc_tui.core import results
-from spoc_tui.core.errors import EXIT_USAGE, InputError, first_line
+from spoc_tui.core.errors import first_line
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.knee import FixedUsers, Knee, SaturationSearch, reference_load
-from spoc_tui.core.noisyfront import MAX_RUNS, dominated_by_front, pick_rerun
+from spoc_tui.core.knee import FixedUsers, SaturationSearch
+from spoc_tui.core.noisyfront import pick_rerun
 from spoc_tui.core.redact import redact_argv, redact_url
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.tunespace import (
     Config,
     Objective,
     Space,
-    command_line,
     constraint_values,
     objective_interval,
     objective_value,
     reference_step,
 )
 from spoc_tui.procs.group import pid_alive
-from spoc_tui.procs.leftovers import StudyRunning, stop_leftover
-from spoc_tui.procs.lock import FolderBusy, FolderLock
+from spoc_tui.procs.leftovers import stop_leftover
+from spoc_tui.procs.lock import FolderLock
 from spoc_tui.tune.evaluate import Evaluator, TrialOutcome
 from spoc_tui.tune.events import (
     EvaluatorEvent,
@@ -56,11 +51,12 @@ from spoc_tui.tune.events import (
     TrialStarted,
     TuneEvent,
 )
+from spoc_tui.tune.files import StudyFiles
 from spoc_tui.tune.optuna_compat import add_frozen, ask_preferring
+from spoc_tui.tune.policies import calibration, dominated, kv_seed
 from spoc_tui.tune.records import (
     RAN,
     Front,
-    FrontMember,
     StudyAttr,
     StudyStatus,
     TrialAttr,
@@ -68,64 +64,12 @@ from spoc_tui.tune.records import (
     compute_front,
     config_key,
 )
+from spoc_tui.tune.storage import TuneError, open_storage, take_study_lock, worker_id
 
 logger = logging.getLogger(__name__)
 REQUEUED = "re-run of interrupted trial"
 """How a configuration an interruption cut short is queued again (it runs first on --resume)."""
 LOG_TAIL_CHARS = 4000
-
-
-class TuneError(InputError):
-    """A study that cannot start or go on; the message says what to change."""
-
-
-def open_storage(url: str | None, out_dir: Path) -> tuple[Any, str]:
-    """Optuna storage for ``url`` (default: SQLite in the output folder); returns (storage, url).
-
-    Raises:
-        TuneError: unknown scheme, missing database driver, unreachable database.
-    """
-    import optuna
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-    if url is None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        url = f"sqlite:///{(out_dir / 'study.db').resolve()}"
-    shown = redact_url(url)
-    if url.startswith("journal:") or url.endswith((".journal", ".log")):
-        path = Path(url.removeprefix("journal:"))
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return JournalStorage(JournalFileBackend(str(path))), url
-        except OSError as e:
-            raise TuneError(f"--storage {shown}: {e.strerror or e}") from None
-    if not re.match(r"^(sqlite|postgresql|mysql)(\+\w+)?://", url):
-        raise TuneError(
-            f"--storage {shown}: expected sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE or a FILE.journal"
-        )
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    engine_url = url
-    if url.startswith("postgresql://"):
-        # SQLAlchemy's default PostgreSQL driver is psycopg2 up to 2.0 and psycopg (3) from 2.1:
-        # name the one spoc-tui[postgresql] installs, when it is there
-        import importlib.util
-
-        if importlib.util.find_spec("psycopg") is not None:
-            engine_url = "postgresql+psycopg://" + url.split("://", 1)[1]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return optuna.storages.RDBStorage(engine_url, heartbeat_interval=None), url
-    except ImportError as e:  # Optuna's "Failed to import DB access module", or the driver's own
-        what = (
-            f"the database driver {e.name!r} is not installed" if e.name else "no database driver for it is installed"
-        )
-        raise TuneError(
-            f"--storage {shown}: {what} (for PostgreSQL: pip install 'spoc-tui[postgresql]', which brings psycopg)"
-        ) from None
-    except Exception as e:  # sqlalchemy's OperationalError and friends: the database said no
-        raise TuneError(f"--storage {shown}: cannot open the database: {redact_url(first_line(e))}") from None
 
 
 @dataclass
@@ -215,10 +159,6 @@ def spread_configs(space: Space, n: int, seed: int | None, taken: Sequence[Confi
     return out
 
 
-def _worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 class TuneSession:
     """Runs a study with an evaluator (:class:`ServerEvaluator` or :class:`FastSimEvaluator`)."""
 
@@ -231,6 +171,7 @@ class TuneSession:
         self.study: Any = None
         self.storage_url = ""
         self._lock: FolderLock | None = None
+        self.files = StudyFiles(cfg)
         self._front: Front | None = None
         evaluator.early_stop = self._dominated
 
@@ -254,19 +195,7 @@ class TuneSession:
         measured near saturation, where flags change what the server does (at light load the
         front would rank the workload's randomness). Kept in the study for --resume and workers;
         the calibration trial is scored at that load like the others."""
-        found = reference_load(o.steps)
-        if found is None:
-            ref = min((s.users for s in o.steps), default=1)
-            why = f"clearly breaks the SLA from {ref} user(s) on"
-        else:
-            ref, why = found
-            top = max((s.users for s in o.steps), default=0)
-            last = o.steps[-1] if o.steps else None
-            if last is not None and ref == top and last.decision != "breaks":
-                why += (
-                    f"; tokens/s still grew at {top} users, the most the calibration tries: the server is not "
-                    "saturated (raise --users auto:MAX, or use a profile with less think time)"
-                )
+        ref, why = calibration(o.steps)
         self._use_reference(ref)
         try:
             self.study.set_user_attr(StudyAttr.REFERENCE_USERS, ref)
@@ -289,21 +218,7 @@ class TuneSession:
         ref_users = cfg.ref_users or self._planned_users()
         if ref_users is not None and step.users != ref_users:
             return None
-        lo, hi = [], []
-        for o in cfg.objectives:
-            v = objective_value(o, [step], Knee(None, None, None), None)
-            ci, _ = objective_interval(o, [step], Knee(None, None, None), None)
-            if v is None or ci[0] is None or ci[1] is None:
-                return None
-            lo.append(float(ci[0]))
-            hi.append(float(ci[1]))
-        estimates = [e for e in front.estimates if e.status == "confirmed"]
-        by = dominated_by_front(lo, hi, estimates, [o.direction for o in cfg.objectives])
-        if by is None:
-            return None
-        m = next((m for m in front.members if config_key(m.record.config) == by.key), None)
-        who = f"trial {m.record.number}" if m else "a confirmed front member"
-        return f"clearly dominated by {who} ({step.requests} requests so far)"
+        return dominated(cfg.objectives, front, step)
 
     # -- control ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -505,22 +420,7 @@ class TuneSession:
         return out
 
     def _take_lock(self) -> None:
-        """``study.lock`` (an flock the kernel drops when the process ends) names the process
-        running the study in this folder; a second run of the same folder (``--resume`` while it
-        still runs) is refused instead of disturbing it.
-
-        Raises:
-            StudyRunning: another live spoc process holds the lock.
-        """
-        lock = FolderLock(self.cfg.out_dir / "study.lock", "study")
-        try:
-            self._lock = lock.acquire()
-        except FolderBusy as e:
-            raise StudyRunning(
-                f"the study in {self.cfg.out_dir} is still running (pid {e.owner_pid}): stop it first (Ctrl-C), "
-                "or use another --out",
-                exit_code=EXIT_USAGE,
-            ) from None
+        self._lock = take_study_lock(self.cfg.out_dir)
 
     def _release_lock(self) -> None:
         if self._lock is not None:
@@ -620,7 +520,7 @@ class TuneSession:
         cfg = self.cfg
         flags = cfg.space.argv(config)
         trial.set_user_attr("flags", flags)
-        trial.set_user_attr("worker", _worker_id())
+        trial.set_user_attr("worker", worker_id())
         seeded = trial.user_attrs.get(TrialAttr.SEEDED)
         self.emit(TrialStarted(trial.number, ordinal, cfg.trials, config, tuple(flags), seeded))
         trial_dir = cfg.out_dir / "trials" / f"{trial.number:04d}"
@@ -697,7 +597,7 @@ class TuneSession:
             ),
             start_s=o.start_s,
             duration_s=o.duration_s,
-            worker=_worker_id(),
+            worker=worker_id(),
             finished_at=time.time(),
             repeat_of=repeat_of,
             extra=extra,
@@ -817,11 +717,7 @@ class TuneSession:
         ):
             return
         self.study.set_user_attr(StudyAttr.KV_SEED, True)
-        fits = o.kv_tokens / o.tokens_per_request
-        values = sorted(v for v in space.param("max-num-seqs").values if isinstance(v, (int, float)))
-        pick = max([v for v in values if v <= fits] or values[:1])
-        config = {**space.defaults(), "max-num-seqs": pick}
-        what = f"KV cache: {o.kv_tokens} tokens / {o.tokens_per_request:.0f} per request = {fits:.0f} sequences"
+        config, pick, fits, what = kv_seed(space, o.kv_tokens, o.tokens_per_request)
         if space.key(config) in self._seen():
             self.emit(Note(f"{what}; max-num-seqs {pick} was already tried"))
             return
@@ -848,82 +744,15 @@ class TuneSession:
                 out.setdefault(rec.number, []).append(dict(rep.objectives))
         return out
 
-    # -- files -----------------------------------------------------------------------------
+    # -- files (tune/files.py) ---------------------------------------------------------------
     def _append(self, rec: TrialRecord) -> None:
-        with open(self.cfg.out_dir / "trials.jsonl", "a") as f:
-            f.write(results.dumps(rec.as_dict(), indent=None) + "\n")
+        self.files.append(rec)
 
     def command(self, flags: Sequence[str]) -> str:
-        import shlex
-
-        if not self.cfg.template:
-            return " ".join(shlex.quote(x) for x in flags)
-        return " ".join(shlex.quote(x) for x in redact_argv(command_line(self.cfg.template, flags, port=8000)))
-
-    def _member_doc(self, m: FrontMember, repeats: dict[int, list[dict[str, float | None]]]) -> dict[str, Any]:
-        r = m.record
-        obs = self.cfg.objectives
-        runs = [x for x in self.records if x.number in m.numbers]
-        n = {o.name: sum(int(x.n.get(o.name, 0)) for x in runs) for o in obs}
-        return {
-            "number": r.number,
-            "status": m.status,
-            "config": r.config,
-            "flags": r.flags,
-            "command": self.command(r.flags),
-            "objectives": {o.name: m.values[i] for i, o in enumerate(obs)},
-            "ci95": {o.name: list(m.ci95[i]) for i, o in enumerate(obs)},
-            "n": n,
-            "runs": m.runs,
-            "trials": m.numbers,
-            **({"spread_cv": {o.name: m.spread[i] for i, o in enumerate(obs)}} if m.spread else {}),
-            "first_run": {"objectives": r.objectives, "ci95": r.ci95, "n": r.n},
-            "reference": r.reference,
-            **({"repeats": repeats[r.number]} if r.number in repeats else {}),
-        }
+        """The server's command line for these flags, as pareto.json shows it (secrets redacted)."""
+        return self.files.command(flags)
 
     def _write_pareto(
         self, front: Front, repeats: dict[int, list[dict[str, float | None]]], status: str = "running"
     ) -> None:
-        """``status``: ``running`` while trials go on, then how the study ended (a study killed
-        outright is marked ``interrupted`` by its trial's load generator, which outlives it a moment)."""
-        cfg = self.cfg
-        counted = [r for r in self.records if not r.extra]
-        doc = {
-            "status": status,
-            "study": cfg.study_name,
-            "storage": redact_url(self.storage_url),
-            "objectives": [{"name": o.name, "direction": o.direction, "label": o.label} for o in cfg.objectives],
-            "sla": [str(x) for x in cfg.limits],
-            "reference_load_users": cfg.ref_users,
-            "trials_run": len(counted),
-            "feasible": sum(1 for r in counted if r.feasible),
-            "infeasible": sum(1 for r in counted if r.status == "infeasible"),
-            "hypervolume": front.hypervolume,
-            "hypervolume_reference": list(front.reference),
-            "pareto": [self._member_doc(m, repeats) for m in front.members],
-            "candidates": [self._member_doc(m, {}) for m in front.candidates],
-            "settled": front.settled,
-            "run_to_run_cv": (
-                {o.name: front.run_to_run_cv[i] for i, o in enumerate(cfg.objectives)} if front.run_to_run_cv else None
-            ),
-            "noise": (
-                "each configuration's runs are pooled (mean; 95 % interval from the larger of the within-run "
-                "and between-run variance, and at least the run-to-run noise the study's repeated "
-                "configurations measured, run_to_run_cv, also for a configuration run once); a front member is "
-                "confirmed when no other configuration's interval could dominate it, provisional otherwise; "
-                "candidates are off the front but their intervals "
-                f"reach it. Re-runs: up to {cfg.rerun_share:.0%} of the trials, to the unsettled configuration "
-                f"with the fewest runs (at most {MAX_RUNS} runs each)"
-            ),
-            "reruns": sum(1 for r in self.records if r.repeat_of is not None and not r.extra),
-            "early_stopped": {
-                "trials": sum(1 for r in self.records if r.early_stop),
-                "saved_s": round(sum(float(r.early_stop.get("saved_s", 0.0)) for r in self.records), 1),
-            },
-            "updated_at": time.time(),
-        }
-        fd, tmp = tempfile.mkstemp(dir=cfg.out_dir, prefix=".pareto-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            f.write(results.dumps(doc))
-        os.replace(tmp, cfg.out_dir / "pareto.json")
+        self.files.write_pareto(front, self.records, self.storage_url, repeats, status)
