@@ -7,11 +7,12 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
+from spoc_tui.cli.options import api_key_options
 from spoc_tui.cli.types import FINITE
-from spoc_tui.config import read_key_file
 from spoc_tui.core.errors import EXIT_INTERRUPTED, InputError, SpocError
 from spoc_tui.core.textsafe import for_terminal
 
@@ -56,29 +57,15 @@ def _say(msg: str) -> None:
 @click.option("--gpu", default=None, help="GPU preset (h100-80gb, h200, ...), for the decode roofline.")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size, for the decode roofline.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--api-key", envvar="SPOC_API_KEY", show_envvar=True, default=None, help="Bearer token.")
-@click.option(
-    "--api-key-file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Read the bearer token from this file (not visible in ps).",
-)
+@api_key_options("Bearer token (never printed).")
 def profile_cmd(
-    url: str | None,
-    trace_dir: str | None,
-    seconds: float,
-    users: int,
-    load_profile_name: str,
-    warmup_seconds: float,
-    served_model: str | None,
     from_trace: str | None,
     nsys_report: str | None,
     model: str | None,
     gpu: str | None,
     tp: int,
     as_json: bool,
-    api_key: str | None,
-    api_key_file: str | None,
+    **capture: Any,
 ) -> None:
     """Where the engine's time goes: GEMM, attention, KV-cache writes, communication, sampling,
     norms and element-wise work, copies, other, and idle time between kernels, per prefill and
@@ -93,6 +80,7 @@ def profile_cmd(
     from spoc_tui.profile.report import decode_roofline, render_text
     from spoc_tui.profile.trace import read_trace
 
+    url = capture["url"]  # with the rest of the capture's options: _capture's parameters
     sources = [x for x in (url if not (from_trace or nsys_report) else None, from_trace, nsys_report) if x]
     if from_trace and nsys_report:
         raise InputError("give --from-trace or --nsys, not both")
@@ -112,9 +100,7 @@ def profile_cmd(
     elif nsys_report:
         pass
     else:
-        trace = _capture(
-            url or "", trace_dir, seconds, users, load_profile_name, warmup_seconds, served_model, api_key, api_key_file
-        )
+        trace = _capture(**capture)
         _say(f"reading {trace}")
     b: Breakdown = read_nsys(Path(nsys_report)) if nsys_report else analyse(read_trace(trace))
     if roofline is not None:
@@ -123,7 +109,7 @@ def profile_cmd(
 
 
 def _capture(
-    url: str,
+    url: str | None,
     trace_dir: str | None,
     seconds: float,
     users: int,
@@ -131,14 +117,13 @@ def _capture(
     warmup_seconds: float,
     served_model: str | None,
     api_key: str | None,
-    api_key_file: str | None,
 ) -> Path:
     from spoc_tui.collectors.scrape import base_url, metrics_url
     from spoc_tui.load.workload import load_workload
     from spoc_tui.profile.capture import CaptureConfig, capture
 
     try:
-        metrics_url(url)
+        metrics_url(url or "")
     except SpocError as e:
         raise InputError(str(e)) from None
     if not trace_dir:
@@ -149,10 +134,8 @@ def _capture(
         raise InputError("--users must be between 0 and 4096")
     if not 0 <= warmup_seconds <= 600:
         raise InputError("--warmup-seconds must be between 0 and 600")
-    if api_key_file:
-        api_key = read_key_file(api_key_file, f"--api-key-file {api_key_file}")
     cfg = CaptureConfig(
-        url=base_url(url),
+        url=base_url(url or ""),
         trace_dir=Path(trace_dir),
         seconds=seconds,
         users=users,

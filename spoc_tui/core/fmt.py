@@ -34,26 +34,22 @@ def plain(v: float | None, unit: str = "") -> str:
     return NA if v is None else f"{v:.0f}{unit}"
 
 
-def rate(v: float | None, unit: str = "/s") -> str:
+def _scaled(v: float | None, steps: tuple[tuple[float, float, str, str], ...], last: str, unit: str = "") -> str:
+    """``v`` by the first step (threshold, divisor, format, suffix) it reaches, else ``last``."""
     if v is None:
         return NA
-    if v >= 10_000:
-        return f"{v / 1000:.1f}k{unit}"
-    if v >= 100:
-        return f"{v:.0f}{unit}"
-    return f"{v:.1f}{unit}"
+    for threshold, divisor, spec, suffix in steps:
+        if v >= threshold:
+            return f"{v / divisor:{spec}}{suffix}{unit}"
+    return f"{v:{last}}{unit}"
+
+
+def rate(v: float | None, unit: str = "/s") -> str:
+    return _scaled(v, ((10_000, 1000, ".1f", "k"), (100, 1, ".0f", "")), ".1f", unit)
 
 
 def count(v: float | None) -> str:
-    if v is None:
-        return NA
-    if v >= 1e9:
-        return f"{v / 1e9:.2f}G"
-    if v >= 1e6:
-        return f"{v / 1e6:.2f}M"
-    if v >= 1e4:
-        return f"{v / 1e3:.1f}k"
-    return f"{v:.0f}"
+    return _scaled(v, ((1e9, 1e9, ".2f", "G"), (1e6, 1e6, ".2f", "M"), (1e4, 1e3, ".1f", "k")), ".0f")
 
 
 def short_source(src: str) -> str:

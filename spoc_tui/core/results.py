@@ -12,12 +12,12 @@ version only adds keys (and says so in CHANGELOG.md).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.knee import Knee
 from spoc_tui.core.presets import PresetError, read_json_object
 from spoc_tui.core.steps import Json, StepSummary
@@ -52,21 +52,10 @@ def schema_of(doc: Json, where: str) -> int:
     return v
 
 
-def _finite(obj: object) -> object:
-    """JSON has no NaN or infinity: they are written as null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def dumps(doc: Mapping[str, object], indent: int | None = 2) -> str:
     """A result document as JSON with its schema first (non-finite numbers as null)."""
     return json.dumps(
-        _finite({"schema": SCHEMA, **doc}), indent=indent, allow_nan=False, separators=None if indent else (",", ":")
+        json_safe({"schema": SCHEMA, **doc}), indent=indent, allow_nan=False, separators=None if indent else (",", ":")
     )
 
 

@@ -11,11 +11,24 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections.abc import Coroutine, Sequence
 from functools import partial
+from typing import Any
 
 from spoc_tui.sim.engine import FILLER, SimEngine, SimRequest, chat_tokens
 
 SYSTEM_PROMPT = " ".join(FILLER[(i * 5) % len(FILLER)] for i in range(400))
+
+
+async def run_until(stop: asyncio.Event, work: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run ``work`` until ``stop`` is set, then cancel it and wait for every task to end."""
+    tasks = [asyncio.create_task(c) for c in work]
+    try:
+        await stop.wait()
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class BuiltinLoad:
@@ -54,13 +67,7 @@ class BuiltinLoad:
         return max(1, round(self.users * frac)) if self.users else 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        tasks = [asyncio.create_task(self._user(i, stop)) for i in range(self.users)]
-        try:
-            await stop.wait()
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await run_until(stop, [self._user(i, stop) for i in range(self.users)])
 
     async def _user(self, i: int, stop: asyncio.Event) -> None:
         rng = random.Random(self.rng.random() + i)

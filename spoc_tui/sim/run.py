@@ -14,7 +14,7 @@ from spoc_tui.core.engineflags import EngineFlags
 from spoc_tui.core.presets import PresetError, gpu_preset, model_preset
 from spoc_tui.sim.engine import EngineConfig, SimEngine
 from spoc_tui.sim.gpu import SimGpu
-from spoc_tui.sim.load import BuiltinLoad
+from spoc_tui.sim.load import BuiltinLoad, run_until
 from spoc_tui.sim.options import MULTI_REPLICA, SCENARIOS, SimConfigError, SimOptions
 from spoc_tui.sim.server import SimServer
 
@@ -174,13 +174,9 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
             )
     if ready is not None:
         ready.set()
-    load_tasks = [asyncio.create_task(load.run(stop)) for load in loads]
     try:
-        await stop.wait()
+        await run_until(stop, [load.run(stop) for load in loads])
     finally:
-        for t in load_tasks:
-            t.cancel()
-        await asyncio.gather(*load_tasks, return_exceptions=True)
         for s in servers:
             await s.close()
 

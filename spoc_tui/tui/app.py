@@ -301,21 +301,36 @@ class SpocApp(App[int]):
         if seen is not None:
             self.call_after_refresh(screen.prefill, *seen)
 
-    @on(LoadScreen.StartRequested)
-    def start_ramp(self, request: LoadScreen.StartRequested) -> None:
-        busy = self.monitor.busy()
-        if busy is None:
-            self._start_ramp(request)
+    def _start_unless(
+        self,
+        problem: str | None,
+        kind: str,
+        note: str,
+        question: str,
+        go: Callable[[], None],
+        refused: Callable[[], None],
+    ) -> None:
+        """Start at once when there is no ``problem``; else ask, and note the start as a warning."""
+        if problem is None:
+            go()
             return
 
         def start() -> None:
-            self.events.note("ramp", f"ramp started on a busy server ({busy})", "warning")
-            self._start_ramp(request)
+            self.events.note(kind, note, "warning")
+            go()
 
-        self.ask(
+        self.ask(question, start, refused)
+
+    @on(LoadScreen.StartRequested)
+    def start_ramp(self, request: LoadScreen.StartRequested) -> None:
+        busy = self.monitor.busy()
+        self._start_unless(
+            busy,
+            "ramp",
+            f"ramp started on a busy server ({busy})",
             f"The server is already busy: {busy}.\nThe ramp's steps would be measured on top of that traffic, "
             "so its knee would come out low. Start anyway?",
-            start,
+            lambda: self._start_ramp(request),
             lambda: self.load_screen.show_finished("not started: the server is busy with other traffic", False),
         )
 
@@ -458,19 +473,14 @@ class SpocApp(App[int]):
     @on(TuneScreen.StartRequested)
     def start_tune(self, request: TuneScreen.StartRequested) -> None:
         shared = self.gpus_in_use(request.args.launch)
-        if shared is None:
-            self._start_tune(request)
-            return
-
-        def start() -> None:
-            self.events.note("tune", f"study started on GPUs already in use ({shared})", "warning")
-            self._start_tune(request)
-
-        self.ask(
+        self._start_unless(
+            shared,
+            "tune",
+            f"study started on GPUs already in use ({shared})",
             f"This host's GPUs already serve a model ({shared}).\nEach trial starts another vLLM on the same "
             "GPUs: it competes for their memory (it may not start) and for their time (its figures and the "
             "running server's both suffer). Start anyway?",
-            start,
+            lambda: self._start_tune(request),
             lambda: self.tune_screen.show_error("not started: this host's GPUs already serve a model"),
         )
 

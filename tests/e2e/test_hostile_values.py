@@ -58,7 +58,7 @@ async def monitor_text(url: str, size: tuple[int, int], interval: float) -> str:
     async with app.run_test(size=size) as pilot:
         for _ in range(100):
             await pilot.pause(0.1)
-            if app.monitor._vllm is not None and app.monitor.servers.row_count:
+            if app.monitor.model.vllm is not None and app.monitor.servers.row_count:
                 break
         await pilot.pause(0.5)
         assert app.monitor.servers.row_count, "no server row drawn"

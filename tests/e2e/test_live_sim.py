@@ -341,7 +341,7 @@ async def test_fleet_demo_names_the_slow_replica_and_shows_energy_and_cost():
                 "3 GPU(s)" in energy and "energy counters" in energy and "per M out tokens at $2.5/GPU-hour" in energy
             )
             # each GPU row says which replica it serves (the exporters pair with the servers in order)
-            for i, g in enumerate(app.monitor._gpus.gpus):
+            for i, g in enumerate(app.monitor.model.gpu_tick.gpus):
                 assert str(app.monitor.gpus.get_row(g.key)[1]) == f"127.0.0.1:{port + i}"
     finally:
         proc.stop()

@@ -135,10 +135,10 @@ async def test_worker_against_live_simulator():
         async with app.run_test(size=(120, 40)) as pilot:
             for _ in range(60):
                 await pilot.pause(0.1)
-                if app.monitor._vllm and app.monitor._gpus and app.monitor._gpus.gpus:
+                if app.monitor.model.vllm and app.monitor.model.gpu_tick and app.monitor.model.gpu_tick.gpus:
                     break
-            assert app.monitor._vllm.servers[0].simulated
-            assert len(app.monitor._gpus.gpus) == 2
+            assert app.monitor.model.vllm.servers[0].simulated
+            assert len(app.monitor.model.gpu_tick.gpus) == 2
             assert "SIMULATED" in app.monitor.servers_panel.border_title
             for _ in range(40):  # what is served: from the metrics, and max-model-len from /v1/models
                 await pilot.pause(0.1)
@@ -181,9 +181,9 @@ async def test_prometheus_worker_merges_replicas():
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(40):
             await pilot.pause(0.05)
-            if app.monitor._vllm is not None:
+            if app.monitor.model.vllm is not None:
                 break
-        tick = app.monitor._vllm
+        tick = app.monitor.model.vllm
         assert {s.source for s in tick.servers} == {"a:8000", "b:8000"}
         assert tick.total.running == 32
         assert tick.total.latency["ttft"].window == "60s"

@@ -229,3 +229,35 @@ def test_every_option_has_help_and_defaults_read_one_way():
                 continue
             assert p.help, f"spoc {name} {p.opts[0]} has no help"
             assert not re.search(r"\[(?!default:)[^\]]*\]\.?$", p.help), f"spoc {name} {p.opts[0]}: {p.help!r}"
+
+
+def test_every_client_command_reads_the_api_key_by_one_rule(tmp_path, monkeypatch):
+    """--api-key, then SPOC_API_KEY, then --api-key-file, then config.toml's api_key_file: the same
+    for inspect, ramp, tune and profile (they share cli/options.api_key_options)."""
+    import click
+    from click.testing import CliRunner
+
+    from spoc_tui.cli.options import api_key_options
+
+    @click.command()
+    @api_key_options()
+    def show(api_key):
+        click.echo(f"key={api_key}")
+
+    (tmp_path / "key").write_text("from-file\n")
+    (tmp_path / "config.toml").write_text(f'api_key_file = "{tmp_path / "key"}"\n')
+    monkeypatch.setenv("SPOC_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.delenv("SPOC_API_KEY", raising=False)
+    run = CliRunner().invoke
+    assert run(show, []).output.strip() == "key=from-file"  # config.toml
+    assert run(show, ["--api-key", "flag"]).output.strip() == "key=flag"
+    assert run(show, [], env={"SPOC_API_KEY": "env"}).output.strip() == "key=env"
+    (tmp_path / "other").write_text("other")
+    assert run(show, ["--api-key-file", str(tmp_path / "other")]).output.strip() == "key=other"
+    both = run(show, ["--api-key", "a", "--api-key-file", str(tmp_path / "other")])
+    assert both.exit_code != 0 and "not both" in str(both.exception)
+    monkeypatch.setenv("SPOC_CONFIG", str(tmp_path / "missing.toml"))
+    assert "no such file" in str(run(show, []).exception)
+    for cmd in ("inspect", "ramp", "tune", "profile"):
+        out = subprocess.run([sys.executable, "-m", "spoc_tui.cli", cmd, "--help"], capture_output=True, text=True)
+        assert "--api-key-file" in out.stdout and "config.toml" in out.stdout, cmd

@@ -21,7 +21,7 @@ from spoc_tui.core.redact import redact_url
 from spoc_tui.core.roofline import gpu_of
 from spoc_tui.core.series import WINDOWS_S
 from spoc_tui.core.sla import Limit
-from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.snapshots import SourceStatus, VllmTick
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
 from spoc_tui.tui.widgets.panels import (
     ChangedStatic,
@@ -96,14 +96,6 @@ class MonitorScreen(Screen[None]):
     @clock.setter
     def clock(self, clock: Callable[[], float]) -> None:
         self.model.clock = clock
-
-    @property
-    def _vllm(self) -> VllmTick | None:
-        return self.model.vllm
-
-    @property
-    def _gpus(self) -> GpuTick | None:
-        return self.model.gpu_tick
 
     def compose(self) -> ComposeResult:
         yield Static(self.title_text, id="title")
@@ -210,7 +202,7 @@ class MonitorScreen(Screen[None]):
         self._draw_servers()
 
     def _draw_servers(self) -> None:
-        tick = self._vllm
+        tick = self.model.vllm
         if tick is None:
             return
         with self.app.batch_update():
@@ -246,7 +238,7 @@ class MonitorScreen(Screen[None]):
 
     def _draw_info(self) -> None:
         """What is served: model, engine version and the KV cache it was given."""
-        tick = self._vllm
+        tick = self.model.vllm
         if tick is None or not tick.servers:
             return
         parts: list[str] = []
@@ -341,7 +333,7 @@ class MonitorScreen(Screen[None]):
                 ("SLA", limit) if limit else None,
                 note="" if self.limits else "no SLA set (--sla)",
             )
-        gpus = list(self._gpus.gpus) if self._gpus is not None else []
+        gpus = list(self.model.gpu_tick.gpus) if self.model.gpu_tick is not None else []
         multi = len({g.hostname for g in gpus}) > 1
         limits = {
             "temp": ("slowdown", gpus[0].slowdown_temp_c) if gpus and gpus[0].slowdown_temp_c else None,
@@ -408,7 +400,7 @@ class MonitorScreen(Screen[None]):
         self._draw_gpus()
 
     def _draw_gpus(self) -> None:
-        tick = self._gpus
+        tick = self.model.gpu_tick
         if tick is None:
             return
         draggers = {m.gpu.key for g in self.model.groups for m in g.draggers}
@@ -453,12 +445,12 @@ class MonitorScreen(Screen[None]):
         self._draw_events()
 
     def _draw_roofline(self) -> None:
-        if self._vllm is None:
+        if self.model.vllm is None:
             return
-        names = [g.model for g in self._gpus.gpus] if self._gpus is not None else []
+        names = [g.model for g in self.model.gpu_tick.gpus] if self.model.gpu_tick is not None else []
         gpu = gpu_of(names) if names else None
         mixed = len({n for n in names if n}) > 1
-        self.roofline.show(self._vllm, gpu, "mixed GPUs" if mixed else "GPU unknown")
+        self.roofline.show(self.model.vllm, gpu, "mixed GPUs" if mixed else "GPU unknown")
         peak = (
             f" vs {gpu.label} peak"
             if gpu
@@ -467,7 +459,7 @@ class MonitorScreen(Screen[None]):
         self._title(self.roofline_panel, f"Roofline per GPU, over {self._vllm_window()}{peak}")
 
     def _vllm_window(self) -> str:
-        tick = self._vllm
+        tick = self.model.vllm
         if tick is None or not tick.servers:
             return "n/a"
         w = tick.servers[0].total.window
@@ -499,7 +491,7 @@ class MonitorScreen(Screen[None]):
 
     def summary(self) -> str:
         """A one-line summary (used by tests and the screenshot script)."""
-        if self._vllm is None or not self._vllm.servers:
+        if self.model.vllm is None or not self.model.vllm.servers:
             return "no data"
-        v = self._vllm.servers[0].total
+        v = self.model.vllm.servers[0].total
         return f"running {fmt.num(v.running)} waiting {fmt.num(v.waiting)} kv {fmt.pct(v.kv_cache_usage)}"
