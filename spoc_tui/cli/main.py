@@ -30,10 +30,10 @@ from spoc_tui.core.engineflags import DEFAULTS
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
 from spoc_tui.core.knee import FixedRates, UserPlan, parse_user_plan
 from spoc_tui.core.presets import GPUS
-from spoc_tui.core.redact import RedactingFormatter, redact_url
+from spoc_tui.core.redact import RedactingFormatter
 from spoc_tui.core.sla import parse_rates, parse_sla, parse_users
 from spoc_tui.core.textsafe import for_terminal
-from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, auto_workers, runner_env
+from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, auto_workers, runner_argv, runner_env
 from spoc_tui.load.workload import load_workload
 from spoc_tui.sim.options import SCENARIOS, SimOptions
 from spoc_tui.tune.setup import TuneArgs
@@ -690,24 +690,9 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
     prof = load_workload(profile)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prof.as_dict(), f)
-    argv = [
-        sys.executable,
-        "-m",
-        "spoc_tui.load.runner",
-        "--worker",
-        "--master-host",
-        master,
-        "--master-port",
-        str(master_port),
-        "--url",
-        redact_url(url),  # the real one (it may hold a password) goes by environment, never on a command line
-        "--model",
-        model,
-        "--profile-json",
-        f.name,
-        "--seed",
-        str(seed),
-    ]
+    argv = runner_argv(
+        url, model, Path(f.name), seed, "--worker", "--master-host", master, "--master-port", str(master_port)
+    )
     sys.exit(subprocess.call(argv, env=runner_env(url)))
 
 

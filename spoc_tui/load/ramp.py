@@ -307,6 +307,26 @@ class ResultWriter:
             self.lock.release()
 
 
+def runner_argv(url: str, model: str, workload_json: Path, seed: int, *extra: str) -> list[str]:
+    """The load generator's command line (a ramp's master and local workers, ``spoc load-worker``):
+    the server's URL redacted (the real one, which may hold a password, goes by
+    :func:`runner_env`), the model, the workload file and the seed, then ``extra``."""
+    return [
+        sys.executable,
+        "-m",
+        "spoc_tui.load.runner",
+        "--url",
+        redact_url(base_url(url)),
+        "--model",
+        model,
+        "--profile-json",
+        str(workload_json),
+        "--seed",
+        str(seed),
+        *extra,
+    ]
+
+
 def runner_env(url: str) -> dict[str, str]:
     """The load generator's environment: the server's URL (it may hold a password, so never on a
     command line, where ``ps`` shows it to every user) and this process's TLS rule."""
@@ -329,21 +349,14 @@ class RunnerProcess:
         """How the runner makes prompt lengths (from its Ready)."""
 
     def _argv(self, *extra: str) -> list[str]:
-        argv = [
-            sys.executable,
-            "-m",
-            "spoc_tui.load.runner",
-            "--url",
-            redact_url(base_url(self.cfg.url)),  # the real one (it may hold a password) goes by environment
-            "--model",
+        argv = runner_argv(
+            self.cfg.url,
             self.model,
-            "--profile-json",
-            str(self.log_dir / "profile.json"),
-            "--seed",
-            str(self.cfg.seed),
+            self.log_dir / "profile.json",
+            self.cfg.seed,
             "--timeout",
             str(self.cfg.request_timeout_s),
-        ]
+        )
         if self.context_len:
             argv += ["--context-len", str(self.context_len)]
         if self.cfg.tokenizer:
