@@ -96,3 +96,14 @@ def test_spawn_rate_fits_the_warm_up():
     assert spawn_rate(cfg, -2) == 1.0
     cfg.spawn_rate = 3.0
     assert spawn_rate(cfg, 40) == 3.0
+
+
+def test_the_load_generators_command_line_never_holds_a_password():
+    """One builder for a ramp's master, its workers and spoc load-worker: the URL on the command
+    line (which ps shows every user) is redacted; the real one goes by environment."""
+    from spoc_tui.load.ramp import runner_argv, runner_env
+
+    argv = runner_argv("http://u:pw@gpu-host:8000/v1", "m", Path("w.json"), 3, "--worker")
+    assert "pw" not in " ".join(argv) and "http://***@gpu-host:8000" in argv
+    assert argv[-1] == "--worker" and argv[argv.index("--seed") + 1] == "3"
+    assert runner_env("http://u:pw@gpu-host:8000")["SPOC_RUNNER_URL"] == "http://u:pw@gpu-host:8000"
