@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import sys
 import traceback
+from typing import Any
 
+import click
+
+from spoc_tui.cli.options import api_key_options, served_model_option, tls_options
 from spoc_tui.cli.signals import stop_signals_interrupt
+from spoc_tui.cli.types import FINITE
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, InputError, SpocError
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.textsafe import for_terminal
@@ -182,3 +187,146 @@ def run(a: TuneArgs) -> int:
         f"{redact_url(session.storage_url)} (opens in optuna-dashboard)"
     )
     return EXIT_OK if summary.status != "interrupted" else EXIT_INTERRUPTED
+
+
+@click.command()
+@click.option(
+    "--launch",
+    required=True,
+    help='Command that starts the server, without a shell: "vllm serve MODEL --port {port} {flags}" or "spoc '
+    'sim --port {port} {flags}".',
+)
+@click.option(
+    "--space",
+    default=None,
+    help="Search space TOML file [default: built-in: max-num-seqs, max-num-batched-tokens, chunked prefill, prefix "
+    "caching, gpu-memory-utilization].",
+)
+@click.option(
+    "--objectives",
+    default=TuneArgs.objectives,
+    show_default=True,
+    help="Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.",
+)
+@click.option("--sla", required=True, help='Limits (Optuna constraints), e.g. "ttft_p99<=2s,itl_p99<=100ms".')
+@click.option(
+    "--trials",
+    type=int,
+    default=TuneArgs.trials,
+    show_default=True,
+    help="Trials to run in the study (all workers together).",
+)
+@click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage: sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE [default: OUT/study.db].",
+)
+@click.option("--study", "study", default=TuneArgs.study, show_default=True, help="Study name in the storage.")
+@click.option("--resume", is_flag=True, help="Continue the study (after a crash or Ctrl-C).")
+@click.option("--worker", is_flag=True, help="Join a study another machine created (shared --storage).")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder for trials.jsonl, pareto.json and each trial's server log and ramp.",
+)
+@click.option("--profile", default=TuneArgs.profile, show_default=True, help="Load profile of each trial's ramp.")
+@click.option(
+    "--users",
+    default=TuneArgs.users,
+    show_default=True,
+    help="auto[:MAX]: the first trial's knee search sets the reference load (near saturation) for every "
+    "trial; or user counts of each trial's ramp (the last is the reference load).",
+)
+@click.option(
+    "--ref-users",
+    type=int,
+    default=None,
+    help="Reference load for the objectives and the SLA [default: the last step].",
+)
+@click.option(
+    "--step-seconds",
+    type=FINITE,
+    default=TuneArgs.step_seconds,
+    show_default=True,
+    help="Measured length of each step.",
+)
+@click.option(
+    "--warmup-seconds",
+    type=FINITE,
+    default=TuneArgs.warmup_seconds,
+    show_default=True,
+    help="Load before each step's measurement starts.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=TuneArgs.seed,
+    show_default=True,
+    help="Makes the study reproducible (sampler and load).",
+)
+@click.option("--population", type=int, default=TuneArgs.population, show_default=True, help="NSGA-II population size.")
+@click.option(
+    "--screen-pool",
+    type=int,
+    default=TuneArgs.screen_pool,
+    show_default=True,
+    help="Children NSGA-II breeds per trial, of which a surrogate of the trials so far picks one to run (1: "
+    "plain NSGA-II).",
+)
+@click.option(
+    "--try",
+    "tries",
+    multiple=True,
+    help='A configuration to run first, e.g. "--max-num-seqs 64 --no-enable-chunked-prefill"; flags left out '
+    "take the server default (repeatable).",
+)
+@click.option(
+    "--profile-best",
+    is_flag=True,
+    default=False,
+    help="End with a torch-profiler profile of the best configuration at the reference load (vLLM 0.32+).",
+)
+@click.option(
+    "--repeat-pareto",
+    type=int,
+    default=TuneArgs.repeat_pareto,
+    show_default=True,
+    help="Run each Pareto-optimal configuration this many more times at the end.",
+)
+@click.option(
+    "--rerun-share",
+    type=FINITE,
+    default=TuneArgs.rerun_share,
+    show_default=True,
+    help="Share of --trials that may re-run configurations whose intervals overlap the front (0: none).",
+)
+@click.option(
+    "--env", multiple=True, help="NAME=VALUE for the server's environment (repeatable; values are never written out)."
+)
+@click.option("--port", type=int, default=None, help="Port for the server [default: any free port].")
+@click.option(
+    "--start-timeout",
+    type=FINITE,
+    default=TuneArgs.start_timeout,
+    show_default=True,
+    help="Seconds a server may take to become ready.",
+)
+@served_model_option
+@click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
+@click.option(
+    "--workers", type=int, default=TuneArgs.workers, show_default=True, help="Local Locust worker processes per ramp."
+)
+@api_key_options("Bearer token for the server (never written to results).")
+@tls_options
+def tune(**kw: Any) -> None:
+    """Search server flags with NSGA-II: each trial starts the server, runs a ramp, scores it.
+
+    Prints a line per trial, appends OUT/trials.jsonl as trials finish and keeps
+    OUT/pareto.json (the Pareto-optimal flags, their objectives and the hypervolume) current.
+    Ctrl-C stops the running server and keeps every finished trial; --resume continues.
+    """
+    from spoc_tui.cli.tune import run
+
+    sys.exit(run(TuneArgs(**kw)))
