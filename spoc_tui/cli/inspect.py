@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 
-import click
-
-from spoc_tui.cli.options import api_key_options, tls_options
-from spoc_tui.cli.options import fail as _fail
-from spoc_tui.cli.types import FINITE
 from spoc_tui.collectors.inspect import InspectResult, inspect_sources
 from spoc_tui.core import fmt
-from spoc_tui.core.errors import EXIT_OK, EXIT_USAGE
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.core.vllm import LATENCY_LABELS
 
 
@@ -69,34 +61,3 @@ def run_inspect(
     res = asyncio.run(inspect_sources(sources, interval, api_key))
     out = json.dumps(json_safe(res.as_dict()), indent=2, allow_nan=False) if as_json else render_text(res)
     return out, res.errors
-
-
-@click.command()
-@click.argument("sources", nargs=-1, required=True)
-@click.option(
-    "--interval",
-    type=FINITE,
-    default=None,
-    help="Scrape twice this many seconds apart for windowed percentiles and rates.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@api_key_options("Bearer token for the servers (never printed).")
-@tls_options
-def inspect(sources: tuple[str, ...], interval: float | None, as_json: bool, api_key: str | None) -> None:
-    """Read vLLM and dcgm-exporter SOURCES (URLs or saved /metrics files) once and report.
-
-    The kind of each source is recognised from its content. A source that cannot be read
-    is reported on stderr and makes the exit code 2; the others are still reported.
-    """
-    from spoc_tui.cli.inspect import run_inspect
-
-    if interval is not None and not 0 < interval <= 3600:
-        _fail("--interval must be between 0 and 3600 seconds")
-    out, errors = run_inspect(list(sources), interval, as_json, api_key)
-    click.echo(out)
-    for e in errors:
-        click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
-    sys.exit(EXIT_USAGE if errors else EXIT_OK)
-
-
-# ---------------------------------------------------------------------------------------

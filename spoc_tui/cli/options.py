@@ -8,7 +8,7 @@ import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -103,8 +103,3 @@ def served_model_option(f: F) -> F:
     """``--model``: the served model name a client asks for."""
     opt = click.option("--model", default=None, help="Served model name [default: the server's first].")
     return opt(f)
-
-
-def fail(msg: str) -> NoReturn:
-    """Bad input: one line on stderr (printed by ``main()``), exit code 2."""
-    raise InputError(msg)
