@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from spoc_tui.core import fmt
+from spoc_tui.core.inference import KneeEstimate
 from spoc_tui.core.sla import MAX_USERS, LevelUnit, UsersError, level_text, parse_rates, parse_users
 from spoc_tui.core.steps import Json, StepSummary
 
@@ -118,6 +119,9 @@ class Knee:
     why: KneeWhy | None = None
     """Why it broke there, from the breaking step's server view (None before any break)."""
     unit: LevelUnit = "users"
+    inferred: KneeEstimate | None = None
+    """The knee inferred across every step's figures, with its 95 % interval
+    (:mod:`spoc_tui.core.inference`); None before any step measured a figure."""
 
     @property
     def reason(self) -> str:
@@ -143,6 +147,7 @@ class Knee:
             "reason": self.reason,
             "cause": self.why.cause if self.why else None,
             "client_saturated": self.why.client_saturated if self.why else False,
+            **(self.inferred.as_dict() if self.inferred else {}),
         }
 
     @classmethod
@@ -170,7 +175,10 @@ class Knee:
             # schema 1 said the client's saturation only in the sentence (its one carrier then)
             saturated = d.get("client_saturated", "client saturated" in text)
             why = KneeWhy(_cause(cause) if isinstance(cause, str) else "none_seen", text, bool(saturated))
-        return cls(meets, breaks, str(b) if b else None, levels("inconclusive"), levels("contradicted"), why, unit)
+        inferred = KneeEstimate.from_dict(d, unit)
+        return cls(
+            meets, breaks, str(b) if b else None, levels("inconclusive"), levels("contradicted"), why, unit, inferred
+        )
 
 
 def _cause(name: str) -> Cause:
@@ -180,9 +188,9 @@ def _cause(name: str) -> Cause:
     return "none_seen"
 
 
-def find_knee(steps: Sequence[StepSummary]) -> Knee:
+def find_knee(steps: Sequence[StepSummary], inferred: KneeEstimate | None = None) -> Knee:
     """The knee from the steps' decisions, by level (probes may run in any order), with the
-    reason the first breaking step gives."""
+    reason the first breaking step gives, and the knee ``inferred`` across the steps' figures."""
     unit: LevelUnit = "req/s" if any(s.rate is not None for s in steps) else "users"
     breaks = [s for s in steps if s.decision == "breaks"]
     first = min(breaks, key=lambda s: s.level) if breaks else None
@@ -200,6 +208,7 @@ def find_knee(steps: Sequence[StepSummary]) -> Knee:
         contradicted,
         knee_why(first) if first else None,
         unit=unit,
+        inferred=inferred,
     )
 
 

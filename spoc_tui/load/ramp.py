@@ -29,10 +29,11 @@ from spoc_tui.collectors.http import RedirectRefused, new_client, request, tls_e
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
+from spoc_tui.core.inference import infer_knee
 from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, KneeSearch, SaturationSearch, UserPlan, find_knee
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.results import encode_ramp
-from spoc_tui.core.sla import Limit, level_text
+from spoc_tui.core.sla import LevelUnit, Limit, level_text
 from spoc_tui.core.steps import (
     EarlyStop,
     GpuWindow,
@@ -571,6 +572,7 @@ async def _run_step(
     dcgm: DcgmPoller | None,
     steps: list[StepSummary],
     report: Report,
+    windows: dict[int, list[RequestSample]],
 ) -> StepSummary:
     """One step: warm up, measure for ``step_s``, and while the verdict is inconclusive measure on
     (up to ``step_limit_s``), re-deciding over the whole window; a queue that grows without bound
@@ -625,6 +627,7 @@ async def _run_step(
                     return early
         m_end = time.time()
         in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
+        windows[idx] = in_window  # the knee's inference across steps resamples them
         summary = summarize_step(
             idx,
             users,
@@ -684,6 +687,8 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         RampError: before any load (bad model, unreachable server) or when the server fails.
     """
     t_start = time.monotonic()
+    knees: dict[int, Knee] = {}
+    """The knee after each step, computed once (its inference resamples every step's requests)."""
 
     def report(
         phase: RampPhase, step: int, users: float, steps: list[StepSummary], samples: int, message: str = ""
@@ -698,7 +703,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     step_s=cfg.step_s,
                     samples=samples,
                     steps=tuple(steps),
-                    knee=find_knee(steps) if steps else None,
+                    knee=knees.get(len(steps)) if steps else None,
                     message=message,
                     open_loop=cfg.open_loop,
                 )
@@ -743,6 +748,16 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     samples: list[RequestSample] = []
     health: list[wire.Health] = []
     steps: list[StepSummary] = []
+    windows: dict[int, list[RequestSample]] = {}
+
+    def knee_of(steps: list[StepSummary]) -> Knee:
+        """The knee from the decisions, and inferred across every step's requests so far."""
+        unit: LevelUnit = "req/s" if cfg.open_loop else "users"
+        if len(steps) not in knees:
+            levels = [(s.level, windows.get(s.step, [])) for s in steps]
+            knees[len(steps)] = find_knee(steps, infer_knee(levels, cfg.limits, unit, seed=cfg.seed))
+        return knees[len(steps)]
+
     status: RampEnd = "interrupted"
     stop_reason = ""
     poller = VllmPoller([cfg.url], window_s=max(1.0, cfg.step_limit_s), api_key=cfg.api_key)
@@ -771,9 +786,11 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         idx = 0
         while (level := plan.next(steps)) is not None:
             idx += 1
-            summary = await _run_step(cfg, idx, level, runner, pump, samples, health, poller, dcgm, steps, report)
+            summary = await _run_step(
+                cfg, idx, level, runner, pump, samples, health, poller, dcgm, steps, report, windows
+            )
             steps.append(summary)
-            writer.write(steps, find_knee(steps), "running")
+            writer.write(steps, knee_of(steps), "running")
             report("step_done", idx, level, steps, len(samples))
             if writer.write_error:
                 raise RampError(f"{writer.write_error}: the ramp stopped after step {idx}")
@@ -796,7 +813,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         else:
             status = "complete"
     finally:
-        knee = find_knee(steps)
+        knee = knee_of(steps)
         writer.header["stop_reason"] = stop_reason
         try:
             await runner.stop()

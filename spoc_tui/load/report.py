@@ -142,6 +142,8 @@ def step_table(steps: list[StepSummary], knee: Knee) -> str:
     for s in steps:
         lines += check_lines(s)
     lines.append(knee_sentence(knee)[0])
+    if knee.inferred is not None:
+        lines.append(f"knee across steps: {knee.inferred.text}")
     if knee.reason:
         lines.append(f"why: {knee.reason}")
     return "\n".join(lines)

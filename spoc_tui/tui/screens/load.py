@@ -67,6 +67,8 @@ def knee_text(knee: Knee | None, done: bool, steps: tuple[StepSummary, ...] = ()
     """The knee sentence, its server-side reason, and each step's SLA figures with their intervals."""
     text, tone = knee_sentence(knee, done)
     out = Text(text, style=_KNEE_STYLE[tone])
+    if knee is not None and knee.inferred is not None:
+        out.append(f"\nknee across steps: {knee.inferred.text}", style="bold")
     if knee is not None and knee.reason:
         out.append(f"\nwhy: {knee.reason}", style="bold")
     if steps:

@@ -1,0 +1,324 @@
+"""The knee inferred across steps: each SLA figure fitted against the load level over every step
+so far, where the fit crosses its limit, and how sure that is.
+
+Latency percentiles and the error rate rise with load. For each limit, each level's figure (its
+point estimate, even from a step too short to bound its own p99) becomes a margin,
+``log(figure / limit)`` for a latency and ``figure - limit`` for the error rate (negative:
+within the limit), weighted by the requests it rests on (the
+independent units: an ITL percentile from 800 gaps of 3 requests weighs 3), and a weighted
+isotonic (non-decreasing) regression is fitted through the margins. Where the fit crosses zero,
+interpolated linearly between the last level within and the first beyond, is that limit's
+knee; the knee is the lowest of them, and its limit the binding one.
+
+The 95 % interval resamples each step's own requests with replacement (whole requests, so a
+request's gaps stay together) and repeats the fit and the crossing: it carries the sampling of
+every step and the fit. A **cliff** is a jump between the two levels around the crossing larger
+than the fitted trend below it explains (three times the trend's step and the jump's own
+bootstrap noise); the knee is then somewhere inside that bracket and the interval is the
+bracket. When no level broke a limit (or every level did), the answer is a one-sided
+**bound**: more than the highest level, or fewer than the lowest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from spoc_tui.core.confidence import Interval, min_samples_for_upper_bound, quantile_interval
+from spoc_tui.core.sla import PERCENTILE_Q, LevelUnit, Limit, level_text
+from spoc_tui.core.steps import Json, RequestSample
+
+REPLICATES = 200
+"""Bootstrap replicates of the whole inference (seeded: the same steps give the same interval)."""
+CLIFF_FACTOR = 3.0
+"""A jump at the crossing this many times what the trend and the noise explain is a cliff."""
+
+Boundary = Literal["smooth", "cliff", "bound"]
+
+
+@dataclass(frozen=True, slots=True)
+class KneeEstimate:
+    """The knee inferred across steps, with its 95 % interval."""
+
+    estimate: float | None
+    """The level where the binding limit's fit crosses it (None for a bound below the lowest level)."""
+    ci95: Interval
+    """[lo, hi]; a side None where the steps cannot bound it (a bound: beyond the levels run)."""
+    binding_limit: str | None
+    """The limit that crosses first (``ttft_p99``), None when no limit was crossed."""
+    boundary: Boundary
+    """``smooth`` (the fit crosses between levels), ``cliff`` (a jump the trend does not explain:
+    the interval is the bracket) or ``bound`` (one side only: every level met, or none did)."""
+    unit: LevelUnit = "users"
+    levels: int = 0
+    """Levels the fit rests on."""
+    replicates: int = 0
+
+    @property
+    def text(self) -> str:
+        """``13.4 users (95 %: 12.1-14.6), binding ttft_p99`` or ``more than 32 users (...)``."""
+        lo, hi = self.ci95
+        if self.boundary == "bound":
+            if self.estimate is None and hi is not None:
+                return f"fewer than {level_text(hi, self.unit)}: even the lowest level broke {self.binding_limit}"
+            return f"more than {level_text(lo, self.unit)}: no level broke the SLA"
+
+        def num(v: float | None) -> str:
+            return "?" if v is None else f"{v:.3g}"
+
+        est = f"{num(self.estimate)} {self.unit}"
+        kind = ", a cliff: the knee lies in this bracket" if self.boundary == "cliff" else ""
+        return f"{est} (95 %: {num(lo)}-{num(hi)}{kind}), binding {self.binding_limit}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "estimate": self.estimate,
+            "ci95": list(self.ci95),
+            "binding_limit": self.binding_limit,
+            "boundary": self.boundary,
+            "levels": self.levels,
+            "replicates": self.replicates,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Json, unit: LevelUnit) -> KneeEstimate | None:
+        boundary = d.get("boundary")
+        if boundary not in ("smooth", "cliff", "bound"):
+            return None
+        ci = d.get("ci95")
+        lo, hi = (ci[0], ci[1]) if isinstance(ci, list) and len(ci) == 2 else (None, None)
+
+        def f(v: object) -> float | None:
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        b = d.get("binding_limit")
+        levels, reps = d.get("levels"), d.get("replicates")
+        return cls(
+            f(d.get("estimate")),
+            (f(lo), f(hi)),
+            str(b) if b else None,
+            boundary,  # checked above
+            unit,
+            levels if isinstance(levels, int) else 0,
+            reps if isinstance(reps, int) else 0,
+        )
+
+
+def _figure(samples: Sequence[RequestSample], idx: np.ndarray, lim: Limit) -> float | None:
+    """The limit's figure over the requests ``idx`` (a request picked twice counts twice)."""
+    picked = [samples[i] for i in idx]
+    if lim.metric == "error_rate":
+        return float(np.mean([0.0 if s.ok else 1.0 for s in picked])) if picked else None
+    ok = [s for s in picked if s.ok]
+    if lim.metric == "itl":
+        values = [g for s in ok for g in s.itl]
+    else:
+        values = [v for s in ok if (v := getattr(s, lim.metric)) is not None]
+    if not values:
+        return None
+    if lim.stat == "mean":
+        return float(np.mean(values))
+    return float(np.percentile(values, PERCENTILE_Q[lim.stat] * 100))
+
+
+def _weight(samples: Sequence[RequestSample], lim: Limit) -> int:
+    """The independent units a figure rests on: requests (with a value, for a latency)."""
+    if lim.metric == "error_rate":
+        return len(samples)
+    if lim.metric == "itl":
+        return sum(1 for s in samples if s.ok and s.itl)
+    return sum(1 for s in samples if s.ok and getattr(s, lim.metric) is not None)
+
+
+def isotonic(y: Sequence[float], w: Sequence[float]) -> list[float]:
+    """Weighted least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for yi, wi in zip(y, w, strict=True):
+        blocks.append([yi, max(wi, 1e-12), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, w2, c2 = blocks.pop()
+            m1, w1, c1 = blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
+    out: list[float] = []
+    for m, _, c in blocks:
+        out += [m] * int(c)
+    return out
+
+
+MIN_RATIO = 1e-3
+"""A latency figure under a thousandth of its limit counts as that (its logarithm stays finite)."""
+
+
+def _margin(v: float, lim: Limit) -> float:
+    """How far past its limit a figure is: the log of figure / limit for a latency (latencies grow
+    about exponentially with load until the queue takes over, so the crossing interpolates well
+    between levels), the difference for the error rate (which starts at 0)."""
+    if lim.metric == "error_rate":
+        return v - lim.value
+    return math.log(max(v / lim.value, MIN_RATIO))
+
+
+def _crossing(xs: Sequence[float], fit: Sequence[float]) -> tuple[float, int]:
+    """(where the fit crosses 0, the index of the first level beyond it); +inf when it never does,
+    -inf when it starts beyond."""
+    for i, f in enumerate(fit):
+        if f > 0:
+            if i == 0:
+                return -math.inf, 0
+            f0 = fit[i - 1]
+            t = -f0 / (f - f0) if f > f0 else 0.0
+            return xs[i - 1] + t * (xs[i] - xs[i - 1]), i
+    return math.inf, len(xs)
+
+
+def _knee_of(per_limit: dict[str, tuple[list[float], list[float], list[float]]]) -> tuple[float, str | None]:
+    best, binding = math.inf, None
+    for key, (xs, ms, ws) in per_limit.items():
+        if not xs:
+            continue
+        k, _ = _crossing(xs, isotonic(ms, ws))
+        if k < best:
+            best, binding = k, key
+    return best, binding
+
+
+def infer_knee(
+    levels: Sequence[tuple[float, Sequence[RequestSample]]],
+    limits: Sequence[Limit],
+    unit: LevelUnit = "users",
+    replicates: int = REPLICATES,
+    seed: int = 0,
+) -> KneeEstimate | None:
+    """The knee across ``levels`` (each level and the requests its step measured), or None
+    before any level has a figure. Levels measured twice are pooled."""
+    pooled: dict[float, list[RequestSample]] = {}
+    for level, samples in levels:
+        pooled.setdefault(float(level), []).extend(samples)
+    xs_all = sorted(x for x, s in pooled.items() if s)
+    if not xs_all or not limits:
+        return None
+
+    def points(pick: dict[float, np.ndarray]) -> dict[str, tuple[list[float], list[float], list[float]]]:
+        out: dict[str, tuple[list[float], list[float], list[float]]] = {}
+        for lim in limits:
+            xs, ms, ws = [], [], []
+            for x in xs_all:
+                v = _figure(pooled[x], pick[x], lim)
+                if v is not None:
+                    xs.append(x)
+                    ms.append(_margin(v, lim))
+                    ws.append(float(_weight(pooled[x], lim)))
+            out[lim.key] = (xs, ms, ws)
+        return out
+
+    whole = {x: np.arange(len(pooled[x])) for x in xs_all}
+    base = points(whole)
+    if not any(xs for xs, _, _ in base.values()):
+        return None
+    knee, binding = _knee_of(base)
+    rng = np.random.default_rng(seed + 7_919 * len(xs_all) + sum(len(s) for s in pooled.values()))
+    boots: list[float] = []
+    jumps: list[float] = []
+    bracket = _bracket(base, binding)
+    for _ in range(replicates):
+        pick = {x: rng.integers(0, len(pooled[x]), len(pooled[x])) for x in xs_all}
+        pts = points(pick)
+        boots.append(_knee_of(pts)[0])
+        if bracket is not None and binding is not None:
+            xs, ms, _ = pts[binding]
+            lo_x, hi_x = bracket
+            if lo_x in xs and hi_x in xs:
+                jumps.append(ms[xs.index(hi_x)] - ms[xs.index(lo_x)])
+    n_levels = len(xs_all)
+    if math.isinf(knee):
+        if knee > 0:  # every level within every limit
+            return KneeEstimate(xs_all[-1], (xs_all[-1], None), None, "bound", unit, n_levels, replicates)
+        return KneeEstimate(None, (None, xs_all[0]), binding, "bound", unit, n_levels, replicates)
+    arr = np.asarray(boots, dtype=float)
+    lo = float(np.percentile(arr, 2.5)) if replicates else knee
+    hi = float(np.percentile(arr, 97.5)) if replicates else knee
+    lim = next(x for x in limits if x.key == binding)
+    if _too_few_for_the_tail(pooled, xs_all, lim):
+        # resampling cannot see past the largest value a step measured: where a step is too short
+        # to bound its percentile from above, the interval also holds what each level's
+        # distribution-free interval allows
+        env_lo, env_hi = _envelope(pooled, xs_all, lim)
+        lo, hi = min(lo, env_lo), max(hi, env_hi)
+    ci: Interval = (None if math.isinf(lo) else max(lo, 0.0), None if math.isinf(hi) else hi)
+    if bracket is not None and binding is not None and _is_cliff(base[binding], bracket, jumps):
+        return KneeEstimate(bracket[0], bracket, binding, "cliff", unit, n_levels, replicates)
+    return KneeEstimate(knee, ci, binding, "smooth", unit, n_levels, replicates)
+
+
+def _per_request_values(samples: Sequence[RequestSample], lim: Limit) -> list[float]:
+    return [v for s in samples if s.ok and (v := getattr(s, lim.metric)) is not None]
+
+
+def _too_few_for_the_tail(pooled: dict[float, list[RequestSample]], xs: Sequence[float], lim: Limit) -> bool:
+    """A per-request percentile (TTFT, TPOT, E2E) that some level measured too few requests to
+    bound from above."""
+    q = PERCENTILE_Q.get(lim.stat)
+    if q is None or lim.metric not in ("ttft", "tpot", "e2e"):
+        return False
+    need = min_samples_for_upper_bound(q)
+    return any(len(_per_request_values(pooled[x], lim)) < need for x in xs)
+
+
+def _envelope(pooled: dict[float, list[RequestSample]], xs: Sequence[float], lim: Limit) -> tuple[float, float]:
+    """The crossings of the fits through each level's order-statistic interval: the pessimistic
+    one (through the high ends; a level that cannot be bounded counts as beyond the limit) and
+    the optimistic one (through the low ends)."""
+    q = PERCENTILE_Q[lim.stat]
+    his, los, ws, kept = [], [], [], []
+    for x in xs:
+        values = _per_request_values(pooled[x], lim)
+        if not values:
+            continue
+        lo, hi = quantile_interval(values, q)
+        kept.append(x)
+        his.append(_margin(hi, lim) if hi is not None else BEYOND)
+        los.append(_margin(lo, lim) if lo is not None else -BEYOND)
+        ws.append(float(len(values)))
+    if not kept:
+        return -math.inf, math.inf
+    pessimistic, _ = _crossing(kept, isotonic(his, ws))
+    optimistic, _ = _crossing(kept, isotonic(los, ws))
+    return pessimistic, optimistic
+
+
+BEYOND = 1e6
+"""The margin of a side the sample cannot bound (far past any limit)."""
+
+
+def _bracket(
+    per_limit: dict[str, tuple[list[float], list[float], list[float]]], binding: str | None
+) -> tuple[float, float] | None:
+    """The two levels around the binding limit's crossing."""
+    if binding is None:
+        return None
+    xs, ms, ws = per_limit[binding]
+    k, i = _crossing(xs, isotonic(ms, ws))
+    if math.isinf(k) or i == 0 or i >= len(xs):
+        return None
+    return xs[i - 1], xs[i]
+
+
+def _is_cliff(
+    points: tuple[list[float], list[float], list[float]], bracket: tuple[float, float], jumps: Sequence[float]
+) -> bool:
+    """The raw margin jumps across the bracket by more than the fitted trend below it and the
+    jump's own bootstrap noise explain (at least two levels below the jump give the trend)."""
+    xs, ms, ws = points
+    fit = isotonic(ms, ws)
+    i = xs.index(bracket[1])
+    if i < 2:
+        return False
+    slope = max(0.0, (fit[i - 1] - fit[i - 2]) / (xs[i - 1] - xs[i - 2]))
+    expected = slope * (xs[i] - xs[i - 1])
+    noise = float(np.std(jumps)) if len(jumps) > 1 else 0.0
+    jump = ms[i] - ms[i - 1]
+    return jump > CLIFF_FACTOR * max(expected, noise, 0.05)

@@ -1,0 +1,113 @@
+"""The knee inferred across steps: the crossing of each limit's isotonic fit, its bootstrap
+interval, the binding limit, cliffs and one-sided bounds."""
+
+import math
+
+import numpy as np
+import pytest
+
+from spoc_tui.core.inference import KneeEstimate, infer_knee, isotonic
+from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.steps import RequestSample
+
+
+def _step(level, n, ttft_median, seed, itl=0.01, fail=0.0):
+    """n requests whose TTFT is lognormal around ``ttft_median`` (sigma 0.3)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        ok = rng.random() >= fail
+        t = float(ttft_median * math.exp(0.3 * rng.standard_normal()))
+        out.append(
+            RequestSample(
+                start=float(i),
+                step=1,
+                users=int(level),
+                ok=ok,
+                ttft=t if ok else None,
+                e2e=t + 1 if ok else None,
+                itl=(itl,) * 10 if ok else (),
+                output_tokens=11 if ok else None,
+                end=i + 1.0,
+            )
+        )
+    return out
+
+
+def _median_at(x):
+    return 0.02 * math.exp(x / 8)  # TTFT median rises smoothly with the level
+
+
+def test_isotonic_pools_violators_by_weight():
+    assert isotonic([1.0, 3.0, 2.0, 4.0], [1, 1, 1, 1]) == [1.0, 2.5, 2.5, 4.0]
+    assert isotonic([5.0, 1.0], [3, 1]) == [4.0, 4.0]
+
+
+def test_a_smooth_knee_is_found_between_levels_with_an_interval_that_holds_it():
+    lims = parse_sla("ttft_p50<=200ms")
+    true = 8 * math.log(0.2 / 0.02)  # where the median crosses 200 ms: 18.4
+    levels = [(x, _step(x, 120, _median_at(x), seed=x)) for x in (4, 8, 16, 24, 32)]
+    k = infer_knee(levels, lims)
+    assert k is not None and k.boundary == "smooth" and k.binding_limit == "ttft_p50"
+    assert k.ci95[0] is not None and k.ci95[1] is not None
+    assert k.ci95[0] <= true <= k.ci95[1] and abs(k.estimate - true) < 3
+    assert "binding ttft_p50" in k.text and k.levels == 5
+
+
+def test_the_binding_limit_is_the_one_that_crosses_first():
+    lims = parse_sla("ttft_p50<=1s,itl_p50<=5ms")
+    levels = [(x, _step(x, 60, _median_at(x), seed=x, itl=0.002 * x)) for x in (1, 2, 4, 8)]
+    k = infer_knee(levels, lims)
+    assert k is not None and k.binding_limit == "itl_p50" and 2 <= k.estimate <= 4
+
+
+def test_short_steps_still_contribute_their_point_estimates():
+    """A p99 of 20 requests has no upper bound of its own, but the fit across levels uses it."""
+    lims = parse_sla("ttft_p99<=400ms")
+    levels = [(x, _step(x, 20, _median_at(x), seed=x)) for x in (2, 4, 8, 16, 32)]
+    k = infer_knee(levels, lims)
+    assert k is not None and k.boundary in ("smooth", "cliff") and 4 <= k.estimate <= 32
+
+
+def test_bounds_when_no_level_or_every_level_broke_it():
+    lims = parse_sla("ttft_p50<=10s")
+    above = infer_knee([(x, _step(x, 40, 0.05, seed=x)) for x in (1, 2, 4)], lims)
+    assert above == KneeEstimate(4.0, (4.0, None), None, "bound", "users", 3, above.replicates)
+    assert above.text.startswith("more than 4 users")
+    below = infer_knee([(x, _step(x, 40, 50.0, seed=x)) for x in (2, 4)], lims)
+    assert below is not None and below.boundary == "bound" and below.ci95 == (None, 2.0)
+    assert below.text.startswith("fewer than 2 users")
+
+
+def test_a_jump_the_trend_does_not_explain_is_a_cliff_and_its_interval_the_bracket():
+    lims = parse_sla("ttft_p50<=500ms")
+    flat = [(x, _step(x, 100, 0.05 + 0.001 * x, seed=x)) for x in (2, 4, 8, 12)]
+    k = infer_knee([*flat, (16, _step(16, 100, 5.0, seed=16))], lims)
+    assert k is not None and k.boundary == "cliff" and k.ci95 == (12.0, 16.0) and k.estimate == 12.0
+
+
+def test_errors_count_and_the_knee_reads_back_from_json():
+    lims = parse_sla("error_rate<=5%")
+    levels = [(x, _step(x, 400, 0.05, seed=x, fail=f)) for x, f in ((1, 0.0), (2, 0.03), (3, 0.06), (4, 0.09))]
+    k = infer_knee(levels, lims)
+    assert k is not None and k.binding_limit == "error_rate" and k.boundary == "smooth" and 2 < k.estimate < 4
+    assert KneeEstimate.from_dict(k.as_dict(), "users") == k
+    assert infer_knee([], lims) is None and infer_knee([(1, [])], lims) is None
+
+
+def test_the_interval_covers_the_truth_in_most_seeds():
+    lims = parse_sla("ttft_p90<=300ms")
+    true = 8 * math.log(0.3 / (0.02 * math.exp(0.3 * 1.2816)))
+    held = 0
+    for seed in range(12):
+        levels = [(x, _step(x, 80, _median_at(x), seed=100 * seed + x)) for x in (4, 8, 16, 24, 32)]
+        k = infer_knee(levels, lims, replicates=150)
+        assert k is not None and k.ci95[0] is not None and k.ci95[1] is not None
+        held += k.ci95[0] <= true <= k.ci95[1]
+    assert held >= 9, held
+
+
+@pytest.mark.parametrize("unit", ["users", "req/s"])
+def test_units_read_in_the_text(unit):
+    k = KneeEstimate(2.5, (2.0, 3.0), "ttft_p99", "smooth", unit, 4, 200)
+    assert k.text == f"2.5 {unit} (95 %: 2-3), binding ttft_p99"
