@@ -72,7 +72,12 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
     d = json.loads((out / "ramp.json").read_text())
     knee = d["knee"]
     assert (knee["max_users_within_sla"], knee["first_failing_users"], knee["broken_limit"]) == (8, 40, "ttft_p90")
-    assert knee["reason"].startswith("the batch is full")
+    assert knee["reason"].startswith("the batch is full") and knee["cause"] == "batch_full"
+    # the knee inferred across the steps lies in the bracket the decisions give, with its interval
+    assert knee["boundary"] in ("smooth", "cliff") and knee["binding_limit"] in ("ttft_p90", "itl_p90")
+    est, (lo, hi) = knee["estimate"], knee["ci95"]
+    assert 8 <= est <= 40 and (lo is None or lo <= est) and (hi is None or est <= hi)
+    assert "knee across steps: " in r.stdout and d["schema"] == 2
     assert d["sla"] == ["ttft_p90<=500ms", "itl_p90<=60ms"]
     for step in d["steps"]:  # every decided figure says how sure it is
         assert step["verdict"]["decision"] in ("meets", "breaks")
