@@ -463,10 +463,19 @@ class ProcessHealth:
 
 
 CLIENT_LAG_P99_MS = 1.0
+CLIENT_LAG_SHARE = 0.02
 CLIENT_CPU_PCT = 90.0
-"""A load-generator process whose event loop woke more than 1 ms late at the 99th percentile, or
-that used more than 90 % of a core (Locust's own warning), timestamped chunks late: its
-latencies are not trustworthy."""
+"""A load-generator process that used more than 90 % of a core (Locust's own warning), or whose
+event loop woke late at the 99th percentile by more than 2 % of the smallest latency limit being
+judged (at least 1 ms; 1 ms without a latency limit), timestamped chunks late enough to move a
+verdict: its latencies are not trustworthy. A 1.5 ms lag against a 400 ms limit is not."""
+
+
+def lag_allowed_ms(limits: Sequence[Limit]) -> float:
+    """The loop lag (p99, ms) a load generator may have before its timing error matters against
+    ``limits``: 2 % of the smallest latency limit, at least 1 ms."""
+    latency = [lim.value for lim in limits if lim.metric != "error_rate"]
+    return max(CLIENT_LAG_P99_MS, CLIENT_LAG_SHARE * min(latency) * 1000) if latency else CLIENT_LAG_P99_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,10 +532,13 @@ class ClientHealth:
         )
 
 
-def client_health(points: Sequence[tuple[str, float, float, Sequence[float]]]) -> ClientHealth:
+def client_health(
+    points: Sequence[tuple[str, float, float, Sequence[float]]], limits: Sequence[Limit] = ()
+) -> ClientHealth:
     """How the load generator's processes fared over a step's window, from their once-a-second
     reports ``(process, wall time, CPU seconds so far, loop lags in ms)``: CPU use in % of a core,
-    loop lag p99 and max per process, and whether any was saturated (and why)."""
+    loop lag p99 and max per process, and whether any was saturated for the ``limits`` judged
+    (:func:`lag_allowed_ms`), and why."""
     by: dict[str, list[tuple[float, float, Sequence[float]]]] = {}
     for proc, t, cpu, lags in points:
         by.setdefault(proc, []).append((t, cpu, lags))
@@ -551,8 +563,9 @@ def client_health(points: Sequence[tuple[str, float, float, Sequence[float]]]) -
     why = []
     if worst_cpu is not None and worst_cpu > CLIENT_CPU_PCT:
         why.append(f"CPU {worst_cpu:.0f} % of a core")
-    if worst_lag is not None and worst_lag > CLIENT_LAG_P99_MS:
-        why.append(f"event-loop lag p99 {worst_lag:.1f} ms")
+    allowed = lag_allowed_ms(limits)
+    if worst_lag is not None and worst_lag > allowed:
+        why.append(f"event-loop lag p99 {worst_lag:.1f} ms, over the {allowed:.1f} ms that matters to the SLA")
     return ClientHealth(tuple(procs), worst_cpu, worst_lag, bool(why), ", ".join(why))
 
 

@@ -638,7 +638,7 @@ async def _run_step(
             rate=level if cfg.open_loop else None,
             server=server,
             client=client_health(
-                [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if m_start <= h.t <= m_end + 1.0]
+                [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if m_start <= h.t <= m_end + 1.0], cfg.limits
             ),
             extended_s=max(0.0, (m_end - m_start) - planned),
             unbounded=unbounded,

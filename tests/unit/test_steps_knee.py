@@ -389,6 +389,12 @@ def test_client_health_flags_a_saturated_load_generator():
     assert h.saturated and "CPU 97 % of a core" in h.reason and "lag p99" in h.reason
     assert {p.name for p in h.processes} == {"main", "worker w1"}
     assert client_health([]).as_dict() == {}
+    # a lag that cannot move a verdict is not a saturated client: 1.5 ms against a 400 ms limit
+    jittery = [("main", float(t), 0.05 * t, [1.5] * 20) for t in range(10)]
+    assert client_health(jittery).saturated  # no limit to judge it against: 1 ms
+    assert not client_health(jittery, parse_sla("ttft_p99<=400ms")).saturated
+    late = client_health(jittery, parse_sla("ttft_p99<=400ms,itl_p99<=50ms"))
+    assert late.saturated and "over the 1.0 ms that matters" in late.reason
 
 
 def test_workers_auto_sizes_by_streams_and_cores():
