@@ -45,6 +45,11 @@ class FleetPlan:
     waiting_basis: str
     broken_limit: str | None
     notes: list[str] = field(default_factory=list)
+    replicas_ci95: tuple[int | None, int | None] = (None, None)
+    """Replicas for the ends of the knee's 95 % interval (fewest, most); a side None where the knee
+    is not bounded."""
+    at_most: bool = False
+    """No level broke the SLA: ``replicas`` is an upper bound, not a size."""
 
     @property
     def gpus(self) -> int:
@@ -63,6 +68,8 @@ class FleetPlan:
             "first_failing_users_per_replica": self.first_failing_users,
             "planned_users_per_replica": self.users_per_replica,
             "replicas": self.replicas,
+            "replicas_ci95": list(self.replicas_ci95),
+            "replicas_at_most": self.at_most,
             "replicas_interval": [self.replicas_low, self.replicas],
             "gpus_per_replica": self.gpus_per_replica,
             "gpus": self.gpus,
@@ -92,27 +99,60 @@ def plan_from_ramp(doc: RampDoc, users: int, headroom: float = 0.2, gpus_per_rep
     if knee.unit == "req/s":
         raise PlanError("the ramp stepped request rates (--rate): plan from a ramp of users")
     k, f = knee.meets_level, knee.breaks_level
-    if k is None or k <= 0:
-        why = f"even {f:g} users broke the SLA ({knee.broken_limit})" if f is not None else "no step met the SLA"
-        raise PlanError(f"the ramp has no knee to plan from: {why}; ramp lower user counts (--users auto)")
+    inferred = knee.inferred
     notes: list[str] = []
-    if f is None:
-        notes.append(f"no step broke the SLA: one replica holds at least {k:g} users (the plan is conservative)")
+    at_most = False
+    interval: tuple[int | None, int | None] = (None, None)
+    if inferred is not None and inferred.boundary == "bound" and inferred.estimate is None:
+        lowest = inferred.ci95[1] or 1
+        raise PlanError(
+            f"the ramp has no knee to plan from: even {lowest:g} users broke the SLA ({inferred.binding_limit}); "
+            f"{_lower_levels(lowest)}"
+        )
+    if inferred is not None and inferred.estimate is not None:
+        k = inferred.estimate
+        lo, hi = inferred.ci95
+        if inferred.boundary == "bound":
+            at_most = True  # one replica takes more than the highest level run
+            notes.append(
+                f"no level broke the SLA up to {k:g} users: one replica takes more, so this is at most how many "
+                f"replicas it needs (ramp higher to size it: --users auto:{int(k) * 4})"
+            )
+        else:
+            interval = (_replicas(users, hi, headroom), _replicas(users, lo, headroom))
+            notes.append(
+                f"knee {inferred.text} across {inferred.levels} levels"
+                + (f"; decided steps: {knee.meets_text} met, {f:g} broke" if f is not None and knee.meets_level else "")
+            )
+    elif k is None or k <= 0:
+        why = f"even {f:g} users broke the SLA ({knee.broken_limit})" if f is not None else "no step met the SLA"
+        hint = _lower_levels(f) if f is not None else "ramp lower user counts (--users auto)"
+        raise PlanError(f"the ramp has no knee to plan from: {why}; {hint}")
+    elif f is None:
+        at_most = True
+        notes.append(f"no step broke the SLA: one replica holds at least {k:g} users, so this is at most how many")
+    assert k is not None
     per = k * (1 - headroom)
     if per < 1:
         raise PlanError(f"with {headroom:.0%} headroom a replica holds under one user ({k:g} at the knee)")
     replicas = math.ceil(users / per)
-    low = replicas if f is None else max(1, math.ceil(users / (max(k, f - 1) * (1 - headroom))))
+    bracket_low = replicas
+    if inferred is None and f is not None:  # schema 1: the decided bracket, not an interval
+        bracket_low = max(1, math.ceil(users / (max(k, f - 1) * (1 - headroom))))
+    if at_most:
+        interval = (None, replicas)
     gpus = gpus_per_replica if gpus_per_replica is not None else (doc.gpus or 1)
     if gpus < 1:
         raise PlanError("--gpus-per-replica must be at least 1")
-    target, basis = _target_waiting(doc, k)
+    at_knee = [s.users for s in doc.steps if s.users <= k]
+    target, basis = _target_waiting(doc, max(at_knee) if at_knee else k)
     if knee.why is not None and knee.why.client_saturated:
         notes.append("the ramp's load generator was saturated: its latencies read high, the knee may lie higher")
     if knee.inconclusive:
         notes.append(f"undecided levels {_levels(knee.inconclusive)}: the knee could lie higher")
     if knee.contradicted:
         notes.append(f"levels above the failing one met the SLA {_levels(knee.contradicted)}: noise or warm-up")
+    low = interval[0] if interval[0] is not None else bracket_low
     return FleetPlan(
         users=users,
         headroom=headroom,
@@ -124,9 +164,26 @@ def plan_from_ramp(doc: RampDoc, users: int, headroom: float = 0.2, gpus_per_rep
         gpus_per_replica=gpus,
         target_waiting=target,
         waiting_basis=basis,
-        broken_limit=knee.broken_limit,
+        broken_limit=inferred.binding_limit if inferred is not None and inferred.binding_limit else knee.broken_limit,
         notes=notes,
+        replicas_ci95=interval,
+        at_most=at_most,
     )
+
+
+def _replicas(users: int, per_replica: float | None, headroom: float) -> int | None:
+    """Replicas for ``users`` when one replica takes ``per_replica`` users (None: unknown)."""
+    if per_replica is None or per_replica * (1 - headroom) <= 0:
+        return None
+    return max(1, math.ceil(users / (per_replica * (1 - headroom))))
+
+
+def _lower_levels(broke: float) -> str:
+    """What to ramp when even the lowest level broke: three lower user counts, by halving."""
+    below = sorted({max(1, int(broke // d)) for d in (8, 4, 2)} - {int(broke)})
+    if not below:
+        return "one user already breaks it: no lower load meets this SLA on this server (loosen the SLA?)"
+    return f"ramp lower user counts, e.g. --users {','.join(map(str, below))}"
 
 
 def _levels(levels: tuple[float, ...]) -> str:
@@ -200,15 +257,24 @@ spec:
 """
 
 
+def _range_text(p: FleetPlan) -> str:
+    lo, hi = p.replicas_ci95
+    if p.at_most:
+        return ""
+    if lo is not None or hi is not None:
+        return f" (95 %: {lo if lo is not None else '?'}-{hi if hi is not None else '?'})"
+    return f" (the knee's bracket allows {p.replicas_low}..{p.replicas})" if p.replicas_low != p.replicas else ""
+
+
 def plan_text(p: FleetPlan) -> str:
     lines = [
         f"{p.users:,} concurrent users of {p.model}:",
         f"  one replica met the SLA at {p.knee_users:g} users"
         + (f" and broke it at {p.first_failing_users:g} ({p.broken_limit})" if p.first_failing_users else ""),
         f"  planned at {p.users_per_replica:.1f} users per replica ({p.headroom:.0%} headroom)",
-        f"  replicas: {p.replicas}"
-        + (f" (the knee's bracket allows {p.replicas_low}..{p.replicas})" if p.replicas_low != p.replicas else "")
-        + f", GPUs: {p.gpus} ({p.gpus_per_replica} per replica)",
+        (f"  replicas: at most {p.replicas}" if p.at_most else f"  replicas: {p.replicas}")
+        + _range_text(p)
+        + f", GPUs: {'at most ' if p.at_most else ''}{p.gpus} ({p.gpus_per_replica} per replica)",
         f"  autoscale on vllm:num_requests_waiting, target {p.target_waiting:g} per replica ({p.waiting_basis})",
     ]
     lines += [f"  note: {n}" for n in p.notes]

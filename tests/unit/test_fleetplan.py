@@ -117,3 +117,34 @@ def test_cli(tmp_path):
         text=True,
     )
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def _inferred(estimate, ci95, boundary, **kw):
+    doc = raw(**kw)
+    doc["knee"].update(estimate=estimate, ci95=ci95, binding_limit="ttft_p99", boundary=boundary, levels=5)
+    return decode_ramp(doc)
+
+
+def test_replicas_for_the_inferred_knee_and_both_ends_of_its_interval():
+    p = plan_from_ramp(_inferred(20.0, [16.0, 25.0], "smooth"), 1000, 0.2)
+    assert p.knee_users == 20.0 and p.replicas == 63  # ceil(1000 / 16)
+    assert p.replicas_ci95 == (50, 79)  # 25 users a replica .. 16
+    assert "(95 %: 50-79)" in plan_text(p) and p.as_dict()["replicas_ci95"] == [50, 79]
+    assert yaml.safe_load(keda_yaml(p))["spec"]["maxReplicaCount"] == 63  # the ScaledObject from the estimate
+
+
+def test_a_one_sided_knee_gives_at_most_never_a_size():
+    p = plan_from_ramp(_inferred(40.0, [40.0, None], "bound", f=None), 1000, 0.2)
+    assert p.at_most and p.replicas == 32 and p.replicas_ci95 == (None, 32)
+    text = plan_text(p)
+    assert "replicas: at most 32" in text and "--users auto:160" in text
+    assert p.as_dict()["replicas_at_most"] is True
+
+
+def test_even_the_lowest_level_broke_names_lower_levels_to_try():
+    with pytest.raises(PlanError, match=r"even 64 users broke .*--users 8,16,32"):
+        plan_from_ramp(_inferred(None, [None, 64.0], "bound", k=None, f=64), 100, 0.2)
+    with pytest.raises(PlanError, match=r"even 8 users broke .*--users 1,2,4"):
+        plan_from_ramp(ramp(k=None, f=8), 100, 0.2)
+    with pytest.raises(PlanError, match="one user already breaks it"):
+        plan_from_ramp(ramp(k=None, f=1), 100, 0.2)
