@@ -785,6 +785,7 @@ def locate(what: str) -> None:
 
 
 def _register() -> None:
+    from spoc_tui.cli.compare import compare_cmd
     from spoc_tui.cli.plan import plan_cmd
     from spoc_tui.cli.profile import profile_cmd
     from spoc_tui.cli.replay import replay_cmd
@@ -792,6 +793,7 @@ def _register() -> None:
     cli.add_command(profile_cmd)
     cli.add_command(plan_cmd)
     cli.add_command(replay_cmd)
+    cli.add_command(compare_cmd)
 
 
 _register()
