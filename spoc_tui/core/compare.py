@@ -18,7 +18,7 @@ from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import StepSummary
 
-Verdict = Literal["better", "worse", "within noise", "not comparable"]
+Outcome = Literal["better", "worse", "within noise", "not comparable"]
 Z = 1.959964
 
 
@@ -34,7 +34,7 @@ class Difference:
     higher_is_better: bool
 
     @property
-    def verdict(self) -> Verdict:
+    def verdict(self) -> Outcome:
         lo, hi = self.ci95
         if self.diff is None:
             return "not comparable"
@@ -82,7 +82,7 @@ class Comparison:
     notes: tuple[str, ...] = ()
 
     @property
-    def verdict(self) -> Verdict:
+    def verdict(self) -> Outcome:
         """The knee's verdict (how many users within the SLA) when both have one, else the
         figures': better or worse only when none disagrees."""
         if self.knee.verdict != "not comparable":
