@@ -239,8 +239,9 @@ def infer_knee(
             return KneeEstimate(xs_all[-1], (xs_all[-1], None), None, "bound", unit, n_levels, replicates)
         return KneeEstimate(None, (None, xs_all[0]), binding, "bound", unit, n_levels, replicates)
     arr = np.asarray(boots, dtype=float)
-    lo = float(np.percentile(arr, 2.5)) if replicates else knee
-    hi = float(np.percentile(arr, 97.5)) if replicates else knee
+    # no interpolation between replicates: some are infinite (no crossing in that replicate)
+    lo = float(np.percentile(arr, 2.5, method="lower")) if replicates else knee
+    hi = float(np.percentile(arr, 97.5, method="higher")) if replicates else knee
     lim = next(x for x in limits if x.key == binding)
     if _too_few_for_the_tail(pooled, xs_all, lim):
         # resampling cannot see past the largest value a step measured: where a step is too short
