@@ -22,7 +22,7 @@ import click
 
 from spoc_tui import __version__
 from spoc_tui.capacity.service import CapacityArgs
-from spoc_tui.cli.options import api_key_options, served_model_option, tls_options
+from spoc_tui.cli.options import api_key_options, config_values, from_config, served_model_option, tls_options
 from spoc_tui.cli.types import FINITE
 from spoc_tui.collectors.http import check_credentials
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
@@ -383,7 +383,13 @@ def resolve_settings(
 
 
 @cli.command()
-@click.option("--url", required=True, envvar="SPOC_VLLM_URL", show_envvar=True, help="The server (vLLM or spoc sim).")
+@click.option(
+    "--url",
+    envvar="SPOC_VLLM_URL",
+    show_envvar=True,
+    default=None,
+    help="The server (vLLM or spoc sim) [default: config.toml's first vllm_urls].",
+)
 @served_model_option
 @click.option(
     "--profile",
@@ -438,7 +444,13 @@ def resolve_settings(
         "ms in the process that streams tokens; a short step is read every tenth of it, at most once a second)."
     ),
 )
-@click.option("--sla", required=True, help='Limits, e.g. "ttft_p99<=2s,itl_p99<=100ms,error_rate<=1%".')
+@click.option(
+    "--sla",
+    envvar="SPOC_SLA",
+    show_envvar=True,
+    default=None,
+    help='Limits, e.g. "ttft_p99<=2s,itl_p99<=100ms,error_rate<=1%" [default: config.toml\'s sla].',
+)
 @click.option(
     "--abort-factor",
     type=FINITE,
@@ -462,7 +474,7 @@ def resolve_settings(
 @api_key_options("Bearer token (never written to results).")
 @tls_options
 def ramp(
-    url: str,
+    url: str | None,
     model: str | None,
     profile: str,
     users_spec: str | None,
@@ -472,7 +484,7 @@ def ramp(
     spawn_rate: float | None,
     warmup_seconds: float,
     poll_seconds: float,
-    sla: str,
+    sla: str | None,
     abort_factor: float,
     out_dir: str,
     workers_spec: str,
@@ -490,6 +502,11 @@ def ramp(
     from spoc_tui.cli.ramp import run
     from spoc_tui.collectors.scrape import metrics_url
 
+    url = from_config(url, "vllm_urls", "--url")
+    sla = from_config(sla, "sla", "--sla")
+    if not dcgm_urls:
+        configured = config_values().get("dcgm_urls")
+        dcgm_urls = tuple(str(u) for u in configured) if isinstance(configured, list) else ()
     try:
         metrics_url(url)
     except SpocError as e:
@@ -553,7 +570,13 @@ def ramp(
     show_default=True,
     help="Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.",
 )
-@click.option("--sla", required=True, help='Limits (Optuna constraints), e.g. "ttft_p99<=2s,itl_p99<=100ms".')
+@click.option(
+    "--sla",
+    envvar="SPOC_SLA",
+    show_envvar=True,
+    default=None,
+    help='Limits (Optuna constraints), e.g. "ttft_p99<=2s,itl_p99<=100ms" [default: config.toml\'s sla].',
+)
 @click.option(
     "--trials",
     type=int,
@@ -674,6 +697,7 @@ def tune(**kw: Any) -> None:
     """
     from spoc_tui.cli.tune import run
 
+    kw["sla"] = from_config(kw.get("sla"), "sla", "--sla")
     sys.exit(run(TuneArgs(**kw)))
 
 

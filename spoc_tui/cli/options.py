@@ -103,3 +103,20 @@ def served_model_option(f: F) -> F:
     """``--model``: the served model name a client asks for."""
     opt = click.option("--model", default=None, help="Served model name [default: the server's first].")
     return opt(f)
+
+
+def from_config(value: str | None, key: str, flag: str) -> str:
+    """A required setting by the one rule: the flag (or its ``SPOC_*`` variable), else
+    ``config.toml``'s ``key`` (a list's first entry: ``vllm_urls``).
+
+    Raises:
+        InputError: neither gives it.
+    """
+    if value:
+        return value
+    found = config_values().get(key)
+    if isinstance(found, list):
+        found = found[0] if found else None
+    if not found:
+        raise InputError(f"{flag} is needed (or {key} in config.toml, see spoc locate config)")
+    return str(found)

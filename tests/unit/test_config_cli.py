@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -261,3 +262,27 @@ def test_every_client_command_reads_the_api_key_by_one_rule(tmp_path, monkeypatc
     for cmd in ("inspect", "ramp", "tune", "profile"):
         out = subprocess.run([sys.executable, "-m", "spoc_tui.cli", cmd, "--help"], capture_output=True, text=True)
         assert "--api-key-file" in out.stdout and "config.toml" in out.stdout, cmd
+
+
+def test_ramp_and_tune_take_the_server_and_the_sla_by_the_same_rule(tmp_path):
+    """--url and --sla (or SPOC_VLLM_URL, SPOC_SLA), else config.toml's vllm_urls and sla, else a
+    one-line error naming both."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('vllm_urls = ["http://127.0.0.1:9"]\nsla = "ttft_p99<=2s"\n')
+    env = {**os.environ, "SPOC_CONFIG": str(cfg)}
+    env.pop("SPOC_VLLM_URL", None)
+    env.pop("SPOC_SLA", None)
+    argv = [sys.executable, "-m", "spoc_tui.cli", "ramp", "--out", str(tmp_path / "out")]
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    # the config's server was asked (nothing listens on port 9): the ramp got its URL and SLA there
+    assert r.returncode == 1 and "127.0.0.1:9: cannot reach the server" in r.stderr, r.stderr
+    cfg.write_text("")
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "--url is needed (or vllm_urls in config.toml" in r.stderr
+    r = subprocess.run([*argv, "--url", "http://127.0.0.1:9"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "--sla is needed (or sla in config.toml" in r.stderr
+    r = subprocess.run(
+        [*argv, "--url", "http://127.0.0.1:9"], capture_output=True, text=True, timeout=60,
+        env={**env, "SPOC_SLA": "error_rate<=1"},
+    )  # fmt: skip
+    assert r.returncode == 2 and "write error_rate<=1%" in r.stderr
