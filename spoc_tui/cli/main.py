@@ -502,10 +502,11 @@ def ramp(
     from spoc_tui.cli.ramp import run
     from spoc_tui.collectors.scrape import metrics_url
 
-    url = from_config(url, "vllm_urls", "--url")
-    sla = from_config(sla, "sla", "--sla")
+    conf = config_values() if not (url and sla and dcgm_urls) else {}
+    url = from_config(url, "vllm_urls", "--url", conf)
+    sla = from_config(sla, "sla", "--sla", conf)
     if not dcgm_urls:
-        configured = config_values().get("dcgm_urls")
+        configured = conf.get("dcgm_urls")
         dcgm_urls = tuple(str(u) for u in configured) if isinstance(configured, list) else ()
     try:
         metrics_url(url)

@@ -30,7 +30,7 @@ import numpy as np
 
 from spoc_tui.core.confidence import Interval, min_samples_for_upper_bound, quantile_interval
 from spoc_tui.core.sla import PERCENTILE_Q, LevelUnit, Limit, level_text
-from spoc_tui.core.steps import Json, RequestSample
+from spoc_tui.core.steps import Json, RequestSample, json_float, json_int, json_interval
 
 REPLICATES = 200
 """Bootstrap replicates of the whole inference (seeded: the same steps give the same interval)."""
@@ -89,22 +89,15 @@ class KneeEstimate:
         boundary = d.get("boundary")
         if boundary not in ("smooth", "cliff", "bound"):
             return None
-        ci = d.get("ci95")
-        lo, hi = (ci[0], ci[1]) if isinstance(ci, list) and len(ci) == 2 else (None, None)
-
-        def f(v: object) -> float | None:
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
         b = d.get("binding_limit")
-        levels, reps = d.get("levels"), d.get("replicates")
         return cls(
-            f(d.get("estimate")),
-            (f(lo), f(hi)),
+            json_float(d, "estimate"),
+            json_interval(d.get("ci95")),
             str(b) if b else None,
             boundary,  # checked above
             unit,
-            levels if isinstance(levels, int) else 0,
-            reps if isinstance(reps, int) else 0,
+            json_int(d, "levels") or 0,
+            json_int(d, "replicates") or 0,
         )
 
 

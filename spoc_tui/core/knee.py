@@ -14,7 +14,7 @@ from typing import Literal, get_args
 from spoc_tui.core import fmt
 from spoc_tui.core.inference import KneeEstimate
 from spoc_tui.core.sla import MAX_USERS, LevelUnit, UsersError, level_text, parse_rates, parse_users
-from spoc_tui.core.steps import Json, StepSummary
+from spoc_tui.core.steps import Json, StepSummary, json_float
 
 Cause = Literal[
     "queue_unbounded",
@@ -157,15 +157,11 @@ class Knee:
         unit: LevelUnit = "req/s" if d.get("unit") == "req/s" else "users"
         key = "users" if unit == "users" else "rate"
 
-        def level(k: str) -> float | None:
-            v = d.get(k)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
         def levels(k: str) -> tuple[float, ...]:
             v = d.get(k)
             return tuple(float(x) for x in v if isinstance(x, (int, float))) if isinstance(v, list) else ()
 
-        meets, breaks = level(f"max_{key}_within_sla"), level(f"first_failing_{key}")
+        meets, breaks = json_float(d, f"max_{key}_within_sla"), json_float(d, f"first_failing_{key}")
         b = d.get("broken_limit")
         breaking = [s for s in steps if s.decision == "breaks" and s.level == breaks]
         why: KneeWhy | None = knee_why(breaking[0]) if breaking else None

@@ -15,19 +15,22 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.knee import Knee
 from spoc_tui.core.presets import PresetError, read_json_object
-from spoc_tui.core.steps import Json, StepSummary
+from spoc_tui.core.steps import Json, StepSummary, json_float
 
 SCHEMA = 2
 """1: files written before the schema field; 2: ``schema`` added, the knee's ``cause`` and
 ``client_saturated`` added."""
 
-RampStatus = str
-"""``running``, ``complete``, ``stopped_early``, ``interrupted`` or ``server_failed``."""
+RampEnd = Literal["complete", "stopped_early", "interrupted", "server_failed"]
+"""How a ramp ended."""
+RampStatus = RampEnd | Literal["running"]
+"""A ramp's status in ramp.json (``running`` while it goes on)."""
 
 
 class ResultError(InputError):
@@ -64,7 +67,8 @@ class RampDoc:
     """A ramp result as read back: its steps and knee as typed values, the header as written."""
 
     schema: int
-    status: RampStatus
+    status: str
+    """As written (:data:`RampStatus`; a file of another program may say anything)."""
     model: str
     url: str
     sla: tuple[str, ...]
@@ -120,10 +124,6 @@ def decode_ramp(doc: Json, where: str = "ramp.json") -> RampDoc:
     knee = Knee.from_dict(knee_doc if isinstance(knee_doc, Mapping) else {}, steps)
     sla = doc.get("sla")
 
-    def num(k: str) -> float | None:
-        v = doc.get(k)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
     return RampDoc(
         schema=version,
         status=str(doc.get("status") or "unknown"),
@@ -134,9 +134,9 @@ def decode_ramp(doc: Json, where: str = "ramp.json") -> RampDoc:
         knee=knee,
         stop_reason=str(doc.get("stop_reason") or ""),
         plan=str(doc.get("users") or ""),
-        step_seconds=num("step_seconds"),
-        started_at=num("started_at"),
-        updated_at=num("updated_at"),
+        step_seconds=json_float(doc, "step_seconds"),
+        started_at=json_float(doc, "started_at"),
+        updated_at=json_float(doc, "updated_at"),
         path=where,
     )
 

@@ -39,12 +39,14 @@ Json = Mapping[str, object]
 """A decoded JSON object as a reader receives it (values unchecked)."""
 
 
-def _f(d: Json, k: str) -> float | None:
+def json_float(d: Json, k: str) -> float | None:
+    """``d[k]`` when it is a number (not a bool), else None: how every result reader takes a figure."""
     v = d.get(k)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _i(d: Json, k: str) -> int | None:
+def json_int(d: Json, k: str) -> int | None:
+    """``d[k]`` as a whole number when it is a number (not a bool), else None."""
     v = d.get(k)
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -53,7 +55,8 @@ def _obj(v: object) -> Json:
     return v if isinstance(v, Mapping) else {}
 
 
-def _interval(v: object) -> Interval:
+def json_interval(v: object) -> Interval:
+    """``[lo, hi]`` as written (a side null where it was not bounded) as an interval."""
     if isinstance(v, (list, tuple)) and len(v) == 2:
         lo, hi = v
         return (
@@ -120,31 +123,23 @@ class RequestSample:
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> RequestSample:
-        def f(k: str) -> float | None:
-            v = d.get(k)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-        def i(k: str) -> int | None:
-            v = d.get(k)
-            return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
         itl = d.get("itl") or []
         return cls(
-            start=f("start") or 0.0,
-            step=i("step") or 0,
-            users=i("users") or 0,
+            start=json_float(d, "start") or 0.0,
+            step=json_int(d, "step") or 0,
+            users=json_int(d, "users") or 0,
             ok=bool(d.get("ok")),
-            ttft=f("ttft"),
-            e2e=f("e2e"),
+            ttft=json_float(d, "ttft"),
+            e2e=json_float(d, "e2e"),
             itl=tuple(float(x) for x in itl) if isinstance(itl, list) else (),
-            output_tokens=i("output_tokens"),
-            prompt_tokens=i("prompt_tokens"),
-            cached_tokens=i("cached_tokens"),
+            output_tokens=json_int(d, "output_tokens"),
+            prompt_tokens=json_int(d, "prompt_tokens"),
+            cached_tokens=json_int(d, "cached_tokens"),
             error=str(d["error"]) if d.get("error") else None,
             conversation=str(d.get("conversation", "")),
-            turn=i("turn") or 0,
+            turn=json_int(d, "turn") or 0,
             request_id=str(d["request_id"]) if d.get("request_id") else None,
-            end=f("end"),
+            end=json_float(d, "end"),
         )
 
 
@@ -190,15 +185,15 @@ class Figures:
     def from_dict(cls, d: Json) -> Figures:
         ci = _obj(d.get("ci95"))
         return cls(
-            p50=_f(d, "p50"),
-            p90=_f(d, "p90"),
-            p95=_f(d, "p95"),
-            p99=_f(d, "p99"),
-            mean=_f(d, "mean"),
-            count=_i(d, "count") or 0,
-            n=_i(d, "n") if _i(d, "n") is not None else (_i(d, "count") or 0),  # type: ignore[arg-type]
-            requests=_i(d, "requests"),
-            ci95=tuple((k, _interval(ci[k])) for k in STAT_NAMES if k in ci),
+            p50=json_float(d, "p50"),
+            p90=json_float(d, "p90"),
+            p95=json_float(d, "p95"),
+            p99=json_float(d, "p99"),
+            mean=json_float(d, "mean"),
+            count=json_int(d, "count") or 0,
+            n=json_int(d, "n") if json_int(d, "n") is not None else (json_int(d, "count") or 0),  # type: ignore[arg-type]
+            requests=json_int(d, "requests"),
+            ci95=tuple((k, json_interval(ci[k])) for k in STAT_NAMES if k in ci),
         )
 
 
@@ -237,7 +232,7 @@ class Totals:
 
     @classmethod
     def from_dict(cls, d: Json) -> Totals:
-        return cls(*(_interval(d.get(k)) for k in ("request_rate", "output_tokens_per_s", "goodput", "error_rate")))
+        return cls(*(json_interval(d.get(k)) for k in ("request_rate", "output_tokens_per_s", "goodput", "error_rate")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,9 +269,9 @@ class Check:
     def from_dict(cls, key: str, d: Json) -> Check:
         return cls(
             key,
-            _f(d, "value"),
-            _f(d, "limit"),
-            _interval(d.get("ci95")),
+            json_float(d, "value"),
+            json_float(d, "limit"),
+            json_interval(d.get("ci95")),
             _decision(d.get("decision")),
             str(d.get("reason") or ""),
         )
@@ -330,7 +325,7 @@ class StepVerdict:
             decision=_decision(d.get("decision")),
             checks=tuple(Check.from_dict(str(k), _obj(v)) for k, v in checks.items()),
             broken_limit=str(b) if b else None,
-            worst_ratio=_f(d, "worst_ratio"),
+            worst_ratio=json_float(d, "worst_ratio"),
             reason=str(d.get("reason") or ""),
         )
 
@@ -374,10 +369,10 @@ class GpuWindow:
         return cls(
             gpu=str(d.get("gpu", "?")),
             uuid=str(d["uuid"]) if d.get("uuid") else None,
-            sm_clock_mhz=_f(d, "sm_clock_mhz"),
-            sm_clock_max_mhz=_f(d, "sm_clock_max_mhz"),
-            temp_c=_f(d, "temp_c"),
-            power_w=_f(d, "power_w"),
+            sm_clock_mhz=json_float(d, "sm_clock_mhz"),
+            sm_clock_max_mhz=json_float(d, "sm_clock_max_mhz"),
+            temp_c=json_float(d, "temp_c"),
+            power_w=json_float(d, "power_w"),
             throttle_reasons=tuple(str(r) for r in reasons) if isinstance(reasons, list) else (),
             throttled_pct=tuple((str(k), float(v)) for k, v in pct.items() if isinstance(v, (int, float))),
         )
@@ -435,16 +430,16 @@ class ServerWindow:
         bounded = d.get("bounded")
         return cls(
             seen=any(k in d for k in ("waiting", "waiting_max", "running_max", "kv_cache_usage_max")),
-            waiting=_f(d, "waiting"),
-            waiting_max=_f(d, "waiting_max"),
-            waiting_mean=_f(d, "waiting_mean"),
-            running_max=_f(d, "running_max"),
-            kv_cache_usage_max=_f(d, "kv_cache_usage_max"),
-            preemptions_per_s=_f(d, "preemptions_per_s"),
-            generation_tokens_per_s=_f(d, "generation_tokens_per_s"),
-            prefix_cache_hit_rate=_f(d, "prefix_cache_hit_rate"),
-            ttft_p99=_f(d, "ttft_p99"),
-            itl_p99=_f(d, "itl_p99"),
+            waiting=json_float(d, "waiting"),
+            waiting_max=json_float(d, "waiting_max"),
+            waiting_mean=json_float(d, "waiting_mean"),
+            running_max=json_float(d, "running_max"),
+            kv_cache_usage_max=json_float(d, "kv_cache_usage_max"),
+            preemptions_per_s=json_float(d, "preemptions_per_s"),
+            generation_tokens_per_s=json_float(d, "generation_tokens_per_s"),
+            prefix_cache_hit_rate=json_float(d, "prefix_cache_hit_rate"),
+            ttft_p99=json_float(d, "ttft_p99"),
+            itl_p99=json_float(d, "itl_p99"),
             bounded=tuple(str(b) for b in bounded) if isinstance(bounded, list) else (),
             window=str(d["window"]) if d.get("window") is not None else None,
             gpus=tuple(GpuWindow.from_dict(_obj(g)) for g in gpus) if isinstance(gpus, list) else None,
@@ -521,12 +516,15 @@ class ClientHealth:
         return cls(
             processes=tuple(
                 ProcessHealth(
-                    str(k), _f(_obj(v), "cpu_pct"), _f(_obj(v), "loop_lag_p99_ms"), _f(_obj(v), "loop_lag_max_ms")
+                    str(k),
+                    json_float(_obj(v), "cpu_pct"),
+                    json_float(_obj(v), "loop_lag_p99_ms"),
+                    json_float(_obj(v), "loop_lag_max_ms"),
                 )
                 for k, v in procs.items()
             ),
-            cpu_pct=_f(d, "cpu_pct"),
-            loop_lag_p99_ms=_f(d, "loop_lag_p99_ms"),
+            cpu_pct=json_float(d, "cpu_pct"),
+            loop_lag_p99_ms=json_float(d, "loop_lag_p99_ms"),
             saturated=bool(d.get("saturated")),
             reason=str(d.get("reason") or ""),
         )
@@ -670,24 +668,26 @@ class StepSummary:
         errs = _obj(d.get("errors_by_kind"))
         early = _obj(d.get("stopped_early"))
         return cls(
-            step=_i(d, "step") or 0,
-            users=_i(d, "users") or 0,
-            duration_s=_f(d, "duration_s") or 0.0,
-            requests=_i(d, "requests") or 0,
-            errors=_i(d, "errors") or 0,
+            step=json_int(d, "step") or 0,
+            users=json_int(d, "users") or 0,
+            duration_s=json_float(d, "duration_s") or 0.0,
+            requests=json_int(d, "requests") or 0,
+            errors=json_int(d, "errors") or 0,
             errors_by_kind={str(k): int(v) for k, v in errs.items() if isinstance(v, int)},
-            request_rate=_f(d, "request_rate") or 0.0,
-            output_tokens_per_s=_f(d, "output_tokens_per_s") or 0.0,
-            goodput=_f(d, "goodput") or 0.0,
+            request_rate=json_float(d, "request_rate") or 0.0,
+            output_tokens_per_s=json_float(d, "output_tokens_per_s") or 0.0,
+            goodput=json_float(d, "goodput") or 0.0,
             latency=Latency.from_dict(_obj(d.get("latency"))),
-            cached_prompt_fraction=_f(d, "cached_prompt_fraction"),
+            cached_prompt_fraction=json_float(d, "cached_prompt_fraction"),
             verdict=StepVerdict.from_dict(_obj(d.get("verdict"))),
             server=ServerWindow.from_dict(_obj(d.get("server"))),
             ci95=Totals.from_dict(_obj(d.get("ci95"))),
-            extended_s=_f(d, "extended_s") or 0.0,
+            extended_s=json_float(d, "extended_s") or 0.0,
             client=ClientHealth.from_dict(_obj(d.get("client"))),
-            rate=_f(d, "rate"),
-            stopped_early=EarlyStop(str(early.get("reason", "")), _f(early, "saved_s") or 0.0) if early else None,
+            rate=json_float(d, "rate"),
+            stopped_early=EarlyStop(str(early.get("reason", "")), json_float(early, "saved_s") or 0.0)
+            if early
+            else None,
         )
 
 

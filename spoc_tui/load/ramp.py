@@ -32,7 +32,7 @@ from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
 from spoc_tui.core.inference import infer_knee
 from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, KneeSearch, SaturationSearch, UserPlan, find_knee
 from spoc_tui.core.redact import redact_url
-from spoc_tui.core.results import encode_ramp
+from spoc_tui.core.results import RampEnd, RampStatus, encode_ramp
 from spoc_tui.core.sla import LevelUnit, Limit, level_text
 from spoc_tui.core.steps import (
     EarlyStop,
@@ -55,10 +55,6 @@ from spoc_tui.procs.ports import free_port
 logger = logging.getLogger(__name__)
 
 RampPhase = Literal["preflight", "starting", "warmup", "measuring", "extending", "step_done", "done"]
-RampEnd = Literal["complete", "stopped_early", "interrupted", "server_failed"]
-"""How a ramp ended."""
-RampStatus = RampEnd | Literal["running"]
-"""A ramp's status in ramp.json (``running`` while it goes on)."""
 
 
 class RampError(SpocError):
@@ -490,7 +486,6 @@ async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: _Peak
             seen=True,
             waiting=v.waiting,
             waiting_max=peaks.waiting,
-            waiting_mean=peaks.waiting_mean,
             running_max=peaks.running,
             kv_cache_usage_max=peaks.kv,
             preemptions_per_s=v.preemptions_rate,
@@ -617,7 +612,8 @@ async def _run_step(
                 server = await _server_view(poller, dcgm, peaks)
                 if server.waiting is not None:
                     peaks.queue.append((time.time() - m_start, server.waiting))
-                    server = replace(server, waiting_mean=peaks.waiting_mean)
+                server = replace(server, waiting_mean=peaks.waiting_mean)  # over every reading so far
+                if server.waiting is not None:
                     unbounded = queue_unbounded(peaks.queue)
                     if unbounded:
                         break

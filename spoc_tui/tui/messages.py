@@ -8,8 +8,9 @@ from typing import Literal
 from textual.message import Message
 
 from spoc_tui.core.gpu import TpGroupReport
+from spoc_tui.core.results import RampEnd
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
-from spoc_tui.load.ramp import RampEnd, RampProgress
+from spoc_tui.load.ramp import RampProgress
 from spoc_tui.tune import events
 from spoc_tui.tune.records import StudyStatus
 
