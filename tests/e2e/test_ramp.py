@@ -79,8 +79,10 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
     assert 8 <= est <= 40 and (lo is None or lo <= est) and (hi is None or est <= hi)
     assert "knee across steps: " in r.stdout and d["schema"] == 2
     assert d["sla"] == ["ttft_p90<=500ms", "itl_p90<=60ms"]
-    for step in d["steps"]:  # every decided figure says how sure it is
-        assert step["verdict"]["decision"] in ("meets", "breaks")
+    # a short step may stay inconclusive (a p90 over a handful of requests); the last one broke
+    assert d["steps"][-1]["verdict"]["decision"] == "breaks"
+    for step in d["steps"]:  # every figure says how sure it is
+        assert step["verdict"]["decision"] in ("meets", "breaks", "inconclusive")
         ttft = step["latency"]["ttft"]
         assert ttft["n"] == ttft["count"] > 0 and set(ttft["ci95"]) >= {"p50", "p90", "p99", "mean"}
         client = step["client"]  # the load generator watched itself through the window
