@@ -1,34 +1,37 @@
-"""Knee search and interval coverage on the simulator in virtual time (run: make bench, or
-python benchmarks/knee_search.py [--seeds=20]).
+"""The knee search against the truth, on the simulator in simulated time (make bench; smoke:
+python benchmarks/knee_search.py --smoke).
 
-The server: the simulated Llama-3.1-8B on one A100-40GB with max-num-seqs 16; the load: chat
-users of three turns (300-token system prompt, 50-400-token turns, 50-250-token answers,
-0.5-2 s of thinking); the SLA: TTFT p90 <= 200 ms. Each step runs the simulator's engine in
-virtual time (spoc_tui.tune.evaluate.run_closed_loop), so a step of minutes costs seconds.
+For each case (a workload profile and a TTFT limit at p50, p90 or p99) and each seed, the ramp
+is replayed exactly as ``spoc ramp`` runs it, in simulated time (spoc_tui.sim.virtual: the
+simulator's engine, closed-loop users of the profile, users added between steps on the same
+warm server, 40 s steps with a 10 s warm-up):
 
-(a) Knee search. The true knee comes from a fine sweep: every user count from 14 to 30 run for
-    1,200 virtual seconds, the knee being the last count whose TTFT p90 meets the limit. Then
-    for each seed, `--users auto:256` is replayed exactly as `spoc ramp` runs it
-    (KneeSearch: double, then bisect; 40 s steps, 10 s warm-up, an inconclusive step measured on
-    up to 160 s), and the found bracket is checked against the truth: success when the true knee
-    lies in [meets, first non-meeting count) or the found knee is within one user of it. The
-    load-minutes it spent are printed next to a grid of the same precision (every user count
-    from 1 to the bracket's top, one 40 s step each: what a fixed list needs to pin the knee to
-    one user). Target: 19 of 20 seeds.
-(b) Coverage. For users in (8, 20, 24): the true TTFT p50/p90/p99, ITL p50/p90/p99, output
-    tokens/s and requests/s from a 3,000-second run; then 100 independent steps (30 s warm-up, 50 s
-    measured), and the
-    share of their 95 % intervals that contain the truth. Target: 93-97 %.
+- **inference** (``--users auto:256``, today): the knee inferred across steps with its 95 %
+  interval, the next level chosen inside it, an inconclusive step measured on (to 160 s) only
+  near a limit, stopping at a 5 % interval, adjacent counts, or the 10-minute budget;
+- **bisection** (the search before it): double until a step does not meet the SLA, then bisect
+  between counts, an inconclusive step measured on to 160 s whatever its figures.
+
+The truth is a long reference run (1,500 s after a 120 s warm-up) at every user count of the
+case's range; the true knee is where that curve crosses the limit (interpolated on the log of
+the figure between the last count within it and the next). Reported per case: how often each
+search's interval holds the truth (inference: its ci95, a one-sided bound counted on its side;
+bisection: the bracket from the last count that met to the first that did not), and the median
+load-minutes to the answer. The reference curves are cached in knee_truth.json beside this file
+(--fresh recomputes them).
 """
 
 from __future__ import annotations
 
-import functools
+import json
+import math
 import multiprocessing as mp
 import os
 import statistics
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,169 +40,217 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.core.knee import KneeSearch, find_knee  # noqa: E402
-from spoc_tui.core.sla import parse_sla  # noqa: E402
-from spoc_tui.core.steps import StepSummary, summarize_step  # noqa: E402
+from spoc_tui.core.inference import infer_knee  # noqa: E402
+from spoc_tui.core.knee import BisectSearch, Knee, KneeSearch, find_knee  # noqa: E402
+from spoc_tui.core.presets import gpu_preset, model_preset  # noqa: E402
+from spoc_tui.core.sla import Limit, parse_sla  # noqa: E402
+from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step  # noqa: E402
 from spoc_tui.load.workload import Workload, load_workload  # noqa: E402
-from spoc_tui.sim.options import SimOptions  # noqa: E402
-from spoc_tui.sim.run import build  # noqa: E402
-from spoc_tui.tune.evaluate import run_closed_loop  # noqa: E402
+from spoc_tui.sim.engine import EngineConfig, SimEngine  # noqa: E402
+from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
 
-PROFILE_TOML = """
-name = "bench"
+SMOKE = "--smoke" in sys.argv
+SEEDS = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--seeds=")), "1" if SMOKE else "20"))
+FRESH = "--fresh" in sys.argv
+TRUTH_FILE = Path(__file__).with_name("knee_truth.json")
+STEP_S, WARMUP_S, MAX_STEP_S, BUDGET_S = 40.0, 10.0, 160.0, 600.0
+TRUTH_WARMUP_S, TRUTH_S = 120.0, 1500.0
+
+CHAT = """
+name = "chat"
 system_tokens = 300
 turns = 3
 user_tokens = {dist = "uniform", min = 50, max = 400}
 output_tokens = {dist = "uniform", min = 50, max = 250}
 think_s = {dist = "uniform", min = 0.5, max = 2.0}
 """
-LIMITS = parse_sla("ttft_p90<=200ms")
-SEEDS = list(range(int(next((a.split("=")[1] for a in sys.argv if a.startswith("--seeds=")), "20"))))
-ONLY = next((a.split("=")[1] for a in sys.argv if a.startswith("--only=")), "ab")
-STEPS = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--steps=")), "100"))
-STEP_S, WARMUP_S, MAX_STEP_S = 40.0, 10.0, 160.0
 
 
-@functools.cache
-def profile() -> Workload:
-    path = Path(tempfile.gettempdir()) / f"spoc-bench-profile-{os.getpid()}.toml"  # one per pool process
-    path.write_text(PROFILE_TOML)
+@dataclass(frozen=True)
+class Case:
+    profile: str
+    sla: str
+    levels: tuple[int, int]
+    """The user counts the reference runs cover (the truth lies inside)."""
+
+
+CASES = [
+    Case("chat", "ttft_p50<=100ms", (16, 32)),
+    Case("chat", "ttft_p90<=200ms", (16, 32)),
+    Case("chat", "ttft_p99<=300ms", (14, 28)),
+    Case("coding", "ttft_p50<=100ms", (20, 40)),
+    Case("coding", "ttft_p90<=300ms", (20, 40)),
+    Case("coding", "ttft_p99<=500ms", (20, 40)),
+    Case("logs", "ttft_p50<=500ms", (1, 16)),
+    Case("logs", "ttft_p90<=3s", (1, 16)),
+    Case("logs", "ttft_p99<=6s", (1, 16)),
+]
+if SMOKE:  # one case, short runs: that the script runs, not its figures
+    CASES = [Case("chat", "ttft_p90<=200ms", (20, 22))]
+    TRUTH_S, BUDGET_S = 200.0, 240.0
+
+
+def workload(name: str) -> Workload:
+    if name != "chat":
+        return load_workload(name)
+    path = Path(tempfile.gettempdir()) / f"spoc-bench-chat-{os.getpid()}.toml"
+    path.write_text(CHAT)
     try:
         return load_workload(str(path))
     finally:
         path.unlink()
 
 
-def samples(users: int, duration: float, seed: int) -> list:
-    engine, _ = build(SimOptions(model="llama-3.1-8b", gpu="a100-40gb", max_num_seqs=16, dcgm_port=None, seed=seed))
-    return run_closed_loop(engine, profile(), users, duration, 1, seed)
+def engine(seed: int) -> SimEngine:
+    """The simulated Llama-3.1-8B on one A100-40GB, 16 seats (max-num-seqs)."""
+    cfg = EngineConfig(
+        model=model_preset("llama-3.1-8b"),
+        gpu=gpu_preset("a100-40gb"),
+        served_model_name="bench",
+        max_num_seqs=16,
+        seed=seed,
+    )
+    return SimEngine(cfg)
 
 
-def step(users: int, seed: int, idx: int) -> StepSummary:
-    """One step as `spoc ramp` measures it: warm-up dropped, extended while inconclusive."""
-    length = STEP_S
-    while True:
-        window = [s for s in samples(users, length, seed) if (s.end or 0) >= WARMUP_S]
-        summary = summarize_step(idx, users, window, length - WARMUP_S, LIMITS)
-        summary.extended_s = length - STEP_S
-        if summary.decision != "inconclusive" or length >= MAX_STEP_S:
-            return summary
-        length = min(MAX_STEP_S, length + STEP_S - WARMUP_S)
+def figure(samples: list[RequestSample], lim: Limit) -> float:
+    values = [s.ttft for s in samples if s.ok and s.ttft is not None]
+    return float(np.percentile(values, {"p50": 50, "p90": 90, "p99": 99}[lim.stat]))
 
 
-def true_p90(users: int) -> tuple[int, float]:
-    s = [x.ttft for x in samples(users, 1200.0, 10_000 + users) if x.ok and x.ttft is not None and (x.end or 0) >= 60]
-    return users, float(np.percentile(s, 90))
+def reference(args: tuple[str, int]) -> tuple[str, int, list[float]]:
+    """TTFT p50, p90, p99 of a long run at ``users``."""
+    name, users = args
+    vs = VirtualServer(engine(90_000 + users), workload(name), users, seed=90_000 + users)
+    vs.advance(TRUTH_WARMUP_S + TRUTH_S)
+    window = vs.window(TRUTH_WARMUP_S, TRUTH_WARMUP_S + TRUTH_S)
+    ttft = [s.ttft for s in window if s.ok and s.ttft is not None]
+    return name, users, [float(v) for v in np.percentile(ttft, [50, 90, 99])]
 
 
-def search(seed: int) -> dict:
-    plan = KneeSearch(max_users=256)
+def true_knee(curve: dict[int, list[float]], lim: Limit) -> float:
+    """Where the reference curve crosses the limit (log-interpolated between counts)."""
+    col = {"p50": 0, "p90": 1, "p99": 2}[lim.stat]
+    xs = sorted(curve)
+    for a, b in zip(xs, xs[1:], strict=False):
+        fa, fb = curve[a][col], curve[b][col]
+        if fa <= lim.value < fb:
+            t = (math.log(lim.value) - math.log(fa)) / (math.log(fb) - math.log(fa))
+            return a + t * (b - a)
+    raise SystemExit(f"the reference range {xs[0]}-{xs[-1]} does not hold the knee of {lim}: widen it")
+
+
+def replay(plan: Any, name: str, limits: tuple[Limit, ...], seed: int, budget: float | None) -> tuple[Knee, float, int]:
+    """The ramp as spoc ramp runs it, in simulated time: (the knee, load-minutes, steps)."""
+    vs = VirtualServer(engine(seed), workload(name), 0, seed=seed, spread_s=WARMUP_S / 2)
     steps: list[StepSummary] = []
-    while (u := plan.next(steps)) is not None:
-        steps.append(step(u, seed * 1000 + u, len(steps) + 1))
-    knee = find_knee(steps)
-    not_met = min((s.users for s in steps if s.decision != "meets"), default=None)
-    minutes = sum((STEP_S + s.extended_s) for s in steps) / 60
-    return {"seed": seed, "probes": [s.users for s in steps], "knee": knee, "not_met": not_met, "minutes": minutes}
+    windows: list[tuple[float, list[RequestSample]]] = []
+    knee: Knee | None = None
+    used = 0.0
+    planned = STEP_S - WARMUP_S
+    while (u := plan.next(steps, knee)) is not None:
+        if budget is not None and budget - used < STEP_S:
+            break
+        vs.set_users(u)
+        vs.advance(vs.now + WARMUP_S)
+        start, target = vs.now, planned
+        limit = MAX_STEP_S - WARMUP_S
+        if budget is not None:
+            limit = max(planned, min(limit, budget - used - WARMUP_S))
+        while True:
+            vs.advance(start + target)
+            window = vs.window(start, vs.now)
+            summary = summarize_step(len(steps) + 1, u, window, target, limits, extended_s=target - planned)
+            if summary.decision != "inconclusive" or target >= limit - 1e-6 or not plan.extend(summary):
+                break
+            target = min(limit, target + planned)
+        used += WARMUP_S + target
+        steps.append(summary)
+        windows.append((u, window))
+        knee = find_knee(steps, infer_knee(windows, limits, seed=seed))
+    assert knee is not None
+    return knee, used / 60, len(steps)
 
 
-def coverage_case(args: tuple[int, int]) -> dict:
-    users, seed = args
-    s = step_fixed(users, seed)
-    return {"users": users, "summary": s}
-
-
-COVERAGE_WARMUP_S = 30.0
-"""Coverage steps leave out 30 s, not 10: multi-turn conversations take about that long to reach
-their steady mix, and a 10 s warm-up biased ITL p90 at 20 users by 0.66 of its standard error
-(an interval covers sampling noise, not a transient; see the README)."""
-
-
-def step_fixed(users: int, seed: int) -> StepSummary:
-    window = [s for s in samples(users, COVERAGE_WARMUP_S + 50.0, seed) if (s.end or 0) >= COVERAGE_WARMUP_S]
-    return summarize_step(1, users, window, 50.0, LIMITS)
-
-
-def truth(users: int) -> dict:
-    long = [s for s in samples(users, 3000.0, 77_000 + users) if (s.end or 0) >= 60]
-    ok = [s for s in long if s.ok]
-    ttft = [s.ttft for s in ok if s.ttft is not None]
-    itl = [g for s in ok for g in s.itl]
-    span = max(s.end or 0 for s in long) - 60
+def search_case(args: tuple[int, int]) -> dict[str, Any]:
+    ci, seed = args
+    case = CASES[ci]
+    limits = parse_sla(case.sla)
+    new, new_min, new_steps = replay(KneeSearch(max_users=256), case.profile, limits, seed, BUDGET_S)
+    old, old_min, old_steps = replay(BisectSearch(max_users=256), case.profile, limits, seed, None)
+    inf = new.inferred
+    assert inf is not None
     return {
-        ("ttft", "p50"): float(np.percentile(ttft, 50)),
-        ("ttft", "p90"): float(np.percentile(ttft, 90)),
-        ("ttft", "p99"): float(np.percentile(ttft, 99)),
-        ("itl", "p50"): float(np.percentile(itl, 50)),
-        ("itl", "p90"): float(np.percentile(itl, 90)),
-        ("itl", "p99"): float(np.percentile(itl, 99)),
-        ("rate", "output_tokens_per_s"): sum(s.output_tokens or 0 for s in ok) / span,
-        ("rate", "request_rate"): len(long) / span,
+        "case": ci,
+        "seed": seed,
+        "new": (inf.ci95, inf.estimate, inf.boundary, new_min, new_steps),
+        "old": ((old.meets_level, old.breaks_level), old_min, old_steps),
     }
 
 
+def holds(interval: tuple[float | None, float | None], k: float) -> bool:
+    lo, hi = interval
+    return (lo is None or lo <= k) and (hi is None or k <= hi)
+
+
 def main() -> None:
+    t0 = time.time()
+    cached = json.loads(TRUTH_FILE.read_text()) if TRUTH_FILE.exists() and not FRESH and not SMOKE else {}
+    need = sorted({(c.profile, u) for c in CASES for u in range(c.levels[0], c.levels[1] + 1)})
+    curves: dict[str, dict[int, list[float]]] = {}
+    for name, u, v in [(n, int(u), v) for n, d in cached.items() for u, v in d.items()]:
+        curves.setdefault(name, {})[u] = v
+    todo = [(n, u) for n, u in need if u not in curves.get(n, {})]
     with mp.Pool(2) as pool:
-        if "a" in ONLY:
-            knee_part(pool)
-        if "b" in ONLY:
-            coverage_part(pool)
-
-
-def knee_part(pool: Any) -> None:
-    if True:
-        sweep = dict(pool.map(true_p90, range(14, 31)))
-        limit = LIMITS[0].value
-        true_knee = max(u for u, v in sweep.items() if v <= limit and all(sweep[w] <= limit for w in range(14, u)))
-        print("(a) knee search, --users auto:256 (40 s steps, up to 160 s while inconclusive), TTFT p90 <= 200 ms")
+        for name, users, v in pool.imap_unordered(reference, todo):
+            curves.setdefault(name, {})[users] = v
+        if todo and not SMOKE:
+            TRUTH_FILE.write_text(json.dumps({n: {str(u): v for u, v in sorted(d.items())} for n, d in curves.items()}))
+        jobs = [(ci, 1000 + s) for ci in range(len(CASES)) for s in range(SEEDS)]
+        results = pool.map(search_case, jobs)
+    print(
+        f"knee search on the simulator (Llama-3.1-8B, A100-40GB, 16 seats; 40 s steps, 10 s warm-up), "
+        f"{SEEDS} seeds a case; truth: {TRUTH_S:.0f} s reference runs at every count"
+    )
+    print(
+        f"{'profile':8} {'limit':18} {'truth':>6} | {'inference: holds':>17} {'median min':>10} {'steps':>5} "
+        f"{'width':>6} | {'bisection: holds':>17} {'median min':>10} {'steps':>5}"
+    )
+    totals = {"new": [0, 0], "old": [0, 0]}
+    minutes: dict[str, list[float]] = {"new": [], "old": []}
+    for ci, case in enumerate(CASES):
+        lim = parse_sla(case.sla)[0]
+        k = true_knee(curves[case.profile], lim)
+        rows = [r for r in results if r["case"] == ci]
+        new_hit = sum(holds(r["new"][0], k) for r in rows)
+        old_hit = sum(holds(r["old"][0], k) for r in rows)
+        widths = [
+            (hi - lo) / est for r in rows for (lo, hi), est in [(r["new"][0], r["new"][1])] if lo and hi and est
+        ]
+        new_min = statistics.median(r["new"][3] for r in rows)
+        old_min = statistics.median(r["old"][1] for r in rows)
+        minutes["new"] += [r["new"][3] for r in rows]
+        minutes["old"] += [r["old"][1] for r in rows]
+        totals["new"][0] += new_hit
+        totals["old"][0] += old_hit
+        totals["new"][1] += len(rows)
+        totals["old"][1] += len(rows)
+        width = f"{100 * statistics.median(widths):.0f}%" if widths else "-"
         print(
-            "    true TTFT p90 by users (1,200 s runs): "
-            + ", ".join(f"{u}: {v * 1000:.0f}ms" for u, v in sweep.items())
+            f"{case.profile:8} {case.sla:18} {k:6.1f} | {new_hit:>8}/{len(rows):<8} {new_min:>10.1f} "
+            f"{statistics.median(r['new'][4] for r in rows):>5.0f} {width:>6} | {old_hit:>8}/{len(rows):<8} "
+            f"{old_min:>10.1f} {statistics.median(r['old'][2] for r in rows):>5.0f}"
         )
-        print(f"    true knee: {true_knee} users")
-        results = pool.map(search, SEEDS)
-        ok = 0
-        for r in results:
-            k = r["knee"]
-            lo, hi = k.max_users_within_sla, r["not_met"]
-            inside = lo is not None and hi is not None and lo <= true_knee < hi
-            near = lo is not None and abs(lo - true_knee) <= 1
-            ok += inside or near
-            grid = (hi or lo or 1) * STEP_S / 60
-            print(
-                f"    seed {r['seed']:>2}: probes {r['probes']} -> {lo} meet, {hi} not "
-                f"({'ok' if inside or near else 'MISS'}); {r['minutes']:.1f} load-minutes vs a 1-user grid {grid:.1f}"
-            )
-        spent = statistics.mean(r["minutes"] for r in results)
-        grid_mean = statistics.mean(((r["not_met"] or 1) * STEP_S / 60) for r in results)
-        print(
-            f"    within the bracket or one user of the truth: {ok}/{len(results)} (target >= 19/20); "
-            f"load-minutes {spent:.1f} vs {grid_mean:.1f} for a grid of the same precision ({grid_mean / spent:.1f}x)"
-        )
-
-
-def coverage_part(pool: Any) -> None:
-    if True:
-        print(f"(b) coverage of the 95 % intervals, {STEPS} steps of 50 s (after a 30 s warm-up) per load")
-        for users in (8, 20, 24):
-            tr = truth(users)
-            cases = pool.map(coverage_case, [(users, 500_000 + users * 1000 + i) for i in range(STEPS)])
-            hits: dict[tuple[str, str], list[bool]] = {key: [] for key in tr}
-            for c in cases:
-                s: StepSummary = c["summary"]
-                for (metric, stat), value in tr.items():
-                    if metric == "rate":
-                        lo, hi = s.ci95[stat]
-                    else:
-                        lo, hi = s.latency[metric]["ci95"][stat]
-                    if lo is None or hi is None:
-                        continue  # an interval the sample cannot close is not claimed
-                    hits[(metric, stat)].append(lo <= value <= hi)
-            row = ", ".join(
-                f"{m} {st}: {100 * sum(h) / len(h):.0f}% of {len(h)}" if h else f"{m} {st}: never bounded"
-                for (m, st), h in hits.items()
-            )
-            print(f"    {users} users: {row}")
+        misses = [r for r in rows if not holds(r["new"][0], k)]
+        for r in misses[:3]:
+            print(f"    inference missed, seed {r['seed']}: {r['new'][0]} est {r['new'][1]} ({r['new'][2]})")
+    n_new, n_old = totals["new"], totals["old"]
+    print(
+        f"all cases: inference holds the truth {100 * n_new[0] / n_new[1]:.0f}% ({n_new[0]}/{n_new[1]}), "
+        f"median {statistics.median(minutes['new']):.1f} load-minutes; bisection {100 * n_old[0] / n_old[1]:.0f}% "
+        f"({n_old[0]}/{n_old[1]}), median {statistics.median(minutes['old']):.1f} load-minutes "
+        f"({time.time() - t0:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

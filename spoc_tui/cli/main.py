@@ -31,9 +31,17 @@ from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputErr
 from spoc_tui.core.knee import FixedRates, UserPlan, parse_user_plan
 from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter
-from spoc_tui.core.sla import parse_rates, parse_sla, parse_users
+from spoc_tui.core.sla import parse_budget, parse_rates, parse_sla, parse_users
 from spoc_tui.core.textsafe import for_terminal
-from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, auto_workers, runner_argv, runner_env
+from spoc_tui.load.ramp import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_PROFILE,
+    DEFAULT_USERS,
+    RampConfig,
+    auto_workers,
+    runner_argv,
+    runner_env,
+)
 from spoc_tui.load.workload import load_workload
 from spoc_tui.sim.options import SCENARIOS, SimOptions
 from spoc_tui.tune.setup import TuneArgs
@@ -402,7 +410,8 @@ def resolve_settings(
     "users_spec",
     default=None,
     help=(
-        "User counts, a series like geom:1:64, or auto[:MAX] to search for the knee (double, then bisect) "
+        "User counts, a series like geom:1:64, or auto[:MAX]: search for the knee, inferring it across steps "
+        "with its 95 % interval, until the interval is within 5 % or --budget is spent "
         f"[default: {DEFAULT_USERS}]."
     ),
 )
@@ -420,6 +429,15 @@ def resolve_settings(
     type=FINITE,
     default=None,
     help="Users added per second when a step starts [default: fast enough for half the warm-up, 1-100/s].",
+)
+@click.option(
+    "--budget",
+    "budget_spec",
+    default=None,
+    help=(
+        "Most load time the ramp runs, warm-ups included (10m, 90s, 1h); no step starts once it is spent "
+        f"[default: {DEFAULT_BUDGET_S / 60:g}m for the knee search, none for listed levels]."
+    ),
 )
 @click.option(
     "--max-step-seconds",
@@ -480,6 +498,7 @@ def ramp(
     users_spec: str | None,
     rate_spec: str | None,
     step_seconds: float,
+    budget_spec: str | None,
     max_step_seconds: float | None,
     spawn_rate: float | None,
     warmup_seconds: float,
@@ -532,6 +551,7 @@ def ramp(
         workload=prof,
         plan=plan,
         max_step_s=max_step_seconds,
+        budget_s=parse_budget(budget_spec) if budget_spec is not None else None,
         spawn_rate=spawn_rate,
         limits=limits,
         out_dir=Path(out_dir),

@@ -36,6 +36,10 @@ def _progress(p: RampProgress) -> None:
         )
         if sat := s.client.saturated_text:
             print(f"  {sat}", flush=True)
+        so_far = p.knee.inferred.text if p.knee is not None and p.knee.inferred is not None else ""
+        left = f"budget left {p.budget_left_s / 60:.1f} min" if p.budget_left_s is not None else ""
+        if so_far or left:
+            print("  " + "; ".join(x for x in (f"knee so far: {so_far}" if so_far else "", left) if x), flush=True)
 
 
 def run(cfg: RampConfig) -> int:
@@ -52,5 +56,7 @@ def run(cfg: RampConfig) -> int:
     print(step_table(result.steps, result.knee))
     if result.status == "stopped_early":
         print(f"stopped early: {result.stop_reason}")
+    elif result.stop_reason:
+        print(f"stopped: {result.stop_reason}")
     print(f"results: {cfg.out_dir}/ramp.json, {cfg.out_dir}/requests.jsonl")
     return EXIT_OK

@@ -7,6 +7,7 @@ a typed value built from the breaking step's server window and client health, so
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -221,7 +222,7 @@ class FixedUsers:
 
     users: list[int]
 
-    def next(self, steps: Sequence[StepSummary]) -> int | None:
+    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> int | None:
         return self.users[len(steps)] if len(steps) < len(self.users) else None
 
     def describe(self) -> str:
@@ -229,16 +230,17 @@ class FixedUsers:
 
 
 @dataclass(frozen=True)
-class KneeSearch:
-    """``--users auto[:MAX]``: double from ``start`` until a step does not meet the SLA (or MAX),
-    then bisect over whole user counts between the last count that met it and the first that
-    did not, until they are adjacent or within :data:`KNEE_TOLERANCE`. A step that stays
-    inconclusive after its extensions bounds the search like a break and is reported as such."""
+class BisectSearch:
+    """The knee search before inference (kept as the benchmark's baseline): double from
+    ``start`` until a step does not meet the SLA (or MAX), then bisect over whole user counts
+    between the last count that met it and the first that did not, until they are adjacent or
+    within :data:`KNEE_TOLERANCE`. A step that stays inconclusive after its extensions bounds
+    the search like a break."""
 
     max_users: int = 1024
     start: int = 1
 
-    def next(self, steps: Sequence[StepSummary]) -> int | None:
+    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> int | None:
         if not steps:
             return self.start
         tried = {s.users for s in steps}
@@ -255,7 +257,90 @@ class KneeSearch:
         return None if nxt in tried else nxt
 
     def describe(self) -> str:
+        return f"bisect:{self.max_users}"
+
+    def extend(self, step: StepSummary) -> bool:
+        """Measure an inconclusive step on (up to the step's limit), whatever its figures."""
+        return True
+
+
+MAX_SEARCH_STEPS = 24
+"""The knee search stops after this many steps whatever its interval (the budget usually first)."""
+REPEATS_AT_A_LEVEL = 3
+"""The knee search measures one level at most this many times (more time there narrows the
+interval no further than the fit between levels allows)."""
+NEAR_LIMIT = 1.5
+"""An inconclusive step is measured on only when a figure's point estimate is within this
+factor of its limit (a p99 of 60 ms against 400 ms is far under it, bounded or not: the
+inference uses the point, and extending it would not move the knee)."""
+
+
+@dataclass(frozen=True)
+class KneeSearch:
+    """``--users auto[:MAX]``: the search that uses the knee inferred across steps
+    (:mod:`spoc_tui.core.inference`).
+
+    Doubles from ``start`` while no level broke the SLA (halves while every level did), then
+    probes inside the knee's interval, nearest the estimate, where it narrows most; it stops
+    when the interval is within :data:`KNEE_TOLERANCE` of the estimate either side or spans
+    adjacent user counts, at MAX with no break, below 1 with every level broken, or after
+    :data:`MAX_SEARCH_STEPS` (the ramp's ``--budget`` stops it too). An inconclusive step is
+    measured on only when its figure is near a limit (:meth:`extend`)."""
+
+    max_users: int = 1024
+    start: int = 1
+
+    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> int | None:
+        if not steps:
+            return self.start
+        if len(steps) >= MAX_SEARCH_STEPS:
+            return None
+        tried = sorted({s.users for s in steps})
+        inferred = knee.inferred if knee else None
+        if inferred is None or inferred.boundary == "bound":
+            below = inferred is not None and inferred.estimate is None  # even the lowest level broke
+            if below:
+                low = tried[0]
+                return None if low <= 1 else max(1, low // 2)
+            top = tried[-1]
+            return None if top >= self.max_users else min(top * 2, self.max_users)
+        est = inferred.estimate if inferred.estimate is not None else 0.0
+        lo, hi = inferred.ci95
+        if inferred.boundary == "cliff":  # the interval is the bracket: bisect it
+            a, b = int(lo or 0), int(hi or 0)
+            mid = (a + b) // 2
+            return None if b - a <= 1 or mid in tried else mid
+        if (
+            lo is not None
+            and hi is not None
+            and (hi - lo <= 2 * KNEE_TOLERANCE * est or math.ceil(hi) - math.floor(lo) <= 1)
+        ):
+            return None
+        # probe inside the interval (a side the steps cannot bound yet: half as far again as the
+        # estimate), nearest the estimate: a fresh count first, else one measured fewest times
+        low = max(1, math.ceil(lo if lo is not None else est / 1.5))
+        high = min(self.max_users, math.floor(hi if hi is not None else est * 1.5))
+        near: list[int] = sorted({*range(low, max(low, high) + 1), max(1, round(est))}, key=lambda u: (abs(u - est), u))
+        fresh = [u for u in near if u not in tried]
+        if fresh:
+            return fresh[0]
+        counts = {u: sum(1 for s in steps if s.users == u) for u in near}
+        again = [u for u in near if counts[u] < REPEATS_AT_A_LEVEL]
+        return min(again, key=lambda u: (counts[u], abs(u - est)), default=None)
+
+    def describe(self) -> str:
         return f"auto:{self.max_users}"
+
+    def extend(self, step: StepSummary) -> bool:
+        """Measure an inconclusive step on only when some undecided figure is near its limit."""
+        for c in step.verdict.checks:
+            if c.decision != "inconclusive" or c.value is None or not c.limit:
+                continue
+            if c.is_rate or c.value <= 0:
+                return True
+            if 1 / NEAR_LIMIT <= c.value / c.limit <= NEAR_LIMIT:
+                return True
+        return False
 
 
 SATURATION_GAIN = 1.10
@@ -275,7 +360,7 @@ class SaturationSearch:
     max_users: int = 1024
     start: int = 2
 
-    def next(self, steps: Sequence[StepSummary]) -> int | None:
+    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> int | None:
         if not steps:
             return min(self.start, self.max_users)
         last = steps[-1]
@@ -312,14 +397,14 @@ class FixedRates:
 
     rates: list[float]
 
-    def next(self, steps: Sequence[StepSummary]) -> float | None:
+    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> float | None:
         return self.rates[len(steps)] if len(steps) < len(self.rates) else None
 
     def describe(self) -> str:
         return "rate:" + ",".join(f"{r:g}" for r in self.rates)
 
 
-UserPlan = FixedUsers | KneeSearch | FixedRates | SaturationSearch
+UserPlan = FixedUsers | KneeSearch | BisectSearch | FixedRates | SaturationSearch
 
 
 def plan_text(plan: UserPlan) -> str:
@@ -330,6 +415,8 @@ def plan_text(plan: UserPlan) -> str:
         return ",".join(map(str, plan.users)) + " users"
     if isinstance(plan, KneeSearch):
         return f"knee search to {plan.max_users} users"
+    if isinstance(plan, BisectSearch):
+        return f"bisection to {plan.max_users} users"
     return f"calibration to {plan.max_users} users"
 
 

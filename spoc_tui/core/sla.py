@@ -174,3 +174,21 @@ def parse_rates(text: str) -> list[float]:
     if any(b <= a for a, b in zip(rates, rates[1:], strict=False)):
         raise UsersError(f"bad --rate {text!r}: rates must be increasing")
     return rates
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*$", re.IGNORECASE)
+
+
+def parse_budget(text: str) -> float:
+    """A time budget: ``10m``, ``90s``, ``1.5h``, or plain seconds; returned in seconds.
+
+    Raises:
+        UsersError: naming the accepted forms.
+    """
+    m = _DURATION.match(text)
+    if not m:
+        raise UsersError(f"bad --budget {text!r}: give a duration like 10m, 90s or 1h")
+    value = float(m.group(1)) * {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[(m.group(2) or "s").lower()]
+    if not 0 < value < math.inf:
+        raise UsersError(f"bad --budget {text!r}: it must be more than 0")
+    return value

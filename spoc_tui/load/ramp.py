@@ -30,7 +30,16 @@ from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
 from spoc_tui.core.inference import infer_knee
-from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, KneeSearch, SaturationSearch, UserPlan, find_knee
+from spoc_tui.core.knee import (
+    BisectSearch,
+    FixedRates,
+    FixedUsers,
+    Knee,
+    KneeSearch,
+    SaturationSearch,
+    UserPlan,
+    find_knee,
+)
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.results import RampEnd, RampStatus, encode_ramp
 from spoc_tui.core.sla import LevelUnit, Limit, level_text
@@ -61,12 +70,14 @@ class RampError(SpocError):
     """A ramp that cannot start (exit code 2 for bad input, 1 otherwise) or whose server failed (1)."""
 
 
-DEFAULT_USERS = "1,2,4,8,16,32"
+DEFAULT_USERS = "auto"
 MAX_WORKERS = 64
 """The most load-generator processes a ramp starts on this machine."""
 EXTEND_FACTOR = 4.0
 """Default --max-step-seconds, as a multiple of --step-seconds."""
 DEFAULT_PROFILE = "chatbot"
+DEFAULT_BUDGET_S = 600.0
+"""The knee search's default time budget: 10 minutes of load (warm-ups included)."""
 
 
 @dataclass
@@ -93,6 +104,10 @@ class RampConfig:
     """A step still inconclusive at ``step_s`` is measured on up to this long [4 x step_s]."""
     spawn_rate: float | None = None
     """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
+    budget_s: float | None = None
+    """The most seconds of load (warm-ups and extensions included) the ramp runs; no step starts
+    once it is spent, and a step is measured on only while it lasts [the knee search:
+    :data:`DEFAULT_BUDGET_S`; listed levels: none]."""
     early_stop: Callable[[StepSummary], str | None] | None = field(default=None, repr=False)
     """Tuning: asked every few seconds of a step's window (from a third of it on) with the window
     so far; a reason ends the step there (the trial is clearly dominated)."""
@@ -129,6 +144,8 @@ class RampConfig:
             bad("--warmup-seconds must be at least 0 and shorter than --step-seconds")
         if self.max_step_s is not None and not self.step_s <= self.max_step_s < math.inf:
             bad("--max-step-seconds must be at least --step-seconds")
+        if self.budget_s is not None and not self.step_s <= self.budget_s < math.inf:
+            bad("--budget must be at least one step (--step-seconds)")
         if self.spawn_rate is not None and not 0 < self.spawn_rate <= 1000:
             bad("--spawn-rate must be above 0 and at most 1000 users per second")
         if not self.abort_factor > 1:  # a tuning study's inf: never stop early
@@ -151,6 +168,13 @@ class RampConfig:
     def step_limit_s(self) -> float:
         return self.max_step_s if self.max_step_s is not None else EXTEND_FACTOR * self.step_s
 
+    @property
+    def budget(self) -> float | None:
+        """The load-time budget in force: ``budget_s``, else the knee search's default."""
+        if self.budget_s is not None:
+            return self.budget_s
+        return DEFAULT_BUDGET_S if isinstance(self.plan, KneeSearch) else None
+
 
 @dataclass(frozen=True, slots=True)
 class RampProgress:
@@ -165,6 +189,8 @@ class RampProgress:
     knee: Knee | None
     message: str = ""
     open_loop: bool = False
+    budget_left_s: float | None = None
+    """Seconds of load left in the ramp's budget (None without one)."""
 
     @property
     def level_text(self) -> str:
@@ -531,7 +557,7 @@ def auto_workers(plan: UserPlan, cores: int) -> int:
     process) when that comes to one or fewer."""
     if isinstance(plan, FixedRates):
         streams = max(plan.rates) * SECONDS_PER_REQUEST
-    elif isinstance(plan, (KneeSearch, SaturationSearch)):
+    elif isinstance(plan, (KneeSearch, BisectSearch, SaturationSearch)):
         streams = float(plan.max_users)
     else:
         streams = float(max(plan.users))
@@ -568,6 +594,7 @@ async def _run_step(
     steps: list[StepSummary],
     report: Report,
     windows: dict[int, list[RequestSample]],
+    budget_left_s: float | None = None,
 ) -> StepSummary:
     """One step: warm up, measure for ``step_s``, and while the verdict is inconclusive measure on
     (up to ``step_limit_s``), re-deciding over the whole window; a queue that grows without bound
@@ -593,6 +620,9 @@ async def _run_step(
     server = ServerWindow()
     planned = cfg.step_s - cfg.warmup_s
     limit = max(planned, cfg.step_limit_s - cfg.warmup_s)
+    if budget_left_s is not None:  # measure on only while the budget lasts
+        limit = max(planned, min(limit, budget_left_s - cfg.warmup_s))
+    extend = getattr(cfg.plan, "extend", None)
     target = planned
     phase: RampPhase = "measuring"
     unbounded: str | None = None
@@ -641,9 +671,17 @@ async def _run_step(
         )
         if unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
             return summary
+        if extend is not None and not extend(summary):  # the search: far from every limit
+            return summary
         target = min(limit, target + planned)
         phase = "extending"
         report(phase, idx, level, steps, len(samples), f"inconclusive ({summary.verdict.reason}): measuring on")
+
+
+def budget_spent(cfg: RampConfig, knee: Knee | None) -> str:
+    """Why a ramp stopped at its budget, with the interval it reached."""
+    reached = knee.inferred.text if knee is not None and knee.inferred is not None else "no knee yet"
+    return f"the budget ({(cfg.budget or 0) / 60:g} min of load) is spent; the knee so far: {reached}"
 
 
 EARLY_CHECK_S = 5.0
@@ -683,6 +721,15 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         RampError: before any load (bad model, unreachable server) or when the server fails.
     """
     t_start = time.monotonic()
+    load_started: float | None = None
+    """When the first step's load began (the budget counts from there)."""
+
+    def budget_left() -> float | None:
+        b = cfg.budget
+        if b is None:
+            return None
+        return b if load_started is None else max(0.0, b - (time.monotonic() - load_started))
+
     knees: dict[int, Knee] = {}
     """The knee after each step, computed once (its inference resamples every step's requests)."""
 
@@ -702,6 +749,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     knee=knees.get(len(steps)) if steps else None,
                     message=message,
                     open_loop=cfg.open_loop,
+                    budget_left_s=budget_left(),
                 )
             )
 
@@ -727,6 +775,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         "abort_factor": cfg.abort_factor,
         "workers": cfg.workers,
         "spawn_rate": cfg.spawn_rate or "auto: within half the warm-up, 1-100 users/s",
+        "budget_seconds": cfg.budget,
         "seed": cfg.seed,
         "started_at": time.time(),
         "intervals": (
@@ -780,10 +829,16 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         pump = asyncio.create_task(pump_samples())
         plan = cfg.plan
         idx = 0
-        while (level := plan.next(steps)) is not None:
+        while (level := plan.next(steps, knee_of(steps) if steps else None)) is not None:
+            left = budget_left()
+            if left is not None and left < cfg.step_s:
+                stop_reason = budget_spent(cfg, knee_of(steps) if steps else None)
+                break
+            if load_started is None:
+                load_started = time.monotonic()
             idx += 1
             summary = await _run_step(
-                cfg, idx, level, runner, pump, samples, health, poller, dcgm, steps, report, windows
+                cfg, idx, level, runner, pump, samples, health, poller, dcgm, steps, report, windows, budget_left()
             )
             steps.append(summary)
             writer.write(steps, knee_of(steps), "running")
@@ -806,8 +861,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             if why and isinstance(plan, (FixedUsers, FixedRates)) and plan.next(steps) is not None:
                 status, stop_reason = "stopped_early", why
                 break
-        else:
-            status = "complete"
+        status = "complete" if status == "interrupted" else status
     finally:
         knee = knee_of(steps)
         writer.header["stop_reason"] = stop_reason

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import json
 import logging
-import random
 import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,7 +25,6 @@ from spoc_tui.core.knee import Knee, find_knee
 from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step
 from spoc_tui.core.tunespace import Config, command_line
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
-from spoc_tui.load.workload import Workload
 from spoc_tui.procs.ports import free_port
 from spoc_tui.procs.server import LaunchError, ServerProcess
 from spoc_tui.tune.events import EvaluatorEvent, ServerReady, ServerStarting, TrialRampProgressed
@@ -341,6 +336,7 @@ class FastSimEvaluator:
     ) -> TrialOutcome:
         from spoc_tui.sim.options import SimConfigError, SimOptions
         from spoc_tui.sim.run import build
+        from spoc_tui.sim.virtual import VirtualServer
 
         t0 = time.monotonic()
         kw: dict[str, Any] = {}
@@ -362,8 +358,9 @@ class FastSimEvaluator:
                 return TrialOutcome(
                     "infeasible", reason=f"server did not start: {e}", log_tail=str(e), duration_s=time.monotonic() - t0
                 )
-            samples = run_closed_loop(engine, self.ramp.workload, users, self.ramp.step_s, idx, self.ramp.seed)
-            window = [s for s in samples if (s.end or 0) >= self.ramp.warmup_s]
+            virtual = VirtualServer(engine, self.ramp.workload, users, seed=self.ramp.seed * 7_919 + idx, spread_s=1.0)
+            virtual.advance(self.ramp.step_s)
+            window = virtual.window(self.ramp.warmup_s, self.ramp.step_s)
             summary = summarize_step(idx, users, window, self.ramp.step_s - self.ramp.warmup_s, self.ramp.limits)
             steps.append(summary)
             samples_all += window
@@ -378,102 +375,3 @@ class FastSimEvaluator:
             tokens_per_request=_tokens_per_request(samples_all),
             duration_s=time.monotonic() - t0,
         )
-
-
-def run_closed_loop(
-    engine: Any, profile: Workload, users: int, duration_s: float, step: int, seed: int
-) -> list[RequestSample]:
-    """``users`` chat users against ``engine`` for ``duration_s`` virtual seconds.
-
-    Each user holds a conversation of the profile's turns: the prompt is the shared system
-    prompt, the history (the engine's own answers included) and the new user turn, so prefix
-    caching sees what it sees in a real chat service; between turns the user thinks.
-    """
-    clock = [0.0]
-    engine.clock = lambda: clock[0]
-    rng = random.Random(seed * 7919 + users)
-    token_ids = itertools.count(1_000_000)
-    system = list(range(1, profile.system_tokens + 1))
-    max_len = engine.max_len
-    wake: list[tuple[float, int]] = [(rng.uniform(0.0, 1.0), u) for u in range(users)]
-    heapq.heapify(wake)
-    history: dict[int, list[int]] = {}
-    turns_left: dict[int, int] = {}
-    samples: list[RequestSample] = []
-    serial = itertools.count()
-
-    gaps: dict[str, list[float]] = {}
-
-    def token_of(rid: str, _n: int, now: float) -> None:
-        g = gaps.setdefault(rid, [now])
-        g.append(now - g[0])
-        g[0] = now
-
-    def finished(u: int, r: Any) -> None:
-        if r.first_token is not None and r.finished is not None:
-            itl = tuple(gaps.pop(r.rid, [0.0])[2:])  # [last time, first token's gap, then the inter-token gaps]
-            samples.append(
-                RequestSample(
-                    start=r.arrival,
-                    step=step,
-                    users=users,
-                    ok=not r.aborted,
-                    ttft=r.first_token - r.arrival,
-                    itl=itl,
-                    e2e=r.finished - r.arrival,
-                    output_tokens=r.generated,
-                    prompt_tokens=len(r.prompt),
-                    cached_tokens=r.cached_tokens,
-                    end=r.finished,
-                    conversation=f"u{u}#{conv[u]}",  # user#conversation, as the Locust runner names them
-                )
-            )
-        history[u] = list(r.prompt) + r.output_ids()
-        turns_left[u] -= 1
-        heapq.heappush(wake, (clock[0] + profile.think_s.sample(rng), u))
-
-    conv: dict[int, int] = {}
-
-    def submit(u: int) -> None:
-        first = turns_left.get(u, 0) <= 0
-        if first:
-            conv[u] = conv.get(u, 0) + 1
-            turns_left[u] = max(1, round(profile.turns.sample(rng)))
-            history[u] = list(system)
-        dist = profile.first_user_tokens if first and profile.first_user_tokens is not None else profile.user_tokens
-        n_user = max(1, int(dist.sample(rng, max_len)))
-        out = max(1, int(profile.output_tokens.sample(rng, max_len)))
-        prompt = history[u] + [next(token_ids) for _ in range(n_user)]
-        if len(prompt) + out > max_len:  # the conversation outgrew the context: a new one
-            conv[u] = conv.get(u, 0) + 1
-            turns_left[u] = 0
-            history[u] = list(system)
-            prompt = (system + [next(token_ids) for _ in range(n_user)])[: max(1, max_len - out)]
-        from spoc_tui.sim.engine import SimRequest
-
-        rid = f"u{u}-{next(serial)}"
-        engine.add(
-            SimRequest(
-                rid,
-                prompt,
-                out,
-                out,
-                clock[0],
-                on_token=partial(token_of, rid),
-                on_finish=partial(finished, u),
-            )
-        )
-
-    while clock[0] < duration_s:
-        while wake and wake[0][0] <= clock[0]:
-            submit(heapq.heappop(wake)[1])
-        if engine.idle():
-            if not wake:
-                break
-            clock[0] = max(clock[0], wake[0][0])
-            continue
-        d = engine.step()
-        dec, pre = engine._pending
-        clock[0] += d
-        engine.complete(dec, pre, clock[0])
-    return samples

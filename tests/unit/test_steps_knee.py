@@ -4,7 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from spoc_tui.core.knee import FixedUsers, KneeSearch, find_knee, parse_user_plan
+from spoc_tui.core.inference import infer_knee
+from spoc_tui.core.knee import MAX_SEARCH_STEPS, BisectSearch, FixedUsers, KneeSearch, find_knee, parse_user_plan
 from spoc_tui.core.sla import SlaError, UsersError, parse_rates, parse_sla, parse_users
 from spoc_tui.core.steps import RequestSample, ServerWindow, badly_broken, queue_unbounded, summarize_step
 from spoc_tui.load.workload import TextMaker, Workload, WorkloadError, builtin_names, load_workload, plan_conversation
@@ -150,10 +151,11 @@ def test_empty_step_is_inconclusive_never_a_breach():
     assert find_knee([st]).as_dict()["inconclusive"] == [1]
 
 
-def test_knee_search_doubles_then_bisects():
+def test_bisection_doubles_then_bisects():
+    """The search before inference (the benchmark's baseline)."""
     lims = parse_sla("ttft_p99<=1s")
     true_knee = 37
-    search = KneeSearch(max_users=1024)
+    search = BisectSearch(max_users=1024)
     steps: list = []
     while (u := search.next(steps)) is not None:
         steps.append(_step(u, 0.1 if u <= true_knee else 3.0, 400, lims))
@@ -162,16 +164,58 @@ def test_knee_search_doubles_then_bisects():
     assert [s.users for s in steps][:7] == [1, 2, 4, 8, 16, 32, 64]
     assert knee.meets_level <= true_knee < knee.breaks_level
     assert knee.breaks_level - knee.meets_level <= max(1, int(knee.meets_level * 0.05))
-    # never past MAX, and a plan of counts is followed as given
-    capped = KneeSearch(max_users=10)
-    seen: list = []
-    while (u := capped.next(seen)) is not None:
-        seen.append(_step(u, 0.1, 400, lims))
-    assert [s.users for s in seen] == [1, 2, 4, 8, 10]
+
+
+def _search(plan, ttft_at, lims, n=120, seed=0):
+    """Run a search on synthetic steps: level u's n requests have log-normal TTFTs of median
+    ``ttft_at(u)`` (sigma 0.3); the knee is inferred after every step, as the ramp does."""
+    rng = random.Random(seed)
+    steps, windows, knee = [], [], None
+    while (u := plan.next(steps, knee)) is not None:
+        samples = [_s(rng.lognormvariate(math.log(ttft_at(u)), 0.3), 2.0, 10, end=10.0 * i / n) for i in range(n)]
+        steps.append(summarize_step(len(steps) + 1, u, samples, 10, lims))
+        windows.append((u, samples))
+        knee = find_knee(steps, infer_knee(windows, lims, seed=seed))
+        assert len(steps) <= MAX_SEARCH_STEPS
+    return steps, knee
+
+
+def test_knee_search_infers_the_knee_and_stops_when_its_interval_is_narrow():
+    lims = parse_sla("ttft_p90<=1s")
+    # TTFT's median grows 6 % a user; its p90 (x e^(1.2816*0.3) = 1.47) crosses 1 s at about 40.5 users
+    median = lambda u: 0.1 * math.exp(0.06 * u)  # noqa: E731
+    truth = (math.log(1 / 1.469) - math.log(0.1)) / 0.06
+    steps, knee = _search(KneeSearch(max_users=256), median, lims)
+    levels = [s.users for s in steps]
+    assert levels[:7] == [1, 2, 4, 8, 16, 32, 64]  # doubling while no level broke
+    inf = knee.inferred
+    assert inf.boundary == "smooth" and inf.binding_limit == "ttft_p90"
+    lo, hi = inf.ci95
+    assert lo <= truth <= hi and (hi - lo <= 0.1 * inf.estimate or math.ceil(hi) - math.floor(lo) <= 1)
+    assert len(steps) < 15  # it probed near the estimate, not every count
+
+
+def test_knee_search_ends_with_a_bound_at_max_or_at_one_user():
+    lims = parse_sla("ttft_p90<=1s")
+    steps, knee = _search(KneeSearch(max_users=10), lambda u: 0.05, lims)
+    assert [s.users for s in steps] == [1, 2, 4, 8, 10]
+    assert knee.inferred.boundary == "bound" and knee.inferred.text.startswith("more than 10 users")
+    steps, knee = _search(KneeSearch(max_users=64, start=8), lambda u: 5.0, lims)
+    assert [s.users for s in steps] == [8, 4, 2, 1]  # halving while every level broke
+    assert knee.inferred.text.startswith("fewer than 1 users")
     assert parse_user_plan("auto:64") == KneeSearch(max_users=64) and parse_user_plan("1,2") == FixedUsers([1, 2])
     for bad in ("auto:x", "auto:0", "auto:-3"):
         with pytest.raises(UsersError):
             parse_user_plan(bad)
+
+
+def test_knee_search_measures_on_only_near_a_limit():
+    lims = parse_sla("ttft_p99<=400ms")
+    far = _step(1, 0.06, 40, lims)  # a p99 of 60 ms over 40 requests: unbounded above, far under
+    near = _step(1, 0.35, 40, lims)
+    assert far.decision == near.decision == "inconclusive"
+    assert not KneeSearch().extend(far) and KneeSearch().extend(near)
+    assert BisectSearch().extend(far)
 
 
 def test_queue_unbounded_only_when_it_keeps_growing():

@@ -1,0 +1,228 @@
+"""The simulated engine driven in simulated time: closed-loop users of a workload profile, with
+no HTTP and no wall clock, so a minute of load costs a fraction of a second.
+
+The same :class:`~spoc_tui.sim.engine.SimEngine` that serves ``spoc sim`` over HTTP runs here
+iteration by iteration; time jumps to the end of each iteration (its duration from the
+roofline), and requests join at the next iteration boundary, as they join vLLM's scheduler.
+Users draw conversations from the profile as the load generator does (a shared system prompt,
+a growing history, think time between turns), so prefix caching and queueing behave as under
+a real ramp. The GPUs' thermal model is not stepped (clocks stay at their maximum).
+
+What uses it: the knee-search benchmark (many seeds and profiles, each searched by the
+inference-driven search and by the old doubling and bisection, against a long reference run).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import zlib
+from dataclasses import dataclass, field
+from functools import partial
+
+from spoc_tui.core.steps import RequestSample
+from spoc_tui.load.workload import Workload
+from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest, tokenize
+
+TEMPLATE_TOKENS = 4
+"""Chat-template tokens around each message (as the simulator's server counts them)."""
+
+
+@dataclass
+class _Turn:
+    user_tokens: int
+    output_tokens: int
+    think_s: float
+
+
+@dataclass
+class _User:
+    idx: int
+    rng: random.Random
+    history: list[int] = field(default_factory=list)
+    turns: list[_Turn] = field(default_factory=list)
+    turn: int = 0
+    conversation: int = 0
+    start: float = 0.0
+    tokens: list[float] = field(default_factory=list)
+    busy: bool = False
+    """A request in flight or a next turn scheduled."""
+
+
+def draw_turns(workload: Workload, rng: random.Random, context_len: int | None) -> tuple[int, list[_Turn]]:
+    """One conversation drawn from a profile: its system prompt's length and its turns."""
+    if workload.mix:
+        x, acc = rng.random(), 0.0
+        for sub, w in workload.mix:
+            acc += w
+            if x <= acc:
+                return draw_turns(sub, rng, context_len)
+        return draw_turns(workload.mix[-1][0], rng, context_len)
+    if workload.replay:
+        conv = rng.choice(workload.replay)
+        out, think = workload.output_tokens, workload.think_s
+        return 0, [_Turn(len(tokenize(u)), m or max(1, round(out.sample(rng))), think.sample(rng)) for u, m in conv]
+    n = max(1, round(workload.turns.sample(rng)))
+    turns = []
+    for i in range(n):
+        dist = workload.first_user_tokens if i == 0 and workload.first_user_tokens else workload.user_tokens
+        turns.append(
+            _Turn(
+                max(1, round(dist.sample(rng, context_len))),
+                max(1, round(workload.output_tokens.sample(rng, context_len))),
+                workload.think_s.sample(rng),
+            )
+        )
+    return workload.system_tokens, turns
+
+
+def _token(u: _User, _n: int, when: float) -> None:
+    u.tokens.append(when)
+
+
+class VirtualServer:
+    """A simulated server under ``users`` closed-loop users, advanced in simulated time.
+
+    Each :meth:`advance` runs on from where the last one stopped (the same users, the same warm
+    prefix cache), so a step measured longer is the same step continued.
+    """
+
+    def __init__(
+        self,
+        engine: SimEngine | EngineConfig,
+        workload: Workload,
+        users: int,
+        seed: int = 0,
+        lockstep: bool = False,
+        spread_s: float = 5.0,
+    ) -> None:
+        """
+        Args:
+            engine: a fresh engine (its clock is taken over), or the configuration of one.
+            lockstep: new users all start at once (the peers' probes); else their starts are
+                spread evenly over ``spread_s`` seconds, as a ramp spawns users in its warm-up.
+        """
+        self.now = 0.0
+        self.engine = engine if isinstance(engine, SimEngine) else SimEngine(engine)
+        self.engine.clock = lambda: self.now
+        self.workload = workload
+        self.ignore_eos = workload.ignore_eos
+        self.rng = random.Random(seed * 1_000_003 + users)
+        self.samples: list[RequestSample] = []
+        self._heap: list[tuple[float, int, int]] = []
+        self._seq = 0
+        self._users: list[_User] = []
+        self._active = 0
+        self._system: dict[int, list[int]] = {}
+        self.lockstep = lockstep
+        self.spread_s = spread_s
+        self.set_users(users)
+
+    @property
+    def users(self) -> int:
+        return self._active
+
+    def set_users(self, n: int) -> None:
+        """Change the number of users from now: new ones start spread over ``spread_s`` (or all
+        at once in lockstep); users beyond ``n`` stop after their request in flight."""
+        while len(self._users) < n:
+            self._users.append(_User(len(self._users), random.Random(self.rng.random())))
+        starting = [u for u in self._users[:n] if not u.busy]
+        for k, u in enumerate(starting):
+            at = self.now + (0.0 if self.lockstep else self.spread_s * k / len(starting))
+            u.busy = True
+            self._push(at, u.idx)
+        self._active = n
+
+    def _push(self, at: float, idx: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, self._seq, idx))
+
+    def _system_ids(self, n: int) -> list[int]:
+        if n not in self._system:
+            r = random.Random(zlib.crc32(f"system:{n}".encode()))
+            self._system[n] = [r.randrange(1 << 24) for _ in range(n)]
+        return self._system[n]
+
+    def _send(self, u: _User) -> None:
+        if u.idx >= self._active:  # stopped while thinking
+            u.busy = False
+            return
+        if u.turn >= len(u.turns):
+            system, u.turns = draw_turns(self.workload, u.rng, self.engine.max_len)
+            u.turn, u.conversation = 0, u.conversation + 1
+            u.history = self._system_ids(system) + [0] * TEMPLATE_TOKENS if system else []
+        t = u.turns[u.turn]
+        u.history = u.history + [u.rng.randrange(1 << 24) for _ in range(t.user_tokens)] + [0] * TEMPLATE_TOKENS
+        room = self.engine.max_len - len(u.history) - 1
+        if room < 1:  # the conversation outgrew the context: start a new one
+            u.turn = len(u.turns)
+            self._push(self.now, u.idx)
+            return
+        max_tokens = min(t.output_tokens, room)
+        u.start, u.tokens = self.now, []
+        req = SimRequest(
+            rid=f"u{u.idx}-{u.conversation}-{u.turn}",
+            prompt=list(u.history),
+            max_tokens=max_tokens,
+            target_tokens=max_tokens if self.ignore_eos else self.engine.sample_output_len(max_tokens),
+            arrival=self.now,
+            on_token=partial(_token, u),
+            on_finish=partial(self._finished, u),
+            out_seed=u.rng.randrange(1 << 30),
+        )
+        self.engine.add(req)
+
+    def _finished(self, u: _User, r: SimRequest) -> None:
+        ok = r.finish_reason != "abort" and bool(u.tokens)
+        times = u.tokens
+        self.samples.append(
+            RequestSample(
+                start=u.start,
+                step=0,
+                users=self._active,
+                ok=ok,
+                ttft=times[0] - u.start if ok else None,
+                e2e=times[-1] - u.start if ok else None,
+                itl=tuple(b - a for a, b in zip(times, times[1:], strict=False)),
+                output_tokens=r.generated,
+                prompt_tokens=len(r.prompt),
+                cached_tokens=r.cached_tokens,
+                error=None if ok else "http_4xx",
+                conversation=f"u{u.idx}-{u.conversation}",
+                turn=u.turn,
+                end=self.now,
+            )
+        )
+        t = u.turns[u.turn]
+        u.history = u.history + r.output_ids() + [0] * TEMPLATE_TOKENS
+        u.turn += 1
+        if u.idx >= self._active:
+            u.busy = False
+            return
+        self._push(self.now + (t.think_s if u.turn < len(u.turns) else 0.0), u.idx)
+
+    def advance(self, until: float) -> None:
+        """Run the engine and the users on to simulated time ``until``."""
+        eng = self.engine
+        while self.now < until:
+            while self._heap and self._heap[0][0] <= self.now:
+                _, _, idx = heapq.heappop(self._heap)
+                self._send(self._users[idx])
+            if eng.idle():
+                if not self._heap:
+                    self.now = until
+                    break
+                self.now = min(until, max(self.now, self._heap[0][0]))
+                continue
+            dur = eng.step()
+            decodes, prefills = eng._pending
+            if not decodes and not prefills:  # nothing could be scheduled: wait for the next arrival
+                self.now = min(until, self._heap[0][0]) if self._heap else until
+                continue
+            self.now += dur
+            eng.complete(decodes, prefills, self.now)
+
+    def window(self, start: float, end: float) -> list[RequestSample]:
+        """The requests that finished inside [start, end] (a step's window counts them so)."""
+        return [s for s in self.samples if s.end is not None and start <= s.end <= end]
