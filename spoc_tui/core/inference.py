@@ -74,6 +74,18 @@ class KneeEstimate:
         kind = ", a cliff: the knee lies in this bracket" if self.boundary == "cliff" else ""
         return f"{est} (95 %: {num(lo)}-{num(hi)}{kind}), binding {self.binding_limit}"
 
+    @property
+    def short(self) -> str:
+        """``21.5 (19.9-23.1)``, ``>32`` or ``<1``: the knee in a badge's room."""
+        lo, hi = self.ci95
+        if self.boundary == "bound":
+            return f"<{hi:g}" if self.estimate is None and hi is not None else f">{lo:g}" if lo is not None else "?"
+
+        def num(v: float | None) -> str:
+            return "?" if v is None else f"{v:.3g}"
+
+        return f"{num(self.estimate)} ({num(lo)}-{num(hi)})"
+
     def as_dict(self) -> dict[str, object]:
         return {
             "estimate": self.estimate,

@@ -196,6 +196,17 @@ class RampProgress:
     def level_text(self) -> str:
         return level_text(self.users, "req/s" if self.open_loop else "users")
 
+    @property
+    def badge(self) -> str:
+        """The ramp in a few words for other screens' status lines: ``step 3 · 16 users ·
+        knee so far 21.5 users (95 %: 19.9-23.1) · 6.2 min left``."""
+        parts: list[str] = [f"step {self.step}", self.level_text] if self.step else [str(self.phase)]
+        if self.knee is not None and self.knee.inferred is not None:
+            parts.append(f"knee so far {self.knee.inferred.short}")
+        if self.budget_left_s is not None:
+            parts.append(f"{self.budget_left_s / 60:.1f} min left")
+        return " · ".join(parts)
+
 
 @dataclass
 class RampResult:

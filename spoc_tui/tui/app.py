@@ -92,6 +92,8 @@ class SpocApp(App[int]):
         self.recorder = recorder
         """Where what the monitor sees is written (``--record``), or None."""
         self._ramp_worker: Worker[None] | None = None
+        self._ramp_badge = ""
+        """The running ramp in a few words (:attr:`RampProgress.badge`), on the monitor's status line."""
         self._tune_session: TuneSession | None = None
         self.settings = settings
         self.sources = sources if sources is not None else build_sources(settings)
@@ -344,6 +346,9 @@ class SpocApp(App[int]):
             out_dir=data_dir() / "ramps" / stamp,
             step_s=request.step_s,
             warmup_s=request.warmup_s,
+            budget_s=request.budget_s,
+            max_step_s=request.max_step_s,
+            workers=request.workers,
             api_key=self.settings.api_key,
             dcgm_urls=list(self.settings.dcgm_urls),
         )
@@ -375,6 +380,8 @@ class SpocApp(App[int]):
     def on_ramp_progressed(self, message: RampProgressed) -> None:
         p = message.progress
         self.load_screen.show_progress(p)
+        self._ramp_badge = p.badge
+        self._set_background()
         if p.phase == "step_done" and p.steps:
             last = p.steps[-1]
             decision = last.decision
@@ -387,6 +394,7 @@ class SpocApp(App[int]):
 
     def on_ramp_finished(self, message: RampFinished) -> None:
         self._ramp_worker = None
+        self._ramp_badge = ""
         self.events.note("ramp", f"ramp {message.message}", "info" if message.ok else "warning")
         self._set_background()
         self.load_screen.show_finished(message.message, message.ok)
@@ -604,7 +612,7 @@ class SpocApp(App[int]):
         """What would be lost by quitting now."""
         out = []
         if self._ramp_worker is not None and self._ramp_worker.is_running:
-            out.append("a load ramp")
+            out.append(f"a load ramp ({self._ramp_badge})" if self._ramp_badge else "a load ramp")
         if self._tune_session is not None:
             out.append("a tuning study")
         return out

@@ -112,11 +112,17 @@ async def test_ramp_from_the_ui_with_the_monitor_one_key_away():
             await pilot.press("m")  # back to the monitor; the ramp keeps going
             await pilot.pause()
             assert app.screen is app.monitor and scr.running
+            badges = set()
             for _ in range(240):
                 await asyncio.sleep(0.25)
+                badges.add(app.monitor.background)
                 if not scr.running:
                     break
             assert not scr.running
+            # the monitor's status line said the ramp ran, where it was, and the knee so far
+            assert any(b.startswith("a load ramp (step 1 · 4 users") for b in badges), badges
+            assert any("knee so far" in b for b in badges), badges
+            assert app.monitor.background == ""
             shown = str(scr.knee.render())
             if "break ttft_p50" in shown:
                 assert "knee: 4 users meet the SLA; 40 break ttft_p50" in shown
@@ -129,6 +135,26 @@ async def test_ramp_from_the_ui_with_the_monitor_one_key_away():
             assert scr.steps.row_count == 2
     finally:
         proc.stop()
+
+
+async def test_the_forms_defaults_start_the_knee_search_with_its_budget():
+    from spoc_tui.core.knee import KneeSearch
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        scr = app.load_screen
+        request = scr.read_form()  # press start, change nothing
+        assert request is not None and isinstance(request.plan, KneeSearch)
+        assert request.budget_s == 600 and request.max_step_s is None and request.workers == 0
+        assert [str(x) for x in request.limits] == ["ttft_p99<=2s", "itl_p99<=100ms"]
+        scr.query_one("#budget").value = "0.1"  # 6 s: less than one step
+        assert scr.read_form() is None and "the budget must be at least one step" in str(scr.form_error.render())
+        scr.query_one("#budget").value = ""
+        scr.query_one("#users").value = "1,2"
+        request = scr.read_form()
+        assert request is not None and request.budget_s is None
 
 
 async def test_f6_without_a_trace_folder_says_what_to_set():

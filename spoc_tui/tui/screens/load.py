@@ -18,7 +18,7 @@ from spoc_tui.core.errors import InputError, SpocError
 from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, UserPlan, parse_levels
 from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.steps import StepSummary
-from spoc_tui.load.ramp import DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
+from spoc_tui.load.ramp import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
 from spoc_tui.load.report import KneeTone, check_lines, knee_sentence, step_cells, verdict, verdict_text
 from spoc_tui.load.workload import Workload, builtin_names, load_workload
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
@@ -106,6 +106,9 @@ class LoadScreen(Screen[None]):
     LoadScreen #form Select { width: 16; }
     LoadScreen #form Label, LoadScreen #form2 Label { padding: 0 1 0 0; }
     LoadScreen #form2 Input { width: 1fr; }
+    LoadScreen #form3 { height: auto; padding: 0 1; }
+    LoadScreen #form3 Label { padding: 0 1 0 0; }
+    LoadScreen #form3 Input { width: 8; }
     LoadScreen #buttons { height: auto; padding: 0 1; }
     LoadScreen #buttons Button { margin-right: 2; min-width: 12; }
     LoadScreen #charts { height: auto; margin-top: 1; }
@@ -124,6 +127,10 @@ class LoadScreen(Screen[None]):
         limits: tuple[Limit, ...]
         step_s: float
         warmup_s: float
+        budget_s: float | None = None
+        """The load-time budget (None: the knee search's default, none for listed levels)."""
+        max_step_s: float | None = None
+        workers: int = 0
 
     class StopRequested(Message):
         """The operator asked to stop the running ramp."""
@@ -159,6 +166,28 @@ class LoadScreen(Screen[None]):
             with Horizontal(id="form2", classes="-row"):
                 yield Label("SLA")
                 yield Field(DEFAULT_SLA, id="sla")
+            with Horizontal(id="form3", classes="-row"):
+                yield Label("budget min")
+                yield Field(
+                    f"{DEFAULT_BUDGET_S / 60:g}",
+                    id="budget",
+                    restrict=r"[0-9.]*",
+                    tooltip="most minutes of load the ramp runs (empty: no limit for listed levels)",
+                )
+                yield Label("max step s")
+                yield Field(
+                    "",
+                    id="max-step",
+                    restrict=r"[0-9.]*",
+                    tooltip="an inconclusive step is measured on up to this long",
+                )
+                yield Label("workers")
+                yield Field(
+                    str(RampConfig.workers),
+                    id="workers",
+                    restrict=r"[0-9]*",
+                    tooltip="load-generator processes (0: one; more above 64 users)",
+                )
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
                 yield Button("Start (ctrl+r)", id="start", variant="success", disabled=self.url is None, compact=True)
@@ -196,17 +225,45 @@ class LoadScreen(Screen[None]):
             try:
                 step = float(self.query_one("#step", Input).value or "0")
                 warm = float(self.query_one("#warmup", Input).value or "0")
+                budget_text = self.query_one("#budget", Input).value.strip()
+                budget = float(budget_text) * 60 if budget_text else None
+                max_text = self.query_one("#max-step", Input).value.strip()
+                max_step = float(max_text) if max_text else None
+                workers = int(self.query_one("#workers", Input).value or "0")
             except ValueError:
-                raise InputError("step and warm-up must be numbers of seconds") from None
+                raise InputError(
+                    "step, warm-up and max step are seconds, the budget minutes, workers a whole number"
+                ) from None
             profile = load_workload(str(self.query_one("#profile", Select).value))
             # the check spoc ramp makes, with the form's names for its fields
-            RampConfig(self.url or "", profile, plan, limits, Path(), step_s=step, warmup_s=warm).validate()
+            RampConfig(
+                self.url or "",
+                profile,
+                plan,
+                limits,
+                Path(),
+                step_s=step,
+                warmup_s=warm,
+                budget_s=budget,
+                max_step_s=max_step,
+                workers=workers,
+            ).validate()
         except SpocError as e:
-            self.form_error.update(str(e).replace("--warmup-seconds", "warm-up").replace("--step-seconds", "the step"))
+            names = {
+                "--warmup-seconds": "warm-up",
+                "--step-seconds": "the step",
+                "--max-step-seconds": "max step",
+                "--budget": "the budget",
+                "--workers": "workers",
+            }
+            message = str(e)
+            for flag, name in names.items():
+                message = message.replace(flag, name)
+            self.form_error.update(message)
             return None
         self.form_error.update("")
         self.limits = limits
-        return self.StartRequested(profile, plan, limits, step, warm)
+        return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":
@@ -268,10 +325,11 @@ class LoadScreen(Screen[None]):
             "done": "finished",
         }.get(p.phase, p.phase)
         out_rate = p.steps[-1].output_tokens_per_s if p.steps else None
+        budget = f" · budget left {p.budget_left_s / 60:.1f} min" if p.budget_left_s is not None else ""
         self.status.update(
             Text(
                 f"step {p.step}/{total} · {p.level_text} · {phase} · {p.samples} requests · "
-                f"last step {fmt.rate(out_rate, ' out tok/s')} · {p.elapsed_s:.0f}s elapsed",
+                f"last step {fmt.rate(out_rate, ' out tok/s')} · {p.elapsed_s:.0f}s elapsed{budget}",
                 style="bold",
             )
         )
