@@ -16,7 +16,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 import click
 
@@ -431,6 +431,16 @@ def resolve_settings(
     help="Users added per second when a step starts [default: fast enough for half the warm-up, 1-100/s].",
 )
 @click.option(
+    "--arrivals",
+    type=click.Choice(["staggered", "lockstep"]),
+    default=RampConfig.arrivals,
+    show_default=True,
+    help=(
+        "staggered: starts and turns jittered so users cannot fall into lockstep; lockstep: every new user at "
+        "once, no jitter (the worst case; how AIPerf and GuideLLM start their probes)."
+    ),
+)
+@click.option(
     "--budget",
     "budget_spec",
     default=None,
@@ -498,6 +508,7 @@ def ramp(
     users_spec: str | None,
     rate_spec: str | None,
     step_seconds: float,
+    arrivals: Literal["staggered", "lockstep"],
     budget_spec: str | None,
     max_step_seconds: float | None,
     spawn_rate: float | None,
@@ -552,6 +563,7 @@ def ramp(
         plan=plan,
         max_step_s=max_step_seconds,
         budget_s=parse_budget(budget_spec) if budget_spec is not None else None,
+        arrivals=arrivals,
         spawn_rate=spawn_rate,
         limits=limits,
         out_dir=Path(out_dir),

@@ -25,14 +25,16 @@ Cause = Literal[
     "batch_full",
     "decode_slows",
     "client",
+    "lockstep",
     "none_seen",
     "no_view",
 ]
 """What held the knee where it is, from the server's view of the breaking step (first match):
 the queue grew without bound; a GPU throttled; preemptions; the KV cache full with a queue; a
 queue with the cache not full (the batch at its seat or token limit); an inter-token limit
-broken with no queue; no server-side cause seen (``client`` when the load generator was
-saturated, else ``none_seen``); no server-side view recorded."""
+broken with no queue; no server-side cause seen (``lockstep`` when the step's arrivals came in
+bursts, ``client`` when the load generator was saturated, else ``none_seen``); no server-side
+view recorded. Arrivals in lockstep are also said after any server-side cause."""
 
 KV_FULL = 0.9
 """KV-cache use at or above which a queue is put down to the cache (as the monitor's alert)."""
@@ -52,6 +54,11 @@ def knee_why(step: StepSummary) -> KneeWhy:
     """The server-side reason a step broke the SLA (see :data:`Cause`), with the client's
     saturation said after it (or instead of "no server-side cause")."""
     cause, text = _server_reason(step)
+    if step.arrivals.lockstep:
+        if cause in ("none_seen", "no_view"):
+            cause, text = "lockstep", f"{step.arrivals.text}: the prefills of users that start together collide"
+        else:
+            text = f"{text}; {step.arrivals.text}"
     sat = step.client.saturated_text
     if sat is None:
         return KneeWhy(cause, text)

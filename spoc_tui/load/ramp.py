@@ -104,6 +104,11 @@ class RampConfig:
     """A step still inconclusive at ``step_s`` is measured on up to this long [4 x step_s]."""
     spawn_rate: float | None = None
     """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
+    arrivals: Literal["staggered", "lockstep"] = "staggered"
+    """``staggered``: users start spread over the warm-up, each waits up to a second before its
+    first turn and, without think time, a little before each later one, so lockstep cannot
+    persist; ``lockstep``: every new user starts at once, with no jitter (the worst case, and
+    how AIPerf and GuideLLM start their probes' streams)."""
     budget_s: float | None = None
     """The most seconds of load (warm-ups and extensions included) the ramp runs; no step starts
     once it is spent, and a step is measured on only while it lasts [the knee search:
@@ -146,6 +151,8 @@ class RampConfig:
             bad("--max-step-seconds must be at least --step-seconds")
         if self.budget_s is not None and not self.step_s <= self.budget_s < math.inf:
             bad("--budget must be at least one step (--step-seconds)")
+        if self.arrivals not in ("staggered", "lockstep"):
+            bad(f"--arrivals {self.arrivals!r}: staggered or lockstep")
         if self.spawn_rate is not None and not 0 < self.spawn_rate <= 1000:
             bad("--spawn-rate must be above 0 and at most 1000 users per second")
         if not self.abort_factor > 1:  # a tuning study's inf: never stop early
@@ -397,7 +404,7 @@ class RunnerProcess:
             argv += ["--tokenizer", self.cfg.tokenizer]
         if self.cfg.open_loop:
             argv += ["--open-loop"]
-        argv += ["--parent-pid", str(os.getpid())]
+        argv += ["--arrivals", self.cfg.arrivals, "--parent-pid", str(os.getpid())]
         for path in (self.log_dir / "ramp.json", *self.cfg.finalize):
             argv += ["--finalize", str(path)]
         return argv + list(extra)
@@ -578,6 +585,8 @@ def auto_workers(plan: UserPlan, cores: int) -> int:
 
 MAX_SPAWN_RATE = 100.0
 """Locust's advice: faster ramp-ups are known to cause trouble."""
+LOCKSTEP_SPAWN_RATE = 1000.0
+"""``--arrivals lockstep``: every new user at once (1,000 a second, the most --spawn-rate takes)."""
 
 
 def spawn_rate(cfg: RampConfig, change: int) -> float:
@@ -586,6 +595,8 @@ def spawn_rate(cfg: RampConfig, change: int) -> float:
     second (Locust's advised maximum); a ramp-up longer than the warm-up is said in the step."""
     if cfg.spawn_rate:
         return cfg.spawn_rate
+    if cfg.arrivals == "lockstep":
+        return LOCKSTEP_SPAWN_RATE
     return float(min(MAX_SPAWN_RATE, max(1.0, math.ceil(abs(change) / max(0.5, cfg.warmup_s / 2)))))
 
 
@@ -786,6 +797,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         "abort_factor": cfg.abort_factor,
         "workers": cfg.workers,
         "spawn_rate": cfg.spawn_rate or "auto: within half the warm-up, 1-100 users/s",
+        "arrivals": cfg.arrivals,
         "budget_seconds": cfg.budget,
         "seed": cfg.seed,
         "started_at": time.time(),

@@ -45,7 +45,7 @@ from urllib3 import PoolManager
 from spoc_tui.collectors.http import tls
 from spoc_tui.core.steps import RequestSample
 from spoc_tui.load import wire
-from spoc_tui.load.workload import ConversationPlan, TextMaker, Workload, plan_conversation
+from spoc_tui.load.workload import ConversationPlan, TextMaker, Workload, jitter, plan_conversation
 from spoc_tui.procs.lock import mark_interrupted
 
 
@@ -138,6 +138,8 @@ class Shared:
     counter = 0
     launched_in = -1
     """The event loop's iteration in which the last request was launched (:func:`quiet_moment`)."""
+    lockstep = False
+    """``--arrivals lockstep``: no jitter (users that start together stay together)."""
 
 
 def classify_error(exc: BaseException) -> str:
@@ -335,21 +337,26 @@ class ChatUser(_StreamingUser):
         self.rng = random.Random(Shared.seed * 1_000_003 + Shared.counter + os.getpid())
         self.conv_id = f"{os.getpid()}-{Shared.counter}"
         self.failures = 0
+        self.last_s: float | None = None
+        """How long this user's last request took (None before its first: see :func:`jitter`)."""
 
     @task
     def converse(self) -> None:
         assert Shared.profile is not None
-        quiet_moment()
         plan = plan_conversation(Shared.profile, self.rng, Shared.maker, Shared.context_len, Shared.system_cache)
         messages: list[dict[str, str]] = []
         if plan.system_text:
             messages.append({"role": "system", "content": plan.system_text})
         self.conv_id = f"{self.conv_id.split('#')[0]}#{self.rng.randrange(1 << 30):x}"
         for i, turn in enumerate(plan.turns):
-            if i:
-                quiet_moment()
+            wait = jitter(self.rng, self.last_s, plan.think_s[i - 1] if i else 0.0, Shared.lockstep)
+            if wait:
+                gevent.sleep(wait)
+            quiet_moment()
             messages.append({"role": "user", "content": turn.user_text})
+            t0 = time.perf_counter()
             answer = send_chat(self.client, messages, turn.max_tokens, i, self.conv_id)
+            self.last_s = time.perf_counter() - t0
             if answer is None:  # a failed turn ends the conversation; back off, then start a new one
                 self.failures += 1
                 gevent.sleep(min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** (self.failures - 1)))
@@ -589,6 +596,7 @@ def _configure(args: argparse.Namespace) -> None:
     Shared.api_key = os.environ.get("SPOC_API_KEY") or None
     Shared.context_len = args.context_len
     Shared.seed = args.seed
+    Shared.lockstep = args.arrivals == "lockstep"
     _StreamingUser.network_timeout = args.timeout
     Shared.maker = TextMaker(args.tokenizer)
     Shared.lengths = learn_lengths(Shared.maker, args.url, args.model, Shared.api_key)
@@ -609,6 +617,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master-bind-port", type=int, default=5557)
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--open-loop", action="store_true", help="Poisson arrivals at the rate each step sets")
+    ap.add_argument(
+        "--arrivals",
+        choices=("staggered", "lockstep"),
+        default="staggered",
+        help="staggered: starts and turns jittered (default); lockstep: none (users started together stay so)",
+    )
     ap.add_argument("--master-host", default="127.0.0.1")
     ap.add_argument("--master-port", type=int, default=5557)
     ap.add_argument(

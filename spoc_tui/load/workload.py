@@ -504,3 +504,25 @@ def plan_conversation(
         out = max(1, round(profile.output_tokens.sample(rng, context_len)))
         turns.append(Turn(maker.text(tokens, rng), out))
     return ConversationPlan(profile.name, system_cache[key], turns, [profile.think_s.sample(rng) for _ in range(n)])
+
+
+START_JITTER_S = 1.0
+"""De-synchronized arrivals (the default): a new user waits up to this long before its first turn."""
+TURN_JITTER = 0.1
+"""...and, where the profile has no think time, up to this share of its last request's time
+(at most :data:`TURN_JITTER_MAX_S`) before each later turn, so that users whose answers end in
+the same engine step do not send their next prefills together."""
+TURN_JITTER_MAX_S = 0.25
+
+
+def jitter(rng: random.Random, last_s: float | None, think_s: float, lockstep: bool = False) -> float:
+    """Seconds a user waits before a turn so that lockstep cannot persist (0 with ``--arrivals
+    lockstep``, or where the profile's think time already spreads the turns); ``last_s`` is how
+    long its last request took (None before its first)."""
+    if lockstep:
+        return 0.0
+    if last_s is None:
+        return rng.uniform(0.0, START_JITTER_S)
+    if think_s > 0:
+        return 0.0
+    return rng.uniform(0.0, min(TURN_JITTER_MAX_S, TURN_JITTER * last_s))

@@ -186,26 +186,65 @@ def test_a_step_too_short_for_its_profile_is_inconclusive_not_a_breach(sim8, tmp
 
 
 def test_knee_search_auto(sim8, fast_profile, tmp_path):
-    """--users auto:MAX doubles until a step breaks, then bisects to adjacent counts."""
+    """--users auto:MAX doubles while no step broke, then probes inside the knee's inferred
+    interval until it is narrow or the budget is spent, and says which."""
     url, _ = sim8
     out = tmp_path / "out"
     r = ramp(
         "--url", url, "--profile", fast_profile, "--users", "auto:64", "--step-seconds", "4", "--warmup-seconds", "1",
-        "--sla", "ttft_p50<=300ms", "--out", str(out), timeout=400,
+        "--budget", "75s", "--sla", "ttft_p50<=300ms", "--out", str(out), timeout=400,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     d = json.loads((out / "ramp.json").read_text())
     probes = [s["users"] for s in d["steps"]]
-    assert probes[:3] == [1, 2, 4] and d["users"] == "auto:64"
+    assert probes[:3] == [1, 2, 4] and d["users"] == "auto:64" and d["budget_seconds"] == 75
     knee = d["knee"]
-    lo, hi = knee["max_users_within_sla"], knee["first_failing_users"]
-    assert lo is not None and hi is not None and lo < hi, (probes, knee)
-    # the search stops at the first count above `lo` that did not meet the SLA: broken, or still
-    # inconclusive after its extensions (named in the knee)
-    not_met = min(s["users"] for s in d["steps"] if s["verdict"]["decision"] != "meets")
-    assert not_met - lo <= max(1, int(lo * 0.05)), (probes, knee)
-    assert set(knee["inconclusive"]) <= set(probes) and all(u > lo for u in knee["inconclusive"])
-    assert f"knee: {lo} users meet the SLA; {hi} break" in r.stdout
+    assert knee["boundary"] in ("smooth", "cliff"), (probes, knee)
+    est, (lo, hi) = knee["estimate"], knee["ci95"]
+    assert lo is not None and hi is not None and lo <= est <= hi
+    # the load it ran stays within the budget (a step starts only with a whole step left)
+    assert sum(s["duration_s"] + 1 for s in d["steps"]) <= 75 + 4 * 4
+    narrow = hi - lo <= 0.1 * est or int(hi) - int(lo) <= 1
+    assert narrow or "the budget (1.25 min of load) is spent" in d["stop_reason"], (probes, knee, d["stop_reason"])
+    assert "knee so far: " in r.stdout and "budget left" in r.stdout and "knee across steps: " in r.stdout
+
+
+FLAT = """
+name = "flat"
+user_tokens = 1000
+output_tokens = 200
+ignore_eos = true
+"""
+
+
+def test_arrivals_are_measured_and_lockstep_is_chosen_not_stumbled_into(tmp_path):
+    """Users of fixed output lengths that start together stay in lockstep (their prefills collide
+    on every turn): the default staggers them, --arrivals lockstep does not, and each step says
+    which regime it measured."""
+    port, dport = free_ports(2)
+    proc = start_sim(["--dcgm-port", str(dport)], port)
+    flat = tmp_path / "flat.toml"
+    flat.write_text(FLAT)
+    try:
+        seen = {}
+        for mode in ("staggered", "lockstep"):
+            out = tmp_path / mode
+            r = ramp(
+                "--url", f"http://127.0.0.1:{port}", "--profile", str(flat), "--users", "16", "--step-seconds", "10",
+                "--warmup-seconds", "3", "--max-step-seconds", "10", "--sla", "ttft_p99<=100ms", "--arrivals", mode,
+                "--out", str(out),
+            )  # fmt: skip
+            assert r.returncode == 0, r.stderr
+            seen[mode] = json.loads((out / "ramp.json").read_text())
+        calm, bunched = (seen[m]["steps"][0]["arrivals"] for m in ("staggered", "lockstep"))
+        assert calm["n"] >= 20 and not calm["lockstep"] and calm["synchronization"] < 2, calm
+        assert bunched["lockstep"] and bunched["synchronization"] > 2 and bunched["burst"] >= 3, bunched
+        assert seen["lockstep"]["arrivals"] == "lockstep" and seen["staggered"]["arrivals"] == "staggered"
+        knee = seen["lockstep"]["knee"]
+        if knee["first_failing_users"] == 16:  # it broke: the why names the lockstep
+            assert "arrivals in lockstep: prefill bursts of" in knee["reason"], knee
+    finally:
+        proc.stop()
 
 
 def test_open_loop_rates_are_poisson_and_the_knee_is_in_requests_per_second(sim8, fast_profile, tmp_path):

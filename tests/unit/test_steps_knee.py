@@ -460,3 +460,35 @@ def test_a_profile_may_ask_for_every_planned_token(tmp_path):
     p.write_text('name = "flat"\nuser_tokens = 200\noutput_tokens = 128\nignore_eos = "yes"\n')
     with pytest.raises(WorkloadError, match="ignore_eos must be true or false"):
         load_workload(str(p))
+
+
+def test_arrivals_say_how_bunched_the_requests_came():
+    from spoc_tui.core.steps import arrivals
+
+    rng = random.Random(3)
+    t, poisson = 0.0, []
+    for _ in range(400):
+        t += rng.expovariate(10.0)
+        poisson.append(t)
+    calm = arrivals(poisson)
+    assert 0.7 < calm.synchronization < 1.3 and not calm.lockstep and calm.text == ""
+    bursts = [k * 1.5 + rng.uniform(0, 0.01) for k in range(30) for _ in range(16)]  # 16 at a time
+    bunched = arrivals(bursts)
+    assert bunched.synchronization > 8 and bunched.burst == 16 and bunched.lockstep
+    assert bunched.text == "arrivals in lockstep: prefill bursts of 16"
+    assert arrivals(poisson[:10]).synchronization is None  # too few to say
+    # the knee's why names it; without a server-side cause it is the cause
+    lims = parse_sla("ttft_p99<=100ms")
+    step = replace(_step(16, 0.3, 40, lims), arrivals=bunched)
+    assert step.decision == "breaks"
+    why = find_knee([step]).why
+    assert why.cause == "lockstep" and why.text.startswith("arrivals in lockstep: prefill bursts of 16")
+
+
+def test_jitter_keeps_users_apart_unless_lockstep_is_asked():
+    from spoc_tui.load.workload import START_JITTER_S, jitter
+
+    rng = random.Random(0)
+    assert 0 <= jitter(rng, None, 0.0) <= START_JITTER_S
+    assert 0 <= jitter(rng, 2.0, 0.0) <= 0.2 and jitter(rng, 2.0, 3.0) == 0.0
+    assert jitter(rng, None, 0.0, lockstep=True) == jitter(rng, 2.0, 0.0, lockstep=True) == 0.0
