@@ -224,9 +224,7 @@ def main() -> None:
         rows = [r for r in results if r["case"] == ci]
         new_hit = sum(holds(r["new"][0], k) for r in rows)
         old_hit = sum(holds(r["old"][0], k) for r in rows)
-        widths = [
-            (hi - lo) / est for r in rows for (lo, hi), est in [(r["new"][0], r["new"][1])] if lo and hi and est
-        ]
+        widths = [(hi - lo) / est for r in rows for (lo, hi), est in [(r["new"][0], r["new"][1])] if lo and hi and est]
         new_min = statistics.median(r["new"][3] for r in rows)
         old_min = statistics.median(r["old"][1] for r in rows)
         minutes["new"] += [r["new"][3] for r in rows]
