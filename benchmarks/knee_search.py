@@ -202,12 +202,17 @@ def main() -> None:
         curves.setdefault(name, {})[u] = v
     todo = [(n, u) for n, u in need if u not in curves.get(n, {})]
     with mp.Pool(2) as pool:
-        for name, users, v in pool.imap_unordered(reference, todo):
+        for k, (name, users, v) in enumerate(pool.imap_unordered(reference, todo), 1):
             curves.setdefault(name, {})[users] = v
+            print(f"\rreference runs: {k}/{len(todo)}", end="", file=sys.stderr, flush=True)
         if todo and not SMOKE:
             TRUTH_FILE.write_text(json.dumps({n: {str(u): v for u, v in sorted(d.items())} for n, d in curves.items()}))
         jobs = [(ci, 1000 + s) for ci in range(len(CASES)) for s in range(SEEDS)]
-        results = pool.map(search_case, jobs)
+        results = []
+        for k, r in enumerate(pool.imap_unordered(search_case, jobs), 1):
+            results.append(r)
+            print(f"\rsearches: {k}/{len(jobs)}  ", end="", file=sys.stderr, flush=True)
+        print(file=sys.stderr)
     print(
         f"knee search on the simulator (Llama-3.1-8B, A100-40GB, 16 seats; 40 s steps, 10 s warm-up), "
         f"{SEEDS} seeds a case; truth: {TRUTH_S:.0f} s reference runs at every count"

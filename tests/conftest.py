@@ -26,7 +26,19 @@ def fixture_text(rel: str) -> str:
 _RUN = ensure_marker()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With pytest-xdist (``make test`` runs two workers): a file's tests stay on one worker, so
+    its module fixtures (a simulator, a server) start once; the real-engine tier is one group
+    (tests/realengine/conftest.py), so its session server starts once and two vLLM CPU servers
+    never compete."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("realengine" if path.startswith("tests/realengine/") else path))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the other worker's processes are alive; the controller checks at the end
     left = wait_gone(marked(_RUN), 15.0)
     if not left:
         return
