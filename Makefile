@@ -19,11 +19,11 @@ demo: $(STAMP)
 ## real-engine tier (a real vLLM CPU server and a real Prometheus on loopback; set-up cached in
 ## ~/.cache/spoc-tui).
 test: lint realengine-setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=12 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=12 -n 2 --dist loadgroup tests
 
 ## Without the real-engine tier (quick, for development).
 test-fast: lint
-	SPOC_SKIP_REALENGINE=1 $(PY) -m pytest -q -p no:cacheprovider tests
+	SPOC_SKIP_REALENGINE=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup tests
 
 ## ruff (rules and formatting) over everything, mypy --strict over the package.
 lint: $(STAMP)

@@ -19,6 +19,12 @@ search's interval holds the truth (inference: its ci95, a one-sided bound counte
 bisection: the bracket from the last count that met to the first that did not), and the median
 load-minutes to the answer. The reference curves are cached in knee_truth.json beside this file
 (--fresh recomputes them).
+
+Then (b), the coverage of one step's own 95 % intervals (--only=a or --only=b runs one part):
+for 8, 20 and 24 users of the chat profile, the true TTFT p50/p90/p99, ITL p50/p90/p99, output
+tokens/s and requests/s from a 3,000 s run; then 100 independent steps (50 s measured after a
+30 s warm-up: multi-turn conversations take about that long to reach their steady mix), and the
+share of their intervals that hold the truth (target 93-97 %).
 """
 
 from __future__ import annotations
@@ -52,6 +58,10 @@ from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
 SMOKE = "--smoke" in sys.argv
 SEEDS = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--seeds=")), "1" if SMOKE else "20"))
 FRESH = "--fresh" in sys.argv
+ONLY = next((a.split("=")[1] for a in sys.argv if a.startswith("--only=")), "ab")
+COVERAGE_STEPS = 4 if SMOKE else 100
+COVERAGE_USERS = (8,) if SMOKE else (8, 20, 24)
+COVERAGE_WARMUP_S, COVERAGE_S = 30.0, 50.0
 TRUTH_FILE = Path(__file__).with_name("knee_truth.json")
 STEP_S, WARMUP_S, MAX_STEP_S, BUDGET_S = 40.0, 10.0, 160.0, 600.0
 TRUTH_WARMUP_S, TRUTH_S = 120.0, 1500.0
@@ -188,12 +198,69 @@ def search_case(args: tuple[int, int]) -> dict[str, Any]:
     }
 
 
+def steady(users: int, seed: int, warmup: float, seconds: float) -> list[RequestSample]:
+    vs = VirtualServer(engine(seed), workload("chat"), users, seed=seed, spread_s=1.0)
+    vs.advance(warmup + seconds)
+    return vs.window(warmup, warmup + seconds)
+
+
+def coverage_step(args: tuple[int, int]) -> tuple[int, StepSummary]:
+    users, seed = args
+    window = steady(users, seed, COVERAGE_WARMUP_S, COVERAGE_S)
+    return users, summarize_step(1, users, window, COVERAGE_S, parse_sla("ttft_p90<=200ms"))
+
+
+def coverage_truth(users: int) -> dict[tuple[str, str], float]:
+    span = 300.0 if SMOKE else 3000.0
+    long = steady(users, 77_000 + users, 60.0, span)
+    ok = [s for s in long if s.ok]
+    ttft = [s.ttft for s in ok if s.ttft is not None]
+    itl = [g for s in ok for g in s.itl]
+    out = {(m, f"p{q}"): float(np.percentile(v, q)) for m, v in (("ttft", ttft), ("itl", itl)) for q in (50, 90, 99)}
+    out[("rate", "output_tokens_per_s")] = sum(s.output_tokens or 0 for s in ok) / span
+    out[("rate", "request_rate")] = len(long) / span
+    return out
+
+
+def coverage_part(pool: Any) -> None:
+    print(
+        f"(b) coverage of one step's 95 % intervals, {COVERAGE_STEPS} steps of {COVERAGE_S:.0f} s "
+        f"(after a {COVERAGE_WARMUP_S:.0f} s warm-up) per load, chat profile"
+    )
+    for users in COVERAGE_USERS:
+        truth = coverage_truth(users)
+        jobs = [(users, 500_000 + users * 1000 + i) for i in range(COVERAGE_STEPS)]
+        hits: dict[tuple[str, str], list[bool]] = {key: [] for key in truth}
+        for _, step in pool.imap_unordered(coverage_step, jobs):
+            for (metric, stat), value in truth.items():
+                if metric == "rate":
+                    lo, hi = getattr(step.ci95, stat)
+                else:
+                    lo, hi = step.latency.of(metric).interval(stat)
+                if lo is None or hi is None:
+                    continue  # an interval the sample cannot close is not claimed
+                hits[(metric, stat)].append(lo <= value <= hi)
+        row = ", ".join(
+            f"{m} {st}: {100 * sum(h) / len(h):.0f}% of {len(h)}" if h else f"{m} {st}: never bounded"
+            for (m, st), h in hits.items()
+        )
+        print(f"    {users} users: {row}")
+
+
 def holds(interval: tuple[float | None, float | None], k: float) -> bool:
     lo, hi = interval
     return (lo is None or lo <= k) and (hi is None or k <= hi)
 
 
 def main() -> None:
+    with mp.Pool(2) as pool:
+        if "a" in ONLY:
+            knee_part(pool)
+        if "b" in ONLY:
+            coverage_part(pool)
+
+
+def knee_part(pool: Any) -> None:
     t0 = time.time()
     cached = json.loads(TRUTH_FILE.read_text()) if TRUTH_FILE.exists() and not FRESH and not SMOKE else {}
     need = sorted({(c.profile, u) for c in CASES for u in range(c.levels[0], c.levels[1] + 1)})
@@ -201,18 +268,17 @@ def main() -> None:
     for name, u, v in [(n, int(u), v) for n, d in cached.items() for u, v in d.items()]:
         curves.setdefault(name, {})[u] = v
     todo = [(n, u) for n, u in need if u not in curves.get(n, {})]
-    with mp.Pool(2) as pool:
-        for k, (name, users, v) in enumerate(pool.imap_unordered(reference, todo), 1):
-            curves.setdefault(name, {})[users] = v
-            print(f"\rreference runs: {k}/{len(todo)}", end="", file=sys.stderr, flush=True)
-        if todo and not SMOKE:
-            TRUTH_FILE.write_text(json.dumps({n: {str(u): v for u, v in sorted(d.items())} for n, d in curves.items()}))
-        jobs = [(ci, 1000 + s) for ci in range(len(CASES)) for s in range(SEEDS)]
-        results = []
-        for k, r in enumerate(pool.imap_unordered(search_case, jobs), 1):
-            results.append(r)
-            print(f"\rsearches: {k}/{len(jobs)}  ", end="", file=sys.stderr, flush=True)
-        print(file=sys.stderr)
+    for k, (name, users, v) in enumerate(pool.imap_unordered(reference, todo), 1):
+        curves.setdefault(name, {})[users] = v
+        print(f"\rreference runs: {k}/{len(todo)}", end="", file=sys.stderr, flush=True)
+    if todo and not SMOKE:
+        TRUTH_FILE.write_text(json.dumps({n: {str(u): v for u, v in sorted(d.items())} for n, d in curves.items()}))
+    jobs = [(ci, 1000 + s) for ci in range(len(CASES)) for s in range(SEEDS)]
+    results: list[dict[str, Any]] = []
+    for k, r in enumerate(pool.imap_unordered(search_case, jobs), 1):
+        results.append(r)
+        print(f"\rsearches: {k}/{len(jobs)}  ", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
     print(
         f"knee search on the simulator (Llama-3.1-8B, A100-40GB, 16 seats; 40 s steps, 10 s warm-up), "
         f"{SEEDS} seeds a case; truth: {TRUTH_S:.0f} s reference runs at every count"
