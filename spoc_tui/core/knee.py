@@ -54,7 +54,7 @@ def knee_why(step: StepSummary) -> KneeWhy:
     """The server-side reason a step broke the SLA (see :data:`Cause`), with the client's
     saturation said after it (or instead of "no server-side cause")."""
     cause, text = _server_reason(step)
-    if step.arrivals.lockstep:
+    if step.arrivals is not None and step.arrivals.lockstep:
         if cause in ("none_seen", "no_view"):
             cause, text = "lockstep", f"{step.arrivals.text}: the prefills of users that start together collide"
         else:

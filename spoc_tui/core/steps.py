@@ -659,8 +659,9 @@ class StepSummary:
     """Open-loop steps: the target arrival rate (requests/s, Poisson); ``users`` is then the number
     of arrival generators, not a concurrency."""
     stopped_early: EarlyStop | None = None
-    arrivals: Arrivals = Arrivals()
-    """How bunched the step's request arrivals were (lockstep moves TTFT)."""
+    arrivals: Arrivals | None = None
+    """How bunched the step's request arrivals were (lockstep moves TTFT); None in files written
+    before it was measured."""
 
     @property
     def level(self) -> float:
@@ -715,7 +716,7 @@ class StepSummary:
             "client": self.client.as_dict(),
             "verdict": self.verdict.as_dict(),
             "server": self.server.as_dict(),
-            "arrivals": self.arrivals.as_dict(),
+            **({"arrivals": self.arrivals.as_dict()} if self.arrivals else {}),
             **({"stopped_early": self.stopped_early.as_dict()} if self.stopped_early else {}),
         }
 
@@ -746,7 +747,7 @@ class StepSummary:
             stopped_early=EarlyStop(str(early.get("reason", "")), json_float(early, "saved_s") or 0.0)
             if early
             else None,
-            arrivals=Arrivals.from_dict(_obj(d.get("arrivals"))),
+            arrivals=Arrivals.from_dict(_obj(d["arrivals"])) if isinstance(d.get("arrivals"), dict) else None,
         )
 
 
