@@ -31,7 +31,7 @@ from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputErr
 from spoc_tui.core.knee import FixedRates, UserPlan, parse_user_plan
 from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter
-from spoc_tui.core.sla import parse_budget, parse_rates, parse_sla, parse_users
+from spoc_tui.core.sla import DEFAULT_SLA, parse_budget, parse_rates, parse_sla, parse_users
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load.ramp import (
     DEFAULT_BUDGET_S,
@@ -477,7 +477,7 @@ def resolve_settings(
     envvar="SPOC_SLA",
     show_envvar=True,
     default=None,
-    help='Limits, e.g. "ttft_p99<=2s,itl_p99<=100ms,error_rate<=1%" [default: config.toml\'s sla].',
+    help=f'Limits, e.g. "ttft_p99<=2s,error_rate<=1%" [default: config.toml\'s sla, else {DEFAULT_SLA}].',
 )
 @click.option(
     "--abort-factor",
@@ -534,7 +534,7 @@ def ramp(
 
     conf = config_values() if not (url and sla and dcgm_urls) else {}
     url = from_config(url, "vllm_urls", "--url", conf)
-    sla = from_config(sla, "sla", "--sla", conf)
+    sla = from_config(sla, "sla", "--sla", conf, default=DEFAULT_SLA)
     if not dcgm_urls:
         configured = conf.get("dcgm_urls")
         dcgm_urls = tuple(str(u) for u in configured) if isinstance(configured, list) else ()

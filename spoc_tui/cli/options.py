@@ -105,19 +105,23 @@ def served_model_option(f: F) -> F:
     return opt(f)
 
 
-def from_config(value: str | None, key: str, flag: str, values: dict[str, object] | None = None) -> str:
-    """A required setting by the one rule: the flag (or its ``SPOC_*`` variable), else
-    ``config.toml``'s ``key`` (a list's first entry: ``vllm_urls``); ``values``: the file
+def from_config(
+    value: str | None, key: str, flag: str, values: dict[str, object] | None = None, default: str | None = None
+) -> str:
+    """A setting by the one rule: the flag (or its ``SPOC_*`` variable), else ``config.toml``'s
+    ``key`` (a list's first entry: ``vllm_urls``), else ``default``; ``values``: the file
     already read.
 
     Raises:
-        InputError: neither gives it.
+        InputError: none of them gives it.
     """
     if value:
         return value
     found = (config_values() if values is None else values).get(key)
     if isinstance(found, list):
         found = found[0] if found else None
+    if not found and default is not None:
+        return default
     if not found:
         raise InputError(f"{flag} is needed (or {key} in config.toml, see spoc locate config)")
     return str(found)

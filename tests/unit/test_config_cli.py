@@ -266,7 +266,7 @@ def test_every_client_command_reads_the_api_key_by_one_rule(tmp_path, monkeypatc
 
 def test_ramp_and_tune_take_the_server_and_the_sla_by_the_same_rule(tmp_path):
     """--url and --sla (or SPOC_VLLM_URL, SPOC_SLA), else config.toml's vllm_urls and sla, else a
-    one-line error naming both."""
+    one-line error naming both (spoc ramp's SLA: else the default)."""
     cfg = tmp_path / "config.toml"
     cfg.write_text('vllm_urls = ["http://127.0.0.1:9"]\nsla = "ttft_p99<=2s"\n')
     env = {**os.environ, "SPOC_CONFIG": str(cfg)}
@@ -279,8 +279,9 @@ def test_ramp_and_tune_take_the_server_and_the_sla_by_the_same_rule(tmp_path):
     cfg.write_text("")
     r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2 and "--url is needed (or vllm_urls in config.toml" in r.stderr
+    # no SLA anywhere: spoc ramp holds the default (ttft_p99<=2s,itl_p99<=100ms) and goes on to the server
     r = subprocess.run([*argv, "--url", "http://127.0.0.1:9"], capture_output=True, text=True, env=env, timeout=60)
-    assert r.returncode == 2 and "--sla is needed (or sla in config.toml" in r.stderr
+    assert r.returncode == 1 and "127.0.0.1:9: cannot reach the server" in r.stderr, r.stderr
     r = subprocess.run(
         [*argv, "--url", "http://127.0.0.1:9"], capture_output=True, text=True, timeout=60,
         env={**env, "SPOC_SLA": "error_rate<=1"},
