@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -147,3 +148,33 @@ def step_table(steps: list[StepSummary], knee: Knee) -> str:
     if knee.reason:
         lines.append(f"why: {knee.reason}")
     return "\n".join(lines)
+
+
+def interval_strip(knee: Knee, levels: Sequence[float], width: int = 40, ascii_only: bool = False) -> str:
+    """The knee's 95 % interval drawn on the span of the levels run (log scale: the search
+    doubles), so the operator sees it narrow step by step::
+
+        1 ·········━━━━●━━━━····· 128 users
+
+    Empty without an inferred knee or with fewer than two levels."""
+    inferred = knee.inferred
+    if inferred is None or len(set(levels)) < 2 or width < 8:
+        return ""
+    lo_x, hi_x = min(levels), max(levels)
+    if lo_x <= 0:
+        return ""
+    span = math.log(hi_x / lo_x) or 1.0
+
+    def col(v: float) -> int:
+        return max(0, min(width - 1, round((math.log(max(v, lo_x) / lo_x)) / span * (width - 1))))
+
+    dot, bar, mark = (".", "=", "o") if ascii_only else ("·", "━", "●")
+    cells = [dot] * width
+    lo, hi = inferred.ci95
+    a = col(lo) if lo is not None else 0
+    b = col(hi) if hi is not None else width - 1
+    for i in range(a, b + 1):
+        cells[i] = bar
+    if inferred.estimate is not None:
+        cells[col(inferred.estimate)] = mark
+    return f"{lo_x:g} {''.join(cells)} {hi_x:g} {inferred.unit}"

@@ -492,3 +492,16 @@ def test_jitter_keeps_users_apart_unless_lockstep_is_asked():
     assert 0 <= jitter(rng, None, 0.0) <= START_JITTER_S
     assert 0 <= jitter(rng, 2.0, 0.0) <= 0.2 and jitter(rng, 2.0, 3.0) == 0.0
     assert jitter(rng, None, 0.0, lockstep=True) == jitter(rng, 2.0, 0.0, lockstep=True) == 0.0
+
+
+def test_the_knees_interval_is_drawn_on_the_levels_run():
+    from spoc_tui.core.inference import KneeEstimate
+    from spoc_tui.load.report import interval_strip
+
+    knee = find_knee([])
+    assert interval_strip(knee, [1, 2]) == ""  # nothing inferred yet
+    wide = replace(knee, inferred=KneeEstimate(64.0, (64.0, 128.0), "ttft_p99", "cliff"))
+    strip = interval_strip(wide, [1, 2, 4, 8, 16, 32, 64, 128], width=15)
+    assert strip == "1 ············●━━ 128 users"
+    narrow = replace(knee, inferred=KneeEstimate(20.0, (18.0, 22.0), "ttft_p99", "smooth"))
+    assert interval_strip(narrow, [1, 64], width=15, ascii_only=True) == "1 ..........o.... 64 users"

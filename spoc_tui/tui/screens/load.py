@@ -19,7 +19,7 @@ from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, UserPlan, parse_lev
 from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.steps import StepSummary
 from spoc_tui.load.ramp import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
-from spoc_tui.load.report import KneeTone, check_lines, knee_sentence, step_cells, verdict, verdict_text
+from spoc_tui.load.report import KneeTone, check_lines, interval_strip, knee_sentence, step_cells, verdict, verdict_text
 from spoc_tui.load.workload import Workload, builtin_names, load_workload
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.fields import Field
@@ -69,6 +69,8 @@ def knee_text(knee: Knee | None, done: bool, steps: tuple[StepSummary, ...] = ()
     out = Text(text, style=_KNEE_STYLE[tone])
     if knee is not None and knee.inferred is not None:
         out.append(f"\nknee across steps: {knee.inferred.text}", style="bold")
+        if strip := interval_strip(knee, [s.level for s in steps]):
+            out.append(f"\n{strip}", style="cyan")
     if knee is not None and knee.reason:
         out.append(f"\nwhy: {knee.reason}", style="bold")
     if steps:
