@@ -958,9 +958,17 @@ def _why_undecided(step: StepSummary, lim: Limit, v: float | None, lo: float | N
         return f"{lim.key}: no value (no request finished)"
     q = PERCENTILE_Q.get(lim.stat)
     n = step.latency.of(lim.metric).n if lim.metric != "error_rate" else step.requests
+    if hi is None and q is not None and lim.metric == "itl":
+        # the gaps of one request move together: the requests are the independent units
+        requests = step.latency.itl.requests
+        return (
+            f"{lim.key}: {n} gaps from {requests} request{'s' if requests != 1 else ''} cannot bound a {lim.stat} "
+            "from above (a request's gaps move together, so it is the requests that count: measure longer with "
+            "--max-step-seconds, or hold a lower percentile)"
+        )
     if hi is None and q is not None:
         return (
-            f"{lim.key}: {n} samples cannot bound a {lim.stat} from above (it takes {min_samples_for_upper_bound(q)}: "
+            f"{lim.key}: {n} requests cannot bound a {lim.stat} from above (it takes {min_samples_for_upper_bound(q)}: "
             "measure longer with --max-step-seconds, or hold a lower percentile)"
         )
     if hi is None:

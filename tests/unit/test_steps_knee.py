@@ -74,7 +74,13 @@ def test_step_summary_goodput_and_percentiles():
     assert st.latency.ttft.p50 == pytest.approx(0.1)
     # 9 finished requests cannot bound a p99 from above, nor put it surely over 1 s: undecided
     assert st.verdict.decision == "inconclusive" and st.verdict.ok is False
-    assert "9 samples cannot bound a p99 from above (it takes 368: " in st.verdict.reason
+    assert "9 requests cannot bound a p99 from above (it takes 368: " in st.verdict.reason
+    # ITL's gaps are many but move together within a request: the message counts what counts
+    rng = random.Random(1)
+    gappy = [_s(0.1, 2.0, 300, itl=[rng.uniform(0.005, 0.05) for _ in range(299)], end=float(i)) for i in range(5)]
+    itl = summarize_step(1, 1, gappy, 10.0, parse_sla("itl_p99<=50ms"))
+    assert itl.decision == "inconclusive"
+    assert "itl_p99: 1495 gaps from 5 requests cannot bound a p99 from above" in itl.verdict.reason
     # every figure says how many samples it rests on and its interval
     assert st.latency.ttft.n == 9 and st.latency.ttft.interval("p50") == (
         pytest.approx(0.1),
