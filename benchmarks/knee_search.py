@@ -150,8 +150,10 @@ def true_knee(curve: dict[int, list[float]], lim: Limit) -> float:
     raise SystemExit(f"the reference range {xs[0]}-{xs[-1]} does not hold the knee of {lim}: widen it")
 
 
-def replay(plan: Any, name: str, limits: tuple[Limit, ...], seed: int, budget: float | None) -> tuple[Knee, float, int]:
-    """The ramp as spoc ramp runs it, in simulated time: (the knee, load-minutes, steps)."""
+def replay(
+    plan: Any, name: str, limits: tuple[Limit, ...], seed: int, budget: float | None
+) -> tuple[Knee, float, list[StepSummary]]:
+    """The ramp as spoc ramp runs it, in simulated time: (the knee, load-minutes, the steps)."""
     vs = VirtualServer(engine(seed), workload(name), 0, seed=seed, spread_s=WARMUP_S / 2)
     steps: list[StepSummary] = []
     windows: list[tuple[float, list[RequestSample]]] = []
@@ -179,7 +181,7 @@ def replay(plan: Any, name: str, limits: tuple[Limit, ...], seed: int, budget: f
         windows.append((u, window))
         knee = find_knee(steps, infer_knee(windows, limits, seed=seed))
     assert knee is not None
-    return knee, used / 60, len(steps)
+    return knee, used / 60, steps
 
 
 def search_case(args: tuple[int, int]) -> dict[str, Any]:
@@ -190,11 +192,15 @@ def search_case(args: tuple[int, int]) -> dict[str, Any]:
     old, old_min, old_steps = replay(BisectSearch(max_users=256), case.profile, limits, seed, None)
     inf = new.inferred
     assert inf is not None
+    # the bisection's answer: the bracket from the last count that met the SLA to the first that
+    # did not (broke, or stayed inconclusive); no count met it: no answer
+    not_met = min((s.users for s in old_steps if s.decision != "meets"), default=None)
+    old_answer = (old.meets_level, not_met) if old.meets_level is not None else None
     return {
         "case": ci,
         "seed": seed,
-        "new": (inf.ci95, inf.estimate, inf.boundary, new_min, new_steps),
-        "old": ((old.meets_level, old.breaks_level), old_min, old_steps),
+        "new": (inf.ci95, inf.estimate, inf.boundary, new_min, len(new_steps)),
+        "old": (old_answer, old_min, len(old_steps)),
     }
 
 
@@ -247,7 +253,10 @@ def coverage_part(pool: Any) -> None:
         print(f"    {users} users: {row}")
 
 
-def holds(interval: tuple[float | None, float | None], k: float) -> bool:
+def holds(interval: tuple[float | None, float | None] | None, k: float) -> bool:
+    """The interval holds the truth (an answer of None, or a bound with no end, holds nothing)."""
+    if interval is None or interval == (None, None):
+        return False
     lo, hi = interval
     return (lo is None or lo <= k) and (hi is None or k <= hi)
 

@@ -113,7 +113,13 @@ def plan_from_ramp(doc: RampDoc, users: int, headroom: float = 0.2, gpus_per_rep
         k = inferred.estimate
         lo, hi = inferred.ci95
         if inferred.boundary == "bound":
-            at_most = True  # one replica takes more than the highest level run
+            if lo is None:
+                raise PlanError(
+                    "the ramp has no knee to plan from: no level broke the SLA, but its steps rest on too few "
+                    "requests to say one replica takes even the lowest; ramp longer steps (--step-seconds)"
+                )
+            k = lo  # one replica surely takes more than this (the highest level run, or less if noisy)
+            at_most = True
             notes.append(
                 f"no level broke the SLA up to {k:g} users: one replica takes more, so this is at most how many "
                 f"replicas it needs (ramp higher to size it: --users auto:{int(k) * 4})"

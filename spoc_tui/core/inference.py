@@ -63,8 +63,12 @@ class KneeEstimate:
         """``13.4 users (95 %: 12.1-14.6), binding ttft_p99`` or ``more than 32 users (...)``."""
         lo, hi = self.ci95
         if self.boundary == "bound":
-            if self.estimate is None and hi is not None:
+            if self.estimate is None:
+                if hi is None:
+                    return f"not bounded yet: the lowest level broke {self.binding_limit}, but too few requests say so"
                 return f"fewer than {level_text(hi, self.unit)}: even the lowest level broke {self.binding_limit}"
+            if lo is None:
+                return "not bounded yet: no level broke the SLA, but too few requests say so"
             return f"more than {level_text(lo, self.unit)}: no level broke the SLA"
 
         def num(v: float | None) -> str:
@@ -79,7 +83,9 @@ class KneeEstimate:
         """``21.5 (19.9-23.1)``, ``>32`` or ``<1``: the knee in a badge's room."""
         lo, hi = self.ci95
         if self.boundary == "bound":
-            return f"<{hi:g}" if self.estimate is None and hi is not None else f">{lo:g}" if lo is not None else "?"
+            if self.estimate is None:
+                return f"<{hi:g}" if hi is not None else "?"
+            return f">{lo:g}" if lo is not None else "?"
 
         def num(v: float | None) -> str:
             return "?" if v is None else f"{v:.3g}"
@@ -239,14 +245,19 @@ def infer_knee(
             if lo_x in xs and hi_x in xs:
                 jumps.append(ms[xs.index(hi_x)] - ms[xs.index(lo_x)])
     n_levels = len(xs_all)
-    if math.isinf(knee):
-        if knee > 0:  # every level within every limit
-            return KneeEstimate(xs_all[-1], (xs_all[-1], None), None, "bound", unit, n_levels, replicates)
-        return KneeEstimate(None, (None, xs_all[0]), binding, "bound", unit, n_levels, replicates)
     arr = np.asarray(boots, dtype=float)
     # no interpolation between replicates: some are infinite (no crossing in that replicate)
-    lo = float(np.percentile(arr, 2.5, method="lower")) if replicates else knee
-    hi = float(np.percentile(arr, 97.5, method="higher")) if replicates else knee
+    lo_b = float(np.percentile(arr, 2.5, method="lower")) if replicates else knee
+    hi_b = float(np.percentile(arr, 97.5, method="higher")) if replicates else knee
+    if math.isinf(knee):
+        # a bound is only as sure as the resampling says: a replicate that crosses inside the
+        # levels run moves the bound's end there (one noisy step at 1 user is no "fewer than 1")
+        if knee > 0:  # every level within every limit
+            end = None if lo_b == -math.inf else min(xs_all[-1], lo_b)
+            return KneeEstimate(xs_all[-1], _whole((end, None), unit), None, "bound", unit, n_levels, replicates)
+        end = None if hi_b == math.inf else max(xs_all[0], hi_b)
+        return KneeEstimate(None, _whole((None, end), unit), binding, "bound", unit, n_levels, replicates)
+    lo, hi = lo_b, hi_b
     lim = next(x for x in limits if x.key == binding)
     if _too_few_for_the_tail(pooled, xs_all, lim):
         # resampling cannot see past the largest value a step measured: where a step is too short
@@ -256,8 +267,21 @@ def infer_knee(
         lo, hi = min(lo, env_lo), max(hi, env_hi)
     ci: Interval = (None if math.isinf(lo) else max(lo, 0.0), None if math.isinf(hi) else hi)
     if bracket is not None and binding is not None and _is_cliff(base[binding], bracket, jumps):
-        return KneeEstimate(bracket[0], bracket, binding, "cliff", unit, n_levels, replicates)
-    return KneeEstimate(knee, ci, binding, "smooth", unit, n_levels, replicates)
+        # the knee lies in the bracket, as far as the steps' own noise lets the bracket be trusted
+        a, b = bracket
+        hull = (None if ci[0] is None else min(a, ci[0]), None if ci[1] is None else max(b, ci[1]))
+        return KneeEstimate(a, _whole(hull, unit), binding, "cliff", unit, n_levels, replicates)
+    return KneeEstimate(knee, _whole(ci, unit), binding, "smooth", unit, n_levels, replicates)
+
+
+def _whole(ci: Interval, unit: LevelUnit) -> Interval:
+    """A user-count interval widened to whole users: there is no 23.5 users, and between two
+    adjacent counts the interpolation says nothing the steps measured (an interval of 23.3-23.6
+    claimed more than they know). Rates stay as they are."""
+    if unit != "users":
+        return ci
+    lo, hi = ci
+    return (None if lo is None else float(math.floor(lo)), None if hi is None else float(math.ceil(hi)))
 
 
 def _per_request_values(samples: Sequence[RequestSample], lim: Limit) -> list[float]:

@@ -308,7 +308,11 @@ class KneeSearch:
             below = inferred is not None and inferred.estimate is None  # even the lowest level broke
             if below:
                 low = tried[0]
-                return None if low <= 1 else max(1, low // 2)
+                if low > 1:
+                    return max(1, low // 2)
+                # at 1 user: measure it again until its requests say so surely (or the repeats are spent)
+                sure = inferred is not None and inferred.ci95[1] is not None and inferred.ci95[1] <= 1
+                return None if sure or self._measured(steps, 1) >= REPEATS_AT_A_LEVEL else 1
             top = tried[-1]
             return None if top >= self.max_users else min(top * 2, self.max_users)
         est = inferred.estimate if inferred.estimate is not None else 0.0
@@ -334,6 +338,10 @@ class KneeSearch:
         counts = {u: sum(1 for s in steps if s.users == u) for u in near}
         again = [u for u in near if counts[u] < REPEATS_AT_A_LEVEL]
         return min(again, key=lambda u: (counts[u], abs(u - est)), default=None)
+
+    @staticmethod
+    def _measured(steps: Sequence[StepSummary], level: int) -> int:
+        return sum(1 for s in steps if s.users == level)
 
     def describe(self) -> str:
         return f"auto:{self.max_users}"
