@@ -275,7 +275,7 @@ def _range_text(p: FleetPlan) -> str:
 def plan_text(p: FleetPlan) -> str:
     lines = [
         f"{p.users:,} concurrent users of {p.model}:",
-        f"  one replica met the SLA at {f"{p.knee_users:,.1f}".removesuffix(".0")} users"
+        f"  one replica met the SLA at {f'{p.knee_users:,.1f}'.removesuffix('.0')} users"
         + (f" and broke it at {p.first_failing_users:g} ({p.broken_limit})" if p.first_failing_users else ""),
         f"  planned at {p.users_per_replica:.1f} users per replica ({p.headroom:.0%} headroom)",
         (f"  replicas: at most {p.replicas}" if p.at_most else f"  replicas: {p.replicas}")
