@@ -846,8 +846,10 @@ def _register() -> None:
     from spoc_tui.cli.plan import plan_cmd
     from spoc_tui.cli.profile import profile_cmd
     from spoc_tui.cli.replay import replay_cmd
+    from spoc_tui.cli.trace import trace_cmd
 
     cli.add_command(profile_cmd)
+    cli.add_command(trace_cmd)
     cli.add_command(plan_cmd)
     cli.add_command(replay_cmd)
     cli.add_command(compare_cmd)

@@ -1,0 +1,102 @@
+"""``spoc trace stats|convert``: what a public traffic trace holds, and our own form of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from spoc_tui.core.traces import FORMATS
+
+_SPARK = " ▁▂▃▄▅▆▇█"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _options(f: F) -> F:
+    f = click.option(
+        "--trace-filter",
+        "filters",
+        multiple=True,
+        help='Keep rows whose column equals a value, e.g. "Model=GPT-4" (repeatable).',
+    )(f)
+    f = click.option(
+        "--trace-format", "fmt", type=click.Choice(FORMATS), default=None, help="The format [default: detected]."
+    )(f)
+    return click.argument("path", type=click.Path(dir_okay=False))(f)
+
+
+@click.group("trace")
+def trace_cmd() -> None:
+    """Public traffic traces (Mooncake, Bailian, BurstGPT, Azure, WEKA, or spoc's own JSONL)."""
+
+
+@trace_cmd.command("stats")
+@_options
+@click.option("--speed", type=float, default=1.0, show_default=True, help="Say how long a replay at this speed takes.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def stats_cmd(path: str, fmt: str | None, filters: tuple[str, ...], speed: float, as_json: bool) -> None:
+    """Rows, span, arrival rate over time, burstiness, input and output lengths, prefix share,
+    and how long a replay takes. Exit code 2 for a trace that cannot be read (the line is named)."""
+    from spoc_tui.core.errors import InputError
+    from spoc_tui.core.traces import parse_filters, trace_stats
+
+    if not 0 < speed < float("inf"):
+        raise InputError("--speed must be a number above 0")
+    st = trace_stats(Path(path), fmt, parse_filters(filters))  # type: ignore[arg-type]
+    if as_json:
+        click.echo(json.dumps({**st.as_dict(), "speed": speed, "replay_s": st.replay_s(speed)}, indent=2))
+        return
+    top = max(st.arrivals) or 1
+    spark = "".join(_SPARK[round(c / top * (len(_SPARK) - 1))] for c in st.arrivals)
+    lines = [
+        f"{Path(path).name}: {st.format} trace, {st.rows:,} rows to send of {st.read:,} read",
+        *(f"  skipped {n:,}: {why}" for why, n in st.skipped),
+        f"  span {st.span_s:,.1f} s; {st.rate_per_s:.3g} requests/s on average, the busiest "
+        f"{st.bin_s:.3g} s at {st.peak_to_mean:.1f}x that",
+        f"  arrivals |{spark}|",
+        "  input tokens  p50 {p50:,.0f}  p90 {p90:,.0f}  p99 {p99:,.0f}  mean {mean:,.0f}  max {max:,}".format(
+            **st.input_tokens.as_dict()
+        ),
+        "  output tokens p50 {p50:,.0f}  p90 {p90:,.0f}  p99 {p99:,.0f}  mean {mean:,.0f}  max {max:,}".format(
+            **st.output_tokens.as_dict()
+        ),
+    ]
+    if st.prefix_share is not None:
+        lines.append(f"  prefix share {st.prefix_share:.0%} of input tokens (blocks an earlier row already sent)")
+    if st.conversations is not None:
+        lines.append(f"  conversations {st.conversations:,}")
+    lines.append(f"  a replay at {speed:g}x takes {st.replay_s(speed):,.0f} s")
+    click.echo("\n".join(lines))
+
+
+@trace_cmd.command("convert")
+@_options
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The JSONL file to write.")
+def convert_cmd(path: str, fmt: str | None, filters: tuple[str, ...], out: str) -> None:
+    """Write the trace in spoc's own JSONL (docs/traces.md), the rows to send only; the file
+    appears whole or not at all."""
+    from spoc_tui.core.errors import InputError
+    from spoc_tui.core.traces import TraceRead, parse_filters, read_trace, write_spoc
+
+    target = Path(out)
+    read = TraceRead()
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", suffix=".part")
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            n = write_spoc(read_trace(Path(path), fmt, parse_filters(filters), read), f)  # type: ignore[arg-type]
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    skipped = "; ".join(f"{k} {why}" for why, k in sorted(read.skipped.items()))
+    click.echo(f"wrote {n:,} rows to {out}" + (f" (skipped {skipped})" if skipped else ""))

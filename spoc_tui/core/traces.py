@@ -1,0 +1,632 @@
+"""Public traffic traces, read as published, streamed, one typed row at a time.
+
+Formats (``--trace-format``, or detected from the file's first line):
+
+- ``mooncake`` JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``
+  (a block is 512 tokens; ``len(hash_ids) == ceil(input_length / 512)``).
+- ``bailian`` JSONL (Alibaba Qwen usage traces): ``chat_id``, ``parent_chat_id`` (-1 for a
+  first turn), ``timestamp`` (s), ``input_length``, ``output_length``, ``type``, ``turn``,
+  ``hash_ids`` (16 tokens a block).
+- ``burstgpt`` CSV: ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``,
+  ``Total tokens``, ``Log Type``; rows with 0 response tokens failed in the original and are
+  skipped (counted).
+- ``azure`` CSV (Azure LLM inference 2023/2024): ``TIMESTAMP`` (a datetime), ``ContextTokens``,
+  ``GeneratedTokens``.
+- ``weka`` JSON (agentic, one conversation per object, a JSON array or one per line): ``id``,
+  ``requests`` with ``t`` (s from the conversation's start), ``in``, ``out``, ``hash_ids`` (64
+  tokens a block), ``type``, optional ``think_time``. Every conversation starts at 0, as the
+  format's own replayers start them.
+- ``spoc`` JSONL, our own (what ``spoc trace convert`` writes; docs/traces.md): an optional
+  first line ``{"spoc_trace": 1}``, then rows ``t`` (s), ``input_tokens``, ``output_tokens``,
+  and optionally ``hash_ids`` with ``block_tokens``, ``conversation``, ``parent``, ``turn``,
+  ``think_s``.
+
+A malformed row is an error naming the file, the line and the field; a row that is well formed
+but not to be sent (a failed request in the original, one the filter leaves out) is skipped and
+counted by reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Literal
+
+from spoc_tui.core.errors import InputError
+
+TraceFormat = Literal["mooncake", "bailian", "burstgpt", "azure", "weka", "spoc"]
+FORMATS: tuple[TraceFormat, ...] = ("mooncake", "bailian", "burstgpt", "azure", "weka", "spoc")
+BLOCK_TOKENS: dict[TraceFormat, int] = {"mooncake": 512, "bailian": 16, "weka": 64}
+"""Tokens one hash id stands for, as each format publishes it."""
+SPOC_TRACE_VERSION = 1
+
+
+class TraceError(InputError, ValueError):
+    """A trace that cannot be read; the message names the file, the line and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    """One request of a trace."""
+
+    index: int
+    """The row's index among the trace's data rows, 0-based (skipped rows keep theirs)."""
+    t: float
+    """Seconds from the trace's first row (WEKA: from the conversation's start)."""
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+    """Prefix blocks: rows sharing leading ids share that many blocks of identical leading text."""
+    block_tokens: int = 0
+    """Tokens a hash id stands for (0 without hash ids)."""
+    conversation: str | None = None
+    parent: str | None = None
+    """The request this one follows up (Bailian ``parent_chat_id``); None for a first turn."""
+    turn: int = 0
+    think_s: float | None = None
+    """Seconds the user thought after the previous turn's answer (WEKA ``think_time``)."""
+    line: int = 0
+    """Where the row is in the file (1-based), for messages."""
+
+    def as_spoc(self) -> dict[str, object]:
+        """The row in our own JSONL form (what ``spoc trace convert`` writes)."""
+        d: dict[str, object] = {"t": round(self.t, 6), "input_tokens": self.input_tokens}
+        d["output_tokens"] = self.output_tokens
+        if self.hash_ids:
+            d["hash_ids"] = list(self.hash_ids)
+            d["block_tokens"] = self.block_tokens
+        for key in ("conversation", "parent", "think_s"):
+            if (v := getattr(self, key)) is not None:
+                d[key] = v
+        if self.turn:
+            d["turn"] = self.turn
+        return d
+
+
+class TraceRead:
+    """What reading skipped, by reason, and how many data rows it read (filled as rows stream)."""
+
+    def __init__(self) -> None:
+        self.skipped: Counter[str] = Counter()
+        self.rows = 0
+
+
+# -- detection --------------------------------------------------------------------------------
+
+
+def detect_format(path: Path) -> TraceFormat:
+    """The format from the file's first non-empty line.
+
+    Raises:
+        TraceError: unreadable, empty, or like none of :data:`FORMATS`.
+    """
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            first = next((line for line in f if line.strip()), "")
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceError(f"{path}: cannot read ({e})") from None
+    text = first.strip()
+    if not text:
+        raise TraceError(f"{path}: empty")
+    if text.startswith("["):
+        return "weka"
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            # a pretty-printed conversation object spans lines
+            return "weka"
+        if isinstance(obj, dict):
+            keys = set(obj)
+            if "spoc_trace" in keys or "input_tokens" in keys:
+                return "spoc"
+            if "requests" in keys:
+                return "weka"
+            if "chat_id" in keys or "parent_chat_id" in keys:
+                return "bailian"
+            if "input_length" in keys:
+                return "mooncake"
+        raise TraceError(f"{path} line 1: a JSON row like no known trace format; give --trace-format")
+    header = {h.strip() for h in next(csv.reader([text]))}
+    if {"Timestamp", "Request tokens", "Response tokens"} <= header:
+        return "burstgpt"
+    if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= header:
+        return "azure"
+    raise TraceError(
+        f"{path} line 1: a header like no known trace format ({', '.join(sorted(header))[:80]}); give --trace-format"
+    )
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def parse_filters(specs: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``--trace-filter "Model=GPT-4"`` (repeatable, or comma-separated): rows whose column equals
+    the value are kept.
+
+    Raises:
+        TraceError: a filter that is not COLUMN=VALUE.
+    """
+    out = []
+    for spec in specs:
+        for part in spec.split(","):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip():
+                raise TraceError(f"bad --trace-filter {part!r}: write COLUMN=VALUE, e.g. Model=GPT-4")
+            out.append((key.strip(), value.strip()))
+    return tuple(out)
+
+
+def read_trace(
+    path: Path,
+    fmt: TraceFormat | None = None,
+    filters: Sequence[tuple[str, str]] = (),
+    read: TraceRead | None = None,
+) -> Iterator[TraceRow]:
+    """The trace's rows in file order, streamed (a file of any size in little memory); ``t`` is
+    rebased so the first row is at 0 (WEKA: each conversation at 0). Skips are counted in
+    ``read``.
+
+    Raises:
+        TraceError: a malformed row (file, line, field), a filter naming no column, timestamps
+            that go back.
+    """
+    fmt = fmt or detect_format(path)
+    if fmt not in FORMATS:
+        raise TraceError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")
+    read = read if read is not None else TraceRead()
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            if fmt in ("burstgpt", "azure"):
+                yield from _csv_rows(path, f, fmt, filters, read)
+            elif fmt == "weka":
+                yield from _weka_rows(path, f, filters, read)
+            else:
+                yield from _jsonl_rows(path, f, fmt, filters, read)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{path}: not UTF-8 text ({e.reason})") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+class _Row:
+    """Typed access to one raw row's fields, with errors that name the line and the field."""
+
+    def __init__(self, path: Path, line: int, raw: dict[str, object]) -> None:
+        self.path, self.line, self.raw = path, line, raw
+
+    def bad(self, msg: str) -> TraceError:
+        return TraceError(f"{self.path.name} line {self.line}: {msg}")
+
+    def num(self, key: str, *, whole: bool = True, minimum: float = 0) -> float:
+        if key not in self.raw:
+            raise self.bad(f"missing {key!r}")
+        v = self.raw[key]
+        if isinstance(v, str):
+            try:
+                v = float(v.strip())
+            except ValueError:
+                raise self.bad(f"{key} is {self.raw[key]!r}, not a number") from None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise self.bad(f"{key} is {v!r}, not a number")
+        if whole and v != int(v):
+            raise self.bad(f"{key} is {v!r}, not a whole number")
+        if v < minimum:
+            raise self.bad(f"{key} is {v!r}: it must be at least {minimum:g}")
+        return float(v)
+
+    def ids(self, key: str) -> tuple[int, ...]:
+        v = self.raw.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            raise self.bad(f"{key} must be a list of whole numbers")
+        return tuple(v)
+
+    def text(self, key: str) -> str | None:
+        v = self.raw.get(key)
+        return None if v is None else str(v)
+
+    def keep(self, filters: Sequence[tuple[str, str]]) -> bool:
+        for key, value in filters:
+            if key not in self.raw:
+                raise self.bad(f"--trace-filter names {key!r}, a column the row does not have")
+            if str(self.raw[key]).strip() != value:
+                return False
+        return True
+
+
+def _jsonl_rows(
+    path: Path, f: IO[str], fmt: TraceFormat, filters: Sequence[tuple[str, str]], read: TraceRead
+) -> Iterator[TraceRow]:
+    t0: float | None = None
+    last = -math.inf
+    for lineno, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{path.name} line {lineno}: not JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise TraceError(f"{path.name} line {lineno}: expected a JSON object")
+        if fmt == "spoc" and "spoc_trace" in obj:
+            version = obj["spoc_trace"]
+            if not isinstance(version, int) or version > SPOC_TRACE_VERSION:
+                raise TraceError(
+                    f"{path.name} line {lineno}: a spoc trace of version {version!r}; this spoc-tui reads "
+                    f"version {SPOC_TRACE_VERSION}: upgrade"
+                )
+            continue
+        r = _Row(path, lineno, obj)
+        index = read.rows
+        read.rows += 1
+        if not r.keep(filters):
+            read.skipped["filtered out"] += 1
+            continue
+        row = _jsonl_row(r, fmt, index)
+        if row.t < last:
+            raise r.bad(f"its timestamp goes back ({row.t:g} s after {last:g} s): sort the trace by time")
+        last = row.t
+        if t0 is None:
+            t0 = row.t
+        yield _rebased(row, t0)
+
+
+def _jsonl_row(r: _Row, fmt: TraceFormat, index: int) -> TraceRow:
+    if fmt == "mooncake":
+        n_in = int(r.num("input_length", minimum=1))
+        ids = r.ids("hash_ids")
+        block = BLOCK_TOKENS["mooncake"]
+        if ids and len(ids) != math.ceil(n_in / block):
+            raise r.bad(
+                f"{len(ids)} hash_ids for {n_in} input tokens: a Mooncake block is {block} tokens, so it takes "
+                f"{math.ceil(n_in / block)}"
+            )
+        return TraceRow(
+            index, r.num("timestamp") / 1000.0, n_in, int(r.num("output_length", minimum=1)), ids, block, line=r.line
+        )
+    if fmt == "bailian":
+        parent = r.raw.get("parent_chat_id", -1)
+        chat = r.text("chat_id")
+        if chat is None:
+            raise r.bad("missing 'chat_id'")
+        return TraceRow(
+            index,
+            r.num("timestamp", whole=False),
+            int(r.num("input_length", minimum=1)),
+            int(r.num("output_length", minimum=1)),
+            r.ids("hash_ids"),
+            BLOCK_TOKENS["bailian"],
+            conversation=chat,
+            parent=None if parent in (-1, "-1", None) else str(parent),
+            turn=int(r.num("turn")) if "turn" in r.raw else 0,
+            line=r.line,
+        )
+    # our own
+    ids = r.ids("hash_ids")
+    block = int(r.num("block_tokens", minimum=1)) if ids else 0
+    think = r.num("think_s", whole=False) if "think_s" in r.raw else None
+    return TraceRow(
+        index,
+        r.num("t", whole=False),
+        int(r.num("input_tokens", minimum=1)),
+        int(r.num("output_tokens", minimum=1)),
+        ids,
+        block,
+        conversation=r.text("conversation"),
+        parent=r.text("parent"),
+        turn=int(r.num("turn")) if "turn" in r.raw else 0,
+        think_s=think,
+        line=r.line,
+    )
+
+
+def _rebased(row: TraceRow, t0: float) -> TraceRow:
+    return TraceRow(
+        row.index,
+        row.t - t0,
+        row.input_tokens,
+        row.output_tokens,
+        row.hash_ids,
+        row.block_tokens,
+        row.conversation,
+        row.parent,
+        row.turn,
+        row.think_s,
+        row.line,
+    )
+
+
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def parse_timestamp(text: str) -> float:
+    """An Azure trace's datetime (``2023-11-16 18:17:03.9799600``, 7 fractional digits, no zone;
+    or ``2024-05-10 00:00:00.009930+00:00``) as Unix seconds (no zone: read as UTC).
+
+    Raises:
+        ValueError: not a datetime.
+    """
+    s = _FRACTION.sub(r"\1", text.strip())
+    dt = datetime.fromisoformat(s)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def _csv_rows(
+    path: Path, f: IO[str], fmt: TraceFormat, filters: Sequence[tuple[str, str]], read: TraceRead
+) -> Iterator[TraceRow]:
+    reader = csv.reader(f)
+    header = next(reader, None)
+    if header is None:
+        raise TraceError(f"{path}: empty")
+    names = [h.strip() for h in header]
+    need = (
+        ("Timestamp", "Request tokens", "Response tokens")
+        if fmt == "burstgpt"
+        else (
+            "TIMESTAMP",
+            "ContextTokens",
+            "GeneratedTokens",
+        )
+    )
+    missing = [n for n in need if n not in names]
+    if missing:
+        raise TraceError(f"{path.name} line 1: the {fmt} format needs the column(s) {', '.join(missing)}")
+    t0: float | None = None
+    last = -math.inf
+    for values in reader:
+        lineno = reader.line_num
+        if not values or not any(v.strip() for v in values):
+            continue
+        if len(values) != len(names):
+            raise TraceError(f"{path.name} line {lineno}: {len(values)} fields, the header has {len(names)}")
+        r = _Row(path, lineno, dict(zip(names, values, strict=True)))
+        index = read.rows
+        read.rows += 1
+        if not r.keep(filters):
+            read.skipped["filtered out"] += 1
+            continue
+        if fmt == "burstgpt":
+            t = r.num("Timestamp", whole=False)
+            n_in = int(r.num("Request tokens"))
+            n_out = int(r.num("Response tokens"))
+            if n_out == 0:
+                read.skipped["failed in the original (0 response tokens)"] += 1
+                continue
+            if n_in == 0:
+                read.skipped["no request tokens"] += 1
+                continue
+        else:
+            stamp = str(r.raw["TIMESTAMP"])
+            try:
+                t = parse_timestamp(stamp)
+            except ValueError:
+                raise r.bad(f"TIMESTAMP is {stamp!r}, not a date and time") from None
+            n_in = int(r.num("ContextTokens"))
+            n_out = int(r.num("GeneratedTokens"))
+            if n_in == 0 or n_out == 0:
+                read.skipped["no context or generated tokens"] += 1
+                continue
+        if t < last:
+            raise r.bad(f"its timestamp goes back ({t:g} s after {last:g} s): sort the trace by time")
+        last = t
+        if t0 is None:
+            t0 = t
+        yield TraceRow(index, t - t0, n_in, n_out, line=lineno)
+
+
+def _weka_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read: TraceRead) -> Iterator[TraceRow]:
+    head = f.read(1)
+    while head and head.isspace():
+        head = f.read(1)
+    if head == "[":  # one JSON array of conversations (read whole: such files are small)
+        try:
+            convs = json.loads(head + f.read())
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{path.name} line {e.lineno}: not JSON ({e.msg})") from None
+        if not isinstance(convs, list):
+            raise TraceError(f"{path.name}: expected a JSON array of conversations")
+        for i, conv in enumerate(convs):
+            yield from _weka_conversation(path, i + 1, conv, filters, read, f"conversation {i + 1}")
+        return
+    f.seek(0)
+    for lineno, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            conv = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceError(
+                f"{path.name} line {lineno}: not JSON ({e.msg}); a WEKA trace is one conversation per line, "
+                "or one JSON array of them"
+            ) from None
+        yield from _weka_conversation(path, lineno, conv, filters, read, f"line {lineno}")
+
+
+def _weka_conversation(
+    path: Path, lineno: int, conv: object, filters: Sequence[tuple[str, str]], read: TraceRead, where: str
+) -> Iterator[TraceRow]:
+    if not isinstance(conv, dict) or not isinstance(conv.get("requests"), list):
+        raise TraceError(f"{path.name} {where}: a WEKA conversation needs a 'requests' list")
+    cid = str(conv.get("id", f"conversation-{lineno}"))
+    block = conv.get("block_size", BLOCK_TOKENS["weka"])
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise TraceError(f"{path.name} {where}: block_size must be a whole number of tokens")
+    previous: str | None = None
+    last = -math.inf
+    for k, req in enumerate(conv["requests"]):
+        if not isinstance(req, dict):
+            raise TraceError(f"{path.name} {where}: request {k + 1} is not an object")
+        r = _Row(path, lineno, req)
+        index = read.rows
+        read.rows += 1
+        if not r.keep(filters):
+            read.skipped["filtered out"] += 1
+            continue
+        try:
+            t = r.num("t", whole=False)
+            n_in, n_out = int(r.num("in", minimum=1)), int(r.num("out", minimum=1))
+            ids = r.ids("hash_ids")
+            think = r.num("think_time", whole=False) if req.get("think_time") is not None else None
+        except TraceError as e:
+            raise TraceError(f"{e} (conversation {cid}, request {k + 1})") from None
+        if t < last:
+            raise r.bad(f"request {k + 1} of conversation {cid} goes back in time ({t:g} s after {last:g} s)")
+        last = t
+        row_id = f"{cid}#{k}"
+        yield TraceRow(index, t, n_in, n_out, ids, block, cid, previous, k, think, lineno)
+        previous = row_id
+
+
+# -- statistics -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lengths:
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+    max: int
+
+    def as_dict(self) -> dict[str, float]:
+        return {"p50": self.p50, "p90": self.p90, "p99": self.p99, "mean": self.mean, "max": self.max}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceStats:
+    """What a trace holds (``spoc trace stats``)."""
+
+    format: TraceFormat
+    rows: int
+    """Rows kept (to be sent)."""
+    read: int
+    """Data rows read."""
+    skipped: tuple[tuple[str, int], ...]
+    """Rows not to be sent, by reason."""
+    span_s: float
+    rate_per_s: float
+    """Mean arrival rate over the span."""
+    peak_to_mean: float
+    """The busiest :attr:`bin_s` bin's rate over the mean."""
+    bin_s: float
+    arrivals: tuple[int, ...]
+    """Rows per bin, over the span."""
+    input_tokens: Lengths
+    output_tokens: Lengths
+    prefix_share: float | None
+    """Share of input tokens in hash blocks an earlier row already had (what a prefix cache of
+    unbounded size could serve); None without hash ids."""
+    conversations: int | None
+
+    def replay_s(self, speed: float) -> float:
+        """How long a replay at ``speed`` takes."""
+        return self.span_s / speed
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "format": self.format,
+            "rows": self.rows,
+            "read": self.read,
+            "skipped": dict(self.skipped),
+            "span_s": self.span_s,
+            "rate_per_s": self.rate_per_s,
+            "peak_to_mean": self.peak_to_mean,
+            "bin_s": self.bin_s,
+            "arrivals": list(self.arrivals),
+            "input_tokens": self.input_tokens.as_dict(),
+            "output_tokens": self.output_tokens.as_dict(),
+            "prefix_share": self.prefix_share,
+            "conversations": self.conversations,
+        }
+
+
+BINS = 60
+"""Arrival-rate bins over the span (the terminal plot's width)."""
+
+
+def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tuple[str, str]] = ()) -> TraceStats:
+    """Read the whole trace once (streamed) and describe it.
+
+    Raises:
+        TraceError: as :func:`read_trace`; a trace with no row to send.
+    """
+    import numpy as np
+
+    fmt = fmt or detect_format(path)
+    read = TraceRead()
+    times: list[float] = []
+    n_in: list[int] = []
+    n_out: list[int] = []
+    seen: set[tuple[str | None, int]] = set()
+    shared = total = 0
+    with_ids = False
+    convs: set[str] = set()
+    for row in read_trace(path, fmt, filters, read):
+        times.append(row.t)
+        n_in.append(row.input_tokens)
+        n_out.append(row.output_tokens)
+        if row.conversation is not None:
+            convs.add(row.conversation.split("#")[0])
+        if row.hash_ids:
+            with_ids = True
+            scope = row.conversation if fmt == "weka" else None  # WEKA's ids are per conversation
+            for k, h in enumerate(row.hash_ids):
+                tokens = min(row.block_tokens, row.input_tokens - k * row.block_tokens)
+                if (scope, h) in seen:
+                    shared += max(0, tokens)
+                seen.add((scope, h))
+            total += row.input_tokens
+    if not times:
+        why = f" ({', '.join(f'{n} {k}' for k, n in read.skipped.items())})" if read.skipped else ""
+        raise TraceError(f"{path.name}: no row to send{why}")
+    span = max(times) - min(times)
+    bin_s = span / BINS if span > 0 else 1.0
+    counts = np.bincount(np.minimum((np.asarray(times) / bin_s).astype(int), BINS - 1), minlength=BINS if span else 1)
+    mean_rate = len(times) / span if span > 0 else float(len(times))
+    peak = float(counts.max()) / bin_s
+
+    def lengths(v: list[int]) -> Lengths:
+        a = np.asarray(v, dtype=float)
+        p50, p90, p99 = np.percentile(a, [50, 90, 99])
+        return Lengths(float(p50), float(p90), float(p99), float(a.mean()), int(a.max()))
+
+    return TraceStats(
+        fmt,
+        len(times),
+        read.rows,
+        tuple(sorted(read.skipped.items())),
+        span,
+        mean_rate,
+        peak / mean_rate if mean_rate else 1.0,
+        bin_s,
+        tuple(int(c) for c in counts),
+        lengths(n_in),
+        lengths(n_out),
+        shared / total if with_ids and total else None,
+        len(convs) if convs else None,
+    )
+
+
+def write_spoc(rows: Iterator[TraceRow], out: IO[str]) -> int:
+    """Rows in our own JSONL form (a version line first); returns how many were written."""
+    out.write(json.dumps({"spoc_trace": SPOC_TRACE_VERSION}) + "\n")
+    n = 0
+    for row in rows:
+        out.write(json.dumps(row.as_spoc(), separators=(",", ":")) + "\n")
+        n += 1
+    return n
