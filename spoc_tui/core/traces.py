@@ -32,6 +32,7 @@ import csv
 import json
 import math
 import re
+from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -569,9 +570,10 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
 
     fmt = fmt or detect_format(path)
     read = TraceRead()
-    times: list[float] = []
-    n_in: list[int] = []
-    n_out: list[int] = []
+    # compact arrays, not lists of Python numbers: 16 bytes a row (a 5-million-row trace: 80 MB)
+    times = array("d")
+    n_in = array("l")
+    n_out = array("l")
     seen: set[tuple[str | None, int]] = set()
     shared = total = 0
     with_ids = False
@@ -600,7 +602,7 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
     mean_rate = len(times) / span if span > 0 else float(len(times))
     peak = float(counts.max()) / bin_s
 
-    def lengths(v: list[int]) -> Lengths:
+    def lengths(v: array[int]) -> Lengths:
         a = np.asarray(v, dtype=float)
         p50, p90, p99 = np.percentile(a, [50, 90, 99])
         return Lengths(float(p50), float(p90), float(p99), float(a.mean()), int(a.max()))
