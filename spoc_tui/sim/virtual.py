@@ -95,18 +95,21 @@ class VirtualServer:
         seed: int = 0,
         lockstep: bool = False,
         spread_s: float = 5.0,
+        ignore_eos: bool | None = None,
     ) -> None:
         """
         Args:
             engine: a fresh engine (its clock is taken over), or the configuration of one.
             lockstep: new users all start at once (the peers' probes); else their starts are
                 spread evenly over ``spread_s`` seconds, as a ramp spawns users in its warm-up.
+            ignore_eos: every answer as long as the profile drew it (None: as the workload says;
+                without it the simulated model stops early, as ``spoc sim`` does over HTTP).
         """
         self.now = 0.0
         self.engine = engine if isinstance(engine, SimEngine) else SimEngine(engine)
         self.engine.clock = lambda: self.now
         self.workload = workload
-        self.ignore_eos = workload.ignore_eos
+        self.ignore_eos = workload.ignore_eos if ignore_eos is None else ignore_eos
         self.rng = random.Random(seed * 1_000_003 + users)
         self.samples: list[RequestSample] = []
         self._heap: list[tuple[float, int, int]] = []

@@ -358,7 +358,10 @@ class FastSimEvaluator:
                 return TrialOutcome(
                     "infeasible", reason=f"server did not start: {e}", log_tail=str(e), duration_s=time.monotonic() - t0
                 )
-            virtual = VirtualServer(engine, self.ramp.workload, users, seed=self.ramp.seed * 7_919 + idx, spread_s=1.0)
+            # answers as long as the profile draws them (the fast mode's rule since it was built)
+            virtual = VirtualServer(
+                engine, self.ramp.workload, users, seed=self.ramp.seed * 7_919 + idx, spread_s=1.0, ignore_eos=True
+            )
             virtual.advance(self.ramp.step_s)
             window = virtual.window(self.ramp.warmup_s, self.ramp.step_s)
             summary = summarize_step(idx, users, window, self.ramp.step_s - self.ramp.warmup_s, self.ramp.limits)
