@@ -15,11 +15,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/spoc demo $(ARGS)
 
-## Everything: lint and types, unit, collector, simulator, TUI and snapshot tests, then the
-## real-engine tier (a real vLLM CPU server and a real Prometheus on loopback; set-up cached in
-## ~/.cache/spoc-tui).
+## Everything: lint and types, unit, e2e, simulator, TUI and snapshot tests on two workers
+## (they mostly wait on real-time servers), then the real-engine tier alone (a real vLLM CPU
+## server and a real Prometheus on loopback, timed against the client: nothing else may load
+## the two cores meanwhile; set-up cached in ~/.cache/spoc-tui).
 test: lint realengine-setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=12 -n 2 --dist loadgroup tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 2 --dist loadgroup --ignore=tests/realengine tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=8 tests/realengine
 
 ## Without the real-engine tier (quick, for development).
 test-fast: lint
