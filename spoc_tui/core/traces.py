@@ -253,13 +253,7 @@ def _jsonl_rows(
 ) -> Iterator[TraceRow]:
     t0: float | None = None
     last = -math.inf
-    for lineno, line in enumerate(f, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TraceError(f"{path.name} line {lineno}: not JSON ({e.msg})") from None
+    for lineno, obj in _json_lines(path, f):
         if not isinstance(obj, dict):
             raise TraceError(f"{path.name} line {lineno}: expected a JSON object")
         if fmt == "spoc" and "spoc_trace" in obj:
@@ -445,17 +439,20 @@ def _weka_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read:
             yield from _weka_conversation(path, i + 1, conv, filters, read, f"conversation {i + 1}")
         return
     f.seek(0)
+    hint = "; a WEKA trace is one conversation per line, or one JSON array of them"
+    for lineno, conv in _json_lines(path, f, hint):
+        yield from _weka_conversation(path, lineno, conv, filters, read, f"line {lineno}")
+
+
+def _json_lines(path: Path, f: IO[str], hint: str = "") -> Iterator[tuple[int, object]]:
+    """(line number, value) of each non-empty line; a line that is not JSON is named."""
     for lineno, line in enumerate(f, 1):
         if not line.strip():
             continue
         try:
-            conv = json.loads(line)
+            yield lineno, json.loads(line)
         except json.JSONDecodeError as e:
-            raise TraceError(
-                f"{path.name} line {lineno}: not JSON ({e.msg}); a WEKA trace is one conversation per line, "
-                "or one JSON array of them"
-            ) from None
-        yield from _weka_conversation(path, lineno, conv, filters, read, f"line {lineno}")
+            raise TraceError(f"{path.name} line {lineno}: not JSON ({e.msg}){hint}") from None
 
 
 def _weka_conversation(
