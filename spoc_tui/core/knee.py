@@ -335,7 +335,7 @@ class KneeSearch:
         fresh = [u for u in near if u not in tried]
         if fresh:
             return fresh[0]
-        counts = {u: sum(1 for s in steps if s.users == u) for u in near}
+        counts = {u: self._measured(steps, u) for u in near}
         again = [u for u in near if counts[u] < REPEATS_AT_A_LEVEL]
         return min(again, key=lambda u: (counts[u], abs(u - est)), default=None)
 

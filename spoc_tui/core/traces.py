@@ -35,7 +35,7 @@ import re
 from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Literal
@@ -97,6 +97,16 @@ class TraceRead:
     def __init__(self) -> None:
         self.skipped: Counter[str] = Counter()
         self.rows = 0
+
+    def admit(self, row: _Row, filters: Sequence[tuple[str, str]]) -> int | None:
+        """Count a data row and give its index, or None (counted as skipped) when the filters
+        leave it out."""
+        index = self.rows
+        self.rows += 1
+        if not row.keep(filters):
+            self.skipped["filtered out"] += 1
+            return None
+        return index
 
 
 # -- detection --------------------------------------------------------------------------------
@@ -265,10 +275,7 @@ def _jsonl_rows(
                 )
             continue
         r = _Row(path, lineno, obj)
-        index = read.rows
-        read.rows += 1
-        if not r.keep(filters):
-            read.skipped["filtered out"] += 1
+        if (index := read.admit(r, filters)) is None:
             continue
         row = _jsonl_row(r, fmt, index)
         if row.t < last:
@@ -329,19 +336,7 @@ def _jsonl_row(r: _Row, fmt: TraceFormat, index: int) -> TraceRow:
 
 
 def _rebased(row: TraceRow, t0: float) -> TraceRow:
-    return TraceRow(
-        row.index,
-        row.t - t0,
-        row.input_tokens,
-        row.output_tokens,
-        row.hash_ids,
-        row.block_tokens,
-        row.conversation,
-        row.parent,
-        row.turn,
-        row.think_s,
-        row.line,
-    )
+    return replace(row, t=row.t - t0)
 
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
@@ -390,10 +385,7 @@ def _csv_rows(
         if len(values) != len(names):
             raise TraceError(f"{path.name} line {lineno}: {len(values)} fields, the header has {len(names)}")
         r = _Row(path, lineno, dict(zip(names, values, strict=True)))
-        index = read.rows
-        read.rows += 1
-        if not r.keep(filters):
-            read.skipped["filtered out"] += 1
+        if (index := read.admit(r, filters)) is None:
             continue
         if fmt == "burstgpt":
             t = r.num("Timestamp", whole=False)
@@ -470,10 +462,7 @@ def _weka_conversation(
         if not isinstance(req, dict):
             raise TraceError(f"{path.name} {where}: request {k + 1} is not an object")
         r = _Row(path, lineno, req)
-        index = read.rows
-        read.rows += 1
-        if not r.keep(filters):
-            read.skipped["filtered out"] += 1
+        if (index := read.admit(r, filters)) is None:
             continue
         try:
             t = r.num("t", whole=False)

@@ -644,7 +644,7 @@ async def _run_step(
     limit = max(planned, cfg.step_limit_s - cfg.warmup_s)
     if budget_left_s is not None:  # measure on only while the budget lasts
         limit = max(planned, min(limit, budget_left_s - cfg.warmup_s))
-    extend = getattr(cfg.plan, "extend", None)
+    search = cfg.plan if isinstance(cfg.plan, (KneeSearch, BisectSearch)) else None
     target = planned
     phase: RampPhase = "measuring"
     unbounded: str | None = None
@@ -693,7 +693,7 @@ async def _run_step(
         )
         if unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
             return summary
-        if extend is not None and not extend(summary):  # the search: far from every limit
+        if search is not None and not search.extend(summary):  # the search: far from every limit
             return summary
         target = min(limit, target + planned)
         phase = "extending"
