@@ -28,11 +28,13 @@ from spoc_tui.collectors.http import check_credentials
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.engineflags import DEFAULTS
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
-from spoc_tui.core.knee import FixedRates, UserPlan, parse_user_plan
+from spoc_tui.core.knee import FixedRates, UserPlan, parse_speed_plan, parse_user_plan
 from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter
 from spoc_tui.core.sla import DEFAULT_SLA, parse_budget, parse_rates, parse_sla, parse_users
 from spoc_tui.core.textsafe import for_terminal
+from spoc_tui.core.traces import FORMATS as TRACE_FORMATS
+from spoc_tui.core.traces import TraceSource, trace_source
 from spoc_tui.load.ramp import (
     DEFAULT_BUDGET_S,
     DEFAULT_PROFILE,
@@ -422,6 +424,26 @@ def resolve_settings(
     help="Open loop instead of users: arrival rates in requests/s (Poisson, as vllm bench serve), e.g. 1,2,4,8.",
 )
 @click.option(
+    "--trace",
+    "trace_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help=(
+        "Replay this traffic trace instead of a profile (Mooncake, Bailian, BurstGPT, Azure, WEKA or spoc JSONL): "
+        "each step sends its rows on their timestamps divided by a --speed."
+    ),
+)
+@click.option(
+    "--speed",
+    "speed_spec",
+    default=None,
+    help="With --trace: speed multiples, one step each (0.5,1,2,4), or auto[:MAX]: search the knee in x [auto].",
+)
+@click.option("--trace-format", default=None, type=click.Choice(TRACE_FORMATS), help="[default: detected]")
+@click.option("--trace-filter", "trace_filters", multiple=True, help='Keep rows whose column equals, "Model=GPT-4".')
+@click.option("--trace-window", default=None, help="START:LENGTH of the trace to replay (seconds or 10m:5m).")
+@click.option("--trace-max-rows", type=int, default=None, help="Replay at most this many rows of the window.")
+@click.option(
     "--step-seconds", type=FINITE, default=RampConfig.step_s, show_default=True, help="Measured length of each step."
 )
 @click.option(
@@ -507,6 +529,12 @@ def ramp(
     profile: str,
     users_spec: str | None,
     rate_spec: str | None,
+    trace_path: str | None,
+    speed_spec: str | None,
+    trace_format: str | None,
+    trace_filters: tuple[str, ...],
+    trace_window: str | None,
+    trace_max_rows: int | None,
     step_seconds: float,
     arrivals: Literal["staggered", "lockstep"],
     budget_spec: str | None,
@@ -545,8 +573,19 @@ def ramp(
     limits = parse_sla(sla)
     if rate_spec is not None and users_spec is not None:
         _fail("give --users (closed loop) or --rate (open loop), not both")
+    trace: TraceSource | None = None
+    if trace_path is not None:
+        if rate_spec is not None or users_spec is not None:
+            _fail("--trace replays at speed multiples (--speed), not at --users or --rate")
+        trace = trace_source(trace_path, trace_format, trace_filters, trace_window, trace_max_rows)
+    elif speed_spec is not None or trace_window is not None or trace_max_rows is not None or trace_filters:
+        _fail("--speed, --trace-window, --trace-max-rows and --trace-filter go with --trace FILE")
     plan: UserPlan = (
-        FixedRates(parse_rates(rate_spec)) if rate_spec is not None else parse_user_plan(users_spec or DEFAULT_USERS)
+        parse_speed_plan(speed_spec or "auto")
+        if trace is not None
+        else FixedRates(parse_rates(rate_spec))
+        if rate_spec is not None
+        else parse_user_plan(users_spec or DEFAULT_USERS)
     )
     prof = load_workload(profile)
     if workers_spec.strip().lower() == "auto":
@@ -577,6 +616,7 @@ def ramp(
         tokenizer=tokenizer,
         api_key=api_key,
         dcgm_urls=list(dcgm_urls),
+        trace=trace,
     )
     cfg.validate()
     if spawn_rate is not None and spawn_rate > 100:

@@ -12,14 +12,20 @@ from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 from spoc_tui.load.report import step_table, verdict
 
+_ANNOUNCED: set[int] = set()
+"""Replay steps whose start was printed (a replay step has no warm-up line to say it)."""
+
 
 def _progress(p: RampProgress) -> None:
     if p.phase == "preflight":
-        print("checking the server and the model...", flush=True)
+        print(p.message or "checking the server and the model...", flush=True)
     elif p.phase == "starting":
         if p.message:
             print(p.message, flush=True)
         print("starting the load generator (Locust)...", flush=True)
+    elif p.phase == "measuring" and p.unit == "x" and p.step not in _ANNOUNCED:
+        _ANNOUNCED.add(p.step)
+        print(f"step {p.step}: replaying the trace at {p.level_text}", flush=True)
     elif p.phase == "warmup":
         print(f"step {p.step}: {p.level_text}, warming up" + (f" ({p.message})" if p.message else ""), flush=True)
     elif p.phase == "extending" and p.message:

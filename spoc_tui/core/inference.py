@@ -74,7 +74,7 @@ class KneeEstimate:
         def num(v: float | None) -> str:
             return "?" if v is None else f"{v:.3g}"
 
-        est = f"{num(self.estimate)} {self.unit}"
+        est = f"x{num(self.estimate)}" if self.unit == "x" else f"{num(self.estimate)} {self.unit}"
         kind = ", a cliff: the knee lies in this bracket" if self.boundary == "cliff" else ""
         return f"{est} (95 %: {num(lo)}-{num(hi)}{kind}), binding {self.binding_limit}"
 

@@ -14,7 +14,16 @@ from typing import Literal, get_args
 
 from spoc_tui.core import fmt
 from spoc_tui.core.inference import KneeEstimate
-from spoc_tui.core.sla import MAX_USERS, LevelUnit, UsersError, level_text, parse_rates, parse_users
+from spoc_tui.core.sla import (
+    MAX_SPEED,
+    MAX_USERS,
+    LevelUnit,
+    UsersError,
+    level_text,
+    parse_rates,
+    parse_speeds,
+    parse_users,
+)
 from spoc_tui.core.steps import Json, StepSummary, json_float
 
 Cause = Literal[
@@ -144,7 +153,7 @@ class Knee:
         return level_text(self.breaks_level, self.unit)
 
     def as_dict(self) -> dict[str, object]:
-        key = "users" if self.unit == "users" else "rate"
+        key = _LEVEL_KEY[self.unit]
         return {
             f"max_{key}_within_sla": self.meets_level,
             f"first_failing_{key}": self.breaks_level,
@@ -162,8 +171,9 @@ class Knee:
     def from_dict(cls, d: Json, steps: Sequence[StepSummary] = ()) -> Knee:
         """The knee as a file holds it. Its ``why`` is rebuilt from the breaking step (files of
         schema 1 hold only the sentence), else kept as the file says it."""
-        unit: LevelUnit = "req/s" if d.get("unit") == "req/s" else "users"
-        key = "users" if unit == "users" else "rate"
+        u = d.get("unit")
+        unit: LevelUnit = "req/s" if u == "req/s" else "x" if u == "x" else "users"
+        key = _LEVEL_KEY[unit]
 
         def levels(k: str) -> tuple[float, ...]:
             v = d.get(k)
@@ -185,6 +195,10 @@ class Knee:
         )
 
 
+_LEVEL_KEY: dict[LevelUnit, str] = {"users": "users", "req/s": "rate", "x": "speed"}
+"""ramp.json's knee names its levels ``max_users_within_sla``, ``max_rate_...`` or ``max_speed_...``."""
+
+
 def _cause(name: str) -> Cause:
     for c in get_args(Cause):
         if c == name:
@@ -195,7 +209,7 @@ def _cause(name: str) -> Cause:
 def find_knee(steps: Sequence[StepSummary], inferred: KneeEstimate | None = None) -> Knee:
     """The knee from the steps' decisions, by level (probes may run in any order), with the
     reason the first breaking step gives, and the knee ``inferred`` across the steps' figures."""
-    unit: LevelUnit = "req/s" if any(s.rate is not None for s in steps) else "users"
+    unit: LevelUnit = steps[0].unit if steps else "users"
     breaks = [s for s in steps if s.decision == "breaks"]
     first = min(breaks, key=lambda s: s.level) if breaks else None
     meets = [s.level for s in steps if s.decision == "meets"]
@@ -419,11 +433,104 @@ class FixedRates:
         return "rate:" + ",".join(f"{r:g}" for r in self.rates)
 
 
-UserPlan = FixedUsers | KneeSearch | BisectSearch | FixedRates | SaturationSearch
+@dataclass(frozen=True)
+class FixedSpeeds:
+    """``--speed 0.5,1,2``: a trace replayed at these speed multiples, in order."""
+
+    speeds: list[float]
+
+    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> float | None:
+        return self.speeds[len(steps)] if len(steps) < len(self.speeds) else None
+
+    def describe(self) -> str:
+        return "speed:" + ",".join(f"{v:g}" for v in self.speeds)
+
+
+MIN_SPEED = 1 / 64
+"""The speed search halves no further: the host takes less than 1/64 of the traffic."""
+
+
+def _round_speed(v: float) -> float:
+    """A speed to probe, to two significant digits (x2.63 and x2.6 are the same experiment)."""
+    if v <= 0:
+        return MIN_SPEED
+    digits = 1 - math.floor(math.log10(v))
+    return round(v, digits)
+
+
+@dataclass(frozen=True)
+class SpeedSearch:
+    """``--speed auto[:MAX]``: the knee search over a trace's speed multiple, from x1: doubles
+    while no speed broke the SLA, halves while every one did, then probes inside the knee's
+    interval nearest the estimate (a speed is continuous: the interval narrows to 5 % either
+    side, or after :data:`MAX_SEARCH_STEPS`)."""
+
+    max_speed: float = 64.0
+    start: float = 1.0
+
+    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> float | None:
+        if not steps:
+            return self.start
+        if len(steps) >= MAX_SEARCH_STEPS:
+            return None
+        tried = sorted({s.level for s in steps})
+        inferred = knee.inferred if knee else None
+        if inferred is None or inferred.boundary == "bound":
+            if inferred is not None and inferred.estimate is None:  # even the slowest broke
+                low = tried[0]
+                return None if low <= MIN_SPEED else max(MIN_SPEED, _round_speed(low / 2))
+            top = tried[-1]
+            return None if top >= self.max_speed else min(self.max_speed, top * 2)
+        est = inferred.estimate if inferred.estimate is not None else tried[0]
+        lo, hi = inferred.ci95
+        lo = lo if lo is not None else est / 1.5
+        hi = hi if hi is not None else min(self.max_speed, est * 1.5)
+        if hi - lo <= 2 * KNEE_TOLERANCE * est:
+            return None
+        if inferred.boundary == "cliff":
+            mid = _round_speed(math.sqrt(max(lo, MIN_SPEED) * hi))
+            return None if any(abs(mid - t) <= 0.01 * mid for t in tried) else mid
+        for v in (est, (lo + est) / 2, (est + hi) / 2):
+            cand = _round_speed(v)
+            if lo <= cand <= hi and not any(abs(cand - t) <= 0.01 * cand for t in tried):
+                return cand
+        counts = {t: sum(1 for s in steps if s.level == t) for t in tried if lo <= t <= hi}
+        again = [t for t, n in counts.items() if n < REPEATS_AT_A_LEVEL]
+        return min(again, key=lambda t: (counts[t], abs(t - est)), default=None)
+
+    def describe(self) -> str:
+        return f"speed:auto:{self.max_speed:g}"
+
+
+def parse_speed_plan(text: str) -> FixedSpeeds | SpeedSearch:
+    """``--speed 0.5,1,2,4``, ``auto`` or ``auto:MAX``.
+
+    Raises:
+        UsersError: with the accepted forms.
+    """
+    t = text.strip().lower()
+    if t == "auto":
+        return SpeedSearch()
+    if t.startswith("auto:"):
+        try:
+            top = float(t[5:])
+        except ValueError:
+            raise UsersError(f"bad --speed {text!r}: auto:MAX takes a number, e.g. auto:16") from None
+        if not 1 <= top <= MAX_SPEED:
+            raise UsersError(f"bad --speed {text!r}: MAX must be between 1 and {MAX_SPEED:g}")
+        return SpeedSearch(max_speed=top)
+    return FixedSpeeds(parse_speeds(text))
+
+
+UserPlan = FixedUsers | KneeSearch | BisectSearch | FixedRates | SaturationSearch | FixedSpeeds | SpeedSearch
 
 
 def plan_text(plan: UserPlan) -> str:
     """``1,2,4 users``, ``knee search to 256 users``, ``1,2 req/s`` or the calibration, in words."""
+    if isinstance(plan, FixedSpeeds):
+        return "trace at " + ", ".join(f"x{v:g}" for v in plan.speeds)
+    if isinstance(plan, SpeedSearch):
+        return f"knee search over the trace's speed to x{plan.max_speed:g}"
     if isinstance(plan, FixedRates):
         return ",".join(f"{r:g}" for r in plan.rates) + " req/s"
     if isinstance(plan, FixedUsers):

@@ -138,19 +138,24 @@ PERCENTILE_Q = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 """Each percentile statistic's quantile."""
 
 
-LevelUnit = Literal["users", "req/s"]
-"""What a ramp steps: concurrent users (closed loop) or an arrival rate (open loop)."""
+LevelUnit = Literal["users", "req/s", "x"]
+"""What a ramp steps: concurrent users (closed loop), an arrival rate (open loop), or a trace's
+speed multiple (``x``: the trace's timestamps divided by it)."""
 
 
 def level_text(level: float | None, unit: LevelUnit) -> str:
-    """``8 users`` or ``2.5 req/s``."""
+    """``8 users``, ``2.5 req/s`` or ``x2.5`` (a trace's speed)."""
     if level is None:
         return "?"
+    if unit == "x":
+        return f"x{level:g}"
     return f"{level:g} {unit}" if unit == "req/s" else f"{int(level)} users"
 
 
 def levels_text(levels: Sequence[float], unit: LevelUnit) -> str:
-    """``4, 8 users`` or ``2, 4 req/s``."""
+    """``4, 8 users``, ``2, 4 req/s`` or ``x0.5, x1, x2``."""
+    if unit == "x":
+        return ", ".join(f"x{v:g}" for v in levels)
     return ", ".join(f"{v:g}" for v in levels) + f" {unit}"
 
 
@@ -174,6 +179,29 @@ def parse_rates(text: str) -> list[float]:
     if any(b <= a for a, b in zip(rates, rates[1:], strict=False)):
         raise UsersError(f"bad --rate {text!r}: rates must be increasing")
     return rates
+
+
+MAX_SPEED = 1000.0
+
+
+def parse_speeds(text: str) -> list[float]:
+    """``--speed 0.5,1,2,4``: increasing speed multiples of a trace (its timestamps divided by each).
+
+    Raises:
+        UsersError: with the accepted form.
+    """
+    form = f"bad --speed {text!r}: give speed multiples like 0.5,1,2,4, or auto[:MAX]"
+    try:
+        speeds = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsersError(form) from None
+    if not speeds:
+        raise UsersError(form)
+    if any(not (0 < v <= MAX_SPEED) or math.isnan(v) for v in speeds):
+        raise UsersError(f"bad --speed {text!r}: each speed must be above 0 and at most {MAX_SPEED:g}")
+    if any(b <= a for a, b in zip(speeds, speeds[1:], strict=False)):
+        raise UsersError(f"bad --speed {text!r}: speeds must be increasing")
+    return speeds
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*$", re.IGNORECASE)

@@ -18,8 +18,9 @@ Formats (``--trace-format``, or detected from the file's first line):
   format's own replayers start them.
 - ``spoc`` JSONL, our own (what ``spoc trace convert`` writes; docs/traces.md): an optional
   first line ``{"spoc_trace": 1}``, then rows ``t`` (s), ``input_tokens``, ``output_tokens``,
-  and optionally ``hash_ids`` with ``block_tokens``, ``conversation``, ``parent``, ``turn``,
-  ``think_s``.
+  and optionally ``hash_ids`` with ``block_tokens``, ``id``, ``conversation``, ``parent`` (the
+  ``id`` of the turn it follows), ``turn``, ``think_s`` and ``scope`` (where hash ids are
+  unique; absent: the whole trace).
 
 A malformed row is an error naming the file, the line and the field; a row that is well formed
 but not to be sent (a failed request in the original, one the filter leaves out) is skipped and
@@ -75,6 +76,12 @@ class TraceRow:
     """Seconds the user thought after the previous turn's answer (WEKA ``think_time``)."""
     line: int = 0
     """Where the row is in the file (1-based), for messages."""
+    id: str | None = None
+    """The row's own name, which a later row's ``parent`` refers to (Bailian ``chat_id``; WEKA
+    ``conversation#request``)."""
+    scope: str | None = None
+    """Where its hash ids are unique: None for the whole trace (Mooncake, Bailian); the
+    conversation for WEKA, whose ids restart in every conversation."""
 
     def as_spoc(self) -> dict[str, object]:
         """The row in our own JSONL form (what ``spoc trace convert`` writes)."""
@@ -83,7 +90,7 @@ class TraceRow:
         if self.hash_ids:
             d["hash_ids"] = list(self.hash_ids)
             d["block_tokens"] = self.block_tokens
-        for key in ("conversation", "parent", "think_s"):
+        for key in ("id", "conversation", "parent", "think_s", "scope"):
             if (v := getattr(self, key)) is not None:
                 d[key] = v
         if self.turn:
@@ -315,6 +322,7 @@ def _jsonl_row(r: _Row, fmt: TraceFormat, index: int) -> TraceRow:
             parent=None if parent in (-1, "-1", None) else str(parent),
             turn=int(r.num("turn")) if "turn" in r.raw else 0,
             line=r.line,
+            id=chat,
         )
     # our own
     ids = r.ids("hash_ids")
@@ -332,6 +340,8 @@ def _jsonl_row(r: _Row, fmt: TraceFormat, index: int) -> TraceRow:
         turn=int(r.num("turn")) if "turn" in r.raw else 0,
         think_s=think,
         line=r.line,
+        id=r.text("id"),
+        scope=r.text("scope"),
     )
 
 
@@ -475,8 +485,137 @@ def _weka_conversation(
             raise r.bad(f"request {k + 1} of conversation {cid} goes back in time ({t:g} s after {last:g} s)")
         last = t
         row_id = f"{cid}#{k}"
-        yield TraceRow(index, t, n_in, n_out, ids, block, cid, previous, k, think, lineno)
+        yield TraceRow(index, t, n_in, n_out, ids, block, cid, previous, k, think, lineno, row_id, cid)
         previous = row_id
+
+
+# -- what a replay sends ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSource:
+    """The rows a replay sends: a trace file, its format, filters, a time window and a row cap
+    (``--trace``, ``--trace-format``, ``--trace-filter``, ``--trace-window``,
+    ``--trace-max-rows``)."""
+
+    path: Path
+    fmt: TraceFormat
+    filters: tuple[tuple[str, str], ...] = ()
+    start_s: float = 0.0
+    """The window's start, seconds after the trace's first row."""
+    length_s: float | None = None
+    """The window's length (None: to the end)."""
+    max_rows: int | None = None
+
+    def rows(self, read: TraceRead | None = None) -> Iterator[TraceRow]:
+        """The window's rows, streamed, ``t`` rebased to the window's start (WEKA: every
+        conversation starts at 0, and the window applies to its own clock)."""
+        end = math.inf if self.length_s is None else self.start_s + self.length_s
+        n = 0
+        for row in read_trace(self.path, self.fmt, self.filters, read):
+            if row.t < self.start_s:
+                continue
+            if row.t >= end:
+                if self.fmt == "weka":
+                    continue
+                return
+            yield replace(row, t=row.t - self.start_s)
+            n += 1
+            if self.max_rows is not None and n >= self.max_rows:
+                return
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": str(self.path),
+            "format": self.fmt,
+            "filters": [f"{k}={v}" for k, v in self.filters],
+            "window": [self.start_s, self.length_s],
+            "max_rows": self.max_rows,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> TraceSource:
+        """Raises: TraceError for a description this code did not write."""
+        try:
+            fmt = str(d["format"])
+            if fmt not in FORMATS:
+                raise TraceError(f"unknown trace format {fmt!r}")
+            window = d.get("window") or [0.0, None]
+            assert isinstance(window, list) and len(window) == 2
+            filters = d.get("filters") or []
+            assert isinstance(filters, list)
+            max_rows = d.get("max_rows")
+            return cls(
+                Path(str(d["path"])),
+                fmt,  # checked against FORMATS above
+                parse_filters([str(f) for f in filters]),
+                float(window[0]),
+                None if window[1] is None else float(window[1]),
+                None if max_rows is None else int(str(max_rows)),
+            )
+        except (KeyError, AssertionError, ValueError, TypeError) as e:
+            raise TraceError(f"not a trace description: {e}") from None
+
+
+def trace_source(
+    path: str,
+    fmt: str | None = None,
+    filters: Sequence[str] = (),
+    window: str | None = None,
+    max_rows: int | None = None,
+) -> TraceSource:
+    """What ``--trace`` and its options select, checked (the rows are read later).
+
+    Raises:
+        TraceError: no such file, an unknown format, a bad filter, window or row cap.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"--trace {path}: no such file")
+    if fmt is not None and fmt not in FORMATS:
+        raise TraceError(f"--trace-format {fmt!r}: one of {', '.join(FORMATS)}")
+    if max_rows is not None and max_rows < 1:
+        raise TraceError("--trace-max-rows must be at least 1")
+    start, length = parse_window(window) if window else (0.0, None)
+    return TraceSource(
+        p,
+        fmt or detect_format(p),  # checked against FORMATS above
+        parse_filters(filters),
+        start,
+        length,
+        max_rows,
+    )
+
+
+def parse_window(text: str) -> tuple[float, float | None]:
+    """``--trace-window START:LENGTH`` (seconds, or durations like 10m; LENGTH may be empty for
+    the rest of the trace).
+
+    Raises:
+        TraceError: naming the accepted form.
+    """
+    head, sep, tail = text.partition(":")
+    form = f"bad --trace-window {text!r}: give START:LENGTH in seconds or durations, e.g. 600:300 or 10m:5m"
+    if not sep:
+        raise TraceError(form)
+    try:
+        start = _duration(head) if head.strip() else 0.0
+        length = _duration(tail) if tail.strip() else None
+    except ValueError:
+        raise TraceError(form) from None
+    if length is not None and length <= 0:
+        raise TraceError(f"bad --trace-window {text!r}: the length must be above 0")
+    return start, length
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*$", re.IGNORECASE)
+
+
+def _duration(text: str) -> float:
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(text)
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}[(m.group(2) or "").lower()]
 
 
 # -- statistics -------------------------------------------------------------------------------
@@ -572,7 +711,7 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
             convs.add(row.conversation.split("#")[0])
         if row.hash_ids:
             with_ids = True
-            scope = row.conversation if fmt == "weka" else None  # WEKA's ids are per conversation
+            scope = row.scope  # WEKA's ids are per conversation
             for k, h in enumerate(row.hash_ids):
                 tokens = min(row.block_tokens, row.input_tokens - k * row.block_tokens)
                 if (scope, h) in seen:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 import httpx
+import numpy as np
 
 from spoc_tui.collectors.http import RedirectRefused, new_client, request, tls_env
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
@@ -33,10 +34,12 @@ from spoc_tui.core.inference import infer_knee
 from spoc_tui.core.knee import (
     BisectSearch,
     FixedRates,
+    FixedSpeeds,
     FixedUsers,
     Knee,
     KneeSearch,
     SaturationSearch,
+    SpeedSearch,
     UserPlan,
     find_knee,
 )
@@ -49,12 +52,14 @@ from spoc_tui.core.steps import (
     RequestSample,
     ServerWindow,
     StepSummary,
+    TraceFidelity,
     badly_broken,
     client_health,
     queue_unbounded,
     summarize_step,
 )
 from spoc_tui.core.textsafe import safe
+from spoc_tui.core.traces import TraceError, TraceRead, TraceSource
 from spoc_tui.load import wire
 from spoc_tui.load.workload import Workload
 from spoc_tui.procs.group import kill_group
@@ -129,10 +134,15 @@ class RampConfig:
     """Other result files (a study's pareto.json) that the load generator marks ``interrupted``
     when this process dies while they still say ``running`` (ramp.json always is)."""
 
+    trace: TraceSource | None = None
+    """Replay this trace (``--trace``): each step sends its rows at a speed multiple of the plan
+    (:class:`FixedSpeeds` or :class:`SpeedSearch`); the workload's profile is not used."""
+
     @property
     def open_loop(self) -> bool:
-        """Steps of arrival rates (requests/s, Poisson) rather than of concurrent users."""
-        return isinstance(self.plan, FixedRates)
+        """Steps of arrival rates (requests/s, Poisson) or of a trace's speed, rather than of
+        concurrent users."""
+        return isinstance(self.plan, FixedRates) or self.trace is not None
 
     def validate(self) -> None:
         """The one check of a ramp's settings, shared by ``spoc ramp``, the Load screen and a
@@ -165,6 +175,11 @@ class RampConfig:
             bad(f"--tokenizer {self.tokenizer}: no such file or folder")
         if not self.limits:
             bad("the SLA has no limit")
+        speeds = isinstance(self.plan, (FixedSpeeds, SpeedSearch))
+        if self.trace is not None and not speeds:
+            bad("--trace replays at speed multiples: give --speed (e.g. 0.5,1,2 or auto), not --users or --rate")
+        if self.trace is None and speeds:
+            bad("--speed needs --trace (the trace whose timestamps it divides)")
 
     @property
     def generators(self) -> int:
@@ -180,7 +195,13 @@ class RampConfig:
         """The load-time budget in force: ``budget_s``, else the knee search's default."""
         if self.budget_s is not None:
             return self.budget_s
-        return DEFAULT_BUDGET_S if isinstance(self.plan, KneeSearch) else None
+        return DEFAULT_BUDGET_S if isinstance(self.plan, (KneeSearch, SpeedSearch)) else None
+
+    @property
+    def unit(self) -> LevelUnit:
+        if self.trace is not None:
+            return "x"
+        return "req/s" if self.open_loop else "users"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,10 +219,12 @@ class RampProgress:
     open_loop: bool = False
     budget_left_s: float | None = None
     """Seconds of load left in the ramp's budget (None without one)."""
+    unit: LevelUnit | None = None
+    """What the steps' levels are (None: users, or req/s when ``open_loop``)."""
 
     @property
     def level_text(self) -> str:
-        return level_text(self.users, "req/s" if self.open_loop else "users")
+        return level_text(self.users, self.unit or ("req/s" if self.open_loop else "users"))
 
     @property
     def badge(self) -> str:
@@ -402,7 +425,9 @@ class RunnerProcess:
             argv += ["--context-len", str(self.context_len)]
         if self.cfg.tokenizer:
             argv += ["--tokenizer", self.cfg.tokenizer]
-        if self.cfg.open_loop:
+        if self.cfg.trace is not None:
+            argv += ["--trace-json", str(self.log_dir / "trace.json")]
+        elif self.cfg.open_loop:
             argv += ["--open-loop"]
         argv += ["--arrivals", self.cfg.arrivals, "--parent-pid", str(os.getpid())]
         for path in (self.log_dir / "ramp.json", *self.cfg.finalize):
@@ -411,6 +436,15 @@ class RunnerProcess:
 
     async def start(self) -> None:
         (self.log_dir / "profile.json").write_text(json.dumps(self.cfg.workload.as_dict()))
+        if self.cfg.trace is not None:
+            # a salt of this ramp's own: its prompts share no text with an earlier ramp's on the same
+            # server (whose prefix cache may still hold them); every process gets the same one
+            spec = {
+                "source": self.cfg.trace.as_dict(),
+                "max_model_len": self.context_len,
+                "salt": os.urandom(6).hex(),
+            }
+            (self.log_dir / "trace.json").write_text(json.dumps(spec))
         env = runner_env(base_url(self.cfg.url))
         if self.cfg.api_key:
             env["SPOC_API_KEY"] = self.cfg.api_key  # passed by environment, never on a command line
@@ -573,6 +607,8 @@ def auto_workers(plan: UserPlan, cores: int) -> int:
     """``--workers auto``: one process per :data:`USERS_PER_PROCESS` streams at the plan's highest
     level, at most one per core but one (kept for the master and the system); 0 (a single
     process) when that comes to one or fewer."""
+    if isinstance(plan, (FixedSpeeds, SpeedSearch)):
+        return 0  # a trace's rate is known once it is read: give --workers for a heavy one
     if isinstance(plan, FixedRates):
         streams = max(plan.rates) * SECONDS_PER_REQUEST
     elif isinstance(plan, (KneeSearch, BisectSearch, SaturationSearch)):
@@ -700,6 +736,150 @@ async def _run_step(
         report(phase, idx, level, steps, len(samples), f"inconclusive ({summary.verdict.reason}): measuring on")
 
 
+@dataclass(frozen=True, slots=True)
+class TraceScan:
+    """A trace read through once before any load: what each step will send."""
+
+    rows: int
+    span_s: float
+    skipped: dict[str, int]
+
+    def step_s(self, speed: float) -> float:
+        return self.span_s / speed
+
+
+def scan_trace(source: TraceSource) -> TraceScan:
+    """Read the replay's rows once (streamed), so a bad row stops the ramp before any load.
+
+    Raises:
+        RampError: (exit code 2) the trace's error, naming the line; a window with no row.
+    """
+    read = TraceRead()
+    n = 0
+    first = last = 0.0
+    try:
+        for row in source.rows(read):
+            if n == 0:
+                first = row.t
+            first, last = min(first, row.t), max(last, row.t)
+            n += 1
+    except TraceError as e:
+        raise RampError(f"--trace: {e}", exit_code=EXIT_USAGE) from None
+    if n == 0:
+        why = f" ({', '.join(f'{c} {k}' for k, c in read.skipped.items())})" if read.skipped else ""
+        raise RampError(f"--trace {source.path}: no row to send in the window{why}", exit_code=EXIT_USAGE)
+    return TraceScan(n, last - first, dict(read.skipped))
+
+
+TRACE_START_S = 0.5
+"""A replay step's clock starts this long after its command is sent (every process gets it first)."""
+
+
+def _three(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    if not values:
+        return (None, None, None)
+    p50, p99 = np.percentile(values, [50, 99])
+    return (round(float(p50), 3), round(float(p99), 3), round(max(values), 3))
+
+
+async def _run_trace_step(
+    cfg: RampConfig,
+    scan: TraceScan,
+    idx: int,
+    speed: float,
+    runner: RunnerProcess,
+    pump: asyncio.Task[None],
+    samples: list[RequestSample],
+    health: list[wire.Health],
+    done: list[wire.TraceDone],
+    poller: VllmPoller,
+    dcgm: DcgmPoller | None,
+    steps: list[StepSummary],
+    report: Report,
+    windows: dict[int, list[RequestSample]],
+) -> StepSummary:
+    """One replay of the trace at ``speed``: every row sent at its timestamp divided by the speed
+    (open loop), the step ending when every process has sent its rows and their requests ended.
+    Its figures are over all its requests (the replay is the measurement), and its ``trace``
+    says how faithfully it kept the schedule."""
+    t0 = time.time() + TRACE_START_S
+    await runner.send(wire.SetUsers(cfg.generators, idx, 0.0, speed=speed, t0=t0))
+    length = scan.step_s(speed)
+    peaks = _Peaks()
+    poller.reset()
+    await _server_view(poller, dcgm, peaks)
+    server = ServerWindow()
+    every = min(cfg.poll_s, max(1.0, length / 10))
+    polled = time.time()
+    deadline = t0 + length + cfg.request_timeout_s + 30
+    unbounded: str | None = None
+    while len([d for d in done if d.step == idx]) < cfg.generators:
+        if pump.done():
+            raise RampError("the load generator exited; see runner.log in the output folder")
+        if time.time() > deadline:
+            logger.warning("trace step %d: not every process reported its end; the step ends at its deadline", idx)
+            break
+        sent_so_far = sum(1 for s in samples if s.step == idx)
+        msg = f"x{speed:g}: {sent_so_far} of {scan.rows} rows answered"
+        report("measuring", idx, speed, steps, len(samples), msg)
+        await asyncio.sleep(0.5)
+        if time.time() - polled >= every - 0.05:
+            polled = time.time()
+            server = await _server_view(poller, dcgm, peaks)
+            if server.waiting is not None:
+                peaks.queue.append((time.time() - t0, server.waiting))
+                unbounded = unbounded or queue_unbounded(peaks.queue)
+            server = replace(server, waiting_mean=peaks.waiting_mean)
+    server = replace(await _server_view(poller, dcgm, peaks), waiting_mean=peaks.waiting_mean)
+    m_end = time.time()
+    mine = [s for s in samples if s.step == idx]
+    windows[idx] = mine
+    ends = [s.end or s.start for s in mine]
+    duration = max(length, (max(ends) if ends else m_end) - t0, 1e-3)
+    ours = [d for d in done if d.step == idx]
+    skipped: dict[str, int] = {}
+    for d in ours:
+        for why, c in d.skipped.items():
+            skipped[why] = skipped.get(why, 0) + c
+    sent = [s for s in mine if s.scheduled is not None]
+    starts = sorted(s.start for s in sent)
+    prefix_in = sum(d.input_tokens for d in ours)
+    fidelity = TraceFidelity(
+        rows=sum(d.rows for d in ours) if ours else scan.rows,
+        sent=sum(d.sent for d in ours) if ours else len(sent),
+        skipped=skipped,
+        lag_ms=_three([(s.start - s.scheduled - (s.held_s or 0.0)) * 1000 for s in sent if s.scheduled is not None]),
+        held_back=sum(1 for s in sent if (s.held_s or 0.0) > 0.001),
+        rate=round((len(starts) - 1) / (starts[-1] - starts[0]), 4)
+        if len(starts) > 1 and starts[-1] > starts[0]
+        else None,
+        trace_rate=round((scan.rows - 1) / length, 4) if scan.rows > 1 and length > 0 else None,
+        prefix_share=round(sum(d.prefix_tokens for d in ours) / prefix_in, 4) if prefix_in else None,
+        server_hit_rate=server.prefix_cache_hit_rate,
+        length_error=_three(
+            [
+                float(abs(s.prompt_tokens - s.planned_input))
+                for s in sent
+                if s.ok and s.prompt_tokens is not None and s.planned_input is not None
+            ]
+        ),
+    )
+    summary = summarize_step(
+        idx,
+        cfg.generators,
+        mine,
+        duration,
+        cfg.limits,
+        open_loop=True,
+        server=server,
+        client=client_health(
+            [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if t0 <= h.t <= m_end + 1.0], cfg.limits
+        ),
+        unbounded=unbounded,
+    )
+    return replace(summary, speed=speed, trace=replace(fidelity, cached_share=summary.cached_prompt_fraction))
+
+
 def budget_spent(cfg: RampConfig, knee: Knee | None) -> str:
     """Why a ramp stopped at its budget, with the interval it reached."""
     reached = knee.inferred.text if knee is not None and knee.inferred is not None else "no knee yet"
@@ -772,10 +952,15 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     message=message,
                     open_loop=cfg.open_loop,
                     budget_left_s=budget_left(),
+                    unit=cfg.unit,
                 )
             )
 
     report("preflight", 0, 0, [], 0)
+    scan: TraceScan | None = None
+    if cfg.trace is not None:
+        report("preflight", 0, 0, [], 0, f"reading the trace {cfg.trace.path.name}...")
+        scan = await asyncio.to_thread(scan_trace, cfg.trace)
     model, context_len = await preflight(cfg.url, cfg.model, cfg.api_key)
     header = {
         "url": redact_url(cfg.url),
@@ -786,7 +971,11 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         "sla": [str(lim) for lim in cfg.limits],
         "users": cfg.plan.describe(),
         "load": (
-            "open loop: Poisson arrivals at each step's rate; each arrival is the next turn of an idle "
+            "trace replay: every row sent at its timestamp divided by the step's speed (open loop), as a "
+            "streamed completion of the row's input tokens with its output forced (ignore_eos); rows sharing "
+            "hash ids share leading text; a turn waits for its parent's end plus its think time"
+            if cfg.trace is not None
+            else "open loop: Poisson arrivals at each step's rate; each arrival is the next turn of an idle "
             "conversation (or a new one), with no think time"
             if cfg.open_loop
             else "closed loop: each user is one conversation at a time, with the profile's think time"
@@ -811,16 +1000,26 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             "E2E to the last such event; TPOT (E2E-TTFT)/(out-1); goodput per request"
         ),
     }
+    if cfg.trace is not None and scan is not None:
+        header["trace"] = {
+            **cfg.trace.as_dict(),
+            "path": cfg.trace.path.name,  # the name only: a path can say more than the trace
+            "rows": scan.rows,
+            "span_s": round(scan.span_s, 3),
+            "skipped_reading": scan.skipped,
+        }
+        header["profile"] = {"name": f"trace:{cfg.trace.path.name}"}
     writer = ResultWriter(cfg.out_dir, header)
     runner = RunnerProcess(cfg, model, context_len, cfg.out_dir)
     samples: list[RequestSample] = []
     health: list[wire.Health] = []
+    trace_done: list[wire.TraceDone] = []
     steps: list[StepSummary] = []
     windows: dict[int, list[RequestSample]] = {}
 
     def knee_of(steps: list[StepSummary]) -> Knee:
         """The knee from the decisions, and inferred across every step's requests so far."""
-        unit: LevelUnit = "req/s" if cfg.open_loop else "users"
+        unit = cfg.unit
         if len(steps) not in knees:
             levels = [(s.level, windows.get(s.step, [])) for s in steps]
             knees[len(steps)] = find_knee(steps, infer_knee(levels, cfg.limits, unit, seed=cfg.seed))
@@ -846,6 +1045,10 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     writer.sample(ev.sample)
                 elif isinstance(ev, wire.Health):
                     health.append(ev)
+                elif isinstance(ev, wire.TraceDone):
+                    trace_done.append(ev)
+                elif isinstance(ev, wire.RunnerFailed):
+                    logger.warning("load generator: %s", ev.message)
                 elif isinstance(ev, wire.Exited):
                     return
 
@@ -854,15 +1057,40 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         idx = 0
         while (level := plan.next(steps, knee_of(steps) if steps else None)) is not None:
             left = budget_left()
-            if left is not None and left < cfg.step_s:
+            step_len = scan.step_s(level) if scan is not None else cfg.step_s
+            if left is not None and left < step_len:
+                if scan is not None and not steps:
+                    raise RampError(
+                        f"a replay at x{level:g} takes {step_len / 60:.1f} min, more than the budget "
+                        f"({left / 60:g} min): give a larger --budget, or a shorter --trace-window",
+                        exit_code=EXIT_USAGE,
+                    )
                 stop_reason = budget_spent(cfg, knee_of(steps) if steps else None)
                 break
             if load_started is None:
                 load_started = time.monotonic()
             idx += 1
-            summary = await _run_step(
-                cfg, idx, level, runner, pump, samples, health, poller, dcgm, steps, report, windows, budget_left()
-            )
+            if scan is not None:
+                summary = await _run_trace_step(
+                    cfg,
+                    scan,
+                    idx,
+                    level,
+                    runner,
+                    pump,
+                    samples,
+                    health,
+                    trace_done,
+                    poller,
+                    dcgm,
+                    steps,
+                    report,
+                    windows,
+                )
+            else:
+                summary = await _run_step(
+                    cfg, idx, level, runner, pump, samples, health, poller, dcgm, steps, report, windows, budget_left()
+                )
             steps.append(summary)
             writer.write(steps, knee_of(steps), "running")
             report("step_done", idx, level, steps, len(samples))
@@ -881,7 +1109,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                 status, stop_reason = "stopped_early", summary.stopped_early.reason
                 break
             why = badly_broken(summary, cfg.abort_factor)
-            if why and isinstance(plan, (FixedUsers, FixedRates)) and plan.next(steps) is not None:
+            if why and isinstance(plan, (FixedUsers, FixedRates, FixedSpeeds)) and plan.next(steps) is not None:
                 status, stop_reason = "stopped_early", why
                 break
         status = "complete" if status == "interrupted" else status

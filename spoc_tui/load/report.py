@@ -50,7 +50,7 @@ def step_cells(s: StepSummary) -> dict[str, str]:
     srv = s.server
     lat = s.latency
     return {
-        "users": f"{s.users}" if s.rate is None else f"{s.rate:g}/s",
+        "users": f"x{s.speed:g}" if s.speed is not None else f"{s.users}" if s.rate is None else f"{s.rate:g}/s",
         "n": str(s.requests),
         "req_s": f"{s.request_rate:.2f}",
         "out_tok_s": f"{s.output_tokens_per_s:.0f}",
@@ -106,6 +106,8 @@ def check_lines(s: StepSummary) -> list[str]:
     extended = f", extended {s.extended_s:.0f} s" if s.extended_s >= 0.5 else ""
     head = f"  step {s.step} ({s.level_text}, {n} requests{extended}): "
     lines = [head + "; ".join(parts)] if parts else [head + verdict_text(s)]
+    if s.trace is not None:
+        lines.append(f"    trace: {s.trace.text}")
     reason = s.verdict.reason
     if s.decision == "inconclusive" and reason:
         lines.append(f"    inconclusive: {reason}")
@@ -134,7 +136,13 @@ _TABLE = [
 
 def step_table(steps: list[StepSummary], knee: Knee) -> str:
     """The CLI's table of steps, each SLA figure with its interval, then the knee and its reason."""
-    heads = {"users": "rate"} if any(s.rate is not None for s in steps) else {}
+    heads = (
+        {"users": "speed"}
+        if any(s.speed is not None for s in steps)
+        else {"users": "rate"}
+        if any(s.rate is not None for s in steps)
+        else {}
+    )
     lines = [" ".join(f"{heads.get(key, head):>{w}}" for key, head, w in _TABLE) + "  verdict"]
     for s in steps:
         cells = step_cells(s)

@@ -19,11 +19,14 @@ Locust's own master/worker messages.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
 import sys
 import time
+import zlib
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ monkey.patch_all()
 
 import gevent
 import gevent.event
+import gevent.pool
 import gevent.ssl
 from gevent.fileobject import FileObjectPosix
 from locust import constant, task
@@ -44,8 +48,16 @@ from urllib3 import PoolManager
 
 from spoc_tui.collectors.http import tls
 from spoc_tui.core.steps import RequestSample
+from spoc_tui.core.traces import TraceError, TraceRow, TraceSource
 from spoc_tui.load import wire
-from spoc_tui.load.workload import ConversationPlan, TextMaker, Workload, jitter, plan_conversation
+from spoc_tui.load.workload import (
+    ConversationPlan,
+    TextMaker,
+    TracePrompts,
+    Workload,
+    jitter,
+    plan_conversation,
+)
 from spoc_tui.procs.lock import mark_interrupted
 
 
@@ -200,11 +212,28 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
     }
     if Shared.profile is not None and Shared.profile.ignore_eos:
         body["ignore_eos"] = True  # vLLM's extension: every planned token, as vllm bench serve
+    sample, answer = stream_request(client, "/v1/chat/completions", body, turn, conv_id)
+    assert Shared.sink is not None
+    Shared.sink(sample)
+    usage_prompt = sample.prompt_tokens
+    # (calibrate ignores exact lengths too; checked here first to skip counting the history's words)
+    if sample.ok and usage_prompt and not Shared.maker.exact:
+        planned = sum(len(m["content"].split()) for m in messages)
+        Shared.maker.calibrate(planned, usage_prompt, overhead=4 * len(messages))
+    return answer
+
+
+def stream_request(
+    client: Any, path: str, body: dict[str, Any], turn: int, conv_id: str
+) -> tuple[RequestSample, str | None]:
+    """One streamed request (chat or completions), every event with choices timestamped as it is
+    read. Returns its sample and the answer's text (None when it failed)."""
     # identity: a compressed stream would reach us in the compressor's blocks, not token by token
     headers = {"Accept-Encoding": "identity"}
     if Shared.api_key:
         headers["Authorization"] = f"Bearer {Shared.api_key}"
     step, users = Shared.step, Shared.users
+    chat = path.endswith("chat/completions")
     wall0 = time.time()
     t0 = time.perf_counter()
     first: float | None = None
@@ -217,12 +246,12 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
     error: str | None = None
     try:
         with client.post(
-            "/v1/chat/completions",
+            path,
             json=body,
             headers=headers,
             stream=True,
             catch_response=True,
-            name="chat",
+            name="chat" if chat else "completions",
         ) as resp:
             if resp.status_code == 0:  # Locust's stand-in for a request that got no answer at all
                 error = classify_error(resp.error) if resp.error is not None else "connect"
@@ -268,7 +297,7 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
                             gaps.append(now - last)
                         last = now
                         for ch in choices:
-                            piece = (ch.get("delta") or {}).get("content")
+                            piece = (ch.get("delta") or {}).get("content") if chat else ch.get("text")
                             if piece:
                                 parts.append(piece)
                 if error is not None:
@@ -301,13 +330,7 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
         conversation=conv_id,
         turn=turn,
     )
-    assert Shared.sink is not None
-    Shared.sink(sample)
-    # (calibrate ignores exact lengths too; checked here first to skip counting the history's words)
-    if ok and usage.get("prompt_tokens") and not Shared.maker.exact:
-        planned = sum(len(m["content"].split()) for m in messages)
-        Shared.maker.calibrate(planned, int(usage["prompt_tokens"]), overhead=4 * len(messages))
-    return "".join(parts) if ok else None
+    return sample, ("".join(parts) if ok else None)
 
 
 def _private_ca_context() -> Any:
@@ -441,6 +464,169 @@ class RateUser(_StreamingUser):
             self.in_flight -= 1
 
 
+# -- trace replay -------------------------------------------------------------------------------
+
+
+class TraceJob:
+    """One step of a trace replay: its index, speed and the wall time of the trace's 0."""
+
+    __slots__ = ("speed", "step", "t0")
+
+    def __init__(self, step: int, speed: float, t0: float) -> None:
+        self.step, self.speed, self.t0 = step, speed, t0
+
+
+class Replay:
+    """What every process's trace replay shares (set up in ``main`` with ``--trace-json``)."""
+
+    source: TraceSource | None = None
+    job: TraceJob | None = None
+    part: tuple[int, int] = (0, 1)
+    """This process's share of the rows: (its index, of how many processes)."""
+    max_model_len: int | None = None
+    salt = ""
+    """The ramp's own (the same in every process): with the step, it seeds every prompt's text."""
+    done: Callable[[wire.TraceDone], None] | None = None
+
+
+LEAD_S = 0.25
+"""A row's greenlet starts this long before its send time, to build its prompt off the moment."""
+PREFIX_SEEN_CAP = 4_000_000
+"""The most hash blocks remembered per step for the implied prefix share (a bigger trace's share
+is over its first rows)."""
+
+
+class TraceUser(_StreamingUser):
+    """Trace replay: one per process. Each step it sends its share of the trace's rows on an
+    absolute schedule (the row's timestamp divided by the speed, from the step's ``t0``),
+    whatever is in flight (open loop), each as a streamed completion with the row's exact input
+    length, its output length forced (``max_tokens`` with ``ignore_eos``), and text shared where
+    the rows share hash ids. A turn whose parent has not finished waits for it (and its think
+    time); how long is recorded."""
+
+    wait_time = constant(0)
+    concurrency = MAX_IN_FLIGHT
+
+    def on_start(self) -> None:
+        self.done_step = 0
+
+    @task
+    def replay(self) -> None:
+        job = Replay.job
+        if job is None or job.step <= self.done_step:
+            gevent.sleep(0.02)
+            return
+        self.done_step = job.step
+        done = replay_step(self.client, job)
+        if Replay.done is not None:
+            Replay.done(done)
+
+
+def _owner(row: TraceRow, roots: dict[str, str]) -> str:
+    """The conversation a row belongs to (its root turn's id): a conversation stays in one process."""
+    if row.parent is not None:
+        root = roots.get(row.parent, row.parent)
+    else:
+        root = row.id if row.id is not None else str(row.index)
+    if row.id is not None:
+        roots[row.id] = root
+    return root
+
+
+def replay_step(client: Any, job: TraceJob) -> wire.TraceDone:
+    src = Replay.source
+    assert src is not None
+    part, of = Replay.part
+    prompts = TracePrompts(Shared.maker, f"{Replay.salt}:{Shared.seed}:{job.step}")
+    group = gevent.pool.Group()
+    ends: dict[str, float] = {}
+    waiting: dict[str, gevent.event.Event] = {}
+    roots: dict[str, str] = {}
+    seen: set[tuple[str | None, int]] = set()
+    skipped: Counter[str] = Counter()
+    rows = sent = prefix = with_ids = 0
+    source = src.rows() if src.fmt != "weka" else iter(sorted(src.rows(), key=lambda r: r.t))
+    try:
+        for row in source:
+            if of > 1 and zlib.crc32(_owner(row, roots).encode()) % of != part:
+                continue
+            rows += 1
+            if Replay.max_model_len and row.input_tokens + row.output_tokens > Replay.max_model_len:
+                skipped["longer than max-model-len"] += 1
+                continue
+            if row.hash_ids and len(seen) < PREFIX_SEEN_CAP:
+                with_ids += row.input_tokens
+                for k, h in enumerate(row.hash_ids):
+                    if (row.scope, h) in seen:
+                        prefix += max(0, min(row.block_tokens, row.input_tokens - k * row.block_tokens))
+                    seen.add((row.scope, h))
+            at = job.t0 + row.t / job.speed
+            wait = at - LEAD_S - time.time()
+            if wait > 0:
+                gevent.sleep(wait)
+            if Replay.job is not job:  # the step was ended (the ramp stopped)
+                skipped["the step ended first"] += 1
+                continue
+            if len(group) >= MAX_IN_FLIGHT:
+                _refused(row.conversation or "trace")
+                skipped["client_limit"] += 1
+                continue
+            if row.id is not None:
+                waiting[row.id] = gevent.event.Event()
+            group.spawn(_send_row, client, row, at, prompts, ends, waiting)
+            sent += 1
+    except TraceError as e:
+        emit(wire.RunnerFailed(f"trace: {e}"))
+    group.join(timeout=_StreamingUser.network_timeout + 10)
+    group.kill(block=False)
+    return wire.TraceDone(job.step, rows, sent, dict(skipped), prefix, with_ids)
+
+
+def _send_row(
+    client: Any,
+    row: TraceRow,
+    at: float,
+    prompts: TracePrompts,
+    ends: dict[str, float],
+    waiting: dict[str, gevent.event.Event],
+) -> None:
+    try:
+        text = prompts.prompt(row.index, row.input_tokens, row.hash_ids, row.block_tokens, row.scope)
+        held = 0.0
+        if row.parent is not None:
+            ev = waiting.get(row.parent)
+            if ev is not None:
+                ev.wait(timeout=_StreamingUser.network_timeout + 10)
+            end = ends.get(row.parent)
+            if end is not None:  # a parent outside the replay (the window cut it) holds nothing
+                held = max(0.0, end + (row.think_s or 0.0) - at)
+        wait = at + held - time.time()
+        if wait > 0:
+            gevent.sleep(wait)
+        body = {
+            "model": Shared.model,
+            "prompt": text,
+            "max_tokens": row.output_tokens,
+            "ignore_eos": True,  # vLLM's extension: the row's output length, not where EOS falls
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        sample, _ = stream_request(client, "/v1/completions", body, row.turn, row.conversation or "")
+        assert Shared.sink is not None
+        Shared.sink(
+            dataclasses.replace(
+                sample, trace_index=row.index, scheduled=at, planned_input=row.input_tokens, held_s=held or None
+            )
+        )
+    finally:
+        if row.id is not None:
+            ends[row.id] = time.time()
+            ev = waiting.pop(row.id, None)
+            if ev is not None:
+                ev.set()
+            # a finished turn's children look its end up; the event is needed no more
+
+
 def _refused(prefix: str) -> None:
     now = time.time()
     assert Shared.sink is not None
@@ -526,11 +712,17 @@ def _read_commands(env: Environment) -> None:
             continue
         if isinstance(cmd, wire.SetUsers):
             Shared.step, Shared.users, Shared.rate = cmd.step, cmd.n, cmd.rate
+            if cmd.speed is not None and cmd.t0 is not None:
+                Replay.job = TraceJob(cmd.step, cmd.speed, cmd.t0)
             if isinstance(runner, MasterRunner):
-                runner.send_message("spoc_step", {"step": cmd.step, "users": cmd.n, "rate": cmd.rate})
+                runner.send_message(
+                    "spoc_step",
+                    {"step": cmd.step, "users": cmd.n, "rate": cmd.rate, "speed": cmd.speed, "t0": cmd.t0},
+                )
             runner.start(cmd.n, spawn_rate=cmd.spawn_rate or max(1, cmd.n), wait=False)
             emit(wire.UsersSet(cmd.n, cmd.step))
         elif isinstance(cmd, wire.Stop):
+            Replay.job = None
             break
     else:  # end of input without a Stop: the parent died (its end of the pipe closed with it)
         runner.quit()
@@ -598,6 +790,12 @@ def _configure(args: argparse.Namespace) -> None:
     Shared.seed = args.seed
     Shared.lockstep = args.arrivals == "lockstep"
     _StreamingUser.network_timeout = args.timeout
+    if args.trace_json:
+        with open(args.trace_json) as f:
+            spec = json.load(f)
+        Replay.source = TraceSource.from_dict(spec["source"])
+        Replay.max_model_len = spec.get("max_model_len")
+        Replay.salt = str(spec.get("salt", ""))
     Shared.maker = TextMaker(args.tokenizer)
     Shared.lengths = learn_lengths(Shared.maker, args.url, args.model, Shared.api_key)
     sys.stderr.write(f"prompt lengths: {Shared.lengths}\n")
@@ -623,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
         default="staggered",
         help="staggered: starts and turns jittered (default); lockstep: none (users started together stay so)",
     )
+    ap.add_argument("--trace-json", default=None, help="replay a trace: its source and the server's max-model-len")
     ap.add_argument("--master-host", default="127.0.0.1")
     ap.add_argument("--master-port", type=int, default=5557)
     ap.add_argument(
@@ -641,7 +840,7 @@ def main(argv: list[str] | None = None) -> int:
     Orphan.parent, Orphan.results = args.parent_pid or os.getppid(), list(args.finalize)
     gevent.spawn(watch_parent)
     _configure(args)
-    user_class = RateUser if args.open_loop else ChatUser
+    user_class: type[_StreamingUser] = TraceUser if args.trace_json else RateUser if args.open_loop else ChatUser
     env = Environment(user_classes=[user_class], host=args.url, catch_exceptions=True)
     return _work(env, args) if args.worker else _serve(env, args)
 
@@ -657,8 +856,23 @@ def _work(env: Environment, args: argparse.Namespace) -> int:
         Shared.users = int(msg.data.get("users", 0))
         rate = msg.data.get("rate")
         Shared.rate = float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
+        speed, t0 = msg.data.get("speed"), msg.data.get("t0")
+        if isinstance(speed, (int, float)) and isinstance(t0, (int, float)):
+            # rows are split by conversation over the processes (one trace user in each)
+            Replay.part = (runner.worker_index, max(1, Shared.users))
+            Replay.job = TraceJob(Shared.step, float(speed), float(t0))
 
     runner.register_message("spoc_step", on_step)
+
+    def trace_done(d: wire.TraceDone) -> None:
+        batch_now = batch[:]  # the samples first: the master ends the step on this message
+        del batch[:]
+        if batch_now:
+            runner.send_message("spoc_samples", batch_now)  # type: ignore[arg-type]
+        payload = {**json.loads(wire.encode(d)), "process": f"worker {runner.worker_index}"}
+        runner.send_message("spoc_trace_done", payload)
+
+    Replay.done = trace_done
 
     def send_health(h: wire.Health) -> None:
         # Locust types the payload as a dict; its messages carry any msgpack-able data
@@ -701,6 +915,13 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
             emit(wire.Health(float(d["t"]), float(d["cpu_s"]), tuple(d["lags_ms"]), f"worker {msg.node_id}"))
 
         runner.register_message("spoc_health", on_health)
+
+        def on_trace_done(msg: Any, **_kw: Any) -> None:
+            d = wire.decode_event(json.dumps(msg.data))
+            if isinstance(d, wire.TraceDone):
+                emit(d)
+
+        runner.register_message("spoc_trace_done", on_trace_done)
         deadline = time.time() + 60
         while runner.worker_count < args.expect_workers:
             if time.time() > deadline:
@@ -710,6 +931,7 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
             gevent.sleep(0.1)
     else:
         env.create_local_runner()
+    Replay.done = emit
     emit(wire.Ready(args.expect_workers, Shared.lengths))
     gevent.spawn(watch_self, emit)
     _read_commands(env)

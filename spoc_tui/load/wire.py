@@ -4,11 +4,12 @@ Commands go to the child's stdin, events come back on its stdout. Each message i
 dataclass defined here once; :func:`encode` and the two decoders are the only code that knows
 the JSON shape:
 
-- commands: ``{"cmd": "users", "n": 8, "step": 2, "spawn_rate": 4.0, "arrival_rate": null}``, ``{"cmd": "stop"}``
+- commands: ``{"cmd": "users", "n": 8, "step": 2, "spawn_rate": 4.0, "arrival_rate": null}`` (a trace
+  replay's adds ``"speed": 2.0, "t0": <wall time>``), ``{"cmd": "stop"}``
 - events: ``{"type": "ready", "workers": 0, "lengths": "exact: ..."}``,
   ``{"type": "sample", ...}`` (a request's fields),
   ``{"type": "users", "n": 8, "step": 2}``, ``{"type": "error", "message": ...}``,
-  ``{"type": "stopped"}``
+  ``{"type": "stopped"}``, ``{"type": "trace_done", "step": 2, "rows": ..., "sent": ..., ...}``
 
 This module is imported by the gevent-patched child too: standard library and the pure core only.
 """
@@ -37,6 +38,10 @@ class SetUsers:
     """Users per second; 0: all at once."""
     rate: float | None = None
     """Open loop: the ``n`` users together generate Poisson arrivals at this many requests/s."""
+    speed: float | None = None
+    """Trace replay: send the trace's rows at their timestamps divided by this."""
+    t0: float | None = None
+    """Trace replay: the wall time the trace's 0 is sent at (one clock for every process)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +105,23 @@ class Health:
     process: str = "main"
 
 
-Event = Ready | Sample | UsersSet | RunnerFailed | Stopped | Exited | Health
+@dataclass(frozen=True, slots=True)
+class TraceDone:
+    """A process finished replaying the trace for a step: every row of its share was sent (or
+    skipped) and every request it sent has ended."""
+
+    step: int
+    rows: int
+    sent: int
+    skipped: dict[str, int]
+    prefix_tokens: int = 0
+    """Input tokens in blocks an earlier row of the step sent (what the trace implies is cached)."""
+    input_tokens: int = 0
+    """Input tokens of the rows with hash ids (the share's denominator)."""
+    process: str = "main"
+
+
+Event = Ready | Sample | UsersSet | RunnerFailed | Stopped | Exited | Health | TraceDone
 
 
 def encode(msg: Command | Event) -> str:
@@ -108,6 +129,8 @@ def encode(msg: Command | Event) -> str:
     d: dict[str, Any]
     if isinstance(msg, SetUsers):
         d = {"cmd": "users", "n": msg.n, "step": msg.step, "spawn_rate": msg.spawn_rate, "arrival_rate": msg.rate}
+        if msg.speed is not None:
+            d["speed"], d["t0"] = msg.speed, msg.t0
     elif isinstance(msg, Stop):
         d = {"cmd": "stop"}
     elif isinstance(msg, Ready):
@@ -124,6 +147,17 @@ def encode(msg: Command | Event) -> str:
         d = {"type": "error", "message": msg.message}
     elif isinstance(msg, Stopped):
         d = {"type": "stopped"}
+    elif isinstance(msg, TraceDone):
+        d = {
+            "type": "trace_done",
+            "step": msg.step,
+            "rows": msg.rows,
+            "sent": msg.sent,
+            "skipped": msg.skipped,
+            "prefix_tokens": msg.prefix_tokens,
+            "input_tokens": msg.input_tokens,
+            "process": msg.process,
+        }
     elif isinstance(msg, Health):
         d = {"type": "health", "t": msg.t, "cpu_s": msg.cpu_s, "lags_ms": list(msg.lags_ms), "process": msg.process}
     else:
@@ -161,7 +195,22 @@ def decode_command(line: str | bytes) -> Command:
             isinstance(arrivals, bool) or not isinstance(arrivals, (int, float)) or not arrivals > 0
         ):
             raise WireError(f"arrival_rate must be a positive number of requests per second, got {arrivals!r}")
-        return SetUsers(_int(d, "n"), _int(d, "step"), float(rate), None if arrivals is None else float(arrivals))
+        speed, t0 = d.get("speed"), d.get("t0")
+        if speed is not None and (
+            isinstance(speed, bool)
+            or not isinstance(speed, (int, float))
+            or not speed > 0
+            or not isinstance(t0, (int, float))
+        ):
+            raise WireError(f"speed must be a positive number with a t0, got {speed!r}, {t0!r}")
+        return SetUsers(
+            _int(d, "n"),
+            _int(d, "step"),
+            float(rate),
+            None if arrivals is None else float(arrivals),
+            None if speed is None else float(speed),
+            None if t0 is None else float(t0),
+        )
     if cmd == "stop":
         return Stop()
     raise WireError(f"unknown command {cmd!r}")
@@ -186,6 +235,19 @@ def decode_event(line: str | bytes) -> Event:
         return RunnerFailed(str(d.get("message", "")))
     if kind == "stopped":
         return Stopped()
+    if kind == "trace_done":
+        skipped = d.get("skipped") or {}
+        if not isinstance(skipped, dict) or not all(isinstance(v, int) for v in skipped.values()):
+            raise WireError("trace_done: skipped must map reasons to counts")
+        return TraceDone(
+            _int(d, "step"),
+            _int(d, "rows"),
+            _int(d, "sent"),
+            {str(k): int(v) for k, v in skipped.items()},
+            _int(d, "prefix_tokens"),
+            _int(d, "input_tokens"),
+            str(d.get("process", "main")),
+        )
     if kind == "health":
         lags = d.get("lags_ms")
         if not isinstance(lags, list) or not all(isinstance(x, (int, float)) for x in lags):

@@ -14,7 +14,8 @@ import math
 import random
 import tomllib
 import zlib
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -473,6 +474,69 @@ class TextMaker:
         observed = (reported_tokens - overhead) / words_sent
         if 0.2 < observed < 10:
             self.tokens_per_word = 0.7 * self.tokens_per_word + 0.3 * observed
+
+
+class TracePrompts:
+    """Prompt text for trace rows: each row's input tokens exact (where the maker's lengths are),
+    rows that share leading hash ids share identical leading text of that many blocks, and the
+    rest of a row is text of its own.
+
+    A block's text is drawn from a generator seeded by (salt, scope, hash id), so the same id
+    gives the same words wherever it appears; a new ``salt`` (one per replay step) gives new
+    words, so one step's prompts do not hit the prefix cache another step left. Blocks are
+    joined by spaces: where the tokenizer splits at spaces (the maker's fast path), a block's
+    tokens after a space are its words' counts, and blocks do not merge across the boundary.
+    """
+
+    CACHE = 4096
+    """Blocks' texts kept (recently used first): a block shared by many rows is drawn once."""
+
+    def __init__(self, maker: TextMaker, salt: str) -> None:
+        self.maker = maker
+        self.salt = salt
+        self._blocks: OrderedDict[tuple[str | None, int, int, bool], str] = OrderedDict()
+
+    def prompt(
+        self, index: int, tokens: int, hash_ids: Sequence[int] = (), block_tokens: int = 0, scope: str | None = None
+    ) -> str:
+        parts: list[str] = []
+        left = tokens
+        for h in hash_ids:
+            n = min(block_tokens, left)
+            if n <= 0:
+                break
+            parts.append(self._block(scope, h, n, not parts))
+            left -= n
+        if left > 0:
+            parts.append(self._words(random.Random(f"{self.salt}:row:{index}"), left, not parts))
+        return " ".join(parts)
+
+    def _block(self, scope: str | None, h: int, tokens: int, at_start: bool) -> str:
+        key = (scope, h, tokens, at_start)
+        text = self._blocks.get(key)
+        if text is not None:
+            self._blocks.move_to_end(key)
+            return text
+        text = self._words(random.Random(f"{self.salt}:{scope}:{h}"), tokens, at_start)
+        self._blocks[key] = text
+        if len(self._blocks) > self.CACHE:
+            self._blocks.popitem(last=False)
+        return text
+
+    def _words(self, rng: random.Random, tokens: int, at_start: bool) -> str:
+        m = self.maker
+        if at_start or not m.additive:
+            return m.text(tokens, rng)
+        nw = len(WORDS)
+        words: list[str] = []
+        left = tokens
+        while left > 0:  # each word's count after a space: the words add up to ``tokens`` exactly
+            j = rng.randrange(nw)
+            if m._after[j] > left:
+                j = rng.choice(m._ones)
+            words.append(WORDS[j])
+            left -= m._after[j]
+        return " ".join(words)
 
 
 def plan_conversation(
