@@ -437,9 +437,14 @@ def resolve_settings(
     "--speed",
     "speed_spec",
     default=None,
-    help="With --trace: speed multiples, one step each (0.5,1,2,4), or auto[:MAX]: search the knee in x [auto].",
+    help=(
+        "With --trace: speed multiples, one step each (0.5,1,2,4), or auto[:MAX]: search the knee in speed "
+        "multiples of the trace [default: auto]."
+    ),
 )
-@click.option("--trace-format", default=None, type=click.Choice(TRACE_FORMATS), help="[default: detected]")
+@click.option(
+    "--trace-format", default=None, type=click.Choice(TRACE_FORMATS), help="The trace's format [default: detected]."
+)
 @click.option("--trace-filter", "trace_filters", multiple=True, help='Keep rows whose column equals, "Model=GPT-4".')
 @click.option("--trace-window", default=None, help="START:LENGTH of the trace to replay (seconds or 10m:5m).")
 @click.option("--trace-max-rows", type=int, default=None, help="Replay at most this many rows of the window.")

@@ -21,7 +21,7 @@ import re
 import time
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from spoc_tui.core.capacity import CapacityError, IterationCost, iteration_time, kv_bytes_per_token, plan
@@ -126,6 +126,8 @@ class SimRequest:
     generated: int = 0
     blocks: int = 0
     cached_tokens: int = 0
+    shared_blocks: int = 0
+    """Leading full prompt blocks computed and offered to other requests while this one runs."""
     first_scheduled: float | None = None
     first_token: float | None = None
     last_token: float | None = None
@@ -172,12 +174,14 @@ class PrefixCache:
             out.append(prev)
         return out
 
-    def match(self, hashes: list[bytes]) -> int:
+    def match(self, hashes: list[bytes], live: Mapping[bytes, int] | None = None) -> int:
+        """Leading blocks found: resident in free blocks, or (``live``) held by a running request."""
         n = 0
         for h in hashes:
-            if h not in self._lru:
+            if h in self._lru:
+                self._lru.move_to_end(h)
+            elif live is None or h not in live:
                 break
-            self._lru.move_to_end(h)
             n += 1
         return n
 
@@ -327,6 +331,8 @@ class SimEngine:
         self.max_len = cfg.resolved_max_model_len()
         self.budget = cfg.resolved_batched_tokens()
         self._hashes: dict[str, list[bytes]] = {}
+        self._live: dict[bytes, int] = {}
+        """Hashes of prompt blocks that running requests have computed, with how many hold each."""
         self.last_iteration_s = 0.0
         self._last_cost = IterationCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         self.busy_s = 0.0
@@ -338,7 +344,29 @@ class SimEngine:
     def abort(self, req: SimRequest) -> None:
         req.aborted = True
 
+    def _share(self, req: SimRequest) -> None:
+        """Offer the request's newly computed full prompt blocks to requests that arrive while it
+        runs (vLLM hashes a block once it is computed, not when its request ends)."""
+        hashes = self._hashes.get(req.rid)
+        if hashes is None:
+            return
+        full = min(len(hashes), req.computed // self.cfg.block_size)
+        for h in hashes[req.shared_blocks : full]:
+            self._live[h] = self._live.get(h, 0) + 1
+        req.shared_blocks = max(req.shared_blocks, full)
+
+    def _unshare(self, req: SimRequest) -> None:
+        hashes = self._hashes.get(req.rid) or []
+        for h in hashes[: req.shared_blocks]:
+            n = self._live.get(h, 0) - 1
+            if n > 0:
+                self._live[h] = n
+            else:
+                self._live.pop(h, None)
+        req.shared_blocks = 0
+
     def _free(self, req: SimRequest, cache_it: bool) -> None:
+        self._unshare(req)
         self.used_blocks -= req.blocks
         if cache_it and self.cfg.enable_prefix_caching:
             full = req.computed // self.cfg.block_size
@@ -383,6 +411,7 @@ class SimEngine:
         if not self.running:
             return False
         victim = self.running.pop()
+        self._unshare(victim)
         self.used_blocks -= victim.blocks
         victim.blocks = 0
         victim.computed = 0
@@ -447,7 +476,7 @@ class SimEngine:
                     hashes = self._hashes[r.rid] = PrefixCache.hashes(r.prompt, bs)
                 # Never treat the whole prompt as cached: the last token must be computed.
                 usable = hashes[: max(0, (len(r.prompt) - 1) // bs)]
-                hit = self.cache.match(usable) * bs
+                hit = self.cache.match(usable, self._live) * bs
             remaining = target - (r.computed or hit)
             chunk = min(remaining, budget) if self.cfg.enable_chunked_prefill else remaining
             if chunk > budget:
@@ -507,6 +536,8 @@ class SimEngine:
             new_prompt = max(0, min(n, len(r.prompt) - r.computed))
             st.prompt_tokens += new_prompt
             r.computed += n
+            if self.cfg.enable_prefix_caching:
+                self._share(r)
             if r.computed >= len(r.prompt) + r.generated:
                 emitted.append(r)
         for r in emitted:
