@@ -77,7 +77,9 @@ def vllm_server(tmp_path_factory):
     traces = tmp_path_factory.mktemp("traces")
     flags = ["--profiler-config", json.dumps(profiler_config(traces))]
     # guarded: a test run that is killed takes its server with it
-    server = ServerProcess(vllm_argv(port, *flags, "--enable-mfu-metrics"), port, log, VLLM_ENV, guard=True)
+    # prompt token details: answers say how many prompt tokens the prefix cache served (trace replay)
+    argv = vllm_argv(port, *flags, "--enable-mfu-metrics", "--enable-prompt-tokens-details")
+    server = ServerProcess(argv, port, log, VLLM_ENV, guard=True)
     server.trace_dir = traces  # type: ignore[attr-defined]
     try:
         took = server.start(timeout=300)

@@ -327,3 +327,47 @@ def test_prompt_lengths_are_exact_without_a_local_tokenizer(vllm_server, tmp_pat
     # the server's count is the planned 150 plus its chat template's tokens around one message
     (n,) = lengths
     assert 150 < n <= 150 + 40
+
+
+def test_a_trace_replays_on_the_real_server(vllm_server, tmp_path):
+    """A short Bailian trace (16-token blocks) at x1 and x2: every row sent once per step on its
+    schedule, prompt lengths as vLLM counts them (its BOS aside), a follow-up turn held until its
+    parent ended, and rows that share hash ids served from vLLM's prefix cache."""
+    rows, t = [], 0.0
+    for i in range(16):
+        t += 0.25
+        shared = list(range(1, 13))  # 192 tokens every third row shares with the first
+        own = list(range(1000 + 100 * i, 1000 + 100 * i + 10))
+        rows.append({"chat_id": 100 + i, "parent_chat_id": -1, "timestamp": round(t, 3), "input_length": 350,
+                     "output_length": 8, "type": "text", "turn": 1,
+                     "hash_ids": (shared + own if i % 3 == 0 else own + list(range(5000 + 100 * i, 5000 + 100 * i + 12)))})  # fmt: skip
+    # a follow-up of the first row, due before a 120-token answer can end
+    rows.insert(1, {"chat_id": 999, "parent_chat_id": 100, "timestamp": 0.3, "input_length": 500,
+                    "output_length": 4, "type": "text", "turn": 2, "hash_ids": rows[0]["hash_ids"] + [7, 8, 9, 10]})  # fmt: skip
+    rows[0]["output_length"] = 120
+    trace = tmp_path / "bailian.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "ramp"
+    argv = [sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", vllm_server.url, "--trace", str(trace),
+            "--speed", "1,2", "--sla", "ttft_p90<=60s", "--out", str(out)]  # fmt: skip
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    print(r.stdout)
+    d = json.loads((out / "ramp.json").read_text())
+    reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    for step in (1, 2):
+        tr = d["steps"][step - 1]["trace"]
+        assert (tr["rows"], tr["sent"], tr["skipped"]) == (17, 17, {})
+        mine = [q for q in reqs if q["step"] == step]
+        assert sorted(q["trace_index"] for q in mine) == list(range(17)) and all(q["ok"] for q in mine)
+        assert tr["send_lag_ms"]["p99"] < 50
+        for q in mine:  # vLLM's completions count the BOS token the prompt text does not hold
+            assert abs(q["prompt_tokens"] - q["planned_input"]) <= max(4, 0.01 * q["planned_input"]), q
+        child = next(q for q in mine if q["trace_index"] == 1)
+        parent = next(q for q in mine if q["trace_index"] == 0)
+        assert child["held_s"] > 0 and child["start"] >= parent["end"] - 0.005
+        # the rows made every third (index 0, then 4, 7, ... once the follow-up sits at 1) share 12 blocks
+        sharing = [q for q in mine if q["trace_index"] > 1 and (q["trace_index"] - 1) % 3 == 0]
+        # vLLM's CPU backend caches whole 128-token blocks: of the 193 shared (BOS included), one
+        assert sharing and all((q["cached_tokens"] or 0) >= 128 for q in sharing), [q["cached_tokens"] for q in sharing]
+        assert tr["prefix_share_implied"] > 0
