@@ -9,7 +9,7 @@ from typing import Literal
 from spoc_tui.core import fmt
 from spoc_tui.core.confidence import Decision
 from spoc_tui.core.knee import Knee
-from spoc_tui.core.sla import levels_text
+from spoc_tui.core.sla import level_text, levels_text
 from spoc_tui.core.steps import StepSummary
 
 KneeTone = Literal["pending", "meets", "breaks_at_once", "breaks"]
@@ -76,19 +76,25 @@ def knee_sentence(knee: Knee | None, done: bool = True) -> tuple[str, KneeTone]:
     if knee.contradicted:
         above = levels_text(knee.contradicted, knee.unit)
         extra += f"; {above} met it above the break (noise or warm-up: re-run to confirm)"
+    # "8 users meet", "2 req/s meet", "the trace at x2 meets"
+    one = knee.unit == "x"
+    meets, breaks = ("meets", "breaks") if one else ("meet", "break")
+    meets_text = f"the trace at {knee.meets_text}" if one else knee.meets_text
+    breaks_text = f"the trace at {knee.breaks_text}" if one else knee.breaks_text
     if knee.breaks_level is None:
         if knee.meets_level is None:
             return "knee: no step decided yet" + extra, "pending"
         if done:
-            return f"knee: not reached; {knee.meets_text} still meet the SLA" + extra, "meets"
-        return f"knee: not reached yet; {knee.meets_text} meet the SLA" + extra, "meets"
+            return f"knee: not reached; {meets_text} still {meets} the SLA" + extra, "meets"
+        return f"knee: not reached yet; {meets_text} {meets} the SLA" + extra, "meets"
     if knee.meets_level is None:
         return (
-            f"knee: even {knee.breaks_text} break the SLA ({knee.broken_limit})" + extra,
+            f"knee: even {breaks_text} {breaks} the SLA ({knee.broken_limit})" + extra,
             "breaks_at_once",
         )
+    first_break = level_text(knee.breaks_level, knee.unit) if one else f"{knee.breaks_level:g}"
     return (
-        f"knee: {knee.meets_text} meet the SLA; {knee.breaks_level:g} break {knee.broken_limit}" + extra,
+        f"knee: {meets_text} {meets} the SLA; {first_break} {breaks} {knee.broken_limit}" + extra,
         "breaks",
     )
 

@@ -175,8 +175,8 @@ async def test_f6_against_a_server_without_the_profiler_shows_the_flag(tmp_path)
     from spoc_tui.sim.process import start_sim
     from spoc_tui.tui.app import SpocApp
 
-    (port,) = free_ports(1)
-    proc = start_sim([], port)
+    port, dport = free_ports(2)
+    proc = start_sim(["--dcgm-port", str(dport)], port)  # not the default 9400: another may hold it
     try:
         app = SpocApp(Settings(vllm_urls=[f"http://127.0.0.1:{port}"], nvml=False, trace_dir=str(tmp_path)))
         async with app.run_test(size=(120, 45)) as pilot:
