@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/tune_quality.py --noise --cached --cv=0.104,0.077 --within=0.014,0.044
 	$(PY) benchmarks/knee_search.py
 	$(PY) benchmarks/trace_bench.py
+	$(PY) benchmarks/replay_memory.py
 	bash scripts/realengine_setup.sh
 	$(PY) benchmarks/vs_vllm_bench.py
 	$(PY) benchmarks/client_referee.py

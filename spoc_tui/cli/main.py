@@ -692,6 +692,20 @@ def ramp(
     help="Reference load for the objectives and the SLA [default: the last step].",
 )
 @click.option(
+    "--trace",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Score flags on this traffic trace instead of a profile: each trial replays it once at --speed.",
+)
+@click.option(
+    "--speed", type=FINITE, default=TuneArgs.speed, show_default=True, help="With --trace: the speed multiple."
+)
+@click.option(
+    "--trace-format", default=None, type=click.Choice(TRACE_FORMATS), help="The trace's format [default: detected]."
+)
+@click.option("--trace-window", default=None, help="START:LENGTH of the trace to replay (seconds or 10m:5m).")
+@click.option("--trace-max-rows", type=int, default=None, help="Replay at most this many rows of the window.")
+@click.option(
     "--step-seconds",
     type=FINITE,
     default=TuneArgs.step_seconds,

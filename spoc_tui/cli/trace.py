@@ -13,9 +13,6 @@ import click
 
 from spoc_tui.core.traces import FORMATS
 
-_SPARK = " ▁▂▃▄▅▆▇█"
-
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -45,7 +42,7 @@ def stats_cmd(path: str, fmt: str | None, filters: tuple[str, ...], speed: float
     """Rows, span, arrival rate over time, burstiness, input and output lengths, prefix share,
     and how long a replay takes. Exit code 2 for a trace that cannot be read (the line is named)."""
     from spoc_tui.core.errors import InputError
-    from spoc_tui.core.traces import parse_filters, trace_stats
+    from spoc_tui.core.traces import parse_filters, stats_lines, trace_stats
 
     if not 0 < speed < float("inf"):
         raise InputError("--speed must be a number above 0")
@@ -53,26 +50,7 @@ def stats_cmd(path: str, fmt: str | None, filters: tuple[str, ...], speed: float
     if as_json:
         click.echo(json.dumps({**st.as_dict(), "speed": speed, "replay_s": st.replay_s(speed)}, indent=2))
         return
-    top = max(st.arrivals) or 1
-    spark = "".join(_SPARK[round(c / top * (len(_SPARK) - 1))] for c in st.arrivals)
-    lines = [
-        f"{Path(path).name}: {st.format} trace, {st.rows:,} rows to send of {st.read:,} read",
-        *(f"  skipped {n:,}: {why}" for why, n in st.skipped),
-        f"  span {st.span_s:,.1f} s; {st.rate_per_s:.3g} requests/s on average, the busiest "
-        f"{st.bin_s:.3g} s at {st.peak_to_mean:.1f}x that",
-        f"  arrivals |{spark}|",
-        "  input tokens  p50 {p50:,.0f}  p90 {p90:,.0f}  p99 {p99:,.0f}  mean {mean:,.0f}  max {max:,}".format(
-            **st.input_tokens.as_dict()
-        ),
-        "  output tokens p50 {p50:,.0f}  p90 {p90:,.0f}  p99 {p99:,.0f}  mean {mean:,.0f}  max {max:,}".format(
-            **st.output_tokens.as_dict()
-        ),
-    ]
-    if st.prefix_share is not None:
-        lines.append(f"  prefix share {st.prefix_share:.0%} of input tokens (blocks an earlier row already sent)")
-    if st.conversations is not None:
-        lines.append(f"  conversations {st.conversations:,}")
-    lines.append(f"  a replay at {speed:g}x takes {st.replay_s(speed):,.0f} s")
+    lines = stats_lines(Path(path).name, st, speed)
     click.echo("\n".join(lines))
 
 

@@ -33,6 +33,7 @@ import csv
 import json
 import math
 import re
+import zlib
 from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -587,6 +588,73 @@ def trace_source(
     )
 
 
+PREFIX_SEEN_CAP = 1_000_000
+"""The most hash blocks remembered for an implied prefix share (about 60 MB); a bigger trace's
+share is over the rows read before the cap (``prefix_rows`` says how many)."""
+
+
+class ReplayShare:
+    """The rows one load-generator process sends in a replay step, in time order: its share of
+    the source's rows (a conversation stays in one process), less rows longer than the server's
+    max-model-len; counts what it read, skipped and the prefix share the trace implies, as rows
+    stream (a trace of any size in bounded memory, WEKA's small files aside, which are sorted)."""
+
+    def __init__(self, source: TraceSource, part: tuple[int, int] = (0, 1), max_model_len: int | None = None) -> None:
+        self.source = source
+        self.part = part
+        self.max_model_len = max_model_len
+        self.rows = 0
+        """Rows of this share (sent or skipped)."""
+        self.skipped: Counter[str] = Counter()
+        self.prefix_tokens = 0
+        """Input tokens in hash blocks an earlier row of the share had."""
+        self.prefix_input = 0
+        """Input tokens of the rows with hash ids counted (the share's denominator)."""
+        self.prefix_rows = 0
+        self._seen: set[int] = set()
+        self._roots: dict[str, str] = {}
+
+    def _owner(self, row: TraceRow) -> str:
+        if row.parent is not None:
+            root = self._roots.get(row.parent, row.parent)
+        else:
+            root = row.id if row.id is not None else str(row.index)
+        if row.id is not None:
+            self._roots[row.id] = root
+        return root
+
+    def __iter__(self) -> Iterator[TraceRow]:
+        """Raises: TraceError as :func:`read_trace`."""
+        part, of = self.part
+        rows = self.source.rows()
+        if self.source.fmt == "weka":  # every conversation starts at 0: sort (such files are small)
+            rows = iter(sorted(rows, key=lambda r: r.t))
+        for row in rows:
+            if of > 1 and zlib.crc32(self._owner(row).encode()) % of != part:
+                continue
+            self.rows += 1
+            if self.max_model_len and row.input_tokens + row.output_tokens > self.max_model_len:
+                self.skipped["longer than max-model-len"] += 1
+                continue
+            if row.hash_ids and len(self._seen) < PREFIX_SEEN_CAP:
+                self.prefix_rows += 1
+                self.prefix_input += row.input_tokens
+                self.prefix_tokens += _shared_tokens(row, self._seen)
+            yield row
+
+
+def _shared_tokens(row: TraceRow, seen: set[int]) -> int:
+    """Input tokens of ``row`` in blocks already ``seen`` (and note its blocks as seen)."""
+    shared = 0
+    for k, h in enumerate(row.hash_ids):
+        key = hash((row.scope, h))
+        if key in seen:
+            shared += max(0, min(row.block_tokens, row.input_tokens - k * row.block_tokens))
+        else:
+            seen.add(key)
+    return shared
+
+
 def parse_window(text: str) -> tuple[float, float | None]:
     """``--trace-window START:LENGTH`` (seconds, or durations like 10m; LENGTH may be empty for
     the rest of the trace).
@@ -699,7 +767,7 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
     times = array("d")
     n_in = array("l")
     n_out = array("l")
-    seen: set[tuple[str | None, int]] = set()
+    seen: set[int] = set()
     shared = total = 0
     with_ids = False
     convs: set[str] = set()
@@ -709,14 +777,9 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
         n_out.append(row.output_tokens)
         if row.conversation is not None:
             convs.add(row.conversation.split("#")[0])
-        if row.hash_ids:
+        if row.hash_ids and len(seen) < PREFIX_SEEN_CAP:  # WEKA's ids are per conversation (its scope)
             with_ids = True
-            scope = row.scope  # WEKA's ids are per conversation
-            for k, h in enumerate(row.hash_ids):
-                tokens = min(row.block_tokens, row.input_tokens - k * row.block_tokens)
-                if (scope, h) in seen:
-                    shared += max(0, tokens)
-                seen.add((scope, h))
+            shared += _shared_tokens(row, seen)
             total += row.input_tokens
     if not times:
         why = f" ({', '.join(f'{n} {k}' for k, n in read.skipped.items())})" if read.skipped else ""
@@ -747,6 +810,37 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
         shared / total if with_ids and total else None,
         len(convs) if convs else None,
     )
+
+
+_SPARK = " ▁▂▃▄▅▆▇█"
+_SPARK_ASCII = " .:-=+*#%@"
+
+
+def stats_lines(name: str, st: TraceStats, speed: float = 1.0, ascii_only: bool = False) -> list[str]:
+    """``spoc trace stats``'s description (the Load screen shows the same): rows, skips, span and
+    burstiness, arrivals over time as a one-line plot, lengths, prefix share, replay time."""
+    top = max(st.arrivals) or 1
+    marks = _SPARK_ASCII if ascii_only else _SPARK
+    spark = "".join(marks[round(c / top * (len(marks) - 1))] for c in st.arrivals)
+    lines = [
+        f"{name}: {st.format} trace, {st.rows:,} rows to send of {st.read:,} read",
+        *(f"  skipped {n:,}: {why}" for why, n in st.skipped),
+        f"  span {st.span_s:,.1f} s; {st.rate_per_s:.3g} requests/s on average, the busiest "
+        f"{st.bin_s:.3g} s at {st.peak_to_mean:.1f}x that",
+        f"  arrivals |{spark}|",
+        "  input tokens  p50 {p50:,.0f}  p90 {p90:,.0f}  p99 {p99:,.0f}  mean {mean:,.0f}  max {max:,}".format(
+            **st.input_tokens.as_dict()
+        ),
+        "  output tokens p50 {p50:,.0f}  p90 {p90:,.0f}  p99 {p99:,.0f}  mean {mean:,.0f}  max {max:,}".format(
+            **st.output_tokens.as_dict()
+        ),
+    ]
+    if st.prefix_share is not None:
+        lines.append(f"  prefix share {st.prefix_share:.0%} of input tokens (blocks an earlier row already sent)")
+    if st.conversations is not None:
+        lines.append(f"  conversations {st.conversations:,}")
+    lines.append(f"  a replay at {speed:g}x takes {st.replay_s(speed):,.0f} s")
+    return lines
 
 
 def write_spoc(rows: Iterator[TraceRow], out: IO[str]) -> int:

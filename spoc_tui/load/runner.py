@@ -25,8 +25,6 @@ import os
 import random
 import sys
 import time
-import zlib
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,7 @@ from urllib3 import PoolManager
 
 from spoc_tui.collectors.http import tls
 from spoc_tui.core.steps import RequestSample
-from spoc_tui.core.traces import TraceError, TraceRow, TraceSource
+from spoc_tui.core.traces import ReplayShare, TraceError, TraceRow, TraceSource
 from spoc_tui.load import wire
 from spoc_tui.load.workload import (
     ConversationPlan,
@@ -491,9 +489,6 @@ class Replay:
 
 LEAD_S = 0.25
 """A row's greenlet starts this long before its send time, to build its prompt off the moment."""
-PREFIX_SEEN_CAP = 4_000_000
-"""The most hash blocks remembered per step for the implied prefix share (a bigger trace's share
-is over its first rows)."""
 
 
 class TraceUser(_StreamingUser):
@@ -522,54 +517,27 @@ class TraceUser(_StreamingUser):
             Replay.done(done)
 
 
-def _owner(row: TraceRow, roots: dict[str, str]) -> str:
-    """The conversation a row belongs to (its root turn's id): a conversation stays in one process."""
-    if row.parent is not None:
-        root = roots.get(row.parent, row.parent)
-    else:
-        root = row.id if row.id is not None else str(row.index)
-    if row.id is not None:
-        roots[row.id] = root
-    return root
-
-
 def replay_step(client: Any, job: TraceJob) -> wire.TraceDone:
     src = Replay.source
     assert src is not None
-    part, of = Replay.part
+    share = ReplayShare(src, Replay.part, Replay.max_model_len)
     prompts = TracePrompts(Shared.maker, f"{Replay.salt}:{Shared.seed}:{job.step}")
     group = gevent.pool.Group()
     ends: dict[str, float] = {}
     waiting: dict[str, gevent.event.Event] = {}
-    roots: dict[str, str] = {}
-    seen: set[tuple[str | None, int]] = set()
-    skipped: Counter[str] = Counter()
-    rows = sent = prefix = with_ids = 0
-    source = src.rows() if src.fmt != "weka" else iter(sorted(src.rows(), key=lambda r: r.t))
+    sent = 0
     try:
-        for row in source:
-            if of > 1 and zlib.crc32(_owner(row, roots).encode()) % of != part:
-                continue
-            rows += 1
-            if Replay.max_model_len and row.input_tokens + row.output_tokens > Replay.max_model_len:
-                skipped["longer than max-model-len"] += 1
-                continue
-            if row.hash_ids and len(seen) < PREFIX_SEEN_CAP:
-                with_ids += row.input_tokens
-                for k, h in enumerate(row.hash_ids):
-                    if (row.scope, h) in seen:
-                        prefix += max(0, min(row.block_tokens, row.input_tokens - k * row.block_tokens))
-                    seen.add((row.scope, h))
+        for row in share:
             at = job.t0 + row.t / job.speed
             wait = at - LEAD_S - time.time()
             if wait > 0:
                 gevent.sleep(wait)
             if Replay.job is not job:  # the step was ended (the ramp stopped)
-                skipped["the step ended first"] += 1
+                share.skipped["the step ended first"] += 1
                 continue
             if len(group) >= MAX_IN_FLIGHT:
                 _refused(row.conversation or "trace")
-                skipped["client_limit"] += 1
+                share.skipped["client_limit"] += 1
                 continue
             if row.id is not None:
                 waiting[row.id] = gevent.event.Event()
@@ -579,7 +547,7 @@ def replay_step(client: Any, job: TraceJob) -> wire.TraceDone:
         emit(wire.RunnerFailed(f"trace: {e}"))
     group.join(timeout=_StreamingUser.network_timeout + 10)
     group.kill(block=False)
-    return wire.TraceDone(job.step, rows, sent, dict(skipped), prefix, with_ids)
+    return wire.TraceDone(job.step, share.rows, sent, dict(share.skipped), share.prefix_tokens, share.prefix_input)
 
 
 def _send_row(

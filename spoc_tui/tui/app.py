@@ -351,9 +351,11 @@ class SpocApp(App[int]):
             workers=request.workers,
             api_key=self.settings.api_key,
             dcgm_urls=list(self.settings.dcgm_urls),
+            trace=request.trace,
         )
         self.load_screen.set_running(True)
-        self.events.note("ramp", f"ramp started: {plan_text(cfg.plan)}, {cfg.step_s:g} s steps")
+        steps = f"{request.trace.path.name} replayed" if request.trace else f"{cfg.step_s:g} s steps"
+        self.events.note("ramp", f"ramp started: {plan_text(cfg.plan)}, {steps}")
         self._set_background()
         self._ramp_worker = self._run_ramp(cfg)
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.knee import FixedUsers, KneeSearch, SaturationSearch, parse_user_plan
-from spoc_tui.core.sla import Limit, parse_sla
+from spoc_tui.core.knee import FixedSpeeds, FixedUsers, KneeSearch, SaturationSearch, UserPlan, parse_user_plan
+from spoc_tui.core.sla import MAX_SPEED, Limit, parse_sla
+from spoc_tui.core.traces import trace_source
 from spoc_tui.core.tunespace import (
     Config,
     Space,
@@ -20,7 +21,7 @@ from spoc_tui.core.tunespace import (
     parse_template,
     template_flags,
 )
-from spoc_tui.load.ramp import RampConfig, RampError
+from spoc_tui.load.ramp import RampConfig, RampError, scan_trace
 from spoc_tui.load.workload import load_workload
 from spoc_tui.tune.evaluate import ServerEvaluator
 from spoc_tui.tune.study import TuneConfig
@@ -66,6 +67,12 @@ class TuneArgs:
     tokenizer: str | None = None
     workers: int = 0
     api_key: str | None = field(default=None, repr=False)
+    trace: str | None = None
+    """Score flags on this traffic trace, replayed at ``speed`` in each trial (one step)."""
+    speed: float = 1.0
+    trace_format: str | None = None
+    trace_window: str | None = None
+    trace_max_rows: int | None = None
 
 
 class TuneArgsError(InputError, ValueError):
@@ -105,6 +112,21 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
             f"--launch already sets {', '.join('--' + c for c in clash)}, which the search space varies; take "
             f"it out of the command"
         )
+    trace = None
+    if a.trace is not None:
+        trace = trace_source(a.trace, a.trace_format, (), a.trace_window, a.trace_max_rows)
+        try:
+            scan_trace(trace)  # a bad row is said now, not as every trial's failure
+        except RampError as e:
+            raise TuneArgsError(str(e)) from None
+        if not 0 < a.speed <= MAX_SPEED:
+            raise TuneArgsError(f"--speed must be above 0 and at most {MAX_SPEED:g}")
+        if a.users != TuneArgs.users or a.ref_users is not None:
+            raise TuneArgsError(
+                "--trace replays the trace at --speed in every trial: leave out --users and --ref-users"
+            )
+    elif a.trace_window is not None or a.trace_max_rows is not None or a.speed != TuneArgs.speed:
+        raise TuneArgsError("--speed, --trace-window and --trace-max-rows go with --trace FILE")
     plan = parse_user_plan(a.users)
     users = plan.users if isinstance(plan, FixedUsers) else []
     if a.ref_users is not None and not users:
@@ -126,10 +148,21 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         env[k] = v
     profile = load_workload(a.profile)
     knee = any(o.name == "knee_users" for o in objectives)
+    if trace is not None and knee:
+        raise TuneArgsError(
+            "knee_users needs steps of users; with --trace score out_tok_s, req_s, goodput or a latency at the speed"
+        )
+    ramp_plan: UserPlan = (
+        FixedSpeeds([a.speed])
+        if trace is not None
+        else FixedUsers(users)
+        if users
+        else SaturationSearch(plan.max_users if isinstance(plan, KneeSearch) else 1024)
+    )
     ramp = RampConfig(
         url="",  # each trial's server
         workload=profile,
-        plan=FixedUsers(users) if users else SaturationSearch(plan.max_users if isinstance(plan, KneeSearch) else 1024),
+        plan=ramp_plan,
         limits=limits,
         out_dir=Path(a.out_dir),  # each trial's folder under it
         step_s=a.step_seconds,
@@ -140,6 +173,7 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         tokenizer=a.tokenizer,
         workers=a.workers,
         api_key=a.api_key,
+        trace=trace,
     )
     try:
         ramp.validate()

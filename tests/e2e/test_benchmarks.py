@@ -16,3 +16,14 @@ def test_knee_search_benchmark_smoke():
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "all cases: inference holds the truth" in r.stdout and "bisection" in r.stdout
+
+
+def test_replay_memory_benchmark_smoke():
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "replay_memory.py"), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "a load generator's replay share" in r.stdout and "meets the 300 MB target" in r.stdout

@@ -332,3 +332,33 @@ def run_two_workers(files, storage: str, secret: str = "") -> None:
 
 def test_two_workers_share_one_study(files):
     run_two_workers(files, f"journal:{files / 'shared.journal'}")
+
+
+def test_flags_scored_on_a_trace(files):
+    """`spoc tune --trace F --speed S`: every trial replays the trace once at the speed; its
+    objectives are that replay's figures, and the trial's ramp.json says how faithfully it ran."""
+    trace = files / "t.jsonl"
+    rows = [{"t": 0.15 * i, "input_tokens": 400 + 37 * i, "output_tokens": 12, "hash_ids": [1, 2], "block_tokens": 64}
+            for i in range(24)]  # fmt: skip
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = [a for a in tune_argv(files, trials=2) if a not in ("--users", "8")]
+    r = subprocess.run([*argv, "--trace", str(trace), "--speed", "2"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    trials = [json.loads(x) for x in (files / "out" / "trials.jsonl").read_text().splitlines()]
+    assert len(trials) == 2 and all(t["status"] == "ok" for t in trials), trials
+    ramps = sorted((files / "out" / "trials").glob("*/ramp.json"))
+    d = json.loads(ramps[0].read_text())
+    (step,) = d["steps"]
+    assert step["speed"] == 2.0 and step["trace"]["sent"] == 24 and d["trace"]["rows"] == 24
+    # a knee in users cannot come from one replay: refused, and why
+    bad = subprocess.run(
+        [*argv, "--trace", str(trace), "--objectives", "max:knee_users,min:ttft_p99"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "knee_users needs steps of users" in bad.stderr
+    # a malformed trace is refused before any trial, naming the line
+    trace.write_text(trace.read_text() + '{"t": 9, "input_tokens": "x", "output_tokens": 1}\n')
+    bad = subprocess.run([*argv, "--trace", str(trace)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "line 25: input_tokens is 'x'" in bad.stderr, bad.stderr

@@ -212,3 +212,59 @@ async def test_profile_panel_draws_a_real_trace_with_its_roofline():
         shown = str(app.load_screen.profile.render())
         assert "GEMM" in shown and "█" in shown and "decode: 11 steps" in shown
         assert "x the roofline" in shown
+
+
+async def test_a_trace_replayed_from_the_load_screen(tmp_path):
+    """The trace field replaces the profile: its arrival plot is shown, each step is a speed, and
+    the knee comes out in speed multiples; a bad trace is said under the form."""
+    import json
+
+    from spoc_tui.config import Settings
+    from spoc_tui.procs.ports import free_ports
+    from spoc_tui.sim.process import start_sim
+    from spoc_tui.tui.app import SpocApp
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": 100 * i, "input_length": 300 + 10 * i, "output_length": 8, "hash_ids": [1]}) + "\n"
+            for i in range(20)
+        )
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": "many", "output_length": 3}\n')
+    port, dport = free_ports(2)
+    proc = start_sim(["--dcgm-port", str(dport)], port)
+    try:
+        app = SpocApp(Settings(vllm_urls=[f"http://127.0.0.1:{port}"], nvml=False, window=10))
+        async with app.run_test(size=(120, 45)) as pilot:
+            await pilot.press("l")
+            await pilot.pause()
+            scr = app.load_screen
+            scr.query_one("#trace").value = str(tmp_path / "missing.jsonl")
+            assert scr.read_form() is None and "no such file" in str(scr.form_error.render())
+            scr.query_one("#trace").value = str(trace)
+            scr.query_one("#speeds").value = "1,4"
+            scr.query_one("#sla").value = "ttft_p50<=2s"
+            request = scr.read_form()
+            assert request is not None and request.trace is not None and request.plan.speeds == [1.0, 4.0]
+            await pilot.press("ctrl+r")
+            for _ in range(200):
+                await asyncio.sleep(0.25)
+                if not scr.running:
+                    break
+            assert not scr.running
+            assert "arrivals |" in str(scr.trace_view.render()) and "20 rows to send" in str(scr.trace_view.render())
+            assert scr.steps.row_count == 2
+            assert "x4" in str(scr.knee.render()) and scr.ttft_chart.title == "p99 TTFT by speed"
+            # a malformed trace: the ramp refuses it before any load, and the screen says where
+            scr.query_one("#trace").value = str(bad)
+            scr.query_one("#speeds").value = "1"
+            await pilot.press("ctrl+r")
+            for _ in range(40):
+                await asyncio.sleep(0.25)
+                if not scr.running:
+                    break
+            assert "line 1: input_length is 'many'" in str(scr.status.render())
+    finally:
+        proc.stop()

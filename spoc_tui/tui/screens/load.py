@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -15,9 +18,10 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import InputError, SpocError
-from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, UserPlan, parse_levels
+from spoc_tui.core.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, UserPlan, parse_levels, parse_speed_plan
 from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.steps import StepSummary
+from spoc_tui.core.traces import TraceSource, stats_lines, trace_source, trace_stats
 from spoc_tui.load.ramp import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS, RampConfig, RampProgress
 from spoc_tui.load.report import KneeTone, check_lines, interval_strip, knee_sentence, step_cells, verdict, verdict_text
 from spoc_tui.load.workload import Workload, builtin_names, load_workload
@@ -83,6 +87,12 @@ PROFILE_HINT = (
     "The server needs --profiler-config and spoc needs its folder (--trace-dir)."
 )
 
+TRACE_HINT = (
+    "Give a trace file above (Mooncake, Bailian, BurstGPT, Azure, WEKA or spoc JSONL) to replay your own "
+    "traffic instead of the profile: each step sends its rows on their timestamps divided by a speed, and "
+    "the knee comes out in speed multiples (x2.6: your traffic 2.6 times as fast still meets the SLA)."
+)
+
 
 class LoadScreen(Screen[None]):
     """Start/stop a ramp against the monitored server; the monitor is one key away (m)."""
@@ -133,6 +143,8 @@ class LoadScreen(Screen[None]):
         """The load-time budget (None: the knee search's default, none for listed levels)."""
         max_step_s: float | None = None
         workers: int = 0
+        trace: TraceSource | None = None
+        """Replay this trace instead of the profile (the plan is then speeds)."""
 
     class StopRequested(Message):
         """The operator asked to stop the running ramp."""
@@ -168,6 +180,16 @@ class LoadScreen(Screen[None]):
             with Horizontal(id="form2", classes="-row"):
                 yield Label("SLA")
                 yield Field(DEFAULT_SLA, id="sla")
+            with Horizontal(id="form4", classes="-row"):
+                yield Label("trace")
+                yield Field(
+                    "",
+                    id="trace",
+                    placeholder="a trace file (empty: the profile)",
+                    tooltip="Mooncake, Bailian, BurstGPT, Azure, WEKA or spoc JSONL: replayed instead of the profile",
+                )
+                yield Label("speeds")
+                yield Field("auto", id="speeds", tooltip="with a trace: 0.5,1,2 (a step each) or auto[:MAX]")
             with Horizontal(id="form3", classes="-row"):
                 yield Label("budget min")
                 yield Field(
@@ -202,6 +224,8 @@ class LoadScreen(Screen[None]):
             with Horizontal(id="charts"):
                 yield LimitBarChart("p99 TTFT by users", id="ttft-chart")
                 yield LimitBarChart("p99 ITL by users", id="itl-chart")
+            with Vertical(classes="panel", id="trace-panel"):
+                yield Static(Text(TRACE_HINT, style="dim"), id="trace-view")
             with Vertical(classes="panel", id="profile-panel"):
                 yield Static(Text(PROFILE_HINT, style="dim"), id="profile-view")
         yield Footer()
@@ -216,13 +240,21 @@ class LoadScreen(Screen[None]):
         self.form_error = self.query_one("#form-error", Static)
         self.profile = self.query_one("#profile-view", Static)
         self.query_one("#profile-panel").border_title = "Profile (F6: profile the running step)"
+        self.query_one("#trace-panel").border_title = "Trace"
+        self.trace_view = self.query_one("#trace-view", Static)
         self.profiling = False
 
     # -- form -------------------------------------------------------------------------------
     def read_form(self) -> StartRequested | None:
         """The ramp asked for, checked, or None with the problem shown under the form."""
         try:
-            plan = parse_levels(self.query_one("#users", Input).value)
+            trace_text = self.query_one("#trace", Input).value.strip()
+            trace = trace_source(os.path.expanduser(trace_text)) if trace_text else None
+            plan = (
+                parse_speed_plan(self.query_one("#speeds", Input).value or "auto")
+                if trace is not None
+                else parse_levels(self.query_one("#users", Input).value)
+            )
             limits = parse_sla(self.query_one("#sla", Input).value)
             try:
                 step = float(self.query_one("#step", Input).value or "0")
@@ -249,6 +281,7 @@ class LoadScreen(Screen[None]):
                 budget_s=budget,
                 max_step_s=max_step,
                 workers=workers,
+                trace=trace,
             ).validate()
         except SpocError as e:
             names = {
@@ -265,7 +298,7 @@ class LoadScreen(Screen[None]):
             return None
         self.form_error.update("")
         self.limits = limits
-        return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers)
+        return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers, trace)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":
@@ -286,10 +319,27 @@ class LoadScreen(Screen[None]):
             if isinstance(plan, FixedUsers)
             else len(plan.rates)
             if isinstance(plan, FixedRates)
+            else len(plan.speeds)
+            if isinstance(plan, FixedSpeeds)
             else None
         )
+        if request.trace is not None:
+            self.trace_view.update(Text(f"reading {request.trace.path.name}…", style="bold"))
+            self.describe_trace(request.trace)
         self.set_focus(None)  # out of the field: the screen's keys work while the ramp runs
         self.post_message(request)
+
+    @work(thread=True, group="trace-stats", exclusive=True, exit_on_error=False)
+    def describe_trace(self, source: TraceSource) -> None:
+        """The trace's arrival rate over time and its shape, read in a thread (a big trace takes a
+        while; the ramp reads it too before its first step)."""
+        try:
+            st = trace_stats(source.path, source.fmt, source.filters)
+        except SpocError as e:
+            self.app.call_from_thread(self.trace_view.update, Text(str(e), style="bold red"))
+            return
+        text = "\n".join(stats_lines(source.path.name, st))
+        self.app.call_from_thread(self.trace_view.update, Text(text))
 
     def action_profile(self) -> None:
         if self.url is None or self.profiling:
@@ -341,12 +391,19 @@ class LoadScreen(Screen[None]):
             self.knee.update(knee_text(p.knee, p.phase == "done", p.steps))
 
     def _charts(self, steps: tuple[StepSummary, ...]) -> None:
+        by = {"x": "speed", "req/s": "req/s"}.get(steps[0].unit, "users") if steps else "users"
+        self.ttft_chart.title = f"p99 TTFT by {by}"
+        self.itl_chart.title = f"p99 ITL by {by}"
+
         def limit_for(metric: str) -> float | None:
             for lim in self.limits:
                 if lim.metric == metric:
                     return lim.value
             return None
 
+        self._show_bars(steps, limit_for)
+
+    def _show_bars(self, steps: tuple[StepSummary, ...], limit_for: Callable[[str], float | None]) -> None:
         self.ttft_chart.show([Bar(f"{s.level:g}", s.latency.ttft.p99) for s in steps], limit_for("ttft"))
         self.itl_chart.show([Bar(f"{s.level:g}", s.latency.itl.p99) for s in steps], limit_for("itl"))
 
