@@ -630,16 +630,19 @@ class ReplayShare:
         if self.source.fmt == "weka":  # every conversation starts at 0: sort (such files are small)
             rows = iter(sorted(rows, key=lambda r: r.t))
         for row in rows:
-            if of > 1 and zlib.crc32(self._owner(row).encode()) % of != part:
-                continue
-            self.rows += 1
-            if self.max_model_len and row.input_tokens + row.output_tokens > self.max_model_len:
-                self.skipped["longer than max-model-len"] += 1
-                continue
-            if row.hash_ids and len(self._seen) < PREFIX_SEEN_CAP:
+            mine = of <= 1 or zlib.crc32(self._owner(row).encode()) % of == part
+            too_long = bool(self.max_model_len) and row.input_tokens + row.output_tokens > (self.max_model_len or 0)
+            # the prefix share is over every row sent, whichever process sends it: the first counts it
+            if part == 0 and not too_long and row.hash_ids and len(self._seen) < PREFIX_SEEN_CAP:
                 self.prefix_rows += 1
                 self.prefix_input += row.input_tokens
                 self.prefix_tokens += _shared_tokens(row, self._seen)
+            if not mine:
+                continue
+            self.rows += 1
+            if too_long:
+                self.skipped["longer than max-model-len"] += 1
+                continue
             yield row
 
 

@@ -179,3 +179,20 @@ def test_bad_traces_and_flags_are_refused_before_any_load(sim, tmp_path, body, a
 def test_speed_without_a_trace_is_refused(sim, tmp_path):
     r = ramp("--url", sim, "--speed", "2", "--out", str(tmp_path / "o"), timeout=30)
     assert r.returncode == 2 and "go with --trace FILE" in r.stderr
+
+
+def test_two_load_generators_split_the_rows_on_one_clock(sim, tmp_path):
+    trace = tmp_path / "mooncake.jsonl"
+    rows = write_mooncake(trace, n=30, rate=10)
+    out = tmp_path / "out"
+    r = ramp("--url", sim, "--trace", str(trace), "--speed", "1", "--workers", "2", "--sla", "ttft_p90<=5s",
+             "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    got = requests_of(out)
+    assert sorted(x["trace_index"] for x in got) == list(range(30))  # each row once, by one of the two
+    t = {i: rows[i]["timestamp"] / 1000 for i in range(30)}
+    first = min(got, key=lambda x: x["trace_index"])
+    for x in got:  # one schedule across both processes
+        assert abs((x["scheduled"] - first["scheduled"]) - (t[x["trace_index"]] - t[first["trace_index"]])) <= 0.002
+    tr = json.loads((out / "ramp.json").read_text())["steps"][0]["trace"]
+    assert tr["rows"] == 31 and tr["sent"] == 30 and tr["send_lag_ms"]["p99"] < 50
