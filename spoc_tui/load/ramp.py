@@ -159,7 +159,8 @@ class RampConfig:
             bad("--warmup-seconds must be at least 0 and shorter than --step-seconds")
         if self.max_step_s is not None and not self.step_s <= self.max_step_s < math.inf:
             bad("--max-step-seconds must be at least --step-seconds")
-        if self.budget_s is not None and not self.step_s <= self.budget_s < math.inf:
+        if self.budget_s is not None and not (0 if self.trace else self.step_s) < self.budget_s < math.inf:
+            # (a replay's step is the trace's span over its speed: checked against the budget when it starts)
             bad("--budget must be at least one step (--step-seconds)")
         if self.arrivals not in ("staggered", "lockstep"):
             bad(f"--arrivals {self.arrivals!r}: staggered or lockstep")
