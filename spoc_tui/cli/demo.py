@@ -24,6 +24,14 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
     except SimConfigError as e:
         print(f"spoc demo: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    from spoc_tui.core.errors import InputError
+    from spoc_tui.tui.app import require_terminal
+
+    try:
+        require_terminal("spoc demo")  # before the simulator starts
+    except InputError as e:
+        print(f"spoc demo: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     n_users = users if users is not None else demo_users(scenario, engine)
     replicas = replica_count(opts)
     if replicas > 1:

@@ -53,6 +53,8 @@ def replay_cmd(file: str, speed: float, export_fmt: str | None, out: str | None)
         return
     if out:
         raise InputError("--out goes with --export")
+    from spoc_tui.tui.app import require_terminal
     from spoc_tui.tui.replay import ReplayApp
 
+    require_terminal("spoc replay")
     sys.exit(int(ReplayApp(rec, speed).run() or 0))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -288,6 +289,7 @@ class SpocApp(App[int]):
 
     def action_load(self) -> None:
         if self.screen is not self.load_screen:
+            self.action_monitor()  # from another screen: one screen above the monitor at a time
             self.push_screen("load")
 
     def last_ramp(self) -> Path | None:
@@ -297,6 +299,9 @@ class SpocApp(App[int]):
 
     def action_capacity(self) -> None:
         """Open the Capacity screen, prefilled from what the monitor sees."""
+        if isinstance(self.screen, CapacityScreen):
+            return
+        self.action_monitor()
         screen = CapacityScreen(self.last_ramp())
         self.push_screen(screen)
         seen = self.monitor.seen()
@@ -478,6 +483,7 @@ class SpocApp(App[int]):
 
     def action_tune(self) -> None:
         if self.screen is not self.tune_screen:
+            self.action_monitor()
             self.push_screen("tune")
 
     @on(TuneScreen.StartRequested)
@@ -658,8 +664,12 @@ class SpocApp(App[int]):
         self.exit(0)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        """Every app action in the command palette (ctrl+p), not only Textual's defaults."""
-        yield from super().get_system_commands(screen)
+        """Every app action in the command palette (ctrl+p), not only Textual's defaults (less
+        Textual's own Screenshot and Quit: ours save to the data folder and ask before stopping
+        running work, and one of each is enough)."""
+        ours = {"Screenshot", "Quit"}
+        yield from (c for c in super().get_system_commands(screen) if c.title not in ours)
+        yield SystemCommand("Quit", "Quit spoc (asks first while a ramp or study runs) (q, ctrl+c)", self.action_quit)
         yield SystemCommand("Monitor", "Back to the live monitor (F2)", self.action_monitor)
         yield SystemCommand("Load ramp", "Step load up until the SLA breaks (l, F3)", self.action_load)
         yield SystemCommand("Tune", "NSGA-II study over server flags (t, F4)", self.action_tune)
@@ -675,6 +685,30 @@ class SpocApp(App[int]):
                 yield SystemCommand("Stop ramp", "Stop the running load ramp (finished steps are kept)", self.stop_ramp)
             if self._tune_session is not None:
                 yield SystemCommand("Stop study", "Stop the running study (trials are kept)", self.stop_tune)
+
+
+def require_terminal(command: str) -> None:
+    """A full-screen app needs a terminal on both ends: with stdout a pipe or a file (``spoc
+    monitor | head``, ``> f``) it would write escape codes there, and with no terminal on stdin
+    it would wait for keys forever.
+
+    Raises:
+        InputError: (exit code 2) saying which end is not a terminal and what to use instead.
+    """
+    ends = [name for name, f in (("stdout", sys.stdout), ("stdin", sys.stdin)) if not _is_tty(f)]
+    if ends:
+        raise InputError(
+            f"{command} is a full-screen terminal app and {' and '.join(ends)} "
+            f"{'is' if len(ends) == 1 else 'are'} not a terminal; for readings in a pipe or a file use "
+            "`spoc inspect` (--json for machines)"
+        )
+
+
+def _is_tty(f: object) -> bool:
+    try:
+        return bool(f is not None and f.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def run_monitor(settings: Settings, sources: MonitorSources | None = None, record: str | None = None) -> int:
@@ -700,6 +734,7 @@ def run_monitor(settings: Settings, sources: MonitorSources | None = None, recor
             },
         )
     try:
+        require_terminal("spoc monitor")
         return int(SpocApp(settings, sources, recorder=recorder).run() or 0)
     finally:
         if recorder is not None:

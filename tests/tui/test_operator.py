@@ -389,3 +389,57 @@ async def test_esc_closes_the_keys_panel_first():
         await pilot.press("escape")  # with no panel, Esc is the screen's again: back to the monitor
         await _settle(pilot)
         assert app.screen is app.monitor
+
+
+def test_the_full_screen_commands_refuse_a_pipe_and_point_at_inspect(tmp_path):
+    """`spoc monitor | head` and `spoc monitor > f < /dev/null` would write escape codes into the
+    pipe or the file forever: refused, naming the end that is not a terminal and `spoc inspect`."""
+    import subprocess
+    import sys
+
+    for argv in (["monitor", "--url", "http://127.0.0.1:9", "--no-nvml"], ["demo"]):
+        r = subprocess.run(
+            [sys.executable, "-m", "spoc_tui.cli", *argv], capture_output=True, text=True, timeout=60,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert r.returncode == 2, (argv, r.stdout, r.stderr)
+        assert "not a terminal" in r.stderr and "spoc inspect" in r.stderr and "\x1b[" not in r.stdout
+
+
+async def test_the_same_keys_work_on_every_screen():
+    """? opens the help, q and escape go back to the monitor, and each screen's letter reaches the
+    others from Load, Tune and Capacity alike (issue 35: they were dead keys there)."""
+    from spoc_tui.tui.screens.capacity import CapacityScreen
+    from spoc_tui.tui.screens.help import HelpScreen
+    from spoc_tui.tui.screens.load import LoadScreen
+    from spoc_tui.tui.screens.tune import TuneScreen
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        for key, kind in (("l", LoadScreen), ("t", TuneScreen), ("c", CapacityScreen)):
+            await pilot.press(key)
+            await pilot.pause()
+            assert isinstance(app.screen, kind)
+            app.set_focus(None)  # letters go to a focused text field, as they should
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert isinstance(app.screen, kind)
+            for other, other_kind in (("l", LoadScreen), ("t", TuneScreen), ("c", CapacityScreen)):
+                if other_kind is kind:
+                    continue
+                await pilot.press(other)
+                await pilot.pause()
+                assert isinstance(app.screen, other_kind), (key, other)
+                assert len(app.screen_stack) == 3  # the default screen, the monitor, and this one
+                await pilot.press(key)
+                await pilot.pause()
+                assert isinstance(app.screen, kind)
+                app.set_focus(None)
+            await pilot.press("q")
+            await pilot.pause()
+            assert app.screen is app.monitor
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert titles.count("Screenshot") == 1 and titles.count("Quit") == 1

@@ -42,7 +42,14 @@ class CapacityScreen(Screen[None]):
     AUTO_FOCUS = None
     """No field takes the keys when the screen opens: Tab (or a click) to edit, Esc to leave."""
 
-    BINDINGS = [Binding("m,escape", "app.pop_screen", "Monitor"), Binding("f8", "app.screenshot", "Screenshot")]
+    BINDINGS = [
+        Binding("m,escape,q", "app.monitor", "Monitor"),
+        # the other screens' keys from here too (letters: while no text field has the focus)
+        Binding("l", "app.load", "Load", show=False),
+        Binding("t", "app.tune", "Tune", show=False),
+        Binding("question_mark", "app.push_screen('help')", "Help", show=False),
+        Binding("f8", "app.screenshot", "Screenshot"),
+    ]
 
     DEFAULT_CSS = """
     CapacityScreen Horizontal { height: auto; padding: 0 1; }

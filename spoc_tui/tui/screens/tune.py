@@ -48,7 +48,12 @@ class TuneScreen(Screen[None]):
     """No field takes the keys when the screen opens: Tab (or a click) to edit, Esc to leave."""
 
     BINDINGS = [
-        Binding("m,escape", "app.pop_screen", "Monitor"),
+        Binding("m,escape,q", "app.monitor", "Monitor"),
+        # the other screens' keys from here too (letters: while no text field has the focus)
+        Binding("l", "app.load", "Load", show=False),
+        Binding("t", "app.tune", "Tune", show=False),
+        Binding("c", "app.capacity", "Capacity", show=False),
+        Binding("question_mark", "app.push_screen('help')", "Help", show=False),
         # ctrl keys work from a field too (Input would take ctrl+x as "cut", ctrl+e as "end")
         Binding("ctrl+r", "start", "Start study", priority=True),
         Binding("ctrl+e", "resume", "Resume last", priority=True),
