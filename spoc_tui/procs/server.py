@@ -25,7 +25,7 @@ import httpx
 from spoc_tui.core.errors import SpocError
 from spoc_tui.core.redact import redact_argv
 from spoc_tui.procs.group import owner_stamp, stop_process_group
-from spoc_tui.procs.ports import port_in_use
+from spoc_tui.procs.ports import port_holder, port_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,9 @@ class ServerProcess:
             LaunchError: port already served, process exited, or not ready in time.
         """
         if port_in_use(self.port, self.host):
-            raise LaunchError(f"port {self.port} is already served by another process; refusing to start", kind="port")
+            holder = port_holder(self.port)
+            by = f"by {holder}" if holder else "by another process"
+            raise LaunchError(f"port {self.port} is already served {by}; refusing to start", kind="port")
         self.tmpdir = tempfile.mkdtemp(prefix=self.tmp_prefix)
         env = {**os.environ, **self.env, "TMPDIR": self.tmpdir}
         if self.log_path is None:

@@ -12,6 +12,7 @@ from dataclasses import fields, replace
 from spoc_tui.core.capacity import CapacityError
 from spoc_tui.core.engineflags import EngineFlags
 from spoc_tui.core.presets import PresetError, gpu_preset, model_preset
+from spoc_tui.procs.ports import port_holder
 from spoc_tui.sim.engine import EngineConfig, SimEngine
 from spoc_tui.sim.gpu import SimGpu
 from spoc_tui.sim.load import BuiltinLoad, run_until
@@ -138,7 +139,9 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
             for s in servers:
                 await s.close()
             if e.errno in (errno.EADDRINUSE, 98):
-                raise SimConfigError(f"port already in use on {opts.host} ({port} or {dport})") from None
+                held = [f"{p} by {h}" for p in (port, dport) if p and (h := port_holder(p))]
+                which = "; ".join(held) if held else f"{port} or {dport}"
+                raise SimConfigError(f"port already in use on {opts.host} ({which})") from None
             raise SimConfigError(f"cannot listen on {opts.host}: {e.strerror or e}") from None
         if users:
             overload = opts.scenario == "overload"
