@@ -37,9 +37,12 @@ from wiretap import Response, Tap  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
 
-CONC = int(sys.argv[1]) if len(sys.argv) > 1 else 32
-SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40.0
-ENGINE = sys.argv[3] if len(sys.argv) > 3 else "sim"
+SMOKE = "--smoke" in sys.argv
+"""make test runs it so (that the script runs, not its figures): 4 streams for 8 s on the simulator."""
+_ARGS = ["4", "8", "sim"] if SMOKE else [a for a in sys.argv[1:] if not a.startswith("--")]
+CONC = int(_ARGS[0]) if _ARGS else 32
+SECONDS = float(_ARGS[1]) if len(_ARGS) > 1 else 40.0
+ENGINE = _ARGS[2] if len(_ARGS) > 2 else "sim"
 PCTS = (50, 90, 99)
 
 

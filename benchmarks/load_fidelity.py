@@ -8,7 +8,7 @@ load it at 16, 128 and 512 concurrent users; every client measurement is matched
 truth by response id. Printed: error p50/p99 of TTFT and of ITL (client minus server), and
 the largest user count per load-generator core whose p99 errors stay under 2 ms.
 
-Usage: python benchmarks/load_fidelity.py [USERS,...] [SECONDS]
+Usage: python benchmarks/load_fidelity.py [USERS,...] [SECONDS] (``--smoke``: 16 users, 5 s)
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ from spoc_tui.load.workload import WORDS, load_workload  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
 
-USERS = [int(x) for x in sys.argv[1].split(",")] if len(sys.argv) > 1 else [16, 128, 512]
-SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 20.0
+SMOKE = "--smoke" in sys.argv
+_ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+USERS = [16] if SMOKE else [int(x) for x in _ARGS[0].split(",")] if _ARGS else [16, 128, 512]
+SECONDS = 5.0 if SMOKE else float(_ARGS[1]) if len(_ARGS) > 1 else 20.0
 PROFILE = 'name = "fidelity"\nsystem_tokens = 0\nturns = 1\nuser_tokens = 200\noutput_tokens = 64\nthink_s = 0\n'
 
 

@@ -3,6 +3,8 @@
 Target (issue 2): at least 3x faster than prometheus_client for a full vLLM capture and an
 8-GPU dcgm capture. Prints figures and ratios; run with `make bench`.
 
+``--smoke`` (make test): one short round and the two smallest hostile bodies.
+
 Hostile bodies (issue 17): each parsed and reduced to the server view (what the monitor does per
 scrape), with its time and the process's peak RSS growth: a metric name and 1 MB of blanks
 (quadratic backtracking took 53 s for 100 KB before), a 10 MB label value (1.8 GB before),
@@ -32,9 +34,13 @@ from spoc_tui.sim.exposition import dcgm_metrics  # noqa: E402
 from spoc_tui.sim.gpu import SimGpu  # noqa: E402
 
 FIX = ROOT / "tests" / "fixtures"
+SMOKE = "--smoke" in sys.argv
+"""make test runs it so (that the script runs, not its figures): one short round, the small bodies."""
 
 
 def best_of(fn, repeat: int = 7, number: int = 20) -> float:
+    if SMOKE:
+        repeat, number = 1, 2
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -102,6 +108,8 @@ def hostile() -> None:
         ("200,000 lines, 100,000 engines", lambda: engines_text(100_000)),
         ("50 MB body, 368,000 engines", lambda: engines_text(368_000)),
     ]
+    if SMOKE:
+        cases = cases[:2]
     print()
     print(f"{'hostile body':<34}{'MB':>7}{'check+parse+view':>18}{'peak RSS':>10}  result")
     for name, make in cases:

@@ -167,17 +167,18 @@ OURS = (
 
 
 def main() -> None:
-    gb = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    gb = 0.005 if "--smoke" in sys.argv else float(args[0]) if args else 1.0  # --smoke: 5 MB
     folder = Path(tempfile.mkdtemp(prefix="spoc-trace-bench-"))
     try:
         small = folder / "slice.json"
-        n_small = write_trace(small, 50 << 20)
+        n_small = write_trace(small, (2 if "--smoke" in sys.argv else 50) << 20)
         t_ours_s, rss_ours_s, _ = run_child(OURS.format(p=str(small)))
         t_json_s, rss_json_s, _ = run_child(
             f"import json; d = json.load(open({str(small)!r})); print(len(d['traceEvents']))"
         )
         print(
-            f"50 MB slice ({n_small:,} events): spoc {t_ours_s:.1f} s, {rss_ours_s:.0f} MB peak RSS; "
+            f"{small.stat().st_size / 2**20:.0f} MB slice ({n_small:,} events): spoc {t_ours_s:.1f} s, {rss_ours_s:.0f} MB peak RSS; "
             f"json.load {t_json_s:.1f} s, {rss_json_s:.0f} MB ({rss_json_s / rss_ours_s:.1f}x our memory)"
         )
         big = folder / "big.pt.trace.json"

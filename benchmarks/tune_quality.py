@@ -57,12 +57,23 @@ from spoc_tui.tune.study import TuneConfig, TuneSession  # noqa: E402
 KNOWN = {"max-model-len": 16384}
 LIMITS = parse_sla("ttft_p99<=30s,itl_p99<=300ms")
 OBJECTIVES = parse_objectives("max:out_tok_s,min:itl_p99")
-SEEDS = list(range(int(next((a.split("=")[1] for a in sys.argv if a.startswith("--seeds=")), "20"))))
+SMOKE = "--smoke" in sys.argv
+"""make test runs it so (that the script runs, not its figures): 4 s steps at 16 users, one seed."""
+SEEDS = list(range(int(next((a.split("=")[1] for a in sys.argv if a.startswith("--seeds=")), "1" if SMOKE else "20"))))
 BUDGETS = [10, 20, 30, 40]
 POP = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--population=")), "8"))
 SPACE = load_space(None, KNOWN)
-USERS = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--users=")), "128"))
-RAMP = RampConfig("", load_workload("coding"), FixedUsers([USERS]), LIMITS, Path(), step_s=40.0, warmup_s=10.0, seed=0)
+USERS = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--users=")), "16" if SMOKE else "128"))
+RAMP = RampConfig(
+    "",
+    load_workload("coding"),
+    FixedUsers([USERS]),
+    LIMITS,
+    Path(),
+    step_s=4.0 if SMOKE else 40.0,
+    warmup_s=1.0 if SMOKE else 10.0,
+    seed=0,
+)
 
 
 def _evaluate(config: dict) -> tuple[tuple, TrialOutcome]:
@@ -149,7 +160,7 @@ def main() -> None:
     valid = [c for c in SPACE.all_configs() if SPACE.violated(c) is None]
     print(f"space: {SPACE.size} configurations, {len(valid)} can start (max-model-len {KNOWN['max-model-len']})")
     t0 = time.monotonic()
-    cache = Path(tempfile.gettempdir()) / f"spoc-tune-quality-{USERS}.pickle"
+    cache = Path(tempfile.gettempdir()) / f"spoc-tune-quality-{USERS}{'-smoke' if SMOKE else ''}.pickle"
     if "--cached" in sys.argv and cache.exists():
         import pickle
 

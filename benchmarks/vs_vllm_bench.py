@@ -62,11 +62,14 @@ ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
-CONC = [int(x) for x in sys.argv[1].split(",")] if len(sys.argv) > 1 else [8, 32]
-SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40.0
+SMOKE = "--smoke" in sys.argv
+"""The real-engine tier runs it so (that the script runs, not its figures): 4 streams, 8 s, one round."""
+_ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+CONC = [4] if SMOKE else [int(x) for x in _ARGS[0].split(",")] if _ARGS else [8, 32]
+SECONDS = 8.0 if SMOKE else float(_ARGS[1]) if len(_ARGS) > 1 else 40.0
 IN_TOKENS, OUT_TOKENS = 200, 128
 PIN = os.environ.get("SPOC_BENCH_PIN", "1") != "0"
-ROUNDS = int(os.environ.get("SPOC_BENCH_ROUNDS", "3"))
+ROUNDS = 1 if SMOKE else int(os.environ.get("SPOC_BENCH_ROUNDS", "3"))
 """Interleaved rounds per concurrency; figures are the median over them."""
 BENCH = "vllm bench serve"
 """Server and clients on separate cores (SPOC_BENCH_PIN=0: share them all, as before)."""

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,3 +29,27 @@ def test_replay_memory_benchmark_smoke():
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "a load generator's replay share" in r.stdout and "meets the 300 MB target" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("script", "says"),
+    [
+        ("parse_bench.py", "ratio = prometheus_client"),
+        ("sim_bench.py", "H100 FP8 saturation output"),
+        ("monitor_cpu.py", "a bare Textual app"),
+        ("load_fidelity.py", ""),
+        ("trace_bench.py", "read back:"),
+        ("tune_quality.py", "hypervolume reached"),
+        ("tune_noise.py", ""),
+        ("client_referee.py", ""),
+    ],
+)
+def test_every_benchmark_runs_in_its_smoke_mode(script, says):
+    """Each benchmark's --smoke (a few seconds of what `make bench` runs for minutes): none can rot
+    unnoticed. vs_vllm_bench.py needs the real vLLM: the real-engine tier runs its smoke."""
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--smoke"], capture_output=True, text=True, timeout=420
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert says in r.stdout, r.stdout[-3000:]
+    assert "Traceback" not in r.stderr

@@ -87,6 +87,8 @@ class MonitorScreen(Screen[None]):
         self.window_s = window_s
         self.paused = False
         self.ready = False
+        self.drawn = 0
+        """Server ticks drawn (the CPU benchmark counts them)."""
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -205,6 +207,7 @@ class MonitorScreen(Screen[None]):
         tick = self.model.vllm
         if tick is None:
             return
+        self.drawn += 1
         with self.app.batch_update():
             self.servers.show(tick)
             self._draw_info()
