@@ -13,10 +13,11 @@ from spoc_tui.core.vllm import LATENCY_LABELS
 
 def render_text(res: InspectResult) -> str:
     lines: list[str] = []
-    for s in res.servers:
+    for s, v in zip(res.servers, res.verdicts(), strict=True):
         t = s.total
         sim = "  [SIMULATED]" if s.simulated else ""
         lines.append(f"vLLM {s.source}  engine {s.engine_version}  model {fmt.names(s.model_names)}{sim}")
+        lines.append(f"  verdict: {v.text}" + "".join(f"\n    also {c}" for c in v.causes))
         lines.append(
             f"  running {fmt.num(t.running)}  waiting {fmt.num(t.waiting)}  KV cache "
             f"{fmt.pct(t.kv_cache_usage, digits=1)}"

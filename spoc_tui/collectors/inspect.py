@@ -9,8 +9,10 @@ import httpx
 
 from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, read_source
+from spoc_tui.core.fleet import lagging, replica_of_gpu
 from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
 from spoc_tui.core.redact import redact_url
+from spoc_tui.core.verdict import Verdict, verdict
 from spoc_tui.core.vllm import Scrape, ServerView, server_view
 
 
@@ -20,9 +22,27 @@ class InspectResult:
     gpus: list[GpuSample] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
+    def verdicts(self) -> list[Verdict]:
+        """Each server's verdict on the monitor's ladder (:mod:`spoc_tui.core.verdict`), from this
+        reading: the GPUs mapped to it (all of them with one server) and its fleet's peers. One
+        reading has no queue history, so "the queue keeps growing" needs the monitor."""
+        lags = {lag.source: lag.reason for lag in lagging(self.servers)}
+        gpu_sources = sorted({g.source for g in self.gpus})
+        out = []
+        for s in self.servers:
+            mine = [
+                g
+                for g in self.gpus
+                if len(self.servers) == 1
+                or replica_of_gpu(g.source, g.hostname, [x.source for x in self.servers], gpu_sources) == s.source
+            ]
+            hot = [f"GPU {g.gpu} {g.throttle_kind() or 'throttled'}" for g in mine if g.throttling]
+            out.append(verdict(s.total, throttled=hot, lagging=lags.get(s.source)))
+        return out
+
     def as_dict(self) -> dict[str, object]:
         return {
-            "servers": [s.as_dict() for s in self.servers],
+            "servers": [{**s.as_dict(), **v.as_dict()} for s, v in zip(self.servers, self.verdicts(), strict=True)],
             "gpus": [g.as_dict() for g in self.gpus],
         }
 

@@ -1,9 +1,10 @@
 """Replicas compared: which one lags the fleet.
 
 Rule: with two replicas or more, a replica **lags** when its requests waiting are above
-:data:`LAG_FACTOR` (1.5) times the fleet's median and at least :data:`MIN_WAITING` (1), or its
-TTFT p99 over the window is above 1.5 times the fleet's median TTFT p99 (and at least 10 ms
-above it: a few ms apart is noise). Waiting per replica is also the autoscaling signal
+:data:`LAG_FACTOR` (1.5) times its peers' median (the other live replicas), at least
+:data:`MIN_WAITING` (1) and :data:`MIN_WAITING_GAP` (2) more; or its TTFT p99 over the window
+is above 1.5 times its peers' median TTFT p99 (and at least 10 ms above it: a few ms apart is
+noise); or its ITL p99 likewise (5 ms). Waiting per replica is also the autoscaling signal
 (``spoc plan``): the fleet's mean is shown with it.
 """
 
@@ -17,7 +18,10 @@ from spoc_tui.core.vllm import ServerView
 
 LAG_FACTOR = 1.5
 MIN_WAITING = 1.0
+MIN_WAITING_GAP = 2.0
+"""Waiting counts are small whole numbers: 2 against a peer's 1 is not a lagging replica."""
 MIN_TTFT_GAP_S = 0.010
+MIN_ITL_GAP_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,22 +31,29 @@ class Lag:
 
 
 def lagging(servers: Sequence[ServerView], stale: frozenset[str] = frozenset()) -> list[Lag]:
+    """Replicas more than :data:`LAG_FACTOR` times their peers' median (the other live replicas):
+    in requests waiting, TTFT p99 or ITL p99, each with its figure."""
     live = [s for s in servers if s.source not in stale]
     if len(live) < 2:
         return []
-    waits = [s.total.waiting for s in live if s.total.waiting is not None]
-    p99s = [p for s in live if (p := s.total.latency["ttft"].p99) is not None]
-    med_w = median(waits) if len(waits) >= 2 else None
-    med_p = median(p99s) if len(p99s) >= 2 else None
     out: list[Lag] = []
     for s in live:
+        peers = [p for p in live if p is not s]
         why: list[str] = []
         w = s.total.waiting
-        if med_w is not None and w is not None and w >= MIN_WAITING and w > LAG_FACTOR * med_w:
-            why.append(f"{w:.0f} waiting vs fleet median {med_w:.1f}")
-        p = s.total.latency["ttft"].p99
-        if med_p is not None and p is not None and p > LAG_FACTOR * med_p and p - med_p >= MIN_TTFT_GAP_S:
-            why.append(f"TTFT p99 {p * 1e3:.0f} ms vs fleet median {med_p * 1e3:.0f} ms")
+        waits = [p.total.waiting for p in peers if p.total.waiting is not None]
+        if waits and w is not None:
+            med_w = median(waits)
+            if med_w is not None and w >= MIN_WAITING and w > LAG_FACTOR * med_w and w - med_w >= MIN_WAITING_GAP:
+                why.append(f"{w:.0f} waiting vs its peers' median {med_w:.1f}")
+        for metric, name, gap in (("ttft", "TTFT", MIN_TTFT_GAP_S), ("itl", "ITL", MIN_ITL_GAP_S)):
+            v = s.total.latency[metric].p99
+            others = [x for p in peers if (x := p.total.latency[metric].p99) is not None]
+            if v is None or not others:
+                continue
+            med = median(others)
+            if med is not None and v > LAG_FACTOR * med and v - med >= gap:
+                why.append(f"{name} p99 {v * 1e3:.0f} ms vs its peers' median {med * 1e3:.0f} ms")
         if why:
             out.append(Lag(s.source, "; ".join(why)))
     return out

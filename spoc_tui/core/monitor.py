@@ -19,7 +19,7 @@ from spoc_tui.core.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.series import SeriesStore
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
-from spoc_tui.core.verdict import Verdict, verdict
+from spoc_tui.core.verdict import GROWING_POLLS, Verdict, VerdictTracker, verdict
 from spoc_tui.core.vllm import EngineView, ServerView
 
 WAIT_HISTORY = 5
@@ -61,6 +61,9 @@ class MonitorModel:
         self.energy = EnergyMeter(self.window_s)
         self.server_hist: deque[tuple[float | None, float | None, float | None]] = deque(maxlen=30)
         self.waits: dict[str, deque[float | None]] = {}
+        self.queues: dict[str, deque[float | None]] = {}
+        """Each server's recent queue readings (the ladder's "queue keeps growing")."""
+        self.tracker = VerdictTracker()
         self.statuses: dict[str, SourceStatus] = {}
         self._alert_seen: dict[str, tuple[float, Alert]] = {}
         self.verdicts: tuple[tuple[str, Verdict], ...] = ()
@@ -86,9 +89,11 @@ class MonitorModel:
         for server in tick.servers:
             w = self.waits.setdefault(server.source, deque(maxlen=WAIT_HISTORY))
             w.append(None if server.source in tick.stale else server.total.waiting)
+            q = self.queues.setdefault(server.source, deque(maxlen=GROWING_POLLS + 1))
+            q.append(None if server.source in tick.stale else server.total.waiting)
         if view is not None:
             self.server_hist.append((view.waiting, view.kv_cache_usage, view.preemptions_total))
-        self._judge()
+        self._judge(poll=True)
 
     def gpus(self, tick: GpuTick, groups: tuple[TpGroupReport, ...], note: str | None) -> None:
         """A GPU tick: energy, events and chart history, then the verdicts and alerts."""
@@ -187,8 +192,12 @@ class MonitorModel:
         return server.model_names, server.cache_config, label, tp
 
     # -- judging, once per tick -------------------------------------------------------------
-    def _judge(self) -> None:
-        self.verdicts = tuple(self._verdicts())
+    def _judge(self, poll: bool = False) -> None:
+        """``poll``: a server tick (the verdicts' hysteresis counts those, not GPU ticks)."""
+        now = self.clock()
+        raw = self._verdicts()
+        self.verdicts = tuple((src, self.tracker.update(src, v, now, count=poll)) for src, v in raw)
+        self.tracker.forget({src for src, _ in raw})
         self.alerts = tuple(self._alerts())
 
     def _verdicts(self) -> list[tuple[str, Verdict]]:
@@ -197,6 +206,7 @@ class MonitorModel:
         tick = self.vllm
         known: set[str] = set()
         throttling = self.detector.throttling()
+        lags = {lag.source: lag.reason for lag in lagging(tick.servers, tick.stale)} if tick is not None else {}
         for server in tick.servers if tick is not None else ():
             known.add(server.source)
             st = self.statuses.get(server.source)
@@ -211,7 +221,23 @@ class MonitorModel:
                 if g.key in throttling
             ]
             waits = [w for w in self.waits.get(server.source, ()) if w is not None]
-            v = verdict(server.total, down=down, throttled=hot, limits=self.limits, waiting=min(waits, default=None))
+            mine = {g.key for g in self.server_gpus(server)}
+            drags = [
+                f"GPU {m.gpu.gpu} holds TP group {rep.name} back ({m.reason})"
+                for rep in self.groups
+                for m in rep.draggers
+                if m.gpu.key in mine
+            ]
+            v = verdict(
+                server.total,
+                down=down,
+                throttled=hot,
+                limits=self.limits,
+                waiting=min(waits, default=None),
+                queue=tuple(self.queues.get(server.source, ())),
+                straggler="; ".join(drags) or None,
+                lagging=lags.get(server.source),
+            )
             out.append((server.source, v))
         for src, st in self.statuses.items():
             if not st.up and src not in known and self.is_server(src):

@@ -240,7 +240,7 @@ async def test_fleet_view_names_the_lagging_replica_and_the_shed_load():
         assert str(table.get_row("http://10.0.0.3:8000")[0]).startswith("▲ ")
         assert not str(table.get_row("http://10.0.0.1:8000")[0]).startswith("▲")
         tp = str(app.monitor.tp.render())
-        assert "replica http://10.0.0.3:8000 lags the fleet: 9 waiting vs fleet median 2" in tp
+        assert "replica http://10.0.0.3:8000 lags the fleet: 9 waiting vs its peers' median 1.5" in tp
         assert "shedding load over the window: admission rejections 2/s" in tp
         assert "4.0 waiting per replica (the autoscaling signal)" in app.monitor.servers_panel.border_title
         spec = str(app.monitor.spec.render())

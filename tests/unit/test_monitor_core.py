@@ -160,3 +160,65 @@ def test_the_monitor_model_judges_once_per_tick_without_a_terminal(monkeypatch):
     assert model.verdicts == () and len(model.events) == 0
     code = "import sys, spoc_tui.core.monitor; print('textual' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_the_ladder_puts_a_growing_queue_first_and_lists_the_causes_beneath():
+    """Issue 35's overload: the queue grew 232 -> 632 with the KV cache at 99 %, preemptions and a
+    power-throttled GPU: the headline is the queue, the rest are its causes, each with its figure."""
+    v = replace(_load_view(), kv_cache_usage=0.99, preemptions_rate=3.0, waiting=632.0)
+    got = verdict(v, throttled=["GPU 0 power"], queue=(232.0, 300.0, 390.0, 450.0, 560.0, 632.0))
+    assert got.word == "shedding load" and "232 -> 632 waiting" in got.reason
+    assert got.causes[0].startswith("KV-bound: KV cache 99%, 3 preemptions/s")
+    assert got.causes[1] == "throttled: GPU 0 power"
+    # a queue that fell once is not growing; then the KV cache is the headline
+    assert verdict(v, throttled=["GPU 0 power"], queue=(232.0, 300.0, 290.0, 450.0, 560.0, 632.0)).word == "KV-bound"
+    # rejections shed load whatever the queue does
+    rej = verdict(replace(v, rejections_rate=2.0))
+    assert rej.word == "shedding load" and "admission rejections 2/s" in rej.reason
+    calm = replace(v, kv_cache_usage=0.3, preemptions_rate=0.0, waiting=0.0)
+    assert verdict(calm, throttled=["GPU 1 thermal"], straggler="GPU 2 holds TP group 0-3 back").word == "throttled"
+    s = verdict(calm, straggler="GPU 2 holds TP group 0-3 back", lagging="TTFT p99 236 ms vs its peers' median 39 ms")
+    assert s.word == "straggler" and s.causes == ("lagging: TTFT p99 236 ms vs its peers' median 39 ms",)
+    lag = verdict(calm, lagging="TTFT p99 236 ms vs its peers' median 39 ms")
+    assert lag.word == "lagging" and "236 ms" in lag.reason
+    assert lag.as_dict()["verdict"] == "lagging"
+
+
+def test_the_verdict_shown_holds_for_three_polls_and_says_since_when():
+    from spoc_tui.core.verdict import Verdict, VerdictTracker
+
+    t = VerdictTracker()
+    healthy, kv, down = (
+        Verdict("healthy", "ok", "4 running"),
+        Verdict("KV-bound", "error", "KV 95%"),
+        Verdict("down", "error", "refused"),
+    )
+    assert t.update("a", healthy, 10.0).since == 10.0
+    # a verdict that flickers for one or two polls is not shown
+    assert t.update("a", kv, 11.0).word == "healthy"
+    assert t.update("a", healthy, 12.0).word == "healthy"
+    assert t.update("a", kv, 13.0).word == "healthy"
+    assert t.update("a", kv, 14.0).word == "healthy"
+    # a GPU tick re-judging between polls does not count towards a change
+    assert t.update("a", kv, 14.5, count=False).word == "healthy"
+    shown = t.update("a", kv, 15.0)
+    assert shown.word == "KV-bound" and shown.since == 13.0  # since it began to hold
+    assert t.update("a", replace(kv, reason="KV 97%"), 16.0).reason == "KV 97%"  # figures refresh
+    assert t.update("a", kv, 17.0).since == 13.0
+    assert t.update("a", down, 18.0).word == "down"  # a server going down is shown at once
+
+
+def test_a_lagging_replica_is_judged_against_its_peers_median():
+    from spoc_tui.core.fleet import lagging
+
+    def server(src, ttft, itl):
+        lat = dict(_load_view().latency)
+        lat["ttft"], lat["itl"] = _lat(ttft), _lat(itl)
+        v = replace(_load_view(), latency=lat, waiting=0.0)
+        return ServerView(src, "0.32", ("m",), v, (v,))
+
+    fleet = [server("a", 0.039, 0.02), server("b", 0.041, 0.021), server("c", 0.236, 0.02), server("d", 0.04, 0.05)]
+    lags = {x.source: x.reason for x in lagging(fleet)}
+    assert set(lags) == {"c", "d"}
+    assert lags["c"] == "TTFT p99 236 ms vs its peers' median 40 ms"  # of 39, 41 and 40
+    assert lags["d"] == "ITL p99 50 ms vs its peers' median 20 ms"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 
 from rich.text import Text
@@ -279,6 +280,10 @@ class MonitorScreen(Screen[None]):
             t.append(v.word, style=_VERDICT_STYLE[v.severity])
             if v.reason:
                 t.append(": " + v.reason)
+            if v.since is not None:
+                t.append(f" · since {time.strftime('%H:%M:%S', time.localtime(v.since))}", style="dim")
+            if v.causes:  # the lower rungs that also hold: the causes under the headline
+                t.append("\n  also " + " · ".join(v.causes), style="dim")
         self.verdicts.show_text(t)
 
     def _draw_events(self) -> None:
