@@ -37,6 +37,7 @@ from spoc_tui.profile.analyze import Breakdown, analyse
 from spoc_tui.profile.capture import CaptureConfig, capture, profiler_flag
 from spoc_tui.profile.report import decode_roofline
 from spoc_tui.profile.trace import read_trace
+from spoc_tui.tui.ascii import AsciiDriver, AsciiScreenshots, wants_ascii
 from spoc_tui.tui.messages import (
     GpusSampled,
     ProfileFinished,
@@ -66,7 +67,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["MonitorSources", "NothingToMonitor", "SpocApp", "run_monitor"]
 
 
-class SpocApp(App[int]):
+class SpocApp(AsciiScreenshots, App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "spoc-tui"
     SCREENS = {"help": HelpScreen}
@@ -88,8 +89,11 @@ class SpocApp(App[int]):
         sources: MonitorSources | None = None,
         start_workers: bool = True,
         recorder: Recorder | None = None,
+        ascii_mode: bool | None = None,
     ) -> None:
-        super().__init__()
+        self.ascii_mode = wants_ascii() if ascii_mode is None else ascii_mode
+        """Draw in ASCII (a terminal whose locale is not UTF-8: :mod:`spoc_tui.tui.ascii`)."""
+        super().__init__(driver_class=AsciiDriver if self.ascii_mode else None)
         self.recorder = recorder
         """Where what the monitor sees is written (``--record``), or None."""
         self._ramp_worker: Worker[None] | None = None

@@ -20,8 +20,8 @@ def settings() -> Settings:
     return Settings(vllm_urls=[URL], dcgm_urls=[DCGM], nvml=False, tp_groups="0-3", window=60)
 
 
-def make_app(s: Settings | None = None) -> SpocApp:
-    return SpocApp(s or settings(), MonitorSources(), start_workers=False)
+def make_app(s: Settings | None = None, ascii_mode: bool = False) -> SpocApp:
+    return SpocApp(s or settings(), MonitorSources(), start_workers=False, ascii_mode=ascii_mode)
 
 
 def server_tick(up: bool = True) -> VllmTick:

@@ -96,7 +96,7 @@ async def test_the_answer_in_users_and_what_would_fit():
         assert str(scr.users.render()) == ""
 
 
-@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_capacity_screen(snap_compare, size):
     async def run_before(pilot):
         await pilot.press("c")

@@ -37,7 +37,7 @@ def _finished_ramp(app):
     app.post_message(RampFinished("stopped_early", "stopped_early: results in /data/ramps/20261122-120000"))
 
 
-@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_load_screen_after_a_ramp(snap_compare, size):
     async def run_before(pilot):
         await pilot.press("l")

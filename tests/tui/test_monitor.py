@@ -3,7 +3,8 @@ import pytest
 from spoc_tui.tui.messages import ServersSampled
 from tests.tui.helpers import gpu_tick, make_app, no_gpu, server_tick, settings
 
-SIZES = [(80, 24), (160, 48)]
+SIZES = [(80, 24), (120, 40), (200, 50)]
+"""Every screen is snapshotted at these three (issue 35)."""
 
 
 FIXED = 1_795_000_000.0
@@ -28,6 +29,21 @@ def test_snapshot_connected(snap_compare, size):
         await _settle(pilot)
 
     assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("mode", ["ascii", "no_color"])
+def test_snapshot_without_utf8_or_colour(snap_compare, mode, monkeypatch):
+    """LANG=C draws in ASCII (box drawing, bullets, braille turned into marks); NO_COLOR draws
+    each chart line with its own mark, named in the legend."""
+    if mode == "no_color":
+        monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(ascii_mode=mode == "ascii")
+
+    async def run_before(pilot):
+        _connected(pilot.app)
+        await _settle(pilot)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")

@@ -52,7 +52,7 @@ def study_events(tmp_path: Path) -> list[events.TuneEvent]:
     return [ev for ev in seen if not isinstance(ev, (events.Note, events.StudyOpened))]
 
 
-@pytest.mark.parametrize("size", [(100, 32), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_tune_screen_after_a_study(snap_compare, size, tmp_path):
     evs = study_events(tmp_path)
 

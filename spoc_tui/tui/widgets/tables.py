@@ -105,11 +105,15 @@ class DiffTable(Widget):
     def _line(self, cells: list[Cell], base: Style) -> Strip:
         text = Text(no_wrap=True, overflow="crop", end="")
         text.append("\u00a0")  # a no-break space: SVG screenshots would drop a leading blank
-        for (_, _, width), cell in zip(self._columns, cells):
+        for i, ((_, _, width), cell) in enumerate(zip(self._columns, cells)):
             if not width:
                 continue
             t = cell if isinstance(cell, Text) else Text(str(cell))
             t = t.copy()
+            if i == 0 and t.cell_len > width and width >= 5:
+                # a row's name keeps both ends: 127.0.0.1:…:56513, not 127.0.0.1:565… (replicas differ at the end)
+                head = (width - 1) // 2
+                t = t[:head] + Text("…") + t[len(t.plain) - (width - 1 - head) :]
             t.truncate(width, overflow="ellipsis", pad=True)
             text.append_text(t)
             text.append(" " * PAD)

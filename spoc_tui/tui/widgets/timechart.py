@@ -21,6 +21,8 @@ _DOTS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
 """Braille dot bits by (row 0..3 within the cell, column 0..1)."""
 
 PALETTE = ("green", "cyan", "magenta", "yellow", "blue", "red", "bright_green", "bright_cyan")
+MARKERS = "*+ox#%@="
+"""Without colour (``NO_COLOR``) or in ASCII, each line is drawn with its own mark, named in the legend."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,13 +128,15 @@ class TimeChart(Widget):
         dim = base + Style(dim=True)
         bold = base + Style(bold=True)
         strips: list[Strip] = []
+        plain = bool(getattr(self.app, "ascii_mode", False) or self.app.no_color) and len(self.lines) > 1
         # title row: the chart's name, then each line's label in its colour with its latest value
         segs = [Segment(self.title, bold)]
-        for ln in self.lines:
+        for i, ln in enumerate(self.lines):
             last = next((v for _, v in reversed(ln.points) if v is not None), None)
             shown = self.fmt_value(last) if last is not None else "n/a"
+            mark = MARKERS[i % len(MARKERS)] if plain else "━"
             segs.append(
-                Segment(f"  ━ {ln.label} {shown}" if len(self.lines) > 1 else f"  {shown}", Style(color=ln.color))
+                Segment(f"  {mark} {ln.label} {shown}" if len(self.lines) > 1 else f"  {shown}", Style(color=ln.color))
             )
         if self.limit is not None:
             segs.append(Segment(f"  ╌ {self.limit[0]} {self.fmt_value(self.limit[1])}", Style(color="red")))
@@ -164,7 +168,8 @@ class TimeChart(Widget):
                     else:
                         row.append(Segment(" ", base))
                 else:
-                    row.append(Segment(ch, Style(color=self.lines[who].color)))
+                    mark = MARKERS[who % len(MARKERS)] if plain else ch
+                    row.append(Segment(mark, Style(color=self.lines[who].color)))
             strips.append(Strip(row).adjust_cell_length(width, base))
         if not any(v is not None for c in cols for v in c):
             msg = self.note or "no data yet"
