@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/parse_bench.py
 	$(PY) benchmarks/sim_bench.py
 	$(PY) benchmarks/monitor_cpu.py
+	$(PY) benchmarks/cli_startup.py
 	$(PY) benchmarks/load_fidelity.py
 	$(PY) benchmarks/tune_quality.py
 	$(PY) benchmarks/tune_quality.py --noise --cached --cv=0.008,0.020

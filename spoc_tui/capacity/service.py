@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from spoc_tui.capacity.args import CapacityArgs
 from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, SourceError, fetch
 from spoc_tui.core import fmt
@@ -29,23 +30,6 @@ from spoc_tui.core.queueing import queue_curve, saturation_users
 from spoc_tui.core.results import RampDoc, read_ramp
 from spoc_tui.core.steps import StepSummary
 from spoc_tui.core.vllm import cache_config
-
-
-@dataclass
-class CapacityArgs:
-    model: str
-    gpu: str | None = None
-    gpu_memory_gib: float | None = None
-    tp: int = 1
-    max_model_len: int | None = None
-    avg_context: int | None = None
-    weights_dtype: str | None = None
-    kv_cache_dtype: str = DEFAULTS.kv_cache_dtype
-    gpu_memory_utilization: float = DEFAULTS.gpu_memory_utilization
-    block_size: int = DEFAULTS.block_size
-    kv_cache_gib: float | None = None
-    """KV space given directly (a CPU server's VLLM_CPU_KVCACHE_SPACE)."""
-    reserve_gib: float | None = None
 
 
 def resolve(args: CapacityArgs) -> tuple[ModelSpec, GpuSpec]:

@@ -16,37 +16,33 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 import click
 
 from spoc_tui import __version__
-from spoc_tui.capacity.service import CapacityArgs
+from spoc_tui.capacity.args import CapacityArgs
 from spoc_tui.cli.options import api_key_options, config_values, from_config, served_model_option, tls_options
 from spoc_tui.cli.types import FINITE
-from spoc_tui.collectors.http import check_credentials
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.engineflags import DEFAULTS
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
-from spoc_tui.core.knee import FixedRates, UserPlan, parse_speed_plan, parse_user_plan
 from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter
 from spoc_tui.core.sla import DEFAULT_SLA, parse_budget, parse_rates, parse_sla, parse_users
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.core.traces import FORMATS as TRACE_FORMATS
-from spoc_tui.core.traces import TraceSource, trace_source
-from spoc_tui.load.ramp import (
-    DEFAULT_BUDGET_S,
-    DEFAULT_PROFILE,
-    DEFAULT_USERS,
-    RampConfig,
-    auto_workers,
-    runner_argv,
-    runner_env,
-)
-from spoc_tui.load.workload import load_workload
+from spoc_tui.load import defaults as ramp_defaults
+from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS
 from spoc_tui.sim.options import SCENARIOS, SimOptions
-from spoc_tui.tune.setup import TuneArgs
+from spoc_tui.tune.args import TuneArgs
+
+if TYPE_CHECKING:
+    from spoc_tui.core.knee import UserPlan
+    from spoc_tui.core.traces import TraceSource
+
+# The heavy modules (the ramp's machinery, Optuna, numpy, httpx) are imported by the commands
+# that use them, not here: `spoc --help` and a bad flag answer at once (issue 35).
 
 F = TypeVar("F", bound=Callable[..., Any])
 """Local Locust worker processes: each takes a core; more than this is a typo."""
@@ -388,6 +384,8 @@ def resolve_settings(
         values["api_key"] = read_key_file(api_key_file, f"--api-key-file {api_key_file}")
     settings = Settings(**values)  # type: ignore[arg-type]  # load_file checked each value's type against its field
     settings.validate()
+    from spoc_tui.collectors.http import check_credentials
+
     check_credentials([*settings.vllm_urls, *settings.dcgm_urls], settings.api_key)
     return settings
 
@@ -449,7 +447,7 @@ def resolve_settings(
 @click.option("--trace-window", default=None, help="START:LENGTH of the trace to replay (seconds or 10m:5m).")
 @click.option("--trace-max-rows", type=int, default=None, help="Replay at most this many rows of the window.")
 @click.option(
-    "--step-seconds", type=FINITE, default=RampConfig.step_s, show_default=True, help="Measured length of each step."
+    "--step-seconds", type=FINITE, default=ramp_defaults.STEP_S, show_default=True, help="Measured length of each step."
 )
 @click.option(
     "--spawn-rate",
@@ -460,7 +458,7 @@ def resolve_settings(
 @click.option(
     "--arrivals",
     type=click.Choice(["staggered", "lockstep"]),
-    default=RampConfig.arrivals,
+    default=ramp_defaults.ARRIVALS,
     show_default=True,
     help=(
         "staggered: starts and turns jittered so users cannot fall into lockstep; lockstep: every new user at "
@@ -485,14 +483,14 @@ def resolve_settings(
 @click.option(
     "--warmup-seconds",
     type=FINITE,
-    default=RampConfig.warmup_s,
+    default=ramp_defaults.WARMUP_S,
     show_default=True,
     help="Start of each step left out of the figures.",
 )
 @click.option(
     "--poll-seconds",
     type=FINITE,
-    default=RampConfig.poll_s,
+    default=ramp_defaults.POLL_S,
     show_default=True,
     help=(
         "Longest time between two reads of the server's /metrics during a step (each read costs vLLM a few "
@@ -509,7 +507,7 @@ def resolve_settings(
 @click.option(
     "--abort-factor",
     type=FINITE,
-    default=RampConfig.abort_factor,
+    default=ramp_defaults.ABORT_FACTOR,
     show_default=True,
     help="Stop early when a limit is broken this many times over.",
 )
@@ -519,13 +517,13 @@ def resolve_settings(
 @click.option(
     "--workers",
     "workers_spec",
-    default=str(RampConfig.workers),
+    default=str(ramp_defaults.WORKERS),
     show_default=True,
     help="Local Locust worker processes (0: one process), or auto: one per 64 users, at most one per core but one.",
 )
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
 @click.option("--dcgm", "dcgm_urls", multiple=True, help="dcgm-exporter URL, recorded next to each step.")
-@click.option("--seed", type=int, default=RampConfig.seed, show_default=True, help="Random seed of the users.")
+@click.option("--seed", type=int, default=ramp_defaults.SEED, show_default=True, help="Random seed of the users.")
 @api_key_options("Bearer token (never written to results).")
 @tls_options
 def ramp(
@@ -564,6 +562,10 @@ def ramp(
     """
     from spoc_tui.cli.ramp import run
     from spoc_tui.collectors.scrape import metrics_url
+    from spoc_tui.core.knee import FixedRates, parse_speed_plan, parse_user_plan
+    from spoc_tui.core.traces import trace_source
+    from spoc_tui.load.ramp import RampConfig, auto_workers
+    from spoc_tui.load.workload import load_workload
 
     conf = config_values() if not (url and sla and dcgm_urls) else {}
     url = from_config(url, "vllm_urls", "--url", conf)
@@ -803,6 +805,9 @@ def tune(**kw: Any) -> None:
 @tls_options
 def load_worker(master: str, master_port: int, url: str, model: str, profile: str, seed: int) -> None:
     """Join a ramp from another machine as a Locust worker (Locust's master/worker protocol)."""
+    from spoc_tui.load.ramp import runner_argv, runner_env
+    from spoc_tui.load.workload import load_workload
+
     prof = load_workload(profile)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prof.as_dict(), f)

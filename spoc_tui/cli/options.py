@@ -12,9 +12,12 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from spoc_tui.collectors.http import CA_ENV, INSECURE_ENV, check_credentials, configure_tls
 from spoc_tui.config import config_path, load_file, read_key_file
 from spoc_tui.core.errors import InputError
+
+CA_ENV = "SPOC_CA_BUNDLE"
+"""As :data:`spoc_tui.collectors.http.CA_ENV` (not imported: httpx would load with every command's --help)."""
+INSECURE_ENV = "SPOC_INSECURE"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,6 +58,8 @@ def api_key_options(help_text: str = "Bearer token for the server (never printed
                 key = config_values().get("api_key")
                 api_key = str(key) if key else None
             urls = [kw.get("url") or "", *(kw.get("sources") or ()), *(kw.get("dcgm_urls") or ())]
+            from spoc_tui.collectors.http import check_credentials  # httpx: only when a command runs
+
             check_credentials([u for u in urls if u], api_key)
             return f(*args, api_key=api_key, **kw)
 
@@ -76,6 +81,8 @@ def tls_options(f: F) -> F:
 
     @functools.wraps(f)
     def wrapper(*args: Any, ca_bundle: str | None = None, insecure: bool = False, **kw: Any) -> Any:
+        from spoc_tui.collectors.http import configure_tls
+
         configure_tls(ca_bundle, insecure)
         if insecure:
             click.echo("spoc: warning: --insecure: TLS certificates are not checked", err=True)

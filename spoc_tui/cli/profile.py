@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import sys
@@ -145,6 +144,8 @@ def _capture(
         api_key=api_key,
     )
     try:
+        import asyncio
+
         return asyncio.run(capture(cfg, _say))
     except KeyboardInterrupt:
         _say("interrupted: the profiler was stopped")

@@ -9,6 +9,7 @@ from spoc_tui.cli.signals import stop_signals_interrupt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, InputError, SpocError
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.textsafe import for_terminal
+from spoc_tui.tune.args import TuneArgs
 from spoc_tui.tune.evaluate import ServerEvaluator, TuneFatal
 from spoc_tui.tune.events import (
     Note,
@@ -24,7 +25,7 @@ from spoc_tui.tune.events import (
 )
 from spoc_tui.tune.records import Front
 from spoc_tui.tune.report import hypervolume_text, member_tag, member_text, objectives_text, value_text
-from spoc_tui.tune.setup import TuneArgs, build
+from spoc_tui.tune.setup import build
 from spoc_tui.tune.study import TuneConfig, TuneSession
 
 

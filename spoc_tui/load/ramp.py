@@ -61,6 +61,18 @@ from spoc_tui.core.steps import (
 from spoc_tui.core.textsafe import safe
 from spoc_tui.core.traces import TraceError, TraceRead, TraceSource
 from spoc_tui.load import wire
+from spoc_tui.load.defaults import (
+    ABORT_FACTOR,
+    ARRIVALS,
+    DEFAULT_BUDGET_S,
+    EXTEND_FACTOR,
+    MAX_WORKERS,
+    POLL_S,
+    SEED,
+    STEP_S,
+    WARMUP_S,
+    WORKERS,
+)
 from spoc_tui.load.workload import Workload
 from spoc_tui.procs.group import kill_group
 from spoc_tui.procs.lock import FolderLock
@@ -75,16 +87,6 @@ class RampError(SpocError):
     """A ramp that cannot start (exit code 2 for bad input, 1 otherwise) or whose server failed (1)."""
 
 
-DEFAULT_USERS = "auto"
-MAX_WORKERS = 64
-"""The most load-generator processes a ramp starts on this machine."""
-EXTEND_FACTOR = 4.0
-"""Default --max-step-seconds, as a multiple of --step-seconds."""
-DEFAULT_PROFILE = "chatbot"
-DEFAULT_BUDGET_S = 600.0
-"""The knee search's default time budget: 10 minutes of load (warm-ups included)."""
-
-
 @dataclass
 class RampConfig:
     """A ramp as ``spoc ramp`` and the Load screen ask for it; its defaults are theirs."""
@@ -96,11 +98,11 @@ class RampConfig:
     limits: tuple[Limit, ...]
     out_dir: Path
     model: str | None = None
-    step_s: float = 60.0
-    warmup_s: float = 10.0
-    abort_factor: float = 3.0
-    workers: int = 0
-    seed: int = 0
+    step_s: float = STEP_S
+    warmup_s: float = WARMUP_S
+    abort_factor: float = ABORT_FACTOR
+    workers: int = WORKERS
+    seed: int = SEED
     tokenizer: str | None = None
     api_key: str | None = field(default=None, repr=False)
     dcgm_urls: list[str] = field(default_factory=list)
@@ -109,7 +111,7 @@ class RampConfig:
     """A step still inconclusive at ``step_s`` is measured on up to this long [4 x step_s]."""
     spawn_rate: float | None = None
     """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
-    arrivals: Literal["staggered", "lockstep"] = "staggered"
+    arrivals: Literal["staggered", "lockstep"] = ARRIVALS
     """``staggered``: users start spread over the warm-up, each waits up to a second before its
     first turn and, without think time, a little before each later one, so lockstep cannot
     persist; ``lockstep``: every new user starts at once, with no jitter (the worst case, and
@@ -122,7 +124,7 @@ class RampConfig:
     """Tuning: asked every few seconds of a step's window (from a third of it on) with the window
     so far; a reason ends the step there (the trial is clearly dominated)."""
 
-    poll_s: float = 5.0
+    poll_s: float = POLL_S
     """The longest time between two readings of the server's /metrics during a step's window (also
     read at its start and end; a window shorter than 10 x this is read every tenth of it, at most
     once a second).

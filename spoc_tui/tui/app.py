@@ -59,7 +59,8 @@ from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources
 from spoc_tui.tui.svg import fix_file
 from spoc_tui.tui.widgets.panels import profile_text
 from spoc_tui.tune import events
-from spoc_tui.tune.setup import TuneArgs, build
+from spoc_tui.tune.args import TuneArgs
+from spoc_tui.tune.setup import build
 from spoc_tui.tune.study import TuneSession
 
 logger = logging.getLogger(__name__)

@@ -1,11 +1,10 @@
-"""A tuning study's request (:class:`TuneArgs`, what ``spoc tune`` and the Tune screen both
-fill in, with every default once) and :func:`build`, which checks it and makes the study."""
+"""A tuning study's request (:class:`TuneArgs`, :mod:`spoc_tui.tune.args`) checked, and the study
+made from it (:func:`build`)."""
 
 from __future__ import annotations
 
 import math
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
@@ -23,56 +22,9 @@ from spoc_tui.core.tunespace import (
 )
 from spoc_tui.load.ramp import RampConfig, RampError, scan_trace
 from spoc_tui.load.workload import load_workload
+from spoc_tui.tune.args import TuneArgs
 from spoc_tui.tune.evaluate import ServerEvaluator
 from spoc_tui.tune.study import TuneConfig
-
-DEFAULT_OBJECTIVES = "max:out_tok_s,min:ttft_p99"
-TUNE_PROFILE = "tuning"
-"""The chatbot's conversations without think time: every user has a request in flight, so the
-calibration reaches saturation and trials measure the server, not the workload's randomness."""
-SIM_LAUNCH = "spoc sim llama-3.1-8b --port {port} --dcgm-port 0 {flags}"
-VLLM_LAUNCH = "vllm serve MODEL --port {port} {flags}"
-
-
-@dataclass
-class TuneArgs:
-    launch: str
-    sla: str
-    out_dir: str
-    space: str | None = None
-    objectives: str = DEFAULT_OBJECTIVES
-    trials: int = 20
-    storage: str | None = None
-    study: str = "spoc"
-    resume: bool = False
-    worker: bool = False
-    profile: str = TUNE_PROFILE
-    users: str = "auto:256"
-    """``auto[:MAX]``: a calibration knee search on the first trial sets the reference load (see
-    :meth:`TuneSession._calibrate`); or explicit counts, the last the reference load."""
-    ref_users: int | None = None
-    step_seconds: float = 30.0
-    warmup_seconds: float = 5.0
-    seed: int = 0
-    population: int = 8
-    screen_pool: int = 32
-    tries: tuple[str, ...] = ()
-    repeat_pareto: int = 0
-    profile_best: bool = False
-    rerun_share: float = 0.1
-    env: tuple[str, ...] = ()
-    port: int | None = None
-    start_timeout: float = 600.0
-    model: str | None = None
-    tokenizer: str | None = None
-    workers: int = 0
-    api_key: str | None = field(default=None, repr=False)
-    trace: str | None = None
-    """Score flags on this traffic trace, replayed at ``speed`` in each trial (one step)."""
-    speed: float = 1.0
-    trace_format: str | None = None
-    trace_window: str | None = None
-    trace_max_rows: int | None = None
 
 
 class TuneArgsError(InputError, ValueError):

@@ -42,6 +42,7 @@ def test_replay_memory_benchmark_smoke():
         ("tune_quality.py", "hypervolume reached"),
         ("tune_noise.py", ""),
         ("client_referee.py", ""),
+        ("cli_startup.py", "spoc --help"),
     ],
 )
 def test_every_benchmark_runs_in_its_smoke_mode(script, says):

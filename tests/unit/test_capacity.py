@@ -211,7 +211,8 @@ def test_non_finite_numbers_are_refused_in_one_line(args):
 
 
 def test_the_service_refuses_non_finite_memory_too():
-    from spoc_tui.capacity.service import CapacityArgs, check_args
+    from spoc_tui.capacity.args import CapacityArgs
+    from spoc_tui.capacity.service import check_args
 
     with pytest.raises(CapacityError, match="--kv-cache-gib must be a positive number"):
         check_args(CapacityArgs("llama-3.1-8b", kv_cache_gib=float("nan")))

@@ -287,3 +287,22 @@ def test_ramp_and_tune_take_the_server_and_the_sla_by_the_same_rule(tmp_path):
         env={**env, "SPOC_SLA": "error_rate<=1"},
     )  # fmt: skip
     assert r.returncode == 2 and "write error_rate<=1%" in r.stderr
+
+
+def test_the_command_line_loads_no_heavy_module_until_a_command_runs():
+    """`spoc --help` stays fast (issue 35: it took 0.4-0.7 s): the CLI module loads none of
+    numpy, httpx, Optuna, Textual, Locust or aiohttp; the commands import them when they run
+    (benchmarks/cli_startup.py times it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, spoc_tui.cli.main; "
+        "print(','.join(m for m in ('numpy','httpx','optuna','textual','locust','gevent','aiohttp') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "", r.stdout + r.stderr
+    from spoc_tui.cli import options
+    from spoc_tui.collectors import http
+
+    assert (options.CA_ENV, options.INSECURE_ENV) == (http.CA_ENV, http.INSECURE_ENV)

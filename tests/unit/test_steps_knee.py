@@ -247,7 +247,7 @@ def test_builtins_listed():
 def test_spoc_tune_measures_with_the_chatbots_conversations_and_no_think_time():
     """Issue 16: the default tuning load keeps every user's request in flight (the calibration can
     reach saturation); otherwise it is the chatbot's conversation shape."""
-    from spoc_tui.tune.setup import TuneArgs
+    from spoc_tui.tune.args import TuneArgs
 
     tuning, chatbot = load_workload(TuneArgs.profile), load_workload("chatbot")
     assert tuning.name == "tuning" and tuning.think_s.sample(random.Random(0)) == 0

@@ -16,9 +16,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, Select, Static
 
+from spoc_tui.capacity.args import CapacityArgs
 from spoc_tui.capacity.service import (
     TYPICAL_CONTEXT,
-    CapacityArgs,
     compute,
     fits_instead,
     render,

@@ -21,6 +21,7 @@ from spoc_tui.core.tunespace import Objective
 from spoc_tui.load.workload import builtin_names
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
 from spoc_tui.tui.widgets.fields import Field
+from spoc_tui.tune.args import SIM_LAUNCH, VLLM_LAUNCH, TuneArgs
 from spoc_tui.tune.events import (
     Note,
     OthersDone,
@@ -36,7 +37,6 @@ from spoc_tui.tune.events import (
 )
 from spoc_tui.tune.records import Front, TrialRecord, compute_front
 from spoc_tui.tune.report import member_tag, pooled_text, value_text
-from spoc_tui.tune.setup import SIM_LAUNCH, VLLM_LAUNCH, TuneArgs
 
 __all__ = ["SIM_LAUNCH", "VLLM_LAUNCH", "TuneScreen"]
 
