@@ -57,6 +57,7 @@ from spoc_tui.tui.screens.monitor import MonitorScreen
 from spoc_tui.tui.screens.tune import TuneScreen
 from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources, check_sources
 from spoc_tui.tui.svg import fix_file
+from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.panels import profile_text
 from spoc_tui.tune import events
 from spoc_tui.tune.args import TuneArgs
@@ -101,6 +102,7 @@ class SpocApp(AsciiScreenshots, App[int]):
         self._ramp_badge = ""
         """The running ramp in a few words (:attr:`RampProgress.badge`), on the monitor's status line."""
         self._tune_session: TuneSession | None = None
+        self._profiling = False
         self.settings = settings
         self.sources = sources if sources is not None else build_sources(settings)
         self.start_workers = start_workers
@@ -296,6 +298,7 @@ class SpocApp(AsciiScreenshots, App[int]):
         if self.screen is not self.load_screen:
             self.action_monitor()  # from another screen: one screen above the monitor at a time
             self.push_screen("load")
+            self.call_after_refresh(self._set_background)
 
     def last_ramp(self) -> Path | None:
         """The newest ramp result in the data folder (the Load screen's and spoc ramp's default)."""
@@ -309,6 +312,7 @@ class SpocApp(AsciiScreenshots, App[int]):
         self.action_monitor()
         screen = CapacityScreen(self.last_ramp())
         self.push_screen(screen)
+        self.call_after_refresh(self._set_background)
         seen = self.monitor.seen()
         if seen is not None:
             self.call_after_refresh(screen.prefill, *seen)
@@ -426,6 +430,8 @@ class SpocApp(AsciiScreenshots, App[int]):
                 )
             )
             return
+        self._profiling = True
+        self._set_background()
         self._run_profile(Path(self.settings.trace_dir))
 
     @work(group="profile", exclusive=True, exit_on_error=False)
@@ -471,6 +477,8 @@ class SpocApp(AsciiScreenshots, App[int]):
         self.load_screen.show_profile_progress(message.text)
 
     def on_profile_finished(self, message: ProfileFinished) -> None:
+        self._profiling = False
+        self._set_background()
         if isinstance(message.breakdown, Breakdown):
             self.load_screen.show_profile(profile_text(message.breakdown))
         else:
@@ -490,6 +498,7 @@ class SpocApp(AsciiScreenshots, App[int]):
         if self.screen is not self.tune_screen:
             self.action_monitor()
             self.push_screen("tune")
+            self.call_after_refresh(self._set_background)
 
     @on(TuneScreen.StartRequested)
     def start_tune(self, request: TuneScreen.StartRequested) -> None:
@@ -628,11 +637,17 @@ class SpocApp(AsciiScreenshots, App[int]):
             out.append(f"a load ramp ({self._ramp_badge})" if self._ramp_badge else "a load ramp")
         if self._tune_session is not None:
             out.append("a tuning study")
+        if self._profiling:
+            out.append("a profile of the running step")
         return out
 
     def _set_background(self) -> None:
         work = self.running_work()
-        self.monitor.set_background(" and ".join(work) + " running" if work else "")
+        text = " and ".join(work) + " running" if work else ""
+        self.monitor.set_background(text)
+        for screen in {*self.screen_stack, self.load_screen, self.tune_screen}:  # every screen's badge
+            for badge in screen.query(WorkBadge):
+                badge.show(text)
 
     def action_monitor(self) -> None:
         while len(self.screen_stack) > 2 and self.screen is not self.monitor:

@@ -443,3 +443,33 @@ async def test_the_same_keys_work_on_every_screen():
             assert app.screen is app.monitor
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert titles.count("Screenshot") == 1 and titles.count("Quit") == 1
+
+
+async def test_a_running_ramp_shows_a_badge_on_every_screen():
+    """Issue 35: no badge said a ramp was running when the operator was on another screen."""
+    from spoc_tui.tui.widgets.badge import WorkBadge
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app._ramp_badge = "step 2 · 4 users · knee so far >4"
+
+        class Running:
+            is_running = True
+
+        app._ramp_worker = Running()  # type: ignore[assignment]
+        for key in ("l", "t", "c"):
+            await pilot.press(key)
+            await pilot.pause()
+            await pilot.pause()
+            (badge,) = app.screen.query(WorkBadge)
+            assert badge.display and "a load ramp (step 2 · 4 users" in str(badge.render()), key
+            app.set_focus(None)
+            await pilot.press("m")
+            await pilot.pause()
+        assert "a load ramp (step 2" in app.monitor.background
+        app._ramp_worker = None
+        app._set_background()
+        await pilot.press("l")
+        await pilot.pause()
+        await pilot.pause()
+        assert not app.screen.query_one(WorkBadge).display

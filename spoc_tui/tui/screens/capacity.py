@@ -30,6 +30,7 @@ from spoc_tui.core.errors import InputError
 from spoc_tui.core.fleetplan import PlanError, plan_from_ramp, plan_text
 from spoc_tui.core.presets import GPUS, MODELS, GpuSpec, ModelSpec, PresetError
 from spoc_tui.core.results import RampDoc, read_ramp
+from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.fields import Field
 
 
@@ -117,6 +118,7 @@ class CapacityScreen(Screen[None]):
                 yield Label("headroom")
                 yield Field("0.2", id="headroom", restrict=r"[0-9.]*")
             yield Static("", id="plan")
+        yield WorkBadge()
         yield Footer()
 
     def on_mount(self) -> None:

@@ -26,6 +26,7 @@ from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_US
 from spoc_tui.load.ramp import RampConfig, RampProgress
 from spoc_tui.load.report import KneeTone, check_lines, interval_strip, knee_sentence, step_cells, verdict, verdict_text
 from spoc_tui.load.workload import Workload, builtin_names, load_workload
+from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
@@ -234,6 +235,7 @@ class LoadScreen(Screen[None]):
                 yield Static(Text(TRACE_HINT, style="dim"), id="trace-view")
             with Vertical(classes="panel", id="profile-panel"):
                 yield Static(Text(PROFILE_HINT, style="dim"), id="profile-view")
+        yield WorkBadge()
         yield Footer()
 
     def on_mount(self) -> None:

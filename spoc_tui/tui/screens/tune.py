@@ -19,6 +19,7 @@ from spoc_tui.config import data_dir
 from spoc_tui.core.sla import DEFAULT_SLA, Limit
 from spoc_tui.core.tunespace import Objective
 from spoc_tui.load.workload import builtin_names
+from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tune.args import SIM_LAUNCH, VLLM_LAUNCH, TuneArgs
@@ -152,6 +153,7 @@ class TuneScreen(Screen[None]):
             with Vertical(classes="panel", id="pareto-panel"):
                 yield DataTable(id="pareto", cursor_type="row", zebra_stripes=False)
                 yield Static("", id="selected")
+        yield WorkBadge()
         yield Footer()
 
     def on_mount(self) -> None:

@@ -164,8 +164,11 @@ class ParetoPlot(Widget):
         grid: list[list[tuple[str, Style]]] = [[(" ", Style()) for _ in range(plot_w)] for _ in range(plot_h)]
         if not self.points:
             return grid
-        xs = [p.x for p in self.points] + [v for p in self.points if p.x_ci for v in p.x_ci if v == v]
-        ys = [p.y for p in self.points] + [v for p in self.points if p.y_ci for v in p.y_ci if v == v]
+        # the axes span the trials within the SLA (and their intervals): one that failed or missed it
+        # by far (a 79 s TTFT) would squash the front into a corner; it is drawn at the edge instead
+        scale = [p for p in self.points if p.kind != "breaks"] or self.points
+        xs = [p.x for p in scale] + [v for p in scale if p.x_ci for v in p.x_ci if v == v]
+        ys = [p.y for p in scale] + [v for p in scale if p.y_ci for v in p.y_ci if v == v]
         x0, x1 = min(xs), max(xs)
         y0, y1 = min(ys), max(ys)
         if x1 - x0 < 1e-12:
@@ -177,7 +180,7 @@ class ParetoPlot(Widget):
         def cell(p: tuple[float, float]) -> tuple[int, int]:
             cx = round((p[0] - x0) / (x1 - x0) * (plot_w - 1))
             cy = plot_h - 1 - round((p[1] - y0) / (y1 - y0) * (plot_h - 1))
-            return cx, cy
+            return max(0, min(plot_w - 1, cx)), max(0, min(plot_h - 1, cy))
 
         whisker = Style(color="yellow", dim=True)
         for p in self.points:

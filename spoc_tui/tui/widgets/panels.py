@@ -10,6 +10,7 @@ from textual.widgets import Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.alerts import Alert
+from spoc_tui.core.events import THROTTLE_HOLD_S
 from spoc_tui.core.fleet import lagging
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.kernels import CLASSES, IDLE
@@ -30,15 +31,16 @@ class ServerTable(DiffTable):
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(
             [
-                ("src", "Server / engine", 16),
+                # what tells replicas apart first (at 80 columns the last ones are off-screen)
+                ("src", "Server / engine", 18),
                 ("run", "Run", 4),
                 ("wait", "Wait", 5),
                 ("kv", "KV", 6),
-                ("hit", "Prefix", 6),
-                ("pre", "Preempt", 9),
-                ("in", "In t/s", 7),
-                ("out", "Out t/s", 7),
                 ("ttft", "TTFT p99", 8),
+                ("out", "Out t/s", 7),
+                ("pre", "Preempt", 9),
+                ("hit", "Prefix", 6),
+                ("in", "In t/s", 7),
                 ("shed", "Shed/s", 6),
             ],
             name=name,
@@ -47,8 +49,9 @@ class ServerTable(DiffTable):
         )
 
     @staticmethod
-    def _cells(label: str, v: EngineView, stale: bool, label_style: str = "") -> list[Cell]:
+    def _cells(label: str, v: EngineView, stale: bool, label_style: str = "", lagging: bool = False) -> list[Cell]:
         style = "dim" if stale else ""
+        ttft_style = "bold yellow" if lagging else style
         kv_style = "bold red" if (v.kv_cache_usage or 0) >= 0.9 else style
         wait_style = "bold yellow" if (v.waiting or 0) > 0 else style
         pre = fmt.count(v.preemptions_total)
@@ -61,11 +64,11 @@ class ServerTable(DiffTable):
             Text(fmt.num(v.running), style=style),
             Text(fmt.num(v.waiting), style=wait_style),
             Text(fmt.pct(v.kv_cache_usage, digits=1), style=kv_style),
-            Text(fmt.pct(v.prefix_cache_hit_rate), style=style),
-            Text(pre, style="bold red" if v.preemptions_rate else style),
-            Text(fmt.rate(v.prompt_tokens_rate, ""), style=style),
+            Text(fmt.seconds(v.latency["ttft"].p99), style=ttft_style),
             Text(fmt.rate(v.generation_tokens_rate, ""), style=style),
-            Text(fmt.seconds(v.latency["ttft"].p99), style=style),
+            Text(pre, style="bold red" if v.preemptions_rate else style),
+            Text(fmt.pct(v.prefix_cache_hit_rate), style=style),
+            Text(fmt.rate(v.prompt_tokens_rate, ""), style=style),
             Text("n/a" if shed is None else f"{shed:.2g}", style="bold red" if shed else style),
         ]
 
@@ -78,7 +81,8 @@ class ServerTable(DiffTable):
             stale = s.source in tick.stale
             mark = "✖ " if stale else ("▲ " if s.source in lags else "")
             label = mark + fmt.short_source(s.source)
-            rows[s.source] = self._cells(label, s.total, stale, "bold yellow" if s.source in lags else "")
+            lag = s.source in lags
+            rows[s.source] = self._cells(label, s.total, stale, "bold yellow" if lag else "", lagging=lag)
             if len(s.engines) > 1:
                 for e in s.engines:
                     rows[f"{s.source}#{e.engine}"] = self._cells(f"  engine {e.engine}", e, stale)
@@ -250,11 +254,26 @@ class GpuTable(DiffTable):
             id=id,
             classes=classes,
         )
+        self._throttled: dict[str, tuple[float, Text]] = {}
+        """Each GPU's last throttle reason and when it was seen: a GPU whose reason comes and goes
+        from one sample to the next keeps it shown (dimmed) for THROTTLE_HOLD_S, not blinking."""
+
+    def _held_reason(self, g: GpuSample, now: float) -> Text:
+        cell = _reason_text(g)
+        if g.throttle_reasons:
+            self._throttled[g.key] = (now, cell)
+            return cell
+        seen = self._throttled.get(g.key)
+        if seen is not None and now - seen[0] < THROTTLE_HOLD_S:
+            return Text(seen[1].plain, style="dim yellow")
+        self._throttled.pop(g.key, None)
+        return cell
 
     def show(self, tick: GpuTick, draggers: set[str], replicas: dict[str, str] | None = None) -> None:
         """``replicas``: GPU key -> the replica it serves (several servers; a column appears)."""
         rows: dict[str, list[Cell]] = {}
         replicas = replicas or {}
+        now = time.monotonic()
         multi_host = len({g.hostname for g in tick.gpus}) > 1
         # several hosts: the GPU names its host in full; mixed models: a column says which is which
         width = max((len(f"{g.hostname}:{g.gpu} sim") for g in tick.gpus if g.hostname), default=7)
@@ -290,7 +309,7 @@ class GpuTable(DiffTable):
                 Text(pw, style=style),
                 Text(fmt.pct(g.util_pct, fraction=False), style=style),
                 Text(fb, style=style),
-                _reason_text(g),
+                self._held_reason(g, now),
             ]
         self.sync(rows)
 
@@ -316,15 +335,20 @@ class TpPanel(ChangedStatic):
             t.append(note + "\n", style="dim")
         if not groups:
             t.append("TP groups: none (give --tp-groups 0-3,4-7 or run beside vLLM with NVML)\n", style="dim")
+        held = {a.key for a in alerts}
         for rep in groups:
             med = fmt.num(rep.median_clock_mhz)
-            slow = f"{rep.slowdown_pct:.0f}%" if rep.slowdown_pct is not None else fmt.NA
+            pct = rep.slowdown_pct
+            # under half a per cent is no slowdown, not "-0 %"
+            slow = fmt.NA if pct is None else ("none" if pct < 0.5 else f"-{pct:.0f}%")
             t.append(
                 f"TP {rep.name}: median SM {med} MHz, median {fmt.num(rep.median_temp_c, unit='C')}, slowest "
-                f"GPU -{slow}  "
+                f"GPU {slow}  "
             )
             if rep.draggers:
                 t.append("DRAGGED\n", style="bold red")
+            elif f"tp:{rep.name}" in held:  # the drag ended moments ago: its alert is still held below
+                t.append("recovered (alert held)\n", style="yellow")
             else:
                 t.append("ok\n", style="green")
         for a in alerts:
