@@ -4,8 +4,9 @@ htop and top fall back to ASCII there; so do we. Python itself runs in UTF-8 mod
 locale (PEP 538/540), so the check reads the locale the terminal was given (``LC_ALL``, else
 ``LC_CTYPE``, else ``LANG``), as ``nl_langinfo(CODESET)`` would under it; ``SPOC_ASCII=1`` or
 ``0`` decides outright. In ASCII mode every character the app draws passes through one table on
-its way out (the terminal driver's writes, the F8 and test screenshots): box drawing becomes
-``+-|``, blocks and braille ``#``-style marks, arrows ``^v<>``, bullets ``o`` and ``^``.
+its way out (the terminal driver's writes, the F8 and test screenshots), one character for one
+(the layout was measured in cells): box drawing becomes ``+-|``, blocks and braille ``#``-style
+marks, arrows ``^v<>``, bullets ``o`` and ``^``, ``≤`` ``<``.
 """
 
 from __future__ import annotations
@@ -32,16 +33,16 @@ _OTHER = {
     "◀": "<",
     "↑": "^",
     "↓": "v",
-    "→": "->",
-    "←": "<-",
+    "→": ">",
+    "←": "<",
     "·": ".",
     "…": "~",
     "×": "x",
     "✓": "v",
     "✗": "x",
-    "≤": "<=",
-    "≥": ">=",
-    "±": "+-",
+    "≤": "<",
+    "≥": ">",
+    "±": "~",
     "—": "-",
     "–": "-",
     "°": "o",
@@ -70,11 +71,15 @@ def _table() -> dict[int, str]:
 
 
 TABLE = _table()
+"""One ASCII character for each: a cell stays a cell (the layout was measured in cells)."""
+XML_TABLE = {**TABLE, **{cp: "&lt;" for cp, rep in TABLE.items() if rep == "<"}}
+"""The same for SVG text, where a bare ``<`` would end the document's text."""
 
 
-def to_ascii(text: str) -> str:
-    """``text`` with every glyph the app draws in ASCII (anything else non-ASCII: ``?``)."""
-    out = text.translate(TABLE)
+def to_ascii(text: str, xml: bool = False) -> str:
+    """``text`` with every glyph the app draws in ASCII, one character each (anything else
+    non-ASCII: ``?``); ``xml``: inside an SVG, ``<`` escaped."""
+    out = text.translate(XML_TABLE if xml else TABLE)
     if out.isascii():
         return out
     return "".join(c if c.isascii() else "?" for c in out)
@@ -107,4 +112,4 @@ class AsciiScreenshots:
 
     def export_screenshot(self, *args: Any, **kwargs: Any) -> str:
         svg: str = super().export_screenshot(*args, **kwargs)  # type: ignore[misc]
-        return to_ascii(svg) if self.ascii_mode else svg
+        return to_ascii(svg, xml=True) if self.ascii_mode else svg

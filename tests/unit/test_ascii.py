@@ -14,7 +14,8 @@ def test_the_locale_decides_and_spoc_ascii_overrides():
 def test_every_glyph_the_app_draws_becomes_ascii():
     drawn = "╭─ Servers ─╮│ ● a:8000 healthy · ▲ b lags… ↑↓→ ⣿⠀▁▂█ ≤ 2s ━╌┤└ ◇×"
     out = to_ascii(drawn)
-    assert out.isascii()
-    assert out.startswith("+- Servers -+| o a:8000 healthy . ^ b lags~ ^v-> . _")
+    assert out.isascii() and len(out) == len(drawn)  # one cell stays one cell: the layout holds
+    assert out.startswith("+- Servers -+| o a:8000 healthy . ^ b lags~ ^v> . __# < 2s --++ ox")
+    assert to_ascii("<p>≤ 1s</p>", xml=True) == "<p>&lt; 1s</p>"  # inside an SVG
     assert to_ascii("\x1b[1;31mred\x1b[0m") == "\x1b[1;31mred\x1b[0m"  # escape sequences pass untouched
     assert to_ascii("日本") == "??"

@@ -49,6 +49,10 @@ def _n(v: float) -> str:
     return f"{v / 1000:.3g}k" if v >= 1000 else f"{v:.3g}"
 
 
+WIDE_COLUMNS = 170
+"""From this many columns the monitor's panels go two by two."""
+
+
 class MonitorScreen(Screen[None]):
     """Live view. Handlers apply whole ticks; widgets never fetch anything."""
 
@@ -104,9 +108,10 @@ class MonitorScreen(Screen[None]):
         yield Static(self.title_text, id="title")
         with VerticalScroll(id="body"):
             with Vertical(id="servers-panel", classes="panel"):
+                # the verdict first: at 80x24 the headline (a growing queue, a full KV cache) is the top line
+                yield ChangedStatic("", id="verdicts")
                 yield ChangedStatic("", id="server-info")
                 yield ServerTable(id="servers")
-                yield ChangedStatic("", id="verdicts")
                 yield ChangedStatic("", id="spec")
             with Vertical(id="latency-panel", classes="panel"):
                 yield LatencyTable(id="latency")
@@ -183,10 +188,22 @@ class MonitorScreen(Screen[None]):
             return
         body = self.body
         width = body.size.width
+        # a wide terminal: panels two by two (the servers, events and charts across), not one
+        # narrow column with most of the width empty
+        wide = width >= WIDE_COLUMNS
+        if body.has_class("-wide") != wide:
+            body.set_class(wide, "-wide")
+            self.call_after_refresh(self._fit_charts)  # the panels moved: measure again
+            return
         cols = 4 if width >= 156 else 3 if width >= 108 else 2
         n = len(self.charts.children)
         rows = math.ceil(n / cols)
-        used = sum(w.outer_size.height for w in body.children if w is not self.charts and w.display)
+        # what the panels above take: where the charts start in the body's content
+        used = (
+            self.charts.virtual_region.y
+            if wide
+            else sum(w.outer_size.height for w in body.children if w is not self.charts and w.display)
+        )
         height = max(rows * 7, body.size.height - used)
         if self.charts.styles.grid_size_columns != cols:
             self.charts.styles.grid_size_columns = cols
