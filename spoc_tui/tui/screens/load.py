@@ -128,6 +128,10 @@ class LoadScreen(Screen[None]):
     LoadScreen #form3 { height: auto; padding: 0 1; }
     LoadScreen #form3 Label { padding: 0 1 0 0; }
     LoadScreen #form3 Input { width: 8; }
+    LoadScreen #form4 { height: auto; padding: 0 1; }
+    LoadScreen #form4 Label { padding: 0 1 0 0; }
+    LoadScreen #form4 #trace { width: 1fr; }
+    LoadScreen #form4 #speeds { width: 14; }
     LoadScreen #buttons { height: auto; padding: 0 1; }
     LoadScreen #buttons Button { margin-right: 2; min-width: 12; }
     LoadScreen #charts { height: auto; margin-top: 1; }

@@ -124,6 +124,8 @@ class TuneScreen(Screen[None]):
             with Horizontal(classes="row"):
                 yield Label("SLA")
                 yield Field(DEFAULT_SLA, id="sla")
+            # the SLA has a row of its own: at 80 columns it was cut beside the counts (issue 35)
+            with Horizontal(classes="row"):
                 yield Label("trials")
                 yield Field(str(TuneArgs.trials), id="trials", restrict=r"[0-9]*")
                 yield Label("users")
