@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import Static
 
@@ -315,15 +316,26 @@ class GpuTable(DiffTable):
 
 
 class ChangedStatic(Static):
-    """A Static that skips the update (and the re-layout) when the text is unchanged."""
+    """A Static that skips the update when the text is unchanged, and the re-layout of the whole
+    screen when its height is (a figure changing every second is a repaint of these lines, not a
+    reflow of every panel: that reflow was most of the monitor's CPU)."""
 
     _last: tuple[object, ...] | None = None
+    _rows: int | None = None
 
     def show_text(self, t: Text) -> None:
         sig = (t.plain, tuple(t.spans))
-        if sig != self._last:
-            self._last = sig
-            self.update(t)
+        if sig == self._last:
+            return
+        self._last = sig
+        width = self.content_size.width
+        rows = sum(max(1, -(-cell_len(line) // width)) for line in t.plain.split("\n")) if width > 0 else None
+        layout = rows is None or rows != self._rows
+        self._rows = rows
+        self.update(t, layout=layout)
+
+    def on_resize(self) -> None:
+        self._rows = None  # wraps differently: the next text lays out again
 
 
 class TpPanel(ChangedStatic):

@@ -7,11 +7,13 @@ with the span, and a dashed limit line (an SLA, a power limit) that is always in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -102,6 +104,7 @@ class TimeChart(Widget):
         self.now = 0.0
         self.note = ""
         self._cache: tuple[object, list[Strip]] | None = None
+        self._plot_key: object = None
 
     def show(
         self,
@@ -111,9 +114,40 @@ class TimeChart(Widget):
         limit: tuple[str, float] | None = None,
         note: str = "",
     ) -> None:
-        self.lines, self.now, self.span_s, self.limit, self.note = list(lines), now, span_s, limit, note
+        self.lines, self.span_s, self.limit, self.note = list(lines), span_s, limit, note
+        # the plot moves one dot column at a time (span / dots across): between two such steps only
+        # the title row's latest values change, so only that row is redrawn (eight charts redrawn
+        # whole every second were a third of the monitor's CPU)
+        width = self.size.width
+        dt = span_s / max(2, 2 * (width - self.GUTTER - 1)) if width else 0.0
+        self.now = math.ceil(now / dt) * dt if dt > 0 else now  # every point so far is in view
+        key = (self.size, self.now, span_s, limit, note, tuple((ln.label, ln.color) for ln in self.lines))
+        if self._cache is not None and key == self._plot_key and self._cache[0] == (width, self.size.height):
+            strips = self._cache[1]
+            if strips:
+                strips[0] = self._title(width)
+                self.refresh(Region(0, 0, width, 1))
+            return
+        self._plot_key = key
         self._cache = None
         self.refresh()
+
+    def _title(self, width: int) -> Strip:
+        """The title row: the chart's name, each line's label (in its colour, or with its mark
+        without colour) with its latest value, and the limit."""
+        base = self.rich_style
+        plain = bool(getattr(self.app, "ascii_mode", False) or self.app.no_color) and len(self.lines) > 1
+        segs = [Segment(self.title, base + Style(bold=True))]
+        for i, ln in enumerate(self.lines):
+            last = next((v for _, v in reversed(ln.points) if v is not None), None)
+            shown = self.fmt_value(last) if last is not None else "n/a"
+            mark = MARKERS[i % len(MARKERS)] if plain else "━"
+            segs.append(
+                Segment(f"  {mark} {ln.label} {shown}" if len(self.lines) > 1 else f"  {shown}", Style(color=ln.color))
+            )
+        if self.limit is not None:
+            segs.append(Segment(f"  ╌ {self.limit[0]} {self.fmt_value(self.limit[1])}", Style(color="red")))
+        return Strip(segs).crop(0, width).adjust_cell_length(width, base)
 
     def _range(self, cols: list[list[float | None]]) -> tuple[float, float]:
         vals = [v for c in cols for v in c if v is not None]
@@ -126,21 +160,8 @@ class TimeChart(Widget):
     def _strips(self, width: int, height: int) -> list[Strip]:
         base = self.rich_style
         dim = base + Style(dim=True)
-        bold = base + Style(bold=True)
-        strips: list[Strip] = []
         plain = bool(getattr(self.app, "ascii_mode", False) or self.app.no_color) and len(self.lines) > 1
-        # title row: the chart's name, then each line's label in its colour with its latest value
-        segs = [Segment(self.title, bold)]
-        for i, ln in enumerate(self.lines):
-            last = next((v for _, v in reversed(ln.points) if v is not None), None)
-            shown = self.fmt_value(last) if last is not None else "n/a"
-            mark = MARKERS[i % len(MARKERS)] if plain else "━"
-            segs.append(
-                Segment(f"  {mark} {ln.label} {shown}" if len(self.lines) > 1 else f"  {shown}", Style(color=ln.color))
-            )
-        if self.limit is not None:
-            segs.append(Segment(f"  ╌ {self.limit[0]} {self.fmt_value(self.limit[1])}", Style(color="red")))
-        strips.append(Strip(segs).crop(0, width).adjust_cell_length(width, base))
+        strips: list[Strip] = [self._title(width)]
         plot_h = height - 2
         plot_w = max(1, width - self.GUTTER - 1)
         if plot_h < 1:
