@@ -78,6 +78,11 @@ if ! command -v prometheus >/dev/null 2>&1 && [ ! -x /usr/bin/prometheus ]; then
   apt_install prometheus prometheus
 fi
 
+# spoc report's pages are opened in a real headless browser by the tests (Debian's Chromium)
+if ! command -v chromium >/dev/null 2>&1; then
+  apt_install chromium chromium
+fi
+
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
   apt_install postgresql postgresql
 fi

@@ -910,8 +910,10 @@ def _register() -> None:
     from spoc_tui.cli.plan import plan_cmd
     from spoc_tui.cli.profile import profile_cmd
     from spoc_tui.cli.replay import replay_cmd
+    from spoc_tui.cli.report import report_cmd
     from spoc_tui.cli.trace import trace_cmd
 
+    cli.add_command(report_cmd)
     cli.add_command(profile_cmd)
     cli.add_command(trace_cmd)
     cli.add_command(plan_cmd)
