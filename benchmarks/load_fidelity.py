@@ -28,7 +28,7 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from spoc_tui.core.knee import FixedUsers  # noqa: E402
-from spoc_tui.core.steps import parse_sla  # noqa: E402
+from spoc_tui.core.sla import parse_sla  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
 from spoc_tui.load.workload import WORDS, load_workload  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 SMOKE = "--smoke" in sys.argv
-"""make test runs it so (that the script runs, not its figures): the simulator, 2 repeats of 4 s."""
+"""make test runs it so (that the script runs, not its figures): the simulator, 2 repeats of 6 s at 8 users."""
 if SMOKE:
-    ARGS = ["sim", "2", "4"]
+    ARGS = ["sim", "2", "6"]
 TARGETS = ARGS[0] if ARGS else "both"
 REPEATS = int(ARGS[1]) if len(ARGS) > 1 else 4
 STEP_S = float(ARGS[2]) if len(ARGS) > 2 else 30.0
@@ -72,6 +73,7 @@ def measure(target: str) -> dict[str, float] | None:
         sys.executable, "-m", "spoc_tui.cli", "tune", "--launch", template, "--sla", SLA, "--objectives", OBJECTIVES,
         "--trials", "1", "--repeat-pareto", str(REPEATS), "--step-seconds", str(STEP_S), "--out", str(out),
         "--rerun-share", "0", *extra, *(["--profile", PROFILE] if PROFILE else []),
+        *(["--warmup-seconds", "2", "--users", "8"] if SMOKE else []),
     ]  # fmt: skip
     r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=3600)
     if r.returncode != 0:
@@ -95,7 +97,10 @@ def measure(target: str) -> dict[str, float] | None:
     }
     print(f"coefficient of variation: out tok/s {cv['out_tok_s']:.3f}, ITL p99 {cv['itl_p99']:.3f}")
     print(f"-> python benchmarks/tune_quality.py --noise --cv={cv['out_tok_s']:.3f},{cv['itl_p99']:.3f}")
-    print(f"(study in {out})")
+    if SMOKE:
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        print(f"(study in {out})")
     return cv
 
 

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from spoc_tui.core.knee import FixedUsers  # noqa: E402
 from spoc_tui.core.pareto import hypervolume, pareto_indices  # noqa: E402
-from spoc_tui.core.steps import parse_sla  # noqa: E402
+from spoc_tui.core.sla import parse_sla  # noqa: E402
 from spoc_tui.core.tunespace import load_space, objective_value, parse_objectives  # noqa: E402
 from spoc_tui.load.ramp import RampConfig  # noqa: E402
 from spoc_tui.load.workload import load_workload  # noqa: E402
@@ -125,6 +125,7 @@ class Lookup:
         self.table = table
         self.cv = cv
         self.rng = random.Random(seed)
+        self.ramp = RAMP  # the study asks its evaluator's ramp (fixed users: no calibration)
 
     def stop(self) -> None:
         pass

@@ -172,16 +172,16 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: floa
     with Tap(port_of(url), out / "wire.bin") as tap:
         result = await run_ramp(cfg)
     s = result.steps[-1]
-    res: dict[str, Any] = {f"{m}_{p}": float(s.latency[m][p]) for m, p in KEYS if s.latency[m][p] is not None}
+    res: dict[str, Any] = {f"{m}_{p}": v for m, p in KEYS if (v := s.latency.of(m).stat(p)) is not None}
     res["out_tok_s"] = s.output_tokens_per_s
     res["n"] = float(s.requests)
     rows = [json.loads(x) for x in (out / "ramp" / "requests.jsonl").read_text().splitlines()]
     mine = [r for r in rows if r["ok"] and r["step"] == s.step]
     res["in_tok"] = sum(r["prompt_tokens"] or 0 for r in mine) / max(1, len(mine))
     res["out_tok"] = sum(r["output_tokens"] or 0 for r in mine) / max(1, len(mine))
-    res["client_saturated"] = float(bool((s.client or {}).get("saturated")))
+    res["client_saturated"] = float(s.client.saturated)
     res["wire"] = spoc_vs_wire([r for r in mine if r["ttft"] is not None], tap.responses())
-    res["client_reason"] = (s.client or {}).get("reason") or ""
+    res["client_reason"] = s.client.reason or ""
     return res
 
 
@@ -241,12 +241,12 @@ def analyse_side(out: Path, half: int) -> tuple[dict[str, Any], dict[str, Any]]:
     mine = [RequestSample.from_dict(r) for r in rows if r["step"] == 1]
     inside = [r for r in mine if w0 <= r.start and (r.end or r.start) <= w1]
     s = summarize_step(1, half, inside, w1 - w0, limits)
-    ours: dict[str, Any] = {f"{m}_{p}": float(s.latency[m][p]) for m, p in KEYS if s.latency[m][p] is not None}
+    ours: dict[str, Any] = {f"{m}_{p}": v for m, p in KEYS if (v := s.latency.of(m).stat(p)) is not None}
     ours["out_tok_s"] = s.output_tokens_per_s
     ours["n"] = float(s.requests)
     # spoc's own 95 % intervals on these figures (the ramp's: order statistics, bootstrap for ITL)
-    ours["ci95"] = {f"{m}_{p}": s.latency[m].get("ci95", {}).get(p) for m, p in KEYS}
-    ours["ci95"]["out_tok_s"] = s.ci95.get("output_tokens_per_s")
+    ours["ci95"] = {f"{m}_{p}": list(s.latency.of(m).interval(p)) for m, p in KEYS}
+    ours["ci95"]["out_tok_s"] = list(s.ci95.output_tokens_per_s)
     ok = [r for r in inside if r.ok]
     ours["in_tok"] = sum(r.prompt_tokens or 0 for r in ok) / max(1, len(ok))
     ours["out_tok"] = sum(r.output_tokens or 0 for r in ok) / max(1, len(ok))

@@ -251,7 +251,9 @@ def test_occupied_port_and_bad_input_are_one_line_errors(files):
         r = subprocess.run(tune_argv(files, "--port", str(port)), capture_output=True, text=True, timeout=60)
     finally:
         srv.close()
-    assert r.returncode == 1 and "already served by another process" in r.stderr and "Traceback" not in r.stderr
+    # the message names the holder: this test's own process (issue 35: say which process holds the port)
+    assert r.returncode == 1 and f"already served by pid {os.getpid()} (" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
     cases = [
         (["--launch", "/nonexistent/vllm serve m --port {port}"], "not a command"),
         (["--space", "/nonexistent.toml"], "No such file"),
