@@ -19,7 +19,15 @@ PKG = Path(__file__).resolve().parents[2] / "spoc_tui"
 LAYERS: list[set[str]] = [
     {"spoc_tui.core"},
     {"spoc_tui.collectors", "spoc_tui.procs"},
-    {"spoc_tui.load", "spoc_tui.tune", "spoc_tui.capacity", "spoc_tui.sim", "spoc_tui.config", "spoc_tui.profile"},
+    {
+        "spoc_tui.load",
+        "spoc_tui.tune",
+        "spoc_tui.capacity",
+        "spoc_tui.sim",
+        "spoc_tui.config",
+        "spoc_tui.profile",
+        "spoc_tui.report",
+    },
     {"spoc_tui.tui", "spoc_tui.cli"},
 ]
 """Lowest first. Packages in one layer may import each other (no cycles); ``collectors`` and
