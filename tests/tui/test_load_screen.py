@@ -223,6 +223,7 @@ async def test_a_trace_replayed_from_the_load_screen(tmp_path):
     from spoc_tui.procs.ports import free_ports
     from spoc_tui.sim.process import start_sim
     from spoc_tui.tui.app import SpocApp
+    from spoc_tui.tui.screens.confirm import ConfirmScreen
 
     trace = tmp_path / "t.jsonl"
     trace.write_text(
@@ -261,10 +262,13 @@ async def test_a_trace_replayed_from_the_load_screen(tmp_path):
             scr.query_one("#trace").value = str(bad)
             scr.query_one("#speeds").value = "1"
             await pilot.press("ctrl+r")
-            for _ in range(40):
+            for _ in range(80):  # (the ramp starts asynchronously: wait for its end, not for "not running")
                 await asyncio.sleep(0.25)
-                if not scr.running:
+                if isinstance(app.screen, ConfirmScreen):  # the last replay's tail still runs: start anyway
+                    await pilot.press("y")
+                if "input_length" in str(scr.status.render()):
                     break
             assert "line 1: input_length is 'many'" in str(scr.status.render())
+            assert not scr.running
     finally:
         proc.stop()
