@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
@@ -31,7 +29,7 @@ from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter
 from spoc_tui.core.sla import DEFAULT_SLA, parse_budget, parse_rates, parse_sla, parse_users
 from spoc_tui.core.textsafe import for_terminal
-from spoc_tui.core.traces import FORMATS as TRACE_FORMATS
+from spoc_tui.core.traceformats import FORMATS as TRACE_FORMATS
 from spoc_tui.load import defaults as ramp_defaults
 from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS
 from spoc_tui.sim.options import SCENARIOS, SimOptions
@@ -809,6 +807,9 @@ def load_worker(master: str, master_port: int, url: str, model: str, profile: st
     from spoc_tui.load.workload import load_workload
 
     prof = load_workload(profile)
+    import subprocess
+    import tempfile
+
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prof.as_dict(), f)
     argv = runner_argv(

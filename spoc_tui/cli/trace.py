@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from spoc_tui.core.traces import FORMATS
+from spoc_tui.core.traceformats import FORMATS
 
 F = TypeVar("F", bound=Callable[..., Any])
 

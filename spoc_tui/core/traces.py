@@ -40,14 +40,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
 from spoc_tui.core.errors import InputError
 
-TraceFormat = Literal["mooncake", "bailian", "burstgpt", "azure", "weka", "spoc"]
-FORMATS: tuple[TraceFormat, ...] = ("mooncake", "bailian", "burstgpt", "azure", "weka", "spoc")
-BLOCK_TOKENS: dict[TraceFormat, int] = {"mooncake": 512, "bailian": 16, "weka": 64}
-"""Tokens one hash id stands for, as each format publishes it."""
+# the formats' names live in a light module (spoc --help lists them); re-exported here
+from spoc_tui.core.traceformats import BLOCK_TOKENS as BLOCK_TOKENS
+from spoc_tui.core.traceformats import FORMATS as FORMATS
+from spoc_tui.core.traceformats import TraceFormat as TraceFormat
+
 SPOC_TRACE_VERSION = 1
 
 
