@@ -432,8 +432,12 @@ class TextMaker:
                 i = min(range(nw), key=self._first.__getitem__)
             else:
                 return self._text_by_encoding(tokens, rng)
-        words = [WORDS[i]]
-        left = tokens - self._first[i]
+        return self._append_words([WORDS[i]], tokens - self._first[i], rng)
+
+    def _append_words(self, words: list[str], left: int, rng: random.Random) -> str:
+        """``words`` and then words whose counts after a space add up to ``left`` tokens exactly
+        (the fast path: a one-token word where a drawn one would overshoot), joined."""
+        nw = len(WORDS)
         while left > 0:
             j = rng.randrange(nw)
             if self._after[j] > left:
@@ -441,6 +445,11 @@ class TextMaker:
             words.append(WORDS[j])
             left -= self._after[j]
         return " ".join(words)
+
+    def continuation(self, tokens: int, rng: random.Random) -> str:
+        """Text of exactly ``tokens`` tokens where it follows a space (after other text); only with
+        additive counts (:attr:`additive`)."""
+        return self._append_words([], tokens, rng)
 
     def _text_by_encoding(self, tokens: int, rng: random.Random) -> str:
         words: list[str] = []
@@ -527,16 +536,7 @@ class TracePrompts:
         m = self.maker
         if at_start or not m.additive:
             return m.text(tokens, rng)
-        nw = len(WORDS)
-        words: list[str] = []
-        left = tokens
-        while left > 0:  # each word's count after a space: the words add up to ``tokens`` exactly
-            j = rng.randrange(nw)
-            if m._after[j] > left:
-                j = rng.choice(m._ones)
-            words.append(WORDS[j])
-            left -= m._after[j]
-        return " ".join(words)
+        return m.continuation(tokens, rng)
 
 
 def plan_conversation(

@@ -132,11 +132,16 @@ class TimeChart(Widget):
         self._cache = None
         self.refresh()
 
+    @property
+    def _plain(self) -> bool:
+        """Lines told apart by marks, not colour: without colour (``NO_COLOR``) or in ASCII."""
+        return bool(getattr(self.app, "ascii_mode", False) or self.app.no_color) and len(self.lines) > 1
+
     def _title(self, width: int) -> Strip:
         """The title row: the chart's name, each line's label (in its colour, or with its mark
         without colour) with its latest value, and the limit."""
         base = self.rich_style
-        plain = bool(getattr(self.app, "ascii_mode", False) or self.app.no_color) and len(self.lines) > 1
+        plain = self._plain
         segs = [Segment(self.title, base + Style(bold=True))]
         for i, ln in enumerate(self.lines):
             last = next((v for _, v in reversed(ln.points) if v is not None), None)
@@ -160,7 +165,7 @@ class TimeChart(Widget):
     def _strips(self, width: int, height: int) -> list[Strip]:
         base = self.rich_style
         dim = base + Style(dim=True)
-        plain = bool(getattr(self.app, "ascii_mode", False) or self.app.no_color) and len(self.lines) > 1
+        plain = self._plain
         strips: list[Strip] = [self._title(width)]
         plot_h = height - 2
         plot_w = max(1, width - self.GUTTER - 1)
