@@ -3,11 +3,11 @@ study, or two ramps compared."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import click
+
+from spoc_tui.core.files import write_atomic
 
 
 def _kind(path: Path) -> str:
@@ -23,14 +23,7 @@ def _kind(path: Path) -> str:
 
 def _write(path: Path, text: str) -> None:
     """Whole or not at all (a temporary file renamed)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomic(path, text)
 
 
 @click.command("report")

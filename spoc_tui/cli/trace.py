@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 
@@ -61,20 +59,19 @@ def convert_cmd(path: str, fmt: str | None, filters: tuple[str, ...], out: str) 
     """Write the trace in spoc's own JSONL (docs/traces.md), the rows to send only; the file
     appears whole or not at all."""
     from spoc_tui.core.errors import InputError
+    from spoc_tui.core.files import write_atomic
     from spoc_tui.core.traces import TraceRead, parse_filters, read_trace, write_spoc
 
-    target = Path(out)
     read = TraceRead()
+    n = 0
+
+    def rows(f: TextIO) -> None:
+        nonlocal n
+        n = write_spoc(read_trace(Path(path), fmt, parse_filters(filters), read), f)  # type: ignore[arg-type]
+
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", suffix=".part")
+        write_atomic(out, rows)
     except OSError as e:
         raise InputError(f"--out {out}: cannot write there ({e.strerror or e})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            n = write_spoc(read_trace(Path(path), fmt, parse_filters(filters), read), f)  # type: ignore[arg-type]
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     skipped = "; ".join(f"{k} {why}" for why, k in sorted(read.skipped.items()))
     click.echo(f"wrote {n:,} rows to {out}" + (f" (skipped {skipped})" if skipped else ""))

@@ -1,10 +1,15 @@
-"""Reading a small text file the user named, with a bound: a replay, a trace or a saved
-exposition named as ``/dev/zero``, a FIFO or a multi-gigabyte file must be refused, not read
-forever (issue 17, item 10)."""
+"""Files, read and written safely: a small text file the user named is read with a bound (a
+replay, a trace or a saved exposition named as ``/dev/zero``, a FIFO or a multi-gigabyte file must
+be refused, not read forever: issue 17, item 10), and a result file is written whole or not at all
+(:func:`write_atomic`)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from spoc_tui.core.errors import InputError
 
@@ -39,3 +44,25 @@ def read_text_bounded(path: str | Path, limit: int = MAX_FILE) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise FileReadError("not UTF-8 text") from None
+
+
+def write_atomic(path: str | Path, content: str | Callable[[TextIO], object]) -> None:
+    """Write ``path`` whole or not at all: into a temporary file beside it, then renamed over it
+    (a reader never sees half a file, a crash leaves the old one). ``content`` is the text, or a
+    function that writes to the open file. No temporary file is left behind, whatever fails.
+
+    Raises:
+        OSError: the folder cannot be written (the caller says which file, in its words).
+    """
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            if isinstance(content, str):
+                f.write(content)
+            else:
+                content(f)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

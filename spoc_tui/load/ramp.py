@@ -9,14 +9,12 @@ use, preemptions, GPU clocks and throttling) next to the client's, and writes
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
 import os
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,6 +28,7 @@ from spoc_tui.collectors.http import RedirectRefused, new_client, request, tls_e
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
+from spoc_tui.core.files import write_atomic
 from spoc_tui.core.inference import infer_knee
 from spoc_tui.core.knee import (
     BisectSearch,
@@ -353,16 +352,9 @@ class ResultWriter:
     def write(self, steps: list[StepSummary], knee: Knee, status: RampStatus) -> None:
         """Raises: RampError when the file cannot be written (no temporary file is left)."""
         text = encode_ramp(self.header, steps, knee, status, time.time())
-        tmp = ""
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.out_dir, prefix=".ramp-", suffix=".json")
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, self.out_dir / "ramp.json")
+            write_atomic(self.out_dir / "ramp.json", text)
         except OSError as e:
-            if tmp:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
             raise RampError(f"cannot write {self.out_dir}/ramp.json ({e.strerror or e})") from None
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from spoc_tui.core.errors import EXIT_USAGE, SpocError
+from spoc_tui.core.files import write_atomic
 from spoc_tui.procs.group import owner_stamp
 
 
@@ -101,7 +102,6 @@ def mark_interrupted(path: Path, reason: str) -> bool:
     finished step it holds is kept). The load generator does this when it finds its parent gone,
     so even a SIGKILL leaves a final status. Returns whether the file was changed."""
     import json
-    import tempfile
 
     from spoc_tui.core.results import ResultError, schema_of
 
@@ -118,10 +118,7 @@ def mark_interrupted(path: Path, reason: str) -> bool:
     doc["status"] = "interrupted"
     doc["stop_reason"] = reason
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".interrupted-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2, allow_nan=False)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(doc, indent=2, allow_nan=False))
     except (OSError, ValueError):
         return False
     return True

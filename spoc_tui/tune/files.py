@@ -4,14 +4,13 @@ schema, commands redacted by the one redactor."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from spoc_tui.core import results
+from spoc_tui.core.files import write_atomic
 from spoc_tui.core.noisyfront import MAX_RUNS
 from spoc_tui.core.redact import redact_argv, redact_url
 from spoc_tui.core.sla import Limit
@@ -126,7 +125,4 @@ class StudyFiles:
             },
             "updated_at": time.time(),
         }
-        fd, tmp = tempfile.mkstemp(dir=cfg.out_dir, prefix=".pareto-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            f.write(results.dumps(doc))
-        os.replace(tmp, cfg.out_dir / "pareto.json")
+        write_atomic(cfg.out_dir / "pareto.json", results.dumps(doc))
