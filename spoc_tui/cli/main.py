@@ -913,6 +913,7 @@ def _register() -> None:
     from spoc_tui.cli.replay import replay_cmd
     from spoc_tui.cli.report import report_cmd
     from spoc_tui.cli.trace import trace_cmd
+    from spoc_tui.cli.twin import twin_cmd
 
     cli.add_command(report_cmd)
     cli.add_command(profile_cmd)
@@ -920,6 +921,7 @@ def _register() -> None:
     cli.add_command(plan_cmd)
     cli.add_command(replay_cmd)
     cli.add_command(compare_cmd)
+    cli.add_command(twin_cmd)
 
 
 _register()

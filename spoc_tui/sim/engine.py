@@ -24,6 +24,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from spoc_tui.core.capacity import CapacityError, IterationCost, iteration_time, kv_bytes_per_token, plan
 from spoc_tui.core.engineflags import BLOCK_SIZES, EngineFlags
 from spoc_tui.core.presets import GpuSpec, ModelSpec
@@ -111,7 +113,7 @@ class EngineConfig(EngineFlags):
             raise CapacityError(f"max-num-batched-tokens ({mbt}) must be at least max-num-seqs ({self.max_num_seqs})")
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself: list.remove and `in` compare identity, not every field
 class SimRequest:
     rid: str
     prompt: list[int]
@@ -168,9 +170,10 @@ class PrefixCache:
         n = len(tokens) // block_size
         if limit is not None:
             n = min(n, limit)
+        raw = np.asarray(tokens[: n * block_size], dtype="<u4").tobytes()  # each id as 4 bytes, little-endian
+        step = 4 * block_size
         for i in range(n):
-            blk = tokens[i * block_size : (i + 1) * block_size]
-            prev = hashlib.blake2b(prev + b"".join(t.to_bytes(4, "little") for t in blk), digest_size=12).digest()
+            prev = hashlib.blake2b(prev + raw[i * step : (i + 1) * step], digest_size=12).digest()
             out.append(prev)
         return out
 
@@ -343,6 +346,11 @@ class SimEngine:
 
     def abort(self, req: SimRequest) -> None:
         req.aborted = True
+
+    def outside_s(self, prompt_tokens: int) -> float:
+        """Seconds a request spends outside the engine before it reaches the scheduler (HTTP,
+        tokenizing): none in the simulator (its own HTTP is real); a twin's calibrated figure."""
+        return 0.0
 
     def _share(self, req: SimRequest) -> None:
         """Offer the request's newly computed full prompt blocks to requests that arrive while it

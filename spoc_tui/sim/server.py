@@ -251,6 +251,9 @@ class SimServer:
             on_finish=on_finish,
             out_seed=self._rng.randrange(1 << 30),
         )
+        delay = eng.outside_s(len(prompt))
+        if delay > 0:
+            await asyncio.sleep(delay / eng.cfg.speed)
         eng.add(req)
         self.wake.set()
         created = int(time.time())

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from spoc_tui.core.steps import RequestSample
-from spoc_tui.load.workload import Workload
+from spoc_tui.load.workload import Workload, jitter
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest, tokenize
 
 TEMPLATE_TOKENS = 4
@@ -47,6 +47,10 @@ class _User:
     tokens: list[float] = field(default_factory=list)
     busy: bool = False
     """A request in flight or a next turn scheduled."""
+    last_s: float | None = None
+    """How long its last request took (None before its first), for the ramp's jitter."""
+    waited: bool = False
+    """This turn's jitter is behind it."""
 
 
 def draw_turns(workload: Workload, rng: random.Random, context_len: int | None) -> tuple[int, list[_Turn]]:
@@ -96,6 +100,7 @@ class VirtualServer:
         lockstep: bool = False,
         spread_s: float = 5.0,
         ignore_eos: bool | None = None,
+        paced: bool = False,
     ) -> None:
         """
         Args:
@@ -104,7 +109,13 @@ class VirtualServer:
                 spread evenly over ``spread_s`` seconds, as a ramp spawns users in its warm-up.
             ignore_eos: every answer as long as the profile drew it (None: as the workload says;
                 without it the simulated model stops early, as ``spoc sim`` does over HTTP).
+            paced: each turn waits the load generator's jitter first, as ``spoc ramp``'s users do
+                (:func:`~spoc_tui.load.workload.jitter`: up to a second before a user's first turn,
+                a little before a turn without think time; none in lockstep).
         """
+        self.paced = paced
+        self._pending: list[tuple[float, int, SimRequest]] = []
+        """Requests on their way to the engine (its time outside the engine, a twin's)."""
         self.now = 0.0
         self.engine = engine if isinstance(engine, SimEngine) else SimEngine(engine)
         self.engine.clock = lambda: self.now
@@ -156,6 +167,14 @@ class VirtualServer:
             u.turn, u.conversation = 0, u.conversation + 1
             u.history = self._system_ids(system) + [0] * TEMPLATE_TOKENS if system else []
         t = u.turns[u.turn]
+        if self.paced and not u.waited:
+            think = u.turns[u.turn - 1].think_s if u.turn else 0.0
+            wait = jitter(u.rng, u.last_s, think, self.lockstep)
+            if wait > 0:
+                u.waited = True
+                self._push(self.now + wait, u.idx)
+                return
+        u.waited = False
         u.history = u.history + [u.rng.randrange(1 << 24) for _ in range(t.user_tokens)] + [0] * TEMPLATE_TOKENS
         room = self.engine.max_len - len(u.history) - 1
         if room < 1:  # the conversation outgrew the context: start a new one
@@ -174,7 +193,12 @@ class VirtualServer:
             on_finish=partial(self._finished, u),
             out_seed=u.rng.randrange(1 << 30),
         )
-        self.engine.add(req)
+        delay = self.engine.outside_s(len(req.prompt))
+        if delay > 0:
+            self._seq += 1
+            heapq.heappush(self._pending, (self.now + delay, self._seq, req))
+        else:
+            self.engine.add(req)
 
     def _finished(self, u: _User, r: SimRequest) -> None:
         ok = r.finish_reason != "abort" and bool(u.tokens)
@@ -198,6 +222,7 @@ class VirtualServer:
             )
         )
         t = u.turns[u.turn]
+        u.last_s = self.now - u.start
         u.history = u.history + r.output_ids() + [0] * TEMPLATE_TOKENS
         u.turn += 1
         if u.idx >= self._active:
@@ -212,19 +237,28 @@ class VirtualServer:
             while self._heap and self._heap[0][0] <= self.now:
                 _, _, idx = heapq.heappop(self._heap)
                 self._send(self._users[idx])
+            while self._pending and self._pending[0][0] <= self.now:
+                eng.add(heapq.heappop(self._pending)[2])
             if eng.idle():
-                if not self._heap:
+                nxt = self._next_event()
+                if nxt is None:
                     self.now = until
                     break
-                self.now = min(until, max(self.now, self._heap[0][0]))
+                self.now = min(until, max(self.now, nxt))
                 continue
             dur = eng.step()
             decodes, prefills = eng._pending
             if not decodes and not prefills:  # nothing could be scheduled: wait for the next arrival
-                self.now = min(until, self._heap[0][0]) if self._heap else until
+                nxt = self._next_event()
+                self.now = min(until, nxt) if nxt is not None else until
                 continue
             self.now += dur
+            eng.busy_s += dur
             eng.complete(decodes, prefills, self.now)
+
+    def _next_event(self) -> float | None:
+        times = [h[0][0] for h in (self._heap, self._pending) if h]
+        return min(times) if times else None
 
     def window(self, start: float, end: float) -> list[RequestSample]:
         """The requests that finished inside [start, end] (a step's window counts them so)."""

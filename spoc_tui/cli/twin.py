@@ -1,0 +1,405 @@
+"""``spoc twin calibrate|show|predict|check``: a twin of a live server, calibrated in minutes,
+predicting ramps in seconds beside what was measured (docs/twin.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from spoc_tui.cli.options import api_key_options, tls_options
+from spoc_tui.core.sla import DEFAULT_SLA
+from spoc_tui.load.defaults import DEFAULT_PROFILE, STEP_S, WARMUP_S
+
+WHAT_IF_FLAGS = {
+    "max-num-seqs": ("max_num_seqs", int),
+    "max-num-batched-tokens": ("max_num_batched_tokens", int),
+    "enable-chunked-prefill": ("enable_chunked_prefill", "bool"),
+    "enable-prefix-caching": ("enable_prefix_caching", "bool"),
+    "gpu-memory-utilization": ("gpu_memory_utilization", float),
+}
+
+
+def _bool(name: str, text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "on", "yes"):
+        return True
+    if t in ("0", "false", "off", "no"):
+        return False
+    from spoc_tui.core.errors import InputError
+
+    raise InputError(f"{name}={text}: give true or false")
+
+
+def parse_flags(items: tuple[str, ...], what: str) -> dict[str, object]:
+    """``max-num-seqs=64`` ... into the twin's settings.
+
+    Raises:
+        InputError: an unknown flag, or a value of the wrong kind or range.
+    """
+    from spoc_tui.core.errors import InputError
+
+    out: dict[str, object] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip().removeprefix("--")
+        if not sep or name not in WHAT_IF_FLAGS:
+            raise InputError(f"{what} {item!r}: give FLAG=VALUE, FLAG one of {', '.join(WHAT_IF_FLAGS)}")
+        key, kind = WHAT_IF_FLAGS[name]
+        try:
+            v: object = _bool(name, value) if kind == "bool" else kind(value)  # type: ignore[operator]
+        except ValueError:
+            raise InputError(
+                f"{what} {item!r}: {value!r} is not a {'number' if kind is not int else 'whole number'}"
+            ) from None
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if key == "gpu_memory_utilization" and not 0 < float(v) <= 1:
+                raise InputError(f"{what} {item!r}: gpu-memory-utilization is a share between 0 and 1")
+            if key != "gpu_memory_utilization" and int(v) < 1:
+                raise InputError(f"{what} {item!r}: must be at least 1")
+        out[key] = v
+    return out
+
+
+@click.group("twin")
+def twin_cmd() -> None:
+    """A twin of a live vLLM server: calibrate it in minutes, then predict ramps, flag changes and
+    fleets in seconds (docs/twin.md)."""
+
+
+@twin_cmd.command("calibrate")
+@click.option("--url", required=True, help="The vLLM server (idle: the probes time its steps).")
+@click.option("--model", default=None, help="Served model name [default: the server's only model].")
+@click.option("--tokenizer", default=None, help="Local tokenizer.json for exact prompt lengths [default: /tokenize].")
+@click.option(
+    "--budget",
+    "budget_s",
+    type=float,
+    default=300.0,
+    show_default=True,
+    help="Seconds of probing (more rounds narrow the fit's intervals); 20 to 3600.",
+)
+@click.option(
+    "--engine-flag",
+    "engine_flags",
+    multiple=True,
+    help="A setting the server does not report, as it was started: max-num-seqs=128, max-num-batched-tokens=8192, "
+    "enable-chunked-prefill=false (repeatable) [default: vLLM's defaults, said in twin.json].",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out", default="twin.json", show_default=True, help="Where to write the twin.")
+@api_key_options("Bearer token (never written to twin.json).")
+@tls_options
+def calibrate_cmd(
+    url: str,
+    model: str | None,
+    tokenizer: str | None,
+    budget_s: float,
+    engine_flags: tuple[str, ...],
+    seed: int,
+    out: str,
+    api_key: str | None,
+) -> None:
+    """Probe an idle server (prefills alone, decodes at several batch sizes and context lengths,
+    prefills among decodes) and fit its engine's step time, each coefficient with its
+    uncertainty. Exit code 0 with twin.json written, 1 when the server fails or is busy, 2 for bad
+    input."""
+    import asyncio
+
+    from spoc_tui.collectors.scrape import metrics_url
+    from spoc_tui.twin.calibrate import Calibrator
+    from spoc_tui.twin.model import write_twin
+
+    metrics_url(url)  # a bad URL is refused before anything runs
+    told = parse_flags(engine_flags, "--engine-flag")
+    if "gpu_memory_utilization" in told:
+        from spoc_tui.core.errors import InputError
+
+        raise InputError("--engine-flag gpu-memory-utilization: the server reports it (cache_config_info)")
+    tty = sys.stderr.isatty()
+
+    def progress(what: str, share: float) -> None:
+        line = f"calibrating: {what} ({100 * share:.0f} % of {budget_s:g} s)"
+        if tty:
+            click.echo("\r\033[K" + line, nl=False, err=True)
+        else:
+            click.echo(line, err=True)
+
+    cal = Calibrator(
+        url,
+        model=model,
+        api_key=api_key,
+        tokenizer=tokenizer,
+        budget_s=budget_s,
+        told=told,
+        seed=seed,
+        progress=progress,
+    )
+    try:
+        twin = asyncio.run(cal.run())
+    finally:
+        if tty:
+            click.echo("", err=True)
+    write_twin(twin, out)
+    click.echo("\n".join(twin.summary()))
+    click.echo(f"wrote {out}")
+
+
+@twin_cmd.command("show")
+@click.argument("path", default="twin.json")
+@click.option("--json", "as_json", is_flag=True, help="Print twin.json's object.")
+def show_cmd(path: str, as_json: bool) -> None:
+    """What a twin knows: the server's settings (and where each came from), the step-time
+    coefficients with their spread, and how well they fit their own probes."""
+    from spoc_tui.twin.model import read_twin
+
+    twin = read_twin(path)
+    click.echo(json.dumps(twin.as_dict(), indent=2) if as_json else "\n".join(twin.summary()))
+
+
+def _fmt_s(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 1e3:.0f} ms" if v < 10 else f"{v:.1f} s"
+
+
+def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: bool = False) -> str:
+    if v is None:
+        return "-"
+    f = (lambda x: f"{x:.0f}") if rate else _fmt_s
+    if iv is None or iv[0] is None or iv[1] is None:
+        return f(v)
+    return f"{f(v)} ({f(iv[0])}-{f(iv[1])})"
+
+
+@twin_cmd.command("predict")
+@click.option("--twin", "twin_path", default="twin.json", show_default=True, help="The calibrated twin.")
+@click.option(
+    "--profile",
+    default=DEFAULT_PROFILE,
+    show_default=True,
+    help="Built-in profile (coding, logs, chatbot, mix, tuning) or a TOML file.",
+)
+@click.option(
+    "--users", "users_spec", default="auto", show_default=True, help="User counts, or auto[:MAX]: the knee search."
+)
+@click.option("--sla", default=DEFAULT_SLA, show_default=True, help="Latency limits, as spoc ramp takes them.")
+@click.option("--step-seconds", type=float, default=STEP_S, show_default=True)
+@click.option("--warmup-seconds", type=float, default=WARMUP_S, show_default=True)
+@click.option("--max-step-seconds", type=float, default=None, help="[default: 4 x --step-seconds]")
+@click.option("--budget", "budget_spec", default=None, help="The search's load budget, as spoc ramp [default: 10m].")
+@click.option("--arrivals", type=click.Choice(("staggered", "lockstep")), default="staggered", show_default=True)
+@click.option("--spawn-rate", type=float, default=None, help="Users added per second [default: as spoc ramp].")
+@click.option(
+    "--set",
+    "what_if",
+    multiple=True,
+    help="A flag what-if: max-num-seqs=64, max-num-batched-tokens=4096, enable-chunked-prefill=false, "
+    "enable-prefix-caching=false, gpu-memory-utilization=0.8 (repeatable).",
+)
+@click.option(
+    "--draws",
+    type=click.IntRange(0, 32),
+    default=12,
+    show_default=True,
+    help="Runs on draws of the fit (the intervals).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_dir", default=None, help="Write ramp.json (predicted) into this folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print ramp.json's object.")
+def predict_cmd(
+    twin_path: str,
+    profile: str,
+    users_spec: str,
+    sla: str,
+    step_seconds: float,
+    warmup_seconds: float,
+    max_step_seconds: float | None,
+    budget_spec: str | None,
+    arrivals: str,
+    spawn_rate: float | None,
+    what_if: tuple[str, ...],
+    draws: int,
+    seed: int,
+    out_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Predict the ramp `spoc ramp` would run (the same users, pacing, steps and knee search) on
+    the twin, in virtual time: each step's figures with prediction intervals (the fit's
+    uncertainty, widening near saturation) and the knee with its interval. Nothing touches the
+    server."""
+    from spoc_tui.core.errors import InputError
+    from spoc_tui.core.knee import parse_user_plan
+    from spoc_tui.core.sla import parse_budget, parse_sla
+    from spoc_tui.load.workload import load_workload
+    from spoc_tui.twin.model import read_twin
+    from spoc_tui.twin.predict import Prediction, predict
+
+    twin = read_twin(twin_path)
+    if step_seconds <= warmup_seconds or warmup_seconds < 0:
+        raise InputError("--step-seconds must be longer than --warmup-seconds (which is 0 or more)")
+    p = Prediction(
+        twin=twin,
+        workload=load_workload(profile),
+        plan=parse_user_plan(users_spec),
+        limits=tuple(parse_sla(sla)),
+        step_s=step_seconds,
+        warmup_s=warmup_seconds,
+        max_step_s=max_step_seconds,
+        budget_s=parse_budget(budget_spec) if budget_spec is not None else None,
+        arrivals=arrivals,
+        spawn_rate=spawn_rate,
+        seed=seed,
+        flags=parse_flags(what_if, "--set"),
+        draws=draws,
+    )
+    t0 = time.perf_counter()
+    quiet = as_json or not sys.stderr.isatty()
+    res = predict(p, None if quiet else lambda m: click.echo(f"\r\033[Kpredicting: {m}", nl=False, err=True))
+    took = time.perf_counter() - t0
+    if not quiet:
+        click.echo("", err=True)
+    doc = predicted_doc(p, res, twin_path, profile, users_spec, took)
+    if out_dir is not None:
+        from spoc_tui.core.files import write_atomic
+        from spoc_tui.core.results import encode_ramp
+
+        d = Path(out_dir)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            header = {k: v for k, v in doc.items() if k not in ("status", "steps", "knee", "updated_at", "schema")}
+            write_atomic(d / "ramp.json", encode_ramp(header, res.steps, res.knee, "complete", time.time()))
+        except OSError as e:
+            raise InputError(f"--out {out_dir}: cannot write there ({e.strerror or e})") from None
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    click.echo(prediction_text(p, res, took))
+    if out_dir is not None:
+        click.echo(f"wrote {out_dir}/ramp.json (predicted)")
+
+
+def predicted_doc(p: Any, res: Any, twin_path: str, profile: str, users_spec: str, took: float) -> dict[str, Any]:
+    from spoc_tui.core.jsonsafe import json_safe
+    from spoc_tui.core.results import SCHEMA
+
+    twin = p.twin
+    return json_safe(  # type: ignore[return-value]
+        {
+            "schema": SCHEMA,
+            "predicted": True,
+            "url": twin.url,
+            "model": twin.server.model,
+            "profile": p.workload.as_dict(),
+            "sla": [str(lim) for lim in p.limits],
+            "users": users_spec,
+            "load": "predicted by the twin in virtual time: closed loop, each user one conversation at a time, "
+            "paced as spoc ramp's users (spawn rate, jitter, think time); every answer as long as the profile asks",
+            "step_seconds": p.step_s,
+            "max_step_seconds": p.step_limit_s,
+            "warmup_seconds": p.warmup_s,
+            "arrivals": p.arrivals,
+            "spawn_rate": p.spawn_rate or "auto: within half the warm-up, 1-100 users/s",
+            "budget_seconds": p.budget,
+            "seed": p.seed,
+            "started_at": time.time(),
+            "twin": {
+                "path": Path(twin_path).name,
+                "calibrated_at": twin.calibrated_at,
+                "url": twin.url,
+                "what_if": dict(p.flags),
+            },
+            "prediction": {
+                "draws": res.draws,
+                "seconds": round(took, 2),
+                "intervals": "95 %: the spread of the figures over the runs on the fit's bootstrap draws, joined with "
+                "the fit's own sampling interval",
+                "steps": [
+                    {
+                        "step": r.step.step,
+                        "users": r.step.users,
+                        "utilisation": round(r.utilisation, 3),
+                        "intervals": {k: list(v) for k, v in res.intervals[i].items()},
+                        "note": res.step_notes(i),
+                    }
+                    for i, r in enumerate(res.runs)
+                ],
+                "knee_draws": res.draw_knees,
+                "notes": res.notes,
+            },
+            "status": "complete",
+            "steps": [s.as_dict() for s in res.steps],
+            "knee": res.knee.as_dict(),
+            "updated_at": time.time(),
+        }
+    )
+
+
+def prediction_text(p: Any, res: Any, took: float) -> str:
+    from spoc_tui.load.report import knee_sentence
+
+    lines = [
+        f"predicted by the twin of {p.twin.server.model} ({res.draws} draws of the fit, {took:.1f} s)"
+        + (f"; what-if: {', '.join(f'{k}={v}' for k, v in p.flags.items())}" if p.flags else ""),
+        f"{'users':>6}  {'decision':<12} {'TTFT p50':<22} {'TTFT p99':<22} {'ITL p50':<20} {'E2E p50':<22} "
+        f"{'tok/s':<16} busy",
+    ]
+    for i, r in enumerate(res.runs):
+        s, iv = r.step, res.intervals[i]
+        lines.append(
+            f"{s.users:>6}  {s.decision:<12} {_iv(s.latency.ttft.p50, iv['ttft_p50']):<22} "
+            f"{_iv(s.latency.ttft.p99, iv['ttft_p99']):<22} {_iv(s.latency.itl.p50, iv['itl_p50']):<20} "
+            f"{_iv(s.latency.e2e.p50, iv['e2e_p50']):<22} "
+            f"{_iv(s.output_tokens_per_s, iv['output_tokens_per_s'], rate=True):<16} {100 * r.utilisation:.0f} %"
+        )
+        if note := res.step_notes(i):
+            lines.append(f"        {note}")
+    sentence, _tone = knee_sentence(res.knee)
+    lines.append(f"knee (predicted): {sentence}")
+    lines.extend(f"note: {n}" for n in res.notes)
+    if not p.workload.ignore_eos:
+        lines.append(
+            "note: every answer is predicted as long as the profile asks; a model that stops earlier makes the real "
+            "ramp lighter"
+        )
+    return "\n".join(lines)
+
+
+@twin_cmd.command("check")
+@click.option("--twin", "twin_path", default="twin.json", show_default=True, help="The calibrated twin.")
+@click.option("--ramp", "ramp_path", required=True, help="A measured ramp (folder or ramp.json) on the twin's server.")
+@click.option("--draws", type=click.IntRange(0, 32), default=8, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def check_cmd(twin_path: str, ramp_path: str, draws: int, as_json: bool) -> None:
+    """The twin's prediction of a measured ramp beside it, step by step (absolute % error of
+    TTFT, ITL and E2E p50/p90 and tokens/s, and whether each measurement lies in the prediction's
+    interval), and whether the twin still holds. Exit code 0 when it holds, 1 when it drifted,
+    2 for files that cannot be read."""
+    from spoc_tui.core.results import read_json, read_ramp
+    from spoc_tui.twin.check import CHECKED, check
+    from spoc_tui.twin.model import read_twin
+
+    twin = read_twin(twin_path)
+    ramp = read_ramp(ramp_path)
+    header = read_json(Path(ramp.path), "ramp result")
+    res = check(twin, ramp, header, draws)
+    if as_json:
+        click.echo(json.dumps(res.as_dict(), indent=2))
+    else:
+        click.echo(f"twin {twin_path} against {ramp.path} ({len(res.steps)} steps, {res.draws} draws)")
+        head = "  ".join(f"{k:<18}" for k in CHECKED)
+        click.echo(f"{'users':>6}  {head}")
+        for s in res.steps:
+            cells = []
+            for k in CHECKED:
+                e = s.error_pct(k)
+                mark = {True: "", False: "!", None: ""}[s.inside(k)]
+                cells.append(f"{'-' if e is None else f'{e:.0f} %'}{mark:<1}".ljust(18))
+            click.echo(f"{s.users:>6}  " + "  ".join(cells))
+        click.echo("(absolute error of the prediction; ! = the measurement lies outside the prediction's interval)")
+        click.echo(("the twin holds: " if res.holds else "the twin DRIFTED: ") + res.why)
+    sys.exit(0 if res.holds else 1)

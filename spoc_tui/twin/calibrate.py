@@ -1,0 +1,481 @@
+"""``spoc twin calibrate``: a small designed set of probes against a live, idle server, read from
+the client's side (each token's arrival) and the server's (/metrics before and after), fitted
+into the twin's step time (:mod:`spoc_tui.twin.fit`).
+
+Only what a real vLLM exposes is used, so the same code path calibrates vLLM and the simulator:
+``/v1/models`` (model, max_model_len), ``vllm:cache_config_info`` (block size, KV blocks, prefix
+caching, memory share), ``/tokenize`` (exact prompt lengths), each answer's ``usage`` (the prompt
+tokens the server counted, and how many its prefix cache served), and the
+``request_prefill_time_seconds`` histogram (the prefill as the engine timed it). Settings no
+endpoint reports (max-num-seqs, max-num-batched-tokens, chunked prefill) are told
+(``--max-num-seqs``...) or assumed at vLLM's defaults, and twin.json says which.
+
+The probes, in rounds until the budget is spent (each round one of every kind, so a short
+budget still fits every coefficient, and later rounds narrow them):
+
+- **prefill**: one prompt alone, of 16 to 2,048 tokens, 2 tokens out: its TTFT, and the
+  server's own prefill time;
+- **decode**: B streams (1 to 32) of short or long prompts started together, every answer long:
+  the gaps between tokens while all B decode, in two halves (two context lengths);
+- **mixed**: 4 streams decoding when a new prompt arrives: the decoders' gap that holds its
+  prefill.
+
+Every prompt is new text (a prefix-cache hit would fake a short prefill): the answers'
+``cached_tokens`` are subtracted where the server reports them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from spoc_tui.collectors.http import new_client
+from spoc_tui.collectors.scrape import SourceError, base_url, fetch
+from spoc_tui.core.errors import EXIT_FAILURE
+from spoc_tui.core.promparse import Exposition
+from spoc_tui.core.redact import redact_url
+from spoc_tui.core.vllm import cache_config, engine_version
+from spoc_tui.load.workload import TextMaker
+from spoc_tui.twin.fit import Observation, fit_step_model
+from spoc_tui.twin.model import COEFFS, ServerConfig, Twin, TwinError, step_features
+
+DEFAULT_BUDGET_S = 300.0
+MIN_BUDGET_S = 20.0
+PREFILL_LENGTHS = (16, 64, 256, 512, 1024, 2048)
+DECODE_BATCHES = (1, 2, 4, 8, 16, 32)
+MIXED_PREFILLS = (256, 1024)
+MIXED_DECODERS = 4
+ROUNDS = 8
+"""The most rounds of probes (each one of every kind); the budget usually ends them first."""
+VLLM_DEFAULTS: dict[str, object] = {
+    "max_num_seqs": 256,
+    "max_num_batched_tokens": 2048,
+    "enable_chunked_prefill": True,
+}
+"""vLLM V1's defaults for online serving where the server does not report them (``vllm serve``:
+max-num-seqs 256, max-num-batched-tokens 2048, chunked prefill on)."""
+
+Progress = Callable[[str, float], None]
+"""(what is running, share of the budget spent)."""
+
+
+@dataclass
+class Stream:
+    """One streamed completion as the client saw it."""
+
+    sent: float
+    times: list[float] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    cached_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return self.times[0] - self.sent if self.times else None
+
+
+@dataclass
+class _Metrics:
+    prefill_sum: float | None
+    prefill_count: float | None
+    running: float
+    waiting: float
+
+
+def _hist(exp: Exposition, name: str) -> tuple[float | None, float | None]:
+    s = exp.get(name + "_sum")
+    c = exp.get(name + "_count")
+    if not s or not c:
+        return None, None
+    return sum(s.values()), sum(c.values())
+
+
+def _gauge(exp: Exposition, name: str) -> float:
+    return sum(exp.get(name).values())
+
+
+class Calibrator:
+    """The probes against one server, within a budget."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        tokenizer: str | None = None,
+        budget_s: float = DEFAULT_BUDGET_S,
+        told: dict[str, object] | None = None,
+        seed: int = 0,
+        progress: Progress | None = None,
+    ) -> None:
+        if not MIN_BUDGET_S <= budget_s <= 3600:
+            raise TwinError(f"--budget must be between {MIN_BUDGET_S:g} s and 1 hour, got {budget_s:g} s")
+        self.root = base_url(url)
+        self.model = model
+        self.api_key = api_key
+        self.budget_s = budget_s
+        self.told = dict(told or {})
+        # new text every run: a second calibration must not hit the prefix cache the first one left
+        self.rng = random.Random(f"{seed}:{time.time_ns()}")
+        self.maker = TextMaker(tokenizer)
+        self.progress = progress or (lambda _w, _f: None)
+        self.obs: list[Observation] = []
+        self.notes: list[str] = []
+        self.gap_cvs: list[float] = []
+        self._probe = 0
+        self._t0 = 0.0
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    # -- the server ---------------------------------------------------------------------
+    async def _metrics(self, c: httpx.AsyncClient) -> tuple[Exposition, _Metrics]:
+        try:
+            r = await fetch(c, self.root, self.api_key)
+        except SourceError as e:
+            raise TwinError(f"cannot read the server's /metrics: {e}", exit_code=EXIT_FAILURE) from None
+        exp = r.exposition
+        ps, pc = _hist(exp, "vllm:request_prefill_time_seconds")
+        return exp, _Metrics(ps, pc, _gauge(exp, "vllm:num_requests_running"), _gauge(exp, "vllm:num_requests_waiting"))
+
+    async def _config(self, c: httpx.AsyncClient) -> ServerConfig:
+        from spoc_tui.load.ramp import RampError, preflight
+
+        try:
+            model, mml = await preflight(self.root, self.model, self.api_key)
+        except RampError as e:
+            raise TwinError(str(e), exit_code=e.exit_code) from None
+        self.model = model
+        exp, m = await self._metrics(c)
+        info = cache_config(exp)
+        if not info:
+            raise TwinError(
+                f"{redact_url(self.root)}: its /metrics has no vllm:cache_config_info, so the twin cannot know its KV "
+                "cache: is this a vLLM server?"
+            )
+        if m.running or m.waiting:
+            raise TwinError(
+                f"the server is busy ({m.running:g} running, {m.waiting:g} waiting): calibrate on an idle server, "
+                "or the probes time other people's requests",
+                exit_code=EXIT_FAILURE,
+            )
+        sources: dict[str, str] = {}
+
+        def reported(key: str, conv: Callable[[str], object]) -> object:
+            raw = info.get(key)
+            if raw in (None, "None", ""):
+                return None
+            try:
+                v = conv(raw)
+            except ValueError:
+                return None
+            sources[key] = "reported"
+            return v
+
+        block = reported("block_size", int)
+        blocks = reported("num_gpu_blocks", int)
+        if not isinstance(block, int) or not isinstance(blocks, int) or block < 1 or blocks < 1:
+            raise TwinError("the server's cache_config_info lacks block_size or num_gpu_blocks")
+        prefix = reported("enable_prefix_caching", lambda s: s == "True")
+        gmu = reported("gpu_memory_utilization", float)
+        if mml is None:
+            raise TwinError("the server's /v1/models does not say its max_model_len")
+        sources["max_model_len"] = "reported"
+        values: dict[str, object] = {}
+        for k, default in VLLM_DEFAULTS.items():
+            if k in self.told:
+                values[k] = self.told[k]
+                sources[k] = "told"
+            else:
+                values[k] = default
+                sources[k] = "assumed"
+        if prefix is None:
+            prefix = bool(self.told.get("enable_prefix_caching", True))
+            sources["enable_prefix_caching"] = "told" if "enable_prefix_caching" in self.told else "assumed"
+        mbt = int(values["max_num_batched_tokens"])  # type: ignore[call-overload]
+        if not values["enable_chunked_prefill"]:
+            mbt = max(mbt, mml)
+        return ServerConfig(
+            model=model,
+            max_model_len=int(mml),
+            block_size=block,
+            num_gpu_blocks=blocks,
+            enable_prefix_caching=bool(prefix),
+            gpu_memory_utilization=gmu if isinstance(gmu, float) else None,
+            max_num_seqs=int(values["max_num_seqs"]),  # type: ignore[call-overload]
+            max_num_batched_tokens=mbt,
+            enable_chunked_prefill=bool(values["enable_chunked_prefill"]),
+            sources=sources,
+            engine_version=engine_version(exp),
+        )
+
+    def _learn_lengths(self) -> None:
+        """Exact prompt lengths from the server's /tokenize (or the local tokenizer)."""
+        if self.maker.exact:
+            return
+        client = httpx.Client(timeout=10.0, headers=self.headers)
+
+        def count(text: str) -> int:
+            r = client.post(
+                self.root + "/tokenize", json={"model": self.model, "prompt": text, "add_special_tokens": False}
+            )
+            if r.status_code != 200:
+                raise TwinError(f"/tokenize answered HTTP {r.status_code}")
+            n = r.json().get("count")
+            if not isinstance(n, int):
+                raise TwinError("/tokenize answered without a count")
+            return n
+
+        try:
+            if not self.maker.learn(count):
+                self.notes.append("prompt lengths approximate (the tokenizer's counts do not add up word by word)")
+        except (httpx.HTTPError, TwinError, ValueError) as e:
+            self.notes.append(f"prompt lengths approximate (no /tokenize: {e}); the answers' usage gives the counts")
+        finally:
+            client.close()
+
+    # -- one request --------------------------------------------------------------------
+    async def _stream(
+        self, c: httpx.AsyncClient, tokens: int, max_tokens: int, seen: list[int] | None = None, i: int = 0
+    ) -> Stream:
+        """One streamed completion of a new prompt of ``tokens`` tokens; with ``seen``, its tokens so
+        far are counted in ``seen[i]`` as they arrive."""
+        prompt = self.maker.text(tokens, random.Random(self.rng.random()))
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        s = Stream(sent=time.perf_counter())
+        try:
+            async with c.stream("POST", self.root + "/v1/completions", json=body, headers=self.headers) as r:
+                if r.status_code != 200:
+                    text = (await r.aread()).decode(errors="replace")[:200]
+                    s.error = f"HTTP {r.status_code}: {text}"
+                    return s
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    data = line[6:].strip()
+                    if data == "[DONE]":
+                        break
+                    now = time.perf_counter()
+                    try:
+                        obj = json.loads(data)
+                    except ValueError:
+                        continue
+                    if obj.get("choices"):
+                        s.times.append(now)
+                        if seen is not None:
+                            seen[i] = len(s.times)
+                    usage = obj.get("usage")
+                    if isinstance(usage, dict):
+                        pt = usage.get("prompt_tokens")
+                        s.prompt_tokens = pt if isinstance(pt, int) else None
+                        det = usage.get("prompt_tokens_details")
+                        if isinstance(det, dict) and isinstance(det.get("cached_tokens"), int):
+                            s.cached_tokens = det["cached_tokens"]
+        except httpx.HTTPError as e:
+            s.error = f"{type(e).__name__}: {e}"
+        return s
+
+    def _id(self) -> int:
+        self._probe += 1
+        return self._probe
+
+    def _chunks(self, tokens: int, done: int = 0) -> list[tuple[int, int]]:
+        """A prompt's prefill chunks (new tokens, done) as the engine schedules it alone."""
+        cfg = self.server
+        left = tokens - done
+        if not cfg.enable_chunked_prefill:
+            return [(left, done)]
+        out = []
+        while left > 0:
+            n = min(left, cfg.max_num_batched_tokens)
+            out.append((n, done))
+            done += n
+            left -= n
+        return out
+
+    # -- the probes ---------------------------------------------------------------------
+    async def prefill(self, c: httpx.AsyncClient, length: int) -> None:
+        pid = self._id()
+        _, before = await self._metrics(c)
+        s = await self._stream(c, length, 2)
+        _, after = await self._metrics(c)
+        if s.error or s.ttft is None or s.prompt_tokens is None:
+            self.notes.append(f"a {length}-token prefill probe failed ({s.error or 'no tokens'})")
+            return
+        computed = s.prompt_tokens - s.cached_tokens
+        chunks = self._chunks(s.prompt_tokens, s.cached_tokens)
+        steps = [step_features([], [ch]) for ch in chunks]
+        row = tuple(sum(col) for col in zip(*steps, strict=True))
+        self.obs.append(Observation("prefill", pid, (*row, 1.0, s.prompt_tokens / 1e3), s.ttft))
+        if (
+            before.prefill_sum is not None
+            and after.prefill_sum is not None
+            and after.prefill_count is not None
+            and before.prefill_count is not None
+            and after.prefill_count - before.prefill_count == 1
+            and computed > 0
+        ):
+            y = after.prefill_sum - before.prefill_sum
+            if y > 0:
+                self.obs.append(Observation("server_prefill", pid, (*row, 0.0, 0.0), y))
+
+    async def decode(self, c: httpx.AsyncClient, batch: int, context: int, out: int) -> None:
+        pid = self._id()
+        streams = await asyncio.gather(*(self._stream(c, context, out) for _ in range(batch)))
+        bad = [s for s in streams if s.error or len(s.times) < 4 or s.prompt_tokens is None]
+        if bad:
+            self.notes.append(f"a decode probe of {batch} streams failed ({bad[0].error or 'too few tokens'})")
+            return
+        lo = max(s.times[0] for s in streams)
+        hi = min(s.times[-1] for s in streams)
+        mid = (lo + hi) / 2
+        # per stream and half: its mean gap (span / gaps), not the gaps' median: a server that
+        # falls behind streaming sends several tokens in one read, and those gaps read ~0
+        halves: list[list[tuple[float, float]]] = [[], []]
+        gaps_all: list[float] = []
+        for s in streams:
+            for half, (a, b) in zip(halves, ((lo, mid), (mid, hi)), strict=True):
+                ks = [k for k, t in enumerate(s.times) if a <= t <= b]
+                if len(ks) >= 3:
+                    span = s.times[ks[-1]] - s.times[ks[0]]
+                    half.append((span / (len(ks) - 1), (ks[0] + ks[-1]) / 2))
+            gaps_all += [b - a for a, b in zip(s.times, s.times[1:], strict=False) if a >= lo and b <= hi]
+        if len(gaps_all) >= 8:
+            med = statistics.median(gaps_all)
+            real = [g for g in gaps_all if g > 0.2 * med]  # coalesced reads are not the steps' jitter
+            if med > 0 and len(real) >= 8:
+                m2 = statistics.median(real)
+                self.gap_cvs.append(1.4826 * statistics.median(abs(g - m2) for g in real) / m2)
+        for h in halves:
+            if len(h) < batch:
+                continue
+            y = statistics.median(g for g, _ in h)
+            k_mid = statistics.median(k for _, k in h)
+            ctx = [int((s.prompt_tokens or 0) + k_mid) for s in streams]
+            self.obs.append(Observation("decode", pid, (*step_features(ctx, []), 0.0, 0.0), y))
+
+    # -- the whole calibration --------------------------------------------------------
+    async def run(self) -> Twin:
+        self._t0 = time.perf_counter()
+        async with new_client(httpx.Timeout(120.0, connect=5.0)) as c:
+            self.progress("reading the server's configuration", 0.0)
+            self.server = await self._config(c)
+            await asyncio.to_thread(self._learn_lengths)
+            cfg = self.server
+            self.progress("warming up", 0.0)
+            await asyncio.gather(*(self._stream(c, 64, 16) for _ in range(2)))
+            pilot = await self._stream(c, 64, 33)
+            if pilot.error or len(pilot.times) < 8:
+                why = pilot.error or "too few tokens"
+                raise TwinError(f"the server did not stream a test answer ({why})", exit_code=EXIT_FAILURE)
+            step = (pilot.times[-1] - pilot.times[0]) / (len(pilot.times) - 1)
+            mml = cfg.max_model_len
+            capacity = cfg.num_gpu_blocks * cfg.block_size
+            long_ctx = max(64, min(1024, mml // 2))
+            out = int(max(24, min(96, 0.6 / max(step, 1e-4))))  # about half a second of decode at batch 1
+            lengths = [n for n in PREFILL_LENGTHS if n <= mml - 8]
+            batches = [b for b in DECODE_BATCHES if b <= cfg.max_num_seqs and b * (long_ctx + out) <= capacity]
+            mixed = [n for n in MIXED_PREFILLS if n <= mml - 8 and n <= cfg.max_num_batched_tokens]
+            # every shape the probes use, once and untimed: a cold engine compiles or allocates on
+            # its first batch of a size (the first round ran up to 2.7x slower on the CPU build)
+            await asyncio.gather(*(self._stream(c, 32, 8) for _ in range(max(batches, default=1))))
+            for n in lengths:
+                await self._stream(c, n, 2)
+            plan: list[tuple[str, tuple[int, ...]]] = []
+            for r in range(ROUNDS):
+                plan += [("prefill", (n,)) for n in lengths]
+                plan += [("decode", (b, 32, out)) for b in batches]
+                plan += [("decode", (b, long_ctx, out)) for b in batches if b <= 8 or r % 2 == 0]
+                plan += [("mixed", (n, 32, out * 2)) for n in mixed]
+            done = 0
+            cost: dict[str, float] = {}
+            for kind, args in plan:
+                spent = time.perf_counter() - self._t0
+                if done and spent + cost.get(kind, 0.0) > self.budget_s:
+                    continue
+                self.progress(f"{kind} {args[0]}", min(1.0, spent / self.budget_s))
+                t = time.perf_counter()
+                if kind == "prefill":
+                    await self.prefill(c, args[0])
+                elif kind == "decode":
+                    await self.decode(c, *args)
+                else:
+                    await self.mixed(c, *args)
+                cost[kind] = max(cost.get(kind, 0.0), time.perf_counter() - t)
+                done += 1
+        seconds = time.perf_counter() - self._t0
+        self.progress("fitting", 1.0)
+        fit, sd, draws, residuals, notes = fit_step_model(self.obs, seed=0)
+        unmeasured = " ".join(notes)
+        zero = [k for k in COEFFS if getattr(fit, k) == 0.0 and f"{k} not measured" not in unmeasured]
+        if zero:
+            notes.append(f"fitted at 0 (too small for the probes to see): {', '.join(zero)}")
+        cv = statistics.median(self.gap_cvs) if self.gap_cvs else 0.0
+        return Twin(
+            fit=fit,
+            sd=sd,
+            draws=draws,
+            step_cv=min(cv, 1.0) if math.isfinite(cv) else 0.0,
+            server=self.server,
+            residuals=residuals,
+            observations=len(self.obs),
+            probes=self._probe,
+            url=redact_url(self.root),
+            seconds=seconds,
+            notes=tuple(self.notes + notes),
+        )
+
+    async def mixed(self, c: httpx.AsyncClient, length: int, context: int, out: int) -> None:
+        """A mixed probe: the newcomer is sent once every decoder has streamed 8 tokens."""
+        pid = self._id()
+        seen = [0] * MIXED_DECODERS
+        decoders = [asyncio.create_task(self._stream(c, context, out, seen, i)) for i in range(MIXED_DECODERS)]
+        t_start = time.perf_counter()
+        while min(seen) < 8 and time.perf_counter() - t_start < 60 and not all(d.done() for d in decoders):
+            await asyncio.sleep(0.001)
+        s = await self._stream(c, length, 2)
+        streams = await asyncio.gather(*decoders)
+        if s.error or not s.times or s.prompt_tokens is None or any(d.error for d in streams):
+            self.notes.append(f"a mixed probe failed ({s.error or 'no answer'})")
+            return
+        chunks = self._chunks(s.prompt_tokens, s.cached_tokens)
+        if len(chunks) != 1:
+            return
+        # each decoder's span from its last token before the newcomer was sent to two tokens past
+        # the newcomer's first: n steps of decoding, one of which also holds the prefill. A span,
+        # not the one gap: a server behind on streaming delivers tokens in bursts, so single gaps
+        # lie, while spans between token reads add up
+        rows: list[tuple[float, ...]] = []
+        ys: list[float] = []
+        for d in streams:
+            i0 = max((k for k, t in enumerate(d.times) if t <= s.sent), default=None)
+            after = [k for k, t in enumerate(d.times) if t >= s.times[0]]
+            if i0 is None or len(after) < 3:
+                continue
+            i1 = after[2]
+            n = i1 - i0
+            ctx = int((d.prompt_tokens or 0) + (i0 + i1) / 2)
+            decode = step_features([ctx] * MIXED_DECODERS, [])
+            prefill = (0.0, *step_features([], chunks)[1:])  # its step is one of the n: no second b0
+            rows.append(tuple(n * a + b for a, b in zip(decode, prefill, strict=True))[:5] + (1.0,))
+            ys.append(d.times[i1] - d.times[i0])
+        if len(rows) < MIXED_DECODERS:
+            self.notes.append("a mixed probe's prefill did not land among the decodes")
+            return
+        k = sorted(range(len(ys)), key=ys.__getitem__)[len(ys) // 2]  # the median decoder's span
+        self.obs.append(Observation("mixed", pid, (*rows[k], 0.0, 0.0), ys[k]))

@@ -1,0 +1,100 @@
+"""The twin's engine: the simulator's scheduler (continuous batching, paged KV, prefix cache,
+chunked prefill, preemption: :class:`~spoc_tui.sim.engine.SimEngine`) with the server's own
+settings as it reported them, and each step timed by the calibrated model instead of the
+datasheet roofline.
+
+The model and GPU the simulator otherwise needs stand in only to build the engine: the KV blocks
+are the server's (``num_gpu_blocks``), the context limit its ``max_model_len``, and no step time
+comes from them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from spoc_tui.core.capacity import IterationCost
+from spoc_tui.core.presets import gpu_preset, model_preset
+from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest
+from spoc_tui.twin.model import ServerConfig, StepModel, Twin, TwinError
+
+STAND_IN_MODEL = "llama-3.1-8b"
+STAND_IN_GPU = "h100-80gb"
+
+
+def engine_config(server: ServerConfig, speed: float = 1.0, seed: int = 0) -> EngineConfig:
+    """The simulator's configuration for the server's settings.
+
+    Raises:
+        TwinError: settings the engine refuses (as vLLM would).
+    """
+    model = replace(
+        model_preset(STAND_IN_MODEL),
+        name=server.model,
+        served_name=server.model,
+        max_position=max(131072, server.max_model_len),
+    )
+    cfg = EngineConfig(
+        model=model,
+        gpu=gpu_preset(STAND_IN_GPU),
+        served_model_name=server.model,
+        max_num_seqs=server.max_num_seqs,
+        max_num_batched_tokens=server.max_num_batched_tokens,
+        enable_chunked_prefill=server.enable_chunked_prefill,
+        enable_prefix_caching=server.enable_prefix_caching,
+        block_size=server.block_size,
+        max_model_len=server.max_model_len,
+        speed=speed,
+        seed=seed,
+    )
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise TwinError(f"the twin's settings are not a valid engine: {e}") from None
+    return cfg
+
+
+class TwinEngine(SimEngine):
+    """A :class:`SimEngine` whose steps take the calibrated time (one draw of the fit), with the
+    steps' own jitter, and whose requests spend the calibrated time outside the engine first."""
+
+    def __init__(
+        self,
+        twin: Twin,
+        model: StepModel | None = None,
+        *,
+        flags: Mapping[str, object] | None = None,
+        speed: float = 1.0,
+        seed: int = 0,
+        jitter: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        server = twin.server.with_flags(flags) if flags else twin.server
+        super().__init__(engine_config(server, speed, seed), gpus=[], clock=clock)
+        self.twin = twin
+        self.server = server
+        self.model = model or twin.fit
+        self.num_blocks = server.num_gpu_blocks
+        self.plan = replace(
+            self.plan,
+            num_blocks=server.num_gpu_blocks,
+            kv_cache_tokens=server.num_gpu_blocks * server.block_size,
+            kv_cache_bytes=0.0,
+            notes=("KV blocks as the server reported them (twin)",),
+        )
+        cv = twin.step_cv if jitter else 0.0
+        self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
+        self._jitter_rng = random.Random(seed * 7_919 + 17)
+
+    def _cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> IterationCost:
+        secs = self.model.step_s([r.computed for r in decodes], [(n, r.computed) for r, n in prefills])
+        if secs > 0 and self._sigma > 0:
+            # mean-preserving lognormal jitter: the steps' spread as the probes measured it
+            secs *= math.exp(self._jitter_rng.gauss(-(self._sigma**2) / 2, self._sigma))
+        return IterationCost(secs, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+    def outside_s(self, prompt_tokens: int) -> float:
+        return self.model.outside_s(prompt_tokens)

@@ -1,0 +1,142 @@
+"""Fitting the twin's step time: non-negative least squares on relative error, over every probe's
+observations at once, with a bootstrap by probe for each coefficient's spread.
+
+Each observation is a measured time with its row of the design (:data:`~spoc_tui.twin.model.COEFFS`):
+
+- ``prefill``: a prompt's TTFT alone on the server, from the client: its prefill steps' rows
+  summed, plus the request's time outside the engine (a0, a_prompt);
+- ``server_prefill``: the same prompt's prefill as the server timed it (``request_prefill_time``
+  from /metrics): the steps alone, which separates the time outside the engine from b_prefill;
+- ``decode``: the median gap between tokens while a batch of B sequences decodes (no prefill);
+- ``mixed``: the decoders' gap that holds a new prompt's prefill (what a prefill adds to a step).
+
+Relative error (each row weighted by 1/y) because the times span three orders of magnitude and
+a 1 ms decode gap matters as much as a 1 s prefill. The bootstrap resamples whole probes (a probe's
+observations share its moment on the server), so the spread carries the server's drift between
+probes as well as the noise within one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from spoc_tui.twin.model import COEFFS, Residuals, StepModel, TwinError
+
+KINDS = ("prefill", "server_prefill", "decode", "mixed")
+BOOTSTRAP = 200
+KEEP_DRAWS = 32
+"""Draws kept in twin.json: a prediction runs once per draw (its interval is their spread)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    kind: str
+    probe: int
+    """Which probe it came from (the bootstrap's unit)."""
+    x: tuple[float, ...]
+    """The design row, one value per coefficient of :data:`COEFFS`."""
+    y: float
+    """Seconds measured."""
+
+
+def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:
+    """min ||a x - b|| subject to x >= 0 (Lawson and Hanson's active set method)."""
+    m, n = a.shape
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    w = a.T @ (b - a @ x)
+    tol = 1e-12 * max(1.0, float(np.abs(a).max(initial=0.0))) * max(m, n)
+    for _ in range(max_iter):
+        if passive.all() or w[~passive].max(initial=-np.inf) <= tol:
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            idx = np.flatnonzero(passive)
+            z[idx] = np.linalg.lstsq(a[:, idx], b, rcond=None)[0]
+            if (z[idx] > 0).all():
+                x = z
+                break
+            neg = idx[z[idx] <= 0]
+            alpha = np.min(x[neg] / np.maximum(x[neg] - z[neg], 1e-300))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+            if not passive.any():
+                break
+        w = a.T @ (b - a @ x)
+    return x
+
+
+def _solve(obs: Sequence[Observation], free: np.ndarray) -> np.ndarray:
+    """The relative-error NNLS over the columns ``free`` (the others held at zero)."""
+    x = np.array([o.x for o in obs], dtype=float)
+    y = np.array([o.y for o in obs], dtype=float)
+    w = 1.0 / np.maximum(y, 2e-4)  # a time under 0.2 ms is a client's artefact, not a step: never dominant
+    # columns scaled to unit size so the active set's tolerance means the same for each
+    cols = np.flatnonzero(free)
+    a = x[:, cols] * w[:, None]
+    scale = np.maximum(np.abs(a).max(axis=0), 1e-300)
+    coef = nnls(a / scale, y * w) / scale
+    out = np.zeros(len(COEFFS))
+    out[cols] = coef
+    return out
+
+
+def fit_step_model(
+    obs: Sequence[Observation], seed: int = 0, bootstrap: int = BOOTSTRAP
+) -> tuple[StepModel, StepModel, tuple[StepModel, ...], tuple[Residuals, ...], list[str]]:
+    """The fit, each coefficient's bootstrap SD, the kept draws, the residuals by kind, and notes.
+
+    A coefficient no observation can tell apart (its column all zero: no mixed probe ran, no
+    prompt long enough for attention to show) is held at zero and said in the notes.
+
+    Raises:
+        TwinError: too few observations, or none of a kind the fit cannot do without.
+    """
+    kinds = {o.kind for o in obs}
+    if "decode" not in kinds or not kinds & {"prefill", "server_prefill"}:
+        raise TwinError("too few probes finished to fit a step time (decodes and prefills are both needed)")
+    if len(obs) < len(COEFFS) + 2:
+        raise TwinError(f"too few observations to fit a step time ({len(obs)}; at least {len(COEFFS) + 2})")
+    x = np.array([o.x for o in obs], dtype=float)
+    free = np.abs(x).max(axis=0) > 0
+    notes = [f"{COEFFS[i]} not measured (no probe exercised it): held at 0" for i in range(len(COEFFS)) if not free[i]]
+    best = _solve(obs, free)
+    probes = sorted({o.probe for o in obs})
+    by_probe: dict[int, list[Observation]] = {p: [] for p in probes}
+    for o in obs:
+        by_probe[o.probe].append(o)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(bootstrap):
+        pick = rng.choice(len(probes), size=len(probes), replace=True)
+        sample = [o for i in pick for o in by_probe[probes[i]]]
+        if {o.kind for o in sample} & {"decode"} and {o.kind for o in sample} & {"prefill", "server_prefill"}:
+            boots.append(_solve(sample, free))
+    if len(boots) < 10:
+        raise TwinError(
+            "the probes are too few to say how sure the fit is (the bootstrap found too few usable resamples)"
+        )
+    arr = np.array(boots)
+    sd = arr.std(axis=0, ddof=1)
+    keep = arr[np.linspace(0, len(arr) - 1, min(KEEP_DRAWS, len(arr))).astype(int)]
+    pred = x @ best
+    y = np.array([o.y for o in obs])
+    rel = np.abs(pred - y) / np.maximum(y, 1e-9) * 100
+    residuals = []
+    for k in KINDS:
+        m = np.array([o.kind == k for o in obs])
+        if m.any():
+            residuals.append(Residuals(k, int(m.sum()), float(np.median(rel[m])), float(rel[m].max())))
+    return (
+        StepModel.from_vector(best.tolist()),
+        StepModel.from_vector(sd.tolist()),
+        tuple(StepModel.from_vector(r.tolist()) for r in keep),
+        tuple(residuals),
+        notes,
+    )

@@ -1,0 +1,362 @@
+"""The twin of a server: its engine's step time as fitted from probes, the time a request spends
+outside the engine, and the server's configuration as it reported it. ``twin.json`` holds one.
+
+The step-time model (seconds per engine step), linear in what the step computes::
+
+    step = b0                                  fixed cost of a step (scheduling, launch, sampling)
+         + b_prefill  * prefill tokens          the GEMMs of new prompt tokens
+         + b_attn     * prefill attention       sum over chunks of n * (done + n/2), in k-token^2
+         + b_decode   * decoding sequences      one new token each
+         + b_context  * decode context          sum of their context lengths, in k-tokens
+         + b_mixed    * [a prefill chunk rides with decodes]
+
+and a request's time outside the engine (HTTP, tokenizing, queueing into the engine, streaming
+back): ``a0 + a_prompt * prompt k-tokens``, paid before the request reaches the scheduler.
+
+Each coefficient is fitted non-negative (:mod:`spoc_tui.twin.fit`) with its bootstrap spread; the
+bootstrap's draws are kept, so a prediction runs once per draw and its interval carries the fit's
+uncertainty. ``step_cv`` is the steps' own jitter (robust coefficient of variation of decode
+gaps), drawn per simulated step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from spoc_tui.core.errors import InputError
+from spoc_tui.core.files import FileReadError, read_text_bounded, write_atomic
+from spoc_tui.core.jsonsafe import json_safe
+
+TWIN_SCHEMA = 1
+"""1: the first twin.json."""
+
+COEFFS = ("b0", "b_prefill", "b_attn", "b_decode", "b_context", "b_mixed", "a0", "a_prompt")
+"""The fitted coefficients, in the fit's column order."""
+STEP_COEFFS = COEFFS[:6]
+COEFF_HELP = {
+    "b0": "s per step",
+    "b_prefill": "s per prefill token",
+    "b_attn": "s per prefill k-token^2 of attention",
+    "b_decode": "s per decoding sequence",
+    "b_context": "s per k-token of decode context",
+    "b_mixed": "s added to a step that mixes a prefill chunk with decodes",
+    "a0": "s per request outside the engine",
+    "a_prompt": "s per prompt k-token outside the engine",
+}
+WHAT_IF = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "gpu_memory_utilization",
+)
+"""Flags ``spoc twin predict --set`` changes."""
+
+
+class TwinError(InputError):
+    """A twin that cannot be made, read or used; the message says what to change (exit code 2
+    for bad input, 1 where the server failed: set per instance)."""
+
+
+def step_features(decodes: Sequence[int], prefills: Sequence[tuple[int, int]]) -> tuple[float, ...]:
+    """The step's row of the design: (1, prefill tokens, attention k-tok^2, decodes, context
+    k-tok, mixed), from each decode's context and each prefill chunk's (new tokens, done)."""
+    n_p = sum(n for n, _ in prefills)
+    attn = sum(n * (done + n / 2) for n, done in prefills) / 1e6
+    ctx = sum(decodes) / 1e3
+    mixed = 1.0 if decodes and prefills else 0.0
+    return (1.0, float(n_p), attn, float(len(decodes)), ctx, mixed)
+
+
+@dataclass(frozen=True, slots=True)
+class StepModel:
+    """One set of coefficients (the fit, or one bootstrap draw of it)."""
+
+    b0: float
+    b_prefill: float
+    b_attn: float
+    b_decode: float
+    b_context: float
+    b_mixed: float
+    a0: float
+    a_prompt: float
+
+    @classmethod
+    def from_vector(cls, v: Sequence[float]) -> StepModel:
+        return cls(*(float(x) for x in v))
+
+    def vector(self) -> tuple[float, ...]:
+        return tuple(getattr(self, k) for k in COEFFS)
+
+    def step_s(self, decodes: Sequence[int], prefills: Sequence[tuple[int, int]]) -> float:
+        """Seconds of one engine step (0 for an empty one)."""
+        if not decodes and not prefills:
+            return 0.0
+        f = step_features(decodes, prefills)
+        return sum(c * x for c, x in zip(self.vector()[:6], f, strict=True))
+
+    def outside_s(self, prompt_tokens: int) -> float:
+        """Seconds a request spends outside the engine (HTTP, tokenizing, streaming back)."""
+        return self.a0 + self.a_prompt * prompt_tokens / 1e3
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """What the twin knows of the server's engine, and where each setting came from."""
+
+    model: str
+    max_model_len: int
+    block_size: int
+    num_gpu_blocks: int
+    enable_prefix_caching: bool
+    gpu_memory_utilization: float | None
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_chunked_prefill: bool
+    sources: dict[str, str] = field(default_factory=dict)
+    """setting -> ``reported`` (the server's /metrics or /v1/models), ``told`` (an option),
+    ``inferred`` (from the probes), ``assumed`` (vLLM's default)."""
+    engine_version: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object], where: str) -> ServerConfig:
+        try:
+            return cls(
+                model=str(d["model"]),
+                max_model_len=_int(d["max_model_len"]),
+                block_size=_int(d["block_size"]),
+                num_gpu_blocks=_int(d["num_gpu_blocks"]),
+                enable_prefix_caching=bool(d["enable_prefix_caching"]),
+                gpu_memory_utilization=None
+                if d.get("gpu_memory_utilization") is None
+                else float(d["gpu_memory_utilization"]),  # type: ignore[arg-type]
+                max_num_seqs=_int(d["max_num_seqs"]),
+                max_num_batched_tokens=_int(d["max_num_batched_tokens"]),
+                enable_chunked_prefill=bool(d["enable_chunked_prefill"]),
+                sources={str(k): str(v) for k, v in dict(d.get("sources") or {}).items()},  # type: ignore[call-overload]
+                engine_version=str(d.get("engine_version") or ""),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise TwinError(f"{where}: the server's configuration does not read ({type(e).__name__}: {e})") from None
+
+    def with_flags(self, flags: Mapping[str, object]) -> ServerConfig:
+        """The configuration after a what-if (``--set``): KV blocks scale with the memory share
+        given to the cache (weights and activations stay as they were)."""
+        changes: dict[str, object] = dict(flags)
+        out = replace(self, sources=dict(self.sources), **changes)  # type: ignore[arg-type]
+        for k in flags:
+            out.sources[k] = "what-if"
+        gmu_new, gmu_old = flags.get("gpu_memory_utilization"), self.gpu_memory_utilization
+        if gmu_new is not None and gmu_old:
+            # the KV cache is what is left of gmu x memory after the weights: blocks grow with the
+            # extra share only; without the weights' size, scale by the ratio (an upper bound)
+            out = replace(out, num_gpu_blocks=max(1, int(self.num_gpu_blocks * float(gmu_new) / gmu_old)))  # type: ignore[arg-type]
+        return out
+
+
+def _int(v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{v!r} is not a whole number")
+    return int(v)
+
+
+@dataclass(frozen=True, slots=True)
+class Residuals:
+    """How well the fit reproduces its own probes, by kind of observation."""
+
+    kind: str
+    """``prefill`` (TTFT of a prompt alone), ``server_prefill`` (the server's own prefill time),
+    ``decode`` (decode gaps at a batch size), ``mixed`` (a decode gap with a prefill in it)."""
+    n: int
+    median_abs_pct: float
+    max_abs_pct: float
+
+
+@dataclass(frozen=True, slots=True)
+class Twin:
+    """A calibrated twin: the fit, its draws, the server, and how it was made."""
+
+    fit: StepModel
+    sd: StepModel
+    """Each coefficient's bootstrap standard deviation."""
+    draws: tuple[StepModel, ...]
+    step_cv: float
+    server: ServerConfig
+    residuals: tuple[Residuals, ...] = ()
+    observations: int = 0
+    probes: int = 0
+    calibrated_at: float = field(default_factory=time.time)
+    url: str = ""
+    seconds: float = 0.0
+    """How long the calibration's probes ran."""
+    gpu_clocks: dict[str, float] = field(default_factory=dict)
+    """From DCGM where given: the GPUs' SM clock (MHz) during the probes, so drift can be told."""
+    notes: tuple[str, ...] = ()
+    """What the calibration noticed (a probe disturbed by other traffic, a coefficient at zero)."""
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "schema": TWIN_SCHEMA,
+            "kind": "spoc-twin",
+            "url": self.url,
+            "calibrated_at": self.calibrated_at,
+            "seconds": round(self.seconds, 1),
+            "server": self.server.as_dict(),
+            "model": {
+                "step_s": "b0 + b_prefill*prefill_tokens + b_attn*sum(n*(done+n/2))/1e6 + b_decode*decodes "
+                "+ b_context*sum(decode_context)/1e3 + b_mixed*[prefill with decodes]",
+                "outside_s": "a0 + a_prompt*prompt_tokens/1e3",
+                "units": COEFF_HELP,
+            },
+            "fit": asdict(self.fit),
+            "sd": asdict(self.sd),
+            "step_cv": self.step_cv,
+            "draws": [list(d.vector()) for d in self.draws],
+            "residuals": [asdict(r) for r in self.residuals],
+            "observations": self.observations,
+            "probes": self.probes,
+            "gpu_clocks": self.gpu_clocks,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object], where: str = "twin.json") -> Twin:
+        """A twin of any schema this program wrote.
+
+        Raises:
+            TwinError: not a twin, a newer schema, or fields that do not read.
+        """
+        if d.get("kind") != "spoc-twin":
+            raise TwinError(f"{where}: not a twin (spoc twin calibrate writes one)")
+        v = d.get("schema")
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise TwinError(f"{where}: schema {v!r} is not a version this program wrote")
+        if v > TWIN_SCHEMA:
+            raise TwinError(
+                f"{where}: written by a newer spoc-tui (schema {v}; this one reads 1 to {TWIN_SCHEMA}): upgrade it"
+            )
+        try:
+            fit = _model(d["fit"])
+            sd = _model(d["sd"])
+            draws = tuple(StepModel.from_vector([float(x) for x in row]) for row in d["draws"])  # type: ignore[attr-defined]
+            server = d["server"]
+            residuals = tuple(
+                Residuals(str(r["kind"]), int(r["n"]), float(r["median_abs_pct"]), float(r["max_abs_pct"]))
+                for r in d.get("residuals") or []  # type: ignore[attr-defined]
+            )
+            step_cv = float(d.get("step_cv") or 0.0)  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise TwinError(f"{where}: the fit does not read ({type(e).__name__}: {e})") from None
+        if not isinstance(server, Mapping):
+            raise TwinError(f"{where}: no server configuration")
+        if any(len(x.vector()) != len(COEFFS) for x in draws):
+            raise TwinError(f"{where}: a draw has the wrong number of coefficients")
+        clocks = d.get("gpu_clocks")
+        return cls(
+            fit=fit,
+            sd=sd,
+            draws=draws or (fit,),
+            step_cv=max(0.0, min(step_cv, 2.0)),
+            server=ServerConfig.from_dict(server, where),
+            residuals=residuals,
+            observations=int(d.get("observations") or 0),  # type: ignore[call-overload]
+            probes=int(d.get("probes") or 0),  # type: ignore[call-overload]
+            calibrated_at=float(d.get("calibrated_at") or 0.0),  # type: ignore[arg-type]
+            url=str(d.get("url") or ""),
+            seconds=float(d.get("seconds") or 0.0),  # type: ignore[arg-type]
+            gpu_clocks={str(k): float(x) for k, x in clocks.items()} if isinstance(clocks, Mapping) else {},
+            notes=tuple(str(n) for n in d.get("notes") or []),  # type: ignore[attr-defined]
+        )
+
+    def summary(self) -> list[str]:
+        """Lines for a person: the coefficients with their spread, the server, the residuals."""
+        s = self.server
+        out = [
+            f"twin of {s.model} at {self.url or '?'}, calibrated "
+            f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(self.calibrated_at))} "
+            f"({self.probes} probes, {self.observations} observations, {self.seconds:.0f} s)",
+            f"  engine: {s.num_gpu_blocks} KV blocks of {s.block_size} tokens, max-model-len {s.max_model_len}, "
+            f"max-num-seqs {s.max_num_seqs}, max-num-batched-tokens {s.max_num_batched_tokens}, chunked prefill "
+            f"{_on(s.enable_chunked_prefill)}, prefix caching {_on(s.enable_prefix_caching)}",
+        ]
+        assumed = sorted(k for k, v in s.sources.items() if v == "assumed")
+        if assumed:
+            out.append(
+                f"  assumed (vLLM's defaults; pass them to calibrate if the server differs): {', '.join(assumed)}"
+            )
+        out.append("  step time:")
+        for k in COEFFS:
+            mean, sd = getattr(self.fit, k), getattr(self.sd, k)
+            rel = f" (+-{100 * sd / mean:.0f} %)" if mean > 0 else ""
+            out.append(f"    {k:<10} {_si(mean):>10}{rel:<10} {COEFF_HELP[k]}")
+        out.append(f"    step jitter (CV) {100 * self.step_cv:.1f} %")
+        if self.residuals:
+            out.append("  residuals (the fit against its own probes):")
+            for r in self.residuals:
+                out.append(
+                    f"    {r.kind:<15} n={r.n:<4} median |error| {r.median_abs_pct:.1f} %, worst {r.max_abs_pct:.1f} %"
+                )
+        out.extend(f"  note: {n}" for n in self.notes)
+        return out
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
+
+
+def _si(v: float) -> str:
+    """Seconds in a readable unit."""
+    a = abs(v)
+    if a == 0:
+        return "0"
+    if a >= 1:
+        return f"{v:.3g} s"
+    if a >= 1e-3:
+        return f"{v * 1e3:.3g} ms"
+    if a >= 1e-6:
+        return f"{v * 1e6:.3g} us"
+    return f"{v * 1e9:.3g} ns"
+
+
+def _model(d: object) -> StepModel:
+    if not isinstance(d, Mapping):
+        raise TypeError("not an object")
+    return StepModel(*(float(d[k]) for k in COEFFS))
+
+
+def read_twin(path: str | Path) -> Twin:
+    """A twin.json.
+
+    Raises:
+        TwinError: missing, unreadable, not JSON, not a twin, or a newer schema.
+    """
+    import json
+
+    try:
+        text = read_text_bounded(path)
+    except FileReadError as e:
+        raise TwinError(f"{path}: {e}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise TwinError(f"{path}: not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise TwinError(f"{path}: not a twin (spoc twin calibrate writes one)")
+    return Twin.from_dict(doc, str(path))
+
+
+def write_twin(twin: Twin, path: str | Path) -> None:
+    """Raises: TwinError when the file cannot be written."""
+    import json
+
+    try:
+        write_atomic(path, json.dumps(json_safe(twin.as_dict()), indent=2, allow_nan=False) + "\n")
+    except OSError as e:
+        raise TwinError(f"cannot write {path} ({e.strerror or e})") from None

@@ -1,0 +1,396 @@
+"""A ramp predicted by the twin, in virtual time: the same experiment ``spoc ramp`` runs, on the
+twin's engine instead of the server, in seconds rather than minutes.
+
+The users start and pace as ``spoc ramp``'s do (:class:`~spoc_tui.sim.virtual.VirtualServer` with
+the ramp's spawn rate, its jitter before turns, lockstep or staggered arrivals), each step warms
+up and is measured for the same seconds, an inconclusive step is measured on by the same rule,
+and the knee search chooses its levels from the same inference. Each step's figures are judged
+exactly as a measured step's are (:func:`~spoc_tui.core.steps.summarize_step`).
+
+How sure: the ramp runs once on the fit (the figures written), then again at the same levels once
+per bootstrap draw of the fit (each with its own seed). A figure's prediction interval spans the
+draws' figures (2.5 to 97.5 %) and the fit's own sampling interval; the knee's interval spans the
+draws' knees and the fit's. Near saturation the draws spread (a step a few percent slower turns
+a short queue into a long one): each step says its utilisation, and the interval widens by itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from spoc_tui.core.confidence import Interval
+from spoc_tui.core.inference import KneeEstimate, infer_knee
+from spoc_tui.core.knee import FixedUsers, Knee, find_knee
+from spoc_tui.core.sla import Limit
+from spoc_tui.core.steps import RequestSample, ServerWindow, StepSummary, summarize_step
+from spoc_tui.load.defaults import ARRIVALS, DEFAULT_BUDGET_S, EXTEND_FACTOR, STEP_S, WARMUP_S
+from spoc_tui.load.workload import Workload
+from spoc_tui.sim.virtual import VirtualServer
+from spoc_tui.twin.engine import TwinEngine
+from spoc_tui.twin.model import StepModel, Twin
+
+MAX_SPAWN_RATE = 100.0
+LOCKSTEP_SPAWN_RATE = 1000.0
+DRAWS = 16
+"""Runs on bootstrap draws of the fit beside the fit's own (the prediction interval's)."""
+SATURATED = 0.85
+"""A step whose engine is busy this share of its window is near saturation: said with its interval."""
+
+METRICS: tuple[tuple[str, str], ...] = (
+    ("ttft", "p50"),
+    ("ttft", "p90"),
+    ("ttft", "p99"),
+    ("itl", "p50"),
+    ("itl", "p90"),
+    ("itl", "p99"),
+    ("e2e", "p50"),
+    ("e2e", "p90"),
+    ("output_tokens_per_s", ""),
+    ("request_rate", ""),
+)
+
+
+def metric_key(metric: str, stat: str) -> str:
+    return f"{metric}_{stat}" if stat else metric
+
+
+def figure(step: StepSummary, metric: str, stat: str) -> float | None:
+    """A step's figure: ``ttft`` ``p90`` -> its TTFT p90; ``output_tokens_per_s`` -> the total."""
+    if not stat:
+        v = getattr(step, metric)
+        return float(v) if v is not None else None
+    return step.latency.of(metric).stat(stat)
+
+
+def figure_ci(step: StepSummary, metric: str, stat: str) -> Interval:
+    if not stat:
+        return getattr(step.ci95, metric)  # type: ignore[no-any-return]
+    return step.latency.of(metric).interval(stat)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """How to run the predicted ramp: the experiment of a ``spoc ramp`` command."""
+
+    twin: Twin
+    workload: Workload
+    plan: object
+    """:class:`~spoc_tui.core.knee.FixedUsers` or :class:`~spoc_tui.core.knee.KneeSearch`."""
+    limits: tuple[Limit, ...]
+    step_s: float = STEP_S
+    warmup_s: float = WARMUP_S
+    max_step_s: float | None = None
+    budget_s: float | None = None
+    arrivals: str = ARRIVALS
+    spawn_rate: float | None = None
+    seed: int = 0
+    flags: Mapping[str, object] = field(default_factory=dict)
+    draws: int = DRAWS
+
+    @property
+    def step_limit_s(self) -> float:
+        return self.max_step_s if self.max_step_s is not None else self.step_s * EXTEND_FACTOR
+
+    @property
+    def budget(self) -> float | None:
+        if self.budget_s is not None:
+            return self.budget_s
+        return None if isinstance(self.plan, FixedUsers) else DEFAULT_BUDGET_S
+
+    def rate(self, change: int) -> float:
+        """Users per second for a step that changes the count by ``change`` (as ``spoc ramp``)."""
+        if self.spawn_rate:
+            return self.spawn_rate
+        if self.arrivals == "lockstep":
+            return LOCKSTEP_SPAWN_RATE
+        return float(min(MAX_SPAWN_RATE, max(1.0, math.ceil(abs(change) / max(0.5, self.warmup_s / 2)))))
+
+
+@dataclass(frozen=True)
+class StepRun:
+    step: StepSummary
+    window: list[RequestSample]
+    utilisation: float
+    measured_s: float
+
+
+def _server_window(
+    eng: TwinEngine,
+    polls: Sequence[tuple[int, int, float]],
+    start: dict[str, float],
+    end: dict[str, float],
+    secs: float,
+) -> ServerWindow:
+    """The engine's own view over the window, as /metrics would have shown it."""
+    waiting = [float(w) for w, _, _ in polls]
+    q = end["prefix_queries"] - start["prefix_queries"]
+    return ServerWindow(
+        seen=True,
+        waiting=waiting[-1] if waiting else None,
+        waiting_max=max(waiting) if waiting else None,
+        waiting_mean=float(np.mean(waiting)) if waiting else None,
+        running_max=float(max(r for _, r, _ in polls)) if polls else None,
+        kv_cache_usage_max=max(k for _, _, k in polls) if polls else None,
+        preemptions_per_s=(end["preemptions"] - start["preemptions"]) / secs,
+        generation_tokens_per_s=(end["generation"] - start["generation"]) / secs,
+        prefix_cache_hit_rate=(end["prefix_hits"] - start["prefix_hits"]) / q if q else None,
+        window="predicted",
+    )
+
+
+def _counters(eng: TwinEngine) -> dict[str, float]:
+    st = eng.stats
+    return {
+        "preemptions": st.preemptions,
+        "generation": st.generation_tokens,
+        "prefix_queries": st.prefix_queries,
+        "prefix_hits": st.prefix_hits,
+        "busy": eng.busy_s,
+    }
+
+
+@dataclass(frozen=True)
+class DrawStep:
+    """A step of a run on one draw of the fit: its figures only (no intervals: the draws' spread
+    is the interval)."""
+
+    users: int
+    window: list[RequestSample]
+    figures: dict[str, float | None]
+
+
+def point_figures(window: Sequence[RequestSample], secs: float) -> dict[str, float | None]:
+    """The figures of :data:`METRICS` over a window, as :func:`summarize_step` computes them."""
+    ok = [s for s in window if s.ok]
+    out: dict[str, float | None] = {}
+    for metric, stat in METRICS:
+        key = metric_key(metric, stat)
+        if not stat:
+            if metric == "request_rate":
+                out[key] = len(window) / secs
+            else:
+                out[key] = sum(float(s.output_tokens or 0) for s in ok) / secs
+            continue
+        if metric == "itl":
+            vals = [g for s in ok for g in s.itl]
+        else:
+            vals = [v for s in ok if (v := getattr(s, metric)) is not None]
+        out[key] = float(np.percentile(vals, float(stat[1:]))) if vals else None
+    return out
+
+
+def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[int, float]]) -> list[DrawStep]:
+    """The ramp again on one draw of the fit, at the levels and lengths the fit's run chose."""
+    now = [0.0]
+    eng = TwinEngine(p.twin, model, flags=p.flags, seed=seed, clock=lambda: now[0])
+    vs = VirtualServer(
+        eng, p.workload, 0, seed=seed, lockstep=p.arrivals == "lockstep", spread_s=0.0, ignore_eos=True, paced=True
+    )
+    out: list[DrawStep] = []
+    prev = 0
+    for u, secs in levels:
+        change = u - prev
+        vs.spread_s = abs(change) / p.rate(change) if change else 0.0
+        vs.set_users(u)
+        prev = u
+        vs.advance(vs.now + p.warmup_s)
+        now[0] = vs.now
+        start = vs.now
+        vs.advance(start + secs)
+        now[0] = vs.now
+        window = vs.window(start, vs.now)
+        out.append(DrawStep(u, window, point_figures(window, max(secs, 1e-9))))
+    return out
+
+
+def run_ramp(
+    p: Prediction,
+    model: StepModel,
+    seed: int,
+    progress: Callable[[str], None] | None = None,
+) -> list[StepRun]:
+    """One predicted ramp on ``model``, its levels as the plan chooses them (the search from the
+    knee inferred so far), each step measured and judged as ``spoc ramp`` does."""
+    now = [0.0]
+    eng = TwinEngine(p.twin, model, flags=p.flags, seed=seed, clock=lambda: now[0])
+    vs = VirtualServer(
+        eng, p.workload, 0, seed=seed, lockstep=p.arrivals == "lockstep", spread_s=0.0, ignore_eos=True, paced=True
+    )
+
+    def advance(until: float) -> None:
+        vs.advance(until)
+        now[0] = vs.now
+
+    runs: list[StepRun] = []
+    steps: list[StepSummary] = []
+    windows: list[tuple[float, list[RequestSample]]] = []
+    knee: Knee | None = None
+    used = 0.0
+    plan = p.plan
+    budget = p.budget
+    prev = 0
+    while (u := plan.next(steps, knee)) is not None:  # type: ignore[attr-defined]
+        if budget is not None and budget - used < p.step_s:
+            break
+        change = u - prev
+        vs.spread_s = abs(change) / p.rate(change) if change else 0.0
+        vs.set_users(u)
+        prev = u
+        advance(vs.now + p.warmup_s)
+        start = vs.now
+        c0 = _counters(eng)
+        planned = p.step_s - p.warmup_s
+        target = planned
+        limit = max(planned, p.step_limit_s - p.warmup_s)
+        if budget is not None:
+            limit = max(planned, min(limit, budget - used - p.warmup_s))
+        polls: list[tuple[int, int, float]] = []
+        while True:
+            while vs.now < start + target - 1e-9:
+                advance(min(start + target, vs.now + 1.0))
+                polls.append((len(eng.waiting), len(eng.running), eng.kv_usage))
+            window = vs.window(start, vs.now)
+            secs = max(vs.now - start, 1e-9)
+            server = _server_window(eng, polls, c0, _counters(eng), secs)
+            summary = summarize_step(
+                len(steps) + 1, u, window, target, p.limits, server=server, extended_s=target - planned
+            )
+            if summary.decision != "inconclusive" or target >= limit - 1e-6:
+                break
+            extend = getattr(plan, "extend", None)  # a search measures on only near a limit; a list always
+            if extend is not None and not extend(summary):
+                break
+            target = min(limit, target + planned)
+        used += p.warmup_s + target
+        busy = (_counters(eng)["busy"] - c0["busy"]) / secs
+        steps.append(summary)
+        windows.append((u, window))
+        runs.append(StepRun(summary, window, min(1.0, busy), target))
+        if not isinstance(plan, FixedUsers):  # only a search chooses its next level from the knee
+            knee = find_knee(steps, infer_knee(windows, p.limits, seed=seed))
+        if progress:
+            progress(f"{u} users: {summary.requests} requests, {summary.decision}")
+    return runs
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The predicted ramp: the fit's steps and knee, and the intervals from the draws."""
+
+    runs: list[StepRun]
+    knee: Knee
+    intervals: list[dict[str, Interval]]
+    """Per step: metric key -> prediction interval."""
+    draw_knees: list[float | None]
+    draws: int
+    notes: list[str]
+
+    @property
+    def steps(self) -> list[StepSummary]:
+        return [r.step for r in self.runs]
+
+    def step_notes(self, i: int) -> str:
+        u = self.runs[i].utilisation
+        if u >= SATURATED:
+            return (
+                f"near saturation (the engine busy {100 * u:.0f} % of the window): a step a few percent slower or "
+                "faster moves the queue a lot, so the interval is wide"
+            )
+        return ""
+
+
+def _interval(values: Sequence[float], own: Interval) -> Interval:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return own
+    lo, hi = float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
+    if own[0] is not None:
+        lo = min(lo, own[0])
+    if own[1] is not None:
+        hi = max(hi, own[1])
+    return (lo, hi)
+
+
+def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Predicted:
+    """The ramp on the fit, then on ``p.draws`` draws of it at the same levels."""
+    say = progress or (lambda _m: None)
+    central = run_ramp(p, p.twin.fit, p.seed, progress=lambda m: say(f"fit: {m}"))
+    if not central:
+        from spoc_tui.twin.model import TwinError
+
+        raise TwinError("no step fits the budget: lengthen --budget or shorten --step-seconds")
+    levels = [(r.step.users, r.measured_s) for r in central]
+    windows = [(float(r.step.users), r.window) for r in central]
+    knee = find_knee([r.step for r in central], infer_knee(windows, p.limits, seed=p.seed))
+    draws = list(p.twin.draws[: max(0, p.draws)])
+    per_draw: list[list[DrawStep]] = []
+    knees: list[float | None] = []
+    for i, m in enumerate(draws):
+        say(f"draw {i + 1}/{len(draws)} of the fit")
+        runs = run_draw(p, m, p.seed + 1000 * (i + 1), levels)
+        per_draw.append(runs)
+        # the draw's knee: its fit's crossing (no resampling: the draws' spread is the interval)
+        est = infer_knee([(float(r.users), r.window) for r in runs], p.limits, replicates=0, seed=p.seed + i + 1)
+        knees.append(est.estimate if est is not None and est.boundary != "bound" else None)
+    intervals: list[dict[str, Interval]] = []
+    for k, run in enumerate(central):
+        row: dict[str, Interval] = {}
+        for metric, stat in METRICS:
+            vals = [d[k].figures[metric_key(metric, stat)] for d in per_draw if k < len(d)]
+            own = figure_ci(run.step, metric, stat)
+            v0 = figure(run.step, metric, stat)
+            row[metric_key(metric, stat)] = _interval([v for v in [v0, *vals] if v is not None], own)
+        intervals.append(row)
+    notes: list[str] = []
+    inf = knee.inferred
+    if inf is not None and inf.boundary != "bound" and inf.estimate is not None:
+        ests = [k for k in knees if k is not None]
+        lo, hi = inf.ci95
+        if ests:
+            lo = min(float(np.percentile(ests, 2.5)), lo if lo is not None else math.inf)
+            hi = max(float(np.percentile(ests, 97.5)), hi if hi is not None else -math.inf)
+        bounded = sum(1 for k in knees if k is None)
+        if bounded:
+            notes.append(f"{bounded} of {len(knees)} draws put the knee beyond the levels run")
+        knee = replace(knee, inferred=replace(inf, ci95=(lo, hi)))
+    return Predicted(central, knee, intervals, knees, len(draws), notes)
+
+
+def knee_of(est: KneeEstimate | None) -> float | None:
+    return est.estimate if est is not None else None
+
+
+@dataclass(frozen=True)
+class AtLevels:
+    """The twin's figures at given levels (another ramp's): the fit's, and each one's interval."""
+
+    levels: list[tuple[int, float]]
+    figures: list[dict[str, float | None]]
+    intervals: list[dict[str, Interval]]
+    draws: int
+
+
+def predict_at(
+    p: Prediction, levels: Sequence[tuple[int, float]], progress: Callable[[str], None] | None = None
+) -> AtLevels:
+    """The ramp at ``levels`` ((users, measured seconds) per step), on the fit and on its draws."""
+    say = progress or (lambda _m: None)
+    say("the fit")
+    central = run_draw(p, p.twin.fit, p.seed, levels)
+    draws = list(p.twin.draws[: max(0, p.draws)])
+    per_draw = []
+    for i, m in enumerate(draws):
+        say(f"draw {i + 1}/{len(draws)} of the fit")
+        per_draw.append(run_draw(p, m, p.seed + 1000 * (i + 1), levels))
+    intervals: list[dict[str, Interval]] = []
+    for k, step in enumerate(central):
+        row: dict[str, Interval] = {}
+        for key, v0 in step.figures.items():
+            vals = [v for d in per_draw if (v := d[k].figures.get(key)) is not None]
+            row[key] = _interval([v for v in [v0, *vals] if v is not None], (None, None))
+        intervals.append(row)
+    return AtLevels(list(levels), [s.figures for s in central], intervals, len(draws))

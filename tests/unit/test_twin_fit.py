@@ -1,0 +1,148 @@
+"""The twin's step-time fit on synthetic step times, its file, and its engine."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from spoc_tui.core.knee import parse_user_plan
+from spoc_tui.core.sla import parse_sla
+from spoc_tui.load.workload import load_workload
+from spoc_tui.twin.engine import TwinEngine
+from spoc_tui.twin.fit import Observation, fit_step_model, nnls
+from spoc_tui.twin.model import COEFFS, ServerConfig, StepModel, Twin, TwinError, read_twin, step_features, write_twin
+from spoc_tui.twin.predict import Prediction, predict, predict_at
+
+TRUE = StepModel(0.004, 2e-5, 3e-3, 4e-4, 1.5e-3, 0.001, 0.003, 0.0005)
+SERVER = ServerConfig("tiny", 2048, 16, 4096, True, 0.9, 64, 2048, True, {"block_size": "reported"})
+
+
+def synthetic(model: StepModel, noise: float, seed: int = 1) -> list[Observation]:
+    """The probes calibrate runs, timed by ``model`` with multiplicative noise."""
+    rng = random.Random(seed)
+    obs: list[Observation] = []
+    p = 0
+
+    def y(v: float) -> float:
+        return v * (1 + rng.gauss(0, noise))
+
+    for rep in range(3):
+        for n in (16, 64, 256, 1024, 1500):
+            p += 1
+            f = step_features([], [(n, 0)])
+            obs.append(
+                Observation("prefill", p, (*f, 1.0, n / 1e3), y(model.step_s([], [(n, 0)]) + model.outside_s(n)))
+            )
+            obs.append(Observation("server_prefill", p, (*f, 0.0, 0.0), y(model.step_s([], [(n, 0)]))))
+        for b in (1, 2, 4, 8, 16):
+            for c in (32, 800):
+                p += 1
+                for k in (10, 30):
+                    ctx = [c + k] * b
+                    obs.append(Observation("decode", p, (*step_features(ctx, []), 0.0, 0.0), y(model.step_s(ctx, []))))
+        for n in (128, 512):
+            p += 1
+            ctx = [100 + rep] * 4
+            obs.append(
+                Observation("mixed", p, (*step_features(ctx, [(n, 0)]), 0.0, 0.0), y(model.step_s(ctx, [(n, 0)])))
+            )
+    return obs
+
+
+def test_nnls_matches_least_squares_when_the_solution_is_positive_and_clips_otherwise():
+    rng = np.random.default_rng(0)
+    a = rng.random((30, 4))
+    x = np.array([1.0, 2.0, 0.5, 3.0])
+    assert np.allclose(nnls(a, a @ x), x, atol=1e-8)
+    x_neg = np.array([1.0, -2.0, 0.5, 3.0])
+    got = nnls(a, a @ x_neg)
+    assert (got >= 0).all() and got[1] == 0.0
+
+
+def test_the_fit_recovers_known_coefficients_within_their_intervals():
+    fit, sd, draws, residuals, notes = fit_step_model(synthetic(TRUE, 0.02))
+    for k in ("b0", "b_prefill", "b_decode", "b_context", "a0"):
+        true, got, spread = getattr(TRUE, k), getattr(fit, k), getattr(sd, k)
+        assert abs(got - true) / true < 0.1, k
+        assert abs(got - true) <= 4 * spread + 1e-12, k
+    assert len(draws) == 32 and notes == []
+    assert {r.kind for r in residuals} == {"prefill", "server_prefill", "decode", "mixed"}
+    assert all(r.median_abs_pct < 5 for r in residuals)
+
+
+def test_noise_widens_the_spread():
+    _, quiet, *_ = fit_step_model(synthetic(TRUE, 0.01))
+    _, noisy, *_ = fit_step_model(synthetic(TRUE, 0.08))
+    assert noisy.b_decode > 2 * quiet.b_decode
+
+
+def test_an_unexercised_coefficient_is_held_at_zero_and_said():
+    obs = [o for o in synthetic(TRUE, 0.02) if o.kind != "mixed"]
+    fit, _, _, _, notes = fit_step_model(obs)
+    assert fit.b_mixed == 0.0 and any("b_mixed not measured" in n for n in notes)
+
+
+def test_too_few_probes_are_refused():
+    with pytest.raises(TwinError, match="decodes and prefills"):
+        fit_step_model([o for o in synthetic(TRUE, 0.02) if o.kind == "decode"])
+
+
+def twin(step_cv: float = 0.0) -> Twin:
+    rng = random.Random(0)
+    draws = tuple(StepModel(*(x * (1 + rng.gauss(0, 0.05)) for x in TRUE.vector())) for _ in range(8))
+    return Twin(TRUE, StepModel(*(0.05 * x for x in TRUE.vector())), draws, step_cv, SERVER, calibrated_at=1.0)
+
+
+def test_twin_json_round_trips_and_refuses_what_it_cannot_read(tmp_path):
+    path = tmp_path / "twin.json"
+    write_twin(twin(0.1), path)
+    back = read_twin(path)
+    assert back.fit == TRUE and back.server == SERVER and len(back.draws) == 8 and back.step_cv == 0.1
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == 1 and doc["kind"] == "spoc-twin"
+    doc["schema"] = 99
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TwinError, match="newer spoc-tui"):
+        read_twin(path)
+    path.write_text('{"kind": "spoc-twin", "schema": 1, "fit": {}}')
+    with pytest.raises(TwinError, match="does not read"):
+        read_twin(path)
+    path.write_text("[1]")
+    with pytest.raises(TwinError, match="not a twin"):
+        read_twin(path)
+    with pytest.raises(TwinError, match="no such file"):
+        read_twin(tmp_path / "missing.json")
+
+
+def test_the_engine_times_steps_by_the_fit_and_keeps_the_servers_kv_blocks():
+    eng = TwinEngine(twin(), jitter=False)
+    assert eng.num_blocks == 4096 and eng.max_len == 2048 and eng.cfg.max_num_seqs == 64
+    assert eng.outside_s(1000) == pytest.approx(TRUE.a0 + TRUE.a_prompt)
+    what_if = TwinEngine(twin(), flags={"max_num_seqs": 8, "gpu_memory_utilization": 0.45}, jitter=False)
+    assert what_if.cfg.max_num_seqs == 8 and what_if.num_blocks == 2048
+
+
+def test_a_predicted_ramp_rises_with_load_and_its_intervals_hold_the_figures():
+    p = Prediction(
+        twin=twin(0.05),
+        workload=load_workload("chatbot"),
+        plan=parse_user_plan("1,8,32"),
+        limits=tuple(parse_sla("ttft_p99<=2s,itl_p99<=100ms")),
+        step_s=30,
+        warmup_s=5,
+        max_step_s=30,
+        draws=3,
+    )
+    res = predict(p)
+    assert [r.step.users for r in res.runs] == [1, 8, 32]
+    itl = [r.step.latency.itl.p50 for r in res.runs]
+    assert itl[0] < itl[-1]
+    for r, iv in zip(res.runs, res.intervals, strict=True):
+        lo, hi = iv["itl_p50"]
+        assert lo <= r.step.latency.itl.p50 <= hi
+    assert res.runs[-1].utilisation > res.runs[0].utilisation
+    at = predict_at(p, [(8, 25.0)])
+    assert at.figures[0]["itl_p50"] is not None and at.draws == 3
