@@ -205,6 +205,13 @@ def sim_options(f: F) -> F:
     help="As vLLM: /v1 endpoints want this Bearer token (/metrics and /health stay open).",
 )
 @click.option(
+    "--twin",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Serve a calibrated twin (spoc twin calibrate): the real server's settings and step time; engine flags "
+    "given here are what-ifs on it.",
+)
+@click.option(
     "--truth-log",
     type=click.Path(dir_okay=False),
     default=None,

@@ -41,6 +41,9 @@ class SimOptions(EngineFlags):
     """Replicas served by this process, each an engine of its own on ``port + i`` (and
     ``dcgm_port + i``); 0 for a port picks one per replica. None: 1, or 3 for imbalanced/fleet."""
     truth_log: str | None = None
+    twin: str | None = None
+    """Serve a calibrated twin (twin.json): the server's settings and fitted step time instead of a
+    model and GPU preset; engine flags that differ from vLLM's defaults are what-ifs on it."""
     api_key: str | None = field(default=None, repr=False)
     """As vLLM's --api-key: /v1 endpoints want ``Authorization: Bearer KEY`` (/metrics, /health stay open)."""
     """Built-in background users (none unless given; `spoc demo` chooses per scenario)."""

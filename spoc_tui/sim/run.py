@@ -61,6 +61,8 @@ def build(opts: SimOptions) -> tuple[SimEngine, int]:
     Raises:
         SimConfigError: unknown presets, impossible configurations.
     """
+    if opts.twin is not None:
+        return _build_twin(opts), opts.load_users or 0
     if opts.scenario not in SCENARIOS:
         raise SimConfigError(f"unknown scenario {opts.scenario!r}; known: {', '.join(SCENARIOS)}")
     try:
@@ -104,6 +106,31 @@ def build(opts: SimOptions) -> tuple[SimEngine, int]:
     return engine, opts.load_users or 0
 
 
+def _build_twin(opts: SimOptions) -> SimEngine:
+    """The twin's engine: its server's settings, what-ifs from the flags given.
+
+    Raises:
+        SimConfigError: a twin that cannot be read or used, a scenario other than steady.
+    """
+    from spoc_tui.twin.engine import TwinEngine
+    from spoc_tui.twin.model import WHAT_IF, TwinError, read_twin
+
+    if opts.scenario != "steady" or (opts.replicas or 1) != 1:
+        raise SimConfigError("--twin serves one replica of the calibrated server (the steady scenario)")
+    if not 0 < opts.speed < math.inf:
+        raise SimConfigError("--speed must be a positive number")
+    try:
+        twin = read_twin(opts.twin or "")
+        flags = {
+            f.name: getattr(opts, f.name)
+            for f in fields(EngineFlags)
+            if f.name in WHAT_IF and getattr(opts, f.name) != f.default
+        }
+        return TwinEngine(twin, flags=flags, speed=opts.speed, seed=opts.seed)
+    except (TwinError, CapacityError) as e:
+        raise SimConfigError(str(e)) from None
+
+
 def demo_users(scenario: str, engine: SimEngine) -> int:
     """Background users for ``spoc demo``: comfortable, or far past capacity for overload."""
     if scenario == "overload":
@@ -121,7 +148,7 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
     stop = asyncio.Event()
     for i, (engine, users) in enumerate(replicas):
         port = opts.port + i if opts.port else 0
-        dport = None if opts.dcgm_port is None else (opts.dcgm_port + i if opts.dcgm_port else 0)
+        dport = None if opts.dcgm_port is None or opts.twin else (opts.dcgm_port + i if opts.dcgm_port else 0)
         server = SimServer(
             engine,
             host=opts.host,
@@ -162,8 +189,9 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
             lags = opts.scenario in MULTI_REPLICA and i == n - 1
             slow = f" (slower {cfg.gpu.label} GPUs: the lagging replica)" if lags else ""
             kv = f"{engine.num_blocks} blocks x {cfg.block_size} tokens = {engine.plan.kv_cache_tokens} tokens"
+            what = f"the twin in {opts.twin}" if opts.twin else f"{cfg.tp}x {cfg.gpu.label} ({opts.scenario})"
             print(
-                f"spoc sim: SIMULATED {cfg.served_model_name} on {cfg.tp}x {cfg.gpu.label} ({opts.scenario})"
+                f"spoc sim: SIMULATED {cfg.served_model_name} on {what}"
                 + (f", replica {i}{slow}" if n > 1 else "")
                 + f"\n  OpenAI API + vLLM metrics: http://{opts.host}:{server.bound_port}\n"
                 + (

@@ -228,7 +228,10 @@ class VirtualServer:
         if u.idx >= self._active:
             u.busy = False
             return
-        self._push(self.now + (t.think_s if u.turn < len(u.turns) else 0.0), u.idx)
+        # spoc ramp's users think after every turn, the last of a conversation too (paced); the
+        # benchmark's plain users start their next conversation at once
+        think = t.think_s if self.paced or u.turn < len(u.turns) else 0.0
+        self._push(self.now + think, u.idx)
 
     def advance(self, until: float) -> None:
         """Run the engine and the users on to simulated time ``until``."""

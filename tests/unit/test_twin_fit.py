@@ -13,7 +13,7 @@ from spoc_tui.core.sla import parse_sla
 from spoc_tui.load.workload import load_workload
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.fit import Observation, fit_step_model, nnls
-from spoc_tui.twin.model import COEFFS, ServerConfig, StepModel, Twin, TwinError, read_twin, step_features, write_twin
+from spoc_tui.twin.model import ServerConfig, StepModel, Twin, TwinError, read_twin, step_features, write_twin
 from spoc_tui.twin.predict import Prediction, predict, predict_at
 
 TRUE = StepModel(0.004, 2e-5, 3e-3, 4e-4, 1.5e-3, 0.001, 0.003, 0.0005)

@@ -1,0 +1,151 @@
+"""`spoc twin` end to end against the simulator: calibrate on its probes, predict a ramp, measure
+the same ramp and check the prediction against it; bad input refused with a message."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spoc_tui.procs.ports import free_ports
+from spoc_tui.sim.process import start_sim
+
+PROFILE = """
+name = "held-out"
+ignore_eos = true
+system_tokens = 100
+turns = {dist = "uniform", min = 1, max = 2}
+user_tokens = {dist = "uniform", min = 200, max = 600}
+output_tokens = {dist = "uniform", min = 30, max = 80}
+think_s = {dist = "uniform", min = 0.2, max = 0.8}
+"""
+
+
+@pytest.fixture(scope="module")
+def sim():
+    (port,) = free_ports(1)
+    proc = start_sim(["--max-num-seqs", "32", "--dcgm-port", "0"], port)
+    yield f"http://127.0.0.1:{port}"
+    proc.stop()
+
+
+def spoc(*args, timeout=240):
+    return subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def twin(sim, tmp_path_factory):
+    out = tmp_path_factory.mktemp("twin") / "twin.json"
+    r = spoc("twin", "calibrate", "--url", sim, "--budget", "25", "--engine-flag", "max-num-seqs=32",
+             "--engine-flag", "max-num-batched-tokens=8192", "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "b_decode" in r.stdout and f"wrote {out}" in r.stdout
+    return out
+
+
+def test_calibration_reads_the_servers_settings_and_fits_its_steps(twin):
+    doc = json.loads(twin.read_text())
+    assert doc["kind"] == "spoc-twin" and doc["schema"] == 1
+    srv = doc["server"]
+    assert srv["num_gpu_blocks"] > 0 and srv["block_size"] == 16 and srv["max_model_len"] == 32768
+    assert srv["sources"]["num_gpu_blocks"] == "reported" and srv["sources"]["max_num_seqs"] == "told"
+    assert srv["sources"]["enable_chunked_prefill"] == "assumed"
+    res = {r["kind"]: r for r in doc["residuals"]}
+    # the simulator's step is a roofline (a max of memory and compute), the fit is linear: close,
+    # not exact
+    assert res["decode"]["median_abs_pct"] < 15, res
+    assert res["prefill"]["median_abs_pct"] < 25, res
+    assert doc["fit"]["b0"] > 0 and doc["fit"]["b_context"] > 0 and len(doc["draws"]) >= 16
+    shown = spoc("twin", "show", str(twin))
+    assert shown.returncode == 0 and "KV blocks" in shown.stdout and "assumed" in shown.stdout
+
+
+def test_the_prediction_matches_the_measured_ramp(sim, twin, tmp_path):
+    prof = tmp_path / "held-out.toml"
+    prof.write_text(PROFILE)
+    measured = tmp_path / "measured"
+    r = spoc("ramp", "--url", sim, "--profile", str(prof), "--users", "2,10", "--step-seconds", "25",
+             "--warmup-seconds", "5", "--max-step-seconds", "25", "--sla", "ttft_p90<=2s", "--out", str(measured))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    c = spoc("twin", "check", "--twin", str(twin), "--ramp", str(measured), "--draws", "4", "--json")
+    assert c.returncode in (0, 1), c.stderr
+    doc = json.loads(c.stdout)
+    assert len(doc["steps"]) == 2
+    med = doc["median_abs_error_pct"]
+    assert med["itl_p50"] < 20 and med["e2e_p50"] < 25, med
+    assert c.returncode == (0 if doc["holds"] else 1)
+    text = spoc("twin", "check", "--twin", str(twin), "--ramp", str(measured), "--draws", "2")
+    assert "the twin holds" in text.stdout or "DRIFTED" in text.stdout
+    pred = tmp_path / "predicted"
+    p = spoc("twin", "predict", "--twin", str(twin), "--profile", str(prof), "--users", "2,10", "--step-seconds", "25",
+             "--warmup-seconds", "5", "--max-step-seconds", "25", "--sla", "ttft_p90<=2s", "--draws", "4",
+             "--out", str(pred))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "knee (predicted)" in p.stdout and "busy" in p.stdout
+    doc = json.loads((pred / "ramp.json").read_text())
+    assert doc["predicted"] is True and len(doc["steps"]) == 2 and doc["prediction"]["draws"] == 4
+    assert set(doc["prediction"]["steps"][0]["intervals"]) >= {"ttft_p50", "itl_p50", "e2e_p90", "output_tokens_per_s"}
+    # the predicted ramp reads as any ramp does
+    shown = spoc("compare", str(measured), str(pred), "--json")
+    assert shown.returncode == 0, shown.stderr
+
+
+def test_a_what_if_changes_the_prediction(twin):
+    def itl(*extra):
+        r = spoc("twin", "predict", "--twin", str(twin), "--users", "48", "--step-seconds", "20", "--warmup-seconds",
+                 "5", "--max-step-seconds", "20", "--draws", "0", "--json", *extra)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["steps"][0]["latency"]["ttft"]["p50"]
+
+    # 48 users on 32 seats queue; 8 seats queue far longer
+    assert itl("--set", "max-num-seqs=8") > 1.5 * itl()
+
+
+def test_bad_input_is_refused_with_a_message(twin, tmp_path):
+    (dead,) = free_ports(1)
+    r = spoc("twin", "calibrate", "--url", f"http://127.0.0.1:{dead}", "--budget", "20", "--out", str(tmp_path / "t"))
+    assert r.returncode == 1 and "cannot reach" in r.stderr and "Traceback" not in r.stderr
+    r = spoc("twin", "calibrate", "--url", "http://127.0.0.1:1", "--budget", "5")
+    assert r.returncode == 2 and "--budget" in r.stderr
+    r = spoc("twin", "calibrate", "--url", "http://127.0.0.1:1", "--engine-flag", "max-num-seqs=lots")
+    assert r.returncode == 2 and "whole number" in r.stderr
+    r = spoc("twin", "predict", "--twin", str(tmp_path / "none.json"))
+    assert r.returncode == 2 and "no such file" in r.stderr
+    r = spoc("twin", "predict", "--twin", str(twin), "--set", "tensor-parallel-size=2")
+    assert r.returncode == 2 and "FLAG=VALUE" in r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "spoc-twin", "schema": 7}')
+    r = spoc("twin", "show", str(bad))
+    assert r.returncode == 2 and "newer spoc-tui" in r.stderr
+    r = spoc("sim", "--twin", str(bad), "--port", "0")
+    assert r.returncode == 2 and "newer spoc-tui" in r.stderr
+
+
+def test_a_busy_server_is_not_calibrated(tmp_path):
+    (port,) = free_ports(1)
+    proc = start_sim(["--load-users", "8", "--dcgm-port", "0"], port)
+    try:
+        r = spoc(
+            "twin", "calibrate", "--url", f"http://127.0.0.1:{port}", "--budget", "20", "--out", str(tmp_path / "t")
+        )
+    finally:
+        proc.stop()
+    assert r.returncode == 1 and "busy" in r.stderr
+
+
+def test_the_twin_serves_live(twin):
+    (port,) = free_ports(1)
+    proc = start_sim(["--twin", str(twin), "--max-num-seqs", "4"], port)
+    try:
+        import httpx
+
+        m = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert 'num_gpu_blocks="' in m
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/completions",
+                       json={"prompt": "hello there", "max_tokens": 4, "model": json.loads(twin.read_text())["server"]["model"]},
+                       timeout=30)  # fmt: skip
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
+    finally:
+        proc.stop()
