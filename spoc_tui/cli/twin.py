@@ -373,8 +373,14 @@ def prediction_text(p: Any, res: Any, took: float) -> str:
 @click.option("--twin", "twin_path", default="twin.json", show_default=True, help="The calibrated twin.")
 @click.option("--ramp", "ramp_path", required=True, help="A measured ramp (folder or ramp.json) on the twin's server.")
 @click.option("--draws", type=click.IntRange(0, 32), default=8, show_default=True)
+@click.option(
+    "--set",
+    "what_if",
+    multiple=True,
+    help="The ramp ran with a flag the twin was not calibrated at (max-num-seqs=4...): check the what-if.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def check_cmd(twin_path: str, ramp_path: str, draws: int, as_json: bool) -> None:
+def check_cmd(twin_path: str, ramp_path: str, draws: int, what_if: tuple[str, ...], as_json: bool) -> None:
     """The twin's prediction of a measured ramp beside it, step by step (absolute % error of
     TTFT, ITL and E2E p50/p90 and tokens/s, and whether each measurement lies in the prediction's
     interval), and whether the twin still holds. Exit code 0 when it holds, 1 when it drifted,
@@ -386,7 +392,7 @@ def check_cmd(twin_path: str, ramp_path: str, draws: int, as_json: bool) -> None
     twin = read_twin(twin_path)
     ramp = read_ramp(ramp_path)
     header = read_json(Path(ramp.path), "ramp result")
-    res = check(twin, ramp, header, draws)
+    res = check(twin, ramp, header, draws, flags=parse_flags(what_if, "--set"))
     if as_json:
         click.echo(json.dumps(res.as_dict(), indent=2))
     else:

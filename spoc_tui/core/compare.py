@@ -184,7 +184,10 @@ def comparison_text(c: Comparison) -> str:
             f"[{_num(lo, d.name)}, {_num(hi, d.name)}]: {d.verdict}"
         )
 
-    out = [f"B against A: {c.verdict}", f"  A: {c.a.path}", f"  B: {c.b.path}", f"knee ({unit}): " + line(c.knee)]
+    def label(r: RampDoc) -> str:
+        return f"{r.path} (predicted by the twin)" if r.predicted else r.path
+
+    out = [f"B against A: {c.verdict}", f"  A: {label(c.a)}", f"  B: {label(c.b)}", f"knee ({unit}): " + line(c.knee)]
     for lv, ds in c.levels:
         out.append(f"at {lv:g} {unit}:")
         out += [f"  {line(d)}" for d in ds]

@@ -23,9 +23,10 @@ from spoc_tui.core.knee import Knee
 from spoc_tui.core.presets import PresetError, read_json_object
 from spoc_tui.core.steps import Json, StepSummary, json_float
 
-SCHEMA = 2
+SCHEMA = 3
 """1: files written before the schema field; 2: ``schema`` added, the knee's ``cause`` and
-``client_saturated`` added."""
+``client_saturated`` added; 3: a ramp predicted by the twin (``predicted``, ``twin``,
+``prediction``): an older reader must refuse it rather than take it for a measurement."""
 
 RampEnd = Literal["complete", "stopped_early", "interrupted", "server_failed"]
 """How a ramp ended."""
@@ -81,6 +82,8 @@ class RampDoc:
     started_at: float | None = None
     updated_at: float | None = None
     path: str = ""
+    predicted: bool = False
+    """Predicted by the twin (``spoc twin predict``), not measured."""
 
     @property
     def gpus(self) -> int | None:
@@ -138,6 +141,7 @@ def decode_ramp(doc: Json, where: str = "ramp.json") -> RampDoc:
         started_at=json_float(doc, "started_at"),
         updated_at=json_float(doc, "updated_at"),
         path=where,
+        predicted=doc.get("predicted") is True,
     )
 
 

@@ -252,8 +252,7 @@ class Calibrator:
             "model": self.model,
             "prompt": prompt,
             "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "temperature": 0.0,
+            "ignore_eos": True,  # the server's default sampling, as spoc ramp's requests use it
             "stream": True,
             "stream_options": {"include_usage": True},
         }

@@ -84,7 +84,12 @@ def _split(key: str) -> tuple[str, str]:
 
 
 def check(
-    twin: Twin, ramp: RampDoc, header: dict[str, Any], draws: int, progress: Callable[[str], None] | None = None
+    twin: Twin,
+    ramp: RampDoc,
+    header: dict[str, Any],
+    draws: int,
+    progress: Callable[[str], None] | None = None,
+    flags: dict[str, object] | None = None,
 ) -> Check:
     """Raises: TwinError for a ramp the twin cannot re-run (a trace replay, open-loop rates)."""
     if any(s.rate is not None or s.speed is not None for s in ramp.steps):
@@ -110,6 +115,7 @@ def check(
         spawn_rate=header.get("spawn_rate") if isinstance(header.get("spawn_rate"), (int, float)) else None,
         seed=int(header.get("seed") or 0),
         draws=draws,
+        flags=flags or {},
     )
     at = predict_at(p, [(s.users, s.duration_s) for s in steps], progress)
     out = []

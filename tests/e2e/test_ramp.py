@@ -77,7 +77,7 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
     assert knee["boundary"] in ("smooth", "cliff") and knee["binding_limit"] in ("ttft_p90", "itl_p90")
     est, (lo, hi) = knee["estimate"], knee["ci95"]
     assert 8 <= est <= 40 and (lo is None or lo <= est) and (hi is None or est <= hi)
-    assert "knee across steps: " in r.stdout and d["schema"] == 2
+    assert "knee across steps: " in r.stdout and d["schema"] == 3
     assert d["sla"] == ["ttft_p90<=500ms", "itl_p90<=60ms"]
     # a short step may stay inconclusive (a p90 over a handful of requests); the last one broke
     assert d["steps"][-1]["verdict"]["decision"] == "breaks"

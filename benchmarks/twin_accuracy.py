@@ -1,0 +1,258 @@
+"""The twin's accuracy against the servers it predicts (make bench; smoke: --smoke).
+
+On the real-engine tier's vLLM 0.32 CPU server (tiny Llama; scripts/realengine_setup.sh), pinned
+to one core with every client on the others (on a shared host the load generator's own CPU would
+slow the server it measures; the benchmark measures the twin, not that): ``spoc twin calibrate``
+with its default probes, then held-out workloads the probes never ran, each measured by
+``spoc ramp`` and predicted by ``spoc twin check`` (the same ramp re-run on the twin):
+
+- short: 100-300 tokens in, 30-80 out, 1 to 16 users;
+- long: 700-1,100 in, 100-200 out;
+- multi-turn: a 400-token system prompt and 3-5 turns (the prefix cache serves the history);
+- max-num-seqs 4: the server restarted with a flag the twin was not calibrated at, predicted
+  with ``--set max-num-seqs=4`` (no new calibration);
+- the knee: an ITL p90 limit that breaks inside the levels; the measured knee's estimate should
+  lie inside the predicted knee's interval.
+
+Then the simulator started with settings the twin is not told (an A100-40GB, max-num-seqs 48):
+calibrated and checked the same way.
+
+Reported: per workload, the median absolute error over its steps of E2E, ITL and TTFT p50, and
+the share of measured figures inside the prediction's interval; overall medians against the
+targets (E2E 5 %, ITL 7 %, TTFT 15 %) and BLIS's published held-out figures (E2E 6.7 %, ITL 7.1 %,
+TTFT mean 17.6 %); and how long an 8-level predicted ramp takes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from spoc_tui.procs.ports import free_ports  # noqa: E402
+from spoc_tui.procs.server import ServerProcess  # noqa: E402
+from spoc_tui.sim.process import start_sim  # noqa: E402
+
+DIR = Path(os.environ.get("SPOC_REALENGINE_DIR", Path.home() / ".cache" / "spoc-tui"))
+VENV = DIR / "vllm-0.32.0"
+MODEL = DIR / "tiny-llama"
+ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+SMOKE = "--smoke" in sys.argv
+URL = os.environ.get("SPOC_BENCH_URL")
+"""A running real-engine server to use instead of starting one (the real-engine tier's, in make
+test: the smoke run is its twin test); nothing is pinned then."""
+NO_SIM = "--no-sim" in sys.argv
+BUDGET = 25 if SMOKE else 180
+STEP, WARMUP = (20, 5) if SMOKE else (45, 10)
+TARGETS = {"e2e_p50": 5.0, "itl_p50": 7.0, "ttft_p50": 15.0}
+BLIS = {"e2e_p50": 6.7, "itl_p50": 7.1, "ttft_p50": 17.6}
+
+
+def profile(name: str, sys_tokens: int, turns: tuple[int, int], user: tuple[int, int], out: tuple[int, int]) -> str:
+    return (
+        f'name = "{name}"\nignore_eos = true\nsystem_tokens = {sys_tokens}\n'
+        f'turns = {{dist = "uniform", min = {turns[0]}, max = {turns[1]}}}\n'
+        f'user_tokens = {{dist = "uniform", min = {user[0]}, max = {user[1]}}}\n'
+        f'output_tokens = {{dist = "uniform", min = {out[0]}, max = {out[1]}}}\n'
+        'think_s = {dist = "uniform", min = 0.2, max = 1.0}\n'
+    )
+
+
+SHORT = profile("short", 0, (1, 1), (100, 300), (30, 80))
+LONG = profile("long", 0, (1, 1), (700, 1100), (100, 200))
+MULTI = profile("multi-turn", 400, (3, 5), (50, 150), (40, 100))
+
+
+def spoc(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def vllm(work: Path, core: int | None, *flags: str) -> ServerProcess:
+    (port,) = free_ports(1)
+    argv = [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
+            "--max-model-len", "2048", "--dtype", "float32", "--served-model-name", "tiny", *flags]  # fmt: skip
+    env = dict(ENV)
+    if core is not None:
+        argv = ["taskset", "-c", str(core), *argv]
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+    server = ServerProcess(argv, port, work / f"vllm-{port}.log", env, guard=True)
+    server.start(timeout=300)
+    return server
+
+
+def calibrate(url: str, out: Path, *extra: str) -> dict[str, Any]:
+    t = time.perf_counter()
+    r = spoc("twin", "calibrate", "--url", url, "--budget", str(BUDGET), "--out", str(out), *extra)
+    if r.returncode:
+        raise SystemExit(f"calibration failed:\n{r.stderr[-2000:]}")
+    doc = json.loads(out.read_text())
+    doc["_took"] = time.perf_counter() - t
+    return doc
+
+
+def ramp(url: str, work: Path, name: str, prof: str, users: str, sla: str = "ttft_p90<=5s") -> Path:
+    p = work / f"{name}.toml"
+    p.write_text(prof)
+    out = work / f"ramp-{name}"
+    r = spoc("ramp", "--url", url, "--profile", str(p), "--users", users, "--step-seconds", str(STEP),
+             "--warmup-seconds", str(WARMUP), "--max-step-seconds", str(STEP), "--sla", sla, "--out", str(out))  # fmt: skip
+    if r.returncode:
+        raise SystemExit(f"spoc ramp ({name}) failed:\n{r.stderr[-2000:]}")
+    return out
+
+
+def check(twin: Path, ramp_dir: Path, *extra: str) -> dict[str, Any]:
+    r = spoc("twin", "check", "--twin", str(twin), "--ramp", str(ramp_dir), "--draws", "8", "--json", *extra)
+    if r.returncode not in (0, 1):
+        raise SystemExit(f"spoc twin check failed:\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+def row(name: str, doc: dict[str, Any]) -> dict[str, Any]:
+    steps = doc["steps"]
+    inside = [v for s in steps for k, v in s["inside"].items() if k in TARGETS and v is not None]
+    errs = {k: [s["abs_error_pct"][k] for s in steps if s["abs_error_pct"][k] is not None] for k in TARGETS}
+    out = {"workload": name, "steps": len(steps), "inside": sum(inside) / len(inside) if inside else None}
+    for k, v in errs.items():
+        out[k] = statistics.median(v) if v else None
+        out[k + "_all"] = v
+    return out
+
+
+def knee_of(ramp_dir: Path) -> dict[str, Any]:
+    return json.loads((ramp_dir / "ramp.json").read_text())["knee"]  # type: ignore[no-any-return]
+
+
+class _Given:
+    """A server someone else started (``SPOC_BENCH_URL``): not ours to stop."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def stop(self) -> None:
+        pass
+
+
+def main() -> None:
+    if not (VENV / ".ready").exists() or not (MODEL / ".ready").exists():
+        raise SystemExit("the real-engine tier is not set up: run bash scripts/realengine_setup.sh")
+    work = Path(tempfile.mkdtemp(prefix="spoc-twin-"))
+    cores = sorted(os.sched_getaffinity(0))
+    pin = len(cores) >= 2
+    rows: list[dict[str, Any]] = []
+    knee: dict[str, Any] = {}
+    server: Any = _Given(URL) if URL else vllm(work, cores[0] if pin else None)
+    pin = pin and not URL
+    if pin:
+        os.sched_setaffinity(0, set(cores[1:]))
+    where = (
+        "the given server, nothing pinned"
+        if URL
+        else f"vLLM on core {cores[0]}, clients on {','.join(map(str, cores[1:]))}"
+        if pin
+        else "nothing pinned"
+    )
+    print(f"twin accuracy: vLLM 0.32 CPU (tiny Llama), {where}; {STEP} s steps; budget {BUDGET} s; work in {work}")
+    try:
+        twin = work / "twin.json"
+        cal = calibrate(server.url, twin)
+        res = {r["kind"]: r["median_abs_pct"] for r in cal["residuals"]}
+        print(f"calibrated in {cal['_took']:.0f} s: {cal['probes']} probes; residuals (median |error| %): {res}")
+        plan = [("short", SHORT, "1,4" if SMOKE else "1,4,8,16")]
+        if not SMOKE:
+            plan += [("long", LONG, "1,4,8"), ("multi-turn", MULTI, "2,8,16")]
+        for name, prof, users in plan:
+            rows.append(row(name, check(twin, ramp(server.url, work, name, prof, users))))
+            print(f"  {name}: {rows[-1]}", flush=True)
+        if not SMOKE:
+            sla = "itl_p90<=12ms"
+            measured = ramp(server.url, work, "knee", SHORT, "2,4,8,12,16,24", sla)
+            mk = knee_of(measured)
+            t = time.perf_counter()
+            r = spoc("twin", "predict", "--twin", str(twin), "--profile", str(work / "knee.toml"), "--users",
+                     "2,4,8,12,16,24", "--step-seconds", str(STEP), "--warmup-seconds", str(WARMUP),
+                     "--max-step-seconds", str(STEP), "--sla", sla, "--json")  # fmt: skip
+            took = time.perf_counter() - t
+            pk = json.loads(r.stdout)["knee"] if r.returncode == 0 else {}
+            knee = {"sla": sla, "measured": mk.get("estimate"), "measured_ci95": mk.get("ci95"),
+                    "predicted": pk.get("estimate"), "predicted_ci95": pk.get("ci95"), "predict_s": took}  # fmt: skip
+            print(f"  knee: {knee}", flush=True)
+            server.stop()
+            server = vllm(work, cores[0] if pin else None, "--max-num-seqs", "4")
+            d = check(twin, ramp(server.url, work, "max-num-seqs-4", SHORT, "2,8"), "--set", "max-num-seqs=4")
+            rows.append(row("max-num-seqs 4 (what-if)", d))
+            print(f"  max-num-seqs 4: {rows[-1]}", flush=True)
+    finally:
+        server.stop()
+    sim_rows: list[dict[str, Any]] = []
+    if not SMOKE and not NO_SIM:
+        (port,) = free_ports(1)
+        sim = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "48", "--dcgm-port", "0"], port)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            st = work / "twin-sim.json"
+            calibrate(url, st, "--engine-flag", "max-num-seqs=48", "--engine-flag", "max-num-batched-tokens=8192")
+            sim_rows.append(row("simulator A100 (short)", check(st, ramp(url, work, "sim-short", SHORT, "1,8,32"))))
+            sim_rows.append(
+                row("simulator A100 (multi-turn)", check(st, ramp(url, work, "sim-multi", MULTI, "4,16,48")))
+            )
+        finally:
+            sim.stop()
+    report(rows, sim_rows, knee)
+
+
+def report(rows: list[dict[str, Any]], sim_rows: list[dict[str, Any]], knee: dict[str, Any]) -> None:
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f} %"
+
+    print(
+        "\nmedian |error| of the prediction over each workload's steps (p50s), and measured figures inside the interval"
+    )
+    print(f"{'workload':<30} {'steps':>5}  {'E2E':>8} {'ITL':>8} {'TTFT':>8}  inside")
+    for r in rows + sim_rows:
+        inside = "-" if r["inside"] is None else f"{100 * r['inside']:.0f} %"
+        print(
+            f"{r['workload']:<30} {r['steps']:>5}  {pct(r['e2e_p50']):>8} {pct(r['itl_p50']):>8} {pct(r['ttft_p50']):>8}  {inside}"
+        )
+    for label, group in (("real vLLM", rows), ("simulator", sim_rows)):
+        if not group:
+            continue
+        overall = {k: statistics.median([e for r in group for e in r[k + "_all"]]) for k in TARGETS}
+        verdict = ", ".join(
+            f"{k.split('_')[0].upper()} {overall[k]:.1f} % (target {TARGETS[k]:g} %, BLIS {BLIS[k]:g} %: "
+            f"{'met' if overall[k] <= TARGETS[k] else 'NOT met'})"
+            for k in TARGETS
+        )
+        print(f"overall, {label}: {verdict}")
+        print("RESULT " + json.dumps({"label": label, **overall}))
+    if knee:
+        lo, hi = knee["predicted_ci95"] or (None, None)
+        m = knee["measured"]
+        held = m is not None and lo is not None and hi is not None and lo <= m <= hi
+        print(
+            f"knee ({knee['sla']}): measured {m} (95 %: {knee['measured_ci95']}), predicted {knee['predicted']} "
+            f"(95 %: {knee['predicted_ci95']}): {'inside' if held else 'NOT inside'}; the predicted 6-level ramp took "
+            f"{knee['predict_s']:.1f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()
