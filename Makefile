@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/replay_memory.py
 	bash scripts/realengine_setup.sh
 	$(PY) benchmarks/vs_vllm_bench.py
+	$(PY) benchmarks/twin_accuracy.py
 	$(PY) benchmarks/client_referee.py
 	$(PY) benchmarks/client_referee.py 32 40 vllm
 	$(PY) benchmarks/tune_noise.py

@@ -229,7 +229,14 @@ def sim(model: str | None, model_opt: str | None, host: str, **kw: Any) -> None:
         click.echo(f"spoc sim: warning: binding to {host}, not loopback", err=True)
     if model and model_opt and model != model_opt:
         _fail(f"two models given: {model!r} and --model {model_opt!r}")
-    sys.exit(simrun.main(SimOptions(model=model or model_opt or SimOptions.model, host=host, **kw)))
+    ctx = click.get_current_context()
+    given = tuple(
+        k
+        for k in kw
+        if ctx.get_parameter_source(k)
+        in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    )
+    sys.exit(simrun.main(SimOptions(model=model or model_opt or SimOptions.model, host=host, given=given, **kw)))
 
 
 @cli.command()
@@ -785,18 +792,35 @@ def ramp(
 @click.option(
     "--workers", type=int, default=TuneArgs.workers, show_default=True, help="Local Locust worker processes per ramp."
 )
+@click.option(
+    "--twin",
+    "twin_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Search on this calibrated twin (spoc twin calibrate) instead of the server, then run the best --confirm "
+    "configurations on the server (--launch) and report predicted beside measured.",
+)
+@click.option(
+    "--confirm",
+    type=click.IntRange(1, 20),
+    default=2,
+    show_default=True,
+    help="With --twin: how many of the twin's best configurations run on the real server.",
+)
 @api_key_options("Bearer token for the server (never written to results).")
 @tls_options
-def tune(**kw: Any) -> None:
+def tune(twin_path: str | None, confirm: int, **kw: Any) -> None:
     """Search server flags with NSGA-II: each trial starts the server, runs a ramp, scores it.
 
     Prints a line per trial, appends OUT/trials.jsonl as trials finish and keeps
     OUT/pareto.json (the Pareto-optimal flags, their objectives and the hypervolume) current.
     Ctrl-C stops the running server and keeps every finished trial; --resume continues.
     """
-    from spoc_tui.cli.tune import run
+    from spoc_tui.cli.tune import run, run_with_twin
 
     kw["sla"] = from_config(kw.get("sla"), "sla", "--sla")
+    if twin_path is not None:
+        sys.exit(run_with_twin(TuneArgs(**kw), twin_path, confirm))
     sys.exit(run(TuneArgs(**kw)))
 
 

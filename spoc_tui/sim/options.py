@@ -43,7 +43,9 @@ class SimOptions(EngineFlags):
     truth_log: str | None = None
     twin: str | None = None
     """Serve a calibrated twin (twin.json): the server's settings and fitted step time instead of a
-    model and GPU preset; engine flags that differ from vLLM's defaults are what-ifs on it."""
+    model and GPU preset; the engine flags given (:attr:`given`) are what-ifs on it."""
+    given: tuple[str, ...] = ()
+    """The engine flags given on the command line (a twin takes only these, even at their defaults)."""
     api_key: str | None = field(default=None, repr=False)
     """As vLLM's --api-key: /v1 endpoints want ``Authorization: Bearer KEY`` (/metrics, /health stay open)."""
     """Built-in background users (none unless given; `spoc demo` chooses per scenario)."""

@@ -119,13 +119,15 @@ def _build_twin(opts: SimOptions) -> SimEngine:
         raise SimConfigError("--twin serves one replica of the calibrated server (the steady scenario)")
     if not 0 < opts.speed < math.inf:
         raise SimConfigError("--speed must be a positive number")
+    engine_flags = {f.name for f in fields(EngineFlags)}
+    other = [g for g in opts.given if g in engine_flags and g not in WHAT_IF]
+    if other:
+        names = ", ".join("--" + g.replace("_", "-") for g in other)
+        known = ", ".join("--" + g.replace("_", "-") for g in WHAT_IF)
+        raise SimConfigError(f"the twin predicts {known}; not {names} (it was calibrated at the server's)")
     try:
         twin = read_twin(opts.twin or "")
-        flags = {
-            f.name: getattr(opts, f.name)
-            for f in fields(EngineFlags)
-            if f.name in WHAT_IF and getattr(opts, f.name) != f.default
-        }
+        flags = {name: getattr(opts, name) for name in opts.given if name in WHAT_IF}
         return TwinEngine(twin, flags=flags, speed=opts.speed, seed=opts.seed)
     except (TwinError, CapacityError) as e:
         raise SimConfigError(str(e)) from None

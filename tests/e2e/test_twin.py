@@ -149,3 +149,33 @@ def test_the_twin_serves_live(twin):
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
     finally:
         proc.stop()
+
+
+def test_tune_searches_on_the_twin_and_confirms_on_the_server(twin, tmp_path):
+    (tmp_path / "space.toml").write_text("[flags.max-num-seqs]\nchoices = [4, 32]\ndefault = 32\n")
+    out = tmp_path / "tune"
+    launch = f"{sys.executable} -m spoc_tui.cli sim --max-num-seqs 32 --dcgm-port 0 --port {{port}} {{flags}}"
+    r = spoc("tune", "--launch", launch, "--twin", str(twin), "--confirm", "1", "--space", str(tmp_path / "space.toml"),
+             "--try", "--max-num-seqs 4", "--try", "--max-num-seqs 32", "--trials", "2", "--users", "12",
+             "--step-seconds", "8", "--warmup-seconds", "2", "--sla", "ttft_p99<=5s",
+             "--objectives", "max:out_tok_s,min:ttft_p99", "--out", str(out), timeout=400)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "predicted by the twin beside measured" in r.stdout
+    doc = json.loads((out / "confirm.json").read_text())
+    (row,) = doc["confirmed"]
+    assert row["measured_status"] == "ok" and row["predicted"]["out_tok_s"] > 0 and row["measured"]["out_tok_s"] > 0
+    # the twin's trials ran on spoc sim --twin, the confirmation on the launch command
+    assert (out / "twin" / "pareto.json").exists() and (out / "confirm" / "trials.jsonl").exists()
+    r = spoc(
+        "tune",
+        "--launch",
+        launch,
+        "--twin",
+        str(twin),
+        "--resume",
+        "--out",
+        str(tmp_path / "x"),
+        "--sla",
+        "ttft_p99<=5s",
+    )
+    assert r.returncode == 2 and "--twin runs two studies" in r.stderr
