@@ -90,6 +90,9 @@ def twin_cmd() -> None:
     help="A setting the server does not report, as it was started: max-num-seqs=128, max-num-batched-tokens=8192, "
     "enable-chunked-prefill=false (repeatable) [default: vLLM's defaults, said in twin.json].",
 )
+@click.option(
+    "--dcgm", default=None, help="The GPUs' dcgm-exporter: their SM clocks during the probes go in twin.json."
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out", default="twin.json", show_default=True, help="Where to write the twin.")
 @api_key_options("Bearer token (never written to twin.json).")
@@ -100,6 +103,7 @@ def calibrate_cmd(
     tokenizer: str | None,
     budget_s: float,
     engine_flags: tuple[str, ...],
+    dcgm: str | None,
     seed: int,
     out: str,
     api_key: str | None,
@@ -136,6 +140,7 @@ def calibrate_cmd(
         tokenizer=tokenizer,
         budget_s=budget_s,
         told=told,
+        dcgm=dcgm,
         seed=seed,
         progress=progress,
     )
@@ -185,8 +190,9 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
     help="Built-in profile (coding, logs, chatbot, mix, tuning) or a TOML file.",
 )
 @click.option(
-    "--users", "users_spec", default="auto", show_default=True, help="User counts, or auto[:MAX]: the knee search."
+    "--users", "users_spec", default=None, help="User counts, or auto[:MAX]: the knee search [default: auto]."
 )
+@click.option("--rate", "rate_spec", default=None, help="Open loop instead: arrival rates in requests/s (1,2,4,8).")
 @click.option("--sla", default=DEFAULT_SLA, show_default=True, help="Latency limits, as spoc ramp takes them.")
 @click.option("--step-seconds", type=float, default=STEP_S, show_default=True)
 @click.option("--warmup-seconds", type=float, default=WARMUP_S, show_default=True)
@@ -214,7 +220,8 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
 def predict_cmd(
     twin_path: str,
     profile: str,
-    users_spec: str,
+    users_spec: str | None,
+    rate_spec: str | None,
     sla: str,
     step_seconds: float,
     warmup_seconds: float,
@@ -233,19 +240,21 @@ def predict_cmd(
     uncertainty, widening near saturation) and the knee with its interval. Nothing touches the
     server."""
     from spoc_tui.core.errors import InputError
-    from spoc_tui.core.knee import parse_user_plan
-    from spoc_tui.core.sla import parse_budget, parse_sla
+    from spoc_tui.core.knee import FixedRates, parse_user_plan
+    from spoc_tui.core.sla import parse_budget, parse_rates, parse_sla
     from spoc_tui.load.workload import load_workload
     from spoc_tui.twin.model import read_twin
     from spoc_tui.twin.predict import Prediction, predict
 
     twin = read_twin(twin_path)
+    if users_spec is not None and rate_spec is not None:
+        raise InputError("give --users (closed loop) or --rate (open loop), not both")
     if step_seconds <= warmup_seconds or warmup_seconds < 0:
         raise InputError("--step-seconds must be longer than --warmup-seconds (which is 0 or more)")
     p = Prediction(
         twin=twin,
         workload=load_workload(profile),
-        plan=parse_user_plan(users_spec),
+        plan=FixedRates(parse_rates(rate_spec)) if rate_spec is not None else parse_user_plan(users_spec or "auto"),
         limits=tuple(parse_sla(sla)),
         step_s=step_seconds,
         warmup_s=warmup_seconds,
@@ -263,7 +272,8 @@ def predict_cmd(
     took = time.perf_counter() - t0
     if not quiet:
         click.echo("", err=True)
-    doc = predicted_doc(p, res, twin_path, profile, users_spec, took)
+    plan_text = f"rate:{rate_spec}" if rate_spec is not None else users_spec or "auto"
+    doc = predicted_doc(p, res, twin_path, profile, plan_text, took)
     if out_dir is not None:
         from spoc_tui.core.files import write_atomic
         from spoc_tui.core.results import encode_ramp
@@ -297,8 +307,14 @@ def predicted_doc(p: Any, res: Any, twin_path: str, profile: str, users_spec: st
             "profile": p.workload.as_dict(),
             "sla": [str(lim) for lim in p.limits],
             "users": users_spec,
-            "load": "predicted by the twin in virtual time: closed loop, each user one conversation at a time, "
-            "paced as spoc ramp's users (spawn rate, jitter, think time); every answer as long as the profile asks",
+            "load": (
+                "predicted by the twin in virtual time: open loop, Poisson arrivals at each step's rate, each the "
+                "next turn of an idle conversation or a new one"
+                if p.open_loop
+                else "predicted by the twin in virtual time: closed loop, each user one conversation at a time, paced "
+                "as spoc ramp's users (spawn rate, jitter, think time)"
+            )
+            + "; every answer as long as the profile asks",
             "step_seconds": p.step_s,
             "max_step_seconds": p.step_limit_s,
             "warmup_seconds": p.warmup_s,
@@ -321,8 +337,10 @@ def predicted_doc(p: Any, res: Any, twin_path: str, profile: str, users_spec: st
                 "steps": [
                     {
                         "step": r.step.step,
-                        "users": r.step.users,
-                        "utilisation": round(r.utilisation, 3),
+                        "level": r.step.level,
+                        "unit": r.step.unit,
+                        "busy": round(r.busy, 3),
+                        "saturated": round(r.saturated, 3),
                         "intervals": {k: list(v) for k, v in res.intervals[i].items()},
                         "note": res.step_notes(i),
                     }
@@ -345,16 +363,16 @@ def prediction_text(p: Any, res: Any, took: float) -> str:
     lines = [
         f"predicted by the twin of {p.twin.server.model} ({res.draws} draws of the fit, {took:.1f} s)"
         + (f"; what-if: {', '.join(f'{k}={v}' for k, v in p.flags.items())}" if p.flags else ""),
-        f"{'users':>6}  {'decision':<12} {'TTFT p50':<22} {'TTFT p99':<22} {'ITL p50':<20} {'E2E p50':<22} "
-        f"{'tok/s':<16} busy",
+        f"{'level':>10}  {'decision':<12} {'TTFT p50':<22} {'TTFT p99':<22} {'ITL p50':<20} {'E2E p50':<22} "
+        f"{'tok/s':<16} queued",
     ]
     for i, r in enumerate(res.runs):
         s, iv = r.step, res.intervals[i]
         lines.append(
-            f"{s.users:>6}  {s.decision:<12} {_iv(s.latency.ttft.p50, iv['ttft_p50']):<22} "
+            f"{s.level_text:>10}  {s.decision:<12} {_iv(s.latency.ttft.p50, iv['ttft_p50']):<22} "
             f"{_iv(s.latency.ttft.p99, iv['ttft_p99']):<22} {_iv(s.latency.itl.p50, iv['itl_p50']):<20} "
             f"{_iv(s.latency.e2e.p50, iv['e2e_p50']):<22} "
-            f"{_iv(s.output_tokens_per_s, iv['output_tokens_per_s'], rate=True):<16} {100 * r.utilisation:.0f} %"
+            f"{_iv(s.output_tokens_per_s, iv['output_tokens_per_s'], rate=True):<16} {100 * r.saturated:.0f} %"
         )
         if note := res.step_notes(i):
             lines.append(f"        {note}")
@@ -398,14 +416,14 @@ def check_cmd(twin_path: str, ramp_path: str, draws: int, what_if: tuple[str, ..
     else:
         click.echo(f"twin {twin_path} against {ramp.path} ({len(res.steps)} steps, {res.draws} draws)")
         head = "  ".join(f"{k:<18}" for k in CHECKED)
-        click.echo(f"{'users':>6}  {head}")
+        click.echo(f"{'level':>10}  {head}")
         for s in res.steps:
             cells = []
             for k in CHECKED:
                 e = s.error_pct(k)
                 mark = {True: "", False: "!", None: ""}[s.inside(k)]
                 cells.append(f"{'-' if e is None else f'{e:.0f} %'}{mark:<1}".ljust(18))
-            click.echo(f"{s.users:>6}  " + "  ".join(cells))
+            click.echo(f"{s.level:>10}  " + "  ".join(cells))
         click.echo("(absolute error of the prediction; ! = the measurement lies outside the prediction's interval)")
         click.echo(("the twin holds: " if res.holds else "the twin DRIFTED: ") + res.why)
     sys.exit(0 if res.holds else 1)

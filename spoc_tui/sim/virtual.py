@@ -51,6 +51,8 @@ class _User:
     """How long its last request took (None before its first), for the ramp's jitter."""
     waited: bool = False
     """This turn's jitter is behind it."""
+    open: bool = False
+    """An open-loop conversation: its turns are sent at arrivals, not after think time."""
 
 
 def draw_turns(workload: Workload, rng: random.Random, context_len: int | None) -> tuple[int, list[_Turn]]:
@@ -114,6 +116,10 @@ class VirtualServer:
                 a little before a turn without think time; none in lockstep).
         """
         self.paced = paced
+        self.rate = 0.0
+        self._next_arrival: float | None = None
+        self._idle: list[_User] = []
+        """Open loop: conversations with turns left and nothing in flight."""
         self._pending: list[tuple[float, int, SimRequest]] = []
         """Requests on their way to the engine (its time outside the engine, a twin's)."""
         self.now = 0.0
@@ -148,6 +154,22 @@ class VirtualServer:
             self._push(at, u.idx)
         self._active = n
 
+    def set_rate(self, rate: float) -> None:
+        """Open loop from now (as ``spoc ramp --rate``): Poisson arrivals at ``rate`` requests/s,
+        each the next turn of an idle conversation (picked at random) or of a new one, sent at
+        once whatever is in flight; no think time, no jitter. 0 stops the arrivals."""
+        self.rate = rate
+        self._next_arrival = self.now + self.rng.expovariate(rate) if rate > 0 else None
+
+    def _arrive(self) -> None:
+        if self._idle:
+            u = self._idle.pop(self.rng.randrange(len(self._idle)))
+        else:
+            u = _User(len(self._users), random.Random(self.rng.random()), open=True)
+            self._users.append(u)
+        u.busy = True
+        self._send(u)
+
     def _push(self, at: float, idx: int) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (at, self._seq, idx))
@@ -159,7 +181,7 @@ class VirtualServer:
         return self._system[n]
 
     def _send(self, u: _User) -> None:
-        if u.idx >= self._active:  # stopped while thinking
+        if not u.open and u.idx >= self._active:  # stopped while thinking
             u.busy = False
             return
         if u.turn >= len(u.turns):
@@ -167,7 +189,7 @@ class VirtualServer:
             u.turn, u.conversation = 0, u.conversation + 1
             u.history = self._system_ids(system) + [0] * TEMPLATE_TOKENS if system else []
         t = u.turns[u.turn]
-        if self.paced and not u.waited:
+        if self.paced and not u.waited and not u.open:
             think = u.turns[u.turn - 1].think_s if u.turn else 0.0
             wait = jitter(u.rng, u.last_s, think, self.lockstep)
             if wait > 0:
@@ -179,7 +201,10 @@ class VirtualServer:
         room = self.engine.max_len - len(u.history) - 1
         if room < 1:  # the conversation outgrew the context: start a new one
             u.turn = len(u.turns)
-            self._push(self.now, u.idx)
+            if u.open:
+                self._send(u)
+            else:
+                self._push(self.now, u.idx)
             return
         max_tokens = min(t.output_tokens, room)
         u.start, u.tokens = self.now, []
@@ -225,6 +250,11 @@ class VirtualServer:
         u.last_s = self.now - u.start
         u.history = u.history + r.output_ids() + [0] * TEMPLATE_TOKENS
         u.turn += 1
+        if u.open:
+            u.busy = False
+            if u.turn < len(u.turns):
+                self._idle.append(u)
+            return
         if u.idx >= self._active:
             u.busy = False
             return
@@ -240,6 +270,9 @@ class VirtualServer:
             while self._heap and self._heap[0][0] <= self.now:
                 _, _, idx = heapq.heappop(self._heap)
                 self._send(self._users[idx])
+            while self._next_arrival is not None and self._next_arrival <= self.now:
+                self._arrive()
+                self._next_arrival += self.rng.expovariate(self.rate)
             while self._pending and self._pending[0][0] <= self.now:
                 eng.add(heapq.heappop(self._pending)[2])
             if eng.idle():
@@ -261,6 +294,8 @@ class VirtualServer:
 
     def _next_event(self) -> float | None:
         times = [h[0][0] for h in (self._heap, self._pending) if h]
+        if self._next_arrival is not None:
+            times.append(self._next_arrival)
         return min(times) if times else None
 
     def window(self, start: float, end: float) -> list[RequestSample]:

@@ -114,6 +114,7 @@ class Calibrator:
         tokenizer: str | None = None,
         budget_s: float = DEFAULT_BUDGET_S,
         told: dict[str, object] | None = None,
+        dcgm: str | None = None,
         seed: int = 0,
         progress: Progress | None = None,
     ) -> None:
@@ -124,6 +125,8 @@ class Calibrator:
         self.api_key = api_key
         self.budget_s = budget_s
         self.told = dict(told or {})
+        self.dcgm = dcgm
+        self.clocks: dict[str, list[float]] = {}
         # new text every run: a second calibration must not hit the prefix cache the first one left
         self.rng = random.Random(f"{seed}:{time.time_ns()}")
         self.maker = TextMaker(tokenizer)
@@ -215,6 +218,24 @@ class Calibrator:
             sources=sources,
             engine_version=engine_version(exp),
         )
+
+    async def _read_clocks(self, c: httpx.AsyncClient) -> None:
+        """The GPUs' SM clocks from the dcgm-exporter (``--dcgm``), kept per GPU: twin.json says
+        what clocks the fit was made at, so a later drift (a hot GPU, a power cap) can be told."""
+        if not self.dcgm:
+            return
+        from spoc_tui.core.gpu import dcgm_gpus
+
+        try:
+            r = await fetch(c, self.dcgm)
+        except SourceError as e:
+            raise TwinError(f"--dcgm: {e}", exit_code=EXIT_FAILURE) from None
+        gpus = dcgm_gpus(r.exposition, self.dcgm)
+        if not gpus:
+            raise TwinError(f"--dcgm {redact_url(self.dcgm)}: no GPU in its metrics")
+        for g in gpus:
+            if g.sm_clock_mhz is not None:
+                self.clocks.setdefault(g.gpu, []).append(g.sm_clock_mhz)
 
     def _learn_lengths(self) -> None:
         """Exact prompt lengths from the server's /tokenize (or the local tokenizer)."""
@@ -374,6 +395,7 @@ class Calibrator:
         async with new_client(httpx.Timeout(120.0, connect=5.0)) as c:
             self.progress("reading the server's configuration", 0.0)
             self.server = await self._config(c)
+            await self._read_clocks(c)
             await asyncio.to_thread(self._learn_lengths)
             cfg = self.server
             self.progress("warming up", 0.0)
@@ -417,6 +439,8 @@ class Calibrator:
                     await self.mixed(c, *args)
                 cost[kind] = max(cost.get(kind, 0.0), time.perf_counter() - t)
                 done += 1
+                if kind == "decode" and args[0] == max(batches, default=0):
+                    await self._read_clocks(c)  # under the heaviest load the probes make
         seconds = time.perf_counter() - self._t0
         self.progress("fitting", 1.0)
         fit, sd, draws, residuals, notes = fit_step_model(self.obs, seed=0)
@@ -436,6 +460,7 @@ class Calibrator:
             probes=self._probe,
             url=redact_url(self.root),
             seconds=seconds,
+            gpu_clocks={g: statistics.median(v) for g, v in self.clocks.items()},
             notes=tuple(self.notes + notes),
         )
 

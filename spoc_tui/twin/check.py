@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from spoc_tui.core.knee import FixedRates
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.load.workload import Workload, WorkloadError
@@ -28,7 +29,8 @@ twice the accuracy the README states for a fresh calibration, so noise alone doe
 
 @dataclass(frozen=True)
 class StepCheck:
-    users: int
+    level: str
+    """``8 users`` or ``4 req/s``."""
     measured: dict[str, float | None]
     predicted: dict[str, float | None]
     interval: dict[str, tuple[float | None, float | None]]
@@ -64,7 +66,7 @@ class Check:
             "draws": self.draws,
             "steps": [
                 {
-                    "users": s.users,
+                    "level": s.level,
                     "measured": s.measured,
                     "predicted": s.predicted,
                     "interval": {k: list(v) for k, v in s.interval.items() if k in CHECKED},
@@ -92,8 +94,8 @@ def check(
     flags: dict[str, object] | None = None,
 ) -> Check:
     """Raises: TwinError for a ramp the twin cannot re-run (a trace replay, open-loop rates)."""
-    if any(s.rate is not None or s.speed is not None for s in ramp.steps):
-        raise TwinError(f"{ramp.path}: the twin re-runs closed-loop user ramps; open-loop and trace ramps are not yet")
+    if any(s.speed is not None for s in ramp.steps):
+        raise TwinError(f"{ramp.path}: the twin re-runs user and rate ramps; a trace replay's is not predicted yet")
     steps = [s for s in ramp.steps if s.requests > 0]
     if not steps:
         raise TwinError(f"{ramp.path}: no step measured any request")
@@ -107,7 +109,7 @@ def check(
     p = Prediction(
         twin=twin,
         workload=workload,
-        plan=None,
+        plan=FixedRates([s.rate for s in steps if s.rate is not None]) if steps[0].rate is not None else None,
         limits=tuple(parse_sla(",".join(ramp.sla))) if ramp.sla else (),
         step_s=float(header.get("step_seconds") or 60.0),
         warmup_s=float(header.get("warmup_seconds") or 10.0),
@@ -117,11 +119,11 @@ def check(
         draws=draws,
         flags=flags or {},
     )
-    at = predict_at(p, [(s.users, s.duration_s) for s in steps], progress)
+    at = predict_at(p, [(s.level, s.duration_s) for s in steps], progress)
     out = []
     for s, pred, iv in zip(steps, at.figures, at.intervals, strict=True):
         measured = {k: figure(s, *_split(k)) for k in CHECKED}
-        out.append(StepCheck(s.users, measured, pred, iv))
+        out.append(StepCheck(s.level_text, measured, pred, iv))
     med: dict[str, float | None] = {}
     for k in CHECKED:
         errs = [err for st in out if (err := st.error_pct(k)) is not None]

@@ -297,6 +297,9 @@ class Twin:
             rel = f" (+-{100 * sd / mean:.0f} %)" if mean > 0 else ""
             out.append(f"    {k:<10} {_si(mean):>10}{rel:<10} {COEFF_HELP[k]}")
         out.append(f"    step jitter (CV) {100 * self.step_cv:.1f} %")
+        if self.gpu_clocks:
+            clocks = ", ".join(f"GPU {g} {mhz:.0f}" for g, mhz in sorted(self.gpu_clocks.items()))
+            out.append(f"  SM clocks during the probes (MHz, DCGM): {clocks}")
         if self.residuals:
             out.append("  residuals (the fit against its own probes):")
             for r in self.residuals:

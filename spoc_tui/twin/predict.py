@@ -11,7 +11,8 @@ How sure: the ramp runs once on the fit (the figures written), then again at the
 per bootstrap draw of the fit (each with its own seed). A figure's prediction interval spans the
 draws' figures (2.5 to 97.5 %) and the fit's own sampling interval; the knee's interval spans the
 draws' knees and the fit's. Near saturation the draws spread (a step a few percent slower turns
-a short queue into a long one): each step says its utilisation, and the interval widens by itself.
+a short queue into a long one): each step says how much of its window requests waited in the
+queue or the batch was full, and the interval widens by itself.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from spoc_tui.core.confidence import Interval
 from spoc_tui.core.inference import KneeEstimate, infer_knee
-from spoc_tui.core.knee import FixedUsers, Knee, find_knee
+from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, find_knee
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.steps import RequestSample, ServerWindow, StepSummary, summarize_step
 from spoc_tui.load.defaults import ARRIVALS, DEFAULT_BUDGET_S, EXTEND_FACTOR, STEP_S, WARMUP_S
@@ -37,8 +38,10 @@ MAX_SPAWN_RATE = 100.0
 LOCKSTEP_SPAWN_RATE = 1000.0
 DRAWS = 16
 """Runs on bootstrap draws of the fit beside the fit's own (the prediction interval's)."""
-SATURATED = 0.85
-"""A step whose engine is busy this share of its window is near saturation: said with its interval."""
+SATURATED = 0.25
+"""A step whose requests waited (or whose batch was full) this share of its window is near
+saturation: said with its interval. Not the engine's busy share: with continuous batching it
+iterates whenever any request is in flight, 99 % busy far below its capacity."""
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("ttft", "p50"),
@@ -99,7 +102,21 @@ class Prediction:
     def budget(self) -> float | None:
         if self.budget_s is not None:
             return self.budget_s
-        return None if isinstance(self.plan, FixedUsers) else DEFAULT_BUDGET_S
+        return None if isinstance(self.plan, (FixedUsers, FixedRates)) else DEFAULT_BUDGET_S
+
+    @property
+    def open_loop(self) -> bool:
+        """Steps of arrival rates (``--rate``), not of users."""
+        return isinstance(self.plan, FixedRates)
+
+    def start(self, vs: VirtualServer, level: float, prev: float) -> None:
+        """Set the next step's load: a rate, or a user count spawned at the ramp's spawn rate."""
+        if self.open_loop:
+            vs.set_rate(level)
+            return
+        change = int(level - prev)
+        vs.spread_s = abs(change) / self.rate(change) if change else 0.0
+        vs.set_users(int(level))
 
     def rate(self, change: int) -> float:
         """Users per second for a step that changes the count by ``change`` (as ``spoc ramp``)."""
@@ -114,7 +131,10 @@ class Prediction:
 class StepRun:
     step: StepSummary
     window: list[RequestSample]
-    utilisation: float
+    busy: float
+    """Share of the window the engine was stepping."""
+    saturated: float
+    """Share of the window's polls with requests waiting or every seat taken."""
     measured_s: float
 
 
@@ -158,7 +178,7 @@ class DrawStep:
     """A step of a run on one draw of the fit: its figures only (no intervals: the draws' spread
     is the interval)."""
 
-    users: int
+    level: float
     window: list[RequestSample]
     figures: dict[str, float | None]
 
@@ -183,7 +203,7 @@ def point_figures(window: Sequence[RequestSample], secs: float) -> dict[str, flo
     return out
 
 
-def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[int, float]]) -> list[DrawStep]:
+def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]]) -> list[DrawStep]:
     """The ramp again on one draw of the fit, at the levels and lengths the fit's run chose."""
     now = [0.0]
     eng = TwinEngine(p.twin, model, flags=p.flags, seed=seed, clock=lambda: now[0])
@@ -191,11 +211,9 @@ def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[
         eng, p.workload, 0, seed=seed, lockstep=p.arrivals == "lockstep", spread_s=0.0, ignore_eos=True, paced=True
     )
     out: list[DrawStep] = []
-    prev = 0
+    prev = 0.0
     for u, secs in levels:
-        change = u - prev
-        vs.spread_s = abs(change) / p.rate(change) if change else 0.0
-        vs.set_users(u)
+        p.start(vs, u, prev)
         prev = u
         vs.advance(vs.now + p.warmup_s)
         now[0] = vs.now
@@ -232,13 +250,11 @@ def run_ramp(
     used = 0.0
     plan = p.plan
     budget = p.budget
-    prev = 0
+    prev = 0.0
     while (u := plan.next(steps, knee)) is not None:  # type: ignore[attr-defined]
         if budget is not None and budget - used < p.step_s:
             break
-        change = u - prev
-        vs.spread_s = abs(change) / p.rate(change) if change else 0.0
-        vs.set_users(u)
+        p.start(vs, u, prev)
         prev = u
         advance(vs.now + p.warmup_s)
         start = vs.now
@@ -257,7 +273,15 @@ def run_ramp(
             secs = max(vs.now - start, 1e-9)
             server = _server_window(eng, polls, c0, _counters(eng), secs)
             summary = summarize_step(
-                len(steps) + 1, u, window, target, p.limits, server=server, extended_s=target - planned
+                len(steps) + 1,
+                1 if p.open_loop else int(u),
+                window,
+                target,
+                p.limits,
+                open_loop=p.open_loop,
+                rate=float(u) if p.open_loop else None,
+                server=server,
+                extended_s=target - planned,
             )
             if summary.decision != "inconclusive" or target >= limit - 1e-6:
                 break
@@ -269,11 +293,13 @@ def run_ramp(
         busy = (_counters(eng)["busy"] - c0["busy"]) / secs
         steps.append(summary)
         windows.append((u, window))
-        runs.append(StepRun(summary, window, min(1.0, busy), target))
-        if not isinstance(plan, FixedUsers):  # only a search chooses its next level from the knee
+        seats = eng.cfg.max_num_seqs
+        full = sum(1 for w, r, _ in polls if w > 0 or r >= seats) / len(polls) if polls else 0.0
+        runs.append(StepRun(summary, window, min(1.0, busy), full, target))
+        if not isinstance(plan, (FixedUsers, FixedRates)):  # only a search chooses its next level from the knee
             knee = find_knee(steps, infer_knee(windows, p.limits, seed=seed))
         if progress:
-            progress(f"{u} users: {summary.requests} requests, {summary.decision}")
+            progress(f"{summary.level_text}: {summary.requests} requests, {summary.decision}")
     return runs
 
 
@@ -294,11 +320,11 @@ class Predicted:
         return [r.step for r in self.runs]
 
     def step_notes(self, i: int) -> str:
-        u = self.runs[i].utilisation
+        u = self.runs[i].saturated
         if u >= SATURATED:
             return (
-                f"near saturation (the engine busy {100 * u:.0f} % of the window): a step a few percent slower or "
-                "faster moves the queue a lot, so the interval is wide"
+                f"near saturation (requests queued or every seat taken {100 * u:.0f} % of the window): a step a few "
+                "percent slower or faster moves the queue a lot, so the interval is wide"
             )
         return ""
 
@@ -323,9 +349,10 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
         from spoc_tui.twin.model import TwinError
 
         raise TwinError("no step fits the budget: lengthen --budget or shorten --step-seconds")
-    levels = [(r.step.users, r.measured_s) for r in central]
-    windows = [(float(r.step.users), r.window) for r in central]
-    knee = find_knee([r.step for r in central], infer_knee(windows, p.limits, seed=p.seed))
+    unit = central[0].step.unit
+    levels = [(r.step.level, r.measured_s) for r in central]
+    windows = [(r.step.level, r.window) for r in central]
+    knee = find_knee([r.step for r in central], infer_knee(windows, p.limits, unit, seed=p.seed))
     draws = list(p.twin.draws[: max(0, p.draws)])
     per_draw: list[list[DrawStep]] = []
     knees: list[float | None] = []
@@ -334,7 +361,7 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
         runs = run_draw(p, m, p.seed + 1000 * (i + 1), levels)
         per_draw.append(runs)
         # the draw's knee: its fit's crossing (no resampling: the draws' spread is the interval)
-        est = infer_knee([(float(r.users), r.window) for r in runs], p.limits, replicates=0, seed=p.seed + i + 1)
+        est = infer_knee([(r.level, r.window) for r in runs], p.limits, unit, replicates=0, seed=p.seed + i + 1)
         knees.append(est.estimate if est is not None and est.boundary != "bound" else None)
     intervals: list[dict[str, Interval]] = []
     for k, run in enumerate(central):
@@ -368,16 +395,16 @@ def knee_of(est: KneeEstimate | None) -> float | None:
 class AtLevels:
     """The twin's figures at given levels (another ramp's): the fit's, and each one's interval."""
 
-    levels: list[tuple[int, float]]
+    levels: list[tuple[float, float]]
     figures: list[dict[str, float | None]]
     intervals: list[dict[str, Interval]]
     draws: int
 
 
 def predict_at(
-    p: Prediction, levels: Sequence[tuple[int, float]], progress: Callable[[str], None] | None = None
+    p: Prediction, levels: Sequence[tuple[float, float]], progress: Callable[[str], None] | None = None
 ) -> AtLevels:
-    """The ramp at ``levels`` ((users, measured seconds) per step), on the fit and on its draws."""
+    """The ramp at ``levels`` ((users or rate, measured seconds) per step), on the fit and its draws."""
     say = progress or (lambda _m: None)
     say("the fit")
     central = run_draw(p, p.twin.fit, p.seed, levels)

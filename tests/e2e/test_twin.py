@@ -23,9 +23,9 @@ think_s = {dist = "uniform", min = 0.2, max = 0.8}
 
 @pytest.fixture(scope="module")
 def sim():
-    (port,) = free_ports(1)
-    proc = start_sim(["--max-num-seqs", "32", "--dcgm-port", "0"], port)
-    yield f"http://127.0.0.1:{port}"
+    port, dport = free_ports(2)
+    proc = start_sim(["--max-num-seqs", "32", "--dcgm-port", str(dport)], port)
+    yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{dport}/metrics"
     proc.stop()
 
 
@@ -38,7 +38,8 @@ def spoc(*args, timeout=240):
 @pytest.fixture(scope="module")
 def twin(sim, tmp_path_factory):
     out = tmp_path_factory.mktemp("twin") / "twin.json"
-    r = spoc("twin", "calibrate", "--url", sim, "--budget", "25", "--engine-flag", "max-num-seqs=32",
+    url, dcgm = sim
+    r = spoc("twin", "calibrate", "--url", url, "--dcgm", dcgm, "--budget", "25", "--engine-flag", "max-num-seqs=32",
              "--engine-flag", "max-num-batched-tokens=8192", "--out", str(out))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "b_decode" in r.stdout and f"wrote {out}" in r.stdout
@@ -58,11 +59,13 @@ def test_calibration_reads_the_servers_settings_and_fits_its_steps(twin):
     assert res["decode"]["median_abs_pct"] < 15, res
     assert res["prefill"]["median_abs_pct"] < 25, res
     assert doc["fit"]["b0"] > 0 and doc["fit"]["b_context"] > 0 and len(doc["draws"]) >= 16
+    assert doc["gpu_clocks"] and all(mhz > 500 for mhz in doc["gpu_clocks"].values())
     shown = spoc("twin", "show", str(twin))
     assert shown.returncode == 0 and "KV blocks" in shown.stdout and "assumed" in shown.stdout
 
 
 def test_the_prediction_matches_the_measured_ramp(sim, twin, tmp_path):
+    sim, _ = sim
     prof = tmp_path / "held-out.toml"
     prof.write_text(PROFILE)
     measured = tmp_path / "measured"
@@ -83,7 +86,7 @@ def test_the_prediction_matches_the_measured_ramp(sim, twin, tmp_path):
              "--warmup-seconds", "5", "--max-step-seconds", "25", "--sla", "ttft_p90<=2s", "--draws", "4",
              "--out", str(pred))  # fmt: skip
     assert p.returncode == 0, p.stderr
-    assert "knee (predicted)" in p.stdout and "busy" in p.stdout
+    assert "knee (predicted)" in p.stdout and "queued" in p.stdout
     doc = json.loads((pred / "ramp.json").read_text())
     assert doc["predicted"] is True and len(doc["steps"]) == 2 and doc["prediction"]["draws"] == 4
     assert set(doc["prediction"]["steps"][0]["intervals"]) >= {"ttft_p50", "itl_p50", "e2e_p90", "output_tokens_per_s"}

@@ -143,6 +143,28 @@ def test_a_predicted_ramp_rises_with_load_and_its_intervals_hold_the_figures():
     for r, iv in zip(res.runs, res.intervals, strict=True):
         lo, hi = iv["itl_p50"]
         assert lo <= r.step.latency.itl.p50 <= hi
-    assert res.runs[-1].utilisation > res.runs[0].utilisation
+    assert res.runs[-1].busy > res.runs[0].busy
     at = predict_at(p, [(8, 25.0)])
     assert at.figures[0]["itl_p50"] is not None and at.draws == 3
+
+
+def test_an_open_loop_prediction_keeps_its_arrival_rate():
+    from spoc_tui.core.knee import FixedRates
+
+    p = Prediction(
+        twin=twin(0.05),
+        workload=load_workload("chatbot"),
+        plan=FixedRates([2.0, 6.0]),
+        limits=tuple(parse_sla("ttft_p99<=2s")),
+        step_s=70,
+        warmup_s=10,
+        max_step_s=70,
+        draws=2,
+    )
+    res = predict(p)
+    assert [r.step.rate for r in res.runs] == [2.0, 6.0] and res.knee.unit == "req/s"
+    calm, busy = res.runs
+    # Poisson arrivals at the rate: a minute holds about rate x 60 of them (finished inside it)
+    assert calm.saturated < 0.25 and abs(calm.step.request_rate - 2.0) / 2.0 < 0.35
+    # past what the engine takes: it finishes fewer than arrive, and its queue grows
+    assert busy.saturated > 0.8 and busy.step.request_rate < 6.0 and busy.step.server.waiting_max > 10
