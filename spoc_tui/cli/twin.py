@@ -91,6 +91,13 @@ def twin_cmd() -> None:
     "enable-chunked-prefill=false (repeatable) [default: vLLM's defaults, said in twin.json].",
 )
 @click.option(
+    "--endpoint",
+    type=click.Choice(("chat", "completions")),
+    default="chat",
+    show_default=True,
+    help="What the probes send: chat completions (as spoc ramp's profiles) or completions (as a trace replay).",
+)
+@click.option(
     "--dcgm", default=None, help="The GPUs' dcgm-exporter: their SM clocks during the probes go in twin.json."
 )
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -103,6 +110,7 @@ def calibrate_cmd(
     tokenizer: str | None,
     budget_s: float,
     engine_flags: tuple[str, ...],
+    endpoint: str,
     dcgm: str | None,
     seed: int,
     out: str,
@@ -141,6 +149,7 @@ def calibrate_cmd(
         budget_s=budget_s,
         told=told,
         dcgm=dcgm,
+        endpoint=endpoint,
         seed=seed,
         progress=progress,
     )

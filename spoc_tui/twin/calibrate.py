@@ -48,6 +48,11 @@ from spoc_tui.twin.fit import Observation, fit_step_model
 from spoc_tui.twin.model import COEFFS, ServerConfig, Twin, TwinError, step_features
 
 DEFAULT_BUDGET_S = 300.0
+ENDPOINTS = ("chat", "completions")
+"""What the probes send: chat completions, as ``spoc ramp``'s profiles do (the default), or plain
+completions, as a trace replay does. Where the API server shares the engine's process (the CPU
+build), its per-token work for a chat stream lengthens every step, so the twin is calibrated on
+the endpoint its predictions are for."""
 MIN_BUDGET_S = 20.0
 PREFILL_LENGTHS = (16, 64, 256, 512, 1024, 2048)
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -115,6 +120,7 @@ class Calibrator:
         budget_s: float = DEFAULT_BUDGET_S,
         told: dict[str, object] | None = None,
         dcgm: str | None = None,
+        endpoint: str = "chat",
         seed: int = 0,
         progress: Progress | None = None,
     ) -> None:
@@ -126,6 +132,10 @@ class Calibrator:
         self.budget_s = budget_s
         self.told = dict(told or {})
         self.dcgm = dcgm
+        if endpoint not in ENDPOINTS:
+            raise TwinError(f"--endpoint {endpoint!r}: give {' or '.join(ENDPOINTS)}")
+        self.endpoint = endpoint
+        self.chat = endpoint == "chat"
         self.clocks: dict[str, list[float]] = {}
         # new text every run: a second calibration must not hit the prefix cache the first one left
         self.rng = random.Random(f"{seed}:{time.time_ns()}")
@@ -271,7 +281,7 @@ class Calibrator:
         prompt = self.maker.text(tokens, random.Random(self.rng.random()))
         body = {
             "model": self.model,
-            "prompt": prompt,
+            **({"messages": [{"role": "user", "content": prompt}]} if self.chat else {"prompt": prompt}),
             "max_tokens": max_tokens,
             "ignore_eos": True,  # the server's default sampling, as spoc ramp's requests use it
             "stream": True,
@@ -279,7 +289,8 @@ class Calibrator:
         }
         s = Stream(sent=time.perf_counter())
         try:
-            async with c.stream("POST", self.root + "/v1/completions", json=body, headers=self.headers) as r:
+            path = "/v1/chat/completions" if self.chat else "/v1/completions"
+            async with c.stream("POST", self.root + path, json=body, headers=self.headers) as r:
                 if r.status_code != 200:
                     text = (await r.aread()).decode(errors="replace")[:200]
                     s.error = f"HTTP {r.status_code}: {text}"
@@ -461,6 +472,7 @@ class Calibrator:
             url=redact_url(self.root),
             seconds=seconds,
             gpu_clocks={g: statistics.median(v) for g, v in self.clocks.items()},
+            endpoint=self.endpoint,
             notes=tuple(self.notes + notes),
         )
 

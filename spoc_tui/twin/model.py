@@ -200,6 +200,8 @@ class Twin:
     """From DCGM where given: the GPUs' SM clock (MHz) during the probes, so drift can be told."""
     notes: tuple[str, ...] = ()
     """What the calibration noticed (a probe disturbed by other traffic, a coefficient at zero)."""
+    endpoint: str = "chat"
+    """What the probes sent: ``chat`` (chat completions, as profiles do) or ``completions``."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -223,6 +225,7 @@ class Twin:
             "observations": self.observations,
             "probes": self.probes,
             "gpu_clocks": self.gpu_clocks,
+            "endpoint": self.endpoint,
             "notes": list(self.notes),
         }
 
@@ -273,6 +276,7 @@ class Twin:
             seconds=float(d.get("seconds") or 0.0),  # type: ignore[arg-type]
             gpu_clocks={str(k): float(x) for k, x in clocks.items()} if isinstance(clocks, Mapping) else {},
             notes=tuple(str(n) for n in d.get("notes") or []),  # type: ignore[attr-defined]
+            endpoint="completions" if d.get("endpoint") == "completions" else "chat",
         )
 
     def summary(self) -> list[str]:
@@ -281,7 +285,7 @@ class Twin:
         out = [
             f"twin of {s.model} at {self.url or '?'}, calibrated "
             f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(self.calibrated_at))} "
-            f"({self.probes} probes, {self.observations} observations, {self.seconds:.0f} s)",
+            f"({self.probes} probes, {self.observations} observations, {self.seconds:.0f} s, {self.endpoint} requests)",
             f"  engine: {s.num_gpu_blocks} KV blocks of {s.block_size} tokens, max-model-len {s.max_model_len}, "
             f"max-num-seqs {s.max_num_seqs}, max-num-batched-tokens {s.max_num_batched_tokens}, chunked prefill "
             f"{_on(s.enable_chunked_prefill)}, prefix caching {_on(s.enable_prefix_caching)}",
