@@ -12,8 +12,31 @@ from spoc_tui.core.errors import InputError
 
 
 @click.command("plan")
-@click.option("--ramp", "ramp_path", required=True, help="A ramp result of one replica (folder or ramp.json).")
-@click.option("--users", type=int, required=True, help="Concurrent users to plan for.")
+@click.option("--ramp", "ramp_path", default=None, help="A ramp result of one replica (folder or ramp.json).")
+@click.option("--users", type=int, default=None, help="Concurrent users to plan for (with --ramp).")
+@click.option(
+    "--twin",
+    "twin_path",
+    default=None,
+    help="Instead of a ramp: replay --trace on a fleet of this calibrated twin (spoc twin calibrate), in virtual time.",
+)
+@click.option("--trace", "trace_path", default=None, help="With --twin: the traffic to serve (a trace file).")
+@click.option("--trace-format", default=None, help="The trace's format [default: detected].")
+@click.option("--trace-filter", "trace_filters", multiple=True, help='Keep rows whose column equals, "Model=GPT-4".')
+@click.option("--trace-window", default=None, help="START:LENGTH of the trace (seconds or 10m:5m).")
+@click.option("--trace-max-rows", type=int, default=None, help="At most this many rows of the window.")
+@click.option(
+    "--speed", type=FINITE, default=1.0, show_default=True, help="With --twin: replay at this speed multiple."
+)
+@click.option("--replicas", "replicas_spec", default=None, help="With --twin: fixed replica counts, 1-8 or 1,2,4.")
+@click.option(
+    "--autoscale",
+    "autoscale_specs",
+    multiple=True,
+    help='With --twin: a policy, "num_requests_waiting>=4,cooldown=60s[,startup=60s,interval=15s,min=1,max=8]" '
+    "(repeatable).",
+)
+@click.option("--sla", default=None, help="With --twin: the limits the trace is judged on [default: config's].")
 @click.option("--headroom", type=FINITE, default=0.2, show_default=True, help="Share of each replica kept free.")
 @click.option(
     "--gpus-per-replica",
@@ -31,8 +54,18 @@ from spoc_tui.core.errors import InputError
 @click.option("--deployment", default="vllm", show_default=True, help="The Deployment the autoscaler scales.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (with both manifests as text).")
 def plan_cmd(
-    ramp_path: str,
-    users: int,
+    ramp_path: str | None,
+    users: int | None,
+    twin_path: str | None,
+    trace_path: str | None,
+    trace_format: str | None,
+    trace_filters: tuple[str, ...],
+    trace_window: str | None,
+    trace_max_rows: int | None,
+    speed: float,
+    replicas_spec: str | None,
+    autoscale_specs: tuple[str, ...],
+    sla: str | None,
     headroom: float,
     gpus_per_replica: int | None,
     model: str | None,
@@ -41,7 +74,32 @@ def plan_cmd(
     as_json: bool,
 ) -> None:
     """How many replicas (and GPUs) serve --users concurrent users within the ramp's SLA, and the
-    autoscaling rule: scale on requests waiting per replica, as a KEDA ScaledObject and an HPA."""
+    autoscaling rule: scale on requests waiting per replica, as a KEDA ScaledObject and an HPA.
+
+    With --twin and --trace: the trace served by 1 to N replicas of the twin or by autoscaling
+    policies, in virtual time: SLO attainment, p99s and replica-hours of each, and the cheapest that
+    meets the SLA."""
+    if twin_path is not None:
+        if ramp_path is not None or users is not None:
+            raise InputError("--twin plans from a trace: give --twin and --trace, or --ramp and --users")
+        if trace_path is None:
+            raise InputError("--twin needs --trace FILE: the traffic to serve")
+        fleet_plan(
+            twin_path,
+            trace_path,
+            trace_format,
+            trace_filters,
+            trace_window,
+            trace_max_rows,
+            speed,
+            replicas_spec,
+            autoscale_specs,
+            sla,
+            as_json,
+        )
+        return
+    if ramp_path is None or users is None:
+        raise InputError("give --ramp and --users (or --twin and --trace)")
     from spoc_tui.core.fleetplan import hpa_yaml, keda_yaml, plan_from_ramp, plan_text
     from spoc_tui.core.results import read_ramp
 
@@ -56,3 +114,89 @@ def plan_cmd(
     click.echo(plan_text(p))
     click.echo("\n# KEDA ScaledObject\n" + keda)
     click.echo("# or an HPA on the external metric (prometheus-adapter)\n" + hpa)
+
+
+def fleet_plan(
+    twin_path: str,
+    trace_path: str,
+    trace_format: str | None,
+    trace_filters: tuple[str, ...],
+    trace_window: str | None,
+    trace_max_rows: int | None,
+    speed: float,
+    replicas_spec: str | None,
+    autoscale_specs: tuple[str, ...],
+    sla: str | None,
+    as_json: bool,
+) -> None:
+    """``spoc plan --twin --trace``: the trace on fixed replica counts and autoscaling policies."""
+    import sys
+    import time
+
+    from spoc_tui.cli.options import from_config
+    from spoc_tui.core.sla import DEFAULT_SLA, parse_sla
+    from spoc_tui.core.traces import TraceRead, trace_source
+    from spoc_tui.twin.fleet import Autoscale, FleetSim, cheapest, judge_run, parse_autoscale, parse_replicas
+    from spoc_tui.twin.model import read_twin
+
+    twin = read_twin(twin_path)
+    limits = parse_sla(from_config(sla, "sla", "--sla", default=DEFAULT_SLA))
+    if not 0 < speed <= 1000:
+        raise InputError("--speed must be a positive multiple (at most 1000)")
+    counts = parse_replicas(replicas_spec) if replicas_spec else ([] if autoscale_specs else [1, 2, 4])
+    policies = [parse_autoscale(a) for a in autoscale_specs]
+    src = trace_source(trace_path, trace_format, trace_filters, trace_window, trace_max_rows)
+    read = TraceRead()
+    rows = list(src.rows(read))
+    if not rows:
+        raise InputError(f"--trace {trace_path}: no rows in the window")
+    quiet = as_json or not sys.stderr.isatty()
+    results = []
+    t0 = time.perf_counter()
+    configs: list[tuple[str, int | None, Autoscale | None]] = [
+        (f"{n} replica{'s' if n > 1 else ''}", n, None) for n in counts
+    ]
+    configs += [(f"autoscale {a.describe()}", None, a) for a in policies]
+    for label, n, policy in configs:
+        if not quiet:
+            click.echo(f"\r\033[Kplanning: {label}", nl=False, err=True)
+        run = FleetSim(twin, rows, speed, replicas=n, autoscale=policy).run(label)
+        results.append(judge_run(run, limits))
+    if not quiet:
+        click.echo("", err=True)
+    best = cheapest(results)
+    took = time.perf_counter() - t0
+    doc = {
+        "twin": twin_path,
+        "trace": {**src.as_dict(), "path": src.path.name, "rows": len(rows), "skipped_reading": dict(read.skipped)},
+        "speed": speed,
+        "sla": [str(lim) for lim in limits],
+        "router": "least outstanding requests",
+        "configs": [r.as_dict() for r in results],
+        "cheapest": best.run.label if best else None,
+        "seconds": round(took, 2),
+        "predicted": True,
+    }
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    click.echo(
+        f"the trace {src.path.name} ({len(rows)} rows, x{speed:g}) on the twin of {twin.server.model}, "
+        f"predicted in {took:.1f} s; SLA {', '.join(map(str, limits))}"
+    )
+    click.echo(f"{'configuration':<44} {'SLA':<12} {'attained':>8} {'TTFT p99':>9} {'ITL p99':>8} {'replica-h':>9}")
+    for r in results:
+        s = r.step
+        att = "-" if r.attainment is None else f"{100 * r.attainment:.1f} %"
+
+        def sec(v: float | None) -> str:
+            return "-" if v is None else f"{v * 1e3:.0f}ms" if v < 10 else f"{v:.0f}s"
+
+        click.echo(
+            f"{r.run.label[:44]:<44} {s.decision:<12} {att:>8} {sec(s.latency.ttft.p99):>9} "
+            f"{sec(s.latency.itl.p99):>8} {r.run.replica_hours:>9.2f}"
+        )
+    if best is not None:
+        click.echo(f"cheapest within the SLA: {best.run.label} ({best.run.replica_hours:.2f} replica-hours)")
+    else:
+        click.echo("none of these meets the SLA over the whole trace: try more replicas or a lower threshold")

@@ -33,7 +33,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import httpx
 
@@ -45,9 +45,13 @@ from spoc_tui.core.redact import redact_url
 from spoc_tui.core.vllm import cache_config, engine_version
 from spoc_tui.load.workload import TextMaker
 from spoc_tui.twin.fit import Observation, fit_step_model
-from spoc_tui.twin.model import COEFFS, ServerConfig, Twin, TwinError, step_features
+from spoc_tui.twin.model import COEFFS, STEP_COEFFS, ServerConfig, StepModel, Twin, TwinError, step_features
 
 DEFAULT_BUDGET_S = 300.0
+LOAD_SHARE = 0.2
+"""The share of the budget spent on the closing mixed load (:meth:`Calibrator.load`)."""
+LOAD_MIN_S = 8.0
+LOAD_USERS = 8
 ENDPOINTS = ("chat", "completions")
 """What the probes send: chat completions, as ``spoc ramp``'s profiles do (the default), or plain
 completions, as a trace replay does. Where the API server shares the engine's process (the CPU
@@ -79,6 +83,8 @@ class Stream:
     sent: float
     times: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    """As the server counted them (a stream that falls behind may carry several in one event)."""
     cached_tokens: int = 0
     error: str | None = None
 
@@ -314,6 +320,8 @@ class Calibrator:
                     if isinstance(usage, dict):
                         pt = usage.get("prompt_tokens")
                         s.prompt_tokens = pt if isinstance(pt, int) else None
+                        ct = usage.get("completion_tokens")
+                        s.completion_tokens = ct if isinstance(ct, int) else None
                         det = usage.get("prompt_tokens_details")
                         if isinstance(det, dict) and isinstance(det.get("cached_tokens"), int):
                             s.cached_tokens = det["cached_tokens"]
@@ -436,9 +444,12 @@ class Calibrator:
                 plan += [("mixed", (n, 32, out * 2)) for n in mixed]
             done = 0
             cost: dict[str, float] = {}
+            # the last share of the budget: a mixed load, the whole engine at work (see load())
+            load_s = max(LOAD_MIN_S, LOAD_SHARE * self.budget_s)
+            probe_budget = self.budget_s - load_s
             for kind, args in plan:
                 spent = time.perf_counter() - self._t0
-                if done and spent + cost.get(kind, 0.0) > self.budget_s:
+                if done and spent + cost.get(kind, 0.0) > probe_budget:
                     continue
                 self.progress(f"{kind} {args[0]}", min(1.0, spent / self.budget_s))
                 t = time.perf_counter()
@@ -452,6 +463,9 @@ class Calibrator:
                 done += 1
                 if kind == "decode" and args[0] == max(batches, default=0):
                     await self._read_clocks(c)  # under the heaviest load the probes make
+            self.progress("a mixed load", min(1.0, (time.perf_counter() - self._t0) / self.budget_s))
+            users = max(2, min(LOAD_USERS, cfg.max_num_seqs))
+            load = await self.load(c, users, load_s, min(mml - 8, 600))
         seconds = time.perf_counter() - self._t0
         self.progress("fitting", 1.0)
         fit, sd, draws, residuals, notes = fit_step_model(self.obs, seed=0)
@@ -460,7 +474,7 @@ class Calibrator:
         if zero:
             notes.append(f"fitted at 0 (too small for the probes to see): {', '.join(zero)}")
         cv = statistics.median(self.gap_cvs) if self.gap_cvs else 0.0
-        return Twin(
+        twin = Twin(
             fit=fit,
             sd=sd,
             draws=draws,
@@ -475,6 +489,27 @@ class Calibrator:
             endpoint=self.endpoint,
             notes=tuple(self.notes + notes),
         )
+        return correct(twin, load)
+
+    async def load(self, c: httpx.AsyncClient, users: int, seconds: float, max_prompt: int) -> list[Stream]:
+        """``users`` closed-loop streams of mixed lengths (prompts 50 to ``max_prompt`` tokens,
+        30-120 out, 0.1-0.5 s between turns) for ``seconds``: the engine prefilling, decoding and
+        mixing at once with the server's front end busy beside it, as under a ramp. What isolated
+        probes cannot see (the front end sharing the engine's process or core, a step slower when
+        the batch churns) shows here; :func:`correct` fits it."""
+        end = time.perf_counter() + seconds
+        done: list[Stream] = []
+
+        async def user(k: int) -> None:
+            rng = random.Random(self.rng.random())
+            while time.perf_counter() < end:
+                s = await self._stream(c, rng.randrange(50, max(51, max_prompt)), rng.randrange(30, 121))
+                if s.error is None and s.times and s.prompt_tokens is not None:
+                    done.append(s)
+                await asyncio.sleep(rng.uniform(0.1, 0.5))
+
+        await asyncio.gather(*(user(k) for k in range(users)))
+        return done
 
     async def mixed(self, c: httpx.AsyncClient, length: int, context: int, out: int) -> None:
         """A mixed probe: the newcomer is sent once every decoder has streamed 8 tokens."""
@@ -515,3 +550,102 @@ class Calibrator:
             return
         k = sorted(range(len(ys)), key=ys.__getitem__)[len(ys) // 2]  # the median decoder's span
         self.obs.append(Observation("mixed", pid, (*rows[k], 0.0, 0.0), ys[k]))
+
+
+@dataclass(frozen=True)
+class Correction:
+    """What the mixed load said about the fit from isolated probes."""
+
+    step_scale: float
+    """Every step coefficient multiplied by this (the engine under load against alone)."""
+    a0_shift: float
+    """Seconds added to the time outside the engine."""
+    requests: int
+    before_pct: dict[str, float]
+    after_pct: dict[str, float]
+
+
+def _replay(twin: Twin, streams: list[Stream], model: StepModel) -> tuple[float, float]:
+    """The mixed load's requests replayed on the twin at their measured arrivals: (mean decode
+    time per token, mean TTFT)."""
+    from spoc_tui.core.traces import TraceRow
+    from spoc_tui.twin.fleet import FleetSim
+
+    t0 = min(s.sent for s in streams)
+    rows = [
+        TraceRow(index=i, t=s.sent - t0, input_tokens=s.prompt_tokens or 1, output_tokens=_out(s))
+        for i, s in enumerate(sorted(streams, key=lambda s: s.sent))
+    ]
+    run = FleetSim(twin, rows, model=model, seed=7).run()
+    per_tok = [
+        (x.e2e - x.ttft) / (x.output_tokens - 1)
+        for x in run.samples
+        if x.ok and x.output_tokens and x.output_tokens > 1 and x.e2e is not None and x.ttft is not None
+    ]
+    ttft = [x.ttft for x in run.samples if x.ok and x.ttft is not None]
+    return statistics.fmean(per_tok), statistics.fmean(ttft)
+
+
+def _out(s: Stream) -> int:
+    """Output tokens: the server's count, else the events with text."""
+    return s.completion_tokens if s.completion_tokens is not None else len(s.times)
+
+
+def _scaled(m: StepModel, k: float, shift: float) -> StepModel:
+    v = list(m.vector())
+    for i in range(len(STEP_COEFFS)):
+        v[i] *= k
+    v[COEFFS.index("a0")] = max(0.0, v[COEFFS.index("a0")] + shift)
+    return StepModel.from_vector(v)
+
+
+def correct(twin: Twin, streams: list[Stream]) -> Twin:
+    """The fit corrected by the mixed load: every step coefficient scaled so the twin's mean time
+    per output token over the load's requests (replayed at their measured arrivals) matches the
+    measured one, then the outside time shifted so the mean TTFT does. Workload-level fitting, as
+    BLIS fits its coefficients on serving runs; bounded (a scale of 0.5-2) so one noisy load
+    cannot wreck the probes' fit, and said in the notes either way."""
+    usable = [s for s in streams if len(s.times) >= 2 and s.ttft is not None and _out(s) >= 2]
+    if len(usable) < 20:
+        return replace(twin, notes=(*twin.notes, f"the mixed load finished {len(usable)} requests: no correction"))
+    meas_tok = statistics.fmean((s.times[-1] - s.times[0]) / (_out(s) - 1) for s in usable)
+    meas_ttft = statistics.fmean(s.ttft for s in usable if s.ttft is not None)
+    pred_tok, pred_ttft = _replay(twin, usable, twin.fit)
+    lo, hi = 0.5, 2.0
+    k = min(hi, max(lo, meas_tok / pred_tok)) if pred_tok > 0 else 1.0
+    for _ in range(6):  # the queue makes it non-linear: a few secant steps
+        got, _t = _replay(twin, usable, _scaled(twin.fit, k, 0.0))
+        if got <= 0 or abs(got / meas_tok - 1) < 0.01:
+            break
+        k = min(hi, max(lo, k * meas_tok / got))
+    _tok, ttft_k = _replay(twin, usable, _scaled(twin.fit, k, 0.0))
+    shift = meas_ttft - ttft_k
+    a0 = twin.fit.a0
+    shift = max(-a0, min(shift, max(0.05, 2 * a0)))
+    fit = _scaled(twin.fit, k, shift)
+    tok_after, ttft_after = _replay(twin, usable, fit)
+
+    def pct(p: float, m: float) -> float:
+        return round(100 * (p - m) / m, 1) if m > 0 else 0.0
+
+    corr = Correction(
+        k,
+        shift,
+        len(usable),
+        {"time_per_token": pct(pred_tok, meas_tok), "ttft": pct(pred_ttft, meas_ttft)},
+        {"time_per_token": pct(tok_after, meas_tok), "ttft": pct(ttft_after, meas_ttft)},
+    )
+    note = (
+        f"a mixed load of {corr.requests} requests: the probes' fit predicted its time per token "
+        f"{corr.before_pct['time_per_token']:+.0f} % and TTFT {corr.before_pct['ttft']:+.0f} %; every step "
+        f"coefficient scaled by {k:.3f} and a0 shifted {1e3 * shift:+.1f} ms (after: "
+        f"{corr.after_pct['time_per_token']:+.0f} %, {corr.after_pct['ttft']:+.0f} %)"
+    )
+    return replace(
+        twin,
+        fit=fit,
+        sd=_scaled(twin.sd, k, 0.0),
+        draws=tuple(_scaled(d, k, shift) for d in twin.draws),
+        correction=asdict(corr),
+        notes=(*twin.notes, note),
+    )

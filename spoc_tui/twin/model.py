@@ -202,6 +202,8 @@ class Twin:
     """What the calibration noticed (a probe disturbed by other traffic, a coefficient at zero)."""
     endpoint: str = "chat"
     """What the probes sent: ``chat`` (chat completions, as profiles do) or ``completions``."""
+    correction: dict[str, object] = field(default_factory=dict)
+    """What the closing mixed load changed (``step_scale``, ``a0_shift``, errors before and after)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -226,6 +228,7 @@ class Twin:
             "probes": self.probes,
             "gpu_clocks": self.gpu_clocks,
             "endpoint": self.endpoint,
+            "correction": self.correction,
             "notes": list(self.notes),
         }
 
@@ -277,6 +280,7 @@ class Twin:
             gpu_clocks={str(k): float(x) for k, x in clocks.items()} if isinstance(clocks, Mapping) else {},
             notes=tuple(str(n) for n in d.get("notes") or []),  # type: ignore[attr-defined]
             endpoint="completions" if d.get("endpoint") == "completions" else "chat",
+            correction=dict(corr) if isinstance(corr := d.get("correction"), Mapping) else {},
         )
 
     def summary(self) -> list[str]:

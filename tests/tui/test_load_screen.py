@@ -272,3 +272,59 @@ async def test_a_trace_replayed_from_the_load_screen(tmp_path):
             assert not scr.running
     finally:
         proc.stop()
+
+
+async def test_the_twins_prediction_is_drawn_beside_each_finished_step(tmp_path):
+    from spoc_tui.core.knee import FixedUsers
+    from spoc_tui.load.workload import load_workload
+    from spoc_tui.twin.model import write_twin
+    from tests.unit.test_twin_fit import twin
+
+    path = tmp_path / "twin.json"
+    write_twin(twin(0.05), path)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        scr = app.load_screen
+        scr.query_one("#twin").value = str(tmp_path / "missing.json")
+        scr.query_one("#users").value = "2,8,40"
+        req = scr.read_form()
+        assert req is None and "no such file" in str(scr.form_error.render())
+        scr.query_one("#twin").value = str(path)
+        req = scr.read_form()
+        assert req is not None and req.twin is not None
+        scr.request = LoadScreen.StartRequested(
+            load_workload("chatbot"), FixedUsers([2, 8, 40]), parse_sla(SLA), 20.0, 5.0, twin=req.twin
+        )
+        _finished_ramp(app)
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if all(v[0] is not None for v in scr.predicted.values()) and len(scr.predicted) == 3:
+                break
+        await pilot.pause()
+        assert sorted(scr.predicted) == [2, 8, 40]
+        bars = scr.ttft_chart.bars
+        assert all(b.predicted is not None and b.predicted > 0 for b in bars)
+        assert scr.ttft_chart.render_line(0).text.rstrip().endswith("◆ twin")
+        plot = "".join(scr.itl_chart.render_line(y).text for y in range(1, 8))
+        assert plot.count("◆") == 3
+
+
+async def test_chart_marks_a_prediction_at_its_height():
+    from textual.app import App
+
+    class ChartApp(App[None]):
+        def compose(self):
+            yield LimitBarChart("p99 TTFT", id="c")
+
+    app = ChartApp()
+    async with app.run_test(size=(40, 9)) as pilot:
+        chart = app.query_one(LimitBarChart)
+        chart.show([Bar("2", 0.05, 0.05), Bar("40", 3.0, 0.5)], 1.0)
+        await pilot.pause()
+        lines = [chart.render_line(y).text for y in range(9)]
+    marks = [(y, line.index("◆")) for y, line in enumerate(lines) if "◆" in line and y > 0]
+    assert len(marks) == 2
+    (y_small, _), (y_big, _) = sorted(marks, reverse=True)
+    assert y_small > y_big  # the larger prediction is drawn higher

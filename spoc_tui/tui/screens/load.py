@@ -30,6 +30,7 @@ from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
+from spoc_tui.twin.model import Twin, read_twin
 
 _DECISION_STYLE = {"meets": "green", "breaks": "bold red", "inconclusive": "yellow"}
 _KNEE_STYLE: dict[KneeTone, str] = {
@@ -132,6 +133,9 @@ class LoadScreen(Screen[None]):
     LoadScreen #form4 Label { padding: 0 1 0 0; }
     LoadScreen #form4 #trace { width: 1fr; }
     LoadScreen #form4 #speeds { width: 14; }
+    LoadScreen #form5 { height: auto; padding: 0 1; }
+    LoadScreen #form5 Label { padding: 0 1 0 0; }
+    LoadScreen #form5 #twin { width: 1fr; }
     LoadScreen #buttons { height: auto; padding: 0 1; }
     LoadScreen #buttons Button { margin-right: 2; min-width: 12; }
     LoadScreen #charts { height: auto; margin-top: 1; }
@@ -156,6 +160,8 @@ class LoadScreen(Screen[None]):
         workers: int = 0
         trace: TraceSource | None = None
         """Replay this trace instead of the profile (the plan is then speeds)."""
+        twin: Twin | None = None
+        """A calibrated twin: its prediction of each step is drawn beside the measurement."""
 
     class StopRequested(Message):
         """The operator asked to stop the running ramp."""
@@ -169,6 +175,10 @@ class LoadScreen(Screen[None]):
         self.running = False
         self.limits: tuple[Limit, ...] = ()
         self.total_steps: int | None = None
+        self.request: LoadScreen.StartRequested | None = None
+        self.predicted: dict[float, tuple[float | None, float | None]] = {}
+        """The twin's TTFT and ITL p99 by level, as the steps finish."""
+        self._bars_of: tuple[StepSummary, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Static(f"Load ramp against {self.url or 'no server (start the monitor with --url)'}", id="title")
@@ -201,6 +211,14 @@ class LoadScreen(Screen[None]):
                 )
                 yield Label("speeds")
                 yield Field("auto", id="speeds", tooltip="with a trace: 0.5,1,2 (a step each) or auto[:MAX]")
+            with Horizontal(id="form5", classes="-row"):
+                yield Label("twin")
+                yield Field(
+                    "",
+                    id="twin",
+                    placeholder="twin.json: its prediction beside each step (empty: none)",
+                    tooltip="spoc twin calibrate writes one: each finished step is predicted on it and drawn as ◆",
+                )
             with Horizontal(id="form3", classes="-row"):
                 yield Label("budget min")
                 yield Field(
@@ -281,6 +299,10 @@ class LoadScreen(Screen[None]):
                     "step, warm-up and max step are seconds, the budget minutes, workers a whole number"
                 ) from None
             profile = load_workload(str(self.query_one("#profile", Select).value))
+            twin_text = self.query_one("#twin", Input).value.strip()
+            twin = read_twin(os.path.expanduser(twin_text)) if twin_text else None
+            if twin is not None and trace is not None:
+                raise InputError("the twin predicts profile ramps: give a trace or a twin, not both")
             # the check spoc ramp makes, with the form's names for its fields
             RampConfig(
                 self.url or "",
@@ -310,7 +332,7 @@ class LoadScreen(Screen[None]):
             return None
         self.form_error.update("")
         self.limits = limits
-        return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers, trace)
+        return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers, trace, twin)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":
@@ -339,6 +361,8 @@ class LoadScreen(Screen[None]):
             self.trace_view.update(Text(f"reading {request.trace.path.name}…", style="bold"))
             self.describe_trace(request.trace)
         self.set_focus(None)  # out of the field: the screen's keys work while the ramp runs
+        self.request = request
+        self.predicted = {}
         self.post_message(request)
 
     @work(thread=True, group="trace-stats", exclusive=True, exit_on_error=False)
@@ -400,6 +424,12 @@ class LoadScreen(Screen[None]):
         with self.app.batch_update():
             self.steps.show(p.steps)
             self._charts(p.steps)
+            req = self.request
+            if req is not None and req.twin is not None:
+                for s in p.steps:
+                    if s.level not in self.predicted:
+                        self.predicted[s.level] = (None, None)
+                        self.predict_step(req, s.level, s.duration_s)
             self.knee.update(knee_text(p.knee, p.phase == "done", p.steps))
 
     def _charts(self, steps: tuple[StepSummary, ...]) -> None:
@@ -416,8 +446,32 @@ class LoadScreen(Screen[None]):
         self._show_bars(steps, limit_for)
 
     def _show_bars(self, steps: tuple[StepSummary, ...], limit_for: Callable[[str], float | None]) -> None:
-        self.ttft_chart.show([Bar(f"{s.level:g}", s.latency.ttft.p99) for s in steps], limit_for("ttft"))
-        self.itl_chart.show([Bar(f"{s.level:g}", s.latency.itl.p99) for s in steps], limit_for("itl"))
+        def pred(level: float, k: int) -> float | None:
+            return self.predicted.get(level, (None, None))[k]
+
+        self.ttft_chart.show(
+            [Bar(f"{s.level:g}", s.latency.ttft.p99, pred(s.level, 0)) for s in steps], limit_for("ttft")
+        )
+        self.itl_chart.show([Bar(f"{s.level:g}", s.latency.itl.p99, pred(s.level, 1)) for s in steps], limit_for("itl"))
+        self._bars_of = steps
+
+    @work(thread=True, group="twin", exit_on_error=False)
+    def predict_step(self, req: StartRequested, level: float, seconds: float) -> None:
+        """The twin's figures of one finished step (its level and measured length), in a thread: a
+        step of virtual time takes a second or so."""
+        from spoc_tui.twin.predict import Prediction, predict_at
+
+        assert req.twin is not None
+        plan = FixedRates([level]) if isinstance(req.plan, FixedRates) else FixedUsers([int(level)])
+        p = Prediction(req.twin, req.profile, plan, req.limits, step_s=req.step_s, warmup_s=req.warmup_s, draws=0)
+        at = predict_at(p, [(level, seconds)])
+        figs = at.figures[0]
+        self.app.call_from_thread(self._predicted, level, figs.get("ttft_p99"), figs.get("itl_p99"))
+
+    def _predicted(self, level: float, ttft: float | None, itl: float | None) -> None:
+        self.predicted[level] = (ttft, itl)
+        if self._bars_of:
+            self._charts(self._bars_of)
 
     def show_finished(self, message: str, ok: bool) -> None:
         self.set_running(False)

@@ -21,6 +21,8 @@ BLOCKS = " ▁▂▃▄▅▆▇█"
 class Bar:
     label: str
     value: float | None
+    predicted: float | None = None
+    """The twin's prediction at this level, drawn as a mark beside the column."""
 
 
 class LimitBarChart(Widget):
@@ -61,8 +63,11 @@ class LimitBarChart(Widget):
         base = self.rich_style
         if y == 0:
             lim = f"  limit {self._fmt(self.limit)}" if self.limit is not None else ""
-            return Strip([Segment(f" {self.title}{lim}", base + Style(bold=True))]).adjust_cell_length(width, base)
-        values = [b.value for b in self.bars if b.value is not None]
+            segs = [Segment(f" {self.title}{lim}", base + Style(bold=True))]
+            if any(b.predicted is not None for b in self.bars):
+                segs.append(Segment("  ◆ twin", base + Style(color="cyan")))
+            return Strip(segs).adjust_cell_length(width, base)
+        values = [v for b in self.bars for v in (b.value, b.predicted) if v is not None]
         top = max([*values, (self.limit or 0) * 1.5, 1e-9])
         col_w = max(3, min(8, (width - 8) // max(1, len(self.bars))))
         if y == height - 1:
@@ -91,6 +96,12 @@ class LimitBarChart(Widget):
                     inner = "╌" * (col_w - 1)
                     style = base + Style(color="yellow")
                 cell = inner + ("╌" if on_limit else " ")
+            p = b.predicted
+            if p is not None and (row_lo <= p < row_hi or (p <= 0 and row == 0)):
+                # the twin's prediction: a mark in the column's gap, at its height
+                segs.append(Segment(cell[:-1], style))
+                segs.append(Segment("◆", base + Style(color="cyan", bold=True)))
+                continue
             segs.append(Segment(cell, style))
         if on_limit:
             segs.append(Segment("╌" * 3 + " SLA", base + Style(color="yellow")))

@@ -1,0 +1,98 @@
+"""A trace on a fleet of twins in virtual time: fixed replica counts, autoscaling, the parsers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.traces import TraceRow
+from spoc_tui.twin.fleet import (
+    FleetSim,
+    PolicyError,
+    cheapest,
+    judge_run,
+    parse_autoscale,
+    parse_replicas,
+)
+from tests.unit.test_twin_fit import twin
+
+
+def rows(n: int = 300, rate: float = 6.0, seed: int = 1) -> list[TraceRow]:
+    """Poisson arrivals; every third row shares its first two 16-token blocks with row 0; a few
+    follow-ups wait for their parent."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for i in range(n):
+        t += rng.expovariate(rate)
+        shared = (1, 2) if i % 3 == 0 else ()
+        out.append(
+            TraceRow(
+                index=i,
+                t=t,
+                input_tokens=rng.randrange(100, 600),
+                output_tokens=rng.randrange(20, 120),
+                hash_ids=shared + tuple(1000 * i + k for k in range(3)),
+                block_tokens=16,
+                id=f"c{i}",
+                parent=f"c{i - 1}" if i % 10 == 9 else None,
+                think_s=0.5 if i % 10 == 9 else None,
+            )
+        )
+    return out
+
+
+def test_more_replicas_serve_the_same_trace_faster():
+    limits = parse_sla("ttft_p99<=1s")
+    trace = rows()
+    one = judge_run(FleetSim(twin(0.05), trace, replicas=1).run("1"), limits)
+    four = judge_run(FleetSim(twin(0.05), trace, replicas=4).run("4"), limits)
+    assert one.step.requests == four.step.requests == len(trace)
+    assert four.step.latency.ttft.p99 < one.step.latency.ttft.p99
+    assert four.run.replica_hours > one.run.replica_hours
+    # the shared leading blocks were served from the prefix cache
+    assert sum(s.cached_tokens or 0 for s in one.run.samples) > 0
+    # a follow-up started after its parent ended, plus its think time
+    by = {s.trace_index: s for s in one.run.samples}
+    for i in range(9, len(trace), 10):
+        assert by[i].start >= by[i - 1].end + 0.5 - 1e-9
+
+
+def test_the_cheapest_configuration_that_meets_the_sla_is_named():
+    limits = parse_sla("ttft_p99<=300ms")
+    results = [judge_run(FleetSim(twin(0.05), rows(), replicas=n).run(str(n)), limits) for n in (1, 2, 4, 8)]
+    best = cheapest(results)
+    meeting = [r for r in results if r.step.decision == "meets"]
+    if meeting:
+        assert best is not None and best.run.replica_hours == min(r.run.replica_hours for r in meeting)
+    else:
+        assert best is None
+
+
+def test_autoscaling_adds_replicas_under_a_burst_and_drains_them_after():
+    # quiet, a burst at 20/s for a minute, quiet again
+    trace = rows(60, 0.5) + [
+        TraceRow(index=1000 + i, t=130 + i / 20, input_tokens=400, output_tokens=80) for i in range(1200)
+    ]
+    trace += [TraceRow(index=5000 + i, t=200 + 4 * i, input_tokens=100, output_tokens=20) for i in range(60)]
+    trace.sort(key=lambda r: r.t)
+    policy = parse_autoscale("num_requests_waiting>=2,cooldown=20s,startup=10s,interval=5s,min=1,max=6")
+    run = FleetSim(twin(0.05), trace, autoscale=policy).run("auto")
+    assert run.peak_replicas > 1
+    assert run.timeline[-1][1] < run.peak_replicas  # drained after the burst
+    fixed = FleetSim(twin(0.05), trace, replicas=run.peak_replicas).run("fixed")
+    assert run.replica_hours < fixed.replica_hours
+
+
+def test_parsers_refuse_what_they_cannot_read():
+    assert parse_replicas("1-3,8") == [1, 2, 3, 8]
+    a = parse_autoscale("num_requests_waiting>=4,cooldown=2m,max=5")
+    assert a.waiting == 4 and a.cooldown_s == 120 and a.max_replicas == 5
+    for bad in ("0", "3-1", "x", "1-100"):
+        with pytest.raises(PolicyError):
+            parse_replicas(bad)
+    for bad in ("waiting>=4", "num_requests_waiting>=4,cooldown=soon", "num_requests_waiting>=4,min=3,max=2",
+                "num_requests_waiting>=4,color=red"):  # fmt: skip
+        with pytest.raises(PolicyError):
+            parse_autoscale(bad)
