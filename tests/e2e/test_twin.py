@@ -182,3 +182,33 @@ def test_tune_searches_on_the_twin_and_confirms_on_the_server(twin, tmp_path):
         "ttft_p99<=5s",
     )
     assert r.returncode == 2 and "--twin runs two studies" in r.stderr
+
+
+def test_plan_a_fleet_for_a_trace_on_the_twin(twin, tmp_path):
+    import random
+
+    rng = random.Random(5)
+    t, lines = 0.0, []
+    for i in range(400):
+        t += rng.expovariate(8.0)
+        ids = [1, 2] + [100 * i + k for k in range(2)] if i % 2 else [100 * i + k for k in range(3)]
+        lines.append(json.dumps({"timestamp": round(t * 1000), "input_length": rng.randrange(300, 1500),
+                                 "output_length": rng.randrange(20, 200), "hash_ids": ids}))  # fmt: skip
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    r = spoc("plan", "--twin", str(twin), "--trace", str(trace), "--replicas", "1-3", "--autoscale",
+             "num_requests_waiting>=2,cooldown=10s,startup=5s,interval=5s,max=4", "--sla", "ttft_p99<=1s", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["predicted"] is True and doc["trace"]["rows"] == 400 and len(doc["configs"]) == 4
+    by = {c["config"]: c for c in doc["configs"]}
+    assert by["3 replicas"]["replica_hours"] > by["1 replica"]["replica_hours"]
+    assert by["3 replicas"]["ttft_p99"] <= by["1 replica"]["ttft_p99"]
+    assert all(c["requests"] == 400 for c in doc["configs"])
+    text = spoc("plan", "--twin", str(twin), "--trace", str(trace), "--replicas", "1,2", "--sla", "ttft_p99<=1s")
+    assert text.returncode == 0 and "replica-h" in text.stdout
+    assert "cheapest within the SLA" in text.stdout or "none of these meets the SLA" in text.stdout
+    bad = spoc("plan", "--twin", str(twin), "--replicas", "2")
+    assert bad.returncode == 2 and "--trace" in bad.stderr
+    bad = spoc("plan", "--twin", str(twin), "--trace", str(trace), "--autoscale", "queue>=3")
+    assert bad.returncode == 2 and "num_requests_waiting" in bad.stderr
