@@ -157,7 +157,7 @@ def test_the_twin_serves_live(twin):
 def test_tune_searches_on_the_twin_and_confirms_on_the_server(twin, tmp_path):
     (tmp_path / "space.toml").write_text("[flags.max-num-seqs]\nchoices = [4, 32]\ndefault = 32\n")
     out = tmp_path / "tune"
-    launch = f"{sys.executable} -m spoc_tui.cli sim --max-num-seqs 32 --dcgm-port 0 --port {{port}} {{flags}}"
+    launch = f"{sys.executable} -m spoc_tui.cli sim --dcgm-port 0 --port {{port}} {{flags}}"
     r = spoc("tune", "--launch", launch, "--twin", str(twin), "--confirm", "1", "--space", str(tmp_path / "space.toml"),
              "--try", "--max-num-seqs 4", "--try", "--max-num-seqs 32", "--trials", "2", "--users", "12",
              "--step-seconds", "8", "--warmup-seconds", "2", "--sla", "ttft_p99<=5s",
@@ -191,8 +191,10 @@ def test_plan_a_fleet_for_a_trace_on_the_twin(twin, tmp_path):
     t, lines = 0.0, []
     for i in range(400):
         t += rng.expovariate(8.0)
-        ids = [1, 2] + [100 * i + k for k in range(2)] if i % 2 else [100 * i + k for k in range(3)]
-        lines.append(json.dumps({"timestamp": round(t * 1000), "input_length": rng.randrange(300, 1500),
+        n_in = rng.randrange(300, 1500)
+        blocks = -(-n_in // 512)  # Mooncake: one hash id per 512-token block
+        ids = ([1] + [100 * i + k for k in range(blocks - 1)]) if i % 2 else [100 * i + k for k in range(blocks)]
+        lines.append(json.dumps({"timestamp": round(t * 1000), "input_length": n_in,
                                  "output_length": rng.randrange(20, 200), "hash_ids": ids}))  # fmt: skip
     trace = tmp_path / "mooncake.jsonl"
     trace.write_text("\n".join(lines) + "\n")

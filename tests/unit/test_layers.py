@@ -1,6 +1,6 @@
 """The package's layers, checked on its import graph (function-level imports included).
 
-core <- collectors, procs <- services (load, tune, capacity, sim, config) <- tui, cli.
+core <- collectors, procs <- services (load, tune, capacity, sim, twin, config) <- tui, cli.
 Nothing imports a layer above its own; tui never imports cli; there is no import cycle.
 """
 
@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
         "spoc_tui.config",
         "spoc_tui.profile",
         "spoc_tui.report",
+        "spoc_tui.twin",
     },
     {"spoc_tui.tui", "spoc_tui.cli"},
 ]
