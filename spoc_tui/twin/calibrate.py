@@ -51,6 +51,8 @@ DEFAULT_BUDGET_S = 300.0
 LOAD_SHARE = 0.2
 """The share of the budget spent on the closing mixed load (:meth:`Calibrator.load`)."""
 LOAD_MIN_S = 8.0
+IDLE_CHECKS, IDLE_CHECK_S = 4, 0.5
+"""The server must stay idle over four readings of /metrics half a second apart."""
 LOAD_USERS = 8
 ENDPOINTS = ("chat", "completions")
 """What the probes send: chat completions, as ``spoc ramp``'s profiles do (the default), or plain
@@ -179,10 +181,22 @@ class Calibrator:
                 f"{redact_url(self.root)}: its /metrics has no vllm:cache_config_info, so the twin cannot know its KV "
                 "cache: is this a vLLM server?"
             )
-        if m.running or m.waiting:
+        # busy now, or in the next seconds: users who think between requests leave the server
+        # momentarily idle, so the requests it finished over a while count too
+        done0 = _gauge(exp, "vllm:request_success_total")
+        running, waiting = m.running, m.waiting
+        for _ in range(IDLE_CHECKS):
+            if running or waiting:
+                break
+            await asyncio.sleep(IDLE_CHECK_S)
+            exp, m = await self._metrics(c)
+            running, waiting = max(running, m.running), max(waiting, m.waiting)
+        finished = _gauge(exp, "vllm:request_success_total") - done0
+        if running or waiting or finished > 0:
             raise TwinError(
-                f"the server is busy ({m.running:g} running, {m.waiting:g} waiting): calibrate on an idle server, "
-                "or the probes time other people's requests",
+                f"the server is busy ({running:g} running, {waiting:g} waiting, {finished:g} finished in the last "
+                f"{IDLE_CHECKS * IDLE_CHECK_S:g} s): calibrate on an idle server, or the probes time other people's "
+                "requests",
                 exit_code=EXIT_FAILURE,
             )
         sources: dict[str, str] = {}
