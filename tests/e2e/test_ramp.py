@@ -201,9 +201,14 @@ def test_knee_search_auto(sim8, fast_profile, tmp_path):
     knee = d["knee"]
     assert knee["boundary"] in ("smooth", "cliff"), (probes, knee)
     est, (lo, hi) = knee["estimate"], knee["ci95"]
-    assert lo is not None and hi is not None and lo <= est <= hi
+    budget_spent = "the budget (1.25 min of load) is spent" in d["stop_reason"]
     # the load it ran stays within the budget (a step starts only with a whole step left)
     assert sum(s["duration_s"] + 1 for s in d["steps"]) <= 75 + 4 * 4
+    if hi is None:  # the interval it reached when the budget ran out: on a loaded machine a 4 s step
+        # holds too few requests to bound the knee from above (CI13); said, never hidden
+        assert budget_spent and lo is not None and lo <= est, (probes, knee, d["stop_reason"])
+        return
+    assert lo is not None and lo <= est <= hi
     narrow = hi - lo <= 0.1 * est or int(hi) - int(lo) <= 1
     assert narrow or "the budget (1.25 min of load) is spent" in d["stop_reason"], (probes, knee, d["stop_reason"])
     assert "knee so far: " in r.stdout and "budget left" in r.stdout and "knee across steps: " in r.stdout
