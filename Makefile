@@ -15,17 +15,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/spoc demo $(ARGS)
 
-## Everything: lint and types, unit, e2e, simulator, TUI and snapshot tests on two workers
-## (they mostly wait on real-time servers), then the real-engine tier alone (a real vLLM CPU
-## server and a real Prometheus on loopback, timed against the client: nothing else may load
-## the two cores meanwhile; set-up cached in ~/.cache/spoc-tui).
+## Everything: lint and types, unit, e2e, simulator, TUI and snapshot tests on four workers
+## (they mostly wait on real-time servers; a file's tests share a worker), then the real-engine
+## tier on two (a real vLLM CPU server and a real Prometheus on loopback; the tests that start
+## their own servers beside those of the session's server; set-up cached in ~/.cache/spoc-tui).
 test: lint realengine-setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 2 --dist loadgroup --ignore=tests/realengine tests
-	$(PY) -m pytest -q -p no:cacheprovider --durations=8 tests/realengine
+	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 4 --dist loadgroup --ignore=tests/realengine tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 2 --dist loadgroup tests/realengine
 
 ## Without the real-engine tier (quick, for development).
 test-fast: lint
-	SPOC_SKIP_REALENGINE=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup tests
+	SPOC_SKIP_REALENGINE=1 $(PY) -m pytest -q -p no:cacheprovider -n 4 --dist loadgroup tests
 
 ## ruff (rules and formatting) over everything, mypy --strict over the package.
 lint: $(STAMP)

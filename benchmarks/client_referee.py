@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
-from vs_vllm_bench import ENV, MODEL, OUT_TOKENS, VENV, bench_argv, spoc, vllm_server  # noqa: E402
+from realengine import NOT_SET_UP, VLLM_ENV, ready, vllm_server  # noqa: E402
+from vs_vllm_bench import OUT_TOKENS, bench_argv, spoc  # noqa: E402
 from wiretap import Response, Tap  # noqa: E402
 
 from spoc_tui.procs.ports import free_ports  # noqa: E402
@@ -82,14 +83,14 @@ def start_server(work: Path, engine: str, port: int, core: int | None) -> Any:
         if core is not None:  # it inherits this process's affinity
             os.sched_setaffinity(0, {core})
         return start_sim(argv, port)
-    server = vllm_server(work, port, core)
+    server = vllm_server(work / "vllm.log", port, core=core)
     server.start(timeout=300)
     return server
 
 
 def main() -> None:
-    if not (VENV / ".ready").exists() or not (MODEL / ".ready").exists():
-        raise SystemExit("the real-engine tier is not set up: run bash scripts/realengine_setup.sh")
+    if not ready():
+        raise SystemExit(NOT_SET_UP)
     if ENGINE not in ("sim", "vllm"):
         raise SystemExit(f"engine must be sim or vllm, not {ENGINE!r}")
     if os.geteuid() != 0:
@@ -104,7 +105,7 @@ def main() -> None:
             os.sched_setaffinity(0, set(cores[1:]))
         url = f"http://127.0.0.1:{port}"
         warm = work / "warm"
-        subprocess.run(bench_argv(url, CONC, CONC * 4, warm), capture_output=True, env={**os.environ, **ENV})
+        subprocess.run(bench_argv(url, CONC, CONC * 4, warm), capture_output=True, env={**os.environ, **VLLM_ENV})
         rate = json.loads((warm / "bench.json").read_text())["output_throughput"]
         prompts = max(CONC * 8, int(rate * (SECONDS - 5) / OUT_TOKENS))
         truth_path = work / "truth.jsonl"
@@ -114,7 +115,7 @@ def main() -> None:
             if not tap.ok:
                 raise SystemExit("the wire tap did not start")
             r = subprocess.run(
-                bench_argv(url, CONC, prompts, out), capture_output=True, text=True, env={**os.environ, **ENV}
+                bench_argv(url, CONC, prompts, out), capture_output=True, text=True, env={**os.environ, **VLLM_ENV}
             )
             if r.returncode != 0:
                 raise SystemExit(f"vllm bench serve failed:\n{r.stderr[-3000:]}")

@@ -16,7 +16,6 @@ when the tier is not set up.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -25,6 +24,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from realengine import VLLM_ENV, ready, serve_command  # noqa: E402
+
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 SMOKE = "--smoke" in sys.argv
 """make test runs it so (that the script runs, not its figures): the simulator, 2 repeats of 6 s at 8 users."""
@@ -37,29 +40,14 @@ PROFILE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--profile=
 """``--profile=NAME``: another load profile than spoc tune's default."""
 OBJECTIVES = "max:out_tok_s,min:itl_p99"
 SLA = "ttft_p99<=30s,itl_p99<=300ms"
-DIR = Path(os.environ.get("SPOC_REALENGINE_DIR", Path.home() / ".cache" / "spoc-tui"))
-VLLM_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
 
 
 def launch(target: str) -> tuple[str, list[str]] | None:
     if target == "sim":
         return f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --port {{port}} --dcgm-port 0 {{flags}}", []
-    venv, model = DIR / "vllm-0.32.0", DIR / "tiny-llama"
-    if not (venv / ".ready").exists() or not (model / ".ready").exists():
+    if not ready():
         return None
-    env = [f"--env={k}={v}" for k, v in VLLM_ENV.items()]
-    return (
-        f"{venv / 'bin' / 'vllm'} serve {model} --port {{port}} --max-model-len 2048 --dtype float32 "
-        f"--served-model-name tiny {{flags}}",
-        env,
-    )
+    return f"{serve_command()} {{flags}}", [f"--env={k}={v}" for k, v in VLLM_ENV.items()]
 
 
 def measure(target: str) -> dict[str, float] | None:

@@ -37,22 +37,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from realengine import NOT_SET_UP, ready, vllm_server  # noqa: E402
 
 from spoc_tui.procs.ports import free_ports  # noqa: E402
 from spoc_tui.procs.server import ServerProcess  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
 
-DIR = Path(os.environ.get("SPOC_REALENGINE_DIR", Path.home() / ".cache" / "spoc-tui"))
-VENV = DIR / "vllm-0.32.0"
-MODEL = DIR / "tiny-llama"
-ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
 SMOKE = "--smoke" in sys.argv
 URL = os.environ.get("SPOC_BENCH_URL")
 """A running real-engine server to use instead of starting one (the real-engine tier's, in make
@@ -87,13 +79,7 @@ def spoc(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
 
 def vllm(work: Path, core: int | None, *flags: str) -> ServerProcess:
     (port,) = free_ports(1)
-    argv = [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "2048", "--dtype", "float32", "--served-model-name", "tiny", *flags]  # fmt: skip
-    env = dict(ENV)
-    if core is not None:
-        argv = ["taskset", "-c", str(core), *argv]
-        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
-    server = ServerProcess(argv, port, work / f"vllm-{port}.log", env, guard=True)
+    server = vllm_server(work / f"vllm-{port}.log", port, *flags, core=core, guard=True)
     server.start(timeout=300)
     return server
 
@@ -152,8 +138,8 @@ class _Given:
 
 
 def main() -> None:
-    if not (VENV / ".ready").exists() or not (MODEL / ".ready").exists():
-        raise SystemExit("the real-engine tier is not set up: run bash scripts/realengine_setup.sh")
+    if not ready():
+        raise SystemExit(NOT_SET_UP)
     work = Path(tempfile.mkdtemp(prefix="spoc-twin-"))
     cores = sorted(os.sched_getaffinity(0))
     pin = len(cores) >= 2

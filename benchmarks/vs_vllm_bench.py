@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from realengine import MODEL, NOT_SET_UP, VENV, VLLM_ENV, ready, vllm_server  # noqa: E402
 from wiretap import Response, Tap  # noqa: E402
 
 from spoc_tui.core.knee import FixedUsers  # noqa: E402
@@ -49,19 +50,7 @@ from spoc_tui.core.steps import RequestSample, summarize_step  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
 from spoc_tui.load.workload import load_workload  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
-from spoc_tui.procs.server import ServerProcess  # noqa: E402
 
-DIR = Path(os.environ.get("SPOC_REALENGINE_DIR", Path.home() / ".cache" / "spoc-tui"))
-VENV = DIR / "vllm-0.32.0"
-MODEL = DIR / "tiny-llama"
-ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
 SMOKE = "--smoke" in sys.argv
 """The real-engine tier runs it so (that the script runs, not its figures): 4 streams, 8 s, one round."""
 _ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
@@ -97,7 +86,7 @@ def vllm_bench(url: str, conc: int, prompts: int, out: Path) -> dict[str, float]
     argv = bench_argv(url, conc, prompts, out)
     clock = time.time() - time.perf_counter()  # vllm bench stamps perf_counter's clock, the kernel wall time
     with Tap(port_of(url), out / "wire.bin") as tap:
-        r = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **ENV}, timeout=900)
+        r = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **VLLM_ENV}, timeout=900)
     if r.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{r.stderr[-3000:]}")
     res: dict[str, Any] = dict(bench_figures(out))
@@ -213,7 +202,7 @@ async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[di
             *bench_argv(url, half, prompts, out / "bench"),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **ENV},
+            env={**os.environ, **VLLM_ENV},
         )
         _, err = await proc.communicate()
         if proc.returncode != 0:
@@ -270,20 +259,9 @@ def within(key: str, ours: float | None, theirs: float | None) -> bool:
     return abs(ours - theirs) <= max(0.05 * theirs, 0.001)
 
 
-def vllm_server(work: Path, port: int, core: int | None) -> ServerProcess:
-    """The real-engine tier's vLLM on 127.0.0.1:``port`` (not started), its threads on ``core`` if given."""
-    argv = [str(VENV / "bin" / "vllm"), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "2048", "--dtype", "float32", "--served-model-name", "tiny"]  # fmt: skip
-    env = dict(ENV)
-    if core is not None:
-        argv = ["taskset", "-c", str(core), *argv]
-        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
-    return ServerProcess(argv, port, work / "vllm.log", env)
-
-
 def main() -> None:
-    if not (VENV / ".ready").exists() or not (MODEL / ".ready").exists():
-        raise SystemExit("the real-engine tier is not set up: run bash scripts/realengine_setup.sh")
+    if not ready():
+        raise SystemExit(NOT_SET_UP)
     (port,) = free_ports(1)
     work = Path(tempfile.mkdtemp(prefix="spoc-vs-vllm-"))
     cores = sorted(os.sched_getaffinity(0))
@@ -292,7 +270,7 @@ def main() -> None:
     # every core and each client's event loop is descheduled for tens to hundreds of ms at a
     # time (measured: loop lag max 220-400 ms at 15 % CPU), which is the machine, not the client
     given = os.environ.get("SPOC_BENCH_URL")  # the real-engine tier's server (its smoke run): not ours
-    server = None if given else vllm_server(work, port, cores[0] if pin else None)
+    server = None if given else vllm_server(work / "vllm.log", port, core=cores[0] if pin else None)
     took = server.start(timeout=300) if server is not None else 0.0
     pin = pin and server is not None
     if pin:
@@ -303,13 +281,17 @@ def main() -> None:
     try:
         for conc in CONC:
             # as many prompts as spoc's step sees, about (a first run of vllm bench warms the server up)
-            warm = vllm_bench(url, conc, conc * 4, work / f"warm-{conc}")
-            prompts = max(conc * 8, int(warm["out_tok_s"] * (SECONDS - 5) / OUT_TOKENS))
+            if SMOKE:  # the tier's server is warm already: that the script runs, not its figures
+                prompts = conc * 8
+            else:
+                warm = vllm_bench(url, conc, conc * 4, work / f"warm-{conc}")
+                prompts = max(conc * 8, int(warm["out_tok_s"] * (SECONDS - 5) / OUT_TOKENS))
             clients: dict[str, Callable[[Path], dict[str, Any]]] = {
                 BENCH: functools.partial(vllm_bench, url, conc, prompts),
                 "spoc ramp": functools.partial(run_spoc, url, conc, tokenizer=False),
-                "spoc ramp --tokenizer": functools.partial(run_spoc, url, conc, tokenizer=True),
             }
+            if not SMOKE:  # the same client with a local tokenizer (the smoke runs each code path once)
+                clients["spoc ramp --tokenizer"] = functools.partial(run_spoc, url, conc, tokenizer=True)
             rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in clients}
             for r in range(ROUNDS):
                 # interleaved, the order reversed every other round (ABC CBA ABC): the server's drift

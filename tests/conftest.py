@@ -26,11 +26,22 @@ def fixture_text(rel: str) -> str:
 _RUN = ensure_marker()
 
 
+OWN_SERVERS = {
+    "tests/realengine/test_tune_real.py",
+    "tests/realengine/test_tune_postgres.py",
+    "tests/realengine/test_real_vllm.py::test_launcher_reports_a_configuration_vllm_refuses",
+}
+"""Real-engine tests that start their own servers rather than use the session's vLLM."""
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With pytest-xdist (``make test`` runs two workers): a file's tests stay on one worker, so
-    its module fixtures (a simulator, a server) start once; the real-engine tier is one group
+    """With pytest-xdist (``make test`` runs several workers): a file's tests stay on one worker,
+    so its module fixtures (a simulator, a server) start once; the real-engine tier is one group
     (tests/realengine/conftest.py), so its session server starts once and two vLLM CPU servers
-    never compete."""
+    never compete. First among the hooks: xdist's ``--dist loadgroup`` reads the marks in its own
+    hook, and marks added after it are ignored (until this ran first, every file's tests were
+    spread over the workers, each starting the file's fixtures again)."""
     for item in items:
         path = item.nodeid.split("::")[0]
         if path == "tests/e2e/test_benchmarks.py":  # no shared fixture: each benchmark may go to either worker
@@ -40,7 +51,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # the twin's predictions are seconds of pure CPU: never beside the ramp tests that time
             # a real-time server on the other worker (a knee search lost requests to them, CI13)
             path = "tests/e2e/test_ramp.py"
-        item.add_marker(pytest.mark.xdist_group("realengine" if path.startswith("tests/realengine/") else path))
+        if path.startswith("tests/realengine/"):
+            # two workers there: the tests of the session's vLLM server on one, those that start
+            # their own servers (a tuning study's trials, a refused launch, PostgreSQL) on the other
+            own = path in OWN_SERVERS or item.nodeid in OWN_SERVERS
+            item.add_marker(pytest.mark.xdist_group("realengine-own" if own else "realengine"))
+            continue
+        item.add_marker(pytest.mark.xdist_group(path))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

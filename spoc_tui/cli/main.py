@@ -21,7 +21,7 @@ import click
 from spoc_tui import __version__
 from spoc_tui.capacity.args import CapacityArgs
 from spoc_tui.cli.options import api_key_options, config_values, from_config, served_model_option, tls_options
-from spoc_tui.cli.types import FINITE
+from spoc_tui.cli.types import FINITE, trace_selection
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.engineflags import DEFAULTS
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
@@ -29,7 +29,6 @@ from spoc_tui.core.presets import GPUS
 from spoc_tui.core.redact import RedactingFormatter
 from spoc_tui.core.sla import DEFAULT_SLA, parse_budget, parse_rates, parse_sla, parse_users
 from spoc_tui.core.textsafe import for_terminal
-from spoc_tui.core.traceformats import FORMATS as TRACE_FORMATS
 from spoc_tui.load import defaults as ramp_defaults
 from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS
 from spoc_tui.sim.options import SCENARIOS, SimOptions
@@ -452,12 +451,7 @@ def resolve_settings(
         "multiples of the trace [default: auto]."
     ),
 )
-@click.option(
-    "--trace-format", default=None, type=click.Choice(TRACE_FORMATS), help="The trace's format [default: detected]."
-)
-@click.option("--trace-filter", "trace_filters", multiple=True, help='Keep rows whose column equals, "Model=GPT-4".')
-@click.option("--trace-window", default=None, help="START:LENGTH of the trace to replay (seconds or 10m:5m).")
-@click.option("--trace-max-rows", type=int, default=None, help="Replay at most this many rows of the window.")
+@trace_selection()
 @click.option(
     "--step-seconds", type=FINITE, default=ramp_defaults.STEP_S, show_default=True, help="Measured length of each step."
 )
@@ -714,11 +708,7 @@ def ramp(
 @click.option(
     "--speed", type=FINITE, default=TuneArgs.speed, show_default=True, help="With --trace: the speed multiple."
 )
-@click.option(
-    "--trace-format", default=None, type=click.Choice(TRACE_FORMATS), help="The trace's format [default: detected]."
-)
-@click.option("--trace-window", default=None, help="START:LENGTH of the trace to replay (seconds or 10m:5m).")
-@click.option("--trace-max-rows", type=int, default=None, help="Replay at most this many rows of the window.")
+@trace_selection(filters=False)
 @click.option(
     "--step-seconds",
     type=FINITE,

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from spoc_tui.cli.types import FINITE
+from spoc_tui.cli.types import FINITE, trace_selection
 from spoc_tui.core.errors import InputError
 
 
@@ -21,10 +21,7 @@ from spoc_tui.core.errors import InputError
     help="Instead of a ramp: replay --trace on a fleet of this calibrated twin (spoc twin calibrate), in virtual time.",
 )
 @click.option("--trace", "trace_path", default=None, help="With --twin: the traffic to serve (a trace file).")
-@click.option("--trace-format", default=None, help="The trace's format [default: detected].")
-@click.option("--trace-filter", "trace_filters", multiple=True, help='Keep rows whose column equals, "Model=GPT-4".')
-@click.option("--trace-window", default=None, help="START:LENGTH of the trace (seconds or 10m:5m).")
-@click.option("--trace-max-rows", type=int, default=None, help="At most this many rows of the window.")
+@trace_selection()
 @click.option(
     "--speed", type=FINITE, default=1.0, show_default=True, help="With --twin: replay at this speed multiple."
 )

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
+
+from spoc_tui.core.traceformats import FORMATS as TRACE_FORMATS
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class FiniteFloat(click.ParamType[float]):
@@ -27,3 +32,22 @@ class FiniteFloat(click.ParamType[float]):
 
 
 FINITE = FiniteFloat()
+
+
+def trace_selection(*, filters: bool = True) -> Callable[[F], F]:
+    """The options that pick a trace's rows, the same wherever a trace is replayed (``ramp``,
+    ``tune``, ``plan``): ``--trace-format``, ``--trace-filter`` (unless ``filters`` is false),
+    ``--trace-window`` and ``--trace-max-rows``."""
+
+    def wrap(f: F) -> F:
+        rows = "Replay at most this many rows of the window."
+        f = click.option("--trace-max-rows", type=int, default=None, help=rows)(f)
+        window = "START:LENGTH of the trace to replay (seconds or 10m:5m)."
+        f = click.option("--trace-window", default=None, help=window)(f)
+        if filters:
+            keep = 'Keep rows whose column equals, "Model=GPT-4".'
+            f = click.option("--trace-filter", "trace_filters", multiple=True, help=keep)(f)
+        fmt = "The trace's format [default: detected]."
+        return click.option("--trace-format", default=None, type=click.Choice(TRACE_FORMATS), help=fmt)(f)
+
+    return wrap

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -38,6 +38,26 @@ CLIFF_FACTOR = 3.0
 """A jump at the crossing this many times what the trend and the noise explain is a cliff."""
 
 Boundary = Literal["smooth", "cliff", "bound"]
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    """One limit's fitted figure against the load level (the isotonic fit the knee comes from,
+    in the figure's own unit) with its 95 % band from the same resampling: what the Load screen
+    draws behind each step's column. In memory only (ramp.json keeps the steps it comes from)."""
+
+    limit: str
+    """The limit's key, ``ttft_p99``."""
+    levels: tuple[float, ...]
+    fitted: tuple[float, ...]
+    band: tuple[tuple[float, float], ...]
+
+    def at(self, level: float) -> tuple[float, float, float] | None:
+        """(fitted, band low, band high) at a level the fit rests on, else None."""
+        for x, f, (lo, hi) in zip(self.levels, self.fitted, self.band, strict=True):
+            if x == level:
+                return f, lo, hi
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +77,11 @@ class KneeEstimate:
     levels: int = 0
     """Levels the fit rests on."""
     replicates: int = 0
+    curves: tuple[Curve, ...] = field(default=(), compare=False)
+    """Each limit's fit with its band (not written to ramp.json)."""
+
+    def curve(self, limit: str) -> Curve | None:
+        return next((c for c in self.curves if c.limit == limit), None)
 
     @property
     def text(self) -> str:
@@ -264,17 +289,22 @@ def infer_knee(
     rng = np.random.default_rng(seed + 7_919 * len(xs_all) + sum(len(s) for s in pooled.values()))
     boots: list[float] = []
     jumps: list[float] = []
+    fits: dict[str, dict[float, list[float]]] = {lim.key: {} for lim in limits}
     bracket = _bracket(base, binding)
     for _ in range(replicates):
         pick = {x: rng.integers(0, len(pooled[x]), len(pooled[x])) for x in xs_all}
         pts = points(pick)
         boots.append(_knee_of(pts)[0])
+        for key, (xs, ms, ws) in pts.items():
+            for x, f in zip(xs, isotonic(ms, ws), strict=True):
+                fits[key].setdefault(x, []).append(f)
         if bracket is not None and binding is not None:
             xs, ms, _ = pts[binding]
             lo_x, hi_x = bracket
             if lo_x in xs and hi_x in xs:
                 jumps.append(ms[xs.index(hi_x)] - ms[xs.index(lo_x)])
     n_levels = len(xs_all)
+    curves = _curves(base, fits, limits)
     arr = np.asarray(boots, dtype=float)
     # no interpolation between replicates: some are infinite (no crossing in that replicate)
     lo_b = float(np.percentile(arr, 2.5, method="lower")) if replicates else knee
@@ -284,9 +314,10 @@ def infer_knee(
         # levels run moves the bound's end there (one noisy step at 1 user is no "fewer than 1")
         if knee > 0:  # every level within every limit
             end = None if lo_b == -math.inf else min(xs_all[-1], lo_b)
-            return KneeEstimate(xs_all[-1], _whole((end, None), unit), None, "bound", unit, n_levels, replicates)
+            above = _whole((end, None), unit)
+            return KneeEstimate(xs_all[-1], above, None, "bound", unit, n_levels, replicates, curves)
         end = None if hi_b == math.inf else max(xs_all[0], hi_b)
-        return KneeEstimate(None, _whole((None, end), unit), binding, "bound", unit, n_levels, replicates)
+        return KneeEstimate(None, _whole((None, end), unit), binding, "bound", unit, n_levels, replicates, curves)
     lo, hi = lo_b, hi_b
     lim = next(x for x in limits if x.key == binding)
     if _too_few_for_the_tail(pooled, xs_all, lim):
@@ -305,8 +336,35 @@ def infer_knee(
         a, b = bracket
         ci = (None if ci[0] is None else min(a, ci[0]), None if ci[1] is None else max(b, ci[1]))
     if bracket is not None and binding is not None and _is_cliff(base[binding], bracket, jumps):
-        return KneeEstimate(bracket[0], _whole(ci, unit), binding, "cliff", unit, n_levels, replicates)
-    return KneeEstimate(knee, _whole(ci, unit), binding, "smooth", unit, n_levels, replicates)
+        return KneeEstimate(bracket[0], _whole(ci, unit), binding, "cliff", unit, n_levels, replicates, curves)
+    return KneeEstimate(knee, _whole(ci, unit), binding, "smooth", unit, n_levels, replicates, curves)
+
+
+def _figure(margin: float, lim: Limit) -> float:
+    """The inverse of :func:`_margin`: a fitted margin in the figure's own unit."""
+    return margin + lim.value if lim.metric == "error_rate" else lim.value * math.exp(margin)
+
+
+def _curves(
+    base: dict[str, tuple[list[float], list[float], list[float]]],
+    fits: dict[str, dict[float, list[float]]],
+    limits: Sequence[Limit],
+) -> tuple[Curve, ...]:
+    """Each limit's isotonic fit over the measured steps, with the 2.5-97.5 % band of the
+    resampled fits at each level."""
+    out: list[Curve] = []
+    for lim in limits:
+        xs, ms, ws = base[lim.key]
+        if not xs:
+            continue
+        fitted = isotonic(ms, ws)
+        band: list[tuple[float, float]] = []
+        for x, f in zip(xs, fitted, strict=True):
+            reps = fits[lim.key].get(x) or [f]
+            lo, hi = float(np.percentile(reps, 2.5)), float(np.percentile(reps, 97.5))
+            band.append((_figure(min(lo, f), lim), _figure(max(hi, f), lim)))
+        out.append(Curve(lim.key, tuple(xs), tuple(_figure(f, lim) for f in fitted), tuple(band)))
+    return tuple(out)
 
 
 def _whole(ci: Interval, unit: LevelUnit) -> Interval:

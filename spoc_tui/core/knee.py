@@ -331,10 +331,12 @@ class KneeSearch:
             return None if top >= self.max_users else min(top * 2, self.max_users)
         est = inferred.estimate if inferred.estimate is not None else 0.0
         lo, hi = inferred.ci95
-        if inferred.boundary == "cliff":  # the interval is the bracket: bisect it
-            a, b = int(lo or 0), int(hi or 0)
+        if inferred.boundary == "cliff" and lo is not None and hi is not None:  # the interval is the bracket: bisect it
+            a, b = int(lo), int(hi)
             mid = (a + b) // 2
             return None if b - a <= 1 or mid in tried else mid
+        # a cliff whose resampling left an end open (some replicate never crossed: CI16 stopped
+        # there with no answer) is probed as a smooth interval is, the open side half as far again
         if (
             lo is not None
             and hi is not None

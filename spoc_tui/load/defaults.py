@@ -3,6 +3,7 @@ ramp``'s options show them without loading the ramp's machinery (``spoc --help``
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 DEFAULT_USERS = "auto"
@@ -20,3 +21,19 @@ WORKERS = 0
 SEED = 0
 POLL_S = 5.0
 ARRIVALS: Literal["staggered", "lockstep"] = "staggered"
+MAX_SPAWN_RATE = 100.0
+"""Locust's advice: faster ramp-ups are known to cause trouble."""
+LOCKSTEP_SPAWN_RATE = 1000.0
+"""``--arrivals lockstep``: every new user at once (1,000 a second, the most --spawn-rate takes)."""
+
+
+def spawn_rate(change: int, warmup_s: float, arrivals: str, given: float | None = None) -> float:
+    """Users per second for a step that changes the user count by ``change``: ``--spawn-rate`` when
+    given, else fast enough to finish within the first half of the warm-up, between 1 and 100 a
+    second (Locust's advised maximum); every user at once with ``--arrivals lockstep``. The ramp
+    and the twin's prediction both start users so."""
+    if given:
+        return given
+    if arrivals == "lockstep":
+        return LOCKSTEP_SPAWN_RATE
+    return float(min(MAX_SPAWN_RATE, max(1.0, math.ceil(abs(change) / max(0.5, warmup_s / 2)))))

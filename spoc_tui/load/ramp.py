@@ -59,7 +59,7 @@ from spoc_tui.core.steps import (
 )
 from spoc_tui.core.textsafe import safe
 from spoc_tui.core.traces import TraceError, TraceRead, TraceSource
-from spoc_tui.load import wire
+from spoc_tui.load import defaults, wire
 from spoc_tui.load.defaults import (
     ABORT_FACTOR,
     ARRIVALS,
@@ -614,21 +614,10 @@ def auto_workers(plan: UserPlan, cores: int) -> int:
     return n if n > 1 else 0
 
 
-MAX_SPAWN_RATE = 100.0
-"""Locust's advice: faster ramp-ups are known to cause trouble."""
-LOCKSTEP_SPAWN_RATE = 1000.0
-"""``--arrivals lockstep``: every new user at once (1,000 a second, the most --spawn-rate takes)."""
-
-
 def spawn_rate(cfg: RampConfig, change: int) -> float:
-    """Users per second for a step that changes the user count by ``change``: ``--spawn-rate`` when
-    given, else fast enough to finish within the first half of the warm-up, between 1 and 100 a
-    second (Locust's advised maximum); a ramp-up longer than the warm-up is said in the step."""
-    if cfg.spawn_rate:
-        return cfg.spawn_rate
-    if cfg.arrivals == "lockstep":
-        return LOCKSTEP_SPAWN_RATE
-    return float(min(MAX_SPAWN_RATE, max(1.0, math.ceil(abs(change) / max(0.5, cfg.warmup_s / 2)))))
+    """Users per second for a step that changes the user count by ``change`` (see
+    :func:`spoc_tui.load.defaults.spawn_rate`); a ramp-up longer than the warm-up is said in the step."""
+    return defaults.spawn_rate(change, cfg.warmup_s, cfg.arrivals, cfg.spawn_rate)
 
 
 Report = Callable[[RampPhase, int, float, list[StepSummary], int, str], None]

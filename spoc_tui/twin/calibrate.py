@@ -616,7 +616,7 @@ def _scaled(m: StepModel, k: float, shift: float) -> StepModel:
 def correct(twin: Twin, streams: list[Stream]) -> Twin:
     """The fit corrected by the mixed load: every step coefficient scaled so the twin's mean time
     per output token over the load's requests (replayed at their measured arrivals) matches the
-    measured one, then the outside time shifted so the mean TTFT does. Workload-level fitting, as
+    measured one; its TTFT error is reported, not corrected. Workload-level fitting, as
     BLIS fits its coefficients on serving runs; bounded (a scale of 0.5-2) so one noisy load
     cannot wreck the probes' fit, and said in the notes either way."""
     usable = [s for s in streams if len(s.times) >= 2 and s.ttft is not None and _out(s) >= 2]
@@ -632,10 +632,10 @@ def correct(twin: Twin, streams: list[Stream]) -> Twin:
         if got <= 0 or abs(got / meas_tok - 1) < 0.01:
             break
         k = min(hi, max(lo, k * meas_tok / got))
-    _tok, ttft_k = _replay(twin, usable, _scaled(twin.fit, k, 0.0))
-    shift = meas_ttft - ttft_k
-    a0 = twin.fit.a0
-    shift = max(-a0, min(shift, max(0.05, 2 * a0)))
+    # The outside time (a0) is not shifted to match the load's TTFT: what the twin misses there
+    # is queueing that grows with load, and a constant shift fitted on it overshot the TTFT of
+    # light loads by 50 % on the real vLLM CPU server (CI16; 2-15 % without it). Reported only.
+    shift = 0.0
     fit = _scaled(twin.fit, k, shift)
     tok_after, ttft_after = _replay(twin, usable, fit)
 
@@ -652,8 +652,8 @@ def correct(twin: Twin, streams: list[Stream]) -> Twin:
     note = (
         f"a mixed load of {corr.requests} requests: the probes' fit predicted its time per token "
         f"{corr.before_pct['time_per_token']:+.0f} % and TTFT {corr.before_pct['ttft']:+.0f} %; every step "
-        f"coefficient scaled by {k:.3f} and a0 shifted {1e3 * shift:+.1f} ms (after: "
-        f"{corr.after_pct['time_per_token']:+.0f} %, {corr.after_pct['ttft']:+.0f} %)"
+        f"coefficient scaled by {k:.3f} (after: {corr.after_pct['time_per_token']:+.0f} %, TTFT "
+        f"{corr.after_pct['ttft']:+.0f} %; TTFT is not corrected: the load's queueing is not a constant)"
     )
     return replace(
         twin,

@@ -28,14 +28,12 @@ from spoc_tui.core.inference import KneeEstimate, infer_knee
 from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, find_knee
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.steps import RequestSample, ServerWindow, StepSummary, summarize_step
-from spoc_tui.load.defaults import ARRIVALS, DEFAULT_BUDGET_S, EXTEND_FACTOR, STEP_S, WARMUP_S
+from spoc_tui.load.defaults import ARRIVALS, DEFAULT_BUDGET_S, EXTEND_FACTOR, STEP_S, WARMUP_S, spawn_rate
 from spoc_tui.load.workload import Workload
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.model import StepModel, Twin
 
-MAX_SPAWN_RATE = 100.0
-LOCKSTEP_SPAWN_RATE = 1000.0
 DRAWS = 16
 """Runs on bootstrap draws of the fit beside the fit's own (the prediction interval's)."""
 SATURATED = 0.25
@@ -120,11 +118,7 @@ class Prediction:
 
     def rate(self, change: int) -> float:
         """Users per second for a step that changes the count by ``change`` (as ``spoc ramp``)."""
-        if self.spawn_rate:
-            return self.spawn_rate
-        if self.arrivals == "lockstep":
-            return LOCKSTEP_SPAWN_RATE
-        return float(min(MAX_SPAWN_RATE, max(1.0, math.ceil(abs(change) / max(0.5, self.warmup_s / 2)))))
+        return spawn_rate(change, self.warmup_s, self.arrivals, self.spawn_rate)
 
 
 @dataclass(frozen=True)
@@ -203,23 +197,33 @@ def point_figures(window: Sequence[RequestSample], secs: float) -> dict[str, flo
     return out
 
 
-def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]]) -> list[DrawStep]:
-    """The ramp again on one draw of the fit, at the levels and lengths the fit's run chose."""
+def _virtual(p: Prediction, model: StepModel, seed: int) -> tuple[TwinEngine, VirtualServer, Callable[[float], None]]:
+    """The twin's engine on ``model`` under ``p``'s virtual users, and how to advance them both
+    (the engine's clock is the users' virtual time)."""
     now = [0.0]
     eng = TwinEngine(p.twin, model, flags=p.flags, seed=seed, clock=lambda: now[0])
     vs = VirtualServer(
         eng, p.workload, 0, seed=seed, lockstep=p.arrivals == "lockstep", spread_s=0.0, ignore_eos=True, paced=True
     )
+
+    def advance(until: float) -> None:
+        vs.advance(until)
+        now[0] = vs.now
+
+    return eng, vs, advance
+
+
+def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]]) -> list[DrawStep]:
+    """The ramp again on one draw of the fit, at the levels and lengths the fit's run chose."""
+    _eng, vs, advance = _virtual(p, model, seed)
     out: list[DrawStep] = []
     prev = 0.0
     for u, secs in levels:
         p.start(vs, u, prev)
         prev = u
-        vs.advance(vs.now + p.warmup_s)
-        now[0] = vs.now
+        advance(vs.now + p.warmup_s)
         start = vs.now
-        vs.advance(start + secs)
-        now[0] = vs.now
+        advance(start + secs)
         window = vs.window(start, vs.now)
         out.append(DrawStep(u, window, point_figures(window, max(secs, 1e-9))))
     return out
@@ -233,16 +237,7 @@ def run_ramp(
 ) -> list[StepRun]:
     """One predicted ramp on ``model``, its levels as the plan chooses them (the search from the
     knee inferred so far), each step measured and judged as ``spoc ramp`` does."""
-    now = [0.0]
-    eng = TwinEngine(p.twin, model, flags=p.flags, seed=seed, clock=lambda: now[0])
-    vs = VirtualServer(
-        eng, p.workload, 0, seed=seed, lockstep=p.arrivals == "lockstep", spread_s=0.0, ignore_eos=True, paced=True
-    )
-
-    def advance(until: float) -> None:
-        vs.advance(until)
-        now[0] = vs.now
-
+    eng, vs, advance = _virtual(p, model, seed)
     runs: list[StepRun] = []
     steps: list[StepSummary] = []
     windows: list[tuple[float, list[RequestSample]]] = []

@@ -112,6 +112,8 @@ def test_tune_three_trials_with_one_that_cannot_start(files):
             "--max-num-seqs 2 --max-num-batched-tokens 4096",
             "--api-key",
             "sk-NEVER-WRITTEN",
+            "--repeat-pareto",
+            "1",
         ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -122,7 +124,8 @@ def test_tune_three_trials_with_one_that_cannot_start(files):
     assert "trial 1/3" in out and "trial 3/3" in out
     assert "infeasible: server did not start" in out and "smaller than max_model_len" in out
     assert "skipped #2 [given with --try]: same configuration as trial 1" in out  # a repeated --try runs once
-    recs = [json.loads(x) for x in (files / "out" / "trials.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (files / "out" / "trials.jsonl").read_text().splitlines()]
+    recs = [r for r in lines if not r["extra"]]
     assert next(r["status"] for r in recs) == "infeasible" and len(recs) == 3
     assert "max_num_batched_tokens (1024)" in recs[0]["log_tail"]
     assert recs[1]["config"]["max-num-seqs"] == 2  # the second --try, then the server defaults
@@ -139,6 +142,18 @@ def test_tune_three_trials_with_one_that_cannot_start(files):
     assert all(set(m["ci95"]) == {"out_tok_s", "ttft_p99"} for m in doc["pareto"])
     assert doc["pareto"][0]["command"].startswith(sys.executable)
     assert "Pareto set" in out
+    # --repeat-pareto 1: each front configuration ran again on a fresh server; the runs are pooled,
+    # and the pooled interval is recorded with its sample
+    again = [r for r in lines if r["extra"]]
+    assert again and all(r["repeat_of"] is not None and r["status"] == "ok" for r in again)
+    for m in doc["pareto"]:
+        assert m["runs"] == 2 and len(m["trials"]) == 2 and m["status"] in ("confirmed", "provisional")
+        for name, (lo, hi) in m["ci95"].items():
+            assert lo is not None and hi is not None and lo <= m["objectives"][name] <= hi
+            assert m["n"][name] > m["first_run"]["n"][name]  # both runs' samples
+        assert set(m["spread_cv"]) == {"out_tok_s", "ttft_p99"}
+    # the repeats measured the run-to-run noise, and every recorded interval is at least that wide
+    assert set(doc["run_to_run_cv"]) == {"out_tok_s", "ttft_p99"}
     assert not guards_of(p.pid), "a server was left running"
     assert not (files / "out" / "server.json").exists()
     blob = "".join(

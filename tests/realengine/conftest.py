@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -24,18 +25,10 @@ from spoc_tui.procs.server import ServerProcess
 from spoc_tui.profile.capture import profiler_config
 from spoc_tui.sim.process import start_sim
 
-DIR = Path(os.environ.get("SPOC_REALENGINE_DIR", Path.home() / ".cache" / "spoc-tui"))
-VENV = DIR / "vllm-0.32.0"
-MODEL = DIR / "tiny-llama"
-KV_GIB = 1
-VLLM_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": str(KV_GIB),
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from realengine import DIR, KV_GIB, MODEL, VENV, VLLM_ENV, ready, serve_command, vllm_argv
+
+__all__ = ["DIR", "KV_GIB", "MODEL", "VENV", "VLLM_ENV", "serve_command", "vllm_argv"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -47,28 +40,9 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="SPOC_SKIP_REALENGINE=1"))
 
 
-def vllm_argv(port: int, *flags: str) -> list[str]:
-    return [
-        str(VENV / "bin" / "vllm"),
-        "serve",
-        str(MODEL),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "2048",
-        "--dtype",
-        "float32",
-        "--served-model-name",
-        "tiny",
-        *flags,
-    ]
-
-
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory):
-    if not (VENV / ".ready").exists() or not (MODEL / ".ready").exists():
+    if not ready():
         pytest.fail(f"real-engine set-up missing in {DIR}: run `bash scripts/realengine_setup.sh` (make test does)")
     (port,) = free_ports(1)
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
@@ -90,6 +64,22 @@ def vllm_server(tmp_path_factory):
     yield server
     server.stop()
     assert not server.alive()
+
+
+@pytest.fixture
+def cpu_lock(request, tmp_path_factory):
+    """The tier runs on two workers (tests/conftest.py): a test that times the server against
+    itself across minutes (the twin's calibration, then its held-out ramp) holds this lock, and so
+    does every test that starts servers of its own, so the two never overlap (they did: the twin's
+    prediction came out 180 % off while a tuning study started vLLM beside it)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if hasattr(request.config, "workerinput") else base  # the workers' common folder
+    with open(shared / "realengine-cpu.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

@@ -234,7 +234,7 @@ async def test_prometheus_mode_reads_the_same_figures(vllm_server, prometheus):
     )
 
 
-def test_launcher_reports_a_configuration_vllm_refuses(tmp_path):
+def test_launcher_reports_a_configuration_vllm_refuses(tmp_path, cpu_lock):
     from spoc_tui.procs.ports import free_ports
     from spoc_tui.procs.server import LaunchError, ServerProcess
 

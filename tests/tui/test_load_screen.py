@@ -68,6 +68,36 @@ async def test_chart_draws_limit_and_marks_breaches():
     assert "█" in "".join(lines[1:-1])  # the 3 s column fills the plot
 
 
+async def test_chart_draws_the_fit_its_band_and_the_knees_interval():
+    """#31: the knee inference's fit crosses each column at its height, its band beside it, and
+    the levels inside the knee's interval are bracketed."""
+    from textual.app import App
+
+    class ChartApp(App[None]):
+        def compose(self):
+            yield LimitBarChart("p99 TTFT", id="c")
+
+    app = ChartApp()
+    async with app.run_test(size=(60, 9)) as pilot:
+        chart = app.query_one(LimitBarChart)
+        chart.show(
+            [
+                Bar("4", 0.2, fitted=0.25, band=(0.2, 0.3)),
+                Bar("8", 0.9, fitted=0.8, band=(0.6, 1.1), in_knee=True),
+                Bar("16", 2.0, fitted=2.0, band=(1.5, 2.6), in_knee=True),
+            ],
+            1.0,
+        )
+        await pilot.pause()
+        lines = [chart.render_line(y).text for y in range(9)]
+    assert "━ fit ┊ 95 %" in lines[0] and "[knee]" in lines[0]
+    assert lines[-1].split() == ["4", "[8]", "[16]"]
+    plot = lines[1:-1]
+    assert sum("━" in line for line in plot) >= 2 and any("┊" in line for line in plot)
+    # the fit's mark for the 2 s column sits on the top rows (the scale is 2 s)
+    assert "━" in "".join(plot[:2])
+
+
 async def test_bad_form_shows_the_problem_and_starts_nothing():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

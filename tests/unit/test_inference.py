@@ -111,3 +111,23 @@ def test_the_interval_covers_the_truth_in_most_seeds():
 def test_units_read_in_the_text(unit):
     k = KneeEstimate(2.5, (2.0, 3.0), "ttft_p99", "smooth", unit, 4, 200)
     assert k.text == f"2.5 {unit} (95 %: 2-3), binding ttft_p99"
+
+
+def test_each_limits_fit_comes_with_its_band():
+    """The curve the Load screen draws: the isotonic fit in seconds at every level run, inside
+    its resampled band, rising with the load, and near each level's own median."""
+    lims = parse_sla("ttft_p50<=200ms,itl_p50<=50ms")
+    levels = [(x, _step(x, 120, _median_at(x), seed=x)) for x in (4, 8, 16, 24, 32)]
+    k = infer_knee(levels, lims)
+    assert k is not None and {c.limit for c in k.curves} == {"ttft_p50", "itl_p50"}
+    c = k.curve("ttft_p50")
+    assert c is not None and c.levels == (4, 8, 16, 24, 32)
+    assert all(a <= b for a, b in zip(c.fitted, c.fitted[1:]))  # monotone
+    for x, f, (lo, hi) in zip(c.levels, c.fitted, c.band):
+        assert lo <= f <= hi and f == pytest.approx(_median_at(x), rel=0.2)
+        assert hi - lo > 0  # 120 requests do not pin a median exactly
+    assert c.at(16) == (c.fitted[2], *c.band[2]) and c.at(5) is None
+    assert k.curve("itl_p50").fitted[0] == pytest.approx(0.01)
+    # the curve rides along in memory only: ramp.json's knee is unchanged
+    assert "curves" not in k.as_dict()
+    assert KneeEstimate.from_dict(k.as_dict(), "users") == k  # (curves do not take part in equality)

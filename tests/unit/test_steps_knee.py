@@ -511,3 +511,17 @@ def test_the_knees_interval_is_drawn_on_the_levels_run():
     assert strip == "1 ············●━━ 128 users"
     narrow = replace(knee, inferred=KneeEstimate(20.0, (18.0, 22.0), "ttft_p99", "smooth"))
     assert interval_strip(narrow, [1, 64], width=15, ascii_only=True) == "1 ..........o.... 64 users"
+
+
+def test_knee_search_probes_on_past_a_cliff_whose_interval_is_open():
+    """CI16: a cliff between 8 and 16 users whose resampling left the top open (a replicate
+    never crossed) ended the search with no answer and no reason; it now probes inside it."""
+    from spoc_tui.core.inference import KneeEstimate
+
+    lims = parse_sla("ttft_p50<=300ms")
+    steps = [_step(u, 0.05 if u <= 8 else 0.5, 40, lims) for u in (1, 2, 4, 8, 16)]
+    open_cliff = replace(find_knee(steps), inferred=KneeEstimate(8, (8, None), "ttft_p50", "cliff", "users", 5, 200))
+    nxt = KneeSearch(max_users=64).next(steps, open_cliff)
+    assert nxt is not None and 8 < nxt <= 12
+    closed = replace(open_cliff, inferred=KneeEstimate(8, (8, 16), "ttft_p50", "cliff", "users", 5, 200))
+    assert KneeSearch(max_users=64).next(steps, closed) == 12

@@ -177,8 +177,9 @@ class LoadScreen(Screen[None]):
         self.total_steps: int | None = None
         self.request: LoadScreen.StartRequested | None = None
         self.predicted: dict[float, tuple[float | None, float | None]] = {}
-        """The twin's TTFT and ITL p99 by level, as the steps finish."""
+        """The twin's TTFT and ITL by level (at the charts' percentiles), as the steps finish."""
         self._bars_of: tuple[StepSummary, ...] = ()
+        self._knee: Knee | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(f"Load ramp against {self.url or 'no server (start the monitor with --url)'}", id="title")
@@ -423,6 +424,7 @@ class LoadScreen(Screen[None]):
         )
         with self.app.batch_update():
             self.steps.show(p.steps)
+            self._knee = p.knee
             self._charts(p.steps)
             req = self.request
             if req is not None and req.twin is not None:
@@ -432,10 +434,14 @@ class LoadScreen(Screen[None]):
                         self.predict_step(req, s.level, s.duration_s)
             self.knee.update(knee_text(p.knee, p.phase == "done", p.steps))
 
+    def _stat(self, metric: str) -> str:
+        """The percentile the SLA judges ``metric`` by (the chart shows that one), p99 without a limit."""
+        return next((lim.stat for lim in self.limits if lim.metric == metric), "p99")
+
     def _charts(self, steps: tuple[StepSummary, ...]) -> None:
         by = {"x": "speed", "req/s": "req/s"}.get(steps[0].unit, "users") if steps else "users"
-        self.ttft_chart.title = f"p99 TTFT by {by}"
-        self.itl_chart.title = f"p99 ITL by {by}"
+        self.ttft_chart.title = f"{self._stat('ttft')} TTFT by {by}"
+        self.itl_chart.title = f"{self._stat('itl')} ITL by {by}"
 
         def limit_for(metric: str) -> float | None:
             for lim in self.limits:
@@ -446,13 +452,29 @@ class LoadScreen(Screen[None]):
         self._show_bars(steps, limit_for)
 
     def _show_bars(self, steps: tuple[StepSummary, ...], limit_for: Callable[[str], float | None]) -> None:
-        def pred(level: float, k: int) -> float | None:
-            return self.predicted.get(level, (None, None))[k]
+        inferred = self._knee.inferred if self._knee is not None else None
+        lo, hi = inferred.ci95 if inferred is not None and inferred.boundary != "bound" else (None, None)
 
-        self.ttft_chart.show(
-            [Bar(f"{s.level:g}", s.latency.ttft.p99, pred(s.level, 0)) for s in steps], limit_for("ttft")
-        )
-        self.itl_chart.show([Bar(f"{s.level:g}", s.latency.itl.p99, pred(s.level, 1)) for s in steps], limit_for("itl"))
+        def bars(metric: str, k: int) -> list[Bar]:
+            stat = self._stat(metric)
+            curve = inferred.curve(f"{metric}_{stat}") if inferred is not None else None
+            out = []
+            for s in steps:
+                fit = curve.at(s.level) if curve is not None else None
+                out.append(
+                    Bar(
+                        f"{s.level:g}",
+                        s.latency.of(metric).stat(stat),
+                        self.predicted.get(s.level, (None, None))[k],
+                        fit[0] if fit else None,
+                        (fit[1], fit[2]) if fit else None,
+                        lo is not None and hi is not None and lo <= s.level <= hi,
+                    )
+                )
+            return out
+
+        self.ttft_chart.show(bars("ttft", 0), limit_for("ttft"))
+        self.itl_chart.show(bars("itl", 1), limit_for("itl"))
         self._bars_of = steps
 
     @work(thread=True, group="twin", exit_on_error=False)
@@ -466,7 +488,8 @@ class LoadScreen(Screen[None]):
         p = Prediction(req.twin, req.profile, plan, req.limits, step_s=req.step_s, warmup_s=req.warmup_s, draws=0)
         at = predict_at(p, [(level, seconds)])
         figs = at.figures[0]
-        self.app.call_from_thread(self._predicted, level, figs.get("ttft_p99"), figs.get("itl_p99"))
+        ttft, itl = figs.get(f"ttft_{self._stat('ttft')}"), figs.get(f"itl_{self._stat('itl')}")
+        self.app.call_from_thread(self._predicted, level, ttft, itl)
 
     def _predicted(self, level: float, ttft: float | None, itl: float | None) -> None:
         self.predicted[level] = (ttft, itl)

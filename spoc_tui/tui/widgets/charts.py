@@ -23,13 +23,21 @@ class Bar:
     value: float | None
     predicted: float | None = None
     """The twin's prediction at this level, drawn as a mark beside the column."""
+    fitted: float | None = None
+    """The knee inference's fit at this level (``━`` across the column)."""
+    band: tuple[float, float] | None = None
+    """The fit's 95 % band (``┊`` beside the column)."""
+    in_knee: bool = False
+    """The level lies inside the knee's 95 % interval (its label is marked)."""
 
 
 class LimitBarChart(Widget):
     """Columns per step (one per user count) against a limit line.
 
     Columns over the limit are red; the limit is a dashed line at its height. The scale is
-    the larger of the tallest column and 1.5 x the limit, so the line is always in view.
+    the larger of the tallest column and 1.5 x the limit, so the line is always in view. With
+    the knee inferred, the fit crosses each column (``━``) with its band beside it (``┊``),
+    and the levels inside the knee's interval have bracketed labels.
     """
 
     DEFAULT_CSS = """
@@ -64,16 +72,25 @@ class LimitBarChart(Widget):
         if y == 0:
             lim = f"  limit {self._fmt(self.limit)}" if self.limit is not None else ""
             segs = [Segment(f" {self.title}{lim}", base + Style(bold=True))]
+            if any(b.fitted is not None for b in self.bars):
+                segs.append(Segment("  ━ fit ┊ 95 %", base + Style(color="magenta")))
             if any(b.predicted is not None for b in self.bars):
                 segs.append(Segment("  ◆ twin", base + Style(color="cyan")))
+            if any(b.in_knee for b in self.bars):
+                segs.append(Segment("  [knee]", base + Style(color="yellow", bold=True)))
             return Strip(segs).adjust_cell_length(width, base)
-        values = [v for b in self.bars for v in (b.value, b.predicted) if v is not None]
+        values = [v for b in self.bars for v in (b.value, b.predicted, b.fitted) if v is not None]
         top = max([*values, (self.limit or 0) * 1.5, 1e-9])
         col_w = max(3, min(8, (width - 8) // max(1, len(self.bars))))
         if y == height - 1:
             segs = [Segment(" " * 7, base)]
             for b in self.bars:
-                segs.append(Segment(b.label[: col_w - 1].center(col_w), base + Style(dim=True)))
+                label = b.label[: col_w - 1]
+                if b.in_knee:  # inside the knee's interval: bracketed, narrowing as the search probes
+                    label = f"[{label}]" if len(label) + 2 <= col_w else label
+                    segs.append(Segment(label.center(col_w), base + Style(color="yellow", bold=True)))
+                else:
+                    segs.append(Segment(label.center(col_w), base + Style(dim=True)))
             return Strip(segs).adjust_cell_length(width, base)
         row = plot_h - y  # 0 = bottom plot row
         row_lo = top * row / plot_h
@@ -96,13 +113,25 @@ class LimitBarChart(Widget):
                     inner = "╌" * (col_w - 1)
                     style = base + Style(color="yellow")
                 cell = inner + ("╌" if on_limit else " ")
+
+            def here(x: float | None) -> bool:
+                top_row = row == plot_h - 1 and x is not None and x >= row_hi  # the tallest mark
+                return x is not None and (row_lo <= x < row_hi or (x <= 0 and row == 0) or top_row)
+
+            body: list[Segment] = [Segment(cell[:-1], style)]
+            if here(b.fitted) and v is not None:
+                # the fit across the column, at its height
+                body = [Segment("━" * (col_w - 1), base + Style(color="magenta", bold=True))]
             p = b.predicted
-            if p is not None and (row_lo <= p < row_hi or (p <= 0 and row == 0)):
+            if here(p):
                 # the twin's prediction: a mark in the column's gap, at its height
-                segs.append(Segment(cell[:-1], style))
-                segs.append(Segment("◆", base + Style(color="cyan", bold=True)))
+                segs += [*body, Segment("◆", base + Style(color="cyan", bold=True))]
                 continue
-            segs.append(Segment(cell, style))
+            band = b.band
+            if band is not None and v is not None and band[0] < row_hi and band[1] >= row_lo and cell[-1] == " ":
+                segs += [*body, Segment("┊", base + Style(color="magenta"))]
+                continue
+            segs += [*body, Segment(cell[-1], style)]
         if on_limit:
             segs.append(Segment("╌" * 3 + " SLA", base + Style(color="yellow")))
         return Strip(segs).adjust_cell_length(width, base)
