@@ -1,4 +1,5 @@
-"""Regenerate screenshots/*.svg from the simulator (run: make screenshots).
+"""Regenerate screenshots/*.svg from the simulator (run: make screenshots; ``python
+scripts/screenshots.py load fleet`` regenerates only the files whose names hold those words).
 
 Starts the engine simulator with a background load in each scenario, opens the monitor on
 it headlessly, lets it run, and saves SVG screenshots. Nothing here is drawn by hand.
@@ -146,13 +147,21 @@ async def shoot_tune(name: str = "tune-study-120x45.svg") -> None:
         print(f"wrote screenshots/{name}")
 
 
-async def main() -> None:
+async def main(only: list[str]) -> None:
+    """Every screenshot, or those whose file name holds one of ``only`` (``load``, ``fleet``)."""
+
+    def wanted(name: str) -> bool:
+        return not only or any(w in name for w in only)
+
     OUT.mkdir(exist_ok=True)
     for shot in SHOTS:
-        await shoot(*shot)
-    await shoot_load()
-    await shoot_tune()
+        if wanted(shot[0]):
+            await shoot(*shot)
+    if wanted("load-ramp-120x45.svg"):
+        await shoot_load()
+    if wanted("tune-study-120x45.svg"):
+        await shoot_tune()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1:]))

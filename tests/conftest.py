@@ -47,10 +47,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if path == "tests/e2e/test_benchmarks.py":  # no shared fixture: each benchmark may go to either worker
             item.add_marker(pytest.mark.xdist_group(item.nodeid))
             continue
-        if path == "tests/e2e/test_twin.py":
-            # the twin's predictions are seconds of pure CPU: never beside the ramp tests that time
-            # a real-time server on the other worker (a knee search lost requests to them, CI13)
-            path = "tests/e2e/test_ramp.py"
         if path.startswith("tests/realengine/"):
             # two workers there: the tests of the session's vLLM server on one, those that start
             # their own servers (a tuning study's trials, a refused launch, PostgreSQL) on the other

@@ -73,11 +73,11 @@ class LimitBarChart(Widget):
             lim = f"  limit {self._fmt(self.limit)}" if self.limit is not None else ""
             segs = [Segment(f" {self.title}{lim}", base + Style(bold=True))]
             if any(b.fitted is not None for b in self.bars):
-                segs.append(Segment("  ━ fit ┊ 95 %", base + Style(color="magenta")))
+                segs.append(Segment("  ━┊ fit", base + Style(color="magenta")))  # the fit and its 95 % band
+            if any(b.in_knee for b in self.bars):
+                segs.append(Segment("  [] knee", base + Style(color="yellow", bold=True)))
             if any(b.predicted is not None for b in self.bars):
                 segs.append(Segment("  ◆ twin", base + Style(color="cyan")))
-            if any(b.in_knee for b in self.bars):
-                segs.append(Segment("  [knee]", base + Style(color="yellow", bold=True)))
             return Strip(segs).adjust_cell_length(width, base)
         values = [v for b in self.bars for v in (b.value, b.predicted, b.fitted) if v is not None]
         top = max([*values, (self.limit or 0) * 1.5, 1e-9])
