@@ -45,6 +45,25 @@ class LaunchError(SpocError, RuntimeError):
         self.kind: LaunchKind = kind
 
 
+UNIX_SOCKET_PATH_MAX = 107
+"""The longest path a Unix socket takes (``sockaddr_un.sun_path``, less its NUL)."""
+IPC_NAME_LEN = 37
+"""What vLLM appends to TMPDIR for each of its ZMQ IPC sockets: ``/`` and a UUID."""
+
+
+def private_tmp_parent() -> str | None:
+    """Where a server's private TMPDIR goes: the user's temporary folder, unless the folder's path
+    is so long that vLLM's sockets in it would not fit a Unix socket path (vLLM then exits with
+    "ipc path ... is longer than 107 characters"; a test run's TMPDIR did); /tmp then. None: the
+    default."""
+    base = tempfile.gettempdir()
+    room = UNIX_SOCKET_PATH_MAX - IPC_NAME_LEN - len("/spoc-server-") - 8  # mkdtemp's 8 characters
+    if len(base) <= room or not os.path.isdir("/tmp"):
+        return None
+    logger.info("TMPDIR %s is too long for a server's sockets: its private TMPDIR goes under /tmp", base)
+    return "/tmp"
+
+
 @dataclass
 class ServerProcess:
     argv: Sequence[str]
@@ -78,7 +97,7 @@ class ServerProcess:
             holder = port_holder(self.port)
             by = f"by {holder}" if holder else "by another process"
             raise LaunchError(f"port {self.port} is already served {by}; refusing to start", kind="port")
-        self.tmpdir = tempfile.mkdtemp(prefix=self.tmp_prefix)
+        self.tmpdir = tempfile.mkdtemp(prefix=self.tmp_prefix, dir=private_tmp_parent())
         env = {**os.environ, **self.env, "TMPDIR": self.tmpdir}
         if self.log_path is None:
             self.log_path = Path(self.tmpdir) / "server.log"

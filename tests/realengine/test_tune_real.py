@@ -2,9 +2,12 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from tests.e2e.test_tune_cli import guards_of
 from tests.realengine.conftest import MODEL, VENV, VLLM_ENV, serve_command
@@ -34,9 +37,10 @@ def test_three_trial_tune_against_real_vllm(tmp_path, cpu_lock):
     out = tmp_path / "tune"
     launch = f"{serve_command()} --enforce-eager {{flags}}"  # eager: each of the 4 launches starts in half the time
     env = [x for k, v in VLLM_ENV.items() for x in ("--env", f"{k}={v}")]
-    # its own TMPDIR: the tier's other worker starts servers (with TMPDIRs of their own) meanwhile
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # its own TMPDIR: the tier's other worker starts servers (with TMPDIRs of their own) meanwhile;
+    # a short one (under pytest's long tmp_path vLLM's sockets would not fit: spoc would move the
+    # trials' TMPDIRs to /tmp, out of this check's sight)
+    tmp = Path(tempfile.mkdtemp(prefix="st-"))
     t0 = time.monotonic()
     p = subprocess.Popen(
         [
@@ -110,4 +114,6 @@ def test_three_trial_tune_against_real_vllm(tmp_path, cpu_lock):
     assert "top kernels by time" in stdout and "profile:" in stdout
     assert not guards_of(p.pid), "a vLLM server was left running"
     assert not (out / "server.json").exists()
-    assert not list(tmp.glob("spoc-server-*")), "a trial's private TMPDIR was left behind"
+    left = list(tmp.glob("spoc-server-*"))
+    shutil.rmtree(tmp, ignore_errors=True)
+    assert not left, "a trial's private TMPDIR was left behind"
