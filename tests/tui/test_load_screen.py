@@ -1,6 +1,7 @@
 import asyncio
 
 import pytest
+from textual.app import App
 
 from spoc_tui.core.inference import infer_knee
 from spoc_tui.core.knee import Knee, KneeWhy
@@ -55,13 +56,14 @@ def test_snapshot_load_screen_after_a_ramp(snap_compare, size):
     assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
 
 
+class ChartApp(App[None]):
+    """One LimitBarChart alone, for the chart tests."""
+
+    def compose(self):
+        yield LimitBarChart("p99 TTFT", id="c")
+
+
 async def test_chart_draws_limit_and_marks_breaches():
-    from textual.app import App
-
-    class ChartApp(App[None]):
-        def compose(self):
-            yield LimitBarChart("p99 TTFT", id="c")
-
     app = ChartApp()
     async with app.run_test(size=(40, 9)) as pilot:
         chart = app.query_one(LimitBarChart)
@@ -77,12 +79,6 @@ async def test_chart_draws_limit_and_marks_breaches():
 async def test_chart_draws_the_fit_its_band_and_the_knees_interval():
     """#31: the knee inference's fit crosses each column at its height, its band beside it, and
     the levels inside the knee's interval are bracketed."""
-    from textual.app import App
-
-    class ChartApp(App[None]):
-        def compose(self):
-            yield LimitBarChart("p99 TTFT", id="c")
-
     app = ChartApp()
     async with app.run_test(size=(60, 9)) as pilot:
         chart = app.query_one(LimitBarChart)
@@ -348,12 +344,6 @@ async def test_the_twins_prediction_is_drawn_beside_each_finished_step(tmp_path)
 
 
 async def test_chart_marks_a_prediction_at_its_height():
-    from textual.app import App
-
-    class ChartApp(App[None]):
-        def compose(self):
-            yield LimitBarChart("p99 TTFT", id="c")
-
     app = ChartApp()
     async with app.run_test(size=(40, 9)) as pilot:
         chart = app.query_one(LimitBarChart)
