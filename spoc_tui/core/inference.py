@@ -238,12 +238,18 @@ def _crossing(xs: Sequence[float], fit: Sequence[float]) -> tuple[float, int]:
     return math.inf, len(xs)
 
 
-def _knee_of(per_limit: dict[str, tuple[list[float], list[float], list[float]]]) -> tuple[float, str | None]:
+Fits = dict[str, tuple[list[float], list[float]]]
+"""Each limit's key -> (its levels, the isotonic fit of its margins there); limits without a figure left out."""
+
+
+def _fit(per_limit: dict[str, tuple[list[float], list[float], list[float]]]) -> Fits:
+    return {key: (xs, isotonic(ms, ws)) for key, (xs, ms, ws) in per_limit.items() if xs}
+
+
+def _knee_of(fits: Fits) -> tuple[float, str | None]:
     best, binding = math.inf, None
-    for key, (xs, ms, ws) in per_limit.items():
-        if not xs:
-            continue
-        k, _ = _crossing(xs, isotonic(ms, ws))
+    for key, (xs, fit) in fits.items():
+        k, _ = _crossing(xs, fit)
         if k < best:
             best, binding = k, key
     return best, binding
@@ -285,26 +291,28 @@ def infer_knee(
     base = points(whole)
     if not any(xs for xs, _, _ in base.values()):
         return None
-    knee, binding = _knee_of(base)
+    base_fits = _fit(base)
+    knee, binding = _knee_of(base_fits)
     rng = np.random.default_rng(seed + 7_919 * len(xs_all) + sum(len(s) for s in pooled.values()))
     boots: list[float] = []
     jumps: list[float] = []
-    fits: dict[str, dict[float, list[float]]] = {lim.key: {} for lim in limits}
+    resampled: dict[str, dict[float, list[float]]] = {lim.key: {} for lim in limits}
     bracket = _bracket(base, binding)
     for _ in range(replicates):
         pick = {x: rng.integers(0, len(pooled[x]), len(pooled[x])) for x in xs_all}
         pts = points(pick)
-        boots.append(_knee_of(pts)[0])
-        for key, (xs, ms, ws) in pts.items():
-            for x, f in zip(xs, isotonic(ms, ws), strict=True):
-                fits[key].setdefault(x, []).append(f)
+        fits = _fit(pts)
+        boots.append(_knee_of(fits)[0])
+        for key, (xs, fit) in fits.items():
+            for x, f in zip(xs, fit, strict=True):
+                resampled[key].setdefault(x, []).append(f)
         if bracket is not None and binding is not None:
             xs, ms, _ = pts[binding]
             lo_x, hi_x = bracket
             if lo_x in xs and hi_x in xs:
                 jumps.append(ms[xs.index(hi_x)] - ms[xs.index(lo_x)])
     n_levels = len(xs_all)
-    curves = _curves(base, fits, limits)
+    curves = _curves(base_fits, resampled, limits)
     arr = np.asarray(boots, dtype=float)
     # no interpolation between replicates: some are infinite (no crossing in that replicate)
     lo_b = float(np.percentile(arr, 2.5, method="lower")) if replicates else knee
@@ -345,22 +353,17 @@ def _figure(margin: float, lim: Limit) -> float:
     return margin + lim.value if lim.metric == "error_rate" else lim.value * math.exp(margin)
 
 
-def _curves(
-    base: dict[str, tuple[list[float], list[float], list[float]]],
-    fits: dict[str, dict[float, list[float]]],
-    limits: Sequence[Limit],
-) -> tuple[Curve, ...]:
+def _curves(base: Fits, resampled: dict[str, dict[float, list[float]]], limits: Sequence[Limit]) -> tuple[Curve, ...]:
     """Each limit's isotonic fit over the measured steps, with the 2.5-97.5 % band of the
     resampled fits at each level."""
     out: list[Curve] = []
     for lim in limits:
-        xs, ms, ws = base[lim.key]
-        if not xs:
+        if lim.key not in base:
             continue
-        fitted = isotonic(ms, ws)
+        xs, fitted = base[lim.key]
         band: list[tuple[float, float]] = []
         for x, f in zip(xs, fitted, strict=True):
-            reps = fits[lim.key].get(x) or [f]
+            reps = resampled[lim.key].get(x) or [f]
             lo, hi = float(np.percentile(reps, 2.5)), float(np.percentile(reps, 97.5))
             band.append((_figure(min(lo, f), lim), _figure(max(hi, f), lim)))
         out.append(Curve(lim.key, tuple(xs), tuple(_figure(f, lim) for f in fitted), tuple(band)))

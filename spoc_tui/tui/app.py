@@ -69,14 +69,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["MonitorSources", "NothingToMonitor", "SpocApp", "run_monitor"]
 
 
-def next_beat(interval: float) -> float:
-    """Seconds to the next multiple of ``interval`` on the monotonic clock: the server and GPU
-    pollers both sleep to it, so their samples land close together (they still take a compositor
-    pass each: drawing both in one pass was tried and cost as much, the passes' cost being the
-    widgets they render)."""
-    return interval - (time.monotonic() % interval)
-
-
 class SpocApp(AsciiScreenshots, App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "spoc-tui"
@@ -177,7 +169,7 @@ class SpocApp(AsciiScreenshots, App[int]):
                     for ch in tick.changes:
                         self.post_message(SourceStatusChanged(ch))
                     self.post_message(ServersSampled(tick))
-            await asyncio.sleep(next_beat(self.settings.interval))
+            await asyncio.sleep(self.settings.interval)
 
     @work(group="prometheus", exclusive=True, exit_on_error=False, thread=True)
     def _poll_prometheus(self) -> None:
@@ -226,7 +218,7 @@ class SpocApp(AsciiScreenshots, App[int]):
                 groups = await self._tp_groups()
                 reports = tuple(analyse_groups(groups, gpus)) if groups else ()
                 self.post_message(GpusSampled(GpuTick(tuple(gpus), stale, changes, statuses), reports, src.gpu_note))
-            await asyncio.sleep(next_beat(self.settings.interval))
+            await asyncio.sleep(self.settings.interval)
 
     async def _tp_groups(self) -> list[list[int]] | None:
         src = self.sources

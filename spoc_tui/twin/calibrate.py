@@ -573,7 +573,8 @@ class Correction:
     step_scale: float
     """Every step coefficient multiplied by this (the engine under load against alone)."""
     a0_shift: float
-    """Seconds added to the time outside the engine."""
+    """Seconds added to the time outside the engine: 0 since the shift overshot light loads (kept
+    so every twin.json of schema 1 has the same keys)."""
     requests: int
     before_pct: dict[str, float]
     after_pct: dict[str, float]
@@ -605,11 +606,11 @@ def _out(s: Stream) -> int:
     return s.completion_tokens if s.completion_tokens is not None else len(s.times)
 
 
-def _scaled(m: StepModel, k: float, shift: float) -> StepModel:
+def _scaled(m: StepModel, k: float) -> StepModel:
+    """Every step coefficient times ``k`` (the outside time as it is)."""
     v = list(m.vector())
     for i in range(len(STEP_COEFFS)):
         v[i] *= k
-    v[COEFFS.index("a0")] = max(0.0, v[COEFFS.index("a0")] + shift)
     return StepModel.from_vector(v)
 
 
@@ -627,24 +628,26 @@ def correct(twin: Twin, streams: list[Stream]) -> Twin:
     pred_tok, pred_ttft = _replay(twin, usable, twin.fit)
     lo, hi = 0.5, 2.0
     k = min(hi, max(lo, meas_tok / pred_tok)) if pred_tok > 0 else 1.0
+    at_k: tuple[float, float] | None = None  # the replay at the final k, when the loop ran it
     for _ in range(6):  # the queue makes it non-linear: a few secant steps
-        got, _t = _replay(twin, usable, _scaled(twin.fit, k, 0.0))
+        at_k = _replay(twin, usable, _scaled(twin.fit, k))
+        got = at_k[0]
         if got <= 0 or abs(got / meas_tok - 1) < 0.01:
             break
-        k = min(hi, max(lo, k * meas_tok / got))
+        k, at_k = min(hi, max(lo, k * meas_tok / got)), None
     # The outside time (a0) is not shifted to match the load's TTFT: what the twin misses there
     # is queueing that grows with load, and a constant shift fitted on it overshot the TTFT of
-    # light loads by 50 % on the real vLLM CPU server (CI16; 2-15 % without it). Reported only.
-    shift = 0.0
-    fit = _scaled(twin.fit, k, shift)
-    tok_after, ttft_after = _replay(twin, usable, fit)
+    # light loads by 50 % on the real vLLM CPU server (CI16; 2-15 % without it). Reported only
+    # (Correction.a0_shift stays in twin.json, 0).
+    fit = _scaled(twin.fit, k)
+    tok_after, ttft_after = at_k if at_k is not None else _replay(twin, usable, fit)
 
     def pct(p: float, m: float) -> float:
         return round(100 * (p - m) / m, 1) if m > 0 else 0.0
 
     corr = Correction(
         k,
-        shift,
+        0.0,
         len(usable),
         {"time_per_token": pct(pred_tok, meas_tok), "ttft": pct(pred_ttft, meas_ttft)},
         {"time_per_token": pct(tok_after, meas_tok), "ttft": pct(ttft_after, meas_ttft)},
@@ -658,8 +661,8 @@ def correct(twin: Twin, streams: list[Stream]) -> Twin:
     return replace(
         twin,
         fit=fit,
-        sd=_scaled(twin.sd, k, 0.0),
-        draws=tuple(_scaled(d, k, shift) for d in twin.draws),
+        sd=_scaled(twin.sd, k),
+        draws=tuple(_scaled(d, k) for d in twin.draws),
         correction=asdict(corr),
         notes=(*twin.notes, note),
     )

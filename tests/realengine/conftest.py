@@ -21,14 +21,14 @@ import pytest
 
 from spoc_tui.procs.group import stop_process_group
 from spoc_tui.procs.ports import free_ports
-from spoc_tui.procs.server import ServerProcess
 from spoc_tui.profile.capture import profiler_config
 from spoc_tui.sim.process import start_sim
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from realengine import DIR, KV_GIB, MODEL, VENV, VLLM_ENV, ready, serve_command, vllm_argv
+from realengine import DIR, KV_GIB, MODEL, VENV, VLLM_ENV, ready, serve_command
+from realengine import vllm_server as tiny_server  # this file's fixture is named vllm_server
 
-__all__ = ["DIR", "KV_GIB", "MODEL", "VENV", "VLLM_ENV", "serve_command", "vllm_argv"]
+__all__ = ["DIR", "KV_GIB", "MODEL", "VENV", "VLLM_ENV", "serve_command", "tiny_server"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -52,8 +52,7 @@ def vllm_server(tmp_path_factory):
     flags = ["--profiler-config", json.dumps(profiler_config(traces))]
     # guarded: a test run that is killed takes its server with it
     # prompt token details: answers say how many prompt tokens the prefix cache served (trace replay)
-    argv = vllm_argv(port, *flags, "--enable-mfu-metrics", "--enable-prompt-tokens-details")
-    server = ServerProcess(argv, port, log, VLLM_ENV, guard=True)
+    server = tiny_server(log, port, *flags, "--enable-mfu-metrics", "--enable-prompt-tokens-details", guard=True)
     server.trace_dir = traces  # type: ignore[attr-defined]
     try:
         took = server.start(timeout=300)

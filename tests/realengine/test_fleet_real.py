@@ -13,8 +13,7 @@ from spoc_tui.core.promparse import parse_text
 from spoc_tui.core.vllm import Scrape, server_view
 from spoc_tui.procs.group import stop_process_group
 from spoc_tui.procs.ports import free_ports
-from spoc_tui.procs.server import ServerProcess
-from tests.realengine.conftest import VLLM_ENV, start_prometheus, vllm_argv
+from tests.realengine.conftest import start_prometheus, tiny_server
 
 REQUESTS, TOKENS = 32, 128
 """Enough for both replicas to be seen busy through Prometheus (scraping every second)."""
@@ -36,7 +35,7 @@ def _direct(url: str):
 
 def test_two_real_replicas_agree_directly_and_through_prometheus(vllm_server, tmp_path):
     (port,) = free_ports(1)
-    b = ServerProcess(vllm_argv(port, "--max-num-seqs", "4"), port, tmp_path / "b.log", VLLM_ENV, guard=True)
+    b = tiny_server(tmp_path / "b.log", port, "--max-num-seqs", "4", guard=True)
     b.start(timeout=300)
     prom_url, proc, work = start_prometheus({"vllm": [f"127.0.0.1:{vllm_server.port}", f"127.0.0.1:{port}"]})
     try:

@@ -236,17 +236,12 @@ async def test_prometheus_mode_reads_the_same_figures(vllm_server, prometheus):
 
 def test_launcher_reports_a_configuration_vllm_refuses(tmp_path, cpu_lock):
     from spoc_tui.procs.ports import free_ports
-    from spoc_tui.procs.server import LaunchError, ServerProcess
+    from spoc_tui.procs.server import LaunchError
 
-    from .conftest import VLLM_ENV, vllm_argv
+    from .conftest import tiny_server
 
     (port,) = free_ports(1)
-    server = ServerProcess(
-        vllm_argv(port, "--no-enable-chunked-prefill", "--max-num-batched-tokens", "512"),
-        port,
-        tmp_path / "bad.log",
-        VLLM_ENV,
-    )
+    server = tiny_server(tmp_path / "bad.log", port, "--no-enable-chunked-prefill", "--max-num-batched-tokens", "512")
     with pytest.raises(LaunchError) as info:
         server.start(timeout=180)
     assert "exited" in str(info.value)

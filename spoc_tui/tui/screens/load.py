@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -434,34 +433,28 @@ class LoadScreen(Screen[None]):
                         self.predict_step(req, s.level, s.duration_s)
             self.knee.update(knee_text(p.knee, p.phase == "done", p.steps))
 
+    def _limit(self, metric: str) -> Limit | None:
+        """The SLA's limit on ``metric`` (its first), None without one."""
+        return next((lim for lim in self.limits if lim.metric == metric), None)
+
     def _stat(self, metric: str) -> str:
         """The percentile the SLA judges ``metric`` by (the chart shows that one), p99 without a limit."""
-        return next((lim.stat for lim in self.limits if lim.metric == metric), "p99")
+        lim = self._limit(metric)
+        return lim.stat if lim is not None else "p99"
 
     def _charts(self, steps: tuple[StepSummary, ...]) -> None:
         by = {"x": "speed", "req/s": "req/s"}.get(steps[0].unit, "users") if steps else "users"
-        self.ttft_chart.title = f"{self._stat('ttft')} TTFT by {by}"
-        self.itl_chart.title = f"{self._stat('itl')} ITL by {by}"
-
-        def limit_for(metric: str) -> float | None:
-            for lim in self.limits:
-                if lim.metric == metric:
-                    return lim.value
-            return None
-
-        self._show_bars(steps, limit_for)
-
-    def _show_bars(self, steps: tuple[StepSummary, ...], limit_for: Callable[[str], float | None]) -> None:
         inferred = self._knee.inferred if self._knee is not None else None
         lo, hi = inferred.ci95 if inferred is not None and inferred.boundary != "bound" else (None, None)
 
-        def bars(metric: str, k: int) -> list[Bar]:
-            stat = self._stat(metric)
+        def show(chart: LimitBarChart, metric: str, name: str, k: int) -> None:
+            stat, lim = self._stat(metric), self._limit(metric)
+            chart.title = f"{stat} {name} by {by}"
             curve = inferred.curve(f"{metric}_{stat}") if inferred is not None else None
-            out = []
+            bars = []
             for s in steps:
                 fit = curve.at(s.level) if curve is not None else None
-                out.append(
+                bars.append(
                     Bar(
                         f"{s.level:g}",
                         s.latency.of(metric).stat(stat),
@@ -471,10 +464,10 @@ class LoadScreen(Screen[None]):
                         lo is not None and hi is not None and lo <= s.level <= hi,
                     )
                 )
-            return out
+            chart.show(bars, lim.value if lim is not None else None)
 
-        self.ttft_chart.show(bars("ttft", 0), limit_for("ttft"))
-        self.itl_chart.show(bars("itl", 1), limit_for("itl"))
+        show(self.ttft_chart, "ttft", "TTFT", 0)
+        show(self.itl_chart, "itl", "ITL", 1)
         self._bars_of = steps
 
     @work(thread=True, group="twin", exit_on_error=False)
