@@ -52,11 +52,13 @@ from spoc_tui.load.workload import load_workload  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
-"""The real-engine tier runs it so (that the script runs, not its figures): 4 streams, 8 s, one round."""
+"""The real-engine tier runs it so (that the script runs, not its figures): 4 streams, 5 s, one
+round, 32-token answers."""
 _ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 CONC = [4] if SMOKE else [int(x) for x in _ARGS[0].split(",")] if _ARGS else [8, 32]
-SECONDS = 8.0 if SMOKE else float(_ARGS[1]) if len(_ARGS) > 1 else 40.0
-IN_TOKENS, OUT_TOKENS = 200, 128
+SECONDS = 5.0 if SMOKE else float(_ARGS[1]) if len(_ARGS) > 1 else 40.0
+IN_TOKENS, OUT_TOKENS = 200, 32 if SMOKE else 128
+WARMUP_S = 2.0 if SMOKE else 5.0
 PIN = os.environ.get("SPOC_BENCH_PIN", "1") != "0"
 ROUNDS = 1 if SMOKE else int(os.environ.get("SPOC_BENCH_ROUNDS", "3"))
 """Interleaved rounds per concurrency; figures are the median over them."""
@@ -153,7 +155,7 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: floa
         limits=parse_sla("ttft_p99<=60s"),
         out_dir=out / "ramp",
         step_s=SECONDS,
-        warmup_s=5.0,
+        warmup_s=WARMUP_S,
         max_step_s=SECONDS,
         tokenizer=str(MODEL) if tokenizer else None,
         spawn_rate=spawn_rate,
@@ -190,10 +192,13 @@ async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[di
         limits=parse_sla("ttft_p99<=60s"),
         out_dir=out / "ramp",
         step_s=SECONDS + 30,
-        warmup_s=5.0,
+        warmup_s=WARMUP_S,
         max_step_s=SECONDS + 30,
         spawn_rate=1000.0,
+        # spoc's window ends soon after vllm bench's last answer (the figures are over its window)
+        early_stop=lambda _: "vllm bench finished" if finished.is_set() else None,
     )
+    finished = asyncio.Event()
     with Tap(port_of(url), out / "wire.bin") as tap:
         ramp = asyncio.create_task(run_ramp(cfg))
         await asyncio.sleep(3.0)  # spoc's users are streaming before vllm bench's first request
@@ -205,6 +210,7 @@ async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[di
             env={**os.environ, **VLLM_ENV},
         )
         _, err = await proc.communicate()
+        finished.set()
         if proc.returncode != 0:
             ramp.cancel()
             raise SystemExit(f"vllm bench serve failed:\n{err.decode()[-3000:]}")
@@ -282,7 +288,7 @@ def main() -> None:
         for conc in CONC:
             # as many prompts as spoc's step sees, about (a first run of vllm bench warms the server up)
             if SMOKE:  # the tier's server is warm already: that the script runs, not its figures
-                prompts = conc * 8
+                prompts = conc * 4
             else:
                 warm = vllm_bench(url, conc, conc * 4, work / f"warm-{conc}")
                 prompts = max(conc * 8, int(warm["out_tok_s"] * (SECONDS - 5) / OUT_TOKENS))

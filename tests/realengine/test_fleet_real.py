@@ -15,8 +15,9 @@ from spoc_tui.procs.group import stop_process_group
 from spoc_tui.procs.ports import free_ports
 from tests.realengine.conftest import start_prometheus, tiny_server
 
-REQUESTS, TOKENS = 32, 128
-"""Enough for both replicas to be seen busy through Prometheus (scraping every second)."""
+REQUESTS, TOKENS = 24, 64
+"""Enough for both replicas to be seen busy through Prometheus (scraping every second): 2-3 s
+of decoding each at the tiny model's ~450 tokens/s, several scrapes."""
 
 
 def _complete(url: str, i: int) -> int:
@@ -35,7 +36,8 @@ def _direct(url: str):
 
 def test_two_real_replicas_agree_directly_and_through_prometheus(vllm_server, tmp_path):
     (port,) = free_ports(1)
-    b = tiny_server(tmp_path / "b.log", port, "--max-num-seqs", "4", guard=True)
+    # eager: it starts sooner (its figures are compared, not timed)
+    b = tiny_server(tmp_path / "b.log", port, "--max-num-seqs", "4", "--enforce-eager", guard=True)
     b.start(timeout=300)
     prom_url, proc, work = start_prometheus({"vllm": [f"127.0.0.1:{vllm_server.port}", f"127.0.0.1:{port}"]})
     try:

@@ -95,10 +95,12 @@ def test_three_trial_tune_against_real_vllm(tmp_path, cpu_lock):
     # the flag the second --try leaves out takes the server's default
     assert recs[1]["config"] == {"max-num-seqs": 4, "max-num-batched-tokens": 2048, "enable-chunked-prefill": True}
     assert recs[2]["config"] == {"max-num-seqs": 16, "max-num-batched-tokens": 2048, "enable-chunked-prefill": True}
-    # the flags reached the real server: 4 seats make 16 users queue, so first tokens wait longer
-    assert recs[1]["objectives"]["ttft_p99"] > recs[2]["objectives"]["ttft_p99"]
-    ramp4 = json.loads((out / "trials" / f"{recs[1]['number']:04d}" / "ramp.json").read_text())
+    # the flags reached the real server, as the server itself reports it: with 4 seats 16 users
+    # queue, with 16 they run together (latencies are not compared: the tier's other worker loads
+    # the same 2 cores meanwhile, and CI saw 16 seats slowed below 4 seats' TTFT)
+    ramp4, ramp16 = (json.loads((out / "trials" / f"{r['number']:04d}" / "ramp.json").read_text()) for r in recs[1:])
     assert ramp4["steps"][0]["server"]["running_max"] <= 4 and ramp4["steps"][0]["server"]["waiting_max"] > 0
+    assert ramp16["steps"][0]["server"]["running_max"] > 4
     doc = json.loads((out / "pareto.json").read_text())
     assert doc["pareto"] and doc["hypervolume"] > 0 and doc["trials_run"] == 3
     # (--repeat-pareto's pooled reruns are tested on the simulator: tests/e2e/test_tune_cli.py)
