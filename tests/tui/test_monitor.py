@@ -1,7 +1,7 @@
 import pytest
 
 from spoc_tui.tui.messages import ServersSampled
-from tests.tui.helpers import gpu_tick, make_app, no_gpu, server_tick, settings
+from tests.tui.helpers import gpu_tick, make_app, no_gpu, server_tick, settings, settle
 
 SIZES = [(80, 24), (120, 40), (200, 50)]
 """Every screen is snapshotted at these three (issue 35)."""
@@ -17,16 +17,11 @@ def _connected(app):
     app.post_message(gpu_tick())
 
 
-async def _settle(pilot):
-    await pilot.pause()
-    await pilot.pause()
-
-
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_snapshot_connected(snap_compare, size):
     async def run_before(pilot):
         _connected(pilot.app)
-        await _settle(pilot)
+        await settle(pilot)
 
     assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
 
@@ -41,7 +36,7 @@ def test_snapshot_without_utf8_or_colour(snap_compare, mode, monkeypatch):
 
     async def run_before(pilot):
         _connected(pilot.app)
-        await _settle(pilot)
+        await settle(pilot)
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
 
@@ -51,10 +46,10 @@ def test_snapshot_source_down(snap_compare, size):
     async def run_before(pilot):
         pilot.app.monitor.clock = lambda: FIXED
         pilot.app.post_message(ServersSampled(server_tick()))
-        await _settle(pilot)
+        await settle(pilot)
         pilot.app.post_message(ServersSampled(server_tick(up=False)))
         pilot.app.post_message(no_gpu())
-        await _settle(pilot)
+        await settle(pilot)
 
     assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
 
@@ -65,7 +60,7 @@ def test_snapshot_no_gpu(snap_compare, size):
         pilot.app.monitor.clock = lambda: FIXED
         pilot.app.post_message(ServersSampled(server_tick()))
         pilot.app.post_message(no_gpu())
-        await _settle(pilot)
+        await settle(pilot)
 
     assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
 
@@ -74,7 +69,7 @@ async def test_dragging_gpu_and_alert_are_shown():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         _connected(app)
-        await _settle(pilot)
+        await settle(pilot)
         tp = str(app.monitor.tp.render())
         assert "GPU 3 drags TP group 0-3: thermal" in tp
         assert "DRAGGED" in tp
@@ -88,9 +83,9 @@ async def test_stale_source_keeps_data_and_says_why():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         app.post_message(ServersSampled(server_tick()))
-        await _settle(pilot)
+        await settle(pilot)
         app.post_message(ServersSampled(server_tick(up=False)))
-        await _settle(pilot)
+        await settle(pilot)
         row = [str(c) for c in app.monitor.servers.get_row("http://10.0.0.5:8000")]
         assert row[0].startswith("✖") and row[1] == "16"
         assert "cannot connect" in str(app.monitor.status.render())
@@ -105,12 +100,12 @@ async def test_pause_help_and_screenshot_keys(tmp_path):
         await pilot.press("p")
         assert not app.paused
         await pilot.press("question_mark")
-        await _settle(pilot)
+        await settle(pilot)
         assert app.screen.__class__.__name__ == "HelpScreen"
         await pilot.press("escape")
-        await _settle(pilot)
+        await settle(pilot)
         await pilot.press("f8")
-        await _settle(pilot)
+        await settle(pilot)
         shots = list((tmp_path / "data").rglob("*.svg"))
         assert shots
         svg = shots[0].read_text()
@@ -126,7 +121,7 @@ async def test_ui_never_shows_api_key():
     app = make_app(s)
     async with app.run_test(size=(160, 48)) as pilot:
         _connected(app)
-        await _settle(pilot)
+        await settle(pilot)
         assert "sk-TOPSECRET" not in app.export_screenshot()
 
 
@@ -249,7 +244,7 @@ async def test_fleet_view_names_the_lagging_replica_and_the_shed_load():
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         app.post_message(ServersSampled(fleet_tick()))
-        await _settle(pilot)
+        await settle(pilot)
         table = app.monitor.servers
         assert table._order[0] == "__all__"  # the fleet total on top
         assert str(table.get_row("__all__")[0]) == "fleet of 3"
@@ -268,6 +263,6 @@ def test_snapshot_fleet(snap_compare, size):
     async def run_before(pilot):
         pilot.app.monitor.clock = lambda: FIXED
         pilot.app.post_message(ServersSampled(fleet_tick()))
-        await _settle(pilot)
+        await settle(pilot)
 
     assert snap_compare(make_app(), terminal_size=size, run_before=run_before)

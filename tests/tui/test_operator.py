@@ -8,12 +8,7 @@ from spoc_tui.tui.messages import ServersSampled, SourceStatusChanged
 from spoc_tui.tui.screens.confirm import ConfirmScreen
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.timechart import TimeChart, plot
-from tests.tui.helpers import URL, gpu_tick, make_app, server_tick, settings
-
-
-async def _settle(pilot):
-    await pilot.pause()
-    await pilot.pause()
+from tests.tui.helpers import URL, gpu_tick, make_app, server_tick, settings, settle
 
 
 # -- charts ---------------------------------------------------------------------------------------------
@@ -38,8 +33,8 @@ async def test_charts_fill_the_terminal_with_axes_units_and_the_sla():
         for _ in range(3):
             app.post_message(ServersSampled(server_tick()))
             app.post_message(gpu_tick())
-            await _settle(pilot)
-        await _settle(pilot)
+            await settle(pilot)
+        await settle(pilot)
         m = app.monitor
         charts = list(m.query(TimeChart))
         assert len(charts) == 8
@@ -58,7 +53,7 @@ async def test_charts_fill_the_terminal_with_axes_units_and_the_sla():
         assert any("SLA" in str(seg.text) for seg in ttft.render_line(0))
         await pilot.press("w")
         assert m.span_s == WINDOWS_S[2]
-        await _settle(pilot)
+        await settle(pilot)
         assert "-15 min" in axis(charts[0])
 
 
@@ -67,7 +62,7 @@ async def test_charts_shrink_to_80x24_below_the_fold():
     async with app.run_test(size=(80, 24)) as pilot:
         app.post_message(ServersSampled(server_tick()))
         app.post_message(gpu_tick())
-        await _settle(pilot)
+        await settle(pilot)
         assert app.monitor.charts.styles.grid_size_columns == 2
         assert app.monitor.query_one("#c-requests", TimeChart).size.height >= 5
 
@@ -77,10 +72,10 @@ async def test_a_dead_server_reads_down_not_no_alerts():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         app.post_message(ServersSampled(server_tick()))
-        await _settle(pilot)
+        await settle(pilot)
         app.post_message(ServersSampled(server_tick(up=False)))
         app.post_message(SourceStatusChanged(SourceStatus(URL, False, "cannot connect (connection refused)")))
-        await _settle(pilot)
+        await settle(pilot)
         verdicts = str(app.monitor.verdicts.render())
         assert "10.0.0.5:8000 down: cannot connect" in verdicts
         tp = str(app.monitor.tp.render())
@@ -93,7 +88,7 @@ async def test_a_server_that_never_answered_is_down_too():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         app.post_message(SourceStatusChanged(SourceStatus(URL, False, "cannot connect")))
-        await _settle(pilot)
+        await settle(pilot)
         assert "never answered" in str(app.monitor.verdicts.render())
         assert "no alerts" not in str(app.monitor.tp.render())
 
@@ -106,7 +101,7 @@ async def test_sla_colours_the_latency_cells_and_the_verdict_says_it():
     app = make_app(s)
     async with app.run_test(size=(160, 48)) as pilot:
         app.post_message(ServersSampled(server_tick()))
-        await _settle(pilot)
+        await settle(pilot)
 
         def styles(cell):
             return str(cell.style) + " ".join(str(sp.style) for sp in cell.spans)
@@ -139,10 +134,10 @@ async def test_throttling_and_milestones_reach_the_events_panel():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         app.post_message(gpu_tick())
-        await _settle(pilot)
+        await settle(pilot)
         app.events.note("ramp", "ramp step 1 at 8 users: meets the SLA (n=120)")
         app.post_message(gpu_tick())
-        await _settle(pilot)
+        await settle(pilot)
         text = str(app.monitor.events_view.render())
         assert "GPU node-a:3 throttling (thermal: sw_thermal) at 980 MHz" in text
         assert text.index("ramp step 1") < text.index("GPU node-a:3")  # newest first
@@ -163,13 +158,13 @@ async def test_ctrl_x_stops_a_ramp_from_inside_a_field_and_m_is_typed_not_eaten(
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("l")
-        await _settle(pilot)
+        await settle(pilot)
         screen = app.load_screen
         assert not isinstance(app.focused, Field)  # no field takes the keys when the screen opens
         users = screen.query_one("#users", Field)
         before = users.value
         users.focus()
-        await _settle(pilot)
+        await settle(pilot)
         assert users.selection.is_empty  # focusing does not select the text
         await pilot.press("end", "m")
         assert users.value == before + "m" and app.screen is screen  # typing goes to the field
@@ -177,12 +172,12 @@ async def test_ctrl_x_stops_a_ramp_from_inside_a_field_and_m_is_typed_not_eaten(
         app._ramp_worker = worker
         screen.set_running(True)
         await pilot.press("ctrl+x")
-        await _settle(pilot)
+        await settle(pilot)
         assert worker.cancelled  # the field did not eat ctrl+x
         await pilot.press("escape")  # leave the field
         assert not isinstance(app.focused, Field) and app.screen is screen
         await pilot.press("m")  # then m is the screen's key again
-        await _settle(pilot)
+        await settle(pilot)
         assert app.screen is app.monitor
 
 
@@ -190,10 +185,10 @@ async def test_f_keys_switch_screens_from_a_field():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("f3")
-        await _settle(pilot)
+        await settle(pilot)
         app.load_screen.query_one("#users", Field).focus()
         await pilot.press("f2")
-        await _settle(pilot)
+        await settle(pilot)
         assert app.screen is app.monitor
 
 
@@ -202,18 +197,18 @@ async def test_quitting_during_a_ramp_asks_first_and_the_monitor_says_it_runs():
     async with app.run_test(size=(120, 40)) as pilot:
         app._ramp_worker = _Worker()
         app._set_background()
-        await _settle(pilot)
+        await settle(pilot)
         assert "a load ramp running" in str(app.monitor.status.render())
         await pilot.press("q")
-        await _settle(pilot)
+        await settle(pilot)
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
-        await _settle(pilot)
+        await settle(pilot)
         assert app.screen is app.monitor and app.is_running
         await pilot.press("q")
-        await _settle(pilot)
+        await settle(pilot)
         await pilot.press("y")
-        await _settle(pilot)
+        await settle(pilot)
     assert app.return_code == 0
 
 
@@ -241,10 +236,10 @@ async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tm
     async with app.run_test(size=(120, 40)) as pilot:
         app.post_message(ServersSampled(server_tick()))
         app.post_message(gpu_tick())
-        await _settle(pilot)
+        await settle(pilot)
         app.post_message(SourceStatusChanged(SourceStatus(URL, False, "cannot connect")))
         app.post_message(ServersSampled(server_tick(up=False)))
-        await _settle(pilot)
+        await settle(pilot)
     text = path.read_text()
     assert "hunter2" not in text and "sk-TOPSECRET" not in text  # the password and the key stay out
     rec = read_recording(path)
@@ -265,7 +260,7 @@ async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tm
         await pilot.press("space")
         assert replay.paused and "paused" in str(m.query_one("#title").render())
         await pilot.press("home")  # seek back to the start: the history is rebuilt, the down event gone
-        await _settle(pilot)
+        await settle(pilot)
         assert replay.i == 1 and "down: cannot connect" not in str(m.events_view.render())
         assert "down" not in str(m.verdicts.render()) and "10.0.0.5:8000" in str(m.verdicts.render())
         await pilot.press("space")  # playing on from there reaches the end again
@@ -304,15 +299,15 @@ async def test_a_ramp_on_a_busy_server_asks_first():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         app.post_message(ServersSampled(server_tick()))  # the capture: 16 requests running
-        await _settle(pilot)
+        await settle(pilot)
         await pilot.press("l")
-        await _settle(pilot)
+        await settle(pilot)
         await pilot.press("ctrl+r")
-        await _settle(pilot)
+        await settle(pilot)
         assert isinstance(app.screen, ConfirmScreen)
         assert "already busy: 16 running, 0 waiting" in str(app.screen.query_one("Static").render())
         await pilot.press("n")
-        await _settle(pilot)
+        await settle(pilot)
         assert app.screen is app.load_screen and not app.load_screen.running
         assert "not started: the server is busy" in str(app.load_screen.status.render())
 
@@ -328,18 +323,18 @@ async def test_a_study_on_gpus_that_already_serve_asks_first():
         g = replace(gpu_tick().tick.gpus[0], source="nvml", fb_used_mib=70_000.0)  # this host's GPU, 70 GB used
         app.post_message(GpusSampled(GpuTick((g,), frozenset(), (), ())))
         app.post_message(ServersSampled(server_tick()))
-        await _settle(pilot)
+        await settle(pilot)
         assert app.gpus_in_use("spoc sim --port {port} {flags}") is None  # the simulator needs no GPU
         shared = app.gpus_in_use("vllm serve m --port {port} {flags}")
         assert shared == "1 of 1 GPU(s) with memory in use, the server 16 running, 0 waiting"
         await pilot.press("t")
-        await _settle(pilot)
+        await settle(pilot)
         app.tune_screen.query_one("#launch", Field).value = "vllm serve m --port {port} {flags}"
         await pilot.press("ctrl+r")
-        await _settle(pilot)
+        await settle(pilot)
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
-        await _settle(pilot)
+        await settle(pilot)
         assert not app.tune_screen.running
         assert "already serve a model" in str(app.tune_screen.form_error.render())
 
@@ -360,16 +355,16 @@ async def test_a_drag_alert_does_not_blink_when_the_gpu_hovers_at_the_threshold(
         cool = [*gpus[:3], replace(gpus[3], sm_clock_mhz=gpus[0].sm_clock_mhz, temp_c=gpus[0].temp_c, reasons_mask=0)]
         cool_msg = GpusSampled(GpuTick(tuple(cool), frozenset(), (), ()), tuple(analyse_groups([[0, 1, 2, 3]], cool)))
         app.post_message(hot)
-        await _settle(pilot)
+        await settle(pilot)
         assert "GPU 3 drags TP group 0-3" in str(app.monitor.tp.render())
         t[0] += 4
         app.post_message(cool_msg)  # one good sample: the alert stays, saying when it last held
-        await _settle(pilot)
+        await settle(pilot)
         text = str(app.monitor.tp.render())
         assert "GPU 3 drags TP group 0-3" in text and "(4 s ago)" in text
         t[0] += 10
         app.post_message(cool_msg)  # quiet for 10 s: gone
-        await _settle(pilot)
+        await settle(pilot)
         assert "drags" not in str(app.monitor.tp.render())
 
 
@@ -379,15 +374,15 @@ async def test_esc_closes_the_keys_panel_first():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("l")
-        await _settle(pilot)
+        await settle(pilot)
         app.action_show_help_panel()  # the palette's "Keys"
-        await _settle(pilot)
+        await settle(pilot)
         assert app.screen.query(HelpPanel)
         await pilot.press("escape")
-        await _settle(pilot)
+        await settle(pilot)
         assert not app.screen.query(HelpPanel) and app.screen is app.load_screen
         await pilot.press("escape")  # with no panel, Esc is the screen's again: back to the monitor
-        await _settle(pilot)
+        await settle(pilot)
         assert app.screen is app.monitor
 
 
