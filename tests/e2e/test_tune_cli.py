@@ -136,7 +136,10 @@ def test_tune_three_trials_with_one_that_cannot_start(files):
     for r in recs[1:]:  # every objective says how sure it is: its interval and its sample
         assert set(r["ci95"]) == set(r["n"]) == {"out_tok_s", "ttft_p99"}
         lo, hi = r["ci95"]["out_tok_s"]
-        assert lo <= r["objectives"]["out_tok_s"] <= hi and r["n"]["out_tok_s"] == r["reference"]["requests"]
+        # a 3 s window at 2 seats holds a handful of requests: its interval may stay open (None,
+        # "not bounded", as CI once saw), but never excludes the figure
+        assert (lo is None or lo <= r["objectives"]["out_tok_s"]) and (hi is None or r["objectives"]["out_tok_s"] <= hi)
+        assert r["n"]["out_tok_s"] == r["reference"]["requests"]
     doc = json.loads((files / "out" / "pareto.json").read_text())
     assert doc["pareto"] and doc["trials_run"] == 3 and doc["infeasible"] == 1
     assert all(set(m["ci95"]) == {"out_tok_s", "ttft_p99"} for m in doc["pareto"])

@@ -1,5 +1,6 @@
 """Monitor states built from real captures, posted the way the workers post them."""
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,17 @@ def make_app(s: Settings | None = None, ascii_mode: bool = False) -> SpocApp:
     return SpocApp(s or settings(), MonitorSources(), start_workers=False, ascii_mode=ascii_mode)
 
 
-def server_tick(up: bool = True) -> VllmTick:
+def server_tick(up: bool = True, at: float | None = None) -> VllmTick:
+    """The 0.32 capture as one server's tick; ``up=False``: the server unreachable, its status
+    taken at ``at`` (wall time; now when not given), so its retry counts down from there."""
     now = parse_text((FIX / "vllm/vllm_0.32_cpu_full_load.txt").read_text())
     then = parse_text((FIX / "vllm/vllm_0.32_cpu_full_idle.txt").read_text())
     view = server_view(URL, Scrape(now, 160.0, then, 100.0))
     status = SourceStatus(
         URL, up, None if up else f"{URL}: cannot connect (All connection attempts failed)", None, None if up else 4.0
     )
+    if at is not None:
+        status = replace(status, at=at)
     return VllmTick((view,), None, frozenset() if up else frozenset({URL}), (), (status,))
 
 

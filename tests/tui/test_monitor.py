@@ -47,7 +47,9 @@ def test_snapshot_source_down(snap_compare, size):
         pilot.app.monitor.clock = lambda: FIXED
         pilot.app.post_message(ServersSampled(server_tick()))
         await settle(pilot)
-        pilot.app.post_message(ServersSampled(server_tick(up=False)))
+        # the status taken at the pinned clock: "retry 4s" on every run (it counted down in real
+        # time, and a loaded CI machine once drew "retry 3s")
+        pilot.app.post_message(ServersSampled(server_tick(up=False, at=FIXED)))
         pilot.app.post_message(no_gpu())
         await settle(pilot)
 

@@ -494,7 +494,7 @@ class MonitorScreen(Screen[None]):
         self.tp.show(self.model.groups, list(self.model.alerts), None)
 
     def _draw_status(self) -> None:
-        self.status.show(list(self.model.statuses.values()), self.paused, self.background)
+        self.status.show(list(self.model.statuses.values()), self.paused, self.background, self.clock())
 
     def set_background(self, text: str) -> None:
         """A ramp or study running behind the monitor (empty: none)."""
