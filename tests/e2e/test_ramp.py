@@ -274,7 +274,9 @@ def test_open_loop_rates_are_poisson_and_the_knee_is_in_requests_per_second(sim8
         gaps = [b - a for a, b in zip(starts, starts[1:])]
         mean = sum(gaps) / len(gaps)
         cv = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5 / mean
-        assert 0.6 * rate < 1 / mean < 1.4 * rate, (step, 1 / mean)
+        # ~40 arrivals a step: within +-50 % of the asked rate (CI once read 7.3/s for 5 at the
+        # +-40 % this had; a closed loop or a fixed pace fails the cv check below either way)
+        assert 0.5 * rate < 1 / mean < 1.5 * rate, (step, 1 / mean)
         assert 0.6 < cv < 1.4, (step, cv)
     assert " 5/s " in r.stdout and "20/s" in r.stdout
 
