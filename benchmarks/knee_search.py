@@ -51,7 +51,6 @@ from spoc_tui.core.knee import BisectSearch, Knee, KneeSearch, find_knee  # noqa
 from spoc_tui.core.presets import gpu_preset, model_preset  # noqa: E402
 from spoc_tui.core.sla import Limit, parse_sla  # noqa: E402
 from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step  # noqa: E402
-from spoc_tui.load.defaults import DRAIN_MAX_S  # noqa: E402
 from spoc_tui.load.workload import Workload, load_workload  # noqa: E402
 from spoc_tui.sim.engine import EngineConfig, SimEngine  # noqa: E402
 from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
@@ -172,16 +171,12 @@ def replay(
             limit = max(planned, min(limit, budget - used - WARMUP_S))
         while True:
             vs.advance(start + target)
-            # as spoc ramp: the requests sent in the window, each followed to its end
-            drained = vs.drain(start + target, min(planned, DRAIN_MAX_S))
-            window = vs.sent(start, start + target)
-            summary = summarize_step(
-                len(steps) + 1, u, window, target, limits, extended_s=target - planned, drained_s=drained
-            )
+            window = vs.window(start, vs.now)
+            summary = summarize_step(len(steps) + 1, u, window, target, limits, extended_s=target - planned)
             if summary.decision != "inconclusive" or target >= limit - 1e-6 or not plan.extend(summary):
                 break
             target = min(limit, target + planned)
-        used += WARMUP_S + target + drained
+        used += WARMUP_S + target
         steps.append(summary)
         windows.append((u, window))
         knee = find_knee(steps, infer_knee(windows, limits, seed=seed))

@@ -765,9 +765,6 @@ class StepSummary:
     ci95: Totals = Totals()
     extended_s: float = 0.0
     """Seconds the step was measured beyond its planned length to reach a decision."""
-    drained_s: float = 0.0
-    """Seconds the load ran on, unchanged, after the window closed, until every request sent
-    within it had ended (:func:`sent_within`; 0 in files written before windows were drained)."""
     client: ClientHealth = ClientHealth()
     rate: float | None = None
     """Open-loop steps: the target arrival rate (requests/s, Poisson); ``users`` is then the number
@@ -835,7 +832,6 @@ class StepSummary:
             "cached_prompt_fraction": self.cached_prompt_fraction,
             "ci95": self.ci95.as_dict(),
             "extended_s": self.extended_s,
-            **({"drained_s": self.drained_s} if self.drained_s else {}),
             "rate": self.rate,
             "client": self.client.as_dict(),
             "verdict": self.verdict.as_dict(),
@@ -867,7 +863,6 @@ class StepSummary:
             server=ServerWindow.from_dict(_obj(d.get("server"))),
             ci95=Totals.from_dict(_obj(d.get("ci95"))),
             extended_s=json_float(d, "extended_s") or 0.0,
-            drained_s=json_float(d, "drained_s") or 0.0,
             client=ClientHealth.from_dict(_obj(d.get("client"))),
             rate=json_float(d, "rate"),
             stopped_early=EarlyStop(str(early.get("reason", "")), json_float(early, "saved_s") or 0.0)
@@ -962,17 +957,6 @@ def user_units(samples: Sequence[RequestSample]) -> list[int] | None:
     return out if len(ids) >= USER_UNITS_MIN else None
 
 
-def sent_within(samples: Iterable[RequestSample], start: float, end: float) -> list[RequestSample]:
-    """A step's window: the requests sent inside [start, end], each followed to its end.
-
-    Not the requests that *ended* inside it: near the knee the slowest requests of a window are
-    still waiting when it closes, so counting what finished drops exactly the tail a p99 is about
-    (on the simulator, logs profile at 12 users: TTFT p99 7.3 s by the requests that ended in 30 s
-    windows, 22.7 s by those sent in them, 35 s in steady state; the knee came out 60 % high).
-    The load runs on unchanged after the window until they have ended (``drained_s``)."""
-    return [s for s in samples if start <= s.start <= end and s.end is not None]
-
-
 def summarize_step(
     step: int,
     users: int,
@@ -985,10 +969,9 @@ def summarize_step(
     server: ServerWindow = ServerWindow(),
     client: ClientHealth = ClientHealth(),
     extended_s: float = 0.0,
-    drained_s: float = 0.0,
     unbounded: str | None = None,
 ) -> StepSummary:
-    """Figures of one step from the requests of its measured window (:func:`sent_within`), each with
+    """Figures of one step from the requests that finished inside its measured window, each with
     its sample size and 95 % interval (:mod:`spoc_tui.core.confidence`), and the verdict (broken
     by the queue rule when ``unbounded`` says why).
 
@@ -1043,7 +1026,6 @@ def summarize_step(
         client=client,
         rate=rate,
         extended_s=extended_s,
-        drained_s=drained_s,
         arrivals=arrivals([s.start for s in samples]),
     )
     verdict = judge(figures, limits)

@@ -37,8 +37,3 @@ def spawn_rate(change: int, warmup_s: float, arrivals: str, given: float | None 
     if arrivals == "lockstep":
         return LOCKSTEP_SPAWN_RATE
     return float(min(MAX_SPAWN_RATE, max(1.0, math.ceil(abs(change) / max(0.5, warmup_s / 2)))))
-
-
-DRAIN_MAX_S = 120.0
-"""A step's window is followed to its last answer for at most this long (and at most its planned
-length), by ``spoc ramp`` and by the twin alike: what is still unanswered then is left out."""

@@ -55,7 +55,6 @@ from spoc_tui.core.steps import (
     badly_broken,
     client_health,
     queue_unbounded,
-    sent_within,
     summarize_step,
 )
 from spoc_tui.core.textsafe import safe
@@ -65,7 +64,6 @@ from spoc_tui.load.defaults import (
     ABORT_FACTOR,
     ARRIVALS,
     DEFAULT_BUDGET_S,
-    DRAIN_MAX_S,
     EXTEND_FACTOR,
     MAX_WORKERS,
     POLL_S,
@@ -696,11 +694,7 @@ async def _run_step(
                 if early := _early(cfg, idx, users, samples, m_start, target, server):
                     return early
         m_end = time.time()
-        drained = 0.0
-        if not unbounded:  # a queue growing without bound is a break whatever the last answers say
-            report(phase, idx, level, steps, len(samples), "waiting for the window's last answers")
-            drained = await _drain(m_end, health, pump, min(planned, DRAIN_MAX_S))
-        in_window = sent_within(samples, m_start, m_end)
+        in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
         windows[idx] = in_window  # the knee's inference across steps resamples them
         summary = summarize_step(
             idx,
@@ -715,7 +709,6 @@ async def _run_step(
                 [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if m_start <= h.t <= m_end + 1.0], cfg.limits
             ),
             extended_s=max(0.0, (m_end - m_start) - planned),
-            drained_s=round(drained, 1),
             unbounded=unbounded,
         )
         if unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
@@ -725,29 +718,6 @@ async def _run_step(
         target = min(limit, target + planned)
         phase = "extending"
         report(phase, idx, level, steps, len(samples), f"inconclusive ({summary.verdict.reason}): measuring on")
-
-
-async def _drain(end: float, health: list[wire.Health], pump: asyncio.Task[None], most_s: float) -> float:
-    """Keep the load as it is until every request sent by ``end`` has ended, as each load-generator
-    process reports in its health (once a second: its oldest request unanswered), or for
-    ``most_s``; the seconds it took. Every process that reported during the step must report
-    again after ``end`` with nothing older than it in flight."""
-    t0 = time.time()
-    procs = {h.process for h in health if h.t >= end - 5.0}
-    while time.time() - t0 < most_s:
-        latest: dict[str, wire.Health] = {}
-        for h in reversed(health):
-            if h.t <= end:
-                break
-            latest.setdefault(h.process, h)
-        if procs <= set(latest) and all(
-            h.oldest_in_flight is None or h.oldest_in_flight > end for h in latest.values()
-        ):
-            break
-        if pump.done():
-            raise RampError("the load generator exited; see runner.log in the output folder")
-        await asyncio.sleep(0.2)
-    return time.time() - t0
 
 
 @dataclass(frozen=True, slots=True)

@@ -226,29 +226,14 @@ def stream_request(
 ) -> tuple[RequestSample, str | None]:
     """One streamed request (chat or completions), every event with choices timestamped as it is
     read. Returns its sample and the answer's text (None when it failed)."""
-    wall0 = time.time()
-    t0 = time.perf_counter()
-    key = object()
-    IN_FLIGHT[key] = wall0
-    try:
-        return _stream(client, path, body, turn, conv_id, wall0, t0)
-    finally:
-        del IN_FLIGHT[key]
-
-
-IN_FLIGHT: dict[object, float] = {}
-"""This process's requests still unanswered: when each was sent (wall time), for its health."""
-
-
-def _stream(
-    client: Any, path: str, body: dict[str, Any], turn: int, conv_id: str, wall0: float, t0: float
-) -> tuple[RequestSample, str | None]:
     # identity: a compressed stream would reach us in the compressor's blocks, not token by token
     headers = {"Accept-Encoding": "identity"}
     if Shared.api_key:
         headers["Authorization"] = f"Bearer {Shared.api_key}"
     step, users = Shared.step, Shared.users
     chat = path.endswith("chat/completions")
+    wall0 = time.time()
+    t0 = time.perf_counter()
     first: float | None = None
     last: float | None = None
     gaps: list[float] = []
@@ -640,8 +625,7 @@ def watch_self(sink: Callable[[wire.Health], None]) -> None:
         gevent.sleep(LAG_TICK_S)
         lags.append(max(0.0, (time.perf_counter() - t0 - LAG_TICK_S) * 1000))
         if time.perf_counter() - last >= 1.0:
-            lag, oldest = tuple(round(x, 3) for x in lags), min(IN_FLIGHT.values(), default=None)
-            sink(wire.Health(time.time(), time.process_time(), lag, oldest_in_flight=oldest))
+            sink(wire.Health(time.time(), time.process_time(), tuple(round(x, 3) for x in lags)))
             lags = []
             last = time.perf_counter()
 
@@ -860,8 +844,7 @@ def _work(env: Environment, args: argparse.Namespace) -> int:
 
     def send_health(h: wire.Health) -> None:
         # Locust types the payload as a dict; its messages carry any msgpack-able data
-        d = {"t": h.t, "cpu_s": h.cpu_s, "lags_ms": list(h.lags_ms), "oldest_in_flight": h.oldest_in_flight}
-        runner.send_message("spoc_health", d)
+        runner.send_message("spoc_health", {"t": h.t, "cpu_s": h.cpu_s, "lags_ms": list(h.lags_ms)})
 
     gevent.spawn(watch_self, send_health)
 
@@ -897,16 +880,7 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
 
         def on_health(msg: Any, **_kw: Any) -> None:
             d = msg.data
-            oldest = d.get("oldest_in_flight")
-            emit(
-                wire.Health(
-                    float(d["t"]),
-                    float(d["cpu_s"]),
-                    tuple(d["lags_ms"]),
-                    f"worker {msg.node_id}",
-                    None if oldest is None else float(oldest),
-                )
-            )
+            emit(wire.Health(float(d["t"]), float(d["cpu_s"]), tuple(d["lags_ms"]), f"worker {msg.node_id}"))
 
         runner.register_message("spoc_health", on_health)
 

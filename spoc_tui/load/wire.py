@@ -103,9 +103,6 @@ class Health:
     cpu_s: float
     lags_ms: tuple[float, ...]
     process: str = "main"
-    oldest_in_flight: float | None = None
-    """When the oldest of its requests still unanswered was sent (wall time; None: none is): a
-    step's window follows the requests sent within it to their ends (:mod:`spoc_tui.load.ramp`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,14 +159,7 @@ def encode(msg: Command | Event) -> str:
             "process": msg.process,
         }
     elif isinstance(msg, Health):
-        d = {
-            "type": "health",
-            "t": msg.t,
-            "cpu_s": msg.cpu_s,
-            "lags_ms": list(msg.lags_ms),
-            "process": msg.process,
-            "oldest_in_flight": msg.oldest_in_flight,
-        }
+        d = {"type": "health", "t": msg.t, "cpu_s": msg.cpu_s, "lags_ms": list(msg.lags_ms), "process": msg.process}
     else:
         raise WireError(f"{type(msg).__name__} is not sent over the wire")
     return json.dumps(d, separators=(",", ":"))
@@ -265,14 +255,5 @@ def decode_event(line: str | bytes) -> Event:
         t, cpu = d.get("t"), d.get("cpu_s")
         if not isinstance(t, (int, float)) or not isinstance(cpu, (int, float)):
             raise WireError("health: t and cpu_s must be numbers")
-        oldest = d.get("oldest_in_flight")
-        if oldest is not None and not isinstance(oldest, (int, float)):
-            raise WireError("health: oldest_in_flight must be a number or null")
-        return Health(
-            float(t),
-            float(cpu),
-            tuple(float(x) for x in lags),
-            str(d.get("process", "main")),
-            None if oldest is None else float(oldest),
-        )
+        return Health(float(t), float(cpu), tuple(float(x) for x in lags), str(d.get("process", "main")))
     raise WireError(f"unknown event {kind!r}")

@@ -17,11 +17,10 @@ from __future__ import annotations
 import heapq
 import random
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from spoc_tui.core.steps import RequestSample, sent_within
+from spoc_tui.core.steps import RequestSample
 from spoc_tui.load.workload import Workload, jitter
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest, tokenize
 
@@ -133,8 +132,6 @@ class VirtualServer:
         self._heap: list[tuple[float, int, int]] = []
         self._seq = 0
         self._users: list[_User] = []
-        self._in_flight: dict[int, float] = {}
-        """Users with a request unanswered: when it was sent."""
         self._active = 0
         self._system: dict[int, list[int]] = {}
         self.lockstep = lockstep
@@ -211,7 +208,6 @@ class VirtualServer:
             return
         max_tokens = min(t.output_tokens, room)
         u.start, u.tokens = self.now, []
-        self._in_flight[u.idx] = self.now
         req = SimRequest(
             rid=f"u{u.idx}-{u.conversation}-{u.turn}",
             prompt=list(u.history),
@@ -230,7 +226,6 @@ class VirtualServer:
             self.engine.add(req)
 
     def _finished(self, u: _User, r: SimRequest) -> None:
-        self._in_flight.pop(u.idx, None)
         ok = r.finish_reason != "abort" and bool(u.tokens)
         times = u.tokens
         self.samples.append(
@@ -304,20 +299,5 @@ class VirtualServer:
         return min(times) if times else None
 
     def window(self, start: float, end: float) -> list[RequestSample]:
-        """The requests that finished inside [start, end] (a long reference run's window)."""
+        """The requests that finished inside [start, end] (a step's window counts them so)."""
         return [s for s in self.samples if s.end is not None and start <= s.end <= end]
-
-    def sent(self, start: float, end: float) -> list[RequestSample]:
-        """A step's window, as ``spoc ramp`` takes it: the requests sent inside [start, end] that
-        have ended (:func:`~spoc_tui.core.steps.sent_within`; :meth:`drain` first)."""
-        return sent_within(self.samples, start, end)
-
-    def drain(self, end: float, most_s: float, advance: Callable[[float], None] | None = None) -> float:
-        """Run on, the users unchanged, until every request sent by ``end`` has ended, or for
-        ``most_s`` seconds at most, as ``spoc ramp`` does after a step's window; the seconds it
-        took. ``advance``: how to move time (a twin's, which also polls its engine)."""
-        step = advance or self.advance
-        t0 = self.now
-        while self.now < t0 + most_s and any(t <= end for t in self._in_flight.values()):
-            step(min(t0 + most_s, self.now + 0.25))
-        return self.now - t0

@@ -24,7 +24,6 @@ from spoc_tui.core.errors import SpocError
 from spoc_tui.core.knee import Knee, find_knee
 from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step
 from spoc_tui.core.tunespace import Config, command_line
-from spoc_tui.load.defaults import DRAIN_MAX_S
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 from spoc_tui.procs.ports import free_port
 from spoc_tui.procs.server import LaunchError, ServerProcess
@@ -364,9 +363,7 @@ class FastSimEvaluator:
                 engine, self.ramp.workload, users, seed=self.ramp.seed * 7_919 + idx, spread_s=1.0, ignore_eos=True
             )
             virtual.advance(self.ramp.step_s)
-            # the step's requests, each followed to its end, as spoc ramp takes a window
-            virtual.drain(self.ramp.step_s, min(self.ramp.step_s - self.ramp.warmup_s, DRAIN_MAX_S))
-            window = virtual.sent(self.ramp.warmup_s, self.ramp.step_s)
+            window = virtual.window(self.ramp.warmup_s, self.ramp.step_s)
             summary = summarize_step(idx, users, window, self.ramp.step_s - self.ramp.warmup_s, self.ramp.limits)
             steps.append(summary)
             samples_all += window

@@ -28,15 +28,7 @@ from spoc_tui.core.inference import KneeEstimate, infer_knee
 from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, find_knee
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.steps import RequestSample, ServerWindow, StepSummary, summarize_step
-from spoc_tui.load.defaults import (
-    ARRIVALS,
-    DEFAULT_BUDGET_S,
-    DRAIN_MAX_S,
-    EXTEND_FACTOR,
-    STEP_S,
-    WARMUP_S,
-    spawn_rate,
-)
+from spoc_tui.load.defaults import ARRIVALS, DEFAULT_BUDGET_S, EXTEND_FACTOR, STEP_S, WARMUP_S, spawn_rate
 from spoc_tui.load.workload import Workload
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.twin.engine import TwinEngine
@@ -232,8 +224,7 @@ def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[
         advance(vs.now + p.warmup_s)
         start = vs.now
         advance(start + secs)
-        vs.drain(start + secs, min(secs, DRAIN_MAX_S), advance)
-        window = vs.sent(start, start + secs)
+        window = vs.window(start, vs.now)
         out.append(DrawStep(u, window, point_figures(window, max(secs, 1e-9))))
     return out
 
@@ -273,12 +264,9 @@ def run_ramp(
             while vs.now < start + target - 1e-9:
                 advance(min(start + target, vs.now + 1.0))
                 polls.append((len(eng.waiting), len(eng.running), eng.kv_usage))
-            end = vs.now
-            secs = max(end - start, 1e-9)
+            window = vs.window(start, vs.now)
+            secs = max(vs.now - start, 1e-9)
             server = _server_window(eng, polls, c0, _counters(eng), secs)
-            # as spoc ramp: the window's requests are followed to their ends, the load unchanged
-            drained = vs.drain(end, min(planned, DRAIN_MAX_S), advance)
-            window = vs.sent(start, end)
             summary = summarize_step(
                 len(steps) + 1,
                 1 if p.open_loop else int(u),
@@ -289,7 +277,6 @@ def run_ramp(
                 rate=float(u) if p.open_loop else None,
                 server=server,
                 extended_s=target - planned,
-                drained_s=round(drained, 1),
             )
             if summary.decision != "inconclusive" or target >= limit - 1e-6:
                 break
@@ -297,7 +284,7 @@ def run_ramp(
             if extend is not None and not extend(summary):
                 break
             target = min(limit, target + planned)
-        used += p.warmup_s + target + drained
+        used += p.warmup_s + target
         busy = (_counters(eng)["busy"] - c0["busy"]) / secs
         steps.append(summary)
         windows.append((u, window))

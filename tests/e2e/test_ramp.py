@@ -94,8 +94,6 @@ def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path
         assert step["verdict"]["checks"]["ttft_p90"]["ci95"] == ttft["ci95"]["p90"]
     last = d["steps"][-1]
     assert last["server"]["waiting_max"] > 0  # why the knee is there: requests queue behind 8 seats
-    # the window's requests still queued when it closed were waited for, not left out
-    assert 0 < last.get("drained_s", 0) <= 4
     assert last["server"]["gpus"] and last["server"]["gpus"][0]["sm_clock_mhz"]
     reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     assert len(reqs) >= sum(s["requests"] for s in d["steps"])

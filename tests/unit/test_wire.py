@@ -34,7 +34,6 @@ def test_commands_round_trip(msg):
         wire.RunnerFailed("only 1 of 2 workers joined"),
         wire.Stopped(),
         wire.Health(1.5, 0.25, (0.1, 2.0), "worker w1"),
-        wire.Health(1.5, 0.25, (0.1,), "main", oldest_in_flight=1.25),
         wire.Sample(
             RequestSample(1.0, 2, 8, True, 0.05, 1.2, (0.01, 0.002), 30, 100, 64, None, "c-1", 1, "chatcmpl-x", 2.2)
         ),
