@@ -185,6 +185,7 @@ async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[di
     prof_path = out / "flat.toml"
     out.mkdir(parents=True, exist_ok=True)
     prof_path.write_text(PROFILE)
+    finished = asyncio.Event()
     cfg = RampConfig(
         url=url,
         workload=load_workload(str(prof_path)),
@@ -198,7 +199,6 @@ async def side_by_side(url: str, conc: int, prompts: int, out: Path) -> tuple[di
         # spoc's window ends soon after vllm bench's last answer (the figures are over its window)
         early_stop=lambda _: "vllm bench finished" if finished.is_set() else None,
     )
-    finished = asyncio.Event()
     with Tap(port_of(url), out / "wire.bin") as tap:
         ramp = asyncio.create_task(run_ramp(cfg))
         await asyncio.sleep(3.0)  # spoc's users are streaming before vllm bench's first request

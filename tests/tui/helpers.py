@@ -82,8 +82,8 @@ def no_gpu() -> GpusSampled:
 
 async def settle(pilot: Any, most: int = 20) -> None:
     """Wait until the screen stops changing (two pauses drawing the same), at most ``most``
-    pauses: a wide layout measures its panels again after the first refresh, and on a loaded
-    machine two fixed pauses were not always enough for a snapshot (CI saw one cut short)."""
+    pauses: a wide layout measures its panels again after the first refresh, which two fixed
+    pauses could miss on a loaded machine."""
     before = None
     for _ in range(most):
         await pilot.pause()

@@ -376,7 +376,7 @@ class TpPanel(ChangedStatic):
 class StatusLine(ChangedStatic):
     """One entry per source: up, stale since, error and retry."""
 
-    def show(self, statuses: list[SourceStatus], paused: bool, background: str = "", now: float | None = None) -> None:
+    def show(self, statuses: list[SourceStatus], paused: bool, background: str, now: float) -> None:
         """``now``: the monitor's wall clock (a replay's, or a test's pinned one), for "stale N s"
         and "retry N s"."""
         t = Text()
@@ -386,7 +386,6 @@ class StatusLine(ChangedStatic):
         if background:
             t.append(f" {background} ", style="bold black on cyan")
             t.append(" ")
-        now = time.time() if now is None else now
         for i, s in enumerate(statuses):
             if i:
                 t.append("  ")
