@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import httpx
 
 from spoc_tui.collectors.http import new_client
+from spoc_tui.collectors.lighthttp import ScrapeClient, needs_httpx
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, fetch
 from spoc_tui.core.errors import first_line
 from spoc_tui.core.gpu import GpuSample, ThrottleWindow, dcgm_gpus
@@ -105,7 +106,7 @@ class _Poller:
         self.clock = clock
         self.api_key = api_key
         self.backoff = _Backoff(self.urls, clock)
-        self._client = client
+        self._client: httpx.AsyncClient | ScrapeClient | None = client
         self._inflight: dict[str, asyncio.Task[Reading | SourceError]] = {}
         self._cost: dict[str, float] = {}
         """How long each source's last failed read took (seconds)."""
@@ -126,7 +127,9 @@ class _Poller:
         the status changes of the failed ones. A read still going on keeps going; it is
         collected by a later call, so a slow source never holds the others back."""
         if self._client is None:
-            self._client = new_client(DEFAULT_TIMEOUT)
+            # httpx only where the environment routes a source through a proxy
+            light = not any(needs_httpx(u) for u in self.urls)
+            self._client = ScrapeClient() if light else new_client(DEFAULT_TIMEOUT)
         client = self._client
 
         async def one(url: str) -> Reading | SourceError:

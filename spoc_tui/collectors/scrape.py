@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from spoc_tui.collectors.http import RedirectRefused, new_client, request
+from spoc_tui.collectors.lighthttp import BodyTooLarge, ConnectFailed, HttpFailure, ScrapeClient
 from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.files import FileReadError, read_text_bounded
 from spoc_tui.core.gpu import is_dcgm
@@ -109,11 +110,12 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 
 
 async def fetch(
-    client: httpx.AsyncClient, url: str, api_key: str | None = None, deadline_s: float = DEADLINE_S
+    client: httpx.AsyncClient | ScrapeClient, url: str, api_key: str | None = None, deadline_s: float = DEADLINE_S
 ) -> Reading:
     """Scrape one URL within ``deadline_s`` as a whole, the body limited to :data:`MAX_BODY`
     as it streams; the text is parsed in a worker thread, so a huge or hostile body never holds
-    up the caller's event loop (the TUI's).
+    up the caller's event loop (the TUI's). ``client``: httpx's, or the monitor's lighter
+    :class:`~spoc_tui.collectors.lighthttp.ScrapeClient` (the same rules, a sixth of the CPU).
 
     Raises:
         SourceError: connection failures, timeouts, HTTP errors, bodies too large and bodies
@@ -134,6 +136,10 @@ async def fetch(
         raise SourceError(f"{url}: {e}") from None
     except httpx.HTTPError as e:
         raise SourceError(f"{url}: {type(e).__name__} ({_short(e)})") from None
+    except ConnectFailed as e:
+        raise SourceError(f"{url}: cannot connect ({_short(e)})") from None
+    except HttpFailure as e:
+        raise SourceError(f"{url}: {_short(e)}") from None
     if status != 200:
         raise SourceError(f"{url}: HTTP {status} from {shown_target}")
     try:
@@ -144,8 +150,14 @@ async def fetch(
 
 
 async def _download(
-    client: httpx.AsyncClient, target: str, api_key: str | None, url: str
+    client: httpx.AsyncClient | ScrapeClient, target: str, api_key: str | None, url: str
 ) -> tuple[int, bytes, str | None]:
+    if isinstance(client, ScrapeClient):
+        try:
+            answer = await client.get(target, auth_headers(api_key), MAX_BODY)
+        except BodyTooLarge:
+            raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB") from None
+        return answer.status, answer.body if answer.status == 200 else b"", answer.content_type
     resp = await request(client, "GET", target, headers=auth_headers(api_key), stream=True)
     try:
         if resp.status_code != 200:

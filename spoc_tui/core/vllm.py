@@ -7,7 +7,7 @@ server does not export is ``None`` ("n/a"), never 0.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spoc_tui.core.promparse import Exposition, Labels
 from spoc_tui.core.stats import (
@@ -486,6 +486,20 @@ def split_by_engine(exp: Exposition, keep: int | None = None) -> dict[str, Expos
     return parts
 
 
+_FRONT_END = frozenset(REJECTIONS) | {"vllm:admission_rejections_created"}
+"""``vllm:`` series that vLLM's API server exports without an engine label (0.32: admission)."""
+
+
+def _engine_holds_all(exp: Exposition, part: Exposition) -> bool:
+    """Whether ``part`` (one engine's series) holds every ``vllm:`` series of ``exp`` but the
+    front end's, whose figures no engine view has."""
+    return all(
+        name in _FRONT_END or len(part.samples.get(name, ())) == len(series)
+        for name, series in exp.samples.items()
+        if name.startswith("vllm:")
+    )
+
+
 def server_view(source: str, scrape: Scrape) -> ServerView:
     """The whole view of one vLLM source, with a row per engine (the first
     :data:`MAX_ENGINE_ROWS`); linear in the size of the exposition."""
@@ -495,22 +509,35 @@ def server_view(source: str, scrape: Scrape) -> ServerView:
     then_parts = {}
     if scrape.then is not None:
         then_parts = {e: p for e, p in split_by_engine(scrape.then, keep=MAX_ENGINE_ROWS * 4).items() if e in now_parts}
-    per_engine = tuple(
-        build_view(
-            [
-                Scrape(
-                    now_parts[e], scrape.t_now, then_parts.get(e, Exposition()) if scrape.then else None, scrape.t_then
-                )
-            ],
-            e,
+    total = build_view([scrape])
+    if (
+        len(names) == 1
+        and _engine_holds_all(exp, now_parts[names[0]])
+        and (scrape.then is None or _engine_holds_all(scrape.then, then_parts.get(names[0], Exposition())))
+    ):
+        # one engine holding every vllm: series (the usual server): its view is the total's but
+        # for the front end's counters, HTTP and admission, which are no engine's
+        per_engine: tuple[EngineView, ...] = (replace(total, engine=names[0], http_rates={}, rejections_rate=None),)
+    else:
+        per_engine = tuple(
+            build_view(
+                [
+                    Scrape(
+                        now_parts[e],
+                        scrape.t_now,
+                        then_parts.get(e, Exposition()) if scrape.then else None,
+                        scrape.t_then,
+                    )
+                ],
+                e,
+            )
+            for e in names
         )
-        for e in names
-    )
     return ServerView(
         source=source,
         engine_version=engine_version(exp),
         model_names=model_names(exp),
-        total=build_view([scrape]),
+        total=total,
         engines=per_engine,
         cache_config=cache_config(exp),
         simulated=exp.has(SIM_MARKER),

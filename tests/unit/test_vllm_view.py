@@ -212,3 +212,21 @@ def test_prefix_hit_rate_pairs_names_of_one_generation():
     only_new_queries = parse_text("vllm:prefix_cache_queries_total 10\nvllm:gpu_prefix_cache_hits_total 50\n"
                                   "vllm:num_requests_running 1\n")  # fmt: skip
     assert server_view("x", Scrape(only_new_queries, 1.0)).total.prefix_cache_hit_rate is None  # was 5.0
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIX.glob("*.txt")))
+def test_one_engine_view_is_the_totals_taken_without_building_it_again(name):
+    """server_view's shortcut for a server whose every vllm: series is one engine's (it builds
+    the view once, not twice) gives what building the engine's own view gives."""
+    from spoc_tui.core.vllm import build_view, split_by_engine
+
+    now = parse_text((FIX / name).read_text())
+    then = parse_text((FIX / "vllm_0.32_cpu_full_idle.txt").read_text()) if "0.32" in name else None
+    sv = server_view("s", Scrape(now, 60.0, then, 0.0 if then is not None else None))
+    parts = split_by_engine(now)
+    then_parts = split_by_engine(then) if then is not None else {}
+    slow = tuple(
+        build_view([Scrape(parts[e], 60.0, then_parts.get(e) if then is not None else None, 0.0 if then else None)], e)
+        for e in sorted(parts, key=lambda e: (len(e), e))
+    )
+    assert sv.engines == slow

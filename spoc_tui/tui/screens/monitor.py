@@ -248,7 +248,9 @@ class MonitorScreen(Screen[None]):
             self._draw_tp()
             self._draw_status()
             self._draw_events()
-            self._draw_charts()
+            self._draw_server_charts()
+            if self.model.gpu_tick is None:  # no GPU source (yet): its charts say so
+                self._draw_gpu_charts()
         self._fit_charts()
 
     def set_models(self, source: str, models: dict[str, int | None]) -> None:
@@ -330,11 +332,16 @@ class MonitorScreen(Screen[None]):
         self._draw_charts()
 
     def _draw_charts(self) -> None:
+        self._draw_server_charts()
+        self._draw_gpu_charts()
+
+    def _draw_server_charts(self) -> None:
+        """The five charts the servers feed (the GPU ticks' three are drawn with the GPUs)."""
         if not self.ready:
             return
         now = self.clock()
         since = now - self.span_s
-        pts = self.model.series.points
+        pts = self.model.series.window
 
         def chart(cid: str) -> TimeChart:
             return self._chart[cid]
@@ -358,6 +365,14 @@ class MonitorScreen(Screen[None]):
                 ("SLA", limit) if limit else None,
                 note="" if self.limits else "no SLA set (--sla)",
             )
+
+    def _draw_gpu_charts(self) -> None:
+        if not self.ready:
+            return
+        now = self.clock()
+        since = now - self.span_s
+        pts = self.model.series.window
+        chart = self._chart.__getitem__
         gpus = list(self.model.gpu_tick.gpus) if self.model.gpu_tick is not None else []
         multi = len({g.hostname for g in gpus}) > 1
         limits = {
@@ -444,7 +459,7 @@ class MonitorScreen(Screen[None]):
             self._draw_status()
             self._draw_verdicts()
             self._draw_events()
-            self._draw_charts()
+            self._draw_gpu_charts()
 
     def _draw_efficiency(self) -> None:
         view = self.model.fleet_view

@@ -17,7 +17,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from spoc_tui.core.series import columns, nice_range
+from spoc_tui.core.series import Points, columns, last_value, nice_range
 
 _DOTS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
 """Braille dot bits by (row 0..3 within the cell, column 0..1)."""
@@ -30,7 +30,7 @@ MARKERS = "*+ox#%@="
 @dataclass(frozen=True, slots=True)
 class Line:
     label: str
-    points: Sequence[tuple[float, float | None]]
+    points: Points
     color: str = "green"
 
 
@@ -144,7 +144,7 @@ class TimeChart(Widget):
         plain = self._plain
         segs = [Segment(self.title, base + Style(bold=True))]
         for i, ln in enumerate(self.lines):
-            last = next((v for _, v in reversed(ln.points) if v is not None), None)
+            last = last_value(ln.points)
             shown = self.fmt_value(last) if last is not None else "n/a"
             mark = MARKERS[i % len(MARKERS)] if plain else "━"
             segs.append(

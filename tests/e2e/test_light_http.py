@@ -1,0 +1,246 @@
+"""The monitor's light scrape client (collectors.lighthttp) keeps every rule the httpx path keeps:
+TLS by the process's rule, same-origin redirects, Basic from the URL, deadlines, bodies cut while
+they stream; and it reuses connections, survives a server closing an idle one, reads chunked,
+close-delimited and gzip bodies, and says what a malformed answer is."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from spoc_tui.collectors import http, scrape
+from spoc_tui.collectors.lighthttp import ScrapeClient, needs_httpx
+from spoc_tui.collectors.poller import VllmPoller
+from spoc_tui.collectors.scrape import SourceError, fetch
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+VLLM = (FIX / "vllm" / "vllm_0.32_cpu_full_load.txt").read_text()
+
+CLIENTS = {"httpx": lambda: http.new_client(5.0), "light": ScrapeClient}
+
+
+@pytest.fixture(autouse=True)
+def default_tls():
+    http.configure_tls(None, False)
+    yield
+    http.configure_tls(None, False)
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.auth: list[str | None] = []
+        self.peers: set[object] = set()
+        self.sent = 0
+
+
+def app(seen: Seen, other: str = "") -> web.Application:
+    async def metrics(request: web.Request) -> web.Response:
+        seen.auth.append(request.headers.get("Authorization"))
+        seen.peers.add(request.transport.get_extra_info("peername") if request.transport else None)
+        return web.Response(text=VLLM, content_type="text/plain")
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for i in range(0, len(VLLM), 5000):
+            await resp.write(VLLM[i : i + 5000].encode())
+        await resp.write_eof()
+        return resp
+
+    async def gzipped(_: web.Request) -> web.Response:
+        return web.Response(
+            body=gzip.compress(VLLM.encode()), headers={"Content-Type": "text/plain", "Content-Encoding": "gzip"}
+        )
+
+    async def moved(_: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect("/metrics")
+
+    async def elsewhere(_: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(f"{other}/metrics")
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        for _ in range(60):
+            await resp.write(b"#")
+            await asyncio.sleep(0.5)
+        return resp
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        line = b"vllm:num_requests_running 1\n" * 4096
+        try:
+            while True:
+                await resp.write(line)
+                seen.sent += len(line)
+        except (ConnectionError, RuntimeError):
+            return resp
+
+    a = web.Application()
+    for path, handler in (
+        ("/metrics", metrics),
+        ("/chunked/metrics", chunked),
+        ("/gzip/metrics", gzipped),
+        ("/old/metrics", moved),
+        ("/cross/metrics", elsewhere),
+        ("/trickle/metrics", trickle),
+        ("/endless/metrics", endless),
+    ):
+        a.router.add_get(path, handler)
+    return a
+
+
+@pytest.fixture()
+async def server():
+    seen = Seen()
+    other = TestServer(app(Seen()), host="127.0.0.1")
+    await other.start_server()
+    s = TestServer(app(seen, f"http://localhost:{other.port}"), host="127.0.0.1")
+    await s.start_server()
+    yield seen, f"http://127.0.0.1:{s.port}"
+    await s.close()
+    await other.close()
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+async def test_both_clients_read_redirect_authenticate_and_refuse_alike(server, kind, monkeypatch):
+    seen, root = server
+    async with asyncio.timeout(60):
+        c = CLIENTS[kind]()
+        try:
+            for path in ("", "/chunked/metrics", "/gzip/metrics", "/old/metrics"):
+                r = await fetch(c, root + path)
+                assert r.kind == "vllm" and len(r.exposition.samples) > 20, path
+            with pytest.raises(SourceError, match=r"redirected to another server \(http://localhost:\d+/metrics\)"):
+                await fetch(c, root + "/cross/metrics")
+            basic = root.replace("http://", "http://ops:p%40ss@")
+            await fetch(c, basic)
+            assert seen.auth[-1] == "Basic b3BzOnBAc3M="  # ops:p@ss
+            await fetch(c, root, api_key="sk-1")
+            assert seen.auth[-1] == "Bearer sk-1"
+            with pytest.raises(SourceError, match="no complete answer within 1.5 s"):
+                await fetch(c, root + "/trickle/metrics", deadline_s=1.5)
+            monkeypatch.setattr(scrape, "MAX_BODY", 2**20)
+            with pytest.raises(SourceError, match="larger than 1 MiB"):
+                await fetch(c, root + "/endless/metrics")
+            assert seen.sent < 16 * 2**20
+            # after a cut-off read the next one is whole (the half-read connection was dropped)
+            assert (await fetch(c, root)).kind == "vllm"
+            with pytest.raises(SourceError, match="cannot connect"):
+                await fetch(c, "http://127.0.0.1:1")
+        finally:
+            await c.aclose()
+
+
+async def test_the_light_client_keeps_one_connection_and_survives_its_close(server):
+    seen, root = server
+    c = ScrapeClient()
+    try:
+        for _ in range(5):
+            await fetch(c, root)
+        assert len(seen.peers) == 1  # kept alive: one connection for five reads
+        for _, writer in list(c._conns.values()):
+            writer.transport.abort()  # as a server closing an idle connection between two ticks would
+        await asyncio.sleep(0.05)
+        assert (await fetch(c, root)).kind == "vllm"
+        assert len(seen.peers) == 2
+    finally:
+        await c.aclose()
+
+
+async def _raw_server(answer: bytes) -> tuple[asyncio.Server, str]:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return srv, f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    ("answer", "expect"),
+    [
+        (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + VLLM.encode(), None),  # to the connection's end
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not an HTTP/1.x answer"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", "ended early"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunked body"),
+        (b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 2\r\n\r\nxx", "encoding not asked for"),
+        (b"HTTP/1.1 503 Unavailable\r\nContent-Length: 0\r\n\r\n", "HTTP 503"),
+        (b"", "closed the connection without an answer"),
+    ],
+)
+async def test_the_light_client_reads_or_names_each_kind_of_answer(answer, expect):
+    srv, root = await _raw_server(answer)
+    c = ScrapeClient()
+    try:
+        async with asyncio.timeout(30):
+            if expect is None:
+                assert (await fetch(c, root)).kind == "vllm"
+            else:
+                with pytest.raises(SourceError, match=expect) as e:
+                    await fetch(c, root)
+                assert root.split("//")[1] in str(e.value)  # the message names the source
+    finally:
+        await c.aclose()
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_the_light_client_checks_certificates_by_the_process_rule(tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(cert), str(key))
+    s = TestServer(app(Seen()), host="127.0.0.1")
+    await s.start_server(ssl=ctx)
+    url = f"https://127.0.0.1:{s.port}"
+    try:
+        c = ScrapeClient()
+        with pytest.raises(SourceError, match="certificate verify failed"):
+            await fetch(c, url)
+        await c.aclose()
+        for rule in ((str(cert), False), (None, True)):
+            http.configure_tls(*rule)
+            c = ScrapeClient()
+            assert (await fetch(c, url)).kind == "vllm"
+            await c.aclose()
+    finally:
+        await s.close()
+
+
+async def test_a_proxy_in_the_environment_sends_the_pollers_through_httpx(monkeypatch):
+    for var in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    assert not needs_httpx("http://10.0.0.5:8000")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert needs_httpx("http://10.0.0.5:8000")
+    assert not needs_httpx("http://127.0.0.1:8000")
+    assert not needs_httpx("https://10.0.0.5:8000")  # HTTP_PROXY is for http only
+    poller = VllmPoller(["http://10.0.0.5:8000"])
+    try:
+        await poller.poll(wait_s=0.01)
+        assert not isinstance(poller._client, ScrapeClient)
+    finally:
+        await poller.aclose()
+    poller = VllmPoller(["http://127.0.0.1:1"])
+    try:
+        await poller.poll()
+        assert isinstance(poller._client, ScrapeClient)
+    finally:
+        await poller.aclose()
