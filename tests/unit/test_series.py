@@ -43,7 +43,7 @@ def test_history_keeps_its_span_and_no_object_per_point():
     h = store._data["k"]
     assert len(h) == 101 and len(h.t) < 101 + History.TRIM  # the expired front was cut
     # doubles in place: the collector walks two arrays (their type only), never a point
-    assert [type(r) for a in (h.t, h.v) for r in gc.get_referents(a)] == [type(h.t)] * 2
+    assert [r for a in (h.t, h.v) for r in gc.get_referents(a)] == [type(h.t)] * 2
     assert store.latest("k") == 4999.0
     store.add("k", 5000.0, float("inf"))  # not finite: a gap
     assert store.latest("k") is None and last_value(store.window("k", 0.0)) == 4999.0
