@@ -11,14 +11,18 @@ T = TypeVar("T")
 class ScrapeHistory(Generic[T]):
     """Keeps timestamped scrapes just long enough to difference over ``window_s``.
 
-    The baseline is the newest scrape at least ``window_s`` old; until one exists, the
-    oldest scrape kept (the window is then shorter, and labelled with its real length).
+    The baseline is the newest scrape at least ``window_s`` old, give or take :attr:`slack_s`
+    (a tenth of the window, at most half a second); until one exists, the oldest scrape kept (the
+    window is then shorter, and labelled with its real length). The slack keeps a tick arriving a
+    few milliseconds early or late from swapping the baseline for the one before it: the window
+    read 60 s and 61 s by turns, and every panel titled with it was redrawn each time.
     """
 
     def __init__(self, window_s: float = 60.0) -> None:
         if window_s <= 0:
             raise ValueError("window must be positive")
         self.window_s = window_s
+        self.slack_s = min(0.5, window_s / 10)
         self._items: deque[tuple[float, T]] = deque()
 
     def __len__(self) -> int:
@@ -30,7 +34,7 @@ class ScrapeHistory(Generic[T]):
         if items and t <= items[-1][0]:
             items.clear()  # clock went backwards: start again rather than divide by <= 0
         # Drop entries older than the newest one that is already a full window old.
-        while len(items) >= 2 and t - items[1][0] >= self.window_s:
+        while len(items) >= 2 and t - items[1][0] >= self.window_s - self.slack_s:
             items.popleft()
         base = items[0] if items else None
         items.append((t, item))

@@ -23,6 +23,7 @@ from spoc_tui.core.roofline import gpu_of
 from spoc_tui.core.series import WINDOWS_S
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.snapshots import SourceStatus, VllmTick
+from spoc_tui.tui.compositor import LeanCompositor
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
 from spoc_tui.tui.widgets.panels import (
     ChangedStatic,
@@ -79,6 +80,7 @@ class MonitorScreen(Screen[None]):
         dcgm_urls: Sequence[str] = (),
     ) -> None:
         super().__init__()
+        self._compositor = LeanCompositor()  # a second's repaint renders the changed lines only
         self.model = MonitorModel(window_s, limits, events, vllm_urls, [redact_url(u) for u in dcgm_urls])
         """What the screen draws (verdicts and alerts computed once per tick, also for a replay)."""
         self.limits = limits

@@ -1,0 +1,101 @@
+"""The monitor's lean compositor paints, update after update, exactly what a full repaint shows."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from rich.segment import ControlType
+from textual._compositor import ChopsUpdate, Compositor, LayoutUpdate
+
+import spoc_tui.tui.screens.monitor as monitor_screen
+from spoc_tui.tui.compositor import LeanCompositor
+from spoc_tui.tui.messages import GpusSampled, ServersSampled
+from tests.tui.helpers import gpu_tick, make_app, server_tick
+
+
+class Terminal:
+    """What the terminal holds: a (character, style) per cell, painted from the updates."""
+
+    def __init__(self, width: int, height: int) -> None:
+        self.cells = [[(" ", None)] * width for _ in range(height)]
+
+    def paint(self, update: object) -> None:
+        x = y = 0
+        if isinstance(update, LayoutUpdate):
+            for y, strips in enumerate(update.strips):
+                x = 0
+                for strip in strips:
+                    for seg in strip:
+                        x = self._write(x, y, seg.text, seg.style)
+            return
+        assert isinstance(update, ChopsUpdate)
+        for seg in update.__rich_console__(None, None):  # type: ignore[arg-type]
+            if seg.control:
+                for code in seg.control:
+                    if code[0] == ControlType.CURSOR_MOVE_TO:
+                        x, y = code[1], code[2]
+                continue
+            if seg.text != "\n":
+                x = self._write(x, y, seg.text, seg.style)
+
+    def _write(self, x: int, y: int, text: str, style: object) -> int:
+        row = self.cells[y]
+        for ch in text:
+            if x < len(row):
+                row[x] = (ch, style)
+            x += 1
+        return x
+
+
+def _cells(compositor: Compositor, width: int, height: int) -> list[list[tuple[str, object]]]:
+    t = Terminal(width, height)
+    for y, strip in enumerate(compositor.render_strips()):
+        x = 0
+        for seg in strip:
+            x = t._write(x, y, seg.text, seg.style)
+    return t.cells
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_lean_partial_updates_paint_what_a_full_repaint_shows(monkeypatch, size):
+    painted: list[object] = []
+
+    class Tapped(LeanCompositor):
+        def render_update(self, full: bool = False, screen_stack=None, simplify: bool = False):
+            update = super().render_update(full, screen_stack, simplify)
+            if update is not None:
+                painted.append(update)
+            return update
+
+    monkeypatch.setattr(monitor_screen, "LeanCompositor", Tapped)
+    app = make_app()
+    rnd = random.Random(7)
+    width, height = size
+    async with app.run_test(size=size) as pilot:
+        term = Terminal(width, height)
+        clock = [1_795_000_000.0]
+        app.monitor.clock = lambda: clock[0]
+        partial = 0
+        for step in range(14):
+            clock[0] += 1.0 if step % 4 else 7.0  # now and then far enough for a chart to move
+            app.post_message(ServersSampled(server_tick(up=step != 9)))
+            g = gpu_tick()
+            gpus = tuple(
+                replace(
+                    s, temp_c=(s.temp_c or 60) + rnd.randint(-3, 3), power_w=(s.power_w or 300) + rnd.randint(-40, 40)
+                )
+                for s in g.tick.gpus
+            )
+            app.post_message(GpusSampled(replace(g.tick, gpus=gpus), g.groups))
+            await pilot.pause()
+            await pilot.pause()
+            for update in painted:
+                partial += isinstance(update, ChopsUpdate)
+                term.paint(update)
+            painted.clear()
+            compositor = app.monitor._compositor
+            assert isinstance(compositor, LeanCompositor)
+            assert term.cells == _cells(compositor, width, height), f"step {step}"
+        assert partial >= 10  # the steps were painted as partial updates, not full repaints
