@@ -162,16 +162,17 @@ class DiffTable(Widget):
         return [Segment(s.text, base + s.style if s.style else base) for s in t.render(self.app.console, "")]
 
     def render_line(self, y: int) -> Strip:
-        base = self.rich_style
+        # the widget's style only for a line to draw: worked out again after every refresh, it
+        # cost more than handing back a kept row
         if y == 0:
             if self._header is None:
                 header: list[Cell] = [Text(label, style="bold") for _, label, _ in self._columns]
-                self._header = self._line(header, base + Style(bgcolor="grey15"))
+                self._header = self._line(header, self.rich_style + Style(bgcolor="grey15"))
             return self._header
         if y - 1 >= len(self._order):
-            return Strip.blank(self.size.width, base)
+            return Strip.blank(self.size.width, self.rich_style)
         key = self._order[y - 1]
         strip = self._strips.get(key)
         if strip is None:
-            strip = self._strips[key] = self._line(self._rows[key], base)
+            strip = self._strips[key] = self._line(self._rows[key], self.rich_style)
         return strip

@@ -105,6 +105,8 @@ class TimeChart(Widget):
         self.note = ""
         self._cache: tuple[object, list[Strip]] | None = None
         self._plot_key: object = None
+        self._base: Style | None = None
+        """The widget's style when the plot was last drawn (the title rows between reuse it)."""
 
     def show(
         self,
@@ -118,15 +120,18 @@ class TimeChart(Widget):
         # the plot moves one dot column at a time (span / dots across): between two such steps only
         # the title row's latest values change, so only that row is redrawn (eight charts redrawn
         # whole every second were a third of the monitor's CPU)
-        width = self.size.width
+        size = self.size
+        width = size.width
         dt = span_s / max(2, 2 * (width - self.GUTTER - 1)) if width else 0.0
         self.now = math.ceil(now / dt) * dt if dt > 0 else now  # every point so far is in view
-        key = (self.size, self.now, span_s, limit, note, tuple((ln.label, ln.color) for ln in self.lines))
-        if self._cache is not None and key == self._plot_key and self._cache[0] == (width, self.size.height):
+        key = (size, self.now, span_s, limit, note, tuple((ln.label, ln.color) for ln in self.lines))
+        if self._cache is not None and key == self._plot_key and self._cache[0] == (width, size.height):
             strips = self._cache[1]
             if strips:
-                strips[0] = self._title(width)
-                self.refresh(Region(0, 0, width, 1))
+                title = self._title(width, self._base)
+                if title.text != strips[0].text:  # the same figures: nothing to repaint
+                    strips[0] = title
+                    self.refresh(Region(0, 0, width, 1))
             return
         self._plot_key = key
         self._cache = None
@@ -137,10 +142,11 @@ class TimeChart(Widget):
         """Lines told apart by marks, not colour: without colour (``NO_COLOR``) or in ASCII."""
         return bool(getattr(self.app, "ascii_mode", False) or self.app.no_color) and len(self.lines) > 1
 
-    def _title(self, width: int) -> Strip:
+    def _title(self, width: int, base: Style | None = None) -> Strip:
         """The title row: the chart's name, each line's label (in its colour, or with its mark
-        without colour) with its latest value, and the limit."""
-        base = self.rich_style
+        without colour) with its latest value, and the limit. ``base``: the widget's style, when
+        known (worked out again after every refresh, it was a third of a title's cost)."""
+        base = base or self.rich_style
         plain = self._plain
         segs = [Segment(self.title, base + Style(bold=True))]
         for i, ln in enumerate(self.lines):
@@ -163,7 +169,7 @@ class TimeChart(Widget):
         return nice_range(min(vals, default=0.0), max(vals, default=1.0))
 
     def _strips(self, width: int, height: int) -> list[Strip]:
-        base = self.rich_style
+        base = self._base = self.rich_style
         dim = base + Style(dim=True)
         plain = self._plain
         strips: list[Strip] = [self._title(width)]
@@ -175,6 +181,8 @@ class TimeChart(Widget):
         cols = [columns(ln.points, t0, t1, plot_w * 2) for ln in self.lines]
         lo, hi = self._range(cols)
         grid = plot(cols, lo, hi, plot_w, plot_h)
+        line_styles = [Style(color=ln.color) for ln in self.lines]
+        limit_style = Style(color="red", dim=True)
         limit_row = None
         if self.limit is not None and hi > lo:
             limit_row = plot_h - 1 - round((self.limit[1] - lo) / (hi - lo) * (plot_h - 1))
@@ -187,15 +195,22 @@ class TimeChart(Widget):
             elif y == plot_h // 2 and plot_h >= 5:
                 label = self.fmt_value((hi + lo) / 2)
             row = [Segment(f"{label[: self.GUTTER - 1]:>{self.GUTTER - 1}} ", dim), Segment("┤" if label else "│", dim)]
+            # runs of cells drawn alike as one segment each (a segment and a style per cell were
+            # most of a redraw)
+            run: list[str] = []
+            run_style: Style | None = None
             for ch, who in grid[y]:
                 if who is None:
-                    if y == limit_row:
-                        row.append(Segment("╌", Style(color="red", dim=True)))
-                    else:
-                        row.append(Segment(" ", base))
+                    style, mark = (limit_style, "╌") if y == limit_row else (base, " ")
                 else:
-                    mark = MARKERS[who % len(MARKERS)] if plain else ch
-                    row.append(Segment(mark, Style(color=self.lines[who].color)))
+                    style, mark = line_styles[who], MARKERS[who % len(MARKERS)] if plain else ch
+                if style is not run_style and run:
+                    row.append(Segment("".join(run), run_style))
+                    run = []
+                run_style = style
+                run.append(mark)
+            if run:
+                row.append(Segment("".join(run), run_style))
             strips.append(Strip(row).adjust_cell_length(width, base))
         if not any(v is not None for c in cols for v in c):
             msg = self.note or "no data yet"
@@ -212,8 +227,7 @@ class TimeChart(Widget):
         return strips
 
     def render_line(self, y: int) -> Strip:
-        width, height = self.size.width, self.size.height
-        key = (width, height)
+        width, height = key = self.size
         if self._cache is None or self._cache[0] != key:
             self._cache = (key, self._strips(width, height))
         strips = self._cache[1]
