@@ -334,7 +334,13 @@ class SimServer:
                     }
                 )
             await resp.write(b"data: [DONE]\n\n")
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:
+            # the client went away mid-stream (a ramp's users stopped, a trial ended): the request
+            # is aborted, as vLLM aborts it, without a traceback in the server's log
+            eng.abort(req)
+            self.wake.set()
+            return resp
+        except asyncio.CancelledError:
             eng.abort(req)
             self.wake.set()
             raise

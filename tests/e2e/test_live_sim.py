@@ -374,3 +374,57 @@ def test_truth_log_has_engine_and_wire_times(tmp_path):
     assert s["sent"] == sorted(s["sent"])
     p = recs[plain["id"]]
     assert len(p["tokens"]) == 3 and "sent" not in p
+
+
+def test_a_client_leaving_mid_stream_is_aborted_without_a_traceback(tmp_path):
+    """A ramp's users stopping (or a trial ending) close their streams mid-answer: the simulator
+    aborts those requests as vLLM does, and its log (shown in the Tune screen's server-log pane)
+    gets no traceback."""
+    import socket
+    import time
+
+    from spoc_tui.procs.server import ServerProcess
+    from spoc_tui.sim.process import sim_argv
+
+    port, dport = free_ports(2)
+    log = tmp_path / "server.log"
+    server = ServerProcess(sim_argv(["--dcgm-port", str(dport)], port), port, log, guard=True, tmp_prefix="spoc-sim-")
+    server.start(timeout=20, poll=0.2)
+    try:
+        body = json.dumps(
+            {
+                "model": "meta-llama/Llama-3.1-8B-Instruct",
+                "prompt": "hello",
+                "max_tokens": 4000,
+                "ignore_eos": True,
+                "stream": True,
+            }
+        ).encode()
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            got = b""
+            while b"data: " not in got:  # streaming
+                chunk = s.recv(4096)
+                assert chunk, got
+                got += chunk
+            s.close()  # gone mid-answer
+        deadline = time.monotonic() + 10
+        running = None
+        while time.monotonic() < deadline:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            running = next(
+                float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("vllm:num_requests_running{")
+            )
+            if running == 0:
+                break
+            time.sleep(0.2)
+        assert running == 0  # the abandoned requests were aborted, not left decoding 4,000 tokens
+    finally:
+        server.stop()
+    out = log.read_text()
+    assert "Traceback" not in out and "Error handling request" not in out, out
