@@ -79,22 +79,26 @@ def _reason(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
 class ScrapeClient:
-    """GETs with kept-alive connections; one request at a time per origin (the pollers read each
-    source once a tick, one read in flight per source)."""
+    """GETs over kept-alive connections: a connection is taken from its origin's idle ones (or
+    opened) for one request and given back when the answer was read whole, so reads of sources
+    behind one origin (a proxy routing replicas by path) run side by side."""
 
     def __init__(self) -> None:
-        self._conns: dict[Origin, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        self._idle: dict[Origin, list[Conn]] = {}
         self._ssl: ssl.SSLContext | None = None
 
     async def aclose(self) -> None:
-        for origin in list(self._conns):
-            self._drop(origin)
+        for conns in self._idle.values():
+            for _, writer in conns:
+                writer.close()
+        self._idle.clear()
 
-    def _drop(self, origin: Origin) -> None:
-        conn = self._conns.pop(origin, None)
-        if conn is not None:
-            conn[1].close()
+    def _give_back(self, origin: Origin, conn: Conn) -> None:
+        self._idle.setdefault(origin, []).append(conn)
 
     def _tls(self) -> ssl.SSLContext:
         if self._ssl is None:
@@ -141,10 +145,10 @@ class ScrapeClient:
             lines.append("Authorization: Basic " + base64.b64encode(pair).decode("ascii"))
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         for attempt in (0, 1):
-            reused = origin in self._conns
-            if not reused:
-                await self._connect(origin)
-            reader, writer = self._conns[origin]
+            idle = self._idle.get(origin)
+            reused = bool(idle)
+            conn = idle.pop() if idle else await self._connect(origin)
+            reader, writer = conn
             try:
                 writer.write(request)
                 try:
@@ -152,38 +156,40 @@ class ScrapeClient:
                 except asyncio.IncompleteReadError as e:
                     if reused and not e.partial and attempt == 0:
                         # the server closed a kept-alive connection between two ticks: a new one
-                        self._drop(origin)
+                        writer.close()
                         continue
                     raise HttpFailure("the server closed the connection without an answer") from None
                 except (ConnectionResetError, BrokenPipeError):
                     if reused and attempt == 0:
-                        self._drop(origin)
+                        writer.close()
                         continue
                     raise
                 status, fields, keep = _head(head)
                 body, to_end = await _body(reader, status, fields, max_body)
             except asyncio.IncompleteReadError:
-                self._drop(origin)
+                writer.close()
                 raise HttpFailure("the answer ended early") from None
             except asyncio.LimitOverrunError:
-                self._drop(origin)
+                writer.close()
                 raise HttpFailure(f"an answer's header or chunk line longer than {MAX_HEADER // 1024} KiB") from None
             except OSError as e:
-                self._drop(origin)
+                writer.close()
                 raise HttpFailure(f"connection lost ({_reason(e)})") from None
             except BaseException:  # a deadline's cancellation among them: the connection is mid-answer
-                self._drop(origin)
+                writer.close()
                 raise
             if to_end or not keep:
-                self._drop(origin)
+                writer.close()
+            else:
+                self._give_back(origin, conn)
             return status, _decoded(body, fields, max_body), fields
         raise HttpFailure("the server closed the connection without an answer")
 
-    async def _connect(self, origin: Origin) -> None:
+    async def _connect(self, origin: Origin) -> Conn:
         scheme, host, port = origin
         tls = self._tls() if scheme == "https" else None
         try:
-            self._conns[origin] = await asyncio.open_connection(
+            return await asyncio.open_connection(
                 host, port, ssl=tls, server_hostname=host if tls else None, limit=MAX_HEADER
             )
         except ssl.SSLError as e:

@@ -183,7 +183,12 @@ class SpocApp(AsciiScreenshots, App[int]):
                     reads.append(self._servers_tick())
                 if self._reads_gpus():
                     reads.append(self._gpus_tick())
-                for messages in await asyncio.gather(*reads):
+                for messages in await asyncio.gather(*reads, return_exceptions=True):
+                    if isinstance(messages, BaseException):  # a defect in one kind: the other goes on
+                        if not isinstance(messages, Exception):
+                            raise messages  # cancelled: the app is closing
+                        logger.error("a poll failed", exc_info=messages)
+                        messages = [SourceStatusChanged(SourceStatus("poller", False, first_line(messages, 120)))]
                     for m in messages:
                         self.post_message(m)
             due += interval

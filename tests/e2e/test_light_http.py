@@ -148,11 +148,16 @@ async def test_the_light_client_keeps_one_connection_and_survives_its_close(serv
         for _ in range(5):
             await fetch(c, root)
         assert len(seen.peers) == 1  # kept alive: one connection for five reads
-        for _, writer in list(c._conns.values()):
-            writer.transport.abort()  # as a server closing an idle connection between two ticks would
+        for conns in c._idle.values():
+            for _, writer in conns:
+                writer.transport.abort()  # as a server closing an idle connection between two ticks would
         await asyncio.sleep(0.05)
         assert (await fetch(c, root)).kind == "vllm"
         assert len(seen.peers) == 2
+        # sources behind one origin (a proxy routing replicas by path) read side by side
+        got = await asyncio.gather(*(fetch(c, root) for _ in range(4)))
+        assert all(r.kind == "vllm" and len(r.exposition.samples) > 20 for r in got)
+        assert 2 < len(seen.peers) <= 5 and sum(len(v) for v in c._idle.values()) <= 4
     finally:
         await c.aclose()
 
