@@ -354,3 +354,28 @@ async def test_chart_marks_a_prediction_at_its_height():
     assert len(marks) == 2
     (y_small, _), (y_big, _) = sorted(marks, reverse=True)
     assert y_small > y_big  # the larger prediction is drawn higher
+
+
+async def test_the_step_table_shows_the_percentile_the_sla_judges():
+    """An SLA on p90 gets p90 columns (they read p99 whatever the SLA said)."""
+    from spoc_tui.tui.screens.load import StepTable
+
+    class TableApp(App[None]):
+        def compose(self):
+            yield StepTable(id="t")
+
+    steps = _steps()
+    app = TableApp()
+    async with app.run_test(size=(120, 8)) as pilot:
+        table = app.query_one(StepTable)
+        table.show(steps, {"ttft": "p90", "itl": "p90"})
+        await pilot.pause()
+        header, row = table.render_line(0).text, table.render_line(3).text
+        assert "TTFT p90" in header and "ITL p90" in header and "p99" not in header
+        from spoc_tui.core import fmt
+
+        assert fmt.seconds(steps[2].latency.ttft.p90) in row
+        table.show(steps)  # no SLA on them: p99
+        await pilot.pause()
+        assert "TTFT p99" in table.render_line(0).text
+        assert fmt.seconds(steps[2].latency.ttft.p99) in table.render_line(3).text

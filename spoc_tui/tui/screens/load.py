@@ -57,10 +57,23 @@ class StepTable(DiffTable):
     ) -> None:
         super().__init__([*_COLUMNS, ("v", "verdict", 16)], name=name, id=id, classes=classes, disabled=disabled)
 
-    def show(self, steps: tuple[StepSummary, ...]) -> None:
+    def show(self, steps: tuple[StepSummary, ...], stats: dict[str, str] | None = None) -> None:
+        """``stats``: the percentile the SLA judges TTFT and ITL by (``{"ttft": "p90"}``), which
+        their columns show; p99 where the SLA sets no limit on the metric."""
+        stat = {m: (stats or {}).get(m, "p99") for m in ("ttft", "itl")}
+        labels = {"ttft_p99": f"TTFT {stat['ttft']}", "itl_p99": f"ITL {stat['itl']}"}
+        columns = [(k, labels.get(k, label), w) for k, label, w in self._columns]
+        if columns != self._columns:  # the SLA changed between ramps: new headers, every row again
+            self._columns = columns
+            self._header = None
+            self._strips.clear()
+            self._sigs.clear()
+            self.refresh()
         rows: dict[str, list[Cell]] = {}
         for s in steps:
             cells = step_cells(s)
+            cells["ttft_p99"] = fmt.seconds(s.latency.ttft.stat(stat["ttft"]))
+            cells["itl_p99"] = fmt.seconds(s.latency.itl.stat(stat["itl"]))
             decision, _ = verdict(s)
             rows[str(s.step)] = [
                 *(cells[key] for key, _, _ in _COLUMNS),
@@ -422,7 +435,7 @@ class LoadScreen(Screen[None]):
             )
         )
         with self.app.batch_update():
-            self.steps.show(p.steps)
+            self.steps.show(p.steps, {m: self._stat(m) for m in ("ttft", "itl")})
             self._knee = p.knee
             self._charts(p.steps)
             req = self.request
