@@ -19,6 +19,7 @@ from spoc_tui.collectors import http, scrape
 from spoc_tui.collectors.lighthttp import ScrapeClient, needs_httpx
 from spoc_tui.collectors.poller import VllmPoller
 from spoc_tui.collectors.scrape import SourceError, fetch
+from tests.e2e.test_hostile_sources import Servers
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 VLLM = (FIX / "vllm" / "vllm_0.32_cpu_full_load.txt").read_text()
@@ -37,7 +38,7 @@ class Seen:
     def __init__(self) -> None:
         self.auth: list[str | None] = []
         self.peers: set[object] = set()
-        self.sent = 0
+        self.hostile = Servers()
 
 
 def app(seen: Seen, other: str = "") -> web.Application:
@@ -66,25 +67,6 @@ def app(seen: Seen, other: str = "") -> web.Application:
     async def elsewhere(_: web.Request) -> web.Response:
         raise web.HTTPTemporaryRedirect(f"{other}/metrics")
 
-    async def trickle(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
-        await resp.prepare(request)
-        for _ in range(60):
-            await resp.write(b"#")
-            await asyncio.sleep(0.5)
-        return resp
-
-    async def endless(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
-        await resp.prepare(request)
-        line = b"vllm:num_requests_running 1\n" * 4096
-        try:
-            while True:
-                await resp.write(line)
-                seen.sent += len(line)
-        except (ConnectionError, RuntimeError):
-            return resp
-
     a = web.Application()
     for path, handler in (
         ("/metrics", metrics),
@@ -92,10 +74,9 @@ def app(seen: Seen, other: str = "") -> web.Application:
         ("/gzip/metrics", gzipped),
         ("/old/metrics", moved),
         ("/cross/metrics", elsewhere),
-        ("/trickle/metrics", trickle),
-        ("/endless/metrics", endless),
     ):
         a.router.add_get(path, handler)
+    a.add_subapp("/hostile/", seen.hostile.app())  # a trickling and an endless /metrics
     return a
 
 
@@ -128,11 +109,11 @@ async def test_both_clients_read_redirect_authenticate_and_refuse_alike(server, 
             await fetch(c, root, api_key="sk-1")
             assert seen.auth[-1] == "Bearer sk-1"
             with pytest.raises(SourceError, match="no complete answer within 1.5 s"):
-                await fetch(c, root + "/trickle/metrics", deadline_s=1.5)
+                await fetch(c, root + "/hostile/trickle/metrics", deadline_s=1.5)
             monkeypatch.setattr(scrape, "MAX_BODY", 2**20)
             with pytest.raises(SourceError, match="larger than 1 MiB"):
-                await fetch(c, root + "/endless/metrics")
-            assert seen.sent < 16 * 2**20
+                await fetch(c, root + "/hostile/endless/metrics")
+            assert seen.hostile.sent < 16 * 2**20
             # after a cut-off read the next one is whole (the half-read connection was dropped)
             assert (await fetch(c, root)).kind == "vllm"
             with pytest.raises(SourceError, match="cannot connect"):

@@ -20,7 +20,7 @@ from spoc_tui.core.fleet import waiting_per_replica
 from spoc_tui.core.monitor import MonitorModel
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.roofline import gpu_of
-from spoc_tui.core.series import WINDOWS_S
+from spoc_tui.core.series import WINDOWS_S, Window
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.snapshots import SourceStatus, VllmTick
 from spoc_tui.tui.compositor import LeanCompositor
@@ -337,31 +337,32 @@ class MonitorScreen(Screen[None]):
         self._draw_server_charts()
         self._draw_gpu_charts()
 
+    def _span(self) -> tuple[float, Callable[[str], Window]]:
+        """The charts' now, and each series' window over their span."""
+        now = self.clock()
+        since = now - self.span_s
+        return now, lambda key: self.model.series.window(key, since)
+
     def _draw_server_charts(self) -> None:
         """The five charts the servers feed (the GPU ticks' three are drawn with the GPUs)."""
         if not self.ready:
             return
-        now = self.clock()
-        since = now - self.span_s
-        pts = self.model.series.window
-
-        def chart(cid: str) -> TimeChart:
-            return self._chart[cid]
-
+        now, pts = self._span()
+        chart = self._chart.__getitem__
         sla = {lim.key: lim.value for lim in self.limits}
         chart("c-requests").show(
-            [Line("running", pts("running", since), "green"), Line("waiting", pts("waiting", since), "yellow")],
+            [Line("running", pts("running"), "green"), Line("waiting", pts("waiting"), "yellow")],
             now,
             self.span_s,
         )
-        chart("c-kv").show([Line("KV", pts("kv", since), "magenta")], now, self.span_s)
+        chart("c-kv").show([Line("KV", pts("kv"), "magenta")], now, self.span_s)
         chart("c-tokens").show(
-            [Line("out", pts("out", since), "green"), Line("in", pts("in", since), "cyan")], now, self.span_s
+            [Line("out", pts("out"), "green"), Line("in", pts("in"), "cyan")], now, self.span_s
         )
         for cid, key in (("c-ttft", "ttft"), ("c-itl", "itl")):
             limit = sla.get(f"{key}_p99")
             chart(cid).show(
-                [Line("p99", pts(key, since), "cyan")],
+                [Line("p99", pts(key), "cyan")],
                 now,
                 self.span_s,
                 ("SLA", limit) if limit else None,
@@ -371,9 +372,7 @@ class MonitorScreen(Screen[None]):
     def _draw_gpu_charts(self) -> None:
         if not self.ready:
             return
-        now = self.clock()
-        since = now - self.span_s
-        pts = self.model.series.window
+        now, pts = self._span()
         chart = self._chart.__getitem__
         gpus = list(self.model.gpu_tick.gpus) if self.model.gpu_tick is not None else []
         multi = len({g.hostname for g in gpus}) > 1
@@ -385,7 +384,7 @@ class MonitorScreen(Screen[None]):
             lines = [
                 Line(
                     (f"{g.hostname}:" if multi and g.hostname else "") + g.gpu,
-                    pts(f"{kind}:{g.key}", since),
+                    pts(f"{kind}:{g.key}"),
                     PALETTE[i % len(PALETTE)],
                 )
                 for i, g in enumerate(gpus[:8])
