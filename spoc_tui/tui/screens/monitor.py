@@ -356,9 +356,7 @@ class MonitorScreen(Screen[None]):
             self.span_s,
         )
         chart("c-kv").show([Line("KV", pts("kv"), "magenta")], now, self.span_s)
-        chart("c-tokens").show(
-            [Line("out", pts("out"), "green"), Line("in", pts("in"), "cyan")], now, self.span_s
-        )
+        chart("c-tokens").show([Line("out", pts("out"), "green"), Line("in", pts("in"), "cyan")], now, self.span_s)
         for cid, key in (("c-ttft", "ttft"), ("c-itl", "itl")):
             limit = sla.get(f"{key}_p99")
             chart(cid).show(
