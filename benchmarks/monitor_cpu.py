@@ -1,18 +1,27 @@
 """CPU use of the monitor watching one server and 8 GPUs at 1 s refresh, beside a bare Textual app.
 
 Target (issue 35): at most 1 % of one core at 160x48 with one server (TP 8) and 8 GPUs at 1 s.
-The simulator runs in its own process (not counted); this process runs the real app headlessly
-with its real workers and collectors (scrapes and parsing included). In the same run, for scale,
-a bare Textual app of the same size redraws one line of text every second: what Textual itself
-costs at that refresh. Run with ``make bench`` (60 s each) or ``python benchmarks/monitor_cpu.py
-[SECONDS]``; ``--smoke`` measures 5 s each (that the script runs, not its figures).
+The simulator runs in its own process (not counted). Measured twice, each beside a bare Textual
+app of the same size redrawing one line of text a second (what Textual itself costs at that
+refresh): headless in this process, as the tests run it (the real app with its real workers and
+collectors, scrapes and parsing included; Textual then writes nothing), and ``spoc monitor`` in
+a pseudo-terminal read as a terminal reads it (its escape codes written too: what an operator's
+SSH session costs). The target is judged on the terminal's figure. Run with ``make bench`` (60 s
+each, after a full 60 s window of history) or ``python benchmarks/monitor_cpu.py [SECONDS]``;
+``--smoke`` measures 3 s each (that the script runs, not its figures).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import resource
+import struct
+import subprocess
 import sys
+import termios
+import threading
 import time
 from pathlib import Path
 
@@ -29,13 +38,14 @@ from spoc_tui.tui.app import SpocApp  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
-SECONDS = 5.0 if SMOKE else float(ARGS[0]) if ARGS else 60.0
+SECONDS = 3.0 if SMOKE else float(ARGS[0]) if ARGS else 60.0
 WINDOW_S = 60.0
 """The monitor's default window; it is measured once a full window of history is kept (the
 steady state an operator watches in), not while the first minute fills it."""
-WARMUP_S = 5.0 if SMOKE else WINDOW_S + 5.0
+WARMUP_S = 3.0 if SMOKE else WINDOW_S + 5.0
 SIZE = (160, 48)
 TARGET_PCT = 1.0
+SPOC = [sys.executable, "-m", "spoc_tui.cli"]
 
 
 def cpu() -> float:
@@ -67,6 +77,50 @@ async def measure(app: App[object], warmup: float) -> tuple[float, float]:
     return c1 - c0, t1 - t0
 
 
+def proc_cpu(pid: int) -> float:
+    """A process's CPU seconds (user + system) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def in_terminal(argv: list[str], warmup: float) -> tuple[float, float]:
+    """CPU seconds and wall seconds of ``argv`` running in a pseudo-terminal of SIZE whose output
+    is read (and thrown away) as a terminal would: Textual then writes its escape codes, which it
+    skips headless. Measured after ``warmup``; the process is stopped with SIGTERM."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    done = threading.Event()
+
+    def drain() -> None:
+        while not done.is_set():
+            try:
+                if not os.read(master, 65536):
+                    return
+            except OSError:
+                return
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        time.sleep(warmup)
+        c0, t0 = proc_cpu(proc.pid), time.monotonic()
+        time.sleep(SECONDS)
+        c1, t1 = proc_cpu(proc.pid), time.monotonic()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        done.set()
+        os.close(master)
+    return c1 - c0, t1 - t0
+
+
 async def main() -> int:
     bare = Bare()
     b_cpu, b_wall = await measure(bare, 2.0)
@@ -84,20 +138,48 @@ async def main() -> int:
         app = SpocApp(s)
         m_cpu, m_wall = await measure(app, WARMUP_S)
         drawn = app.monitor.drawn
+        # the same two in a terminal (a pseudo-terminal read as fast as they write)
+        bare_argv = [sys.executable, str(Path(__file__).resolve()), "--bare-app"]
+        tb_cpu, tb_wall = await asyncio.to_thread(in_terminal, bare_argv, 2.0)
+        monitor_argv = [
+            *SPOC,
+            "monitor",
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--dcgm",
+            f"http://127.0.0.1:{dport}/metrics",
+            "--no-nvml",
+            "--tp-groups",
+            "0-7",
+            "--interval",
+            "1",
+            "--window",
+            f"{WINDOW_S:g}",
+        ]
+        tm_cpu, tm_wall = await asyncio.to_thread(in_terminal, monitor_argv, WARMUP_S)
     finally:
         proc.stop()
     m_pct, b_pct = 100 * m_cpu / m_wall, 100 * b_cpu / b_wall
+    tm_pct, tb_pct = 100 * tm_cpu / tm_wall, 100 * tb_cpu / tb_wall
     print(f"{SIZE[0]}x{SIZE[1]}, 1 s refresh, {m_wall:.0f} s each after {WARMUP_S:.0f} s of warm-up, one run:")
+    print("  headless (Textual draws, writes nothing; as the tests run it):")
     print(
-        f"  spoc monitor, 1 server (TP 8) + 8 GPUs: {m_cpu:.2f} s CPU = {m_pct:.2f} % of one core ({drawn} ticks drawn)"
+        f"    spoc monitor, 1 server (TP 8) + 8 GPUs: {m_cpu:.2f} s CPU = {m_pct:.2f} % of one core ({drawn} ticks drawn)"
     )
-    print(f"  a bare Textual app, one line a second:  {b_cpu:.2f} s CPU = {b_pct:.2f} % of one core")
-    verdict = "meets" if m_pct <= TARGET_PCT else "MISSES"
+    print(f"    a bare Textual app, one line a second:  {b_cpu:.2f} s CPU = {b_pct:.2f} % of one core")
+    print("  in a terminal (a pseudo-terminal; the escape codes written and read):")
+    print(f"    spoc monitor, 1 server (TP 8) + 8 GPUs: {tm_cpu:.2f} s CPU = {tm_pct:.2f} % of one core")
+    print(f"    a bare Textual app, one line a second:  {tb_cpu:.2f} s CPU = {tb_pct:.2f} % of one core")
+    verdict = "meets" if tm_pct <= TARGET_PCT else "MISSES"
     print(
-        f"monitor {m_pct:.2f} % ({m_pct / max(b_pct, 1e-9):.1f}x the bare app): {verdict} the {TARGET_PCT:g} % target"
+        f"monitor in a terminal {tm_pct:.2f} % ({tm_pct / max(tb_pct, 1e-9):.1f}x the bare app; headless "
+        f"{m_pct:.2f} %): {verdict} the {TARGET_PCT:g} % target"
     )
-    return 0 if SMOKE or m_pct <= TARGET_PCT else 1
+    return 0 if SMOKE or tm_pct <= TARGET_PCT else 1
 
 
 if __name__ == "__main__":
+    if "--bare-app" in sys.argv:
+        Bare().run()
+        sys.exit(0)
     sys.exit(asyncio.run(main()))

@@ -32,6 +32,8 @@ from spoc_tui.core.vllm import Scrape, ServerView, replicas_view, server_view
 logger = logging.getLogger(__name__)
 
 BACKOFF_MAX_S = 30.0
+WINDOW_SLACK_S = 0.5
+"""How much younger than the window a server's baseline scrape may be (see ScrapeHistory)."""
 CHEAP_FAILURE_S = 0.25
 """A failed read that took less than this is retried at the next poll, without back-off."""
 
@@ -183,7 +185,10 @@ class VllmPoller(_Poller):
         client: httpx.AsyncClient | None = None,
     ) -> None:
         super().__init__(urls, clock, client, api_key)
-        self.histories: dict[str, ScrapeHistory[Exposition]] = {u: ScrapeHistory(window_s) for u in self.urls}
+        # half a second of slack: a tick a few ms early or late keeps its baseline (and the window's label)
+        self.histories: dict[str, ScrapeHistory[Exposition]] = {
+            u: ScrapeHistory(window_s, slack_s=WINDOW_SLACK_S) for u in self.urls
+        }
         self.latest: dict[str, tuple[ServerView, Scrape]] = {}
 
     def reset(self) -> None:

@@ -11,18 +11,18 @@ T = TypeVar("T")
 class ScrapeHistory(Generic[T]):
     """Keeps timestamped scrapes just long enough to difference over ``window_s``.
 
-    The baseline is the newest scrape at least ``window_s`` old, give or take :attr:`slack_s`
-    (a tenth of the window, at most half a second); until one exists, the oldest scrape kept (the
-    window is then shorter, and labelled with its real length). The slack keeps a tick arriving a
-    few milliseconds early or late from swapping the baseline for the one before it: the window
-    read 60 s and 61 s by turns, and every panel titled with it was redrawn each time.
+    The baseline is the newest scrape at least ``window_s - slack_s`` old; until one exists, the
+    oldest scrape kept (the window is then shorter, and labelled with its real length). A slack
+    (the monitor's servers: half a second) keeps ticks a second apart, arriving a few milliseconds
+    early or late, from swapping the baseline for the one before it: the window read 60 s and 61 s
+    by turns, and every panel titled with it was redrawn each time.
     """
 
-    def __init__(self, window_s: float = 60.0) -> None:
+    def __init__(self, window_s: float = 60.0, slack_s: float = 0.0) -> None:
         if window_s <= 0:
             raise ValueError("window must be positive")
         self.window_s = window_s
-        self.slack_s = min(0.5, window_s / 10)
+        self.slack_s = min(slack_s, window_s / 10)
         self._items: deque[tuple[float, T]] = deque()
 
     def __len__(self) -> int:
