@@ -26,7 +26,7 @@ def test_a_slack_keeps_the_window_from_flipping_with_the_ticks_jitter():
 
 def test_without_slack_the_baseline_is_the_newest_a_whole_window_old():
     h: ScrapeHistory[str] = ScrapeHistory(30.0)
-    for t in range(0, 40):
+    for t in range(40):
         base = h.add(float(t), str(t))
     assert base == (9.0, "9")  # at t=39: 30 s old exactly
     assert ScrapeHistory(5.0, slack_s=2.0).slack_s == 0.5  # at most a tenth of the window
