@@ -35,6 +35,9 @@ from spoc_tui.core.redact import redact_url
 MAX_HEADER = 64 * 1024
 """An answer's status line and headers together."""
 READ_CHUNK = 256 * 1024
+CONNECT_TIMEOUT_S = 2.0
+"""As the httpx path's connect timeout: a host that drops the connection attempt reads as down
+in 2 s, not at the scrape's whole deadline."""
 
 
 class HttpFailure(Exception):
@@ -189,9 +192,12 @@ class ScrapeClient:
         scheme, host, port = origin
         tls = self._tls() if scheme == "https" else None
         try:
-            return await asyncio.open_connection(
-                host, port, ssl=tls, server_hostname=host if tls else None, limit=MAX_HEADER
-            )
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                return await asyncio.open_connection(
+                    host, port, ssl=tls, server_hostname=host if tls else None, limit=MAX_HEADER
+                )
+        except TimeoutError:
+            raise ConnectFailed(f"no connection within {CONNECT_TIMEOUT_S:g} s") from None
         except ssl.SSLError as e:
             raise ConnectFailed(_reason(e)) from None
         except OSError as e:

@@ -230,3 +230,20 @@ async def test_a_proxy_in_the_environment_sends_the_pollers_through_httpx(monkey
         assert isinstance(poller._client, ScrapeClient)
     finally:
         await poller.aclose()
+
+
+async def test_a_host_that_never_answers_the_connection_reads_as_down_in_two_seconds(monkeypatch):
+    """As httpx's connect timeout: a host dropping the connection attempt (a firewall, a dead
+    machine) is down within CONNECT_TIMEOUT_S, not at the scrape's whole deadline."""
+    from spoc_tui.collectors import lighthttp
+
+    async def never(*args, **kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(lighthttp.asyncio, "open_connection", never)
+    monkeypatch.setattr(lighthttp, "CONNECT_TIMEOUT_S", 0.2)
+    c = ScrapeClient()
+    t0 = asyncio.get_running_loop().time()
+    with pytest.raises(SourceError, match=r"cannot connect \(no connection within 0.2 s\)"):
+        await fetch(c, "http://10.0.0.5:8000")
+    assert asyncio.get_running_loop().time() - t0 < 5
