@@ -35,6 +35,10 @@ class History:
         """The first point still kept."""
 
     def add(self, t: float, value: float | None, keep_s: float) -> None:
+        if len(self.t) and t < self.t[-1]:  # the clock went back (a wall-clock step): start again
+            del self.t[:]
+            del self.v[:]
+            self.lo = 0
         self.t.append(t)
         self.v.append(NAN if value is None or not math.isfinite(value) else value)
         lo = bisect_left(self.t, t - keep_s, self.lo)

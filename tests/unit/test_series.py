@@ -53,3 +53,11 @@ def test_an_unknown_key_is_an_empty_window():
     w = SeriesStore().window("nothing", 0.0)
     assert isinstance(w, Window) and w.points() == [] and w.last() is None
     assert w.columns(0.0, 10.0, 4) == [None] * 4 and w.columns(0.0, 10.0, 0) == []
+
+
+def test_a_clock_stepping_back_starts_the_history_again():
+    store = SeriesStore()
+    for t in (100.0, 101.0, 102.0):
+        store.add("k", t, t)
+    store.add("k", 50.0, 1.0)  # the wall clock stepped back
+    assert store.window("k", 0.0).points() == [(50.0, 1.0)]
