@@ -182,9 +182,11 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
                 )
             )
     loop = asyncio.get_running_loop()
+    handled: list[signal.Signals] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)
+            handled.append(sig)
         except (NotImplementedError, RuntimeError):  # not the main thread (tests): Ctrl-C still raises
             pass
     if announce:
@@ -212,6 +214,13 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
     try:
         await run_until(stop, [load.run(stop) for load in loads])
     finally:
+        # stopping: a second stop signal (the process group's, then the guard's, forwarded) is
+        # ignored, not handled by a loop about to close its wakeup pipe: Python then printed
+        # "Exception ignored when trying to write to the signal wakeup fd" with a traceback into
+        # the server's log (the Tune screen's server-log pane) after a trial's server stopped
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
         for s in servers:
             await s.close()
 

@@ -428,3 +428,35 @@ def test_a_client_leaving_mid_stream_is_aborted_without_a_traceback(tmp_path):
         server.stop()
     out = log.read_text()
     assert "Traceback" not in out and "Error handling request" not in out, out
+
+
+def test_stop_signals_in_a_burst_leave_no_traceback_in_the_log(tmp_path):
+    """Stopping a trial's server sends the process group SIGTERM and the guard forwards it: a
+    second signal used to land while the loop closed its wakeup pipe, and Python printed
+    "Exception ignored ... Bad file descriptor" with a traceback into the server's log (2 of 10
+    stops under a burst). Now the first stop signal is the only one handled."""
+    import os
+    import signal
+    import time
+
+    from spoc_tui.procs.server import ServerProcess
+    from spoc_tui.sim.process import sim_argv
+
+    for i in range(4):
+        port, dport = free_ports(2)
+        log = tmp_path / f"server{i}.log"
+        server = ServerProcess(sim_argv(["--dcgm-port", str(dport)], port), port, log, tmp_prefix="spoc-sim-")
+        server.start(timeout=20, poll=0.2)
+        assert server.proc is not None
+        try:
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end and server.proc.poll() is None:
+                os.killpg(server.proc.pid, signal.SIGTERM)
+                time.sleep(0.0005)
+            server.proc.wait(10)
+        except ProcessLookupError:
+            pass
+        finally:
+            server.stop()
+        out = log.read_text()
+        assert "Traceback" not in out and "Exception ignored" not in out, out
