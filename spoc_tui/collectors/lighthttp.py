@@ -198,9 +198,7 @@ class ScrapeClient:
                 )
         except TimeoutError:
             raise ConnectFailed(f"no connection within {CONNECT_TIMEOUT_S:g} s") from None
-        except ssl.SSLError as e:
-            raise ConnectFailed(_reason(e)) from None
-        except OSError as e:
+        except OSError as e:  # a TLS handshake refused (ssl.SSLError) among them
             raise ConnectFailed(_reason(e)) from None
 
 

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from spoc_tui.collectors.http import RedirectRefused, new_client, request
-from spoc_tui.collectors.lighthttp import BodyTooLarge, ConnectFailed, HttpFailure, ScrapeClient
+from spoc_tui.collectors.lighthttp import ConnectFailed, HttpFailure, ScrapeClient
 from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.files import FileReadError, read_text_bounded
 from spoc_tui.core.gpu import is_dcgm
@@ -152,11 +152,8 @@ async def fetch(
 async def _download(
     client: httpx.AsyncClient | ScrapeClient, target: str, api_key: str | None, url: str
 ) -> tuple[int, bytes, str | None]:
-    if isinstance(client, ScrapeClient):
-        try:
-            answer = await client.get(target, auth_headers(api_key), MAX_BODY)
-        except BodyTooLarge:
-            raise SourceError(f"{url}: response larger than {MAX_BODY // 2**20} MiB") from None
+    if isinstance(client, ScrapeClient):  # its failures (a body too large among them) are HttpFailures
+        answer = await client.get(target, auth_headers(api_key), MAX_BODY)
         return answer.status, answer.body if answer.status == 200 else b"", answer.content_type
     resp = await request(client, "GET", target, headers=auth_headers(api_key), stream=True)
     try:

@@ -18,8 +18,8 @@ WINDOWS_S = (60.0, 300.0, 900.0, 3600.0)
 
 
 class History:
-    """One key's history in two preallocated arrays of doubles (time, value; NaN is a gap): a
-    point added is two floats written, no Python object kept per point, so an hour of 31 series
+    """One key's history in two arrays of doubles (time, value; NaN is a gap): a point added is
+    two floats appended, no Python object kept per point, so an hour of 31 series
     at 1 s costs the garbage collector nothing to walk (tuples in deques were 100k tracked objects,
     and a full collection over them cost ~100 ms every ~15 s). Times are the caller's and rise."""
 

@@ -113,6 +113,8 @@ class SpocApp(AsciiScreenshots, App[int]):
         self.start_workers = start_workers
         self.paused = False
         self._groups_cache: tuple[float, list[list[int]]] | None = None
+        self._frozen = False
+        """Whether the start-up heap is frozen out of the collector's full passes (:meth:`_freeze_heap`)."""
         self._asked_models: set[str] = set()
         self.events = EventLog()
         """What happened, for the monitor's Events panel: sources, throttling, ramps, studies."""
@@ -160,7 +162,7 @@ class SpocApp(AsciiScreenshots, App[int]):
         self._frozen = True
 
     async def on_unmount(self) -> None:
-        if getattr(self, "_frozen", False):
+        if self._frozen:
             gc.unfreeze()  # what was frozen can be collected again (tests run many apps in one process)
             self._frozen = False
         if self.recorder is not None:

@@ -8,6 +8,8 @@ changed.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
@@ -32,6 +34,16 @@ def _style(style: str | Style) -> Style:
     if parsed is None:
         parsed = _STYLES[style] = Style.parse(style)
     return parsed
+
+
+_Name = TypeVar("_Name", str, Text)
+
+
+def _keep_ends(name: _Name, width: int) -> _Name:
+    """A row's name cut to ``width`` keeping both ends: 127.0.0.1:…:56513, not 127.0.0.1:565…
+    (replicas differ at the end)."""
+    head = (width - 1) // 2
+    return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
 
 
 def _sig(cell: Cell) -> object:
@@ -118,36 +130,30 @@ class DiffTable(Widget):
 
     def _line(self, cells: list[Cell], base: Style) -> Strip:
         """One row as segments: a plain cell (a string, or a Text of one style, nearly every
-        cell) is cut, padded and styled directly; a Text with spans of its own goes through
-        Rich. Rich's Text layout for every cell cost ~0.3 ms a row, most of the monitor's
-        repaint when eight GPU rows change each second."""
+        cell) is cut, padded and styled directly; a Text with spans of its own, or wide
+        characters to cut, goes through Rich. Rich's Text layout for every cell cost ~0.3 ms a
+        row, most of the monitor's repaint when eight GPU rows change each second."""
         segments = [Segment("\u00a0", base)]  # a no-break space: SVG screenshots would drop a leading blank
         gap = Segment(" " * PAD, base)
         for i, ((_, _, width), cell) in enumerate(zip(self._columns, cells)):
             if not width:
                 continue
+            first = i == 0
             if isinstance(cell, Text):
                 plain, style = cell.plain, cell.style
-                if cell.spans or "\n" in plain:
-                    segments.extend(self._rich_cell(cell, width, base, first=i == 0))
-                    segments.append(gap)
-                    continue
+                rich = cell if cell.spans or "\n" in plain else None
             else:
-                plain, style = str(cell), ""
+                plain, style, rich = str(cell), "", None
             n = len(plain) if plain.isascii() else cell_len(plain)
-            if n > width:
-                if not plain.isascii():
-                    segments.extend(self._rich_cell(Text(plain, style=style), width, base, first=i == 0))
-                    segments.append(gap)
-                    continue
-                if i == 0 and width >= 5:
-                    # a row's name keeps both ends: 127.0.0.1:…:56513, not 127.0.0.1:565… (replicas differ at the end)
-                    head = (width - 1) // 2
-                    plain = plain[:head] + "…" + plain[len(plain) - (width - 1 - head) :]
-                else:
-                    plain = plain[: width - 1] + "…"
-                n = width
-            segments.append(Segment(plain + " " * (width - n), base + _style(style) if style else base))
+            if rich is None and n > width and not plain.isascii():
+                rich = Text(plain, style=style)
+            if rich is not None:
+                segments.extend(self._rich_cell(rich, width, base, first))
+            else:
+                if n > width:
+                    plain = _keep_ends(plain, width) if first and width >= 5 else plain[: width - 1] + "…"
+                    n = width
+                segments.append(Segment(plain + " " * (width - n), base + _style(style) if style else base))
             segments.append(gap)
         return Strip(segments).adjust_cell_length(self.size.width, base)
 
@@ -156,8 +162,7 @@ class DiffTable(Widget):
         t = cell.copy()
         t.no_wrap, t.overflow, t.end = True, "crop", ""
         if first and t.cell_len > width and width >= 5:
-            head = (width - 1) // 2
-            t = t[:head] + Text("…") + t[len(t.plain) - (width - 1 - head) :]
+            t = _keep_ends(t, width)
         t.truncate(width, overflow="ellipsis", pad=True)
         return [Segment(s.text, base + s.style if s.style else base) for s in t.render(self.app.console, "")]
 
