@@ -120,9 +120,6 @@ class SeriesStore:
     def window(self, key: str, since: float) -> Window:
         return Window(self._data.get(key), since)
 
-    def points(self, key: str, since: float) -> list[tuple[float, float | None]]:
-        return self.window(key, since).points()
-
     def keys(self, prefix: str = "") -> list[str]:
         return [k for k in self._data if k.startswith(prefix)]
 
