@@ -168,3 +168,27 @@ def test_an_open_loop_prediction_keeps_its_arrival_rate():
     assert calm.saturated < 0.25 and abs(calm.step.request_rate - 2.0) / 2.0 < 0.35
     # past what the engine takes: it finishes fewer than arrive, and its queue grows
     assert busy.saturated > 0.8 and busy.step.request_rate < 6.0 and busy.step.server.waiting_max > 10
+
+
+def test_the_mixed_loads_scale_is_bisected_and_never_worse_than_no_correction():
+    from spoc_tui.twin.calibrate import SCALE_BOUNDS, _solve_scale
+
+    def queueing(k: float) -> tuple[float, float]:
+        # time per token rises with the step scale, steeply past saturation (k > 1.2): a secant
+        # step from k = 1 lands far beyond the root here
+        return (0.01 * k if k < 1.2 else 0.012 + 0.5 * (k - 1.2), 0.1 * k)
+
+    k, (tok, _) = _solve_scale(queueing, 0.0113, queueing(1.0))
+    assert 1.0 < k < 1.2 and abs(tok / 0.0113 - 1) < 0.02
+    k, (tok, _) = _solve_scale(queueing, 0.007, queueing(1.0))  # the fit too slow: scaled down
+    assert abs(k - 0.7) < 0.02 and abs(tok / 0.007 - 1) < 0.02
+    # a root beyond the bound stops at the bound
+    k, _ = _solve_scale(queueing, 0.001, queueing(1.0))
+    assert k == SCALE_BOUNDS[0]
+    # already within 1 %: no replay at all, no correction
+    calls: list[float] = []
+    k, _ = _solve_scale(lambda x: calls.append(x) or queueing(x), 0.01005, queueing(1.0))  # type: ignore[func-returns-value]
+    assert k == 1.0 and not calls
+    # a replay that is not monotone (noise): the best k tried is kept, k = 1 among them
+    k, (tok, _) = _solve_scale(lambda x: (0.05, 0.0) if x != 1.0 else (0.0101, 0.0), 0.01, (0.0102, 0.0))
+    assert k == 1.0
