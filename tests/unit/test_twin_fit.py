@@ -192,3 +192,12 @@ def test_the_mixed_loads_scale_is_bisected_and_never_worse_than_no_correction():
     # a replay that is not monotone (noise): the best k tried is kept, k = 1 among them
     k, (tok, _) = _solve_scale(lambda x: (0.05, 0.0) if x != 1.0 else (0.0101, 0.0), 0.01, (0.0102, 0.0))
     assert k == 1.0
+
+
+def test_the_servers_own_gap_between_two_reads():
+    from spoc_tui.twin.calibrate import _Metrics, server_gap
+
+    a = _Metrics(None, None, 0.0, 0.0, itl_sum=1.0, itl_count=100.0)
+    assert server_gap(a, _Metrics(None, None, 0.0, 0.0, itl_sum=1.5, itl_count=200.0)) == pytest.approx(0.005)
+    assert server_gap(a, a) is None  # no token between the reads
+    assert server_gap(_Metrics(None, None, 0.0, 0.0), a) is None  # a server without the histogram
