@@ -333,8 +333,19 @@ class KneeSearch:
         lo, hi = inferred.ci95
         if inferred.boundary == "cliff" and lo is not None and hi is not None:  # the interval is the bracket: bisect it
             a, b = int(lo), int(hi)
-            mid = (a + b) // 2
-            return None if b - a <= 1 or mid in tried else mid
+            if b - a <= 1:
+                return None
+            # the middle count first; measured already (its step could not settle which side it
+            # is on: CI31 stopped there, silently, with a bracket of 3 counts), the inside count
+            # nearest the middle not yet measured, else the one measured fewest times
+            mid = (a + b) / 2
+            inside = sorted(range(a + 1, b), key=lambda u: (abs(u - mid), u))
+            fresh = [u for u in inside if u not in tried]
+            if fresh:
+                return fresh[0]
+            counts = {u: self._measured(steps, u) for u in inside}
+            again = [u for u in inside if counts[u] < REPEATS_AT_A_LEVEL]
+            return min(again, key=lambda u: (counts[u], abs(u - mid)), default=None)
         # a cliff whose resampling left an end open (some replicate never crossed: CI16 stopped
         # there with no answer) is probed as a smooth interval is, the open side half as far again
         if (
@@ -361,6 +372,29 @@ class KneeSearch:
 
     def describe(self) -> str:
         return f"auto:{self.max_users}"
+
+    def stop_reason(self, steps: Sequence[StepSummary], knee: Knee | None) -> str:
+        """Why :meth:`next` ended the search, in words (for ramp.json's ``stop_reason``)."""
+        if len(steps) >= MAX_SEARCH_STEPS:
+            return f"the search ran its most steps ({MAX_SEARCH_STEPS})"
+        inferred = knee.inferred if knee else None
+        if inferred is None or inferred.boundary == "bound":
+            tried = sorted({s.users for s in steps})
+            if inferred is not None and inferred.estimate is None:
+                return "even 1 user breaks the SLA"
+            if tried and tried[-1] >= self.max_users:
+                return f"no level up to {self.max_users} users broke the SLA (raise MAX in --users auto:MAX)"
+            return "the search found no boundary"
+        lo, hi = inferred.ci95
+        est = inferred.estimate or 0.0
+        if lo is not None and hi is not None and hi - lo <= 2 * KNEE_TOLERANCE * est:
+            return f"the knee's interval is within {100 * KNEE_TOLERANCE:g} % of its estimate"
+        if lo is not None and hi is not None and math.ceil(hi) - math.floor(lo) <= 1:
+            return "the knee lies between adjacent user counts"
+        return (
+            f"every user count inside the knee's interval was measured {REPEATS_AT_A_LEVEL} times "
+            "and it did not narrow further (the figure is too noisy there for these steps: longer steps narrow it)"
+        )
 
     def extend(self, step: StepSummary) -> bool:
         """Measure an inconclusive step on only when some undecided figure is near its limit."""

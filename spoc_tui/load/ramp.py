@@ -1097,6 +1097,8 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                 status, stop_reason = "stopped_early", why
                 break
         status = "complete" if status == "interrupted" else status
+        if status == "complete" and not stop_reason and isinstance(plan, KneeSearch):
+            stop_reason = plan.stop_reason(steps, knee_of(steps) if steps else None)
     finally:
         knee = knee_of(steps)
         writer.header["stop_reason"] = stop_reason

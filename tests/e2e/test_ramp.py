@@ -210,7 +210,11 @@ def test_knee_search_auto(sim8, fast_profile, tmp_path):
         return
     assert lo is not None and lo <= est <= hi
     narrow = hi - lo <= 0.1 * est or int(hi) - int(lo) <= 1
-    assert narrow or "the budget (1.25 min of load) is spent" in d["stop_reason"], (probes, knee, d["stop_reason"])
+    # else it says why it stopped: the budget, or every count inside measured its most times
+    # (CI31 stopped silently on a cliff bracket of 3 counts whose middle was measured once)
+    assert narrow or d["stop_reason"].startswith(("the budget", "every user count")), (probes, knee, d["stop_reason"])
+    if narrow:
+        assert d["stop_reason"].startswith(("the knee", "the budget")), d["stop_reason"]
     assert "knee so far: " in r.stdout and "budget left" in r.stdout and "knee across steps: " in r.stdout
 
 

@@ -525,3 +525,30 @@ def test_knee_search_probes_on_past_a_cliff_whose_interval_is_open():
     assert nxt is not None and 8 < nxt <= 12
     closed = replace(open_cliff, inferred=KneeEstimate(8, (8, 16), "ttft_p50", "cliff", "users", 5, 200))
     assert KneeSearch(max_users=64).next(steps, closed) == 12
+
+
+def test_a_cliff_whose_middle_was_measured_is_probed_on_and_every_stop_says_why():
+    """CI31: a cliff bracket of 12-14 users whose middle (13) had been measured ended the search
+    silently, neither narrow nor out of budget; it now measures inside the bracket until each
+    count there has its repeats, and the ramp says why any search stopped."""
+    from spoc_tui.core.inference import KneeEstimate
+    from spoc_tui.core.knee import REPEATS_AT_A_LEVEL
+
+    lims = parse_sla("ttft_p50<=300ms")
+    steps = [_step(u, 0.05 if u <= 12 else 0.5, 40, lims) for u in (1, 2, 4, 8, 16, 12, 14, 13)]
+    cliff = replace(find_knee(steps), inferred=KneeEstimate(12, (12, 14), "ttft_p50", "cliff", "users", 5, 200))
+    search = KneeSearch(max_users=64)
+    assert search.next(steps, cliff) == 13  # measured once: again
+    wider = replace(cliff, inferred=KneeEstimate(12, (11, 15), "ttft_p50", "cliff", "users", 5, 200))
+    wide_steps = [s for s in steps if s.users != 14]
+    assert search.next(wide_steps, wider) == 14  # an inside count not yet measured comes first
+    done = steps + [_step(13, 0.3, 40, lims) for _ in range(REPEATS_AT_A_LEVEL - 1)]
+    assert search.next(done, cliff) is None
+    assert search.stop_reason(done, cliff).startswith("every user count inside the knee's interval was measured")
+    adjacent = replace(cliff, inferred=KneeEstimate(4, (4, 5), "ttft_p50", "cliff", "users", 5, 200))
+    assert search.next(steps, adjacent) is None
+    assert search.stop_reason(steps, adjacent) == "the knee lies between adjacent user counts"
+    tight = replace(cliff, inferred=KneeEstimate(40, (39, 41), "ttft_p50", "smooth", "users", 5, 200))
+    assert search.stop_reason(steps, tight).startswith("the knee's interval is within 5 %")
+    top = replace(cliff, inferred=KneeEstimate(64, (64, None), "ttft_p50", "bound", "users", 5, 200))
+    assert "no level up to 64 users" in search.stop_reason([*steps, _step(64, 0.05, 40, lims)], top)
