@@ -85,9 +85,7 @@ def draw_turns(workload: Workload, rng: random.Random, context_len: int | None) 
 JOIN_CANDIDATES = 8
 
 
-def joined_turns(
-    workload: Workload, rng: random.Random, context_len: int | None
-) -> tuple[int, list[_Turn], int]:
+def joined_turns(workload: Workload, rng: random.Random, context_len: int | None) -> tuple[int, list[_Turn], int]:
     """A conversation as a user meets it at a random moment of steady load: drawn with a chance
     in proportion to its turns (a longer conversation is more often the one in progress), and a
     turn within it at random. Returns (system tokens, turns, the turn it joins at)."""
