@@ -27,7 +27,6 @@ _RUN = ensure_marker()
 
 
 OWN_SERVERS = {
-    "tests/realengine/test_fleet_real.py",
     "tests/realengine/test_tune_real.py",
     "tests/realengine/test_tune_postgres.py",
     "tests/realengine/test_real_vllm.py::test_launcher_reports_a_configuration_vllm_refuses",

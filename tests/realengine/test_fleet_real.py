@@ -34,30 +34,14 @@ def _direct(url: str):
     return server_view(url, Scrape(parse_text(httpx.get(metrics_url(url), timeout=10).text), time.time())).total
 
 
-def test_two_real_replicas_agree_directly_and_through_prometheus(tmp_path, cpu_lock):
-    """Two replicas of its own, started together (the tier's other worker, which runs the tests of
-    the session's server, is the longer one: this test runs beside them on the worker of the
-    tests that start their own servers)."""
-    ports = free_ports(2)
-    # eager: they start sooner (their figures are compared, not timed)
-    a, b = (
-        tiny_server(tmp_path / f"{n}.log", port, "--max-num-seqs", "4", "--enforce-eager", guard=True)
-        for n, port in zip("ab", ports, strict=True)
-    )
+def test_two_real_replicas_agree_directly_and_through_prometheus(vllm_server, tmp_path):
+    (port,) = free_ports(1)
+    # eager: it starts sooner (its figures are compared, not timed)
+    b = tiny_server(tmp_path / "b.log", port, "--max-num-seqs", "4", "--enforce-eager", guard=True)
+    b.start(timeout=300)
+    prom_url, proc, work = start_prometheus({"vllm": [f"127.0.0.1:{vllm_server.port}", f"127.0.0.1:{port}"]})
     try:
-        with ThreadPoolExecutor(2) as pool:
-            for f in [pool.submit(s.start, 300) for s in (a, b)]:
-                f.result()
-        _agree(a, b, ports)
-    finally:
-        a.stop()
-        b.stop()
-
-
-def _agree(a, b, ports: list[int]) -> None:
-    prom_url, proc, work = start_prometheus({"vllm": [f"127.0.0.1:{p}" for p in ports]})
-    try:
-        urls = {f"127.0.0.1:{a.port}": a.url, f"127.0.0.1:{b.port}": b.url}
+        urls = {f"127.0.0.1:{vllm_server.port}": vllm_server.url, f"127.0.0.1:{port}": b.url}
         poller = PromQLPoller(PromQLCollector(prom_url), 86400.0, prom_url)  # no sample a day ago: lifetime
         seen = dict.fromkeys(urls, 0.0)
         with ThreadPoolExecutor(8) as pool:
@@ -91,3 +75,4 @@ def _agree(a, b, ports: list[int]) -> None:
     finally:
         stop_process_group(proc)
         shutil.rmtree(work, ignore_errors=True)
+        b.stop()
