@@ -82,19 +82,6 @@ def draw_turns(workload: Workload, rng: random.Random, context_len: int | None) 
     return workload.system_tokens, turns
 
 
-JOIN_CANDIDATES = 8
-
-
-def joined_turns(workload: Workload, rng: random.Random, context_len: int | None) -> tuple[int, list[_Turn], int]:
-    """A conversation as a user meets it at a random moment of steady load: drawn with a chance
-    in proportion to its turns (a longer conversation is more often the one in progress), and a
-    turn within it at random. Returns (system tokens, turns, the turn it joins at)."""
-    cands = [draw_turns(workload, rng, context_len) for _ in range(JOIN_CANDIDATES)]
-    weights = [len(t) for _, t in cands]
-    system, turns = rng.choices(cands, weights=weights)[0]
-    return system, turns, rng.randrange(len(turns))
-
-
 def _token(u: _User, _n: int, when: float) -> None:
     u.tokens.append(when)
 
@@ -116,7 +103,6 @@ class VirtualServer:
         spread_s: float = 5.0,
         ignore_eos: bool | None = None,
         paced: bool = False,
-        join_mid: bool = False,
     ) -> None:
         """
         Args:
@@ -130,7 +116,6 @@ class VirtualServer:
                 a little before a turn without think time; none in lockstep).
         """
         self.paced = paced
-        self.join_mid = join_mid
         self.rate = 0.0
         self._next_arrival: float | None = None
         self._idle: list[_User] = []
@@ -200,17 +185,9 @@ class VirtualServer:
             u.busy = False
             return
         if u.turn >= len(u.turns):
-            fresh = u.conversation == 0 and not u.open and self.join_mid
-            if fresh:
-                system, u.turns, k = joined_turns(self.workload, u.rng, self.engine.max_len)
-            else:
-                system, u.turns = draw_turns(self.workload, u.rng, self.engine.max_len)
-                k = 0
-            u.turn, u.conversation = k, u.conversation + 1
+            system, u.turns = draw_turns(self.workload, u.rng, self.engine.max_len)
+            u.turn, u.conversation = 0, u.conversation + 1
             u.history = self._system_ids(system) + [0] * TEMPLATE_TOKENS if system else []
-            for t0 in u.turns[:k]:  # the turns before it joined: text the server has not seen
-                u.history += [u.rng.randrange(1 << 24) for _ in range(t0.user_tokens + t0.output_tokens)]
-                u.history += [0] * (2 * TEMPLATE_TOKENS)
         t = u.turns[u.turn]
         if self.paced and not u.waited and not u.open:
             think = u.turns[u.turn - 1].think_s if u.turn else 0.0
