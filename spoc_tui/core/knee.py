@@ -8,7 +8,7 @@ a typed value built from the breaking step's server window and client health, so
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -338,14 +338,7 @@ class KneeSearch:
             # the middle count first; measured already (its step could not settle which side it
             # is on: CI31 stopped there, silently, with a bracket of 3 counts), the inside count
             # nearest the middle not yet measured, else the one measured fewest times
-            mid = (a + b) / 2
-            inside = sorted(range(a + 1, b), key=lambda u: (abs(u - mid), u))
-            fresh = [u for u in inside if u not in tried]
-            if fresh:
-                return fresh[0]
-            counts = {u: self._measured(steps, u) for u in inside}
-            again = [u for u in inside if counts[u] < REPEATS_AT_A_LEVEL]
-            return min(again, key=lambda u: (counts[u], abs(u - mid)), default=None)
+            return self._pick(steps, range(a + 1, b), (a + b) / 2)
         # a cliff whose resampling left an end open (some replicate never crossed: CI16 stopped
         # there with no answer) is probed as a smooth interval is, the open side half as far again
         if (
@@ -358,13 +351,19 @@ class KneeSearch:
         # estimate), nearest the estimate: a fresh count first, else one measured fewest times
         low = max(1, math.ceil(lo if lo is not None else est / 1.5))
         high = min(self.max_users, math.floor(hi if hi is not None else est * 1.5))
-        near: list[int] = sorted({*range(low, max(low, high) + 1), max(1, round(est))}, key=lambda u: (abs(u - est), u))
+        return self._pick(steps, {*range(low, max(low, high) + 1), max(1, round(est))}, est)
+
+    def _pick(self, steps: Sequence[StepSummary], candidates: Iterable[int], centre: float) -> int | None:
+        """Of ``candidates``, the count nearest ``centre`` not yet measured, else the one measured
+        fewest times (under :data:`REPEATS_AT_A_LEVEL`), else None."""
+        near = sorted(set(candidates), key=lambda u: (abs(u - centre), u))
+        tried = {s.users for s in steps}
         fresh = [u for u in near if u not in tried]
         if fresh:
             return fresh[0]
         counts = {u: self._measured(steps, u) for u in near}
         again = [u for u in near if counts[u] < REPEATS_AT_A_LEVEL]
-        return min(again, key=lambda u: (counts[u], abs(u - est)), default=None)
+        return min(again, key=lambda u: (counts[u], abs(u - centre)), default=None)
 
     @staticmethod
     def _measured(steps: Sequence[StepSummary], level: int) -> int:
