@@ -57,6 +57,26 @@ async def test_charts_fill_the_terminal_with_axes_units_and_the_sla():
         assert "-15 min" in axis(charts[0])
 
 
+async def test_a_chart_redraws_in_the_new_theme_without_waiting_for_new_points():
+    """The plot is cached between ticks; a theme change must not leave it in the old colours
+    (it stayed so in a paused replay, where no tick comes)."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(ServersSampled(server_tick()))
+        await settle(pilot)
+        chart = app.monitor.query_one("#c-requests", TimeChart)
+
+        def background() -> object:
+            styles = [seg.style for seg in chart.render_line(chart.size.height - 1) if seg.style is not None]
+            return styles[0].bgcolor if styles else None
+
+        before = background()
+        assert before is not None
+        app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
+        await settle(pilot)
+        assert background() != before
+
+
 async def test_charts_shrink_to_80x24_below_the_fold():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:

@@ -108,6 +108,12 @@ class TimeChart(Widget):
         self._base: Style | None = None
         """The widget's style when the plot was last drawn (the title rows between reuse it)."""
 
+    def notify_style_update(self) -> None:
+        """Styles changed (a theme, a class): the cached plot holds the old ones, drop it."""
+        super().notify_style_update()
+        self._cache = None
+        self._base = None
+
     def show(
         self,
         lines: Sequence[Line],
