@@ -312,10 +312,19 @@ class KneeSearch:
     start: int = 1
 
     def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> int | None:
+        return self._decide(steps, knee)[0]
+
+    def stop_reason(self, steps: Sequence[StepSummary], knee: Knee | None) -> str:
+        """Why :meth:`next` ended the search, in words (for ramp.json's ``stop_reason``); "" while
+        it goes on. The same decision as :meth:`next`: the reason is the branch that stopped it."""
+        return self._decide(steps, knee)[1]
+
+    def _decide(self, steps: Sequence[StepSummary], knee: Knee | None) -> tuple[int | None, str]:
+        """The next level, or None with why the search ends."""
         if not steps:
-            return self.start
+            return self.start, ""
         if len(steps) >= MAX_SEARCH_STEPS:
-            return None
+            return None, f"the search ran its most steps ({MAX_SEARCH_STEPS})"
         tried = sorted({s.users for s in steps})
         inferred = knee.inferred if knee else None
         if inferred is None or inferred.boundary == "bound":
@@ -323,18 +332,22 @@ class KneeSearch:
             if below:
                 low = tried[0]
                 if low > 1:
-                    return max(1, low // 2)
+                    return max(1, low // 2), ""
                 # at 1 user: measure it again until its requests say so surely (or the repeats are spent)
                 sure = inferred is not None and inferred.ci95[1] is not None and inferred.ci95[1] <= 1
-                return None if sure or self._measured(steps, 1) >= REPEATS_AT_A_LEVEL else 1
+                if sure or self._measured(steps, 1) >= REPEATS_AT_A_LEVEL:
+                    return None, "even 1 user breaks the SLA"
+                return 1, ""
             top = tried[-1]
-            return None if top >= self.max_users else min(top * 2, self.max_users)
+            if top >= self.max_users:
+                return None, f"no level up to {self.max_users} users broke the SLA (raise MAX in --users auto:MAX)"
+            return min(top * 2, self.max_users), ""
         est = inferred.estimate if inferred.estimate is not None else 0.0
         lo, hi = inferred.ci95
         if inferred.boundary == "cliff" and lo is not None and hi is not None:  # the interval is the bracket: bisect it
             a, b = int(lo), int(hi)
             if b - a <= 1:
-                return None
+                return None, self._narrow(lo, hi, est)
             # the middle count first; measured already (its step could not settle which side it
             # is on: CI31 stopped there, silently, with a bracket of 3 counts), the inside count
             # nearest the middle not yet measured, else the one measured fewest times
@@ -346,24 +359,36 @@ class KneeSearch:
             and hi is not None
             and (hi - lo <= 2 * KNEE_TOLERANCE * est or math.ceil(hi) - math.floor(lo) <= 1)
         ):
-            return None
+            return None, self._narrow(lo, hi, est)
         # probe inside the interval (a side the steps cannot bound yet: half as far again as the
         # estimate), nearest the estimate: a fresh count first, else one measured fewest times
         low = max(1, math.ceil(lo if lo is not None else est / 1.5))
         high = min(self.max_users, math.floor(hi if hi is not None else est * 1.5))
         return self._pick(steps, {*range(low, max(low, high) + 1), max(1, round(est))}, est)
 
-    def _pick(self, steps: Sequence[StepSummary], candidates: Iterable[int], centre: float) -> int | None:
+    @staticmethod
+    def _narrow(lo: float, hi: float, est: float) -> str:
+        """Why an interval this narrow ends the search."""
+        if hi - lo <= 2 * KNEE_TOLERANCE * est:
+            return f"the knee's interval is within {100 * KNEE_TOLERANCE:g} % of its estimate"
+        return "the knee lies between adjacent user counts"
+
+    def _pick(self, steps: Sequence[StepSummary], candidates: Iterable[int], centre: float) -> tuple[int | None, str]:
         """Of ``candidates``, the count nearest ``centre`` not yet measured, else the one measured
-        fewest times (under :data:`REPEATS_AT_A_LEVEL`), else None."""
+        fewest times (under :data:`REPEATS_AT_A_LEVEL`), else None: every one has its repeats."""
         near = sorted(set(candidates), key=lambda u: (abs(u - centre), u))
         tried = {s.users for s in steps}
         fresh = [u for u in near if u not in tried]
         if fresh:
-            return fresh[0]
+            return fresh[0], ""
         counts = {u: self._measured(steps, u) for u in near}
         again = [u for u in near if counts[u] < REPEATS_AT_A_LEVEL]
-        return min(again, key=lambda u: (counts[u], abs(u - centre)), default=None)
+        if again:
+            return min(again, key=lambda u: (counts[u], abs(u - centre))), ""
+        return None, (
+            f"every user count inside the knee's interval was measured {REPEATS_AT_A_LEVEL} times "
+            "and it did not narrow further (the figure is too noisy there for these steps: longer steps narrow it)"
+        )
 
     @staticmethod
     def _measured(steps: Sequence[StepSummary], level: int) -> int:
@@ -371,29 +396,6 @@ class KneeSearch:
 
     def describe(self) -> str:
         return f"auto:{self.max_users}"
-
-    def stop_reason(self, steps: Sequence[StepSummary], knee: Knee | None) -> str:
-        """Why :meth:`next` ended the search, in words (for ramp.json's ``stop_reason``)."""
-        if len(steps) >= MAX_SEARCH_STEPS:
-            return f"the search ran its most steps ({MAX_SEARCH_STEPS})"
-        inferred = knee.inferred if knee else None
-        if inferred is None or inferred.boundary == "bound":
-            tried = sorted({s.users for s in steps})
-            if inferred is not None and inferred.estimate is None:
-                return "even 1 user breaks the SLA"
-            if tried and tried[-1] >= self.max_users:
-                return f"no level up to {self.max_users} users broke the SLA (raise MAX in --users auto:MAX)"
-            return "the search found no boundary"
-        lo, hi = inferred.ci95
-        est = inferred.estimate or 0.0
-        if lo is not None and hi is not None and hi - lo <= 2 * KNEE_TOLERANCE * est:
-            return f"the knee's interval is within {100 * KNEE_TOLERANCE:g} % of its estimate"
-        if lo is not None and hi is not None and math.ceil(hi) - math.floor(lo) <= 1:
-            return "the knee lies between adjacent user counts"
-        return (
-            f"every user count inside the knee's interval was measured {REPEATS_AT_A_LEVEL} times "
-            "and it did not narrow further (the figure is too noisy there for these steps: longer steps narrow it)"
-        )
 
     def extend(self, step: StepSummary) -> bool:
         """Measure an inconclusive step on only when some undecided figure is near its limit."""
