@@ -671,18 +671,22 @@ def _solve_scale(
     queues), but not in proportion (the queue makes it non-linear: a secant step from k = 1
     overshot to +459 % on the real server), so the root is bisected in log k between 1 and the
     bound on its side; the best k tried is kept, k = 1 (no correction) among them."""
-    lo_b, hi_b = SCALE_BOUNDS
-    tried: list[tuple[float, float, tuple[float, float]]] = [(abs(at_one[0] / target - 1), 1.0, at_one)]
-    if at_one[0] <= 0 or abs(at_one[0] / target - 1) < 0.01:
+
+    def miss(got: tuple[float, float]) -> float:
+        return abs(got[0] / target - 1)
+
+    if at_one[0] <= 0 or miss(at_one) < 0.01:
         return 1.0, at_one
-    lo, hi = (1.0, hi_b) if at_one[0] < target else (lo_b, 1.0)
-    edge = hi if at_one[0] < target else lo
+    tried = [(miss(at_one), 1.0, at_one)]
+    fast = at_one[0] < target  # the fit is too fast: the root lies above k = 1
+    lo, hi = (1.0, SCALE_BOUNDS[1]) if fast else (SCALE_BOUNDS[0], 1.0)
+    edge = hi if fast else lo
     got = replay(edge)
-    tried.append((abs(got[0] / target - 1), edge, got))
-    for _ in range(rounds if (got[0] < target) != (at_one[0] < target) else 0):  # none: the root lies beyond the bound
+    tried.append((miss(got), edge, got))
+    for _ in range(rounds if (got[0] < target) != fast else 0):  # none: the root lies beyond the bound
         mid = math.sqrt(lo * hi)
         got = replay(mid)
-        tried.append((abs(got[0] / target - 1), mid, got))
+        tried.append((miss(got), mid, got))
         if tried[-1][0] < 0.01:
             break
         if got[0] < target:
