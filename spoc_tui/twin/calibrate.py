@@ -108,10 +108,10 @@ class _Metrics:
 
 def server_gap(before: _Metrics, after: _Metrics) -> float | None:
     """The mean gap between tokens the server measured between two reads, or None."""
-    if None in (before.itl_sum, before.itl_count, after.itl_sum, after.itl_count):
+    if before.itl_sum is None or before.itl_count is None or after.itl_sum is None or after.itl_count is None:
         return None
-    n = after.itl_count - before.itl_count  # type: ignore[operator]
-    dt = after.itl_sum - before.itl_sum  # type: ignore[operator]
+    n = after.itl_count - before.itl_count
+    dt = after.itl_sum - before.itl_sum
     return dt / n if n > 0 and dt > 0 else None
 
 
