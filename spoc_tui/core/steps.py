@@ -1133,6 +1133,8 @@ def badly_broken(step: StepSummary, abort_factor: float) -> str | None:
 
 QUEUE_MIN_SPAN_S = 10.0
 QUEUE_MIN_POINTS = 8
+QUEUE_MIN_RISES = 3
+"""Poll-to-poll increases a growing queue shows at least (one burst is one rise)."""
 
 
 def queue_unbounded(points: Sequence[tuple[float, float]]) -> str | None:
@@ -1142,8 +1144,11 @@ def queue_unbounded(points: Sequence[tuple[float, float]]) -> str | None:
     10 s and 8 polls, the least-squares trend adds at least max(5, half the starting queue)
     requests over the span, at least 70 % of poll-to-poll changes are not decreases, and the
     later half of the window still grows (by at least a quarter as much per second, and at least
-    2 requests): a queue that rises and settles at a level is not unbounded. The monitor's
-    "queue keeps growing" alert is the same idea on a shorter history.
+    2 requests), and it rose at least :data:`QUEUE_MIN_RISES` times, at least 70 % of its moves
+    up: a queue that rises and settles at a level is not unbounded, nor is one that is empty at
+    every poll but the last two (users in lockstep, whose prefill bursts a poll catches or
+    misses: unchanged polls count as "not decreasing", and two late rises made a trend). The
+    monitor's "queue keeps growing" alert is the same idea on a shorter history.
     """
     if len(points) < QUEUE_MIN_POINTS:
         return None
@@ -1154,7 +1159,11 @@ def queue_unbounded(points: Sequence[tuple[float, float]]) -> str | None:
         return None
     slope = float(np.polyfit(ts, ws, 1)[0])
     growth = slope * span
-    steady = float(np.mean(np.diff(ws) >= 0))
+    steps = np.diff(ws)
+    steady = float(np.mean(steps >= 0))
+    rises, falls = int(np.sum(steps > 0)), int(np.sum(steps < 0))
+    if rises < QUEUE_MIN_RISES or rises < 0.7 * (rises + falls):
+        return None
     start = float(np.mean(ws[: max(1, len(ws) // 4)]))
     half = len(ts) // 2
     late_slope = float(np.polyfit(ts[half:], ws[half:], 1)[0])

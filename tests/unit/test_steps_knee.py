@@ -229,6 +229,14 @@ def test_queue_unbounded_only_when_it_keeps_growing():
     assert queue_unbounded([(float(i), 20.0) for i in range(12)]) is None  # steady
     assert queue_unbounded([(float(i), min(i * 3.0, 15.0)) for i in range(20)]) is None  # rose, then settled
     assert queue_unbounded([(float(i), 2.0 * i) for i in range(5)]) is None  # too short to tell
+    # empty until two polls caught bursts (users in lockstep): two rises are not a trend (this
+    # read "queue unbounded: waiting grew 0 -> 9 in 35 s" before); three rises in a row still are
+    assert queue_unbounded([(35 / 9 * i, w) for i, w in enumerate([0.0] * 8 + [5.0, 9.0])]) is None
+    assert queue_unbounded([(35 / 9 * i, w) for i, w in enumerate([0.0] * 7 + [4.0, 5.0, 7.0])])
+    # bursts read at every phase: as many falls as rises
+    assert queue_unbounded([(35 / 9 * i, w) for i, w in enumerate([0.0, 3, 0, 0, 5, 0, 4, 0, 6, 9])]) is None
+    # growth in three jumps is still growth
+    assert queue_unbounded([(5.0 * i, 0.0) for i in range(5)] + [(25.0, 10.0), (30.0, 20.0), (35.0, 30.0)])
 
 
 @pytest.mark.parametrize("name", ["coding", "logs", "chatbot", "mix"])
