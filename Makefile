@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/trace_bench.py
 	$(PY) benchmarks/replay_memory.py
 	bash scripts/realengine_setup.sh
+	$(PY) benchmarks/vs_peers_knee.py
 	$(PY) benchmarks/vs_vllm_bench.py
 	$(PY) benchmarks/twin_accuracy.py
 	$(PY) benchmarks/client_referee.py

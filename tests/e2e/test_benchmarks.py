@@ -43,6 +43,7 @@ def test_replay_memory_benchmark_smoke():
         ("tune_noise.py", ""),
         ("client_referee.py", ""),
         ("cli_startup.py", "spoc --help"),
+        ("vs_peers_knee.py", "flat 1000 in / 200 out"),
     ],
 )
 def test_every_benchmark_runs_in_its_smoke_mode(script, says):
