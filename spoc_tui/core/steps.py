@@ -1157,13 +1157,13 @@ def queue_unbounded(points: Sequence[tuple[float, float]]) -> str | None:
     span = float(ts[-1] - ts[0])
     if span < QUEUE_MIN_SPAN_S:
         return None
-    slope = float(np.polyfit(ts, ws, 1)[0])
-    growth = slope * span
-    steps = np.diff(ws)
-    steady = float(np.mean(steps >= 0))
-    rises, falls = int(np.sum(steps > 0)), int(np.sum(steps < 0))
+    moves = np.diff(ws)
+    rises, falls = int(np.sum(moves > 0)), int(np.sum(moves < 0))
+    steady = 1.0 - falls / len(moves)  # the share of poll-to-poll changes that are not decreases
     if rises < QUEUE_MIN_RISES or rises < 0.7 * (rises + falls):
         return None
+    slope = float(np.polyfit(ts, ws, 1)[0])
+    growth = slope * span
     start = float(np.mean(ws[: max(1, len(ws) // 4)]))
     half = len(ts) // 2
     late_slope = float(np.polyfit(ts[half:], ws[half:], 1)[0])
