@@ -43,6 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from spoc_tui.core.results import read_ramp  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
 
@@ -92,18 +93,19 @@ def spoc_run(url: str, work: Path) -> dict[str, Any]:
     wall = time.monotonic() - t0
     if r.returncode != 0:
         raise SystemExit(f"spoc ramp failed ({r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
-    d = json.loads((out / "ramp.json").read_text())
-    knee = d.get("knee") or {}
+    doc = read_ramp(out)
+    inferred = doc.knee.inferred
     reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     counted = [q["prompt_tokens"] for q in reqs if isinstance(q.get("prompt_tokens"), int | float)]
     cached = [q.get("cached_tokens") or 0 for q in reqs if isinstance(q.get("prompt_tokens"), int | float)]
     return {
         "tool": "spoc ramp --arrivals lockstep",
-        "knee": knee.get("estimate"),
-        "interval": knee.get("ci95"),
-        "detail": f"{knee.get('boundary')}, binding {knee.get('binding_limit')}; {d.get('stop_reason', '')}",
-        "probes": len(d["steps"]),
-        "levels": [s["users"] for s in d["steps"]],
+        "knee": inferred.estimate if inferred else None,
+        "interval": list(inferred.ci95) if inferred else None,
+        "shown": inferred.text if inferred else "none",
+        "detail": doc.stop_reason,
+        "probes": len(doc.steps),
+        "levels": [st.users for st in doc.steps],
         "wall_min": wall / 60,
         "server_prompt_tokens": sum(counted) / len(counted) if counted else None,
         "cached_share": sum(cached) / sum(counted) if counted else None,
@@ -135,23 +137,23 @@ def aiperf_result(out: Path, wall: float) -> dict[str, Any]:
     h = json.loads((out / "search_history.json").read_text())
     b = h.get("boundary_summary") or {}
     feas, infeas = (b.get("feasible_max") or {}).get("value"), (b.get("infeasible_min") or {}).get("value")
-    tokens, cached = [], []
+    prompt = count = cached = 0.0
     for f in out.glob("search_iter_*/profile_runs/*/profile_export_aiperf.json"):
         run = json.loads(f.read_text())
         u, c = run.get("usage_prompt_tokens") or {}, run.get("usage_prompt_cache_read_tokens") or {}
         if "sum" in u:
-            tokens.append(u["sum"] / max(u.get("count", 1), 1))
-            cached.append((c.get("sum", 0.0), u["sum"]))
+            prompt, count, cached = prompt + u["sum"], count + u.get("count", 0), cached + c.get("sum", 0.0)
     return {
         "tool": "AIPerf 0.13 max-concurrency-under-sla",
         "knee": feas,
         "interval": None,
+        "shown": str(feas),
         "detail": f"first failing {infeas}; boundary {b.get('boundary_type', '?')}; {h.get('convergence_reason')}",
         "probes": len(h.get("iterations", [])),
         "levels": [it["variation_values"].get("phases.profiling.concurrency") for it in h.get("iterations", [])],
         "wall_min": wall / 60,
-        "server_prompt_tokens": sum(tokens) / len(tokens) if tokens else None,
-        "cached_share": sum(c for c, _ in cached) / sum(t for _, t in cached) if cached else None,
+        "server_prompt_tokens": prompt / count if count else None,
+        "cached_share": cached / prompt if prompt else None,
     }
 
 
@@ -169,22 +171,9 @@ def guidellm_argv(exe: Path, url: str, out: Path) -> list[str]:
 def guidellm_result(out: Path, wall: float) -> dict[str, Any]:
     """The goodput search's own record (its probes, best passing and lowest failing streams)."""
     d = json.loads((out / "benchmarks.json").read_text())
-    found: list[dict[str, Any]] = []
-
-    def walk(x: object) -> None:
-        if isinstance(x, dict):
-            if "best_passing_streams" in x and "probes" in x:
-                found.append(x)
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(d)
-    if not found:
+    search = next((c for c in d.get("conclusions") or [] if "best_passing_streams" in c), None)
+    if search is None:
         raise SystemExit(f"{out / 'benchmarks.json'} holds no goodput search record")
-    search = found[0]
     probes = search["probes"]
     served = [r for b in d.get("benchmarks", []) for r in b.get("requests", {}).get("successful", [])]
     prompt = sum(r.get("prompt_tokens") or 0 for r in served)
@@ -192,6 +181,7 @@ def guidellm_result(out: Path, wall: float) -> dict[str, Any]:
         "tool": "GuideLLM 0.8.1 goodput",
         "knee": search["best_passing_streams"],
         "interval": None,
+        "shown": str(search["best_passing_streams"]),
         "detail": f"first failing {search.get('lowest_failing_streams')}; {search.get('stop_reason')}; "
         + ", ".join(f"{p['streams']}:{p['attainment']:.3f}{'' if p.get('resolved', True) else '?'}" for p in probes),
         "probes": len(probes),
@@ -202,15 +192,17 @@ def guidellm_result(out: Path, wall: float) -> dict[str, Any]:
     }
 
 
+PEERS_RUN = {"aiperf": (aiperf_argv, aiperf_result), "guidellm": (guidellm_argv, guidellm_result)}
+"""Each peer's command line and the reader of its records."""
+
+
 def peer_run(tool: str, url: str, work: Path) -> dict[str, Any]:
     out = work / tool
-    exe = PEERS / tool / "bin" / tool
-    make = aiperf_argv if tool == "aiperf" else guidellm_argv
+    make, read = PEERS_RUN[tool]
     if SMOKE:  # not run (no package index in the tests): its command line built, and its reader
         # fed the records of a real run (trimmed: tests/fixtures/peers, the prefix cache on)
-        argv = make(exe, url, out)
+        argv = make(PEERS / tool / "bin" / tool, url, out)
         assert argv[0].endswith(tool) and str(TTFT_P99_MS) in " ".join(argv)
-        read = aiperf_result if tool == "aiperf" else guidellm_result
         row = read(FIXTURES / tool, 0.0)
         assert row["knee"] == {"aiperf": 112, "guidellm": 16}[tool], row
         return {**row, "detail": "not run (--smoke); its reader on a recorded run: " + row["detail"]}
@@ -223,23 +215,7 @@ def peer_run(tool: str, url: str, work: Path) -> dict[str, Any]:
     wall = time.monotonic() - t0
     if r.returncode != 0:
         raise SystemExit(f"{tool} failed ({r.returncode}): see {work / (tool + '.log')}")
-    return (aiperf_result if tool == "aiperf" else guidellm_result)(out, wall)
-
-
-def knee_text(r: dict[str, Any]) -> str:
-    """The knee as a tool gave it: ours with its interval (a bound where one side is open)."""
-    knee, iv = r.get("knee"), r.get("interval")
-    if knee is None:
-        return "none"
-    shown = f"{knee:.1f}" if isinstance(knee, float) else str(knee)
-    if not iv:
-        return shown
-    lo, hi = iv
-    if hi is None:
-        return f"more than {lo:g}" if lo is not None else shown
-    if lo is None:
-        return f"fewer than {hi:g}"
-    return f"{shown} (95 %: {lo:g}-{hi:g})"
+    return read(out, wall)
 
 
 def main() -> int:
@@ -261,11 +237,12 @@ def main() -> int:
         f"prefix caching {cache}):"
     )
     for r in rows:
-        print(f"  {r['tool']:<40} knee {knee_text(r):<26} probes {r['probes']:>2}  {r.get('wall_min', 0):5.1f} min")
+        print(f"  {r['tool']:<40} knee {r['shown']:<26} probes {r['probes']:>2}  {r.get('wall_min', 0):5.1f} min")
         tokens, share = r.get("server_prompt_tokens"), r.get("cached_share")
         if tokens and share is not None:
             print(f"      prompts as the server counted them: {tokens:.0f} tokens, {100 * share:.0f} % from its cache")
-        print(f"      {r['detail']}")
+        if r["detail"]:
+            print(f"      {r['detail']}")
     if SMOKE:
         shutil.rmtree(work, ignore_errors=True)
     else:
