@@ -10,6 +10,7 @@ output tokens = GPUs x price / 3600 / (output tokens per second) x 1e6.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,11 +28,15 @@ class Efficiency:
     cost_per_m_tokens: float | None
 
     def text(self, price: float | None) -> str:
-        parts = [f"{self.gpus} GPU(s) {self.watts:,.0f} W avg ({self.basis})"]
+        # three and two significant figures: a window's average moves in its last digits every
+        # second, which read as noise (and repainted the line each second)
+        w = self.watts
+        shown_w = round(w, 2 - math.floor(math.log10(w))) if w > 0 else w
+        parts = [f"{self.gpus} GPU(s) {shown_w:,.0f} W avg ({self.basis})"]
         parts.append(
             "n/a tok/J (no output tokens)"
             if self.tokens_per_joule is None
-            else f"{self.tokens_per_joule:.3g} out tok/J"
+            else f"{self.tokens_per_joule:.2g} out tok/J"
         )
         if price is not None:
             c = self.cost_per_m_tokens

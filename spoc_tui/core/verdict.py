@@ -193,28 +193,45 @@ def verdict(
 HOLD_POLLS = 3
 """A new verdict must hold for this many refreshes in a row before it is shown (``down`` at once)."""
 
+CALM_FIGURE_S = 5.0
+"""A calm verdict's figure (``healthy: 13 running``) is refreshed at most this often: the count
+changing every second read as flicker, and the servers table shows it live."""
+
 
 class VerdictTracker:
     """The verdict shown per server, kept from flickering: a change of rung is shown once the
     new rung has held for :data:`HOLD_POLLS` refreshes in a row (a server going down is shown at
     once), and the shown verdict carries since when its rung holds. The figures of the shown
-    verdict are refreshed every poll while its rung holds."""
+    verdict are refreshed every poll while its rung holds (a calm one's, ``ok``, every
+    :data:`CALM_FIGURE_S` at most)."""
 
     def __init__(self, hold: int = HOLD_POLLS) -> None:
         self.hold = hold
         self._shown: dict[str, Verdict] = {}
         self._pending: dict[str, tuple[str, int, float]] = {}
         """A candidate rung per server: (rung, refreshes it held in a row, when it began)."""
+        self._figured: dict[str, float] = {}
+        """When each shown verdict's figure was last refreshed."""
 
     def update(self, source: str, v: Verdict, now: float, count: bool = True) -> Verdict:
         """The verdict to show for ``source`` now that ``v`` holds; ``count``: this is a poll of
         the server (a GPU tick re-judges without counting towards a change)."""
         shown = self._shown.get(source)
         if shown is None or shown.rung == v.rung or v.rung == "down" or shown.rung == "waiting for data":
-            since = shown.since if shown is not None and shown.rung == v.rung else now
+            same = shown is not None and shown.rung == v.rung
+            since = shown.since if same else now
             self._pending.pop(source, None)
+            if (
+                same
+                and shown is not None
+                and v.severity == shown.severity == "ok"
+                and v.word == shown.word
+                and now - self._figured.get(source, now) < CALM_FIGURE_S
+            ):
+                return shown  # a calm verdict keeps its figure a few seconds
             out = replace(v, since=since)
             self._shown[source] = out
+            self._figured[source] = now
             return out
         if not count:
             return shown
@@ -226,11 +243,12 @@ class VerdictTracker:
             self._pending.pop(source, None)
             out = replace(v, since=began)
             self._shown[source] = out
+            self._figured[source] = now
             return out
         self._pending[source] = (rung, n, began)
         return shown
 
     def forget(self, keep: set[str]) -> None:
-        for d in (self._shown, self._pending):
+        for d in (self._shown, self._pending, self._figured):
             for k in [k for k in d if k not in keep]:
                 del d[k]

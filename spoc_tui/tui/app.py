@@ -185,14 +185,20 @@ class SpocApp(AsciiScreenshots, App[int]):
                     reads.append(self._servers_tick())
                 if self._reads_gpus():
                     reads.append(self._gpus_tick())
+                batch: list[Message] = []
                 for messages in await asyncio.gather(*reads, return_exceptions=True):
                     if isinstance(messages, BaseException):  # a defect in one kind: the other goes on
                         if not isinstance(messages, Exception):
                             raise messages  # cancelled: the app is closing
                         logger.error("a poll failed", exc_info=messages)
                         messages = [SourceStatusChanged(SourceStatus("poller", False, first_line(messages, 120)))]
-                    for m in messages:
-                        self.post_message(m)
+                    batch.extend(messages)
+                if any(isinstance(m, GpusSampled) for m in batch):
+                    for m in batch:
+                        if isinstance(m, ServersSampled):
+                            m.gpus_follow = True
+                for m in batch:
+                    self.post_message(m)
             due += interval
             now = time.monotonic()
             if due < now:  # fell behind (a slow read, a suspended process): start the grid again

@@ -21,6 +21,9 @@ StudyOutcome = StudyStatus | Literal["error"]
 @dataclass
 class ServersSampled(Message):
     tick: VllmTick
+    gpus_follow: bool = False
+    """A GPU tick read at the same moment is posted right after this one: the panels both feed
+    (verdicts, roofline, TP groups, status, events) are drawn once, with it."""
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, ServersSampled)

@@ -77,6 +77,25 @@ async def test_a_chart_redraws_in_the_new_theme_without_waiting_for_new_points()
         assert background() != before
 
 
+async def test_a_charts_title_row_alone_does_not_draw_its_plot_and_shows_new_figures():
+    """Below the fold only a chart's title row is painted: its plot waits until scrolled to; a
+    new figure repaints the title alone."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(ServersSampled(server_tick()))
+        await settle(pilot)
+        chart = app.monitor.query_one("#c-requests", TimeChart)
+        chart._cache = None  # as if the plot moved on
+        title = "".join(seg.text for seg in chart.render_line(0))
+        assert title.startswith("Requests") and "running" in title
+        assert chart._cache is None  # the title alone did not draw the plot
+        assert chart.render_line(1) is not None and chart._cache is not None
+        before = chart._title_key
+        chart._title_strip = None
+        chart._title_key = tuple("999" for _ in before)
+        assert "999" in "".join(seg.text for seg in chart.render_line(0))
+
+
 async def test_charts_shrink_to_80x24_below_the_fold():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:

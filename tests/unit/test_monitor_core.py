@@ -208,6 +208,26 @@ def test_the_verdict_shown_holds_for_three_polls_and_says_since_when():
     assert t.update("a", down, 18.0).word == "down"  # a server going down is shown at once
 
 
+def test_a_calm_verdict_keeps_its_figure_a_few_seconds_an_alarm_refreshes_every_poll():
+    from spoc_tui.core.verdict import CALM_FIGURE_S, Verdict, VerdictTracker
+
+    t = VerdictTracker()
+    assert t.update("a", Verdict("healthy", "ok", "13 running"), 10.0).reason == "13 running"
+    # the running count moves every second: the headline keeps its figure (the table shows it live)
+    assert t.update("a", Verdict("healthy", "ok", "12 running"), 11.0).reason == "13 running"
+    assert t.update("a", Verdict("healthy", "ok", "9 running"), 10.0 + CALM_FIGURE_S - 0.1).reason == "13 running"
+    later = t.update("a", Verdict("healthy", "ok", "9 running"), 10.0 + CALM_FIGURE_S)
+    assert later.reason == "9 running" and later.since == 10.0
+    # an alarm's figure is news: shown at every poll
+    t.update("b", Verdict("KV-bound", "error", "KV 95%"), 10.0)
+    assert t.update("b", Verdict("KV-bound", "error", "KV 97%"), 11.0).reason == "KV 97%"
+    # a calm verdict changing its word (idle -> healthy) is a change of rung, not of figure
+    t.update("c", Verdict("idle", "ok", ""), 10.0)
+    for now in (11.0, 12.0):
+        assert t.update("c", Verdict("healthy", "ok", "2 running"), now).word == "idle"
+    assert t.update("c", Verdict("healthy", "ok", "2 running"), 13.0).reason == "2 running"
+
+
 def test_a_lagging_replica_is_judged_against_its_peers_median():
     from spoc_tui.core.fleet import lagging
 

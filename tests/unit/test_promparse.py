@@ -152,3 +152,25 @@ def test_mutated_real_captures_never_break_the_view(mutations):
     then = parse_text(_CAPTURE)
     view = server_view("x", Scrape(parse_text(text), 10.0, then, 0.0))
     json.dumps(json_safe(view.as_dict()), allow_nan=False)
+
+
+def test_a_line_seen_before_parses_the_same_and_a_changed_value_is_read_anew():
+    """Sample lines repeat between scrapes and are looked up, not parsed again: the look-up must
+    give what a parse gives, and a line whose value changed is a new line."""
+    body = (
+        "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a",Hostname="h"} 61\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-b",Hostname="h"} 64\n'
+        "x_total 5\n"
+        'bad_value{a="1"} nope\n'
+        "nan_gauge NaN\n"
+    )
+    first, again = parse_text(body), parse_text(body)
+    assert first.samples == again.samples and first.types == again.types
+    assert first.errors == again.errors and len(again.errors) == 1  # a bad line is refused every time
+    assert first.nonfinite == again.nonfinite == 1
+    changed = parse_text(body.replace("} 64", "} 66"))
+    assert changed.get("DCGM_FI_DEV_GPU_TEMP")[(("Hostname", "h"), ("UUID", "GPU-b"), ("gpu", "1"))] == 66.0
+    # the same text inside an OpenMetrics body with an exemplar reads the same sample
+    om = parse_text('x_total 5 # {trace_id="abc"} 1.0\n# EOF\n', "application/openmetrics-text")
+    assert 5.0 in (om.get("x").get(()), om.get("x_total").get(()))

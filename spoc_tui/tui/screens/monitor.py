@@ -221,9 +221,11 @@ class MonitorScreen(Screen[None]):
         if not self.ready or not self.is_attached:
             return
         self.ingest_servers(msg.tick)
-        self._draw_servers()
+        self._draw_servers(shared=not msg.gpus_follow)
 
-    def _draw_servers(self) -> None:
+    def _draw_servers(self, shared: bool = True) -> None:
+        """``shared``: also the panels the GPU ticks feed too (False: a GPU tick follows at once
+        and draws them; twice a second was a tenth of the monitor's CPU)."""
         tick = self.model.vllm
         if tick is None:
             return
@@ -231,7 +233,8 @@ class MonitorScreen(Screen[None]):
         with self.app.batch_update():
             self.servers.show(tick)
             self._draw_info()
-            self._draw_verdicts()
+            if shared:
+                self._draw_verdicts()
             view = tick.total if tick.total is not None else (tick.servers[0].total if tick.servers else None)
             if view is not None:
                 stale = tick.total is None and bool(tick.servers) and tick.servers[0].source in tick.stale
@@ -245,11 +248,12 @@ class MonitorScreen(Screen[None]):
                 title += f" · {per:.1f} waiting per replica (the autoscaling signal)"
             self._title(self.servers_panel, title)
             self.servers_panel.set_class(bool(tick.stale), "-stale")
-            self._draw_roofline()
             self._draw_spec()
-            self._draw_tp()
-            self._draw_status()
-            self._draw_events()
+            if shared:
+                self._draw_roofline()
+                self._draw_tp()
+                self._draw_status()
+                self._draw_events()
             self._draw_server_charts()
             if self.model.gpu_tick is None:  # no GPU source (yet): its charts say so
                 self._draw_gpu_charts()

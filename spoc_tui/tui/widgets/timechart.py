@@ -75,6 +75,17 @@ def span_text(s: float) -> str:
     return f"{s:g} s"
 
 
+_COLORS: dict[str, Style] = {}
+
+
+def _color(color: str) -> Style:
+    """A line's colour as a style, each made once."""
+    style = _COLORS.get(color)
+    if style is None:
+        style = _COLORS[color] = Style(color=color)
+    return style
+
+
 class TimeChart(Widget):
     """One chart: a title with its legend, the y axis in the chart's unit, the x axis from
     ``-span`` to ``now``; lines share one scale from 0 (or a fixed ``y_max``, like 100 %)."""
@@ -105,6 +116,12 @@ class TimeChart(Widget):
         self.note = ""
         self._cache: tuple[object, list[Strip]] | None = None
         self._plot_key: object = None
+        self._title_key: tuple[str, ...] = ()
+        """The figures the title shows (the latest value of each line)."""
+        self._title_strip: Strip | None = None
+        """The title row as painted (None: to lay out again when next painted; a chart out of
+        view never is)."""
+        self._title_width = 0
         self._base: Style | None = None
         """The widget's style when the plot was last drawn (the title rows between reuse it)."""
 
@@ -113,6 +130,7 @@ class TimeChart(Widget):
         super().notify_style_update()
         self._cache = None
         self._base = None
+        self._title_strip = None
 
     def show(
         self,
@@ -131,17 +149,33 @@ class TimeChart(Widget):
         dt = span_s / max(2, 2 * (width - self.GUTTER - 1)) if width else 0.0
         self.now = math.ceil(now / dt) * dt if dt > 0 else now  # every point so far is in view
         key = (size, self.now, span_s, limit, note, tuple((ln.label, ln.color) for ln in self.lines))
+        shown = self._shown(width)
         if self._cache is not None and key == self._plot_key and self._cache[0] == (width, size.height):
-            strips = self._cache[1]
-            if strips:
-                title = self._title(width, self._base)
-                if title.text != strips[0].text:  # the same figures: nothing to repaint
-                    strips[0] = title
-                    self.refresh(Region(0, 0, width, 1))
+            if shown != self._title_key:  # new figures: the title row is laid out when painted
+                self._title_key = shown
+                self._title_strip = None
+                self.refresh(Region(0, 0, width, 1))
             return
+        self._title_key = shown
+        self._title_strip = None
         self._plot_key = key
         self._cache = None
         self.refresh()
+
+    def _shown(self, width: int) -> tuple[str, ...]:
+        """The title's figures: the latest value of each line, as far as the title fits in
+        ``width`` (a GPU chart's title names eight GPUs; a narrow chart shows two or three)."""
+        fmt = self.fmt_value
+        out = []
+        used = len(self.title)
+        for ln in self.lines:
+            if used >= width:
+                break
+            last = last_value(ln.points)
+            figure = fmt(last) if last is not None else "n/a"
+            out.append(figure)
+            used += 5 + len(ln.label) + len(figure)
+        return tuple(out)
 
     @property
     def _plain(self) -> bool:
@@ -152,17 +186,15 @@ class TimeChart(Widget):
         """The title row: the chart's name, each line's label (in its colour, or with its mark
         without colour) with its latest value, and the limit. ``base``: the widget's style, when
         known (worked out again after every refresh, it was a third of a title's cost)."""
-        base = base or self.rich_style
+        base = self._base = base or self.rich_style
         plain = self._plain
         segs = [Segment(self.title, base + Style(bold=True))]
-        for i, ln in enumerate(self.lines):
-            last = last_value(ln.points)
-            shown = self.fmt_value(last) if last is not None else "n/a"
+        for i, (ln, figure) in enumerate(zip(self.lines, self._title_key)):
             mark = MARKERS[i % len(MARKERS)] if plain else "━"
             segs.append(
-                Segment(f"  {mark} {ln.label} {shown}" if len(self.lines) > 1 else f"  {shown}", Style(color=ln.color))
+                Segment(f"  {mark} {ln.label} {figure}" if len(self.lines) > 1 else f"  {figure}", _color(ln.color))
             )
-        if self.limit is not None:
+        if self.limit is not None and len(self._title_key) == len(self.lines):
             segs.append(Segment(f"  ╌ {self.limit[0]} {self.fmt_value(self.limit[1])}", Style(color="red")))
         return Strip(segs).crop(0, width).adjust_cell_length(width, base)
 
@@ -178,7 +210,7 @@ class TimeChart(Widget):
         base = self._base = self.rich_style
         dim = base + Style(dim=True)
         plain = self._plain
-        strips: list[Strip] = [self._title(width)]
+        strips: list[Strip] = [Strip.blank(width, base)]  # the title row is drawn on its own (render_line)
         plot_h = height - 2
         plot_w = max(1, width - self.GUTTER - 1)
         if plot_h < 1:
@@ -187,7 +219,7 @@ class TimeChart(Widget):
         cols = [columns(ln.points, t0, t1, plot_w * 2) for ln in self.lines]
         lo, hi = self._range(cols)
         grid = plot(cols, lo, hi, plot_w, plot_h)
-        line_styles = [Style(color=ln.color) for ln in self.lines]
+        line_styles = [_color(ln.color) for ln in self.lines]
         limit_style = Style(color="red", dim=True)
         limit_row = None
         if self.limit is not None and hi > lo:
@@ -234,6 +266,13 @@ class TimeChart(Widget):
 
     def render_line(self, y: int) -> Strip:
         width, height = key = self.size
+        if y == 0:
+            # the title row alone does not draw the plot: a chart below the fold shows only its
+            # title, and its plot is drawn when scrolled to
+            if self._title_strip is None or self._title_width != width:
+                self._title_strip = self._title(width, self._base)
+                self._title_width = width
+            return self._title_strip
         if self._cache is None or self._cache[0] != key:
             self._cache = (key, self._strips(width, height))
         strips = self._cache[1]
