@@ -198,10 +198,11 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
             continue
         name, raw_labels, raw_value = m.group(1), m.group(2), m.group(3)
         if raw_labels:
-            labels = cache.parse(raw_labels)
-            if labels is None:
+            parsed = cache.parse(raw_labels)
+            if parsed is None:
                 exp.errors.append(f"line {lineno}: bad label set {line[:80]!r}")
                 continue
+            labels = parsed
             if any(k == "__name__" for k, _ in labels):
                 qname = [v for k, v in labels if k == "__name__"]
                 if name or len(qname) != 1:

@@ -219,11 +219,11 @@ class VerdictTracker:
         shown = self._shown.get(source)
         if shown is None or shown.rung == v.rung or v.rung == "down" or shown.rung == "waiting for data":
             same = shown is not None and shown.rung == v.rung
-            since = shown.since if same else now
+            since = shown.since if shown is not None and same else now
             self._pending.pop(source, None)
             if (
-                same
-                and shown is not None
+                shown is not None
+                and same
                 and v.severity == shown.severity == "ok"
                 and v.word == shown.word
                 and now - self._figured.get(source, now) < CALM_FIGURE_S
