@@ -203,7 +203,7 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
                 exp.errors.append(f"line {lineno}: bad label set {line[:80]!r}")
                 continue
             labels = parsed
-            if any(k == "__name__" for k, _ in labels):
+            if "__name__" in raw_labels and any(k == "__name__" for k, _ in labels):
                 qname = [v for k, v in labels if k == "__name__"]
                 if name or len(qname) != 1:
                     exp.errors.append(f"line {lineno}: two metric names {line[:80]!r}")

@@ -50,17 +50,37 @@ class LeanCompositor(Compositor):
             i, j = bisect_left(lines, area.y), bisect_left(lines, area.bottom)
             if i == j:
                 continue
-            y0, y1 = lines[i], lines[j - 1] + 1
-            strips = widget.render_lines(Region(area.x - region.x, y0 - region.y, area.width, y1 - y0))
             x0 = area.x
             first_cut, last_cut = area.column_span
-            for y, strip in zip(range(y0, y1), strips):
-                if y not in rendered:
-                    continue
-                line = chops[y]
-                final_cuts = [cut for cut in cuts[y] if last_cut >= cut >= first_cut]
-                get = line.get
-                for cut, piece in zip(final_cuts, strip.divide([cut - x0 for cut in final_cuts[1:]])):
-                    if get(cut) is None:
-                        line[cut] = piece
+            for y0, y1 in _runs(lines, i, j):
+                strips = widget.render_lines(Region(area.x - region.x, y0 - region.y, area.width, y1 - y0))
+                for y, strip in zip(range(y0, y1), strips):
+                    if y not in rendered:
+                        continue
+                    line = chops[y]
+                    final_cuts = [cut for cut in cuts[y] if last_cut >= cut >= first_cut]
+                    get = line.get
+                    for cut, piece in zip(final_cuts, strip.divide([cut - x0 for cut in final_cuts[1:]])):
+                        if get(cut) is None:
+                            line[cut] = piece
         return chops
+
+
+GAP = 10
+"""Changed lines this close are rendered in one call: a call costs about what fifteen cached lines
+do (measured on the monitor), so only a long gap is worth a second call."""
+
+
+def _runs(lines: list[int], i: int, j: int) -> list[tuple[int, int]]:
+    """The changed lines ``lines[i:j]`` (sorted) as spans ``[y0, y1)`` to render: a widget whose
+    first and last changed lines are far apart (the charts' grid, with a title row changing at
+    its top and another at its bottom) renders those, not every line between."""
+    runs: list[tuple[int, int]] = []
+    y0 = prev = lines[i]
+    for y in lines[i + 1 : j]:
+        if y - prev > GAP:
+            runs.append((y0, prev + 1))
+            y0 = y
+        prev = y
+    runs.append((y0, prev + 1))
+    return runs

@@ -77,6 +77,25 @@ async def test_a_chart_redraws_in_the_new_theme_without_waiting_for_new_points()
         assert background() != before
 
 
+async def test_a_table_redraws_in_the_new_theme():
+    """A table keeps its style between ticks; a theme change must reach its rows."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.post_message(ServersSampled(server_tick()))
+        await settle(pilot)
+        table = app.monitor.servers
+
+        def background() -> object:
+            styles = [seg.style for seg in table.render_line(1) if seg.style is not None]
+            return styles[0].bgcolor if styles else None
+
+        before = background()
+        assert before is not None
+        app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
+        await settle(pilot)
+        assert background() != before
+
+
 async def test_a_charts_title_row_alone_does_not_draw_its_plot_and_shows_new_figures():
     """Below the fold only a chart's title row is painted: its plot waits until scrolled to; a
     new figure repaints the title alone."""
