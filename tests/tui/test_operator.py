@@ -57,43 +57,34 @@ async def test_charts_fill_the_terminal_with_axes_units_and_the_sla():
         assert "-15 min" in axis(charts[0])
 
 
-async def test_a_chart_redraws_in_the_new_theme_without_waiting_for_new_points():
-    """The plot is cached between ticks; a theme change must not leave it in the old colours
-    (it stayed so in a paused replay, where no tick comes)."""
+async def test_charts_and_tables_redraw_in_the_new_theme_without_waiting_for_new_points():
+    """A chart's plot, a chart's title and a table's style are kept between ticks; a theme change
+    must not leave them in the old colours (a chart stayed so in a paused replay, where no tick
+    comes)."""
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         app.post_message(ServersSampled(server_tick()))
         await settle(pilot)
         chart = app.monitor.query_one("#c-requests", TimeChart)
+        lines = {
+            "plot": lambda: chart.render_line(chart.size.height - 1),
+            "title": lambda: chart.render_line(0),
+            "table": lambda: app.monitor.servers.render_line(1),
+        }
 
-        def background() -> object:
-            styles = [seg.style for seg in chart.render_line(chart.size.height - 1) if seg.style is not None]
-            return styles[0].bgcolor if styles else None
+        def backgrounds() -> dict[str, object]:
+            out = {}
+            for name, line in lines.items():
+                styles = [seg.style for seg in line() if seg.style is not None and seg.style.bgcolor is not None]
+                out[name] = styles[-1].bgcolor if styles else None
+            return out
 
-        before = background()
-        assert before is not None
+        before = backgrounds()
+        assert all(v is not None for v in before.values()), before
         app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
         await settle(pilot)
-        assert background() != before
-
-
-async def test_a_table_redraws_in_the_new_theme():
-    """A table keeps its style between ticks; a theme change must reach its rows."""
-    app = make_app()
-    async with app.run_test(size=(120, 40)) as pilot:
-        app.post_message(ServersSampled(server_tick()))
-        await settle(pilot)
-        table = app.monitor.servers
-
-        def background() -> object:
-            styles = [seg.style for seg in table.render_line(1) if seg.style is not None]
-            return styles[0].bgcolor if styles else None
-
-        before = background()
-        assert before is not None
-        app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
-        await settle(pilot)
-        assert background() != before
+        after = backgrounds()
+        assert all(after[k] != before[k] for k in lines), (before, after)
 
 
 async def test_a_charts_title_row_alone_does_not_draw_its_plot_and_shows_new_figures():
