@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from spoc_tui.core.textsafe import safe
 
@@ -81,12 +82,26 @@ class Exposition:
         return list(self.samples)
 
 
-class _LabelCache(dict[str, Labels | None]):
-    """Raw label text -> parsed labels; label sets repeat a lot within and across scrapes."""
+_V = TypeVar("_V")
+
+
+class _Bounded(dict[str, _V]):
+    """Text -> what it parsed to, at most :attr:`MAX` entries (emptied when full)."""
 
     MAX = 20000
     LONGEST = 4096
-    """Longer label texts are parsed each time, never kept (a 10 MB label value is not cached)."""
+    """Longer texts are parsed each time, never kept (a 10 MB label value is not cached)."""
+
+    def keep(self, text: str, value: _V) -> None:
+        if len(text) > self.LONGEST:
+            return
+        if len(self) >= self.MAX:
+            self.clear()
+        self[text] = value
+
+
+class _LabelCache(_Bounded[Labels | None]):
+    """Raw label text -> parsed labels; label sets repeat a lot within and across scrapes."""
 
     def parse(self, raw: str) -> Labels | None:
         if len(raw) > self.LONGEST:
@@ -95,9 +110,7 @@ class _LabelCache(dict[str, Labels | None]):
         if hit is not None or raw in self:
             return hit
         parsed = _parse_labels(raw)
-        if len(self) >= self.MAX:
-            self.clear()
-        self[raw] = parsed
+        self.keep(raw, parsed)
         return parsed
 
 
@@ -132,11 +145,10 @@ def _parse_labels(raw: str) -> Labels | None:
 
 _CACHE = _LabelCache()
 
-_SAMPLES: dict[str, tuple[str, Labels, float]] = {}
+_SAMPLES: _Bounded[tuple[str, Labels, float]] = _Bounded()
 """A whole sample line -> its name, labels and value, as last parsed: between two scrapes most
 of a DCGM exporter's lines (and a quiet server's) are the same text, and a dictionary look-up
-costs a fraction of the match. Bounded like the label cache; a line longer than its
-``LONGEST`` is parsed each time."""
+costs a fraction of the match."""
 
 
 MAX_LINES = 200_000
@@ -168,9 +180,7 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
     exp.openmetrics = om
     samples = exp.samples
     cache = _CACHE
-    kept = _SAMPLES
-    seen = kept.get
-    limit, longest = _LabelCache.MAX, _LabelCache.LONGEST
+    seen, keep = _SAMPLES.get, _SAMPLES.keep
     match_line = _LINE.match
     # Only "\n" ends a line (str.splitlines would also split on \x85, \u2028, ...).
     for lineno, line in enumerate(text.split("\n"), 1):
@@ -223,10 +233,7 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
         if not math.isfinite(value):
             exp.nonfinite += 1
             continue
-        if len(line) <= longest:
-            if len(kept) >= limit:
-                kept.clear()
-            kept[line] = (name, labels, value)
+        keep(line, (name, labels, value))
         series = samples.get(name)
         if series is None:
             series = samples[name] = {}

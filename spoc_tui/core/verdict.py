@@ -218,17 +218,13 @@ class VerdictTracker:
         the server (a GPU tick re-judges without counting towards a change)."""
         shown = self._shown.get(source)
         if shown is None or shown.rung == v.rung or v.rung == "down" or shown.rung == "waiting for data":
-            same = shown is not None and shown.rung == v.rung
-            since = shown.since if shown is not None and same else now
             self._pending.pop(source, None)
-            if (
-                shown is not None
-                and same
-                and v.severity == shown.severity == "ok"
-                and v.word == shown.word
-                and now - self._figured.get(source, now) < CALM_FIGURE_S
-            ):
-                return shown  # a calm verdict keeps its figure a few seconds
+            since: float | None = now
+            if shown is not None and shown.rung == v.rung:
+                calm = v.severity == shown.severity == "ok" and v.word == shown.word
+                if calm and now - self._figured.get(source, now) < CALM_FIGURE_S:
+                    return shown  # a calm verdict keeps its figure a few seconds
+                since = shown.since
             out = replace(v, since=since)
             self._shown[source] = out
             self._figured[source] = now

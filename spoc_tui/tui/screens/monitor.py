@@ -233,8 +233,6 @@ class MonitorScreen(Screen[None]):
         with self.app.batch_update():
             self.servers.show(tick)
             self._draw_info()
-            if shared:
-                self._draw_verdicts()
             view = tick.total if tick.total is not None else (tick.servers[0].total if tick.servers else None)
             if view is not None:
                 stale = tick.total is None and bool(tick.servers) and tick.servers[0].source in tick.stale
@@ -250,6 +248,7 @@ class MonitorScreen(Screen[None]):
             self.servers_panel.set_class(bool(tick.stale), "-stale")
             self._draw_spec()
             if shared:
+                self._draw_verdicts()
                 self._draw_roofline()
                 self._draw_tp()
                 self._draw_status()

@@ -26,8 +26,9 @@ PAD = 2
 _STYLES: dict[str, Style] = {}
 
 
-def _style(style: str | Style) -> Style:
-    """A cell's style, each string parsed once."""
+def style_of(style: str | Style) -> Style:
+    """A style from its name (``"bold red"``, a colour), each string parsed once (cells, chart
+    lines)."""
     if isinstance(style, Style):
         return style
     parsed = _STYLES.get(style)
@@ -169,7 +170,7 @@ class DiffTable(Widget):
                 if n > width:
                     plain = _keep_ends(plain, width) if first and width >= 5 else plain[: width - 1] + "…"
                     n = width
-                segments.append(Segment(plain + " " * (width - n), base + _style(style) if style else base))
+                segments.append(Segment(plain + " " * (width - n), base + style_of(style) if style else base))
             segments.append(gap)
         return Strip(segments).adjust_cell_length(self.size.width, base)
 

@@ -18,6 +18,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from spoc_tui.core.series import Points, columns, last_value, nice_range
+from spoc_tui.tui.widgets.tables import style_of
 
 _DOTS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
 """Braille dot bits by (row 0..3 within the cell, column 0..1)."""
@@ -73,17 +74,6 @@ def span_text(s: float) -> str:
     if s >= 60:
         return f"{s / 60:g} min"
     return f"{s:g} s"
-
-
-_COLORS: dict[str, Style] = {}
-
-
-def _color(color: str) -> Style:
-    """A line's colour as a style, each made once."""
-    style = _COLORS.get(color)
-    if style is None:
-        style = _COLORS[color] = Style(color=color)
-    return style
 
 
 class TimeChart(Widget):
@@ -192,7 +182,7 @@ class TimeChart(Widget):
         for i, (ln, figure) in enumerate(zip(self.lines, self._title_key)):
             mark = MARKERS[i % len(MARKERS)] if plain else "━"
             segs.append(
-                Segment(f"  {mark} {ln.label} {figure}" if len(self.lines) > 1 else f"  {figure}", _color(ln.color))
+                Segment(f"  {mark} {ln.label} {figure}" if len(self.lines) > 1 else f"  {figure}", style_of(ln.color))
             )
         if self.limit is not None and len(self._title_key) == len(self.lines):
             segs.append(Segment(f"  ╌ {self.limit[0]} {self.fmt_value(self.limit[1])}", Style(color="red")))
@@ -219,7 +209,7 @@ class TimeChart(Widget):
         cols = [columns(ln.points, t0, t1, plot_w * 2) for ln in self.lines]
         lo, hi = self._range(cols)
         grid = plot(cols, lo, hi, plot_w, plot_h)
-        line_styles = [_color(ln.color) for ln in self.lines]
+        line_styles = [style_of(ln.color) for ln in self.lines]
         limit_style = Style(color="red", dim=True)
         limit_row = None
         if self.limit is not None and hi > lo:
