@@ -116,6 +116,9 @@ class SpocApp(AsciiScreenshots, App[int]):
         self._frozen = False
         """Whether the start-up heap is frozen out of the collector's full passes (:meth:`_freeze_heap`)."""
         self._asked_models: set[str] = set()
+        self._servers_due: ServersSampled | None = None
+        """A servers' tick whose GPU tick follows: both are drawn by the GPUs' handler, in one
+        repaint (two handlers a message apart were two passes of the compositor a second)."""
         self.events = EventLog()
         """What happened, for the monitor's Events panel: sources, throttling, ramps, studies."""
         self.limits = parse_sla(settings.sla) if settings.sla else ()
@@ -283,7 +286,10 @@ class SpocApp(AsciiScreenshots, App[int]):
     def on_servers_sampled(self, message: ServersSampled) -> None:
         if self.recorder is not None:
             self._record(lambda r: r.servers(message.tick))
-        self.monitor.apply_servers(message)
+        if message.gpus_follow:
+            self._servers_due = message
+        else:
+            self.monitor.apply_servers(message)
         if self.start_workers:
             for u in self.settings.vllm_urls:
                 name = redact_url(u)
@@ -305,6 +311,9 @@ class SpocApp(AsciiScreenshots, App[int]):
         if self.recorder is not None:
             groups = [[int(m.gpu.gpu) for m in rep.members if m.gpu.gpu.isdigit()] for rep in message.groups]
             self._record(lambda r: r.gpus(message.tick, groups, message.note))
+        due, self._servers_due = self._servers_due, None
+        if due is not None:
+            self.monitor.apply_servers(due)
         self.monitor.apply_gpus(message)
 
     def _record(self, write: Callable[[Recorder], None]) -> None:

@@ -15,14 +15,72 @@ and the test above fails if that method's shape changes under an upgrade.
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import Self
 
-from textual._compositor import ChopsUpdate, Compositor
-from textual.geometry import Region
+from textual._compositor import ChopsUpdate, Compositor, CompositorMap, ReflowResult
+from textual.dom import NoScreen
+from textual.geometry import Region, Size
 from textual.strip import Strip
+from textual.widget import Widget
 
 
 class LeanCompositor(Compositor):
+    def __init__(self) -> None:
+        super().__init__()
+        self._laid_out: CompositorMap = {}
+        """The map as of the last layout: the next layout is compared with it, whatever was
+        arranged in between."""
+
+    def update_widgets(self, widgets: set[Widget]) -> None:
+        # Textual lays the whole screen out again at the next look-up whenever a widget to repaint
+        # is off screen (meant for a widget just mounted); a chart below the fold is not new, so
+        # only a widget the map does not hold yet is a reason to (that look-up had been a full
+        # arrange of the monitor every second, and picked up sizes ahead of their layout)
+        if not self._full_map_invalidated and not widgets.issubset(self._full_map.keys()):
+            self._full_map_invalidated = True
+        visible = self.visible_widgets
+        regions: list[Region] = []
+        for widget in visible.keys() & widgets:
+            region, clip = visible[widget]
+            offset = region.offset
+            for dirty in widget._exchange_repaint_regions():
+                if update := clip.intersection(dirty.translate(offset)):
+                    regions.append(update)
+        self._dirty_regions.update(regions)
+
+    @property
+    def full_map(self) -> CompositorMap:
+        """As Textual's, and a map arranged again between layouts marks what moved for repaint (a
+        look-up can arrange it while a widget's new size waits for its layout: Textual then
+        compared the layout with that map, found nothing moved, and left the old lines on
+        screen)."""
+        if self.root is not None and self._full_map_invalidated:
+            old = self._full_map
+            new = super().full_map
+            self._mark_moved(old, new)
+        return super().full_map
+
+    def reflow(self, parent: Widget, size: Size) -> ReflowResult:
+        # compared with the last layout (not a map arranged since), so every widget moved or
+        # resized since then is repainted and told of its new size
+        if self._laid_out:
+            self._full_map = self._laid_out
+        result = super().reflow(parent, size)
+        self._laid_out = self._full_map
+        return result
+
+    def _mark_moved(self, old: CompositorMap, new: CompositorMap) -> None:
+        if self.size.region in self._dirty_regions:
+            return
+        for _, geometry in new.items() ^ old.items():
+            if region := geometry.clip.intersection(geometry.region):
+                self._dirty_regions.add(region)
+
     def render_partial_update(self) -> ChopsUpdate | None:
+        if self.root is not None and self._full_map_invalidated and self._visible_map is None:
+            # arranged before rendering, not by a widget's look-up halfway through (after a scroll
+            # the visible map answers those look-ups)
+            _ = self.full_map
         update_regions = self._dirty_regions.copy()
         self._dirty_regions.clear()
         if not update_regions:
@@ -84,3 +142,32 @@ def _runs(lines: list[int], i: int, j: int) -> list[tuple[int, int]]:
         prev = y
     runs.append((y0, prev + 1))
     return runs
+
+
+class LeanRefresh(Widget):
+    """A widget whose repaints go straight to its screen's list of dirty widgets.
+
+    Textual's ``refresh`` marks the widget dirty, then wakes the widget's own message loop (a
+    Prompt) so that, when idle, it posts an Update to its screen, which wakes the screen's loop to
+    note it: two messages and two task switches per widget per repaint. The monitor repaints about
+    fifteen widgets a second, so those messages cost more than drawing the lines. This does what
+    the screen's Update handler does, at once; a re-layout, a recompose, a widget not yet mounted
+    or hidden, or a screen not yet laid out take Textual's own path.
+    """
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False) -> Self:
+        if layout or recompose or not repaint or not self._is_mounted or self._closing or not self.display:
+            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+        try:
+            screen = self.screen
+        except NoScreen:
+            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+        if screen not in screen._compositor:
+            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+        self._layout_cache.clear()
+        self._set_dirty(*regions)
+        self.clear_cached_dimensions()
+        self._rich_style_cache.clear()
+        screen._dirty_widgets.add(self)
+        screen.check_idle()
+        return self

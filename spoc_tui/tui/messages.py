@@ -22,8 +22,9 @@ StudyOutcome = StudyStatus | Literal["error"]
 class ServersSampled(Message):
     tick: VllmTick
     gpus_follow: bool = False
-    """A GPU tick read at the same moment is posted right after this one: the panels both feed
-    (verdicts, roofline, TP groups, status, events) are drawn once, with it."""
+    """A GPU tick read at the same moment is posted right after this one: the app draws this
+    tick with it, in one repaint, and the panels both feed (verdicts, roofline, TP groups, status,
+    events) once."""
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, ServersSampled)

@@ -8,6 +8,11 @@ from dataclasses import replace
 import pytest
 from rich.segment import ControlType
 from textual._compositor import ChopsUpdate, Compositor, LayoutUpdate
+from textual.app import App
+from textual.containers import Vertical
+from textual.geometry import Region
+from textual.screen import Screen
+from textual.widgets import Static
 
 import spoc_tui.tui.screens.monitor as monitor_screen
 from spoc_tui.tui.compositor import LeanCompositor
@@ -99,3 +104,53 @@ async def test_lean_partial_updates_paint_what_a_full_repaint_shows(monkeypatch,
             assert isinstance(compositor, LeanCompositor)
             assert term.cells == _cells(compositor, width, height), f"step {step}"
         assert partial >= 10  # the steps were painted as partial updates, not full repaints
+
+
+class _Lean(Screen[None]):
+    """A column: a panel of text that grows and shrinks, a panel below it, rows below the fold."""
+
+    CSS = "#header { height: 1; } #column { height: 8; }"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._compositor = LeanCompositor()
+
+    def compose(self):
+        yield Static("a header", id="header")
+        with Vertical(id="column"):
+            yield Static("one line", id="top")
+            yield Static("the panel below", id="below")
+            for i in range(30):  # below the fold
+                yield Static(f"row {i}", id=f"r{i}")
+
+
+async def test_a_layout_repaints_what_moved_even_after_a_look_up_arranged_the_map():
+    """Textual arranges a stale map again at a widget's look-up, picking up a new height before
+    its layout; the layout then found nothing moved, and the lines of what moved stayed as they
+    were on screen. The lean compositor compares a layout with the last layout, and marks for
+    repaint what a look-up moved."""
+
+    class Host(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(_Lean())
+
+    app = Host()
+    async with app.run_test(size=(40, 10)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        compositor = screen._compositor
+        assert isinstance(compositor, LeanCompositor)
+        top, below = screen.query_one("#top", Static), screen.query_one("#below", Static)
+        for text in ("three\nlines\nnow", "one again"):
+            was = compositor.find_widget(below).region
+            top.update(text)
+            top._check_refresh()  # its idle: the arrangement caches cleared, the layout posted
+            compositor._dirty_regions.clear()
+            compositor._full_map_invalidated = True  # as a repaint of a widget off screen left it
+            compositor.find_widget(screen.query_one("#r29"))  # a look-up arranges the map now
+            moved = compositor.find_widget(below).region
+            assert moved != was
+            compositor.reflow(screen, screen.size)  # the layout the screen runs next
+            dirty = Region.from_union(list(compositor._dirty_regions))
+            assert dirty.contains_region(was) and dirty.contains_region(moved), text
+            await pilot.pause()

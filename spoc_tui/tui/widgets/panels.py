@@ -22,6 +22,7 @@ from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.stats import LatencySummary
 from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
 from spoc_tui.profile.analyze import Breakdown
+from spoc_tui.tui.compositor import LeanRefresh
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 
 
@@ -315,7 +316,7 @@ class GpuTable(DiffTable):
         self.sync(rows)
 
 
-class ChangedStatic(Static):
+class ChangedStatic(LeanRefresh, Static):
     """A Static that skips the update when the text is unchanged, and the re-layout of the whole
     screen when its height is (a figure changing every second is a repaint of these lines, not a
     reflow of every panel: that reflow was most of the monitor's CPU)."""

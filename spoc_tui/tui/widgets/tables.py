@@ -16,7 +16,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
-from textual.widget import Widget
+
+from spoc_tui.tui.compositor import LeanRefresh
 
 Cell = str | Text
 PAD = 2
@@ -53,7 +54,7 @@ def _sig(cell: Cell) -> object:
     return cell
 
 
-class DiffTable(Widget):
+class DiffTable(LeanRefresh):
     """Rows keyed stably (GPU UUID, source, metric); fed whole snapshots through :meth:`sync`."""
 
     DEFAULT_CSS = """

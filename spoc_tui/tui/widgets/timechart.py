@@ -15,9 +15,9 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region
 from textual.strip import Strip
-from textual.widget import Widget
 
 from spoc_tui.core.series import Points, columns, last_value, nice_range
+from spoc_tui.tui.compositor import LeanRefresh
 from spoc_tui.tui.widgets.tables import style_of
 
 _DOTS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
@@ -76,7 +76,7 @@ def span_text(s: float) -> str:
     return f"{s:g} s"
 
 
-class TimeChart(Widget):
+class TimeChart(LeanRefresh):
     """One chart: a title with its legend, the y axis in the chart's unit, the x axis from
     ``-span`` to ``now``; lines share one scale from 0 (or a fixed ``y_max``, like 100 %)."""
 
