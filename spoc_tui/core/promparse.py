@@ -70,6 +70,10 @@ class Exposition:
     nonfinite: int = 0
     """Samples whose value was NaN or ±Inf: dropped here, so every figure built on them reads n/a
     (a server's NaN gauge must not reach a rate, a verdict or the screen as "inf")."""
+    memo: dict[object, object] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """What was derived from these samples (a histogram's groups, the split by engine), kept
+    for when this scrape is the baseline of a later window; an exposition is not changed once
+    parsed."""
 
     def get(self, name: str) -> dict[Labels, float]:
         """All series of one sample name (empty when absent)."""
@@ -150,6 +154,15 @@ _SAMPLES: _Bounded[tuple[str, Labels, float]] = _Bounded()
 of a DCGM exporter's lines (and a quiet server's) are the same text, and a dictionary look-up
 costs a fraction of the match."""
 
+_HEADS: _Bounded[tuple[str, Labels]] = _Bounded()
+"""A sample line's text up to its value (``name{labels} ``) -> its name and labels: a series
+whose value changed (most of a busy server's lines) is split at its last blank and its head
+looked up; the match and the label parse are for a new series."""
+
+_COMMENTS: _Bounded[tuple[str, str, str] | None] = _Bounded()
+"""A comment line -> what it says (``TYPE``/``HELP``, the family, the text), or None (another
+comment): HELP and TYPE lines repeat in every scrape."""
+
 
 MAX_LINES = 200_000
 """Bodies with more lines are not parsed (as Prometheus' ``sample_limit`` refuses a scrape): a
@@ -180,7 +193,8 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
     exp.openmetrics = om
     samples = exp.samples
     cache = _CACHE
-    seen, keep = _SAMPLES.get, _SAMPLES.keep
+    seen, keep_line = _SAMPLES.get, _SAMPLES.keep
+    head_of, keep = _HEADS.get, _HEADS.keep
     match_line = _LINE.match
     # Only "\n" ends a line (str.splitlines would also split on \x85, \u2028, ...).
     for lineno, line in enumerate(text.split("\n"), 1):
@@ -194,14 +208,35 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
             continue
         if om and " # " in line:
             line = _strip_exemplar(line)
-        hit = seen(line)
-        if hit is not None:
-            name, labels, value = hit
+        hit_line = seen(line)
+        if hit_line is not None:
+            name, labels, value = hit_line
             series = samples.get(name)
             if series is None:
                 series = samples[name] = {}
             series[labels] = value
             continue
+        cut = line.rfind(" ") + 1
+        if cut:
+            hit = head_of(line[:cut])
+            if hit is not None:
+                raw_value = line[cut:]
+                # float() also takes "1_0" and blanks around the number, the format does not
+                if raw_value and "_" not in raw_value and raw_value.strip() == raw_value:
+                    try:
+                        value = float(raw_value)
+                    except ValueError:
+                        pass  # parsed in full below, for its message
+                    else:
+                        if not math.isfinite(value):
+                            exp.nonfinite += 1
+                            continue
+                        name, labels = hit
+                        series = samples.get(name)
+                        if series is None:
+                            series = samples[name] = {}
+                        series[labels] = value
+                        continue
         m = match_line(line)
         if m is None:
             exp.errors.append(f"line {lineno}: cannot parse {line[:80]!r}")
@@ -233,7 +268,9 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
         if not math.isfinite(value):
             exp.nonfinite += 1
             continue
-        keep(line, (name, labels, value))
+        if m.start(3) == cut and m.group(4) is None and m.end(3) == len(line):
+            keep(line[:cut], (name, labels))  # a value after the last blank, no timestamp
+        keep_line(line, (name, labels, value))
         series = samples.get(name)
         if series is None:
             series = samples[name] = {}
@@ -245,11 +282,18 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
 
 
 def _comment(line: str, exp: Exposition) -> None:
-    parts = line.split(None, 3)
-    if len(parts) >= 3 and parts[1] == "TYPE":
-        exp.types[parts[2]] = parts[3].strip().lower() if len(parts) > 3 else "untyped"
-    elif len(parts) >= 3 and parts[1] == "HELP":
-        exp.helps[parts[2]] = safe(_unescape(parts[3])) if len(parts) > 3 else ""
+    said = _COMMENTS.get(line)
+    if said is None and line not in _COMMENTS:
+        said = None
+        parts = line.split(None, 3)
+        if len(parts) >= 3 and parts[1] == "TYPE":
+            said = ("TYPE", parts[2], parts[3].strip().lower() if len(parts) > 3 else "untyped")
+        elif len(parts) >= 3 and parts[1] == "HELP":
+            said = ("HELP", parts[2], safe(_unescape(parts[3])) if len(parts) > 3 else "")
+        _COMMENTS.keep(line, said)
+    if said is not None:
+        kind, family, text = said
+        (exp.types if kind == "TYPE" else exp.helps)[family] = text
 
 
 def _strip_exemplar(line: str) -> str:

@@ -149,13 +149,14 @@ def merge_histograms(hists: Iterable[Histogram]) -> Histogram | None:
     hs = list(hists)
     if not hs:
         return None
+    if len(hs) == 1 and all(a < b for a, b in zip(hs[0].bounds, hs[0].bounds[1:])):
+        return hs[0]  # one engine's: already as a merge would give it
     common: set[float] | None = None
     for h in hs:
         common = set(h.bounds) if common is None else common & set(h.bounds)
     bounds = tuple(sorted(common or ()))
-    counts = []
-    for b in bounds:
-        counts.append(sum(h.counts[h.bounds.index(b)] for h in hs))
+    at = [dict(zip(h.bounds, h.counts)) for h in hs]
+    counts = [sum(a[b] for a in at) for b in bounds]
     totals = [h.total for h in hs]
     sums = [h.sum for h in hs]
     return Histogram(

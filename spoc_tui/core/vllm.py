@@ -354,19 +354,31 @@ def _histogram(scrapes: Sequence[Scrape], names: Sequence[str], pred: Pred, wind
         base = _first_present(s.now, names, ("_bucket", "_count", "_sum"))
         if base is None:
             continue
-        now = histogram_groups(
-            {k: v for k, v in s.now.get(base + "_bucket").items() if pred(k)},
-            {k: v for k, v in s.now.get(base + "_sum").items() if pred(k)},
-            {k: v for k, v in s.now.get(base + "_count").items() if pred(k)},
-        )
+        now = _groups(s.now, base, pred)
         then: dict[Labels, Histogram] = {}
         if windowed and s.then is not None:
-            then = histogram_groups(
-                s.then.get(base + "_bucket"), s.then.get(base + "_sum"), s.then.get(base + "_count")
-            )
+            then = _groups(s.then, base, _all)
         for key, h in now.items():
             parts.append(histogram_increase(h, then.get(key)) if windowed else h)
     return merge_histograms(parts)
+
+
+def _groups(exp: Exposition, base: str, pred: Pred) -> dict[Labels, Histogram]:
+    """The histograms of ``base`` in ``exp`` that ``pred`` selects; every one of them is kept
+    with the exposition, for when it is a later window's baseline."""
+    if pred is not _all:
+        return histogram_groups(
+            {k: v for k, v in exp.get(base + "_bucket").items() if pred(k)},
+            {k: v for k, v in exp.get(base + "_sum").items() if pred(k)},
+            {k: v for k, v in exp.get(base + "_count").items() if pred(k)},
+        )
+    key = ("histograms", base)
+    hit = exp.memo.get(key)
+    if hit is None:
+        hit = exp.memo[key] = histogram_groups(
+            exp.get(base + "_bucket"), exp.get(base + "_sum"), exp.get(base + "_count")
+        )
+    return hit  # type: ignore[return-value]
 
 
 def _prefix_pair(scrapes: Sequence[Scrape]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -467,7 +479,15 @@ def _engine_of(labels: Labels) -> str | None:
 def split_by_engine(exp: Exposition, keep: int | None = None) -> dict[str, Exposition]:
     """The ``vllm:`` series of each engine (of the first ``keep`` by name, when given), in linear
     time (selecting each engine's series from the whole exposition was quadratic: 8,000 engines
-    took 4 s) and memory for the engines kept only."""
+    took 4 s) and memory for the engines kept only. Kept with the exposition (a window's
+    baseline was split when it was the newest scrape)."""
+    hit = exp.memo.get(("engines", keep))
+    if hit is None:
+        hit = exp.memo[("engines", keep)] = _split_by_engine(exp, keep)
+    return hit  # type: ignore[return-value]
+
+
+def _split_by_engine(exp: Exposition, keep: int | None) -> dict[str, Exposition]:
     vllm = [(name, series) for name, series in exp.samples.items() if name.startswith("vllm:")]
     wanted: set[str] | None = None
     if keep is not None:
@@ -504,8 +524,9 @@ def server_view(source: str, scrape: Scrape) -> ServerView:
     """The whole view of one vLLM source, with a row per engine (the first
     :data:`MAX_ENGINE_ROWS`); linear in the size of the exposition."""
     exp = scrape.now
-    now_parts = split_by_engine(exp, keep=MAX_ENGINE_ROWS)
-    names = sorted(now_parts, key=lambda e: (len(e), e))
+    # split as a later window's baseline will be (with room for engines that since went away)
+    names = sorted(split_by_engine(exp, keep=MAX_ENGINE_ROWS * 4), key=lambda e: (len(e), e))[:MAX_ENGINE_ROWS]
+    now_parts = {e: split_by_engine(exp, keep=MAX_ENGINE_ROWS * 4)[e] for e in names}
     then_parts = {}
     if scrape.then is not None:
         then_parts = {e: p for e, p in split_by_engine(scrape.then, keep=MAX_ENGINE_ROWS * 4).items() if e in now_parts}

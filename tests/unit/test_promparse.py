@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spoc_tui.core import promparse
 from spoc_tui.core.promparse import is_sentinel, parse_text
 
 FIX = Path(__file__).parents[1] / "fixtures"
@@ -174,3 +175,27 @@ def test_a_line_seen_before_parses_the_same_and_a_changed_value_is_read_anew():
     # the same text inside an OpenMetrics body with an exemplar reads the same sample
     om = parse_text('x_total 5 # {trace_id="abc"} 1.0\n# EOF\n', "application/openmetrics-text")
     assert 5.0 in (om.get("x").get(()), om.get("x_total").get(()))
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["66", "6.5e1", "NaN", "+Inf", "-inf", "1_0", "66\x0c", "66\u2003", "\u200366", "6 6", "66 1700000000000", "x"],
+)
+@pytest.mark.parametrize(
+    "head",
+    ['m{gpu="1",h="a b"} ', 'm{gpu="1",h="a b"}\t', 'm{h="} 5"} ', "m ", "m  ", 'm{a="x y"}'],
+)
+def test_a_known_series_with_a_new_value_parses_as_a_fresh_parse_would(head, value):
+    """A line whose name and labels were seen before is split at its last blank and only its
+    value read: whatever follows, the outcome (sample, error, non-finite) is a fresh parse's."""
+    line = head + value
+    promparse._HEADS.clear()
+    promparse._SAMPLES.clear()
+    fresh = parse_text(line + "\n")
+    promparse._HEADS.clear()
+    promparse._SAMPLES.clear()
+    parse_text(head + "5\n")  # the series seen before, with another value
+    warm = parse_text(line + "\n")
+    assert warm.samples == fresh.samples
+    assert [e.split(":", 1)[1] for e in warm.errors] == [e.split(":", 1)[1] for e in fresh.errors]
+    assert warm.nonfinite == fresh.nonfinite

@@ -230,3 +230,45 @@ def test_one_engine_view_is_the_totals_taken_without_building_it_again(name):
         for e in sorted(parts, key=lambda e: (len(e), e))
     )
     assert sv.engines == slow
+
+
+def _two_engines(text: str) -> str:
+    """The capture as two engines: each engine-0 series again for engine 1, at twice the value."""
+    out = [text.rstrip("\n")]
+    for line in text.splitlines():
+        if 'engine="0"' in line and not line.startswith("#"):
+            head, _, value = line.rpartition(" ")
+            out.append(f"{head.replace(chr(34) + '0' + chr(34), chr(34) + '1' + chr(34), 1)} {2 * float(value)!r}")
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("engines", [1, 2])
+def test_a_baseline_seen_before_as_the_newest_scrape_gives_what_a_fresh_parse_gives(engines):
+    """What a view derives from a scrape (its histograms, its split by engine) is kept with it
+    and used again when it is a later window's baseline: the view must be a fresh parse's."""
+    import json
+
+    from spoc_tui.core.jsonsafe import json_safe
+
+    now_text = (FIX / "vllm_0.32_cpu_full_load.txt").read_text()
+    then_text = (FIX / "vllm_0.32_cpu_full_idle.txt").read_text()
+    if engines == 2:
+        now_text, then_text = _two_engines(now_text), _two_engines(then_text)
+    then = parse_text(then_text)
+    server_view("x", Scrape(then, 40.0))  # the newest scrape once
+    kept = server_view("x", Scrape(parse_text(now_text), 100.0, then, 40.0))
+    fresh = server_view("x", Scrape(parse_text(now_text), 100.0, parse_text(then_text), 40.0))
+    assert len(kept.engines) == engines
+    assert json.dumps(json_safe(kept.as_dict()), sort_keys=True) == json.dumps(
+        json_safe(fresh.as_dict()), sort_keys=True
+    )
+    assert kept.total.latency["ttft"].count is not None and kept.total.latency["ttft"].window == "60s"
+
+
+def test_merging_one_histogram_gives_it_back_and_several_add_at_their_common_bounds():
+    a = Histogram(bounds=(0.1, 1.0, math.inf), counts=(1.0, 3.0, 4.0), total=4.0, sum=2.0)
+    b = Histogram(bounds=(0.1, 0.5, 1.0, math.inf), counts=(2.0, 2.0, 5.0, 6.0), total=6.0, sum=3.0)
+    assert merge_histograms([a]) is a
+    assert merge_histograms([a, b]) == Histogram(
+        bounds=(0.1, 1.0, math.inf), counts=(3.0, 8.0, 10.0), total=10.0, sum=5.0
+    )
