@@ -15,12 +15,16 @@ and the test above fails if that method's shape changes under an upgrade.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Self
+from typing import NamedTuple, Self
 
+from rich.style import Style as RichStyle
 from textual._compositor import ChopsUpdate, Compositor, CompositorMap, ReflowResult
+from textual._segment_tools import line_pad
+from textual.color import Color
 from textual.dom import NoScreen
 from textual.geometry import Region, Size
 from textual.strip import Strip
+from textual.style import Style as TextualStyle
 from textual.widget import Widget
 
 
@@ -144,8 +148,23 @@ def _runs(lines: list[int], i: int, j: int) -> list[tuple[int, int]]:
     return runs
 
 
+class _Frame(NamedTuple):
+    """What a plain widget's lines are framed with (see :meth:`LeanRefresh.render_lines`)."""
+
+    outer: Size
+    key: tuple[object, ...]
+    content_width: int
+    content_height: int
+    pad_left: int
+    pad_right: int
+    inner: RichStyle
+    background: Color
+
+
 class LeanRefresh(Widget):
-    """A widget whose repaints go straight to its screen's list of dirty widgets.
+    """A widget whose repaints go straight to its screen's list of dirty widgets, and whose lines,
+    when it has no border, outline, vertical padding, tint, opacity or title, are framed here
+    rather than by Textual's styles cache.
 
     Textual's ``refresh`` marks the widget dirty, then wakes the widget's own message loop (a
     Prompt) so that, when idle, it posts an Update to its screen, which wakes the screen's loop to
@@ -171,3 +190,66 @@ class LeanRefresh(Widget):
         screen._dirty_widgets.add(self)
         screen.check_idle()
         return self
+
+    _frame: _Frame | None = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._frame = None
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """As Textual's styles cache renders a widget's lines (content, side padding, the app's
+        filters), for a plain widget: the cache works out every ancestor's background, size and
+        opacity, and makes four strips a line, each time a line changes (a fifth of the
+        monitor's repaint)."""
+        frame = self._frame
+        outer = self.region.size
+        key = (self.app.theme, self.app.ansi_color)
+        if frame is None or frame.outer != outer or frame.key != key:
+            frame = self._frame = self._plain_frame(outer, key)
+        if frame is None or (self.auto_links and self.hover_style._link_id):
+            return super().render_lines(crop)
+        width = frame.outer.width
+        inner, background = frame.inner, frame.background
+        pad_left, pad_right = frame.pad_left, frame.pad_right
+        filters = self.app.get_line_filters()
+        render_line = self.render_line
+        strips: list[Strip] = []
+        for y in crop.line_range:
+            if y < frame.content_height:
+                line = render_line(y).adjust_cell_length(frame.content_width, inner)
+            else:
+                line = Strip.blank(frame.content_width, inner)
+            if pad_left or pad_right:
+                line = Strip(line_pad(line, pad_left, pad_right, inner), width)
+            for line_filter in filters:
+                line = line.apply_filter(line_filter, background)
+            strips.append(line)
+        if crop.column_span != (0, width):
+            x1, x2 = crop.column_span
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
+
+    def _plain_frame(self, outer: Size, key: tuple[object, ...]) -> _Frame | None:
+        """This widget's frame, or None where Textual's own rendering is needed."""
+        styles = self.styles
+        pad_top, pad_right, pad_bottom, pad_left = styles.padding
+        if (
+            self.BLANK
+            or pad_top
+            or pad_bottom
+            or any(edge for edge, _ in styles.border)
+            or any(edge for edge, _ in styles.outline)
+            or styles.tint.a
+            or styles.text_opacity != 1.0
+            or styles.has_rule("hatch")
+            or self.opacity != 1.0
+            or self._border_title is not None
+            or self._border_subtitle is not None
+        ):
+            return None
+        base_background, background = self.background_colors
+        inner = TextualStyle(background=base_background + background).rich_style
+        return _Frame(
+            outer, key, outer.width - pad_left - pad_right, outer.height, pad_left, pad_right, inner, background
+        )
