@@ -91,14 +91,22 @@ class LeanCompositor(Compositor):
             return None
         crop = Region.from_union(update_regions).intersection(self.size.region)
         spans = list(self._regions_to_spans(update_regions))
-        lines = sorted({y for y, _, _ in spans})
-        chops = self._chops_on(crop, lines)
+        changed: dict[int, list[tuple[int, int]]] = {}
+        for y, x0, x1 in spans:
+            changed.setdefault(y, []).append((x0, x1))
+        lines = sorted(changed)
+        chops = self._chops_on(crop, lines, changed)
         chop_ends = [cut_set[1:] for cut_set in self.cuts]
         return ChopsUpdate(chops, spans, chop_ends)
 
-    def _chops_on(self, crop: Region, lines: list[int]) -> list[dict[int, Strip | None]]:
+    def _chops_on(
+        self, crop: Region, lines: list[int], changed: dict[int, list[tuple[int, int]]]
+    ) -> list[dict[int, Strip | None]]:
         """As ``Compositor._render_chops`` for the given lines, each widget rendered over the
-        changed lines it overlaps only (front to back: the first strip for a cut wins)."""
+        changed lines it overlaps only (front to back: the first strip for a cut wins), and not at
+        all where the widgets in front cover it (a panel's background under its table, the
+        screen's under every panel, the scroll bar beside a changed row: most of what was rendered
+        each second, to be discarded). ``changed``: each line's changed spans of columns."""
         cuts = self.cuts
         chops: list[dict[int, Strip | None]] = [dict.fromkeys(cut_set[:-1]) for cut_set in cuts]
         rendered = set(lines)
@@ -115,6 +123,13 @@ class LeanCompositor(Compositor):
             x0 = area.x
             first_cut, last_cut = area.column_span
             for y0, y1 in _runs(lines, i, j):
+                if not any(
+                    chops[y].get(cut) is None
+                    for y in lines[bisect_left(lines, y0) : bisect_left(lines, y1)]
+                    for cut, end in zip(cuts[y], cuts[y][1:])
+                    if first_cut <= cut < last_cut and any(x0 < end and x1 > cut for x0, x1 in changed[y])
+                ):
+                    continue  # every changed cell of it on these lines is a widget's in front
                 strips = widget.render_lines(Region(area.x - region.x, y0 - region.y, area.width, y1 - y0))
                 for y, strip in zip(range(y0, y1), strips):
                     if y not in rendered:
