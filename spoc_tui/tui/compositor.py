@@ -123,13 +123,16 @@ class LeanCompositor(Compositor):
             x0 = area.x
             first_cut, last_cut = area.column_span
             for y0, y1 in _runs(lines, i, j):
-                if not any(
+                here = lines[bisect_left(lines, y0) : bisect_left(lines, y1)]
+                if not any(a < last_cut and b > first_cut for y in here for a, b in changed[y]):
+                    continue  # none of its columns changed on these lines (the scroll bar)
+                if widget._nodes and not any(
                     chops[y].get(cut) is None
-                    for y in lines[bisect_left(lines, y0) : bisect_left(lines, y1)]
+                    for y in here
                     for cut, end in zip(cuts[y], cuts[y][1:])
-                    if first_cut <= cut < last_cut and any(x0 < end and x1 > cut for x0, x1 in changed[y])
+                    if first_cut <= cut < last_cut and any(a < end and b > cut for a, b in changed[y])
                 ):
-                    continue  # every changed cell of it on these lines is a widget's in front
+                    continue  # a container whose every changed cell here is a child's
                 strips = widget.render_lines(Region(area.x - region.x, y0 - region.y, area.width, y1 - y0))
                 for y, strip in zip(range(y0, y1), strips):
                     if y not in rendered:
