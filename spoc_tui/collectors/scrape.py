@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -36,8 +37,10 @@ def is_url(source: str) -> bool:
     return source.startswith(("http://", "https://"))
 
 
+@lru_cache(maxsize=256)
 def metrics_url(url: str) -> str:
-    """Accept a server's base URL (or its OpenAI ``/v1`` URL) and return its /metrics URL.
+    """Accept a server's base URL (or its OpenAI ``/v1`` URL) and return its /metrics URL
+    (worked out once per URL: a poller asks every second).
 
     Raises:
         SourceError: when the URL has no host.

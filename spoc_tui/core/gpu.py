@@ -201,6 +201,44 @@ def _opt_str(row: Mapping[str, object], key: str) -> str | None:
     return v if isinstance(v, str) else None
 
 
+_IDENTITIES: dict[Labels, tuple[str, tuple[tuple[str, object], ...]] | None] = {}
+"""A DCGM series' labels -> its GPU's key and identity (every series of a GPU, every scrape)."""
+
+
+def _identity(labels: Labels) -> tuple[str, tuple[tuple[str, object], ...]] | None:
+    """The GPU a series belongs to: its key (UUID, else ``gpu<N>``) and the row's identity
+    fields; None for a series that names no GPU."""
+    if labels in _IDENTITIES:
+        return _IDENTITIES[labels]
+    d = dict(labels)
+    uuid = next((d[k] for k in _UUID_KEYS if d.get(k)), None)
+    gpu = d.get("gpu")
+    found: tuple[str, tuple[tuple[str, object], ...]] | None = None
+    if uuid is not None or gpu is not None:
+        found = (
+            uuid or f"gpu{gpu}",
+            (
+                ("gpu", gpu if gpu is not None else "?"),
+                ("uuid", uuid),
+                ("model", next((d[k] for k in _MODEL_KEYS if d.get(k)), None)),
+                ("hostname", next((d[k] for k in _HOST_KEYS if d.get(k)), None)),
+                ("pci_bus_id", d.get("pci_bus_id")),
+            ),
+        )
+    if len(_IDENTITIES) >= 4096:  # a fleet's worth of GPUs and fields; bounded all the same
+        _IDENTITIES.clear()
+    _IDENTITIES[labels] = found
+    return found
+
+
+def _mig_instance(labels: Labels) -> str | None:
+    inst = None
+    for k, v in labels:
+        if k == "GPU_I_ID":
+            inst = v  # the last, as a dict of the labels would have it
+    return inst
+
+
 def dcgm_gpus(exp: Exposition, source: str) -> list[GpuSample]:
     """One sample per physical GPU (deduplicated by UUID across pods and MIG instances)."""
     rows: dict[str, dict[str, object]] = {}
@@ -208,21 +246,13 @@ def dcgm_gpus(exp: Exposition, source: str) -> list[GpuSample]:
     mig_fb: dict[str, dict[str, float]] = {}
 
     def row_for(labels: Labels) -> tuple[str, dict[str, object]] | None:
-        d = dict(labels)
-        uuid = next((d[k] for k in _UUID_KEYS if d.get(k)), None)
-        gpu = d.get("gpu")
-        if uuid is None and gpu is None:
+        who = _identity(labels)
+        if who is None:
             return None
-        key = uuid or f"gpu{gpu}"
+        key = who[0]
         row = rows.get(key)
         if row is None:
-            row = rows[key] = {
-                "gpu": gpu if gpu is not None else "?",
-                "uuid": uuid,
-                "model": next((d[k] for k in _MODEL_KEYS if d.get(k)), None),
-                "hostname": next((d[k] for k in _HOST_KEYS if d.get(k)), None),
-                "pci_bus_id": d.get("pci_bus_id"),
-            }
+            row = rows[key] = dict(who[1])
             order.append(key)
         return key, row
 
@@ -239,7 +269,7 @@ def dcgm_gpus(exp: Exposition, source: str) -> list[GpuSample]:
                 if is_sentinel(value):
                     continue
                 if attr == "fb_used_mib":
-                    inst = dict(labels).get("GPU_I_ID")
+                    inst = _mig_instance(labels)
                     if inst is not None:
                         mig_fb.setdefault(key, {})[inst] = value
                         continue
