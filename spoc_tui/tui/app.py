@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable
@@ -40,6 +41,7 @@ from spoc_tui.profile.capture import CaptureConfig, capture, profiler_flag
 from spoc_tui.profile.report import decode_roofline
 from spoc_tui.profile.trace import read_trace
 from spoc_tui.tui.ascii import AsciiDriver, AsciiScreenshots, wants_ascii
+from spoc_tui.tui.driver import QuietDriver
 from spoc_tui.tui.messages import (
     GpusSampled,
     ProfileFinished,
@@ -100,7 +102,7 @@ class SpocApp(AsciiScreenshots, App[int]):
     ) -> None:
         self.ascii_mode = wants_ascii() if ascii_mode is None else ascii_mode
         """Draw in ASCII (a terminal whose locale is not UTF-8: :mod:`spoc_tui.tui.ascii`)."""
-        super().__init__(driver_class=AsciiDriver if self.ascii_mode else None)
+        super().__init__(driver_class=AsciiDriver if self.ascii_mode else (QuietDriver if os.name == "posix" else None))
         self.recorder = recorder
         """Where what the monitor sees is written (``--record``), or None."""
         self._ramp_worker: Worker[None] | None = None

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from textual.drivers.linux_driver import LinuxDriver
+from spoc_tui.tui.driver import QuietDriver
 
 _HORIZONTAL = "─━┄┅┈┉╌╍═╴╶╸╺╼╾"
 _VERTICAL = "│┃┆┇┊┋╎╏║╵╷╹╻╽╿"
@@ -98,7 +98,7 @@ def wants_ascii(environ: Mapping[str, str] | None = None) -> bool:
     return codeset.lower().replace("-", "") not in ("utf8",)
 
 
-class AsciiDriver(LinuxDriver):
+class AsciiDriver(QuietDriver):
     """The terminal driver, writing everything through :func:`to_ascii` (escape sequences are ASCII)."""
 
     def write(self, data: str) -> None:

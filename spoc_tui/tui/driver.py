@@ -1,0 +1,121 @@
+"""The terminal driver: Textual's, with an input thread that sleeps while nothing is typed.
+
+Textual 8.2.8's input thread wakes ten times a second to ask whether a half-typed escape
+sequence (a lone Esc) has timed out and whether the app is closing: on the monitor at 160x48
+that was 0.15 % of a core, a seventh of the whole process. Here it waits on the terminal and on
+a wake-up pipe, and polls at Textual's 0.1 s only while a sequence is pending; closing the app
+(the driver's exit event) writes to the pipe, so quitting is as prompt as before. A wait is
+still cut at :data:`IDLE_WAIT_S` in case anything else is ever waited for.
+
+The loop is Textual's own (``LinuxDriver.run_input_thread``, same parser, same decoding and
+dispatch) but for the wait; the package pins Textual's version.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+from codecs import getincrementaldecoder
+from threading import Event
+
+from textual._loop import loop_last
+from textual._parser import ParseError
+from textual._xterm_parser import XTermParser
+from textual.drivers.linux_driver import LinuxDriver
+
+IDLE_WAIT_S = 1.0
+"""The longest wait with nothing typed and nothing pending."""
+PENDING_WAIT_S = 0.1
+"""The wait while an escape sequence is pending (Textual's)."""
+
+
+class _WakingEvent(Event):
+    """An Event whose ``set`` also wakes a thread waiting on :attr:`read_fd`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self._write_fd, False)
+
+    def set(self) -> None:
+        super().set()
+        try:
+            os.write(self._write_fd, b"x")
+        except (BlockingIOError, OSError):
+            pass  # full (already woken) or closed: the wait is bounded anyway
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.read_fd, 512):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self._write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class QuietDriver(LinuxDriver):
+    """Textual's Linux/macOS driver whose input thread sleeps while nothing is typed."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.exit_event = _WakingEvent()
+
+    def close(self) -> None:
+        super().close()
+        exit_event = self.exit_event
+        if isinstance(exit_event, _WakingEvent):
+            exit_event.close()
+
+    def run_input_thread(self) -> None:
+        """Wait for input and dispatch events (Textual's loop; only the wait differs)."""
+        exit_event = self.exit_event
+        assert isinstance(exit_event, _WakingEvent)
+        exit_event.drain()  # a wake-up left from the last time input was stopped
+        selector = selectors.SelectSelector()
+        selector.register(self.fileno, selectors.EVENT_READ)
+        selector.register(exit_event.read_fd, selectors.EVENT_READ)
+
+        fileno = self.fileno
+        EVENT_READ = selectors.EVENT_READ
+        parser = XTermParser(self._debug)
+        feed = parser.feed
+        tick = parser.tick
+        decode = getincrementaldecoder("utf-8")().decode
+        read = os.read
+
+        def process_selector_events(
+            selector_events: list[tuple[selectors.SelectorKey, int]], final: bool = False
+        ) -> None:
+            typed = [(key, mask) for key, mask in selector_events if key.fd == fileno]
+            for last, (_key, mask) in loop_last(typed):
+                if mask & EVENT_READ:
+                    unicode_data = decode(read(fileno, 1024 * 4), final=final and last)
+                    if not unicode_data:
+                        break  # stdin piped and closed
+                    for event in feed(unicode_data):
+                        self.process_message(event)
+            for event in tick():
+                self.process_message(event)
+
+        def wait() -> float:
+            return PENDING_WAIT_S if parser._timeout_time is not None else IDLE_WAIT_S
+
+        try:
+            while not exit_event.is_set():
+                process_selector_events(selector.select(wait()))
+            selector.unregister(self.fileno)
+            process_selector_events(selector.select(PENDING_WAIT_S), final=True)
+        finally:
+            selector.close()
+            try:
+                for _event in feed(""):
+                    pass
+            except (EOFError, ParseError):
+                pass
