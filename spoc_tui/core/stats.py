@@ -110,6 +110,24 @@ def _strip(labels: Labels, drop: str) -> Labels:
     return tuple(p for p in labels if p[0] != drop)
 
 
+_BUCKETS: dict[Labels, tuple[Labels, float | None]] = {}
+"""A bucket series' labels -> its histogram's labels (``le`` removed) and its bound: the same
+series every scrape."""
+
+
+def _bucket_of(labels: Labels) -> tuple[Labels, float | None]:
+    le = None
+    for k, v in labels:
+        if k == "le":
+            le = parse_le(v)
+            break
+    found = (_strip(labels, "le"), le)
+    if len(_BUCKETS) >= 20000:
+        _BUCKETS.clear()
+    _BUCKETS[labels] = found
+    return found
+
+
 def histogram_groups(
     buckets: Mapping[Labels, float],
     sums: Mapping[Labels, float],
@@ -117,15 +135,15 @@ def histogram_groups(
 ) -> dict[Labels, Histogram]:
     """Build one histogram per label set (``le`` removed) from raw series."""
     by_key: dict[Labels, dict[float, float]] = {}
+    split = _BUCKETS.get
     for labels, value in buckets.items():
-        le = None
-        for k, v in labels:
-            if k == "le":
-                le = parse_le(v)
-                break
+        found = split(labels)
+        if found is None:
+            found = _bucket_of(labels)
+        key, le = found
         if le is None:
             continue
-        by_key.setdefault(_strip(labels, "le"), {})[le] = value
+        by_key.setdefault(key, {})[le] = value
     keys = set(by_key) | set(counts)
     out: dict[Labels, Histogram] = {}
     for key in keys:

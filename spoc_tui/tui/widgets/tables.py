@@ -122,10 +122,9 @@ class DiffTable(LeanRefresh):
             self._order = order
             self.refresh(layout=True)
             return
-        width = self.size.width
-        for key in changed:
-            y = order.index(key) + 1
-            self.refresh(Region(0, y, width, 1))
+        if changed:  # one refresh for every changed row (each was a repaint request of its own)
+            width = self.size.width
+            self.refresh(*(Region(0, order.index(key) + 1, width, 1) for key in changed))
 
     def get_row(self, key: str) -> list[Cell]:
         """The cells of one row (raises KeyError for an unknown key)."""
