@@ -5,11 +5,15 @@ then asks *every* widget inside that box for all its visible lines, and uses onl
 changed lines. On the monitor the box is nearly the whole screen each second (a figure in the
 servers table at the top, a chart's title at the bottom): thirty widgets rendered, two dozen
 lines used. This compositor asks each widget only for the span of changed lines it overlaps, and
-skips the widgets that overlap none; what reaches the terminal is the same, line for line
-(tests/tui/test_compositor.py compares it with Textual's own on the monitor).
+skips the widgets that overlap none or whose every changed cell a widget in front covers; what
+reaches the terminal is the same, line for line (tests/tui/test_compositor.py compares it with
+Textual's own on the monitor). :class:`LeanRefresh` is its widgets' side: repaints requested
+without messages, plain lines framed without Textual's styles cache.
 
-It overrides one method of Textual's private ``Compositor``; the package pins Textual's version,
-and the test above fails if that method's shape changes under an upgrade.
+Both override methods of Textual's private ``Compositor`` and ``Widget`` (the partial update, the
+dirty widgets, the layout's comparison, a widget's refresh and line rendering); the package pins
+Textual's version, and the tests above (and every snapshot) fail if those shapes change under an
+upgrade.
 """
 
 from __future__ import annotations
