@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.history import ScrapeHistory
-from spoc_tui.core.promparse import Exposition, Labels, is_sentinel
+from spoc_tui.core.promparse import Bounded, Exposition, Labels, is_sentinel
 from spoc_tui.core.stats import median
 
 # ---------------------------------------------------------------------------------------
@@ -201,7 +201,7 @@ def _opt_str(row: Mapping[str, object], key: str) -> str | None:
     return v if isinstance(v, str) else None
 
 
-_IDENTITIES: dict[Labels, tuple[str, tuple[tuple[str, object], ...]] | None] = {}
+_IDENTITIES: Bounded[Labels, tuple[str, tuple[tuple[str, object], ...]] | None] = Bounded(4096)
 """A DCGM series' labels -> its GPU's key and identity (every series of a GPU, every scrape)."""
 
 
@@ -225,9 +225,7 @@ def _identity(labels: Labels) -> tuple[str, tuple[tuple[str, object], ...]] | No
                 ("pci_bus_id", d.get("pci_bus_id")),
             ),
         )
-    if len(_IDENTITIES) >= 4096:  # a fleet's worth of GPUs and fields; bounded all the same
-        _IDENTITIES.clear()
-    _IDENTITIES[labels] = found
+    _IDENTITIES.keep(labels, found)
     return found
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -86,22 +87,33 @@ class Exposition:
         return list(self.samples)
 
 
+_K = TypeVar("_K")
 _V = TypeVar("_V")
 
 
-class _Bounded(dict[str, _V]):
-    """Text -> what it parsed to, at most :attr:`MAX` entries (emptied when full)."""
+class Bounded(dict[_K, _V]):
+    """A memo of what was derived from a key (a line's text, a series' labels), at most ``limit``
+    entries: emptied when full, so a source whose keys never repeat costs memory, not a leak."""
 
-    MAX = 20000
+    def __init__(self, limit: int = 20000) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def keep(self, key: _K, value: _V) -> None:
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = value
+
+
+class _Bounded(Bounded[str, _V]):
+    """Text -> what it parsed to."""
+
     LONGEST = 4096
     """Longer texts are parsed each time, never kept (a 10 MB label value is not cached)."""
 
-    def keep(self, text: str, value: _V) -> None:
-        if len(text) > self.LONGEST:
-            return
-        if len(self) >= self.MAX:
-            self.clear()
-        self[text] = value
+    def keep(self, key: str, value: _V) -> None:
+        if len(key) <= self.LONGEST:
+            super().keep(key, value)
 
 
 class _LabelCache(_Bounded[Labels | None]):
@@ -208,69 +220,47 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
             continue
         if om and " # " in line:
             line = _strip_exemplar(line)
-        hit_line = seen(line)
-        if hit_line is not None:
-            name, labels, value = hit_line
-            series = samples.get(name)
-            if series is None:
-                series = samples[name] = {}
-            series[labels] = value
-            continue
-        cut = line.rfind(" ") + 1
-        if cut:
-            hit = head_of(line[:cut])
-            if hit is not None:
-                raw_value = line[cut:]
-                # float() also takes "1_0" and blanks around the number, the format does not
-                if raw_value and "_" not in raw_value and raw_value.strip() == raw_value:
-                    try:
-                        value = float(raw_value)
-                    except ValueError:
-                        pass  # parsed in full below, for its message
-                    else:
-                        if not math.isfinite(value):
-                            exp.nonfinite += 1
-                            continue
-                        name, labels = hit
-                        series = samples.get(name)
-                        if series is None:
-                            series = samples[name] = {}
-                        series[labels] = value
-                        continue
-        m = match_line(line)
-        if m is None:
-            exp.errors.append(f"line {lineno}: cannot parse {line[:80]!r}")
-            continue
-        name, raw_labels, raw_value = m.group(1), m.group(2), m.group(3)
-        if raw_labels:
-            parsed = cache.parse(raw_labels)
-            if parsed is None:
-                exp.errors.append(f"line {lineno}: bad label set {line[:80]!r}")
+        found = seen(line)
+        if found is None:
+            cut = line.rfind(" ") + 1
+            found = _known_series(line, cut, head_of) if cut else None
+        if found is None:
+            m = match_line(line)
+            if m is None:
+                exp.errors.append(f"line {lineno}: cannot parse {line[:80]!r}")
                 continue
-            labels = parsed
-            if "__name__" in raw_labels and any(k == "__name__" for k, _ in labels):
-                qname = [v for k, v in labels if k == "__name__"]
-                if name or len(qname) != 1:
-                    exp.errors.append(f"line {lineno}: two metric names {line[:80]!r}")
+            name, raw_labels, raw_value = m.group(1), m.group(2), m.group(3)
+            if raw_labels:
+                parsed = cache.parse(raw_labels)
+                if parsed is None:
+                    exp.errors.append(f"line {lineno}: bad label set {line[:80]!r}")
                     continue
-                name = qname[0]
-                labels = tuple(p for p in labels if p[0] != "__name__")
-        else:
-            labels = ()
-        if not name:
-            exp.errors.append(f"line {lineno}: no metric name {line[:80]!r}")
-            continue
-        try:
-            value = parse_float(raw_value)
-        except ValueError:
-            exp.errors.append(f"line {lineno}: bad value {raw_value[:40]!r}")
-            continue
-        if not math.isfinite(value):
-            exp.nonfinite += 1
-            continue
-        if m.start(3) == cut and m.group(4) is None and m.end(3) == len(line):
-            keep(line[:cut], (name, labels))  # a value after the last blank, no timestamp
-        keep_line(line, (name, labels, value))
+                labels = parsed
+                if "__name__" in raw_labels and any(k == "__name__" for k, _ in labels):
+                    qname = [v for k, v in labels if k == "__name__"]
+                    if name or len(qname) != 1:
+                        exp.errors.append(f"line {lineno}: two metric names {line[:80]!r}")
+                        continue
+                    name = qname[0]
+                    labels = tuple(p for p in labels if p[0] != "__name__")
+            else:
+                labels = ()
+            if not name:
+                exp.errors.append(f"line {lineno}: no metric name {line[:80]!r}")
+                continue
+            try:
+                value = parse_float(raw_value)
+            except ValueError:
+                exp.errors.append(f"line {lineno}: bad value {raw_value[:40]!r}")
+                continue
+            if not math.isfinite(value):
+                exp.nonfinite += 1
+                continue
+            if m.start(3) == cut and m.group(4) is None and m.end(3) == len(line):
+                keep(line[:cut], (name, labels))  # a value after the last blank, no timestamp
+            found = (name, labels, value)
+            keep_line(line, found)
+        name, labels, value = found
         series = samples.get(name)
         if series is None:
             series = samples[name] = {}
@@ -281,10 +271,29 @@ def parse_text(text: str, content_type: str | None = None) -> Exposition:
     return exp
 
 
+def _known_series(
+    line: str, cut: int, head_of: Callable[[str], tuple[str, Labels] | None]
+) -> tuple[str, Labels, float] | None:
+    """A sample line of a series seen before (its text up to ``cut``, the last blank, looked up)
+    with a new, finite value; None for anything else, which is parsed in full (its error or its
+    non-finite count included)."""
+    hit = head_of(line[:cut])
+    if hit is None:
+        return None
+    raw_value = line[cut:]
+    # float() also takes "1_0" and blanks around the number, the format does not
+    if not raw_value or "_" in raw_value or raw_value.strip() != raw_value:
+        return None
+    try:
+        value = float(raw_value)
+    except ValueError:
+        return None
+    return (hit[0], hit[1], value) if math.isfinite(value) else None
+
+
 def _comment(line: str, exp: Exposition) -> None:
     said = _COMMENTS.get(line)
     if said is None and line not in _COMMENTS:
-        said = None
         parts = line.split(None, 3)
         if len(parts) >= 3 and parts[1] == "TYPE":
             said = ("TYPE", parts[2], parts[3].strip().lower() if len(parts) > 3 else "untyped")

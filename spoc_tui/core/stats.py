@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from spoc_tui.core.promparse import Labels
+from spoc_tui.core.promparse import Bounded, Labels
 
 INF = math.inf
 
@@ -110,7 +110,7 @@ def _strip(labels: Labels, drop: str) -> Labels:
     return tuple(p for p in labels if p[0] != drop)
 
 
-_BUCKETS: dict[Labels, tuple[Labels, float | None]] = {}
+_BUCKETS: Bounded[Labels, tuple[Labels, float | None]] = Bounded()
 """A bucket series' labels -> its histogram's labels (``le`` removed) and its bound: the same
 series every scrape."""
 
@@ -122,9 +122,7 @@ def _bucket_of(labels: Labels) -> tuple[Labels, float | None]:
             le = parse_le(v)
             break
     found = (_strip(labels, "le"), le)
-    if len(_BUCKETS) >= 20000:
-        _BUCKETS.clear()
-    _BUCKETS[labels] = found
+    _BUCKETS.keep(labels, found)
     return found
 
 

@@ -525,8 +525,9 @@ def server_view(source: str, scrape: Scrape) -> ServerView:
     :data:`MAX_ENGINE_ROWS`); linear in the size of the exposition."""
     exp = scrape.now
     # split as a later window's baseline will be (with room for engines that since went away)
-    names = sorted(split_by_engine(exp, keep=MAX_ENGINE_ROWS * 4), key=lambda e: (len(e), e))[:MAX_ENGINE_ROWS]
-    now_parts = {e: split_by_engine(exp, keep=MAX_ENGINE_ROWS * 4)[e] for e in names}
+    split = split_by_engine(exp, keep=MAX_ENGINE_ROWS * 4)
+    names = sorted(split, key=lambda e: (len(e), e))[:MAX_ENGINE_ROWS]
+    now_parts = {e: split[e] for e in names}
     then_parts = {}
     if scrape.then is not None:
         then_parts = {e: p for e, p in split_by_engine(scrape.then, keep=MAX_ENGINE_ROWS * 4).items() if e in now_parts}
