@@ -62,11 +62,12 @@ class LeanCompositor(Compositor):
         look-up can arrange it while a widget's new size waits for its layout: Textual then
         compared the layout with that map, found nothing moved, and left the old lines on
         screen)."""
-        if self.root is not None and self._full_map_invalidated:
-            old = self._full_map
-            new = super().full_map
-            self._mark_moved(old, new)
-        return super().full_map
+        if self.root is None or not self._full_map_invalidated:
+            return super().full_map
+        old = self._full_map
+        new = super().full_map
+        self._mark_moved(old, new)
+        return new
 
     def reflow(self, parent: Widget, size: Size) -> ReflowResult:
         # compared with the last layout (not a map arranged since), so every widget moved or
@@ -197,27 +198,38 @@ class LeanRefresh(Widget):
     """
 
     def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False) -> Self:
-        if layout or recompose or not repaint or not self._is_mounted or self._closing or not self.display:
-            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
-        try:
-            screen = self.screen
-        except NoScreen:
-            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
-        if screen not in screen._compositor:
-            return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
-        self._layout_cache.clear()
-        self._set_dirty(*regions)
-        self.clear_cached_dimensions()
-        self._rich_style_cache.clear()
-        screen._dirty_widgets.add(self)
-        screen.check_idle()
-        return self
+        if repaint and not (layout or recompose or self._closing) and self._is_mounted and self.display:
+            try:
+                screen = self.screen
+            except NoScreen:
+                pass
+            else:
+                if screen in screen._compositor:
+                    self._layout_cache.clear()
+                    self._set_dirty(*regions)
+                    self.clear_cached_dimensions()
+                    self._rich_style_cache.clear()
+                    screen._dirty_widgets.add(self)
+                    screen.check_idle()
+                    return self
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    _own_style: RichStyle | None = None
+
+    def own_style(self) -> RichStyle:
+        """The widget's style (worked out from every ancestor), kept until its styles change: it
+        cost as much as laying out the row or the title drawn with it."""
+        style = self._own_style
+        if style is None:
+            style = self._own_style = self.rich_style
+        return style
 
     _frame: _Frame | None = None
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._frame = None
+        self._own_style = None
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """As Textual's styles cache renders a widget's lines (content, side padding, the app's

@@ -53,15 +53,20 @@ class _WakingEvent(Event):
             pass
 
     def close(self) -> None:
-        for fd in (self.read_fd, self._write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Close the pipe, once (a second close could hit a descriptor since reused)."""
+        fds, self.read_fd, self._write_fd = (self.read_fd, self._write_fd), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 class QuietDriver(LinuxDriver):
     """Textual's Linux/macOS driver whose input thread sleeps while nothing is typed."""
+
+    exit_event: _WakingEvent
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -69,14 +74,11 @@ class QuietDriver(LinuxDriver):
 
     def close(self) -> None:
         super().close()
-        exit_event = self.exit_event
-        if isinstance(exit_event, _WakingEvent):
-            exit_event.close()
+        self.exit_event.close()
 
     def run_input_thread(self) -> None:
         """Wait for input and dispatch events (Textual's loop; only the wait differs)."""
         exit_event = self.exit_event
-        assert isinstance(exit_event, _WakingEvent)
         exit_event.drain()  # a wake-up left from the last time input was stopped
         selector = selectors.SelectSelector()
         selector.register(self.fileno, selectors.EVENT_READ)

@@ -77,22 +77,12 @@ class DiffTable(LeanRefresh):
         self._strips: dict[str, Strip] = {}
         self._order: list[str] = []
         self._header: Strip | None = None
-        self._base: Style | None = None
-        """The widget's own style, kept until its styles change: worked out from every ancestor,
-        it cost as much as laying out the row it is drawn under."""
 
     def notify_style_update(self) -> None:
-        """Styles changed (a theme, a class): the kept style and rows hold the old ones."""
+        """Styles changed (a theme, a class): the kept rows hold the old ones."""
         super().notify_style_update()
-        self._base = None
         self._strips.clear()
         self._header = None
-
-    def _style_now(self) -> Style:
-        base = self._base
-        if base is None:
-            base = self._base = self.rich_style
-        return base
 
     def set_widths(self, widths: dict[str, int]) -> None:
         """Resize columns by key (0 hides one); redraws everything when a width changes."""
@@ -189,12 +179,12 @@ class DiffTable(LeanRefresh):
         if y == 0:
             if self._header is None:
                 header: list[Cell] = [Text(label, style="bold") for _, label, _ in self._columns]
-                self._header = self._line(header, self._style_now() + Style(bgcolor="grey15"))
+                self._header = self._line(header, self.own_style() + Style(bgcolor="grey15"))
             return self._header
         if y - 1 >= len(self._order):
-            return Strip.blank(self.size.width, self._style_now())
+            return Strip.blank(self.size.width, self.own_style())
         key = self._order[y - 1]
         strip = self._strips.get(key)
         if strip is None:
-            strip = self._strips[key] = self._line(self._rows[key], self._style_now())
+            strip = self._strips[key] = self._line(self._rows[key], self.own_style())
         return strip

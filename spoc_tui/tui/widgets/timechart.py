@@ -112,14 +112,11 @@ class TimeChart(LeanRefresh):
         """The title row as painted (None: to lay out again when next painted; a chart out of
         view never is)."""
         self._title_width = 0
-        self._base: Style | None = None
-        """The widget's style when the plot was last drawn (the title rows between reuse it)."""
 
     def notify_style_update(self) -> None:
         """Styles changed (a theme, a class): the cached plot holds the old ones, drop it."""
         super().notify_style_update()
         self._cache = None
-        self._base = None
         self._title_strip = None
 
     def show(
@@ -172,11 +169,10 @@ class TimeChart(LeanRefresh):
         """Lines told apart by marks, not colour: without colour (``NO_COLOR``) or in ASCII."""
         return bool(getattr(self.app, "ascii_mode", False) or self.app.no_color) and len(self.lines) > 1
 
-    def _title(self, width: int, base: Style | None = None) -> Strip:
+    def _title(self, width: int) -> Strip:
         """The title row: the chart's name, each line's label (in its colour, or with its mark
-        without colour) with its latest value, and the limit. ``base``: the widget's style, when
-        known (worked out again after every refresh, it was a third of a title's cost)."""
-        base = self._base = base or self.rich_style
+        without colour) with its latest value, and the limit."""
+        base = self.own_style()
         plain = self._plain
         segs = [Segment(self.title, base + Style(bold=True))]
         for i, (ln, figure) in enumerate(zip(self.lines, self._title_key)):
@@ -197,7 +193,7 @@ class TimeChart(LeanRefresh):
         return nice_range(min(vals, default=0.0), max(vals, default=1.0))
 
     def _strips(self, width: int, height: int) -> list[Strip]:
-        base = self._base = self.rich_style
+        base = self.own_style()
         dim = base + Style(dim=True)
         plain = self._plain
         strips: list[Strip] = [Strip.blank(width, base)]  # the title row is drawn on its own (render_line)
@@ -260,10 +256,10 @@ class TimeChart(LeanRefresh):
             # the title row alone does not draw the plot: a chart below the fold shows only its
             # title, and its plot is drawn when scrolled to
             if self._title_strip is None or self._title_width != width:
-                self._title_strip = self._title(width, self._base)
+                self._title_strip = self._title(width)
                 self._title_width = width
             return self._title_strip
         if self._cache is None or self._cache[0] != key:
             self._cache = (key, self._strips(width, height))
         strips = self._cache[1]
-        return strips[y] if y < len(strips) else Strip.blank(width, self.rich_style)
+        return strips[y] if y < len(strips) else Strip.blank(width, self.own_style())
