@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 
+from rich.terminal_theme import TerminalTheme
 from rich.text import Text
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -41,6 +42,7 @@ from spoc_tui.profile.capture import CaptureConfig, capture, profiler_flag
 from spoc_tui.profile.report import decode_roofline
 from spoc_tui.profile.trace import read_trace
 from spoc_tui.tui.ascii import AsciiDriver, AsciiScreenshots, wants_ascii
+from spoc_tui.tui.compositor import install_fast_truecolor
 from spoc_tui.tui.driver import QuietDriver
 from spoc_tui.tui.messages import (
     GpusSampled,
@@ -103,6 +105,7 @@ class SpocApp(AsciiScreenshots, App[int]):
         self.ascii_mode = wants_ascii() if ascii_mode is None else ascii_mode
         """Draw in ASCII (a terminal whose locale is not UTF-8: :mod:`spoc_tui.tui.ascii`)."""
         super().__init__(driver_class=AsciiDriver if self.ascii_mode else (QuietDriver if os.name == "posix" else None))
+        install_fast_truecolor(self._filters)
         self.recorder = recorder
         """Where what the monitor sees is written (``--record``), or None."""
         self._ramp_worker: Worker[None] | None = None
@@ -124,6 +127,11 @@ class SpocApp(AsciiScreenshots, App[int]):
         self.events = EventLog()
         """What happened, for the monitor's Events panel: sources, throttling, ramps, studies."""
         self.limits = parse_sla(settings.sla) if settings.sla else ()
+
+    def _refresh_truecolor_filter(self, theme: TerminalTheme) -> None:
+        # Textual puts a filter of its own back when the theme changes
+        super()._refresh_truecolor_filter(theme)
+        install_fast_truecolor(self._filters)
 
     def title_text(self) -> str:
         return self.title_for(self.settings)

@@ -94,6 +94,28 @@ async def test_stale_source_keeps_data_and_says_why():
         assert app.monitor.servers_panel.has_class("-stale")
 
 
+async def test_a_down_source_counts_its_retry_between_ticks_and_only_then():
+    """The status line's "retry N s" counts down each second with no tick arriving while a source
+    is down; with every source up the ticks redraw it, and no timer wakes the screen."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        now = [FIXED]
+        app.monitor.clock = lambda: now[0]
+        app.post_message(ServersSampled(server_tick()))
+        await settle(pilot)
+        assert app.monitor._status_timer is not None and app.monitor._status_timer._active.is_set() is False
+        app.post_message(ServersSampled(server_tick(up=False, at=FIXED)))
+        await settle(pilot)
+        assert "retry 4s" in str(app.monitor.status.render())
+        now[0] = FIXED + 2.2  # two seconds on, and no tick
+        await pilot.pause(1.3)
+        assert "retry 2s" in str(app.monitor.status.render())
+        app.post_message(ServersSampled(server_tick()))
+        await settle(pilot)
+        assert "cannot connect" not in str(app.monitor.status.render())
+        assert app.monitor._status_timer._active.is_set() is False
+
+
 async def test_pause_help_and_screenshot_keys(tmp_path):
     app = make_app()
     async with app.run_test(size=(100, 30)) as pilot:

@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical, VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
@@ -68,6 +69,10 @@ class MonitorScreen(Screen[None]):
         Binding("f8", "app.screenshot", "Screenshot", show=False),
         ("q", "app.quit", "Quit"),
     ]
+
+    _status_timer: Timer | None = None
+    _status_counting = False
+    """Whether a source is down, so that the status line counts its seconds between ticks."""
 
     def __init__(
         self,
@@ -174,11 +179,13 @@ class MonitorScreen(Screen[None]):
         self.ready = True
         self.gpu_note.display = False
         self._draw_tp()
-        self._draw_status()
         self._draw_events()
         self._draw_charts()
-        # "stale N s" and "retry in N s" count every second, not only when a tick arrives
-        self.set_interval(1.0, self._draw_status)
+        # "stale N s" and "retry in N s" count every second, not only when a tick arrives (only
+        # while a source is down: otherwise the ticks redraw the line, and this would wake the
+        # screen each second for nothing)
+        self._status_timer = self.set_interval(1.0, self._draw_status, pause=True)
+        self._draw_status()
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._fit_charts)
@@ -511,7 +518,15 @@ class MonitorScreen(Screen[None]):
         self.tp.show(self.model.groups, list(self.model.alerts), None)
 
     def _draw_status(self) -> None:
-        self.status.show(list(self.model.statuses.values()), self.paused, self.background, self.clock())
+        statuses = list(self.model.statuses.values())
+        self.status.show(statuses, self.paused, self.background, self.clock())
+        counting = any(not s.up for s in statuses)
+        if counting != self._status_counting and self._status_timer is not None:
+            self._status_counting = counting
+            if counting:
+                self._status_timer.resume()
+            else:
+                self._status_timer.pause()
 
     def set_background(self, text: str) -> None:
         """A ramp or study running behind the monitor (empty: none)."""

@@ -23,7 +23,7 @@ from spoc_tui.core.stats import LatencySummary
 from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
 from spoc_tui.profile.analyze import Breakdown
 from spoc_tui.tui.compositor import LeanRefresh
-from spoc_tui.tui.widgets.tables import Cell, DiffTable
+from spoc_tui.tui.widgets.tables import Cell, DiffTable, Styled
 
 
 class ServerTable(DiffTable):
@@ -62,16 +62,16 @@ class ServerTable(DiffTable):
             pre += f" +{r:.0f}/s" if r >= 9.5 else f" +{r:.1f}/s"
         shed = v.shed_rate
         return [
-            Text(label, style=label_style or style),
-            Text(fmt.num(v.running), style=style),
-            Text(fmt.num(v.waiting), style=wait_style),
-            Text(fmt.pct(v.kv_cache_usage, digits=1), style=kv_style),
-            Text(fmt.seconds(v.latency["ttft"].p99), style=ttft_style),
-            Text(fmt.rate(v.generation_tokens_rate, ""), style=style),
-            Text(pre, style="bold red" if v.preemptions_rate else style),
-            Text(fmt.pct(v.prefix_cache_hit_rate), style=style),
-            Text(fmt.rate(v.prompt_tokens_rate, ""), style=style),
-            Text("n/a" if shed is None else f"{shed:.2g}", style="bold red" if shed else style),
+            Styled(label, label_style or style),
+            Styled(fmt.num(v.running), style),
+            Styled(fmt.num(v.waiting), wait_style),
+            Styled(fmt.pct(v.kv_cache_usage, digits=1), kv_style),
+            Styled(fmt.seconds(v.latency["ttft"].p99), ttft_style),
+            Styled(fmt.rate(v.generation_tokens_rate, ""), style),
+            Styled(pre, "bold red" if v.preemptions_rate else style),
+            Styled(fmt.pct(v.prefix_cache_hit_rate), style),
+            Styled(fmt.rate(v.prompt_tokens_rate, ""), style),
+            Styled("n/a" if shed is None else f"{shed:.2g}", "bold red" if shed else style),
         ]
 
     def show(self, tick: VllmTick) -> None:
@@ -131,13 +131,13 @@ class RooflineTable(DiffTable):
             b += f" {r.bw_share:.0%}"
         ai = r.intensity
         return [
-            Text(label, style=style),
-            Text(f, style=style),
-            Text(b, style=style),
-            Text("n/a" if ai is None else f"{ai:.3g}", style=style),
-            Text("n/a" if r.tokens_per_step is None else f"{r.tokens_per_step:.1f}", style=style),
-            Text(r.reading, style="dim" if stale else _READING_STYLE.get(r.reading, "")),
-            Text(r.why, style="dim"),
+            Styled(label, style),
+            Styled(f, style),
+            Styled(b, style),
+            Styled("n/a" if ai is None else f"{ai:.3g}", style),
+            Styled("n/a" if r.tokens_per_step is None else f"{r.tokens_per_step:.1f}", style),
+            Styled(r.reading, "dim" if stale else _READING_STYLE.get(r.reading, "")),
+            Styled(r.why, "dim"),
         ]
 
     def show(self, tick: VllmTick, gpu: GpuSpec | None, no_gpu: str = "GPU unknown") -> None:
@@ -181,12 +181,12 @@ class LatencyTable(DiffTable):
             L = view.latency[key]
             judged = {lim.stat: lim for lim in self.limits if lim.metric == key}
             rows[key] = [
-                Text(label, style="bold " + style),
+                Styled(label, "bold " + style),
                 _percentile(L, "p50", style, judged.get("p50")),
                 _percentile(L, "p90", style, judged.get("p90")),
                 _percentile(L, "p99", "bold " + style, judged.get("p99")),
                 _judged(Text(fmt.seconds(L.mean), style=style), L.mean, judged.get("mean"), stale),
-                Text(fmt.count(L.count), style=style),
+                Styled(fmt.count(L.count), style),
             ]
         self.sync(rows)
 
@@ -207,14 +207,14 @@ def _percentile(L: LatencySummary, name: str, style: str, limit: Limit | None = 
     return cell if few else _judged(cell, value, limit, "dim" in style)
 
 
-def _reason_text(g: GpuSample) -> Text:
+def _reason_text(g: GpuSample) -> Styled:
     names = g.throttle_reasons
     if names is None:
         if g.throttled_pct:
             top = max(g.throttled_pct.items(), key=lambda kv: kv[1])
             if top[1] >= 1:
-                return Text(f"{top[0]} {top[1]:.0f}%", style="bold red")
-        return Text(fmt.NA, style="dim")
+                return Styled(f"{top[0]} {top[1]:.0f}%", "bold red")
+        return Styled(fmt.NA, "dim")
     windowed = ""
     if g.throttled_pct:
         top = max(g.throttled_pct.items(), key=lambda kv: kv[1])
@@ -222,14 +222,14 @@ def _reason_text(g: GpuSample) -> Text:
             windowed = f"{top[0]} {top[1]:.0f}% of win"
     if not names:
         if windowed:
-            return Text(windowed, style="yellow")
+            return Styled(windowed, "yellow")
         idle = g.reasons_mask is not None and g.reasons_mask & 0x1
-        return Text("idle" if idle else "none", style="green")
+        return Styled("idle" if idle else "none", "green")
     kind = g.throttle_kind()
     pct = ""
     if g.throttled_pct and kind in g.throttled_pct:
         pct = f" {g.throttled_pct[kind]:.0f}%"
-    return Text(",".join(names) + pct, style="bold red" if kind == "thermal" else "bold yellow")
+    return Styled(",".join(names) + pct, "bold red" if kind == "thermal" else "bold yellow")
 
 
 def _short_model(model: str | None) -> str:
@@ -256,18 +256,18 @@ class GpuTable(DiffTable):
             id=id,
             classes=classes,
         )
-        self._throttled: dict[str, tuple[float, Text]] = {}
+        self._throttled: dict[str, tuple[float, Styled]] = {}
         """Each GPU's last throttle reason and when it was seen: a GPU whose reason comes and goes
         from one sample to the next keeps it shown (dimmed) for THROTTLE_HOLD_S, not blinking."""
 
-    def _held_reason(self, g: GpuSample, now: float) -> Text:
+    def _held_reason(self, g: GpuSample, now: float) -> Styled:
         cell = _reason_text(g)
         if g.throttle_reasons:
             self._throttled[g.key] = (now, cell)
             return cell
         seen = self._throttled.get(g.key)
         if seen is not None and now - seen[0] < THROTTLE_HOLD_S:
-            return Text(seen[1].plain, style="dim yellow")
+            return Styled(seen[1].plain, "dim yellow")
         self._throttled.pop(g.key, None)
         return cell
 
@@ -302,15 +302,15 @@ class GpuTable(DiffTable):
             pw = fmt.plain(g.power_w) + ("/" + fmt.plain(g.power_limit_w) if g.power_limit_w else "")
             fb = fmt.num(None if g.fb_used_mib is None else g.fb_used_mib / 1024, 1)
             rows[g.key] = [
-                Text(("▶ " if g.key in draggers else "") + name, style="bold red" if g.key in draggers else style),
-                Text(fmt.short_source(replicas[g.key]) if g.key in replicas else "?", style=style or "cyan"),
-                Text(_short_model(g.model), style=style),
-                Text(fmt.plain(g.temp_c, "C"), style=temp_style),
-                Text(fmt.plain(g.mem_temp_c, "C"), style=style),
-                Text(sm, style="bold red" if g.key in draggers else style),
-                Text(pw, style=style),
-                Text(fmt.pct(g.util_pct, fraction=False), style=style),
-                Text(fb, style=style),
+                Styled(("▶ " if g.key in draggers else "") + name, "bold red" if g.key in draggers else style),
+                Styled(fmt.short_source(replicas[g.key]) if g.key in replicas else "?", style or "cyan"),
+                Styled(_short_model(g.model), style),
+                Styled(fmt.plain(g.temp_c, "C"), temp_style),
+                Styled(fmt.plain(g.mem_temp_c, "C"), style),
+                Styled(sm, "bold red" if g.key in draggers else style),
+                Styled(pw, style),
+                Styled(fmt.pct(g.util_pct, fraction=False), style),
+                Styled(fb, style),
                 self._held_reason(g, now),
             ]
         self.sync(rows)

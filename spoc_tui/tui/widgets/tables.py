@@ -8,9 +8,10 @@ changed.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from rich.cells import cell_len
+from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -19,7 +20,28 @@ from textual.strip import Strip
 
 from spoc_tui.tui.compositor import LeanRefresh
 
-Cell = str | Text
+
+class Styled(NamedTuple):
+    """A cell of one style: what nearly every live figure is. Light where a Rich ``Text`` is not
+    (a GPU table's eighty cells a second were eighty Texts built, then compared by their plain
+    text, style and spans); read like one (``str()``, ``.plain``, ``.style``, ``.spans``)."""
+
+    text: str
+    style: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def plain(self) -> str:
+        return self.text
+
+    @property
+    def spans(self) -> tuple[()]:
+        return ()
+
+
+Cell = str | Styled | Text
 PAD = 2
 """Blank columns between cells."""
 
@@ -51,7 +73,7 @@ def _keep_ends(name: _Name, width: int) -> _Name:
 def _sig(cell: Cell) -> object:
     if isinstance(cell, Text):
         return (cell.plain, str(cell.style), tuple(cell.spans))
-    return cell
+    return cell  # a string, or a Styled: compared as it is
 
 
 class DiffTable(LeanRefresh):
@@ -146,11 +168,17 @@ class DiffTable(LeanRefresh):
             if not width:
                 continue
             first = i == 0
-            if isinstance(cell, Text):
+            style: str | Style
+            if isinstance(cell, Styled):
+                plain, style = cell
+                rich = None
+            elif isinstance(cell, Text):
                 plain, style = cell.plain, cell.style
                 rich = cell if cell.spans or "\n" in plain else None
             else:
                 plain, style, rich = str(cell), "", None
+            if rich is None and not plain.isprintable():
+                plain = strip_control_codes(plain)  # as a Text would (a GPU's name is the exporter's)
             n = len(plain) if plain.isascii() else cell_len(plain)
             if rich is None and n > width and not plain.isascii():
                 rich = Text(plain, style=style)
@@ -162,7 +190,9 @@ class DiffTable(LeanRefresh):
                     n = width
                 segments.append(Segment(plain + " " * (width - n), base + style_of(style) if style else base))
             segments.append(gap)
-        return Strip(segments).adjust_cell_length(self.size.width, base)
+        # every cell is exactly its column's width: the length is known, not measured
+        length = 1 + sum(width + PAD for _, _, width in self._columns[: len(cells)] if width)
+        return Strip(segments, length).adjust_cell_length(self.paint_size().width, base)
 
     def _rich_cell(self, cell: Text, width: int, base: Style, first: bool) -> list[Segment]:
         """A cell with spans of its own (or wide characters to cut), laid out by Rich."""
@@ -182,7 +212,7 @@ class DiffTable(LeanRefresh):
                 self._header = self._line(header, self.own_style() + Style(bgcolor="grey15"))
             return self._header
         if y - 1 >= len(self._order):
-            return Strip.blank(self.size.width, self.own_style())
+            return Strip.blank(self.paint_size().width, self.own_style())
         key = self._order[y - 1]
         strip = self._strips.get(key)
         if strip is None:

@@ -251,7 +251,7 @@ class TimeChart(LeanRefresh):
         return strips
 
     def render_line(self, y: int) -> Strip:
-        width, height = key = self.size
+        width, height = key = self.paint_size()
         if y == 0:
             # the title row alone does not draw the plot: a chart below the fold shows only its
             # title, and its plot is drawn when scrolled to
