@@ -19,7 +19,7 @@ upgrade.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Self
 
 from rich.color import Color as RichColor
@@ -27,6 +27,7 @@ from rich.segment import Segment
 from rich.style import Style as RichStyle
 from rich.terminal_theme import TerminalTheme
 from textual._compositor import ChopsUpdate, Compositor, CompositorMap, ReflowResult
+from textual.cache import FIFOCache
 from textual.color import Color
 from textual.dom import NoScreen
 from textual.filter import ANSIToTruecolor, LineFilter
@@ -34,6 +35,40 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.style import Style as TextualStyle
 from textual.widget import Widget
+
+_STRIP_CACHES = {
+    "_divide_cache": 4,
+    "_crop_cache": 16,
+    "_style_cache": 16,
+    "_filter_cache": 4,
+    "_line_length_cache": 4,
+    "_crop_extend_cache": 4,
+    "_offsets_cache": 4,
+}
+"""Textual's ``Strip`` makes these seven caches (with their sizes) for every strip, used or not."""
+
+
+class LeanStrip(Strip):
+    """A ``Strip`` whose caches are made when first used: Textual makes seven for every strip,
+    and most of the monitor's strips (a row, a plot line, a title) use one or none; making them
+    was a fifth of the compositor's pass. Otherwise a ``Strip`` in every way."""
+
+    __slots__ = ()
+
+    def __init__(self, segments: Iterable[Segment], cell_length: int | None = None) -> None:
+        self._segments = list(segments)
+        self._cell_length = cell_length
+        self._render_cache = None
+        self._link_ids = None
+        self._cell_count = None
+
+    def __getattr__(self, name: str) -> FIFOCache[object, object]:
+        size = _STRIP_CACHES.get(name)
+        if size is None:
+            raise AttributeError(name)
+        cache: FIFOCache[object, object] = FIFOCache(size)
+        setattr(self, name, cache)
+        return cache
 
 
 class LeanCompositor(Compositor):
@@ -155,7 +190,11 @@ class LeanCompositor(Compositor):
                         )
                 if not todo or not open_cell:
                     continue  # a container whose every changed cell here is a child's
-                strips = widget.render_lines(Region(area.x - region.x, y0 - region.y, area.width, y1 - y0))
+                lines_crop = Region(area.x - region.x, y0 - region.y, area.width, y1 - y0)
+                if isinstance(widget, LeanRefresh):
+                    strips = widget.render_lines(lines_crop, region.size)
+                else:
+                    strips = widget.render_lines(lines_crop)
                 for y, mine in todo.items():
                     line = chops[y]
                     get = line.get
@@ -245,13 +284,15 @@ class LeanRefresh(Widget):
         self._frame = None
         self._own_style = None
 
-    def render_lines(self, crop: Region) -> list[Strip]:
+    def render_lines(self, crop: Region, outer: Size | None = None) -> list[Strip]:
         """As Textual's styles cache renders a widget's lines (content, side padding, the app's
         filters), for a plain widget: the cache works out every ancestor's background, size and
         opacity, and makes four strips a line, each time a line changes (a fifth of the
-        monitor's repaint)."""
+        monitor's repaint). ``outer``: the widget's size in the map the caller holds (None: looked
+        up)."""
         frame = self._frame
-        outer = self.region.size
+        if outer is None:
+            outer = self.region.size
         key = (self.app.theme, self.app.ansi_color)
         if frame is None or frame.outer != outer or frame.key != key:
             frame = self._frame = self._plain_frame(outer, key)
@@ -273,10 +314,15 @@ class LeanRefresh(Widget):
                     line = render_line(y).adjust_cell_length(frame.content_width, inner)
                 else:
                     line = Strip.blank(frame.content_width, inner)
-                for line_filter in filters:
-                    line = line.apply_filter(line_filter, background)
+                for line_filter in filters:  # as Strip.apply_filter, into a lean strip
+                    cache = line._filter_cache
+                    filtered = cache.get((line_filter, background))
+                    if filtered is None:
+                        filtered = LeanStrip(line_filter.apply(line._segments, background), line._cell_length)
+                        cache[(line_filter, background)] = filtered
+                    line = filtered
                 if pads is not None:
-                    line = Strip([*pads[0], *line, *pads[1]], width)
+                    line = LeanStrip([*pads[0], *line._segments, *pads[1]], width)
                 strips.append(line)
         finally:
             self._painting = None

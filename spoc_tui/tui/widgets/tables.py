@@ -18,7 +18,7 @@ from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
 
-from spoc_tui.tui.compositor import LeanRefresh
+from spoc_tui.tui.compositor import LeanRefresh, LeanStrip
 
 
 class Styled(NamedTuple):
@@ -192,7 +192,7 @@ class DiffTable(LeanRefresh):
             segments.append(gap)
         # every cell is exactly its column's width: the length is known, not measured
         length = 1 + sum(width + PAD for _, _, width in self._columns[: len(cells)] if width)
-        return Strip(segments, length).adjust_cell_length(self.paint_size().width, base)
+        return LeanStrip(segments, length).adjust_cell_length(self.paint_size().width, base)
 
     def _rich_cell(self, cell: Text, width: int, base: Style, first: bool) -> list[Segment]:
         """A cell with spans of its own (or wide characters to cut), laid out by Rich."""

@@ -17,7 +17,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 
 from spoc_tui.core.series import Points, columns, last_value, nice_range
-from spoc_tui.tui.compositor import LeanRefresh
+from spoc_tui.tui.compositor import LeanRefresh, LeanStrip
 from spoc_tui.tui.widgets.tables import style_of
 
 _DOTS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
@@ -182,7 +182,7 @@ class TimeChart(LeanRefresh):
             )
         if self.limit is not None and len(self._title_key) == len(self.lines):
             segs.append(Segment(f"  ╌ {self.limit[0]} {self.fmt_value(self.limit[1])}", Style(color="red")))
-        return Strip(segs).crop(0, width).adjust_cell_length(width, base)
+        return LeanStrip(segs).crop(0, width).adjust_cell_length(width, base)
 
     def _range(self, cols: list[list[float | None]]) -> tuple[float, float]:
         vals = [v for c in cols for v in c if v is not None]
@@ -235,7 +235,7 @@ class TimeChart(LeanRefresh):
                 run.append(mark)
             if run:
                 row.append(Segment("".join(run), run_style))
-            strips.append(Strip(row).adjust_cell_length(width, base))
+            strips.append(LeanStrip(row).adjust_cell_length(width, base))
         if not any(v is not None for c in cols for v in c):
             msg = self.note or "no data yet"
             mid = 1 + plot_h // 2
