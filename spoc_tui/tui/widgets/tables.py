@@ -192,7 +192,11 @@ class DiffTable(LeanRefresh):
             segments.append(gap)
         # every cell is exactly its column's width: the length is known, not measured
         length = 1 + sum(width + PAD for _, _, width in self._columns[: len(cells)] if width)
-        return LeanStrip(segments, length).adjust_cell_length(self.paint_size().width, base)
+        room = self.paint_size().width
+        if length < room:  # the blank to the table's right in the same strip (not a second one)
+            segments.append(Segment(" " * (room - length), base))
+            length = room
+        return LeanStrip(segments, length).adjust_cell_length(room, base)
 
     def _rich_cell(self, cell: Text, width: int, base: Style, first: bool) -> list[Segment]:
         """A cell with spans of its own (or wide characters to cut), laid out by Rich."""
