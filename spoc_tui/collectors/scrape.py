@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit, urlunsplit
@@ -75,6 +77,9 @@ class Reading:
     taken_at: float
     """Monotonic seconds."""
     wall_time: float
+    derived: object = None
+    """What ``fetch``'s ``derive`` made of it in the parsing thread (None: no ``derive``, or a kind
+    it was not for)."""
 
 
 def classify(source: str, exp: Exposition) -> str:
@@ -113,12 +118,19 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 
 
 async def fetch(
-    client: httpx.AsyncClient | ScrapeClient, url: str, api_key: str | None = None, deadline_s: float = DEADLINE_S
+    client: httpx.AsyncClient | ScrapeClient,
+    url: str,
+    api_key: str | None = None,
+    deadline_s: float = DEADLINE_S,
+    derive: tuple[str, Callable[[Exposition], object]] | None = None,
 ) -> Reading:
     """Scrape one URL within ``deadline_s`` as a whole, the body limited to :data:`MAX_BODY`
     as it streams; the text is parsed in a worker thread, so a huge or hostile body never holds
     up the caller's event loop (the TUI's). ``client``: httpx's, or the monitor's lighter
     :class:`~spoc_tui.collectors.lighthttp.ScrapeClient` (the same rules, a sixth of the CPU).
+    ``derive``: ``(kind, f)``: when the source serves that kind, ``f(exposition)`` runs in the same
+    thread, straight after parsing, into :attr:`Reading.derived` (the monitor's server view: one
+    hop to a thread a scrape, not two).
 
     Raises:
         SourceError: connection failures, timeouts, HTTP errors, bodies too large and bodies
@@ -146,10 +158,10 @@ async def fetch(
     if status != 200:
         raise SourceError(f"{url}: HTTP {status} from {shown_target}")
     try:
-        exp = await asyncio.to_thread(_decode_and_parse, body, ctype)
+        exp, kind, derived = await asyncio.to_thread(_parse_and_derive, url, body, ctype, derive)
     except TooLarge as e:
         raise SourceError(f"{url}: {e}") from None
-    return Reading(url, classify(url, exp), exp, time.monotonic(), time.time())
+    return Reading(url, kind, exp, time.monotonic(), time.time(), derived)
 
 
 async def _download(
@@ -175,6 +187,20 @@ async def _download(
         return resp.status_code, b"".join(chunks), resp.headers.get("content-type")
     finally:
         await resp.aclose()
+
+
+def _parse_and_derive(
+    url: str, body: bytes, content_type: str | None, derive: tuple[str, Callable[[Exposition], object]] | None
+) -> tuple[Exposition, str, object]:
+    exp = _decode_and_parse(body, content_type)
+    kind = classify(url, exp)
+    derived = None
+    if derive is not None and derive[0] == kind:
+        try:
+            derived = derive[1](exp)
+        except Exception:  # a defect in the caller's step: left to it (it runs the step again)
+            logging.getLogger(__name__).exception("deriving from %s", redact_url(url))
+    return exp, kind, derived
 
 
 def _decode_and_parse(body: bytes, content_type: str | None) -> Exposition:

@@ -460,3 +460,37 @@ def test_stop_signals_in_a_burst_leave_no_traceback_in_the_log(tmp_path):
             server.stop()
         out = log.read_text()
         assert "Traceback" not in out and "Exception ignored" not in out, out
+
+
+async def test_a_servers_scrape_is_parsed_and_viewed_in_one_hop_to_a_thread(sim, monkeypatch):
+    """The server's view is worked out in the thread that parsed its scrape (one hop a scrape,
+    not two: each cost more CPU than the view); a DCGM exporter given as a vLLM server is still
+    refused, and no view is made of it."""
+    import asyncio
+
+    from spoc_tui.collectors import scrape
+
+    url, dcgm, _ = sim
+    hops: list[object] = []
+    real = asyncio.to_thread
+
+    async def counted(func, /, *args, **kwargs):
+        hops.append(func)
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(scrape.asyncio, "to_thread", counted)
+    from spoc_tui.collectors import poller as poller_module
+
+    monkeypatch.setattr(poller_module.asyncio, "to_thread", counted)
+    poller = VllmPoller([url, dcgm], window_s=5)
+    try:
+        tick = await poller.poll()
+        tick = await poller.poll()
+    finally:
+        await poller.aclose()
+    assert len(tick.servers) == 1 and tick.servers[0].total.running is not None
+    # one hop a scrape: the server's two, and the exporter's one (refused, it then backs off)
+    assert len(hops) == 3, hops
+    assert all(getattr(f, "__name__", "") == "_parse_and_derive" for f in hops)
+    assert any("serves dcgm metrics" in (s.reason or "") for s in tick.statuses)
+    assert len(poller.histories[url]) == 2 and len(poller.histories[dcgm]) == 0
