@@ -154,3 +154,59 @@ async def test_a_layout_repaints_what_moved_even_after_a_look_up_arranged_the_ma
             dirty = Region.from_union(list(compositor._dirty_regions))
             assert dirty.contains_region(was) and dirty.contains_region(moved), text
             await pilot.pause()
+
+
+def test_the_fast_truecolor_filter_gives_textuals_segments():
+    """FastTruecolor (every line painted passes through it) against Textual's own filter, on
+    random segments: named, dim, background and truecolor styles, no style, control codes."""
+    import random
+
+    from rich.segment import Segment
+    from rich.style import Style
+    from rich.terminal_theme import MONOKAI
+    from textual.color import Color
+    from textual.filter import ANSIToTruecolor
+
+    from spoc_tui.tui.compositor import FastTruecolor
+
+    textual_filter, fast = ANSIToTruecolor(MONOKAI), FastTruecolor(MONOKAI)
+    styles = [
+        None,
+        Style(color="green"),
+        Style(color="red", dim=True),
+        Style(bgcolor="blue"),
+        Style(color="#102030"),
+        Style(bold=True),
+        Style.parse("dim"),
+        Style(color="bright_cyan", bgcolor="grey15"),
+        Style(color="rgb(1,2,3)", dim=True),
+    ]
+    rnd = random.Random(7)
+    for _ in range(500):
+        segments = [
+            Segment(rnd.choice(["ab", " ", "x"]), rnd.choice(styles), rnd.choice([None, None, [(1,)]]))
+            for _ in range(rnd.randint(0, 12))
+        ]
+        background = rnd.choice([Color(0, 0, 0), Color(30, 40, 50)])
+        assert fast.apply(segments, background) == textual_filter.apply(segments, background)
+
+
+def test_a_lean_strip_is_a_strip_in_every_way():
+    from rich.console import Console
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.strip import Strip
+
+    from spoc_tui.tui.compositor import LeanStrip
+
+    segments = [Segment("hello ", Style(color="red")), Segment("world", None)]
+    lean, strip = LeanStrip(segments), Strip(segments)
+    assert lean.cell_length == strip.cell_length == 11
+    assert list(lean.crop(1, 7)) == list(strip.crop(1, 7))
+    assert [list(p) for p in lean.divide([3, 8, 11])] == [list(p) for p in strip.divide([3, 8, 11])]
+    assert list(lean.adjust_cell_length(20)) == list(strip.adjust_cell_length(20))
+    assert list(lean.apply_style(Style(bold=True))) == list(strip.apply_style(Style(bold=True)))
+    assert lean.render(Console()) == strip.render(Console())
+    assert lean.crop(1, 7) is lean.crop(1, 7)  # its caches work once made
+    with pytest.raises(AttributeError):
+        _ = lean.no_such_attribute  # type: ignore[attr-defined]
