@@ -217,10 +217,10 @@ class VllmPoller(_Poller):
         own deadline)."""
         good, changes = await self._read_due(wait_s)
         for url, res in good:
-            if isinstance(res.derived, tuple):
-                self.latest[url] = res.derived
-            else:  # the view failed in the thread (a defect): worked out here, its error shown
-                self.latest[url] = await asyncio.to_thread(self._view, url, res.exposition)
+            if isinstance(res.derived, Exception):
+                raise res.derived  # the view failed (a defect): shown as the poller's, as ever
+            assert isinstance(res.derived, tuple)
+            self.latest[url] = res.derived
         statuses = self.backoff.status()
         down = {u for u in self.backoff.down() if u in self.latest}
         stale = frozenset(self.backoff.names[u] for u in down)

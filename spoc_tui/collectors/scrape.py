@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,8 +77,8 @@ class Reading:
     """Monotonic seconds."""
     wall_time: float
     derived: object = None
-    """What ``fetch``'s ``derive`` made of it in the parsing thread (None: no ``derive``, or a kind
-    it was not for)."""
+    """What ``fetch``'s ``derive`` made of it in the parsing thread, or the exception it raised (a
+    defect of the caller's, for the caller to raise); None: no ``derive``, or a kind it was not for."""
 
 
 def classify(source: str, exp: Exposition) -> str:
@@ -194,12 +193,12 @@ def _parse_and_derive(
 ) -> tuple[Exposition, str, object]:
     exp = _decode_and_parse(body, content_type)
     kind = classify(url, exp)
-    derived = None
+    derived: object = None
     if derive is not None and derive[0] == kind:
         try:
             derived = derive[1](exp)
-        except Exception:  # a defect in the caller's step: left to it (it runs the step again)
-            logging.getLogger(__name__).exception("deriving from %s", redact_url(url))
+        except Exception as e:  # the caller's defect, not this source's failure: handed back
+            derived = e
     return exp, kind, derived
 
 

@@ -479,9 +479,6 @@ async def test_a_servers_scrape_is_parsed_and_viewed_in_one_hop_to_a_thread(sim,
         return await real(func, *args, **kwargs)
 
     monkeypatch.setattr(scrape.asyncio, "to_thread", counted)
-    from spoc_tui.collectors import poller as poller_module
-
-    monkeypatch.setattr(poller_module.asyncio, "to_thread", counted)
     poller = VllmPoller([url, dcgm], window_s=5)
     try:
         tick = await poller.poll()
@@ -494,3 +491,22 @@ async def test_a_servers_scrape_is_parsed_and_viewed_in_one_hop_to_a_thread(sim,
     assert all(getattr(f, "__name__", "") == "_parse_and_derive" for f in hops)
     assert any("serves dcgm metrics" in (s.reason or "") for s in tick.statuses)
     assert len(poller.histories[url]) == 2 and len(poller.histories[dcgm]) == 0
+
+
+async def test_a_view_that_fails_in_the_parsing_thread_is_raised_by_the_poll(sim, monkeypatch):
+    """A defect in the server's view (worked out in the parsing thread) reaches the poll's caller
+    as it always did (the monitor shows it as the poller's), and the scrape is kept once."""
+    from spoc_tui.collectors import poller as poller_module
+
+    def broken(source, scrape):
+        raise ZeroDivisionError("a defect")
+
+    monkeypatch.setattr(poller_module, "server_view", broken)
+    url, _, _ = sim
+    poller = VllmPoller([url], window_s=5)
+    try:
+        with pytest.raises(ZeroDivisionError, match="a defect"):
+            await poller.poll()
+    finally:
+        await poller.aclose()
+    assert len(poller.histories[url]) == 1 and url not in poller.latest

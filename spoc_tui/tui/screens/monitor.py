@@ -71,8 +71,7 @@ class MonitorScreen(Screen[None]):
     ]
 
     _status_timer: Timer | None = None
-    _status_counting = False
-    """Whether a source is down, so that the status line counts its seconds between ticks."""
+    """Redraws the status line each second while a source is down (its "retry N s" counts)."""
 
     def __init__(
         self,
@@ -520,10 +519,8 @@ class MonitorScreen(Screen[None]):
     def _draw_status(self) -> None:
         statuses = list(self.model.statuses.values())
         self.status.show(statuses, self.paused, self.background, self.clock())
-        counting = any(not s.up for s in statuses)
-        if counting != self._status_counting and self._status_timer is not None:
-            self._status_counting = counting
-            if counting:
+        if self._status_timer is not None:  # pausing or resuming twice is a no-op
+            if any(not s.up for s in statuses):
                 self._status_timer.resume()
             else:
                 self._status_timer.pause()
