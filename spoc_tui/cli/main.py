@@ -467,8 +467,9 @@ def resolve_settings(
     default=ramp_defaults.ARRIVALS,
     show_default=True,
     help=(
-        "staggered: starts and turns jittered so users cannot fall into lockstep; lockstep: every new user at "
-        "once, no jitter (the worst case; how AIPerf and GuideLLM start their probes)."
+        "staggered: starts and turns jittered so users cannot fall into lockstep; lockstep: at each step every "
+        "user restarts at once once the requests in flight end, no jitter (the worst case; how AIPerf and "
+        "GuideLLM start their probes)."
     ),
 )
 @click.option(

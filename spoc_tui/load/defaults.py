@@ -24,7 +24,8 @@ ARRIVALS: Literal["staggered", "lockstep"] = "staggered"
 MAX_SPAWN_RATE = 100.0
 """Locust's advice: faster ramp-ups are known to cause trouble."""
 LOCKSTEP_SPAWN_RATE = 1000.0
-"""``--arrivals lockstep``: every new user at once (1,000 a second, the most --spawn-rate takes)."""
+"""``--arrivals lockstep``: new users spawned at once (1,000 a second, the most --spawn-rate takes);
+every user then starts the step together (:class:`~spoc_tui.load.runner.Cohort`)."""
 
 
 def spawn_rate(change: int, warmup_s: float, arrivals: str, given: float | None = None) -> float:

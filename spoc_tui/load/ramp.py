@@ -113,8 +113,9 @@ class RampConfig:
     arrivals: Literal["staggered", "lockstep"] = ARRIVALS
     """``staggered``: users start spread over the warm-up, each waits up to a second before its
     first turn and, without think time, a little before each later one, so lockstep cannot
-    persist; ``lockstep``: every new user starts at once, with no jitter (the worst case, and
-    how AIPerf and GuideLLM start their probes' streams)."""
+    persist; ``lockstep``: at each step every user (the earlier steps' too) restarts at one
+    instant, once the requests in flight have ended, with no jitter (the worst case, and how
+    AIPerf and GuideLLM start their probes' streams: :class:`~spoc_tui.load.runner.Cohort`)."""
     budget_s: float | None = None
     """The most seconds of load (warm-ups and extensions included) the ramp runs; no step starts
     once it is spent, and a step is measured on only while it lasts [the knee search:

@@ -149,7 +149,85 @@ class Shared:
     launched_in = -1
     """The event loop's iteration in which the last request was launched (:func:`quiet_moment`)."""
     lockstep = False
-    """``--arrivals lockstep``: no jitter (users that start together stay together)."""
+    """``--arrivals lockstep``: no jitter, and every step restarts all users together (:class:`Cohort`)."""
+
+
+class Cohort:
+    """``--arrivals lockstep``: each step restarts every user of this process at one instant, as
+    the peers start every stream of a probe together (AIPerf, GuideLLM).
+
+    At a step's command every user ends what it is doing: one thinking stops thinking, one with a
+    request in flight lets it finish (never cut: an aborted request would count as an error). Each
+    then waits at :meth:`join`; when every user of the process waits there (and the step's new
+    users have all been spawned), all of them send their next turn at once. Without this, users
+    added at a step started together but those of earlier steps kept their own phase, so the
+    largest burst at 16 users was 8 (measured), where the peers' was 16. A drain that outlasts
+    :data:`COHORT_DRAIN_S` (a request stuck minutes in a saturated server) releases the users that
+    are waiting, and the rest join as their requests end."""
+
+    gen = 0
+    go = gevent.event.Event()
+    """Set when the current step's cohort may start."""
+    wake = gevent.event.Event()
+    """Set at a step's command: wakes the users that are thinking."""
+    waiting: set[int] = set()
+    started = 0.0
+    expected: int | None = None
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.gen, cls.waiting, cls.started, cls.expected = 0, set(), 0.0, None
+        cls.go, cls.wake = gevent.event.Event(), gevent.event.Event()
+        cls.go.set()
+
+    @classmethod
+    def next(cls, runner: Any, expected: int | None) -> None:
+        """A new step: the users of this process restart together (``expected`` of them where this
+        process runs all the users; a Locust worker does not know its share, and waits until the
+        count of its users stops changing)."""
+        cls.gen += 1
+        cls.waiting = set()
+        cls.go = gevent.event.Event()
+        cls.wake.set()
+        cls.wake = gevent.event.Event()
+        cls.started, cls.expected = time.perf_counter(), expected
+        gevent.spawn(cls._release, runner, cls.gen)
+
+    @classmethod
+    def _release(cls, runner: Any, gen: int) -> None:
+        seen, since = -1, time.perf_counter()
+        while gen == cls.gen and not cls.go.is_set():
+            gevent.sleep(COHORT_POLL_S)
+            now = time.perf_counter()
+            count = int(runner.user_count)
+            if count != seen:
+                seen, since = count, now
+            spawned = count == cls.expected if cls.expected is not None else now - since >= COHORT_SETTLE_S
+            if (spawned and count > 0 and len(cls.waiting) >= count) or now - cls.started > COHORT_DRAIN_S:
+                cls.go.set()
+
+    @classmethod
+    def join(cls, user_id: int) -> int:
+        """Wait for this step's cohort to start; returns the step's generation."""
+        gen, go = cls.gen, cls.go
+        cls.waiting.add(user_id)
+        try:
+            go.wait()
+        finally:
+            cls.waiting.discard(user_id)  # a user stopped while it waits is no longer counted
+        return gen
+
+    @classmethod
+    def think(cls, seconds: float) -> None:
+        """Think, unless a step's command restarts the users first."""
+        if seconds > 0:
+            cls.wake.wait(seconds)
+
+
+Cohort.reset()
+COHORT_POLL_S = 0.002
+COHORT_SETTLE_S = 0.05
+COHORT_DRAIN_S = 30.0
 
 
 def classify_error(exc: BaseException) -> str:
@@ -360,6 +438,8 @@ class ChatUser(_StreamingUser):
         self.failures = 0
         self.last_s: float | None = None
         """How long this user's last request took (None before its first: see :func:`jitter`)."""
+        self.gen = -1
+        """The step whose cohort this user started with (``--arrivals lockstep``: :class:`Cohort`)."""
 
     @task
     def converse(self) -> None:
@@ -370,9 +450,13 @@ class ChatUser(_StreamingUser):
             messages.append({"role": "system", "content": plan.system_text})
         self.conv_id = f"{self.conv_id.split('#')[0]}#{self.rng.randrange(1 << 30):x}"
         for i, turn in enumerate(plan.turns):
-            wait = jitter(self.rng, self.last_s, plan.think_s[i - 1] if i else 0.0, Shared.lockstep)
-            if wait:
-                gevent.sleep(wait)
+            if Shared.lockstep:
+                if self.gen != Cohort.gen:
+                    self.gen = Cohort.join(id(self))
+            else:
+                wait = jitter(self.rng, self.last_s, plan.think_s[i - 1] if i else 0.0)
+                if wait:
+                    gevent.sleep(wait)
             quiet_moment()
             messages.append({"role": "user", "content": turn.user_text})
             t0 = time.perf_counter()
@@ -384,7 +468,10 @@ class ChatUser(_StreamingUser):
                 return
             self.failures = 0
             messages.append({"role": "assistant", "content": answer})
-            gevent.sleep(plan.think_s[i])
+            if Shared.lockstep:
+                Cohort.think(plan.think_s[i])
+            else:
+                gevent.sleep(plan.think_s[i])
 
 
 class _Conversation:
@@ -687,6 +774,8 @@ def _read_commands(env: Environment) -> None:
                     "spoc_step",
                     {"step": cmd.step, "users": cmd.n, "rate": cmd.rate, "speed": cmd.speed, "t0": cmd.t0},
                 )
+            if Shared.lockstep and not cmd.rate and Replay.job is None and not isinstance(runner, MasterRunner):
+                Cohort.next(runner, cmd.n)  # with --workers, each worker restarts its own users
             runner.start(cmd.n, spawn_rate=cmd.spawn_rate or max(1, cmd.n), wait=False)
             emit(wire.UsersSet(cmd.n, cmd.step))
         elif isinstance(cmd, wire.Stop):
@@ -787,7 +876,7 @@ def main(argv: list[str] | None = None) -> int:
         "--arrivals",
         choices=("staggered", "lockstep"),
         default="staggered",
-        help="staggered: starts and turns jittered (default); lockstep: none (users started together stay so)",
+        help="staggered: starts and turns jittered (default); lockstep: none, each step restarts every user at once",
     )
     ap.add_argument("--trace-json", default=None, help="replay a trace: its source and the server's max-model-len")
     ap.add_argument("--master-host", default="127.0.0.1")
@@ -829,6 +918,8 @@ def _work(env: Environment, args: argparse.Namespace) -> int:
             # rows are split by conversation over the processes (one trace user in each)
             Replay.part = (runner.worker_index, max(1, Shared.users))
             Replay.job = TraceJob(Shared.step, float(speed), float(t0))
+        elif Shared.lockstep and Shared.rate is None:
+            Cohort.next(runner, None)
 
     runner.register_message("spoc_step", on_step)
 

@@ -53,6 +53,8 @@ class _User:
     """This turn's jitter is behind it."""
     open: bool = False
     """An open-loop conversation: its turns are sent at arrivals, not after think time."""
+    in_flight: bool = False
+    """Its request is on its way to the engine or in it."""
 
 
 def draw_turns(workload: Workload, rng: random.Random, context_len: int | None) -> tuple[int, list[_Turn]]:
@@ -107,8 +109,10 @@ class VirtualServer:
         """
         Args:
             engine: a fresh engine (its clock is taken over), or the configuration of one.
-            lockstep: new users all start at once (the peers' probes); else their starts are
-                spread evenly over ``spread_s`` seconds, as a ramp spawns users in its warm-up.
+            lockstep: every user restarts at once at each :meth:`set_users` (the peers' probes,
+                ``spoc ramp --arrivals lockstep``: thinking stops, the requests in flight end,
+                then all send their next turn together); else new users' starts are spread
+                evenly over ``spread_s`` seconds, as a ramp spawns users in its warm-up.
             ignore_eos: every answer as long as the profile drew it (None: as the workload says;
                 without it the simulated model stops early, as ``spoc sim`` does over HTTP).
             paced: each turn waits the load generator's jitter first, as ``spoc ramp``'s users do
@@ -134,6 +138,10 @@ class VirtualServer:
         self._users: list[_User] = []
         self._active = 0
         self._system: dict[int, list[int]] = {}
+        self._in_flight = 0
+        """Closed-loop requests on their way to the engine or in it."""
+        self._holding = False
+        """Lockstep: a step's cohort waits for the requests in flight to end."""
         self.lockstep = lockstep
         self.spread_s = spread_s
         self.set_users(users)
@@ -143,10 +151,20 @@ class VirtualServer:
         return self._active
 
     def set_users(self, n: int) -> None:
-        """Change the number of users from now: new ones start spread over ``spread_s`` (or all
-        at once in lockstep); users beyond ``n`` stop after their request in flight."""
+        """Change the number of users from now: new ones start spread over ``spread_s``; users
+        beyond ``n`` stop after their request in flight. In lockstep every user restarts at once
+        (as :class:`spoc_tui.load.runner.Cohort` restarts ``spoc ramp``'s)."""
         while len(self._users) < n:
             self._users.append(_User(len(self._users), random.Random(self.rng.random())))
+        if self.lockstep:
+            self._active = n
+            self._heap = []  # only closed-loop users wait in it: those thinking stop
+            for u in self._users:
+                if not u.open and not u.in_flight:
+                    u.busy, u.waited = True, False
+            self._holding = True
+            self._release()
+            return
         starting = [u for u in self._users[:n] if not u.busy]
         for k, u in enumerate(starting):
             at = self.now + (0.0 if self.lockstep else self.spread_s * k / len(starting))
@@ -160,6 +178,20 @@ class VirtualServer:
         once whatever is in flight; no think time, no jitter. 0 stops the arrivals."""
         self.rate = rate
         self._next_arrival = self.now + self.rng.expovariate(rate) if rate > 0 else None
+
+    def _release(self) -> None:
+        """Lockstep: once nothing is in flight, every user sends its next turn now, together."""
+        if not self._holding or self._in_flight:
+            return
+        self._holding = False
+        for u in self._users:
+            if u.open:
+                continue
+            if u.idx < self._active:
+                u.busy = True
+                self._push(self.now, u.idx)
+            else:
+                u.busy = False
 
     def _arrive(self) -> None:
         if self._idle:
@@ -218,6 +250,9 @@ class VirtualServer:
             on_finish=partial(self._finished, u),
             out_seed=u.rng.randrange(1 << 30),
         )
+        if not u.open:
+            u.in_flight = True
+            self._in_flight += 1
         delay = self.engine.outside_s(len(req.prompt))
         if delay > 0:
             self._seq += 1
@@ -254,6 +289,12 @@ class VirtualServer:
             u.busy = False
             if u.turn < len(u.turns):
                 self._idle.append(u)
+            return
+        u.in_flight = False
+        self._in_flight -= 1
+        if self._holding:  # lockstep: this user waits for the step's cohort
+            u.busy = u.idx < self._active
+            self._release()
             return
         if u.idx >= self._active:
             u.busy = False

@@ -229,29 +229,37 @@ ignore_eos = true
 def test_arrivals_are_measured_and_lockstep_is_chosen_not_stumbled_into(tmp_path):
     """Users of fixed output lengths that start together stay in lockstep (their prefills collide
     on every turn): the default staggers them, --arrivals lockstep does not, and each step says
-    which regime it measured."""
+    which regime it measured. In lockstep every step restarts all its users at one instant, the
+    earlier step's users too (as the peers start every stream of a probe), not only those it adds."""
     port, dport = free_ports(2)
     proc = start_sim(["--dcgm-port", str(dport)], port)
     flat = tmp_path / "flat.toml"
     flat.write_text(FLAT)
     try:
         seen = {}
-        for mode in ("staggered", "lockstep"):
+        for mode, users, sla in (("staggered", "16", "ttft_p99<=100ms"), ("lockstep", "4,16", "ttft_p99<=5s")):
             out = tmp_path / mode
             r = ramp(
-                "--url", f"http://127.0.0.1:{port}", "--profile", str(flat), "--users", "16", "--step-seconds", "10",
-                "--warmup-seconds", "3", "--max-step-seconds", "10", "--sla", "ttft_p99<=100ms", "--arrivals", mode,
+                "--url", f"http://127.0.0.1:{port}", "--profile", str(flat), "--users", users, "--step-seconds", "10",
+                "--warmup-seconds", "3", "--max-step-seconds", "10", "--sla", sla, "--arrivals", mode,
                 "--out", str(out),
             )  # fmt: skip
             assert r.returncode == 0, r.stderr
             seen[mode] = json.loads((out / "ramp.json").read_text())
-        calm, bunched = (seen[m]["steps"][0]["arrivals"] for m in ("staggered", "lockstep"))
+        calm, bunched = seen["staggered"]["steps"][0]["arrivals"], seen["lockstep"]["steps"][-1]["arrivals"]
         assert calm["n"] >= 20 and not calm["lockstep"] and calm["synchronization"] < 2, calm
         assert bunched["lockstep"] and bunched["synchronization"] > 2 and bunched["burst"] >= 3, bunched
         assert seen["lockstep"]["arrivals"] == "lockstep" and seen["staggered"]["arrivals"] == "staggered"
-        knee = seen["lockstep"]["knee"]
-        if knee["first_failing_users"] == 16:  # it broke: the why names the lockstep
-            assert "arrivals in lockstep: prefill bursts of" in knee["reason"], knee
+        # the second step's first request of each of its 16 users: all sent together (before, the
+        # 4 users of the first step kept their phase and only the 12 new ones started at once)
+        lines = (tmp_path / "lockstep" / "requests.jsonl").read_text().splitlines()
+        firsts: dict[str, float] = {}
+        for rec in map(json.loads, lines):
+            if rec["step"] == 2:
+                user = rec["conversation"].split("#")[0]
+                firsts[user] = min(firsts.get(user, rec["start"]), rec["start"])
+        assert len(firsts) == 16, firsts
+        assert max(firsts.values()) - min(firsts.values()) < 0.05, sorted(firsts.values())
     finally:
         proc.stop()
 

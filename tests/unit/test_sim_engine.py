@@ -179,3 +179,42 @@ def test_thermal_scenario_hot_gpu_throttles_and_slows_the_group():
     assert all(not g.reasons & 0x20 for g in gpus[:-1])
     assert gpus[-1].sm_clock_mhz < 0.85 * gpus[0].sm_clock_mhz
     assert hot < 0.95 * steady  # decode is memory-bound: it slows less than the SM clock drops
+
+
+def _users_first_starts(vs, since):
+    """Each user's first request sent at or after ``since`` (simulated seconds)."""
+    firsts: dict[str, float] = {}
+    for s in vs.samples:
+        if s.start >= since:
+            user = s.conversation.split("-")[0]
+            firsts[user] = min(firsts.get(user, s.start), s.start)
+    return firsts
+
+
+@pytest.mark.parametrize("think", [0.0, 3.0])
+def test_virtual_lockstep_restarts_every_user_together_at_each_change(tmp_path, think):
+    """As `spoc ramp --arrivals lockstep`: a change of users stops the thinking, lets the requests
+    in flight end, then sends every user's next turn at one instant, the earlier users' too (before,
+    only the users added started together). Staggered users keep their phase."""
+    from spoc_tui.load.workload import load_workload
+    from spoc_tui.sim.virtual import VirtualServer
+
+    path = tmp_path / "flat.toml"
+    path.write_text(f'name = "flat"\nuser_tokens = 500\noutput_tokens = 50\nignore_eos = true\nthink_s = {think}\n')
+    for lockstep in (True, False):
+        engine, _ = make(max_num_seqs=64)
+        vs = VirtualServer(engine, load_workload(str(path)), 4, seed=3, lockstep=lockstep, paced=True)
+        vs.advance(7.3)  # mid-request or mid-thought
+        change = vs.now
+        vs.set_users(12)
+        vs.advance(change + 20)
+        firsts = _users_first_starts(vs, change)
+        assert len(firsts) == 12
+        spread = max(firsts.values()) - min(firsts.values())
+        if lockstep:
+            assert spread == 0.0, firsts
+            # the cohort waited for the requests in flight and no longer: one request's length at most
+            assert min(firsts.values()) - change < 1.0
+            assert all(s.ok for s in vs.samples)  # none cut
+        else:
+            assert spread > 0.5, firsts
