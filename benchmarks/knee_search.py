@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spoc_tui.core.inference import infer_knee  # noqa: E402
-from spoc_tui.core.knee import BisectSearch, Knee, KneeSearch, find_knee  # noqa: E402
+from spoc_tui.core.knee import BisectSearch, Knee, KneeSearch, find_knee, measure_on  # noqa: E402
 from spoc_tui.core.presets import gpu_preset, model_preset  # noqa: E402
 from spoc_tui.core.sla import Limit, parse_sla  # noqa: E402
 from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step  # noqa: E402
@@ -173,7 +173,9 @@ def replay(
             vs.advance(start + target)
             window = vs.window(start, vs.now)
             summary = summarize_step(len(steps) + 1, u, window, target, limits, extended_s=target - planned)
-            if summary.decision != "inconclusive" or target >= limit - 1e-6 or not plan.extend(summary):
+            if summary.decision != "inconclusive" or target >= limit - 1e-6:
+                break
+            if not measure_on(plan, steps, summary, [*windows, (u, window)], limits, seed=seed):
                 break
             target = min(limit, target + planned)
         used += WARMUP_S + target

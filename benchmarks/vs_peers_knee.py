@@ -19,8 +19,8 @@ streams within it, one after the other on the same server:
 
 The peers count prompt tokens with a Hugging Face tokenizer; no model hub is reachable here, so
 they are given the real-engine tier's tiny Llama tokenizer, whose tokens are shorter than the
-simulator's (words and punctuation): ``PEER_ISL`` (3330) of them reach the server as about 1000
-tokens, and each tool's own record of what the server counted (its ``usage.prompt_tokens``) is
+simulator's (words and punctuation): ``PEER_ISL`` (3330) of AIPerf's reach the server as about
+1000 tokens, and ``GUIDELLM_ISL`` (4040) of GuideLLM's synthetic text, and each tool's own record of what the server counted (its ``usage.prompt_tokens``) is
 printed beside its answer. Printed per tool: the knee (streams or users) and its interval where
 the tool gives one, the probes it ran, and the wall minutes it took.
 
@@ -68,7 +68,11 @@ without a model hub."""
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 IN_TOKENS, OUT_TOKENS = 1000, 200
 PEER_ISL = 3330
-"""Tiny-Llama tokens per prompt that reach the simulator as about IN_TOKENS (measured: 986 mean)."""
+"""Tiny-Llama tokens per prompt that reach the simulator as about IN_TOKENS (measured: 986 mean,
+AIPerf's prompts reached it as 1005)."""
+GUIDELLM_ISL = 4040
+"""GuideLLM's synthetic text of PEER_ISL tokens reached the simulator as 824 tokens (two runs: 824
+and 825), not 1000: its text tokenizes differently there. 4040 (3330 x 1000 / 824) makes it 1000."""
 TTFT_P99_MS = 400
 PROBE_S = 30
 """Each peer probe measures 30 s. GuideLLM's run until a constraint stops them (its goodput search
@@ -161,7 +165,7 @@ def guidellm_argv(exe: Path, url: str, out: Path) -> list[str]:
     return [
         str(exe), "run", "--backend", f"kind=openai_http,target={url},model={MODEL}",
         "--profile", "kind=goodput,target_attainment=0.99", "--constraint", f"kind=max_duration,seconds={PROBE_S}",
-        "--data", f"kind=synthetic_text,prompt_tokens={PEER_ISL},output_tokens={OUT_TOKENS}",
+        "--data", f"kind=synthetic_text,prompt_tokens={GUIDELLM_ISL},output_tokens={OUT_TOKENS}",
         "--tokenizer", f"kind=hf_auto,model={TOKENIZER}",
         "--metrics", json.dumps({"kind": "generative", "slo": {"ttft_ms": TTFT_P99_MS}}),
         "--output", f"kind=json,path={out / 'benchmarks.json'}", "--disable-console-interactive",

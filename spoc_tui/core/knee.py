@@ -13,18 +13,19 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from spoc_tui.core import fmt
-from spoc_tui.core.inference import KneeEstimate
+from spoc_tui.core.inference import KneeEstimate, infer_knee
 from spoc_tui.core.sla import (
     MAX_SPEED,
     MAX_USERS,
     LevelUnit,
+    Limit,
     UsersError,
     level_text,
     parse_rates,
     parse_speeds,
     parse_users,
 )
-from spoc_tui.core.steps import Json, StepSummary, json_float
+from spoc_tui.core.steps import Json, RequestSample, StepSummary, json_float
 
 Cause = Literal[
     "queue_unbounded",
@@ -344,27 +345,37 @@ class KneeSearch:
             return min(top * 2, self.max_users), ""
         est = inferred.estimate if inferred.estimate is not None else 0.0
         lo, hi = inferred.ci95
+        if lo is not None and hi is not None and self.answered(knee):
+            return None, self._narrow(lo, hi, est)
         if inferred.boundary == "cliff" and lo is not None and hi is not None:  # the interval is the bracket: bisect it
             a, b = int(lo), int(hi)
-            if b - a <= 1:
-                return None, self._narrow(lo, hi, est)
             # the middle count first; measured already (its step could not settle which side it
             # is on: CI31 stopped there, silently, with a bracket of 3 counts), the inside count
             # nearest the middle not yet measured, else the one measured fewest times
             return self._pick(steps, range(a + 1, b), (a + b) / 2)
         # a cliff whose resampling left an end open (some replicate never crossed: CI16 stopped
-        # there with no answer) is probed as a smooth interval is, the open side half as far again
-        if (
-            lo is not None
-            and hi is not None
-            and (hi - lo <= 2 * KNEE_TOLERANCE * est or math.ceil(hi) - math.floor(lo) <= 1)
-        ):
-            return None, self._narrow(lo, hi, est)
+        # there with no answer) is probed as a smooth interval is, the open side half as far again;
         # probe inside the interval (a side the steps cannot bound yet: half as far again as the
         # estimate), nearest the estimate: a fresh count first, else one measured fewest times
         low = max(1, math.ceil(lo if lo is not None else est / 1.5))
         high = min(self.max_users, math.floor(hi if hi is not None else est * 1.5))
         return self._pick(steps, {*range(low, max(low, high) + 1), max(1, round(est))}, est)
+
+    @staticmethod
+    def answered(knee: Knee | None) -> bool:
+        """The knee's interval is as narrow as the search asks: within :data:`KNEE_TOLERANCE` of
+        its estimate either side, or between adjacent user counts (a cliff's bracket, or a smooth
+        interval); a bound, or an interval with an open end, is not."""
+        inferred = knee.inferred if knee else None
+        if inferred is None or inferred.boundary == "bound":
+            return False
+        lo, hi = inferred.ci95
+        if lo is None or hi is None:
+            return False
+        if inferred.boundary == "cliff":
+            return int(hi) - int(lo) <= 1
+        est = inferred.estimate if inferred.estimate is not None else 0.0
+        return hi - lo <= 2 * KNEE_TOLERANCE * est or math.ceil(hi) - math.floor(lo) <= 1
 
     @staticmethod
     def _narrow(lo: float, hi: float, est: float) -> str:
@@ -407,6 +418,31 @@ class KneeSearch:
             if 1 / NEAR_LIMIT <= c.value / c.limit <= NEAR_LIMIT:
                 return True
         return False
+
+
+def measure_on(
+    plan: object,
+    steps: Sequence[StepSummary],
+    step: StepSummary,
+    levels: Sequence[tuple[float, Sequence[RequestSample]]],
+    limits: Sequence[Limit],
+    unit: LevelUnit = "users",
+    seed: int = 0,
+) -> bool:
+    """Whether an inconclusive step is measured on (its caller has checked it may be): a list of
+    levels, always; a search as it says (:meth:`KneeSearch.extend`: only near a limit), and the
+    knee search not once the knee inferred with this step so far (``levels``: every step's level
+    and requests, this one's last) is as narrow as it asks, since measuring on could not end the
+    search sooner. (Beside AIPerf and GuideLLM, a search spent 3 of its 9 minutes deciding its
+    last step, at 15 users, when the knee already lay between 15 and 16.)"""
+    extend = getattr(plan, "extend", None)
+    if extend is None:
+        return True
+    if not extend(step):
+        return False
+    if isinstance(plan, KneeSearch):
+        return not plan.answered(find_knee([*steps, step], infer_knee(levels, limits, unit, seed=seed)))
+    return True
 
 
 SATURATION_GAIN = 1.10

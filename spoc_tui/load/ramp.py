@@ -41,6 +41,7 @@ from spoc_tui.core.knee import (
     SpeedSearch,
     UserPlan,
     find_knee,
+    measure_on,
 )
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.results import RampEnd, RampStatus, encode_ramp
@@ -714,8 +715,12 @@ async def _run_step(
         )
         if unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
             return summary
-        if search is not None and not search.extend(summary):  # the search: far from every limit
-            return summary
+        # a search measures on only near a limit, and the knee search only while the knee's interval
+        # is wider than it asks
+        if search is not None:
+            levels = [(s.level, windows.get(s.step, [])) for s in [*steps, summary]]
+            if not measure_on(search, steps, summary, levels, cfg.limits, cfg.unit, cfg.seed):
+                return summary
         target = min(limit, target + planned)
         phase = "extending"
         report(phase, idx, level, steps, len(samples), f"inconclusive ({summary.verdict.reason}): measuring on")

@@ -25,7 +25,7 @@ import numpy as np
 
 from spoc_tui.core.confidence import Interval
 from spoc_tui.core.inference import KneeEstimate, infer_knee
-from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, find_knee
+from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, find_knee, measure_on
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.steps import RequestSample, ServerWindow, StepSummary, summarize_step
 from spoc_tui.load.defaults import ARRIVALS, DEFAULT_BUDGET_S, EXTEND_FACTOR, STEP_S, WARMUP_S, spawn_rate
@@ -280,8 +280,8 @@ def run_ramp(
             )
             if summary.decision != "inconclusive" or target >= limit - 1e-6:
                 break
-            extend = getattr(plan, "extend", None)  # a search measures on only near a limit; a list always
-            if extend is not None and not extend(summary):
+            # a list measures on always; a search only near a limit, and while its interval is wide
+            if not measure_on(plan, steps, summary, [*windows, (u, window)], p.limits, seed=seed):
                 break
             target = min(limit, target + planned)
         used += p.warmup_s + target

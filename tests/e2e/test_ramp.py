@@ -376,29 +376,23 @@ def test_a_server_that_dies_mid_ramp_is_a_failure_not_a_pass(fast_profile, tmp_p
 
 
 def test_master_and_local_worker(sim8, fast_profile, tmp_path):
+    """A master and a worker process; in lockstep the worker restarts its users together at each
+    step (it does not know its share: it waits until its count of users settles)."""
     url, _ = sim8
     out = tmp_path / "out"
     r = ramp(
-        "--url",
-        url,
-        "--profile",
-        fast_profile,
-        "--users",
-        "4",
-        "--step-seconds",
-        "5",
-        "--warmup-seconds",
-        "1",
-        "--sla",
-        "ttft_p99<=5s",
-        "--out",
-        str(out),
-        "--workers",
-        "1",
-    )
+        "--url", url, "--profile", fast_profile, "--users", "2,4", "--step-seconds", "5", "--warmup-seconds", "1",
+        "--sla", "ttft_p99<=5s", "--out", str(out), "--workers", "1", "--arrivals", "lockstep",
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     d = json.loads((out / "ramp.json").read_text())
-    assert d["steps"][0]["requests"] > 0
+    assert [s["users"] for s in d["steps"]] == [2, 4] and all(s["requests"] > 0 for s in d["steps"])
+    firsts: dict[str, float] = {}
+    for rec in map(json.loads, (out / "requests.jsonl").read_text().splitlines()):
+        if rec["step"] == 2:
+            user = rec["conversation"].split("#")[0]
+            firsts[user] = min(firsts.get(user, rec["start"]), rec["start"])
+    assert len(firsts) == 4 and max(firsts.values()) - min(firsts.values()) < 0.25, firsts
 
 
 def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(sim8, fast_profile, tmp_path):

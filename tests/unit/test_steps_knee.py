@@ -5,7 +5,15 @@ from dataclasses import replace
 import pytest
 
 from spoc_tui.core.inference import infer_knee
-from spoc_tui.core.knee import MAX_SEARCH_STEPS, BisectSearch, FixedUsers, KneeSearch, find_knee, parse_user_plan
+from spoc_tui.core.knee import (
+    MAX_SEARCH_STEPS,
+    BisectSearch,
+    FixedUsers,
+    KneeSearch,
+    find_knee,
+    measure_on,
+    parse_user_plan,
+)
 from spoc_tui.core.sla import SlaError, UsersError, parse_rates, parse_sla, parse_users
 from spoc_tui.core.steps import RequestSample, ServerWindow, badly_broken, queue_unbounded, summarize_step
 from spoc_tui.load.workload import TextMaker, Workload, WorkloadError, builtin_names, load_workload, plan_conversation
@@ -188,7 +196,7 @@ def _search(plan, ttft_at, lims, n=120, seed=0):
 
 def test_knee_search_infers_the_knee_and_stops_when_its_interval_is_narrow():
     lims = parse_sla("ttft_p90<=1s")
-    # TTFT's median grows 6 % a user; its p90 (x e^(1.2816*0.3) = 1.47) crosses 1 s at about 40.5 users
+    # TTFT's median grows 6 % a user; its p90 (x e^(1.2816*0.3) = 1.47) crosses 1 s at about 32.0 users
     median = lambda u: 0.1 * math.exp(0.06 * u)  # noqa: E731
     truth = (math.log(1 / 1.469) - math.log(0.1)) / 0.06
     steps, knee = _search(KneeSearch(max_users=256), median, lims)
@@ -222,6 +230,32 @@ def test_knee_search_measures_on_only_near_a_limit():
     assert far.decision == near.decision == "inconclusive"
     assert not KneeSearch().extend(far) and KneeSearch().extend(near)
     assert BisectSearch().extend(far)
+
+
+def test_a_step_is_not_measured_on_once_the_knee_is_as_narrow_as_the_search_asks():
+    """Near its limit an inconclusive step is measured on, unless the knee inferred with it so far
+    already lies between adjacent counts (beside the peers, 3 of a 9-minute search's minutes went
+    to deciding a step at 15 users when the knee already lay between 15 and 16)."""
+    lims = parse_sla("ttft_p90<=1s")
+    rng = random.Random(1)
+    median = lambda u: 0.1 * math.exp(0.06 * u)  # noqa: E731  (its p90 crosses 1 s at 32.0 users)
+
+    def window(u, n=120):
+        return [_s(rng.lognormvariate(math.log(median(u)), 0.3), 2.0, 10, end=10.0 * i / n) for i in range(n)]
+
+    search = KneeSearch(max_users=256)
+    earlier = [(u, window(u, 800)) for u in (8, 16, 31, 32, 33, 64)]
+    steps = [summarize_step(i + 1, u, w, 10, lims) for i, (u, w) in enumerate(earlier)]
+    near = _step(32, 0.5, 40, lims, spread=0.6)  # a p90 of 1.04 s over 40 requests: undecided, near the limit
+    assert near.decision == "inconclusive" and search.extend(near)
+    levels = [*earlier, (32, window(32, 40))]
+    assert KneeSearch.answered(find_knee([*steps, near], infer_knee(levels, lims)))  # 31-33 users
+    assert not measure_on(search, steps, near, levels, lims)
+    # with only the far levels the knee is wide: measure on
+    wide = [(u, window(u)) for u in (8, 16)]
+    few = [summarize_step(i + 1, u, w, 10, lims) for i, (u, w) in enumerate(wide)]
+    assert measure_on(search, few, near, [*wide, (32, window(32, 40))], lims)
+    assert measure_on(BisectSearch(), steps, near, [], lims) and measure_on(FixedUsers([1]), steps, near, [], lims)
 
 
 def test_queue_unbounded_only_when_it_keeps_growing():
