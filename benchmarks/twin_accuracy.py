@@ -120,6 +120,9 @@ def row(name: str, doc: dict[str, Any]) -> dict[str, Any]:
     for k, v in errs.items():
         out[k] = statistics.median(v) if v else None
         out[k + "_all"] = v
+        # the direction of each step's error (+: the twin slower than the server), in percent
+        pairs = [(s["predicted"].get(k), s["measured"].get(k)) for s in steps]
+        out[k + "_signed"] = [round(100 * (p / m - 1), 1) for p, m in pairs if p is not None and m]
     return out
 
 
