@@ -187,7 +187,8 @@ class Cohort:
         count of its users stops changing)."""
         cls.gen += 1
         cls.waiting = set()
-        cls.go = gevent.event.Event()
+        old, cls.go = cls.go, gevent.event.Event()
+        old.set()  # users still waiting for the last step's start join this one's (join loops)
         cls.wake.set()
         cls.wake = gevent.event.Event()
         cls.started, cls.expected = time.perf_counter(), expected
@@ -208,14 +209,18 @@ class Cohort:
 
     @classmethod
     def join(cls, user_id: int) -> int:
-        """Wait for this step's cohort to start; returns the step's generation."""
-        gen, go = cls.gen, cls.go
-        cls.waiting.add(user_id)
-        try:
-            go.wait()
-        finally:
-            cls.waiting.discard(user_id)  # a user stopped while it waits is no longer counted
-        return gen
+        """Wait for this step's cohort to start; returns the step's generation. A step that
+        begins while the last one's cohort still waits (its drain outlasted the step) takes the
+        waiting users into its own."""
+        while True:
+            gen, go = cls.gen, cls.go
+            cls.waiting.add(user_id)
+            try:
+                go.wait()
+            finally:
+                cls.waiting.discard(user_id)  # a user stopped while it waits is no longer counted
+            if gen == cls.gen:
+                return gen
 
     @classmethod
     def think(cls, seconds: float) -> None:

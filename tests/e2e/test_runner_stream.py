@@ -153,3 +153,43 @@ def test_a_refused_connection_is_connect():
         port = probe.getsockname()[1]
     s = send(f"http://127.0.0.1:{port}")
     assert (s["ok"], s["error"]) == (False, "connect")
+
+
+COHORT_CHILD = r"""
+import json, time, gevent
+from spoc_tui.load import runner
+C = runner.Cohort
+runner.COHORT_DRAIN_S = 3.0
+class R:
+    user_count = 0
+r = R()
+t0 = time.perf_counter()
+started = {}
+def user(k, busy_s):
+    gevent.sleep(busy_s)  # its request in flight when the step begins
+    gen = C.join(k)
+    started[k] = (gen, round(time.perf_counter() - t0, 3))
+r.user_count = 2
+C.next(r, 2)  # step 1: user 1 is busy for 0.5 s, user 0 waits for it
+gs = [gevent.spawn(user, 0, 0.0), gevent.spawn(user, 1, 0.5)]
+gevent.sleep(0.1)
+r.user_count = 3
+C.next(r, 3)  # step 2 begins before step 1's cohort started: its waiting user is carried over
+gs.append(gevent.spawn(user, 2, 0.0))
+gevent.joinall(gs, timeout=10)
+print(json.dumps(started))
+"""
+
+
+def test_lockstep_cohorts_start_together_and_a_step_takes_the_last_ones_waiters():
+    """--arrivals lockstep: every user of a step starts at one instant once the requests in flight
+    end; a step that begins while the last one's users still wait for theirs (its drain outlasted
+    the step) takes them into its own cohort (they waited on a start that never came)."""
+    r = subprocess.run([sys.executable, "-c", COHORT_CHILD], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    started = json.loads(r.stdout)
+    assert sorted(started) == ["0", "1", "2"], started
+    gens = {g for g, _ in started.values()}
+    times = [t for _, t in started.values()]
+    assert gens == {2}, started  # all in the second step's cohort
+    assert max(times) - min(times) < 0.05 and 0.45 < min(times) < 1.0, started  # together, once user 1 was free
