@@ -20,11 +20,17 @@ calibrated and checked the same way.
 Reported: per workload, the median absolute error over its steps of E2E, ITL and TTFT p50, and
 the share of measured figures inside the prediction's interval; overall medians against the
 targets (E2E 5 %, ITL 7 %, TTFT 15 %) and BLIS's published held-out figures (E2E 6.7 %, ITL 7.1 %,
-TTFT mean 17.6 %); and how long an 8-level predicted ramp takes.
+TTFT mean 17.6 %); and how long an 8-level predicted ramp takes. Around every held-out ramp
+(not in the smoke run) a reference probe (4 streams decoding together) says how far the server's
+own speed moved since calibration; each workload's drift is printed beside its errors, and so are
+the errors the twin would have had had it known that speed (its times scaled by the drift): not
+its accuracy, but how much of a miss was the shared host rather than the twin.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import os
 import statistics
@@ -34,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -105,6 +113,45 @@ def ramp(url: str, work: Path, name: str, prof: str, users: str, sla: str = "ttf
     return out
 
 
+REF_STREAMS, REF_TOKENS, REF_ROUNDS = 4, 64, 2
+
+
+def reference_gap(url: str) -> float:
+    """The server's speed now: the median gap between tokens of 4 streams decoding together
+    (64-token prompts, 64 tokens out), twice. Taken right after calibration and around each
+    held-out ramp, it says how far the server's own speed moved while the twin stood still."""
+
+    async def one(c: httpx.AsyncClient, model: str) -> list[float]:
+        body = {"model": model, "prompt": "the quick brown fox " * 16, "max_tokens": REF_TOKENS,
+                "ignore_eos": True, "stream": True, "temperature": 0}  # fmt: skip
+        times: list[float] = []
+        async with c.stream("POST", url + "/v1/completions", json=body) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    times.append(time.perf_counter())
+        return [b - a for a, b in zip(times[1:], times[2:], strict=False)]  # from the second token on
+
+    async def run() -> float:
+        async with httpx.AsyncClient(timeout=60) as c:
+            model = (await c.get(url + "/v1/models")).json()["data"][0]["id"]
+            gaps: list[float] = []
+            for _ in range(REF_ROUNDS):
+                for g in await asyncio.gather(*(one(c, model) for _ in range(REF_STREAMS))):
+                    gaps += g
+            return statistics.median(gaps)
+
+    return asyncio.run(run())
+
+
+def drifted(url: str, ref0: float, run: Any) -> tuple[Any, float]:
+    """``run()`` with the reference taken before and after it: (its result, the server's time per
+    step then against right after calibration, in percent: + is slower)."""
+    before = reference_gap(url)
+    out = run()
+    after = reference_gap(url)
+    return out, 100 * ((before + after) / 2 / ref0 - 1)
+
+
 def check(twin: Path, ramp_dir: Path, *extra: str) -> dict[str, Any]:
     r = spoc("twin", "check", "--twin", str(twin), "--ramp", str(ramp_dir), "--draws", "8", "--json", *extra)
     if r.returncode not in (0, 1):
@@ -112,7 +159,9 @@ def check(twin: Path, ramp_dir: Path, *extra: str) -> dict[str, Any]:
     return json.loads(r.stdout)  # type: ignore[no-any-return]
 
 
-def row(name: str, doc: dict[str, Any]) -> dict[str, Any]:
+def row(name: str, doc: dict[str, Any], drift_pct: float | None = None) -> dict[str, Any]:
+    """A workload's errors; with the server's drift (``drift_pct``), also each error had the twin
+    been told the server's speed at that moment (its times scaled by the drift)."""
     steps = doc["steps"]
     inside = [v for s in steps for k, v in s["inside"].items() if k in TARGETS and v is not None]
     errs = {k: [s["abs_error_pct"][k] for s in steps if s["abs_error_pct"][k] is not None] for k in TARGETS}
@@ -123,6 +172,10 @@ def row(name: str, doc: dict[str, Any]) -> dict[str, Any]:
         # the direction of each step's error (+: the twin slower than the server), in percent
         pairs = [(s["predicted"].get(k), s["measured"].get(k)) for s in steps]
         out[k + "_signed"] = [round(100 * (p / m - 1), 1) for p, m in pairs if p is not None and m]
+        if drift_pct is not None:
+            f = 1 + drift_pct / 100
+            out[k + "_drift_adjusted"] = [round(100 * abs(p * f / m - 1), 1) for p, m in pairs if p is not None and m]
+    out["drift_pct"] = drift_pct
     return out
 
 
@@ -165,15 +218,26 @@ def main() -> None:
         cal = calibrate(server.url, twin)
         res = {r["kind"]: r["median_abs_pct"] for r in cal["residuals"]}
         print(f"calibrated in {cal['_took']:.0f} s: {cal['probes']} probes; residuals (median |error| %): {res}")
+        ref0 = reference_gap(server.url) if not SMOKE else 0.0  # the smoke run (make test) skips the drift
+        if ref0:
+            print(f"the server's reference gap right after calibration: {1000 * ref0:.2f} ms", flush=True)
         plan = [("short", SHORT, "1,4" if SMOKE else "1,4,8,16")]
         if not SMOKE:
             plan += [("long", LONG, "1,4,8"), ("multi-turn", MULTI, "2,8,16")]
         for name, prof, users in plan:
-            rows.append(row(name, check(twin, ramp(server.url, work, name, prof, users))))
+            if ref0:
+                measured, drift = drifted(
+                    server.url, ref0, functools.partial(ramp, server.url, work, name, prof, users)
+                )
+                rows.append(row(name, check(twin, measured), drift))
+            else:
+                rows.append(row(name, check(twin, ramp(server.url, work, name, prof, users))))
             print(f"  {name}: {rows[-1]}", flush=True)
         if not SMOKE:
             sla = "itl_p90<=12ms"
-            measured = ramp(server.url, work, "knee", SHORT, "2,4,8,12,16,24", sla)
+            measured, knee_drift = drifted(
+                server.url, ref0, functools.partial(ramp, server.url, work, "knee", SHORT, "2,4,8,12,16,24", sla)
+            )
             mk = knee_of(measured)
             t = time.perf_counter()
             r = spoc("twin", "predict", "--twin", str(twin), "--profile", str(work / "knee.toml"), "--users",
@@ -182,12 +246,15 @@ def main() -> None:
             took = time.perf_counter() - t
             pk = json.loads(r.stdout)["knee"] if r.returncode == 0 else {}
             knee = {"sla": sla, "measured": mk.get("estimate"), "measured_ci95": mk.get("ci95"),
-                    "predicted": pk.get("estimate"), "predicted_ci95": pk.get("ci95"), "predict_s": took}  # fmt: skip
+                    "predicted": pk.get("estimate"), "predicted_ci95": pk.get("ci95"), "predict_s": took,
+                    "drift_pct": knee_drift}  # fmt: skip
             print(f"  knee: {knee}", flush=True)
             server.stop()
             server = vllm(work, cores[0] if pin else None, "--max-num-seqs", "4")
-            d = check(twin, ramp(server.url, work, "max-num-seqs-4", SHORT, "2,8"), "--set", "max-num-seqs=4")
-            rows.append(row("max-num-seqs 4 (what-if)", d))
+            ms4, drift = drifted(
+                server.url, ref0, functools.partial(ramp, server.url, work, "max-num-seqs-4", SHORT, "2,8")
+            )
+            rows.append(row("max-num-seqs 4 (what-if)", check(twin, ms4, "--set", "max-num-seqs=4"), drift))
             print(f"  max-num-seqs 4: {rows[-1]}", flush=True)
     finally:
         server.stop()
@@ -215,11 +282,13 @@ def report(rows: list[dict[str, Any]], sim_rows: list[dict[str, Any]], knee: dic
     print(
         "\nmedian |error| of the prediction over each workload's steps (p50s), and measured figures inside the interval"
     )
-    print(f"{'workload':<30} {'steps':>5}  {'E2E':>8} {'ITL':>8} {'TTFT':>8}  inside")
+    print(f"{'workload':<30} {'steps':>5}  {'E2E':>8} {'ITL':>8} {'TTFT':>8}  inside  server's drift")
     for r in rows + sim_rows:
         inside = "-" if r["inside"] is None else f"{100 * r['inside']:.0f} %"
+        drift = "-" if r.get("drift_pct") is None else f"{r['drift_pct']:+.1f} %"
         print(
-            f"{r['workload']:<30} {r['steps']:>5}  {pct(r['e2e_p50']):>8} {pct(r['itl_p50']):>8} {pct(r['ttft_p50']):>8}  {inside}"
+            f"{r['workload']:<30} {r['steps']:>5}  {pct(r['e2e_p50']):>8} {pct(r['itl_p50']):>8} {pct(r['ttft_p50']):>8}"
+            f"  {inside:>6}  {drift}"
         )
     for label, group in (("real vLLM", rows), ("simulator", sim_rows)):
         if not group:
@@ -232,6 +301,13 @@ def report(rows: list[dict[str, Any]], sim_rows: list[dict[str, Any]], knee: dic
         )
         print(f"overall, {label}: {verdict}")
         print("RESULT " + json.dumps({"label": label, **overall}))
+        adjusted = {k: [e for r in group for e in r.get(k + "_drift_adjusted", [])] for k in TARGETS}
+        if all(adjusted.values()):
+            # not the twin's accuracy: what it would have been had the twin known the server's speed
+            print(
+                "  had the twin known the server's speed at each ramp (its times scaled by the drift): "
+                + ", ".join(f"{k.split('_')[0].upper()} {statistics.median(v):.1f} %" for k, v in adjusted.items())
+            )
     if knee:
         lo, hi = knee["predicted_ci95"] or (None, None)
         m = knee["measured"]
@@ -240,6 +316,11 @@ def report(rows: list[dict[str, Any]], sim_rows: list[dict[str, Any]], knee: dic
             f"knee ({knee['sla']}): measured {m} (95 %: {knee['measured_ci95']}), predicted {knee['predicted']} "
             f"(95 %: {knee['predicted_ci95']}): {'inside' if held else 'NOT inside'}; the predicted 6-level ramp took "
             f"{knee['predict_s']:.1f} s"
+            + (
+                f"; the server's drift over the measured ramp: {knee['drift_pct']:+.1f} %"
+                if knee.get("drift_pct") is not None
+                else ""
+            )
         )
 
 
