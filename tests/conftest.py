@@ -34,16 +34,6 @@ OWN_SERVERS = {
 """Real-engine tests that start their own servers rather than use the session's vLLM."""
 
 
-ANY_WORKER = {
-    "tests/e2e/test_benchmarks.py",
-    "tests/e2e/test_tune_cli.py",
-    "tests/e2e/test_ramp.py::test_knee_search_auto",
-}
-"""Long tests that may each go to any worker (none shares a fixture with its file's other tests,
-or the fixture starts in a second; the whole of tests/e2e/test_ramp.py on one worker took 264 s
-of the first tier's 410)."""
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With pytest-xdist (``make test`` runs several workers): a file's tests stay on one worker,
@@ -54,7 +44,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     spread over the workers, each starting the file's fixtures again)."""
     for item in items:
         path = item.nodeid.split("::")[0]
-        if path in ANY_WORKER or item.nodeid in ANY_WORKER:  # no shared fixture, or one worth starting twice
+        if path == "tests/e2e/test_benchmarks.py":  # no shared fixture: each benchmark may go to either worker
             item.add_marker(pytest.mark.xdist_group(item.nodeid))
             continue
         if path.startswith("tests/realengine/"):

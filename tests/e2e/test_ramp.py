@@ -382,7 +382,8 @@ def test_master_and_local_worker(sim8, fast_profile, tmp_path):
     out = tmp_path / "out"
     r = ramp(
         "--url", url, "--profile", fast_profile, "--users", "2,4", "--step-seconds", "5", "--warmup-seconds", "1",
-        "--sla", "ttft_p99<=5s", "--out", str(out), "--workers", "1", "--arrivals", "lockstep",
+        "--max-step-seconds", "5", "--sla", "ttft_p99<=5s", "--out", str(out), "--workers", "1",
+        "--arrivals", "lockstep",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     d = json.loads((out / "ramp.json").read_text())
