@@ -171,12 +171,10 @@ class Cohort:
     wake = gevent.event.Event()
     """Set at a step's command: wakes the users that are thinking."""
     waiting: set[int] = set()
-    started = 0.0
-    expected: int | None = None
 
     @classmethod
     def reset(cls) -> None:
-        cls.gen, cls.waiting, cls.started, cls.expected = 0, set(), 0.0, None
+        cls.gen, cls.waiting = 0, set()
         cls.go, cls.wake = gevent.event.Event(), gevent.event.Event()
         cls.go.set()
 
@@ -191,20 +189,20 @@ class Cohort:
         old.set()  # users still waiting for the last step's start join this one's (join loops)
         cls.wake.set()
         cls.wake = gevent.event.Event()
-        cls.started, cls.expected = time.perf_counter(), expected
-        gevent.spawn(cls._release, runner, cls.gen)
+        gevent.spawn(cls._release, runner, cls.gen, expected)
 
     @classmethod
-    def _release(cls, runner: Any, gen: int) -> None:
-        seen, since = -1, time.perf_counter()
+    def _release(cls, runner: Any, gen: int, expected: int | None) -> None:
+        started = seen_at = time.perf_counter()
+        seen = -1
         while gen == cls.gen and not cls.go.is_set():
             gevent.sleep(COHORT_POLL_S)
             now = time.perf_counter()
             count = int(runner.user_count)
             if count != seen:
-                seen, since = count, now
-            spawned = count == cls.expected if cls.expected is not None else now - since >= COHORT_SETTLE_S
-            if (spawned and count > 0 and len(cls.waiting) >= count) or now - cls.started > COHORT_DRAIN_S:
+                seen, seen_at = count, now
+            spawned = count == expected if expected is not None else now - seen_at >= COHORT_SETTLE_S
+            if (spawned and count > 0 and len(cls.waiting) >= count) or now - started > COHORT_DRAIN_S:
                 cls.go.set()
 
     @classmethod

@@ -138,8 +138,6 @@ class VirtualServer:
         self._users: list[_User] = []
         self._active = 0
         self._system: dict[int, list[int]] = {}
-        self._in_flight = 0
-        """Closed-loop requests on their way to the engine or in it."""
         self._holding = False
         """Lockstep: a step's cohort waits for the requests in flight to end."""
         self.lockstep = lockstep
@@ -159,9 +157,6 @@ class VirtualServer:
         if self.lockstep:
             self._active = n
             self._heap = []  # only closed-loop users wait in it: those thinking stop
-            for u in self._users:
-                if not u.open and not u.in_flight:
-                    u.busy, u.waited = True, False
             self._holding = True
             self._release()
             return
@@ -181,7 +176,7 @@ class VirtualServer:
 
     def _release(self) -> None:
         """Lockstep: once nothing is in flight, every user sends its next turn now, together."""
-        if not self._holding or self._in_flight:
+        if not self._holding or any(u.in_flight for u in self._users):
             return
         self._holding = False
         for u in self._users:
@@ -252,7 +247,6 @@ class VirtualServer:
         )
         if not u.open:
             u.in_flight = True
-            self._in_flight += 1
         delay = self.engine.outside_s(len(req.prompt))
         if delay > 0:
             self._seq += 1
@@ -291,9 +285,7 @@ class VirtualServer:
                 self._idle.append(u)
             return
         u.in_flight = False
-        self._in_flight -= 1
-        if self._holding:  # lockstep: this user waits for the step's cohort
-            u.busy = u.idx < self._active
+        if self._holding:  # lockstep: this user waits for the step's cohort (_release starts it)
             self._release()
             return
         if u.idx >= self._active:
