@@ -20,8 +20,8 @@ streams within it, one after the other on the same server:
 The peers count prompt tokens with a Hugging Face tokenizer; no model hub is reachable here, so
 they are given the real-engine tier's tiny Llama tokenizer, whose tokens are shorter than the
 simulator's (words and punctuation): ``PEER_ISL`` (3330) of AIPerf's reach the server as about
-1000 tokens, and ``GUIDELLM_ISL`` (4040) of GuideLLM's synthetic text, and each tool's own record of what the server counted (its ``usage.prompt_tokens``) is
-printed beside its answer. Printed per tool: the knee (streams or users) and its interval where
+1000 tokens, and ``GUIDELLM_ISL`` (4040) of GuideLLM's synthetic text; each tool's own record of
+what the server counted (its ``usage.prompt_tokens``) is printed beside its answer. Printed per tool: the knee (streams or users) and its interval where
 the tool gives one, the probes it ran, and the wall minutes it took.
 
 The peers run from their own virtual environments under ``--peers`` (default
