@@ -696,7 +696,9 @@ async def _run_step(
                 if early := _early(cfg, idx, users, samples, m_start, target, server):
                     return early
         m_end = time.time()
-        in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end]
+        # the requests that ended in the window, of those this step sent: one the last level sent
+        # (a slow one still queued after a step down) measures that level's load
+        in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end and s.step == idx]
         windows[idx] = in_window  # the knee's inference across steps resamples them
         summary = summarize_step(
             idx,
@@ -719,7 +721,9 @@ async def _run_step(
         # is wider than it asks
         if search is not None:
             levels = [(s.level, windows.get(s.step, [])) for s in [*steps, summary]]
-            if not measure_on(search, steps, summary, levels, cfg.limits, cfg.unit, cfg.seed):
+            # off the event loop: the inference resamples every step (about a second), and the
+            # screen that runs the ramp would freeze meanwhile
+            if not await asyncio.to_thread(measure_on, search, steps, summary, levels, cfg.limits, cfg.unit, cfg.seed):
                 return summary
         target = min(limit, target + planned)
         phase = "extending"
@@ -1015,6 +1019,14 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
             knees[len(steps)] = find_knee(steps, infer_knee(levels, cfg.limits, unit, seed=cfg.seed))
         return knees[len(steps)]
 
+    async def infer(steps: list[StepSummary]) -> None:
+        """:func:`knee_of` for these steps computed off the event loop (it resamples every step's
+        requests, about a second), so the screen running the ramp stays live."""
+        if len(steps) not in knees:
+            levels = [(s.level, windows.get(s.step, [])) for s in steps]
+            inferred = await asyncio.to_thread(infer_knee, levels, cfg.limits, cfg.unit, seed=cfg.seed)
+            knees[len(steps)] = find_knee(steps, inferred)
+
     status: RampEnd = "interrupted"
     stop_reason = ""
     poller = VllmPoller([cfg.url], window_s=max(1.0, cfg.step_limit_s), api_key=cfg.api_key)
@@ -1082,6 +1094,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
                     cfg, idx, level, runner, pump, samples, health, poller, dcgm, steps, report, windows, budget_left()
                 )
             steps.append(summary)
+            await infer(steps)
             writer.write(steps, knee_of(steps), "running")
             report("step_done", idx, level, steps, len(samples))
             if writer.write_error:

@@ -15,6 +15,7 @@ inference-driven search and by the old doubling and bisection, against a long re
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import zlib
 from dataclasses import dataclass, field
@@ -331,6 +332,8 @@ class VirtualServer:
             times.append(self._next_arrival)
         return min(times) if times else None
 
-    def window(self, start: float, end: float) -> list[RequestSample]:
-        """The requests that finished inside [start, end] (a step's window counts them so)."""
-        return [s for s in self.samples if s.end is not None and start <= s.end <= end]
+    def window(self, start: float, end: float, sent_from: float = -math.inf) -> list[RequestSample]:
+        """The requests that finished inside [start, end] (a step's window counts them so), of
+        those sent at or after ``sent_from`` (a step's: when its level was set; a request the
+        last level sent measures that level's load)."""
+        return [s for s in self.samples if s.end is not None and start <= s.end <= end and s.start >= sent_from]

@@ -219,12 +219,13 @@ def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[
     out: list[DrawStep] = []
     prev = 0.0
     for u, secs in levels:
+        sent_from = vs.now
         p.start(vs, u, prev)
         prev = u
         advance(vs.now + p.warmup_s)
         start = vs.now
         advance(start + secs)
-        window = vs.window(start, vs.now)
+        window = vs.window(start, vs.now, sent_from)
         out.append(DrawStep(u, window, point_figures(window, max(secs, 1e-9))))
     return out
 
@@ -249,6 +250,7 @@ def run_ramp(
     while (u := plan.next(steps, knee)) is not None:  # type: ignore[attr-defined]
         if budget is not None and budget - used < p.step_s:
             break
+        sent_from = vs.now
         p.start(vs, u, prev)
         prev = u
         advance(vs.now + p.warmup_s)
@@ -264,7 +266,7 @@ def run_ramp(
             while vs.now < start + target - 1e-9:
                 advance(min(start + target, vs.now + 1.0))
                 polls.append((len(eng.waiting), len(eng.running), eng.kv_usage))
-            window = vs.window(start, vs.now)
+            window = vs.window(start, vs.now, sent_from)
             secs = max(vs.now - start, 1e-9)
             server = _server_window(eng, polls, c0, _counters(eng), secs)
             summary = summarize_step(

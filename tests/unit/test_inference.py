@@ -131,3 +131,54 @@ def test_each_limits_fit_comes_with_its_band():
     # the curve rides along in memory only: ramp.json's knee is unchanged
     assert "curves" not in k.as_dict()
     assert KneeEstimate.from_dict(k.as_dict(), "users") == k  # (curves do not take part in equality)
+
+
+def test_the_resampling_draws_runs_of_requests_in_time_order():
+    from spoc_tui.core.inference import block_length, resample
+
+    rng = np.random.default_rng(3)
+    assert block_length(1) == 1 and block_length(64) == 4 and block_length(1000) == 10
+    idx = resample(64, rng)
+    assert len(idx) == 64 and idx.min() >= 0 and idx.max() < 64
+    # runs of 4 consecutive requests (wrapping at the end)
+    runs = idx.reshape(16, 4)
+    assert all(((r - r[0]) % 64 == np.arange(4)).all() for r in runs)
+    assert (resample(1, rng) == 0).all()
+
+
+def _tail_step(level, n, seed):
+    """n requests: TTFT 50 ms, and 2 % of them (level / 10 % past 20 users) 1 s: the p99
+    crosses 300 ms between 20 and 21 users (no earlier: 1 % of requests past it is allowed)."""
+    rng = np.random.default_rng(seed)
+    share = 0.005 if level <= 20 else 0.05
+    out = []
+    for i in range(n):
+        t = 1.0 if rng.random() < share else 0.05
+        out.append(RequestSample(start=float(i), step=1, users=level, ok=True, ttft=t, e2e=t + 1, end=i + 1.0))
+    return out
+
+
+def test_steps_too_short_for_a_p99_claim_no_end_their_requests_cannot_show():
+    """50 requests cannot bound a p99: the slowest of 50 is no upper end of it. The interval's low
+    end is a level the requests (pooled with the levels above it) show within the limit, or none."""
+    lims = parse_sla("ttft_p99<=300ms")
+    for seed in range(10):
+        levels = [(x, _tail_step(x, 50, seed * 100 + x)) for x in (8, 16, 18, 19, 20, 22, 24)]
+        k = infer_knee(levels, lims, replicates=100)
+        assert k is not None
+        assert k.ci95[0] is None or k.ci95[0] <= 20, (seed, k.ci95)
+
+
+def test_enough_requests_bound_a_p99_knee_from_both_sides():
+    lims = parse_sla("ttft_p99<=300ms")
+    levels = [(x, _tail_step(x, 1500, x)) for x in (8, 16, 20, 24, 32)]
+    k = infer_knee(levels, lims, replicates=100)
+    assert k is not None and k.ci95[0] is not None and k.ci95[1] is not None
+    assert k.ci95[0] <= 20 <= k.ci95[1] <= 24, k.ci95
+
+
+def test_an_open_end_says_what_closes_it():
+    k = KneeEstimate(31.4, (None, 34.0), "ttft_p99", "smooth")
+    assert k.text.startswith("31.4 users (95 %: ?-34), binding ttft_p99; an open end")
+    assert "--max-step-seconds" in k.text
+    assert "open end" not in KneeEstimate(31.4, (30.0, 34.0), "ttft_p99", "smooth").text

@@ -218,3 +218,23 @@ def test_virtual_lockstep_restarts_every_user_together_at_each_change(tmp_path, 
             assert all(s.ok for s in vs.samples)  # none cut
         else:
             assert spread > 0.5, firsts
+
+
+def test_a_steps_window_counts_only_the_requests_its_level_sent(tmp_path):
+    """After a step down, requests the last level sent still end inside the next step's window;
+    they measured the last level's load, and a window from the step's start leaves them out."""
+    from spoc_tui.load.workload import load_workload
+    from spoc_tui.sim.virtual import VirtualServer
+
+    path = tmp_path / "long.toml"
+    path.write_text('name = "long"\nuser_tokens = 3000\noutput_tokens = 400\nignore_eos = true\nthink_s = 0\n')
+    engine, _ = make(max_num_seqs=4)
+    vs = VirtualServer(engine, load_workload(str(path)), 32, seed=1)
+    vs.advance(30.0)
+    change = vs.now
+    vs.set_users(2)
+    vs.advance(change + 5.0)
+    everything = vs.window(change, vs.now)
+    mine = vs.window(change, vs.now, change)
+    assert any(s.start < change for s in everything)  # the queue of 32 users still drains
+    assert all(s.start >= change for s in mine) and len(mine) < len(everything)
