@@ -88,6 +88,12 @@ def knee_sentence(knee: Knee | None, done: bool = True) -> tuple[str, KneeTone]:
             return f"knee: not reached; {meets_text} still {meets} the SLA" + extra, "meets"
         return f"knee: not reached yet; {meets_text} {meets} the SLA" + extra, "meets"
     if knee.meets_level is None:
+        if any(level < knee.breaks_level for level in knee.inconclusive):
+            # lower levels ran but none was decided: "even 128 users break" read as if fewer failed too
+            return (
+                f"knee: no step surely met the SLA; {breaks_text} {breaks} it ({knee.broken_limit})" + extra,
+                "breaks",
+            )
         return (
             f"knee: even {breaks_text} {breaks} the SLA ({knee.broken_limit})" + extra,
             "breaks_at_once",

@@ -9,6 +9,7 @@ from spoc_tui.core.knee import (
     MAX_SEARCH_STEPS,
     BisectSearch,
     FixedUsers,
+    Knee,
     KneeSearch,
     find_knee,
     measure_on,
@@ -594,3 +595,40 @@ def test_a_cliff_whose_middle_was_measured_is_probed_on_and_every_stop_says_why(
     assert search.stop_reason(steps, tight).startswith("the knee's interval is within 5 %")
     top = replace(cliff, inferred=KneeEstimate(64, (64, None), "ttft_p50", "bound", "users", 5, 200))
     assert "no level up to 64 users" in search.stop_reason([*steps, _step(64, 0.05, 40, lims)], top)
+
+
+def test_a_step_near_the_knee_is_measured_on_while_no_level_shows_it_within():
+    """A p99 of 60 ms against 400 ms over 60 requests is far under its limit, but shows nothing
+    (368 requests bound a p99): while no level has shown the SLA met, the knee's interval has no
+    low end, and a step at or just below the estimate is where more requests can show it. (On the
+    simulator the search spent its budget on fresh counts of 80 requests each, none measured on.)"""
+    lims = parse_sla("ttft_p99<=400ms")
+    fast = lambda n: [_s(0.06, 1.0, 10, end=10.0 * i / n) for i in range(n)]  # noqa: E731
+    slow = [_s(1.5, 2.5, 10, end=10.0 * i / 60) for i in range(60)]
+    earlier = [(8, fast(60)), (16, fast(60)), (64, slow)]
+    steps = [summarize_step(i + 1, u, w, 10, lims) for i, (u, w) in enumerate(earlier)]
+    search = KneeSearch(max_users=256)
+    for users, expected in ((32, True), (8, False)):
+        step = _step(users, 0.06, 60, lims)
+        assert step.decision == "inconclusive" and not search.extend(step)  # far under its limit
+        levels = [*earlier, (users, fast(60))]
+        knee = find_knee([*steps, step], infer_knee(levels, lims))
+        assert knee.inferred is not None and knee.inferred.ci95[0] is None, knee.inferred
+        assert measure_on(search, steps, step, levels, lims) is expected, (users, knee.inferred)
+    # with enough requests at 32 users the low end is shown: nothing more to measure there
+    levels = [*earlier, (32, fast(400))]
+    step = _step(32, 0.06, 400, lims)
+    knee = find_knee([*steps, step], infer_knee(levels, lims))
+    assert knee.inferred is not None and knee.inferred.ci95[0] is not None and knee.inferred.ci95[0] >= 32
+    assert not KneeSearch.closes_low_end(step, knee)
+
+
+def test_the_knee_sentence_says_even_only_when_nothing_ran_below_the_break():
+    from spoc_tui.load.report import knee_sentence
+
+    alone = Knee(None, 2.0, "ttft_p99")
+    assert knee_sentence(alone) == ("knee: even 2 users break the SLA (ttft_p99)", "breaks_at_once")
+    # lower levels ran but none was decided (short steps under a p99): not "even 128 users break"
+    below = Knee(None, 128.0, "ttft_p99", inconclusive=(1.0, 64.0, 124.0))
+    text, tone = knee_sentence(below)
+    assert text.startswith("knee: no step surely met the SLA; 128 users break it (ttft_p99)") and tone == "breaks"
