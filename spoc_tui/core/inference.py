@@ -197,7 +197,8 @@ class _Column:
 def block_length(n: int) -> int:
     """Requests per resampled block: n^(1/3), the rate that suits a variance (Hall, Horowitz and
     Jing 1995)."""
-    return max(1, round(n ** (1 / 3)))
+    root: float = n ** (1 / 3)
+    return max(1, round(root))
 
 
 def resample(n: int, rng: np.random.Generator) -> np.ndarray:
