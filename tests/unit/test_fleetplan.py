@@ -148,3 +148,12 @@ def test_even_the_lowest_level_broke_names_lower_levels_to_try():
         plan_from_ramp(ramp(k=None, f=8), 100, 0.2)
     with pytest.raises(PlanError, match="one user already breaks it"):
         plan_from_ramp(ramp(k=None, f=1), 100, 0.2)
+
+
+def test_an_interval_with_an_open_low_end_plans_from_the_estimate_and_says_the_open_side():
+    """A p99 from short steps: no level showed the SLA met, so the knee's interval has no low end
+    (the knee could be anywhere below 64 users) and the replicas' interval no high end."""
+    p = plan_from_ramp(_inferred(30.0, [None, 64.0], "smooth", k=None, f=64), 1000, 0.2)
+    assert not p.at_most and p.replicas == 42  # ceil(1000 / 24)
+    assert p.replicas_ci95 == (20, None)  # 64 users a replica at most .. no end
+    assert "replicas: 42 (95 %: 20-?)" in plan_text(p) and p.as_dict()["replicas_ci95"] == [20, None]
