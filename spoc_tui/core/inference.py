@@ -194,25 +194,6 @@ class _Column:
         return float(np.percentile(values, PERCENTILE_Q[self.stat] * 100))
 
 
-def block_length(n: int) -> int:
-    """Requests per resampled block: n^(1/3), the rate that suits a variance (Hall, Horowitz and
-    Jing 1995)."""
-    root: float = n ** (1 / 3)
-    return max(1, round(root))
-
-
-def resample(n: int, rng: np.random.Generator) -> np.ndarray:
-    """One circular block bootstrap of ``n`` requests in the order they were sent: runs of
-    :func:`block_length` consecutive requests, drawn with replacement. Requests a step measured
-    close together share the queue they met (a burst of prefills, a preemption), so they are not
-    independent; resampling them one by one narrowed the interval below what the steps know."""
-    size = block_length(n)
-    if size <= 1:
-        return rng.integers(0, n, n)
-    starts = rng.integers(0, n, -(-n // size))
-    return (starts[:, None] + np.arange(size)[None, :]).ravel()[:n] % n
-
-
 def _weight(samples: Sequence[RequestSample], lim: Limit) -> int:
     """The independent units a figure rests on: requests (with a value, for a latency)."""
     if lim.metric == "error_rate":
@@ -292,8 +273,6 @@ def infer_knee(
     pooled: dict[float, list[RequestSample]] = {}
     for level, samples in levels:
         pooled.setdefault(float(level), []).extend(samples)
-    for group in pooled.values():  # time order, for the block resampling
-        group.sort(key=lambda s: s.start)
     xs_all = sorted(x for x, s in pooled.items() if s)
     if not xs_all or not limits:
         return None
@@ -326,7 +305,7 @@ def infer_knee(
     resampled: dict[str, dict[float, list[float]]] = {lim.key: {} for lim in limits}
     bracket = _bracket(base, binding)
     for _ in range(replicates):
-        pick = {x: resample(len(pooled[x]), rng) for x in xs_all}
+        pick = {x: rng.integers(0, len(pooled[x]), len(pooled[x])) for x in xs_all}
         pts = points(pick)
         fits = _fit(pts)
         boots.append(_knee_of(fits)[0])

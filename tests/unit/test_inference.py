@@ -133,19 +133,6 @@ def test_each_limits_fit_comes_with_its_band():
     assert KneeEstimate.from_dict(k.as_dict(), "users") == k  # (curves do not take part in equality)
 
 
-def test_the_resampling_draws_runs_of_requests_in_time_order():
-    from spoc_tui.core.inference import block_length, resample
-
-    rng = np.random.default_rng(3)
-    assert block_length(1) == 1 and block_length(64) == 4 and block_length(1000) == 10
-    idx = resample(64, rng)
-    assert len(idx) == 64 and idx.min() >= 0 and idx.max() < 64
-    # runs of 4 consecutive requests (wrapping at the end)
-    runs = idx.reshape(16, 4)
-    assert all(((r - r[0]) % 64 == np.arange(4)).all() for r in runs)
-    assert (resample(1, rng) == 0).all()
-
-
 def _tail_step(level, n, seed):
     """n requests: TTFT 50 ms, and 2 % of them (level / 10 % past 20 users) 1 s: the p99
     crosses 300 ms between 20 and 21 users (no earlier: 1 % of requests past it is allowed)."""
