@@ -336,7 +336,8 @@ def knee_part(pool: Any) -> None:
         f"{'profile':8} {'limit':18} {'truth':>6} | {'inference: holds':>17} {'median min':>10} {'steps':>5} "
         f"{'width':>6} | {'bisection: holds':>17} {'median min':>10} {'steps':>5}"
     )
-    totals = {"new": [0, 0], "old": [0, 0], "wrong": [0, 0], "open": [0, 0]}
+    totals = {"new": [0, 0], "old": [0, 0]}
+    wrong = unanswered_all = 0
     minutes: dict[str, list[float]] = {"new": [], "old": []}
     for ci, case in enumerate(CASES):
         lim = parse_sla(case.sla)[0]
@@ -362,8 +363,8 @@ def knee_part(pool: Any) -> None:
         misses = [r for r in rows if not holds(r["new"][0], k)]
         # a miss is a claim the truth lies outside of, or no answer at all (both ends open)
         unanswered = sum(1 for r in misses if r["new"][0] in (None, (None, None)))
-        totals["wrong"][0] += len(misses) - unanswered
-        totals["open"][0] += unanswered
+        wrong += len(misses) - unanswered
+        unanswered_all += unanswered
         if misses:
             print(
                 f"    missed: {len(misses) - unanswered} claimed an interval without the truth, {unanswered} no interval"
@@ -378,8 +379,8 @@ def knee_part(pool: Any) -> None:
         f"({time.time() - t0:.0f} s)"
     )
     print(
-        f"the inference's misses: {totals['wrong'][0]} intervals that do not hold the truth, "
-        f"{totals['open'][0]} searches that ended with no interval (both ends open: too few requests for the limit)"
+        f"the inference's misses: {wrong} intervals that do not hold the truth, "
+        f"{unanswered_all} searches that ended with no interval (both ends open: too few requests for the limit)"
     )
 
 

@@ -22,7 +22,7 @@ bracket. When no level broke a limit (or every level did), the answer is a one-s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -334,12 +334,12 @@ def infer_knee(
         # a bound is only as sure as the resampling says: a replicate that crosses inside the
         # levels run moves the bound's end there (one noisy step at 1 user is no "fewer than 1")
         if knee > 0:  # every level within every limit
-            end = None if lo_b == -math.inf else min(xs_all[-1], lo_b, env_lo)
-            above = _whole((None if end == -math.inf else end, None), unit)
+            low = min(xs_all[-1], lo_b, env_lo)
+            above = _whole((None if math.isinf(low) else low, None), unit)
             return KneeEstimate(xs_all[-1], above, None, "bound", unit, n_levels, replicates, curves)
-        end = None if hi_b == math.inf else max(xs_all[0], hi_b, env_hi)
-        end = None if end == math.inf else end
-        return KneeEstimate(None, _whole((None, end), unit), binding, "bound", unit, n_levels, replicates, curves)
+        high = max(xs_all[0], hi_b, env_hi)
+        below = _whole((None, None if math.isinf(high) else high), unit)
+        return KneeEstimate(None, below, binding, "bound", unit, n_levels, replicates, curves)
     lo, hi = min(lo_b, env_lo), max(hi_b, env_hi)
     ci: Interval = (None if math.isinf(lo) else max(lo, 0.0), None if math.isinf(hi) else hi)
     if bracket is not None:
@@ -428,26 +428,23 @@ def _envelope(pooled: dict[float, list[RequestSample]], xs: Sequence[float], lim
     def surely_over(n: int, k: int) -> bool:  # the share's lower bound is over what is allowed
         return n > 0 and k > 0 and 1.0 - float(binom_cdf(n, allowed)[k - 1]) < alpha
 
-    within = -math.inf
-    for j in range(len(xs) - 1, -1, -1):
-        n = k = 0
-        for m in range(j, len(xs)):
-            n, k = n + counts[m][0], k + counts[m][1]
-            if surely_under(n, k):
-                within = xs[j]
-                break
-        if within > -math.inf:
-            break
-    past = math.inf
-    for j in range(len(xs)):
-        n = k = 0
-        for i in range(j, -1, -1):
-            n, k = n + counts[i][0], k + counts[i][1]
-            if surely_over(n, k):
-                past = xs[j]
-                break
-        if past < math.inf:
-            break
+    def first_shown(
+        order: Sequence[int], pooled_with: Callable[[int], range], shown: Callable[[int, int], bool]
+    ) -> int:
+        """The first level in ``order`` that, pooled with ``pooled_with(j)`` in turn, shows it."""
+        for j in order:
+            n = k = 0
+            for m in pooled_with(j):
+                n, k = n + counts[m][0], k + counts[m][1]
+                if shown(n, k):
+                    return j
+        return -1
+
+    last = len(xs) - 1
+    j = first_shown(range(last, -1, -1), lambda j: range(j, last + 1), surely_under)  # the highest within
+    within = xs[j] if j >= 0 else -math.inf
+    j = first_shown(range(last + 1), lambda j: range(j, -1, -1), surely_over)  # the lowest past
+    past = xs[j] if j >= 0 else math.inf
     return within, past
 
 

@@ -29,7 +29,7 @@ from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
 from spoc_tui.core.files import write_atomic
-from spoc_tui.core.inference import infer_knee
+from spoc_tui.core.inference import KneeEstimate, infer_knee
 from spoc_tui.core.knee import (
     BisectSearch,
     FixedRates,
@@ -1011,21 +1011,21 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     steps: list[StepSummary] = []
     windows: dict[int, list[RequestSample]] = {}
 
+    def inferred(steps: list[StepSummary]) -> KneeEstimate | None:
+        levels = [(s.level, windows.get(s.step, [])) for s in steps]
+        return infer_knee(levels, cfg.limits, cfg.unit, seed=cfg.seed)
+
     def knee_of(steps: list[StepSummary]) -> Knee:
         """The knee from the decisions, and inferred across every step's requests so far."""
-        unit = cfg.unit
         if len(steps) not in knees:
-            levels = [(s.level, windows.get(s.step, [])) for s in steps]
-            knees[len(steps)] = find_knee(steps, infer_knee(levels, cfg.limits, unit, seed=cfg.seed))
+            knees[len(steps)] = find_knee(steps, inferred(steps))
         return knees[len(steps)]
 
     async def infer(steps: list[StepSummary]) -> None:
         """:func:`knee_of` for these steps computed off the event loop (it resamples every step's
         requests, about a second), so the screen running the ramp stays live."""
         if len(steps) not in knees:
-            levels = [(s.level, windows.get(s.step, [])) for s in steps]
-            inferred = await asyncio.to_thread(infer_knee, levels, cfg.limits, cfg.unit, seed=cfg.seed)
-            knees[len(steps)] = find_knee(steps, inferred)
+            knees[len(steps)] = find_knee(steps, await asyncio.to_thread(inferred, steps))
 
     status: RampEnd = "interrupted"
     stop_reason = ""
