@@ -129,11 +129,6 @@ def engine(seed: int) -> SimEngine:
     return SimEngine(cfg)
 
 
-def figure(samples: list[RequestSample], lim: Limit) -> float:
-    values = [s.ttft for s in samples if s.ok and s.ttft is not None]
-    return float(np.percentile(values, {"p50": 50, "p90": 90, "p99": 99}[lim.stat]))
-
-
 def reference(args: tuple[str, int, int]) -> tuple[str, int, list[float]]:
     """The TTFTs of one long run at ``users`` (seed ``k`` of the count)."""
     name, users, k = args

@@ -26,6 +26,9 @@ own speed moved since calibration; each workload's drift is printed beside its e
 the errors the twin would have had had it known that speed (its times scaled by the drift): not
 its accuracy, but how much of a miss was the shared host rather than the twin. The server the
 benchmark starts is warmed up first with one step of each held-out shape (not measured).
+
+``--only=multi-turn,short`` runs those held-out workloads alone (no knee, no max-num-seqs what-if,
+no simulator); ``--no-sim`` leaves the simulator out.
 """
 
 from __future__ import annotations
@@ -59,6 +62,10 @@ URL = os.environ.get("SPOC_BENCH_URL")
 """A running real-engine server to use instead of starting one (the real-engine tier's, in make
 test: the smoke run is its twin test); nothing is pinned then."""
 NO_SIM = "--no-sim" in sys.argv
+ONLY = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
+"""``--only=multi-turn,short``: those held-out workloads of the real server, no knee, no
+max-num-seqs what-if, no simulator (a quicker look at one weakness)."""
+NO_SIM = NO_SIM or ONLY is not None
 BUDGET = 25 if SMOKE else 180
 STEP, WARMUP = (20, 5) if SMOKE else (45, 10)
 TARGETS = {"e2e_p50": 5.0, "itl_p50": 7.0, "ttft_p50": 15.0}
@@ -197,6 +204,8 @@ class _Given:
 def main() -> None:
     if not ready():
         raise SystemExit(NOT_SET_UP)
+    if ONLY is not None and (unknown := set(ONLY) - {"short", "long", "multi-turn"}):
+        raise SystemExit(f"--only: no workload {', '.join(sorted(unknown))}; known: short, long, multi-turn")
     work = Path(tempfile.mkdtemp(prefix="spoc-twin-"))
     cores = sorted(os.sched_getaffinity(0))
     pin = len(cores) >= 2
@@ -229,12 +238,19 @@ def main() -> None:
         cal = calibrate(server.url, twin)
         res = {r["kind"]: r["median_abs_pct"] for r in cal["residuals"]}
         print(f"calibrated in {cal['_took']:.0f} s: {cal['probes']} probes; residuals (median |error| %): {res}")
+        fit = cal["fit"]
+        print(
+            f"context per k-token {1e3 * fit['b_context']:.3f} ms, saved where another stream reads it in the same "
+            f"blocks {1e3 * fit.get('b_shared', 0.0):.3f} ms"
+        )
         ref0 = reference_gap(server.url) if not SMOKE else 0.0  # the smoke run (make test) skips the drift
         if ref0:
             print(f"the server's reference gap right after calibration: {1000 * ref0:.2f} ms", flush=True)
         plan = [("short", SHORT, "1,4" if SMOKE else "1,4,8,16")]
         if not SMOKE:
             plan += [("long", LONG, "1,4,8"), ("multi-turn", MULTI, "2,8,16")]
+        if ONLY is not None:
+            plan = [p for p in plan if p[0] in ONLY]
         for name, prof, users in plan:
             if ref0:
                 measured, drift = drifted(
@@ -244,7 +260,7 @@ def main() -> None:
             else:
                 rows.append(row(name, check(twin, ramp(server.url, work, name, prof, users))))
             print(f"  {name}: {rows[-1]}", flush=True)
-        if not SMOKE:
+        if not SMOKE and ONLY is None:
             sla = "itl_p90<=12ms"
             measured, knee_drift = drifted(
                 server.url, ref0, functools.partial(ramp, server.url, work, "knee", SHORT, "2,4,8,12,16,24", sla)

@@ -18,7 +18,10 @@ budget still fits every coefficient, and later rounds narrow them):
 - **decode**: B streams (1 to 32) of short or long prompts started together, every answer long:
   the gaps between tokens while all B decode, in two halves (two context lengths);
 - **mixed**: 4 streams decoding when a new prompt arrives: the decoders' gap that holds its
-  prefill.
+  prefill;
+- **shared**: B streams (4 to 16) whose long prompts share three quarters of their text, sent
+  once the prefix cache holds that part (one request with it first): decode gaps as above, with
+  the context the streams read in the same cached blocks (where the server caches prefixes).
 
 Every prompt is new text (a prefix-cache hit would fake a short prefill): the answers'
 ``cached_tokens`` are subtracted where the server reports them.
@@ -42,10 +45,19 @@ from spoc_tui.collectors.scrape import SourceError, base_url, fetch
 from spoc_tui.core.errors import EXIT_FAILURE
 from spoc_tui.core.promparse import Exposition
 from spoc_tui.core.redact import redact_url
-from spoc_tui.core.vllm import cache_config, engine_version
+from spoc_tui.core.vllm import PREFIX_HITS, cache_config, engine_version
 from spoc_tui.load.workload import TextMaker
 from spoc_tui.twin.fit import Observation, fit_step_model
-from spoc_tui.twin.model import COEFFS, STEP_COEFFS, ServerConfig, StepModel, Twin, TwinError, step_features
+from spoc_tui.twin.model import (
+    COEFFS,
+    STEP_COEFFS,
+    ServerConfig,
+    StepModel,
+    Twin,
+    TwinError,
+    design_row,
+    step_features,
+)
 
 DEFAULT_BUDGET_S = 300.0
 LOAD_SHARE = 0.2
@@ -64,6 +76,10 @@ PREFILL_LENGTHS = (16, 64, 256, 512, 1024, 2048)
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32)
 MIXED_PREFILLS = (256, 1024)
 MIXED_DECODERS = 4
+SHARED_BATCHES = (8, 4, 16)
+"""The shared-prefix probe's stream counts, one per round in turn."""
+SHARED_SHARE = 0.75
+"""The share of a shared-prefix probe's prompt that its streams have in common."""
 ROUNDS = 8
 """The most rounds of probes (each one of every kind); the budget usually ends them first."""
 VLLM_DEFAULTS: dict[str, object] = {
@@ -104,6 +120,8 @@ class _Metrics:
     itl_sum: float | None = None
     itl_count: float | None = None
     """The server's inter-token histogram (the engine's own timestamps, not the client's reads)."""
+    prefix_hits: float | None = None
+    """Prompt tokens the prefix cache served, all time (None where the server does not count them)."""
 
 
 def server_gap(before: _Metrics, after: _Metrics) -> float | None:
@@ -192,7 +210,8 @@ class Calibrator:
         if its is None:
             its, itc = _hist(exp, "vllm:time_per_output_token_seconds")  # before vLLM 0.11's rename
         running, waiting = _gauge(exp, "vllm:num_requests_running"), _gauge(exp, "vllm:num_requests_waiting")
-        return exp, _Metrics(ps, pc, running, waiting, its, itc)
+        hits = next((sum(v.values()) for n in PREFIX_HITS if (v := exp.get(n))), None)
+        return exp, _Metrics(ps, pc, running, waiting, its, itc, hits)
 
     async def _config(self, c: httpx.AsyncClient) -> ServerConfig:
         from spoc_tui.load.ramp import RampError, preflight
@@ -321,12 +340,29 @@ class Calibrator:
             client.close()
 
     # -- one request --------------------------------------------------------------------
+    def _text(self, tokens: int, prefix: str = "", prefix_tokens: int = 0) -> str:
+        """A new prompt of ``tokens`` tokens; with ``prefix`` (of ``prefix_tokens``), that text
+        and then new words for the rest."""
+        rng = random.Random(self.rng.random())
+        if not prefix:
+            return self.maker.text(tokens, rng)
+        left = max(1, tokens - prefix_tokens)
+        rest = self.maker.continuation(left, rng) if self.maker.additive else self.maker.text(left, rng)
+        return f"{prefix} {rest}"
+
     async def _stream(
-        self, c: httpx.AsyncClient, tokens: int, max_tokens: int, seen: list[int] | None = None, i: int = 0
+        self,
+        c: httpx.AsyncClient,
+        tokens: int,
+        max_tokens: int,
+        seen: list[int] | None = None,
+        i: int = 0,
+        prompt: str | None = None,
     ) -> Stream:
-        """One streamed completion of a new prompt of ``tokens`` tokens; with ``seen``, its tokens so
-        far are counted in ``seen[i]`` as they arrive."""
-        prompt = self.maker.text(tokens, random.Random(self.rng.random()))
+        """One streamed completion of a new prompt of ``tokens`` tokens (or of ``prompt``); with
+        ``seen``, its tokens so far are counted in ``seen[i]`` as they arrive."""
+        if prompt is None:
+            prompt = self._text(tokens)
         body = {
             "model": self.model,
             **({"messages": [{"role": "user", "content": prompt}]} if self.chat else {"prompt": prompt}),
@@ -402,7 +438,7 @@ class Calibrator:
         chunks = self._chunks(s.prompt_tokens, s.cached_tokens)
         steps = [step_features([], [ch]) for ch in chunks]
         row = tuple(sum(col) for col in zip(*steps, strict=True))
-        self.obs.append(Observation("prefill", pid, (*row, 1.0, s.prompt_tokens / 1e3), s.ttft))
+        self.obs.append(Observation("prefill", pid, design_row(row, 1.0, s.prompt_tokens / 1e3), s.ttft))
         if (
             before.prefill_sum is not None
             and after.prefill_sum is not None
@@ -413,17 +449,43 @@ class Calibrator:
         ):
             y = after.prefill_sum - before.prefill_sum
             if y > 0:
-                self.obs.append(Observation("server_prefill", pid, (*row, 0.0, 0.0), y))
+                self.obs.append(Observation("server_prefill", pid, design_row(row), y))
 
-    async def decode(self, c: httpx.AsyncClient, batch: int, context: int, out: int) -> None:
+    async def decode(self, c: httpx.AsyncClient, batch: int, context: int, out: int, shared: bool = False) -> None:
+        """B streams decoding together; ``shared``: their prompts share :data:`SHARED_SHARE` of
+        their text, already in the prefix cache when they are sent."""
         pid = self._id()
+        prompts: list[str | None] = [None] * batch
+        if shared:
+            n_prefix = int(SHARED_SHARE * context)
+            prefix = self._text(n_prefix)
+            warm = await self._stream(c, n_prefix, 1, prompt=prefix)  # computes the prefix's blocks once
+            if warm.error:
+                self.notes.append(f"a shared-prefix probe failed ({warm.error})")
+                return
+            prompts = [self._text(context, prefix, n_prefix) for _ in range(batch)]
         _, before = await self._metrics(c)
-        streams = await asyncio.gather(*(self._stream(c, context, out) for _ in range(batch)))
+        streams = await asyncio.gather(*(self._stream(c, context, out, prompt=p) for p in prompts))
         _, after = await self._metrics(c)
         bad = [s for s in streams if s.error or len(s.times) < 4 or s.prompt_tokens is None]
         if bad:
             self.notes.append(f"a decode probe of {batch} streams failed ({bad[0].error or 'too few tokens'})")
             return
+        reread = 0
+        if shared:
+            # the context read again: every stream holds the cached prefix's blocks, read once for
+            # the first and again for each other; the cache's count from the answers (vLLM with
+            # --enable-prompt-tokens-details) or from /metrics over the probe
+            cached = [s.cached_tokens for s in streams]
+            if not any(cached) and before.prefix_hits is not None and after.prefix_hits is not None:
+                each = (after.prefix_hits - before.prefix_hits) / batch
+                cached = [int(each)] * batch
+            reread = sum(cached) - max(cached)
+            if reread <= 0:
+                note = "a shared-prefix probe found nothing in the prefix cache (or no count of its hits): left out"
+                if note not in self.notes:
+                    self.notes.append(note)
+                return
         referee = server_gap(before, after)
         lo = max(s.times[0] for s in streams)
         hi = min(s.times[-1] for s in streams)
@@ -454,7 +516,8 @@ class Calibrator:
                 continue
             k_mid = statistics.median(k for _, k in h)
             ctx = [int((s.prompt_tokens or 0) + k_mid) for s in streams]
-            self.obs.append(Observation("decode", pid, (*step_features(ctx, []), 0.0, 0.0), y))
+            kind = "shared" if shared else "decode"
+            self.obs.append(Observation(kind, pid, design_row(step_features(ctx, []), shared=reread), y))
 
     # -- the whole calibration --------------------------------------------------------
     async def run(self) -> Twin:
@@ -479,6 +542,7 @@ class Calibrator:
             lengths = [n for n in PREFILL_LENGTHS if n <= mml - 8]
             batches = [b for b in DECODE_BATCHES if b <= cfg.max_num_seqs and b * (long_ctx + out) <= capacity]
             mixed = [n for n in MIXED_PREFILLS if n <= mml - 8 and n <= cfg.max_num_batched_tokens]
+            shared = [b for b in SHARED_BATCHES if b in batches] if cfg.enable_prefix_caching else []
             # every shape the probes use, once and untimed: a cold engine compiles or allocates on
             # its first batch of a size (the first round ran up to 2.7x slower on the CPU build)
             await asyncio.gather(*(self._stream(c, 32, 8) for _ in range(max(batches, default=1))))
@@ -490,6 +554,8 @@ class Calibrator:
                 plan += [("decode", (b, 32, out)) for b in batches]
                 plan += [("decode", (b, long_ctx, out)) for b in batches if b <= 8 or r % 2 == 0]
                 plan += [("mixed", (n, 32, out * 2)) for n in mixed]
+                if shared:
+                    plan.append(("shared", (shared[r % len(shared)], long_ctx, out)))
             done = 0
             cost: dict[str, float] = {}
             # the last share of the budget: a mixed load, the whole engine at work (see load())
@@ -503,8 +569,9 @@ class Calibrator:
                 t = time.perf_counter()
                 if kind == "prefill":
                     await self.prefill(c, args[0])
-                elif kind == "decode":
-                    await self.decode(c, *args)
+                elif kind in ("decode", "shared"):
+                    batch, context, n_out = args
+                    await self.decode(c, batch, context, n_out, shared=kind == "shared")
                 else:
                     await self.mixed(c, *args)
                 cost[kind] = max(cost.get(kind, 0.0), time.perf_counter() - t)
@@ -602,13 +669,13 @@ class Calibrator:
             ctx = int((d.prompt_tokens or 0) + (i0 + i1) / 2)
             decode = step_features([ctx] * MIXED_DECODERS, [])
             prefill = (0.0, *step_features([], chunks)[1:])  # its step is one of the n: no second b0
-            rows.append(tuple(n * a + b for a, b in zip(decode, prefill, strict=True))[:5] + (1.0,))
+            rows.append((*tuple(n * a + b for a, b in zip(decode, prefill, strict=True))[:5], 1.0))
             ys.append(d.times[i1] - d.times[i0])
         if len(rows) < MIXED_DECODERS:
             self.notes.append("a mixed probe's prefill did not land among the decodes")
             return
         k = sorted(range(len(ys)), key=ys.__getitem__)[len(ys) // 2]  # the median decoder's span
-        self.obs.append(Observation("mixed", pid, (*rows[k], 0.0, 0.0), ys[k]))
+        self.obs.append(Observation("mixed", pid, design_row(rows[k]), ys[k]))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from spoc_tui.core.capacity import IterationCost
 from spoc_tui.core.presets import gpu_preset, model_preset
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest
-from spoc_tui.twin.model import ServerConfig, StepModel, Twin, TwinError
+from spoc_tui.twin.model import ServerConfig, StepModel, Twin, TwinError, shared_context
 
 STAND_IN_MODEL = "llama-3.1-8b"
 STAND_IN_GPU = "h100-80gb"
@@ -89,8 +89,20 @@ class TwinEngine(SimEngine):
         self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
         self._jitter_rng = random.Random(seed * 7_919 + 17)
 
+    def _shared(self, decodes: list[SimRequest]) -> int:
+        """Tokens of the decodes' context read again in this step: prompt blocks (by their
+        prefix hashes: the prefix cache hands every request with that prefix the same blocks)
+        that another decode holds too."""
+        if len(decodes) < 2 or self.model.b_shared <= 0 or not self.cfg.enable_prefix_caching:
+            return 0
+        bs = self.cfg.block_size
+        held = [self._hashes.get(r.rid, [])[: r.computed // bs] for r in decodes]
+        return shared_context(held) * bs
+
     def _cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> IterationCost:
-        secs = self.model.step_s([r.computed for r in decodes], [(n, r.computed) for r, n in prefills])
+        secs = self.model.step_s(
+            [r.computed for r in decodes], [(n, r.computed) for r, n in prefills], self._shared(decodes)
+        )
         if secs > 0 and self._sigma > 0:
             # mean-preserving lognormal jitter: the steps' spread as the probes measured it
             secs *= math.exp(self._jitter_rng.gauss(-(self._sigma**2) / 2, self._sigma))

@@ -8,6 +8,8 @@ Each observation is a measured time with its row of the design (:data:`~spoc_tui
 - ``server_prefill``: the same prompt's prefill as the server timed it (``request_prefill_time``
   from /metrics): the steps alone, which separates the time outside the engine from b_prefill;
 - ``decode``: the median gap between tokens while a batch of B sequences decodes (no prefill);
+- ``shared``: the same, with prompts sharing a cached prefix (the context read again in the same
+  blocks: ``b_shared``'s column, negative, as the coefficient is a saving);
 - ``mixed``: the decoders' gap that holds a new prompt's prefill (what a prefill adds to a step).
 
 Relative error (each row weighted by 1/y) because the times span three orders of magnitude and
@@ -25,7 +27,7 @@ import numpy as np
 
 from spoc_tui.twin.model import COEFFS, Residuals, StepModel, TwinError
 
-KINDS = ("prefill", "server_prefill", "decode", "mixed")
+KINDS = ("prefill", "server_prefill", "decode", "shared", "mixed")
 BOOTSTRAP = 200
 KEEP_DRAWS = 32
 """Draws kept in twin.json: a prediction runs once per draw (its interval is their spread)."""
@@ -103,6 +105,8 @@ def fit_step_model(
         raise TwinError("too few probes finished to fit a step time (decodes and prefills are both needed)")
     if len(obs) < len(COEFFS) + 2:
         raise TwinError(f"too few observations to fit a step time ({len(obs)}; at least {len(COEFFS) + 2})")
+    if any(len(o.x) != len(COEFFS) for o in obs):
+        raise ValueError(f"an observation's row is not {len(COEFFS)} wide (design_row builds one)")
     x = np.array([o.x for o in obs], dtype=float)
     free = np.abs(x).max(axis=0) > 0
     notes = [f"{COEFFS[i]} not measured (no probe exercised it): held at 0" for i in range(len(COEFFS)) if not free[i]]
@@ -116,7 +120,8 @@ def fit_step_model(
     for _ in range(bootstrap):
         pick = rng.choice(len(probes), size=len(probes), replace=True)
         sample = [o for i in pick for o in by_probe[probes[i]]]
-        if {o.kind for o in sample} & {"decode"} and {o.kind for o in sample} & {"prefill", "server_prefill"}:
+        kinds_in = {o.kind for o in sample}
+        if "decode" in kinds_in and kinds_in & {"prefill", "server_prefill"}:
             boots.append(_solve(sample, free))
     if len(boots) < 10:
         raise TwinError(

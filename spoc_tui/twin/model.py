@@ -9,6 +9,8 @@ The step-time model (seconds per engine step), linear in what the step computes:
          + b_decode   * decoding sequences      one new token each
          + b_context  * decode context          sum of their context lengths, in k-tokens
          + b_mixed    * [a prefill chunk rides with decodes]
+         - b_shared   * shared decode context   k-tokens of context that another decoding
+                                                sequence also reads (the same cached prefix blocks)
 
 and a request's time outside the engine (HTTP, tokenizing, queueing into the engine, streaming
 back): ``a0 + a_prompt * prompt k-tokens``, paid before the request reaches the scheduler.
@@ -17,6 +19,13 @@ Each coefficient is fitted non-negative (:mod:`spoc_tui.twin.fit`) with its boot
 bootstrap's draws are kept, so a prediction runs once per draw and its interval carries the fit's
 uncertainty. ``step_cv`` is the steps' own jitter (robust coefficient of variation of decode
 gaps), drawn per simulated step.
+
+``b_shared`` is what a context token costs *less* when the step already reads its block for
+another sequence: requests that share a prefix (a system prompt) hold the same KV blocks once the
+prefix cache served them, and a CPU reading a block the step just read for another sequence reads
+it from cache (on the real vLLM CPU server, 8 streams sharing a 320-word prefix decoded 28 %
+faster than 8 of distinct prompts the same length). It never exceeds ``b_context`` (a shared
+token is never free), and a twin without the shared-prefix probe (schema 1) has it at 0.
 """
 
 from __future__ import annotations
@@ -31,12 +40,14 @@ from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, read_text_bounded, write_atomic
 from spoc_tui.core.jsonsafe import json_safe
 
-TWIN_SCHEMA = 1
-"""1: the first twin.json."""
+TWIN_SCHEMA = 2
+"""1: the first twin.json; 2: ``b_shared`` (the shared-prefix decode term) last in the fit, the
+sd and every draw (a schema-1 twin reads with it at 0: no saving)."""
 
-COEFFS = ("b0", "b_prefill", "b_attn", "b_decode", "b_context", "b_mixed", "a0", "a_prompt")
-"""The fitted coefficients, in the fit's column order."""
-STEP_COEFFS = COEFFS[:6]
+COEFFS = ("b0", "b_prefill", "b_attn", "b_decode", "b_context", "b_mixed", "a0", "a_prompt", "b_shared")
+"""The fitted coefficients, in the fit's column order (``b_shared`` last: schema 1 had 8)."""
+STEP_COEFFS = (*COEFFS[:6], "b_shared")
+"""The coefficients of the engine's step (the rest are the time outside it)."""
 COEFF_HELP = {
     "b0": "s per step",
     "b_prefill": "s per prefill token",
@@ -46,6 +57,7 @@ COEFF_HELP = {
     "b_mixed": "s added to a step that mixes a prefill chunk with decodes",
     "a0": "s per request outside the engine",
     "a_prompt": "s per prompt k-token outside the engine",
+    "b_shared": "s saved per k-token of decode context another decoding sequence reads in the same blocks",
 }
 WHAT_IF = (
     "max_num_seqs",
@@ -64,12 +76,33 @@ class TwinError(InputError):
 
 def step_features(decodes: Sequence[int], prefills: Sequence[tuple[int, int]]) -> tuple[float, ...]:
     """The step's row of the design: (1, prefill tokens, attention k-tok^2, decodes, context
-    k-tok, mixed), from each decode's context and each prefill chunk's (new tokens, done)."""
+    k-tok, mixed), from each decode's context and each prefill chunk's (new tokens, done). The
+    shared decode context (``shared`` tokens) is a column of its own: :func:`design_row`."""
     n_p = sum(n for n, _ in prefills)
     attn = sum(n * (done + n / 2) for n, done in prefills) / 1e6
     ctx = sum(decodes) / 1e3
     mixed = 1.0 if decodes and prefills else 0.0
     return (1.0, float(n_p), attn, float(len(decodes)), ctx, mixed)
+
+
+def design_row(
+    step: Sequence[float], outside: float = 0.0, prompt_k: float = 0.0, shared: int = 0
+) -> tuple[float, ...]:
+    """A full row of the fit's design in :data:`COEFFS` order: a step's (or steps') features,
+    the time outside the engine's two columns, and the shared decode context (k-tokens, negative:
+    its coefficient is a saving)."""
+    return (*step, outside, prompt_k, -shared / 1e3)
+
+
+def shared_context(prefixes: Sequence[Sequence[bytes]]) -> int:
+    """Blocks of decode context read more than once in a step: each sequence's leading prompt
+    blocks (their hashes), counted over the step's decodes; a block held by k of them is read
+    k - 1 times more. In blocks (times the block size: tokens)."""
+    seen: dict[bytes, int] = {}
+    for hashes in prefixes:
+        for h in hashes:
+            seen[h] = seen.get(h, 0) + 1
+    return sum(n - 1 for n in seen.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +117,7 @@ class StepModel:
     b_mixed: float
     a0: float
     a_prompt: float
+    b_shared: float = 0.0
 
     @classmethod
     def from_vector(cls, v: Sequence[float]) -> StepModel:
@@ -92,12 +126,16 @@ class StepModel:
     def vector(self) -> tuple[float, ...]:
         return tuple(getattr(self, k) for k in COEFFS)
 
-    def step_s(self, decodes: Sequence[int], prefills: Sequence[tuple[int, int]]) -> float:
-        """Seconds of one engine step (0 for an empty one)."""
+    def step_s(self, decodes: Sequence[int], prefills: Sequence[tuple[int, int]], shared: int = 0) -> float:
+        """Seconds of one engine step (0 for an empty one); ``shared``: tokens of the decodes'
+        context that another decode in the step reads in the same blocks."""
         if not decodes and not prefills:
             return 0.0
         f = step_features(decodes, prefills)
-        return sum(c * x for c, x in zip(self.vector()[:6], f, strict=True))
+        secs = sum(c * x for c, x in zip(self.vector()[:6], f, strict=True))
+        if shared > 0:
+            secs -= min(self.b_shared, self.b_context) * min(shared, sum(decodes)) / 1e3
+        return secs
 
     def outside_s(self, prompt_tokens: int) -> float:
         """Seconds a request spends outside the engine (HTTP, tokenizing, streaming back)."""
@@ -173,7 +211,8 @@ class Residuals:
 
     kind: str
     """``prefill`` (TTFT of a prompt alone), ``server_prefill`` (the server's own prefill time),
-    ``decode`` (decode gaps at a batch size), ``mixed`` (a decode gap with a prefill in it)."""
+    ``decode`` (decode gaps at a batch size), ``shared`` (the same, prompts sharing a cached
+    prefix), ``mixed`` (a decode gap with a prefill in it)."""
     n: int
     median_abs_pct: float
     max_abs_pct: float
@@ -215,7 +254,8 @@ class Twin:
             "server": self.server.as_dict(),
             "model": {
                 "step_s": "b0 + b_prefill*prefill_tokens + b_attn*sum(n*(done+n/2))/1e6 + b_decode*decodes "
-                "+ b_context*sum(decode_context)/1e3 + b_mixed*[prefill with decodes]",
+                "+ b_context*sum(decode_context)/1e3 + b_mixed*[prefill with decodes] "
+                "- min(b_shared, b_context)*shared_decode_context/1e3",
                 "outside_s": "a0 + a_prompt*prompt_tokens/1e3",
                 "units": COEFF_HELP,
             },
@@ -251,7 +291,7 @@ class Twin:
         try:
             fit = _model(d["fit"])
             sd = _model(d["sd"])
-            draws = tuple(StepModel.from_vector([float(x) for x in row]) for row in d["draws"])  # type: ignore[attr-defined]
+            rows = [[float(x) for x in row] for row in d["draws"]]  # type: ignore[attr-defined]
             server = d["server"]
             residuals = tuple(
                 Residuals(str(r["kind"]), int(r["n"]), float(r["median_abs_pct"]), float(r["max_abs_pct"]))
@@ -262,8 +302,10 @@ class Twin:
             raise TwinError(f"{where}: the fit does not read ({type(e).__name__}: {e})") from None
         if not isinstance(server, Mapping):
             raise TwinError(f"{where}: no server configuration")
-        if any(len(x.vector()) != len(COEFFS) for x in draws):
-            raise TwinError(f"{where}: a draw has the wrong number of coefficients")
+        width = len(COEFFS) - 1 if v == 1 else len(COEFFS)  # schema 1 had no b_shared
+        if any(len(r) != width for r in rows):
+            raise TwinError(f"{where}: a draw has the wrong number of coefficients (schema {v} has {width})")
+        draws = tuple(StepModel.from_vector(r + [0.0] * (len(COEFFS) - width)) for r in rows)
         clocks = d.get("gpu_clocks")
         return cls(
             fit=fit,
@@ -339,7 +381,7 @@ def _si(v: float) -> str:
 def _model(d: object) -> StepModel:
     if not isinstance(d, Mapping):
         raise TypeError("not an object")
-    return StepModel(*(float(d[k]) for k in COEFFS))
+    return StepModel(*(float(d.get(k, 0.0)) if k == "b_shared" else float(d[k]) for k in COEFFS))
 
 
 def read_twin(path: str | Path) -> Twin:

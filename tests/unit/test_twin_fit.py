@@ -13,10 +13,20 @@ from spoc_tui.core.sla import parse_sla
 from spoc_tui.load.workload import load_workload
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.fit import Observation, fit_step_model, nnls
-from spoc_tui.twin.model import ServerConfig, StepModel, Twin, TwinError, read_twin, step_features, write_twin
+from spoc_tui.twin.model import (
+    ServerConfig,
+    StepModel,
+    Twin,
+    TwinError,
+    design_row,
+    read_twin,
+    shared_context,
+    step_features,
+    write_twin,
+)
 from spoc_tui.twin.predict import Prediction, predict, predict_at
 
-TRUE = StepModel(0.004, 2e-5, 3e-3, 4e-4, 1.5e-3, 0.001, 0.003, 0.0005)
+TRUE = StepModel(0.004, 2e-5, 3e-3, 4e-4, 1.5e-3, 0.001, 0.003, 0.0005, 6e-4)
 SERVER = ServerConfig("tiny", 2048, 16, 4096, True, 0.9, 64, 2048, True, {"block_size": "reported"})
 
 
@@ -34,20 +44,31 @@ def synthetic(model: StepModel, noise: float, seed: int = 1) -> list[Observation
             p += 1
             f = step_features([], [(n, 0)])
             obs.append(
-                Observation("prefill", p, (*f, 1.0, n / 1e3), y(model.step_s([], [(n, 0)]) + model.outside_s(n)))
+                Observation(
+                    "prefill", p, design_row(f, 1.0, n / 1e3), y(model.step_s([], [(n, 0)]) + model.outside_s(n))
+                )
             )
-            obs.append(Observation("server_prefill", p, (*f, 0.0, 0.0), y(model.step_s([], [(n, 0)]))))
+            obs.append(Observation("server_prefill", p, design_row(f), y(model.step_s([], [(n, 0)]))))
         for b in (1, 2, 4, 8, 16):
             for c in (32, 800):
                 p += 1
                 for k in (10, 30):
                     ctx = [c + k] * b
-                    obs.append(Observation("decode", p, (*step_features(ctx, []), 0.0, 0.0), y(model.step_s(ctx, []))))
+                    obs.append(Observation("decode", p, design_row(step_features(ctx, [])), y(model.step_s(ctx, []))))
+        for b in (4, 8, 16):  # the shared-prefix probe: 3/4 of an 800-token prompt in common
+            p += 1
+            for k in (10, 30):
+                ctx, again = [800 + k] * b, 600 * (b - 1)
+                obs.append(
+                    Observation(
+                        "shared", p, design_row(step_features(ctx, []), shared=again), y(model.step_s(ctx, [], again))
+                    )
+                )
         for n in (128, 512):
             p += 1
             ctx = [100 + rep] * 4
             obs.append(
-                Observation("mixed", p, (*step_features(ctx, [(n, 0)]), 0.0, 0.0), y(model.step_s(ctx, [(n, 0)])))
+                Observation("mixed", p, design_row(step_features(ctx, [(n, 0)])), y(model.step_s(ctx, [(n, 0)])))
             )
     return obs
 
@@ -64,12 +85,12 @@ def test_nnls_matches_least_squares_when_the_solution_is_positive_and_clips_othe
 
 def test_the_fit_recovers_known_coefficients_within_their_intervals():
     fit, sd, draws, residuals, notes = fit_step_model(synthetic(TRUE, 0.02))
-    for k in ("b0", "b_prefill", "b_decode", "b_context", "a0"):
+    for k in ("b0", "b_prefill", "b_decode", "b_context", "a0", "b_shared"):
         true, got, spread = getattr(TRUE, k), getattr(fit, k), getattr(sd, k)
         assert abs(got - true) / true < 0.1, k
         assert abs(got - true) <= 4 * spread + 1e-12, k
     assert len(draws) == 32 and notes == []
-    assert {r.kind for r in residuals} == {"prefill", "server_prefill", "decode", "mixed"}
+    assert {r.kind for r in residuals} == {"prefill", "server_prefill", "decode", "shared", "mixed"}
     assert all(r.median_abs_pct < 5 for r in residuals)
 
 
@@ -102,7 +123,7 @@ def test_twin_json_round_trips_and_refuses_what_it_cannot_read(tmp_path):
     back = read_twin(path)
     assert back.fit == TRUE and back.server == SERVER and len(back.draws) == 8 and back.step_cv == 0.1
     doc = json.loads(path.read_text())
-    assert doc["schema"] == 1 and doc["kind"] == "spoc-twin"
+    assert doc["schema"] == 2 and doc["kind"] == "spoc-twin"
     doc["schema"] = 99
     path.write_text(json.dumps(doc))
     with pytest.raises(TwinError, match="newer spoc-tui"):
@@ -201,3 +222,55 @@ def test_the_servers_own_gap_between_two_reads():
     assert server_gap(a, _Metrics(None, None, 0.0, 0.0, itl_sum=1.5, itl_count=200.0)) == pytest.approx(0.005)
     assert server_gap(a, a) is None  # no token between the reads
     assert server_gap(_Metrics(None, None, 0.0, 0.0), a) is None  # a server without the histogram
+
+
+def test_a_schema_1_twin_reads_with_no_shared_prefix_saving(tmp_path):
+    """twin.json of schema 1 (before the shared-prefix term) had 8 coefficients per draw."""
+    doc = twin().as_dict()
+    doc["schema"] = 1
+    for key in ("fit", "sd"):
+        doc[key].pop("b_shared")  # type: ignore[attr-defined]
+    doc["draws"] = [row[:8] for row in doc["draws"]]  # type: ignore[attr-defined]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    old = read_twin(path)
+    assert old.fit.b_shared == 0.0 and all(d.b_shared == 0.0 for d in old.draws)
+    assert old.fit.b_context == TRUE.b_context and len(old.draws) == 8
+    doc["draws"][0] = doc["draws"][0] + [0.0]  # type: ignore[index]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TwinError, match="wrong number of coefficients"):
+        read_twin(path)
+
+
+def test_a_shared_context_token_costs_less_but_never_less_than_nothing():
+    ctx = [800] * 8
+    alone = TRUE.step_s(ctx, [])
+    shared = TRUE.step_s(ctx, [], 600 * 7)
+    assert shared == pytest.approx(alone - TRUE.b_shared * 4.2)
+    greedy = StepModel(**{**{k: getattr(TRUE, k) for k in TRUE.__slots__}, "b_shared": 1.0})
+    # a saving past b_context is clipped: the shared tokens then cost nothing, the step the rest
+    assert greedy.step_s(ctx, [], 600 * 7) == pytest.approx(alone - TRUE.b_context * 4.2)
+    assert shared_context([[b"a", b"b"], [b"a", b"b"], [b"a", b"c"], []]) == 3
+
+
+def test_the_engine_reads_a_shared_prompt_prefix_once():
+    """Four requests whose prompts share 64 tokens (4 blocks of 16) decoding together: 12 blocks
+    read again, and each step is that much faster than for distinct prompts."""
+    from spoc_tui.sim.engine import SimRequest
+
+    def steps(prefix: bool) -> tuple[int, float]:
+        eng = TwinEngine(twin(), jitter=False, clock=lambda: 0.0)
+        for i in range(4):
+            head = list(range(64)) if prefix else [1000 * (i + 1) + k for k in range(64)]
+            eng.add(SimRequest(f"r{i}", head + [5000 + 100 * i + k for k in range(36)], 50, 50, 0.0))
+        while True:
+            eng.step()
+            decodes, prefills = eng._pending
+            eng.complete(decodes, prefills, 0.0)
+            if len(decodes) == 4 and not prefills:
+                return eng._shared(decodes), eng.cost(decodes, [])
+
+    again, fast = steps(True)
+    none, slow = steps(False)
+    assert again == 12 * 16 and none == 0
+    assert slow - fast == pytest.approx(TRUE.b_shared * again / 1e3)
