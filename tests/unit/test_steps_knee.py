@@ -233,6 +233,37 @@ def test_knee_search_measures_on_only_near_a_limit():
     assert BisectSearch().extend(far)
 
 
+def test_a_step_where_nothing_ended_is_measured_on():
+    """A long profile's requests under load outlast a step: with no figure to judge, the step is
+    measured on (the search used to see no break there and double on to its maximum)."""
+    lims = parse_sla("ttft_p90<=3s")
+    empty = summarize_step(1, 16, [], 30, lims)
+    assert empty.decision == "inconclusive" and "no request finished" in empty.verdict.reason
+    assert KneeSearch().extend(empty)
+
+
+def test_at_one_user_the_search_measures_again_until_its_requests_say_it_breaks():
+    """Every level broken down to 1 user, but 1 user's few requests cannot say so surely: the
+    search measures 1 user again (the budget ends it), where it used to stop after three tries
+    with no answer."""
+    lims = parse_sla("ttft_p50<=500ms")
+
+    def _samples(ttfts: list[float]) -> list[RequestSample]:
+        return [_s(t, t + 1, 10, end=10.0 * i / len(ttfts)) for i, t in enumerate(ttfts)]
+
+    # three steps at 1 user, 3 requests each, 2 of them over the limit: the median is over it,
+    # but 6 of 9 over is no sure sign that most requests are
+    unsure = [_step(1, 0.3, 3, lims, spread=0.6) for _ in range(3)]
+    knee = find_knee(unsure, infer_knee([(1, _samples([0.3, 0.6, 0.9])) for _ in range(3)], lims))
+    assert knee.inferred.estimate is None and knee.inferred.ci95[1] is None  # not surely broken
+    assert KneeSearch().next(unsure, knee) == 1
+    sure = [_step(1, 0.6, 20, lims)]
+    knee = find_knee(sure, infer_knee([(1, _samples([0.6] * 20))], lims))
+    assert knee.inferred.ci95[1] is not None and knee.inferred.ci95[1] <= 1
+    assert KneeSearch().next(sure, knee) is None
+    assert KneeSearch().stop_reason(sure, knee) == "even 1 user breaks the SLA"
+
+
 def test_a_step_is_not_measured_on_once_the_knee_is_as_narrow_as_the_search_asks():
     """Near its limit an inconclusive step is measured on, unless the knee inferred with it so far
     already lies between adjacent counts (beside the peers, 3 of a 9-minute search's minutes went
