@@ -24,6 +24,10 @@ simulator's (words and punctuation): ``PEER_ISL`` (3330) of AIPerf's reach the s
 what the server counted (its ``usage.prompt_tokens``) is printed beside its answer. Printed per tool: the knee (streams or users) and its interval where
 the tool gives one, the probes it ran, and the wall minutes it took.
 
+``--referee`` (``--referee-only``: it alone) then sets our client and AIPerf's against the
+server's own record at one load, 15 streams in lockstep for 60 s each, on a simulator with its
+truth log (:func:`referee`): whether the figures differ in the clients or at the server.
+
 The peers run from their own virtual environments under ``--peers`` (default
 ``~/.cache/spoc-tui/peers``), made there from the package index on first use, each pinned.
 """
@@ -43,11 +47,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+
 from spoc_tui.core.results import read_ramp  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
+REFEREE_ONLY = "--referee-only" in sys.argv
+REFEREE = "--referee" in sys.argv or REFEREE_ONLY or SMOKE
+"""Also set each client against the server's own record at one load (:func:`referee`)."""
 CACHING = "--prefix-caching" in sys.argv
 """Off by default: AIPerf's search sends the same prompts at every probe (its common random
 numbers), so with the server's prefix cache on, from its second probe the cache serves nearly
@@ -222,6 +231,80 @@ def peer_run(tool: str, url: str, work: Path) -> dict[str, Any]:
     return read(out, wall)
 
 
+REFEREE_STREAMS, REFEREE_S = 15, 60
+"""``--referee``: the load (streams, seconds measured) at which each client is set against the
+server's own record."""
+
+
+def _pcts(values: Any) -> str:
+    return " / ".join(f"{float(np.percentile(values, q)):.1f}" for q in (50, 90, 99))
+
+
+def referee(work: Path) -> None:
+    """At one load (15 streams in lockstep; --smoke: 2 for a few seconds, ours only), each client's
+    TTFT against the server's own: the simulator's truth log (when each request arrived and each
+    token left its engine, and when its event was written to the socket) over the requests that
+    client sent (ours by response id, AIPerf's by arrival inside its run), and how bunched each
+    client's arrivals reached the server (others arriving within 50 ms of each)."""
+    streams, secs, warm = (2, 5, 1) if SMOKE else (REFEREE_STREAMS, REFEREE_S, 10)
+    port, dport = free_ports(2)
+    log = work / "truth.jsonl"
+    proc = start_sim(["--dcgm-port", str(dport), "--no-enable-prefix-caching", "--truth-log", str(log)], port)
+    url = f"http://127.0.0.1:{port}"
+    ai_span: tuple[float, float] | None = None
+    try:
+        (work / "flat.toml").write_text(FLAT)
+        out = work / "referee-spoc"
+        r = subprocess.run(
+            [*SPOC, "ramp", "--url", url, "--profile", str(work / "flat.toml"), "--users", str(streams),
+             "--arrivals", "lockstep", "--step-seconds", str(secs + warm), "--warmup-seconds", str(warm),
+             "--max-step-seconds", str(secs + warm), "--sla", f"ttft_p99<={TTFT_P99_MS}ms", "--out", str(out)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if r.returncode != 0:
+            raise SystemExit(f"spoc ramp failed ({r.returncode}):\n{r.stderr[-2000:]}")
+        if not SMOKE and "aiperf" in ONLY:
+            exe = ensure_venv("aiperf")
+            argv = list(aiperf_argv(exe, url, work / "referee-aiperf"))
+            i = argv.index("--search-recipe")
+            argv[i : i + 6] = ["--concurrency", str(streams)]  # one fixed load instead of the search
+            argv[argv.index("--benchmark-duration") + 1] = str(secs)
+            t0 = time.perf_counter()
+            with open(work / "referee-aiperf.log", "w") as f:
+                r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=work)
+            if r.returncode != 0:
+                raise SystemExit(f"aiperf failed ({r.returncode}): see {work / 'referee-aiperf.log'}")
+            ai_span = (t0, time.perf_counter())
+    finally:
+        proc.stop()
+    truth = [json.loads(x) for x in log.read_text().splitlines()]
+    reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    ours = [q for q in reqs if q["ok"] and q["ttft"] is not None and q["step"] == 1]
+    ids = {q["request_id"] for q in ours}
+
+    def truth_ttft(sel: list[dict[str, Any]], key: str) -> Any:
+        return np.array([t[key][0] - t["arrival"] for t in sel if t.get(key)]) * 1000
+
+    def bunched(sel: list[dict[str, Any]]) -> str:
+        a = np.sort([t["arrival"] for t in sel])
+        near = [int(((a > x - 0.05) & (a < x + 0.05)).sum()) - 1 for x in a]
+        return f"median {np.median(near):.0f}, p90 {np.percentile(near, 90):.0f}"
+
+    mine = [t for t in truth if t["id"] in ids]
+    print(f"\nreferee at {streams} streams ({secs} s each, the simulator's truth log): TTFT p50 / p90 / p99, ms")
+    print(f"  spoc ramp --arrivals lockstep: its client {_pcts(np.array([q['ttft'] for q in ours]) * 1000)} "
+          f"({len(ours)} requests); the engine {_pcts(truth_ttft(mine, 'tokens'))}; written to the socket "
+          f"{_pcts(truth_ttft(mine, 'sent'))}; others arriving within 50 ms: {bunched(mine)}")  # fmt: skip
+    if ai_span is not None:
+        found = list((work / "referee-aiperf").glob("**/profile_export_aiperf.json"))
+        t = json.loads(found[0].read_text())["time_to_first_token"] if found else {}
+        theirs = [x for x in truth if ai_span[0] <= x["arrival"] <= ai_span[1]]
+        print(f"  AIPerf 0.13 --concurrency {streams}: its client "
+              f"{' / '.join(f'{t[k]:.1f}' for k in ('p50', 'p90', 'p99'))} ({t.get('count', '?')} requests); the "
+              f"engine {_pcts(truth_ttft(theirs, 'tokens'))}; written to the socket {_pcts(truth_ttft(theirs, 'sent'))} "
+              f"({len(theirs)} requests); others arriving within 50 ms: {bunched(theirs)}")  # fmt: skip
+
+
 def main() -> int:
     port, dport = free_ports(2)
     proc = start_sim(["--dcgm-port", str(dport), *([] if CACHING else ["--no-enable-prefix-caching"])], port)
@@ -229,7 +312,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="vs-peers-"))
     rows: list[dict[str, Any]] = []
     try:
-        for tool in ONLY:
+        for tool in [] if REFEREE_ONLY else ONLY:
             print(f"running {tool}...", flush=True)
             rows.append(spoc_run(url, work) if tool == "spoc" else peer_run(tool, url, work))
             print("  " + json.dumps(rows[-1]), flush=True)
@@ -247,6 +330,8 @@ def main() -> int:
             print(f"      prompts as the server counted them: {tokens:.0f} tokens, {100 * share:.0f} % from its cache")
         if r["detail"]:
             print(f"      {r['detail']}")
+    if REFEREE:
+        referee(work)
     if SMOKE:
         shutil.rmtree(work, ignore_errors=True)
     else:
