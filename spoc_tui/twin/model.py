@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -98,11 +99,8 @@ def shared_context(prefixes: Sequence[Sequence[bytes]]) -> int:
     """Blocks of decode context read more than once in a step: each sequence's leading prompt
     blocks (their hashes), counted over the step's decodes; a block held by k of them is read
     k - 1 times more. In blocks (times the block size: tokens)."""
-    seen: dict[bytes, int] = {}
-    for hashes in prefixes:
-        for h in hashes:
-            seen[h] = seen.get(h, 0) + 1
-    return sum(n - 1 for n in seen.values())
+    held = Counter(h for hashes in prefixes for h in hashes)
+    return held.total() - len(held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +287,8 @@ class Twin:
                 f"{where}: written by a newer spoc-tui (schema {v}; this one reads 1 to {TWIN_SCHEMA}): upgrade it"
             )
         try:
-            fit = _model(d["fit"])
-            sd = _model(d["sd"])
+            fit = _model(d["fit"], v)
+            sd = _model(d["sd"], v)
             rows = [[float(x) for x in row] for row in d["draws"]]  # type: ignore[attr-defined]
             server = d["server"]
             residuals = tuple(
@@ -378,10 +376,12 @@ def _si(v: float) -> str:
     return f"{v * 1e9:.3g} ns"
 
 
-def _model(d: object) -> StepModel:
+def _model(d: object, schema: int) -> StepModel:
+    """A set of coefficients as twin.json of ``schema`` holds it (schema 1 had no ``b_shared``:
+    no saving)."""
     if not isinstance(d, Mapping):
         raise TypeError("not an object")
-    return StepModel(*(float(d.get(k, 0.0)) if k == "b_shared" else float(d[k]) for k in COEFFS))
+    return StepModel(*(0.0 if k == "b_shared" and schema == 1 else float(d[k]) for k in COEFFS))
 
 
 def read_twin(path: str | Path) -> Twin:
