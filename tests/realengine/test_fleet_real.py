@@ -18,6 +18,8 @@ from tests.realengine.conftest import start_prometheus, tiny_server
 REQUESTS, TOKENS = 24, 64
 """Enough for both replicas to be seen busy through Prometheus (scraping every second): 2-3 s
 of decoding each at the tiny model's ~450 tokens/s, several scrapes."""
+ROUNDS = 3
+"""Rounds of REQUESTS at most, until Prometheus has seen both replicas busy."""
 
 
 def _complete(url: str, i: int) -> int:
@@ -44,17 +46,22 @@ def test_two_real_replicas_agree_directly_and_through_prometheus(vllm_server, tm
         urls = {f"127.0.0.1:{vllm_server.port}": vllm_server.url, f"127.0.0.1:{port}": b.url}
         poller = PromQLPoller(PromQLCollector(prom_url), 86400.0, prom_url)  # no sample a day ago: lifetime
         seen = dict.fromkeys(urls, 0.0)
+        out = rounds = 0
         with ThreadPoolExecutor(8) as pool:
-            futures = [pool.submit(_complete, list(urls.values())[i % 2], i) for i in range(REQUESTS)]
-            while not all(f.done() for f in futures):
-                tick, _ = poller.poll()
-                if tick is not None:
-                    for v in tick.servers:
-                        if v.source in seen:
-                            seen[v.source] = max(seen[v.source], v.total.running or 0)
-                time.sleep(0.5)
-            out = sum(f.result() for f in futures)
-        assert out == REQUESTS * TOKENS
+            # another round while a replica was never seen busy (CI53: one replica's requests all
+            # fell between Prometheus's scrapes), at most three
+            while rounds < ROUNDS and (rounds == 0 or not all(r > 0 for r in seen.values())):
+                futures = [pool.submit(_complete, list(urls.values())[i % 2], i) for i in range(REQUESTS)]
+                while not all(f.done() for f in futures):
+                    tick, _ = poller.poll()
+                    if tick is not None:
+                        for v in tick.servers:
+                            if v.source in seen:
+                                seen[v.source] = max(seen[v.source], v.total.running or 0)
+                    time.sleep(0.5)
+                out += sum(f.result() for f in futures)
+                rounds += 1
+        assert out == rounds * REQUESTS * TOKENS
         assert all(r > 0 for r in seen.values()), f"Prometheus never saw both replicas busy: {seen}"
         time.sleep(3.0)  # two scrapes after the last request
         tick, _ = poller.poll()
