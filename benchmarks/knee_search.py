@@ -180,7 +180,11 @@ def replay(
         if budget is not None and budget - used < STEP_S:
             break
         sent_from = vs.now
+        down = u < vs.users
         vs.set_users(u)
+        if down:  # as spoc ramp: the last level's requests end first, then the warm-up
+            used += vs.drain(MAX_STEP_S)
+            sent_from = vs.now
         vs.advance(vs.now + WARMUP_S)
         start, target = vs.now, planned
         limit = MAX_STEP_S - WARMUP_S

@@ -329,6 +329,9 @@ class KneeSearch:
             return None, f"the search ran its most steps ({MAX_SEARCH_STEPS})"
         tried = sorted({s.users for s in steps})
         inferred = knee.inferred if knee else None
+        close = self._close_high_end(steps, tried, inferred)
+        if close is not None:
+            return close, ""
         if inferred is None or inferred.boundary == "bound":
             below = inferred is not None and inferred.estimate is None  # even the lowest level broke
             if below:
@@ -363,6 +366,25 @@ class KneeSearch:
         low = max(1, math.ceil(lo if lo is not None else est / 1.5))
         high = min(self.max_users, math.floor(hi if hi is not None else est * 1.5))
         return self._pick(steps, {*range(low, max(low, high) + 1), max(1, round(est))}, est)
+
+    def _close_high_end(
+        self, steps: Sequence[StepSummary], tried: Sequence[int], inferred: KneeEstimate | None
+    ) -> int | None:
+        """A level above every one measured when some level broke the SLA but none surely did
+        (the interval has no high end), else None: an answer with one end ("fewer than 16
+        users") comes before a better estimate with none. On the simulator's logs profile, whose
+        TTFT is a cache hit's 14 ms or a long prompt's 1-3 s, a p50 limit of 500 ms kept one
+        user, and then 4-8, inside the limit in some resamples: 8 of 20 searches spent their 10
+        minutes narrowing below 8 users and ended with both ends open. Twice the highest level
+        breaks the limit surely within a step; at MAX the highest level is measured again."""
+        if inferred is None or inferred.ci95[1] is not None:
+            return None
+        if inferred.boundary == "bound" and inferred.estimate is not None:
+            return None  # no level broke yet: the doubling goes up anyway
+        top = tried[-1]
+        if top < self.max_users:
+            return min(2 * top, self.max_users)
+        return top if self._measured(steps, top) < REPEATS_AT_A_LEVEL else None
 
     @staticmethod
     def answered(knee: Knee | None) -> bool:

@@ -765,6 +765,9 @@ class StepSummary:
     ci95: Totals = Totals()
     extended_s: float = 0.0
     """Seconds the step was measured beyond its planned length to reach a decision."""
+    drained_s: float = 0.0
+    """After a step down: seconds the step waited, before its warm-up, for the requests the last
+    level sent to end (they queue the new level's requests behind the last level's load)."""
     client: ClientHealth = ClientHealth()
     rate: float | None = None
     """Open-loop steps: the target arrival rate (requests/s, Poisson); ``users`` is then the number
@@ -836,6 +839,7 @@ class StepSummary:
             "client": self.client.as_dict(),
             "verdict": self.verdict.as_dict(),
             "server": self.server.as_dict(),
+            **({"drained_s": self.drained_s} if self.drained_s else {}),
             **({"arrivals": self.arrivals.as_dict()} if self.arrivals else {}),
             **({"speed": self.speed, "trace": self.trace.as_dict()} if self.trace is not None else {}),
             **({"stopped_early": self.stopped_early.as_dict()} if self.stopped_early else {}),
@@ -863,6 +867,7 @@ class StepSummary:
             server=ServerWindow.from_dict(_obj(d.get("server"))),
             ci95=Totals.from_dict(_obj(d.get("ci95"))),
             extended_s=json_float(d, "extended_s") or 0.0,
+            drained_s=json_float(d, "drained_s") or 0.0,
             client=ClientHealth.from_dict(_obj(d.get("client"))),
             rate=json_float(d, "rate"),
             stopped_early=EarlyStop(str(early.get("reason", "")), json_float(early, "saved_s") or 0.0)
@@ -969,6 +974,7 @@ def summarize_step(
     server: ServerWindow = ServerWindow(),
     client: ClientHealth = ClientHealth(),
     extended_s: float = 0.0,
+    drained_s: float = 0.0,
     unbounded: str | None = None,
 ) -> StepSummary:
     """Figures of one step from the requests that finished inside its measured window, each with
@@ -1026,6 +1032,7 @@ def summarize_step(
         client=client,
         rate=rate,
         extended_s=extended_s,
+        drained_s=drained_s,
         arrivals=arrivals([s.start for s in samples]),
     )
     verdict = judge(figures, limits)

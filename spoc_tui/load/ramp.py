@@ -625,6 +625,47 @@ def spawn_rate(cfg: RampConfig, change: int) -> float:
 Report = Callable[[RampPhase, int, float, list[StepSummary], int, str], None]
 
 
+DRAIN_READ_S = 1.5
+"""A load generator's health report this long after a step's command has seen the new step."""
+DRAIN_SILENT_S = 5.0
+"""No health report at all for this long: the drain is not waited for."""
+
+
+async def _drain(
+    cfg: RampConfig,
+    idx: int,
+    level: float,
+    steps: list[StepSummary],
+    samples: list[RequestSample],
+    health: list[wire.Health],
+    report: Report,
+    pump: asyncio.Task[None],
+) -> float:
+    """After a step down, wait until every load-generator process reports no request in flight
+    that an earlier step sent, at most the step's limit (``--max-step-seconds``); the time it
+    ended. The step then warms up and counts only the requests sent from then: the last level's
+    backlog would queue them behind its load. (On the simulator's coding profile, 15 users after
+    64 measured a TTFT p99 of 5.1 s where 15 users' own is 0.2 s, and the knee's interval left
+    the truth out in 3 of 20 searches.)"""
+    t0 = time.time()
+    stale: int | None = None
+    while time.time() - t0 < cfg.step_limit_s:
+        if pump.done():
+            raise RampError("the load generator exited; see runner.log in the output folder")
+        seen = {h.process for h in health if h.t >= t0 - DRAIN_SILENT_S}
+        latest = {h.process: h for h in health if h.t >= t0 + DRAIN_READ_S}
+        if not seen and time.time() - t0 >= DRAIN_SILENT_S:
+            break  # the load generator reports no health: nothing to wait for
+        if seen and seen <= latest.keys():
+            stale = sum(h.stale for h in latest.values())
+            if stale == 0:
+                break
+        waiting = f"{stale} requests" if stale is not None else "the requests"
+        report("warmup", idx, level, steps, len(samples), f"waiting for {waiting} of the last level to end")
+        await asyncio.sleep(0.5)
+    return time.time()
+
+
 async def _run_step(
     cfg: RampConfig,
     idx: int,
@@ -655,6 +696,11 @@ async def _run_step(
         await runner.send(wire.SetUsers(users, idx, rate))
         long = ramp_up > cfg.warmup_s
         note = f"spawning {rate:g} users/s takes {ramp_up:.0f} s, longer than the warm-up" if long else ""
+    sent_from, drained_s = -math.inf, 0.0
+    if steps and level < steps[-1].level:
+        t0 = time.time()
+        sent_from = await _drain(cfg, idx, level, steps, samples, health, report, pump)
+        drained_s = sent_from - t0
     report("warmup", idx, level, steps, len(samples), note)
     await asyncio.sleep(cfg.warmup_s)
     m_start = time.time()
@@ -698,7 +744,9 @@ async def _run_step(
         m_end = time.time()
         # the requests that ended in the window, of those this step sent: one the last level sent
         # (a slow one still queued after a step down) measures that level's load
-        in_window = [s for s in samples if m_start <= (s.end or s.start) <= m_end and s.step == idx]
+        in_window = [
+            s for s in samples if m_start <= (s.end or s.start) <= m_end and s.step == idx and s.start >= sent_from
+        ]
         windows[idx] = in_window  # the knee's inference across steps resamples them
         summary = summarize_step(
             idx,
@@ -713,6 +761,7 @@ async def _run_step(
                 [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if m_start <= h.t <= m_end + 1.0], cfg.limits
             ),
             extended_s=max(0.0, (m_end - m_start) - planned),
+            drained_s=drained_s,
             unbounded=unbounded,
         )
         if unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:

@@ -116,6 +116,8 @@ def check_lines(s: StepSummary) -> list[str]:
         lim = f"{c.limit * 100:g}%" if c.is_rate else fmt.seconds(c.limit)
         parts.append(f"{c.key} {interval_text(c.value, c.ci95, c.is_rate)} vs {lim}: {c.decision}")
     extended = f", extended {s.extended_s:.0f} s" if s.extended_s >= 0.5 else ""
+    if s.drained_s >= 0.5:
+        extended += f", after {s.drained_s:.0f} s for the last level's requests to end"
     head = f"  step {s.step} ({s.level_text}, {n} requests{extended}): "
     lines = [head + "; ".join(parts)] if parts else [head + verdict_text(s)]
     if s.trace is not None:

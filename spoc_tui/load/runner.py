@@ -25,6 +25,7 @@ import os
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,8 @@ class Shared:
     """How prompt lengths are made (:func:`learn_lengths`)."""
     sink: Callable[[RequestSample], None] | None = None
     """Where samples go: emitted by a master/local runner, batched to the master on a worker."""
+    in_flight: Counter[int] = Counter()
+    """Requests in flight by the step that sent them (:func:`stale_in_flight`)."""
     counter = 0
     launched_in = -1
     """The event loop's iteration in which the last request was launched (:func:`quiet_moment`)."""
@@ -302,11 +305,31 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
     return answer
 
 
+def stale_in_flight() -> int:
+    """Requests this process has in flight that a step before the current one sent: after a
+    step down the ramp waits for them before it warms up (they queue the new level's requests
+    behind the last level's load)."""
+    return sum(n for step, n in Shared.in_flight.items() if step < Shared.step)
+
+
 def stream_request(
     client: Any, path: str, body: dict[str, Any], turn: int, conv_id: str
 ) -> tuple[RequestSample, str | None]:
     """One streamed request (chat or completions), every event with choices timestamped as it is
     read. Returns its sample and the answer's text (None when it failed)."""
+    step = Shared.step
+    Shared.in_flight[step] += 1
+    try:
+        return _stream_request(client, path, body, turn, conv_id)
+    finally:
+        Shared.in_flight[step] -= 1
+        if not Shared.in_flight[step]:
+            del Shared.in_flight[step]
+
+
+def _stream_request(
+    client: Any, path: str, body: dict[str, Any], turn: int, conv_id: str
+) -> tuple[RequestSample, str | None]:
     # identity: a compressed stream would reach us in the compressor's blocks, not token by token
     headers = {"Accept-Encoding": "identity"}
     if Shared.api_key:
@@ -715,7 +738,8 @@ def watch_self(sink: Callable[[wire.Health], None]) -> None:
         gevent.sleep(LAG_TICK_S)
         lags.append(max(0.0, (time.perf_counter() - t0 - LAG_TICK_S) * 1000))
         if time.perf_counter() - last >= 1.0:
-            sink(wire.Health(time.time(), time.process_time(), tuple(round(x, 3) for x in lags)))
+            lagged = tuple(round(x, 3) for x in lags)
+            sink(wire.Health(time.time(), time.process_time(), lagged, stale=stale_in_flight()))
             lags = []
             last = time.perf_counter()
 
@@ -938,7 +962,7 @@ def _work(env: Environment, args: argparse.Namespace) -> int:
 
     def send_health(h: wire.Health) -> None:
         # Locust types the payload as a dict; its messages carry any msgpack-able data
-        runner.send_message("spoc_health", {"t": h.t, "cpu_s": h.cpu_s, "lags_ms": list(h.lags_ms)})
+        runner.send_message("spoc_health", {"t": h.t, "cpu_s": h.cpu_s, "lags_ms": list(h.lags_ms), "stale": h.stale})
 
     gevent.spawn(watch_self, send_health)
 
@@ -974,7 +998,8 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
 
         def on_health(msg: Any, **_kw: Any) -> None:
             d = msg.data
-            emit(wire.Health(float(d["t"]), float(d["cpu_s"]), tuple(d["lags_ms"]), f"worker {msg.node_id}"))
+            stale = int(d.get("stale", 0))
+            emit(wire.Health(float(d["t"]), float(d["cpu_s"]), tuple(d["lags_ms"]), f"worker {msg.node_id}", stale))
 
         runner.register_message("spoc_health", on_health)
 

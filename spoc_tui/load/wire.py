@@ -103,6 +103,8 @@ class Health:
     cpu_s: float
     lags_ms: tuple[float, ...]
     process: str = "main"
+    stale: int = 0
+    """Requests it has in flight that an earlier step sent (a step down waits for them to end)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +161,14 @@ def encode(msg: Command | Event) -> str:
             "process": msg.process,
         }
     elif isinstance(msg, Health):
-        d = {"type": "health", "t": msg.t, "cpu_s": msg.cpu_s, "lags_ms": list(msg.lags_ms), "process": msg.process}
+        d = {
+            "type": "health",
+            "t": msg.t,
+            "cpu_s": msg.cpu_s,
+            "lags_ms": list(msg.lags_ms),
+            "process": msg.process,
+            "stale": msg.stale,
+        }
     else:
         raise WireError(f"{type(msg).__name__} is not sent over the wire")
     return json.dumps(d, separators=(",", ":"))
@@ -252,8 +261,10 @@ def decode_event(line: str | bytes) -> Event:
         lags = d.get("lags_ms")
         if not isinstance(lags, list) or not all(isinstance(x, (int, float)) for x in lags):
             raise WireError("health: lags_ms must be a list of numbers")
-        t, cpu = d.get("t"), d.get("cpu_s")
+        t, cpu, stale = d.get("t"), d.get("cpu_s"), d.get("stale", 0)
         if not isinstance(t, (int, float)) or not isinstance(cpu, (int, float)):
             raise WireError("health: t and cpu_s must be numbers")
-        return Health(float(t), float(cpu), tuple(float(x) for x in lags), str(d.get("process", "main")))
+        if not isinstance(stale, int) or isinstance(stale, bool) or stale < 0:
+            raise WireError("health: stale must be a count")
+        return Health(float(t), float(cpu), tuple(float(x) for x in lags), str(d.get("process", "main")), stale)
     raise WireError(f"unknown event {kind!r}")

@@ -141,6 +141,8 @@ class VirtualServer:
         self._system: dict[int, list[int]] = {}
         self._holding = False
         """Lockstep: a step's cohort waits for the requests in flight to end."""
+        self._level_at = 0.0
+        """When the load was last set (:meth:`stale`)."""
         self.lockstep = lockstep
         self.spread_s = spread_s
         self.set_users(users)
@@ -153,6 +155,7 @@ class VirtualServer:
         """Change the number of users from now: new ones start spread over ``spread_s``; users
         beyond ``n`` stop after their request in flight. In lockstep every user restarts at once
         (as :class:`spoc_tui.load.runner.Cohort` restarts ``spoc ramp``'s)."""
+        self._level_at = self.now
         while len(self._users) < n:
             self._users.append(_User(len(self._users), random.Random(self.rng.random())))
         if self.lockstep:
@@ -173,6 +176,7 @@ class VirtualServer:
         each the next turn of an idle conversation (picked at random) or of a new one, sent at
         once whatever is in flight; no think time, no jitter. 0 stops the arrivals."""
         self.rate = rate
+        self._level_at = self.now
         self._next_arrival = self.now + self.rng.expovariate(rate) if rate > 0 else None
 
     def _release(self) -> None:
@@ -325,6 +329,19 @@ class VirtualServer:
             self.now += dur
             eng.busy_s += dur
             eng.complete(decodes, prefills, self.now)
+
+    def stale(self) -> int:
+        """Requests in flight that were sent before the load was last set."""
+        return sum(1 for u in self._users if (u.in_flight or (u.open and u.busy)) and u.start < self._level_at)
+
+    def drain(self, most_s: float) -> float:
+        """After a step down, run on until the requests the earlier levels sent have ended (read
+        once a second, as ``spoc ramp`` reads its load generator), at most ``most_s``: the
+        seconds it took (as :func:`spoc_tui.load.ramp._drain` waits)."""
+        t0 = self.now
+        while self.stale() and self.now < t0 + most_s - 1e-9:
+            self.advance(min(t0 + most_s, self.now + 1.0))
+        return self.now - t0
 
     def _next_event(self) -> float | None:
         times = [h[0][0] for h in (self._heap, self._pending) if h]

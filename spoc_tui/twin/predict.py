@@ -221,6 +221,9 @@ def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[
     for u, secs in levels:
         sent_from = vs.now
         p.start(vs, u, prev)
+        if u < prev:  # as spoc ramp: the last level's requests end before the warm-up
+            vs.drain(p.step_limit_s)
+            sent_from = vs.now
         prev = u
         advance(vs.now + p.warmup_s)
         start = vs.now
@@ -252,6 +255,10 @@ def run_ramp(
             break
         sent_from = vs.now
         p.start(vs, u, prev)
+        drained = 0.0
+        if u < prev:  # as spoc ramp: the last level's requests end before the warm-up
+            drained = vs.drain(p.step_limit_s)
+            sent_from = vs.now
         prev = u
         advance(vs.now + p.warmup_s)
         start = vs.now
@@ -279,6 +286,7 @@ def run_ramp(
                 rate=float(u) if p.open_loop else None,
                 server=server,
                 extended_s=target - planned,
+                drained_s=drained,
             )
             if summary.decision != "inconclusive" or target >= limit - 1e-6:
                 break
@@ -286,7 +294,7 @@ def run_ramp(
             if not measure_on(plan, steps, summary, [*windows, (u, window)], p.limits, seed=seed):
                 break
             target = min(limit, target + planned)
-        used += p.warmup_s + target
+        used += drained + p.warmup_s + target
         busy = (_counters(eng)["busy"] - c0["busy"]) / secs
         steps.append(summary)
         windows.append((u, window))

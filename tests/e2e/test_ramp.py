@@ -204,6 +204,10 @@ def test_knee_search_auto(sim8, fast_profile, tmp_path):
     budget_spent = "the budget (1.25 min of load) is spent" in d["stop_reason"]
     # the load it ran stays within the budget (a step starts only with a whole step left)
     assert sum(s["duration_s"] + 1 for s in d["steps"]) <= 75 + 4 * 4
+    # a step down first waits until the load generator reports none of the last level's requests
+    # in flight (it reads a report made after the step's command: at least 1.5 s)
+    downs = [b for a, b in zip(d["steps"], d["steps"][1:], strict=False) if b["users"] < a["users"]]
+    assert all(s.get("drained_s", 0) >= 1.5 for s in downs), [(s["users"], s.get("drained_s")) for s in d["steps"]]
     if hi is None:  # the interval it reached when the budget ran out: on a loaded machine a 4 s step
         # holds too few requests to bound the knee from above (CI13); said, never hidden
         assert budget_spent and lo is not None and lo <= est, (probes, knee, d["stop_reason"])

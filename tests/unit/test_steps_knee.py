@@ -244,8 +244,8 @@ def test_a_step_where_nothing_ended_is_measured_on():
 
 def test_at_one_user_the_search_measures_again_until_its_requests_say_it_breaks():
     """Every level broken down to 1 user, but 1 user's few requests cannot say so surely: the
-    search measures 1 user again (the budget ends it), where it used to stop after three tries
-    with no answer."""
+    search first measures a level that surely breaks (an answer needs one end), then 1 user again
+    (the budget ends it), where it used to stop after three tries with no answer."""
     lims = parse_sla("ttft_p50<=500ms")
 
     def _samples(ttfts: list[float]) -> list[RequestSample]:
@@ -256,7 +256,12 @@ def test_at_one_user_the_search_measures_again_until_its_requests_say_it_breaks(
     unsure = [_step(1, 0.3, 3, lims, spread=0.6) for _ in range(3)]
     knee = find_knee(unsure, infer_knee([(1, _samples([0.3, 0.6, 0.9])) for _ in range(3)], lims))
     assert knee.inferred.estimate is None and knee.inferred.ci95[1] is None  # not surely broken
-    assert KneeSearch().next(unsure, knee) == 1
+    assert KneeSearch().next(unsure, knee) == 2  # no end known: above first
+    above = [*unsure, _step(2, 0.9, 20, lims)]
+    levels = [*[(1, _samples([0.3, 0.6, 0.9])) for _ in range(3)], (2, _samples([0.9] * 20))]
+    knee = find_knee(above, infer_knee(levels, lims))
+    assert knee.inferred.estimate is None and knee.inferred.ci95 == (None, 2.0)  # "fewer than 2"
+    assert KneeSearch().next(above, knee) == 1  # then 1 user again, until it is sure
     sure = [_step(1, 0.6, 20, lims)]
     knee = find_knee(sure, infer_knee([(1, _samples([0.6] * 20))], lims))
     assert knee.inferred.ci95[1] is not None and knee.inferred.ci95[1] <= 1
@@ -589,14 +594,15 @@ def test_the_knees_interval_is_drawn_on_the_levels_run():
 
 def test_knee_search_probes_on_past_a_cliff_whose_interval_is_open():
     """CI16: a cliff between 8 and 16 users whose resampling left the top open (a replicate
-    never crossed) ended the search with no answer and no reason; it now probes inside it."""
+    never crossed) ended the search with no answer and no reason; it now closes the top first
+    (a level above every one measured), then probes inside it."""
     from spoc_tui.core.inference import KneeEstimate
 
     lims = parse_sla("ttft_p50<=300ms")
     steps = [_step(u, 0.05 if u <= 8 else 0.5, 40, lims) for u in (1, 2, 4, 8, 16)]
     open_cliff = replace(find_knee(steps), inferred=KneeEstimate(8, (8, None), "ttft_p50", "cliff", "users", 5, 200))
-    nxt = KneeSearch(max_users=64).next(steps, open_cliff)
-    assert nxt is not None and 8 < nxt <= 12
+    assert KneeSearch(max_users=64).next(steps, open_cliff) == 32
+    assert KneeSearch(max_users=16).next(steps, open_cliff) == 16  # at MAX: MAX again
     closed = replace(open_cliff, inferred=KneeEstimate(8, (8, 16), "ttft_p50", "cliff", "users", 5, 200))
     assert KneeSearch(max_users=64).next(steps, closed) == 12
 
@@ -663,3 +669,32 @@ def test_the_knee_sentence_says_even_only_when_nothing_ran_below_the_break():
     below = Knee(None, 128.0, "ttft_p99", inconclusive=(1.0, 64.0, 124.0))
     text, tone = knee_sentence(below)
     assert text.startswith("knee: no step surely met the SLA; 128 users break it (ttft_p99)") and tone == "breaks"
+
+
+def test_knee_search_closes_an_open_high_end_before_narrowing():
+    """A p50 of two kinds of request (a cache hit's 14 ms, a long prompt's 1.5 s) barely moves with
+    load until the server is full: the steps near the knee cannot tell which side they are on, and
+    narrowing there left both ends open at the end of the budget (8 of 20 searches of the
+    simulator's logs profile). The search first measures a level that surely breaks, so at
+    worst it answers "fewer than N"."""
+    lims = parse_sla("ttft_p50<=500ms")
+    rng = random.Random(4)
+
+    def fast_share(u: int) -> float:  # 58 % fast at 1 user, 49 % at 6: the p50 crosses near 5
+        return 0.05 if u >= 12 else 0.60 - 0.018 * u
+
+    steps, windows, knee = [], [], None
+    plan = KneeSearch(max_users=256)
+    while len(steps) < 10 and (u := plan.next(steps, knee)) is not None:
+        n = 12
+        samples = [_s(0.014 if rng.random() < fast_share(u) else 1.5, 3.0, 10, end=10.0 * i / n) for i in range(n)]
+        steps.append(summarize_step(len(steps) + 1, u, samples, 10, lims))
+        windows.append((u, samples))
+        knee = find_knee(steps, infer_knee(windows, lims))
+        inf = knee.inferred
+        if inf is not None and inf.ci95[1] is None and inf.estimate is not None and inf.boundary != "bound":
+            # an open high end: the next level is above every level measured
+            nxt = plan.next(steps, knee)
+            assert nxt is not None and nxt > max(s.users for s in steps), [s.users for s in steps]
+    assert knee.inferred.ci95[1] is not None  # an answer with its high end
+    assert max(s.users for s in steps) >= 12  # it went where the limit surely breaks

@@ -34,6 +34,7 @@ def test_commands_round_trip(msg):
         wire.RunnerFailed("only 1 of 2 workers joined"),
         wire.Stopped(),
         wire.Health(1.5, 0.25, (0.1, 2.0), "worker w1"),
+        wire.Health(1.5, 0.25, (), "main", stale=3),
         wire.Sample(
             RequestSample(1.0, 2, 8, True, 0.05, 1.2, (0.01, 0.002), 30, 100, 64, None, "c-1", 1, "chatcmpl-x", 2.2)
         ),
@@ -107,3 +108,67 @@ def test_the_load_generators_command_line_never_holds_a_password():
     assert "pw" not in " ".join(argv) and "http://***@gpu-host:8000" in argv
     assert argv[-1] == "--worker" and argv[argv.index("--seed") + 1] == "3"
     assert runner_env("http://u:pw@gpu-host:8000")["SPOC_RUNNER_URL"] == "http://u:pw@gpu-host:8000"
+
+
+@pytest.mark.parametrize("stale", ['"3"', "-1", "true", "1.5"])
+def test_a_health_report_counts_stale_requests_in_whole_numbers(stale):
+    line = f'{{"type": "health", "t": 1.0, "cpu_s": 0.1, "lags_ms": [], "stale": {stale}}}'
+    with pytest.raises(wire.WireError, match="stale"):
+        wire.decode_event(line)
+    # a report without it (an older runner's) reads as none in flight
+    assert wire.decode_event('{"type": "health", "t": 1.0, "cpu_s": 0.1, "lags_ms": []}').stale == 0  # type: ignore[union-attr]
+
+
+def test_a_step_down_waits_for_the_last_levels_requests(tmp_path):
+    """spoc ramp's drain: after a step down it waits until every load-generator process has
+    reported, after the command, no request in flight from an earlier step; it says what it
+    waits for, and it gives up at the step's limit or when nothing reports at all."""
+    import asyncio
+    import time
+
+    from spoc_tui.core.sla import parse_sla
+    from spoc_tui.load import ramp
+    from spoc_tui.load.workload import load_workload
+
+    cfg = ramp.RampConfig(
+        "http://127.0.0.1:1",
+        load_workload("chatbot"),
+        ramp.FixedUsers([8, 2]),
+        tuple(parse_sla("ttft_p99<=1s")),
+        tmp_path,
+        step_s=2.0,
+        warmup_s=0.5,
+        max_step_s=3.0,
+    )
+    notes: list[str] = []
+
+    def report(phase, idx, level, steps, n, note):
+        notes.append(note)
+
+    async def scenario(reports: list[tuple[float, str, int]]) -> float:
+        health: list[wire.Health] = []
+        t0 = time.time()
+        health.append(wire.Health(t0 - 0.5, 0.0, (), "main", 5))  # before the command: the process is known
+
+        async def feed() -> None:
+            for after, proc, stale in reports:
+                await asyncio.sleep(max(0.0, t0 + after - time.time()))
+                health.append(wire.Health(time.time(), 0.0, (), proc, stale))
+            await asyncio.sleep(60)
+
+        pump = asyncio.create_task(asyncio.sleep(60))
+        feeder = asyncio.create_task(feed())
+        try:
+            end = await ramp._drain(cfg, 2, 2, [], [], health, report, pump)
+        finally:
+            pump.cancel()
+            feeder.cancel()
+        return end - t0
+
+    # 3 stale at 1.6 s (after the command reached it), none at 2.1 s: it ends then
+    took = asyncio.run(scenario([(0.2, "main", 5), (1.6, "main", 3), (2.1, "main", 0)]))
+    assert 2.0 <= took < 2.9
+    assert "waiting for 3 requests of the last level to end" in notes
+    # they never end: it gives up at the step's limit (3 s)
+    took = asyncio.run(scenario([(1.6, "main", 2), (2.5, "main", 2)]))
+    assert 2.9 <= took < 3.8
