@@ -28,7 +28,8 @@ its accuracy, but how much of a miss was the shared host rather than the twin. T
 benchmark starts is warmed up first with one step of each held-out shape (not measured).
 
 ``--only=multi-turn,short`` runs those held-out workloads alone (no knee, no max-num-seqs what-if,
-no simulator); ``--no-sim`` leaves the simulator out.
+no simulator); ``--only=sim`` the simulator's part alone (no vLLM); ``--no-sim`` leaves the
+simulator out.
 """
 
 from __future__ import annotations
@@ -202,11 +203,15 @@ class _Given:
 
 
 def main() -> None:
+    if ONLY is not None and (unknown := set(ONLY) - {"short", "long", "multi-turn", "sim"}):
+        raise SystemExit(f"--only: no workload {', '.join(sorted(unknown))}; known: short, long, multi-turn, sim")
+    work = Path(tempfile.mkdtemp(prefix="spoc-twin-"))
+    if ONLY == ["sim"]:  # the simulator alone: no vLLM needed
+        print(f"twin accuracy: the simulator alone; {STEP} s steps; budget {BUDGET} s; work in {work}")
+        report([], simulator_part(work), {})
+        return
     if not ready():
         raise SystemExit(NOT_SET_UP)
-    if ONLY is not None and (unknown := set(ONLY) - {"short", "long", "multi-turn"}):
-        raise SystemExit(f"--only: no workload {', '.join(sorted(unknown))}; known: short, long, multi-turn")
-    work = Path(tempfile.mkdtemp(prefix="spoc-twin-"))
     cores = sorted(os.sched_getaffinity(0))
     pin = len(cores) >= 2
     rows: list[dict[str, Any]] = []
@@ -285,21 +290,28 @@ def main() -> None:
             print(f"  max-num-seqs 4: {rows[-1]}", flush=True)
     finally:
         server.stop()
+    report(rows, simulator_part(work) if not SMOKE and not NO_SIM else [], knee)
+
+
+def simulator_part(work: Path) -> list[dict[str, Any]]:
+    """The simulator started with settings the twin is not told (an A100-40GB, 48 seats),
+    calibrated and checked on the short and multi-turn workloads."""
     sim_rows: list[dict[str, Any]] = []
-    if not SMOKE and not NO_SIM:
-        (port,) = free_ports(1)
-        sim = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "48", "--dcgm-port", "0"], port)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            st = work / "twin-sim.json"
-            calibrate(url, st, "--engine-flag", "max-num-seqs=48", "--engine-flag", "max-num-batched-tokens=8192")
-            sim_rows.append(row("simulator A100 (short)", check(st, ramp(url, work, "sim-short", SHORT, "1,8,32"))))
-            sim_rows.append(
-                row("simulator A100 (multi-turn)", check(st, ramp(url, work, "sim-multi", MULTI, "4,16,48")))
-            )
-        finally:
-            sim.stop()
-    report(rows, sim_rows, knee)
+    (port,) = free_ports(1)
+    sim = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "48", "--dcgm-port", "0"], port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        st = work / "twin-sim.json"
+        cal = calibrate(url, st, "--engine-flag", "max-num-seqs=48", "--engine-flag", "max-num-batched-tokens=8192")
+        res = {r["kind"]: r["median_abs_pct"] for r in cal["residuals"]}
+        print(f"simulator calibrated in {cal['_took']:.0f} s: {cal['probes']} probes; residuals: {res}", flush=True)
+        sim_rows.append(row("simulator A100 (short)", check(st, ramp(url, work, "sim-short", SHORT, "1,8,32"))))
+        print(f"  simulator short: {sim_rows[-1]}", flush=True)
+        sim_rows.append(row("simulator A100 (multi-turn)", check(st, ramp(url, work, "sim-multi", MULTI, "4,16,48"))))
+        print(f"  simulator multi-turn: {sim_rows[-1]}", flush=True)
+    finally:
+        sim.stop()
+    return sim_rows
 
 
 def report(rows: list[dict[str, Any]], sim_rows: list[dict[str, Any]], knee: dict[str, Any]) -> None:

@@ -649,6 +649,7 @@ async def _drain(
     the truth out in 3 of 20 searches.)"""
     t0 = time.time()
     stale: int | None = None
+    said = ""
     while time.time() - t0 < cfg.step_limit_s:
         if pump.done():
             raise RampError("the load generator exited; see runner.log in the output folder")
@@ -661,7 +662,10 @@ async def _drain(
             if stale == 0:
                 break
         waiting = f"{stale} requests" if stale is not None else "the requests"
-        report("warmup", idx, level, steps, len(samples), f"waiting for {waiting} of the last level to end")
+        note = f"waiting for {waiting} of the last level to end"
+        if note != said:  # said once per change (the command line prints every report)
+            report("warmup", idx, level, steps, len(samples), note)
+            said = note
         await asyncio.sleep(0.5)
     return time.time()
 
