@@ -438,7 +438,8 @@ class Calibrator:
         chunks = self._chunks(s.prompt_tokens, s.cached_tokens)
         steps = [step_features([], [ch]) for ch in chunks]
         row = tuple(sum(col) for col in zip(*steps, strict=True))
-        self.obs.append(Observation("prefill", pid, design_row(row, 1.0, s.prompt_tokens / 1e3), s.ttft))
+        each = tuple((1.0, float(n), 0.0) for n, _ in chunks)  # one step a chunk, no decodes
+        self.obs.append(Observation("prefill", pid, design_row(row, 1.0, s.prompt_tokens / 1e3), s.ttft, each))
         if (
             before.prefill_sum is not None
             and after.prefill_sum is not None
@@ -449,7 +450,7 @@ class Calibrator:
         ):
             y = after.prefill_sum - before.prefill_sum
             if y > 0:
-                self.obs.append(Observation("server_prefill", pid, design_row(row), y))
+                self.obs.append(Observation("server_prefill", pid, design_row(row), y, each))
 
     async def decode(self, c: httpx.AsyncClient, batch: int, context: int, out: int, shared: bool = False) -> None:
         """B streams decoding together; ``shared``: their prompts share :data:`SHARED_SHARE` of
@@ -675,7 +676,9 @@ class Calibrator:
             self.notes.append("a mixed probe's prefill did not land among the decodes")
             return
         k = sorted(range(len(ys)), key=ys.__getitem__)[len(ys) // 2]  # the median decoder's span
-        self.obs.append(Observation("mixed", pid, design_row(rows[k]), ys[k]))
+        # the prefill column is the one step that holds the chunk beside the decoders
+        beside = ((1.0, float(sum(n for n, _ in chunks)), float(MIXED_DECODERS)),)
+        self.obs.append(Observation("mixed", pid, design_row(rows[k]), ys[k], beside))
 
 
 @dataclass(frozen=True)
@@ -720,10 +723,7 @@ def _out(s: Stream) -> int:
 
 def _scaled(m: StepModel, k: float) -> StepModel:
     """Every step coefficient times ``k`` (the outside time as it is)."""
-    v = list(m.vector())
-    for i in range(len(STEP_COEFFS)):
-        v[i] *= k
-    return StepModel.from_vector(v)
+    return replace(m, **{c: getattr(m, c) * k for c in STEP_COEFFS})
 
 
 SCALE_BOUNDS = (0.5, 2.0)

@@ -12,6 +12,12 @@ Each observation is a measured time with its row of the design (:data:`~spoc_tui
   blocks: ``b_shared``'s column, negative, as the coefficient is a saving);
 - ``mixed``: the decoders' gap that holds a new prompt's prefill (what a prefill adds to a step).
 
+The ridge (:data:`~spoc_tui.twin.model.RIDGES`, prompt tokens a step computes inside its fixed
+cost) is not linear: each solve tries every ridge, with the prefill column rebuilt from the
+observation's steps (:attr:`Observation.steps`), and keeps the one with the least weighted error;
+a ridge above 0 must cut that error by :data:`RIDGE_GAIN` (else a CPU server's noise would buy
+one). Each bootstrap resample searches it again, so its spread is in the draws.
+
 Relative error (each row weighted by 1/y) because the times span three orders of magnitude and
 a 1 ms decode gap matters as much as a 1 s prefill. The bootstrap resamples whole probes (a probe's
 observations share its moment on the server), so the spread carries the server's drift between
@@ -21,16 +27,19 @@ probes as well as the noise within one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spoc_tui.twin.model import COEFFS, Residuals, StepModel, TwinError
+from spoc_tui.twin.model import COEFFS, RIDGES, Residuals, StepModel, TwinError, past_ridge
 
 KINDS = ("prefill", "server_prefill", "decode", "shared", "mixed")
 BOOTSTRAP = 200
 KEEP_DRAWS = 32
 """Draws kept in twin.json: a prediction runs once per draw (its interval is their spread)."""
+RIDGE_GAIN = 0.10
+"""A ridge above 0 is kept only where it cuts the fit's weighted squared error by this share."""
+PREFILL = COEFFS.index("b_prefill")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +51,16 @@ class Observation:
     """The design row, one value per coefficient of :data:`COEFFS`."""
     y: float
     """Seconds measured."""
+    steps: tuple[tuple[float, float, float], ...] = ()
+    """The steps whose prompt tokens the row's prefill column sums, for the ridge: (how many such
+    steps, prompt tokens in each, decodes beside them). Empty: the column as given."""
+
+    def at_ridge(self, ridge: float) -> Observation:
+        """The observation with its prefill column counted past ``ridge``."""
+        if not self.steps:
+            return self
+        col = sum(k * past_ridge(n, int(d), ridge) for k, n, d in self.steps)
+        return replace(self, x=(*self.x[:PREFILL], col, *self.x[PREFILL + 1 :]))
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:
@@ -89,6 +108,30 @@ def _solve(obs: Sequence[Observation], free: np.ndarray) -> np.ndarray:
     return out
 
 
+def _weighted_sse(obs: Sequence[Observation], coef: np.ndarray) -> float:
+    x = np.array([o.x for o in obs], dtype=float)
+    y = np.array([o.y for o in obs], dtype=float)
+    r = (x @ coef - y) / np.maximum(y, 2e-4)
+    return float(r @ r)
+
+
+def _solve_ridge(obs: Sequence[Observation], free: np.ndarray) -> tuple[np.ndarray, float]:
+    """The fit at the best ridge of :data:`RIDGES` (0 unless another cuts the error by
+    :data:`RIDGE_GAIN`): (coefficients, ridge)."""
+    if not any(o.steps for o in obs):
+        return _solve(obs, free), 0.0
+    coef = _solve(obs, free)  # RIDGES[0] is 0: the columns as given
+    base = _weighted_sse(obs, coef)
+    best = (base, coef, 0.0)
+    for ridge in RIDGES[1:]:
+        at = [o.at_ridge(ridge) for o in obs]
+        coef = _solve(at, free)
+        err = _weighted_sse(at, coef)
+        if err < best[0] and err < (1 - RIDGE_GAIN) * base:
+            best = (err, coef, ridge)
+    return best[1], best[2]
+
+
 def fit_step_model(
     obs: Sequence[Observation], seed: int = 0, bootstrap: int = BOOTSTRAP
 ) -> tuple[StepModel, StepModel, tuple[StepModel, ...], tuple[Residuals, ...], list[str]]:
@@ -110,7 +153,7 @@ def fit_step_model(
     x = np.array([o.x for o in obs], dtype=float)
     free = np.abs(x).max(axis=0) > 0
     notes = [f"{COEFFS[i]} not measured (no probe exercised it): held at 0" for i in range(len(COEFFS)) if not free[i]]
-    best = _solve(obs, free)
+    best, ridge = _solve_ridge(obs, free)
     probes = sorted({o.probe for o in obs})
     by_probe: dict[int, list[Observation]] = {p: [] for p in probes}
     for o in obs:
@@ -122,7 +165,8 @@ def fit_step_model(
         sample = [o for i in pick for o in by_probe[probes[i]]]
         kinds_in = {o.kind for o in sample}
         if "decode" in kinds_in and kinds_in & {"prefill", "server_prefill"}:
-            boots.append(_solve(sample, free))
+            coef, r = _solve_ridge(sample, free)
+            boots.append(np.append(coef, r))
     if len(boots) < 10:
         raise TwinError(
             "the probes are too few to say how sure the fit is (the bootstrap found too few usable resamples)"
@@ -130,6 +174,7 @@ def fit_step_model(
     arr = np.array(boots)
     sd = arr.std(axis=0, ddof=1)
     keep = arr[np.linspace(0, len(arr) - 1, min(KEEP_DRAWS, len(arr))).astype(int)]
+    x = np.array([o.at_ridge(ridge).x for o in obs], dtype=float)
     pred = x @ best
     y = np.array([o.y for o in obs])
     rel = np.abs(pred - y) / np.maximum(y, 1e-9) * 100
@@ -139,7 +184,7 @@ def fit_step_model(
         if m.any():
             residuals.append(Residuals(k, int(m.sum()), float(np.median(rel[m])), float(rel[m].max())))
     return (
-        StepModel.from_vector(best.tolist()),
+        StepModel.from_vector([*best.tolist(), ridge]),
         StepModel.from_vector(sd.tolist()),
         tuple(StepModel.from_vector(r.tolist()) for r in keep),
         tuple(residuals),

@@ -4,7 +4,8 @@ outside the engine, and the server's configuration as it reported it. ``twin.jso
 The step-time model (seconds per engine step), linear in what the step computes::
 
     step = b0                                  fixed cost of a step (scheduling, launch, sampling)
-         + b_prefill  * prefill tokens          the GEMMs of new prompt tokens
+         + b_prefill  * prefill tokens past     the GEMMs of new prompt tokens beyond those the
+                        the ridge               step computes while it reads the weights anyway
          + b_attn     * prefill attention       sum over chunks of n * (done + n/2), in k-token^2
          + b_decode   * decoding sequences      one new token each
          + b_context  * decode context          sum of their context lengths, in k-tokens
@@ -19,6 +20,14 @@ Each coefficient is fitted non-negative (:mod:`spoc_tui.twin.fit`) with its boot
 bootstrap's draws are kept, so a prediction runs once per draw and its interval carries the fit's
 uncertainty. ``step_cv`` is the steps' own jitter (robust coefficient of variation of decode
 gaps), drawn per simulated step.
+
+``ridge`` is the roofline's ridge in tokens: a step reads every weight once whatever it computes,
+so a GPU computes its first tokens (about 130 for an 8B model on an A100: weights over memory
+bandwidth, times the tensor cores' rate) inside the time the read takes. The prefill column
+counts a step's prompt tokens beyond ``max(0, ridge - decodes)``, the room its decodes leave. A
+linear model without it timed 100-300-token prefills on the simulated A100 21-23 % slow and
+2,048-token ones 10 % fast. The fit searches it over :data:`RIDGES` (a CPU has none: 0), and a
+twin before schema 3 has it at 0.
 
 ``b_shared`` is what a context token costs *less* when the step already reads its block for
 another sequence: requests that share a prefix (a system prompt) hold the same KV blocks once the
@@ -41,14 +50,20 @@ from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, read_text_bounded, write_atomic
 from spoc_tui.core.jsonsafe import json_safe
 
-TWIN_SCHEMA = 2
+TWIN_SCHEMA = 3
 """1: the first twin.json; 2: ``b_shared`` (the shared-prefix decode term) last in the fit, the
-sd and every draw (a schema-1 twin reads with it at 0: no saving)."""
+sd and every draw (a schema-1 twin reads with it at 0: no saving); 3: ``ridge`` after it (a
+schema-1 or -2 twin reads with it at 0: every prefill token costs)."""
 
 COEFFS = ("b0", "b_prefill", "b_attn", "b_decode", "b_context", "b_mixed", "a0", "a_prompt", "b_shared")
 """The fitted coefficients, in the fit's column order (``b_shared`` last: schema 1 had 8)."""
 STEP_COEFFS = (*COEFFS[:6], "b_shared")
 """The coefficients of the engine's step (the rest are the time outside it)."""
+PARAMS = (*COEFFS, "ridge")
+"""What twin.json keeps of each fit, sd and draw: the coefficients, then the ridge (searched,
+not fitted by the least squares)."""
+RIDGES = (0.0, 16.0, 32.0, 48.0, 64.0, 96.0, 128.0, 160.0, 192.0, 256.0, 320.0, 384.0, 512.0)
+"""The ridges the fit tries (prompt tokens)."""
 COEFF_HELP = {
     "b0": "s per step",
     "b_prefill": "s per prefill token",
@@ -59,6 +74,7 @@ COEFF_HELP = {
     "a0": "s per request outside the engine",
     "a_prompt": "s per prompt k-token outside the engine",
     "b_shared": "s saved per k-token of decode context another decoding sequence reads in the same blocks",
+    "ridge": "prefill tokens a step computes inside its fixed cost (the roofline's ridge; 0 on a CPU)",
 }
 WHAT_IF = (
     "max_num_seqs",
@@ -75,15 +91,22 @@ class TwinError(InputError):
     for bad input, 1 where the server failed: set per instance)."""
 
 
-def step_features(decodes: Sequence[int], prefills: Sequence[tuple[int, int]]) -> tuple[float, ...]:
-    """The step's row of the design: (1, prefill tokens, attention k-tok^2, decodes, context
-    k-tok, mixed), from each decode's context and each prefill chunk's (new tokens, done). The
-    shared decode context (``shared`` tokens) is a column of its own: :func:`design_row`."""
+def step_features(decodes: Sequence[int], prefills: Sequence[tuple[int, int]], ridge: float = 0.0) -> tuple[float, ...]:
+    """The step's row of the design: (1, prefill tokens past the ridge, attention k-tok^2,
+    decodes, context k-tok, mixed), from each decode's context and each prefill chunk's (new
+    tokens, done). The shared decode context (``shared`` tokens) is a column of its own:
+    :func:`design_row`."""
     n_p = sum(n for n, _ in prefills)
     attn = sum(n * (done + n / 2) for n, done in prefills) / 1e6
     ctx = sum(decodes) / 1e3
     mixed = 1.0 if decodes and prefills else 0.0
-    return (1.0, float(n_p), attn, float(len(decodes)), ctx, mixed)
+    return (1.0, past_ridge(n_p, len(decodes), ridge), attn, float(len(decodes)), ctx, mixed)
+
+
+def past_ridge(prefill_tokens: float, decodes: int, ridge: float) -> float:
+    """A step's prompt tokens beyond those it computes inside its fixed cost: the ridge less
+    what its decodes take of it."""
+    return max(0.0, prefill_tokens - max(0.0, ridge - decodes))
 
 
 def design_row(
@@ -116,20 +139,27 @@ class StepModel:
     a0: float
     a_prompt: float
     b_shared: float = 0.0
+    ridge: float = 0.0
 
     @classmethod
     def from_vector(cls, v: Sequence[float]) -> StepModel:
+        """From the coefficients in :data:`COEFFS` order, and the ridge after them if given."""
         return cls(*(float(x) for x in v))
 
     def vector(self) -> tuple[float, ...]:
+        """The coefficients (:data:`COEFFS`; the ridge is not one)."""
         return tuple(getattr(self, k) for k in COEFFS)
+
+    def params(self) -> tuple[float, ...]:
+        """The coefficients and the ridge (:data:`PARAMS`), as twin.json keeps them."""
+        return tuple(getattr(self, k) for k in PARAMS)
 
     def step_s(self, decodes: Sequence[int], prefills: Sequence[tuple[int, int]], shared: int = 0) -> float:
         """Seconds of one engine step (0 for an empty one); ``shared``: tokens of the decodes'
         context that another decode in the step reads in the same blocks."""
         if not decodes and not prefills:
             return 0.0
-        f = step_features(decodes, prefills)
+        f = step_features(decodes, prefills, self.ridge)
         secs = sum(c * x for c, x in zip(self.vector()[:6], f, strict=True))
         if shared > 0:
             secs -= min(self.b_shared, self.b_context) * min(shared, sum(decodes)) / 1e3
@@ -251,7 +281,8 @@ class Twin:
             "seconds": round(self.seconds, 1),
             "server": self.server.as_dict(),
             "model": {
-                "step_s": "b0 + b_prefill*prefill_tokens + b_attn*sum(n*(done+n/2))/1e6 + b_decode*decodes "
+                "step_s": "b0 + b_prefill*max(0, prefill_tokens - max(0, ridge - decodes)) "
+                "+ b_attn*sum(n*(done+n/2))/1e6 + b_decode*decodes "
                 "+ b_context*sum(decode_context)/1e3 + b_mixed*[prefill with decodes] "
                 "- min(b_shared, b_context)*shared_decode_context/1e3",
                 "outside_s": "a0 + a_prompt*prompt_tokens/1e3",
@@ -260,7 +291,7 @@ class Twin:
             "fit": asdict(self.fit),
             "sd": asdict(self.sd),
             "step_cv": self.step_cv,
-            "draws": [list(d.vector()) for d in self.draws],
+            "draws": [list(d.params()) for d in self.draws],
             "residuals": [asdict(r) for r in self.residuals],
             "observations": self.observations,
             "probes": self.probes,
@@ -300,10 +331,10 @@ class Twin:
             raise TwinError(f"{where}: the fit does not read ({type(e).__name__}: {e})") from None
         if not isinstance(server, Mapping):
             raise TwinError(f"{where}: no server configuration")
-        width = len(COEFFS) - 1 if v == 1 else len(COEFFS)  # schema 1 had no b_shared
+        width = {1: len(PARAMS) - 2, 2: len(PARAMS) - 1}.get(v, len(PARAMS))  # no b_shared in 1, no ridge in 2
         if any(len(r) != width for r in rows):
             raise TwinError(f"{where}: a draw has the wrong number of coefficients (schema {v} has {width})")
-        draws = tuple(StepModel.from_vector(r + [0.0] * (len(COEFFS) - width)) for r in rows)
+        draws = tuple(StepModel.from_vector(r + [0.0] * (len(PARAMS) - width)) for r in rows)
         clocks = d.get("gpu_clocks")
         return cls(
             fit=fit,
@@ -344,6 +375,8 @@ class Twin:
             mean, sd = getattr(self.fit, k), getattr(self.sd, k)
             rel = f" (+-{100 * sd / mean:.0f} %)" if mean > 0 else ""
             out.append(f"    {k:<10} {_si(mean):>10}{rel:<10} {COEFF_HELP[k]}")
+        ridge, ridge_sd = self.fit.ridge, self.sd.ridge
+        out.append(f"    {'ridge':<10} {ridge:>8.0f} tok (+-{ridge_sd:.0f})    {COEFF_HELP['ridge']}")
         out.append(f"    step jitter (CV) {100 * self.step_cv:.1f} %")
         if self.gpu_clocks:
             clocks = ", ".join(f"GPU {g} {mhz:.0f}" for g, mhz in sorted(self.gpu_clocks.items()))
@@ -378,10 +411,11 @@ def _si(v: float) -> str:
 
 def _model(d: object, schema: int) -> StepModel:
     """A set of coefficients as twin.json of ``schema`` holds it (schema 1 had no ``b_shared``:
-    no saving)."""
+    no saving; schemas 1 and 2 no ``ridge``: every prefill token costs)."""
     if not isinstance(d, Mapping):
         raise TypeError("not an object")
-    return StepModel(*(0.0 if k == "b_shared" and schema == 1 else float(d[k]) for k in COEFFS))
+    absent = {"b_shared": 2, "ridge": 3}  # the schema each was added in
+    return StepModel(*(0.0 if schema < absent.get(k, 1) else float(d[k]) for k in PARAMS))
 
 
 def read_twin(path: str | Path) -> Twin:

@@ -48,21 +48,22 @@ def twin(sim, tmp_path_factory):
 
 def test_calibration_reads_the_servers_settings_and_fits_its_steps(twin):
     doc = json.loads(twin.read_text())
-    assert doc["kind"] == "spoc-twin" and doc["schema"] == 2
+    assert doc["kind"] == "spoc-twin" and doc["schema"] == 3
     srv = doc["server"]
     assert srv["num_gpu_blocks"] > 0 and srv["block_size"] == 16 and srv["max_model_len"] == 32768
     assert srv["sources"]["num_gpu_blocks"] == "reported" and srv["sources"]["max_num_seqs"] == "told"
     assert srv["sources"]["enable_chunked_prefill"] == "assumed"
     res = {r["kind"]: r for r in doc["residuals"]}
-    # the simulator's step is a roofline (a max of memory and compute), the fit is linear: close,
-    # not exact
+    # the simulator's step is a roofline (a max of memory and compute): the fit finds its ridge
+    # (a prefill of a few dozen tokens costs what the weights take to read), and is close after it
     assert res["decode"]["median_abs_pct"] < 15, res
-    assert res["prefill"]["median_abs_pct"] < 25, res
+    assert res["prefill"]["median_abs_pct"] < 15, res
+    assert doc["fit"]["ridge"] >= 64, doc["fit"]
     assert doc["fit"]["b0"] > 0 and doc["fit"]["b_context"] > 0 and len(doc["draws"]) >= 16
     # the shared-prefix probe ran, and found no saving where there is none: the simulator's
     # roofline reads every sequence's KV, shared prefix or not
     assert "shared" in res and doc["fit"]["b_shared"] <= 0.25 * doc["fit"]["b_context"], doc["fit"]
-    assert all(len(d) == 9 for d in doc["draws"])
+    assert all(len(d) == 10 for d in doc["draws"])
     assert doc["gpu_clocks"] and all(mhz > 500 for mhz in doc["gpu_clocks"].values())
     shown = spoc("twin", "show", str(twin))
     assert shown.returncode == 0 and "KV blocks" in shown.stdout and "assumed" in shown.stdout

@@ -43,12 +43,13 @@ def synthetic(model: StepModel, noise: float, seed: int = 1) -> list[Observation
         for n in (16, 64, 256, 1024, 1500):
             p += 1
             f = step_features([], [(n, 0)])
+            each = ((1.0, float(n), 0.0),)
             obs.append(
                 Observation(
-                    "prefill", p, design_row(f, 1.0, n / 1e3), y(model.step_s([], [(n, 0)]) + model.outside_s(n))
+                    "prefill", p, design_row(f, 1.0, n / 1e3), y(model.step_s([], [(n, 0)]) + model.outside_s(n)), each
                 )
             )
-            obs.append(Observation("server_prefill", p, design_row(f), y(model.step_s([], [(n, 0)]))))
+            obs.append(Observation("server_prefill", p, design_row(f), y(model.step_s([], [(n, 0)])), each))
         for b in (1, 2, 4, 8, 16):
             for c in (32, 800):
                 p += 1
@@ -68,7 +69,13 @@ def synthetic(model: StepModel, noise: float, seed: int = 1) -> list[Observation
             p += 1
             ctx = [100 + rep] * 4
             obs.append(
-                Observation("mixed", p, design_row(step_features(ctx, [(n, 0)])), y(model.step_s(ctx, [(n, 0)])))
+                Observation(
+                    "mixed",
+                    p,
+                    design_row(step_features(ctx, [(n, 0)])),
+                    y(model.step_s(ctx, [(n, 0)])),
+                    ((1.0, float(n), 4.0),),
+                )
             )
     return obs
 
@@ -92,6 +99,25 @@ def test_the_fit_recovers_known_coefficients_within_their_intervals():
     assert len(draws) == 32 and notes == []
     assert {r.kind for r in residuals} == {"prefill", "server_prefill", "decode", "shared", "mixed"}
     assert all(r.median_abs_pct < 5 for r in residuals)
+
+
+def test_the_fit_finds_the_roofline_ridge_and_none_where_there_is_none():
+    """A GPU computes a step's first prompt tokens inside the time it reads the weights: a prefill
+    of 16 tokens costs what one of 100 does. The fit finds that ridge (and a CPU's 0), and the
+    prefill times of 100-300 tokens come out right; without it a linear fit missed them by 20 %."""
+    from dataclasses import replace
+
+    from spoc_tui.twin.model import RIDGES
+
+    gpu = replace(TRUE, b0=0.012, b_prefill=8e-5, b_attn=0.0, ridge=128.0)
+    fit, sd, draws, residuals, _ = fit_step_model(synthetic(gpu, 0.02))
+    assert fit.ridge in RIDGES and 96 <= fit.ridge <= 160, fit.ridge
+    assert all(r.median_abs_pct < 5 for r in residuals), residuals
+    for n in (100, 200, 300):
+        assert fit.step_s([], [(n, 0)]) == pytest.approx(gpu.step_s([], [(n, 0)]), rel=0.08), n
+    assert sd.ridge < 64 and {d.ridge for d in draws} <= set(RIDGES)
+    cpu, *_ = fit_step_model(synthetic(TRUE, 0.02))
+    assert cpu.ridge == 0.0
 
 
 def test_noise_widens_the_spread():
@@ -123,7 +149,7 @@ def test_twin_json_round_trips_and_refuses_what_it_cannot_read(tmp_path):
     back = read_twin(path)
     assert back.fit == TRUE and back.server == SERVER and len(back.draws) == 8 and back.step_cv == 0.1
     doc = json.loads(path.read_text())
-    assert doc["schema"] == 2 and doc["kind"] == "spoc-twin"
+    assert doc["schema"] == 3 and doc["kind"] == "spoc-twin" and len(doc["draws"][0]) == 10
     doc["schema"] = 99
     path.write_text(json.dumps(doc))
     with pytest.raises(TwinError, match="newer spoc-tui"):
@@ -240,6 +266,32 @@ def test_a_schema_1_twin_reads_with_no_shared_prefix_saving(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(TwinError, match="wrong number of coefficients"):
         read_twin(path)
+
+
+def test_a_schema_2_twin_reads_with_no_ridge_and_a_ridge_round_trips(tmp_path):
+    """twin.json of schema 2 (before the ridge) had 9 numbers per draw; every prefill token cost."""
+    from dataclasses import replace
+
+    gpu = twin()
+    gpu = replace(gpu, fit=replace(gpu.fit, ridge=128.0), draws=tuple(replace(d, ridge=96.0) for d in gpu.draws))
+    path = tmp_path / "gpu.json"
+    write_twin(gpu, path)
+    back = read_twin(path)
+    assert back.fit.ridge == 128.0 and {d.ridge for d in back.draws} == {96.0}
+    # inside the ridge a prefill costs the fixed cost (and its attention) only
+    assert back.fit.step_s([], [(100, 0)]) == pytest.approx(back.fit.b0 + back.fit.b_attn * 0.005)
+    assert any("ridge" in line for line in back.summary())
+    doc = gpu.as_dict()
+    doc["schema"] = 2
+    for key in ("fit", "sd"):
+        doc[key].pop("ridge")  # type: ignore[attr-defined]
+    doc["draws"] = [row[:9] for row in doc["draws"]]  # type: ignore[attr-defined]
+    path.write_text(json.dumps(doc))
+    old = read_twin(path)
+    assert old.fit.ridge == 0.0 and all(d.ridge == 0.0 for d in old.draws)
+    assert old.fit.step_s([], [(100, 0)]) == pytest.approx(
+        old.fit.b0 + 100 * old.fit.b_prefill + old.fit.b_attn * 0.005
+    )
 
 
 def test_a_shared_context_token_costs_less_but_never_less_than_nothing():
