@@ -15,7 +15,8 @@ with its default probes, then held-out workloads the probes never ran, each meas
   lie inside the predicted knee's interval.
 
 Then the simulator started with settings the twin is not told (an A100-40GB, max-num-seqs 48):
-calibrated and checked the same way.
+calibrated and checked the same way, with its own knee (ITL p90 <= 20 ms over 8-48 users of
+the short workload) measured and predicted.
 
 Reported: per workload, the median absolute error over its steps of E2E, ITL and TTFT p50, and
 the share of measured figures inside the prediction's interval; overall medians against the
@@ -192,6 +193,28 @@ def knee_of(ramp_dir: Path) -> dict[str, Any]:
     return json.loads((ramp_dir / "ramp.json").read_text())["knee"]  # type: ignore[no-any-return]
 
 
+def knee_check(
+    url: str, work: Path, twin: Path, name: str, prof: str, users: str, sla: str, ref0: float | None = None
+) -> dict[str, Any]:
+    """A ramp whose SLA breaks inside its levels, measured and predicted by ``twin predict`` at the
+    same levels: both knees with their intervals (and the server's drift over the measured ramp,
+    from ``ref0``, the reference gap right after calibration)."""
+    if ref0:
+        measured, drift = drifted(url, ref0, functools.partial(ramp, url, work, name, prof, users, sla))
+    else:
+        measured, drift = ramp(url, work, name, prof, users, sla), None
+    mk = knee_of(measured)
+    t = time.perf_counter()
+    r = spoc("twin", "predict", "--twin", str(twin), "--profile", str(work / f"{name}.toml"), "--users", users,
+             "--step-seconds", str(STEP), "--warmup-seconds", str(WARMUP), "--max-step-seconds", str(STEP),
+             "--sla", sla, "--json")  # fmt: skip
+    took = time.perf_counter() - t
+    pk = json.loads(r.stdout)["knee"] if r.returncode == 0 else {}
+    return {"label": name, "sla": sla, "measured": mk.get("estimate"), "measured_ci95": mk.get("ci95"),
+            "predicted": pk.get("estimate"), "predicted_ci95": pk.get("ci95"), "predict_s": took,
+            "levels": len(users.split(",")), "drift_pct": drift}  # fmt: skip
+
+
 class _Given:
     """A server someone else started (``SPOC_BENCH_URL``): not ours to stop."""
 
@@ -208,7 +231,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="spoc-twin-"))
     if ONLY == ["sim"]:  # the simulator alone: no vLLM needed
         print(f"twin accuracy: the simulator alone; {STEP} s steps; budget {BUDGET} s; work in {work}")
-        report([], simulator_part(work), {})
+        sim_rows, sim_knee = simulator_part(work)
+        report([], sim_rows, [sim_knee])
         return
     if not ready():
         raise SystemExit(NOT_SET_UP)
@@ -266,20 +290,7 @@ def main() -> None:
                 rows.append(row(name, check(twin, ramp(server.url, work, name, prof, users))))
             print(f"  {name}: {rows[-1]}", flush=True)
         if not SMOKE and ONLY is None:
-            sla = "itl_p90<=12ms"
-            measured, knee_drift = drifted(
-                server.url, ref0, functools.partial(ramp, server.url, work, "knee", SHORT, "2,4,8,12,16,24", sla)
-            )
-            mk = knee_of(measured)
-            t = time.perf_counter()
-            r = spoc("twin", "predict", "--twin", str(twin), "--profile", str(work / "knee.toml"), "--users",
-                     "2,4,8,12,16,24", "--step-seconds", str(STEP), "--warmup-seconds", str(WARMUP),
-                     "--max-step-seconds", str(STEP), "--sla", sla, "--json")  # fmt: skip
-            took = time.perf_counter() - t
-            pk = json.loads(r.stdout)["knee"] if r.returncode == 0 else {}
-            knee = {"sla": sla, "measured": mk.get("estimate"), "measured_ci95": mk.get("ci95"),
-                    "predicted": pk.get("estimate"), "predicted_ci95": pk.get("ci95"), "predict_s": took,
-                    "drift_pct": knee_drift}  # fmt: skip
+            knee = knee_check(server.url, work, twin, "knee", SHORT, "2,4,8,12,16,24", "itl_p90<=12ms", ref0)
             print(f"  knee: {knee}", flush=True)
             server.stop()
             server = vllm(work, cores[0] if pin else None, "--max-num-seqs", "4")
@@ -290,13 +301,16 @@ def main() -> None:
             print(f"  max-num-seqs 4: {rows[-1]}", flush=True)
     finally:
         server.stop()
-    report(rows, simulator_part(work) if not SMOKE and not NO_SIM else [], knee)
+    sim_rows, sim_knee = simulator_part(work) if not SMOKE and not NO_SIM else ([], {})
+    report(rows, sim_rows, [k for k in (knee, sim_knee) if k])
 
 
-def simulator_part(work: Path) -> list[dict[str, Any]]:
+def simulator_part(work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The simulator started with settings the twin is not told (an A100-40GB, 48 seats),
-    calibrated and checked on the short and multi-turn workloads."""
+    calibrated and checked on the short and multi-turn workloads, and its knee under an ITL p90
+    limit measured and predicted."""
     sim_rows: list[dict[str, Any]] = []
+    knee: dict[str, Any] = {}
     (port,) = free_ports(1)
     sim = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "48", "--dcgm-port", "0"], port)
     try:
@@ -309,12 +323,14 @@ def simulator_part(work: Path) -> list[dict[str, Any]]:
         print(f"  simulator short: {sim_rows[-1]}", flush=True)
         sim_rows.append(row("simulator A100 (multi-turn)", check(st, ramp(url, work, "sim-multi", MULTI, "4,16,48"))))
         print(f"  simulator multi-turn: {sim_rows[-1]}", flush=True)
+        knee = knee_check(url, work, st, "sim-knee", SHORT, "8,16,24,32,48", "itl_p90<=20ms")
+        print(f"  simulator knee: {knee}", flush=True)
     finally:
         sim.stop()
-    return sim_rows
+    return sim_rows, knee
 
 
-def report(rows: list[dict[str, Any]], sim_rows: list[dict[str, Any]], knee: dict[str, Any]) -> None:
+def report(rows: list[dict[str, Any]], sim_rows: list[dict[str, Any]], knees: list[dict[str, Any]]) -> None:
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f} %"
 
@@ -347,14 +363,15 @@ def report(rows: list[dict[str, Any]], sim_rows: list[dict[str, Any]], knee: dic
                 "  had the twin known the server's speed at each ramp (its times scaled by the drift): "
                 + ", ".join(f"{k.split('_')[0].upper()} {statistics.median(v):.1f} %" for k, v in adjusted.items())
             )
-    if knee:
+    for knee in knees:
         lo, hi = knee["predicted_ci95"] or (None, None)
         m = knee["measured"]
         held = m is not None and lo is not None and hi is not None and lo <= m <= hi
+        where = "the simulator" if knee["label"].startswith("sim") else "real vLLM"
         print(
-            f"knee ({knee['sla']}): measured {m} (95 %: {knee['measured_ci95']}), predicted {knee['predicted']} "
-            f"(95 %: {knee['predicted_ci95']}): {'inside' if held else 'NOT inside'}; the predicted 6-level ramp took "
-            f"{knee['predict_s']:.1f} s"
+            f"knee on {where} ({knee['sla']}): measured {m} (95 %: {knee['measured_ci95']}), predicted "
+            f"{knee['predicted']} (95 %: {knee['predicted_ci95']}): {'inside' if held else 'NOT inside'}; the "
+            f"predicted {knee['levels']}-level ramp took {knee['predict_s']:.1f} s"
             + (
                 f"; the server's drift over the measured ramp: {knee['drift_pct']:+.1f} %"
                 if knee.get("drift_pct") is not None
