@@ -107,14 +107,17 @@ class Prediction:
         """Steps of arrival rates (``--rate``), not of users."""
         return isinstance(self.plan, FixedRates)
 
-    def start(self, vs: VirtualServer, level: float, prev: float) -> None:
-        """Set the next step's load: a rate, or a user count spawned at the ramp's spawn rate."""
+    def start(self, vs: VirtualServer, level: float, prev: float) -> float:
+        """Set the next step's load: a rate, or a user count spawned at the ramp's spawn rate;
+        after a step down, wait as ``spoc ramp`` does for the requests the last level sent to end
+        (:meth:`VirtualServer.drain`). The seconds waited: the step counts what is sent after."""
         if self.open_loop:
             vs.set_rate(level)
-            return
-        change = int(level - prev)
-        vs.spread_s = abs(change) / self.rate(change) if change else 0.0
-        vs.set_users(int(level))
+        else:
+            change = int(level - prev)
+            vs.spread_s = abs(change) / self.rate(change) if change else 0.0
+            vs.set_users(int(level))
+        return vs.drain(self.step_limit_s) if level < prev else 0.0
 
     def rate(self, change: int) -> float:
         """Users per second for a step that changes the count by ``change`` (as ``spoc ramp``)."""
@@ -219,11 +222,8 @@ def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[
     out: list[DrawStep] = []
     prev = 0.0
     for u, secs in levels:
-        sent_from = vs.now
         p.start(vs, u, prev)
-        if u < prev:  # as spoc ramp: the last level's requests end before the warm-up
-            vs.drain(p.step_limit_s)
-            sent_from = vs.now
+        sent_from = vs.now
         prev = u
         advance(vs.now + p.warmup_s)
         start = vs.now
@@ -253,12 +253,8 @@ def run_ramp(
     while (u := plan.next(steps, knee)) is not None:  # type: ignore[attr-defined]
         if budget is not None and budget - used < p.step_s:
             break
+        drained = p.start(vs, u, prev)
         sent_from = vs.now
-        p.start(vs, u, prev)
-        drained = 0.0
-        if u < prev:  # as spoc ramp: the last level's requests end before the warm-up
-            drained = vs.drain(p.step_limit_s)
-            sent_from = vs.now
         prev = u
         advance(vs.now + p.warmup_s)
         start = vs.now
