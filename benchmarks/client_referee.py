@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
+import truthlog  # noqa: E402
 from realengine import NOT_SET_UP, VLLM_ENV, ready, vllm_server  # noqa: E402
 from vs_vllm_bench import OUT_TOKENS, bench_argv, spoc  # noqa: E402
 from wiretap import Response, Tap  # noqa: E402
@@ -50,13 +51,10 @@ PCTS = (50, 90, 99)
 def truth_in(
     truth: list[dict[str, Any]], ids: set[str] | None, w0: float, w1: float, key: str = "tokens"
 ) -> tuple[Any, Any]:
-    """The truth's TTFTs and token gaps (ms) of the requests a client sent: by response id where it
-    has them (spoc), else by arrival inside the client's window (vllm bench keeps no ids). ``key``:
-    "tokens", when each token left the engine, or "sent", when its event went to the socket."""
-    sel = [t for t in truth if t.get(key) and (t["id"] in ids if ids is not None else w0 <= t["arrival"] <= w1)]
-    ttft = np.array([t[key][0] - t["arrival"] for t in sel]) * 1000
-    itl = np.concatenate([np.diff(t[key]) for t in sel]) * 1000
-    return ttft, itl
+    """The truth's TTFTs and token gaps (ms) of the requests a client sent (:func:`truthlog.sent_by`).
+    ``key``: "tokens", when each token left the engine, or "sent", when its event went to the socket."""
+    sel = truthlog.sent_by(truth, ids, w0, w1)
+    return truthlog.ttft_ms(sel, key), truthlog.gaps_ms(sel, key)
 
 
 def row(name: str, ttft: Any, itl: Any, label: str, truth: tuple[Any, Any]) -> None:
@@ -151,7 +149,7 @@ def main() -> None:
         row("vllm bench serve", bench_ttft, bench_itl, "kernel", bench_wire)
         row("spoc ramp", spoc_ttft, spoc_itl, "kernel", spoc_wire)
         if ENGINE == "sim":
-            truth = [json.loads(x) for x in truth_path.read_text().splitlines()]
+            truth = truthlog.read(truth_path)
             row("vllm bench serve", bench_ttft, bench_itl, "engine", truth_in(truth, None, w0, w1))
             row("spoc ramp", spoc_ttft, spoc_itl, "engine", truth_in(truth, ids, 0, 0))
             row("vllm bench serve", bench_ttft, bench_itl, "sent", truth_in(truth, None, w0, w1, "sent"))

@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+import truthlog  # noqa: E402
 
 from spoc_tui.core.results import read_ramp  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
@@ -277,31 +278,28 @@ def referee(work: Path) -> None:
             ai_span = (t0, time.perf_counter())
     finally:
         proc.stop()
-    truth = [json.loads(x) for x in log.read_text().splitlines()]
+    truth = truthlog.read(log)
     reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     ours = [q for q in reqs if q["ok"] and q["ttft"] is not None and q["step"] == 1]
     ids = {q["request_id"] for q in ours}
-
-    def truth_ttft(sel: list[dict[str, Any]], key: str) -> Any:
-        return np.array([t[key][0] - t["arrival"] for t in sel if t.get(key)]) * 1000
 
     def bunched(sel: list[dict[str, Any]]) -> str:
         a = np.sort([t["arrival"] for t in sel])
         near = [int(((a > x - 0.05) & (a < x + 0.05)).sum()) - 1 for x in a]
         return f"median {np.median(near):.0f}, p90 {np.percentile(near, 90):.0f}"
 
-    mine = [t for t in truth if t["id"] in ids]
+    mine = truthlog.sent_by(truth, ids)
     print(f"\nreferee at {streams} streams ({secs} s each, the simulator's truth log): TTFT p50 / p90 / p99, ms")
     print(f"  spoc ramp --arrivals lockstep: its client {_pcts(np.array([q['ttft'] for q in ours]) * 1000)} "
-          f"({len(ours)} requests); the engine {_pcts(truth_ttft(mine, 'tokens'))}; written to the socket "
-          f"{_pcts(truth_ttft(mine, 'sent'))}; others arriving within 50 ms: {bunched(mine)}")  # fmt: skip
+          f"({len(ours)} requests); the engine {_pcts(truthlog.ttft_ms(mine))}; written to the socket "
+          f"{_pcts(truthlog.ttft_ms(mine, 'sent'))}; others arriving within 50 ms: {bunched(mine)}")  # fmt: skip
     if ai_span is not None:
         found = list((work / "referee-aiperf").glob("**/profile_export_aiperf.json"))
         t = json.loads(found[0].read_text())["time_to_first_token"] if found else {}
-        theirs = [x for x in truth if ai_span[0] <= x["arrival"] <= ai_span[1]]
+        theirs = truthlog.sent_by(truth, None, *ai_span)
         print(f"  AIPerf 0.13 --concurrency {streams}: its client "
               f"{' / '.join(f'{t[k]:.1f}' for k in ('p50', 'p90', 'p99'))} ({t.get('count', '?')} requests); the "
-              f"engine {_pcts(truth_ttft(theirs, 'tokens'))}; written to the socket {_pcts(truth_ttft(theirs, 'sent'))} "
+              f"engine {_pcts(truthlog.ttft_ms(theirs))}; written to the socket {_pcts(truthlog.ttft_ms(theirs, 'sent'))} "
               f"({len(theirs)} requests); others arriving within 50 ms: {bunched(theirs)}")  # fmt: skip
 
 
