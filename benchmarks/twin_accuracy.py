@@ -9,13 +9,16 @@ with its default probes, then held-out workloads the probes never ran, each meas
 - short: 100-300 tokens in, 30-80 out, 1 to 16 users;
 - long: 700-1,100 in, 100-200 out;
 - multi-turn: a 400-token system prompt and 3-5 turns (the prefix cache serves the history);
+- trace: a Mooncake-format trace (Poisson arrivals, half the rows sharing a leading 512-token
+  block) replayed by ``spoc ramp --trace`` at speed multiples and predicted by ``spoc twin check
+  --trace`` (the twin's replay of the same rows on the same clock);
 - max-num-seqs 4: the server restarted with a flag the twin was not calibrated at, predicted
   with ``--set max-num-seqs=4`` (no new calibration);
 - the knee: an ITL p90 limit that breaks inside the levels; the measured knee's estimate should
   lie inside the predicted knee's interval.
 
 Then the simulator started with settings the twin is not told (an A100-40GB, max-num-seqs 48):
-calibrated and checked the same way, with its own knee (ITL p90 <= 20 ms over 8-48 users of
+calibrated and checked the same way (short, multi-turn and a trace), with its own knee (ITL p90 <= 20 ms over 8-48 users of
 the short workload) measured and predicted.
 
 Reported: per workload, the median absolute error over its steps of E2E, ITL and TTFT p50, and
@@ -28,7 +31,7 @@ the errors the twin would have had had it known that speed (its times scaled by 
 its accuracy, but how much of a miss was the shared host rather than the twin. The server the
 benchmark starts is warmed up first with one step of each held-out shape (not measured).
 
-``--only=multi-turn,short`` runs those held-out workloads alone (no knee, no max-num-seqs what-if,
+``--only=multi-turn,short,trace`` runs those held-out workloads alone (no knee, no max-num-seqs what-if,
 no simulator); ``--only=sim`` the simulator's part alone (no vLLM); ``--no-sim`` leaves the
 simulator out.
 """
@@ -87,6 +90,34 @@ def profile(name: str, sys_tokens: int, turns: tuple[int, int], user: tuple[int,
 SHORT = profile("short", 0, (1, 1), (100, 300), (30, 80))
 LONG = profile("long", 0, (1, 1), (700, 1100), (100, 200))
 MULTI = profile("multi-turn", 400, (3, 5), (50, 150), (40, 100))
+
+
+def write_trace(path: Path, rows: int, rate: float, inputs: tuple[int, int], seed: int = 7) -> Path:
+    """A Mooncake trace (JSONL: ``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``
+    one per 512-token block): Poisson arrivals at ``rate``, 20-150 tokens out, every other row
+    sharing its first block with the others (a system prompt's worth of shared prefix)."""
+    import random
+
+    rng = random.Random(seed)
+    t, lines = 0.0, []
+    for i in range(rows):
+        t += rng.expovariate(rate)
+        n_in = rng.randrange(*inputs)
+        blocks = -(-n_in // 512)
+        ids = ([1] + [100 * i + k for k in range(blocks - 1)]) if i % 2 else [100 * i + k for k in range(blocks)]
+        lines.append(json.dumps({"timestamp": round(t * 1000), "input_length": n_in,
+                                 "output_length": rng.randrange(20, 150), "hash_ids": ids}))  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def replay(url: str, work: Path, name: str, trace: Path, speeds: str, sla: str = "ttft_p90<=5s") -> Path:
+    """``spoc ramp --trace`` at fixed speeds: the measured side of a trace's check."""
+    out = work / f"ramp-{name}"
+    r = spoc("ramp", "--url", url, "--trace", str(trace), "--speed", speeds, "--sla", sla, "--out", str(out))
+    if r.returncode:
+        raise SystemExit(f"spoc ramp --trace ({name}) failed:\n{r.stderr[-2000:]}")
+    return out
 
 
 def spoc(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
@@ -226,8 +257,10 @@ class _Given:
 
 
 def main() -> None:
-    if ONLY is not None and (unknown := set(ONLY) - {"short", "long", "multi-turn", "sim"}):
-        raise SystemExit(f"--only: no workload {', '.join(sorted(unknown))}; known: short, long, multi-turn, sim")
+    if ONLY is not None and (unknown := set(ONLY) - {"short", "long", "multi-turn", "trace", "sim"}):
+        raise SystemExit(
+            f"--only: no workload {', '.join(sorted(unknown))}; known: short, long, multi-turn, trace, sim"
+        )
     work = Path(tempfile.mkdtemp(prefix="spoc-twin-"))
     if ONLY == ["sim"]:  # the simulator alone: no vLLM needed
         print(f"twin accuracy: the simulator alone; {STEP} s steps; budget {BUDGET} s; work in {work}")
@@ -278,16 +311,23 @@ def main() -> None:
         plan = [("short", SHORT, "1,4" if SMOKE else "1,4,8,16")]
         if not SMOKE:
             plan += [("long", LONG, "1,4,8"), ("multi-turn", MULTI, "2,8,16")]
+        # the tiny Llama's context is 2,048 tokens: prompts of 100-900
+        trace = write_trace(work / "trace.jsonl", 40 if SMOKE else 160, 2.0, (100, 900))
+        plan.append(("trace", "", "1" if SMOKE else "0.5,1,2"))
         if ONLY is not None:
             plan = [p for p in plan if p[0] in ONLY]
         for name, prof, users in plan:
+            measure = (
+                functools.partial(replay, server.url, work, name, trace, users)
+                if name == "trace"
+                else functools.partial(ramp, server.url, work, name, prof, users)
+            )
+            extra = ("--trace", str(trace)) if name == "trace" else ()
             if ref0:
-                measured, drift = drifted(
-                    server.url, ref0, functools.partial(ramp, server.url, work, name, prof, users)
-                )
-                rows.append(row(name, check(twin, measured), drift))
+                measured, drift = drifted(server.url, ref0, measure)
+                rows.append(row(name, check(twin, measured, *extra), drift))
             else:
-                rows.append(row(name, check(twin, ramp(server.url, work, name, prof, users))))
+                rows.append(row(name, check(twin, measure(), *extra)))
             print(f"  {name}: {rows[-1]}", flush=True)
         if not SMOKE and ONLY is None:
             knee = knee_check(server.url, work, twin, "knee", SHORT, "2,4,8,12,16,24", "itl_p90<=12ms", ref0)
@@ -323,6 +363,10 @@ def simulator_part(work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         print(f"  simulator short: {sim_rows[-1]}", flush=True)
         sim_rows.append(row("simulator A100 (multi-turn)", check(st, ramp(url, work, "sim-multi", MULTI, "4,16,48"))))
         print(f"  simulator multi-turn: {sim_rows[-1]}", flush=True)
+        trace = write_trace(work / "trace-sim.jsonl", 240, 3.0, (300, 1500))
+        measured = replay(url, work, "sim-trace", trace, "1,2,4")
+        sim_rows.append(row("simulator A100 (trace)", check(st, measured, "--trace", str(trace))))
+        print(f"  simulator trace: {sim_rows[-1]}", flush=True)
         knee = knee_check(url, work, st, "sim-knee", SHORT, "8,16,24,32,48", "itl_p90<=20ms")
         print(f"  simulator knee: {knee}", flush=True)
     finally:

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from spoc_tui.cli.options import api_key_options, tls_options
+from spoc_tui.cli.types import trace_selection
 from spoc_tui.core.sla import DEFAULT_SLA
 from spoc_tui.load.defaults import DEFAULT_PROFILE, STEP_S, WARMUP_S
 
@@ -202,6 +203,20 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
     "--users", "users_spec", default=None, help="User counts, or auto[:MAX]: the knee search [default: auto]."
 )
 @click.option("--rate", "rate_spec", default=None, help="Open loop instead: arrival rates in requests/s (1,2,4,8).")
+@click.option(
+    "--trace",
+    "trace_path",
+    default=None,
+    help="Replay this traffic trace instead of a profile, as spoc ramp --trace does (Mooncake, Bailian, BurstGPT, "
+    "Azure, WEKA or spoc JSONL).",
+)
+@click.option(
+    "--speed",
+    "speed_spec",
+    default=None,
+    help="With --trace: speed multiples, one step each (0.5,1,2,4), or auto[:MAX] [default: auto].",
+)
+@trace_selection()
 @click.option("--sla", default=DEFAULT_SLA, show_default=True, help="Latency limits, as spoc ramp takes them.")
 @click.option("--step-seconds", type=float, default=STEP_S, show_default=True)
 @click.option("--warmup-seconds", type=float, default=WARMUP_S, show_default=True)
@@ -231,6 +246,12 @@ def predict_cmd(
     profile: str,
     users_spec: str | None,
     rate_spec: str | None,
+    trace_path: str | None,
+    speed_spec: str | None,
+    trace_format: str | None,
+    trace_filters: tuple[str, ...],
+    trace_window: str | None,
+    trace_max_rows: int | None,
     sla: str,
     step_seconds: float,
     warmup_seconds: float,
@@ -249,21 +270,50 @@ def predict_cmd(
     uncertainty, widening near saturation) and the knee with its interval. Nothing touches the
     server."""
     from spoc_tui.core.errors import InputError
-    from spoc_tui.core.knee import FixedRates, parse_user_plan
+    from spoc_tui.core.knee import FixedRates, parse_speed_plan, parse_user_plan
     from spoc_tui.core.sla import parse_budget, parse_rates, parse_sla
+    from spoc_tui.core.traces import TraceError, trace_source
     from spoc_tui.load.workload import load_workload
     from spoc_tui.twin.model import read_twin
-    from spoc_tui.twin.predict import Prediction, predict
+    from spoc_tui.twin.predict import Prediction, TraceRows, predict, read_rows
 
     twin = read_twin(twin_path)
     if users_spec is not None and rate_spec is not None:
         raise InputError("give --users (closed loop) or --rate (open loop), not both")
     if step_seconds <= warmup_seconds or warmup_seconds < 0:
         raise InputError("--step-seconds must be longer than --warmup-seconds (which is 0 or more)")
+    rows: TraceRows | None = None
+    trace_doc: dict[str, object] | None = None
+    if trace_path is not None:
+        if rate_spec is not None or users_spec is not None:
+            raise InputError("--trace replays at speed multiples (--speed), not at --users or --rate")
+        src_ctx = click.get_current_context()
+        if src_ctx.get_parameter_source("profile") is not click.core.ParameterSource.DEFAULT:
+            raise InputError("--trace replays the trace's own rows: give --trace or --profile, not both")
+        try:
+            src = trace_source(trace_path, trace_format, trace_filters, trace_window, trace_max_rows)
+        except TraceError as e:
+            raise InputError(str(e)) from None
+        rows = read_rows(src, twin.server.max_model_len)
+        trace_doc = {
+            **src.as_dict(),
+            "path": src.path.name,  # the name only, as spoc ramp writes it
+            "rows": rows.read,
+            "span_s": round(rows.span_s, 3),
+            "skipped_reading": rows.skipped,
+        }
+    elif speed_spec is not None or trace_window is not None or trace_max_rows is not None or trace_filters:
+        raise InputError("--speed, --trace-window, --trace-max-rows and --trace-filter go with --trace FILE")
+    elif trace_format is not None:
+        raise InputError("--trace-format goes with --trace FILE")
     p = Prediction(
         twin=twin,
         workload=load_workload(profile),
-        plan=FixedRates(parse_rates(rate_spec)) if rate_spec is not None else parse_user_plan(users_spec or "auto"),
+        plan=parse_speed_plan(speed_spec or "auto")
+        if rows is not None
+        else FixedRates(parse_rates(rate_spec))
+        if rate_spec is not None
+        else parse_user_plan(users_spec or "auto"),
         limits=tuple(parse_sla(sla)),
         step_s=step_seconds,
         warmup_s=warmup_seconds,
@@ -274,6 +324,7 @@ def predict_cmd(
         seed=seed,
         flags=parse_flags(what_if, "--set"),
         draws=draws,
+        trace=rows,
     )
     t0 = time.perf_counter()
     quiet = as_json or not sys.stderr.isatty()
@@ -281,8 +332,14 @@ def predict_cmd(
     took = time.perf_counter() - t0
     if not quiet:
         click.echo("", err=True)
-    plan_text = f"rate:{rate_spec}" if rate_spec is not None else users_spec or "auto"
-    doc = predicted_doc(p, res, twin_path, profile, plan_text, took)
+    plan_text = (
+        p.plan.describe()  # type: ignore[attr-defined]
+        if rows is not None
+        else f"rate:{rate_spec}"
+        if rate_spec is not None
+        else users_spec or "auto"
+    )
+    doc = predicted_doc(p, res, twin_path, profile, plan_text, took, trace_doc)
     if out_dir is not None:
         from spoc_tui.core.files import write_atomic
         from spoc_tui.core.results import encode_ramp
@@ -302,7 +359,15 @@ def predict_cmd(
         click.echo(f"wrote {out_dir}/ramp.json (predicted)")
 
 
-def predicted_doc(p: Any, res: Any, twin_path: str, profile: str, users_spec: str, took: float) -> dict[str, Any]:
+def predicted_doc(
+    p: Any,
+    res: Any,
+    twin_path: str,
+    profile: str,
+    users_spec: str,
+    took: float,
+    trace: dict[str, object] | None = None,
+) -> dict[str, Any]:
     from spoc_tui.core.jsonsafe import json_safe
     from spoc_tui.core.results import SCHEMA
 
@@ -313,17 +378,22 @@ def predicted_doc(p: Any, res: Any, twin_path: str, profile: str, users_spec: st
             "predicted": True,
             "url": twin.url,
             "model": twin.server.model,
-            "profile": p.workload.as_dict(),
+            "profile": p.workload.as_dict() if trace is None else {"name": f"trace:{trace['path']}"},
+            **({"trace": trace} if trace is not None else {}),
             "sla": [str(lim) for lim in p.limits],
             "users": users_spec,
             "load": (
-                "predicted by the twin in virtual time: open loop, Poisson arrivals at each step's rate, each the "
+                "predicted by the twin in virtual time: trace replay, every row sent at its timestamp divided by the "
+                "step's speed (open loop), its exact input and output lengths, rows sharing hash ids sharing leading "
+                "blocks, a turn waiting for its parent's end plus its think time"
+                if p.trace is not None
+                else "predicted by the twin in virtual time: open loop, Poisson arrivals at each step's rate, each the "
                 "next turn of an idle conversation or a new one"
                 if p.open_loop
                 else "predicted by the twin in virtual time: closed loop, each user one conversation at a time, paced "
                 "as spoc ramp's users (spawn rate, jitter, think time)"
             )
-            + "; every answer as long as the profile asks",
+            + ("" if p.trace is not None else "; every answer as long as the profile asks"),
             "step_seconds": p.step_s,
             "max_step_seconds": p.step_limit_s,
             "warmup_seconds": p.warmup_s,
@@ -387,8 +457,10 @@ def prediction_text(p: Any, res: Any, took: float) -> str:
             lines.append(f"        {note}")
     sentence, _tone = knee_sentence(res.knee)
     lines.append(f"knee (predicted): {sentence}")
+    if res.knee.inferred is not None:
+        lines.append(f"knee across steps (predicted): {res.knee.inferred.text}")
     lines.extend(f"note: {n}" for n in res.notes)
-    if not p.workload.ignore_eos:
+    if p.trace is None and not p.workload.ignore_eos:
         lines.append(
             "note: every answer is predicted as long as the profile asks; a model that stops earlier makes the real "
             "ramp lighter"
@@ -406,8 +478,16 @@ def prediction_text(p: Any, res: Any, took: float) -> str:
     multiple=True,
     help="The ramp ran with a flag the twin was not calibrated at (max-num-seqs=4...): check the what-if.",
 )
+@click.option(
+    "--trace",
+    "trace_path",
+    default=None,
+    help="The trace a trace replay's ramp replayed (ramp.json keeps its name and selection, not the file).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def check_cmd(twin_path: str, ramp_path: str, draws: int, what_if: tuple[str, ...], as_json: bool) -> None:
+def check_cmd(
+    twin_path: str, ramp_path: str, draws: int, what_if: tuple[str, ...], trace_path: str | None, as_json: bool
+) -> None:
     """The twin's prediction of a measured ramp beside it, step by step (absolute % error of
     TTFT, ITL and E2E p50/p90 and tokens/s, and whether each measurement lies in the prediction's
     interval), and whether the twin still holds. Exit code 0 when it holds, 1 when it drifted,
@@ -419,7 +499,7 @@ def check_cmd(twin_path: str, ramp_path: str, draws: int, what_if: tuple[str, ..
     twin = read_twin(twin_path)
     ramp = read_ramp(ramp_path)
     header = read_json(Path(ramp.path), "ramp result")
-    res = check(twin, ramp, header, draws, flags=parse_flags(what_if, "--set"))
+    res = check(twin, ramp, header, draws, flags=parse_flags(what_if, "--set"), trace=trace_path)
     if as_json:
         click.echo(json.dumps(res.as_dict(), indent=2))
     else:

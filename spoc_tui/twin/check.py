@@ -12,14 +12,16 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from spoc_tui.core.knee import FixedRates
+from spoc_tui.core.knee import FixedRates, FixedSpeeds
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.traces import TraceError, TraceSource, parse_filters
 from spoc_tui.load.workload import Workload, WorkloadError
 from spoc_tui.twin.model import Twin, TwinError
-from spoc_tui.twin.predict import Prediction, figure, predict_at
+from spoc_tui.twin.predict import Prediction, TraceRows, figure, predict_at, read_rows
 
 CHECKED = ("ttft_p50", "ttft_p90", "itl_p50", "itl_p90", "e2e_p50", "e2e_p90", "output_tokens_per_s")
 HOLDS_PCT = {"e2e_p50": 10.0, "itl_p50": 10.0, "ttft_p50": 25.0}
@@ -78,6 +80,39 @@ class Check:
         }
 
 
+def _trace_rows(twin: Twin, where: str, header: dict[str, Any], path: str | None) -> TraceRows:
+    """The rows the ramp replayed: ``path`` read with the selection the ramp recorded (format,
+    filters, window, row cap), and refused unless it gives as many rows as the ramp read."""
+    meta = header.get("trace")
+    if not isinstance(meta, dict):
+        raise TwinError(f"{where}: a trace replay whose ramp.json does not say its trace")
+    name = meta.get("path") or "the trace"
+    if path is None:
+        raise TwinError(f"{where} replayed the trace {name}: give it with --trace FILE")
+    window = meta.get("window") or [0.0, None]
+    try:
+        src = TraceSource(
+            Path(path),
+            str(meta.get("format")),  # type: ignore[arg-type]
+            parse_filters([str(f) for f in meta.get("filters") or []]),
+            float(window[0] or 0.0),
+            float(window[1]) if window[1] is not None else None,
+            int(meta["max_rows"]) if meta.get("max_rows") is not None else None,
+        )
+    except (TraceError, TypeError, ValueError, IndexError) as e:
+        raise TwinError(f"{where}: its trace selection does not read ({e})") from None
+    if not src.path.is_file():
+        raise TwinError(f"--trace {path}: no such file")
+    rows = read_rows(src, twin.server.max_model_len)
+    want = meta.get("rows")
+    if isinstance(want, int) and want != rows.read:
+        raise TwinError(
+            f"--trace {path}: {rows.read} rows in the ramp's window, where the ramp replayed {want} of {name}: "
+            "not the trace it replayed"
+        )
+    return rows
+
+
 def _split(key: str) -> tuple[str, str]:
     if key == "output_tokens_per_s":
         return key, ""
@@ -92,24 +127,40 @@ def check(
     draws: int,
     progress: Callable[[str], None] | None = None,
     flags: dict[str, object] | None = None,
+    trace: str | None = None,
 ) -> Check:
-    """Raises: TwinError for a ramp the twin cannot re-run (a trace replay, open-loop rates)."""
-    if any(s.speed is not None for s in ramp.steps):
-        raise TwinError(f"{ramp.path}: the twin re-runs user and rate ramps; a trace replay's is not predicted yet")
+    """``trace``: the trace file a trace replay's ramp replayed (ramp.json keeps its name and how
+    its rows were selected, not its path).
+
+    Raises: TwinError for a ramp the twin cannot re-run: one that does not say its profile, a
+    trace replay without its trace (or with another trace).
+    """
     steps = [s for s in ramp.steps if s.requests > 0]
     if not steps:
         raise TwinError(f"{ramp.path}: no step measured any request")
+    replay = any(s.speed is not None for s in steps)
+    rows = _trace_rows(twin, ramp.path, header, trace) if replay else None
+    if not replay and trace is not None:
+        raise TwinError(f"{ramp.path} is not a trace replay: --trace goes with a ramp that ran spoc ramp --trace")
     prof = header.get("profile")
-    if not isinstance(prof, dict) or not prof.get("name"):
+    if replay:
+        workload = Workload(name="trace")
+    elif not isinstance(prof, dict) or not prof.get("name"):
         raise TwinError(f"{ramp.path}: the ramp does not say its profile")
-    try:
-        workload = Workload.from_dict(prof)
-    except (WorkloadError, KeyError, TypeError, ValueError) as e:
-        raise TwinError(f"{ramp.path}: its profile does not read ({e})") from None
+    else:
+        try:
+            workload = Workload.from_dict(prof)
+        except (WorkloadError, KeyError, TypeError, ValueError) as e:
+            raise TwinError(f"{ramp.path}: its profile does not read ({e})") from None
     p = Prediction(
         twin=twin,
         workload=workload,
-        plan=FixedRates([s.rate for s in steps if s.rate is not None]) if steps[0].rate is not None else None,
+        trace=rows,
+        plan=FixedSpeeds([s.level for s in steps])
+        if replay
+        else FixedRates([s.rate for s in steps if s.rate is not None])
+        if steps[0].rate is not None
+        else None,
         limits=tuple(parse_sla(",".join(ramp.sla))) if ramp.sla else (),
         step_s=float(header.get("step_seconds") or 60.0),
         warmup_s=float(header.get("warmup_seconds") or 10.0),

@@ -22,7 +22,7 @@ import heapq
 import math
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spoc_tui.core.errors import InputError
@@ -156,8 +156,20 @@ class FleetSim:
         autoscale: Autoscale | None = None,
         model: StepModel | None = None,
         seed: int = 0,
+        flags: Mapping[str, object] | None = None,
+        poll_s: float | None = None,
     ) -> None:
+        """
+        Args:
+            flags: a what-if for every replica (``spoc twin predict --set``).
+            poll_s: note every replica's queue, running requests and KV use this often (virtual
+                seconds) in :attr:`polls`, as a ramp polls /metrics.
+        """
         self.twin = twin
+        self.flags = dict(flags or {})
+        self.poll_s = poll_s
+        self.polls: list[tuple[float, int, int, float]] = []
+        """(time, requests waiting, running, KV use) over the ready replicas."""
         self.rows = rows
         self.speed = speed
         self.model = model
@@ -185,7 +197,7 @@ class FleetSim:
 
     def _start_replica(self, ready_in: float) -> None:
         i = len(self.replicas)
-        eng = TwinEngine(self.twin, self.model, seed=self.seed * 101 + i, clock=lambda: self.now)
+        eng = TwinEngine(self.twin, self.model, flags=self.flags, seed=self.seed * 101 + i, clock=lambda: self.now)
         self.replicas.append(_Replica(i, eng, self.now, self.now + ready_in))
         if ready_in > 0:
             self._push(self.now + ready_in, "ready", i)
@@ -329,6 +341,8 @@ class FleetSim:
                 self._push(row.t / self.speed, "row", row)
         if self.autoscale:
             self._push(self.autoscale.interval_s, "tick", None)
+        if self.poll_s:
+            self._push(self.poll_s, "poll", None)
         total = len(self.rows)
         while self._heap:
             at, _, kind, obj = heapq.heappop(self._heap)
@@ -358,6 +372,18 @@ class FleetSim:
                 assert isinstance(obj, int)
                 self._mark()
                 self._kick(self.replicas[obj])
+            elif kind == "poll" and self.poll_s:
+                ready = [r for r in self.replicas if r.ready(self.now)]
+                self.polls.append(
+                    (
+                        self.now,
+                        sum(len(r.engine.waiting) for r in ready),
+                        sum(len(r.engine.running) for r in ready),
+                        max((r.engine.kv_usage for r in ready), default=0.0),
+                    )
+                )
+                if len(self.samples) + self.skipped < total:
+                    self._push(self.now + self.poll_s, "poll", None)
             elif kind == "tick" and self.autoscale is not None:
                 if len(self.samples) + self.skipped < total:
                     self._tick()

@@ -25,14 +25,23 @@ import numpy as np
 
 from spoc_tui.core.confidence import Interval
 from spoc_tui.core.inference import KneeEstimate, infer_knee
-from spoc_tui.core.knee import FixedRates, FixedUsers, Knee, find_knee, measure_on
+from spoc_tui.core.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, SpeedSearch, find_knee, measure_on
 from spoc_tui.core.sla import Limit
-from spoc_tui.core.steps import RequestSample, ServerWindow, StepSummary, summarize_step
+from spoc_tui.core.steps import (
+    RequestSample,
+    ServerWindow,
+    StepSummary,
+    TraceFidelity,
+    queue_unbounded,
+    summarize_step,
+)
+from spoc_tui.core.traces import ReplayShare, TraceError, TraceRow, TraceSource
 from spoc_tui.load.defaults import ARRIVALS, DEFAULT_BUDGET_S, EXTEND_FACTOR, STEP_S, WARMUP_S, spawn_rate
 from spoc_tui.load.workload import Workload
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.twin.engine import TwinEngine
-from spoc_tui.twin.model import StepModel, Twin
+from spoc_tui.twin.fleet import FleetSim
+from spoc_tui.twin.model import StepModel, Twin, TwinError
 
 DRAWS = 16
 """Runs on bootstrap draws of the fit beside the fit's own (the prediction interval's)."""
@@ -91,6 +100,9 @@ class Prediction:
     seed: int = 0
     flags: Mapping[str, object] = field(default_factory=dict)
     draws: int = DRAWS
+    trace: TraceRows | None = None
+    """A trace replay (``--trace``): its steps are speeds (``plan`` a
+    :class:`~spoc_tui.core.knee.FixedSpeeds` or :class:`~spoc_tui.core.knee.SpeedSearch`)."""
 
     @property
     def step_limit_s(self) -> float:
@@ -100,12 +112,12 @@ class Prediction:
     def budget(self) -> float | None:
         if self.budget_s is not None:
             return self.budget_s
-        return None if isinstance(self.plan, (FixedUsers, FixedRates)) else DEFAULT_BUDGET_S
+        return None if isinstance(self.plan, (FixedUsers, FixedRates, FixedSpeeds)) else DEFAULT_BUDGET_S
 
     @property
     def open_loop(self) -> bool:
-        """Steps of arrival rates (``--rate``), not of users."""
-        return isinstance(self.plan, FixedRates)
+        """Steps of arrival rates (``--rate``) or of a trace's speed, not of users."""
+        return isinstance(self.plan, FixedRates) or self.trace is not None
 
     def start(self, vs: VirtualServer, level: float, prev: float) -> float:
         """Set the next step's load: a rate, or a user count spawned at the ramp's spawn rate;
@@ -345,7 +357,9 @@ def _interval(values: Sequence[float], own: Interval) -> Interval:
 def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Predicted:
     """The ramp on the fit, then on ``p.draws`` draws of it at the same levels."""
     say = progress or (lambda _m: None)
-    central = run_ramp(p, p.twin.fit, p.seed, progress=lambda m: say(f"fit: {m}"))
+    ramp = run_trace_ramp if p.trace is not None else run_ramp
+    draw = run_trace_draw if p.trace is not None else run_draw
+    central = ramp(p, p.twin.fit, p.seed, progress=lambda m: say(f"fit: {m}"))
     if not central:
         from spoc_tui.twin.model import TwinError
 
@@ -359,7 +373,7 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     knees: list[float | None] = []
     for i, m in enumerate(draws):
         say(f"draw {i + 1}/{len(draws)} of the fit")
-        runs = run_draw(p, m, p.seed + 1000 * (i + 1), levels)
+        runs = draw(p, m, p.seed + 1000 * (i + 1), levels)
         per_draw.append(runs)
         # the draw's knee: its fit's crossing (no resampling: the draws' spread is the interval)
         est = infer_knee([(r.level, r.window) for r in runs], p.limits, unit, replicates=0, seed=p.seed + i + 1)
@@ -407,13 +421,14 @@ def predict_at(
 ) -> AtLevels:
     """The ramp at ``levels`` ((users or rate, measured seconds) per step), on the fit and its draws."""
     say = progress or (lambda _m: None)
+    draw = run_trace_draw if p.trace is not None else run_draw
     say("the fit")
-    central = run_draw(p, p.twin.fit, p.seed, levels)
+    central = draw(p, p.twin.fit, p.seed, levels)
     draws = list(p.twin.draws[: max(0, p.draws)])
     per_draw = []
     for i, m in enumerate(draws):
         say(f"draw {i + 1}/{len(draws)} of the fit")
-        per_draw.append(run_draw(p, m, p.seed + 1000 * (i + 1), levels))
+        per_draw.append(draw(p, m, p.seed + 1000 * (i + 1), levels))
     intervals: list[dict[str, Interval]] = []
     for k, step in enumerate(central):
         row: dict[str, Interval] = {}
@@ -422,3 +437,162 @@ def predict_at(
             row[key] = _interval([v for v in [v0, *vals] if v is not None], (None, None))
         intervals.append(row)
     return AtLevels(list(levels), [s.figures for s in central], intervals, len(draws))
+
+
+# -- a trace replay ------------------------------------------------------------------------------
+
+
+POLL_S = 1.0
+"""How often a predicted replay notes the engine's queue (a ramp polls /metrics about so)."""
+
+
+@dataclass(frozen=True)
+class TraceRows:
+    """A trace's rows as ``spoc ramp --trace`` sends them (read once): the window's rows less
+    those longer than the server's max-model-len, and what the reading found."""
+
+    rows: tuple[TraceRow, ...]
+    read: int
+    """Rows in the window (sent or skipped)."""
+    skipped: dict[str, int]
+    span_s: float
+    """From the first row's timestamp to the last's: a step at speed s sends for span / s."""
+    prefix_share: float | None
+    """The share of input tokens in blocks an earlier row had (what a perfect cache would hit)."""
+
+    def step_s(self, speed: float) -> float:
+        return self.span_s / speed
+
+
+def read_rows(source: TraceSource, max_model_len: int) -> TraceRows:
+    """The replay's rows, read as the load generator reads them (:class:`ReplayShare`).
+
+    Raises:
+        TwinError: (exit code 2) the trace's error, naming the line; a window with no row to send.
+    """
+    share = ReplayShare(source, (0, 1), max_model_len)
+    try:
+        rows = tuple(share)
+    except TraceError as e:
+        raise TwinError(f"--trace: {e}") from None
+    if not rows:
+        why = f" ({', '.join(f'{c} {k}' for k, c in share.skipped.items())})" if share.skipped else ""
+        raise TwinError(f"--trace {source.path}: no row to send in the window{why}")
+    ts = [r.t for r in rows]
+    return TraceRows(
+        rows,
+        share.rows,
+        dict(share.skipped),
+        max(ts) - min(ts),
+        round(share.prefix_tokens / share.prefix_input, 4) if share.prefix_input else None,
+    )
+
+
+def _three(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    if not values:
+        return (None, None, None)
+    p50, p99 = np.percentile(values, [50, 99])
+    return (round(float(p50), 3), round(float(p99), 3), round(max(values), 3))
+
+
+def _replay(p: Prediction, model: StepModel, seed: int, speed: float) -> tuple[FleetSim, float]:
+    """The trace at ``speed`` on one twin (a fresh engine: each step of ``spoc ramp --trace`` sends
+    text of its own, so no step finds an earlier one's prefixes cached): the run and its length
+    (the rows' span over the speed, or to the last answer if later)."""
+    assert p.trace is not None
+    sim = FleetSim(p.twin, p.trace.rows, speed, replicas=1, model=model, seed=seed, flags=p.flags, poll_s=POLL_S)
+    sim.run()
+    ends = [s.end for s in sim.samples if s.end is not None]
+    return sim, max(p.trace.step_s(speed), max(ends, default=0.0), 1e-3)
+
+
+def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: float) -> StepRun:
+    """One replay step at ``speed``, summarised and judged as ``spoc ramp --trace`` does (its
+    figures over all its requests, the queue rule from the polls, the replay's fidelity)."""
+    assert p.trace is not None
+    sim, secs = _replay(p, model, seed + idx - 1, speed)
+    eng = sim.replicas[0].engine
+    window = [replace(s, step=idx) for s in sim.samples]
+    polls = [(w, r, k) for _, w, r, k in sim.polls]
+    zero = dict.fromkeys(("preemptions", "generation", "prefix_queries", "prefix_hits", "busy"), 0.0)
+    server = _server_window(eng, polls, zero, _counters(eng), secs)
+    unbounded = queue_unbounded([(t, float(w)) for t, w, _, _ in sim.polls])
+    summary = summarize_step(idx, 1, window, secs, p.limits, open_loop=True, server=server, unbounded=unbounded)
+    starts = sorted(s.start for s in window)
+    tr = p.trace
+    skipped = dict(tr.skipped)
+    if sim.skipped:
+        skipped["longer than max-model-len"] = skipped.get("longer than max-model-len", 0) + sim.skipped
+    at = {r.index: r.t / speed for r in tr.rows}
+    held = [
+        s.scheduled - at[s.trace_index]
+        for s in window
+        if s.scheduled is not None and s.trace_index is not None and s.trace_index in at
+    ]
+    fidelity = TraceFidelity(
+        rows=tr.read,
+        sent=len(window),
+        skipped=skipped,
+        lag_ms=(0.0, 0.0, 0.0),
+        held_back=sum(1 for h in held if h > 0.001),
+        rate=round((len(starts) - 1) / (starts[-1] - starts[0]), 4)
+        if len(starts) > 1 and starts[-1] > starts[0]
+        else None,
+        trace_rate=round((len(tr.rows) - 1) / tr.step_s(speed), 4) if len(tr.rows) > 1 and tr.span_s > 0 else None,
+        prefix_share=tr.prefix_share,
+        server_hit_rate=server.prefix_cache_hit_rate,
+        cached_share=summary.cached_prompt_fraction,
+        length_error=(0.0, 0.0, 0.0),
+    )
+    summary = replace(summary, speed=speed, trace=fidelity)
+    full = sum(1 for w, r, _ in polls if w > 0 or r >= eng.cfg.max_num_seqs) / len(polls) if polls else 0.0
+    return StepRun(summary, window, min(1.0, eng.busy_s / secs), full, secs)
+
+
+def run_trace_ramp(
+    p: Prediction,
+    model: StepModel,
+    seed: int,
+    progress: Callable[[str], None] | None = None,
+) -> list[StepRun]:
+    """The replay steps on ``model``, their speeds as the plan chooses them (the speed search from
+    the knee inferred so far), within the budget as ``spoc ramp --trace`` keeps it: a replay that
+    would not fit what is left ends the search."""
+    assert p.trace is not None
+    plan = p.plan
+    if not isinstance(plan, (FixedSpeeds, SpeedSearch)):
+        raise TwinError("a trace replay steps in speed multiples: give --speed (e.g. 0.5,1,2 or auto)")
+    runs: list[StepRun] = []
+    steps: list[StepSummary] = []
+    windows: list[tuple[float, list[RequestSample]]] = []
+    knee: Knee | None = None
+    used = 0.0
+    budget = p.budget
+    while (speed := plan.next(steps, knee)) is not None:
+        length = p.trace.step_s(speed)
+        if budget is not None and budget - used < length:
+            if not steps:
+                raise TwinError(
+                    f"a replay at x{speed:g} takes {length / 60:.1f} min, more than the budget "
+                    f"({budget / 60:g} min): give a larger --budget, or a shorter --trace-window"
+                )
+            break
+        run = trace_step(p, model, seed, len(steps) + 1, speed)
+        used += run.measured_s
+        runs.append(run)
+        steps.append(run.step)
+        windows.append((speed, run.window))
+        if isinstance(plan, SpeedSearch):
+            knee = find_knee(steps, infer_knee(windows, p.limits, "x", seed=seed))
+        if progress:
+            progress(f"{run.step.level_text}: {run.step.requests} requests, {run.step.decision}")
+    return runs
+
+
+def run_trace_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]]) -> list[DrawStep]:
+    """The replay again on one draw of the fit, at the speeds the fit's run chose."""
+    out: list[DrawStep] = []
+    for k, (speed, _secs) in enumerate(levels):
+        sim, secs = _replay(p, model, seed + k, speed)
+        out.append(DrawStep(speed, list(sim.samples), point_figures(sim.samples, secs)))
+    return out

@@ -222,3 +222,41 @@ def test_plan_a_fleet_for_a_trace_on_the_twin(twin, tmp_path):
     assert bad.returncode == 2 and "--trace" in bad.stderr
     bad = spoc("plan", "--twin", str(twin), "--trace", str(trace), "--autoscale", "queue>=3")
     assert bad.returncode == 2 and "num_requests_waiting" in bad.stderr
+
+
+def test_a_trace_replay_is_predicted_and_checked(sim, twin, tmp_path):
+    from tests.unit.test_twin_fleet import _mooncake
+
+    url, _ = sim
+    trace = _mooncake(tmp_path / "mooncake.jsonl", n=120, rate=6.0)
+    measured = tmp_path / "measured"
+    r = spoc("ramp", "--url", url, "--trace", str(trace), "--speed", "1,3", "--sla", "ttft_p99<=1s",
+             "--out", str(measured))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    c = spoc("twin", "check", "--twin", str(twin), "--ramp", str(measured), "--trace", str(trace), "--draws", "3",
+             "--json")  # fmt: skip
+    assert c.returncode in (0, 1), c.stderr
+    doc = json.loads(c.stdout)
+    assert [s["level"] for s in doc["steps"]] == ["x1", "x3"]
+    med = doc["median_abs_error_pct"]
+    assert med["itl_p50"] < 20 and med["e2e_p50"] < 25 and med["output_tokens_per_s"] < 10, med
+    # the ramp keeps the trace's name, not its path: the check asks for the file, and for the same rows
+    r = spoc("twin", "check", "--twin", str(twin), "--ramp", str(measured))
+    assert r.returncode == 2 and "give it with --trace FILE" in r.stderr
+    other = _mooncake(tmp_path / "other.jsonl", n=50)
+    r = spoc("twin", "check", "--twin", str(twin), "--ramp", str(measured), "--trace", str(other))
+    assert r.returncode == 2 and "not the trace it replayed" in r.stderr
+    pred = tmp_path / "predicted"
+    p = spoc("twin", "predict", "--twin", str(twin), "--trace", str(trace), "--speed", "1,3", "--sla", "ttft_p99<=1s",
+             "--draws", "3", "--out", str(pred))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "knee across steps (predicted)" in p.stdout
+    doc = json.loads((pred / "ramp.json").read_text())
+    assert doc["predicted"] is True and doc["trace"]["rows"] == 120 and doc["knee"]["unit"] == "x"
+    assert [s["speed"] for s in doc["steps"]] == [1.0, 3.0] and all(s["trace"]["sent"] == 120 for s in doc["steps"])
+    shown = spoc("compare", str(measured), str(pred), "--json")
+    assert shown.returncode == 0, shown.stderr
+    r = spoc("twin", "predict", "--twin", str(twin), "--trace", str(trace), "--users", "4")
+    assert r.returncode == 2 and "--speed" in r.stderr
+    r = spoc("twin", "predict", "--twin", str(twin), "--speed", "2")
+    assert r.returncode == 2 and "go with --trace FILE" in r.stderr

@@ -96,3 +96,93 @@ def test_parsers_refuse_what_they_cannot_read():
                 "num_requests_waiting>=4,color=red"):  # fmt: skip
         with pytest.raises(PolicyError):
             parse_autoscale(bad)
+
+
+def _mooncake(path, n: int = 200, rate: float = 5.0, seed: int = 3):
+    """A Mooncake trace: every other row shares its first 512-token block with the others."""
+    import json
+
+    rng = random.Random(seed)
+    t, lines = 0.0, []
+    for i in range(n):
+        t += rng.expovariate(rate)
+        n_in = rng.randrange(300, 1500)
+        blocks = -(-n_in // 512)
+        ids = ([1] + [100 * i + k for k in range(blocks - 1)]) if i % 2 else [100 * i + k for k in range(blocks)]
+        lines.append(json.dumps({"timestamp": round(t * 1000), "input_length": n_in,
+                                 "output_length": rng.randrange(20, 200), "hash_ids": ids}))  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _trace_prediction(path, plan: str, draws: int = 3, **kw):
+    from spoc_tui.core.knee import parse_speed_plan
+    from spoc_tui.core.traces import trace_source
+    from spoc_tui.load.workload import load_workload
+    from spoc_tui.twin.predict import Prediction, read_rows
+
+    tw = twin(0.05)
+    return Prediction(
+        twin=tw,
+        workload=load_workload("chatbot"),
+        plan=parse_speed_plan(plan),
+        limits=tuple(parse_sla("ttft_p99<=1s")),
+        draws=draws,
+        trace=read_rows(trace_source(str(path)), tw.server.max_model_len),
+        **kw,
+    )
+
+
+def test_a_trace_replay_is_predicted_at_speed_multiples(tmp_path):
+    from spoc_tui.twin.predict import predict, predict_at
+
+    p = _trace_prediction(_mooncake(tmp_path / "t.jsonl"), "0.25,1")
+    assert p.trace is not None and p.trace.read == 200 and p.trace.prefix_share and p.trace.prefix_share > 0
+    res = predict(p)
+    slow, fast = res.runs
+    assert [r.step.speed for r in res.runs] == [0.25, 1.0] and res.knee.unit == "x"
+    for r in res.runs:  # every row sent once, on the trace's clock divided by the speed
+        assert r.step.requests == 200 and r.step.trace is not None and r.step.trace.sent == 200
+        assert r.step.trace.rate == pytest.approx(r.step.trace.trace_rate, rel=0.01)
+        assert r.measured_s >= p.trace.span_s / r.step.speed
+    assert fast.step.output_tokens_per_s > 2.5 * slow.step.output_tokens_per_s
+    assert fast.step.latency.ttft.p50 >= slow.step.latency.ttft.p50
+    # the shared leading blocks were served from the twin's prefix cache
+    assert slow.step.trace.server_hit_rate and slow.step.trace.server_hit_rate > 0
+    for r, iv in zip(res.runs, res.intervals, strict=True):
+        lo, hi = iv["itl_p50"]
+        assert lo <= r.step.latency.itl.p50 <= hi
+    at = predict_at(p, [(1.0, fast.measured_s)])
+    assert at.figures[0]["output_tokens_per_s"] == pytest.approx(fast.step.output_tokens_per_s, rel=0.25)
+
+
+def test_the_speed_search_on_the_twin_answers_and_keeps_to_its_budget(tmp_path):
+    from spoc_tui.twin.model import TwinError
+    from spoc_tui.twin.predict import predict
+
+    path = _mooncake(tmp_path / "t.jsonl", n=400, rate=4.0)
+    res = predict(_trace_prediction(path, "auto", draws=2))
+    speeds = [r.step.speed for r in res.runs]
+    assert speeds[:2] == [1.0, 2.0] and len(set(speeds)) >= 3
+    inf = res.knee.inferred
+    assert inf is not None and inf.estimate is not None and inf.ci95[0] is not None and inf.ci95[1] is not None
+    assert inf.ci95[0] <= inf.estimate <= inf.ci95[1] and res.knee.unit == "x"
+    # the load the replays took, as spoc ramp counts it, stays within the budget
+    assert sum(r.measured_s for r in res.runs) <= 600
+    # a replay longer than the whole budget is refused before anything runs
+    with pytest.raises(TwinError, match="more than the budget"):
+        predict(_trace_prediction(path, "auto", budget_s=30.0))
+
+
+def test_a_trace_with_nothing_to_send_is_refused(tmp_path):
+    from spoc_tui.core.traces import trace_source
+    from spoc_tui.twin.model import TwinError
+    from spoc_tui.twin.predict import read_rows
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 900000, "output_length": 10, "hash_ids": []}\n')
+    with pytest.raises(TwinError, match="no row to send.*max-model-len"):
+        read_rows(trace_source(str(path)), 2048)
+    path.write_text('{"timestamp": 0, "input_length": 100}\n')
+    with pytest.raises(TwinError, match="line 1"):
+        read_rows(trace_source(str(path)), 2048)
