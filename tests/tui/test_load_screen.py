@@ -343,6 +343,38 @@ async def test_the_twins_prediction_is_drawn_beside_each_finished_step(tmp_path)
         assert plot.count("◆") == 3
 
 
+async def test_the_twin_replays_the_trace_beside_a_replays_step(tmp_path):
+    """A trace replay's step is a speed: the twin's figure beside it is the trace replayed at
+    that speed (not the profile at that many users)."""
+    from spoc_tui.core.knee import FixedSpeeds
+    from spoc_tui.core.traces import trace_source
+    from spoc_tui.load.workload import load_workload
+    from spoc_tui.twin.predict import Prediction, predict_at, read_rows
+    from tests.unit.test_twin_fit import twin
+    from tests.unit.test_twin_fleet import _mooncake
+
+    tw = twin(0.05)
+    src = trace_source(str(_mooncake(tmp_path / "t.jsonl", n=120, rate=8.0)))
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        scr = app.load_screen
+        scr.limits = parse_sla("ttft_p90<=2s")
+        req = LoadScreen.StartRequested(
+            load_workload("chatbot"), FixedSpeeds([2.0]), scr.limits, 20.0, 5.0, trace=src, twin=tw
+        )
+        scr.predict_step(req, 2.0, 30.0)
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if scr.predicted.get(2.0, (None, None))[0] is not None:
+                break
+        ttft, _itl = scr.predicted[2.0]
+    rows = read_rows(src, tw.server.max_model_len)
+    p = Prediction(tw, load_workload("chatbot"), FixedSpeeds([2.0]), scr.limits, draws=0, trace=rows)
+    assert ttft == predict_at(p, [(2.0, 30.0)]).figures[0]["ttft_p90"]
+
+
 async def test_chart_marks_a_prediction_at_its_height():
     app = ChartApp()
     async with app.run_test(size=(40, 9)) as pilot:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
@@ -30,6 +31,9 @@ from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 from spoc_tui.twin.model import Twin, read_twin
+
+if TYPE_CHECKING:
+    from spoc_tui.twin.predict import TraceRows
 
 _DECISION_STYLE = {"meets": "green", "breaks": "bold red", "inconclusive": "yellow"}
 _KNEE_STYLE: dict[KneeTone, str] = {
@@ -188,6 +192,8 @@ class LoadScreen(Screen[None]):
         self.limits: tuple[Limit, ...] = ()
         self.total_steps: int | None = None
         self.request: LoadScreen.StartRequested | None = None
+        self._trace_rows: tuple[TraceSource, TraceRows] | None = None
+        """The trace the twin replays beside a replay's steps, read once."""
         self.predicted: dict[float, tuple[float | None, float | None]] = {}
         """The twin's TTFT and ITL by level (at the charts' percentiles), as the steps finish."""
         self._bars_of: tuple[StepSummary, ...] = ()
@@ -487,11 +493,24 @@ class LoadScreen(Screen[None]):
     def predict_step(self, req: StartRequested, level: float, seconds: float) -> None:
         """The twin's figures of one finished step (its level and measured length), in a thread: a
         step of virtual time takes a second or so."""
-        from spoc_tui.twin.predict import Prediction, predict_at
+        from spoc_tui.twin.predict import Prediction, predict_at, read_rows
 
         assert req.twin is not None
-        plan = FixedRates([level]) if isinstance(req.plan, FixedRates) else FixedUsers([int(level)])
-        p = Prediction(req.twin, req.profile, plan, req.limits, step_s=req.step_s, warmup_s=req.warmup_s, draws=0)
+        rows = None
+        if req.trace is not None:  # a replay's step is a speed of the trace: the twin replays the same rows
+            if self._trace_rows is None or self._trace_rows[0] is not req.trace:
+                self._trace_rows = (req.trace, read_rows(req.trace, req.twin.server.max_model_len))
+            rows = self._trace_rows[1]
+        plan = (
+            FixedSpeeds([level])
+            if rows is not None
+            else FixedRates([level])
+            if isinstance(req.plan, FixedRates)
+            else FixedUsers([int(level)])
+        )
+        p = Prediction(
+            req.twin, req.profile, plan, req.limits, step_s=req.step_s, warmup_s=req.warmup_s, draws=0, trace=rows
+        )
         at = predict_at(p, [(level, seconds)])
         figs = at.figures[0]
         ttft, itl = figs.get(f"ttft_{self._stat('ttft')}"), figs.get(f"itl_{self._stat('itl')}")
