@@ -514,5 +514,7 @@ def check_cmd(
                 cells.append(f"{'-' if e is None else f'{e:.0f} %'}{mark:<1}".ljust(18))
             click.echo(f"{s.level:>10}  " + "  ".join(cells))
         click.echo("(absolute error of the prediction; ! = the measurement lies outside the prediction's interval)")
+        for c in res.clocks:
+            click.echo(c.text)
         click.echo(("the twin holds: " if res.holds else "the twin DRIFTED: ") + res.why)
     sys.exit(0 if res.holds else 1)

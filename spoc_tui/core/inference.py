@@ -269,10 +269,22 @@ def infer_knee(
     seed: int = 0,
 ) -> KneeEstimate | None:
     """The knee across ``levels`` (each level and the requests its step measured), or None
-    before any level has a figure. Levels measured twice are pooled."""
+    before any level has a figure.
+
+    A level measured more than once is pooled for its figure, and resampled in two stages: each
+    replicate draws that level's windows with replacement, then requests within each drawn
+    window. The requests of one window met the same queue, so they vary together; when two
+    windows of one level disagree (the server sped up or slowed down between them, or a queue
+    that built in one was gone in the other), that disagreement carries into the interval instead
+    of being averaged away as if every request were independent."""
     pooled: dict[float, list[RequestSample]] = {}
+    spans: dict[float, list[tuple[int, int]]] = {}
+    """Each level's windows: (offset into its pooled requests, count)."""
     for level, samples in levels:
-        pooled.setdefault(float(level), []).extend(samples)
+        if samples:
+            x = float(level)
+            spans.setdefault(x, []).append((len(pooled.get(x, ())), len(samples)))
+            pooled.setdefault(x, []).extend(samples)
     xs_all = sorted(x for x, s in pooled.items() if s)
     if not xs_all or not limits:
         return None
@@ -305,7 +317,7 @@ def infer_knee(
     resampled: dict[str, dict[float, list[float]]] = {lim.key: {} for lim in limits}
     bracket = _bracket(base, binding)
     for _ in range(replicates):
-        pick = {x: rng.integers(0, len(pooled[x]), len(pooled[x])) for x in xs_all}
+        pick = {x: _resample(rng, spans[x]) for x in xs_all}
         pts = points(pick)
         fits = _fit(pts)
         boots.append(_knee_of(fits)[0])
@@ -353,6 +365,17 @@ def infer_knee(
     if bracket is not None and binding is not None and _is_cliff(base[binding], bracket, jumps):
         return KneeEstimate(bracket[0], _whole(ci, unit), binding, "cliff", unit, n_levels, replicates, curves)
     return KneeEstimate(knee, _whole(ci, unit), binding, "smooth", unit, n_levels, replicates, curves)
+
+
+def _resample(rng: np.random.Generator, windows: Sequence[tuple[int, int]]) -> np.ndarray:
+    """One replicate's requests of a level: its one window's resampled (as many, with
+    replacement), or its windows drawn with replacement and each drawn window's requests resampled
+    within it (two stages: see :func:`infer_knee`)."""
+    if len(windows) == 1:
+        n = windows[0][1]
+        return rng.integers(0, n, n)
+    drawn = rng.integers(0, len(windows), len(windows))
+    return np.concatenate([windows[i][0] + rng.integers(0, windows[i][1], windows[i][1]) for i in drawn])
 
 
 def _figure(margin: float, lim: Limit) -> float:

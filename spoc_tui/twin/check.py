@@ -10,14 +10,15 @@ measured figure lies inside the prediction's interval.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spoc_tui.core.knee import FixedRates, FixedSpeeds
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.steps import StepSummary
 from spoc_tui.core.traces import TraceError, TraceSource, parse_filters
 from spoc_tui.load.workload import Workload, WorkloadError
 from spoc_tui.twin.model import Twin, TwinError
@@ -51,6 +52,60 @@ class StepCheck:
         return lo <= m <= hi
 
 
+CLOCK_DROP_PCT = 10.0
+"""A GPU whose SM clock over the ramp ran this much under its clock at calibration is named: the
+twin's step times were fitted at the calibration's clocks."""
+
+
+@dataclass(frozen=True)
+class ClockCheck:
+    """One GPU's SM clock at calibration (twin.json, with ``--dcgm``) and over the ramp (the
+    median of its steps' DCGM readings), and any throttling the ramp saw."""
+
+    gpu: str
+    calibrated_mhz: float
+    ramp_mhz: float
+    throttled: tuple[str, ...]
+
+    @property
+    def change_pct(self) -> float:
+        return 100.0 * (self.ramp_mhz / self.calibrated_mhz - 1.0)
+
+    @property
+    def slower(self) -> bool:
+        return self.change_pct <= -CLOCK_DROP_PCT or bool(self.throttled)
+
+    @property
+    def text(self) -> str:
+        why = f", throttled: {', '.join(self.throttled)}" if self.throttled else ""
+        return (
+            f"GPU {self.gpu} ran at {self.ramp_mhz:,.0f} MHz over the ramp against {self.calibrated_mhz:,.0f} at "
+            f"calibration ({self.change_pct:+.0f} %{why})"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "gpu": self.gpu,
+            "calibrated_mhz": self.calibrated_mhz,
+            "ramp_mhz": self.ramp_mhz,
+            "change_pct": round(self.change_pct, 1),
+            "throttled": list(self.throttled),
+        }
+
+
+def clock_checks(twin: Twin, steps: Sequence[StepSummary]) -> list[ClockCheck]:
+    """Each GPU the twin recorded clocks for and the ramp read (``spoc ramp --dcgm``)."""
+    out: list[ClockCheck] = []
+    for gpu, mhz in sorted(twin.gpu_clocks.items()):
+        seen = [g for s in steps for g in s.server.gpus or () if g.gpu == gpu]
+        clocks = [g.sm_clock_mhz for g in seen if g.sm_clock_mhz is not None]
+        if not clocks or mhz <= 0:
+            continue
+        reasons = sorted({r for g in seen if g.throttled for r in g.throttle_reasons if r in g.THROTTLING})
+        out.append(ClockCheck(gpu, mhz, statistics.median(clocks), tuple(reasons)))
+    return out
+
+
 @dataclass(frozen=True)
 class Check:
     steps: list[StepCheck]
@@ -58,6 +113,8 @@ class Check:
     holds: bool
     why: str
     draws: int
+    clocks: list[ClockCheck] = field(default_factory=list)
+    """The GPUs' clocks against calibration (where both the twin and the ramp read DCGM)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +123,7 @@ class Check:
             "median_abs_error_pct": self.median_error,
             "thresholds_pct": HOLDS_PCT,
             "draws": self.draws,
+            "gpu_clocks": [c.as_dict() for c in self.clocks],
             "steps": [
                 {
                     "level": s.level,
@@ -184,8 +242,17 @@ def check(
         for k, lim in HOLDS_PCT.items()
         if med.get(k) is not None and med[k] > lim  # type: ignore[operator]
     ]
+    clocks = clock_checks(twin, steps)
+    slow = [c.text for c in clocks if c.slower]
     if broken:
-        why = "the server no longer behaves as calibrated: " + "; ".join(broken) + ". Recalibrate (spoc twin calibrate)"
+        why = "the server no longer behaves as calibrated: " + "; ".join(broken)
+        if slow:
+            why += ". The GPUs ran slower than at calibration (" + "; ".join(slow) + "): cool them or lift the cap"
+            why += " and measure again, or recalibrate at these clocks"
+        else:
+            why += ". Recalibrate (spoc twin calibrate)"
     else:
         why = "within " + ", ".join(f"{k.replace('_', ' ')} {v:g} %" for k, v in HOLDS_PCT.items())
-    return Check(out, med, not broken, why, at.draws)
+        if slow:
+            why += "; but " + "; ".join(slow)
+    return Check(out, med, not broken, why, at.draws, clocks)

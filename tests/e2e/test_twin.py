@@ -70,22 +70,25 @@ def test_calibration_reads_the_servers_settings_and_fits_its_steps(twin):
 
 
 def test_the_prediction_matches_the_measured_ramp(sim, twin, tmp_path):
-    sim, _ = sim
+    sim, dcgm = sim
     prof = tmp_path / "held-out.toml"
     prof.write_text(PROFILE)
     measured = tmp_path / "measured"
-    r = spoc("ramp", "--url", sim, "--profile", str(prof), "--users", "2,10", "--step-seconds", "25",
+    r = spoc("ramp", "--url", sim, "--dcgm", dcgm, "--profile", str(prof), "--users", "2,10", "--step-seconds", "25",
              "--warmup-seconds", "5", "--max-step-seconds", "25", "--sla", "ttft_p90<=2s", "--out", str(measured))  # fmt: skip
     assert r.returncode == 0, r.stderr
     c = spoc("twin", "check", "--twin", str(twin), "--ramp", str(measured), "--draws", "4", "--json")
     assert c.returncode in (0, 1), c.stderr
     doc = json.loads(c.stdout)
     assert len(doc["steps"]) == 2
+    # the twin recorded the GPUs' clocks at calibration (--dcgm) and the ramp read them: compared
+    assert doc["gpu_clocks"] and all(c["calibrated_mhz"] > 500 and c["ramp_mhz"] > 500 for c in doc["gpu_clocks"])
     med = doc["median_abs_error_pct"]
     assert med["itl_p50"] < 20 and med["e2e_p50"] < 25, med
     assert c.returncode == (0 if doc["holds"] else 1)
     text = spoc("twin", "check", "--twin", str(twin), "--ramp", str(measured), "--draws", "2")
     assert "the twin holds" in text.stdout or "DRIFTED" in text.stdout
+    assert "MHz over the ramp against" in text.stdout
     pred = tmp_path / "predicted"
     p = spoc("twin", "predict", "--twin", str(twin), "--profile", str(prof), "--users", "2,10", "--step-seconds", "25",
              "--warmup-seconds", "5", "--max-step-seconds", "25", "--sla", "ttft_p90<=2s", "--draws", "4",

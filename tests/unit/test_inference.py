@@ -169,3 +169,27 @@ def test_an_open_end_says_what_closes_it():
     assert k.text.startswith("31.4 users (95 %: ?-34), binding ttft_p99; an open end")
     assert "--max-step-seconds" in k.text
     assert "open end" not in KneeEstimate(31.4, (30.0, 34.0), "ttft_p99", "smooth").text
+
+
+def test_windows_of_one_level_that_disagree_widen_the_interval():
+    """A level measured twice whose windows disagree (the server slowed between them) carries that
+    disagreement into the interval; pooled as if every request were independent it was averaged
+    away. Windows that agree keep the interval as it was."""
+    lims = parse_sla("ttft_p50<=200ms")
+
+    def levels(split: bool, drift: float) -> list:
+        out = []
+        for x in (8, 12, 16, 17, 18, 19, 20, 24):
+            a = _step(x, 120, _median_at(x) / drift, seed=x)
+            b = _step(x, 120, _median_at(x) * drift, seed=100 + x)
+            out += [(x, a), (x, b)] if split else [(x, a + b)]
+        return out
+
+    def width(k):
+        return k.ci95[1] - k.ci95[0]
+
+    one, two = (infer_knee(levels(split, 1.5), lims, "req/s") for split in (False, True))
+    assert one is not None and two is not None and one.estimate == two.estimate
+    assert width(two) > 2 * width(one)
+    same_one, same_two = (infer_knee(levels(split, 1.0), lims, "req/s") for split in (False, True))
+    assert width(same_two) < 1.3 * width(same_one)

@@ -326,3 +326,49 @@ def test_the_engine_reads_a_shared_prompt_prefix_once():
     none, slow = steps(False)
     assert again == 12 * 16 and none == 0
     assert slow - fast == pytest.approx(TRUE.b_shared * again / 1e3)
+
+
+def test_check_names_a_gpu_that_ran_slower_than_at_calibration():
+    """`spoc twin check` of a ramp whose GPU ran throttled: the twin's prediction of the same
+    steps, and the GPU named with its clocks and the throttle reason (a thermal problem shows as
+    drift, and says so)."""
+    from dataclasses import replace
+
+    from spoc_tui.core.knee import Knee
+    from spoc_tui.core.results import RampDoc
+    from spoc_tui.core.steps import GpuWindow
+    from spoc_tui.twin.check import check
+
+    tw = replace(twin(0.05), gpu_clocks={"0": 1980.0, "1": 1980.0})
+    p = Prediction(
+        twin=tw,
+        workload=load_workload("chatbot"),
+        plan=parse_user_plan("2,8"),
+        limits=tuple(parse_sla("ttft_p99<=2s")),
+        step_s=30,
+        warmup_s=5,
+        max_step_s=30,
+        draws=0,
+    )
+    measured = predict(p).steps
+
+    def with_gpus(hot: bool) -> tuple:
+        gpus = (
+            GpuWindow("0", sm_clock_mhz=1965.0),
+            GpuWindow("1", sm_clock_mhz=1410.0 if hot else 1975.0, throttle_reasons=("hw_thermal",) if hot else ()),
+        )
+        return tuple(replace(s, server=replace(s.server, gpus=gpus)) for s in measured)
+
+    header = {"profile": load_workload("chatbot").as_dict(), "step_seconds": 30, "warmup_seconds": 5}
+    for hot in (False, True):
+        ramp = RampDoc(3, "complete", "m", "u", ("ttft_p99<=2s",), with_gpus(hot), Knee(None, None, None), path="r")
+        res = check(tw, ramp, header, draws=0)
+        assert [c.gpu for c in res.clocks] == ["0", "1"]
+        assert res.holds  # the same steps the twin made: no error
+        named = [c for c in res.clocks if c.slower]
+        if hot:
+            assert [c.gpu for c in named] == ["1"] and named[0].throttled == ("hw_thermal",)
+            assert "GPU 1 ran at 1,410 MHz over the ramp against 1,980 at calibration (-29 %" in res.why
+            assert res.as_dict()["gpu_clocks"][1]["change_pct"] == -28.8
+        else:
+            assert not named and "GPU" not in res.why
