@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 import traceback
+from typing import TYPE_CHECKING
 
 from spoc_tui.cli.signals import stop_signals_interrupt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, InputError, SpocError
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.tune.args import TuneArgs
-from spoc_tui.tune.evaluate import ServerEvaluator, TuneFatal
+from spoc_tui.tune.evaluate import Evaluator, ServerEvaluator, TuneFatal
 from spoc_tui.tune.events import (
     Note,
     OthersDone,
@@ -27,6 +28,9 @@ from spoc_tui.tune.records import Front
 from spoc_tui.tune.report import hypervolume_text, member_tag, member_text, objectives_text, value_text
 from spoc_tui.tune.setup import build
 from spoc_tui.tune.study import TuneConfig, TuneSession
+
+if TYPE_CHECKING:
+    from spoc_tui.twin.model import Twin
 
 
 class Printer:
@@ -125,11 +129,18 @@ def _profile_best(cfg: TuneConfig, evaluator: ServerEvaluator, front: Front) -> 
     print(f"profile: {cfg.out_dir}/profile/profile.json, {cfg.out_dir}/profile/profile.txt")
 
 
-def run(a: TuneArgs) -> int:
+def run(a: TuneArgs, twin: Twin | None = None) -> int:
+    """The study; with ``twin``, every trial scored on the twin in virtual time instead of on a
+    server the launch command starts."""
     try:
-        cfg, evaluator = build(a)
+        cfg, server = build(a)
     except ValueError as e:
         raise InputError(str(e)) from None
+    evaluator: Evaluator = server
+    if twin is not None:
+        from spoc_tui.twin.tuning import TwinEvaluator, check_space
+
+        evaluator = TwinEvaluator(twin, server.ramp, check_space(twin, cfg.space.names, cfg.space.fixed))
     for note in cfg.space.notes:
         print(f"note: {note}", flush=True)
     print(
@@ -174,7 +185,7 @@ def run(a: TuneArgs) -> int:
                 )
     if summary.message:
         print(summary.message)
-    if a.profile_best and summary.status != "interrupted":
+    if a.profile_best and summary.status != "interrupted" and isinstance(evaluator, ServerEvaluator):
         _profile_best(cfg, evaluator, summary.front)
     if summary.status == "interrupted":
         print("stopped: continue with --resume", file=sys.stderr)
@@ -186,27 +197,28 @@ def run(a: TuneArgs) -> int:
 
 
 def run_with_twin(a: TuneArgs, twin_path: str, confirm: int) -> int:
-    """``spoc tune --twin T --confirm N``: the study on the twin (``spoc sim --twin T`` launched per
-    trial, in OUT/twin), then its N best configurations on the real server (``--launch``, in
-    OUT/confirm), and each one's predicted objectives beside the measured (OUT/confirm.json)."""
+    """``spoc tune --twin T --confirm N``: the study on the twin (each trial's ramp predicted in
+    virtual time with the trial's flags as what-ifs, in OUT/twin), then its N best configurations
+    on the real server (``--launch``, in OUT/confirm), and each one's predicted objectives beside
+    the measured (OUT/confirm.json)."""
     import json
-    import shlex
+    import time
     from dataclasses import replace
     from pathlib import Path
 
     from spoc_tui.core.files import write_atomic
     from spoc_tui.twin.model import read_twin
 
-    read_twin(twin_path)  # refused now, not at the first trial
+    twin = read_twin(twin_path)  # refused now, not at the first trial
     if a.resume or a.worker or a.storage:
         raise InputError("--twin runs two studies of its own: without --resume, --worker or --storage")
     out = Path(a.out_dir)
-    launch = f"{shlex.quote(sys.executable)} -m spoc_tui.cli sim --twin {shlex.quote(str(Path(twin_path).resolve()))} "
-    launch += "--port {port} {flags}"
-    print(f"== on the twin ({twin_path}): {a.trials} trials", flush=True)
-    code = run(replace(a, launch=launch, out_dir=str(out / "twin"), env=(), profile_best=False, repeat_pareto=0))
+    print(f"== on the twin ({twin_path}, in virtual time): {a.trials} trials", flush=True)
+    t0 = time.monotonic()
+    code = run(replace(a, out_dir=str(out / "twin"), env=(), profile_best=False, repeat_pareto=0), twin=twin)
     if code != EXIT_OK:
         return code
+    print(f"the twin's study took {time.monotonic() - t0:.0f} s", flush=True)
     pareto = json.loads((out / "twin" / "pareto.json").read_text())
     first = pareto["objectives"][0]
     sign = -1.0 if first["direction"] == "maximize" else 1.0

@@ -25,7 +25,16 @@ import numpy as np
 
 from spoc_tui.core.confidence import Interval
 from spoc_tui.core.inference import KneeEstimate, infer_knee
-from spoc_tui.core.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, SpeedSearch, find_knee, measure_on
+from spoc_tui.core.knee import (
+    FixedRates,
+    FixedSpeeds,
+    FixedUsers,
+    Knee,
+    KneeSearch,
+    SpeedSearch,
+    find_knee,
+    measure_on,
+)
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.steps import (
     RequestSample,
@@ -112,7 +121,8 @@ class Prediction:
     def budget(self) -> float | None:
         if self.budget_s is not None:
             return self.budget_s
-        return None if isinstance(self.plan, (FixedUsers, FixedRates, FixedSpeeds)) else DEFAULT_BUDGET_S
+        # as spoc ramp's: the knee searches have a default budget, other plans none
+        return DEFAULT_BUDGET_S if isinstance(self.plan, (KneeSearch, SpeedSearch)) else None
 
     @property
     def open_loop(self) -> bool:

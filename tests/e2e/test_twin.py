@@ -172,6 +172,7 @@ def test_tune_searches_on_the_twin_and_confirms_on_the_server(twin, tmp_path):
              "--objectives", "max:out_tok_s,min:ttft_p99", "--out", str(out), timeout=400)  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "predicted by the twin beside measured" in r.stdout
+    assert "in virtual time" in r.stdout and "the twin's study took" in r.stdout
     doc = json.loads((out / "confirm.json").read_text())
     (row,) = doc["confirmed"]
     assert row["measured_status"] == "ok" and row["predicted"]["out_tok_s"] > 0 and row["measured"]["out_tok_s"] > 0
@@ -190,6 +191,11 @@ def test_tune_searches_on_the_twin_and_confirms_on_the_server(twin, tmp_path):
         "ttft_p99<=5s",
     )
     assert r.returncode == 2 and "--twin runs two studies" in r.stderr
+    # a flag the twin cannot change is refused before any trial
+    (tmp_path / "bad.toml").write_text("[flags.block-size]\nchoices = [16, 32]\ndefault = 16\n")
+    r = spoc("tune", "--launch", launch, "--twin", str(twin), "--space", str(tmp_path / "bad.toml"),
+             "--out", str(tmp_path / "y"), "--sla", "ttft_p99<=5s")  # fmt: skip
+    assert r.returncode == 2 and "varies --block-size" in r.stderr, r.stderr
 
 
 def test_plan_a_fleet_for_a_trace_on_the_twin(twin, tmp_path):

@@ -1,0 +1,74 @@
+"""Tuning studies scored on the twin in virtual time (``spoc tune --twin``): the evaluator, the
+space it can search, and a study end to end with the real Optuna sampler."""
+
+from pathlib import Path
+
+import pytest
+
+from spoc_tui.core.errors import InputError
+from spoc_tui.core.knee import FixedUsers
+from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.tunespace import parse_objectives, parse_space
+from spoc_tui.load.ramp import RampConfig
+from spoc_tui.load.workload import load_workload
+from spoc_tui.tune.study import TuneConfig, TuneSession
+from spoc_tui.twin.tuning import TwinEvaluator, check_space, what_if
+from tests.unit.test_twin_fit import twin
+
+LIMITS = parse_sla("ttft_p99<=5s")
+
+
+def ramp(users: int = 48) -> RampConfig:
+    return RampConfig("", load_workload("chatbot"), FixedUsers([users]), LIMITS, Path(), step_s=40, warmup_s=8)
+
+
+def test_a_trial_is_the_ramp_predicted_with_its_flags(tmp_path):
+    ev = TwinEvaluator(twin(0.05), ramp())
+    few = ev.evaluate({"max-num-seqs": 4}, [], tmp_path)
+    many = ev.evaluate({"max-num-seqs": 64}, [], tmp_path)
+    assert few.status == many.status == "ok"
+    # 48 users on 4 seats queue; on 64 they do not
+    assert few.steps[0].latency.ttft.p50 > 3 * many.steps[0].latency.ttft.p50
+    assert few.steps[0].server.running_max <= 4 < many.steps[0].server.running_max
+    assert many.kv_tokens == 4096 * 16 and many.max_model_len == 2048 and many.tokens_per_request
+    half = ev.evaluate({"gpu-memory-utilization": 0.45}, [], tmp_path)
+    assert half.kv_tokens == many.kv_tokens // 2
+    # what the twin cannot change is infeasible with the reason, not a wrong number
+    bad = ev.evaluate({"block-size": 32}, [], tmp_path)
+    assert bad.status == "infeasible" and "the twin predicts only" in bad.reason
+    assert ev.evaluate({"enable-chunked-prefill": "yes"}, [], tmp_path).status == "infeasible"
+
+
+def test_the_space_the_twin_can_search():
+    tw = twin()
+    assert what_if({"max-num-seqs": 8.0, "enable-prefix-caching": False}) == {
+        "max_num_seqs": 8,
+        "enable_prefix_caching": False,
+    }
+    with pytest.raises(InputError, match="varies --kv-cache-dtype"):
+        check_space(tw, ["max-num-seqs", "kv-cache-dtype"], {})
+    # a fixed setting the twin has as calibrated may stay; another value may not
+    assert check_space(tw, ["max-num-seqs"], {"max-model-len": 2048, "max-num-batched-tokens": 4096}) == {
+        "max-num-batched-tokens": 4096
+    }
+    with pytest.raises(InputError, match="fixes --max-model-len 8192, the twin was calibrated at 2048"):
+        check_space(tw, ["max-num-seqs"], {"max-model-len": 8192})
+    with pytest.raises(InputError, match="fixes --tensor-parallel-size 2, which the twin cannot change"):
+        check_space(tw, ["max-num-seqs"], {"tensor-parallel-size": 2})
+
+
+def test_a_study_on_the_twin_finds_its_front_in_seconds(tmp_path):
+    space = parse_space(
+        "[flags.max-num-seqs]\npow2 = [4, 64]\ndefault = 64\n\n"
+        "[flags.enable-prefix-caching]\nchoices = [true, false]\ndefault = true\n",
+        "s.toml",
+    )
+    cfg = TuneConfig(space, parse_objectives("max:out_tok_s,min:ttft_p99"), LIMITS, 6, tmp_path, population=4, seed=1)
+    summary = TuneSession(cfg, TwinEvaluator(twin(0.05), ramp())).run()
+    assert summary.status == "complete"
+    ran = [r for r in summary.records if r.repeat_of is None]
+    assert len(ran) >= 4 and all(r.status == "ok" for r in ran)
+    # more seats serve 48 users faster: the front's best throughput is not from 4 seats
+    best = max(ran, key=lambda r: r.objectives["out_tok_s"])
+    assert best.config["max-num-seqs"] > 4
+    assert (tmp_path / "pareto.json").exists()
