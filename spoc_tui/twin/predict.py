@@ -498,13 +498,6 @@ def read_rows(source: TraceSource, max_model_len: int) -> TraceRows:
     )
 
 
-def _three(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
-    if not values:
-        return (None, None, None)
-    p50, p99 = np.percentile(values, [50, 99])
-    return (round(float(p50), 3), round(float(p99), 3), round(max(values), 3))
-
-
 def _replay(p: Prediction, model: StepModel, seed: int, speed: float) -> tuple[FleetSim, float]:
     """The trace at ``speed`` on one twin (a fresh engine: each step of ``spoc ramp --trace`` sends
     text of its own, so no step finds an earlier one's prefixes cached): the run and its length

@@ -199,19 +199,9 @@ def test_tune_searches_on_the_twin_and_confirms_on_the_server(twin, tmp_path):
 
 
 def test_plan_a_fleet_for_a_trace_on_the_twin(twin, tmp_path):
-    import random
+    from tests.unit.test_twin_fleet import _mooncake
 
-    rng = random.Random(5)
-    t, lines = 0.0, []
-    for i in range(400):
-        t += rng.expovariate(8.0)
-        n_in = rng.randrange(300, 1500)
-        blocks = -(-n_in // 512)  # Mooncake: one hash id per 512-token block
-        ids = ([1] + [100 * i + k for k in range(blocks - 1)]) if i % 2 else [100 * i + k for k in range(blocks)]
-        lines.append(json.dumps({"timestamp": round(t * 1000), "input_length": n_in,
-                                 "output_length": rng.randrange(20, 200), "hash_ids": ids}))  # fmt: skip
-    trace = tmp_path / "mooncake.jsonl"
-    trace.write_text("\n".join(lines) + "\n")
+    trace = _mooncake(tmp_path / "mooncake.jsonl", n=400, rate=8.0, seed=5)
     r = spoc("plan", "--twin", str(twin), "--trace", str(trace), "--replicas", "1-3", "--autoscale",
              "num_requests_waiting>=2,cooldown=10s,startup=5s,interval=5s,max=4", "--sla", "ttft_p99<=1s", "--json")  # fmt: skip
     assert r.returncode == 0, r.stderr
