@@ -292,9 +292,6 @@ REPEATS_AT_A_LEVEL = 3
 """The knee search measures one level at most this many times (more time there narrows the
 interval no further than the fit between levels allows); 1 user, where every level broke, is
 measured until its requests show it surely (no lower level can)."""
-CONFIRM_CLIFF = 2
-"""A cliff between adjacent user counts is reported once each side has been measured this many
-times (:meth:`KneeSearch._confirm_cliff`)."""
 NEAR_LIMIT = 1.5
 """An inconclusive step is measured on only when a figure's point estimate is within this
 factor of its limit (a p99 of 60 ms against 400 ms is far under it, bounded or not: the
@@ -355,9 +352,6 @@ class KneeSearch:
         est = inferred.estimate if inferred.estimate is not None else 0.0
         lo, hi = inferred.ci95
         if lo is not None and hi is not None and self.answered(knee):
-            again = self._confirm_cliff(steps, inferred)
-            if again is not None:
-                return again, ""
             return None, self._narrow(lo, hi, est)
         if inferred.boundary == "cliff" and lo is not None and hi is not None:  # the interval is the bracket: bisect it
             a, b = int(lo), int(hi)
@@ -391,26 +385,6 @@ class KneeSearch:
         if top < self.max_users:
             return min(2 * top, self.max_users)
         return top if self._measured(steps, top) < REPEATS_AT_A_LEVEL else None
-
-    def _confirm_cliff(self, steps: Sequence[StepSummary], inferred: KneeEstimate) -> int | None:
-        """A cliff between adjacent user counts, each measured once, is measured again at the
-        count measured fewer times (the lower first) before it is reported, else None.
-
-        One window of a step near its limit says little about the next: on the simulator's coding
-        profile the TTFT p90 of a 30 s window at 32 users read 0.22-0.44 s (quartiles over 24
-        seeds) against a steady 0.33 s, so 32 users surely within and 33 surely past it was, 3
-        times in 20 searches, a lucky window beside an unlucky one, reported as a cliff at 32 with
-        the true knee at 30.9. Measured again, the inference resamples the level's windows (two
-        stages: :func:`~spoc_tui.core.inference.infer_knee`), and windows that disagree widen
-        the interval; windows that agree confirm the cliff."""
-        if inferred.boundary != "cliff":
-            return None
-        lo, hi = inferred.ci95
-        if lo is None or hi is None:
-            return None
-        ends = sorted({u for u in (int(lo), int(hi)) if any(s.users == u for s in steps)})
-        once = [u for u in ends if self._measured(steps, u) < CONFIRM_CLIFF]
-        return once[0] if once else None
 
     @staticmethod
     def answered(knee: Knee | None) -> bool:
