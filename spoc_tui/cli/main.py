@@ -788,8 +788,8 @@ def ramp(
     "twin_path",
     default=None,
     type=click.Path(dir_okay=False),
-    help="Search on this calibrated twin (spoc twin calibrate) instead of the server, then run the best --confirm "
-    "configurations on the server (--launch) and report predicted beside measured.",
+    help="Search on this calibrated twin (spoc twin calibrate) in virtual time, seconds a trial, then run the best "
+    "--confirm configurations on the server (--launch) and report predicted beside measured.",
 )
 @click.option(
     "--confirm",
