@@ -15,14 +15,7 @@ from spoc_tui.cli.options import api_key_options, tls_options
 from spoc_tui.cli.types import trace_selection
 from spoc_tui.core.sla import DEFAULT_SLA
 from spoc_tui.load.defaults import DEFAULT_PROFILE, STEP_S, WARMUP_S
-
-WHAT_IF_FLAGS = {
-    "max-num-seqs": ("max_num_seqs", int),
-    "max-num-batched-tokens": ("max_num_batched_tokens", int),
-    "enable-chunked-prefill": ("enable_chunked_prefill", "bool"),
-    "enable-prefix-caching": ("enable_prefix_caching", "bool"),
-    "gpu-memory-utilization": ("gpu_memory_utilization", float),
-}
+from spoc_tui.twin.model import WHAT_IF_FLAGS
 
 
 def _bool(name: str, text: str) -> bool:
@@ -52,10 +45,10 @@ def parse_flags(items: tuple[str, ...], what: str) -> dict[str, object]:
             raise InputError(f"{what} {item!r}: give FLAG=VALUE, FLAG one of {', '.join(WHAT_IF_FLAGS)}")
         key, kind = WHAT_IF_FLAGS[name]
         try:
-            v: object = _bool(name, value) if kind == "bool" else kind(value)  # type: ignore[operator]
+            v: object = _bool(name, value) if kind == "bool" else int(value) if kind == "int" else float(value)
         except ValueError:
             raise InputError(
-                f"{what} {item!r}: {value!r} is not a {'number' if kind is not int else 'whole number'}"
+                f"{what} {item!r}: {value!r} is not a {'whole number' if kind == 'int' else 'number'}"
             ) from None
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             if key == "gpu_memory_utilization" and not 0 < float(v) <= 1:

@@ -76,14 +76,17 @@ COEFF_HELP = {
     "b_shared": "s saved per k-token of decode context another decoding sequence reads in the same blocks",
     "ridge": "prefill tokens a step computes inside its fixed cost (the roofline's ridge; 0 on a CPU)",
 }
-WHAT_IF = (
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "enable_chunked_prefill",
-    "enable_prefix_caching",
-    "gpu_memory_utilization",
-)
-"""Flags ``spoc twin predict --set`` changes."""
+WHAT_IF_FLAGS: dict[str, tuple[str, str]] = {
+    "max-num-seqs": ("max_num_seqs", "int"),
+    "max-num-batched-tokens": ("max_num_batched_tokens", "int"),
+    "enable-chunked-prefill": ("enable_chunked_prefill", "bool"),
+    "enable-prefix-caching": ("enable_prefix_caching", "bool"),
+    "gpu-memory-utilization": ("gpu_memory_utilization", "float"),
+}
+"""The flags the twin predicts (``spoc twin predict --set``, ``spoc sim --twin``, ``spoc tune
+--twin``): vLLM's name -> the twin's setting and its kind."""
+WHAT_IF = tuple(key for key, _ in WHAT_IF_FLAGS.values())
+"""The twin's settings a what-if changes."""
 
 
 class TwinError(InputError):

@@ -5,7 +5,7 @@ or a trace at its speed) is the experiment ``spoc twin predict`` runs, with the 
 what-ifs on the twin: seconds a trial, where a trial on a server (or on ``spoc sim --twin``,
 served in real time) costs a server start and minutes of load. Its steps are summarised and
 judged as a measured trial's, so the study scores, ranks and stops on them exactly as it does on
-a server's. What the twin cannot change (a flag outside :data:`WHAT_IF`) is refused before the
+a server's. What the twin cannot change (a flag outside :data:`WHAT_IF_FLAGS`) is refused before the
 study starts.
 """
 
@@ -23,17 +23,8 @@ from spoc_tui.core.steps import RequestSample, StepSummary
 from spoc_tui.load.ramp import RampConfig
 from spoc_tui.tune.evaluate import OnEvent, TrialOutcome
 from spoc_tui.twin.engine import TwinEngine
-from spoc_tui.twin.model import Twin, TwinError
+from spoc_tui.twin.model import WHAT_IF_FLAGS, Twin, TwinError
 from spoc_tui.twin.predict import Prediction, TraceRows, read_rows, run_ramp, run_trace_ramp
-
-WHAT_IF: dict[str, tuple[str, str]] = {
-    "max-num-seqs": ("max_num_seqs", "int"),
-    "max-num-batched-tokens": ("max_num_batched_tokens", "int"),
-    "enable-chunked-prefill": ("enable_chunked_prefill", "bool"),
-    "enable-prefix-caching": ("enable_prefix_caching", "bool"),
-    "gpu-memory-utilization": ("gpu_memory_utilization", "float"),
-}
-"""The flags the twin predicts (vLLM's name -> the twin's setting, its kind)."""
 
 
 def what_if(config: Mapping[str, object]) -> dict[str, object]:
@@ -44,9 +35,9 @@ def what_if(config: Mapping[str, object]) -> dict[str, object]:
     """
     out: dict[str, object] = {}
     for name, value in config.items():
-        if name not in WHAT_IF:
-            raise InputError(f"--{name}: the twin predicts only {', '.join('--' + k for k in WHAT_IF)}")
-        key, kind = WHAT_IF[name]
+        if name not in WHAT_IF_FLAGS:
+            raise InputError(f"--{name}: the twin predicts only {', '.join('--' + k for k in WHAT_IF_FLAGS)}")
+        key, kind = WHAT_IF_FLAGS[name]
         if kind == "bool":
             if not isinstance(value, bool):
                 raise InputError(f"--{name} {value!r}: true or false")
@@ -69,16 +60,16 @@ def check_space(twin: Twin, names: Sequence[str], fixed: Mapping[str, object]) -
         InputError: naming a flag the space varies that the twin cannot predict, or one it fixes
             at another value than the twin was calibrated at.
     """
-    bad = [n for n in names if n not in WHAT_IF]
+    bad = [n for n in names if n not in WHAT_IF_FLAGS]
     if bad:
         raise InputError(
-            f"--twin: the twin predicts {', '.join('--' + k for k in WHAT_IF)}; the search space also varies "
+            f"--twin: the twin predicts {', '.join('--' + k for k in WHAT_IF_FLAGS)}; the search space also varies "
             f"{', '.join('--' + b for b in bad)}: take {'them' if len(bad) > 1 else 'it'} out of --space, or search "
             "on the server"
         )
     out: dict[str, object] = {}
     for name, value in fixed.items():
-        if name in WHAT_IF:
+        if name in WHAT_IF_FLAGS:
             out[name] = value
             continue
         attr = AS_CALIBRATED.get(name)
