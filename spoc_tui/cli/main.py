@@ -21,7 +21,7 @@ import click
 from spoc_tui import __version__
 from spoc_tui.capacity.args import CapacityArgs
 from spoc_tui.cli.options import api_key_options, config_values, from_config, served_model_option, tls_options
-from spoc_tui.cli.types import FINITE, trace_selection
+from spoc_tui.cli.types import FINITE, selected_trace, trace_selection
 from spoc_tui.config import Settings, config_path, data_dir, load_file, read_key_file
 from spoc_tui.core.engineflags import DEFAULTS
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError, SpocError
@@ -36,7 +36,6 @@ from spoc_tui.tune.args import TuneArgs
 
 if TYPE_CHECKING:
     from spoc_tui.core.knee import UserPlan
-    from spoc_tui.core.traces import TraceSource
 
 # The heavy modules (the ramp's machinery, Optuna, numpy, httpx) are imported by the commands
 # that use them, not here: `spoc --help` and a bad flag answer at once (issue 35).
@@ -570,7 +569,6 @@ def ramp(
     from spoc_tui.cli.ramp import run
     from spoc_tui.collectors.scrape import metrics_url
     from spoc_tui.core.knee import FixedRates, parse_speed_plan, parse_user_plan
-    from spoc_tui.core.traces import trace_source
     from spoc_tui.load.ramp import RampConfig, auto_workers
     from spoc_tui.load.workload import load_workload
 
@@ -587,13 +585,9 @@ def ramp(
     limits = parse_sla(sla)
     if rate_spec is not None and users_spec is not None:
         _fail("give --users (closed loop) or --rate (open loop), not both")
-    trace: TraceSource | None = None
-    if trace_path is not None:
-        if rate_spec is not None or users_spec is not None:
-            _fail("--trace replays at speed multiples (--speed), not at --users or --rate")
-        trace = trace_source(trace_path, trace_format, trace_filters, trace_window, trace_max_rows)
-    elif speed_spec is not None or trace_window is not None or trace_max_rows is not None or trace_filters:
-        _fail("--speed, --trace-window, --trace-max-rows and --trace-filter go with --trace FILE")
+    trace = selected_trace(
+        trace_path, speed_spec, users_spec, rate_spec, trace_format, trace_filters, trace_window, trace_max_rows
+    )
     plan: UserPlan = (
         parse_speed_plan(speed_spec or "auto")
         if trace is not None

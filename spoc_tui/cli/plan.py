@@ -165,7 +165,7 @@ def fleet_plan(
     took = time.perf_counter() - t0
     doc = {
         "twin": twin_path,
-        "trace": {**src.as_dict(), "path": src.path.name, "rows": len(rows), "skipped_reading": dict(read.skipped)},
+        "trace": src.header(len(rows), read.skipped),
         "speed": speed,
         "sla": [str(lim) for lim in limits],
         "router": "least outstanding requests",

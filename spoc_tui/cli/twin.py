@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from spoc_tui.cli.options import api_key_options, tls_options
-from spoc_tui.cli.types import trace_selection
+from spoc_tui.cli.types import selected_trace, trace_selection
 from spoc_tui.core.sla import DEFAULT_SLA
 from spoc_tui.load.defaults import DEFAULT_PROFILE, STEP_S, WARMUP_S
 from spoc_tui.twin.model import WHAT_IF_FLAGS
@@ -265,7 +265,6 @@ def predict_cmd(
     from spoc_tui.core.errors import InputError
     from spoc_tui.core.knee import FixedRates, parse_speed_plan, parse_user_plan
     from spoc_tui.core.sla import parse_budget, parse_rates, parse_sla
-    from spoc_tui.core.traces import TraceError, trace_source
     from spoc_tui.load.workload import load_workload
     from spoc_tui.twin.model import read_twin
     from spoc_tui.twin.predict import Prediction, TraceRows, predict, read_rows
@@ -277,26 +276,14 @@ def predict_cmd(
         raise InputError("--step-seconds must be longer than --warmup-seconds (which is 0 or more)")
     rows: TraceRows | None = None
     trace_doc: dict[str, object] | None = None
-    if trace_path is not None:
-        if rate_spec is not None or users_spec is not None:
-            raise InputError("--trace replays at speed multiples (--speed), not at --users or --rate")
-        src_ctx = click.get_current_context()
-        if src_ctx.get_parameter_source("profile") is not click.core.ParameterSource.DEFAULT:
+    src = selected_trace(
+        trace_path, speed_spec, users_spec, rate_spec, trace_format, trace_filters, trace_window, trace_max_rows
+    )
+    if src is not None:
+        if click.get_current_context().get_parameter_source("profile") is not click.core.ParameterSource.DEFAULT:
             raise InputError("--trace replays the trace's own rows: give --trace or --profile, not both")
-        try:
-            src = trace_source(trace_path, trace_format, trace_filters, trace_window, trace_max_rows)
-        except TraceError as e:
-            raise InputError(str(e)) from None
         rows = read_rows(src, twin.server.max_model_len)
-        trace_doc = {
-            **src.as_dict(),
-            "path": src.path.name,  # the name only, as spoc ramp writes it
-            "rows": rows.read,
-            "span_s": round(rows.span_s, 3),
-            "skipped_reading": rows.skipped,
-        }
-    elif speed_spec is not None or trace_window is not None or trace_max_rows is not None or trace_filters:
-        raise InputError("--speed, --trace-window, --trace-max-rows and --trace-filter go with --trace FILE")
+        trace_doc = src.header(rows.read, rows.skipped, rows.span_s)
     elif trace_format is not None:
         raise InputError("--trace-format goes with --trace FILE")
     p = Prediction(

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from spoc_tui.core.errors import InputError
 from spoc_tui.core.traceformats import FORMATS as TRACE_FORMATS
+
+if TYPE_CHECKING:
+    from spoc_tui.core.traces import TraceSource
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,6 +36,34 @@ class FiniteFloat(click.ParamType[float]):
 
 
 FINITE = FiniteFloat()
+
+
+def selected_trace(
+    trace_path: str | None,
+    speed_spec: str | None,
+    users_spec: str | None,
+    rate_spec: str | None,
+    trace_format: str | None,
+    trace_filters: Sequence[str],
+    trace_window: str | None,
+    trace_max_rows: int | None,
+) -> TraceSource | None:
+    """The trace ``--trace`` and :func:`trace_selection`'s options pick, or None without
+    ``--trace`` (``spoc ramp``, ``spoc twin predict``).
+
+    Raises:
+        InputError: ``--trace`` with ``--users`` or ``--rate``; a trace option without ``--trace``;
+            the trace's own errors (no such file, a bad window...).
+    """
+    if trace_path is not None:
+        if rate_spec is not None or users_spec is not None:
+            raise InputError("--trace replays at speed multiples (--speed), not at --users or --rate")
+        from spoc_tui.core.traces import trace_source  # read only when a trace is given (start-up)
+
+        return trace_source(trace_path, trace_format, trace_filters, trace_window, trace_max_rows)
+    if speed_spec is not None or trace_window is not None or trace_max_rows is not None or trace_filters:
+        raise InputError("--speed, --trace-window, --trace-max-rows and --trace-filter go with --trace FILE")
+    return None
 
 
 def trace_selection(*, filters: bool = True) -> Callable[[F], F]:

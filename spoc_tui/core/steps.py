@@ -659,6 +659,12 @@ def arrivals(starts: Sequence[float]) -> Arrivals:
 Interval3 = tuple[float | None, float | None, float | None]
 
 
+def arrival_rate(count: int, span_s: float) -> float | None:
+    """Requests per second of ``count`` arrivals spread over ``span_s`` seconds (first to last),
+    to 4 decimals; None for fewer than two or no span."""
+    return round((count - 1) / span_s, 4) if count > 1 and span_s > 0 else None
+
+
 @dataclass(frozen=True, slots=True)
 class TraceFidelity:
     """How faithfully a replay step kept its trace (``ramp.json``'s ``trace`` per step)."""

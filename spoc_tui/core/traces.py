@@ -36,7 +36,7 @@ import re
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -525,6 +525,15 @@ class TraceSource:
             n += 1
             if self.max_rows is not None and n >= self.max_rows:
                 return
+
+    def header(self, rows: int, skipped: Mapping[str, int], span_s: float | None = None) -> dict[str, object]:
+        """What a result file says of the replayed trace: its selection, the file's name only (a
+        path can say more than the trace), the rows read, their span and what reading skipped."""
+        out: dict[str, object] = {**self.as_dict(), "path": self.path.name, "rows": rows}
+        if span_s is not None:
+            out["span_s"] = round(span_s, 3)
+        out["skipped_reading"] = dict(skipped)
+        return out
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -53,6 +53,7 @@ from spoc_tui.core.steps import (
     ServerWindow,
     StepSummary,
     TraceFidelity,
+    arrival_rate,
     badly_broken,
     client_health,
     queue_unbounded,
@@ -897,10 +898,8 @@ async def _run_trace_step(
         skipped=skipped,
         lag_ms=_three([(s.start - s.scheduled - (s.held_s or 0.0)) * 1000 for s in sent if s.scheduled is not None]),
         held_back=sum(1 for s in sent if (s.held_s or 0.0) > 0.001),
-        rate=round((len(starts) - 1) / (starts[-1] - starts[0]), 4)
-        if len(starts) > 1 and starts[-1] > starts[0]
-        else None,
-        trace_rate=round((scan.rows - 1) / length, 4) if scan.rows > 1 and length > 0 else None,
+        rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
+        trace_rate=arrival_rate(scan.rows, length),
         prefix_share=round(sum(d.prefix_tokens for d in ours) / prefix_in, 4) if prefix_in else None,
         server_hit_rate=server.prefix_cache_hit_rate,
         length_error=_three(
@@ -1048,13 +1047,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
         ),
     }
     if cfg.trace is not None and scan is not None:
-        header["trace"] = {
-            **cfg.trace.as_dict(),
-            "path": cfg.trace.path.name,  # the name only: a path can say more than the trace
-            "rows": scan.rows,
-            "span_s": round(scan.span_s, 3),
-            "skipped_reading": scan.skipped,
-        }
+        header["trace"] = cfg.trace.header(scan.rows, scan.skipped, scan.span_s)
         header["profile"] = {"name": f"trace:{cfg.trace.path.name}"}
     writer = ResultWriter(cfg.out_dir, header)
     runner = RunnerProcess(cfg, model, context_len, cfg.out_dir)

@@ -83,7 +83,8 @@ class TrialOutcome:
     """The reference step stopped early, clearly dominated: ``reason`` and ``saved_s``."""
 
 
-def _tokens_per_request(samples: Sequence[RequestSample]) -> float | None:
+def tokens_per_request(samples: Sequence[RequestSample]) -> float | None:
+    """Mean prompt + output tokens of the requests that succeeded (the KV-derived seed's unit)."""
     tot = [(s.prompt_tokens or 0) + (s.output_tokens or 0) for s in samples if s.ok]
     return sum(tot) / len(tot) if tot else None
 
@@ -216,7 +217,7 @@ class ServerEvaluator:
                 start_s=start_s,
                 kv_tokens=kv_tokens,
                 max_model_len=mml,
-                tokens_per_request=_tokens_per_request(samples),
+                tokens_per_request=tokens_per_request(samples),
                 duration_s=time.monotonic() - t0,
             )
         finally:
@@ -375,6 +376,6 @@ class FastSimEvaluator:
             start_s=0.0,
             kv_tokens=engine.plan.kv_cache_tokens,
             max_model_len=engine.max_len,
-            tokens_per_request=_tokens_per_request(samples_all),
+            tokens_per_request=tokens_per_request(samples_all),
             duration_s=time.monotonic() - t0,
         )

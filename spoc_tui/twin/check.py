@@ -19,7 +19,7 @@ from spoc_tui.core.knee import FixedRates, FixedSpeeds
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import StepSummary
-from spoc_tui.core.traces import TraceError, TraceSource, parse_filters
+from spoc_tui.core.traces import TraceError, trace_source
 from spoc_tui.load.workload import Workload, WorkloadError
 from spoc_tui.twin.model import Twin, TwinError
 from spoc_tui.twin.predict import Prediction, TraceRows, figure, predict_at, read_rows
@@ -147,20 +147,19 @@ def _trace_rows(twin: Twin, where: str, header: dict[str, Any], path: str | None
     name = meta.get("path") or "the trace"
     if path is None:
         raise TwinError(f"{where} replayed the trace {name}: give it with --trace FILE")
-    window = meta.get("window") or [0.0, None]
+    if not Path(path).is_file():
+        raise TwinError(f"--trace {path}: no such file")
     try:
-        src = TraceSource(
-            Path(path),
-            str(meta.get("format")),  # type: ignore[arg-type]
-            parse_filters([str(f) for f in meta.get("filters") or []]),
-            float(window[0] or 0.0),
-            float(window[1]) if window[1] is not None else None,
+        start, length = meta.get("window") or [0.0, None]
+        src = trace_source(
+            path,
+            str(meta.get("format")),
+            [str(f) for f in meta.get("filters") or []],
+            f"{float(start or 0.0):f}:{'' if length is None else f'{float(length):f}'}",
             int(meta["max_rows"]) if meta.get("max_rows") is not None else None,
         )
-    except (TraceError, TypeError, ValueError, IndexError) as e:
+    except (TraceError, TypeError, ValueError) as e:
         raise TwinError(f"{where}: its trace selection does not read ({e})") from None
-    if not src.path.is_file():
-        raise TwinError(f"--trace {path}: no such file")
     rows = read_rows(src, twin.server.max_model_len)
     want = meta.get("rows")
     if isinstance(want, int) and want != rows.read:

@@ -41,6 +41,7 @@ from spoc_tui.core.steps import (
     ServerWindow,
     StepSummary,
     TraceFidelity,
+    arrival_rate,
     queue_unbounded,
     summarize_step,
 )
@@ -538,10 +539,8 @@ def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: floa
         skipped=skipped,
         lag_ms=(0.0, 0.0, 0.0),
         held_back=sum(1 for h in held if h > 0.001),
-        rate=round((len(starts) - 1) / (starts[-1] - starts[0]), 4)
-        if len(starts) > 1 and starts[-1] > starts[0]
-        else None,
-        trace_rate=round((len(tr.rows) - 1) / tr.step_s(speed), 4) if len(tr.rows) > 1 and tr.span_s > 0 else None,
+        rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
+        trace_rate=arrival_rate(len(tr.rows), tr.step_s(speed)),
         prefix_share=tr.prefix_share,
         server_hit_rate=server.prefix_cache_hit_rate,
         cached_share=summary.cached_prompt_fraction,

@@ -19,9 +19,9 @@ from pathlib import Path
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.inference import infer_knee
 from spoc_tui.core.knee import find_knee
-from spoc_tui.core.steps import RequestSample, StepSummary
+from spoc_tui.core.steps import StepSummary
 from spoc_tui.load.ramp import RampConfig
-from spoc_tui.tune.evaluate import OnEvent, TrialOutcome
+from spoc_tui.tune.evaluate import OnEvent, TrialOutcome, tokens_per_request
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.model import WHAT_IF_FLAGS, Twin, TwinError
 from spoc_tui.twin.predict import Prediction, TraceRows, read_rows, run_ramp, run_trace_ramp
@@ -143,8 +143,6 @@ class TwinEvaluator:
             return TrialOutcome("infeasible", reason=why, duration_s=time.monotonic() - t0)
         windows = [(x.step.level, x.window) for x in runs]
         knee = find_knee(steps, infer_knee(windows, r.limits, steps[0].unit, seed=r.seed))
-        done: list[RequestSample] = [s for x in runs for s in x.window if s.ok]
-        per = [(s.prompt_tokens or 0) + (s.output_tokens or 0) for s in done]
         return TrialOutcome(
             "ok",
             steps,
@@ -152,6 +150,6 @@ class TwinEvaluator:
             start_s=0.0,
             kv_tokens=eng.plan.kv_cache_tokens,
             max_model_len=eng.max_len,
-            tokens_per_request=sum(per) / len(per) if per else None,
+            tokens_per_request=tokens_per_request([s for x in runs for s in x.window]),
             duration_s=time.monotonic() - t0,
         )
