@@ -43,7 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +53,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spoc_tui.core.inference import infer_knee, isotonic  # noqa: E402
-from spoc_tui.core.knee import BisectSearch, Knee, KneeSearch, find_knee, measure_on  # noqa: E402
+from spoc_tui.core.knee import (  # noqa: E402
+    SETTLE_EVERY_S,
+    BisectSearch,
+    Knee,
+    KneeSearch,
+    find_knee,
+    measure_on,
+    settle_due,
+)
 from spoc_tui.core.presets import gpu_preset, model_preset  # noqa: E402
 from spoc_tui.core.sla import Limit, parse_sla  # noqa: E402
-from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step  # noqa: E402
+from spoc_tui.core.steps import EarlyStop, RequestSample, StepSummary, summarize_step  # noqa: E402
 from spoc_tui.load.workload import Workload, load_workload  # noqa: E402
 from spoc_tui.sim.engine import EngineConfig, SimEngine  # noqa: E402
 from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
@@ -64,6 +72,9 @@ from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
 SMOKE = "--smoke" in sys.argv
 SEEDS = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--seeds=")), "1" if SMOKE else "20"))
 FRESH = "--fresh" in sys.argv
+SETTLE = "--no-settle" not in sys.argv
+"""A knee search's step ends once its next level is plain, as spoc ramp's does (``--no-settle``:
+every step runs its window, the search before that rule)."""
 ONLY = next((a.split("=")[1] for a in sys.argv if a.startswith("--only=")), "ab")
 COVERAGE_STEPS = 4 if SMOKE else 100
 COVERAGE_USERS = (8,) if SMOKE else (8, 20, 24)
@@ -190,10 +201,16 @@ def replay(
         limit = MAX_STEP_S - WARMUP_S
         if budget is not None:
             limit = max(planned, min(limit, budget - used - WARMUP_S))
+        settled = settle(plan, steps, vs, u, start, sent_from, planned, limits) if SETTLE else None
+        if settled is not None:
+            target = vs.now - start
         while True:
             vs.advance(start + target)
             window = vs.window(start, vs.now, sent_from)
-            summary = summarize_step(len(steps) + 1, u, window, target, limits, extended_s=target - planned)
+            summary = summarize_step(len(steps) + 1, u, window, target, limits, extended_s=max(0.0, target - planned))
+            if settled is not None:
+                summary = replace(summary, settled_early=EarlyStop(settled, round(planned - target, 1)))
+                break
             if summary.decision != "inconclusive" or target >= limit - 1e-6:
                 break
             if not measure_on(plan, steps, summary, [*windows, (u, window)], limits, seed=seed):
@@ -205,6 +222,33 @@ def replay(
         knee = find_knee(steps, infer_knee(windows, limits, seed=seed))
     assert knee is not None
     return knee, used / 60, steps
+
+
+def settle(
+    plan: Any,
+    steps: list[StepSummary],
+    vs: VirtualServer,
+    users: int,
+    start: float,
+    sent_from: float,
+    planned: float,
+    limits: tuple[Limit, ...],
+) -> str | None:
+    """As spoc ramp asks a knee search's step while it runs: whether it has settled (its next
+    level plain), every few seconds from a third of its window; the server advanced to the moment
+    it settled, or to the window's end."""
+    if not isinstance(plan, KneeSearch):
+        return None
+    asked = 0
+    t = planned / 3
+    while settle_due(t, planned, asked):
+        asked += 1
+        vs.advance(start + t)
+        why = plan.settled(steps, users, vs.window(start, vs.now, sent_from), limits)
+        if why:
+            return why
+        t = planned / 3 + asked * SETTLE_EVERY_S
+    return None
 
 
 def search_case(args: tuple[int, int]) -> dict[str, Any]:
@@ -223,6 +267,10 @@ def search_case(args: tuple[int, int]) -> dict[str, Any]:
         "case": ci,
         "seed": seed,
         "new": (inf.ci95, inf.estimate, inf.boundary, new_min, len(new_steps)),
+        "settled": (
+            sum(1 for s in new_steps if s.settled_early),
+            sum(s.settled_early.saved_s for s in new_steps if s.settled_early),
+        ),
         "old": (old_answer, old_min, len(old_steps)),
     }
 
@@ -376,6 +424,13 @@ def knee_part(pool: Any) -> None:
         f"median {statistics.median(minutes['new']):.1f} load-minutes; bisection {100 * n_old[0] / n_old[1]:.0f}% "
         f"({n_old[0]}/{n_old[1]}), median {statistics.median(minutes['old']):.1f} load-minutes "
         f"({time.time() - t0:.0f} s)"
+    )
+    settled = sum(r["settled"][0] for r in results)
+    steps_all = sum(r["new"][4] for r in results)
+    saved = sum(r["settled"][1] for r in results) / 60
+    print(
+        f"steps settled early (their next level plain): {settled} of {steps_all}, "
+        f"{saved / len(results):.2f} load-minutes saved a search on average" + ("" if SETTLE else " (--no-settle)")
     )
     print(
         f"the inference's misses: {wrong} intervals that do not hold the truth, "

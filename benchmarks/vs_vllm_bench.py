@@ -5,8 +5,10 @@ The real-engine tier's vLLM 0.32 CPU build and tiny Llama (scripts/realengine_se
 127.0.0.1. At each concurrency (default 8 and 32), in SPOC_BENCH_ROUNDS (3) interleaved rounds
 (ABC, CBA, ABC): `vllm bench serve` (openai-chat backend, random dataset, 200-token prompts,
 128-token answers, --max-concurrency C) and `spoc ramp` with a flat profile (one turn, no think
-time, 200-token prompts, 128-token answers, C users), without and with --tokenizer; then once spoc
-with every user started at once (vllm bench's arrival pattern). Printed: TTFT, ITL and TPOT
+time, 200-token prompts, 128-token answers, C users), without and with --tokenizer, and with
+--arrivals lockstep (vllm bench's arrival regime: every stream started at once, each next request
+sent as the last ends, so fixed lengths keep them in step); then once spoc with every user started
+at once but its turns staggered (the default). Printed: TTFT, ITL and TPOT
 p50/p90/p99 and output tokens/s, each client's median over the rounds, spoc's over vLLM's (target:
 every percentile within max(5 %, 1 ms), output tokens/s within 3 %), and how far vllm bench's own
 rounds lie apart (max/min): the server's speed drifts between runs on a shared machine, and a
@@ -60,10 +62,12 @@ SECONDS = 5.0 if SMOKE else float(_ARGS[1]) if len(_ARGS) > 1 else 40.0
 IN_TOKENS, OUT_TOKENS = 200, 32 if SMOKE else 128
 WARMUP_S = 2.0 if SMOKE else 5.0
 PIN = os.environ.get("SPOC_BENCH_PIN", "1") != "0"
+"""Server and clients on separate cores (SPOC_BENCH_PIN=0: share them all, as before)."""
 ROUNDS = 1 if SMOKE else int(os.environ.get("SPOC_BENCH_ROUNDS", "3"))
 """Interleaved rounds per concurrency; figures are the median over them."""
 BENCH = "vllm bench serve"
-"""Server and clients on separate cores (SPOC_BENCH_PIN=0: share them all, as before)."""
+LOCKSTEP = "spoc ramp --arrivals lockstep"
+"""spoc in vllm bench's arrival regime: every user started at once, each next request as the last ends."""
 PROFILE = (
     f'name = "flat"\nsystem_tokens = 0\nturns = 1\nuser_tokens = {IN_TOKENS}\n'
     f"output_tokens = {OUT_TOKENS}\nthink_s = 0\nignore_eos = true\n"
@@ -144,7 +148,9 @@ def bench_figures(out: Path) -> dict[str, float]:
     return res
 
 
-async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: float | None = None) -> dict[str, Any]:
+async def spoc(
+    url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: float | None = None, arrivals: str = "staggered"
+) -> dict[str, Any]:
     prof_path = out / "flat.toml"
     out.mkdir(parents=True, exist_ok=True)
     prof_path.write_text(PROFILE)
@@ -159,6 +165,7 @@ async def spoc(url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: floa
         max_step_s=SECONDS,
         tokenizer=str(MODEL) if tokenizer else None,
         spawn_rate=spawn_rate,
+        arrivals="lockstep" if arrivals == "lockstep" else "staggered",
     )
     with Tap(port_of(url), out / "wire.bin") as tap:
         result = await run_ramp(cfg)
@@ -298,6 +305,9 @@ def main() -> None:
             }
             if not SMOKE:  # the same client with a local tokenizer (the smoke runs each code path once)
                 clients["spoc ramp --tokenizer"] = functools.partial(run_spoc, url, conc, tokenizer=True)
+            # vllm bench starts all its streams at once and, with fixed lengths, they stay in step
+            # (its next request leaves as the last one ends): spoc in the same regime
+            clients[LOCKSTEP] = functools.partial(run_spoc, url, conc, tokenizer=False, arrivals="lockstep")
             rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in clients}
             for r in range(ROUNDS):
                 # interleaved, the order reversed every other round (ABC CBA ABC): the server's drift
@@ -318,8 +328,8 @@ def main() -> None:
             server.stop()
 
 
-def run_spoc(url: str, conc: int, out: Path, tokenizer: bool) -> dict[str, Any]:
-    return asyncio.run(spoc(url, conc, out, tokenizer))
+def run_spoc(url: str, conc: int, out: Path, tokenizer: bool, arrivals: str = "staggered") -> dict[str, Any]:
+    return asyncio.run(spoc(url, conc, out, tokenizer, arrivals=arrivals))
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -591,7 +591,9 @@ def client_health(
 
 @dataclass(frozen=True, slots=True)
 class EarlyStop:
-    """A tuning trial's step ended before its planned length, clearly dominated by the front."""
+    """A step ended before its planned length: a tuning trial's, clearly dominated by the front
+    (``stopped_early``: the trial ends), or a knee search's, its next level already plain
+    (``settled_early``: the search goes on)."""
 
     reason: str
     saved_s: float
@@ -779,6 +781,9 @@ class StepSummary:
     """Open-loop steps: the target arrival rate (requests/s, Poisson); ``users`` is then the number
     of arrival generators, not a concurrency."""
     stopped_early: EarlyStop | None = None
+    settled_early: EarlyStop | None = None
+    """A knee search's step ended before its planned window: far from every limit, more requests
+    could not change the level the search runs next (:meth:`~spoc_tui.core.knee.KneeSearch.settled`)."""
     arrivals: Arrivals | None = None
     """How bunched the step's request arrivals were (lockstep moves TTFT); None in files written
     before it was measured."""
@@ -849,6 +854,7 @@ class StepSummary:
             **({"arrivals": self.arrivals.as_dict()} if self.arrivals else {}),
             **({"speed": self.speed, "trace": self.trace.as_dict()} if self.trace is not None else {}),
             **({"stopped_early": self.stopped_early.as_dict()} if self.stopped_early else {}),
+            **({"settled_early": self.settled_early.as_dict()} if self.settled_early else {}),
         }
 
     @classmethod
@@ -857,6 +863,7 @@ class StepSummary:
         none measured."""
         errs = _obj(d.get("errors_by_kind"))
         early = _obj(d.get("stopped_early"))
+        settled = _obj(d.get("settled_early"))
         return cls(
             step=json_int(d, "step") or 0,
             users=json_int(d, "users") or 0,
@@ -879,10 +886,31 @@ class StepSummary:
             stopped_early=EarlyStop(str(early.get("reason", "")), json_float(early, "saved_s") or 0.0)
             if early
             else None,
+            settled_early=EarlyStop(str(settled.get("reason", "")), json_float(settled, "saved_s") or 0.0)
+            if settled
+            else None,
             arrivals=Arrivals.from_dict(_obj(d["arrivals"])) if isinstance(d.get("arrivals"), dict) else None,
             speed=json_float(d, "speed"),
             trace=TraceFidelity.from_dict(_obj(d["trace"])) if isinstance(d.get("trace"), dict) else None,
         )
+
+
+def point_value(window: Sequence[RequestSample], lim: Limit) -> float | None:
+    """The figure ``lim`` is held against over ``window``, as :func:`summarize_step` computes it
+    but without its interval (milliseconds, where the summary's resampling takes most of a
+    second on a few hundred requests); None with nothing to compute it from."""
+    if lim.metric == "error_rate":
+        return sum(1 for s in window if not s.ok) / len(window) if window else None
+    ok = [s for s in window if s.ok]
+    if lim.metric == "itl":
+        vals: list[float] = [g for s in ok for g in s.itl]
+    else:
+        vals = [v for s in ok if (v := getattr(s, lim.metric)) is not None]
+    if not vals:
+        return None
+    if lim.stat == "mean":
+        return float(np.mean(vals))
+    return float(np.percentile(vals, float(lim.stat[1:])))
 
 
 def stats(values: Sequence[float]) -> Figures:

@@ -42,6 +42,7 @@ from spoc_tui.core.knee import (
     UserPlan,
     find_knee,
     measure_on,
+    settle_due,
 )
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.results import RampEnd, RampStatus, encode_ramp
@@ -722,6 +723,9 @@ async def _run_step(
     phase: RampPhase = "measuring"
     unbounded: str | None = None
     next_check = planned / 3
+    # a knee search's step ends once its next level is plain (KneeSearch.settled), checked as often
+    settle = cfg.plan if isinstance(cfg.plan, KneeSearch) else None
+    asked, settled = 0, None
     # about ten readings per window (the queue-growth rule needs eight), never more than one a second
     every = min(cfg.poll_s, max(1.0, planned / 10))
     polled = time.time()
@@ -746,6 +750,10 @@ async def _run_step(
                 next_check += EARLY_CHECK_S
                 if early := _early(cfg, idx, users, samples, m_start, target, server):
                     return early
+            if settle is not None and settle_due(time.time() - m_start, planned, asked):
+                asked += 1
+                if settled := _settled(settle, steps, idx, level, samples, m_start, sent_from, target, cfg.limits):
+                    break
         m_end = time.time()
         # the requests that ended in the window, of those this step sent: one the last level sent
         # (a slow one still queued after a step down) measures that level's load
@@ -769,6 +777,8 @@ async def _run_step(
             drained_s=drained_s,
             unbounded=unbounded,
         )
+        if settled is not None:
+            return replace(summary, settled_early=settled)
         if unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
             return summary
         # a search measures on only near a limit, and the knee search only while the knee's interval
@@ -960,6 +970,25 @@ def _early(
     if not reason:
         return None
     return replace(summary, stopped_early=EarlyStop(reason, round(max(0.0, target - elapsed), 1)))
+
+
+def _settled(
+    search: KneeSearch,
+    steps: list[StepSummary],
+    idx: int,
+    level: float,
+    samples: list[RequestSample],
+    m_start: float,
+    sent_from: float,
+    target: float,
+    limits: tuple[Limit, ...],
+) -> EarlyStop | None:
+    """Why the knee search's step can end now, its next level being plain from the window so far
+    (:meth:`KneeSearch.settled`), and the planned seconds it saves; else None."""
+    now = time.time()
+    window = [s for s in samples if m_start <= (s.end or s.start) <= now and s.step == idx and s.start >= sent_from]
+    why = search.settled(steps, level, window, limits)
+    return EarlyStop(why, round(max(0.0, target - (now - m_start)), 1)) if why else None
 
 
 async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] | None = None) -> RampResult:

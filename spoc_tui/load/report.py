@@ -118,6 +118,8 @@ def check_lines(s: StepSummary) -> list[str]:
     extended = f", extended {s.extended_s:.0f} s" if s.extended_s >= 0.5 else ""
     if s.drained_s >= 0.5:
         extended += f", after {s.drained_s:.0f} s for the last level's requests to end"
+    if s.settled_early:
+        extended += f", ended {s.settled_early.saved_s:.0f} s early: {s.settled_early.reason}"
     head = f"  step {s.step} ({s.level_text}, {n} requests{extended}): "
     lines = [head + "; ".join(parts)] if parts else [head + verdict_text(s)]
     if s.trace is not None:

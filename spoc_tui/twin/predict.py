@@ -34,9 +34,11 @@ from spoc_tui.core.knee import (
     SpeedSearch,
     find_knee,
     measure_on,
+    settle_due,
 )
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.steps import (
+    EarlyStop,
     RequestSample,
     ServerWindow,
     StepSummary,
@@ -288,10 +290,16 @@ def run_ramp(
         if budget is not None:
             limit = max(planned, min(limit, budget - used - p.warmup_s))
         polls: list[tuple[int, int, float]] = []
+        asked, settled = 0, None
         while True:
             while vs.now < start + target - 1e-9:
                 advance(min(start + target, vs.now + 1.0))
                 polls.append((len(eng.waiting), len(eng.running), eng.kv_usage))
+                if isinstance(plan, KneeSearch) and settle_due(vs.now - start, planned, asked):
+                    asked += 1  # as spoc ramp: the step ends once the search's next level is plain
+                    if settled := plan.settled(steps, u, vs.window(start, vs.now, sent_from), p.limits):
+                        target = vs.now - start
+                        break
             window = vs.window(start, vs.now, sent_from)
             secs = max(vs.now - start, 1e-9)
             server = _server_window(eng, polls, c0, _counters(eng), secs)
@@ -304,9 +312,12 @@ def run_ramp(
                 open_loop=p.open_loop,
                 rate=float(u) if p.open_loop else None,
                 server=server,
-                extended_s=target - planned,
+                extended_s=max(0.0, target - planned),
                 drained_s=drained,
             )
+            if settled is not None:
+                summary = replace(summary, settled_early=EarlyStop(settled, round(planned - target, 1)))
+                break
             if summary.decision != "inconclusive" or target >= limit - 1e-6:
                 break
             # a list measures on always; a search only near a limit, and while its interval is wide

@@ -222,6 +222,27 @@ def test_knee_search_auto(sim8, fast_profile, tmp_path):
     assert "knee so far: " in r.stdout and "budget left" in r.stdout and "knee across steps: " in r.stdout
 
 
+def test_a_search_step_ends_once_its_next_level_is_plain(sim8, tmp_path):
+    """The knee search's steps far under every limit while it doubles end from a third of their
+    window on (their next level is plain): ramp.json says why and what each saved, the ramp says
+    so beside the step, and the search goes on to its answer."""
+    prof = tmp_path / "tiny.toml"
+    prof.write_text('name = "tiny"\nuser_tokens = 50\noutput_tokens = 8\nignore_eos = true\n')
+    out = tmp_path / "out"
+    r = ramp(
+        "--url", sim8[0], "--profile", str(prof), "--users", "auto:4", "--step-seconds", "13", "--warmup-seconds", "1",
+        "--sla", "ttft_p99<=2s", "--out", str(out), timeout=200,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    d = json.loads((out / "ramp.json").read_text())
+    assert [s["users"] for s in d["steps"]] == [1, 2, 4] and "no level up to 4 users" in d["stop_reason"]
+    for step in d["steps"]:
+        settled = step.get("settled_early")
+        assert settled and "the search doubles" in settled["reason"], step
+        assert step["duration_s"] < 12 and settled["saved_s"] >= 1 and step["requests"] >= 20, step
+    assert "s early: every figure under half its limit" in r.stdout
+
+
 FLAT = """
 name = "flat"
 user_tokens = 1000

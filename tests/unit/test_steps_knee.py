@@ -14,9 +14,17 @@ from spoc_tui.core.knee import (
     find_knee,
     measure_on,
     parse_user_plan,
+    settle_due,
 )
 from spoc_tui.core.sla import SlaError, UsersError, parse_rates, parse_sla, parse_users
-from spoc_tui.core.steps import RequestSample, ServerWindow, badly_broken, queue_unbounded, summarize_step
+from spoc_tui.core.steps import (
+    RequestSample,
+    ServerWindow,
+    badly_broken,
+    point_value,
+    queue_unbounded,
+    summarize_step,
+)
 from spoc_tui.load.workload import TextMaker, Workload, WorkloadError, builtin_names, load_workload, plan_conversation
 
 
@@ -698,3 +706,42 @@ def test_knee_search_closes_an_open_high_end_before_narrowing():
             assert nxt is not None and nxt > max(s.users for s in steps), [s.users for s in steps]
     assert knee.inferred.ci95[1] is not None  # an answer with its high end
     assert max(s.users for s in steps) >= 12  # it went where the limit surely breaks
+
+
+def test_a_knee_search_step_settles_early_only_when_its_next_level_is_plain():
+    """A search's step ends before its window when more requests could not change the next level:
+    far under every limit while the search still doubles. A step near a limit, under a level
+    that came near one, or far over one, runs its window."""
+    lims = parse_sla("ttft_p99<=400ms,error_rate<=5%")
+    plan = KneeSearch(max_users=256)
+
+    def settled(steps, users, ttft, n, spread=0.0):
+        window = [_s(ttft + spread * i / max(1, n - 1), ttft + 1, 10, end=10.0 * i / n) for i in range(n)]
+        return plan.settled(steps, users, window, lims)
+
+    assert "doubles" in (settled([], 1, 0.05, 30) or "")
+    assert settled([], 1, 0.05, 19) is None  # too few requests to say anything yet
+    assert settled([], 1, 0.25, 30) is None  # over half its limit: it came near
+    near = _step(8, 0.3, 200, lims)
+    assert settled([near], 16, 0.05, 30) is None  # a level came near: the search no longer doubles
+    assert settled([_step(4, 0.05, 30, lims)], 2, 0.05, 30) is None  # below a level it ran
+    far = _step(32, 0.9, 30, lims)
+    assert far.decision == "breaks" and settled([near], 32, 0.9, 30) is None  # cut short it would read low
+    failing = [_s(0.05, 1.05, 10, end=i / 3) for i in range(27)] + [_s(None, None, 0, ok=False, error="500")] * 3
+    assert plan.settled([], 1, failing, lims) is None  # 10 % errors against a 5 % limit
+    # asked a few seconds apart from a third of the planned window on, never after it
+    assert settle_due(10, 30, 0) and not settle_due(9.9, 30, 0)
+    assert not settle_due(10, 30, 1) and settle_due(15, 30, 1) and not settle_due(30, 30, 4)
+
+
+def test_a_point_value_is_the_figure_the_step_summary_judges():
+    rng = random.Random(3)
+    window = [
+        _s(rng.uniform(0.01, 0.5), rng.uniform(1, 3), 20, itl=tuple(rng.uniform(0.005, 0.05) for _ in range(19)))
+        for _ in range(60)
+    ] + [_s(None, None, 0, ok=False, error="http 500")]
+    lims = parse_sla("ttft_p99<=1s,itl_p90<=40ms,tpot_mean<=60ms,e2e_p50<=2s,error_rate<=5%")
+    step = summarize_step(1, 4, window, 10, lims)
+    for lim in lims:
+        assert point_value(window, lim) == pytest.approx(step.value(lim)), lim
+    assert point_value([], lims[0]) is None and point_value(window[-1:], lims[0]) is None
