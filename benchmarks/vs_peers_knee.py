@@ -1,7 +1,7 @@
 """The knee beside AIPerf's and GuideLLM's, on one simulated server (run: python
 benchmarks/vs_peers_knee.py [--peers DIR] [--only=spoc,aiperf,guidellm]; --smoke: ours only,
 two short steps, and the peers' command lines checked, not run; --prefix-caching: the server's
-prefix cache on).
+prefix cache on; --pin: the simulator on one core, the clients on the others).
 
 Issue 31's comparison: `spoc sim` (Llama-3.1-8B on an H100, its defaults) on 127.0.0.1, a flat
 workload of 1000-token prompts and 200-token answers (``ignore_eos``, one turn, no think time, no
@@ -52,12 +52,17 @@ import truthlog  # noqa: E402
 
 from spoc_tui.core.results import read_ramp  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
-from spoc_tui.sim.process import start_sim  # noqa: E402
+from spoc_tui.procs.server import ServerProcess  # noqa: E402
+from spoc_tui.sim.process import sim_argv, start_sim  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 REFEREE_ONLY = "--referee-only" in sys.argv
 REFEREE = "--referee" in sys.argv or REFEREE_ONLY or SMOKE
 """Also set each client against the server's own record at one load (:func:`referee`)."""
+PIN = "--pin" in sys.argv
+"""The simulator on the first core, every client on the others (as benchmarks/vs_vllm_bench.py
+pins its server): a client's own CPU then cannot slow the server it measures, so the three
+searches meet the same server."""
 CACHING = "--prefix-caching" in sys.argv
 """Off by default: AIPerf's search sends the same prompts at every probe (its common random
 numbers), so with the server's prefix cache on, from its second probe the cache serves nearly
@@ -305,8 +310,20 @@ def referee(work: Path) -> None:
 
 def main() -> int:
     port, dport = free_ports(2)
-    proc = start_sim(["--dcgm-port", str(dport), *([] if CACHING else ["--no-enable-prefix-caching"])], port)
+    args = ["--dcgm-port", str(dport), *([] if CACHING else ["--no-enable-prefix-caching"])]
+    cores = sorted(os.sched_getaffinity(0))
+    pin = PIN and len(cores) >= 2
+    if pin:
+        proc = ServerProcess(
+            ["taskset", "-c", str(cores[0]), *sim_argv(args, port)], port, guard=True, tmp_prefix="spoc-sim-"
+        )
+        proc.start(timeout=20.0, poll=0.2)
+        os.sched_setaffinity(0, set(cores[1:]))  # this process and every client it starts
+    else:
+        proc = start_sim(args, port)
     url = f"http://127.0.0.1:{port}"
+    where = f"the simulator on core {cores[0]}, the clients on {','.join(map(str, cores[1:]))}" if pin else "unpinned"
+    print(f"spoc sim on {url}, {where}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="vs-peers-"))
     rows: list[dict[str, Any]] = []
     try:

@@ -421,8 +421,8 @@ def resolve_settings(
     default=None,
     help=(
         "User counts, a series like geom:1:64, or auto[:MAX]: search for the knee, inferring it across steps "
-        "with its 95 % interval, until the interval is within 5 % or --budget is spent "
-        f"[default: {DEFAULT_USERS}]."
+        "with its 95 % interval, until the interval is within 5 % or --budget is spent (while it doubles, a "
+        f"step far under every limit ends early) [default: {DEFAULT_USERS}]."
     ),
 )
 @click.option(
