@@ -35,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -66,6 +66,7 @@ PIN = os.environ.get("SPOC_BENCH_PIN", "1") != "0"
 ROUNDS = 1 if SMOKE else int(os.environ.get("SPOC_BENCH_ROUNDS", "3"))
 """Interleaved rounds per concurrency; figures are the median over them."""
 BENCH = "vllm bench serve"
+Arrivals = Literal["staggered", "lockstep"]
 LOCKSTEP = "spoc ramp --arrivals lockstep"
 """spoc in vllm bench's arrival regime: every user started at once, each next request as the last ends."""
 PROFILE = (
@@ -149,7 +150,7 @@ def bench_figures(out: Path) -> dict[str, float]:
 
 
 async def spoc(
-    url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: float | None = None, arrivals: str = "staggered"
+    url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: float | None = None, arrivals: Arrivals = "staggered"
 ) -> dict[str, Any]:
     prof_path = out / "flat.toml"
     out.mkdir(parents=True, exist_ok=True)
@@ -165,7 +166,7 @@ async def spoc(
         max_step_s=SECONDS,
         tokenizer=str(MODEL) if tokenizer else None,
         spawn_rate=spawn_rate,
-        arrivals="lockstep" if arrivals == "lockstep" else "staggered",
+        arrivals=arrivals,
     )
     with Tap(port_of(url), out / "wire.bin") as tap:
         result = await run_ramp(cfg)
@@ -328,7 +329,7 @@ def main() -> None:
             server.stop()
 
 
-def run_spoc(url: str, conc: int, out: Path, tokenizer: bool, arrivals: str = "staggered") -> dict[str, Any]:
+def run_spoc(url: str, conc: int, out: Path, tokenizer: bool, arrivals: Arrivals = "staggered") -> dict[str, Any]:
     return asyncio.run(spoc(url, conc, out, tokenizer, arrivals=arrivals))
 
 

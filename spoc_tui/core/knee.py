@@ -488,7 +488,7 @@ class KneeSearch:
         if any(s.level >= level for s in steps) or any(_ratio(s) > 1 / FAR_UNDER for s in steps):
             return None
         for lim in limits:
-            v = point_value(window, lim)
+            v = point_value(window, lim.metric, lim.stat)
             if v is None or lim.value <= 0 or v / lim.value > 1 / FAR_UNDER:
                 return None
         return "every figure under half its limit: the search doubles"

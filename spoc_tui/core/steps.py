@@ -895,22 +895,23 @@ class StepSummary:
         )
 
 
-def point_value(window: Sequence[RequestSample], lim: Limit) -> float | None:
-    """The figure ``lim`` is held against over ``window``, as :func:`summarize_step` computes it
-    but without its interval (milliseconds, where the summary's resampling takes most of a
-    second on a few hundred requests); None with nothing to compute it from."""
-    if lim.metric == "error_rate":
+def point_value(window: Sequence[RequestSample], metric: str, stat: str) -> float | None:
+    """A figure over ``window`` (``ttft`` ``p99``, ``itl`` ``mean``, ``error_rate``), as
+    :func:`summarize_step` computes it but without its interval (milliseconds, where the
+    summary's resampling takes most of a second on a few hundred requests); None with nothing
+    to compute it from."""
+    if metric == "error_rate":
         return sum(1 for s in window if not s.ok) / len(window) if window else None
     ok = [s for s in window if s.ok]
-    if lim.metric == "itl":
+    if metric == "itl":
         vals: list[float] = [g for s in ok for g in s.itl]
     else:
-        vals = [v for s in ok if (v := getattr(s, lim.metric)) is not None]
+        vals = [v for s in ok if (v := getattr(s, metric)) is not None]
     if not vals:
         return None
-    if lim.stat == "mean":
+    if stat == "mean":
         return float(np.mean(vals))
-    return float(np.percentile(vals, float(lim.stat[1:])))
+    return float(np.percentile(vals, float(stat[1:])))
 
 
 def stats(values: Sequence[float]) -> Figures:

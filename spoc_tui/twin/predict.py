@@ -44,6 +44,7 @@ from spoc_tui.core.steps import (
     StepSummary,
     TraceFidelity,
     arrival_rate,
+    point_value,
     queue_unbounded,
     summarize_step,
 )
@@ -207,21 +208,15 @@ class DrawStep:
 
 def point_figures(window: Sequence[RequestSample], secs: float) -> dict[str, float | None]:
     """The figures of :data:`METRICS` over a window, as :func:`summarize_step` computes them."""
-    ok = [s for s in window if s.ok]
     out: dict[str, float | None] = {}
     for metric, stat in METRICS:
         key = metric_key(metric, stat)
-        if not stat:
-            if metric == "request_rate":
-                out[key] = len(window) / secs
-            else:
-                out[key] = sum(float(s.output_tokens or 0) for s in ok) / secs
-            continue
-        if metric == "itl":
-            vals = [g for s in ok for g in s.itl]
+        if stat:
+            out[key] = point_value(window, metric, stat)
+        elif metric == "request_rate":
+            out[key] = len(window) / secs
         else:
-            vals = [v for s in ok if (v := getattr(s, metric)) is not None]
-        out[key] = float(np.percentile(vals, float(stat[1:]))) if vals else None
+            out[key] = sum(float(s.output_tokens or 0) for s in window if s.ok) / secs
     return out
 
 

@@ -743,5 +743,5 @@ def test_a_point_value_is_the_figure_the_step_summary_judges():
     lims = parse_sla("ttft_p99<=1s,itl_p90<=40ms,tpot_mean<=60ms,e2e_p50<=2s,error_rate<=5%")
     step = summarize_step(1, 4, window, 10, lims)
     for lim in lims:
-        assert point_value(window, lim) == pytest.approx(step.value(lim)), lim
-    assert point_value([], lims[0]) is None and point_value(window[-1:], lims[0]) is None
+        assert point_value(window, lim.metric, lim.stat) == pytest.approx(step.value(lim)), lim
+    assert point_value([], "ttft", "p99") is None and point_value(window[-1:], "ttft", "p99") is None
