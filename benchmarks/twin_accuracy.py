@@ -24,9 +24,10 @@ the short workload) measured and predicted.
 Reported: per workload, the median absolute error over its steps of E2E, ITL and TTFT p50, and
 the share of measured figures inside the prediction's interval; overall medians against the
 targets (E2E 5 %, ITL 7 %, TTFT 15 %) and BLIS's published held-out figures (E2E 6.7 %, ITL 7.1 %,
-TTFT mean 17.6 %); and how long an 8-level predicted ramp takes. Around every held-out ramp
-(not in the smoke run) a reference probe (4 streams decoding together) says how far the server's
-own speed moved since calibration; each workload's drift is printed beside its errors, and so are
+TTFT mean 17.6 %); and how long an 8-level predicted ramp takes. Right before and after
+calibration, and around every held-out ramp, a reference probe (4 streams decoding together) says
+how far the server's own speed moved since calibration (the largest move is in the RESULT line:
+the smoke test re-measures a miss on a server that moved); each workload's drift is printed beside its errors, and so are
 the errors the twin would have had had it known that speed (its times scaled by the drift): not
 its accuracy, but how much of a miss was the shared host rather than the twin. The server the
 benchmark starts is warmed up first with one step of each held-out shape (not measured).
@@ -184,12 +185,18 @@ def reference_gap(url: str) -> float:
     return asyncio.run(run())
 
 
+MOVES: list[float] = []
+"""Every reference taken in this run against the one right after calibration, in percent (+:
+slower): how far the server's own speed moved while the twin stood still."""
+
+
 def drifted(url: str, ref0: float, run: Any) -> tuple[Any, float]:
     """``run()`` with the reference taken before and after it: (its result, the server's time per
     step then against right after calibration, in percent: + is slower)."""
     before = reference_gap(url)
     out = run()
     after = reference_gap(url)
+    MOVES.extend(100 * (g / ref0 - 1) for g in (before, after))
     return out, 100 * ((before + after) / 2 / ref0 - 1)
 
 
@@ -297,6 +304,7 @@ def main() -> None:
                 f"warm-up: reference gap {1000 * fresh:.2f} ms fresh, {1000 * reference_gap(server.url):.2f} ms after"
             )
         twin = work / "twin.json"
+        pre = reference_gap(server.url)
         cal = calibrate(server.url, twin)
         res = {r["kind"]: r["median_abs_pct"] for r in cal["residuals"]}
         print(f"calibrated in {cal['_took']:.0f} s: {cal['probes']} probes; residuals (median |error| %): {res}")
@@ -305,9 +313,13 @@ def main() -> None:
             f"context per k-token {1e3 * fit['b_context']:.3f} ms, saved where another stream reads it in the same "
             f"blocks {1e3 * fit.get('b_shared', 0.0):.3f} ms"
         )
-        ref0 = reference_gap(server.url) if not SMOKE else 0.0  # the smoke run (make test) skips the drift
-        if ref0:
-            print(f"the server's reference gap right after calibration: {1000 * ref0:.2f} ms", flush=True)
+        ref0 = reference_gap(server.url)
+        MOVES.append(100 * (pre / ref0 - 1))
+        print(
+            f"the server's reference gap right before calibration {1000 * pre:.2f} ms, right after "
+            f"{1000 * ref0:.2f} ms",
+            flush=True,
+        )
         plan = [("short", SHORT, "1,4" if SMOKE else "1,4,8,16")]
         if not SMOKE:
             plan += [("long", LONG, "1,4,8"), ("multi-turn", MULTI, "2,8,16")]
@@ -399,7 +411,14 @@ def report(rows: list[dict[str, Any]], sim_rows: list[dict[str, Any]], knees: li
             for k in TARGETS
         )
         print(f"overall, {label}: {verdict}")
-        print("RESULT " + json.dumps({"label": label, **overall}))
+        moved = max(map(abs, MOVES), default=None) if group is rows else None
+        if moved is not None:
+            print(
+                f"  the server's own speed (the reference gap) moved up to {moved:.0f} % from right after "
+                f"calibration: {', '.join(f'{m:+.0f} %' for m in MOVES)} (before calibration, then before and "
+                "after each held-out ramp)"
+            )
+        print("RESULT " + json.dumps({"label": label, **overall, "server_moved_pct": moved}))
         adjusted = {k: [e for r in group for e in r.get(k + "_drift_adjusted", [])] for k in TARGETS}
         if all(adjusted.values()):
             # not the twin's accuracy: what it would have been had the twin known the server's speed
