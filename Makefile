@@ -20,12 +20,12 @@ demo: $(STAMP)
 ## tier on two (a real vLLM CPU server and a real Prometheus on loopback; the tests that start
 ## their own servers beside those of the session's server; set-up cached in ~/.cache/spoc-tui).
 test: lint realengine-setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 4 --dist loadgroup --ignore=tests/realengine tests
-	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 2 --dist loadgroup tests/realengine
+	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 4 --dist loadgroup --no-loadscope-reorder --ignore=tests/realengine tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 2 --dist loadgroup --no-loadscope-reorder tests/realengine
 
 ## Without the real-engine tier (quick, for development).
 test-fast: lint
-	SPOC_SKIP_REALENGINE=1 $(PY) -m pytest -q -p no:cacheprovider -n 4 --dist loadgroup tests
+	SPOC_SKIP_REALENGINE=1 $(PY) -m pytest -q -p no:cacheprovider -n 4 --dist loadgroup --no-loadscope-reorder tests
 
 ## ruff (rules and formatting) over everything, mypy --strict over the package.
 lint: $(STAMP)

@@ -76,7 +76,7 @@ SETTLE = "--no-settle" not in sys.argv
 """A knee search's step ends once its next level is plain, as spoc ramp's does (``--no-settle``:
 every step runs its window, the search before that rule)."""
 ONLY = next((a.split("=")[1] for a in sys.argv if a.startswith("--only=")), "ab")
-COVERAGE_STEPS = 4 if SMOKE else 100
+COVERAGE_STEPS = 2 if SMOKE else 100
 COVERAGE_USERS = (8,) if SMOKE else (8, 20, 24)
 COVERAGE_WARMUP_S, COVERAGE_S = 30.0, 50.0
 TRUTH_FILE = Path(__file__).with_name("knee_truth.json")
@@ -114,7 +114,7 @@ CASES = [
 ]
 if SMOKE:  # one case, short runs: that the script runs, not its figures
     CASES = [Case("chat", "ttft_p90<=200ms", (20, 22))]
-    TRUTH_S, BUDGET_S, TRUTH_SEEDS = 200.0, 240.0, 1
+    TRUTH_S, BUDGET_S, TRUTH_SEEDS = 100.0, 150.0, 1
 
 
 def workload(name: str) -> Workload:
@@ -288,7 +288,7 @@ def coverage_step(args: tuple[int, int]) -> tuple[int, StepSummary]:
 
 
 def coverage_truth(users: int) -> dict[tuple[str, str], float]:
-    span = 300.0 if SMOKE else 3000.0
+    span = 150.0 if SMOKE else 3000.0
     long = steady(users, 77_000 + users, 60.0, span)
     ok = [s for s in long if s.ok]
     ttft = [s.ttft for s in ok if s.ttft is not None]

@@ -34,26 +34,81 @@ OWN_SERVERS = {
 """Real-engine tests that start their own servers rather than use the session's vLLM."""
 
 
+ALONE = {
+    "tests/e2e/test_benchmarks.py",  # no shared fixture: each benchmark may go to any worker
+    "tests/e2e/test_tune_cli.py",  # each study starts its own servers
+    "tests/e2e/test_ramp.py::test_knee_search_auto",
+    "tests/e2e/test_ramp.py::test_ramp_finds_the_knee_and_records_both_views",
+    "tests/e2e/test_ramp.py::test_arrivals_are_measured_and_lockstep_is_chosen_not_stumbled_into",
+}
+"""Tests that form a group of their own (a file named: each of its tests): the longest of files
+whose shared fixture is a simulator that starts in a second, so the workers share them out."""
+
+HEAVY_S = {
+    "tests/e2e/test_twin.py": 193,
+    "tests/e2e/test_ramp.py": 130,
+    "tests/e2e/test_signals.py": 138,
+    "tests/e2e/test_trace_replay.py": 85,
+    "tests/e2e/test_ramp.py::test_knee_search_auto": 70,
+    "tests/tui/test_load_screen.py": 62,
+    "tests/tui/test_operator.py": 62,
+    "tests/tui/test_tune_screen.py": 54,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[client_referee.py-]": 48,
+    "tests/tui/test_scenarios.py": 44,
+    "tests/e2e/test_ramp.py::test_ramp_finds_the_knee_and_records_both_views": 42,
+    "tests/e2e/test_ramp.py::test_arrivals_are_measured_and_lockstep_is_chosen_not_stumbled_into": 41,
+    "tests/unit/test_tune_study.py": 42,
+    "tests/e2e/test_tune_cli.py::test_ctrl_c_stops_the_server_and_resume_finishes": 40,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[vs_peers_knee.py-flat 1000 in / 200 out]": 39,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[tune_quality.py-hypervolume reached]": 38,
+    "tests/unit/test_config_cli.py": 37,
+    "tests/e2e/test_benchmarks.py::test_knee_search_benchmark_smoke": 35,
+    "tests/unit/test_twin_fit.py": 34,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[tune_noise.py-]": 32,
+    "tests/unit/test_twin_fleet.py": 32,
+    "tests/e2e/test_tune_cli.py::test_tune_three_trials_with_one_that_cannot_start": 30,
+    "tests/tui/test_monitor.py": 30,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[load_fidelity.py-]": 27,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[monitor_cpu.py-a bare Textual app]": 27,
+    "tests/e2e/test_tune_cli.py::test_two_workers_share_one_study": 27,
+    "tests/e2e/test_live_sim.py": 25,
+}
+"""Seconds the heaviest groups took (four workers, 2026-11-28): ``make test`` passes
+``--no-loadscope-reorder``, so xdist hands the groups out in collection order, and these are
+collected first, longest first (the others after them, as collected). xdist's own order (the
+groups of most tests first) had left the single-test benchmark groups for the end, one of them
+running alone for its last 35 s. The figures order the groups; they decide nothing else."""
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With pytest-xdist (``make test`` runs several workers): a file's tests stay on one worker,
-    so its module fixtures (a simulator, a server) start once; the real-engine tier is one group
-    (tests/realengine/conftest.py), so its session server starts once and two vLLM CPU servers
-    never compete. First among the hooks: xdist's ``--dist loadgroup`` reads the marks in its own
-    hook, and marks added after it are ignored (until this ran first, every file's tests were
-    spread over the workers, each starting the file's fixtures again)."""
+    so its module fixtures (a simulator, a server) start once, but for :data:`ALONE`; the
+    real-engine tier is two groups (tests/realengine/conftest.py), so its session server starts
+    once and two vLLM CPU servers never compete. First among the hooks: xdist's ``--dist
+    loadgroup`` reads the marks in its own hook, and marks added after it are ignored (until this
+    ran first, every file's tests were spread over the workers, each starting the file's fixtures
+    again). Then the heaviest groups move to the front (:data:`HEAVY_S`), a group's own tests
+    keeping their order."""
+    groups: dict[str, str] = {}
     for item in items:
         path = item.nodeid.split("::")[0]
-        if path == "tests/e2e/test_benchmarks.py":  # no shared fixture: each benchmark may go to either worker
-            item.add_marker(pytest.mark.xdist_group(item.nodeid))
-            continue
+        test = item.nodeid.split("[")[0]
         if path.startswith("tests/realengine/"):
             # two workers there: the tests of the session's vLLM server on one, those that start
             # their own servers (a tuning study's trials, a refused launch, PostgreSQL) on the other
             own = path in OWN_SERVERS or item.nodeid in OWN_SERVERS
-            item.add_marker(pytest.mark.xdist_group("realengine-own" if own else "realengine"))
-            continue
-        item.add_marker(pytest.mark.xdist_group(path))
+            group = "realengine-own" if own else "realengine"
+        elif path in ALONE:
+            group = item.nodeid
+        elif test in ALONE:
+            group = test
+        else:
+            group = path
+        groups[item.nodeid] = group
+        item.add_marker(pytest.mark.xdist_group(group))
+    order = {item.nodeid: i for i, item in enumerate(items)}
+    items.sort(key=lambda it: (-HEAVY_S.get(groups[it.nodeid], 0), order[it.nodeid]))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
