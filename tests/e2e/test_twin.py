@@ -88,9 +88,15 @@ def test_calibration_reads_the_servers_settings_and_fits_its_steps(twin):
     # timing noise (a clean-clone CI read 0, where others read 64 and more)
     assert doc["fit"]["ridge"] in RIDGES, doc["fit"]
     assert doc["fit"]["b0"] > 0 and doc["fit"]["b_context"] > 0 and len(doc["draws"]) >= 16
-    # the shared-prefix probe ran, and found no saving where there is none: the simulator's
-    # roofline reads every sequence's KV, shared prefix or not
-    assert "shared" in res and doc["fit"]["b_shared"] <= 0.25 * doc["fit"]["b_context"], doc["fit"]
+    # the shared-prefix probe ran and was fitted. Whether it found a saving is not judged here
+    # (the simulator's roofline has none): at the probe's 1,024-token contexts a step's context
+    # costs about 2 % of it on this simulator, under the live timing noise, so b_context is barely
+    # identified (its bootstrap sd was 43 % of it in a clean-clone CI) and b_shared takes one
+    # probe's few-percent jitter (clean-clone CIs read it at 0.31x and 2.4x b_context). What the
+    # model takes off is capped at the context's own cost. No saving where there is none, and a
+    # saving recovered where there is one, are asserted on exact steps in tests/unit/test_twin_fit.py.
+    assert "shared" in res and res["shared"]["n"] >= 1 and res["shared"]["median_abs_pct"] < 15, res
+    assert 0 <= doc["fit"]["b_shared"] < float("inf"), doc["fit"]
     assert all(len(d) == 10 for d in doc["draws"])
     assert doc["gpu_clocks"] and all(mhz > 500 for mhz in doc["gpu_clocks"].values())
     shown = spoc("twin", "show", str(twin))
