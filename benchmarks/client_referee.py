@@ -78,9 +78,7 @@ def start_server(work: Path, engine: str, port: int, core: int | None) -> Any:
     if engine == "sim":
         argv = ["--served-model-name", "tiny", "--dcgm-port", str(free_ports(1)[0])]
         argv += ["--truth-log", str(work / "truth.jsonl")]
-        if core is not None:  # it inherits this process's affinity
-            os.sched_setaffinity(0, {core})
-        return start_sim(argv, port)
+        return start_sim(argv, port, core=core)
     server = vllm_server(work / "vllm.log", port, core=core)
     server.start(timeout=300)
     return server

@@ -52,8 +52,7 @@ import truthlog  # noqa: E402
 
 from spoc_tui.core.results import read_ramp  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
-from spoc_tui.procs.server import ServerProcess  # noqa: E402
-from spoc_tui.sim.process import sim_argv, start_sim  # noqa: E402
+from spoc_tui.sim.process import start_sim  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 REFEREE_ONLY = "--referee-only" in sys.argv
@@ -313,14 +312,9 @@ def main() -> int:
     args = ["--dcgm-port", str(dport), *([] if CACHING else ["--no-enable-prefix-caching"])]
     cores = sorted(os.sched_getaffinity(0))
     pin = PIN and len(cores) >= 2
+    proc = start_sim(args, port, core=cores[0] if pin else None)
     if pin:
-        proc = ServerProcess(
-            ["taskset", "-c", str(cores[0]), *sim_argv(args, port)], port, guard=True, tmp_prefix="spoc-sim-"
-        )
-        proc.start(timeout=20.0, poll=0.2)
         os.sched_setaffinity(0, set(cores[1:]))  # this process and every client it starts
-    else:
-        proc = start_sim(args, port)
     url = f"http://127.0.0.1:{port}"
     where = f"the simulator on core {cores[0]}, the clients on {','.join(map(str, cores[1:]))}" if pin else "unpinned"
     print(f"spoc sim on {url}, {where}", flush=True)

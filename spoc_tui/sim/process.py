@@ -17,14 +17,18 @@ def sim_argv(args: list[str], port: int) -> list[str]:
     return [sys.executable, "-m", "spoc_tui.cli", "sim", *args, "--port", str(port)]
 
 
-def start_sim(args: list[str], port: int, timeout: float = 20.0) -> ServerProcess:
-    """Start ``spoc sim`` and wait until it serves; stop it with ``.stop()``.
+def start_sim(args: list[str], port: int, timeout: float = 20.0, core: int | None = None) -> ServerProcess:
+    """Start ``spoc sim`` and wait until it serves; stop it with ``.stop()``. ``core``: run it on
+    that CPU alone (``taskset``; the benchmarks give the clients the other cores).
 
     Raises:
         LaunchError: when it exits or does not become ready; the message is the simulator's
             own last line (its error) where it printed one.
     """
-    server = ServerProcess(sim_argv(args, port), port, guard=True, tmp_prefix="spoc-sim-")
+    argv = sim_argv(args, port)
+    if core is not None:
+        argv = ["taskset", "-c", str(core), *argv]
+    server = ServerProcess(argv, port, guard=True, tmp_prefix="spoc-sim-")
     try:
         server.start(timeout=timeout, poll=0.2)
     except LaunchError as e:
