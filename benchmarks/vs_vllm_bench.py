@@ -35,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from wiretap import Response, Tap  # noqa: E402
 from spoc_tui.core.knee import FixedUsers  # noqa: E402
 from spoc_tui.core.sla import parse_sla  # noqa: E402
 from spoc_tui.core.steps import RequestSample, summarize_step  # noqa: E402
+from spoc_tui.load.defaults import ArrivalMode  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
 from spoc_tui.load.workload import load_workload  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
@@ -66,7 +67,6 @@ PIN = os.environ.get("SPOC_BENCH_PIN", "1") != "0"
 ROUNDS = 1 if SMOKE else int(os.environ.get("SPOC_BENCH_ROUNDS", "3"))
 """Interleaved rounds per concurrency; figures are the median over them."""
 BENCH = "vllm bench serve"
-Arrivals = Literal["staggered", "lockstep"]
 LOCKSTEP = "spoc ramp --arrivals lockstep"
 """spoc in vllm bench's arrival regime: every user started at once, each next request as the last ends."""
 PROFILE = (
@@ -150,7 +150,12 @@ def bench_figures(out: Path) -> dict[str, float]:
 
 
 async def spoc(
-    url: str, conc: int, out: Path, tokenizer: bool, spawn_rate: float | None = None, arrivals: Arrivals = "staggered"
+    url: str,
+    conc: int,
+    out: Path,
+    tokenizer: bool,
+    spawn_rate: float | None = None,
+    arrivals: ArrivalMode = "staggered",
 ) -> dict[str, Any]:
     prof_path = out / "flat.toml"
     out.mkdir(parents=True, exist_ok=True)
@@ -329,7 +334,7 @@ def main() -> None:
             server.stop()
 
 
-def run_spoc(url: str, conc: int, out: Path, tokenizer: bool, arrivals: Arrivals = "staggered") -> dict[str, Any]:
+def run_spoc(url: str, conc: int, out: Path, tokenizer: bool, arrivals: ArrivalMode = "staggered") -> dict[str, Any]:
     return asyncio.run(spoc(url, conc, out, tokenizer, arrivals=arrivals))
 
 

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -30,7 +30,7 @@ from spoc_tui.core.redact import RedactingFormatter
 from spoc_tui.core.sla import DEFAULT_SLA, parse_budget, parse_rates, parse_sla, parse_users
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.load import defaults as ramp_defaults
-from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS
+from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS, ArrivalMode
 from spoc_tui.sim.options import SCENARIOS, SimOptions
 from spoc_tui.tune.args import TuneArgs
 
@@ -545,7 +545,7 @@ def ramp(
     trace_window: str | None,
     trace_max_rows: int | None,
     step_seconds: float,
-    arrivals: Literal["staggered", "lockstep"],
+    arrivals: ArrivalMode,
     budget_spec: str | None,
     max_step_seconds: float | None,
     spawn_rate: float | None,

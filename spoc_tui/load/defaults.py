@@ -20,7 +20,9 @@ ABORT_FACTOR = 3.0
 WORKERS = 0
 SEED = 0
 POLL_S = 5.0
-ARRIVALS: Literal["staggered", "lockstep"] = "staggered"
+ArrivalMode = Literal["staggered", "lockstep"]
+"""``--arrivals``: users staggered (the default) or started together (:data:`LOCKSTEP_SPAWN_RATE`)."""
+ARRIVALS: ArrivalMode = "staggered"
 MAX_SPAWN_RATE = 100.0
 """Locust's advice: faster ramp-ups are known to cause trouble."""
 LOCKSTEP_SPAWN_RATE = 1000.0

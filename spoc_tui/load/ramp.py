@@ -74,6 +74,7 @@ from spoc_tui.load.defaults import (
     STEP_S,
     WARMUP_S,
     WORKERS,
+    ArrivalMode,
 )
 from spoc_tui.load.workload import Workload
 from spoc_tui.procs.group import kill_group
@@ -113,7 +114,7 @@ class RampConfig:
     """A step still inconclusive at ``step_s`` is measured on up to this long [4 x step_s]."""
     spawn_rate: float | None = None
     """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
-    arrivals: Literal["staggered", "lockstep"] = ARRIVALS
+    arrivals: ArrivalMode = ARRIVALS
     """``staggered``: users start spread over the warm-up, each waits up to a second before its
     first turn and, without think time, a little before each later one, so lockstep cannot
     persist; ``lockstep``: at each step every user (the earlier steps' too) restarts at one
