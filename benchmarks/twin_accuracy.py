@@ -27,7 +27,7 @@ targets (E2E 5 %, ITL 7 %, TTFT 15 %) and BLIS's published held-out figures (E2E
 TTFT mean 17.6 %); and how long an 8-level predicted ramp takes. Right before and after
 calibration, and around every held-out ramp, a reference probe (4 streams decoding together) says
 how far the server's own speed moved since calibration (the largest move is in the RESULT line:
-the smoke test re-measures a miss on a server that moved); each workload's drift is printed beside its errors, and so are
+the smoke test widens its bounds by it); each workload's drift is printed beside its errors, and so are
 the errors the twin would have had had it known that speed (its times scaled by the drift): not
 its accuracy, but how much of a miss was the shared host rather than the twin. The server the
 benchmark starts is warmed up first with one step of each held-out shape (not measured).

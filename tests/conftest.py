@@ -107,8 +107,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = path
         groups[item.nodeid] = group
         item.add_marker(pytest.mark.xdist_group(group))
-    order = {item.nodeid: i for i, item in enumerate(items)}
-    items.sort(key=lambda it: (-HEAVY_S.get(groups[it.nodeid], 0), order[it.nodeid]))
+    items.sort(key=lambda it: -HEAVY_S.get(groups[it.nodeid], 0))  # stable: the rest keep their order
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -24,12 +24,12 @@ think_s = {dist = "uniform", min = 0.2, max = 0.8}
 
 
 FAVOURED = -10
-"""The niceness of the simulator this module times and of the calibration that times it. ``make
-test`` runs four workers on two cores: at the default niceness the other workers' load read as
-the simulator's step time, and twice in three clean-clone CI runs the calibration's fit came out
-off (its ridge 0; a shared-prefix saving of 30 % of the context's cost where the simulator has
-none). Favoured, the other workers' tests wait for the CPU instead. Needs root (CI has it):
-elsewhere it stays as it was."""
+"""The niceness of the simulator this module times, of the calibration that times it and of the
+ramps its predictions are checked against. ``make test`` runs four workers on two cores: at the
+default niceness the other workers' load reads as the simulator's step time; favoured, their
+tests wait for the CPU instead. (It did not steady the shared-prefix coefficient, which the live
+probes cannot identify: see the calibration test.) Needs root (CI has it): elsewhere it stays as
+it was."""
 
 
 def _favour(pgid: int = 0) -> None:
