@@ -1,4 +1,6 @@
+import csv
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -250,3 +252,30 @@ def test_idle_gpu_is_not_a_dragger():
 
 def test_groups_from_worker_processes():
     assert groups_from_processes({0: [10], 1: [11], 2: [20], 3: [21]}, {10: 1, 11: 1, 20: 2, 21: 2}) == [[0, 1], [2, 3]]
+
+
+def test_h200_recording_read_by_our_collector_agrees_with_nvidia_smi():
+    """A real H200 under a PyTorch bf16 matmul burn, recorded by scripts/record_nvml.py through
+    NvmlCollector.read_raw at 10 Hz beside nvidia-smi at 1 Hz (tests/fixtures/h200)."""
+    rep = TraceReplay(FIX / "h200/nvml_trace.jsonl", window_s=5.0)
+    phases = [r["phase"] for r in rep.rows]
+    samples = [rep.read()[0] for _ in rep.rows]
+    assert samples[0].model == "NVIDIA H200" and samples[0].slowdown_temp_c == 89
+    # each burst from its 7th second (the child first loads PyTorch and CUDA: the card reads idle)
+    since = [0]
+    for a, b in zip(phases, phases[1:]):
+        since.append(since[-1] + 1 if a == b else 0)
+    burn = [s for s, ph, n in zip(samples, phases, since) if ph == "burn" and n >= 70]
+    idle = [s for s, ph in zip(samples, phases) if ph != "burn"][20:]
+    assert all(s.throttle_kind() == "power" for s in burn if s.reasons_mask == 0x4)
+    assert sum(s.reasons_mask == 0x4 for s in burn) > 0.9 * len(burn)
+    assert sum(s.throttle_reasons == [] for s in idle) > 0.9 * len(idle)
+    assert max(s.throttled_pct["power"] for s in burn if s.throttled_pct) > 80  # violation counters
+    smi = list(csv.DictReader((FIX / "h200/nvidia_smi.csv").open()))
+    summary = json.loads((FIX / "h200/summary.json").read_text())
+    assert summary["burn"]["nvidia_smi"]["samples"] >= 30 and len(smi) >= 60
+    ours_sm = statistics.median(s.sm_clock_mhz for s in burn if s.sm_clock_mhz)
+    ours_w = statistics.median(s.power_w for s in burn if s.power_w)
+    assert ours_sm == pytest.approx(summary["burn"]["nvidia_smi"]["sm_mhz"], rel=0.03)
+    assert ours_w == pytest.approx(summary["burn"]["nvidia_smi"]["power_w"], rel=0.02)
+    assert ours_w == pytest.approx(700, rel=0.03)  # at its 700 W cap
