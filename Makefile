@@ -41,6 +41,7 @@ screenshots: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/parse_bench.py
+	$(PY) benchmarks/hostile_text.py
 	$(PY) benchmarks/sim_bench.py
 	$(PY) benchmarks/monitor_cpu.py
 	$(PY) benchmarks/cli_startup.py

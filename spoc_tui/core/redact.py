@@ -31,7 +31,11 @@ def _secret_flag(flag: str) -> bool:
     return any(_SECRET_WORD.match(w) for w in words if w)
 
 
-_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+_USERINFO = re.compile(r"(?<=[a-zA-Z0-9+.-])://[^/\s@]+@")
+"""``scheme://user:pass@`` from the scheme's last character on. Anchored on one character behind,
+the search is linear on any text and the replacement a constant: a pattern that began with the
+scheme itself (``[a-zA-Z][a-zA-Z0-9+.-]*://``) backtracked from every position, 23 s on 100k
+letters. A scheme of digits alone (``9://u@h``, no URL) is masked too: more masked, never less."""
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s,;\"']+")
 _SK = re.compile(r"\bsk-[A-Za-z0-9_-]{6,}")
 
@@ -77,7 +81,8 @@ class RedactingFormatter(logging.Formatter):
 
 
 def redact_text(text: str) -> str:
-    """Free text with URL userinfo, Bearer tokens and sk- keys masked."""
-    text = _URL_USERINFO.sub(lambda m: m.group("scheme") + MASK + "@", text)
+    """Free text with URL userinfo, Bearer tokens and sk- keys masked, in time linear in its length."""
+    if "://" in text:
+        text = _USERINFO.sub("://" + MASK + "@", text)
     text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
     return _SK.sub(MASK, text)

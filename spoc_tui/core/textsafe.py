@@ -15,20 +15,42 @@ import re
 _UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
-def _escape(m: re.Match[str]) -> str:
-    c = ord(m.group())
+def _escape_of(c: int) -> str:
     if c == 0x0A:
         return "\\n"  # as the exposition format writes it
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
+_TABLE = {
+    c: _escape_of(c)
+    for c in [*range(0x00, 0x09), *range(0x0A, 0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F)]
+    + list(range(0x2066, 0x206A))
+}
+"""Each unsafe character's visible escape, for ``str.translate`` (linear, in C: a Python call per
+character took 0.5 s on 1 MB of escapes)."""
+
+MAX_SHOWN = 2_000
+"""The most characters of one field or message shown (a 10 MB model name is cut, and says so)."""
+
+
+def clip(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text`` cut at ``limit`` characters, saying how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
 def safe(text: str) -> str:
     """``text`` with every control character and bidi override escaped (visible, inert)."""
-    return _UNSAFE.sub(_escape, text) if _UNSAFE.search(text) else text
+    return text.translate(_TABLE) if _UNSAFE.search(text) else text
 
 
 def for_terminal(message: str) -> str:
-    """An error message as printed: each line made safe, secrets masked."""
+    """An error message as printed: secrets masked, cut at :data:`MAX_SHOWN` per line and 50 lines,
+    each line made safe."""
     from spoc_tui.core.redact import redact_text
 
-    return "\n".join(safe(redact_text(line)) for line in message.split("\n"))
+    lines = redact_text(message).split("\n", 50)
+    if len(lines) > 50:
+        lines[50:] = [f"… ({lines[50].count(chr(10)) + 1:,} more lines)"]
+    return "\n".join(safe(clip(line)) for line in lines)

@@ -35,6 +35,7 @@ def test_replay_memory_benchmark_smoke():
     ("script", "says"),
     [
         ("parse_bench.py", "ratio = prometheus_client"),
+        ("hostile_text.py", "ratio = old/new"),
         ("sim_bench.py", "H100 FP8 saturation output"),
         ("monitor_cpu.py", "a bare Textual app"),
         ("load_fidelity.py", ""),
