@@ -13,7 +13,7 @@ from spoc_tui.core.errors import InputError
 
 @click.command("plan")
 @click.option("--ramp", "ramp_path", default=None, help="A ramp result of one replica (folder or ramp.json).")
-@click.option("--users", type=int, default=None, help="Concurrent users to plan for (with --ramp).")
+@click.option("--users", type=int, default=None, help="Concurrent users to plan for (with --ramp), 1 to 10,000,000.")
 @click.option(
     "--twin",
     "twin_path",
@@ -97,8 +97,10 @@ def plan_cmd(
         return
     if ramp_path is None or users is None:
         raise InputError("give --ramp and --users (or --twin and --trace)")
-    from spoc_tui.core.fleetplan import hpa_yaml, keda_yaml, plan_from_ramp, plan_text
+    from spoc_tui.core.fleetplan import check_target, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
     from spoc_tui.core.results import read_ramp
+
+    check_target(deployment, prometheus)
 
     doc = read_ramp(ramp_path)
     if model is not None and doc.model != model:

@@ -17,6 +17,7 @@ from spoc_tui.core.confidence import Interval
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import StepSummary
+from spoc_tui.core.textsafe import clip, safe
 
 Outcome = Literal["better", "worse", "within noise", "not comparable"]
 Z = 1.959964
@@ -56,8 +57,11 @@ class Difference:
 
 def difference(name: str, a: float | None, ia: Interval, b: float | None, ib: Interval, higher: bool) -> Difference:
     """``b - a`` with an interval from the two figures' 95 % intervals (independent, normal)."""
-    if a is None or b is None:
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+        # a NaN or an infinity from a hand-edited file compares with nothing: not "within noise"
         return Difference(name, a, b, None, (None, None), higher)
+    ia = _finite(ia)
+    ib = _finite(ib)
     d = b - a
 
     def half(v: float, ci: Interval, side: int) -> float | None:
@@ -70,6 +74,11 @@ def difference(name: str, a: float | None, ia: Interval, b: float | None, ib: In
     hi = None if up_b is None or lo_a is None else d + math.hypot(up_b, lo_a)
     lo = None if lo_b is None or up_a is None else d - math.hypot(lo_b, up_a)
     return Difference(name, a, b, d, (lo, hi), higher)
+
+
+def _finite(ci: Interval) -> Interval:
+    lo, hi = ci
+    return (lo if lo is not None and math.isfinite(lo) else None, hi if hi is not None and math.isfinite(hi) else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +151,9 @@ def compare(a: RampDoc, b: RampDoc) -> Comparison:
     """``b`` against ``a``: the knee, then every level both ran."""
     notes = []
     if a.knee.unit != b.knee.unit:
-        notes.append(f"A stepped {a.knee.unit}, B {b.knee.unit}: only the figures at common levels compare")
+        # users and trace speeds (or rates) are different axes: level 1 of one is not level 1 of the other
+        notes.append(f"A stepped {a.knee.unit}, B {b.knee.unit}: their levels and knees do not compare")
+        return Comparison(a, b, difference("knee", None, (None, None), None, (None, None), True), (), tuple(notes))
     if a.sla != b.sla:
         notes.append(
             f"the SLAs differ (A: {', '.join(a.sla)}; B: {', '.join(b.sla)}): the knees answer different questions"
@@ -192,4 +203,5 @@ def comparison_text(c: Comparison) -> str:
         out.append(f"at {lv:g} {unit}:")
         out += [f"  {line(d)}" for d in ds]
     out += [f"note: {n}" for n in c.notes]
-    return "\n".join(out)
+    # paths and model names come from files: control characters shown inert, a huge name cut
+    return "\n".join(safe(clip(line)) for line in out)

@@ -17,6 +17,7 @@ target (through prometheus-adapter).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -24,6 +25,11 @@ from typing import Any
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.results import RampDoc
+
+
+MAX_PLAN_USERS = 10_000_000
+"""Ten million concurrent users: far past any fleet planned from one replica's ramp (10^15 answered
+625,000,000,000,000 replicas with exit code 0)."""
 
 
 class PlanError(InputError):
@@ -93,6 +99,8 @@ def plan_from_ramp(doc: RampDoc, users: int, headroom: float = 0.2, gpus_per_rep
     """
     if users <= 0:
         raise PlanError(f"--users must be at least 1, got {users}")
+    if users > MAX_PLAN_USERS:
+        raise PlanError(f"--users {users:,}: at most {MAX_PLAN_USERS:,} concurrent users are planned for")
     if not 0 <= headroom <= 0.9:
         raise PlanError(f"--headroom must be between 0 and 0.9, got {headroom:g}")
     knee = doc.knee
@@ -215,8 +223,45 @@ def _name(model: str) -> str:
     return (n or "model")[:40]
 
 
+_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+"""A Deployment's name: an RFC 1123 subdomain (lower-case letters, digits, '-' and '.')."""
+_SERVER = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/%-]*)?")
+
+
+def check_target(deployment: str, prometheus: str) -> None:
+    """Refuse a ``--deployment`` or ``--prometheus`` that is not one plain name or URL: pasted into the
+    manifests, a crafted one added YAML keys.
+
+    Raises:
+        PlanError: naming the option and what it may hold.
+    """
+    if not _K8S_NAME.fullmatch(deployment):
+        raise PlanError(
+            f"--deployment {deployment[:80]!r}: not a Kubernetes name (lower-case letters, digits, '-' and '.')"
+        )
+    if not _SERVER.fullmatch(prometheus):
+        raise PlanError(f"--prometheus {prometheus[:80]!r}: not a plain http(s)://host[:port][/path] URL")
+
+
+def promql_string(text: str) -> str:
+    """``text`` as a PromQL double-quoted string (its escapes are Go's: backslash, quote, newline)."""
+    return json.dumps(text)
+
+
+def yaml_string(text: str) -> str:
+    """``text`` as a YAML double-quoted scalar (JSON's string syntax is YAML's): nothing in it can
+    end the value or add a key."""
+    return json.dumps(text)
+
+
+def waiting_query(model: str) -> str:
+    """The PromQL the autoscaler reads: requests waiting for this model, summed over replicas."""
+    return f"sum(vllm:num_requests_waiting{{model_name={promql_string(model)}}})"
+
+
 def keda_yaml(p: FleetPlan, prometheus: str = "http://prometheus.monitoring:9090", target: str = "vllm") -> str:
-    q = f'sum(vllm:num_requests_waiting{{model_name="{p.model}"}})'
+    check_target(target, prometheus)
+    q = yaml_string(waiting_query(p.model))
     return f"""apiVersion: keda.sh/v1alpha1
 kind: ScaledObject
 metadata:
@@ -231,13 +276,14 @@ spec:
     - type: prometheus
       metricType: AverageValue  # desired replicas = ceil(waiting / threshold)
       metadata:
-        serverAddress: {prometheus}
+        serverAddress: {yaml_string(prometheus)}
         query: {q}
         threshold: "{p.target_waiting:g}"
 """
 
 
 def hpa_yaml(p: FleetPlan, target: str = "vllm") -> str:
+    check_target(target, "http://unused")
     return f"""apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
 metadata:
@@ -256,7 +302,7 @@ spec:
           name: vllm:num_requests_waiting   # as prometheus-adapter exposes it
           selector:
             matchLabels:
-              model_name: "{p.model}"
+              model_name: {yaml_string(p.model)}
         target:
           type: AverageValue
           averageValue: "{p.target_waiting:g}"

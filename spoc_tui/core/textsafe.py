@@ -23,7 +23,7 @@ def _escape_of(c: int) -> str:
 
 _TABLE = {
     c: _escape_of(c)
-    for c in [*range(0x00, 0x09), *range(0x0A, 0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F)]
+    for c in [*range(0x09), *range(0x0A, 0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F)]
     + list(range(0x2066, 0x206A))
 }
 """Each unsafe character's visible escape, for ``str.translate`` (linear, in C: a Python call per
@@ -54,3 +54,9 @@ def for_terminal(message: str) -> str:
     if len(lines) > 50:
         lines[50:] = [f"… ({lines[50].count(chr(10)) + 1:,} more lines)"]
     return "\n".join(safe(clip(line)) for line in lines)
+
+
+def lines_safe(text: str, limit: int = MAX_SHOWN) -> str:
+    """Multi-line text (a page's paragraph, a ``pre`` block): each line cut at ``limit`` and made
+    safe, the line breaks kept."""
+    return "\n".join(safe(clip(line, limit)) for line in text.split("\n"))

@@ -19,6 +19,7 @@ from spoc_tui.core.redact import redact_text
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import LevelUnit, Limit, parse_sla
 from spoc_tui.core.steps import StepSummary
+from spoc_tui.core.textsafe import lines_safe
 from spoc_tui.load.report import check_lines, knee_sentence
 from spoc_tui.report.svg import PALETTE, Chart, Point, Series, render
 
@@ -48,10 +49,14 @@ class Report:
     html: str
     charts: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.title = lines_safe(redact_text(self.title))  # as the page shows it: from files, made inert
+
 
 def _t(text: object) -> str:
-    """Text for the page: redacted, then escaped."""
-    return escape(redact_text(str(text)))
+    """Text for the page: redacted, each line cut and its control characters and bidi overrides
+    made visible (a U+202E reversed the title; NUL is no XML), then escaped."""
+    return escape(lines_safe(redact_text(str(text))))
 
 
 def _page(title: str, body: list[str]) -> str:

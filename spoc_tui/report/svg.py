@@ -6,14 +6,21 @@ Pure functions: numbers in, SVG text out. Every text is escaped; colours are the
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from html import escape
+
+from spoc_tui.core.textsafe import lines_safe
 
 W, H = 720, 360
 LEFT, RIGHT, TOP, BOTTOM = 72, 24, 36, 52
 PALETTE = ("#2b7bb9", "#d9822b", "#3a9a5b", "#a23e8a", "#8a6d1f", "#555555")
+
+
+def escape(text: str) -> str:
+    """SVG text: control characters and bidi overrides made visible, then XML-escaped."""
+    return html.escape(lines_safe(text))
 
 
 @dataclass(frozen=True, slots=True)

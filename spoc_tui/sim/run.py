@@ -12,6 +12,7 @@ from dataclasses import fields, replace
 from spoc_tui.core.capacity import CapacityError
 from spoc_tui.core.engineflags import EngineFlags
 from spoc_tui.core.presets import PresetError, gpu_preset, model_preset
+from spoc_tui.core.textsafe import clip, safe
 from spoc_tui.procs.ports import port_holder
 from spoc_tui.sim.engine import EngineConfig, SimEngine
 from spoc_tui.sim.gpu import SimGpu
@@ -197,7 +198,7 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
             kv = f"{engine.num_blocks} blocks x {cfg.block_size} tokens = {engine.plan.kv_cache_tokens} tokens"
             what = f"the twin in {opts.twin}" if opts.twin else f"{cfg.tp}x {cfg.gpu.label} ({opts.scenario})"
             print(
-                f"spoc sim: SIMULATED {cfg.served_model_name} on {what}"
+                f"spoc sim: SIMULATED {safe(clip(cfg.served_model_name, 200))} on {safe(clip(what, 300))}"
                 + (f", replica {i}{slow}" if n > 1 else "")
                 + f"\n  OpenAI API + vLLM metrics: http://{opts.host}:{server.bound_port}\n"
                 + (

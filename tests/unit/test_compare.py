@@ -56,3 +56,37 @@ def test_an_open_side_keeps_the_difference_open():
     d = difference("x", 10.0, (8.0, 12.0), 15.0, (13.0, None), True)
     assert d.ci95[1] is None and d.ci95[0] is not None and d.verdict == "better"
     assert difference("x", None, (None, None), 1.0, (0.5, 1.5), True).verdict == "not comparable"
+
+
+def _doc(path):
+    return decode_ramp(json.loads((path / "ramp.json").read_text()), str(path))
+
+
+def test_a_ramp_by_users_and_one_by_trace_speed_do_not_compare_level_by_level(tmp_path):
+    """Issue 56 item 6: level 1 of a ramp by users was matched against speed 1 of a trace ramp."""
+    a = _ramp(tmp_path, "a", 6.0)
+    b = _ramp(tmp_path, "b", 9.0)
+    j = json.loads((b / "ramp.json").read_text())
+    j["knee"]["unit"] = "x"  # a trace replayed at speeds
+    (b / "ramp.json").write_text(json.dumps(j))
+    c = compare(_doc(a), _doc(b))
+    assert c.levels == () and c.knee.verdict == "not comparable" and c.verdict == "not comparable"
+    assert "do not compare" in comparison_text(c)
+
+
+def test_a_nan_figure_is_not_comparable_not_within_noise():
+    assert difference("x", float("nan"), (None, None), 1.0, (0.5, 1.5), True).verdict == "not comparable"
+    assert difference("x", 1.0, (0.5, 1.5), float("inf"), (None, None), False).verdict == "not comparable"
+    d = difference("x", 1.0, (float("nan"), 1.5), 3.0, (2.5, float("inf")), True)
+    assert d.diff == 2.0 and d.ci95[1] is None and d.ci95[0] is not None  # the infinite and NaN ends: open
+
+
+def test_model_names_reach_the_terminal_inert_and_cut(tmp_path):
+    a = _ramp(tmp_path, "a", 6.0)
+    b = _ramp(tmp_path, "b", 9.0)
+    j = json.loads((b / "ramp.json").read_text())
+    j["model"] = "evil\x1b]0;pwned\x07\u202e" + "m" * 100_000
+    (b / "ramp.json").write_text(json.dumps(j))
+    text = comparison_text(compare(_doc(a), _doc(b)))
+    assert "\x1b" not in text and "\u202e" not in text and "\\x1b]0;pwned\\x07\\u202e" in text
+    assert "more characters)" in text and len(text) < 20_000

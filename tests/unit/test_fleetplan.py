@@ -157,3 +157,50 @@ def test_an_interval_with_an_open_low_end_plans_from_the_estimate_and_says_the_o
     assert not p.at_most and p.replicas == 42  # ceil(1000 / 24)
     assert p.replicas_ci95 == (20, None)  # 64 users a replica at most .. no end
     assert "replicas: 42 (95 %: 20-?)" in plan_text(p) and p.as_dict()["replicas_ci95"] == [20, None]
+
+
+def test_a_crafted_model_name_stays_one_quoted_value_in_the_manifests_and_the_query():
+    """Issue 56 item 5: the model name was pasted unquoted into the PromQL and the YAML."""
+    doc = raw(waiting_mean=4)
+    doc["model"] = 'm"}) or vector(1000) #\nevil: key'
+    p = plan_from_ramp(decode_ramp(doc), 500)
+    keda = yaml.safe_load(keda_yaml(p, "http://prom:9090", "my-vllm"))
+    query = keda["spec"]["triggers"][0]["metadata"]["query"]
+    assert query == 'sum(vllm:num_requests_waiting{model_name="m\\"}) or vector(1000) #\\nevil: key"})'
+    assert "evil" not in keda and "evil" not in keda["spec"]["triggers"][0]["metadata"]
+    hpa = yaml.safe_load(hpa_yaml(p, "my-vllm"))
+    assert hpa["spec"]["metrics"][0]["external"]["metric"]["selector"]["matchLabels"] == {"model_name": doc["model"]}
+
+
+@pytest.mark.parametrize(
+    ("deployment", "prometheus", "match"),
+    [
+        ("vllm\nevil: 1", "http://prom:9090", "--deployment"),
+        ("VLLM", "http://prom:9090", "--deployment"),
+        ("vllm", "http://prom:9090\n  evil: 1", "--prometheus"),
+        ("vllm", "prom:9090", "--prometheus"),
+        ("vllm", 'http://p/"x', "--prometheus"),
+    ],
+)
+def test_deployment_and_prometheus_are_checked_before_they_reach_a_manifest(deployment, prometheus, match):
+    p = plan_from_ramp(ramp(waiting_mean=4), 500)
+    with pytest.raises(PlanError, match=match):
+        keda_yaml(p, prometheus, deployment)
+
+
+def test_users_past_ten_million_are_refused(tmp_path):
+    (tmp_path / "ramp.json").write_text(json.dumps(raw(waiting_mean=2)))
+    with pytest.raises(PlanError, match="at most 10,000,000"):
+        plan_from_ramp(ramp(), 10**15)
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "plan", "--ramp", str(tmp_path), "--users", str(10**15)],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "at most 10,000,000" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "plan", "--ramp", str(tmp_path), "--users", "9", "--deployment", "a b"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "--deployment" in r.stderr and len(r.stderr.strip().splitlines()) == 1

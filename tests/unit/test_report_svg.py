@@ -29,3 +29,23 @@ def test_a_chart_is_valid_svg_with_its_parts():
 
 def test_an_empty_chart_says_so():
     assert "no figures" in render(Chart("t", "x", "y", [Series("s", [])]))
+
+
+def test_hostile_names_reach_the_page_and_its_charts_inert(tmp_path):
+    """Issue 56 item 5: NUL, ESC and U+202E in a ramp's model name reached the HTML report raw
+    (the title showed reversed); a 10 MB name is cut."""
+    import json
+
+    from spoc_tui.core.results import decode_ramp
+    from spoc_tui.report.html import ramp_report
+    from tests.e2e.test_report import write_ramp
+
+    write_ramp(tmp_path / "r", 0.01)
+    j = json.loads((tmp_path / "r" / "ramp.json").read_text())
+    j["model"] = "m\x00\x1b[2J\u202eevil<script>" + "x" * 1_000_000
+    rep = ramp_report(decode_ramp(j, str(tmp_path / "r")))
+    for text in (rep.html, rep.title, *rep.charts.values()):
+        assert not any(c in text for c in "\x00\x1b\u202e")
+    assert "<script>" not in rep.html and not any("<script>" in svg for svg in rep.charts.values())
+    assert "\\x00\\x1b[2J\\u202eevil&lt;script&gt;" in rep.html and len(rep.html) < 200_000
+    assert "\u202e" not in render(Chart("t\u202e\x00", "x", "y", [Series("s\x1b", [Point(1, 1)])]))
