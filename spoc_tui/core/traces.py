@@ -30,6 +30,7 @@ counted by reason.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import re
@@ -50,6 +51,16 @@ from spoc_tui.core.traceformats import FORMATS as FORMATS
 from spoc_tui.core.traceformats import TraceFormat as TraceFormat
 
 SPOC_TRACE_VERSION = 1
+
+MAX_TOKENS = 10_000_000
+"""The longest input or output a row may ask for (the longest context any model serves today is
+about 10M tokens): an output of 10^12 was read, then skipped as too long, and the step's verdict
+blamed the step length."""
+MAX_SPAN_S = 366 * 86_400.0
+"""The furthest a row may lie after the trace's first (a year): a timestamp of 1e300 ran a
+replay until it was killed."""
+MAX_THINK_S = 86_400.0
+"""The longest think time between a turn and the one it follows (a day)."""
 
 
 class TraceError(InputError, ValueError):
@@ -121,6 +132,16 @@ class TraceRead:
 # -- detection --------------------------------------------------------------------------------
 
 
+def open_trace(path: Path) -> IO[str]:
+    """The trace as text: UTF-8 with or without a byte-order mark, gzip-compressed or not (read
+    from its first bytes, whatever the file's name)."""
+    with path.open("rb") as raw:
+        magic = raw.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return path.open(encoding="utf-8-sig", newline="")
+
+
 def detect_format(path: Path) -> TraceFormat:
     """The format from the file's first non-empty line.
 
@@ -128,11 +149,11 @@ def detect_format(path: Path) -> TraceFormat:
         TraceError: unreadable, empty, or like none of :data:`FORMATS`.
     """
     try:
-        with path.open(encoding="utf-8", newline="") as f:
+        with open_trace(path) as f:
             first = next((line for line in f if line.strip()), "")
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as e:
         raise TraceError(f"{path}: cannot read ({e})") from None
     text = first.strip()
     if not text:
@@ -207,7 +228,7 @@ def read_trace(
         raise TraceError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")
     read = read if read is not None else TraceRead()
     try:
-        with path.open(encoding="utf-8", newline="") as f:
+        with open_trace(path) as f:
             if fmt in ("burstgpt", "azure"):
                 yield from _csv_rows(path, f, fmt, filters, read)
             elif fmt == "weka":
@@ -218,6 +239,8 @@ def read_trace(
         raise TraceError(f"{path}: no such file") from None
     except UnicodeDecodeError as e:
         raise TraceError(f"{path}: not UTF-8 text ({e.reason})") from None
+    except (EOFError, zlib.error) as e:
+        raise TraceError(f"{path}: a damaged gzip file ({e})") from None
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
 
@@ -231,7 +254,7 @@ class _Row:
     def bad(self, msg: str) -> TraceError:
         return TraceError(f"{self.path.name} line {self.line}: {msg}")
 
-    def num(self, key: str, *, whole: bool = True, minimum: float = 0) -> float:
+    def num(self, key: str, *, whole: bool = True, minimum: float = 0, maximum: float = math.inf) -> float:
         if key not in self.raw:
             raise self.bad(f"missing {key!r}")
         v = self.raw[key]
@@ -246,7 +269,15 @@ class _Row:
             raise self.bad(f"{key} is {v!r}, not a whole number")
         if v < minimum:
             raise self.bad(f"{key} is {v!r}: it must be at least {minimum:g}")
+        if v > maximum:
+            raw = self.raw[key]
+            shown = raw.strip()[:40] if isinstance(raw, str) else repr(raw)
+            raise self.bad(f"{key} is {shown}: it must be at most {maximum:,.0f}")
         return float(v)
+
+    def tokens(self, key: str, minimum: float = 1) -> int:
+        """A length in tokens, at least ``minimum`` and at most :data:`MAX_TOKENS`."""
+        return int(self.num(key, minimum=minimum, maximum=MAX_TOKENS))
 
     def ids(self, key: str) -> tuple[int, ...]:
         v = self.raw.get(key, [])
@@ -272,6 +303,7 @@ def _jsonl_rows(
 ) -> Iterator[TraceRow]:
     t0: float | None = None
     last = -math.inf
+    links = _Links()
     for lineno, obj in _json_lines(path, f):
         if not isinstance(obj, dict):
             raise TraceError(f"{path.name} line {lineno}: expected a JSON object")
@@ -292,12 +324,14 @@ def _jsonl_rows(
         last = row.t
         if t0 is None:
             t0 = row.t
+        _within_span(r, "timestamp" if fmt != "spoc" else "t", row.t, t0)
+        links.check(r, row)
         yield _rebased(row, t0)
 
 
 def _jsonl_row(r: _Row, fmt: TraceFormat, index: int) -> TraceRow:
     if fmt == "mooncake":
-        n_in = int(r.num("input_length", minimum=1))
+        n_in = r.tokens("input_length")
         ids = r.ids("hash_ids")
         block = BLOCK_TOKENS["mooncake"]
         if ids and len(ids) != math.ceil(n_in / block):
@@ -305,9 +339,7 @@ def _jsonl_row(r: _Row, fmt: TraceFormat, index: int) -> TraceRow:
                 f"{len(ids)} hash_ids for {n_in} input tokens: a Mooncake block is {block} tokens, so it takes "
                 f"{math.ceil(n_in / block)}"
             )
-        return TraceRow(
-            index, r.num("timestamp") / 1000.0, n_in, int(r.num("output_length", minimum=1)), ids, block, line=r.line
-        )
+        return TraceRow(index, r.num("timestamp") / 1000.0, n_in, r.tokens("output_length"), ids, block, line=r.line)
     if fmt == "bailian":
         parent = r.raw.get("parent_chat_id", -1)
         chat = r.text("chat_id")
@@ -316,8 +348,8 @@ def _jsonl_row(r: _Row, fmt: TraceFormat, index: int) -> TraceRow:
         return TraceRow(
             index,
             r.num("timestamp", whole=False),
-            int(r.num("input_length", minimum=1)),
-            int(r.num("output_length", minimum=1)),
+            r.tokens("input_length"),
+            r.tokens("output_length"),
             r.ids("hash_ids"),
             BLOCK_TOKENS["bailian"],
             conversation=chat,
@@ -329,12 +361,12 @@ def _jsonl_row(r: _Row, fmt: TraceFormat, index: int) -> TraceRow:
     # our own
     ids = r.ids("hash_ids")
     block = int(r.num("block_tokens", minimum=1)) if ids else 0
-    think = r.num("think_s", whole=False) if "think_s" in r.raw else None
+    think = r.num("think_s", whole=False, maximum=MAX_THINK_S) if "think_s" in r.raw else None
     return TraceRow(
         index,
         r.num("t", whole=False),
-        int(r.num("input_tokens", minimum=1)),
-        int(r.num("output_tokens", minimum=1)),
+        r.tokens("input_tokens"),
+        r.tokens("output_tokens"),
         ids,
         block,
         conversation=r.text("conversation"),
@@ -345,6 +377,42 @@ def _jsonl_row(r: _Row, fmt: TraceFormat, index: int) -> TraceRow:
         id=r.text("id"),
         scope=r.text("scope"),
     )
+
+
+def _within_span(r: _Row, key: str, t: float, t0: float) -> float:
+    """``t``, refused when it lies more than :data:`MAX_SPAN_S` after the trace's first row."""
+    if t - t0 > MAX_SPAN_S:
+        raise r.bad(f"{key} lies {(t - t0) / 86_400:,.0f} days after the first row: a trace spans at most 366 days")
+    return t
+
+
+class _Links:
+    """Checks each row's parent as rows stream: not itself, and not a row that comes later (a turn
+    follows one already sent; a loop of parents needs one that comes later). A parent the trace
+    never holds (cut off before its start) is allowed: the turn then starts as a first one. Holds
+    one integer per row that has an id, and per parent not yet seen."""
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+        self._pending: dict[int, int] = {}
+        """A parent named before any row had its id -> the line of the first row that named it."""
+
+    def check(self, r: _Row, row: TraceRow) -> None:
+        if row.parent is not None:
+            if row.parent == row.id:
+                raise r.bad(f"the row is its own parent ({row.parent!r:.80})")
+            key = hash(row.parent)
+            if key not in self._seen:
+                self._pending.setdefault(key, r.line)
+        if row.id is not None:
+            key = hash(row.id)
+            child = self._pending.pop(key, None)
+            if child is not None:
+                raise r.bad(
+                    f"row {row.id!r:.80} is the parent of line {child}, which comes before it: a turn must follow "
+                    "the one it answers (a loop of parents, or a trace not sorted by time)"
+                )
+            self._seen.add(key)
 
 
 def _rebased(row: TraceRow, t0: float) -> TraceRow:
@@ -401,8 +469,8 @@ def _csv_rows(
             continue
         if fmt == "burstgpt":
             t = r.num("Timestamp", whole=False)
-            n_in = int(r.num("Request tokens"))
-            n_out = int(r.num("Response tokens"))
+            n_in = r.tokens("Request tokens", minimum=0)
+            n_out = r.tokens("Response tokens", minimum=0)
             if n_out == 0:
                 read.skipped["failed in the original (0 response tokens)"] += 1
                 continue
@@ -415,8 +483,8 @@ def _csv_rows(
                 t = parse_timestamp(stamp)
             except ValueError:
                 raise r.bad(f"TIMESTAMP is {stamp!r}, not a date and time") from None
-            n_in = int(r.num("ContextTokens"))
-            n_out = int(r.num("GeneratedTokens"))
+            n_in = r.tokens("ContextTokens", minimum=0)
+            n_out = r.tokens("GeneratedTokens", minimum=0)
             if n_in == 0 or n_out == 0:
                 read.skipped["no context or generated tokens"] += 1
                 continue
@@ -425,6 +493,7 @@ def _csv_rows(
         last = t
         if t0 is None:
             t0 = t
+        _within_span(r, "Timestamp" if fmt == "burstgpt" else "TIMESTAMP", t, t0)
         yield TraceRow(index, t - t0, n_in, n_out, line=lineno)
 
 
@@ -478,9 +547,10 @@ def _weka_conversation(
             continue
         try:
             t = r.num("t", whole=False)
-            n_in, n_out = int(r.num("in", minimum=1)), int(r.num("out", minimum=1))
+            t = _within_span(r, "t", t, 0.0)
+            n_in, n_out = r.tokens("in"), r.tokens("out")
             ids = r.ids("hash_ids")
-            think = r.num("think_time", whole=False) if req.get("think_time") is not None else None
+            think = r.num("think_time", whole=False, maximum=MAX_THINK_S) if req.get("think_time") is not None else None
         except TraceError as e:
             raise TraceError(f"{e} (conversation {cid}, request {k + 1})") from None
         if t < last:

@@ -5,6 +5,8 @@ import json
 import math
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from spoc_tui.core.traces import (
     TraceError,
@@ -225,3 +227,138 @@ def test_spoc_trace_stats_and_convert_from_the_command_line(tmp_path):
     r = spoc("convert", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "x.jsonl"))
     assert r.returncode == 2 and "no such file" in r.stderr and not (tmp_path / "x.jsonl").exists()
     assert not list(tmp_path.glob("*.part"))
+
+
+# -- issue 56 item 2 and 6: parent links, bounds, BOM and gzip ---------------------------------
+
+
+def _spoc(path, rows):
+    return _jsonl(path, [{"spoc_trace": 1}, *rows])
+
+
+def _row(t, id_=None, parent=None, **kw):
+    d = {"t": t, "input_tokens": 10, "output_tokens": 5, **kw}
+    if id_ is not None:
+        d["id"] = id_
+    if parent is not None:
+        d["parent"] = parent
+    return d
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([_row(0, "a"), _row(1, "b", parent="b")], "line 3: the row is its own parent ('b')"),
+        (
+            [_row(0, "a", parent="c"), _row(1, "c", parent="b"), _row(2, "b", parent="a")],
+            "line 3: row 'c' is the parent of line 2",
+        ),
+        ([_row(0, "x", parent="y"), _row(5, "y")], "line 3: row 'y' is the parent of line 2"),
+        ([_row(0, "a"), _row(1e300, "b")], "line 3: timestamp lies"),
+        ([_row(0, "a"), _row(1, "b", parent="a", think_s=1e300)], "think_s is 1e+300: it must be at most 86,400"),
+        ([_row(0, output_tokens=10**12)], "line 2: output_tokens is 1000000000000: it must be at most 10,000,000"),
+        ([_row(0, input_tokens=2e7)], "input_tokens is 20000000.0: it must be at most 10,000,000"),
+    ],
+)
+def test_parent_loops_and_unbounded_times_and_lengths_are_refused_when_read(tmp_path, rows, message):
+    p = _spoc(tmp_path / "t.jsonl", rows)
+    with pytest.raises(TraceError) as e:
+        list(read_trace(p))
+    assert message.replace("timestamp", "t") in str(e.value) and str(e.value).startswith("t.jsonl line ")
+    with pytest.raises(TraceError):
+        trace_stats(p)
+
+
+def test_bailian_parent_loops_and_a_parent_cut_off_before_the_trace(tmp_path):
+    def turn(chat, parent, t):
+        return {"chat_id": chat, "parent_chat_id": parent, "timestamp": t, "input_length": 40, "output_length": 9}
+
+    loop = _jsonl(tmp_path / "loop.jsonl", [turn(1, 3, 0.0), turn(2, 1, 1.0), turn(3, 2, 2.0)])
+    with pytest.raises(TraceError, match="line 3: row '3' is the parent of line 1"):
+        list(read_trace(loop))
+    # a follow-up whose first turn was before the capture: allowed, it starts as a first turn
+    cut = _jsonl(tmp_path / "cut.jsonl", [turn(7, 5, 0.0), turn(8, 7, 1.0)])
+    assert [r.parent for r in read_trace(cut)] == ["5", "7"]
+
+
+def test_huge_lengths_and_spans_are_refused_in_every_format(tmp_path):
+    burst = tmp_path / "b.csv"
+    burst.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n0,m,10,1e12,1,x\n")
+    with pytest.raises(TraceError, match="b.csv line 2: Response tokens is 1e12"):
+        list(read_trace(burst))
+    azure = tmp_path / "a.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,10,5\n2025-01-01 00:00:00,10,5\n")
+    with pytest.raises(TraceError, match="a.csv line 3: TIMESTAMP lies 411 days after the first row"):
+        list(read_trace(azure))
+    moon = _jsonl(tmp_path / "m.jsonl", [{"timestamp": 0, "input_length": 5, "output_length": 1},
+                                         {"timestamp": 1e300, "input_length": 5, "output_length": 1}])  # fmt: skip
+    with pytest.raises(TraceError, match="m.jsonl line 2: timestamp lies"):
+        list(read_trace(moon))
+    weka = _jsonl(tmp_path / "w.jsonl", [{"id": "c", "requests": [{"t": 0, "in": 5, "out": 1, "think_time": 1e9}]}])
+    with pytest.raises(TraceError, match="think_time is 1000000000.0: it must be at most 86,400"):
+        list(read_trace(weka))
+
+
+def test_a_byte_order_mark_and_gzip_are_read(tmp_path):
+    import gzip
+
+    rows = [
+        {"timestamp": 0, "input_length": 5, "output_length": 1},
+        {"timestamp": 10, "input_length": 6, "output_length": 2},
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    gz = tmp_path / "trace.jsonl.gz"
+    gz.write_bytes(gzip.compress(("\ufeff" + text).encode()))
+    csv_gz = tmp_path / "burst.csv"  # compressed whatever its name says
+    csv_gz.write_bytes(
+        gzip.compress(b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n0,m,10,3,13,x\n")
+    )
+    for p in (bom, gz):
+        assert detect_format(p) == "mooncake"
+        assert [r.input_tokens for r in read_trace(p)] == [5, 6]
+    assert detect_format(csv_gz) == "burstgpt" and [r.output_tokens for r in read_trace(csv_gz)] == [3]
+    broken = tmp_path / "broken.gz"
+    broken.write_bytes(gzip.compress(text.encode())[:-12])
+    with pytest.raises(TraceError, match="broken.gz"):
+        list(read_trace(broken, "mooncake"))
+
+
+@settings(deadline=2000, max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(
+        st.fixed_dictionaries(
+            {
+                "t": st.one_of(
+                    st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6), st.text(max_size=5)
+                )
+            },
+            optional={
+                "input_tokens": st.one_of(st.integers(-1, 10**13), st.floats(), st.none(), st.text(max_size=3)),
+                "output_tokens": st.one_of(st.integers(-1, 10**13), st.floats()),
+                "id": st.sampled_from(["a", "b", "c", "d"]),
+                "parent": st.sampled_from(["a", "b", "c", "d", None]),
+                "think_s": st.one_of(st.floats(), st.integers(-3, 10**9)),
+                "hash_ids": st.one_of(st.lists(st.integers(0, 9), max_size=4), st.text(max_size=2)),
+                "block_tokens": st.integers(-1, 600),
+            },
+        ),
+        max_size=12,
+    )
+)
+def test_any_spoc_trace_is_read_or_refused_with_a_named_line_quickly(tmp_path, rows):
+    """Property: whatever the rows, reading ends (each example within the deadline) with rows
+    whose links point back and whose times and lengths are bounded, or with a TraceError."""
+    p = tmp_path / "h.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in [{"spoc_trace": 1}, *rows]))
+    try:
+        out = list(read_trace(p, "spoc"))
+    except TraceError as e:
+        assert str(e).startswith("h.jsonl")
+        return
+    seen = set()
+    for r in out:
+        assert r.parent is None or r.parent in seen or r.parent not in {x.id for x in out}
+        assert 0 <= r.t <= 366 * 86400 and 1 <= r.input_tokens <= 10**7 and 1 <= r.output_tokens <= 10**7
+        seen.add(r.id)
