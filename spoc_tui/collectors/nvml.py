@@ -6,7 +6,6 @@ field that fails reads None (a card that lacks memory temperature still shows th
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import warnings
@@ -16,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from spoc_tui.core.errors import EXIT_USAGE, SpocError
-from spoc_tui.core.files import FileReadError, read_text_bounded
+from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded
 from spoc_tui.core.gpu import GpuSample, ThrottleWindow, groups_from_processes, nvml_gpu
 
 _POLICIES = {
@@ -219,7 +218,7 @@ class TraceReplay:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = parse_json(line)
             except ValueError:
                 raise NvmlError(f"--nvml-trace {path} line {i}: not JSON (a trace is JSON lines)") from None
             if not isinstance(obj, dict):

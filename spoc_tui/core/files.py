@@ -5,6 +5,7 @@ be refused, not read forever: issue 17, item 10), and a result file is written w
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Callable
@@ -14,6 +15,15 @@ from typing import TextIO
 from spoc_tui.core.errors import InputError
 
 MAX_FILE = 64 * 2**20
+
+
+def parse_json(text: str) -> object:
+    """``json.loads``, with a nesting too deep for Python's parser (``[`` x 100,000 raised
+    RecursionError, a traceback) as the ``json.JSONDecodeError`` every reader already handles."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", "", 0) from None
 
 
 class FileReadError(InputError):

@@ -26,7 +26,6 @@ from typing import Any
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.results import RampDoc
 
-
 MAX_PLAN_USERS = 10_000_000
 """Ten million concurrent users: far past any fleet planned from one replica's ramp (10^15 answered
 625,000,000,000,000 replicas with exit code 0)."""
@@ -248,9 +247,15 @@ def promql_string(text: str) -> str:
     return json.dumps(text)
 
 
+_YAML_PLAIN = re.compile(r"[A-Za-z0-9][\x21-\x7e]*(?: [\x21-\x7e]+)*")
+
+
 def yaml_string(text: str) -> str:
-    """``text`` as a YAML double-quoted scalar (JSON's string syntax is YAML's): nothing in it can
-    end the value or add a key."""
+    """``text`` as one YAML scalar: as it is where a plain scalar holds it unchanged (printable
+    ASCII, no ``: `` or `` #``, not ending in ``:``: the manifests read as before), else double-quoted
+    (JSON's string syntax is YAML's): nothing in it can end the value or add a key."""
+    if _YAML_PLAIN.fullmatch(text) and ": " not in text and " #" not in text and not text.endswith(":"):
+        return text
     return json.dumps(text)
 
 
@@ -302,7 +307,7 @@ spec:
           name: vllm:num_requests_waiting   # as prometheus-adapter exposes it
           selector:
             matchLabels:
-              model_name: {yaml_string(p.model)}
+              model_name: {json.dumps(p.model)}
         target:
           type: AverageValue
           averageValue: "{p.target_waiting:g}"

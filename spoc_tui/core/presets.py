@@ -349,11 +349,13 @@ def read_json_object(p: Path, unreadable: str = "cannot read JSON") -> dict[str,
     Raises:
         PresetError: ``{p}: no such file``, ``{p}: {unreadable} (reason)``, ``{p}: not a JSON object``.
     """
+    from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded
+
     try:
-        obj = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise PresetError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        obj = parse_json(read_text_bounded(p))
+    except FileReadError as e:
+        raise PresetError(f"{p}: {e}" if str(e) == "no such file" else f"{p}: {unreadable} ({e})") from None
+    except json.JSONDecodeError as e:
         raise PresetError(f"{p}: {unreadable} ({e})") from None
     if not isinstance(obj, dict):
         raise PresetError(f"{p}: not a JSON object")

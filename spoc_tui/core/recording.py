@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any, Union
 
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.files import parse_json
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 
 FORMAT = 1
@@ -178,7 +179,7 @@ def read_recording(path: str | Path) -> Recording:
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw.decode("utf-8"))
+                obj = parse_json(raw.decode("utf-8"))
                 if not isinstance(obj, dict):
                     raise ValueError("not an object")
                 if "spoc_record" in obj:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.files import parse_json
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.knee import Knee
 from spoc_tui.core.presets import PresetError, read_json_object
@@ -207,7 +208,7 @@ def read_trials(path: str | Path) -> list[dict[str, object]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = parse_json(line)
         except json.JSONDecodeError as e:
             if n == len(lines):
                 break  # the write a crash cut short

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO
 
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.files import parse_json
 
 # the formats' names live in a light module (spoc --help lists them); re-exported here
 from spoc_tui.core.traceformats import BLOCK_TOKENS as BLOCK_TOKENS
@@ -162,7 +163,7 @@ def detect_format(path: Path) -> TraceFormat:
         return "weka"
     if text.startswith("{"):
         try:
-            obj = json.loads(text)
+            obj = parse_json(text)
         except json.JSONDecodeError:
             # a pretty-printed conversation object spans lines
             return "weka"
@@ -503,7 +504,7 @@ def _weka_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read:
         head = f.read(1)
     if head == "[":  # one JSON array of conversations (read whole: such files are small)
         try:
-            convs = json.loads(head + f.read())
+            convs = parse_json(head + f.read())
         except json.JSONDecodeError as e:
             raise TraceError(f"{path.name} line {e.lineno}: not JSON ({e.msg})") from None
         if not isinstance(convs, list):
@@ -523,7 +524,7 @@ def _json_lines(path: Path, f: IO[str], hint: str = "") -> Iterator[tuple[int, o
         if not line.strip():
             continue
         try:
-            yield lineno, json.loads(line)
+            yield lineno, parse_json(line)
         except json.JSONDecodeError as e:
             raise TraceError(f"{path.name} line {lineno}: not JSON ({e.msg}){hint}") from None
 

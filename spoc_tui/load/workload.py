@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.files import FileReadError, read_text_bounded
+from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded
 
 BUILTIN_DIR = Path(__file__).parent / "profiles"
 DIST_KINDS = ("constant", "uniform", "lognormal", "normal")
@@ -306,7 +306,7 @@ def load_replay(path: Path) -> tuple[tuple[tuple[str, int | None], ...], ...]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = parse_json(line)
         except json.JSONDecodeError as e:
             raise WorkloadError(f"replay {path.name} line {i}: not JSON ({e.msg})") from None
         turns: list[tuple[str, int | None]] = []

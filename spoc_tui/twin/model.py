@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.files import FileReadError, read_text_bounded, write_atomic
+from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded, write_atomic
 from spoc_tui.core.jsonsafe import json_safe
 
 TWIN_SCHEMA = 3
@@ -199,21 +199,22 @@ class ServerConfig:
         try:
             return cls(
                 model=str(d["model"]),
-                max_model_len=_int(d["max_model_len"]),
-                block_size=_int(d["block_size"]),
-                num_gpu_blocks=_int(d["num_gpu_blocks"]),
+                max_model_len=_int(d["max_model_len"], "max_model_len", 1, 100_000_000),
+                block_size=_int(d["block_size"], "block_size", 1, 65_536),
+                num_gpu_blocks=_int(d["num_gpu_blocks"], "num_gpu_blocks", 1, 1_000_000_000),
                 enable_prefix_caching=bool(d["enable_prefix_caching"]),
                 gpu_memory_utilization=None
                 if d.get("gpu_memory_utilization") is None
-                else float(d["gpu_memory_utilization"]),  # type: ignore[arg-type]
-                max_num_seqs=_int(d["max_num_seqs"]),
-                max_num_batched_tokens=_int(d["max_num_batched_tokens"]),
+                else _number("gpu_memory_utilization", d["gpu_memory_utilization"], 1e-3, 1.0),
+                max_num_seqs=_int(d["max_num_seqs"], "max_num_seqs", 1, 1_000_000),
+                max_num_batched_tokens=_int(d["max_num_batched_tokens"], "max_num_batched_tokens", 1, 100_000_000),
                 enable_chunked_prefill=bool(d["enable_chunked_prefill"]),
                 sources={str(k): str(v) for k, v in dict(d.get("sources") or {}).items()},  # type: ignore[call-overload]
                 engine_version=str(d.get("engine_version") or ""),
             )
         except (KeyError, TypeError, ValueError) as e:
-            raise TwinError(f"{where}: the server's configuration does not read ({type(e).__name__}: {e})") from None
+            why = e if type(e) is ValueError else f"{type(e).__name__}: {e}"
+            raise TwinError(f"{where}: the server's configuration does not read ({why})") from None
 
     def with_flags(self, flags: Mapping[str, object]) -> ServerConfig:
         """The configuration after a what-if (``--set``): KV blocks scale with the memory share
@@ -230,9 +231,11 @@ class ServerConfig:
         return out
 
 
-def _int(v: object) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"{v!r} is not a whole number")
+def _int(v: object, name: str = "a setting", lo: int = 0, hi: int = 2**62) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
+        raise ValueError(f"{name} is {str(v)[:40]!r}, not a whole number")
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} is {int(v)}: it must lie in [{lo:,}, {hi:,}]")
     return int(v)
 
 
@@ -323,22 +326,39 @@ class Twin:
         try:
             fit = _model(d["fit"], v)
             sd = _model(d["sd"], v)
-            rows = [[float(x) for x in row] for row in d["draws"]]  # type: ignore[attr-defined]
+            rows = [
+                [_param(PARAMS[i] if i < len(PARAMS) else "?", x) for i, x in enumerate(row)]
+                for row in d["draws"]  # type: ignore[attr-defined]
+            ]
             server = d["server"]
             residuals = tuple(
                 Residuals(str(r["kind"]), int(r["n"]), float(r["median_abs_pct"]), float(r["max_abs_pct"]))
                 for r in d.get("residuals") or []  # type: ignore[attr-defined]
             )
-            step_cv = float(d.get("step_cv") or 0.0)  # type: ignore[arg-type]
+            step_cv = _number("step_cv", d.get("step_cv") or 0.0, 0.0, 10.0)
+            _check_steps_cost_time(fit, "the fit")
+            clocks = d.get("gpu_clocks")
+            gpu_clocks = (
+                {str(k)[:40]: _number(f"gpu_clocks[{str(k)[:20]!r}]", x, 0.0, 100_000.0) for k, x in clocks.items()}
+                if isinstance(clocks, Mapping)
+                else {}
+            )
+            counts = {k: int(_number(k, d.get(k) or 0, 0.0, 1e12)) for k in ("observations", "probes")}
+            stamps = {k: _number(k, d.get(k) or 0.0, 0.0, 1e12) for k in ("calibrated_at", "seconds")}
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise TwinError(f"{where}: the fit does not read ({type(e).__name__}: {e})") from None
+            why = e if type(e) is ValueError else f"{type(e).__name__}: {e}"
+            raise TwinError(f"{where}: the fit does not read ({why})") from None
         if not isinstance(server, Mapping):
             raise TwinError(f"{where}: no server configuration")
         width = {1: len(PARAMS) - 2, 2: len(PARAMS) - 1}.get(v, len(PARAMS))  # no b_shared in 1, no ridge in 2
         if any(len(r) != width for r in rows):
             raise TwinError(f"{where}: a draw has the wrong number of coefficients (schema {v} has {width})")
         draws = tuple(StepModel.from_vector(r + [0.0] * (len(PARAMS) - width)) for r in rows)
-        clocks = d.get("gpu_clocks")
+        for i, draw in enumerate(draws, 1):
+            try:
+                _check_steps_cost_time(draw, f"draw {i}")
+            except ValueError as e:
+                raise TwinError(f"{where}: {e}") from None
         return cls(
             fit=fit,
             sd=sd,
@@ -346,12 +366,12 @@ class Twin:
             step_cv=max(0.0, min(step_cv, 2.0)),
             server=ServerConfig.from_dict(server, where),
             residuals=residuals,
-            observations=int(d.get("observations") or 0),  # type: ignore[call-overload]
-            probes=int(d.get("probes") or 0),  # type: ignore[call-overload]
-            calibrated_at=float(d.get("calibrated_at") or 0.0),  # type: ignore[arg-type]
+            observations=counts["observations"],
+            probes=counts["probes"],
+            calibrated_at=stamps["calibrated_at"],
             url=str(d.get("url") or ""),
-            seconds=float(d.get("seconds") or 0.0),  # type: ignore[arg-type]
-            gpu_clocks={str(k): float(x) for k, x in clocks.items()} if isinstance(clocks, Mapping) else {},
+            seconds=stamps["seconds"],
+            gpu_clocks=gpu_clocks,
             notes=tuple(str(n) for n in d.get("notes") or []),  # type: ignore[attr-defined]
             endpoint="completions" if d.get("endpoint") == "completions" else "chat",
             correction=dict(corr) if isinstance(corr := d.get("correction"), Mapping) else {},
@@ -418,7 +438,34 @@ def _model(d: object, schema: int) -> StepModel:
     if not isinstance(d, Mapping):
         raise TypeError("not an object")
     absent = {"b_shared": 2, "ridge": 3}  # the schema each was added in
-    return StepModel(*(0.0 if schema < absent.get(k, 1) else float(d[k]) for k in PARAMS))
+    return StepModel(*(0.0 if schema < absent.get(k, 1) else _param(k, d[k]) for k in PARAMS))
+
+
+MAX_COEFF_S = 3_600.0
+"""The most any coefficient may cost (seconds per its unit): an hour. A calibrated one is
+micro- to milliseconds; a hand-edited ``1e300`` made a prediction run for ever."""
+MAX_RIDGE = 1_000_000.0
+
+
+def _number(name: str, v: object, lo: float, hi: float) -> float:
+    """``v`` as a finite number within ``[lo, hi]``, or ValueError naming ``name``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{name} is {str(v)[:40]!r}, not a finite number")
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} is {v!r}: it must lie in [{lo:g}, {hi:g}]")
+    return float(v)
+
+
+def _param(name: str, v: object) -> float:
+    """A coefficient (never negative: the fit is non-negative) or the ridge, checked."""
+    return _number(name, v, 0.0, MAX_RIDGE if name == "ridge" else MAX_COEFF_S)
+
+
+def _check_steps_cost_time(m: StepModel, what: str) -> None:
+    """A step must take time: a decode step of one sequence and a prefill of 1,024 tokens each at
+    least a microsecond (coefficients all zero made ``spoc sim --twin`` answer no completion)."""
+    if m.step_s([1], []) < 1e-6 or m.step_s([], [(1024, 0)]) < 1e-6:
+        raise ValueError(f"{what}: a step would take no time (b0 and the per-token costs are zero)")
 
 
 def read_twin(path: str | Path) -> Twin:
@@ -427,14 +474,13 @@ def read_twin(path: str | Path) -> Twin:
     Raises:
         TwinError: missing, unreadable, not JSON, not a twin, or a newer schema.
     """
-    import json
 
     try:
         text = read_text_bounded(path)
     except FileReadError as e:
         raise TwinError(f"{path}: {e}") from None
     try:
-        doc = json.loads(text)
+        doc = parse_json(text)
     except ValueError as e:
         raise TwinError(f"{path}: not JSON ({e})") from None
     if not isinstance(doc, dict):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from spoc_tui.core.knee import parse_user_plan
 from spoc_tui.core.sla import parse_sla
@@ -14,6 +17,7 @@ from spoc_tui.load.workload import load_workload
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.fit import Observation, fit_step_model, nnls
 from spoc_tui.twin.model import (
+    PARAMS,
     ServerConfig,
     StepModel,
     Twin,
@@ -384,3 +388,85 @@ def test_check_names_a_gpu_that_ran_slower_than_at_calibration():
             assert res.as_dict()["gpu_clocks"][1]["change_pct"] == -28.8
         else:
             assert not named and "GPU" not in res.why
+
+
+def _edited(tmp_path, edit):
+    path = tmp_path / "twin.json"
+    write_twin(twin(0.1), path)
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _set(*keys, value):
+    def edit(doc):
+        d = doc
+        for k in keys[:-1]:
+            d = d[k]
+        d[keys[-1]] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (_set("fit", "b0", value=-1), "b0 is -1: it must lie in [0, 3600]"),
+        (_set("fit", "b_decode", value=-1e9), "b_decode is -1000000000.0"),
+        (_set("fit", "b0", value=float("nan")), "b0 is 'nan', not a finite number"),
+        (_set("fit", "b_context", value=float("inf")), "b_context is 'inf', not a finite number"),
+        (_set("fit", "a0", value="0.1"), "a0 is '0.1', not a finite number"),
+        (lambda d: d["fit"].update(dict.fromkeys(d["fit"], 0.0)), "the fit: a step would take no time"),
+        (lambda d: d["draws"][2].__setitem__(0, -1e300), "b0 is -1e+300"),
+        (lambda d: d["draws"].__setitem__(3, [0.0] * 10), "draw 4: a step would take no time"),
+        (lambda d: d["draws"][0].__setitem__(9, float("nan")), "ridge is 'nan'"),
+        (_set("server", "num_gpu_blocks", value=0), "num_gpu_blocks is 0: it must lie in [1, 1,000,000,000]"),
+        (_set("server", "num_gpu_blocks", value=-5), "num_gpu_blocks is -5"),
+        (_set("server", "max_model_len", value=0), "max_model_len is 0"),
+        (_set("server", "block_size", value=1.5), "block_size is '1.5', not a whole number"),
+        (_set("server", "gpu_memory_utilization", value=7), "gpu_memory_utilization is 7"),
+        (_set("gpu_clocks", value={"0": "fast"}), "gpu_clocks['0'] is 'fast', not a finite number"),
+        (_set("step_cv", value=float("nan")), "step_cv is 'nan'"),
+        (_set("probes", value="many"), "probes is 'many'"),
+    ],
+)
+def test_a_hand_edited_twin_is_refused_with_the_field_named(tmp_path, edit, message):
+    """Issue 56 item 3: negative, NaN, infinite or all-zero coefficients and zero KV blocks hung
+    a prediction or the twin's simulator; a non-number in gpu_clocks gave a traceback."""
+    with pytest.raises(TwinError) as e:
+        read_twin(_edited(tmp_path, edit))
+    assert message in str(e.value) and str(e.value).startswith(str(tmp_path / "twin.json"))
+
+
+def test_a_nested_json_bomb_is_refused_not_a_traceback(tmp_path):
+    path = tmp_path / "twin.json"
+    path.write_text("[" * 100_000)
+    with pytest.raises(TwinError, match="not JSON"):
+        read_twin(path)
+
+
+@settings(deadline=1000, max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    key=st.sampled_from(
+        ["b0", "b_prefill", "b_attn", "b_decode", "b_context", "b_mixed", "a0", "a_prompt", "b_shared", "ridge"]
+    ),
+    value=st.one_of(st.floats(), st.integers(-(10**30), 10**30), st.text(max_size=4), st.none(), st.booleans()),
+    where=st.sampled_from(["fit", "sd", "draw"]),
+)
+def test_any_coefficient_reads_within_bounds_or_is_refused(tmp_path, key, value, where):
+    """Property: any value in any coefficient of the fit, the spread or a draw either reads as a
+    finite, non-negative, bounded number or is refused, each example within the deadline."""
+
+    def edit(doc):
+        if where == "draw":
+            doc["draws"][0][PARAMS.index(key)] = value
+        else:
+            doc[where][key] = value
+
+    try:
+        t = read_twin(_edited(tmp_path, edit))
+    except TwinError:
+        return
+    for m in (t.fit, t.sd, *t.draws):
+        assert all(math.isfinite(x) and 0 <= x <= 1e6 for x in m.params())
