@@ -175,4 +175,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from spoc_tui.procs.supervise import supervise
+
+    supervise()  # whatever stops this script stops what it started
     main()

@@ -439,4 +439,7 @@ def knee_part(pool: Any) -> None:
 
 
 if __name__ == "__main__":
+    from spoc_tui.procs.supervise import supervise
+
+    supervise()  # whatever stops this script stops what it started
     main()

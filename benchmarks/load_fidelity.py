@@ -182,4 +182,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    from spoc_tui.procs.supervise import supervise
+
+    supervise()  # whatever stops this script stops what it started
     asyncio.run(main())

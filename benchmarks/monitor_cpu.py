@@ -179,6 +179,9 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
+    from spoc_tui.procs.supervise import supervise
+
+    supervise()  # whatever stops this script stops what it started
     if "--bare-app" in sys.argv:
         Bare().run()
         sys.exit(0)

@@ -101,4 +101,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from spoc_tui.procs.supervise import supervise
+
+    supervise()  # whatever stops this script stops what it started
     main()

@@ -331,6 +331,9 @@ def noisy_main() -> None:
 
 
 if __name__ == "__main__":
+    from spoc_tui.procs.supervise import supervise
+
+    supervise()  # whatever stops this script stops what it started
     if NOISE:
         noisy_main()
     else:

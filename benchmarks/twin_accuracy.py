@@ -444,4 +444,7 @@ def report(rows: list[dict[str, Any]], sim_rows: list[dict[str, Any]], knees: li
 
 
 if __name__ == "__main__":
+    from spoc_tui.procs.supervise import supervise
+
+    supervise()  # whatever stops this script stops what it started
     main()

@@ -349,4 +349,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from spoc_tui.procs.supervise import supervise
+
+    supervise()  # whatever stops this script stops what it started
     sys.exit(main())

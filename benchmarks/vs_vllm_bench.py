@@ -502,4 +502,7 @@ def report_pair(conc: int, pair: list[tuple[dict[str, Any], dict[str, Any]]]) ->
 
 
 if __name__ == "__main__":
+    from spoc_tui.procs.supervise import supervise
+
+    supervise()  # whatever stops this script stops what it started
     main()

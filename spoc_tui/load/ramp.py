@@ -1111,6 +1111,9 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     try:
         kept = f"the folder's earlier results were moved to {writer.kept}/" if writer.kept else ""
         report("starting", 0, 0, steps, 0, kept)
+        # ramp.json from the start, saying running: a ramp killed (-9) in its first step leaves a file
+        # that report and compare read (its runner marks it interrupted), not "no such file"
+        writer.write(steps, knee_of(steps), "running")
         await runner.start()
         if runner.lengths:
             writer.header["prompt_lengths"] = runner.lengths

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import selectors
+import threading
+import time
 from codecs import getincrementaldecoder
 from threading import Event
 
@@ -23,6 +25,8 @@ from textual._parser import ParseError
 from textual._xterm_parser import XTermParser
 from textual.drivers.linux_driver import LinuxDriver
 
+HANGUP_GRACE_S = 5.0
+"""How long the app has to exit by itself once its terminal is gone, before the process ends."""
 IDLE_WAIT_S = 1.0
 """The longest wait with nothing typed and nothing pending."""
 PENDING_WAIT_S = 0.1
@@ -76,8 +80,64 @@ class QuietDriver(LinuxDriver):
         super().close()
         self.exit_event.close()
 
+    def terminal_gone(self) -> None:
+        """The terminal hung up (its other side closed: a pseudo-terminal that was not our controlling
+        terminal sends no SIGHUP). The app exits as on ``q``; should it not within
+        :data:`HANGUP_GRACE_S` (a write to the dead terminal blocking), the process ends as a
+        hang-up ends it. Before this, the input thread read end-of-file in a loop at 90 % of a core."""
+
+        def last_resort() -> None:
+            time.sleep(HANGUP_GRACE_S)
+            os._exit(129)  # 128 + SIGHUP, as a hang-up ends a process
+
+        threading.Thread(target=last_resort, name="spoc-hangup", daemon=True).start()
+        self._quiet_dead_terminal()
+        app = self._app
+
+        def ask_exit() -> None:
+            try:
+                app.call_from_thread(app.exit)
+            except RuntimeError:  # the app is not running (any more): nothing to stop
+                pass
+
+        # from a thread of its own: the app's exit joins this input thread, which must not wait on it
+        threading.Thread(target=ask_exit, name="spoc-exit", daemon=True).start()
+
+    def _quiet_dead_terminal(self) -> None:
+        """Let the app's last writes go nowhere instead of failing: the standard output and error
+        that are the dead terminal now write to /dev/null, and should Textual's writer thread have
+        died of a write to it (EIO), its queue is emptied (else the app blocks on a full queue and
+        cannot exit)."""
+        try:
+            tty = os.fstat(self.fileno)
+            null = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            for fd in (1, 2):
+                try:
+                    st = os.fstat(fd)
+                except OSError:
+                    continue
+                if st.st_rdev == tty.st_rdev and st.st_ino == tty.st_ino and st.st_dev == tty.st_dev:
+                    os.dup2(null, fd)
+        finally:
+            os.close(null)
+        writer = getattr(self, "_writer_thread", None)  # Textual's (pinned) LinuxDriver keeps it so
+        queue = getattr(writer, "_queue", None)
+        if writer is None or queue is None:
+            return
+
+        def drain() -> None:
+            writer.join()  # ended: of the failed write, or as the app stopped it
+            while True:
+                queue.get()
+
+        threading.Thread(target=drain, name="spoc-drain", daemon=True).start()
+
     def run_input_thread(self) -> None:
-        """Wait for input and dispatch events (Textual's loop; only the wait differs)."""
+        """Wait for input and dispatch events (Textual's loop; only the wait and the end of the
+        input differ)."""
         exit_event = self.exit_event
         exit_event.drain()  # a wake-up left from the last time input was stopped
         selector = selectors.SelectSelector()
@@ -85,6 +145,8 @@ class QuietDriver(LinuxDriver):
         selector.register(exit_event.read_fd, selectors.EVENT_READ)
 
         fileno = self.fileno
+        is_terminal = os.isatty(fileno)
+        reading = [True]
         EVENT_READ = selectors.EVENT_READ
         parser = XTermParser(self._debug)
         feed = parser.feed
@@ -98,9 +160,19 @@ class QuietDriver(LinuxDriver):
             typed = [(key, mask) for key, mask in selector_events if key.fd == fileno]
             for last, (_key, mask) in loop_last(typed):
                 if mask & EVENT_READ:
-                    unicode_data = decode(read(fileno, 1024 * 4), final=final and last)
-                    if not unicode_data:
-                        break  # stdin piped and closed
+                    try:
+                        raw = read(fileno, 1024 * 4)
+                    except OSError:  # EIO: the terminal's other side is closed
+                        raw = b""
+                    if not raw:
+                        # the end of the input: stop watching it (it reads as ready for ever); a
+                        # terminal that hung up ends the app, a closed pipe leaves it running
+                        selector.unregister(fileno)
+                        reading[0] = False
+                        if is_terminal:
+                            self.terminal_gone()
+                        break
+                    unicode_data = decode(raw, final=final and last)
                     for event in feed(unicode_data):
                         self.process_message(event)
             for event in tick():
@@ -112,8 +184,9 @@ class QuietDriver(LinuxDriver):
         try:
             while not exit_event.is_set():
                 process_selector_events(selector.select(wait()))
-            selector.unregister(self.fileno)
-            process_selector_events(selector.select(PENDING_WAIT_S), final=True)
+            if reading[0]:
+                selector.unregister(self.fileno)
+                process_selector_events(selector.select(PENDING_WAIT_S), final=True)
         finally:
             selector.close()
             try:

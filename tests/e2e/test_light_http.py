@@ -212,13 +212,13 @@ async def test_the_light_client_checks_certificates_by_the_process_rule(tmp_path
 async def test_a_proxy_in_the_environment_sends_the_pollers_through_httpx(monkeypatch):
     for var in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)
-    assert not needs_httpx("http://10.0.0.5:8000")
-    monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
+    assert not needs_httpx("http://192.0.2.5:8000")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    assert needs_httpx("http://10.0.0.5:8000")
+    assert needs_httpx("http://192.0.2.5:8000")
     assert not needs_httpx("http://127.0.0.1:8000")
-    assert not needs_httpx("https://10.0.0.5:8000")  # HTTP_PROXY is for http only
-    poller = VllmPoller(["http://10.0.0.5:8000"])
+    assert not needs_httpx("https://192.0.2.5:8000")  # HTTP_PROXY is for http only
+    poller = VllmPoller(["http://192.0.2.5:8000"])
     try:
         await poller.poll(wait_s=0.01)
         assert not isinstance(poller._client, ScrapeClient)
@@ -245,5 +245,5 @@ async def test_a_host_that_never_answers_the_connection_reads_as_down_in_two_sec
     c = ScrapeClient()
     t0 = asyncio.get_running_loop().time()
     with pytest.raises(SourceError, match=r"cannot connect \(no connection within 0.2 s\)"):
-        await fetch(c, "http://10.0.0.5:8000")
+        await fetch(c, "http://192.0.2.5:8000")
     assert asyncio.get_running_loop().time() - t0 < 5

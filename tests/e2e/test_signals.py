@@ -77,6 +77,31 @@ def test_a_signalled_ramp_leaves_nothing_and_a_final_status(sim, tmp_path, sig):
     FolderLock(out / "ramp.lock", "ramp").acquire().release()  # the folder is free again (the kernel dropped the lock)
 
 
+def test_a_ramp_killed_in_its_first_step_leaves_a_ramp_json_saying_interrupted(sim, tmp_path):
+    """Issue 56 item 6: kill -9 during step 1 left no ramp.json (report and compare: "no such
+    file"); it is written from the start, saying running, and the load generator marks it."""
+    (tmp_path / "fast.toml").write_text(FAST)
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", sim, "--profile", str(tmp_path / "fast.toml")]
+    argv += ["--users", "2,4", "--step-seconds", "30", "--warmup-seconds", "1", "--sla", "ttft_p99<=5s"]
+    p = subprocess.Popen([*argv, "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)  # fmt: skip
+    deadline = time.time() + 60
+    while not (ours := descendants(p.pid)) and time.time() < deadline:
+        time.sleep(0.1)
+    assert ours, "no load generator running"
+    time.sleep(2)  # in step 1
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    assert not wait_gone(ours, 30)
+    assert _status_is_final(out / "ramp.json") == "interrupted"
+    assert json.loads((out / "ramp.json").read_text())["steps"] == []
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "compare", str(out), str(out)], capture_output=True, text=True
+    )
+    assert r.returncode == 0 and "no such file" not in r.stderr
+
+
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_a_signalled_study_leaves_nothing_and_a_final_status(files, sig):  # noqa: F811
     p = subprocess.Popen(

@@ -82,3 +82,17 @@ def test_keys_reach_the_monitor_in_a_terminal_and_q_quits():
         assert quit_s < 10, quit_s
     finally:
         term.close()
+
+
+def test_the_monitor_exits_when_its_terminal_goes_away():
+    """Issue 56 item 1: on a pseudo-terminal that is not its controlling terminal (no SIGHUP comes),
+    the monitor read end-of-file in a loop at 90 % of a core for ever once the terminal closed."""
+    term = Pty([sys.executable, "-m", "spoc_tui.cli", "monitor", "--url", "http://127.0.0.1:9", "--no-nvml"])
+    try:
+        term.expect("vLLM servers")
+        os.close(term.master)
+        term.master = os.open(os.devnull, os.O_RDONLY)  # for close()
+        rc = term.proc.wait(timeout=10)
+        assert rc in (0, 129)
+    finally:
+        term.close()

@@ -14,8 +14,8 @@ from spoc_tui.tui.app import MonitorSources, SpocApp
 from spoc_tui.tui.messages import GpusSampled
 
 FIX = Path(__file__).parents[1] / "fixtures"
-URL = "http://10.0.0.5:8000"
-DCGM = "http://10.0.0.5:9400/metrics"
+URL = "http://192.0.2.5:8000"
+DCGM = "http://192.0.2.5:9400/metrics"
 
 
 def settings() -> Settings:

@@ -88,7 +88,7 @@ async def test_stale_source_keeps_data_and_says_why():
         await settle(pilot)
         app.post_message(ServersSampled(server_tick(up=False)))
         await settle(pilot)
-        row = [str(c) for c in app.monitor.servers.get_row("http://10.0.0.5:8000")]
+        row = [str(c) for c in app.monitor.servers.get_row("http://192.0.2.5:8000")]
         assert row[0].startswith("✖") and row[1] == "16"
         assert "cannot connect" in str(app.monitor.status.render())
         assert app.monitor.servers_panel.has_class("-stale")
@@ -251,9 +251,9 @@ def fleet_tick():
 
     fast = [0.02] * 50
     specs = {
-        "http://10.0.0.1:8000": dict(waiting=1, ttft=fast),
-        "http://10.0.0.2:8000": dict(waiting=2, ttft=fast),
-        "http://10.0.0.3:8000": dict(
+        "http://192.0.2.1:8000": dict(waiting=1, ttft=fast),
+        "http://192.0.2.2:8000": dict(waiting=2, ttft=fast),
+        "http://192.0.2.3:8000": dict(
             waiting=9, ttft=[0.8] * 50, rejected=20, http5=3, drafts=100, draft_tokens=400, accepted=300
         ),
     }
@@ -272,10 +272,10 @@ async def test_fleet_view_names_the_lagging_replica_and_the_shed_load():
         table = app.monitor.servers
         assert table._order[0] == "__all__"  # the fleet total on top
         assert str(table.get_row("__all__")[0]) == "fleet of 3"
-        assert str(table.get_row("http://10.0.0.3:8000")[0]).startswith("▲ ")
-        assert not str(table.get_row("http://10.0.0.1:8000")[0]).startswith("▲")
+        assert str(table.get_row("http://192.0.2.3:8000")[0]).startswith("▲ ")
+        assert not str(table.get_row("http://192.0.2.1:8000")[0]).startswith("▲")
         tp = str(app.monitor.tp.render())
-        assert "replica http://10.0.0.3:8000 lags the fleet: 9 waiting vs its peers' median 1.5" in tp
+        assert "replica http://192.0.2.3:8000 lags the fleet: 9 waiting vs its peers' median 1.5" in tp
         assert "shedding load over the window: admission rejections 2/s" in tp
         assert "4.0 waiting per replica (the autoscaling signal)" in app.monitor.servers_panel.border_title
         spec = str(app.monitor.spec.render())

@@ -126,11 +126,11 @@ async def test_a_dead_server_reads_down_not_no_alerts():
         app.post_message(SourceStatusChanged(SourceStatus(URL, False, "cannot connect (connection refused)")))
         await settle(pilot)
         verdicts = str(app.monitor.verdicts.render())
-        assert "10.0.0.5:8000 down: cannot connect" in verdicts
+        assert "192.0.2.5:8000 down: cannot connect" in verdicts
         tp = str(app.monitor.tp.render())
         assert "is down" in tp and "no alerts" not in tp
         events = str(app.monitor.events_view.render())
-        assert "10.0.0.5:8000 down: cannot connect (connection refused)" in events
+        assert "192.0.2.5:8000 down: cannot connect (connection refused)" in events
 
 
 async def test_a_server_that_never_answered_is_down_too():
@@ -276,7 +276,7 @@ async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tm
     from spoc_tui.tui.replay import ReplayApp
 
     s = settings()
-    s.vllm_urls = ["http://admin:hunter2@10.0.0.5:8000"]
+    s.vllm_urls = ["http://admin:hunter2@192.0.2.5:8000"]
     s.api_key = "sk-TOPSECRET"
     path = tmp_path / "rec.jsonl"
     recorder = Recorder(path, {"title": SpocApp.title_for(s), "window_s": 60, "interval_s": 1, "sla": None})
@@ -303,7 +303,7 @@ async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tm
         assert replay.i == len(rec.records)
         m = replay.monitor
         assert "down" in str(m.verdicts.render())
-        assert "10.0.0.5:8000 down: cannot connect" in str(m.events_view.render())
+        assert "192.0.2.5:8000 down: cannot connect" in str(m.events_view.render())
         title = str(m.query_one("#title").render())
         assert title.startswith("REPLAY rec.jsonl") and "end" in title
         await pilot.press("space")
@@ -311,7 +311,7 @@ async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tm
         await pilot.press("home")  # seek back to the start: the history is rebuilt, the down event gone
         await settle(pilot)
         assert replay.i == 1 and "down: cannot connect" not in str(m.events_view.render())
-        assert "down" not in str(m.verdicts.render()) and "10.0.0.5:8000" in str(m.verdicts.render())
+        assert "down" not in str(m.verdicts.render()) and "192.0.2.5:8000" in str(m.verdicts.render())
         await pilot.press("space")  # playing on from there reaches the end again
         for _ in range(50):
             await pilot.pause(0.05)
@@ -335,7 +335,7 @@ def test_replay_cli_exports_and_refuses_a_bad_file(tmp_path):
         return subprocess.run([sys.executable, "-m", "spoc_tui.cli", *args], capture_output=True, text=True, timeout=60)
 
     out = spoc("replay", str(path), "--export", "csv")
-    assert out.returncode == 0 and out.stdout.startswith("t,kind,source") and "10.0.0.5:8000" in out.stdout
+    assert out.returncode == 0 and out.stdout.startswith("t,kind,source") and "192.0.2.5:8000" in out.stdout
     bad = tmp_path / "bad.txt"
     bad.write_text("not json\n")
     err = spoc("replay", str(bad))

@@ -28,7 +28,7 @@ def test_a_recording_appends_sessions_and_survives_a_torn_last_line(tmp_path):
     r.gpus(gpu_tick().tick, [[0, 1, 2, 3]], None, t=100.5)
     r.close()
     r2 = Recorder(path, {"title": "t2", "window_s": 30})  # a second session appends
-    r2.status(SourceStatus("http://10.0.0.5:8000", False, "cannot connect"), t=200.0)
+    r2.status(SourceStatus("http://192.0.2.5:8000", False, "cannot connect"), t=200.0)
     r2._f.flush()
     with path.open("ab") as f:
         f.write(b'{"t": 200.5, "kind": "status", "note": "\xff\xfe not UTF-8"}\n')  # one corrupt line
@@ -41,7 +41,7 @@ def test_a_recording_appends_sessions_and_survives_a_torn_last_line(tmp_path):
     assert [r.kind for r in rec.records] == ["servers", "gpus", "status", "servers"]
     assert rec.skipped == 2 and rec.start == 100.0 and rec.end == 201.0
     assert rec.records[1].groups == ((0, 1, 2, 3),)
-    assert rec.records[3].servers.stale == frozenset({"http://10.0.0.5:8000"})
+    assert rec.records[3].servers.stale == frozenset({"http://192.0.2.5:8000"})
 
 
 def test_not_a_recording_is_one_clear_error(tmp_path):

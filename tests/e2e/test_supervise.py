@@ -1,0 +1,126 @@
+"""Benchmarks stop what they started whatever stops them (issue 56 item 1): the supervisor
+(spoc_tui.procs.supervise) on a small script and on the benchmark the review caught leaving its
+monitor behind. Real time is the subject here: processes, signals and what is left after them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from spoc_tui.procs.supervise import descendants
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    sys.path.insert(0, {root!r})
+    if __name__ == "__main__":
+        from spoc_tui.procs.supervise import supervise
+        supervise()
+        # a child in a session of its own that ignores SIGTERM, and one that would clean up
+        stubborn = subprocess.Popen(
+            [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"],
+            start_new_session=True,
+        )
+        plain = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        print("started", flush=True)
+        try:
+            time.sleep(300)
+        finally:
+            plain.kill()
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    script = tmp_path / "bench.py"
+    script.write_text(SCRIPT.format(root=str(ROOT)))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+    deadline = time.monotonic() + 10
+    while len(tree := descendants(proc.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(tree) >= 3, tree  # the script, its two children
+    return proc, tree
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = [p for p in pids if _alive(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_signal_to_the_supervisor_leaves_nothing(tmp_path, sig):
+    proc, tree = _start(tmp_path)
+    os.kill(proc.pid, sig)
+    assert proc.wait(30) != 0
+    assert _gone_within(tree, 10) == []
+
+
+def test_the_script_killed_alone_its_orphans_are_stopped(tmp_path):
+    proc, tree = _start(tmp_path)
+    script = min(tree)  # the supervised script: the supervisor's first child
+    os.kill(script, signal.SIGKILL)
+    assert proc.wait(30) == 137
+    assert _gone_within(tree, 10) == []
+
+
+def test_the_supervisor_killed_the_script_stops_what_it_started(tmp_path):
+    """SIGKILL to the supervisor: the script gets SIGTERM (PR_SET_PDEATHSIG) and its finally runs;
+    its stubborn child, in a session of its own and deaf to SIGTERM, is the script's to stop: the
+    plain one is stopped by the script's finally."""
+    proc, tree = _start(tmp_path)
+    script = min(tree)
+    plain = [p for p in tree if _alive(p) and Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sleep\0")]
+    assert len(plain) == 1
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    assert _gone_within([script, *plain], 10) == []
+    for p in tree:  # the stubborn one outlives a SIGKILLed supervisor: stop it here
+        if _alive(p):
+            os.kill(p, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_the_monitor_benchmark_killed_leaves_no_monitor_and_no_simulator(sig):
+    """The review's case: monitor_cpu.py killed by timeout left its child monitor at 90 % of a core."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "monitor_cpu.py"), "--smoke"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    tree: list[int] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        tree = descendants(proc.pid)
+        cmds = [Path(f"/proc/{p}/cmdline").read_bytes() if _alive(p) else b"" for p in tree]
+        if any(b"monitor\0--url" in c for c in cmds):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the benchmark never started its monitor")
+    os.kill(proc.pid, sig)
+    proc.wait(30)
+    assert _gone_within(tree, 15) == []
