@@ -2,15 +2,23 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+, := ,
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: demo test test-fast lint realengine-setup screenshots bench clean
 
+UV     := $(VENV)/bin/uv
+# each phase says how long it took (make test's set-up, checks, suite and real-engine tier)
+TIMED   = t0=$$(date +%s); trap 'echo "[make] $(1): $$(( $$(date +%s) - t0 )) s"' EXIT;
+
+## The environment: a venv, uv in it (from the package index, by pip: the one bootstrap), and the
+## package with its test extras installed by uv (seconds, where pip took minutes on a cold machine).
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
-	@rm -f $(VENV)/.installed-* && touch $@
+	@$(call TIMED,set-up of $(VENV)) \
+	set -e; test -x $(PY) || $(PYTHON) -m venv $(VENV); \
+	test -x $(UV) || $(PY) -m pip install -q uv; \
+	$(UV) pip install -q --python $(PY) -e '.[test]'; \
+	rm -f $(VENV)/.installed-*; touch $@
 
 demo: $(STAMP)
 	$(VENV)/bin/spoc demo $(ARGS)
@@ -20,7 +28,9 @@ demo: $(STAMP)
 ## tier on two (a real vLLM CPU server and a real Prometheus on loopback; the tests that start
 ## their own servers beside those of the session's server; set-up cached in ~/.cache/spoc-tui).
 test: lint realengine-setup
+	@$(call TIMED,unit$(,) TUI and e2e tests) \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 4 --dist loadgroup --no-loadscope-reorder --ignore=tests/realengine tests
+	@$(call TIMED,real-engine tier) \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 2 --dist loadgroup --no-loadscope-reorder tests/realengine
 
 ## Without the real-engine tier (quick, for development).
@@ -29,12 +39,13 @@ test-fast: lint
 
 ## ruff (rules and formatting) over everything, mypy --strict over the package.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check spoc_tui tests scripts benchmarks
-	$(VENV)/bin/ruff format --check spoc_tui tests scripts benchmarks
+	@$(call TIMED,ruff and mypy) \
+	set -e; $(VENV)/bin/ruff check spoc_tui tests scripts benchmarks; \
+	$(VENV)/bin/ruff format --check spoc_tui tests scripts benchmarks; \
 	$(VENV)/bin/mypy
 
 realengine-setup:
-	bash scripts/realengine_setup.sh
+	@$(call TIMED,real-engine set-up) bash scripts/realengine_setup.sh
 
 screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py
