@@ -25,10 +25,15 @@ from typing import Any
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.results import RampDoc
+from spoc_tui.core.textsafe import safe
 
 MAX_PLAN_USERS = 10_000_000
 """Ten million concurrent users: far past any fleet planned from one replica's ramp (10^15 answered
 625,000,000,000,000 replicas with exit code 0)."""
+
+
+MAX_MODEL_NAME = 1_024
+"""The longest model name planned for (a served model's name is a path or a repository id)."""
 
 
 class PlanError(InputError):
@@ -102,6 +107,9 @@ def plan_from_ramp(doc: RampDoc, users: int, headroom: float = 0.2, gpus_per_rep
         raise PlanError(f"--users {users:,}: at most {MAX_PLAN_USERS:,} concurrent users are planned for")
     if not 0 <= headroom <= 0.9:
         raise PlanError(f"--headroom must be between 0 and 0.9, got {headroom:g}")
+    if len(doc.model) > MAX_MODEL_NAME:
+        # pasted whole into the autoscaler's query (it must match the label exactly): refused, not cut
+        raise PlanError(f"the ramp's model name is {len(doc.model):,} characters long: not a served model's name")
     knee = doc.knee
     if knee.unit == "req/s":
         raise PlanError("the ramp stepped request rates (--rate): plan from a ramp of users")
@@ -325,7 +333,7 @@ def _range_text(p: FleetPlan) -> str:
 
 def plan_text(p: FleetPlan) -> str:
     lines = [
-        f"{p.users:,} concurrent users of {p.model}:",
+        f"{p.users:,} concurrent users of {safe(p.model)}:",
         f"  one replica met the SLA at {f'{p.knee_users:,.1f}'.removesuffix('.0')} users"
         + (f" and broke it at {p.first_failing_users:g} ({p.broken_limit})" if p.first_failing_users else ""),
         f"  planned at {p.users_per_replica:.1f} users per replica ({p.headroom:.0%} headroom)",

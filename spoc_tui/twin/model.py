@@ -49,6 +49,7 @@ from pathlib import Path
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded, write_atomic
 from spoc_tui.core.jsonsafe import json_safe
+from spoc_tui.core.textsafe import clip, safe
 
 TWIN_SCHEMA = 3
 """1: the first twin.json; 2: ``b_shared`` (the shared-prefix decode term) last in the fit, the
@@ -411,7 +412,7 @@ class Twin:
                     f"    {r.kind:<15} n={r.n:<4} median |error| {r.median_abs_pct:.1f} %, worst {r.max_abs_pct:.1f} %"
                 )
         out.extend(f"  note: {n}" for n in self.notes)
-        return out
+        return [safe(clip(line)) for line in out]  # the model, the URL and the notes come from a file
 
 
 def _on(flag: bool) -> str:

@@ -204,3 +204,13 @@ def test_users_past_ten_million_are_refused(tmp_path):
         text=True,
     )
     assert r.returncode == 2 and "--deployment" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_model_name_too_long_to_be_one_is_refused_and_a_control_character_is_shown_inert():
+    doc = raw(waiting_mean=2)
+    doc["model"] = "m" * 10_000_000
+    with pytest.raises(PlanError, match="10,000,000 characters long"):
+        plan_from_ramp(decode_ramp(doc), 100)
+    doc["model"] = "evil\x1b]0;title\x07"
+    text = plan_text(plan_from_ramp(decode_ramp(doc), 100))
+    assert "\x1b" not in text and "evil\\x1b]0;title\\x07" in text
