@@ -16,6 +16,9 @@ Formats (``--trace-format``, or detected from the file's first line):
   ``requests`` with ``t`` (s from the conversation's start), ``in``, ``out``, ``hash_ids`` (64
   tokens a block), ``type``, optional ``think_time``. Every conversation starts at 0, as the
   format's own replayers start them.
+- ``otel``: agent traces as OpenTelemetry exports them (OTLP JSON, the collector's file exporter),
+  read with the GenAI semantic conventions: one row per model call, each following the call
+  before it in its agent after the tool's time (:mod:`spoc_tui.core.otel`).
 - ``spoc`` JSONL, our own (what ``spoc trace convert`` writes; docs/traces.md): an optional
   first line ``{"spoc_trace": 1}``, then rows ``t`` (s), ``input_tokens``, ``output_tokens``,
   and optionally ``hash_ids`` with ``block_tokens``, ``id``, ``conversation``, ``parent`` (the
@@ -45,6 +48,9 @@ from typing import IO
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import parse_json
+from spoc_tui.core.otel import BLOCK as OTEL_BLOCK
+from spoc_tui.core.otel import OtelRead, hash_blocks, read_calls
+from spoc_tui.core.textsafe import safe
 
 # the formats' names live in a light module (spoc --help lists them); re-exported here
 from spoc_tui.core.traceformats import BLOCK_TOKENS as BLOCK_TOKENS
@@ -118,6 +124,8 @@ class TraceRead:
     def __init__(self) -> None:
         self.skipped: Counter[str] = Counter()
         self.rows = 0
+        self.otel: OtelRead | None = None
+        """An OTLP file's attribute spellings, what it lacks, its spans (``otel`` only)."""
 
     def admit(self, row: _Row, filters: Sequence[tuple[str, str]]) -> int | None:
         """Count a data row and give its index, or None (counted as skipped) when the filters
@@ -143,6 +151,15 @@ def open_trace(path: Path) -> IO[str]:
     return path.open(encoding="utf-8-sig", newline="")
 
 
+def _head_says(path: Path, needle: str) -> bool:
+    """Whether the file's first 64 KB hold ``needle`` (a pretty-printed object's keys)."""
+    try:
+        with open_trace(path) as f:
+            return needle in f.read(65_536)
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error):
+        return False
+
+
 def detect_format(path: Path) -> TraceFormat:
     """The format from the file's first non-empty line.
 
@@ -159,6 +176,8 @@ def detect_format(path: Path) -> TraceFormat:
     text = first.strip()
     if not text:
         raise TraceError(f"{path}: empty")
+    if text.startswith("{") and ('"resourceSpans"' in text or _head_says(path, '"resourceSpans"')):
+        return "otel"
     if text.startswith("["):
         return "weka"
     if text.startswith("{"):
@@ -234,6 +253,8 @@ def read_trace(
                 yield from _csv_rows(path, f, fmt, filters, read)
             elif fmt == "weka":
                 yield from _weka_rows(path, f, filters, read)
+            elif fmt == "otel":
+                yield from _otel_rows(path, f, filters, read)
             else:
                 yield from _jsonl_rows(path, f, fmt, filters, read)
     except FileNotFoundError:
@@ -562,6 +583,49 @@ def _weka_conversation(
         previous = row_id
 
 
+def _otel_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read: TraceRead) -> Iterator[TraceRow]:
+    text = f.read()
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    try:
+        first = parse_json(lines[0][1]) if lines else None
+    except json.JSONDecodeError:
+        first = None
+    objects: Iterator[tuple[int, object]]
+    if isinstance(first, dict):  # the file exporter: one export request a line
+        objects = ((n, _otel_line(path, n, line)) for n, line in lines)
+    else:  # one object, pretty-printed
+        try:
+            objects = iter([(1, parse_json(text))])
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{path.name} line {e.lineno}: not JSON ({e.msg})") from None
+    read.otel = OtelRead()
+    calls = read_calls(path, objects, read.otel, TraceError, MAX_TOKENS, MAX_THINK_S)
+    read.skipped.update(read.otel.skipped)
+    blocks = hash_blocks(calls)
+    links = _Links()
+    for c in calls:
+        r = _Row(path, c.line, {k: "" if v is None else v for k, v in c.attrs.items()})
+        if (index := read.admit(r, filters)) is None:
+            continue
+        if c.input_tokens == 0 or c.output_tokens == 0:
+            read.skipped["no input or output tokens"] += 1
+            continue
+        _within_span(r, "startTimeUnixNano", c.start_s, 0.0)
+        row = TraceRow(
+            index, c.start_s, c.input_tokens, c.output_tokens, blocks[c.span], OTEL_BLOCK, c.session, c.follows,
+            c.turn, c.gap_s, c.line, c.span,
+        )  # fmt: skip
+        links.check(r, row)
+        yield row
+
+
+def _otel_line(path: Path, n: int, line: str) -> object:
+    try:
+        return parse_json(line)
+    except json.JSONDecodeError as e:
+        raise TraceError(f"{path.name} line {n}: not JSON ({e.msg}); an OTLP file holds one export a line") from None
+
+
 # -- what a replay sends ----------------------------------------------------------------------
 
 
@@ -786,6 +850,60 @@ class Lengths:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionStats:
+    """An agent trace's structure (``otel``): its sessions, their calls, tools and branches."""
+
+    sessions: int
+    calls_p50: float
+    calls_max: int
+    tool_calls: int
+    """``execute_tool`` spans in the file."""
+    agents: int
+    """``invoke_agent`` spans (a sub-agent's branch each, or a top-level agent)."""
+    branches: int
+    """Calls that start a branch beside another following the same call (sub-agents in parallel)."""
+    gap_s_p50: float | None
+    """Median time between a call's end and the next call of its agent (tools, the agent's own work)."""
+    growth_p50: float | None
+    """Median input tokens a call adds to the call it follows (the answer, the tool's result, more)."""
+    cache_read_tokens: int
+    spellings: tuple[str, ...]
+    """Attribute names of older releases the file used."""
+    lacks: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "sessions": self.sessions,
+            "calls_p50": self.calls_p50,
+            "calls_max": self.calls_max,
+            "tool_calls": self.tool_calls,
+            "agents": self.agents,
+            "branches": self.branches,
+            "gap_s_p50": self.gap_s_p50,
+            "growth_p50": self.growth_p50,
+            "cache_read_tokens": self.cache_read_tokens,
+            "older_attribute_names": list(self.spellings),
+            "lacks": list(self.lacks),
+        }
+
+    def lines(self) -> list[str]:
+        gap = "n/a" if self.gap_s_p50 is None else f"{self.gap_s_p50:.3g} s"
+        growth = "n/a" if self.growth_p50 is None else f"{self.growth_p50:,.0f} tokens"
+        out = [
+            f"  sessions {self.sessions:,}: {self.calls_p50:.3g} model calls each (median; at most {self.calls_max}), "
+            f"{self.tool_calls:,} tool calls, {self.agents:,} agent invocations, {self.branches:,} parallel branches",
+            f"  between a call and the next of its agent {gap} (median); each call's context grows by {growth}",
+        ]
+        if self.cache_read_tokens:
+            out.append(f"  cache-read input tokens {self.cache_read_tokens:,}")
+        if self.spellings:
+            out.append(f"  older attribute names read: {', '.join(self.spellings)}")
+        if self.lacks:
+            out.append(f"  the file lacks: {'; '.join(self.lacks)}")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class TraceStats:
     """What a trace holds (``spoc trace stats``)."""
 
@@ -810,6 +928,8 @@ class TraceStats:
     """Share of input tokens in hash blocks an earlier row already had (what a prefix cache of
     unbounded size could serve); None without hash ids."""
     conversations: int | None
+    sessions: SessionStats | None = None
+    """An agent trace's structure (``otel``); None for the other formats."""
 
     def replay_s(self, speed: float) -> float:
         """How long a replay at ``speed`` takes."""
@@ -830,6 +950,7 @@ class TraceStats:
             "output_tokens": self.output_tokens.as_dict(),
             "prefix_share": self.prefix_share,
             "conversations": self.conversations,
+            **({"sessions": self.sessions.as_dict()} if self.sessions is not None else {}),
         }
 
 
@@ -855,7 +976,23 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
     shared = total = 0
     with_ids = False
     convs: set[str] = set()
+    agent = fmt == "otel"
+    calls: Counter[str] = Counter()
+    children: Counter[str] = Counter()
+    inputs: dict[str, int] = {}
+    gaps: list[float] = []
+    growth: list[float] = []
     for row in read_trace(path, fmt, filters, read):
+        if agent:
+            calls[row.conversation or ""] += 1
+            if row.id is not None:
+                inputs[row.id] = row.input_tokens
+            if row.parent is not None:
+                children[row.parent] += 1
+                if row.think_s is not None:
+                    gaps.append(row.think_s)
+                if row.parent in inputs:
+                    growth.append(row.input_tokens - inputs[row.parent])
         times.append(row.t)
         n_in.append(row.input_tokens)
         n_out.append(row.output_tokens)
@@ -879,6 +1016,22 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
         p50, p90, p99 = np.percentile(a, [50, 90, 99])
         return Lengths(float(p50), float(p90), float(p99), float(a.mean()), int(a.max()))
 
+    sessions = None
+    if agent and read.otel is not None:
+        o = read.otel
+        sessions = SessionStats(
+            len(calls),
+            float(np.median(list(calls.values()))),
+            max(calls.values()),
+            o.tools,
+            o.agents,
+            sum(n - 1 for n in children.values() if n > 1),
+            float(np.median(gaps)) if gaps else None,
+            float(np.median(growth)) if growth else None,
+            o.cache_read_tokens,
+            tuple(o.spellings()),
+            tuple(o.lacks()),
+        )
     return TraceStats(
         fmt,
         len(times),
@@ -893,6 +1046,7 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
         lengths(n_out),
         shared / total if with_ids and total else None,
         len(convs) if convs else None,
+        sessions,
     )
 
 
@@ -921,8 +1075,10 @@ def stats_lines(name: str, st: TraceStats, speed: float = 1.0, ascii_only: bool 
     ]
     if st.prefix_share is not None:
         lines.append(f"  prefix share {st.prefix_share:.0%} of input tokens (blocks an earlier row already sent)")
-    if st.conversations is not None:
+    if st.conversations is not None and st.sessions is None:
         lines.append(f"  conversations {st.conversations:,}")
+    if st.sessions is not None:
+        lines += [safe(line) for line in st.sessions.lines()]
     lines.append(f"  a replay at {speed:g}x takes {st.replay_s(speed):,.0f} s")
     return lines
 

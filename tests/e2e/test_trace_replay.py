@@ -213,3 +213,34 @@ def test_the_speed_search_answers_in_speed_multiples(sim, tmp_path):
     knee = d["knee"]
     assert knee["unit"] == "x" and knee["boundary"] in ("smooth", "cliff", "bound")
     assert "knee across steps: " in r.stdout and ("x" in r.stdout.split("knee across steps: ")[1].splitlines()[0])
+
+
+def test_an_agent_trace_replays_as_sessions_with_branches_in_parallel(sim, tmp_path):
+    """Issue 53: an OTLP export of one agent session (tools between calls, two sub-agents in
+    parallel), replayed: each call after the one it follows plus the recorded tool time, the
+    sub-agents' calls side by side, each prompt extending the one before (the prefix cache serves it)."""
+    from tests.unit.test_otel import SESSION, export
+
+    def faster(s):  # a tenth of the recorded times: the session lasts about two seconds
+        s = json.loads(json.dumps(s))
+        for k in ("startTimeUnixNano", "endTimeUnixNano"):
+            t = int(s[k])
+            s[k] = str(t - (t - 1_764_300_000 * 10**9) * 9 // 10)
+        return s
+
+    trace = tmp_path / "agent.jsonl"
+    trace.write_text(json.dumps(export([faster(s) for s in SESSION])) + "\n")
+    out = tmp_path / "out"
+    r = ramp("--url", sim, "--trace", str(trace), "--speed", "1", "--sla", "ttft_p90<=5s", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    by = {x["trace_index"]: x for x in requests_of(out)}
+    assert sorted(by) == [0, 1, 2, 3, 4, 5]  # c1, c2, s1a, s2a, s1b, c3
+    c1, c2, s1a, s2a, s1b, c3 = (by[i] for i in range(6))
+    assert c2["start"] >= c1["end"] + 0.3 - 0.005  # the tool's 0.3 s after c1
+    for sub in (s1a, s2a):
+        assert sub["start"] >= c2["end"] - 0.005  # each sub-agent after the call that invoked it
+    assert s2a["start"] < s1b["start"]  # the second sub-agent waits for c2 alone, not for the first's chain
+    assert s1b["start"] >= s1a["end"] + 0.2 - 0.005 and c3["start"] >= c2["end"] + 1.5 - 0.005
+    assert c2["cached_tokens"] >= 900  # c1's 15 whole 64-token blocks: the prompt grew from c1's
+    d = json.loads((out / "ramp.json").read_text())
+    assert d["trace"]["format"] == "otel" and d["steps"][0]["trace"]["sent"] == 6

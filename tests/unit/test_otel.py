@@ -1,0 +1,181 @@
+"""Agent traces as OpenTelemetry exports them (issue 53, item 1): OTLP JSON with the GenAI
+semantic conventions, written small by the test as the collector's file exporter writes them,
+with older attribute spellings and malformed spans."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spoc_tui.core.traces import TraceError, TraceRead, detect_format, read_trace, trace_stats
+
+NS = 1_000_000_000
+T0 = 1_764_300_000 * NS
+
+
+def attr(key, value):
+    if isinstance(value, bool):
+        return {"key": key, "value": {"boolValue": value}}
+    if isinstance(value, int):
+        return {"key": key, "value": {"intValue": str(value)}}  # int64 as a string, as OTLP JSON has it
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def span(sid, parent, start, end, trace="t1", name="", **attrs):
+    return {
+        "traceId": trace,
+        "spanId": sid,
+        "parentSpanId": parent,
+        "name": name or sid,
+        "kind": 1,
+        "startTimeUnixNano": str(T0 + int(start * NS)),
+        "endTimeUnixNano": str(T0 + int(end * NS)),
+        "attributes": [attr(k.replace("__", "."), v) for k, v in attrs.items()],
+        "status": {},
+    }
+
+
+def chat(sid, parent, start, end, n_in, n_out, **kw):
+    return span(sid, parent, start, end, gen_ai__operation__name="chat", gen_ai__usage__input_tokens=n_in,
+                gen_ai__usage__output_tokens=n_out, gen_ai__request__model="m", gen_ai__provider__name="openai",
+                gen_ai__conversation__id="conv-1", **kw)  # fmt: skip
+
+
+def export(spans):
+    return {
+        "resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "x"}, "spans": spans}]}]
+    }
+
+
+SESSION = [
+    span("A", "", 0.5, 100, gen_ai__operation__name="invoke_agent", gen_ai__agent__name="main"),
+    chat("c1", "A", 1.0, 2.0, 1000, 50, gen_ai__usage__cache_read__input_tokens=600),
+    span("t1", "A", 2.0, 5.0, gen_ai__operation__name="execute_tool", gen_ai__tool__name="grep"),
+    chat("c2", "A", 5.0, 6.0, 1200, 40),
+    span("sub1", "A", 6.5, 20, gen_ai__operation__name="invoke_agent"),
+    span("sub2", "A", 6.5, 15, gen_ai__operation__name="invoke_agent"),
+    chat("s1a", "sub1", 7.0, 8.0, 300, 20),
+    chat("s2a", "sub2", 7.2, 8.5, 400, 25),
+    chat("s1b", "sub1", 10.0, 11.0, 500, 30),
+    chat("c3", "A", 21.0, 22.0, 2000, 60),
+]
+
+
+def write(path, *exports):
+    path.write_text("".join(json.dumps(e) + "\n" for e in exports))
+    return path
+
+
+def test_a_session_reads_as_calls_that_follow_each_other_after_the_tools_time(tmp_path):
+    # two export lines, as the file exporter batches: the spans of one trace split between them
+    p = write(tmp_path / "agent.jsonl", export(SESSION[:5]), export(SESSION[5:]))
+    assert detect_format(p) == "otel"
+    rows = list(read_trace(p))
+    by = {r.id: r for r in rows}
+    assert [r.id for r in rows] == ["c1", "c2", "s1a", "s2a", "s1b", "c3"]  # in start order
+    assert [r.t for r in rows] == pytest.approx([0.0, 4.0, 6.0, 6.2, 9.0, 20.0])
+    assert by["c1"].parent is None and by["c2"].parent == "c1" and by["c2"].think_s == pytest.approx(3.0)
+    # each sub-agent's first call follows the call that ended last before it was invoked: c2
+    assert by["s1a"].parent == "c2" and by["s2a"].parent == "c2" and by["s1b"].parent == "s1a"
+    assert (
+        by["s1b"].think_s == pytest.approx(2.0) and by["c3"].parent == "c2" and by["c3"].think_s == pytest.approx(15.0)
+    )
+    assert {r.conversation for r in rows} == {"conv-1"}
+    # the prompt grows from the call it follows: its blocks first, then fresh ones
+    assert by["c2"].hash_ids[:15] == by["c1"].hash_ids[:15] and len(by["c2"].hash_ids) == 19
+    assert by["c3"].hash_ids[:18] == by["c2"].hash_ids[:18]
+    assert not set(by["s1a"].hash_ids) & set(by["c2"].hash_ids)  # a sub-agent starts with its own instructions
+    st = trace_stats(p)
+    s = st.sessions
+    assert s is not None and s.sessions == 1 and s.calls_max == 6 and s.tool_calls == 1 and s.agents == 3
+    assert s.branches == 2 and s.cache_read_tokens == 600 and s.spellings == ()
+    assert st.as_dict()["sessions"]["branches"] == 2 and st.prefix_share and st.prefix_share > 0.3
+
+
+def test_older_releases_spellings_are_read_and_named_and_what_a_file_lacks_is_said(tmp_path):
+    old = [
+        span("x1", "", 0, 1, trace="t9", gen_ai__system="openai", gen_ai__usage__prompt_tokens=100,
+             gen_ai__usage__completion_tokens=10),
+        span("x2", "", 3, 4, trace="t9", gen_ai__system="openai", gen_ai__usage__prompt_tokens=150,
+             gen_ai__usage__completion_tokens=12),
+    ]  # fmt: skip
+    p = write(tmp_path / "old.jsonl", export(old))
+    rows = list(read_trace(p, "otel"))
+    assert [(r.input_tokens, r.output_tokens) for r in rows] == [(100, 10), (150, 12)]
+    assert rows[1].parent == "x1" and rows[0].conversation == "t9"  # no conversation id: the trace is the session
+    s = trace_stats(p).sessions
+    assert s is not None
+    assert set(s.spellings) == {"gen_ai.system", "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens"}
+    assert any("gen_ai.conversation.id" in x for x in s.lacks) and any("execute_tool" in x for x in s.lacks)
+    assert any("gen_ai.operation.name" in x for x in s.lacks)
+
+
+def test_a_pretty_printed_export_and_failed_calls(tmp_path):
+    failed = chat("f1", "A", 3.0, 3.5, 10, 1)
+    failed["status"] = {"code": 2, "message": "rate limited"}
+    no_usage = span("u1", "A", 4.0, 4.5, gen_ai__operation__name="chat")
+    p = tmp_path / "pretty.json"
+    p.write_text(json.dumps(export([*SESSION[:2], failed, no_usage]), indent=2))
+    assert detect_format(p) == "otel"
+    read = TraceRead()
+    assert [r.id for r in read_trace(p, None, (), read)] == ["c1"]
+    assert read.skipped == {"failed in the original (status ERROR)": 1, "a model call with no token usage": 1}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s: s.update(attributes={"a": 1}), "line 1: span 'c1': attributes must be a list"),
+        (
+            lambda s: s.update(startTimeUnixNano="soon"),
+            "span 'c1': startTimeUnixNano and endTimeUnixNano must be whole",
+        ),
+        (lambda s: s.update(endTimeUnixNano=str(T0)), "span 'c1': it ends"),
+        (lambda s: s.update(spanId=7), "traceId and spanId must be strings"),
+        (
+            lambda s: s["attributes"].__setitem__(1, attr("gen_ai.usage.input_tokens", "many")),
+            "its input tokens are 'many'",
+        ),
+        (
+            lambda s: s["attributes"].__setitem__(1, attr("gen_ai.usage.input_tokens", 10**12)),
+            "between 0 and 10,000,000",
+        ),
+    ],
+)
+def test_a_malformed_span_is_named_by_file_line_and_span(tmp_path, mutate, message):
+    spans = json.loads(json.dumps(SESSION[:2]))
+    mutate(spans[1])
+    p = write(tmp_path / "bad.jsonl", export(spans))
+    with pytest.raises(TraceError) as e:
+        list(read_trace(p, "otel"))
+    assert message in str(e.value) and str(e.value).startswith("bad.jsonl")
+
+
+def test_a_loop_of_parent_span_ids_and_a_line_that_is_no_export(tmp_path):
+    loop = [span("p", "q", 0, 9, gen_ai__operation__name="invoke_agent"),
+            span("q", "p", 0, 9, gen_ai__operation__name="invoke_agent"), chat("c", "p", 1, 2, 10, 2)]  # fmt: skip
+    with pytest.raises(TraceError, match="parentSpanId ids loop"):
+        list(read_trace(write(tmp_path / "loop.jsonl", export(loop)), "otel"))
+    with pytest.raises(TraceError, match="line 2: not an OTLP export"):
+        list(read_trace(write(tmp_path / "mixed.jsonl", export(SESSION[:2]), {"spans": []}), "otel"))
+    nested = tmp_path / "bomb.jsonl"
+    nested.write_text('{"resourceSpans": ' + "[" * 100_000 + "\n")
+    with pytest.raises(TraceError, match="not JSON"):
+        list(read_trace(nested, "otel"))
+
+
+def test_spoc_trace_stats_and_convert_read_an_agent_trace(tmp_path):
+    p = write(tmp_path / "agent.jsonl", export(SESSION))
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "trace", "stats", str(p)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "otel trace, 6 rows" in r.stdout and "sessions 1: 6 model calls each" in r.stdout
+    assert "2 parallel branches" in r.stdout and "1 tool calls" in r.stdout
+    out = tmp_path / "agent.spoc.jsonl"
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "trace", "convert", str(p), "--out", str(out)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    back = list(read_trace(out))
+    assert [(x.id, x.parent) for x in back] == [(x.id, x.parent) for x in read_trace(p)]
