@@ -413,7 +413,7 @@ def resolve_settings(
     "--profile",
     default=DEFAULT_PROFILE,
     show_default=True,
-    help="Built-in profile (coding, logs, chatbot, mix, tuning) or a TOML file.",
+    help="Built-in profile (coding, logs, chatbot, mix, tuning, agent) or a TOML file.",
 )
 @click.option(
     "--users",

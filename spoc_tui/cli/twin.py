@@ -190,7 +190,7 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
     "--profile",
     default=DEFAULT_PROFILE,
     show_default=True,
-    help="Built-in profile (coding, logs, chatbot, mix, tuning) or a TOML file.",
+    help="Built-in profile (coding, logs, chatbot, mix, tuning, agent) or a TOML file.",
 )
 @click.option(
     "--users", "users_spec", default=None, help="User counts, or auto[:MAX]: the knee search [default: auto]."

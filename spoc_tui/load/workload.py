@@ -1,7 +1,7 @@
 """Workload profiles: TOML files of length, turn and think-time distributions, or replays.
 
 A profile describes one kind of conversation. Built-in ones live next to this file
-(coding, logs, chatbot, mix); users copy and edit them. A profile may instead replay a JSONL
+(coding, logs, chatbot, mix, tuning, agent); users copy and edit them. A profile may instead replay a JSONL
 file of recorded conversations: one JSON object per line, either ``{"messages": [...]}``
 (the user turns are replayed in order; recorded assistant turns are replaced by the server's
 answers) or ``{"turns": [{"user": "...", "max_tokens": 200}, ...]}``.

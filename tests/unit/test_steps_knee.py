@@ -318,7 +318,7 @@ def test_queue_unbounded_only_when_it_keeps_growing():
     assert queue_unbounded([(5.0 * i, 0.0) for i in range(5)] + [(25.0, 10.0), (30.0, 20.0), (35.0, 30.0)])
 
 
-@pytest.mark.parametrize("name", ["coding", "logs", "chatbot", "mix"])
+@pytest.mark.parametrize("name", ["coding", "logs", "chatbot", "mix", "agent"])
 def test_builtin_profiles_load_and_plan(name):
     p = load_workload(name)
     assert p.name == name
@@ -328,7 +328,22 @@ def test_builtin_profiles_load_and_plan(name):
 
 
 def test_builtins_listed():
-    assert builtin_names() == ["chatbot", "coding", "logs", "mix", "tuning"]
+    assert builtin_names() == ["agent", "chatbot", "coding", "logs", "mix", "tuning"]
+
+
+def test_the_agent_profile_chains_calls_with_tool_gaps_and_a_growing_context():
+    """Issue 53 item 3: sessions of several calls, a tool's time between them drawn from the
+    stated distribution, each call's context the whole history (it grows with every call)."""
+    p = load_workload("agent")
+    rng = random.Random(7)
+    calls, gaps = [], []
+    for _ in range(200):
+        plan = plan_conversation(p, rng, TextMaker(), 32768, {})
+        calls.append(len(plan.turns))
+        gaps += [p.think_s.sample(rng) for _ in plan.turns[1:]]
+    assert 4 <= min(calls) and max(calls) <= 16 and 8 <= sum(calls) / len(calls) <= 12
+    assert 1.0 < sorted(gaps)[len(gaps) // 2] < 2.2 and max(gaps) <= 60  # median 1.5 s, capped at a minute
+    assert p.system_tokens == 2500
 
 
 def test_spoc_tune_measures_with_the_chatbots_conversations_and_no_think_time():
@@ -376,7 +391,7 @@ def test_profile_typos_are_named(tmp_path, text, msg):
 
 
 def test_unknown_profile_lists_builtins():
-    with pytest.raises(WorkloadError, match="built-in: chatbot, coding, logs, mix"):
+    with pytest.raises(WorkloadError, match="built-in: agent, chatbot, coding, logs, mix"):
         load_workload("codin")
 
 
