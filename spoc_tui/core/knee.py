@@ -7,6 +7,7 @@ a typed value built from the breaking step's server window and client health, so
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -219,6 +220,10 @@ def find_knee(steps: Sequence[StepSummary], inferred: KneeEstimate | None = None
     undecided = tuple(
         sorted({s.level for s in steps if s.decision == "inconclusive"} - set(meets) - {s.level for s in breaks})
     )
+    if inferred is not None and first is not None and inferred.boundary != "bound" and inferred.ci95[1] is None:
+        # the knee is the lowest crossing: a level that surely broke the SLA (on any limit) bounds it
+        # from above where the fit's resampling left the high end open
+        inferred = dataclasses.replace(inferred, ci95=(inferred.ci95[0], first.level))
     return Knee(
         max(below) if below else None,
         first.level if first else None,
@@ -348,7 +353,8 @@ class KneeSearch:
             return None, f"the search ran its most steps ({MAX_SEARCH_STEPS})"
         tried = sorted({s.users for s in steps})
         inferred = knee.inferred if knee else None
-        close = self._close_high_end(steps, tried, inferred)
+        ceiling = self._ceiling(steps)
+        close = self._close_high_end(steps, tried, inferred) if ceiling is None else None
         if close is not None:
             return close, ""
         if inferred is None or inferred.boundary == "bound":
@@ -382,9 +388,34 @@ class KneeSearch:
         # there with no answer) is probed as a smooth interval is, the open side half as far again;
         # probe inside the interval (a side the steps cannot bound yet: half as far again as the
         # estimate), nearest the estimate: a fresh count first, else one measured fewest times
-        low = max(1, math.ceil(lo if lo is not None else est / 1.5))
         high = min(self.max_users, math.floor(hi if hi is not None else est * 1.5))
-        return self._pick(steps, {*range(low, max(low, high) + 1), max(1, round(est))}, est)
+        if ceiling is not None and (lo is None or hi is None):
+            # an end is open under a level that surely broke: split what is still unknown, the
+            # counts between the highest that surely met (or the interval's low end) and that
+            # level, in the middle (walking down from it one count a step, each breaking, left
+            # 8-14 unmeasured beside the peers)
+            met = [s.users for s in steps if s.decision == "meets" and s.users < ceiling]
+            floor_ = max([*met, math.floor(lo) if lo is not None else 0])
+            if ceiling - floor_ <= 1:
+                return None, f"between {floor_} and {ceiling} users, adjacent counts: one met the SLA, one broke it"
+            if ceiling - floor_ > 2:
+                return self._pick(steps, range(floor_ + 1, ceiling), (floor_ + ceiling) / 2)
+        if ceiling is not None:
+            high = min(high, ceiling - 1)
+        low = max(1, math.ceil(lo if lo is not None else est / 1.5))
+        centre = max(1, round(est))
+        if ceiling is not None:
+            centre = min(centre, ceiling - 1)
+        return self._pick(steps, {*range(low, max(low, high) + 1), centre}, est)
+
+    @staticmethod
+    def _ceiling(steps: Sequence[StepSummary]) -> int | None:
+        """The lowest count a step surely broke the SLA at (any limit), else None. The knee is the
+        lowest crossing: nothing above it is measured to bound another limit's crossing (a search
+        broken on ITL at 128 users measured 256 and 160 to bound a TTFT crossing that could not
+        bind)."""
+        broke = [s.users for s in steps if s.decision == "breaks"]
+        return min(broke) if broke else None
 
     def _close_high_end(
         self, steps: Sequence[StepSummary], tried: Sequence[int], inferred: KneeEstimate | None

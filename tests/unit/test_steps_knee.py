@@ -624,10 +624,36 @@ def test_knee_search_probes_on_past_a_cliff_whose_interval_is_open():
     lims = parse_sla("ttft_p50<=300ms")
     steps = [_step(u, 0.05 if u <= 8 else 0.5, 40, lims) for u in (1, 2, 4, 8, 16)]
     open_cliff = replace(find_knee(steps), inferred=KneeEstimate(8, (8, None), "ttft_p50", "cliff", "users", 5, 200))
-    assert KneeSearch(max_users=64).next(steps, open_cliff) == 32
-    assert KneeSearch(max_users=16).next(steps, open_cliff) == 16  # at MAX: MAX again
+    # 16 surely broke: the top is closed there, and nothing above it is measured (issue 54): the
+    # counts still unknown, 9-15, are split in the middle
+    assert KneeSearch(max_users=64).next(steps, open_cliff) == 12
+    unsure = [*steps[:4], _step(16, 0.5, 3, lims)]  # over the limit, but not surely: the top is closed first
+    assert unsure[-1].decision == "inconclusive"
+    assert KneeSearch(max_users=64).next(unsure, open_cliff) == 32
+    assert KneeSearch(max_users=16).next(unsure, open_cliff) == 16  # at MAX: MAX again
     closed = replace(open_cliff, inferred=KneeEstimate(8, (8, 16), "ttft_p50", "cliff", "users", 5, 200))
     assert KneeSearch(max_users=64).next(steps, closed) == 12
+
+
+def test_nothing_above_a_surely_broken_level_is_measured_and_the_unknown_is_split():
+    """Issue 54: after ITL broke at 128 users a search measured 256 and 160 to bound a TTFT
+    crossing that could not bind; after 16 broke, it walked down 15 and 14 (each breaking) and never
+    measured between 8 and 14. The knee is the lowest crossing."""
+    from spoc_tui.core.inference import KneeEstimate
+
+    lims = parse_sla("ttft_p50<=300ms")
+    steps = [_step(u, 0.05 if u <= 8 else 0.9, 40, lims) for u in (1, 2, 4, 8, 16)]
+    assert steps[-1].decision == "breaks" and steps[3].decision == "meets"
+    search = KneeSearch(max_users=256)
+    low_open = replace(find_knee(steps), inferred=KneeEstimate(13.9, (None, 14), "ttft_p50", "smooth", "users", 5, 200))
+    assert search.next(steps, low_open) == 12  # the middle of 9-15, not 15 or 14
+    high_open = replace(find_knee(steps), inferred=KneeEstimate(20, (10, None), "ttft_p50", "smooth", "users", 5, 200))
+    assert search.next(steps, high_open) == 13  # never above 16: the middle of 11-15
+    at12 = [*steps, _step(12, 0.9, 40, lims)]
+    assert search.next(at12, low_open) == 10
+    adjacent = [*at12, _step(10, 0.9, 40, lims), _step(9, 0.9, 40, lims)]
+    assert search.next(adjacent, low_open) is None
+    assert "adjacent counts" in search.stop_reason(adjacent, low_open)
 
 
 def test_a_cliff_whose_middle_was_measured_is_probed_on_and_every_stop_says_why():
