@@ -139,7 +139,7 @@ def test_the_simulators_tokenize_answers_as_vllm(sim8):
         (["--model", "no-such-model"], 2, "is not served by"),
         (["--sla", "ttft<=1s"], 2, "cannot parse SLA clause"),
         (["--users", "8,4"], 2, "increasing"),
-        (["--profile", "codin"], 2, "built-in: chatbot, coding, logs, mix"),
+        (["--profile", "codin"], 2, "built-in: agent, chatbot, coding, logs, mix"),
         (["--warmup-seconds", "6"], 2, "--warmup-seconds"),
         (["--out", "/proc/spoc-o1"], 2, "cannot write there"),
         (["--rate", "4,2"], 2, "rates must be increasing"),
