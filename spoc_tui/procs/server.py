@@ -132,24 +132,30 @@ class ServerProcess:
             fd = os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(json.dumps(doc))
-        deadline = self.started_at + timeout
-        while time.monotonic() < deadline:
-            code = self.proc.poll()
-            if code is not None:
-                tail = self.log_tail()
-                self.stop()
-                if code == 127 and self.guard and tail.startswith("cannot run"):
-                    raise LaunchError(tail.splitlines()[0], tail, kind="exec")
-                raise LaunchError(f"server exited with code {code} before it was ready", tail)
-            try:
-                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
-                    return time.monotonic() - self.started_at
-            except httpx.HTTPError:
-                pass
-            time.sleep(poll)
-        tail = self.log_tail()
-        self.stop()
-        raise LaunchError(f"server not ready after {timeout:.0f} s", tail, kind="timeout")
+        try:
+            deadline = self.started_at + timeout
+            while time.monotonic() < deadline:
+                code = self.proc.poll()
+                if code is not None:
+                    tail = self.log_tail()
+                    self.stop()
+                    if code == 127 and self.guard and tail.startswith("cannot run"):
+                        raise LaunchError(tail.splitlines()[0], tail, kind="exec")
+                    raise LaunchError(f"server exited with code {code} before it was ready", tail)
+                try:
+                    if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                        return time.monotonic() - self.started_at
+                except httpx.HTTPError:
+                    pass
+                time.sleep(poll)
+            tail = self.log_tail()
+            self.stop()
+            raise LaunchError(f"server not ready after {timeout:.0f} s", tail, kind="timeout")
+        except BaseException:
+            # interrupted while it starts (Ctrl-C, SIGTERM made an exit, a test's timeout): a server
+            # half started is stopped here, not left for its guard or never stopped at all
+            self.stop()
+            raise
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

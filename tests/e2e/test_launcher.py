@@ -35,3 +35,29 @@ def test_missing_binary(tmp_path):
     (port,) = free_ports(1)
     with pytest.raises(LaunchError, match="cannot run"):
         ServerProcess(["/nonexistent/vllm"], port, tmp_path / "x.log").start()
+
+
+def test_a_start_interrupted_stops_the_half_started_server(tmp_path):
+    """Issue 56: a benchmark stopped while its vLLM was still starting left the server running (the
+    start waited outside any clean-up). Whatever interrupts the wait now stops the server."""
+    import os
+    import signal
+
+    (port,) = free_ports(1)
+    never_ready = [sys.executable, "-c", "import time; time.sleep(300)"]
+    server = ServerProcess(never_ready, port, tmp_path / "server.log")
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            server.start(timeout=60, poll=0.1)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert server.proc is not None and server.proc.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(server.proc.pid, 0)  # the whole group is gone
