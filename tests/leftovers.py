@@ -9,6 +9,9 @@ import time
 import uuid
 from pathlib import Path
 
+from spoc_tui.procs.supervise import descendants as below
+from spoc_tui.procs.supervise import living
+
 MARKER = "SPOC_TEST_RUN"
 
 
@@ -36,34 +39,11 @@ def marked(token: str | None = None) -> list[int]:
 
 def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (children, their children...)."""
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        if stat[0] != "Z":
-            kids.setdefault(int(stat[1]), []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            out.append(k)
-            todo.append(k)
-    return out
+    return living(below(pid))
 
 
 def alive(pids: list[int]) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            out.append(pid)
-    return out
+    return living(pids)
 
 
 def wait_gone(pids: list[int], timeout: float) -> list[int]:

@@ -66,7 +66,8 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def _living(pids: list[int]) -> list[int]:
+def living(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that run (not gone, not zombies)."""
     alive = []
     for pid in pids:
         try:
@@ -93,7 +94,7 @@ def stop_descendants(grace: float = GRACE_S) -> list[int]:
     """SIGTERM to every living descendant, SIGKILL to those left after ``grace``; returns the
     pids that were stopped."""
     me = os.getpid()
-    left = _living(descendants(me))
+    left = living(descendants(me))
     stopped = list(left)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in left:
@@ -104,7 +105,7 @@ def stop_descendants(grace: float = GRACE_S) -> list[int]:
         deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 2.0)
         while time.monotonic() < deadline:
             _reap_zombies()
-            left = _living(descendants(me))
+            left = living(descendants(me))
             if not left:
                 return stopped
             time.sleep(0.05)
