@@ -17,7 +17,7 @@ from spoc_tui.core.confidence import Interval
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import StepSummary
-from spoc_tui.core.textsafe import clip, safe
+from spoc_tui.core.textsafe import lines_safe
 
 Outcome = Literal["better", "worse", "within noise", "not comparable"]
 Z = 1.959964
@@ -204,4 +204,4 @@ def comparison_text(c: Comparison) -> str:
         out += [f"  {line(d)}" for d in ds]
     out += [f"note: {n}" for n in c.notes]
     # paths and model names come from files: control characters shown inert, a huge name cut
-    return "\n".join(safe(clip(line)) for line in out)
+    return lines_safe("\n".join(out))

@@ -235,19 +235,31 @@ _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _SERVER = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/%-]*)?")
 
 
-def check_target(deployment: str, prometheus: str) -> None:
-    """Refuse a ``--deployment`` or ``--prometheus`` that is not one plain name or URL: pasted into the
-    manifests, a crafted one added YAML keys.
+def check_deployment(name: str) -> None:
+    """Refuse a ``--deployment`` that is not one Kubernetes name: pasted into the manifests, a crafted
+    one added YAML keys.
 
     Raises:
         PlanError: naming the option and what it may hold.
     """
-    if not _K8S_NAME.fullmatch(deployment):
-        raise PlanError(
-            f"--deployment {deployment[:80]!r}: not a Kubernetes name (lower-case letters, digits, '-' and '.')"
-        )
-    if not _SERVER.fullmatch(prometheus):
-        raise PlanError(f"--prometheus {prometheus[:80]!r}: not a plain http(s)://host[:port][/path] URL")
+    if not _K8S_NAME.fullmatch(name):
+        raise PlanError(f"--deployment {name[:80]!r}: not a Kubernetes name (lower-case letters, digits, '-' and '.')")
+
+
+def check_prometheus(url: str) -> None:
+    """Refuse a ``--prometheus`` that is not one plain URL (it is pasted into the KEDA manifest).
+
+    Raises:
+        PlanError: naming the option and what it may hold.
+    """
+    if not _SERVER.fullmatch(url):
+        raise PlanError(f"--prometheus {url[:80]!r}: not a plain http(s)://host[:port][/path] URL")
+
+
+def check_target(deployment: str, prometheus: str) -> None:
+    """Both of :func:`check_deployment` and :func:`check_prometheus`, before any file is read."""
+    check_deployment(deployment)
+    check_prometheus(prometheus)
 
 
 def promql_string(text: str) -> str:
@@ -296,7 +308,7 @@ spec:
 
 
 def hpa_yaml(p: FleetPlan, target: str = "vllm") -> str:
-    check_target(target, "http://unused")
+    check_deployment(target)
     return f"""apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
 metadata:

@@ -400,12 +400,10 @@ class KneeSearch:
                 return None, f"between {floor_} and {ceiling} users, adjacent counts: one met the SLA, one broke it"
             if ceiling - floor_ > 2:
                 return self._pick(steps, range(floor_ + 1, ceiling), (floor_ + ceiling) / 2)
-        if ceiling is not None:
-            high = min(high, ceiling - 1)
         low = max(1, math.ceil(lo if lo is not None else est / 1.5))
         centre = max(1, round(est))
         if ceiling is not None:
-            centre = min(centre, ceiling - 1)
+            high, centre = min(high, ceiling - 1), min(centre, ceiling - 1)
         return self._pick(steps, {*range(low, max(low, high) + 1), centre}, est)
 
     @staticmethod

@@ -32,12 +32,13 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+
+from spoc_tui.core.traceformats import BLOCK_TOKENS
 
 AttrValue = str | int | float | bool | None
 """A span attribute's value (an array reads as its JSON text)."""
 
-BLOCK = 64
+BLOCK = BLOCK_TOKENS["otel"]
 """Tokens one synthesised hash id stands for."""
 MAX_SPANS = 2_000_000
 """The most spans one file may hold (an agent trace is read whole to rebuild its sessions)."""
@@ -98,7 +99,6 @@ class _Span:
     trace: str
     id: str
     parent: str
-    name: str
     start_ns: int
     end_ns: int
     attrs: Mapping[str, AttrValue]
@@ -218,7 +218,7 @@ def _span(path: Path, line: int, sp: object, bad: type[Exception]) -> _Span:
     status = sp.get("status")
     error = isinstance(status, dict) and status.get("code") in (2, "STATUS_CODE_ERROR", "ERROR")
     parent = sp.get("parentSpanId") or ""
-    return _Span(tid, sid, str(parent), str(sp.get("name") or ""), start, end, attrs, line, error)
+    return _Span(tid, sid, str(parent), start, end, attrs, line, error)
 
 
 def read_calls(
@@ -250,13 +250,10 @@ def read_calls(
         rooted.update(walked)
 
     def agent_of(s: _Span) -> str:
-        """The nearest invoke_agent above ``s`` (its own id), else the trace's root."""
-        seen: set[str] = set()
+        """The nearest invoke_agent above ``s`` (its own id), else the trace's root (every chain of
+        parents ends, checked above)."""
         cur = by_id.get((s.trace, s.parent))
         while cur is not None:
-            if cur.id in seen:
-                raise bad(f"{path.name} line {cur.line}: span {cur.id!r}: its parentSpanId ids loop")
-            seen.add(cur.id)
             if cur.op == "invoke_agent":
                 return cur.id
             cur = by_id.get((cur.trace, cur.parent))
@@ -350,10 +347,3 @@ def hash_blocks(calls: Sequence[Call]) -> dict[str, tuple[int, ...]]:
         fresh += len(new)
         ids[c.span] = keep + new
     return ids
-
-
-def lines_of(f: IO[str]) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each non-empty line."""
-    for n, line in enumerate(f, 1):
-        if line.strip():
-            yield n, line

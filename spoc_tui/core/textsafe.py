@@ -53,7 +53,7 @@ def for_terminal(message: str) -> str:
     lines = redact_text(message).split("\n", 50)
     if len(lines) > 50:
         lines[50:] = [f"… ({lines[50].count(chr(10)) + 1:,} more lines)"]
-    return "\n".join(safe(clip(line)) for line in lines)
+    return lines_safe("\n".join(lines))
 
 
 def lines_safe(text: str, limit: int = MAX_SHOWN) -> str:

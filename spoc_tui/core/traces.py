@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import math
 import re
@@ -585,24 +586,24 @@ def _weka_conversation(
 
 def _otel_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read: TraceRead) -> Iterator[TraceRow]:
     text = f.read()
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    first_line = next((line for line in text.splitlines() if line.strip()), "")
     try:
-        first = parse_json(lines[0][1]) if lines else None
+        first = parse_json(first_line)
     except json.JSONDecodeError:
         first = None
     objects: Iterator[tuple[int, object]]
     if isinstance(first, dict):  # the file exporter: one export request a line
-        objects = ((n, _otel_line(path, n, line)) for n, line in lines)
+        objects = _json_lines(path, io.StringIO(text), "; an OTLP file holds one export a line")
     else:  # one object, pretty-printed
         try:
             objects = iter([(1, parse_json(text))])
         except json.JSONDecodeError as e:
             raise TraceError(f"{path.name} line {e.lineno}: not JSON ({e.msg})") from None
     read.otel = OtelRead()
+    # each call follows one that started before it (its agent's last, or its invoker): no link to check
     calls = read_calls(path, objects, read.otel, TraceError, MAX_TOKENS, MAX_THINK_S)
     read.skipped.update(read.otel.skipped)
     blocks = hash_blocks(calls)
-    links = _Links()
     for c in calls:
         r = _Row(path, c.line, {k: "" if v is None else v for k, v in c.attrs.items()})
         if (index := read.admit(r, filters)) is None:
@@ -611,19 +612,10 @@ def _otel_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read:
             read.skipped["no input or output tokens"] += 1
             continue
         _within_span(r, "startTimeUnixNano", c.start_s, 0.0)
-        row = TraceRow(
+        yield TraceRow(
             index, c.start_s, c.input_tokens, c.output_tokens, blocks[c.span], OTEL_BLOCK, c.session, c.follows,
             c.turn, c.gap_s, c.line, c.span,
         )  # fmt: skip
-        links.check(r, row)
-        yield row
-
-
-def _otel_line(path: Path, n: int, line: str) -> object:
-    try:
-        return parse_json(line)
-    except json.JSONDecodeError as e:
-        raise TraceError(f"{path.name} line {n}: not JSON ({e.msg}); an OTLP file holds one export a line") from None
 
 
 # -- what a replay sends ----------------------------------------------------------------------
