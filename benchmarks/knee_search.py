@@ -43,7 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,20 +52,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.core.inference import infer_knee, isotonic  # noqa: E402
+from spoc_tui.core.experiment import Driver, Experiment, run_now  # noqa: E402
+from spoc_tui.core.inference import isotonic  # noqa: E402
 from spoc_tui.core.knee import (  # noqa: E402
-    SETTLE_EVERY_S,
     BisectSearch,
     Knee,
     KneeSearch,
-    find_knee,
-    measure_on,
-    settle_due,
 )
 from spoc_tui.core.presets import gpu_preset, model_preset  # noqa: E402
 from spoc_tui.core.sla import Limit, parse_sla  # noqa: E402
-from spoc_tui.core.steps import EarlyStop, RequestSample, StepSummary, summarize_step  # noqa: E402
+from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step  # noqa: E402
 from spoc_tui.load.workload import Workload, load_workload  # noqa: E402
+from spoc_tui.sim.backend import VirtualBackend  # noqa: E402
 from spoc_tui.sim.engine import EngineConfig, SimEngine  # noqa: E402
 from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
 
@@ -155,7 +153,10 @@ def fingerprint() -> str:
     profile and the reference settings. A cache with another fingerprint is stale."""
     h = hashlib.sha256()
     for path in sorted(
-        [*(ROOT / "spoc_tui" / "sim").glob("*.py"), *(ROOT / "spoc_tui" / "load" / "profiles").glob("*")]
+        [
+            *(p for p in (ROOT / "spoc_tui" / "sim").glob("*.py") if p.name != "backend.py"),  # the searches' only
+            *(ROOT / "spoc_tui" / "load" / "profiles").glob("*"),
+        ]
     ):
         h.update(path.name.encode() + path.read_bytes())
     for mod in ("load/workload.py", "core/presets.py"):
@@ -180,75 +181,24 @@ def true_knee(curve: dict[int, list[float]], lim: Limit) -> float:
 def replay(
     plan: Any, name: str, limits: tuple[Limit, ...], seed: int, budget: float | None
 ) -> tuple[Knee, float, list[StepSummary]]:
-    """The ramp as spoc ramp runs it, in simulated time: (the knee, load-minutes, the steps)."""
+    """The ramp as spoc ramp runs it (the experiment driver's own loop), in simulated time: (the
+    knee, load-minutes, the steps)."""
     vs = VirtualServer(engine(seed), workload(name), 0, seed=seed, spread_s=WARMUP_S / 2)
-    steps: list[StepSummary] = []
-    windows: list[tuple[float, list[RequestSample]]] = []
-    knee: Knee | None = None
-    used = 0.0
-    planned = STEP_S - WARMUP_S
-    while (u := plan.next(steps, knee)) is not None:
-        if budget is not None and budget - used < STEP_S:
-            break
-        sent_from = vs.now
-        down = u < vs.users
-        vs.set_users(u)
-        if down:  # as spoc ramp: the last level's requests end first, then the warm-up
-            used += vs.drain(MAX_STEP_S)
-            sent_from = vs.now
-        vs.advance(vs.now + WARMUP_S)
-        start, target = vs.now, planned
-        limit = MAX_STEP_S - WARMUP_S
-        if budget is not None:
-            limit = max(planned, min(limit, budget - used - WARMUP_S))
-        settled = settle(plan, steps, vs, u, start, sent_from, planned, limits) if SETTLE else None
-        if settled is not None:
-            target = vs.now - start
-        while True:
-            vs.advance(start + target)
-            window = vs.window(start, vs.now, sent_from)
-            summary = summarize_step(len(steps) + 1, u, window, target, limits, extended_s=max(0.0, target - planned))
-            if settled is not None:
-                summary = replace(summary, settled_early=EarlyStop(settled, round(planned - target, 1)))
-                break
-            if summary.decision != "inconclusive" or target >= limit - 1e-6:
-                break
-            if not measure_on(plan, steps, summary, [*windows, (u, window)], limits, seed=seed):
-                break
-            target = min(limit, target + planned)
-        used += WARMUP_S + target
-        steps.append(summary)
-        windows.append((u, window))
-        knee = find_knee(steps, infer_knee(windows, limits, seed=seed))
-    assert knee is not None
-    return knee, used / 60, steps
-
-
-def settle(
-    plan: Any,
-    steps: list[StepSummary],
-    vs: VirtualServer,
-    users: int,
-    start: float,
-    sent_from: float,
-    planned: float,
-    limits: tuple[Limit, ...],
-) -> str | None:
-    """As spoc ramp asks a knee search's step while it runs: whether it has settled (its next
-    level plain), every few seconds from a third of its window; the server advanced to the moment
-    it settled, or to the window's end."""
-    if not isinstance(plan, KneeSearch):
-        return None
-    asked = 0
-    t = planned / 3
-    while settle_due(t, planned, asked):
-        asked += 1
-        vs.advance(start + t)
-        why = plan.settled(steps, users, vs.window(start, vs.now, sent_from), limits)
-        if why:
-            return why
-        t = planned / 3 + asked * SETTLE_EVERY_S
-    return None
+    exp = Experiment(
+        plan=plan,
+        limits=limits,
+        unit="users",
+        step_s=STEP_S,
+        warmup_s=WARMUP_S,
+        step_limit_s=MAX_STEP_S,
+        budget_s=budget,
+        seed=seed,
+        settle=SETTLE,
+    )
+    backend = VirtualBackend(vs)
+    driver = Driver(exp, backend, knee_each_step=False)
+    run_now(driver.run())
+    return driver.knee(), backend.now() / 60, driver.steps
 
 
 def search_case(args: tuple[int, int]) -> dict[str, Any]:

@@ -313,24 +313,24 @@ def predict_cmd(
     if not quiet:
         click.echo("", err=True)
     plan_text = (
-        p.plan.describe()  # type: ignore[attr-defined]
+        p.plan.describe()
         if rows is not None
         else f"rate:{rate_spec}"
         if rate_spec is not None
         else users_spec or "auto"
     )
     doc = predicted_doc(p, res, twin_path, profile, plan_text, took, trace_doc)
-    if out_dir is not None:
-        from spoc_tui.core.files import write_atomic
-        from spoc_tui.core.results import encode_ramp
+    if out_dir is not None:  # by the writer of a measured ramp's ramp.json
+        from spoc_tui.load.ramp import ResultWriter
 
-        d = Path(out_dir)
+        header = {k: v for k, v in doc.items() if k not in ("status", "steps", "knee", "updated_at", "schema")}
+        writer = ResultWriter(Path(out_dir), header, requests=False)
         try:
-            d.mkdir(parents=True, exist_ok=True)
-            header = {k: v for k, v in doc.items() if k not in ("status", "steps", "knee", "updated_at", "schema")}
-            write_atomic(d / "ramp.json", encode_ramp(header, res.steps, res.knee, "complete", time.time()))
-        except OSError as e:
-            raise InputError(f"--out {out_dir}: cannot write there ({e.strerror or e})") from None
+            writer.write(res.steps, res.knee, "complete")
+        finally:
+            writer.close()
+        if writer.kept:
+            click.echo(f"the folder's earlier results were moved to {writer.kept}/", err=True)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return

@@ -40,3 +40,19 @@ def spawn_rate(change: int, warmup_s: float, arrivals: str, given: float | None 
     if arrivals == "lockstep":
         return LOCKSTEP_SPAWN_RATE
     return float(min(MAX_SPAWN_RATE, max(1.0, math.ceil(abs(change) / max(0.5, warmup_s / 2)))))
+
+
+def step_limit(step_s: float, max_step_s: float | None) -> float:
+    """The longest an undecided step is measured on: ``--max-step-seconds``, else
+    :data:`EXTEND_FACTOR` steps (the ramp's rule and the prediction's)."""
+    return max_step_s if max_step_s is not None else EXTEND_FACTOR * step_s
+
+
+def budget(plan: object, budget_s: float | None) -> float | None:
+    """The load budget in force: ``--budget``, else the knee searches' default (listed levels
+    have none)."""
+    from spoc_tui.core.knee import KneeSearch, SpeedSearch
+
+    if budget_s is not None:
+        return budget_s
+    return DEFAULT_BUDGET_S if isinstance(plan, (KneeSearch, SpeedSearch)) else None

@@ -16,10 +16,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import httpx
 import numpy as np
@@ -28,34 +28,31 @@ from spoc_tui.collectors.http import RedirectRefused, new_client, request, tls_e
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
+from spoc_tui.core.experiment import Driver, Experiment, Replayed
+from spoc_tui.core.experiment import RampPhase as RampPhase  # re-exported: it lived here
+from spoc_tui.core.experiment import RampProgress as RampProgress  # re-exported: it lived here
 from spoc_tui.core.files import write_atomic
-from spoc_tui.core.inference import KneeEstimate, infer_knee
 from spoc_tui.core.knee import (
     BisectSearch,
     FixedRates,
     FixedSpeeds,
-    FixedUsers,
     Knee,
     KneeSearch,
     SaturationSearch,
     SpeedSearch,
     UserPlan,
-    find_knee,
-    measure_on,
-    settle_due,
 )
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.results import RampEnd, RampStatus, encode_ramp
-from spoc_tui.core.sla import LevelUnit, Limit, level_text
+from spoc_tui.core.sla import LevelUnit, Limit
 from spoc_tui.core.steps import (
-    EarlyStop,
+    ClientHealth,
     GpuWindow,
     RequestSample,
     ServerWindow,
     StepSummary,
     TraceFidelity,
     arrival_rate,
-    badly_broken,
     client_health,
     queue_unbounded,
     summarize_step,
@@ -66,8 +63,6 @@ from spoc_tui.load import defaults, wire
 from spoc_tui.load.defaults import (
     ABORT_FACTOR,
     ARRIVALS,
-    DEFAULT_BUDGET_S,
-    EXTEND_FACTOR,
     MAX_WORKERS,
     POLL_S,
     SEED,
@@ -82,8 +77,7 @@ from spoc_tui.procs.lock import FolderLock
 from spoc_tui.procs.ports import free_port
 
 logger = logging.getLogger(__name__)
-
-RampPhase = Literal["preflight", "starting", "warmup", "measuring", "extending", "step_done", "done"]
+T = TypeVar("T")
 
 
 class RampError(SpocError):
@@ -195,54 +189,35 @@ class RampConfig:
 
     @property
     def step_limit_s(self) -> float:
-        return self.max_step_s if self.max_step_s is not None else EXTEND_FACTOR * self.step_s
+        return defaults.step_limit(self.step_s, self.max_step_s)
 
     @property
     def budget(self) -> float | None:
         """The load-time budget in force: ``budget_s``, else the knee search's default."""
-        if self.budget_s is not None:
-            return self.budget_s
-        return DEFAULT_BUDGET_S if isinstance(self.plan, (KneeSearch, SpeedSearch)) else None
+        return defaults.budget(self.plan, self.budget_s)
+
+    def experiment(self, scan: TraceScan | None = None) -> Experiment:
+        """The experiment the driver runs (``scan``: the trace a replay's steps send)."""
+        return Experiment(
+            plan=self.plan,
+            limits=self.limits,
+            unit=self.unit,
+            step_s=self.step_s,
+            warmup_s=self.warmup_s,
+            step_limit_s=self.step_limit_s,
+            budget_s=self.budget,
+            abort_factor=self.abort_factor,
+            seed=self.seed,
+            early_stop=self.early_stop,
+            replay_s=scan.step_s if scan is not None else None,
+            error=RampError,
+        )
 
     @property
     def unit(self) -> LevelUnit:
         if self.trace is not None:
             return "x"
         return "req/s" if self.open_loop else "users"
-
-
-@dataclass(frozen=True, slots=True)
-class RampProgress:
-    phase: RampPhase
-    step: int
-    users: float
-    """The step's level: users, or the arrival rate (req/s) of an open-loop ramp (``rate`` set)."""
-    elapsed_s: float
-    step_s: float
-    samples: int
-    steps: tuple[StepSummary, ...]
-    knee: Knee | None
-    message: str = ""
-    open_loop: bool = False
-    budget_left_s: float | None = None
-    """Seconds of load left in the ramp's budget (None without one)."""
-    unit: LevelUnit | None = None
-    """What the steps' levels are (None: users, or req/s when ``open_loop``)."""
-
-    @property
-    def level_text(self) -> str:
-        return level_text(self.users, self.unit or ("req/s" if self.open_loop else "users"))
-
-    @property
-    def badge(self) -> str:
-        """The ramp in a few words for other screens' status lines: ``step 3 · 16 users ·
-        knee so far 21.5 users (95 %: 19.9-23.1) · 6.2 min left``."""
-        parts: list[str] = [f"step {self.step}", self.level_text] if self.step else [str(self.phase)]
-        if self.knee is not None and self.knee.inferred is not None:
-            parts.append(f"knee so far {self.knee.inferred.short}")
-        if self.budget_left_s is not None:
-            parts.append(f"{self.budget_left_s / 60:.1f} min left")
-        return " · ".join(parts)
 
 
 @dataclass
@@ -328,9 +303,10 @@ def keep_previous(out_dir: Path) -> str | None:
 
 
 class ResultWriter:
-    """``ramp.json`` (rewritten atomically after each step) and ``requests.jsonl`` (appended)."""
+    """``ramp.json`` (rewritten atomically after each step) and ``requests.jsonl`` (appended): a
+    measured ramp's and a predicted one's (``spoc twin predict --out``, with no requests file)."""
 
-    def __init__(self, out_dir: Path, header: dict[str, Any]) -> None:
+    def __init__(self, out_dir: Path, header: dict[str, Any], requests: bool = True) -> None:
         """Raises: RampError (exit code 2) when the folder cannot be written."""
         self.out_dir = out_dir
         self.header = header
@@ -341,13 +317,13 @@ class ResultWriter:
             out_dir.mkdir(parents=True, exist_ok=True)
             self.lock.acquire()  # before anything in the folder moves (FolderBusy: another ramp writes there)
             self.kept = keep_previous(out_dir)
-            self.requests = open(out_dir / "requests.jsonl", "w", buffering=1)
+            self.requests = open(out_dir / "requests.jsonl", "w", buffering=1) if requests else None
         except OSError as e:
             self.lock.release()
             raise RampError(f"--out {out_dir}: cannot write there ({e.strerror or e})", exit_code=EXIT_USAGE) from None
 
     def sample(self, s: RequestSample) -> None:
-        if self.write_error:
+        if self.write_error or self.requests is None:
             return
         try:
             self.requests.write(json.dumps(s.as_dict(), separators=(",", ":")) + "\n")
@@ -364,7 +340,8 @@ class ResultWriter:
 
     def close(self) -> None:
         try:
-            self.requests.close()
+            if self.requests is not None:
+                self.requests.close()
         except OSError as e:
             self.write_error = self.write_error or f"cannot write {self.out_dir}/requests.jsonl ({e.strerror or e})"
         finally:
@@ -530,14 +507,12 @@ class RunnerProcess:
 
 
 class _Peaks:
-    """The highest queue, batch and KV-cache use the step's polls saw, and every queue reading
-    (seconds into the window, requests waiting)."""
+    """The highest queue, batch and KV-cache use a step's polls saw."""
 
     def __init__(self) -> None:
         self.waiting: float | None = None
         self.running: float | None = None
         self.kv: float | None = None
-        self.queue: list[tuple[float, float]] = []
 
     @staticmethod
     def _max(a: float | None, b: float | None) -> float | None:
@@ -547,11 +522,6 @@ class _Peaks:
         self.waiting = self._max(self.waiting, waiting)
         self.running = self._max(self.running, running)
         self.kv = self._max(self.kv, kv)
-
-    @property
-    def waiting_mean(self) -> float | None:
-        """The mean queue over the window: the autoscaling target `spoc plan` reads at the knee."""
-        return round(sum(w for _, w in self.queue) / len(self.queue), 2) if self.queue else None
 
 
 async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: _Peaks) -> ServerWindow:
@@ -625,9 +595,6 @@ def spawn_rate(cfg: RampConfig, change: int) -> float:
     return defaults.spawn_rate(change, cfg.warmup_s, cfg.arrivals, cfg.spawn_rate)
 
 
-Report = Callable[[RampPhase, int, float, list[StepSummary], int, str], None]
-
-
 DRAIN_READ_S = 1.5
 """A load generator's health report this long after a step's command has seen the new step."""
 DRAIN_SILENT_S = 5.0
@@ -635,25 +602,18 @@ DRAIN_SILENT_S = 5.0
 
 
 async def _drain(
-    cfg: RampConfig,
-    idx: int,
-    level: float,
-    steps: list[StepSummary],
-    samples: list[RequestSample],
-    health: list[wire.Health],
-    report: Report,
-    pump: asyncio.Task[None],
+    most_s: float, health: list[wire.Health], say: Callable[[str], None], pump: asyncio.Task[None]
 ) -> float:
     """After a step down, wait until every load-generator process reports no request in flight
-    that an earlier step sent, at most the step's limit (``--max-step-seconds``); the time it
-    ended. The step then warms up and counts only the requests sent from then: the last level's
-    backlog would queue them behind its load. (On the simulator's coding profile, 15 users after
-    64 measured a TTFT p99 of 5.1 s where 15 users' own is 0.2 s, and the knee's interval left
-    the truth out in 3 of 20 searches.)"""
+    that an earlier step sent, at most ``most_s`` (the step's limit, ``--max-step-seconds``); the
+    time it ended. The step then warms up and counts only the requests sent from then: the last
+    level's backlog would queue them behind its load. (On the simulator's coding profile, 15 users
+    after 64 measured a TTFT p99 of 5.1 s where 15 users' own is 0.2 s, and the knee's interval
+    left the truth out in 3 of 20 searches.)"""
     t0 = time.time()
     stale: int | None = None
     said = ""
-    while time.time() - t0 < cfg.step_limit_s:
+    while time.time() - t0 < most_s:
         if pump.done():
             raise RampError("the load generator exited; see runner.log in the output folder")
         seen = {h.process for h in health if h.t >= t0 - DRAIN_SILENT_S}
@@ -667,132 +627,10 @@ async def _drain(
         waiting = f"{stale} requests" if stale is not None else "the requests"
         note = f"waiting for {waiting} of the last level to end"
         if note != said:  # said once per change (the command line prints every report)
-            report("warmup", idx, level, steps, len(samples), note)
+            say(note)
             said = note
         await asyncio.sleep(0.5)
     return time.time()
-
-
-async def _run_step(
-    cfg: RampConfig,
-    idx: int,
-    level: float,
-    runner: RunnerProcess,
-    pump: asyncio.Task[None],
-    samples: list[RequestSample],
-    health: list[wire.Health],
-    poller: VllmPoller,
-    dcgm: DcgmPoller | None,
-    steps: list[StepSummary],
-    report: Report,
-    windows: dict[int, list[RequestSample]],
-    budget_left_s: float | None = None,
-) -> StepSummary:
-    """One step: warm up, measure for ``step_s``, and while the verdict is inconclusive measure on
-    (up to ``step_limit_s``), re-deciding over the whole window; a queue that grows without bound
-    ends the step at once as a break. ``level`` is a user count, or an arrival rate in open loop."""
-    if cfg.open_loop:
-        users = cfg.generators
-        await runner.send(wire.SetUsers(users, idx, 0.0, rate=level))
-        note = ""
-    else:
-        users = int(level)
-        change = users - (steps[-1].users if steps else 0)
-        rate = spawn_rate(cfg, change)
-        ramp_up = abs(change) / rate
-        await runner.send(wire.SetUsers(users, idx, rate))
-        long = ramp_up > cfg.warmup_s
-        note = f"spawning {rate:g} users/s takes {ramp_up:.0f} s, longer than the warm-up" if long else ""
-    sent_from, drained_s = -math.inf, 0.0
-    if steps and level < steps[-1].level:
-        t0 = time.time()
-        sent_from = await _drain(cfg, idx, level, steps, samples, health, report, pump)
-        drained_s = sent_from - t0
-    report("warmup", idx, level, steps, len(samples), note)
-    await asyncio.sleep(cfg.warmup_s)
-    m_start = time.time()
-    peaks = _Peaks()
-    poller.reset()
-    await _server_view(poller, dcgm, peaks)  # baseline scrape at the start of the window
-    server = ServerWindow()
-    planned = cfg.step_s - cfg.warmup_s
-    limit = max(planned, cfg.step_limit_s - cfg.warmup_s)
-    if budget_left_s is not None:  # measure on only while the budget lasts
-        limit = max(planned, min(limit, budget_left_s - cfg.warmup_s))
-    search = cfg.plan if isinstance(cfg.plan, (KneeSearch, BisectSearch)) else None
-    target = planned
-    phase: RampPhase = "measuring"
-    unbounded: str | None = None
-    next_check = planned / 3
-    # a knee search's step ends once its next level is plain (KneeSearch.settled), checked as often
-    settle = cfg.plan if isinstance(cfg.plan, KneeSearch) else None
-    asked, settled = 0, None
-    # about ten readings per window (the queue-growth rule needs eight), never more than one a second
-    every = min(cfg.poll_s, max(1.0, planned / 10))
-    polled = time.time()
-    while True:
-        while (left := target - (time.time() - m_start)) > 0:
-            report(phase, idx, level, steps, len(samples), "")
-            await asyncio.sleep(min(1.0, left))
-            if pump.done():
-                raise RampError("the load generator exited; see runner.log in the output folder")
-            # every poll_s, and always at the window's end (its server-side figures end there)
-            if time.time() - polled >= every - 0.05 or time.time() - m_start >= target:
-                polled = time.time()
-                server = await _server_view(poller, dcgm, peaks)
-                if server.waiting is not None:
-                    peaks.queue.append((time.time() - m_start, server.waiting))
-                server = replace(server, waiting_mean=peaks.waiting_mean)  # over every reading so far
-                if server.waiting is not None:
-                    unbounded = queue_unbounded(peaks.queue)
-                    if unbounded:
-                        break
-            if cfg.early_stop is not None and time.time() - m_start >= next_check:
-                next_check += EARLY_CHECK_S
-                if early := _early(cfg, idx, users, samples, m_start, target, server):
-                    return early
-            if settle is not None and settle_due(time.time() - m_start, planned, asked):
-                asked += 1
-                if settled := _settled(settle, steps, idx, level, samples, m_start, sent_from, target, cfg.limits):
-                    break
-        m_end = time.time()
-        # the requests that ended in the window, of those this step sent: one the last level sent
-        # (a slow one still queued after a step down) measures that level's load
-        in_window = [
-            s for s in samples if m_start <= (s.end or s.start) <= m_end and s.step == idx and s.start >= sent_from
-        ]
-        windows[idx] = in_window  # the knee's inference across steps resamples them
-        summary = summarize_step(
-            idx,
-            users,
-            in_window,
-            m_end - m_start,
-            cfg.limits,
-            open_loop=cfg.open_loop,
-            rate=level if cfg.open_loop else None,
-            server=server,
-            client=client_health(
-                [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if m_start <= h.t <= m_end + 1.0], cfg.limits
-            ),
-            extended_s=max(0.0, (m_end - m_start) - planned),
-            drained_s=drained_s,
-            unbounded=unbounded,
-        )
-        if settled is not None:
-            return replace(summary, settled_early=settled)
-        if unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
-            return summary
-        # a search measures on only near a limit, and the knee search only while the knee's interval
-        # is wider than it asks
-        if search is not None:
-            levels = [(s.level, windows.get(s.step, [])) for s in [*steps, summary]]
-            # off the event loop: the inference resamples every step (about a second), and the
-            # screen that runs the ramp would freeze meanwhile
-            if not await asyncio.to_thread(measure_on, search, steps, summary, levels, cfg.limits, cfg.unit, cfg.seed):
-                return summary
-        target = min(limit, target + planned)
-        phase = "extending"
-        report(phase, idx, level, steps, len(samples), f"inconclusive ({summary.verdict.reason}): measuring on")
 
 
 @dataclass(frozen=True, slots=True)
@@ -841,204 +679,243 @@ def _three(values: list[float]) -> tuple[float | None, float | None, float | Non
     return (round(float(p50), 3), round(float(p99), 3), round(max(values), 3))
 
 
-async def _run_trace_step(
-    cfg: RampConfig,
-    scan: TraceScan,
-    idx: int,
-    speed: float,
-    runner: RunnerProcess,
-    pump: asyncio.Task[None],
-    samples: list[RequestSample],
-    health: list[wire.Health],
-    done: list[wire.TraceDone],
-    poller: VllmPoller,
-    dcgm: DcgmPoller | None,
-    steps: list[StepSummary],
-    report: Report,
-    windows: dict[int, list[RequestSample]],
-) -> StepSummary:
-    """One replay of the trace at ``speed``: every row sent at its timestamp divided by the speed
-    (open loop), the step ending when every process has sent its rows and their requests ended.
-    Its figures are over all its requests (the replay is the measurement), and its ``trace``
-    says how faithfully it kept the schedule."""
-    t0 = time.time() + TRACE_START_S
-    await runner.send(wire.SetUsers(cfg.generators, idx, 0.0, speed=speed, t0=t0))
-    length = scan.step_s(speed)
-    peaks = _Peaks()
-    poller.reset()
-    await _server_view(poller, dcgm, peaks)
-    server = ServerWindow()
-    every = min(cfg.poll_s, max(1.0, length / 10))
-    polled = time.time()
-    deadline = t0 + length + cfg.request_timeout_s + 30
-    unbounded: str | None = None
-    while len([d for d in done if d.step == idx]) < cfg.generators:
-        if pump.done():
+class LiveBackend:
+    """The experiment driver's live backend: the Locust load generator in a child process (over
+    :mod:`spoc_tui.load.wire`) and the server's /metrics (and DCGM's), on the wall clock."""
+
+    def __init__(self, cfg: RampConfig, writer: ResultWriter | None = None, scan: TraceScan | None = None) -> None:
+        self.cfg = cfg
+        self.writer = writer
+        self.scan = scan
+        self.generators = cfg.generators
+        self.model = ""
+        self.context_len: int | None = None
+        self.runner: RunnerProcess | None = None
+        self.pump: asyncio.Task[None] | None = None
+        self.answered: list[RequestSample] = []
+        self.health: list[wire.Health] = []
+        self.trace_done: list[wire.TraceDone] = []
+        self.poller: VllmPoller | None = None
+        self.dcgm: DcgmPoller | None = None
+        self.peaks = _Peaks()
+
+    def now(self) -> float:
+        return time.time()
+
+    def samples(self) -> int:
+        return len(self.answered)
+
+    async def start(self) -> None:
+        """Start the load generator (the server's model and context as the preflight found them)."""
+        cfg = self.cfg
+        self.poller = VllmPoller([cfg.url], window_s=max(1.0, cfg.step_limit_s), api_key=cfg.api_key)
+        self.dcgm = DcgmPoller(cfg.dcgm_urls, window_s=cfg.step_s) if cfg.dcgm_urls else None
+        self.runner = RunnerProcess(cfg, self.model, self.context_len, cfg.out_dir)
+        await self.runner.start()
+        if self.runner.lengths and self.writer is not None:
+            self.writer.header["prompt_lengths"] = self.runner.lengths
+        self.pump = asyncio.create_task(self._pump(self.runner))
+
+    async def _pump(self, runner: RunnerProcess) -> None:
+        while True:
+            ev = await runner.events.get()
+            if isinstance(ev, wire.Sample):
+                self.answered.append(ev.sample)
+                if self.writer is not None:
+                    self.writer.sample(ev.sample)
+            elif isinstance(ev, wire.Health):
+                self.health.append(ev)
+            elif isinstance(ev, wire.TraceDone):
+                self.trace_done.append(ev)
+            elif isinstance(ev, wire.RunnerFailed):
+                logger.warning("load generator: %s", ev.message)
+            elif isinstance(ev, wire.Exited):
+                return
+
+    def _alive(self) -> asyncio.Task[None]:
+        if self.pump is None or self.pump.done():
             raise RampError("the load generator exited; see runner.log in the output folder")
-        if time.time() > deadline:
-            logger.warning("trace step %d: not every process reported its end; the step ends at its deadline", idx)
-            break
-        sent_so_far = sum(1 for s in samples if s.step == idx)
-        msg = f"x{speed:g}: {sent_so_far} of {scan.rows} rows answered"
-        report("measuring", idx, speed, steps, len(samples), msg)
-        await asyncio.sleep(0.5)
-        if time.time() - polled >= every - 0.05:
-            polled = time.time()
-            server = await _server_view(poller, dcgm, peaks)
-            if server.waiting is not None:
-                peaks.queue.append((time.time() - t0, server.waiting))
-                unbounded = unbounded or queue_unbounded(peaks.queue)
-            server = replace(server, waiting_mean=peaks.waiting_mean)
-    server = replace(await _server_view(poller, dcgm, peaks), waiting_mean=peaks.waiting_mean)
-    m_end = time.time()
-    mine = [s for s in samples if s.step == idx]
-    windows[idx] = mine
-    ends = [s.end or s.start for s in mine]
-    duration = max(length, (max(ends) if ends else m_end) - t0, 1e-3)
-    ours = [d for d in done if d.step == idx]
-    skipped: dict[str, int] = {}
-    for d in ours:
-        for why, c in d.skipped.items():
-            skipped[why] = skipped.get(why, 0) + c
-    sent = [s for s in mine if s.scheduled is not None]
-    starts = sorted(s.start for s in sent)
-    prefix_in = sum(d.input_tokens for d in ours)
-    fidelity = TraceFidelity(
-        rows=sum(d.rows for d in ours) if ours else scan.rows,
-        sent=sum(d.sent for d in ours) if ours else len(sent),
-        skipped=skipped,
-        lag_ms=_three([(s.start - s.scheduled - (s.held_s or 0.0)) * 1000 for s in sent if s.scheduled is not None]),
-        held_back=sum(1 for s in sent if (s.held_s or 0.0) > 0.001),
-        rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
-        trace_rate=arrival_rate(scan.rows, length),
-        prefix_share=round(sum(d.prefix_tokens for d in ours) / prefix_in, 4) if prefix_in else None,
-        server_hit_rate=server.prefix_cache_hit_rate,
-        length_error=_three(
-            [
-                float(abs(s.prompt_tokens - s.planned_input))
-                for s in sent
-                if s.ok and s.prompt_tokens is not None and s.planned_input is not None
-            ]
-        ),
-    )
-    summary = summarize_step(
-        idx,
-        cfg.generators,
-        mine,
-        duration,
-        cfg.limits,
-        open_loop=True,
-        server=server,
-        client=client_health(
-            [(h.process, h.t, h.cpu_s, h.lags_ms) for h in health if t0 <= h.t <= m_end + 1.0], cfg.limits
-        ),
-        unbounded=unbounded,
-    )
-    return replace(summary, speed=speed, trace=replace(fidelity, cached_share=summary.cached_prompt_fraction))
+        return self.pump
 
+    async def advance(self, until: float) -> None:
+        self._alive()
+        if (left := until - time.time()) > 0:
+            await asyncio.sleep(left)
+        self._alive()
 
-def budget_spent(cfg: RampConfig, knee: Knee | None) -> str:
-    """Why a ramp stopped at its budget, with the interval it reached."""
-    reached = knee.inferred.text if knee is not None and knee.inferred is not None else "no knee yet"
-    return f"the budget ({(cfg.budget or 0) / 60:g} min of load) is spent; the knee so far: {reached}"
+    async def _send(self, cmd: wire.Command) -> None:
+        assert self.runner is not None
+        await self.runner.send(cmd)
 
+    async def set_level(self, idx: int, level: float, prev: float, open_loop: bool) -> str:
+        if open_loop:
+            await self._send(wire.SetUsers(self.generators, idx, 0.0, rate=level))
+            return ""
+        users = int(level)
+        change = users - int(prev)
+        rate = spawn_rate(self.cfg, change)
+        ramp_up = abs(change) / rate
+        await self._send(wire.SetUsers(users, idx, rate))
+        if ramp_up > self.cfg.warmup_s:
+            return f"spawning {rate:g} users/s takes {ramp_up:.0f} s, longer than the warm-up"
+        return ""
 
-EARLY_CHECK_S = 5.0
-EARLY_MIN_REQUESTS = 10
+    async def drain(self, most_s: float, say: Callable[[str], None]) -> float:
+        return await _drain(most_s, self.health, say, self._alive())
 
+    async def begin_window(self) -> None:
+        assert self.poller is not None
+        self.peaks = _Peaks()
+        self.poller.reset()
+        await _server_view(self.poller, self.dcgm, self.peaks)  # baseline scrape at the window's start
 
-def _early(
-    cfg: RampConfig,
-    idx: int,
-    users: int,
-    samples: list[RequestSample],
-    m_start: float,
-    target: float,
-    server: ServerWindow,
-) -> StepSummary | None:
-    """The window so far, when ``cfg.early_stop`` says the trial is clearly dominated (asked
-    every :data:`EARLY_CHECK_S` seconds from a third of the planned window on), with at least
-    :data:`EARLY_MIN_REQUESTS` requests."""
-    now = time.time()
-    elapsed = now - m_start
-    if cfg.early_stop is None:
-        return None
-    window = [s for s in samples if m_start <= (s.end or s.start) <= now]
-    if len(window) < EARLY_MIN_REQUESTS:
-        return None
-    summary = summarize_step(idx, users, window, elapsed, cfg.limits, open_loop=cfg.open_loop, server=server)
-    reason = cfg.early_stop(summary)
-    if not reason:
-        return None
-    return replace(summary, stopped_early=EarlyStop(reason, round(max(0.0, target - elapsed), 1)))
+    async def poll(self) -> ServerWindow:
+        assert self.poller is not None
+        return await _server_view(self.poller, self.dcgm, self.peaks)
 
+    def poll_every(self, planned_s: float) -> float:
+        # about ten readings per window (the queue-growth rule needs eight), never more than one a second
+        return min(self.cfg.poll_s, max(1.0, planned_s / 10))
 
-def _settled(
-    search: KneeSearch,
-    steps: list[StepSummary],
-    idx: int,
-    level: float,
-    samples: list[RequestSample],
-    m_start: float,
-    sent_from: float,
-    target: float,
-    limits: tuple[Limit, ...],
-) -> EarlyStop | None:
-    """Why the knee search's step can end now, its next level being plain from the window so far
-    (:meth:`KneeSearch.settled`), and the planned seconds it saves; else None."""
-    now = time.time()
-    window = [s for s in samples if m_start <= (s.end or s.start) <= now and s.step == idx and s.start >= sent_from]
-    why = search.settled(steps, level, window, limits)
-    return EarlyStop(why, round(max(0.0, target - (now - m_start)), 1)) if why else None
+    def window(self, idx: int, start: float, end: float, sent_from: float) -> list[RequestSample]:
+        return [
+            s for s in self.answered if start <= (s.end or s.start) <= end and s.step == idx and s.start >= sent_from
+        ]
+
+    def client(self, start: float, end: float, limits: Sequence[Limit]) -> ClientHealth:
+        points = [(h.process, h.t, h.cpu_s, h.lags_ms) for h in self.health if start <= h.t <= end + 1.0]
+        return client_health(points, limits)
+
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.to_thread(fn, *args)
+
+    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Replayed:
+        """One replay of the trace at ``speed``: every row sent at its timestamp divided by the
+        speed (open loop), the step ending when every process has sent its rows and their
+        requests ended. Its figures are over all its requests (the replay is the measurement),
+        and its ``trace`` says how faithfully it kept the schedule."""
+        cfg, scan, poller = self.cfg, self.scan, self.poller
+        assert scan is not None and poller is not None
+        t0 = time.time() + TRACE_START_S
+        await self._send(wire.SetUsers(cfg.generators, idx, 0.0, speed=speed, t0=t0))
+        length = scan.step_s(speed)
+        await self.begin_window()
+        server = ServerWindow()
+        queue: list[tuple[float, float]] = []
+        every = min(cfg.poll_s, max(1.0, length / 10))
+        polled = time.time()
+        deadline = t0 + length + cfg.request_timeout_s + 30
+        unbounded: str | None = None
+        done = self.trace_done
+        while len([d for d in done if d.step == idx]) < cfg.generators:
+            self._alive()
+            if time.time() > deadline:
+                logger.warning("trace step %d: not every process reported its end; the step ends at its deadline", idx)
+                break
+            sent_so_far = sum(1 for s in self.answered if s.step == idx)
+            say(f"x{speed:g}: {sent_so_far} of {scan.rows} rows answered")
+            await asyncio.sleep(0.5)
+            if time.time() - polled >= every - 0.05:
+                polled = time.time()
+                server = await self.poll()
+                if server.waiting is not None:
+                    queue.append((time.time() - t0, server.waiting))
+                    unbounded = unbounded or queue_unbounded(queue)
+        mean = round(sum(w for _, w in queue) / len(queue), 2) if queue else None
+        server = replace(await self.poll(), waiting_mean=mean)
+        m_end = time.time()
+        mine = [s for s in self.answered if s.step == idx]
+        ends = [s.end or s.start for s in mine]
+        duration = max(length, (max(ends) if ends else m_end) - t0, 1e-3)
+        ours = [d for d in done if d.step == idx]
+        skipped: dict[str, int] = {}
+        for d in ours:
+            for why, c in d.skipped.items():
+                skipped[why] = skipped.get(why, 0) + c
+        sent = [s for s in mine if s.scheduled is not None]
+        starts = sorted(s.start for s in sent)
+        prefix_in = sum(d.input_tokens for d in ours)
+        fidelity = TraceFidelity(
+            rows=sum(d.rows for d in ours) if ours else scan.rows,
+            sent=sum(d.sent for d in ours) if ours else len(sent),
+            skipped=skipped,
+            lag_ms=_three(
+                [(s.start - s.scheduled - (s.held_s or 0.0)) * 1000 for s in sent if s.scheduled is not None]
+            ),
+            held_back=sum(1 for s in sent if (s.held_s or 0.0) > 0.001),
+            rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
+            trace_rate=arrival_rate(scan.rows, length),
+            prefix_share=round(sum(d.prefix_tokens for d in ours) / prefix_in, 4) if prefix_in else None,
+            server_hit_rate=server.prefix_cache_hit_rate,
+            length_error=_three(
+                [
+                    float(abs(s.prompt_tokens - s.planned_input))
+                    for s in sent
+                    if s.ok and s.prompt_tokens is not None and s.planned_input is not None
+                ]
+            ),
+        )
+        summary = summarize_step(
+            idx,
+            cfg.generators,
+            mine,
+            duration,
+            cfg.limits,
+            open_loop=True,
+            server=server,
+            client=self.client(t0, m_end, cfg.limits),
+            unbounded=unbounded,
+        )
+        step = replace(summary, speed=speed, trace=replace(fidelity, cached_share=summary.cached_prompt_fraction))
+        return Replayed(step, mine, duration)
+
+    async def stop(self) -> None:
+        try:
+            if self.runner is not None:
+                await self.runner.stop()
+        finally:
+            if self.pump is not None:
+                self.pump.cancel()
+                await asyncio.gather(self.pump, return_exceptions=True)
+            if self.poller is not None:
+                await self.poller.aclose()
+            if self.dcgm is not None:
+                await self.dcgm.aclose()
 
 
 async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] | None = None) -> RampResult:
-    """Run the whole ramp. Cancelling it (Ctrl-C) stops the load and keeps what finished.
+    """Run the whole ramp: the experiment driver over the live backend. Cancelling it (Ctrl-C)
+    stops the load and keeps what finished.
 
     Raises:
         RampError: before any load (bad model, unreachable server) or when the server fails.
     """
-    t_start = time.monotonic()
-    load_started: float | None = None
-    """When the first step's load began (the budget counts from there)."""
-
-    def budget_left() -> float | None:
-        b = cfg.budget
-        if b is None:
-            return None
-        return b if load_started is None else max(0.0, b - (time.monotonic() - load_started))
-
-    knees: dict[int, Knee] = {}
-    """The knee after each step, computed once (its inference resamples every step's requests)."""
-
-    def report(
-        phase: RampPhase, step: int, users: float, steps: list[StepSummary], samples: int, message: str = ""
-    ) -> None:
-        if on_progress:
-            on_progress(
-                RampProgress(
-                    phase=phase,
-                    step=step,
-                    users=users,
-                    elapsed_s=time.monotonic() - t_start,
-                    step_s=cfg.step_s,
-                    samples=samples,
-                    steps=tuple(steps),
-                    knee=knees.get(len(steps)) if steps else None,
-                    message=message,
-                    open_loop=cfg.open_loop,
-                    budget_left_s=budget_left(),
-                    unit=cfg.unit,
-                )
-            )
-
-    report("preflight", 0, 0, [], 0)
-    scan: TraceScan | None = None
+    backend = LiveBackend(cfg)
+    driver = Driver(cfg.experiment(), backend, on_progress=on_progress)
+    driver.report("preflight", 0, 0)
     if cfg.trace is not None:
-        report("preflight", 0, 0, [], 0, f"reading the trace {cfg.trace.path.name}...")
-        scan = await asyncio.to_thread(scan_trace, cfg.trace)
+        driver.report("preflight", 0, 0, f"reading the trace {cfg.trace.path.name}...")
+        backend.scan = await asyncio.to_thread(scan_trace, cfg.trace)
+        driver.exp = cfg.experiment(backend.scan)
     model, context_len = await preflight(cfg.url, cfg.model, cfg.api_key)
-    header = {
+    backend.model, backend.context_len = model, context_len
+    writer = ResultWriter(cfg.out_dir, ramp_header(cfg, model, backend.scan))
+    backend.writer = driver.sink = writer
+    try:
+        kept = f"the folder's earlier results were moved to {writer.kept}/" if writer.kept else ""
+        driver.report("starting", 0, 0, kept)
+        # ramp.json from the start, saying running: a ramp killed (-9) in its first step leaves a file
+        # that report and compare read (its runner marks it interrupted), not "no such file"
+        driver.write("running")
+        await driver.run(backend.start)
+    finally:
+        writer.close()
+    return RampResult(driver.status, driver.steps, driver.knee(), model, cfg.out_dir, context_len, driver.stop_reason)
+
+
+def ramp_header(cfg: RampConfig, model: str, scan: TraceScan | None) -> dict[str, Any]:
+    """ramp.json's settings (before its steps): what was run, and how its figures are defined."""
+    header: dict[str, Any] = {
         "url": redact_url(cfg.url),
         "model": model,
         "profile": cfg.workload.as_dict()
@@ -1079,139 +956,4 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     if cfg.trace is not None and scan is not None:
         header["trace"] = cfg.trace.header(scan.rows, scan.skipped, scan.span_s)
         header["profile"] = {"name": f"trace:{cfg.trace.path.name}"}
-    writer = ResultWriter(cfg.out_dir, header)
-    runner = RunnerProcess(cfg, model, context_len, cfg.out_dir)
-    samples: list[RequestSample] = []
-    health: list[wire.Health] = []
-    trace_done: list[wire.TraceDone] = []
-    steps: list[StepSummary] = []
-    windows: dict[int, list[RequestSample]] = {}
-
-    def inferred(steps: list[StepSummary]) -> KneeEstimate | None:
-        levels = [(s.level, windows.get(s.step, [])) for s in steps]
-        return infer_knee(levels, cfg.limits, cfg.unit, seed=cfg.seed)
-
-    def knee_of(steps: list[StepSummary]) -> Knee:
-        """The knee from the decisions, and inferred across every step's requests so far."""
-        if len(steps) not in knees:
-            knees[len(steps)] = find_knee(steps, inferred(steps))
-        return knees[len(steps)]
-
-    async def infer(steps: list[StepSummary]) -> None:
-        """:func:`knee_of` for these steps computed off the event loop (it resamples every step's
-        requests, about a second), so the screen running the ramp stays live."""
-        if len(steps) not in knees:
-            knees[len(steps)] = find_knee(steps, await asyncio.to_thread(inferred, steps))
-
-    status: RampEnd = "interrupted"
-    stop_reason = ""
-    poller = VllmPoller([cfg.url], window_s=max(1.0, cfg.step_limit_s), api_key=cfg.api_key)
-    dcgm = DcgmPoller(cfg.dcgm_urls, window_s=cfg.step_s) if cfg.dcgm_urls else None
-    pump: asyncio.Task[None] | None = None
-    try:
-        kept = f"the folder's earlier results were moved to {writer.kept}/" if writer.kept else ""
-        report("starting", 0, 0, steps, 0, kept)
-        # ramp.json from the start, saying running: a ramp killed (-9) in its first step leaves a file
-        # that report and compare read (its runner marks it interrupted), not "no such file"
-        writer.write(steps, knee_of(steps), "running")
-        await runner.start()
-        if runner.lengths:
-            writer.header["prompt_lengths"] = runner.lengths
-
-        async def pump_samples() -> None:
-            while True:
-                ev = await runner.events.get()
-                if isinstance(ev, wire.Sample):
-                    samples.append(ev.sample)
-                    writer.sample(ev.sample)
-                elif isinstance(ev, wire.Health):
-                    health.append(ev)
-                elif isinstance(ev, wire.TraceDone):
-                    trace_done.append(ev)
-                elif isinstance(ev, wire.RunnerFailed):
-                    logger.warning("load generator: %s", ev.message)
-                elif isinstance(ev, wire.Exited):
-                    return
-
-        pump = asyncio.create_task(pump_samples())
-        plan = cfg.plan
-        idx = 0
-        while (level := plan.next(steps, knee_of(steps) if steps else None)) is not None:
-            left = budget_left()
-            step_len = scan.step_s(level) if scan is not None else cfg.step_s
-            if left is not None and left < step_len:
-                if scan is not None and not steps:
-                    raise RampError(
-                        f"a replay at x{level:g} takes {step_len / 60:.1f} min, more than the budget "
-                        f"({left / 60:g} min): give a larger --budget, or a shorter --trace-window",
-                        exit_code=EXIT_USAGE,
-                    )
-                stop_reason = budget_spent(cfg, knee_of(steps) if steps else None)
-                break
-            if load_started is None:
-                load_started = time.monotonic()
-            idx += 1
-            if scan is not None:
-                summary = await _run_trace_step(
-                    cfg,
-                    scan,
-                    idx,
-                    level,
-                    runner,
-                    pump,
-                    samples,
-                    health,
-                    trace_done,
-                    poller,
-                    dcgm,
-                    steps,
-                    report,
-                    windows,
-                )
-            else:
-                summary = await _run_step(
-                    cfg, idx, level, runner, pump, samples, health, poller, dcgm, steps, report, windows, budget_left()
-                )
-            steps.append(summary)
-            await infer(steps)
-            writer.write(steps, knee_of(steps), "running")
-            report("step_done", idx, level, steps, len(samples))
-            if writer.write_error:
-                raise RampError(f"{writer.write_error}: the ramp stopped after step {idx}")
-            if (
-                summary.requests
-                and summary.errors == summary.requests
-                and set(summary.errors_by_kind) <= {"connect", "http_5xx"}
-            ):
-                status = "server_failed"
-                raise RampError(
-                    f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed"
-                )
-            if summary.stopped_early:
-                status, stop_reason = "stopped_early", summary.stopped_early.reason
-                break
-            why = badly_broken(summary, cfg.abort_factor)
-            if why and isinstance(plan, (FixedUsers, FixedRates, FixedSpeeds)) and plan.next(steps) is not None:
-                status, stop_reason = "stopped_early", why
-                break
-        status = "complete" if status == "interrupted" else status
-        if status == "complete" and not stop_reason and isinstance(plan, KneeSearch):
-            stop_reason = plan.stop_reason(steps, knee_of(steps) if steps else None)
-    finally:
-        knee = knee_of(steps)
-        writer.header["stop_reason"] = stop_reason
-        try:
-            await runner.stop()
-        finally:
-            if pump is not None:
-                pump.cancel()
-                await asyncio.gather(pump, return_exceptions=True)
-            try:
-                writer.write(steps, knee, status)
-            finally:
-                writer.close()
-                await poller.aclose()
-                if dcgm is not None:
-                    await dcgm.aclose()
-    report("done", len(steps), steps[-1].level if steps else 0, steps, len(samples))
-    return RampResult(status, steps, knee, model, cfg.out_dir, context_len, stop_reason)
+    return header

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 
 from spoc_tui.core.errors import SpocError
 from spoc_tui.core.knee import Knee, find_knee
-from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step
+from spoc_tui.core.steps import RequestSample, StepSummary
 from spoc_tui.core.tunespace import Config, command_line
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 from spoc_tui.procs.ports import free_port
@@ -335,6 +336,9 @@ class FastSimEvaluator:
         trial_dir: Path | None = None,
         on_event: OnEvent | None = None,
     ) -> TrialOutcome:
+        from spoc_tui.core.experiment import Driver, run_now
+        from spoc_tui.sim.backend import VirtualBackend
+        from spoc_tui.sim.engine import SimEngine
         from spoc_tui.sim.options import SimConfigError, SimOptions
         from spoc_tui.sim.run import build
         from spoc_tui.sim.virtual import VirtualServer
@@ -346,29 +350,31 @@ class FastSimEvaluator:
                 return TrialOutcome("infeasible", reason=f"the simulator has no --{k}")
             kw[k.replace("-", "_")] = v
         opts = SimOptions(model=self.model, gpu=self.gpu, seed=self.ramp.seed, dcgm_port=None, **kw)
-        steps: list[StepSummary] = []
-        samples_all: list[RequestSample] = []
-        engine = None
-        plan = self.ramp.plan
-        idx = 0
-        while (level := plan.next(steps)) is not None:
-            idx, users = idx + 1, int(level)
-            try:
-                engine, _ = build(opts)
-            except SimConfigError as e:
-                return TrialOutcome(
-                    "infeasible", reason=f"server did not start: {e}", log_tail=str(e), duration_s=time.monotonic() - t0
-                )
-            # answers as long as the profile draws them (the fast mode's rule since it was built)
-            virtual = VirtualServer(
-                engine, self.ramp.workload, users, seed=self.ramp.seed * 7_919 + idx, spread_s=1.0, ignore_eos=True
+        ramp = self.ramp
+        engines: list[SimEngine] = []
+
+        def fresh(idx: int, users: int) -> VirtualServer:
+            # each level on an engine of its own, its answers as long as the profile draws them
+            # (the fast mode's rule since it was built)
+            engine, _ = build(opts)
+            engines.append(engine)
+            return VirtualServer(
+                engine, ramp.workload, users, seed=ramp.seed * 7_919 + idx, spread_s=1.0, ignore_eos=True
             )
-            virtual.advance(self.ramp.step_s)
-            window = virtual.window(self.ramp.warmup_s, self.ramp.step_s)
-            summary = summarize_step(idx, users, window, self.ramp.step_s - self.ramp.warmup_s, self.ramp.limits)
-            steps.append(summary)
-            samples_all += window
-        assert engine is not None
+
+        # the driver's loop, as a measured trial's, with no step measured on past its window and no
+        # early stop (each level's figures are the trial's whole record)
+        exp = replace(ramp.experiment(), step_limit_s=ramp.step_s, abort_factor=math.inf, early_stop=None)
+        try:
+            runs = run_now(Driver(exp, VirtualBackend(fresh=fresh), knee_each_step=False).run())
+        except SimConfigError as e:
+            return TrialOutcome(
+                "infeasible", reason=f"server did not start: {e}", log_tail=str(e), duration_s=time.monotonic() - t0
+            )
+        steps = [r.step for r in runs]
+        samples_all = [s for r in runs for s in r.window]
+        assert engines, "a plan with no level"
+        engine = engines[-1]
         return TrialOutcome(
             "ok",
             steps,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spoc_tui.core.knee import FixedRates, FixedSpeeds
+from spoc_tui.core.knee import FixedRates, FixedSpeeds, FixedUsers
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import StepSummary
@@ -217,7 +217,7 @@ def check(
         if replay
         else FixedRates([s.rate for s in steps if s.rate is not None])
         if steps[0].rate is not None
-        else None,
+        else FixedUsers([int(s.level) for s in steps]),
         limits=tuple(parse_sla(",".join(ramp.sla))) if ramp.sla else (),
         step_s=float(header.get("step_seconds") or 60.0),
         warmup_s=float(header.get("warmup_seconds") or 10.0),

@@ -24,23 +24,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from spoc_tui.core.confidence import Interval
+from spoc_tui.core.experiment import Driver, Experiment, RampProgress, Replayed, run_now
 from spoc_tui.core.inference import KneeEstimate, infer_knee
-from spoc_tui.core.knee import (
-    FixedRates,
-    FixedSpeeds,
-    FixedUsers,
-    Knee,
-    KneeSearch,
-    SpeedSearch,
-    find_knee,
-    measure_on,
-    settle_due,
-)
-from spoc_tui.core.sla import Limit
+from spoc_tui.core.knee import FixedRates, FixedSpeeds, Knee, SpeedSearch, UserPlan, find_knee
+from spoc_tui.core.sla import LevelUnit, Limit
 from spoc_tui.core.steps import (
-    EarlyStop,
     RequestSample,
-    ServerWindow,
     StepSummary,
     TraceFidelity,
     arrival_rate,
@@ -49,8 +38,10 @@ from spoc_tui.core.steps import (
     summarize_step,
 )
 from spoc_tui.core.traces import ReplayShare, TraceError, TraceRow, TraceSource
-from spoc_tui.load.defaults import ARRIVALS, DEFAULT_BUDGET_S, EXTEND_FACTOR, STEP_S, WARMUP_S, spawn_rate
+from spoc_tui.load import defaults
+from spoc_tui.load.defaults import ABORT_FACTOR, ARRIVALS, STEP_S, WARMUP_S, spawn_rate
 from spoc_tui.load.workload import Workload
+from spoc_tui.sim.backend import VirtualBackend, counters, server_window
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.fleet import FleetSim
@@ -101,8 +92,8 @@ class Prediction:
 
     twin: Twin
     workload: Workload
-    plan: object
-    """:class:`~spoc_tui.core.knee.FixedUsers` or :class:`~spoc_tui.core.knee.KneeSearch`."""
+    plan: UserPlan
+    """Listed users or rates, the knee search, or (with ``trace``) speeds."""
     limits: tuple[Limit, ...]
     step_s: float = STEP_S
     warmup_s: float = WARMUP_S
@@ -119,31 +110,36 @@ class Prediction:
 
     @property
     def step_limit_s(self) -> float:
-        return self.max_step_s if self.max_step_s is not None else self.step_s * EXTEND_FACTOR
+        return defaults.step_limit(self.step_s, self.max_step_s)
 
     @property
     def budget(self) -> float | None:
-        if self.budget_s is not None:
-            return self.budget_s
-        # as spoc ramp's: the knee searches have a default budget, other plans none
-        return DEFAULT_BUDGET_S if isinstance(self.plan, (KneeSearch, SpeedSearch)) else None
+        return defaults.budget(self.plan, self.budget_s)
 
     @property
     def open_loop(self) -> bool:
         """Steps of arrival rates (``--rate``) or of a trace's speed, not of users."""
         return isinstance(self.plan, FixedRates) or self.trace is not None
 
-    def start(self, vs: VirtualServer, level: float, prev: float) -> float:
-        """Set the next step's load: a rate, or a user count spawned at the ramp's spawn rate;
-        after a step down, wait as ``spoc ramp`` does for the requests the last level sent to end
-        (:meth:`VirtualServer.drain`). The seconds waited: the step counts what is sent after."""
-        if self.open_loop:
-            vs.set_rate(level)
-        else:
-            change = int(level - prev)
-            vs.spread_s = abs(change) / self.rate(change) if change else 0.0
-            vs.set_users(int(level))
-        return vs.drain(self.step_limit_s) if level < prev else 0.0
+    @property
+    def unit(self) -> LevelUnit:
+        return "x" if self.trace is not None else "req/s" if self.open_loop else "users"
+
+    def experiment(self, seed: int | None = None) -> Experiment:
+        """The experiment ``spoc ramp`` would run, for the driver."""
+        return Experiment(
+            plan=self.plan,
+            limits=self.limits,
+            unit=self.unit,
+            step_s=self.step_s,
+            warmup_s=self.warmup_s,
+            step_limit_s=self.step_limit_s,
+            budget_s=self.budget,
+            abort_factor=ABORT_FACTOR,
+            seed=self.seed if seed is None else seed,
+            replay_s=self.trace.step_s if self.trace is not None else None,
+            error=TwinError,
+        )
 
     def rate(self, change: int) -> float:
         """Users per second for a step that changes the count by ``change`` (as ``spoc ramp``)."""
@@ -159,41 +155,6 @@ class StepRun:
     saturated: float
     """Share of the window's polls with requests waiting or every seat taken."""
     measured_s: float
-
-
-def _server_window(
-    eng: TwinEngine,
-    polls: Sequence[tuple[int, int, float]],
-    start: dict[str, float],
-    end: dict[str, float],
-    secs: float,
-) -> ServerWindow:
-    """The engine's own view over the window, as /metrics would have shown it."""
-    waiting = [float(w) for w, _, _ in polls]
-    q = end["prefix_queries"] - start["prefix_queries"]
-    return ServerWindow(
-        seen=True,
-        waiting=waiting[-1] if waiting else None,
-        waiting_max=max(waiting) if waiting else None,
-        waiting_mean=float(np.mean(waiting)) if waiting else None,
-        running_max=float(max(r for _, r, _ in polls)) if polls else None,
-        kv_cache_usage_max=max(k for _, _, k in polls) if polls else None,
-        preemptions_per_s=(end["preemptions"] - start["preemptions"]) / secs,
-        generation_tokens_per_s=(end["generation"] - start["generation"]) / secs,
-        prefix_cache_hit_rate=(end["prefix_hits"] - start["prefix_hits"]) / q if q else None,
-        window="predicted",
-    )
-
-
-def _counters(eng: TwinEngine) -> dict[str, float]:
-    st = eng.stats
-    return {
-        "preemptions": st.preemptions,
-        "generation": st.generation_tokens,
-        "prefix_queries": st.prefix_queries,
-        "prefix_hits": st.prefix_hits,
-        "busy": eng.busy_s,
-    }
 
 
 @dataclass(frozen=True)
@@ -242,7 +203,14 @@ def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[
     out: list[DrawStep] = []
     prev = 0.0
     for u, secs in levels:
-        p.start(vs, u, prev)
+        if p.open_loop:
+            vs.set_rate(u)
+        else:
+            change = int(u - prev)
+            vs.spread_s = abs(change) / p.rate(change) if change else 0.0
+            vs.set_users(int(u))
+        if u < prev:  # as spoc ramp: the last level's requests end first
+            vs.drain(p.step_limit_s)
         sent_from = vs.now
         prev = u
         advance(vs.now + p.warmup_s)
@@ -259,78 +227,22 @@ def run_ramp(
     seed: int,
     progress: Callable[[str], None] | None = None,
 ) -> list[StepRun]:
-    """One predicted ramp on ``model``, its levels as the plan chooses them (the search from the
-    knee inferred so far), each step measured and judged as ``spoc ramp`` does."""
-    eng, vs, advance = _virtual(p, model, seed)
-    runs: list[StepRun] = []
-    steps: list[StepSummary] = []
-    windows: list[tuple[float, list[RequestSample]]] = []
-    knee: Knee | None = None
-    used = 0.0
-    plan = p.plan
-    budget = p.budget
-    prev = 0.0
-    while (u := plan.next(steps, knee)) is not None:  # type: ignore[attr-defined]
-        if budget is not None and budget - used < p.step_s:
-            break
-        drained = p.start(vs, u, prev)
-        sent_from = vs.now
-        prev = u
-        advance(vs.now + p.warmup_s)
-        start = vs.now
-        c0 = _counters(eng)
-        planned = p.step_s - p.warmup_s
-        target = planned
-        limit = max(planned, p.step_limit_s - p.warmup_s)
-        if budget is not None:
-            limit = max(planned, min(limit, budget - used - p.warmup_s))
-        polls: list[tuple[int, int, float]] = []
-        asked, settled = 0, None
-        while True:
-            while vs.now < start + target - 1e-9:
-                advance(min(start + target, vs.now + 1.0))
-                polls.append((len(eng.waiting), len(eng.running), eng.kv_usage))
-                if isinstance(plan, KneeSearch) and settle_due(vs.now - start, planned, asked):
-                    asked += 1  # as spoc ramp: the step ends once the search's next level is plain
-                    if settled := plan.settled(steps, u, vs.window(start, vs.now, sent_from), p.limits):
-                        target = vs.now - start
-                        break
-            window = vs.window(start, vs.now, sent_from)
-            secs = max(vs.now - start, 1e-9)
-            server = _server_window(eng, polls, c0, _counters(eng), secs)
-            summary = summarize_step(
-                len(steps) + 1,
-                1 if p.open_loop else int(u),
-                window,
-                target,
-                p.limits,
-                open_loop=p.open_loop,
-                rate=float(u) if p.open_loop else None,
-                server=server,
-                extended_s=max(0.0, target - planned),
-                drained_s=drained,
-            )
-            if settled is not None:
-                summary = replace(summary, settled_early=EarlyStop(settled, round(planned - target, 1)))
-                break
-            if summary.decision != "inconclusive" or target >= limit - 1e-6:
-                break
-            # a list measures on always; a search only near a limit, and while its interval is wide
-            if not measure_on(plan, steps, summary, [*windows, (u, window)], p.limits, seed=seed):
-                break
-            target = min(limit, target + planned)
-        used += drained + p.warmup_s + target
-        busy = (_counters(eng)["busy"] - c0["busy"]) / secs
-        steps.append(summary)
-        windows.append((u, window))
-        seats = eng.cfg.max_num_seqs
-        full = sum(1 for w, r, _ in polls if w > 0 or r >= seats) / len(polls) if polls else 0.0
-        runs.append(StepRun(summary, window, min(1.0, busy), full, target))
-        if not isinstance(plan, (FixedUsers, FixedRates)):  # only a search chooses its next level from the knee
-            knee = find_knee(steps, infer_knee(windows, p.limits, seed=seed))
-        if progress:
-            progress(f"{summary.level_text}: {summary.requests} requests, {summary.decision}")
-    return runs
+    """One predicted ramp on ``model``: the experiment driver's loop (``spoc ramp``'s own) over the
+    twin's engine in virtual time, its levels as the plan chooses them."""
+    _eng, vs, _advance = _virtual(p, model, seed)
+    return _drive(p, VirtualBackend(vs, spawn_rate=p.rate), seed, progress)
+
+
+def _drive(p: Prediction, backend: VirtualBackend, seed: int, progress: Callable[[str], None] | None) -> list[StepRun]:
+    def said(ev: RampProgress) -> None:
+        if progress is not None and ev.phase == "step_done" and ev.steps:
+            s = ev.steps[-1]
+            progress(f"{s.level_text}: {s.requests} requests, {s.decision}")
+
+    driver = Driver(p.experiment(seed), backend, on_progress=said, knee_each_step=False)
+    runs = run_now(driver.run())
+    busy, full = backend.busy, backend.saturated
+    return [StepRun(r.step, r.window, busy.get(r.step.step, 0.0), full.get(r.step.step, 0.0), r.seconds) for r in runs]
 
 
 @dataclass(frozen=True)
@@ -525,7 +437,7 @@ def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: floa
     window = [replace(s, step=idx) for s in sim.samples]
     polls = [(w, r, k) for _, w, r, k in sim.polls]
     zero = dict.fromkeys(("preemptions", "generation", "prefix_queries", "prefix_hits", "busy"), 0.0)
-    server = _server_window(eng, polls, zero, _counters(eng), secs)
+    server = server_window(polls, zero, counters(eng), secs)
     unbounded = queue_unbounded([(t, float(w)) for t, w, _, _ in sim.polls])
     summary = summarize_step(idx, 1, window, secs, p.limits, open_loop=True, server=server, unbounded=unbounded)
     starts = sorted(s.start for s in window)
@@ -564,37 +476,20 @@ def run_trace_ramp(
     progress: Callable[[str], None] | None = None,
 ) -> list[StepRun]:
     """The replay steps on ``model``, their speeds as the plan chooses them (the speed search from
-    the knee inferred so far), within the budget as ``spoc ramp --trace`` keeps it: a replay that
-    would not fit what is left ends the search."""
+    the knee inferred so far), within the budget as ``spoc ramp --trace`` keeps it: the driver's
+    loop, each step a replay on a fresh twin."""
     assert p.trace is not None
-    plan = p.plan
-    if not isinstance(plan, (FixedSpeeds, SpeedSearch)):
+    if not isinstance(p.plan, (FixedSpeeds, SpeedSearch)):
         raise TwinError("a trace replay steps in speed multiples: give --speed (e.g. 0.5,1,2 or auto)")
-    runs: list[StepRun] = []
-    steps: list[StepSummary] = []
-    windows: list[tuple[float, list[RequestSample]]] = []
-    knee: Knee | None = None
-    used = 0.0
-    budget = p.budget
-    while (speed := plan.next(steps, knee)) is not None:
-        length = p.trace.step_s(speed)
-        if budget is not None and budget - used < length:
-            if not steps:
-                raise TwinError(
-                    f"a replay at x{speed:g} takes {length / 60:.1f} min, more than the budget "
-                    f"({budget / 60:g} min): give a larger --budget, or a shorter --trace-window"
-                )
-            break
-        run = trace_step(p, model, seed, len(steps) + 1, speed)
-        used += run.measured_s
-        runs.append(run)
-        steps.append(run.step)
-        windows.append((speed, run.window))
-        if isinstance(plan, SpeedSearch):
-            knee = find_knee(steps, infer_knee(windows, p.limits, "x", seed=seed))
-        if progress:
-            progress(f"{run.step.level_text}: {run.step.requests} requests, {run.step.decision}")
-    return runs
+    backend = VirtualBackend()
+
+    def replayer(idx: int, speed: float) -> Replayed:
+        run = trace_step(p, model, seed, idx, speed)
+        backend.busy[idx], backend.saturated[idx] = run.busy, run.saturated
+        return Replayed(run.step, run.window, run.measured_s)
+
+    backend.replayer = replayer
+    return _drive(p, backend, seed, progress)
 
 
 def run_trace_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]]) -> list[DrawStep]:

@@ -133,7 +133,7 @@ def test_a_step_down_waits_for_the_last_levels_requests(tmp_path):
     cfg = ramp.RampConfig(
         "http://127.0.0.1:1",
         load_workload("chatbot"),
-        ramp.FixedUsers([8, 2]),
+        FixedUsers([8, 2]),
         tuple(parse_sla("ttft_p99<=1s")),
         tmp_path,
         step_s=2.0,
@@ -159,7 +159,7 @@ def test_a_step_down_waits_for_the_last_levels_requests(tmp_path):
         pump = asyncio.create_task(asyncio.sleep(60))
         feeder = asyncio.create_task(feed())
         try:
-            end = await ramp._drain(cfg, 2, 2, [], [], health, report, pump)
+            end = await ramp._drain(cfg.step_limit_s, health, lambda note: report("warmup", 2, 2, [], 0, note), pump)
         finally:
             pump.cancel()
             feeder.cancel()

@@ -1,0 +1,192 @@
+"""The experiment driver's virtual backend: a simulated engine (the simulator's or the twin's)
+under virtual users (:class:`~spoc_tui.sim.virtual.VirtualServer`), in virtual time.
+
+The driver (:class:`spoc_tui.core.experiment.Driver`) runs the very loop ``spoc ramp`` runs over
+it; nothing here waits, so :func:`~spoc_tui.core.experiment.run_now` runs a whole ramp in
+seconds, the same for a seed every time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from spoc_tui.core.experiment import Replayed, immediately
+from spoc_tui.core.sla import Limit
+from spoc_tui.core.steps import ClientHealth, RequestSample, ServerWindow
+from spoc_tui.sim.engine import SimEngine
+from spoc_tui.sim.virtual import VirtualServer
+
+T = TypeVar("T")
+
+POLL_S = 1.0
+"""How often the virtual backend notes the engine's queue and batch (reading it costs nothing)."""
+
+
+def counters(eng: SimEngine) -> dict[str, float]:
+    """The engine's cumulative counters a window's rates are differences of."""
+    st = eng.stats
+    return {
+        "preemptions": st.preemptions,
+        "generation": st.generation_tokens,
+        "prefix_queries": st.prefix_queries,
+        "prefix_hits": st.prefix_hits,
+        "busy": eng.busy_s,
+    }
+
+
+def server_window(
+    polls: Sequence[tuple[int, int, float]], start: dict[str, float], end: dict[str, float], secs: float
+) -> ServerWindow:
+    """The engine's own view over a window, as /metrics would have shown it: ``polls`` are its
+    (waiting, running, KV use) readings, ``start`` and ``end`` its :func:`counters`."""
+    waiting = [float(w) for w, _, _ in polls]
+    q = end["prefix_queries"] - start["prefix_queries"]
+    secs = max(secs, 1e-9)
+    return ServerWindow(
+        seen=True,
+        waiting=waiting[-1] if waiting else None,
+        waiting_max=max(waiting) if waiting else None,
+        waiting_mean=float(np.mean(waiting)) if waiting else None,
+        running_max=float(max(r for _, r, _ in polls)) if polls else None,
+        kv_cache_usage_max=max(k for _, _, k in polls) if polls else None,
+        preemptions_per_s=(end["preemptions"] - start["preemptions"]) / secs,
+        generation_tokens_per_s=(end["generation"] - start["generation"]) / secs,
+        prefix_cache_hit_rate=(end["prefix_hits"] - start["prefix_hits"]) / q if q else None,
+        window="predicted",
+    )
+
+
+class VirtualBackend:
+    """Virtual users on a simulated engine, as the driver's backend.
+
+    Either one server for the whole ramp (``server``: each step continues the last, as on a real
+    server), or a fresh one per step (``fresh(idx, users)``: a study's fast mode, each level on a
+    new engine). A trace replay's steps are run by ``replayer(idx, speed)``.
+    """
+
+    generators = 1
+
+    def __init__(
+        self,
+        server: VirtualServer | None = None,
+        *,
+        spawn_rate: Callable[[int], float] | None = None,
+        fresh: Callable[[int, int], VirtualServer] | None = None,
+        replayer: Callable[[int, float], Replayed] | None = None,
+        poll_s: float = POLL_S,
+    ) -> None:
+        """
+        Args:
+            spawn_rate: users per second for a step that changes the count by its argument (the
+                ramp's rule); None: the server's own ``spread_s``.
+        """
+        self.vs = server
+        self.spawn_rate = spawn_rate
+        self.fresh = fresh
+        self.replayer = replayer
+        self.poll_s = poll_s
+        self.offset = 0.0
+        """A fresh server's clock starts at 0: the time before it, on the driver's clock."""
+        self.clock = server.now if server is not None else 0.0
+        """The driver's clock: the time it last advanced to. (The engine may have stepped a little
+        past it, finishing its step; a window ends where the driver said, not there.)"""
+        self.level_at = -math.inf
+        self.polls: list[tuple[int, int, float]] = []
+        self.busy: dict[int, float] = {}
+        """Per step: the share of its window the engine was stepping."""
+        self.saturated: dict[int, float] = {}
+        """Per step: the share of its window's polls with requests waiting or every seat taken."""
+        self._c0: dict[str, float] = {}
+        self._start = 0.0
+        self._idx = 0
+        self._answered = 0
+
+    @property
+    def engine(self) -> SimEngine:
+        assert self.vs is not None
+        return self.vs.engine
+
+    def now(self) -> float:
+        return self.clock
+
+    def samples(self) -> int:
+        return self._answered + (len(self.vs.samples) if self.vs is not None else 0)
+
+    def _advance(self, until: float) -> None:
+        assert self.vs is not None
+        self.vs.advance(until - self.offset)
+        self.clock = max(self.clock, until)
+        eng = self.vs.engine
+        self.polls.append((len(eng.waiting), len(eng.running), eng.kv_usage))
+
+    async def advance(self, until: float) -> None:
+        self._advance(until)
+
+    async def set_level(self, idx: int, level: float, prev: float, open_loop: bool) -> str:
+        self._idx = idx
+        if self.fresh is not None:
+            if self.vs is not None:
+                self.offset, self._answered = self.clock, self.samples()
+            self.vs = self.fresh(idx, int(level))
+        elif self.vs is None:
+            raise RuntimeError("a VirtualBackend needs a server or a way to make one")
+        elif open_loop:
+            self.vs.set_rate(level)
+        else:
+            change = int(level - prev)
+            if self.spawn_rate is not None:
+                self.vs.spread_s = abs(change) / self.spawn_rate(change) if change else 0.0
+            self.vs.set_users(int(level))
+        self.level_at = self.now()
+        return ""
+
+    async def drain(self, most_s: float, say: Callable[[str], None]) -> float:
+        assert self.vs is not None
+        self.vs.drain(most_s)
+        self.clock = max(self.clock, self.offset + self.vs.now)
+        return self.clock
+
+    async def begin_window(self) -> None:
+        self.polls = []
+        self._c0 = counters(self.engine)
+        self._start = self.now()
+
+    async def poll(self) -> ServerWindow:
+        eng = self.engine
+        secs = self.now() - self._start
+        seats = eng.cfg.max_num_seqs
+        if self.polls:
+            full = sum(1 for w, r, _ in self.polls if w > 0 or r >= seats) / len(self.polls)
+            self.saturated[self._idx] = full
+        c1 = counters(eng)
+        self.busy[self._idx] = min(1.0, (c1["busy"] - self._c0["busy"]) / max(secs, 1e-9))
+        return server_window(self.polls, self._c0, c1, secs)
+
+    def poll_every(self, planned_s: float) -> float:
+        return self.poll_s
+
+    def window(self, idx: int, start: float, end: float, sent_from: float) -> list[RequestSample]:
+        assert self.vs is not None
+        o = self.offset
+        return self.vs.window(start - o, end - o, max(sent_from, self.level_at) - o)
+
+    def client(self, start: float, end: float, limits: Sequence[Limit]) -> ClientHealth:
+        return ClientHealth()
+
+    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Replayed:
+        if self.replayer is None:
+            raise RuntimeError("this virtual backend replays no trace")
+        r = self.replayer(idx, speed)
+        self.clock += r.seconds
+        self._answered += len(r.window)
+        return r
+
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        return await immediately(fn, *args)
+
+    async def stop(self) -> None:
+        pass
