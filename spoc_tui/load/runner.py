@@ -46,6 +46,7 @@ from locust.runners import MasterRunner
 from urllib3 import PoolManager
 
 from spoc_tui.collectors.http import tls
+from spoc_tui.core.sse import StreamTally
 from spoc_tui.core.steps import RequestSample
 from spoc_tui.core.traces import ReplayShare, TraceError, TraceRow, TraceSource
 from spoc_tui.load import wire
@@ -338,13 +339,7 @@ def _stream_request(
     chat = path.endswith("chat/completions")
     wall0 = time.time()
     t0 = time.perf_counter()
-    first: float | None = None
-    last: float | None = None
-    gaps: list[float] = []
-    usage: dict[str, Any] = {}
-    request_id: str | None = None
-    parts: list[str] = []
-    done = False
+    tally = StreamTally(chat=chat, keep_text=True)
     error: str | None = None
     try:
         with client.post(
@@ -373,38 +368,12 @@ def _stream_request(
                         break
                     if not line:
                         break
-                    now = time.perf_counter()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        done = True
-                        continue
-                    try:
-                        ev = json.loads(data)
-                    except ValueError:
-                        continue
-                    if request_id is None and isinstance(ev.get("id"), str):
-                        request_id = ev["id"]
-                    if ev.get("usage"):
-                        usage = ev["usage"]
-                    choices = ev.get("choices")
-                    if choices:
-                        # As vllm bench serve: every event with choices is a step of the stream
-                        # (TTFT at the first, a gap at each next), text or not: a token whose
-                        # text the detokenizer holds back still took its step.
-                        if first is None:
-                            first = now
-                        elif last is not None:
-                            gaps.append(now - last)
-                        last = now
-                        for ch in choices:
-                            piece = (ch.get("delta") or {}).get("content") if chat else ch.get("text")
-                            if piece:
-                                parts.append(piece)
+                    # as vllm bench serve: every event with choices is a step of the stream (TTFT
+                    # at the first, a gap at each next), text or not (:mod:`spoc_tui.core.sse`)
+                    tally.feed(line, time.perf_counter())
                 if error is not None:
                     resp.failure(f"stream broke: {error}")
-                elif not done:
+                elif not tally.done:
                     error = "stream"
                     resp.failure("stream ended without [DONE]")
                 else:
@@ -412,8 +381,8 @@ def _stream_request(
     except Exception as e:  # anything the client raised outside the stream
         error = classify_error(e)
     end = time.perf_counter()
-    details = usage.get("prompt_tokens_details") or {}
     ok = error is None
+    first, last = tally.first, tally.last
     sample = RequestSample(
         start=wall0,
         end=wall0 + (end - t0),
@@ -424,15 +393,15 @@ def _stream_request(
         error=error,
         ttft=(first - t0) if first is not None else None,
         e2e=(last if last is not None else end) - t0,  # to the last token event, as vllm bench serve
-        itl=tuple(gaps),
-        output_tokens=_int_or_none(usage.get("completion_tokens")),
-        prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-        cached_tokens=_int_or_none(details.get("cached_tokens")) if isinstance(details, dict) else None,
-        request_id=request_id,
+        itl=tally.gaps,
+        output_tokens=tally.completion_tokens,
+        prompt_tokens=tally.prompt_tokens,
+        cached_tokens=tally.cached_tokens,
+        request_id=tally.request_id,
         conversation=conv_id,
         turn=turn,
     )
-    return sample, ("".join(parts) if ok else None)
+    return sample, (tally.text if ok else None)
 
 
 def _private_ca_context() -> Any:
@@ -776,10 +745,6 @@ def orphaned() -> None:
     sys.stderr.write(f"load generator: {reason}; stopping\n")
     sys.stderr.flush()
     os._exit(3)
-
-
-def _int_or_none(v: Any) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _read_commands(env: Environment) -> None:

@@ -30,7 +30,6 @@ Every prompt is new text (a prefix-cache hit would fake a short prefill): the an
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import random
 import statistics
@@ -45,6 +44,7 @@ from spoc_tui.collectors.scrape import SourceError, base_url, fetch
 from spoc_tui.core.errors import EXIT_FAILURE
 from spoc_tui.core.promparse import Exposition
 from spoc_tui.core.redact import redact_url
+from spoc_tui.core.sse import StreamTally
 from spoc_tui.core.vllm import PREFIX_HITS, cache_config, engine_version
 from spoc_tui.load.workload import TextMaker
 from spoc_tui.twin.fit import Observation, fit_step_model
@@ -372,6 +372,7 @@ class Calibrator:
             "stream_options": {"include_usage": True},
         }
         s = Stream(sent=time.perf_counter())
+        tally = StreamTally(chat=self.chat, times=s.times)  # (the tokens' times fill s.times as they come)
         try:
             path = "/v1/chat/completions" if self.chat else "/v1/completions"
             async with c.stream("POST", self.root + path, json=body, headers=self.headers) as r:
@@ -380,29 +381,14 @@ class Calibrator:
                     s.error = f"HTTP {r.status_code}: {text}"
                     return s
                 async for line in r.aiter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    data = line[6:].strip()
-                    if data == "[DONE]":
+                    # every event with choices is a step, as the load generator counts them
+                    tally.feed(line, time.perf_counter())
+                    if tally.done:
                         break
-                    now = time.perf_counter()
-                    try:
-                        obj = json.loads(data)
-                    except ValueError:
-                        continue
-                    if obj.get("choices"):
-                        s.times.append(now)
-                        if seen is not None:
-                            seen[i] = len(s.times)
-                    usage = obj.get("usage")
-                    if isinstance(usage, dict):
-                        pt = usage.get("prompt_tokens")
-                        s.prompt_tokens = pt if isinstance(pt, int) else None
-                        ct = usage.get("completion_tokens")
-                        s.completion_tokens = ct if isinstance(ct, int) else None
-                        det = usage.get("prompt_tokens_details")
-                        if isinstance(det, dict) and isinstance(det.get("cached_tokens"), int):
-                            s.cached_tokens = det["cached_tokens"]
+                    if seen is not None:
+                        seen[i] = len(s.times)
+            s.prompt_tokens, s.completion_tokens = tally.prompt_tokens, tally.completion_tokens
+            s.cached_tokens = tally.cached_tokens or 0
         except httpx.HTTPError as e:
             s.error = f"{type(e).__name__}: {e}"
         return s

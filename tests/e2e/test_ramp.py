@@ -456,3 +456,67 @@ def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(sim8, fast_pro
     assert (seen and seen[0] >= 10) or len(seen) > 1
     doc = json.loads((tmp_path / "out" / "ramp.json").read_text())
     assert doc["steps"][0]["stopped_early"]["saved_s"] == step.stopped_early.saved_s
+
+
+def _keys(x, path=""):
+    """Every key path of a JSON document (lists by their first item)."""
+    if isinstance(x, dict):
+        return {k for key, v in x.items() for k in {f"{path}.{key}", *_keys(v, f"{path}.{key}")}}
+    if isinstance(x, list) and x:
+        return _keys(x[0], path + "[]")
+    return set()
+
+
+def test_a_measured_and_a_predicted_ramp_differ_only_by_the_backend(sim8, fast_profile, tmp_path):
+    """The same experiment through the one driver: over the live backend against the simulator's
+    server, and over the virtual backend on the simulator's engine with the same flags. Both
+    ramp.json files come from the same writer with the same keys, the same levels in the same
+    order, and a verdict each; only the backend (its clock, where its figures come from) differs."""
+    import asyncio
+
+    from spoc_tui.core.experiment import Driver, run_now
+    from spoc_tui.core.sla import parse_sla
+    from spoc_tui.load.ramp import RampConfig, ResultWriter, ramp_header, run_ramp, spawn_rate
+    from spoc_tui.load.workload import load_workload
+    from spoc_tui.sim.backend import VirtualBackend
+    from spoc_tui.sim.options import SimOptions
+    from spoc_tui.sim.run import build
+    from spoc_tui.sim.virtual import VirtualServer
+
+    url, _ = sim8
+    live_dir, virtual_dir = tmp_path / "live", tmp_path / "virtual"
+    cfg = RampConfig(
+        url,
+        load_workload(fast_profile),
+        FixedUsers([2, 6]),
+        tuple(parse_sla("ttft_p90<=20s")),
+        live_dir,
+        step_s=6,
+        warmup_s=1,
+        max_step_s=6,
+    )
+    measured = asyncio.run(run_ramp(cfg))
+
+    engine, _ = build(SimOptions(gpu="a100-40gb", max_num_seqs=8, dcgm_port=None))
+    vs = VirtualServer(engine, cfg.workload, 0, seed=cfg.seed, paced=True)
+    writer = ResultWriter(virtual_dir, ramp_header(cfg, measured.model, None), requests=False)
+    try:
+        driver = Driver(cfg.experiment(), VirtualBackend(vs, spawn_rate=lambda c: spawn_rate(cfg, c)), sink=writer)
+        run_now(driver.run())
+    finally:
+        writer.close()
+
+    live = json.loads((live_dir / "ramp.json").read_text())
+    virtual = json.loads((virtual_dir / "ramp.json").read_text())
+    # what only a live backend has: the load generator's own health, and how it made prompt lengths
+    own = {".prompt_lengths"}
+
+    def comparable(doc):
+        return {k for k in _keys(doc) if k not in own and not k.startswith(".steps[].client.")}
+
+    assert comparable(live) == comparable(virtual), comparable(live) ^ comparable(virtual)
+    assert [s["users"] for s in live["steps"]] == [s["users"] for s in virtual["steps"]] == [2, 6]
+    assert live["status"] == virtual["status"] == "complete" and measured.status == "complete"
+    for doc in (live, virtual):  # both measured the steps and judged them against the same SLA
+        assert all(s["requests"] > 0 and s["verdict"]["decision"] for s in doc["steps"])
+        assert doc["sla"] == ["ttft_p90<=20s"]
