@@ -86,6 +86,9 @@ class Experiment:
     abort_factor: float = math.inf
     """A listed ramp stops once a step breaks a limit this many times over (:func:`badly_broken`)."""
     seed: int = 0
+    poll_s: float = 5.0
+    """The longest between two readings of the server's figures during a window (``--poll-seconds``);
+    a window shorter than 10 x this is read every tenth of it, at most once a second."""
     early_stop: Callable[[StepSummary], str | None] | None = field(default=None, repr=False, compare=False)
     """A study's: asked during a step's window with the window so far; a reason ends the step there."""
     replay_s: Callable[[float], float] | None = field(default=None, repr=False, compare=False)
@@ -183,10 +186,6 @@ class Backend(Protocol):
 
     async def poll(self) -> ServerWindow:
         """The server's view of the window so far (its peaks over every poll of the window)."""
-        ...
-
-    def poll_every(self, planned_s: float) -> float:
-        """Seconds between two polls of a window ``planned_s`` long."""
         ...
 
     def window(self, idx: int, start: float, end: float, sent_from: float) -> list[RequestSample]:
@@ -426,7 +425,8 @@ class Driver:
         next_check = planned / 3
         settle = exp.plan if isinstance(exp.plan, KneeSearch) and exp.settle else None
         asked, settled = 0, None
-        every = be.poll_every(planned)
+        # about ten readings per window (the queue-growth rule needs eight), never more than one a second
+        every = min(exp.poll_s, max(1.0, planned / 10))
         polled = m_start
         while True:
             while (left := target - (be.now() - m_start)) > 1e-6:  # (virtual time: no float dust)

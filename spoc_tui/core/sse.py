@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 
 def _int(v: object) -> int | None:
@@ -32,7 +31,10 @@ class StreamTally:
     keep_text: bool = False
     times: list[float] = field(default_factory=list)
     """When each event with choices arrived (the caller's clock)."""
-    usage: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    """The server's counts, from the usage event (the last one wins)."""
     request_id: str | None = None
     done: bool = False
     """``[DONE]`` arrived (a stream that ends without it broke)."""
@@ -62,8 +64,12 @@ class StreamTally:
             return
         if self.request_id is None and isinstance(ev.get("id"), str):
             self.request_id = ev["id"]
-        if isinstance(ev.get("usage"), dict) and ev["usage"]:
-            self.usage = ev["usage"]
+        usage = ev.get("usage")
+        if isinstance(usage, dict) and usage:
+            self.prompt_tokens = _int(usage.get("prompt_tokens"))
+            self.completion_tokens = _int(usage.get("completion_tokens"))
+            details = usage.get("prompt_tokens_details")
+            self.cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
         choices = ev.get("choices")
         if choices and isinstance(choices, list):
             self.times.append(now)
@@ -87,19 +93,6 @@ class StreamTally:
     def gaps(self) -> tuple[float, ...]:
         t = self.times
         return tuple(b - a for a, b in zip(t, t[1:], strict=False))
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        return _int(self.usage.get("prompt_tokens"))
-
-    @property
-    def completion_tokens(self) -> int | None:
-        return _int(self.usage.get("completion_tokens"))
-
-    @property
-    def cached_tokens(self) -> int | None:
-        details = self.usage.get("prompt_tokens_details")
-        return _int(details.get("cached_tokens")) if isinstance(details, dict) else None
 
     @property
     def text(self) -> str:

@@ -208,6 +208,7 @@ class RampConfig:
             budget_s=self.budget,
             abort_factor=self.abort_factor,
             seed=self.seed,
+            poll_s=self.poll_s,
             early_stop=self.early_stop,
             replay_s=scan.step_s if scan is not None else None,
             error=RampError,
@@ -772,10 +773,6 @@ class LiveBackend:
     async def poll(self) -> ServerWindow:
         assert self.poller is not None
         return await _server_view(self.poller, self.dcgm, self.peaks)
-
-    def poll_every(self, planned_s: float) -> float:
-        # about ten readings per window (the queue-growth rule needs eight), never more than one a second
-        return min(self.cfg.poll_s, max(1.0, planned_s / 10))
 
     def window(self, idx: int, start: float, end: float, sent_from: float) -> list[RequestSample]:
         return [

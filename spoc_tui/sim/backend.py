@@ -166,9 +166,6 @@ class VirtualBackend:
         self.busy[self._idx] = min(1.0, (c1["busy"] - self._c0["busy"]) / max(secs, 1e-9))
         return server_window(self.polls, self._c0, c1, secs)
 
-    def poll_every(self, planned_s: float) -> float:
-        return self.poll_s
-
     def window(self, idx: int, start: float, end: float, sent_from: float) -> list[RequestSample]:
         assert self.vs is not None
         o = self.offset
