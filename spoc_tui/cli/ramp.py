@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from spoc_tui.cli.signals import stop_signals_interrupt
 from spoc_tui.core import fmt
@@ -48,10 +50,15 @@ def _progress(p: RampProgress) -> None:
             print("  " + "; ".join(x for x in (f"knee so far: {so_far}" if so_far else "", left) if x), flush=True)
 
 
-def run(cfg: RampConfig) -> int:
+Ramp = Callable[[RampConfig, Callable[[RampProgress], None]], Coroutine[Any, Any, RampResult]]
+
+
+def run(cfg: RampConfig, ramp: Ramp = run_ramp) -> int:
+    """``spoc ramp``: the ramp (``ramp``: the live one; a test gives the same experiment on the
+    virtual backend) with its progress lines, then its table and where its files are."""
     try:
         with stop_signals_interrupt():
-            result: RampResult = asyncio.run(run_ramp(cfg, _progress))
+            result: RampResult = asyncio.run(ramp(cfg, _progress))
     except RampError as e:
         if (Path(cfg.out_dir) / "ramp.json").exists():
             e.hint = f"finished steps are in {cfg.out_dir}/ramp.json"

@@ -1,0 +1,136 @@
+"""``spoc ramp``'s logic and what it prints, on the virtual clock: the command's own output
+(:func:`spoc_tui.cli.ramp.run`) over the experiment driver on the simulator's engine in virtual
+time, written by the ramp's own writer. These ran against a live simulator in real time, on a host
+whose speed moved their figures; the driver is the same code either way (the e2e test that runs
+both backends checks that), so here they are deterministic and take seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from spoc_tui.cli.ramp import run
+from spoc_tui.core.experiment import Driver, RampProgress
+from spoc_tui.core.knee import FixedUsers, KneeSearch
+from spoc_tui.core.sla import parse_sla
+from spoc_tui.load.ramp import RampConfig, RampResult, ResultWriter, ramp_header, spawn_rate
+from spoc_tui.load.workload import load_workload
+from spoc_tui.sim.backend import VirtualBackend
+from spoc_tui.sim.options import SimOptions
+from spoc_tui.sim.run import build
+from spoc_tui.sim.virtual import VirtualServer
+
+FAST = """
+name = "fast"
+system_tokens = 200
+turns = 3
+user_tokens = {dist = "uniform", min = 50, max = 300}
+output_tokens = {dist = "uniform", min = 20, max = 80}
+think_s = {dist = "uniform", min = 0.1, max = 0.4}
+"""
+
+
+async def on_sim8(cfg: RampConfig, on_progress) -> RampResult:
+    """The ramp on ``spoc sim --gpu a100-40gb --max-num-seqs 8``'s engine, in virtual time, its
+    users paced as the load generator's."""
+    engine, _ = build(SimOptions(gpu="a100-40gb", max_num_seqs=8, dcgm_port=None, seed=cfg.seed))
+    vs = VirtualServer(engine, cfg.workload, 0, seed=cfg.seed, paced=True, lockstep=cfg.arrivals == "lockstep")
+    writer = ResultWriter(cfg.out_dir, ramp_header(cfg, "sim", None), requests=False)
+    try:
+        backend = VirtualBackend(vs, spawn_rate=lambda c: spawn_rate(cfg, c))
+        driver = Driver(cfg.experiment(), backend, sink=writer, on_progress=on_progress)
+        await driver.run()
+    finally:
+        writer.close()
+    return RampResult(driver.status, driver.steps, driver.knee(), "sim", cfg.out_dir, None, driver.stop_reason)
+
+
+def ramp(tmp_path: Path, profile: str, plan, sla: str, **kw) -> RampConfig:
+    if profile == "fast":
+        (tmp_path / "fast.toml").write_text(FAST)
+        profile = str(tmp_path / "fast.toml")
+    cfg = RampConfig("http://127.0.0.1:1", load_workload(profile), plan, tuple(parse_sla(sla)), tmp_path / "out", **kw)
+    cfg.validate()
+    return cfg
+
+
+def test_a_step_too_short_for_its_profile_is_inconclusive_not_a_breach(tmp_path, capsys):
+    """The chatbot profile thinks 3-15 s between turns: a 6 s step sees almost nothing finish.
+    That is not a breach, and not a reason to stop early; the output says why and what to change."""
+    cfg = ramp(
+        tmp_path, "chatbot", FixedUsers([1, 4]), "ttft_p99<=2s,itl_p99<=100ms", step_s=6, warmup_s=1, max_step_s=6
+    )
+    assert run(cfg, on_sim8) == 0
+    out = capsys.readouterr().out
+    assert "stopped early" not in out and "BREAKS" not in out
+    assert "INCONCLUSIVE" in out and "inconclusive at 1, 4 users" in out
+    assert "--max-step-seconds" in out or "too short for this profile" in out
+    d = json.loads((cfg.out_dir / "ramp.json").read_text())
+    assert d["status"] == "complete" and [s["verdict"]["decision"] for s in d["steps"]] == ["inconclusive"] * 2
+    assert d["knee"]["max_users_within_sla"] is None and d["knee"]["first_failing_users"] is None
+
+
+def test_knee_search_auto(tmp_path, capsys):
+    """--users auto:MAX doubles while no step broke, then probes inside the knee's inferred
+    interval until it is narrow or the budget is spent, and says which."""
+    cfg = ramp(tmp_path, "fast", KneeSearch(max_users=64), "ttft_p50<=300ms", step_s=4, warmup_s=1, budget_s=75)
+    assert run(cfg, on_sim8) == 0
+    out = capsys.readouterr().out
+    d = json.loads((cfg.out_dir / "ramp.json").read_text())
+    probes = [s["users"] for s in d["steps"]]
+    assert probes[:3] == [1, 2, 4] and d["users"] == "auto:64" and d["budget_seconds"] == 75
+    knee = d["knee"]
+    assert knee["boundary"] in ("smooth", "cliff"), (probes, knee)
+    est, (lo, hi) = knee["estimate"], knee["ci95"]
+    # the load it ran (warm-ups, drains and extensions included) stays within the budget
+    assert sum(s["duration_s"] + 1 + s.get("drained_s", 0) for s in d["steps"]) <= 75 + 1e-6
+    assert lo is not None and lo <= est and (hi is None or est <= hi)
+    narrow = hi is not None and (hi - lo <= 0.1 * est or int(hi) - int(lo) <= 1)
+    # it says why it stopped: the knee narrow enough, the budget, or every count measured its most
+    assert d["stop_reason"].startswith(("the knee", "the budget", "every user count")), d["stop_reason"]
+    assert narrow or not d["stop_reason"].startswith("the knee"), (probes, knee, d["stop_reason"])
+    assert "knee so far: " in out and "budget left" in out and "knee across steps: " in out
+    # never a level above one that surely broke
+    broke = [s["users"] for s in d["steps"] if s["verdict"]["decision"] == "breaks"]
+    for i, s in enumerate(d["steps"]):
+        assert not any(b < s["users"] for b in broke if probes.index(b) < i), probes
+
+
+def test_a_search_step_ends_once_its_next_level_is_plain(tmp_path, capsys):
+    """The knee search's steps far under every limit while it doubles end from a third of their
+    window on (their next level is plain): ramp.json says why and what each saved, the ramp says
+    so beside the step, and the search goes on to its answer."""
+    (tmp_path / "tiny.toml").write_text('name = "tiny"\nuser_tokens = 50\noutput_tokens = 8\nignore_eos = true\n')
+    cfg = ramp(tmp_path, str(tmp_path / "tiny.toml"), KneeSearch(max_users=4), "ttft_p99<=2s", step_s=13, warmup_s=1)
+    assert run(cfg, on_sim8) == 0
+    out = capsys.readouterr().out
+    d = json.loads((cfg.out_dir / "ramp.json").read_text())
+    assert [s["users"] for s in d["steps"]] == [1, 2, 4] and "no level up to 4 users" in d["stop_reason"]
+    for step in d["steps"]:
+        settled = step.get("settled_early")
+        assert settled and "the search doubles" in settled["reason"], step
+        assert step["duration_s"] < 12 and settled["saved_s"] >= 1 and step["requests"] >= 20, step
+    assert "s early: every figure under half its limit" in out
+
+
+def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(tmp_path, capsys):
+    """A tuning study's callback sees the window so far; a reason ends the step (and the ramp) there."""
+    seen: list[int] = []
+
+    def judge(step):
+        seen.append(step.requests)
+        return "clearly dominated (test)" if step.requests >= 10 else None
+
+    cfg = ramp(tmp_path, "fast", FixedUsers([8, 16]), "ttft_p99<=30s", step_s=40, warmup_s=1, early_stop=judge)
+    progress: list[RampProgress] = []
+    result = asyncio.run(on_sim8(cfg, progress.append))
+    assert result.status == "stopped_early" and len(result.steps) == 1
+    step = result.steps[0]
+    assert step.stopped_early is not None
+    assert step.stopped_early.reason == "clearly dominated (test)" and step.stopped_early.saved_s > 5
+    assert seen and seen[-1] >= 10 and all(n < 10 for n in seen[:-1])
+    doc = json.loads((cfg.out_dir / "ramp.json").read_text())
+    assert doc["steps"][0]["stopped_early"]["saved_s"] == step.stopped_early.saved_s
+    assert doc["status"] == "stopped_early" and doc["stop_reason"] == "clearly dominated (test)"
