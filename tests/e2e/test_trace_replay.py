@@ -198,23 +198,6 @@ def test_two_load_generators_split_the_rows_on_one_clock(sim, tmp_path):
     assert tr["rows"] == 31 and tr["sent"] == 30 and tr["send_lag_ms"]["p99"] < 50
 
 
-def test_the_speed_search_answers_in_speed_multiples(sim, tmp_path):
-    trace = tmp_path / "mooncake.jsonl"
-    write_mooncake(trace, n=30, rate=10)
-    out = tmp_path / "out"
-    r = ramp("--url", sim, "--trace", str(trace), "--speed", "auto:8", "--budget", "40s", "--sla", "ttft_p50<=150ms",
-             "--out", str(out))  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    d = json.loads((out / "ramp.json").read_text())
-    speeds = [s["speed"] for s in d["steps"]]
-    # from x1 it doubles while the SLA holds, halves while it does not
-    assert speeds[0] == 1.0 and speeds[1] in (0.5, 2.0) and d["users"] == "speed:auto:8"
-    assert len(speeds) >= 3
-    knee = d["knee"]
-    assert knee["unit"] == "x" and knee["boundary"] in ("smooth", "cliff", "bound")
-    assert "knee across steps: " in r.stdout and ("x" in r.stdout.split("knee across steps: ")[1].splitlines()[0])
-
-
 def test_an_agent_trace_replays_as_sessions_with_branches_in_parallel(sim, tmp_path):
     """Issue 53: an OTLP export of one agent session (tools between calls, two sub-agents in
     parallel), replayed: each call after the one it follows plus the recorded tool time, the

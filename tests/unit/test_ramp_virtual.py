@@ -134,3 +134,62 @@ def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(tmp_path, caps
     doc = json.loads((cfg.out_dir / "ramp.json").read_text())
     assert doc["steps"][0]["stopped_early"]["saved_s"] == step.stopped_early.saved_s
     assert doc["status"] == "stopped_early" and doc["stop_reason"] == "clearly dominated (test)"
+
+
+async def on_twin(cfg: RampConfig, on_progress) -> RampResult:
+    """A trace replay ramp on a twin's engine in virtual time (each step a fresh replay, as
+    ``spoc ramp --trace`` sends each step's text anew)."""
+    from spoc_tui.core.experiment import Replayed
+    from spoc_tui.load.ramp import scan_trace
+    from spoc_tui.twin.predict import Prediction, read_rows, trace_step
+    from tests.unit.test_twin_fleet import twin
+
+    assert cfg.trace is not None
+    tw = twin(0.05)
+    rows = read_rows(cfg.trace, tw.server.max_model_len)
+    p = Prediction(twin=tw, workload=cfg.workload, plan=cfg.plan, limits=cfg.limits, trace=rows, seed=cfg.seed)
+
+    def replayer(idx: int, speed: float) -> Replayed:
+        r = trace_step(p, tw.fit, cfg.seed, idx, speed)
+        return Replayed(r.step, r.window, r.measured_s)
+
+    scan = scan_trace(cfg.trace)
+    writer = ResultWriter(cfg.out_dir, ramp_header(cfg, "twin", scan), requests=False)
+    try:
+        driver = Driver(cfg.experiment(scan), VirtualBackend(replayer=replayer), sink=writer, on_progress=on_progress)
+        await driver.run()
+    finally:
+        writer.close()
+    return RampResult(driver.status, driver.steps, driver.knee(), "twin", cfg.out_dir, None, driver.stop_reason)
+
+
+def test_the_speed_search_answers_in_speed_multiples(tmp_path, capsys):
+    """--speed auto:MAX replays the trace from x1, doubling while the SLA holds and halving while
+    it does not, within its budget, and answers in speed multiples."""
+    from spoc_tui.core.knee import parse_speed_plan
+    from spoc_tui.core.traces import trace_source
+    from tests.e2e.test_trace_replay import write_mooncake
+
+    trace = tmp_path / "mooncake.jsonl"
+    write_mooncake(trace, n=30, rate=10)
+    cfg = RampConfig(
+        "http://127.0.0.1:1",
+        load_workload("chatbot"),
+        parse_speed_plan("auto:8"),
+        tuple(parse_sla("ttft_p50<=150ms")),
+        tmp_path / "out",
+        budget_s=40,
+        trace=trace_source(str(trace)),
+    )
+    cfg.validate()
+    assert run(cfg, on_twin) == 0
+    out = capsys.readouterr().out
+    d = json.loads((cfg.out_dir / "ramp.json").read_text())
+    speeds = [s["speed"] for s in d["steps"]]
+    assert speeds[0] == 1.0 and speeds[1] in (0.5, 2.0) and d["users"] == "speed:auto:8" and len(speeds) >= 3
+    # the replays it ran (each the trace's span over its speed, or to its last answer) fit the budget
+    assert sum(s["duration_s"] for s in d["steps"]) <= 40
+    knee = d["knee"]
+    assert knee["unit"] == "x" and knee["boundary"] in ("smooth", "cliff", "bound")
+    assert "knee across steps: " in out and "x" in out.split("knee across steps: ")[1].splitlines()[0]
+    assert all(s["trace"]["sent"] == 30 and s["trace"]["rows"] == 31 for s in d["steps"])
