@@ -21,15 +21,7 @@ from spoc_tui.sim.backend import VirtualBackend
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
 from spoc_tui.sim.virtual import VirtualServer
-
-FAST = """
-name = "fast"
-system_tokens = 200
-turns = 3
-user_tokens = {dist = "uniform", min = 50, max = 300}
-output_tokens = {dist = "uniform", min = 20, max = 80}
-think_s = {dist = "uniform", min = 0.1, max = 0.4}
-"""
+from tests.e2e.test_ramp import FAST
 
 
 async def on_sim8(cfg: RampConfig, on_progress) -> RampResult:
