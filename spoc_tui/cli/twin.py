@@ -417,7 +417,7 @@ def predicted_doc(
 
 
 def prediction_text(p: Any, res: Any, took: float) -> str:
-    from spoc_tui.load.report import knee_sentence
+    from spoc_tui.core.ramptext import knee_sentence
 
     lines = [
         f"predicted by the twin of {p.twin.server.model} ({res.draws} draws of the fit, {took:.1f} s)"

@@ -15,12 +15,12 @@ from html import escape
 
 from spoc_tui.core import fmt
 from spoc_tui.core.compare import Comparison, comparison_text
+from spoc_tui.core.ramptext import check_lines, knee_sentence
 from spoc_tui.core.redact import redact_text
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import LevelUnit, Limit, parse_sla
 from spoc_tui.core.steps import StepSummary
 from spoc_tui.core.textsafe import lines_safe
-from spoc_tui.load.report import check_lines, knee_sentence
 from spoc_tui.report.svg import PALETTE, Chart, Point, Series, render
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"

@@ -138,6 +138,37 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+SERVICE_ORDER_FORBIDDEN = {
+    ("spoc_tui.report", "spoc_tui.load"),  # a report reads result files; its sentences live in core
+    ("spoc_tui.load", "spoc_tui.twin"),
+    ("spoc_tui.tune", "spoc_tui.twin"),  # a study sees the evaluator protocol only
+    ("spoc_tui.sim", "spoc_tui.load"),
+    ("spoc_tui.sim", "spoc_tui.twin"),
+}
+"""Edges the services' order forbids inside their layer (issue 51)."""
+SERVICE_ORDER_KNOWN = {
+    "spoc_tui.sim.virtual -> spoc_tui.load.workload",  # the virtual users draw the workload's turns
+    "spoc_tui.sim.run -> spoc_tui.twin.engine",  # spoc sim --twin: to be composed in cli
+    "spoc_tui.sim.run -> spoc_tui.twin.model",
+}
+"""The forbidden edges still in the code, named one by one: a new one fails the test, and one
+removed must leave this list too."""
+
+
+def test_the_services_keep_their_order():
+    found = set()
+    for src, targets in GRAPH.items():
+        a = layer_of(src)
+        for dst in targets:
+            b = layer_of(dst)
+            if a is not None and b is not None and (a[1], b[1]) in SERVICE_ORDER_FORBIDDEN:
+                found.add(f"{src} -> {dst}")
+    assert found - SERVICE_ORDER_KNOWN == set(), "imports against the services' order:\n" + "\n".join(
+        sorted(found - SERVICE_ORDER_KNOWN)
+    )
+    assert SERVICE_ORDER_KNOWN - found == set(), f"gone, so leave SERVICE_ORDER_KNOWN: {SERVICE_ORDER_KNOWN - found}"
+
+
 def test_no_import_cycle():
     # a package's __init__ importing its own submodules is how packages re-export: not a cycle
     graph = {

@@ -604,7 +604,7 @@ def test_jitter_keeps_users_apart_unless_lockstep_is_asked():
 
 def test_the_knees_interval_is_drawn_on_the_levels_run():
     from spoc_tui.core.inference import KneeEstimate
-    from spoc_tui.load.report import interval_strip
+    from spoc_tui.core.ramptext import interval_strip
 
     knee = find_knee([])
     assert interval_strip(knee, [1, 2]) == ""  # nothing inferred yet
@@ -710,7 +710,7 @@ def test_a_step_near_the_knee_is_measured_on_while_no_level_shows_it_within():
 
 
 def test_the_knee_sentence_says_even_only_when_nothing_ran_below_the_break():
-    from spoc_tui.load.report import knee_sentence
+    from spoc_tui.core.ramptext import knee_sentence
 
     alone = Knee(None, 2.0, "ttft_p99")
     assert knee_sentence(alone) == ("knee: even 2 users break the SLA (ttft_p99)", "breaks_at_once")

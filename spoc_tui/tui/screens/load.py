@@ -19,12 +19,20 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import InputError, SpocError
 from spoc_tui.core.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, UserPlan, parse_levels, parse_speed_plan
+from spoc_tui.core.ramptext import (
+    KneeTone,
+    check_lines,
+    interval_strip,
+    knee_sentence,
+    step_cells,
+    verdict,
+    verdict_text,
+)
 from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.steps import StepSummary
 from spoc_tui.core.traces import TraceSource, stats_lines, trace_source, trace_stats
 from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS
 from spoc_tui.load.ramp import RampConfig, RampProgress
-from spoc_tui.load.report import KneeTone, check_lines, interval_strip, knee_sentence, step_cells, verdict, verdict_text
 from spoc_tui.load.workload import Workload, builtin_names, load_workload
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart

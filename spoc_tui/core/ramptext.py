@@ -1,4 +1,5 @@
-"""How a ramp's steps and knee read, in words: one place for the CLI table and the Load screen."""
+"""How ramp steps and knees read in words: the tables, verdicts and sentences that `spoc ramp`,
+the Load screen, `spoc report` and `spoc twin` print (in core, below every service that prints them)."""
 
 from __future__ import annotations
 
