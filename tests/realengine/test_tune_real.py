@@ -25,9 +25,11 @@ default = 2048
 choices = [true, false]
 default = true
 """
-# 32 tokens out: with 4 seats for 16 users a request waits for three others; at 64 tokens, under
-# the other worker's load, none finished inside a 7 s step's 5 s window (CI30: the 4-seat trial
-# read 'no request finished at the reference load')
+# 32 tokens out: with 4 seats for 16 users a request waits for three others; at 64 tokens, under the
+# other worker's load, none finished inside a 7 s step's 5 s window (CI30: the 4-seat trial read 'no
+# request finished at the reference load'), and 16 users' turns, sent together and ending together
+# about every 6 s on this CPU server, missed a 5 s window again (2026-11-28: the 16-seat trial).
+# A trial's step is not extended (the study's budget), so the window holds a few of their cycles.
 PROFILE = (
     'name = "short"\nsystem_tokens = 100\nturns = 2\n'
     'user_tokens = {dist = "uniform", min = 100, max = 400}\noutput_tokens = 32\nthink_s = 0\n'
@@ -68,7 +70,7 @@ def test_three_trial_tune_against_real_vllm(tmp_path, cpu_lock):
             "--users",
             "16",
             "--step-seconds",
-            "7",
+            "12",
             "--warmup-seconds",
             "2",
             "--sla",
