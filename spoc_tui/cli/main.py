@@ -234,7 +234,12 @@ def sim(model: str | None, model_opt: str | None, host: str, **kw: Any) -> None:
         if ctx.get_parameter_source(k)
         in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
     )
-    sys.exit(simrun.main(SimOptions(model=model or model_opt or SimOptions.model, host=host, given=given, **kw)))
+    opts = SimOptions(model=model or model_opt or SimOptions.model, host=host, given=given, **kw)
+    if opts.twin is not None:  # the twin's engine, composed here: the simulator knows no twin
+        from spoc_tui.twin.serve import twin_engine
+
+        sys.exit(simrun.main(opts, twin_engine))
+    sys.exit(simrun.main(opts))
 
 
 @cli.command()

@@ -7,6 +7,7 @@ import errno
 import math
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import fields, replace
 
 from spoc_tui.core.capacity import CapacityError
@@ -34,7 +35,12 @@ def replica_count(opts: SimOptions) -> int:
     return opts.replicas
 
 
-def build_replicas(opts: SimOptions) -> list[tuple[SimEngine, int]]:
+EngineFactory = Callable[[SimOptions], SimEngine]
+"""Another engine for ``spoc sim`` to serve (``--twin``: the twin's, composed by the CLI; the
+simulator knows no twin)."""
+
+
+def build_replicas(opts: SimOptions, factory: EngineFactory | None = None) -> list[tuple[SimEngine, int]]:
     """One (engine, background users) per replica; the imbalanced scenario's last replica runs
     on hot, power-capped GPUs. The background users are split evenly, as a round-robin balancer
     would send them.
@@ -50,20 +56,22 @@ def build_replicas(opts: SimOptions) -> list[tuple[SimEngine, int]]:
     out: list[tuple[SimEngine, int]] = []
     for i in range(n):
         slow = opts.scenario in MULTI_REPLICA and i == n - 1
-        engine, users = build(replace(opts, seed=opts.seed + i, gpu=SLOW_REPLICA_GPU if slow else opts.gpu))
+        built, users = build(replace(opts, seed=opts.seed + i, gpu=SLOW_REPLICA_GPU if slow else opts.gpu), factory)
         share = users // n + (1 if i < users % n else 0)
-        out.append((engine, share))
+        out.append((built, share))
     return out
 
 
-def build(opts: SimOptions) -> tuple[SimEngine, int]:
-    """Engine and background-load size for the options.
+def build(opts: SimOptions, factory: EngineFactory | None = None) -> tuple[SimEngine, int]:
+    """Engine and background-load size for the options (``factory``: a ``--twin``'s engine).
 
     Raises:
-        SimConfigError: unknown presets, impossible configurations.
+        SimConfigError: unknown presets, impossible configurations, ``--twin`` with no factory.
     """
     if opts.twin is not None:
-        return _build_twin(opts), opts.load_users or 0
+        if factory is None:
+            raise SimConfigError("--twin: this simulator was given no twin to serve")
+        return factory(opts), opts.load_users or 0
     if opts.scenario not in SCENARIOS:
         raise SimConfigError(f"unknown scenario {opts.scenario!r}; known: {', '.join(SCENARIOS)}")
     try:
@@ -109,33 +117,6 @@ def build(opts: SimOptions) -> tuple[SimEngine, int]:
     return engine, opts.load_users or 0
 
 
-def _build_twin(opts: SimOptions) -> SimEngine:
-    """The twin's engine: its server's settings, what-ifs from the flags given.
-
-    Raises:
-        SimConfigError: a twin that cannot be read or used, a scenario other than steady.
-    """
-    from spoc_tui.twin.engine import TwinEngine
-    from spoc_tui.twin.model import WHAT_IF, TwinError, read_twin
-
-    if opts.scenario != "steady" or (opts.replicas or 1) != 1:
-        raise SimConfigError("--twin serves one replica of the calibrated server (the steady scenario)")
-    if not 0 < opts.speed < math.inf:
-        raise SimConfigError("--speed must be a positive number")
-    engine_flags = {f.name for f in fields(EngineFlags)}
-    other = [g for g in opts.given if g in engine_flags and g not in WHAT_IF]
-    if other:
-        names = ", ".join("--" + g.replace("_", "-") for g in other)
-        known = ", ".join("--" + g.replace("_", "-") for g in WHAT_IF)
-        raise SimConfigError(f"the twin predicts {known}; not {names} (it was calibrated at the server's)")
-    try:
-        twin = read_twin(opts.twin or "")
-        flags = {name: getattr(opts, name) for name in opts.given if name in WHAT_IF}
-        return TwinEngine(twin, flags=flags, speed=opts.speed, seed=opts.seed)
-    except (TwinError, CapacityError) as e:
-        raise SimConfigError(str(e)) from None
-
-
 def demo_users(scenario: str, engine: SimEngine) -> int:
     """Background users for ``spoc demo``: comfortable, or far past capacity for overload."""
     if scenario == "overload":
@@ -145,8 +126,10 @@ def demo_users(scenario: str, engine: SimEngine) -> int:
     return 48
 
 
-async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: bool = True) -> None:
-    replicas = build_replicas(opts)
+async def serve(
+    opts: SimOptions, ready: asyncio.Event | None = None, announce: bool = True, factory: EngineFactory | None = None
+) -> None:
+    replicas = build_replicas(opts, factory)
     n = len(replicas)
     servers: list[SimServer] = []
     loads: list[BuiltinLoad] = []
@@ -226,9 +209,9 @@ async def serve(opts: SimOptions, ready: asyncio.Event | None = None, announce: 
             await s.close()
 
 
-def main(opts: SimOptions) -> int:
+def main(opts: SimOptions, factory: EngineFactory | None = None) -> int:
     try:
-        asyncio.run(serve(opts))
+        asyncio.run(serve(opts, factory=factory))
     except SimConfigError as e:
         print(f"spoc sim: error: {e}", file=sys.stderr)
         return 2
