@@ -43,6 +43,8 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -282,12 +284,27 @@ def holds(interval: tuple[float | None, float | None] | None, k: float) -> bool:
     return (lo is None or lo <= k) and (hi is None or k <= hi)
 
 
+class Workers:
+    """Two processes that fail loudly: a process that dies (the out-of-memory killer on a shared host)
+    raises BrokenProcessPool, where multiprocessing.Pool waits for its results for ever."""
+
+    def __init__(self, ex: ProcessPoolExecutor) -> None:
+        self.ex = ex
+
+    def imap_unordered(self, fn: Any, jobs: list[Any]) -> Any:
+        return self.ex.map(fn, jobs)
+
+
 def main() -> None:
-    with mp.Pool(2) as pool:
-        if "a" in ONLY:
-            knee_part(pool)
-        if "b" in ONLY:
-            coverage_part(pool)
+    try:
+        with ProcessPoolExecutor(2, mp_context=mp.get_context("fork")) as ex:
+            pool = Workers(ex)
+            if "a" in ONLY:
+                knee_part(pool)
+            if "b" in ONLY:
+                coverage_part(pool)
+    except BrokenProcessPool as e:
+        raise SystemExit(f"knee_search: a worker process died ({e}): rerun on a host with memory to spare") from None
 
 
 def knee_part(pool: Any) -> None:

@@ -40,6 +40,8 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,6 +159,19 @@ def hv_curve(points_in_order: list[tuple[float, float] | None], ref: tuple[float
     return out
 
 
+def tabulate(valid: list[dict]) -> dict[tuple, TrialOutcome]:
+    """Every configuration in the fast mode, on two processes. A process that dies (the out-of-memory
+    killer on a shared host) stops the benchmark with a message: multiprocessing.Pool waits for its
+    results for ever, and a clean-clone run sat 420 s in it so."""
+    try:
+        with ProcessPoolExecutor(2, mp_context=mp.get_context("fork")) as pool:
+            return dict(pool.map(_evaluate, valid, chunksize=8))
+    except BrokenProcessPool as e:
+        raise SystemExit(
+            f"tune_quality: a process of the tabulation died ({e}): rerun on a host with memory to spare"
+        ) from None
+
+
 def main() -> None:
     valid = [c for c in SPACE.all_configs() if SPACE.violated(c) is None]
     print(f"space: {SPACE.size} configurations, {len(valid)} can start (max-model-len {KNOWN['max-model-len']})")
@@ -167,8 +182,7 @@ def main() -> None:
 
         table = pickle.loads(cache.read_bytes())
     else:
-        with mp.get_context("fork").Pool(2) as pool:
-            table = dict(pool.map(_evaluate, valid, chunksize=8))
+        table = tabulate(valid)
         import pickle
 
         cache.write_bytes(pickle.dumps(table))
@@ -244,8 +258,7 @@ def noisy_main() -> None:
     if cache.exists():
         table = pickle.loads(cache.read_bytes())
     else:
-        with mp.get_context("fork").Pool(2) as pool:
-            table = dict(pool.map(_evaluate, valid, chunksize=8))
+        table = tabulate(valid)
         cache.write_bytes(pickle.dumps(table))
     pts_all = {k: point(o) for k, o in table.items()}
     feas = [p for p in pts_all.values() if p is not None]
