@@ -65,6 +65,37 @@ TICK_S = 1.0
 a dead load generator)."""
 
 
+LISTED = (FixedUsers, FixedRates, FixedSpeeds)
+"""Plans of listed levels: they choose no level from the knee."""
+
+
+def poll_every(poll_s: float, window_s: float) -> float:
+    """Seconds between two readings of the server over a window ``window_s`` long: about ten
+    readings per window (the queue-growth rule needs eight), at most ``poll_s`` apart and never more
+    than one a second."""
+    return min(poll_s, max(1.0, window_s / 10))
+
+
+class QueueWatch:
+    """A window's queue readings: their mean, and whether the queue grows without bound
+    (:func:`~spoc_tui.core.steps.queue_unbounded`; once it does, it stays so)."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[float, float]] = []
+        self.unbounded: str | None = None
+
+    @property
+    def mean(self) -> float | None:
+        return round(sum(w for _, w in self.points) / len(self.points), 2) if self.points else None
+
+    def see(self, t: float, server: ServerWindow) -> ServerWindow:
+        """A reading ``t`` seconds into the window: ``server`` with the mean over every reading so far."""
+        if server.waiting is not None:
+            self.points.append((t, server.waiting))
+            self.unbounded = self.unbounded or queue_unbounded(self.points)
+        return replace(server, waiting_mean=self.mean)
+
+
 class ExperimentError(SpocError):
     """An experiment that cannot go on (the budget cannot hold a replay, the server failed)."""
 
@@ -249,7 +280,8 @@ class Driver:
         self.backend = backend
         self.sink = sink
         self.on_progress = on_progress
-        self.knee_each_step = knee_each_step
+        self._knee_each_step = knee_each_step or not isinstance(exp.plan, LISTED)
+        """Infer the knee after every step: asked, or the plan chooses its levels from it."""
         self.runs: list[Measured] = []
         self.status: RampEnd = "interrupted"
         self.stop_reason = ""
@@ -284,11 +316,7 @@ class Driver:
 
     def _plan_knee(self) -> Knee | None:
         """The knee the plan chooses its next level from (None before any step)."""
-        if not self.runs:
-            return None
-        if not self.knee_each_step and isinstance(self.exp.plan, (FixedUsers, FixedRates, FixedSpeeds)):
-            return None
-        return self.knee()
+        return self.knee() if self.runs and self._knee_each_step else None
 
     def budget_left(self) -> float | None:
         b = self.exp.budget_s
@@ -373,7 +401,7 @@ class Driver:
                 run = await self._step(idx, level, left)
             self.runs.append(run)
             summary = run.step
-            if self.knee_each_step or not isinstance(plan, (FixedUsers, FixedRates, FixedSpeeds)):
+            if self._knee_each_step:
                 await self._infer()
             self.write("running")
             self.report("step_done", idx, level)
@@ -392,7 +420,7 @@ class Driver:
                 self.status, self.stop_reason = "stopped_early", summary.stopped_early.reason
                 return
             why = badly_broken(summary, exp.abort_factor)
-            if why and isinstance(plan, (FixedUsers, FixedRates, FixedSpeeds)) and plan.next(self.steps) is not None:
+            if why and isinstance(plan, LISTED) and plan.next(self.steps) is not None:
                 self.status, self.stop_reason = "stopped_early", why
                 return
 
@@ -420,13 +448,11 @@ class Driver:
         target = planned
         phase: RampPhase = "measuring"
         server = ServerWindow()
-        queue: list[tuple[float, float]] = []
-        unbounded: str | None = None
+        queue = QueueWatch()
         next_check = planned / 3
         settle = exp.plan if isinstance(exp.plan, KneeSearch) and exp.settle else None
         asked, settled = 0, None
-        # about ten readings per window (the queue-growth rule needs eight), never more than one a second
-        every = min(exp.poll_s, max(1.0, planned / 10))
+        every = poll_every(exp.poll_s, planned)
         polled = m_start
         while True:
             while (left := target - (be.now() - m_start)) > 1e-6:  # (virtual time: no float dust)
@@ -436,12 +462,8 @@ class Driver:
                 # every poll interval, and always at the window's end (its server-side figures end there)
                 if now - polled >= every - 0.05 or now - m_start >= target:
                     polled = now
-                    server = await be.poll()
-                    if server.waiting is not None:
-                        queue.append((now - m_start, server.waiting))
-                    mean = round(sum(w for _, w in queue) / len(queue), 2) if queue else None
-                    server = replace(server, waiting_mean=mean)  # over every reading so far
-                    if server.waiting is not None and (unbounded := queue_unbounded(queue)):
+                    server = queue.see(now - m_start, await be.poll())
+                    if queue.unbounded:
                         break
                 if exp.early_stop is not None and now - m_start >= next_check:
                     next_check += EARLY_CHECK_S
@@ -469,11 +491,11 @@ class Driver:
                 client=be.client(m_start, m_end, exp.limits),
                 extended_s=max(0.0, (m_end - m_start) - planned),
                 drained_s=drained_s,
-                unbounded=unbounded,
+                unbounded=queue.unbounded,
             )
             if settled is not None:
                 return Measured(replace(summary, settled_early=settled), window, m_end - m_start)
-            if unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
+            if queue.unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
                 return Measured(summary, window, m_end - m_start)
             # a search measures on only near a limit, and the knee search only while the knee's
             # interval is wider than it asks (off the event loop: the inference resamples every step)

@@ -28,7 +28,7 @@ from spoc_tui.collectors.http import RedirectRefused, new_client, request, tls_e
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, SpocError, first_line
-from spoc_tui.core.experiment import Driver, Experiment, Replayed
+from spoc_tui.core.experiment import Driver, Experiment, QueueWatch, Replayed, poll_every
 from spoc_tui.core.experiment import RampPhase as RampPhase  # re-exported: it lived here
 from spoc_tui.core.experiment import RampProgress as RampProgress  # re-exported: it lived here
 from spoc_tui.core.files import write_atomic
@@ -54,7 +54,6 @@ from spoc_tui.core.steps import (
     TraceFidelity,
     arrival_rate,
     client_health,
-    queue_unbounded,
     summarize_step,
 )
 from spoc_tui.core.textsafe import safe
@@ -797,12 +796,10 @@ class LiveBackend:
         await self._send(wire.SetUsers(cfg.generators, idx, 0.0, speed=speed, t0=t0))
         length = scan.step_s(speed)
         await self.begin_window()
-        server = ServerWindow()
-        queue: list[tuple[float, float]] = []
-        every = min(cfg.poll_s, max(1.0, length / 10))
+        queue = QueueWatch()
+        every = poll_every(cfg.poll_s, length)
         polled = time.time()
         deadline = t0 + length + cfg.request_timeout_s + 30
-        unbounded: str | None = None
         done = self.trace_done
         while len([d for d in done if d.step == idx]) < cfg.generators:
             self._alive()
@@ -814,12 +811,8 @@ class LiveBackend:
             await asyncio.sleep(0.5)
             if time.time() - polled >= every - 0.05:
                 polled = time.time()
-                server = await self.poll()
-                if server.waiting is not None:
-                    queue.append((time.time() - t0, server.waiting))
-                    unbounded = unbounded or queue_unbounded(queue)
-        mean = round(sum(w for _, w in queue) / len(queue), 2) if queue else None
-        server = replace(await self.poll(), waiting_mean=mean)
+                queue.see(time.time() - t0, await self.poll())
+        server = replace(await self.poll(), waiting_mean=queue.mean)
         m_end = time.time()
         mine = [s for s in self.answered if s.step == idx]
         ends = [s.end or s.start for s in mine]
@@ -861,7 +854,7 @@ class LiveBackend:
             open_loop=True,
             server=server,
             client=self.client(t0, m_end, cfg.limits),
-            unbounded=unbounded,
+            unbounded=queue.unbounded,
         )
         step = replace(summary, speed=speed, trace=replace(fidelity, cached_share=summary.cached_prompt_fraction))
         return Replayed(step, mine, duration)

@@ -22,9 +22,6 @@ from spoc_tui.sim.virtual import VirtualServer
 
 T = TypeVar("T")
 
-POLL_S = 1.0
-"""How often the virtual backend notes the engine's queue and batch (reading it costs nothing)."""
-
 
 def counters(eng: SimEngine) -> dict[str, float]:
     """The engine's cumulative counters a window's rates are differences of."""
@@ -77,7 +74,6 @@ class VirtualBackend:
         spawn_rate: Callable[[int], float] | None = None,
         fresh: Callable[[int, int], VirtualServer] | None = None,
         replayer: Callable[[int, float], Replayed] | None = None,
-        poll_s: float = POLL_S,
     ) -> None:
         """
         Args:
@@ -88,7 +84,6 @@ class VirtualBackend:
         self.spawn_rate = spawn_rate
         self.fresh = fresh
         self.replayer = replayer
-        self.poll_s = poll_s
         self.offset = 0.0
         """A fresh server's clock starts at 0: the time before it, on the driver's clock."""
         self.clock = server.now if server is not None else 0.0
@@ -121,7 +116,7 @@ class VirtualBackend:
         self.vs.advance(until - self.offset)
         self.clock = max(self.clock, until)
         eng = self.vs.engine
-        self.polls.append((len(eng.waiting), len(eng.running), eng.kv_usage))
+        self.polls.append((len(eng.waiting), len(eng.running), eng.kv_usage))  # each advance: reading it costs nothing
 
     async def advance(self, until: float) -> None:
         self._advance(until)
