@@ -23,17 +23,14 @@ from spoc_tui.collectors.lighthttp import ScrapeClient, needs_httpx
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, fetch
 from spoc_tui.core.errors import first_line
 from spoc_tui.core.gpu import GpuSample, ThrottleWindow, dcgm_gpus
-from spoc_tui.core.history import ScrapeHistory
 from spoc_tui.core.promparse import Exposition
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
-from spoc_tui.core.vllm import Scrape, ServerView, replicas_view, server_view
+from spoc_tui.core.vllm import Scrape, ServerView, ServerWindows, replicas_view
 
 logger = logging.getLogger(__name__)
 
 BACKOFF_MAX_S = 30.0
-WINDOW_SLACK_S = 0.5
-"""How much younger than the window a server's baseline scrape may be (see ScrapeHistory)."""
 CHEAP_FAILURE_S = 0.25
 """A failed read that took less than this is retried at the next poll, without back-off."""
 
@@ -189,16 +186,12 @@ class VllmPoller(_Poller):
         client: httpx.AsyncClient | None = None,
     ) -> None:
         super().__init__(urls, clock, client, api_key)
-        # half a second of slack: a tick a few ms early or late keeps its baseline (and the window's label)
-        self.histories: dict[str, ScrapeHistory[Exposition]] = {
-            u: ScrapeHistory(window_s, slack_s=WINDOW_SLACK_S) for u in self.urls
-        }
+        self.windows = ServerWindows(window_s)
         self.latest: dict[str, tuple[ServerView, Scrape]] = {}
 
     def reset(self) -> None:
         """Forget every earlier scrape: the next window starts at the next poll."""
-        for h in self.histories.values():
-            h.clear()
+        self.windows.clear()
         self.latest.clear()
 
     def _derive(self, url: str) -> tuple[str, Callable[[Exposition], object]]:
@@ -207,10 +200,7 @@ class VllmPoller(_Poller):
         return ("vllm", lambda exp: self._view(url, exp))
 
     def _view(self, url: str, exp: Exposition) -> tuple[ServerView, Scrape]:
-        t = self.clock()
-        base = self.histories[url].add(t, exp)
-        scrape = Scrape(exp, t, base[1] if base else None, base[0] if base else None)
-        return server_view(self.backoff.names[url], scrape), scrape
+        return self.windows.view(url, self.backoff.names[url], self.clock(), exp)
 
     async def poll(self, wait_s: float | None = None) -> VllmTick:
         """One tick; ``wait_s`` bounds how long a slow source may hold it up (None: each read's

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from spoc_tui.core.history import ScrapeHistory
 from spoc_tui.core.promparse import Exposition, Labels
 from spoc_tui.core.stats import (
     Histogram,
@@ -569,3 +570,36 @@ def server_view(source: str, scrape: Scrape) -> ServerView:
 def replicas_view(scrapes: Sequence[Scrape]) -> EngineView:
     """All replicas together: buckets merged across replicas before the quantile."""
     return build_view(scrapes)
+
+
+WINDOW_SLACK_S = 0.5
+"""A tick a few ms early or late keeps its baseline (and the window's label): see ScrapeHistory."""
+
+
+class ServerWindows:
+    """Each server's scrapes, windowed over ``window_s``: the view one tick shows of it. The one
+    rule for the live poller (:class:`spoc_tui.collectors.poller.VllmPoller`) and the monitor of
+    simulated servers on the virtual clock (:class:`spoc_tui.sim.watch.VirtualWatch`)."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._histories: dict[str, ScrapeHistory[Exposition]] = {}
+
+    def view(self, key: str, name: str, t: float, exp: Exposition) -> tuple[ServerView, Scrape]:
+        """The scrape ``exp`` of server ``key`` (shown as ``name``) taken at ``t``, differenced
+        against the newest one a window older."""
+        history = self._histories.get(key)
+        if history is None:
+            history = self._histories[key] = ScrapeHistory(self.window_s, slack_s=WINDOW_SLACK_S)
+        base = history.add(t, exp)
+        scrape = Scrape(exp, t, base[1] if base else None, base[0] if base else None)
+        return server_view(name, scrape), scrape
+
+    def scrapes(self, key: str) -> int:
+        """How many of ``key``'s scrapes are kept."""
+        history = self._histories.get(key)
+        return len(history) if history is not None else 0
+
+    def clear(self) -> None:
+        """Forget every earlier scrape: the next window starts at the next one."""
+        self._histories.clear()

@@ -490,18 +490,18 @@ async def test_a_servers_scrape_is_parsed_and_viewed_in_one_hop_to_a_thread(sim,
     assert len(hops) == 3, hops
     assert all(getattr(f, "__name__", "") == "_parse_and_derive" for f in hops)
     assert any("serves dcgm metrics" in (s.reason or "") for s in tick.statuses)
-    assert len(poller.histories[url]) == 2 and len(poller.histories[dcgm]) == 0
+    assert poller.windows.scrapes(url) == 2 and poller.windows.scrapes(dcgm) == 0
 
 
 async def test_a_view_that_fails_in_the_parsing_thread_is_raised_by_the_poll(sim, monkeypatch):
     """A defect in the server's view (worked out in the parsing thread) reaches the poll's caller
     as it always did (the monitor shows it as the poller's), and the scrape is kept once."""
-    from spoc_tui.collectors import poller as poller_module
+    from spoc_tui.core import vllm
 
     def broken(source, scrape):
         raise ZeroDivisionError("a defect")
 
-    monkeypatch.setattr(poller_module, "server_view", broken)
+    monkeypatch.setattr(vllm, "server_view", broken)
     url, _, _ = sim
     poller = VllmPoller([url], window_s=5)
     try:
@@ -509,4 +509,4 @@ async def test_a_view_that_fails_in_the_parsing_thread_is_raised_by_the_poll(sim
             await poller.poll()
     finally:
         await poller.aclose()
-    assert len(poller.histories[url]) == 1 and url not in poller.latest
+    assert poller.windows.scrapes(url) == 1 and url not in poller.latest

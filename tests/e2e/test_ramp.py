@@ -132,25 +132,21 @@ def test_the_simulators_tokenize_answers_as_vllm(sim8):
     assert httpx.post(url + "/tokenize", json={"model": "other", "prompt": "x"}).status_code == 404
 
 
-@pytest.mark.parametrize(
-    "args,code,msg",
-    [
-        (["--model", "no-such-model"], 2, "is not served by"),
-        (["--sla", "ttft<=1s"], 2, "cannot parse SLA clause"),
-        (["--users", "8,4"], 2, "increasing"),
-        (["--profile", "codin"], 2, "built-in: agent, chatbot, coding, logs, mix"),
-        (["--warmup-seconds", "6"], 2, "--warmup-seconds"),
-        (["--out", "/proc/spoc-o1"], 2, "cannot write there"),
-        (["--rate", "4,2"], 2, "rates must be increasing"),
-        (["--poll-seconds", "0.1"], 2, "--poll-seconds must be between"),
-        (["--rate", "0"], 2, "above 0"),
-        (["--rate", "fast"], 2, "bad --rate"),
-        (["--rate", "nan"], 2, "above 0"),
-        (["--rate", "2", "--users", "4"], 2, "not both"),
-    ],
-)
-def test_bad_arguments_before_any_load(sim8, tmp_path, args, code, msg):
-    url, _ = sim8
+BAD_ARGUMENTS = [
+    (["--sla", "ttft<=1s"], "cannot parse SLA clause"),
+    (["--users", "8,4"], "increasing"),
+    (["--profile", "codin"], "built-in: agent, chatbot, coding, logs, mix"),
+    (["--warmup-seconds", "6"], "--warmup-seconds"),
+    (["--rate", "4,2"], "rates must be increasing"),
+    (["--poll-seconds", "0.1"], "--poll-seconds must be between"),
+    (["--rate", "0"], "above 0"),
+    (["--rate", "fast"], "bad --rate"),
+    (["--rate", "nan"], "above 0"),
+    (["--rate", "2", "--users", "4"], "not both"),
+]
+
+
+def bad_ramp(url: str, tmp_path, args: list[str]):
     base = {
         "--url": url,
         "--sla": "ttft_p99<=1s",
@@ -161,9 +157,29 @@ def test_bad_arguments_before_any_load(sim8, tmp_path, args, code, msg):
     for i in range(0, len(args), 2):
         base[args[i]] = args[i + 1]
     r = ramp(*[x for kv in base.items() for x in kv])
-    assert r.returncode == code, r.stdout + r.stderr
-    assert msg in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "o" / "requests.jsonl").exists()
+    return r
+
+
+@pytest.mark.parametrize("args,msg", BAD_ARGUMENTS)
+def test_bad_arguments_are_refused_before_the_server_is_asked(tmp_path, args, msg):
+    """A flag that cannot be right is refused before any request: no server is needed to say so
+    (the URL here answers nothing; were it asked, the error would be 'cannot reach')."""
+    (port,) = free_ports(1)
+    r = bad_ramp(f"http://127.0.0.1:{port}", tmp_path, args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert msg in r.stderr and "Traceback" not in r.stderr and "cannot reach" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [(["--model", "no-such-model"], "is not served by"), (["--out", "/proc/spoc-o1"], "cannot write there")],
+)
+def test_what_only_the_server_settles_is_refused_before_any_load(sim8, tmp_path, args, msg):
+    url, _ = sim8
+    r = bad_ramp(url, tmp_path, args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert msg in r.stderr and "Traceback" not in r.stderr
 
 
 FLAT = """
