@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/tune_quality.py --noise --cached --cv=0.008,0.020
 	$(PY) benchmarks/tune_quality.py --noise --cached --cv=0.104,0.077 --within=0.014,0.044
 	$(PY) benchmarks/knee_search.py
+	$(PY) benchmarks/headroom.py
 	$(PY) benchmarks/trace_bench.py
 	$(PY) benchmarks/replay_memory.py
 	bash scripts/realengine_setup.sh

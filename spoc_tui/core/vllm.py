@@ -32,6 +32,8 @@ PREEMPTIONS = ("vllm:num_preemptions_total",)
 PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
 GENERATION_TOKENS = ("vllm:generation_tokens_total",)
 REQUEST_SUCCESS = ("vllm:request_success_total",)
+REQUEST_PROMPT_TOKENS = ("vllm:request_prompt_tokens",)
+REQUEST_GENERATION_TOKENS = ("vllm:request_generation_tokens",)
 CACHE_CONFIG = ("vllm:cache_config_info",)
 FLOPS_PER_GPU = ("vllm:estimated_flops_per_gpu_total",)
 READ_BYTES_PER_GPU = ("vllm:estimated_read_bytes_per_gpu_total",)
@@ -565,6 +567,19 @@ def server_view(source: str, scrape: Scrape) -> ServerView:
         cache_config=cache_config(exp),
         simulated=exp.has(SIM_MARKER),
     )
+
+
+def windowed_histogram(scrape: Scrape, names: Sequence[str]) -> Histogram | None:
+    """A histogram's increase over the scrape's window, every engine's merged (None: absent)."""
+    return _histogram([scrape], names, _all, True)
+
+
+def counter_total(exp: Exposition, names: Sequence[str]) -> float | None:
+    """A counter summed over its series (every engine, every label), or None when absent."""
+    base = _first_present(exp, names)
+    if base is None:
+        return None
+    return float(sum(exp.get(base).values()))
 
 
 def replicas_view(scrapes: Sequence[Scrape]) -> EngineView:

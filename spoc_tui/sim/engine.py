@@ -225,6 +225,22 @@ HIST_TTFT = (
     640.0,
     2560.0,
 )
+
+
+def hist_request_tokens(max_model_len: int) -> tuple[float, ...]:
+    """vLLM's per-request token buckets (``request_prompt_tokens``, ``request_generation_tokens``):
+    1, 2, 5, 10, 20, 50, ... up to the max-model-len."""
+    out: list[float] = []
+    mag = 1
+    while True:
+        for m in (1, 2, 5):
+            v = m * mag
+            if v > max_model_len:
+                return tuple(out)
+            out.append(float(v))
+        mag *= 10
+
+
 HIST_ITER_TOKENS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
 """vLLM's ``iteration_tokens_total`` buckets (V1 >= 0.8.5)."""
 HIST_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
@@ -297,6 +313,8 @@ class EngineStats:
     decode_time: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
     iterations: int = 0
     iteration_tokens: Hist = field(default_factory=lambda: Hist(HIST_ITER_TOKENS))
+    request_prompt_tokens: Hist = field(default_factory=lambda: Hist(hist_request_tokens(2048)))
+    request_generation_tokens: Hist = field(default_factory=lambda: Hist(hist_request_tokens(2048)))
     flops_per_gpu: float = 0.0
     """The cost model's FLOPs per GPU, as vLLM's ``estimated_flops_per_gpu_total`` counts them."""
     read_bytes_per_gpu: float = 0.0
@@ -330,8 +348,11 @@ class SimEngine:
         self.running: list[SimRequest] = []
         self.used_blocks = 0
         self.cache = PrefixCache()
-        self.stats = EngineStats()
         self.max_len = cfg.resolved_max_model_len()
+        self.stats = EngineStats(
+            request_prompt_tokens=Hist(hist_request_tokens(self.max_len)),
+            request_generation_tokens=Hist(hist_request_tokens(self.max_len)),
+        )
         self.budget = cfg.resolved_batched_tokens()
         self._hashes: dict[str, list[bytes]] = {}
         self._live: dict[bytes, int] = {}
@@ -391,6 +412,8 @@ class SimEngine:
         st = self.stats
         st.success[reason] = st.success.get(reason, 0) + 1
         st.e2e.observe(now - req.arrival)
+        st.request_prompt_tokens.observe(len(req.prompt))
+        st.request_generation_tokens.observe(req.generated)
         if req.first_scheduled is not None:
             st.queue.observe(req.first_scheduled - req.arrival)
             if req.first_token is not None:

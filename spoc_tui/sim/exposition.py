@@ -93,6 +93,8 @@ def vllm_metrics(engine: SimEngine, engine_id: str = "0") -> str:
         ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", st.prefill_time),
         ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", st.decode_time),
         ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", st.iteration_tokens),
+        ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", st.request_prompt_tokens),
+        ("vllm:request_generation_tokens", "Number of generation tokens processed.", st.request_generation_tokens),
     )
     for name, help_, h in hists:
         family(name, "histogram", help_)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.promparse import Exposition, parse_text
 from spoc_tui.core.snapshots import VllmTick
 from spoc_tui.core.vllm import ServerWindows, replicas_view
 from spoc_tui.sim.exposition import vllm_metrics
@@ -41,16 +41,21 @@ class VirtualWatch:
         self.interval_s = interval_s
         self.windows = ServerWindows(window_s)
         self.now = max(s.now for s in self.servers)
+        self.expositions: tuple[Exposition, ...] = ()
+        """The last tick's scrapes, one per server (what a passive learner reads)."""
 
     def tick(self) -> VllmTick:
         """Run every server on one interval and scrape it."""
         self.now += self.interval_s
-        views, scrapes = [], []
+        views, scrapes, exps = [], [], []
         for name, server in zip(self.names, self.servers, strict=True):
             server.advance(self.now)
-            view, scrape = self.windows.view(name, name, self.now, parse_text(vllm_metrics(server.engine)))
+            exp = parse_text(vllm_metrics(server.engine))
+            view, scrape = self.windows.view(name, name, self.now, exp)
             views.append(view)
             scrapes.append(scrape)
+            exps.append(exp)
+        self.expositions = tuple(exps)
         total = replicas_view(scrapes) if len(scrapes) > 1 else None
         return VllmTick(tuple(views), total, frozenset(), (), ())
 

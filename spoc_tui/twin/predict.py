@@ -392,6 +392,11 @@ class TraceRows:
     def step_s(self, speed: float) -> float:
         return self.span_s / speed
 
+    def at(self, speed: float) -> tuple[TraceRow, ...]:
+        """The rows a replay at ``speed`` sends (a file's: the same at every speed; a synthetic
+        traffic's may draw as many as the step needs)."""
+        return self.rows
+
 
 def read_rows(source: TraceSource, max_model_len: int) -> TraceRows:
     """The replay's rows, read as the load generator reads them (:class:`ReplayShare`).
@@ -422,7 +427,8 @@ def _replay(p: Prediction, model: StepModel, seed: int, speed: float) -> tuple[F
     text of its own, so no step finds an earlier one's prefixes cached): the run and its length
     (the rows' span over the speed, or to the last answer if later)."""
     assert p.trace is not None
-    sim = FleetSim(p.twin, p.trace.rows, speed, replicas=1, model=model, seed=seed, flags=p.flags, poll_s=POLL_S)
+    rows = p.trace.at(speed)
+    sim = FleetSim(p.twin, rows, speed, replicas=1, model=model, seed=seed, flags=p.flags, poll_s=POLL_S)
     sim.run()
     ends = [s.end for s in sim.samples if s.end is not None]
     return sim, max(p.trace.step_s(speed), max(ends, default=0.0), 1e-3)
@@ -445,7 +451,8 @@ def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: floa
     skipped = dict(tr.skipped)
     if sim.skipped:
         skipped["longer than max-model-len"] = skipped.get("longer than max-model-len", 0) + sim.skipped
-    at = {r.index: r.t / speed for r in tr.rows}
+    rows = tr.at(speed)
+    at = {r.index: r.t / speed for r in rows}
     held = [
         s.scheduled - at[s.trace_index]
         for s in window
@@ -458,7 +465,7 @@ def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: floa
         lag_ms=(0.0, 0.0, 0.0),
         held_back=sum(1 for h in held if h > 0.001),
         rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
-        trace_rate=arrival_rate(len(tr.rows), tr.step_s(speed)),
+        trace_rate=arrival_rate(len(rows), tr.step_s(speed)),
         prefix_share=tr.prefix_share,
         server_hit_rate=server.prefix_cache_hit_rate,
         cached_share=summary.cached_prompt_fraction,

@@ -45,6 +45,7 @@ def test_replay_memory_benchmark_smoke():
         ("client_referee.py", ""),
         ("cli_startup.py", "spoc --help"),
         ("vs_peers_knee.py", "flat 1000 in / 200 out"),
+        ("headroom.py", "live headroom vs the measured knee"),
     ],
 )
 def test_every_benchmark_runs_in_its_smoke_mode(script, says):

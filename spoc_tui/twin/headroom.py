@@ -1,0 +1,438 @@
+"""Live headroom: how much more of today's traffic a server takes within the SLA (issue 52).
+
+A :class:`HeadroomLearner` is fed every scrape the monitor makes of one server. From them it keeps
+
+- the windows of :mod:`spoc_tui.twin.passive` (every ``window_s``, the counters' increase), which
+  fit the twin's step time passively;
+- the traffic of the last ``traffic_s`` (15 minutes by default): the arrival rate and how bursty
+  it is (the index of dispersion of the requests finished per window: 1 is Poisson), the prompt
+  and output length distributions (vLLM's per-request histograms) and the prefix-cache share;
+- what the server's configuration shows of itself (the KV cache's size; the seats, once a queue
+  formed while the KV cache had room: the most requests it then ran).
+
+:meth:`HeadroomLearner.estimate` replays that traffic, drawn again as a trace, on the twin so
+fitted at speed multiples: the knee search of ``spoc twin predict --trace --speed auto`` (the
+experiment driver in virtual time), once on the fit and once per bootstrap draw of it. The
+headroom is the speed multiple where the first SLA limit breaks, with the draws' 95 % interval
+and the limit that binds first; or, where the windows cannot say, why not and what would settle
+it, never a bare number.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from spoc_tui.core.knee import SpeedSearch
+from spoc_tui.core.promparse import Exposition
+from spoc_tui.core.sla import Limit
+from spoc_tui.core.stats import Histogram
+from spoc_tui.core.traces import TraceRow
+from spoc_tui.core.vllm import (
+    REQUEST_GENERATION_TOKENS,
+    REQUEST_PROMPT_TOKENS,
+    REQUEST_SUCCESS,
+    Scrape,
+    cache_config,
+    counter_total,
+    server_view,
+    windowed_histogram,
+)
+from spoc_tui.twin.model import ServerConfig, StepModel, Twin
+from spoc_tui.twin.passive import PassiveFit, PassiveWindow, fit_passive, window_of
+from spoc_tui.twin.predict import TraceRows
+
+WINDOW_S = 30.0
+"""A passive window's length (the fit's rows)."""
+TRAFFIC_S = 900.0
+"""How much of the recent traffic a headroom replays (the last 15 minutes)."""
+KEEP_WINDOWS = 240
+"""Windows kept for the fit (two hours of 30 s windows)."""
+DEFAULT_SEATS = 256
+"""vLLM's max-num-seqs default, assumed until a queue shows the server's own."""
+DEFAULT_BATCHED_TOKENS = 8192
+"""vLLM's max-num-batched-tokens default for online serving, assumed."""
+REPLAY_S = 120.0
+"""Seconds of traffic a headroom replays at x1 (a speed s replays them in REPLAY_S / s)."""
+MIN_REQUESTS = 30
+"""Fewer requests than this in the traffic window: too thin to replay."""
+BINDS = {
+    "kv_full": "KV cache",
+    "batch_full": "the batch (max-num-seqs)",
+    "queue_unbounded": "the queue (arrivals outrun the engine)",
+    "preempting": "KV cache (preemptions)",
+    "decode_slows": "decode speed (the batch slows every token)",
+    "throttled": "GPU throttling",
+}
+"""The knee's cause, as a headroom line says what binds first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """The last minutes of a server's traffic, as its counters and histograms give them."""
+
+    seconds: float
+    requests: float
+    rate: float
+    """Requests finished per second."""
+    dispersion: float | None
+    """How bursty the arrivals are: the Allan factor of the requests finished per window (1 is a
+    Poisson stream, above it bursty); None with fewer than 4 windows."""
+    prompt: Histogram | None
+    output: Histogram | None
+    prefix_share: float | None
+    """The share of prompt tokens the prefix cache served."""
+    estimated: tuple[str, ...] = ()
+    """What is estimated rather than counted, in words."""
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "seconds": round(self.seconds, 1),
+            "requests": round(self.requests),
+            "rate": round(self.rate, 4),
+            "dispersion": None if self.dispersion is None else round(self.dispersion, 3),
+            "prompt_tokens_mean": _mean(self.prompt),
+            "output_tokens_mean": _mean(self.output),
+            "prefix_share": None if self.prefix_share is None else round(self.prefix_share, 4),
+            "estimated": list(self.estimated),
+        }
+
+
+def _mean(h: Histogram | None) -> float | None:
+    m = h.mean() if h is not None else None
+    return None if m is None else round(m, 1)
+
+
+def _draw_length(h: Histogram, rng: random.Random) -> int:
+    """A length drawn from a cumulative histogram: a bucket by its count, then uniform inside it
+    (the +Inf bucket: up to 1.5 times its lower edge)."""
+    counts = [b - a for a, b in zip((0.0, *h.counts[:-1]), h.counts, strict=True)]
+    total = sum(c for c in counts if c > 0)
+    pick = rng.random() * total
+    for k, c in enumerate(counts):
+        if c <= 0:
+            continue
+        pick -= c
+        if pick <= 0:
+            lo = h.bounds[k - 1] if k > 0 else 0.0
+            hi = h.bounds[k] if math.isfinite(h.bounds[k]) else max(lo * 1.5, lo + 1)
+            return max(1, round(rng.uniform(lo, hi)))
+    return max(1, round(h.mean() or 1))
+
+
+def synth_rows(traffic: Traffic, span_s: float, seed: int, block_tokens: int = 16) -> tuple[TraceRow, ...]:
+    """``span_s`` seconds of the traffic again, as trace rows: arrivals a gamma renewal process
+    of the traffic's rate and burstiness (its intervals' squared coefficient of variation is the
+    index of dispersion), lengths drawn from the histograms, and a shared leading prefix the size
+    of the prefix-cache share (one system prompt every request starts with)."""
+    rng = random.Random(seed)
+    cv2 = min(25.0, max(0.05, traffic.dispersion if traffic.dispersion is not None else 1.0))
+    shape = 1.0 / cv2
+    scale = 1.0 / (traffic.rate * shape)
+    share = min(0.95, max(0.0, traffic.prefix_share or 0.0))
+    rows: list[TraceRow] = []
+    t = rng.gammavariate(shape, scale) * rng.random()
+    i = 0
+    while t < span_s:
+        n_in = _draw_length(traffic.prompt, rng) if traffic.prompt is not None else 512
+        n_out = _draw_length(traffic.output, rng) if traffic.output is not None else 128
+        shared = int(share * n_in) // block_tokens
+        own = max(0, math.ceil(n_in / block_tokens) - shared)
+        ids = (*range(shared), *range(1_000_000 + 10_000 * i, 1_000_000 + 10_000 * i + own))
+        rows.append(TraceRow(i, t, n_in, n_out, ids, block_tokens, line=i + 1))
+        i += 1
+        t += rng.gammavariate(shape, scale)
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
+class TrafficRows(TraceRows):
+    """The traffic as a trace a replay at any speed finds long enough: at speed s, ``REPLAY_S``
+    seconds of it at s times its rate (a file's rows would last span / s, too short to build a
+    queue at the speeds a headroom asks of)."""
+
+    traffic: Traffic | None = None
+    seed: int = 0
+    block_tokens: int = 16
+    max_model_len: int = 1 << 30
+    replay_s: float = REPLAY_S
+    _cache: dict[float, tuple[TraceRow, ...]] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def of(cls, traffic: Traffic, seed: int, server: ServerConfig, replay_s: float = REPLAY_S) -> TrafficRows:
+        rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size), server.max_model_len)
+        return cls(rows, len(rows), {}, replay_s, traffic.prefix_share, traffic, seed, server.block_size,
+                   server.max_model_len, replay_s)  # fmt: skip
+
+    def step_s(self, speed: float) -> float:
+        return self.replay_s
+
+    def at(self, speed: float) -> tuple[TraceRow, ...]:
+        if self.traffic is None:
+            return self.rows
+        hit = self._cache.get(speed)
+        if hit is None:
+            rows = synth_rows(self.traffic, self.replay_s * speed, self.seed, self.block_tokens)
+            hit = _fitting(rows, self.max_model_len)
+            self._cache[speed] = hit
+        return hit
+
+
+def _fitting(rows: tuple[TraceRow, ...], max_model_len: int) -> tuple[TraceRow, ...]:
+    return tuple(r for r in rows if r.input_tokens + r.output_tokens <= max_model_len)
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """How much more of the recent traffic the server takes within the SLA."""
+
+    estimate: float | None
+    ci95: tuple[float | None, float | None]
+    binding_limit: str | None
+    binds: str | None
+    """What binds first, in words (the knee's cause)."""
+    identified: bool
+    reason: str
+    """Why there is no number (``identified`` false), or what it rests on."""
+    windows: int
+    traffic: Traffic | None
+    fit: PassiveFit | None = field(default=None, compare=False)
+    sla: tuple[str, ...] = ()
+    unit: str = "x"
+
+    def as_dict(self) -> dict[str, object]:
+        lo, hi = self.ci95
+        return {
+            "estimate": None if self.estimate is None else round(self.estimate, 3),
+            "ci95": [None if lo is None else round(lo, 3), None if hi is None else round(hi, 3)],
+            "unit": self.unit,
+            "binding_limit": self.binding_limit,
+            "binds": self.binds,
+            "identified": self.identified,
+            "reason": self.reason,
+            "windows": self.windows,
+            "traffic": self.traffic.as_dict() if self.traffic is not None else None,
+            "sla": list(self.sla),
+        }
+
+    def line(self) -> str:
+        """One line, as the servers panel and ``spoc inspect --headroom`` say it."""
+        if not self.identified or self.estimate is None:
+            return f"headroom: {self.reason}"
+        lo, hi = self.ci95
+        ci = f" (95 %: {_x(lo)}-{_x(hi)})" if lo is not None or hi is not None else ""
+        mins = round((self.traffic.seconds if self.traffic else TRAFFIC_S) / 60)
+        within = f" within {','.join(self.sla)}" if self.sla else ""
+        binds = f"; binds first: {self.binds}" if self.binds else ""
+        return f"headroom x{self.estimate:.2g}{ci} of the last {mins} min of traffic{within}{binds}"
+
+
+def _x(v: float | None) -> str:
+    return "?" if v is None else f"{v:.2g}"
+
+
+class HeadroomLearner:
+    """One server's scrapes, kept as the passive fit's windows and the recent traffic."""
+
+    def __init__(
+        self,
+        limits: Sequence[Limit],
+        prior: Twin | None = None,
+        window_s: float = WINDOW_S,
+        traffic_s: float = TRAFFIC_S,
+        max_model_len: int | None = None,
+    ) -> None:
+        if window_s <= 0 or traffic_s < window_s:
+            raise ValueError("the traffic must span at least one window")
+        self.limits = tuple(limits)
+        self.prior = prior
+        self.window_s = window_s
+        self.traffic_s = traffic_s
+        self.max_model_len = max_model_len
+        self.windows: deque[PassiveWindow] = deque(maxlen=KEEP_WINDOWS)
+        self._marks: deque[tuple[float, Exposition]] = deque()
+        """A scrape every window_s, back over the traffic's span (and one before it)."""
+        self._counts: deque[float] = deque(maxlen=max(4, int(traffic_s / window_s)))
+        """Requests finished in each recent window (the arrivals' burstiness)."""
+        self.seats: int | None = None
+        """The server's max-num-seqs, once a queue showed it."""
+        self.kv_tokens: int | None = None
+        self.block_size: int = 16
+        self.model: str = ""
+        self.engine_version: str = ""
+        self.prefix_caching: bool | None = None
+
+    def add(self, t: float, exp: Exposition) -> None:
+        """One scrape of the server at ``t`` (the monitor's clock)."""
+        cc = cache_config(exp)
+        try:
+            blocks, bs = int(float(cc["num_gpu_blocks"])), int(float(cc["block_size"]))
+            self.kv_tokens, self.block_size = blocks * bs, bs
+        except (KeyError, ValueError):
+            pass
+        if "enable_prefix_caching" in cc:
+            self.prefix_caching = cc["enable_prefix_caching"].lower() == "true"
+        if not self._marks:
+            self._marks.append((t, exp))
+            return
+        t_last, last = self._marks[-1]
+        if t - t_last < self.window_s - 1e-6:
+            return
+        view = server_view("server", Scrape(exp, t, last, t_last))
+        total = view.total
+        self.model = self.model or next(iter(view.model_names), "")
+        self.engine_version = view.engine_version or self.engine_version
+        win = window_of(total, t - t_last, t, self.kv_tokens)
+        if win is not None:
+            self.windows.append(win)
+        done_now, done_then = counter_total(exp, REQUEST_SUCCESS), counter_total(last, REQUEST_SUCCESS)
+        if done_now is not None and done_then is not None and done_now >= done_then:
+            self._counts.append(done_now - done_then)
+        # a queue while the KV cache has room: the batch is at its seats (max-num-seqs)
+        running, waiting, kv = total.running, total.waiting, total.kv_cache_usage
+        if running and waiting and waiting >= 1 and (kv is None or kv < 0.9):
+            self.seats = max(self.seats or 0, round(running))
+        self._marks.append((t, exp))
+        while len(self._marks) > 2 and t - self._marks[1][0] >= self.traffic_s - 1e-6:
+            self._marks.popleft()
+
+    def fit(self, seed: int = 0) -> PassiveFit:
+        prior = self.prior.fit if self.prior is not None else None
+        sd = self.prior.sd if self.prior is not None else None
+        return fit_passive(list(self.windows), prior, sd, seed=seed)
+
+    def traffic(self) -> Traffic | None:
+        """The traffic since the oldest scrape kept (about ``traffic_s``), or None before a window."""
+        if len(self._marks) < 2:
+            return None
+        (t0, first), (t1, last) = self._marks[0], self._marks[-1]
+        scrape = Scrape(last, t1, first, t0)
+        done = (counter_total(last, REQUEST_SUCCESS) or 0.0) - (counter_total(first, REQUEST_SUCCESS) or 0.0)
+        secs = t1 - t0
+        counts = list(self._counts)
+        disp = None
+        if len(counts) >= 4 and statistics.fmean(counts) > 0:
+            # the Allan factor: half the mean squared change between consecutive windows over the
+            # mean (1 for a Poisson stream); a slow trend (the day's rise) is not burstiness
+            steps = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
+            disp = statistics.fmean(steps) / (2 * statistics.fmean(counts))
+        view = server_view("server", scrape).total
+        estimated = ["prompt and output lengths: drawn from vLLM's histogram buckets, uniform inside each"]
+        estimated.append(f"arrivals: from requests finished per {self.window_s:.0f} s (gamma intervals)")
+        return Traffic(
+            seconds=secs,
+            requests=max(0.0, done),
+            rate=max(0.0, done) / secs if secs > 0 else 0.0,
+            dispersion=disp,
+            prompt=windowed_histogram(scrape, REQUEST_PROMPT_TOKENS),
+            output=windowed_histogram(scrape, REQUEST_GENERATION_TOKENS),
+            prefix_share=view.prefix_cache_hit_rate,
+            estimated=tuple(estimated),
+        )
+
+    def server(self) -> ServerConfig:
+        """What the twin is told of the server: reported, seen, from the prior, or assumed."""
+        p = self.prior.server if self.prior is not None else None
+        sources: dict[str, str] = {}
+        if self.seats is not None:
+            seats, sources["max_num_seqs"] = self.seats, "inferred"
+        elif p is not None:
+            seats, sources["max_num_seqs"] = p.max_num_seqs, "twin"
+        else:
+            seats, sources["max_num_seqs"] = DEFAULT_SEATS, "assumed"
+        blocks = (self.kv_tokens // self.block_size) if self.kv_tokens else (p.num_gpu_blocks if p else 0)
+        sources["num_gpu_blocks"] = "reported" if self.kv_tokens else "twin"
+        return ServerConfig(
+            model=self.model or (p.model if p else "model"),
+            max_model_len=self.max_model_len or (p.max_model_len if p else 32_768),
+            block_size=self.block_size,
+            num_gpu_blocks=max(1, blocks),
+            enable_prefix_caching=self.prefix_caching if self.prefix_caching is not None else True,
+            gpu_memory_utilization=None,
+            max_num_seqs=seats,
+            max_num_batched_tokens=p.max_num_batched_tokens if p else DEFAULT_BATCHED_TOKENS,
+            enable_chunked_prefill=True,
+            sources=sources,
+            engine_version=self.engine_version,
+        )
+
+    def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
+        """The headroom for the recent traffic (seconds of CPU: run it off the UI thread)."""
+        sla = tuple(str(lim) for lim in self.limits)
+        traffic = self.traffic()
+        fit = self.fit(seed)
+        n = fit.windows
+
+        def none(reason: str) -> Headroom:
+            return Headroom(None, (None, None), None, None, False, reason, n, traffic, fit, sla)
+
+        if not self.limits:
+            return none("no SLA to hold: give --sla")
+        if not fit.identified:
+            return none(fit.reason)
+        if traffic is None or traffic.requests < MIN_REQUESTS or traffic.rate <= 0:
+            got = 0 if traffic is None else round(traffic.requests)
+            return none(f"too little traffic to replay: {got} requests in the window (needs {MIN_REQUESTS})")
+        if not self.kv_tokens and self.prior is None:
+            return none("the server does not report its KV cache's size (vllm:cache_config_info)")
+        return headroom_of(fit, self.server(), traffic, self.limits, seed, draws, self.prior, replay_s)
+
+
+def _twin(fit: PassiveFit, server: ServerConfig, prior: Twin | None, draws: int) -> Twin:
+    keep = fit.draws[: max(0, draws)]
+    sd = StepModel(
+        *(statistics.pstdev([getattr(d, k) for d in fit.draws]) if len(fit.draws) > 1 else 0.0 for k in _COEFFS),
+    )
+    step_cv = prior.step_cv if prior is not None else 0.05
+    return Twin(fit.model, sd, keep, step_cv, server, notes=("learned passively from the monitor's scrapes",))
+
+
+_COEFFS = ("b0", "b_prefill", "b_attn", "b_decode", "b_context", "b_mixed", "a0", "a_prompt", "b_shared", "ridge")
+
+
+def headroom_of(
+    fit: PassiveFit,
+    server: ServerConfig,
+    traffic: Traffic,
+    limits: Sequence[Limit],
+    seed: int = 0,
+    draws: int = 4,
+    prior: Twin | None = None,
+    replay_s: float = REPLAY_S,
+) -> Headroom:
+    """The traffic replayed on the fitted twin at speed multiples (the knee search of ``spoc twin
+    predict --trace --speed auto``), on the fit and ``draws`` of its bootstrap draws."""
+    from spoc_tui.load.workload import load_workload
+    from spoc_tui.twin.predict import Prediction, predict
+
+    sla = tuple(str(lim) for lim in limits)
+    trace = TrafficRows.of(traffic, seed, server, replay_s)
+    if len(trace.rows) < 2:
+        return Headroom(None, (None, None), None, None, False, "too little traffic to replay", fit.windows, traffic,
+                        fit, sla)  # fmt: skip
+    p = Prediction(
+        twin=_twin(fit, server, prior, draws),
+        workload=load_workload("chatbot"),
+        plan=SpeedSearch(max_speed=64.0, start=1.0),
+        limits=tuple(limits),
+        seed=seed,
+        draws=draws,
+        trace=trace,
+    )
+    knee = predict(p).knee
+    inf = knee.inferred
+    binds = BINDS.get(knee.why.cause) if knee.why is not None else None
+    if inf is None or inf.estimate is None:
+        return Headroom(None, (None, None), None, binds, False, "the replay found no knee", fit.windows, traffic,
+                        fit, sla)  # fmt: skip
+    if inf.boundary == "bound":
+        lo = inf.ci95[0]
+        what = f"beyond x{_x(lo)}" if lo is not None else "beyond the speeds replayed"
+        return Headroom(inf.estimate, inf.ci95, None, None, True, f"every speed replayed met the SLA: {what}",
+                        fit.windows, traffic, fit, sla)  # fmt: skip
+    why = fit.reason + (f"; the server moved from its twin: {'; '.join(fit.drift)}" if fit.drift else "")
+    return Headroom(inf.estimate, inf.ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla)

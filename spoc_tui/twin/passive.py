@@ -1,0 +1,274 @@
+"""The twin's step time learned passively, from the scrapes a monitor makes anyway (issue 52).
+
+A calibration (:mod:`spoc_tui.twin.calibrate`) times chosen probes on an idle server. A server in
+production cannot be probed, but its counters, differenced over a window, give the means of what
+its engine did in that window:
+
+- steps: ``vllm:iteration_tokens_total``'s count (one per engine step);
+- the mean step a decoding sequence waited: the inter-token latency's mean (its histogram's sum
+  over its count), the response;
+- decoding sequences per step: generated tokens over steps (each decode makes one token a step);
+- new prompt tokens per step: prompt tokens less those the prefix cache served, over steps;
+- decode context per step: the KV cache in use (``kv_cache_usage_perc`` of the blocks the
+  server reports) in k-tokens;
+- the share of steps carrying a prefill chunk: requests started over steps (at most 1).
+
+The twin's step model is linear in these (:mod:`spoc_tui.twin.model`), so a window is one row of
+a least-squares fit of its fixed cost ``b0``, per-sequence ``b_decode``, per-context-token
+``b_context``, per-prefill-token ``b_prefill`` and mixed-step ``b_mixed`` terms, weighted by how
+many inter-token gaps the window holds. Windows that differ (more users at one hour than at
+another) identify the terms; windows that all look alike identify only their common value, and
+the fit says so instead of extrapolating. The fit's uncertainty is a bootstrap over windows. A
+calibrated twin, when given, is the prior (each term pulled towards it by its calibration's
+spread): the live fit tightens it, and says which term the server has drifted from.
+
+What passive windows cannot identify: attention cost inside a prefill (``b_attn``), the shared
+prefix saving (``b_shared``), the roofline's ridge and the time outside the engine (``a0``,
+``a_prompt``): those come from the prior, or stay 0 and are named.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from spoc_tui.core.vllm import EngineView
+from spoc_tui.twin.model import StepModel
+
+TERMS = ("b0", "b_decode", "b_context", "b_prefill", "b_mixed")
+"""The step terms windows of counters identify, in the fit's column order."""
+NOT_PASSIVE = ("b_attn", "b_shared", "ridge", "a0", "a_prompt")
+"""What passive windows cannot identify: from the prior, or 0."""
+MIN_WINDOWS = 8
+"""Fewer windows than this with decoding in them: too thin to say anything."""
+MIN_ITL_GAPS = 50
+"""A window with fewer inter-token gaps than this is left out (its mean is noise)."""
+STRETCH = 3.0
+"""How far past the busiest window a headroom looks: its batch and context times this."""
+MAX_SPREAD = 0.30
+"""Identified: the predicted step at the stretch point (:data:`STRETCH` times the busiest
+window's batch and context) has a 95 % interval at most this wide, relative to the fit's."""
+DRAWS = 200
+"""Bootstrap draws over windows."""
+
+
+@dataclass(frozen=True, slots=True)
+class PassiveWindow:
+    """What one window's counters say the engine did, per step on average."""
+
+    t: float
+    """When the window ended (the monitor's clock)."""
+    seconds: float
+    step_s: float
+    """The mean step a decoding sequence waited (the inter-token latency's mean), s."""
+    gaps: float
+    """Inter-token gaps the window holds (its weight)."""
+    decodes: float
+    """Decoding sequences per step."""
+    context_k: float
+    """Decode context per step, k-tokens (the KV cache in use)."""
+    prefill: float
+    """New prompt tokens per step (less those the prefix cache served)."""
+    mixed: float
+    """The share of steps that carry a prefill chunk (at most 1)."""
+
+    def row(self) -> tuple[float, ...]:
+        """The fit's regressors, in :data:`TERMS` order."""
+        return (1.0, self.decodes, self.context_k, self.prefill, self.mixed)
+
+
+def window_of(view: EngineView, seconds: float, t: float, kv_tokens: int | None) -> PassiveWindow | None:
+    """One window from a server's windowed view, or None when it cannot be one: no steps or no
+    inter-token gaps in it (an idle window says nothing of the step time), too few gaps, or a
+    server that does not report its steps or its KV cache's size.
+
+    Args:
+        seconds: the window's length.
+        kv_tokens: the KV cache's size in tokens (``num_gpu_blocks x block_size`` of
+            ``vllm:cache_config_info``).
+    """
+    itl = view.latency.get("itl")
+    steps_rate, gen_rate = view.steps_rate, view.generation_tokens_rate
+    if itl is None or itl.mean is None or not itl.count or itl.count < MIN_ITL_GAPS:
+        return None
+    if not steps_rate or steps_rate <= 0 or gen_rate is None or not kv_tokens or view.kv_cache_usage is None:
+        return None
+    hit = view.prefix_cache_hit_rate or 0.0
+    prompt_rate = view.prompt_tokens_rate or 0.0
+    requests = view.request_rate or 0.0
+    return PassiveWindow(
+        t=t,
+        seconds=seconds,
+        step_s=itl.mean,
+        gaps=itl.count,
+        decodes=gen_rate / steps_rate,
+        context_k=view.kv_cache_usage * kv_tokens / 1000.0,
+        prefill=prompt_rate * (1.0 - min(1.0, max(0.0, hit))) / steps_rate,
+        mixed=min(1.0, requests / steps_rate),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PassiveFit:
+    """The step model as the windows give it, with how sure it is."""
+
+    model: StepModel
+    """The fit: :data:`TERMS` from the windows (and the prior), the rest from the prior or 0."""
+    draws: tuple[StepModel, ...]
+    """Bootstrap draws (windows resampled), for intervals."""
+    windows: int
+    batch: tuple[float, float]
+    """The fewest and most decoding sequences per step over the windows."""
+    identified: bool
+    reason: str
+    """Why not (``identified`` false), or what identified it."""
+    residual_pct: float
+    """The windows' median absolute residual, % of their step time."""
+    drift: tuple[str, ...] = ()
+    """Terms the server has moved from the prior beyond both their spreads, in words."""
+
+    def interval(self, term: str) -> tuple[float, float]:
+        """The term's 95 % interval over the draws."""
+        vals = sorted(getattr(d, term) for d in self.draws)
+        if not vals:
+            v = getattr(self.model, term)
+            return v, v
+        return vals[int(0.025 * (len(vals) - 1))], vals[math.ceil(0.975 * (len(vals) - 1))]
+
+    def step_s(self, decodes: float, context_k: float, prefill: float = 0.0, mixed: float = 0.0) -> float:
+        m = self.model
+        return m.b0 + m.b_decode * decodes + m.b_context * context_k + m.b_prefill * prefill + m.b_mixed * mixed
+
+
+def _nonneg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient at least 0: a term that comes out negative is held at
+    0 and the rest refitted (an active set, enough for five terms)."""
+    n_terms = a.shape[1]
+    free = list(range(n_terms))
+    out = np.zeros(n_terms)
+    while free:
+        coef, *_ = np.linalg.lstsq(a[:, free], b, rcond=None)
+        neg = [free[k] for k, c in enumerate(coef) if c < 0]
+        if not neg:
+            out[free] = coef
+            break
+        free = [j for j in free if j not in neg]
+    return out
+
+
+def _solve(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, prior: np.ndarray | None, prior_sd: np.ndarray | None
+) -> np.ndarray:
+    """The posterior's mode: each window's mean has the noise of its gaps (variance sigma^2 / w,
+    sigma from a first plain fit's residuals), each term a normal prior where one is given (a
+    whisper of ridge otherwise, so a column the windows never vary stays solvable)."""
+    n, k = x.shape
+    first = _nonneg(
+        np.vstack([x * np.sqrt(w)[:, None], np.eye(k) * 1e-9]), np.concatenate([y * np.sqrt(w), np.zeros(k)])
+    )
+    resid = y - x @ first
+    if n > k:
+        sigma2 = float((w * resid**2).sum()) / (n - k)
+    else:
+        sigma2 = 0.0
+    sigma2 = max(sigma2, float((0.01 * y.mean()) ** 2 * w.mean()))  # never certain beyond 1 %
+    sw = np.sqrt(w / sigma2)
+    a, b = x * sw[:, None], y * sw
+    if prior is not None and prior_sd is not None:
+        a = np.vstack([a, np.diag(1.0 / prior_sd)])
+        b = np.concatenate([b, prior / prior_sd])
+    else:
+        a = np.vstack([a, np.eye(k) * 1e-9])
+        b = np.concatenate([b, np.zeros(k)])
+    return _nonneg(a, b)
+
+
+def fit_passive(
+    windows: Sequence[PassiveWindow],
+    prior: StepModel | None = None,
+    prior_sd: StepModel | None = None,
+    seed: int = 0,
+    draws: int = DRAWS,
+) -> PassiveFit:
+    """The step model the windows identify, with its bootstrap spread; ``prior`` (a calibrated
+    twin's fit, with its spread ``prior_sd``) pulls each term towards it.
+
+    Never a bare number where the windows cannot say: ``identified`` is false, with the reason
+    and what would settle it, when there are too few windows or they do not vary enough.
+    """
+    base = prior if prior is not None else StepModel(0, 0, 0, 0, 0, 0, 0, 0)
+    wins = [w for w in windows if w.gaps >= MIN_ITL_GAPS and w.step_s > 0]
+    if not wins:
+        return PassiveFit(base, (), 0, (0.0, 0.0), False, "no traffic yet: no window with decoding in it", math.nan)
+    batch = (min(w.decodes for w in wins), max(w.decodes for w in wins))
+    x = np.array([w.row() for w in wins], dtype=float)
+    y = np.array([w.step_s for w in wins], dtype=float)
+    gw = np.minimum(np.array([w.gaps for w in wins], dtype=float), 20_000.0)
+    p = np.array([getattr(base, t) for t in TERMS], dtype=float) if prior is not None else None
+    psd = None
+    if prior is not None:
+        sd = prior_sd if prior_sd is not None else replace(prior)
+        psd = np.array([max(abs(getattr(sd, t)), 0.05 * abs(getattr(prior, t)), 1e-7) for t in TERMS], dtype=float)
+    coef = _solve(x, y, gw, p, psd)
+    rng = random.Random(seed)
+    drawn: list[np.ndarray] = []
+    n = len(wins)
+    for _ in range(draws if n >= 3 else 0):
+        idx = [rng.randrange(n) for _ in range(n)]
+        drawn.append(_solve(x[idx], y[idx], gw[idx], p, psd))
+    model = replace(base, **{t: float(c) for t, c in zip(TERMS, coef, strict=True)})
+    models = tuple(replace(base, **{t: float(c) for t, c in zip(TERMS, d, strict=True)}) for d in drawn)
+    resid = np.abs(x @ coef - y) / y
+    residual_pct = float(np.median(resid) * 100)
+    identified, reason = _identified(wins, x, coef, drawn, batch, prior is not None)
+    fit = PassiveFit(model, models, n, batch, identified, reason, residual_pct)
+    if prior is not None and prior_sd is not None and models:
+        fit = replace(fit, drift=_drift(fit, prior, prior_sd))
+    return fit
+
+
+def _identified(
+    wins: Sequence[PassiveWindow],
+    x: np.ndarray,
+    coef: np.ndarray,
+    drawn: Sequence[np.ndarray],
+    batch: tuple[float, float],
+    has_prior: bool,
+) -> tuple[bool, str]:
+    lo, hi = batch
+    variety = f"{len(wins)} windows, batch {lo:.0f}-{hi:.0f}"
+    if len(wins) < MIN_WINDOWS:
+        return False, f"too little traffic yet: {variety} (needs {MIN_WINDOWS} windows with decoding)"
+    # the stretch point: STRETCH times the busiest window's batch and context, as a headroom asks
+    busiest = max(range(len(wins)), key=lambda i: wins[i].decodes)
+    stretch = x[busiest].copy()
+    stretch[1:3] *= STRETCH
+    preds = sorted(float(stretch @ d) for d in drawn)
+    mid = float(stretch @ coef)
+    if not preds or mid <= 0:
+        return False, f"not enough variety yet: {variety}"
+    spread = (preds[math.ceil(0.975 * (len(preds) - 1))] - preds[int(0.025 * (len(preds) - 1))]) / mid
+    if spread <= MAX_SPREAD:
+        how = "the windows and the calibrated twin" if has_prior else "the windows"
+        return True, f"identified by {how}: {variety}; a step at {STRETCH:g}x the batch within +-{spread * 50:.0f} %"
+    hint = "" if has_prior else "; or calibrate: `spoc twin calibrate`"
+    return False, (
+        f"not enough variety yet: {variety} (a step at {STRETCH:g}x the batch is known only within "
+        f"+-{spread * 50:.0f} %): busier and quieter minutes settle it{hint}"
+    )
+
+
+def _drift(fit: PassiveFit, prior: StepModel, prior_sd: StepModel) -> tuple[str, ...]:
+    """Terms whose live interval and the prior's (2 sd) do not overlap."""
+    out: list[str] = []
+    for t in TERMS:
+        lo, hi = fit.interval(t)
+        p, sd = getattr(prior, t), abs(getattr(prior_sd, t))
+        if hi < p - 2 * sd or lo > p + 2 * sd:
+            now = getattr(fit.model, t)
+            out.append(f"{t} {now:.3g} against the twin's {p:.3g} (+-{2 * sd:.2g})")
+    return tuple(out)
