@@ -275,7 +275,7 @@ def test_the_knee_search_answers_on_the_real_server_with_a_p99_limit(vllm_server
     r = subprocess.run(
         [
             sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", vllm_server.url, "--profile", str(profile),
-            "--step-seconds", "10", "--warmup-seconds", "2", "--budget", "70s", "--sla", "itl_p99<=30ms",
+            "--step-seconds", "8", "--warmup-seconds", "2", "--budget", "40s", "--sla", "itl_p99<=30ms",
             "--out", str(out), "--tokenizer", str(MODEL),
         ],
         capture_output=True,
@@ -293,7 +293,7 @@ def test_the_knee_search_answers_on_the_real_server_with_a_p99_limit(vllm_server
         assert knee["binding_limit"] == "itl_p99" and lo is not None and lo <= est and (hi is None or est <= hi)
     else:
         assert (lo is None) != (hi is None)  # one side: more than the highest level, or fewer than the lowest
-    assert sum(s["duration_s"] + 2 for s in d["steps"]) <= 70 + 4 * 10
+    assert sum(s["duration_s"] + 2 for s in d["steps"]) <= 40 + 4 * 8
     levels = [s["users"] for s in d["steps"]]
     assert levels[:2] == [1, 2]
     busiest = max(d["steps"], key=lambda s: s["users"])
