@@ -36,13 +36,13 @@ sys.path.insert(0, str(ROOT))
 
 from spoc_tui.core.sla import parse_sla  # noqa: E402
 from spoc_tui.core.steps import summarize_step  # noqa: E402
-from spoc_tui.load.workload import Workload, load_workload  # noqa: E402
 from spoc_tui.sim.options import SimOptions  # noqa: E402
 from spoc_tui.sim.run import build  # noqa: E402
 from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
 from spoc_tui.sim.watch import VirtualWatch  # noqa: E402
 from spoc_tui.twin.headroom import HeadroomLearner  # noqa: E402
 from spoc_tui.twin.predict import figure  # noqa: E402
+from spoc_tui.workload import Workload, load_workload  # noqa: E402
 
 SLA = "ttft_p99<=2s,itl_p99<=100ms"
 SEATS = 48

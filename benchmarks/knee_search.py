@@ -64,10 +64,10 @@ from spoc_tui.core.knee import (  # noqa: E402
 from spoc_tui.core.presets import gpu_preset, model_preset  # noqa: E402
 from spoc_tui.core.sla import Limit, parse_sla  # noqa: E402
 from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step  # noqa: E402
-from spoc_tui.load.workload import Workload, load_workload  # noqa: E402
 from spoc_tui.sim.backend import VirtualBackend  # noqa: E402
 from spoc_tui.sim.engine import EngineConfig, SimEngine  # noqa: E402
 from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
+from spoc_tui.workload import Workload, load_workload  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 SEEDS = int(next((a.split("=")[1] for a in sys.argv if a.startswith("--seeds=")), "1" if SMOKE else "20"))
@@ -157,11 +157,11 @@ def fingerprint() -> str:
     for path in sorted(
         [
             *(p for p in (ROOT / "spoc_tui" / "sim").glob("*.py") if p.name != "backend.py"),  # the searches' only
-            *(ROOT / "spoc_tui" / "load" / "profiles").glob("*"),
+            *(ROOT / "spoc_tui" / "workload" / "profiles").glob("*"),
         ]
     ):
         h.update(path.name.encode() + path.read_bytes())
-    for mod in ("load/workload.py", "core/presets.py"):
+    for mod in ("workload/__init__.py", "core/presets.py"):
         h.update((ROOT / "spoc_tui" / mod).read_bytes())
     h.update(f"{CHAT}|{TRUTH_WARMUP_S}|{TRUTH_S}|{TRUTH_SEEDS}".encode())
     return h.hexdigest()[:16]

@@ -30,9 +30,9 @@ import numpy as np  # noqa: E402
 from spoc_tui.core.knee import FixedUsers  # noqa: E402
 from spoc_tui.core.sla import parse_sla  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
-from spoc_tui.load.workload import WORDS, load_workload  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402
+from spoc_tui.workload import WORDS, load_workload  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 _ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]

@@ -77,7 +77,7 @@ elif what == "scan":
 elif what == "share":
     import random
     from spoc_tui.core.traces import ReplayShare, trace_source
-    from spoc_tui.load.workload import TextMaker, TracePrompts
+    from spoc_tui.workload import TextMaker, TracePrompts
     share = ReplayShare(trace_source(str(path)), (0, 1), 131072)
     prompts = TracePrompts(TextMaker(), "bench")
     chars = 0

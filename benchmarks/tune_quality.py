@@ -52,9 +52,9 @@ from spoc_tui.core.pareto import hypervolume, pareto_indices  # noqa: E402
 from spoc_tui.core.sla import parse_sla  # noqa: E402
 from spoc_tui.core.tunespace import load_space, objective_value, parse_objectives  # noqa: E402
 from spoc_tui.load.ramp import RampConfig  # noqa: E402
-from spoc_tui.load.workload import load_workload  # noqa: E402
 from spoc_tui.tune.evaluate import FastSimEvaluator, TrialOutcome  # noqa: E402
 from spoc_tui.tune.study import TuneConfig, TuneSession  # noqa: E402
+from spoc_tui.workload import load_workload  # noqa: E402
 
 KNOWN = {"max-model-len": 16384}
 LIMITS = parse_sla("ttft_p99<=30s,itl_p99<=300ms")

@@ -51,8 +51,8 @@ from spoc_tui.core.sla import parse_sla  # noqa: E402
 from spoc_tui.core.steps import RequestSample, summarize_step  # noqa: E402
 from spoc_tui.load.defaults import ArrivalMode  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
-from spoc_tui.load.workload import load_workload  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
+from spoc_tui.workload import load_workload  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 """The real-engine tier runs it so (that the script runs, not its figures): 4 streams, 5 s, one

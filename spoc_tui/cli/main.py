@@ -575,7 +575,7 @@ def ramp(
     from spoc_tui.collectors.scrape import metrics_url
     from spoc_tui.core.knee import FixedRates, parse_speed_plan, parse_user_plan
     from spoc_tui.load.ramp import RampConfig, auto_workers
-    from spoc_tui.load.workload import load_workload
+    from spoc_tui.workload import load_workload
 
     conf = config_values() if not (url and sla and dcgm_urls) else {}
     url = from_config(url, "vllm_urls", "--url", conf)
@@ -825,7 +825,7 @@ def tune(twin_path: str | None, confirm: int, **kw: Any) -> None:
 def load_worker(master: str, master_port: int, url: str, model: str, profile: str, seed: int) -> None:
     """Join a ramp from another machine as a Locust worker (Locust's master/worker protocol)."""
     from spoc_tui.load.ramp import runner_argv, runner_env
-    from spoc_tui.load.workload import load_workload
+    from spoc_tui.workload import load_workload
 
     prof = load_workload(profile)
     import subprocess

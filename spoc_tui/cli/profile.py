@@ -118,8 +118,8 @@ def _capture(
     api_key: str | None,
 ) -> Path:
     from spoc_tui.collectors.scrape import base_url, metrics_url
-    from spoc_tui.load.workload import load_workload
     from spoc_tui.profile.capture import CaptureConfig, capture
+    from spoc_tui.workload import load_workload
 
     try:
         metrics_url(url or "")

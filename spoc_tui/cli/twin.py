@@ -265,9 +265,9 @@ def predict_cmd(
     from spoc_tui.core.errors import InputError
     from spoc_tui.core.knee import FixedRates, parse_speed_plan, parse_user_plan
     from spoc_tui.core.sla import parse_budget, parse_rates, parse_sla
-    from spoc_tui.load.workload import load_workload
     from spoc_tui.twin.model import read_twin
     from spoc_tui.twin.predict import Prediction, TraceRows, predict, read_rows
+    from spoc_tui.workload import load_workload
 
     twin = read_twin(twin_path)
     if users_spec is not None and rate_spec is not None:

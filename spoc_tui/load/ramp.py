@@ -70,10 +70,10 @@ from spoc_tui.load.defaults import (
     WORKERS,
     ArrivalMode,
 )
-from spoc_tui.load.workload import Workload
 from spoc_tui.procs.group import kill_group
 from spoc_tui.procs.lock import FolderLock
 from spoc_tui.procs.ports import free_port
+from spoc_tui.workload import Workload
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -50,7 +50,8 @@ from spoc_tui.core.sse import StreamTally
 from spoc_tui.core.steps import RequestSample
 from spoc_tui.core.traces import ReplayShare, TraceError, TraceRow, TraceSource
 from spoc_tui.load import wire
-from spoc_tui.load.workload import (
+from spoc_tui.procs.lock import mark_interrupted
+from spoc_tui.workload import (
     ConversationPlan,
     TextMaker,
     TracePrompts,
@@ -58,7 +59,6 @@ from spoc_tui.load.workload import (
     jitter,
     plan_conversation,
 )
-from spoc_tui.procs.lock import mark_interrupted
 
 
 class _Out:

@@ -27,7 +27,7 @@ from spoc_tui.core.errors import SpocError
 from spoc_tui.core.knee import FixedUsers
 from spoc_tui.core.redact import redact_text
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
-from spoc_tui.load.workload import Workload
+from spoc_tui.workload import Workload
 
 TRACE_GLOBS = ("*.pt.trace.json.gz", "*.pt.trace.json")
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from spoc_tui.core.steps import RequestSample
-from spoc_tui.load.workload import Workload, jitter
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest, tokenize
+from spoc_tui.workload import Workload, jitter
 
 TEMPLATE_TOKENS = 4
 """Chat-template tokens around each message (as the simulator's server counts them)."""
@@ -117,7 +117,7 @@ class VirtualServer:
             ignore_eos: every answer as long as the profile drew it (None: as the workload says;
                 without it the simulated model stops early, as ``spoc sim`` does over HTTP).
             paced: each turn waits the load generator's jitter first, as ``spoc ramp``'s users do
-                (:func:`~spoc_tui.load.workload.jitter`: up to a second before a user's first turn,
+                (:func:`~spoc_tui.workload.jitter`: up to a second before a user's first turn,
                 a little before a turn without think time; none in lockstep).
         """
         self.paced = paced

@@ -21,10 +21,10 @@ from spoc_tui.core.tunespace import (
     template_flags,
 )
 from spoc_tui.load.ramp import RampConfig, RampError, scan_trace
-from spoc_tui.load.workload import load_workload
 from spoc_tui.tune.args import TuneArgs
 from spoc_tui.tune.evaluate import ServerEvaluator
 from spoc_tui.tune.study import TuneConfig
+from spoc_tui.workload import load_workload
 
 
 class TuneArgsError(InputError, ValueError):

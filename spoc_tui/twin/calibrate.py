@@ -46,7 +46,6 @@ from spoc_tui.core.promparse import Exposition
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.sse import StreamTally
 from spoc_tui.core.vllm import PREFIX_HITS, cache_config, engine_version
-from spoc_tui.load.workload import TextMaker
 from spoc_tui.twin.fit import Observation, fit_step_model
 from spoc_tui.twin.model import (
     COEFFS,
@@ -58,6 +57,7 @@ from spoc_tui.twin.model import (
     design_row,
     step_features,
 )
+from spoc_tui.workload import TextMaker
 
 DEFAULT_BUDGET_S = 300.0
 LOAD_SHARE = 0.2

@@ -20,9 +20,9 @@ from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import StepSummary
 from spoc_tui.core.traces import TraceError, trace_source
-from spoc_tui.load.workload import Workload, WorkloadError
 from spoc_tui.twin.model import Twin, TwinError
 from spoc_tui.twin.predict import Prediction, TraceRows, figure, predict_at, read_rows
+from spoc_tui.workload import Workload, WorkloadError
 
 CHECKED = ("ttft_p50", "ttft_p90", "itl_p50", "itl_p90", "e2e_p50", "e2e_p90", "output_tokens_per_s")
 HOLDS_PCT = {"e2e_p50": 10.0, "itl_p50": 10.0, "ttft_p50": 25.0}

@@ -406,8 +406,8 @@ def headroom_of(
 ) -> Headroom:
     """The traffic replayed on the fitted twin at speed multiples (the knee search of ``spoc twin
     predict --trace --speed auto``), on the fit and ``draws`` of its bootstrap draws."""
-    from spoc_tui.load.workload import load_workload
     from spoc_tui.twin.predict import Prediction, predict
+    from spoc_tui.workload import load_workload
 
     sla = tuple(str(lim) for lim in limits)
     trace = TrafficRows.of(traffic, seed, server, replay_s)

@@ -40,12 +40,12 @@ from spoc_tui.core.steps import (
 from spoc_tui.core.traces import ReplayShare, TraceError, TraceRow, TraceSource
 from spoc_tui.load import defaults
 from spoc_tui.load.defaults import ABORT_FACTOR, ARRIVALS, STEP_S, WARMUP_S, spawn_rate
-from spoc_tui.load.workload import Workload
 from spoc_tui.sim.backend import VirtualBackend, counters, server_window
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.fleet import FleetSim
 from spoc_tui.twin.model import StepModel, Twin, TwinError
+from spoc_tui.workload import Workload
 
 DRAWS = 16
 """Runs on bootstrap draws of the fit beside the fit's own (the prediction interval's)."""

@@ -379,11 +379,11 @@ def test_a_measured_and_a_predicted_ramp_differ_only_by_the_backend(sim8, fast_p
     from spoc_tui.core.experiment import Driver, run_now
     from spoc_tui.core.sla import parse_sla
     from spoc_tui.load.ramp import RampConfig, ResultWriter, ramp_header, run_ramp, spawn_rate
-    from spoc_tui.load.workload import load_workload
     from spoc_tui.sim.backend import VirtualBackend
     from spoc_tui.sim.options import SimOptions
     from spoc_tui.sim.run import build
     from spoc_tui.sim.virtual import VirtualServer
+    from spoc_tui.workload import load_workload
 
     url, _ = sim8
     live_dir, virtual_dir = tmp_path / "live", tmp_path / "virtual"

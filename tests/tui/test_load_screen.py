@@ -308,8 +308,8 @@ async def test_a_trace_replayed_from_the_load_screen(tmp_path):
 
 async def test_the_twins_prediction_is_drawn_beside_each_finished_step(tmp_path):
     from spoc_tui.core.knee import FixedUsers
-    from spoc_tui.load.workload import load_workload
     from spoc_tui.twin.model import write_twin
+    from spoc_tui.workload import load_workload
     from tests.unit.test_twin_fit import twin
 
     path = tmp_path / "twin.json"
@@ -348,8 +348,8 @@ async def test_the_twin_replays_the_trace_beside_a_replays_step(tmp_path):
     that speed (not the profile at that many users)."""
     from spoc_tui.core.knee import FixedSpeeds
     from spoc_tui.core.traces import trace_source
-    from spoc_tui.load.workload import load_workload
     from spoc_tui.twin.predict import Prediction, predict_at, read_rows
+    from spoc_tui.workload import load_workload
     from tests.unit.test_twin_fit import twin
     from tests.unit.test_twin_fleet import _mooncake
 

@@ -12,13 +12,13 @@ from spoc_tui.core.knee import FixedUsers
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.tunespace import parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
-from spoc_tui.load.workload import load_workload
 from spoc_tui.tui.messages import TuneEvent, TuneFinished
 from spoc_tui.tui.screens.tune import TuneScreen
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
 from spoc_tui.tune import events
 from spoc_tui.tune.evaluate import FastSimEvaluator
 from spoc_tui.tune.study import TuneConfig, TuneSession
+from spoc_tui.workload import load_workload
 from tests.tui.helpers import make_app
 
 SPACE = """

@@ -22,10 +22,10 @@ from spoc_tui.core.presets import gpu_preset, model_preset
 from spoc_tui.core.results import read_ramp
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.load.ramp import RampConfig, ResultWriter
-from spoc_tui.load.workload import load_workload
 from spoc_tui.sim.backend import VirtualBackend
 from spoc_tui.sim.engine import EngineConfig, SimEngine
 from spoc_tui.sim.virtual import VirtualServer
+from spoc_tui.workload import load_workload
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "experiment"
 

@@ -12,12 +12,12 @@ import pytest
 
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.stats import Histogram
-from spoc_tui.load.workload import load_workload
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.sim.watch import VirtualWatch
 from spoc_tui.twin.headroom import HeadroomLearner, Traffic, synth_rows
+from spoc_tui.workload import load_workload
 
 INF = math.inf
 

@@ -16,11 +16,11 @@ from collections.abc import Callable
 import pytest
 
 from spoc_tui.core.monitor import MonitorModel
-from spoc_tui.load.workload import Workload, load_workload
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build_replicas
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.sim.watch import VirtualWatch
+from spoc_tui.workload import Workload, load_workload
 
 # The simulator's built-in users (spoc_tui/sim/load.py BuiltinLoad) as profiles: a shared system
 # prompt, 2-8 turns of 30-600 words, answers of up to 80-450 tokens (stopping at EOS), thinking

@@ -16,11 +16,11 @@ from spoc_tui.core.experiment import Driver, RampProgress
 from spoc_tui.core.knee import FixedUsers, KneeSearch
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.load.ramp import RampConfig, RampResult, ResultWriter, ramp_header, spawn_rate
-from spoc_tui.load.workload import load_workload
 from spoc_tui.sim.backend import VirtualBackend
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
 from spoc_tui.sim.virtual import VirtualServer
+from spoc_tui.workload import load_workload
 from tests.e2e.test_ramp import FAST
 
 

@@ -18,10 +18,10 @@ from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import Figures, Latency, StepSummary
 from spoc_tui.core.tunespace import parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
-from spoc_tui.load.workload import load_workload
 from spoc_tui.tune.evaluate import TrialOutcome
 from spoc_tui.tune.screening import Observation, ScreenedChildren, Surrogate
 from spoc_tui.tune.study import TuneConfig, TuneSession
+from spoc_tui.workload import load_workload
 
 DISTS = {"a": IntDistribution(0, 10), "b": CategoricalDistribution([True, False])}
 

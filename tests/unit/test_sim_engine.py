@@ -196,8 +196,8 @@ def test_virtual_lockstep_restarts_every_user_together_at_each_change(tmp_path, 
     """As `spoc ramp --arrivals lockstep`: a change of users stops the thinking, lets the requests
     in flight end, then sends every user's next turn at one instant, the earlier users' too (before,
     only the users added started together). Staggered users keep their phase."""
-    from spoc_tui.load.workload import load_workload
     from spoc_tui.sim.virtual import VirtualServer
+    from spoc_tui.workload import load_workload
 
     path = tmp_path / "flat.toml"
     path.write_text(f'name = "flat"\nuser_tokens = 500\noutput_tokens = 50\nignore_eos = true\nthink_s = {think}\n')
@@ -223,8 +223,8 @@ def test_virtual_lockstep_restarts_every_user_together_at_each_change(tmp_path, 
 def test_a_steps_window_counts_only_the_requests_its_level_sent(tmp_path):
     """After a step down, requests the last level sent still end inside the next step's window;
     they measured the last level's load, and a window from the step's start leaves them out."""
-    from spoc_tui.load.workload import load_workload
     from spoc_tui.sim.virtual import VirtualServer
+    from spoc_tui.workload import load_workload
 
     path = tmp_path / "long.toml"
     path.write_text('name = "long"\nuser_tokens = 3000\noutput_tokens = 400\nignore_eos = true\nthink_s = 0\n')
@@ -245,8 +245,8 @@ def test_a_step_down_drains_the_last_levels_requests_first(tmp_path):
     as spoc ramp reads its load generator's stale count): queued behind them, the new level's
     requests measured the last level's load (coding, 15 users after 64: a TTFT p99 of 5.1 s
     against 0.2 s)."""
-    from spoc_tui.load.workload import load_workload
     from spoc_tui.sim.virtual import VirtualServer
+    from spoc_tui.workload import load_workload
 
     path = tmp_path / "long.toml"
     path.write_text('name = "long"\nuser_tokens = 3000\noutput_tokens = 400\nignore_eos = true\nthink_s = 0\n')

@@ -25,7 +25,7 @@ from spoc_tui.core.steps import (
     queue_unbounded,
     summarize_step,
 )
-from spoc_tui.load.workload import TextMaker, Workload, WorkloadError, builtin_names, load_workload, plan_conversation
+from spoc_tui.workload import TextMaker, Workload, WorkloadError, builtin_names, load_workload, plan_conversation
 
 
 def test_parse_sla():
@@ -594,7 +594,7 @@ def test_arrivals_say_how_bunched_the_requests_came():
 
 
 def test_jitter_keeps_users_apart_unless_lockstep_is_asked():
-    from spoc_tui.load.workload import START_JITTER_S, jitter
+    from spoc_tui.workload import START_JITTER_S, jitter
 
     rng = random.Random(0)
     assert 0 <= jitter(rng, None, 0.0) <= START_JITTER_S

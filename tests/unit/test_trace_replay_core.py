@@ -13,7 +13,7 @@ from spoc_tui.core.sla import UsersError, level_text, levels_text, parse_sla
 from spoc_tui.core.steps import RequestSample, StepSummary, TraceFidelity, summarize_step
 from spoc_tui.core.traces import TraceError, TraceSource, parse_window, trace_source
 from spoc_tui.load import wire
-from spoc_tui.load.workload import TextMaker, TracePrompts
+from spoc_tui.workload import TextMaker, TracePrompts
 from tests.unit.test_steps_knee import byte_level_bpe
 
 

@@ -15,10 +15,10 @@ from spoc_tui.core.redact import redact_argv, redact_url
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.tunespace import load_space, parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
-from spoc_tui.load.workload import load_workload
 from spoc_tui.tune import events
 from spoc_tui.tune.evaluate import FastSimEvaluator
 from spoc_tui.tune.study import TuneConfig, TuneError, TuneSession, open_storage
+from spoc_tui.workload import load_workload
 
 SPACE = """
 [fixed]

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from spoc_tui.core.knee import parse_user_plan
 from spoc_tui.core.sla import parse_sla
-from spoc_tui.load.workload import load_workload
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.fit import Observation, fit_step_model, nnls
 from spoc_tui.twin.model import (
@@ -29,6 +28,7 @@ from spoc_tui.twin.model import (
     write_twin,
 )
 from spoc_tui.twin.predict import Prediction, predict, predict_at
+from spoc_tui.workload import load_workload
 
 TRUE = StepModel(0.004, 2e-5, 3e-3, 4e-4, 1.5e-3, 0.001, 0.003, 0.0005, 6e-4)
 SERVER = ServerConfig("tiny", 2048, 16, 4096, True, 0.9, 64, 2048, True, {"block_size": "reported"})

@@ -118,8 +118,8 @@ def _mooncake(path, n: int = 200, rate: float = 5.0, seed: int = 3):
 def _trace_prediction(path, plan: str, draws: int = 3, **kw):
     from spoc_tui.core.knee import parse_speed_plan
     from spoc_tui.core.traces import trace_source
-    from spoc_tui.load.workload import load_workload
     from spoc_tui.twin.predict import Prediction, read_rows
+    from spoc_tui.workload import load_workload
 
     tw = twin(0.05)
     return Prediction(

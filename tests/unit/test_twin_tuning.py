@@ -10,9 +10,9 @@ from spoc_tui.core.knee import FixedUsers
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.tunespace import parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
-from spoc_tui.load.workload import load_workload
 from spoc_tui.tune.study import TuneConfig, TuneSession
 from spoc_tui.twin.tuning import TwinEvaluator, check_space, what_if
+from spoc_tui.workload import load_workload
 from tests.unit.test_twin_fit import twin
 
 LIMITS = parse_sla("ttft_p99<=5s")

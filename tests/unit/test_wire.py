@@ -11,7 +11,7 @@ from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import RequestSample
 from spoc_tui.load import wire
 from spoc_tui.load.ramp import RampConfig, spawn_rate
-from spoc_tui.load.workload import load_workload
+from spoc_tui.workload import load_workload
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_a_step_down_waits_for_the_last_levels_requests(tmp_path):
 
     from spoc_tui.core.sla import parse_sla
     from spoc_tui.load import ramp
-    from spoc_tui.load.workload import load_workload
+    from spoc_tui.workload import load_workload
 
     cfg = ramp.RampConfig(
         "http://127.0.0.1:1",

@@ -33,12 +33,12 @@ from spoc_tui.core.steps import StepSummary
 from spoc_tui.core.traces import TraceSource, stats_lines, trace_source, trace_stats
 from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS
 from spoc_tui.load.ramp import RampConfig, RampProgress
-from spoc_tui.load.workload import Workload, builtin_names, load_workload
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 from spoc_tui.twin.model import Twin, read_twin
+from spoc_tui.workload import Workload, builtin_names, load_workload
 
 if TYPE_CHECKING:
     from spoc_tui.twin.predict import TraceRows

@@ -18,7 +18,6 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Spa
 from spoc_tui.config import data_dir
 from spoc_tui.core.sla import DEFAULT_SLA, Limit
 from spoc_tui.core.tunespace import Objective
-from spoc_tui.load.workload import builtin_names
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
 from spoc_tui.tui.widgets.fields import Field
@@ -38,6 +37,7 @@ from spoc_tui.tune.events import (
 )
 from spoc_tui.tune.records import Front, TrialRecord, compute_front
 from spoc_tui.tune.report import member_tag, pooled_text, value_text
+from spoc_tui.workload import builtin_names
 
 __all__ = ["SIM_LAUNCH", "VLLM_LAUNCH", "TuneScreen"]
 
