@@ -41,8 +41,13 @@ def _prctl(option: int, arg: int) -> bool:
 
 
 def _die_with_parent() -> None:
-    """In the child before it runs: SIGTERM when the supervisor dies, however it dies."""
+    """In the child before it runs: SIGTERM when the supervisor dies, however it dies; and SIGINT
+    at its default, so that Python raises KeyboardInterrupt for the SIGINT the supervisor passes on.
+    A shell starts a background job (``make bench &``, a CI runner's step) with SIGINT ignored, the
+    child inherited that, and a SIGINT to the supervisor reached a script that ignored it: both
+    waited for ever (seen as a hung test when the suite ran in the background)."""
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def descendants(root: int) -> list[int]:

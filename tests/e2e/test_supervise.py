@@ -48,10 +48,20 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int]]:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _start(tmp_path: Path, sigint_ignored: bool = False) -> tuple[subprocess.Popen[str], list[int]]:
     script = tmp_path / "bench.py"
     script.write_text(SCRIPT.format(root=str(ROOT)))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
     deadline = time.monotonic() + 10
     while len(tree := descendants(proc.pid)) < 3 and time.monotonic() < deadline:
@@ -74,6 +84,16 @@ def _gone_within(pids: list[int], seconds: float) -> list[int]:
 def test_a_stop_signal_to_the_supervisor_leaves_nothing(tmp_path, sig):
     proc, tree = _start(tmp_path)
     os.kill(proc.pid, sig)
+    assert proc.wait(30) != 0
+    assert _gone_within(tree, 10) == []
+
+
+def test_sigint_reaches_the_script_of_a_benchmark_started_in_the_background(tmp_path):
+    """A shell starts a background job (`make bench &`, a CI runner's step) with SIGINT ignored:
+    the supervisor still passes SIGINT on, and the script no longer inherits the ignoring (it did,
+    and both waited for ever: the case above hung when the suite itself ran in the background)."""
+    proc, tree = _start(tmp_path, sigint_ignored=True)
+    os.kill(proc.pid, signal.SIGINT)
     assert proc.wait(30) != 0
     assert _gone_within(tree, 10) == []
 
