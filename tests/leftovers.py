@@ -75,3 +75,21 @@ def interruptible() -> None:
     that runs the suite in the background (``make test &``, CI runners) starts it with SIGINT
     ignored, and a child inherits that, so Python would never raise KeyboardInterrupt in it."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+TRACEBACKS_ENV = {"PYTHONFAULTHANDLER": "1"}
+"""A child started with this in its environment prints every thread's stack on SIGABRT."""
+
+
+def communicate_or_show_where(p, timeout: float) -> tuple[str, str]:
+    """``p.communicate(timeout)``; a child still running then is sent SIGABRT (started with
+    :data:`TRACEBACKS_ENV`, Python prints where each of its threads was) and the test fails with
+    that, so a hang says where it hung instead of only that it did."""
+    import subprocess
+
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGABRT)
+        out, err = p.communicate(timeout=30)
+        raise AssertionError(f"still running after {timeout} s; where it was:\n{err[-6000:]}\n{out[-2000:]}") from None

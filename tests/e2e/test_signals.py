@@ -2,6 +2,7 @@
 nothing it started is left running, and its results hold every finished step with a final status."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from spoc_tui.procs.lock import FolderLock
 from spoc_tui.procs.ports import free_ports
 from spoc_tui.sim.process import start_sim
 from tests.e2e.test_tune_cli import FAST, files, tune_argv  # noqa: F401 (a fixture)
-from tests.leftovers import descendants, describe, interruptible, wait_gone
+from tests.leftovers import TRACEBACKS_ENV, communicate_or_show_where, descendants, describe, interruptible, wait_gone
 
 SIGNALS = [signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGKILL]
 
@@ -50,6 +51,7 @@ def test_a_signalled_ramp_leaves_nothing_and_a_final_status(sim, tmp_path, sig):
         text=True,
         start_new_session=True,
         preexec_fn=interruptible,
+        env={**os.environ, **TRACEBACKS_ENV},
     )
     deadline = time.time() + 60
     assert p.stdout is not None
@@ -63,7 +65,7 @@ def test_a_signalled_ramp_leaves_nothing_and_a_final_status(sim, tmp_path, sig):
         assert b"pw123" not in open(f"/proc/{pid}/cmdline", "rb").read()
         assert b"***@127.0.0.1" in open(f"/proc/{pid}/cmdline", "rb").read()
     p.send_signal(sig)
-    _, err = p.communicate(timeout=60)
+    _, err = communicate_or_show_where(p, 60)
     assert p.returncode == (-9 if sig == signal.SIGKILL else 130), err
     assert "Traceback" not in err, err
     if sig == signal.SIGINT:

@@ -12,7 +12,7 @@ import pytest
 
 from spoc_tui.procs.ports import free_ports
 from spoc_tui.procs.server import ServerProcess
-from tests.leftovers import interruptible
+from tests.leftovers import TRACEBACKS_ENV, communicate_or_show_where, interruptible
 
 SIM = f"{sys.executable} -m spoc_tui.cli sim llama-3.1-8b --gpu a100-40gb --port {{port}} --dcgm-port 0 {{flags}}"
 FAST = """
@@ -169,14 +169,19 @@ def test_tune_three_trials_with_one_that_cannot_start(files):
 
 def test_ctrl_c_stops_the_server_and_resume_finishes(files):
     p = subprocess.Popen(
-        tune_argv(files, trials=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible
+        tune_argv(files, trials=2),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+        env={**os.environ, **TRACEBACKS_ENV},
     )
     deadline = time.time() + 60
     while time.time() < deadline and not list((files / "out" / "trials").glob("*/requests.jsonl")):
         time.sleep(0.2)
     assert guards_of(p.pid), "no server running during the ramp"
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    out, err = communicate_or_show_where(p, 60)
     assert p.returncode == 130, (out, err)
     assert "continue with --resume" in err
     assert "Event loop is closed" not in err and "Task was destroyed" not in err, err
