@@ -90,6 +90,15 @@ def communicate_or_show_where(p, timeout: float) -> tuple[str, str]:
     try:
         return p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        p.send_signal(signal.SIGABRT)
-        out, err = p.communicate(timeout=30)
-        raise AssertionError(f"still running after {timeout} s; where it was:\n{err[-6000:]}\n{out[-2000:]}") from None
+        # it may have ended while a child of its holds its output open (communicate waits for that)
+        state = "still running" if p.poll() is None else f"ended ({p.returncode}) but its output is held open"
+        held = [describe(pid) for pid in marked() if pid != p.pid]
+        if p.poll() is None:
+            p.send_signal(signal.SIGABRT)
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            out, err = "", "(its output still held open)"
+        raise AssertionError(
+            f"{state} after {timeout} s; the suite's processes: {held}\nwhere it was:\n{err[-6000:]}\n{out[-2000:]}"
+        ) from None
