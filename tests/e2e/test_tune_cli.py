@@ -185,6 +185,7 @@ def test_ctrl_c_stops_the_server_and_resume_finishes(files):
     assert p.returncode == 130, (out, err)
     assert "continue with --resume" in err
     assert "Event loop is closed" not in err and "Task was destroyed" not in err, err
+    assert "did not stop within" not in err, err  # the ramp's clean-up hung: where its tasks waited
     assert not guards_of(p.pid)
     r = subprocess.run(tune_argv(files, "--resume", trials=4), capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr

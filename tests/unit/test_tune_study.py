@@ -292,3 +292,41 @@ def test_no_secret_of_the_launch_command_reaches_any_file_of_the_study(tmp_path)
         if f.is_file():
             blob = f.read_bytes()
             assert b"S3CR3T" not in blob and b"u:pw@" not in blob, f
+
+
+def test_an_interrupted_ramp_that_does_not_stop_is_left_with_where_it_waits(capsys):
+    """After Ctrl-C a study waits for the cancelled ramp's clean-up, but not for ever: one that
+    hangs is named with where its tasks wait, and the interrupt goes on."""
+    import asyncio
+
+    from spoc_tui.tune.evaluate import stop_within
+
+    async def hangs_in_its_cleanup() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.Event().wait()  # a clean-up that never ends
+
+    async def cleans_up() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(0)
+
+    loop = asyncio.new_event_loop()
+    try:
+        for coro, hangs in ((cleans_up(), False), (hangs_in_its_cleanup(), True)):
+            task = loop.create_task(coro)
+            loop.run_until_complete(asyncio.sleep(0))
+            task.cancel()
+            stop_within(loop, task, 0.2)
+            err = capsys.readouterr().err
+            assert task.done() is not hangs
+            if hangs:
+                assert "did not stop within 0 s of the interrupt" in err and "hangs_in_its_cleanup" in err, err
+                task.cancel()  # let it go for the loop's close
+                loop.run_until_complete(asyncio.wait({task}, timeout=1))
+            else:
+                assert err == ""
+    finally:
+        loop.close()
