@@ -283,9 +283,17 @@ def quiet_moment() -> None:
             return
 
 
-def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn: int, conv_id: str) -> str | None:
+def send_chat(
+    client: Any,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    turn: int,
+    conv_id: str,
+    scheduled: float | None = None,
+) -> str | None:
     """One streamed chat request, every content chunk timestamped as it arrives; its sample goes to
-    ``Shared.sink``. Returns the answer's text, or None when the request failed."""
+    ``Shared.sink`` (``scheduled``: an open-loop arrival's time on its schedule, wall clock).
+    Returns the answer's text, or None when the request failed."""
     body = {
         "model": Shared.model,
         "messages": messages,
@@ -296,6 +304,8 @@ def send_chat(client: Any, messages: list[dict[str, str]], max_tokens: int, turn
     if Shared.profile is not None and Shared.profile.ignore_eos:
         body["ignore_eos"] = True  # vLLM's extension: every planned token, as vllm bench serve
     sample, answer = stream_request(client, "/v1/chat/completions", body, turn, conv_id)
+    if scheduled is not None:
+        sample = dataclasses.replace(sample, scheduled=scheduled)
     assert Shared.sink is not None
     Shared.sink(sample)
     usage_prompt = sample.prompt_tokens
@@ -513,15 +523,16 @@ class RateUser(_StreamingUser):
         if rate != self.rate_seen:
             self.rate_seen, self.next_at = rate, now
         self.next_at += self.rng.expovariate(per_user)
+        scheduled = time.time() + (self.next_at - now)  # on the wall clock the samples' times use
         if self.next_at > now:
             gevent.sleep(self.next_at - now)
         if self.in_flight >= MAX_IN_FLIGHT:
             _refused(self.prefix)
             return
         self.in_flight += 1
-        gevent.spawn(self._one)
+        gevent.spawn(self._one, scheduled)
 
-    def _one(self) -> None:
+    def _one(self, scheduled: float) -> None:
         assert Shared.profile is not None
         try:
             quiet_moment()
@@ -534,7 +545,7 @@ class RateUser(_StreamingUser):
                 conv = _Conversation(plan, f"{self.prefix}#{self.rng.randrange(1 << 30):x}")
             turn = conv.plan.turns[conv.turn]
             conv.messages.append({"role": "user", "content": turn.user_text})
-            answer = send_chat(self.client, conv.messages, turn.max_tokens, conv.turn, conv.conv_id)
+            answer = send_chat(self.client, conv.messages, turn.max_tokens, conv.turn, conv.conv_id, scheduled)
             if answer is not None:
                 conv.messages.append({"role": "assistant", "content": answer})
                 conv.turn += 1

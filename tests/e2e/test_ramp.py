@@ -244,14 +244,20 @@ def test_open_loop_rates_are_poisson_and_the_knee_is_in_requests_per_second(sim8
     assert d["knee"]["unit"] == "req/s" and "max_rate_within_sla" in d["knee"]
     rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     for step, rate in ((1, 5.0), (2, 20.0)):
-        starts = sorted(x["start"] for x in rows if x["step"] == step)
-        gaps = [b - a for a, b in zip(starts, starts[1:])]
+        mine = [x for x in rows if x["step"] == step]
+        # every arrival is on its Poisson schedule, and none is sent before its time; how late a
+        # loaded host sends it is the host's (a run beside a CPU hog read the sent gaps' cv 0.59)
+        assert mine and all(x["scheduled"] is not None for x in mine)
+        assert all(x["start"] >= x["scheduled"] - 0.001 for x in mine)
+        at = sorted(x["scheduled"] for x in mine)
+        gaps = [b - a for a, b in zip(at, at[1:])]
         mean = sum(gaps) / len(gaps)
         cv = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5 / mean
-        # ~40 arrivals a step: within +-50 % of the asked rate (CI once read 7.3/s for 5 at the
-        # +-40 % this had; a closed loop or a fixed pace fails the cv check below either way)
-        assert 0.5 * rate < 1 / mean < 1.5 * rate, (step, 1 / mean)
-        assert 0.6 < cv < 1.4, (step, cv)
+        # ~35-140 arrivals: the schedule's rate and cv, each within 4 of its spreads over 35 gaps
+        # (about 0.17 of the value: a chance miss is rarer than 1 in 10,000; the seed varies
+        # with the process id), and a fixed pace or a closed loop reads a cv near 0
+        assert 0.4 * rate < 1 / mean < 1.8 * rate, (step, 1 / mean)
+        assert 0.35 < cv < 1.7, (step, cv)
     assert " 5/s " in r.stdout and "20/s" in r.stdout
 
 

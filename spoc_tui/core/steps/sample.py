@@ -70,6 +70,8 @@ class RequestSample:
                     "held_s": self.held_s,
                 }
                 if self.trace_index is not None
+                else {"scheduled": self.scheduled}
+                if self.scheduled is not None  # an open-loop arrival: when its Poisson schedule sent it
                 else {}
             ),
         }
