@@ -574,14 +574,6 @@ def windowed_histogram(scrape: Scrape, names: Sequence[str]) -> Histogram | None
     return _histogram([scrape], names, _all, True)
 
 
-def counter_total(exp: Exposition, names: Sequence[str]) -> float | None:
-    """A counter summed over its series (every engine, every label), or None when absent."""
-    base = _first_present(exp, names)
-    if base is None:
-        return None
-    return float(sum(exp.get(base).values()))
-
-
 def replicas_view(scrapes: Sequence[Scrape]) -> EngineView:
     """All replicas together: buckets merged across replicas before the quantile."""
     return build_view(scrapes)

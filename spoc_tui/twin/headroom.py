@@ -35,14 +35,12 @@ from spoc_tui.core.traces import TraceRow
 from spoc_tui.core.vllm import (
     REQUEST_GENERATION_TOKENS,
     REQUEST_PROMPT_TOKENS,
-    REQUEST_SUCCESS,
     Scrape,
     cache_config,
-    counter_total,
     server_view,
     windowed_histogram,
 )
-from spoc_tui.twin.model import ServerConfig, StepModel, Twin
+from spoc_tui.twin.model import PARAMS, ServerConfig, StepModel, Twin
 from spoc_tui.twin.passive import PassiveFit, PassiveWindow, fit_passive, window_of
 from spoc_tui.twin.predict import TraceRows
 
@@ -289,9 +287,8 @@ class HeadroomLearner:
         win = window_of(total, t - t_last, t, self.kv_tokens)
         if win is not None:
             self.windows.append(win)
-        done_now, done_then = counter_total(exp, REQUEST_SUCCESS), counter_total(last, REQUEST_SUCCESS)
-        if done_now is not None and done_then is not None and done_now >= done_then:
-            self._counts.append(done_now - done_then)
+        if total.request_rate is not None:  # requests finished in the window (a restart's reset counted)
+            self._counts.append(total.request_rate * (t - t_last))
         # a queue while the KV cache has room: the batch is at its seats (max-num-seqs)
         running, waiting, kv = total.running, total.waiting, total.kv_cache_usage
         if running and waiting and waiting >= 1 and (kv is None or kv < 0.9):
@@ -311,8 +308,9 @@ class HeadroomLearner:
             return None
         (t0, first), (t1, last) = self._marks[0], self._marks[-1]
         scrape = Scrape(last, t1, first, t0)
-        done = (counter_total(last, REQUEST_SUCCESS) or 0.0) - (counter_total(first, REQUEST_SUCCESS) or 0.0)
+        view = server_view("server", scrape).total
         secs = t1 - t0
+        done = (view.request_rate or 0.0) * secs
         counts = list(self._counts)
         disp = None
         if len(counts) >= 4 and statistics.fmean(counts) > 0:
@@ -320,7 +318,6 @@ class HeadroomLearner:
             # mean (1 for a Poisson stream); a slow trend (the day's rise) is not burstiness
             steps = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
             disp = statistics.fmean(steps) / (2 * statistics.fmean(counts))
-        view = server_view("server", scrape).total
         estimated = ["prompt and output lengths: drawn from vLLM's histogram buckets, uniform inside each"]
         estimated.append(f"arrivals: from requests finished per {self.window_s:.0f} s (gamma intervals)")
         return Traffic(
@@ -385,13 +382,10 @@ class HeadroomLearner:
 def _twin(fit: PassiveFit, server: ServerConfig, prior: Twin | None, draws: int) -> Twin:
     keep = fit.draws[: max(0, draws)]
     sd = StepModel(
-        *(statistics.pstdev([getattr(d, k) for d in fit.draws]) if len(fit.draws) > 1 else 0.0 for k in _COEFFS),
+        *(statistics.pstdev([getattr(d, k) for d in fit.draws]) if len(fit.draws) > 1 else 0.0 for k in PARAMS),
     )
     step_cv = prior.step_cv if prior is not None else 0.05
     return Twin(fit.model, sd, keep, step_cv, server, notes=("learned passively from the monitor's scrapes",))
-
-
-_COEFFS = ("b0", "b_prefill", "b_attn", "b_decode", "b_context", "b_mixed", "a0", "a_prompt", "b_shared", "ridge")
 
 
 def headroom_of(
