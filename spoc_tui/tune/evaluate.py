@@ -14,13 +14,15 @@ import json
 import logging
 import math
 import re
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from types import FrameType
+from typing import Any, Protocol, TypeVar
 
 from spoc_tui.core.errors import SpocError
 from spoc_tui.core.knee import Knee, find_knee
@@ -33,22 +35,16 @@ from spoc_tui.tune.events import EvaluatorEvent, ServerReady, ServerStarting, Tr
 from spoc_tui.tune.records import TrialStatus
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 INTERRUPT_STOP_S = 30.0
 """How long a cancelled ramp may take to stop its load generator and write its results after
 Ctrl-C before the study stops waiting for it (the load generator notices its parent's end)."""
 
 
-def stop_within(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], seconds: float) -> None:
-    """Run ``loop`` until the cancelled ``task`` has finished its clean-up, at most ``seconds``.
-    A clean-up that outlives it is logged with where every task of the loop waits (a Ctrl-C
-    that did not stop a study within a minute, seen beside a CPU hog, said nothing of where it
-    hung), and left: the interrupt goes on, the server is stopped, the process exits."""
-    done, _ = loop.run_until_complete(asyncio.wait({task}, timeout=seconds))
-    if task in done:
-        with contextlib.suppress(asyncio.CancelledError, RampError):
-            task.result()
-        return
+def _where_tasks_wait(loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+    """Say (terminal and spoc.log) that a cancelled ramp outlived its ``seconds``, with where
+    every task of the loop waits: a defect, said where the user (and a test) sees it."""
     stacks = []
     for t in asyncio.all_tasks(loop):
         frames = t.get_stack(limit=8)
@@ -56,7 +52,89 @@ def stop_within(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], second
         stacks.append(f"{t.get_name()}: {where or 'not started'}")
     text = f"the ramp did not stop within {seconds:.0f} s of the interrupt; its tasks wait in: {'; '.join(stacks)}"
     logger.warning("%s", text)
-    print(f"spoc: {text}", file=sys.stderr)  # a defect: said where the user (and a test) sees it
+    print(f"spoc: {text}", file=sys.stderr)
+
+
+def stop_within(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], seconds: float) -> None:
+    """Run ``loop`` until the cancelled ``task`` has finished its clean-up, at most ``seconds``.
+    A clean-up that outlives it is logged with where every task of the loop waits, and left: the
+    interrupt goes on, the server is stopped, the process exits."""
+    done, _ = loop.run_until_complete(asyncio.wait({task}, timeout=seconds))
+    if task in done:
+        with contextlib.suppress(asyncio.CancelledError, RampError):
+            task.result()
+        return
+    _where_tasks_wait(loop, seconds)
+
+
+def run_interruptible(loop: asyncio.AbstractEventLoop, task: asyncio.Task[T], stop_s: float) -> T:
+    """Run ``task`` on ``loop``; Ctrl-C (and SIGTERM or SIGHUP, handed to it by
+    :mod:`spoc_tui.cli.signals`) cancels it from inside the loop, waits at most ``stop_s`` for its
+    clean-up, then raises ``KeyboardInterrupt``. A second Ctrl-C stops waiting.
+
+    Not ``KeyboardInterrupt`` raised wherever the loop happens to be, as a plain
+    ``run_until_complete`` under Python's default handler gets it: raised between a callback's
+    removal from the loop's queue and its run, it loses that callback (a task's wake-up), and the
+    cancelled ramp then waits for ever on an idle loop. That is how ``spoc tune`` beside a CPU hog
+    hung after Ctrl-C with its load generator alive. This is what ``asyncio.run`` does for
+    ``spoc ramp``, with the bound on the clean-up added. Off the main thread, or under a SIGINT
+    handler someone else set, the loop runs as it is (a study in the TUI is stopped by
+    :meth:`ServerEvaluator.stop` instead)."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        try:
+            return loop.run_until_complete(task)
+        except KeyboardInterrupt:
+            task.cancel()
+            stop_within(loop, task, stop_s)
+            raise
+    interrupted = False
+    late = False
+    deadline: asyncio.TimerHandle | None = None
+
+    def overdue() -> None:
+        nonlocal late
+        late = True
+        _where_tasks_wait(loop, stop_s)
+        loop.stop()
+
+    def cancel() -> None:
+        nonlocal deadline
+        if task.done():
+            return
+        task.cancel()
+        deadline = loop.call_later(stop_s, overdue)
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupted
+        if interrupted:
+            raise KeyboardInterrupt  # the second: stop waiting for the clean-up
+        interrupted = True
+        loop.call_soon_threadsafe(cancel)  # in the loop, between its callbacks
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        result = loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    except RuntimeError:
+        if late:  # the loop was stopped with the clean-up still going
+            raise KeyboardInterrupt from None
+        raise
+    except RampError:
+        if interrupted:  # the ramp's failure while stopping: the interrupt is what the user asked
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if deadline is not None:  # the loop runs on (a study's next trial): no stop left in it
+            deadline.cancel()
+    if interrupted:  # finished as the interrupt came: the study still stops
+        raise KeyboardInterrupt
+    return result
 
 
 OnEvent = Callable[[EvaluatorEvent], None]
@@ -275,15 +353,9 @@ class ServerEvaluator:
         try:
             if self._stopping.is_set():
                 raise asyncio.CancelledError
-            task = loop.create_task(go())
-            try:
-                result = loop.run_until_complete(task)
-            except KeyboardInterrupt:
-                # Ctrl-C (or SIGTERM/SIGHUP, turned into it) landed in the loop: let the ramp stop
-                # its load generator and write ramp.json as interrupted before the loop closes
-                task.cancel()
-                stop_within(loop, task, INTERRUPT_STOP_S)
-                raise
+            # Ctrl-C (or SIGTERM/SIGHUP, turned into it) cancels the ramp, which stops its load
+            # generator and writes ramp.json as interrupted before the loop closes
+            result = run_interruptible(loop, loop.create_task(go()), INTERRUPT_STOP_S)
         finally:
             self._task = None
             self._loop = None

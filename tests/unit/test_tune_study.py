@@ -330,3 +330,54 @@ def test_an_interrupted_ramp_that_does_not_stop_is_left_with_where_it_waits(caps
                 assert err == ""
     finally:
         loop.close()
+
+
+def test_ctrl_c_cancels_the_ramp_from_inside_its_loop_and_bounds_the_clean_up(capsys):
+    """Ctrl-C during a study's ramp is a cancel the loop runs between its callbacks (never a
+    KeyboardInterrupt raised inside the loop, which can lose a task's wake-up and hang the
+    clean-up for ever); the clean-up runs, then the interrupt goes on. One that hangs is left after
+    the bound with where it waits; the previous SIGINT handler is back after."""
+    import asyncio
+    import os
+    import signal
+
+    from spoc_tui.tune.evaluate import run_interruptible
+
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in `spoc tune`
+    seen: list[str] = []
+
+    async def ramp(hangs: bool) -> str:
+        # while the ramp runs, SIGINT is not Python's default (which raises where the loop is)
+        seen.append("default" if signal.getsignal(signal.SIGINT) is signal.default_int_handler else "handled")
+        asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGINT)
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            seen.append("cleaned")
+            if hangs:
+                await asyncio.Event().wait()
+        return "finished"
+
+    async def quick() -> str:
+        return "finished"
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert run_interruptible(loop, loop.create_task(quick()), 0.2) == "finished"
+        for hangs in (False, True):
+            seen.clear()
+            task = loop.create_task(ramp(hangs))
+            with pytest.raises(KeyboardInterrupt):
+                run_interruptible(loop, task, 0.3)
+            err = capsys.readouterr().err
+            assert seen == ["handled", "cleaned"], seen
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            if hangs:
+                assert not task.done() and "did not stop within 0 s of the interrupt" in err and "ramp" in err, err
+                task.cancel()
+                loop.run_until_complete(asyncio.wait({task}, timeout=1))
+            else:
+                assert task.cancelled() and err == ""
+    finally:
+        loop.close()
+        signal.signal(signal.SIGINT, outer)
