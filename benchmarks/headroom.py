@@ -107,7 +107,7 @@ def worst_ratio(gpu: str, seed: int, base: float, flat: bool, speed: float, work
     drive(vs, lambda t: speed * rate(t), TRUTH_S)
     window = vs.window(60.0, TRUTH_S)
     limits = tuple(parse_sla(SLA))
-    step = summarize_step(1, speed, window, TRUTH_S - 60.0, limits, open_loop=True)
+    step = summarize_step(1, 1, window, TRUTH_S - 60.0, limits, open_loop=True)
     ratios = []
     for lim in limits:
         v = figure(step, lim.metric, lim.stat)

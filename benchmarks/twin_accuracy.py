@@ -73,7 +73,7 @@ ONLY = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--
 max-num-seqs what-if, no simulator (a quicker look at one weakness)."""
 NO_SIM = NO_SIM or ONLY is not None
 BUDGET = 25 if SMOKE else 180
-STEP, WARMUP = (20, 5) if SMOKE else (45, 10)
+STEP, WARMUP = (10, 3) if SMOKE else (45, 10)
 TARGETS = {"e2e_p50": 5.0, "itl_p50": 7.0, "ttft_p50": 15.0}
 BLIS = {"e2e_p50": 6.7, "itl_p50": 7.1, "ttft_p50": 17.6}
 

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from spoc_tui.collectors.inspect import InspectResult, inspect_sources
 from spoc_tui.core import fmt
 from spoc_tui.core.jsonsafe import json_safe
+from spoc_tui.core.sla import Limit
 from spoc_tui.core.vllm import LATENCY_LABELS
+
+if TYPE_CHECKING:
+    from spoc_tui.twin.model import Twin
 
 
 def render_text(res: InspectResult) -> str:
@@ -18,6 +25,8 @@ def render_text(res: InspectResult) -> str:
         sim = "  [SIMULATED]" if s.simulated else ""
         lines.append(f"vLLM {s.source}  engine {s.engine_version}  model {fmt.names(s.model_names)}{sim}")
         lines.append(f"  verdict: {v.text}" + "".join(f"\n    also {c}" for c in v.causes))
+        if (h := res.headroom.get(s.source)) is not None:
+            lines.append(f"  {h[0]}")
         lines.append(
             f"  running {fmt.num(t.running)}  waiting {fmt.num(t.waiting)}  KV cache "
             f"{fmt.pct(t.kv_cache_usage, digits=1)}"
@@ -62,3 +71,20 @@ def run_inspect(
     res = asyncio.run(inspect_sources(sources, interval, api_key))
     out = json.dumps(json_safe(res.as_dict()), indent=2, allow_nan=False) if as_json else render_text(res)
     return out, res.errors
+
+
+def run_headroom(
+    sources: list[str], seconds: float, limits: Sequence[Limit], as_json: bool, api_key: str | None, prior: Twin | None
+) -> tuple[str, list[str], bool]:
+    """``spoc inspect --headroom``: watch, then the report with each server's headroom; and
+    whether Ctrl-C ended the watch early (what was seen is reported all the same)."""
+
+    def say(text: str) -> None:
+        print(f"spoc: {text}", file=sys.stderr, flush=True)
+
+    from spoc_tui.twin.live import watch_headroom
+
+    say(f"watching {len(sources)} source(s) for {seconds:.0f} s (Ctrl-C ends the watch early and reports)")
+    res = asyncio.run(watch_headroom(sources, seconds, limits, api_key, prior, say=say))
+    out = json.dumps(json_safe(res.as_dict()), indent=2, allow_nan=False) if as_json else render_text(res)
+    return out, res.errors, res.interrupted

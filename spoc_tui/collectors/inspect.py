@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -21,6 +22,13 @@ class InspectResult:
     servers: list[ServerView] = field(default_factory=list)
     gpus: list[GpuSample] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    headroom: dict[str, tuple[str, dict[str, object]]] = field(default_factory=dict)
+    """Each server's headroom (``spoc inspect --headroom``), by its source as shown: its line
+    and its result (:class:`spoc_tui.twin.headroom.Headroom`)."""
+    watched_s: float | None = None
+    """How long the sources were watched (``--headroom``; less than asked after Ctrl-C)."""
+    interrupted: bool = False
+    """The watch was ended early by Ctrl-C (what was seen is reported)."""
 
     def verdicts(self) -> list[Verdict]:
         """Each server's verdict on the monitor's ladder (:mod:`spoc_tui.core.verdict`), from this
@@ -41,13 +49,19 @@ class InspectResult:
         return out
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "servers": [{**s.as_dict(), **v.as_dict()} for s, v in zip(self.servers, self.verdicts(), strict=True)],
-            "gpus": [g.as_dict() for g in self.gpus],
-        }
+        servers = []
+        for s, v in zip(self.servers, self.verdicts(), strict=True):
+            d = {**s.as_dict(), **v.as_dict()}
+            if s.source in self.headroom:
+                d["headroom"] = self.headroom[s.source][1]
+            servers.append(d)
+        out: dict[str, object] = {"servers": servers, "gpus": [g.as_dict() for g in self.gpus]}
+        if self.watched_s is not None:
+            out["watched_s"] = round(self.watched_s, 1)
+        return out
 
 
-async def _read_all(client: httpx.AsyncClient, sources: list[str], api_key: str | None) -> list[Reading | SourceError]:
+async def read_all(client: httpx.AsyncClient, sources: list[str], api_key: str | None) -> list[Reading | SourceError]:
     async def one(src: str) -> Reading | SourceError:
         try:
             return await read_source(client, src, api_key)
@@ -60,13 +74,19 @@ async def _read_all(client: httpx.AsyncClient, sources: list[str], api_key: str 
 async def inspect_sources(
     sources: list[str], interval: float | None = None, api_key: str | None = None
 ) -> InspectResult:
-    res = InspectResult()
     async with new_client(DEFAULT_TIMEOUT) as client:
-        first = await _read_all(client, sources, api_key)
+        first = await read_all(client, sources, api_key)
         second: list[Reading | SourceError] | None = None
         if interval:
             await asyncio.sleep(interval)
-            second = await _read_all(client, sources, api_key)
+            second = await read_all(client, sources, api_key)
+    return result_of(sources, first, second)
+
+
+def result_of(
+    sources: Sequence[str], first: list[Reading | SourceError], second: list[Reading | SourceError] | None
+) -> InspectResult:
+    res = InspectResult()
     for i, src in enumerate(sources):
         a = first[i]
         b = second[i] if second is not None else None

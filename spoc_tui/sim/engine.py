@@ -564,8 +564,6 @@ class SimEngine:
             r.computed += 1
             emitted.append(r)
         for r, n in prefills:
-            new_prompt = max(0, min(n, len(r.prompt) - r.computed))
-            st.prompt_tokens += new_prompt
             r.computed += n
             if self.cfg.enable_prefix_caching:
                 self._share(r)
@@ -577,6 +575,9 @@ class SimEngine:
             if r.first_token is None:
                 r.first_token = now
                 st.ttft.observe(now - r.arrival)
+                # as vLLM V1 counts prompt_tokens: the whole prompt, the prefix cache's hits
+                # included (its prompt_tokens_by_source splits them), once its prefill is done
+                st.prompt_tokens += len(r.prompt)
             elif r.last_token is not None:
                 gap = now - r.last_token
                 st.itl.observe(gap)

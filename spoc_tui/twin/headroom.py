@@ -429,4 +429,6 @@ def headroom_of(
         return Headroom(inf.estimate, inf.ci95, None, None, True, f"every speed replayed met the SLA: {what}",
                         fit.windows, traffic, fit, sla)  # fmt: skip
     why = fit.reason + (f"; the server moved from its twin: {'; '.join(fit.drift)}" if fit.drift else "")
+    if server.sources.get("max_num_seqs") == "assumed":  # said, as every assumption a number rests on
+        why += f"; max-num-seqs not seen (no queue yet): assumed {server.max_num_seqs}"
     return Headroom(inf.estimate, inf.ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla)

@@ -7,8 +7,11 @@ its engine did in that window:
 - steps: ``vllm:iteration_tokens_total``'s count (one per engine step);
 - the mean step a decoding sequence waited: the inter-token latency's mean (its histogram's sum
   over its count), the response;
-- decoding sequences per step: generated tokens over steps (each decode makes one token a step);
-- new prompt tokens per step: prompt tokens less those the prefix cache served, over steps;
+- decoding sequences per step: generated tokens over steps (each decode makes one token a step),
+  less each request's first token (its prefill made it): the share of inter-token gaps among
+  the window's inter-token gaps and first tokens;
+- new prompt tokens per step: prompt tokens (vLLM counts the whole prompt, cache hits included)
+  less those the prefix cache served, over steps;
 - decode context per step: the KV cache in use (``kv_cache_usage_perc`` of the blocks the
   server reports) in k-tokens;
 - the share of steps carrying a prefill chunk: requests started over steps (at most 1).
@@ -97,6 +100,11 @@ def window_of(view: EngineView, seconds: float, t: float, kv_tokens: int | None)
         return None
     if not steps_rate or steps_rate <= 0 or gen_rate is None or not kv_tokens or view.kv_cache_usage is None:
         return None
+    # the tokens generated less each request's first (its prefill made it, not a decode step):
+    # the inter-token gaps against the first tokens in the window
+    ttft = view.latency.get("ttft")
+    firsts = ttft.count if ttft is not None and ttft.count else 0
+    decode_share = itl.count / (itl.count + firsts)
     hit = view.prefix_cache_hit_rate or 0.0
     prompt_rate = view.prompt_tokens_rate or 0.0
     requests = view.request_rate or 0.0
@@ -105,7 +113,7 @@ def window_of(view: EngineView, seconds: float, t: float, kv_tokens: int | None)
         seconds=seconds,
         step_s=itl.mean,
         gaps=itl.count,
-        decodes=gen_rate / steps_rate,
+        decodes=gen_rate * decode_share / steps_rate,
         context_k=view.kv_cache_usage * kv_tokens / 1000.0,
         prefill=prompt_rate * (1.0 - min(1.0, max(0.0, hit))) / steps_rate,
         mixed=min(1.0, requests / steps_rate),
@@ -203,7 +211,8 @@ def fit_passive(
     base = prior if prior is not None else StepModel(0, 0, 0, 0, 0, 0, 0, 0)
     wins = [w for w in windows if w.gaps >= MIN_ITL_GAPS and w.step_s > 0]
     if not wins:
-        return PassiveFit(base, (), 0, (0.0, 0.0), False, "no traffic yet: no window with decoding in it", math.nan)
+        why = f"too little traffic yet: no window with decoding in it (needs {MIN_WINDOWS})"
+        return PassiveFit(base, (), 0, (0.0, 0.0), False, why, math.nan)
     batch = (min(w.decodes for w in wins), max(w.decodes for w in wins))
     x = np.array([w.row() for w in wins], dtype=float)
     y = np.array([w.step_s for w in wins], dtype=float)

@@ -1,8 +1,10 @@
 """The simulator's HTTP API, `spoc inspect` and the pollers, against a real server on loopback."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -86,6 +88,56 @@ def test_inspect_json_against_sim(sim):
     assert len(data["gpus"]) == 2
     for key in ("temp_c", "sm_clock_mhz", "power_w", "power_limit_w", "throttle_reasons", "uuid", "hostname"):
         assert key in data["gpus"][0]
+
+
+def test_inspect_headroom_watches_says_why_not_yet_and_keeps_what_it_saw_on_ctrl_c(sim):
+    """`spoc inspect --headroom`: the report with each server's headroom in the issue's keys. A
+    watch shorter than the passive fit's windows cannot identify the step time and says so, never
+    a bare number; Ctrl-C ends a long watch early and still reports what it saw (exit 130). The
+    figures themselves are the virtual-time tests' and benchmarks/headroom.py's."""
+    url, durl, _ = sim
+    argv = [sys.executable, "-m", "spoc_tui.cli", "inspect", url, durl, "--headroom", "--sla", "ttft_p99<=2s"]
+    p = subprocess.Popen(
+        [*argv, "--interval", "120", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert p.stderr is not None
+    first = p.stderr.readline()  # said before the first scrape: the watch is under way
+    assert "watching 2 source(s) for 120 s" in first, first
+    time.sleep(6)  # a scrape or two
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, first + err
+    data = json.loads(out)
+    assert 0 < data["watched_s"] < 60
+    (server,) = data["servers"]
+    h = server["headroom"]
+    assert set(h) >= {"estimate", "ci95", "unit", "binding_limit", "identified", "windows", "traffic", "reason"}
+    assert h["unit"] == "x" and h["identified"] is False and h["estimate"] is None and h["reason"], h
+    assert h["sla"] == ["ttft_p99<=2s"] and len(data["gpus"]) == 2
+    assert "Traceback" not in err
+    r = subprocess.run([*argv, "--interval", "3"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "headroom: " in r.stdout and "verdict: " in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--headroom", "--sla", "ttft_p99<=fast"], "cannot parse"),
+        (["--headroom", "--interval", "0"], "--interval must be between 0 and 86400 seconds with --headroom"),
+        (["--sla", "ttft_p99<=2s"], "--sla and --twin are for --headroom"),
+        (["--headroom", "--twin", "/nonexistent/twin.json"], "twin"),
+    ],
+)
+def test_inspect_headroom_refuses_bad_input_in_one_line(args, says):
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "inspect", "http://127.0.0.1:1", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr
+    assert says in r.stderr and r.stderr.startswith("spoc: error: ") and "Traceback" not in r.stderr, r.stderr
 
 
 def test_inspect_bad_source_reports_others_and_exits_2(sim, tmp_path):

@@ -42,7 +42,16 @@ def test_a_signalled_ramp_leaves_nothing_and_a_final_status(sim, tmp_path, sig):
     (tmp_path / "fast.toml").write_text(FAST)
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", sim.replace("http://", "http://ops:pw123@")]
-    argv += ["--profile", str(tmp_path / "fast.toml"), "--users", "2,4,8", "--step-seconds", "3"]
+    argv += [
+        "--profile",
+        str(tmp_path / "fast.toml"),
+        "--users",
+        "2,4,8",
+        "--step-seconds",
+        "3",
+        "--max-step-seconds",
+        "3",
+    ]
     argv += ["--warmup-seconds", "1", "--sla", "ttft_p99<=5s", "--out", str(out)]
     p = subprocess.Popen(
         argv,

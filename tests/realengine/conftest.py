@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -63,22 +62,6 @@ def vllm_server(tmp_path_factory):
     yield server
     server.stop()
     assert not server.alive()
-
-
-@pytest.fixture
-def cpu_lock(request, tmp_path_factory):
-    """The tier runs on two workers (tests/conftest.py): a test that times the server against
-    itself across minutes (the twin's calibration, then its held-out ramp) holds this lock, and so
-    does every test that starts servers of its own, so the two never overlap (they did: the twin's
-    prediction came out 180 % off while a tuning study started vLLM beside it)."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if hasattr(request.config, "workerinput") else base  # the workers' common folder
-    with open(shared / "realengine-cpu.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

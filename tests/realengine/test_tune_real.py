@@ -36,7 +36,7 @@ PROFILE = (
 )
 
 
-def test_three_trial_tune_against_real_vllm(tmp_path, cpu_lock):
+def test_three_trial_tune_against_real_vllm(tmp_path):
     (tmp_path / "space.toml").write_text(SPACE)
     (tmp_path / "p.toml").write_text(PROFILE)
     out = tmp_path / "tune"

@@ -1,7 +1,7 @@
 """benchmarks/twin_accuracy.py's smoke mode on the tier's server: the real-engine twin test.
 
-Its file sorts after the tests that start servers of their own (test_tune_*.py), which the tier's
-other worker runs first: by the time this runs they are done, and ``cpu_lock`` makes sure."""
+It asserts no figure the host moves, so it runs beside the other worker's servers (it held
+``cpu_lock`` while it asserted the twin's error, which put its 100 s on the tier's critical path)."""
 
 import json
 import os
@@ -25,7 +25,7 @@ def _smoke(url: str) -> tuple[dict[str, float], str]:
     return json.loads(line.removeprefix("RESULT ")), r.stdout[-2000:]
 
 
-def test_the_twin_predicts_a_held_out_shape_on_the_real_server(vllm_server, cpu_lock):
+def test_the_twin_predicts_a_held_out_shape_on_the_real_server(vllm_server):
     """benchmarks/twin_accuracy.py --smoke on the tier's server: calibrate with a short budget,
     measure a held-out shape (1 and 4 users of short prompts) with spoc ramp, and compare the
     twin's prediction of it. Asserted: every part ran and gave a figure (a finite error for E2E,
