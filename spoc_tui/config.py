@@ -54,6 +54,11 @@ class Settings:
     against them."""
     tune_launch: str | None = None
     """Launch command the Tune screen starts with (``spoc demo``: the simulator)."""
+    headroom: bool = True
+    """Learn each server's headroom from the scrapes (docs/headroom.md), against ``sla`` (or the
+    default SLA), and alert when it is under ``headroom_alert``."""
+    headroom_alert: float = 1.2
+    """The headroom (times the recent traffic) under which the monitor alerts."""
 
     def validate(self) -> None:
         if not 0.1 <= self.interval <= 3600:
@@ -67,6 +72,8 @@ class Settings:
                 metrics_url(u)
             except SourceError as e:
                 raise ConfigError(str(e)) from None
+        if not 0 < self.headroom_alert <= 100:
+            raise ConfigError(f"headroom_alert must be a multiple between 0 and 100, got {self.headroom_alert:g}")
         if self.gpu_cost_per_hour is not None and not 0 < self.gpu_cost_per_hour < 1e6:
             raise ConfigError(f"gpu_cost_per_hour must be a positive price, got {self.gpu_cost_per_hour:g}")
         if self.sla:

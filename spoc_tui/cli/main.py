@@ -383,6 +383,18 @@ def demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None,
     help="Latency limits to judge against, e.g. ttft_p99<=2s,itl_p99<=100ms: latency cells turn red past them.",
 )
 @click.option(
+    "--headroom/--no-headroom",
+    default=None,
+    help="Learn each server's headroom (how much more of its recent traffic it takes within --sla) from "
+    "the scrapes, shown under the servers [default: on].",
+)
+@click.option(
+    "--headroom-alert",
+    type=FINITE,
+    default=None,
+    help=f"Alert when a server's headroom is under this multiple [default: {Settings.headroom_alert:g}].",
+)
+@click.option(
     "--trace-dir",
     envvar="SPOC_TRACE_DIR",
     show_envvar=True,

@@ -188,6 +188,9 @@ class VllmPoller(_Poller):
         super().__init__(urls, clock, client, api_key)
         self.windows = ServerWindows(window_s)
         self.latest: dict[str, tuple[ServerView, Scrape]] = {}
+        self.on_scrape: Callable[[str, float, Exposition], None] | None = None
+        """Called with each server's name, time and scrape, in the thread that parsed it (the
+        monitor's live headroom learns from them)."""
 
     def reset(self) -> None:
         """Forget every earlier scrape: the next window starts at the next poll."""
@@ -200,7 +203,10 @@ class VllmPoller(_Poller):
         return ("vllm", lambda exp: self._view(url, exp))
 
     def _view(self, url: str, exp: Exposition) -> tuple[ServerView, Scrape]:
-        return self.windows.view(url, self.backoff.names[url], self.clock(), exp)
+        t, name = self.clock(), self.backoff.names[url]
+        if self.on_scrape is not None:
+            self.on_scrape(name, t, exp)
+        return self.windows.view(url, name, t, exp)
 
     async def poll(self, wait_s: float | None = None) -> VllmTick:
         """One tick; ``wait_s`` bounds how long a slow source may hold it up (None: each read's

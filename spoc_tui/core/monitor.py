@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from spoc_tui.core.alerts import Alert, gpu_alerts, server_alerts, shed_alerts
 from spoc_tui.core.energy import EnergyMeter
@@ -24,6 +25,18 @@ from spoc_tui.core.vllm import EngineView, ServerView
 
 WAIT_HISTORY = 5
 """Polls of each server's queue a verdict looks back over (queue-bound: waiting in each)."""
+HEADROOM_ALERT = 1.2
+"""A server whose headroom is under this many times its recent traffic is alerted on."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeadroomShown:
+    """A server's live headroom as the monitor shows it (:class:`spoc_tui.twin.headroom.Headroom`
+    made into what the screen and the alerts need)."""
+
+    line: str
+    estimate: float | None
+    identified: bool
 
 
 class MonitorModel:
@@ -37,8 +50,10 @@ class MonitorModel:
         vllm_urls: Sequence[str] = (),
         dcgm_sources: Sequence[str] = (),
         clock: Callable[[], float] = time.time,
+        headroom_alert: float = HEADROOM_ALERT,
     ) -> None:
         self.window_s = window_s
+        self.headroom_alert = headroom_alert
         self.limits = limits
         self.events = events if events is not None else EventLog()
         self.vllm_urls = tuple(vllm_urls)
@@ -51,6 +66,8 @@ class MonitorModel:
         self.groups: tuple[TpGroupReport, ...] = ()
         self.gpu_note: str | None = None
         self.models: dict[str, dict[str, int | None]] = {}
+        self.headroom: dict[str, HeadroomShown] = {}
+        """Each server's latest live headroom (empty until the first estimate)."""
         self.reset()
 
     def reset(self) -> None:
@@ -68,6 +85,7 @@ class MonitorModel:
         self._alert_seen: dict[str, tuple[float, Alert]] = {}
         self.verdicts: tuple[tuple[str, Verdict], ...] = ()
         self.alerts: tuple[Alert, ...] = ()
+        self.headroom = {}
 
     # -- feeding --------------------------------------------------------------------------
     def servers(self, tick: VllmTick) -> None:
@@ -118,6 +136,12 @@ class MonitorModel:
         """A source went down or came back."""
         self.statuses[status.source] = status
         self.events.extend(self.detector.status(status, self.clock()))
+        self._judge()
+
+    def set_headroom(self, results: Mapping[str, HeadroomShown]) -> None:
+        """Each server's headroom as just worked out (in a worker thread): shown, and alerted on
+        when it is under :attr:`headroom_alert`."""
+        self.headroom = dict(results)
         self._judge()
 
     def set_models(self, source: str, models: dict[str, int | None]) -> None:
@@ -260,6 +284,16 @@ class MonitorModel:
             alerts += shed_alerts(self.fleet_view)
         if self.gpu_tick is not None:
             alerts += self._held(gpu_alerts(self.gpu_tick.gpus, self.groups))
+        for src, h in self.headroom.items():
+            if h.identified and h.estimate is not None and h.estimate < self.headroom_alert:
+                alerts.append(
+                    Alert(
+                        f"headroom:{src}",
+                        "warning",
+                        f"{short_source(src)} has little headroom: x{h.estimate:.2g} of its recent traffic "
+                        f"(under x{self.headroom_alert:g})",
+                    )
+                )
         return alerts
 
     def _held(self, alerts: list[Alert]) -> list[Alert]:

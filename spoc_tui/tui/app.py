@@ -31,10 +31,11 @@ from spoc_tui.core.errors import InputError, SpocError, first_line
 from spoc_tui.core.events import EventLog
 from spoc_tui.core.gpu import GpuSample, analyse_groups
 from spoc_tui.core.knee import plan_text
+from spoc_tui.core.monitor import HeadroomShown
 from spoc_tui.core.presets import gpu_for_model_name, model_preset
 from spoc_tui.core.recording import Recorder
 from spoc_tui.core.redact import redact_url
-from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.sla import DEFAULT_SLA, parse_sla
 from spoc_tui.core.snapshots import GpuTick, SourceStatus
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
 from spoc_tui.profile.analyze import Breakdown, analyse
@@ -46,6 +47,7 @@ from spoc_tui.tui.compositor import install_fast_truecolor
 from spoc_tui.tui.driver import QuietDriver
 from spoc_tui.tui.messages import (
     GpusSampled,
+    HeadroomEstimated,
     ProfileFinished,
     ProfileProgressed,
     RampFinished,
@@ -69,6 +71,9 @@ from spoc_tui.tune import events
 from spoc_tui.tune.args import TuneArgs
 from spoc_tui.tune.setup import build
 from spoc_tui.tune.study import TuneSession
+from spoc_tui.twin.headroom import WINDOW_S
+from spoc_tui.twin.live import LiveHeadroom
+from spoc_tui.twin.passive import MIN_WINDOWS
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +132,12 @@ class SpocApp(AsciiScreenshots, App[int]):
         self.events = EventLog()
         """What happened, for the monitor's Events panel: sources, throttling, ramps, studies."""
         self.limits = parse_sla(settings.sla) if settings.sla else ()
+        self.headroom: LiveHeadroom | None = None
+        """Each server's headroom, learned from the scrapes (``--no-headroom``: None)."""
+        if settings.headroom and self.sources.vllm is not None:
+            self.headroom = LiveHeadroom(self.limits or parse_sla(DEFAULT_SLA))
+            self.sources.vllm.on_scrape = self.headroom.add
+        self._estimating = False
 
     def _refresh_truecolor_filter(self, theme: TerminalTheme) -> None:
         # Textual puts a filter of its own back when the theme changes
@@ -157,7 +168,14 @@ class SpocApp(AsciiScreenshots, App[int]):
             vllm_urls=self.settings.vllm_urls,
             dcgm_urls=self.settings.dcgm_urls,
         )
+        self.monitor.model.headroom_alert = self.settings.headroom_alert
         self.push_screen(self.monitor)
+        if self.headroom is not None:
+            first = MIN_WINDOWS * WINDOW_S / 60
+            self.monitor.learning_headroom(
+                f"headroom: learning from the scrapes (the first estimate in about {first:.0f} min, "
+                f"then every {self.headroom.refresh_s / 60:.0f} min)"
+            )
         if not self.start_workers:
             return
         if self.sources.vllm is not None or self._reads_gpus():
@@ -300,12 +318,32 @@ class SpocApp(AsciiScreenshots, App[int]):
             self._servers_due = message
         else:
             self.monitor.apply_servers(message)
+        if self.headroom is not None and not self._estimating and self.headroom.due():
+            self._estimating = True
+            self._estimate_headroom()
         if self.start_workers:
             for u in self.settings.vllm_urls:
                 name = redact_url(u)
                 if name not in self._asked_models and any(sv.source == name for sv in message.tick.servers):
                     self._asked_models.add(name)
                     self._ask_models(u, name)
+
+    @work(group="headroom", exclusive=True, exit_on_error=False, thread=True)
+    def _estimate_headroom(self) -> None:
+        """Every server's headroom (seconds of CPU, off the UI thread), posted back."""
+        assert self.headroom is not None
+        try:
+            found = self.headroom.refresh()
+        except Exception as e:  # a defect: said on the line, and the monitor goes on
+            logger.exception("working out the headroom")
+            shown = {"": HeadroomShown(f"headroom: failed ({first_line(e, 120)}); see spoc.log", None, False)}
+        else:
+            shown = {src: HeadroomShown(h.line(), h.estimate, h.identified) for src, h in found.items()}
+        self.post_message(HeadroomEstimated(shown))
+
+    def on_headroom_estimated(self, message: HeadroomEstimated) -> None:
+        self._estimating = False
+        self.monitor.apply_headroom(message.results)
 
     @work(group="models", exit_on_error=False)
     async def _ask_models(self, url: str, name: str) -> None:

@@ -8,6 +8,7 @@ from typing import Literal
 from textual.message import Message
 
 from spoc_tui.core.gpu import TpGroupReport
+from spoc_tui.core.monitor import HeadroomShown
 from spoc_tui.core.results import RampEnd
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.load.ramp import RampProgress
@@ -41,6 +42,13 @@ class GpusSampled(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, GpusSampled)
+
+
+@dataclass
+class HeadroomEstimated(Message):
+    """Each server's live headroom, worked out in a worker thread."""
+
+    results: dict[str, HeadroomShown]
 
 
 @dataclass

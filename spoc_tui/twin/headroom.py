@@ -56,6 +56,9 @@ DEFAULT_BATCHED_TOKENS = 8192
 """vLLM's max-num-batched-tokens default for online serving, assumed."""
 REPLAY_S = 120.0
 """Seconds of traffic a headroom replays at x1 (a speed s replays them in REPLAY_S / s)."""
+MAX_SPEED = 10.0
+"""The fastest a headroom replays the traffic: more than this is said as "beyond x10" (a server
+that idle needs no finer answer, and replays far past its knee took a minute of CPU each)."""
 MIN_REQUESTS = 30
 """Fewer requests than this in the traffic window: too thin to replay."""
 BINDS = {
@@ -201,6 +204,8 @@ class Headroom:
     fit: PassiveFit | None = field(default=None, compare=False)
     sla: tuple[str, ...] = ()
     unit: str = "x"
+    assumed: tuple[str, ...] = ()
+    """What the number rests on that the scrapes did not show (``max-num-seqs 256``)."""
 
     def as_dict(self) -> dict[str, object]:
         lo, hi = self.ci95
@@ -215,6 +220,7 @@ class Headroom:
             "windows": self.windows,
             "traffic": self.traffic.as_dict() if self.traffic is not None else None,
             "sla": list(self.sla),
+            "assumed": list(self.assumed),
         }
 
     def line(self) -> str:
@@ -222,11 +228,15 @@ class Headroom:
         if not self.identified or self.estimate is None:
             return f"headroom: {self.reason}"
         lo, hi = self.ci95
-        ci = f" (95 %: {_x(lo)}-{_x(hi)})" if lo is not None or hi is not None else ""
         mins = round((self.traffic.seconds if self.traffic else TRAFFIC_S) / 60)
         within = f" within {','.join(self.sla)}" if self.sla else ""
+        assumes = f"; assumes {', '.join(self.assumed)} (not seen)" if self.assumed else ""
+        if hi is None:  # every speed replayed met the SLA: a bound, not a point
+            beyond = _x(lo if lo is not None else self.estimate)
+            return f"headroom beyond x{beyond} of the last {mins} min of traffic{within}{assumes}"
+        ci = f" (95 %: {_x(lo)}-{_x(hi)})"
         binds = f"; binds first: {self.binds}" if self.binds else ""
-        return f"headroom x{self.estimate:.2g}{ci} of the last {mins} min of traffic{within}{binds}"
+        return f"headroom x{self.estimate:.2g}{ci} of the last {mins} min of traffic{within}{binds}{assumes}"
 
 
 def _x(v: float | None) -> str:
@@ -359,9 +369,38 @@ class HeadroomLearner:
 
     def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
         """The headroom for the recent traffic (seconds of CPU: run it off the UI thread)."""
+        return self.snapshot().estimate(seed, draws, replay_s)
+
+    def snapshot(self) -> LearnerState:
+        """What an estimate needs, copied (cheap: the monitor's scrape thread may go on feeding
+        the learner while the estimate runs in another)."""
+        return LearnerState(
+            tuple(self.limits),
+            tuple(self.windows),
+            self.traffic(),
+            self.server(),
+            self.prior,
+            self.kv_tokens is not None,
+        )
+
+
+@dataclass(frozen=True)
+class LearnerState:
+    """A learner's windows, traffic and server as they were: an estimate's inputs."""
+
+    limits: tuple[Limit, ...]
+    windows: tuple[PassiveWindow, ...]
+    traffic: Traffic | None
+    server: ServerConfig
+    prior: Twin | None
+    kv_reported: bool
+
+    def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
         sla = tuple(str(lim) for lim in self.limits)
-        traffic = self.traffic()
-        fit = self.fit(seed)
+        traffic = self.traffic
+        prior = self.prior.fit if self.prior is not None else None
+        sd = self.prior.sd if self.prior is not None else None
+        fit = fit_passive(list(self.windows), prior, sd, seed=seed)
         n = fit.windows
 
         def none(reason: str) -> Headroom:
@@ -374,9 +413,9 @@ class HeadroomLearner:
         if traffic is None or traffic.requests < MIN_REQUESTS or traffic.rate <= 0:
             got = 0 if traffic is None else round(traffic.requests)
             return none(f"too little traffic to replay: {got} requests in the window (needs {MIN_REQUESTS})")
-        if not self.kv_tokens and self.prior is None:
+        if not self.kv_reported and self.prior is None:
             return none("the server does not report its KV cache's size (vllm:cache_config_info)")
-        return headroom_of(fit, self.server(), traffic, self.limits, seed, draws, self.prior, replay_s)
+        return headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s)
 
 
 def _twin(fit: PassiveFit, server: ServerConfig, prior: Twin | None, draws: int) -> Twin:
@@ -411,7 +450,7 @@ def headroom_of(
     p = Prediction(
         twin=_twin(fit, server, prior, draws),
         workload=load_workload("chatbot"),
-        plan=SpeedSearch(max_speed=64.0, start=1.0),
+        plan=SpeedSearch(max_speed=MAX_SPEED, start=1.0),
         limits=tuple(limits),
         seed=seed,
         draws=draws,
@@ -419,6 +458,8 @@ def headroom_of(
     )
     knee = predict(p).knee
     inf = knee.inferred
+    # every assumption the number rests on is said with it (the seats show only once a queue forms)
+    assumed = (f"max-num-seqs {server.max_num_seqs}",) if server.sources.get("max_num_seqs") == "assumed" else ()
     binds = BINDS.get(knee.why.cause) if knee.why is not None else None
     if inf is None or inf.estimate is None:
         return Headroom(None, (None, None), None, binds, False, "the replay found no knee", fit.windows, traffic,
@@ -427,8 +468,7 @@ def headroom_of(
         lo = inf.ci95[0]
         what = f"beyond x{_x(lo)}" if lo is not None else "beyond the speeds replayed"
         return Headroom(inf.estimate, inf.ci95, None, None, True, f"every speed replayed met the SLA: {what}",
-                        fit.windows, traffic, fit, sla)  # fmt: skip
+                        fit.windows, traffic, fit, sla, assumed=assumed)  # fmt: skip
     why = fit.reason + (f"; the server moved from its twin: {'; '.join(fit.drift)}" if fit.drift else "")
-    if server.sources.get("max_num_seqs") == "assumed":  # said, as every assumption a number rests on
-        why += f"; max-num-seqs not seen (no queue yet): assumed {server.max_num_seqs}"
-    return Headroom(inf.estimate, inf.ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla)
+    return Headroom(inf.estimate, inf.ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
+                    assumed=assumed)  # fmt: skip

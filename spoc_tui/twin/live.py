@@ -1,19 +1,24 @@
-"""Live headroom over HTTP: the sources watched for a while, their scrapes feeding each server's
-passive learner (:class:`spoc_tui.twin.headroom.HeadroomLearner`), for ``spoc inspect --headroom``."""
+"""Live headroom: the scrapes a monitor makes feeding each server's passive learner
+(:class:`spoc_tui.twin.headroom.HeadroomLearner`). :func:`watch_headroom` watches sources for a
+while (``spoc inspect --headroom``); :class:`LiveHeadroom` is the monitor's, fed from its poller
+and refreshed in a worker thread."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Sequence
 
 from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.inspect import InspectResult, read_all, result_of
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError
+from spoc_tui.core.promparse import Exposition
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.sla import Limit
-from spoc_tui.twin.headroom import HeadroomLearner
+from spoc_tui.twin.headroom import WINDOW_S, Headroom, HeadroomLearner
 from spoc_tui.twin.model import Twin
+from spoc_tui.twin.passive import MIN_WINDOWS
 
 HEADROOM_EVERY_S = 5.0
 """How often ``spoc inspect --headroom`` scrapes while it watches (the monitor's windows are 30 s)."""
@@ -70,3 +75,70 @@ async def watch_headroom(
             h = await asyncio.to_thread(learner.estimate)
             res.headroom[name] = (h.line(), h.as_dict())
     return res
+
+
+LIVE_REFRESH_S = 600.0
+"""How often the monitor works out each server's headroom again (its fit's windows are 30 s;
+an estimate replays the traffic on the twin, seconds of CPU: every ten minutes keeps the monitor
+within its CPU budget, benchmarks/monitor_cpu.py)."""
+LIVE_DRAWS = 2
+"""Bootstrap draws of the fit an estimate replays beside the fit itself (in the monitor)."""
+LIVE_REPLAY_S = 60.0
+"""Seconds of traffic an estimate replays at x1 (in the monitor)."""
+
+
+class LiveHeadroom:
+    """The monitor's headroom: each server's learner, fed from the poller's scrape thread
+    (:meth:`add`), and its estimates, worked out every :data:`LIVE_REFRESH_S` by
+    :meth:`refresh` in a worker thread of the caller's (never the UI's)."""
+
+    def __init__(
+        self,
+        limits: Sequence[Limit],
+        prior: Twin | None = None,
+        refresh_s: float = LIVE_REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limits = tuple(limits)
+        self.prior = prior
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self._learners: dict[str, HeadroomLearner] = {}
+        self._lock = threading.Lock()
+        self._last: float | None = None
+        self._started = clock()
+        self.results: dict[str, Headroom] = {}
+        """Each server's latest headroom, by its source as shown."""
+
+    def add(self, source: str, t: float, exp: Exposition) -> None:
+        """One scrape of ``source`` taken at ``t`` (any thread)."""
+        with self._lock:
+            learner = self._learners.get(source)
+            if learner is None:
+                learner = self._learners[source] = HeadroomLearner(self.limits, prior=self.prior)
+            learner.add(t, exp)
+
+    def due(self) -> bool:
+        """Time for :meth:`refresh`: the first once the fit could have its windows, then every
+        ``refresh_s``."""
+        now = self.clock()
+        if self._last is None:
+            return now - self._started >= MIN_WINDOWS * WINDOW_S and bool(self._learners)
+        return now - self._last >= self.refresh_s
+
+    def refresh(self, seed: int = 0) -> dict[str, Headroom]:
+        """Every server's headroom now (blocking, seconds of CPU: a worker thread's job)."""
+        self._last = self.clock()
+        with self._lock:
+            states = {src: learner.snapshot() for src, learner in self._learners.items()}
+        out = {src: st.estimate(seed, LIVE_DRAWS, LIVE_REPLAY_S) for src, st in states.items()}
+        self.results = out
+        return out
+
+    def reset(self) -> None:
+        """Forget every scrape (the monitor's windows were reset)."""
+        with self._lock:
+            self._learners.clear()
+        self._last = None
+        self._started = self.clock()
+        self.results = {}

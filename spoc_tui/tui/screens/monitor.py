@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,7 +18,7 @@ from textual.widgets import Footer, Static
 from spoc_tui.core import fmt
 from spoc_tui.core.events import EventLog
 from spoc_tui.core.fleet import waiting_per_replica
-from spoc_tui.core.monitor import MonitorModel
+from spoc_tui.core.monitor import HeadroomShown, MonitorModel
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.roofline import gpu_of
 from spoc_tui.core.series import WINDOWS_S, Window
@@ -85,6 +85,7 @@ class MonitorScreen(Screen[None]):
     ) -> None:
         super().__init__()
         self._compositor = LeanCompositor()  # a second's repaint renders the changed lines only
+        self._headroom_note: str | None = None
         self.model = MonitorModel(window_s, limits, events, vllm_urls, [redact_url(u) for u in dcgm_urls])
         """What the screen draws (verdicts and alerts computed once per tick, also for a replay)."""
         self.limits = limits
@@ -119,6 +120,7 @@ class MonitorScreen(Screen[None]):
                 yield ChangedStatic("", id="server-info")
                 yield ServerTable(id="servers")
                 yield ChangedStatic("", id="spec")
+                yield ChangedStatic("", id="headroom")
             with Vertical(id="latency-panel", classes="panel"):
                 yield LatencyTable(id="latency")
             with Vertical(id="roofline-panel", classes="panel"):
@@ -156,6 +158,8 @@ class MonitorScreen(Screen[None]):
         self.spec.display = False
         self.server_info = self.query_one("#server-info", ChangedStatic)
         self.verdicts = self.query_one("#verdicts", ChangedStatic)
+        self.headroom_view = self.query_one("#headroom", ChangedStatic)
+        self.headroom_view.display = False
         self.events_view = self.query_one("#events", ChangedStatic)
         self.events_panel = self.query_one("#events-panel")
         self.events_panel.border_title = "Events"
@@ -179,6 +183,7 @@ class MonitorScreen(Screen[None]):
         self.gpu_note.display = False
         self._draw_tp()
         self._draw_events()
+        self._draw_headroom()
         self._draw_charts()
         # "stale N s" and "retry in N s" count every second, not only when a tick arrives (only
         # while a source is down: otherwise the ticks redraw the line, and this would wake the
@@ -263,6 +268,38 @@ class MonitorScreen(Screen[None]):
             if self.model.gpu_tick is None:  # no GPU source (yet): its charts say so
                 self._draw_gpu_charts()
         self._fit_charts()
+
+    def learning_headroom(self, note: str) -> None:
+        """The live headroom is on: ``note`` says when its first estimate comes."""
+        self._headroom_note = note
+        if self.ready:
+            self._draw_headroom()
+
+    def apply_headroom(self, results: Mapping[str, HeadroomShown]) -> None:
+        """Each server's headroom as just worked out: its line under the servers, an alert
+        when it is low."""
+        self.model.set_headroom(results)
+        if self.ready and self.is_attached:
+            self._draw_headroom()
+            self._draw_tp()
+
+    def _draw_headroom(self) -> None:
+        note = self._headroom_note
+        if note is None and not self.model.headroom:
+            return
+        self.headroom_view.display = True
+        t = Text()
+        if not self.model.headroom:
+            t.append(note or "", style="dim")
+        for i, (src, h) in enumerate(sorted(self.model.headroom.items())):
+            if i:
+                t.append("\n")
+            low = h.identified and h.estimate is not None and h.estimate < self.model.headroom_alert
+            style = "bold yellow" if low else "" if h.identified else "dim"
+            if len(self.model.headroom) > 1:
+                t.append(fmt.short_source(src) + " ", style="bold")
+            t.append(h.line, style=style)
+        self.headroom_view.show_text(t)
 
     def set_models(self, source: str, models: dict[str, int | None]) -> None:
         """What /v1/models says of a server (max-model-len per model)."""
