@@ -1,20 +1,28 @@
-"""``spoc inspect``: the text report of one (or two, windowed) readings of the sources."""
+"""``spoc inspect``: the command, and the text report of one (or two, windowed) readings of the
+sources, or of a watch with each server's headroom (``--headroom``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from spoc_tui.collectors.inspect import InspectResult, inspect_sources
+import click
+
+from spoc_tui.cli.options import api_key_options, from_config, tls_options
+from spoc_tui.cli.types import FINITE
 from spoc_tui.core import fmt
+from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.sla import Limit
+from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_sla
+from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.core.vllm import LATENCY_LABELS
 
 if TYPE_CHECKING:
+    from spoc_tui.collectors.inspect import InspectResult
     from spoc_tui.twin.model import Twin
 
 
@@ -68,6 +76,8 @@ def render_text(res: InspectResult) -> str:
 def run_inspect(
     sources: list[str], interval: float | None, as_json: bool, api_key: str | None
 ) -> tuple[str, list[str]]:
+    from spoc_tui.collectors.inspect import inspect_sources  # httpx: not loaded for `spoc --help`
+
     res = asyncio.run(inspect_sources(sources, interval, api_key))
     out = json.dumps(json_safe(res.as_dict()), indent=2, allow_nan=False) if as_json else render_text(res)
     return out, res.errors
@@ -88,3 +98,66 @@ def run_headroom(
     res = asyncio.run(watch_headroom(sources, seconds, limits, api_key, prior, say=say))
     out = json.dumps(json_safe(res.as_dict()), indent=2, allow_nan=False) if as_json else render_text(res)
     return out, res.errors, res.interrupted
+
+
+@click.command("inspect")
+@click.argument("sources", nargs=-1, required=True)
+@click.option(
+    "--interval",
+    type=FINITE,
+    default=None,
+    help="Scrape twice this many seconds apart for windowed percentiles and rates; with --headroom, "
+    "how long to watch (600 s if not given).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--headroom",
+    is_flag=True,
+    help="Watch the servers for --interval seconds and say how much more of that traffic each takes "
+    "within --sla, learned from the scrapes alone (docs/headroom.md).",
+)
+@click.option("--sla", default=None, help="With --headroom: the limits, as spoc ramp takes them [default: config's].")
+@click.option(
+    "--twin",
+    "twin_path",
+    default=None,
+    help="With --headroom: a calibrated twin.json (spoc twin calibrate) as the fit's prior.",
+)
+@api_key_options("Bearer token for the servers (never printed).")
+@tls_options
+def inspect_cmd(
+    sources: tuple[str, ...],
+    interval: float | None,
+    as_json: bool,
+    headroom: bool,
+    sla: str | None,
+    twin_path: str | None,
+    api_key: str | None,
+) -> None:
+    """Read vLLM and dcgm-exporter SOURCES (URLs or saved /metrics files) once and report.
+
+    The kind of each source is recognised from its content. A source that cannot be read
+    is reported on stderr and makes the exit code 2; the others are still reported.
+    """
+    if headroom:
+        from spoc_tui.twin.model import read_twin
+
+        seconds = 600.0 if interval is None else interval
+        if not 0 < seconds <= 86_400:
+            raise InputError("--interval must be between 0 and 86400 seconds with --headroom")
+        limits = parse_sla(from_config(sla, "sla", "--sla", default=DEFAULT_SLA))
+        prior = read_twin(os.path.expanduser(twin_path)) if twin_path else None
+        out, errors, interrupted = run_headroom(list(sources), seconds, limits, as_json, api_key, prior)
+        click.echo(out)
+        for e in errors:
+            click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
+        sys.exit(EXIT_INTERRUPTED if interrupted else EXIT_USAGE if errors else EXIT_OK)
+    if sla is not None or twin_path is not None:
+        raise InputError("--sla and --twin are for --headroom")
+    if interval is not None and not 0 < interval <= 3600:
+        raise InputError("--interval must be between 0 and 3600 seconds")
+    out, errors = run_inspect(list(sources), interval, as_json, api_key)
+    click.echo(out)
+    for e in errors:
+        click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
+    sys.exit(EXIT_USAGE if errors else EXIT_OK)

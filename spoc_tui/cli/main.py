@@ -64,71 +64,6 @@ def cli(ctx: click.Context) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-@cli.command()
-@click.argument("sources", nargs=-1, required=True)
-@click.option(
-    "--interval",
-    type=FINITE,
-    default=None,
-    help="Scrape twice this many seconds apart for windowed percentiles and rates; with --headroom, "
-    "how long to watch (600 s if not given).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option(
-    "--headroom",
-    is_flag=True,
-    help="Watch the servers for --interval seconds and say how much more of that traffic each takes "
-    "within --sla, learned from the scrapes alone (docs/headroom.md).",
-)
-@click.option("--sla", default=None, help="With --headroom: the limits, as spoc ramp takes them [default: config's].")
-@click.option(
-    "--twin",
-    "twin_path",
-    default=None,
-    help="With --headroom: a calibrated twin.json (spoc twin calibrate) as the fit's prior.",
-)
-@api_key_options("Bearer token for the servers (never printed).")
-@tls_options
-def inspect(
-    sources: tuple[str, ...],
-    interval: float | None,
-    as_json: bool,
-    headroom: bool,
-    sla: str | None,
-    twin_path: str | None,
-    api_key: str | None,
-) -> None:
-    """Read vLLM and dcgm-exporter SOURCES (URLs or saved /metrics files) once and report.
-
-    The kind of each source is recognised from its content. A source that cannot be read
-    is reported on stderr and makes the exit code 2; the others are still reported.
-    """
-    from spoc_tui.cli.inspect import run_headroom, run_inspect
-
-    if headroom:
-        from spoc_tui.twin.model import read_twin
-
-        seconds = 600.0 if interval is None else interval
-        if not 0 < seconds <= 86_400:
-            _fail("--interval must be between 0 and 86400 seconds with --headroom")
-        limits = parse_sla(from_config(sla, "sla", "--sla", default=DEFAULT_SLA))
-        prior = read_twin(os.path.expanduser(twin_path)) if twin_path else None
-        out, errors, interrupted = run_headroom(list(sources), seconds, limits, as_json, api_key, prior)
-        click.echo(out)
-        for e in errors:
-            click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
-        sys.exit(EXIT_INTERRUPTED if interrupted else EXIT_USAGE if errors else EXIT_OK)
-    if sla is not None or twin_path is not None:
-        _fail("--sla and --twin are for --headroom")
-    if interval is not None and not 0 < interval <= 3600:
-        _fail("--interval must be between 0 and 3600 seconds")
-    out, errors = run_inspect(list(sources), interval, as_json, api_key)
-    click.echo(out)
-    for e in errors:
-        click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
-    sys.exit(EXIT_USAGE if errors else EXIT_OK)
-
-
 # ---------------------------------------------------------------------------------------
 
 
@@ -978,6 +913,7 @@ def locate(what: str) -> None:
 
 def _register() -> None:
     from spoc_tui.cli.compare import compare_cmd
+    from spoc_tui.cli.inspect import inspect_cmd
     from spoc_tui.cli.plan import plan_cmd
     from spoc_tui.cli.profile import profile_cmd
     from spoc_tui.cli.replay import replay_cmd
@@ -985,6 +921,7 @@ def _register() -> None:
     from spoc_tui.cli.trace import trace_cmd
     from spoc_tui.cli.twin import twin_cmd
 
+    cli.add_command(inspect_cmd)
     cli.add_command(report_cmd)
     cli.add_command(profile_cmd)
     cli.add_command(trace_cmd)
