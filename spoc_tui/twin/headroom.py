@@ -275,7 +275,10 @@ class HeadroomLearner:
         self.prefix_caching: bool | None = None
 
     def add(self, t: float, exp: Exposition) -> None:
-        """One scrape of the server at ``t`` (the monitor's clock)."""
+        """One scrape of the server at ``t`` (the monitor's clock). Only one every ``window_s`` is
+        read (the monitor scrapes every second; the others cost a comparison)."""
+        if self._marks and t - self._marks[-1][0] < self.window_s - 1e-6:
+            return
         cc = cache_config(exp)
         try:
             blocks, bs = int(float(cc["num_gpu_blocks"])), int(float(cc["block_size"]))
@@ -288,8 +291,6 @@ class HeadroomLearner:
             self._marks.append((t, exp))
             return
         t_last, last = self._marks[-1]
-        if t - t_last < self.window_s - 1e-6:
-            return
         view = server_view("server", Scrape(exp, t, last, t_last))
         total = view.total
         self.model = self.model or next(iter(view.model_names), "")
