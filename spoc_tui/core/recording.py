@@ -13,6 +13,10 @@ Line shapes::
     {"t": ..., "kind": "servers", "tick": <VllmTick>}
     {"t": ..., "kind": "gpus", "tick": <GpuTick>, "groups": [[0, 1], ...], "note": ...}
     {"t": ..., "kind": "status", "status": <SourceStatus>}
+    {"t": ..., "kind": "headroom", "headroom": {source: {"line": ..., "estimate": ..., "identified": ...}}}
+
+The headroom records (each server's live headroom, every time it was worked out) came later in
+the same format 1: a reader from before them skips those lines and plays the rest.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import IO, Any, Union
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import parse_json
+from spoc_tui.core.monitor import HeadroomShown
 from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 
 FORMAT = 1
@@ -123,6 +128,9 @@ class Recorder:
     def status(self, status: SourceStatus, t: float | None = None) -> None:
         self._record("status", t, status=encode(status))
 
+    def headroom(self, results: dict[str, HeadroomShown], t: float | None = None) -> None:
+        self._record("headroom", t, headroom={src: dataclasses.asdict(h) for src, h in results.items()})
+
     def close(self) -> None:
         if not self._f.closed:
             self._f.flush()
@@ -135,12 +143,13 @@ class Recorder:
 class Record:
     t: float
     kind: str
-    """servers, gpus or status."""
+    """servers, gpus, status or headroom."""
     servers: VllmTick | None = None
     gpus: GpuTick | None = None
     groups: tuple[tuple[int, ...], ...] = ()
     note: str | None = None
     status: SourceStatus | None = None
+    headroom: dict[str, HeadroomShown] | None = None
 
 
 @dataclass
@@ -216,6 +225,14 @@ def _record(obj: dict[str, Any]) -> Record:
         return Record(t, kind, gpus=decode(GpuTick, obj["tick"]), groups=groups, note=obj.get("note"))
     if kind == "status":
         return Record(t, kind, status=decode(SourceStatus, obj["status"]))
+    if kind == "headroom":
+        shown = {
+            str(src): HeadroomShown(
+                str(h["line"]), None if h.get("estimate") is None else float(h["estimate"]), bool(h["identified"])
+            )
+            for src, h in obj["headroom"].items()
+        }
+        return Record(t, kind, headroom=shown)
     raise ValueError(f"unknown record kind {kind!r}")
 
 
@@ -265,7 +282,8 @@ def export(rec: Recording, fmt: str) -> str:
             "sessions": rec.headers,
             "records": [
                 {"t": r.t, "kind": r.kind, **({"servers": encode(r.servers)} if r.servers else {}),
-                 **({"gpus": encode(r.gpus)} if r.gpus else {}), **({"status": encode(r.status)} if r.status else {})}
+                 **({"gpus": encode(r.gpus)} if r.gpus else {}), **({"status": encode(r.status)} if r.status else {}),
+                 **({"headroom": {k: dataclasses.asdict(h) for k, h in r.headroom.items()}} if r.headroom else {})}
                 for r in rec.records
             ],
         }  # fmt: skip

@@ -343,6 +343,8 @@ class SpocApp(AsciiScreenshots, App[int]):
 
     def on_headroom_estimated(self, message: HeadroomEstimated) -> None:
         self._estimating = False
+        if self.recorder is not None:
+            self._record(lambda r: r.headroom(message.results))
         self.monitor.apply_headroom(message.results)
 
     @work(group="models", exit_on_error=False)

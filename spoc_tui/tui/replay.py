@@ -81,6 +81,8 @@ class ReplayApp(SpocApp):
                 m.apply_status(r.status)
             else:
                 m.ingest_status(r.status)
+        elif r.headroom is not None:  # the headroom as the monitor had it then
+            m.apply_headroom(r.headroom)
 
     @work(group="replay", exclusive=True, exit_on_error=False)
     async def _play(self) -> None:

@@ -2,9 +2,10 @@
 
 import pytest
 
+from spoc_tui.core.monitor import HeadroomShown
 from spoc_tui.core.series import WINDOWS_S
 from spoc_tui.core.snapshots import SourceStatus
-from spoc_tui.tui.messages import ServersSampled, SourceStatusChanged
+from spoc_tui.tui.messages import HeadroomEstimated, ServersSampled, SourceStatusChanged
 from spoc_tui.tui.screens.confirm import ConfirmScreen
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.timechart import TimeChart, plot
@@ -286,13 +287,16 @@ async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tm
         app.post_message(ServersSampled(server_tick()))
         app.post_message(gpu_tick())
         await settle(pilot)
+        # the live headroom as the monitor's worker thread posts it: recorded, and played back
+        app.post_message(HeadroomEstimated({URL: HeadroomShown("headroom x1.1 (95 %: 1-1.2) of ...", 1.1, True)}))
+        await settle(pilot)
         app.post_message(SourceStatusChanged(SourceStatus(URL, False, "cannot connect")))
         app.post_message(ServersSampled(server_tick(up=False)))
         await settle(pilot)
     text = path.read_text()
     assert "hunter2" not in text and "sk-TOPSECRET" not in text  # the password and the key stay out
     rec = read_recording(path)
-    assert [r.kind for r in rec.records] == ["servers", "gpus", "status", "servers"]
+    assert [r.kind for r in rec.records] == ["servers", "gpus", "headroom", "status", "servers"]
 
     replay = ReplayApp(rec, speed=60.0)
     async with replay.run_test(size=(120, 40)) as pilot:
@@ -303,6 +307,8 @@ async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tm
         assert replay.i == len(rec.records)
         m = replay.monitor
         assert "down" in str(m.verdicts.render())
+        assert "headroom x1.1 (95 %: 1-1.2)" in str(m.headroom_view.render())
+        assert any("little headroom" in a.text for a in m.model.alerts)
         assert "192.0.2.5:8000 down: cannot connect" in str(m.events_view.render())
         title = str(m.query_one("#title").render())
         assert title.startswith("REPLAY rec.jsonl") and "end" in title

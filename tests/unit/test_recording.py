@@ -69,3 +69,27 @@ def test_csv_export_has_one_row_per_server_and_gpu(tmp_path):
     assert rows[4]["throttle"] == "sw_thermal" and rows[4]["sm_clock_mhz"] == "980.0"
     js = json.loads(export(read_recording(path), "json"))
     assert len(js["records"]) == 2 and js["records"][0]["servers"]["servers"][0]["total"]["running"] == 16.0
+
+
+def test_the_headroom_is_recorded_and_read_back_and_an_older_file_reads_as_before(tmp_path):
+    """Each live headroom the monitor worked out is a record of its own: read back as it was (for
+    spoc replay) and in the JSON export; a file without them (written before them) reads as
+    before."""
+    from spoc_tui.core.monitor import HeadroomShown
+
+    path = tmp_path / "rec.jsonl"
+    r = Recorder(path, {"title": "t", "window_s": 60})
+    r.servers(server_tick(), t=100.0)
+    shown = {
+        "http://192.0.2.5:8000": HeadroomShown("headroom x1.8 (95 %: 1.5-2.1) of ...", 1.8, True),
+        "http://192.0.2.6:8000": HeadroomShown("headroom: not enough variety yet: ...", None, False),
+    }
+    r.headroom(shown, t=101.0)
+    r.close()
+    rec = read_recording(path)
+    assert [x.kind for x in rec.records] == ["servers", "headroom"]
+    assert rec.records[1].headroom == shown and rec.skipped == 0
+    out = json.loads(export(rec, "json"))["records"][1]
+    assert out["headroom"]["http://192.0.2.5:8000"] == {"line": shown["http://192.0.2.5:8000"].line, "estimate": 1.8,
+                                                         "identified": True}  # fmt: skip
+    assert "headroom" not in json.loads(export(rec, "json"))["records"][0]
