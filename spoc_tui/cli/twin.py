@@ -464,24 +464,45 @@ def prediction_text(p: Any, res: Any, took: float) -> str:
     default=None,
     help="The trace a trace replay's ramp replayed (ramp.json keeps its name and selection, not the file).",
 )
+@click.option(
+    "--learn-answers",
+    is_flag=True,
+    help="After the check, the twin learns how long the server's answers are from the ramp's requests "
+    "(its profile letting the server stop at EOS) and is written back: predictions then draw from them.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def check_cmd(
-    twin_path: str, ramp_path: str, draws: int, what_if: tuple[str, ...], trace_path: str | None, as_json: bool
+    twin_path: str,
+    ramp_path: str,
+    draws: int,
+    what_if: tuple[str, ...],
+    trace_path: str | None,
+    learn_answers: bool,
+    as_json: bool,
 ) -> None:
     """The twin's prediction of a measured ramp beside it, step by step (absolute % error of
     TTFT, ITL and E2E p50/p90 and tokens/s, and whether each measurement lies in the prediction's
     interval), and whether the twin still holds. Exit code 0 when it holds, 1 when it drifted,
     2 for files that cannot be read."""
     from spoc_tui.core.results import read_json, read_ramp
-    from spoc_tui.twin.check import CHECKED, check
-    from spoc_tui.twin.model import read_twin
+    from spoc_tui.twin.check import CHECKED, answers_of, check
+    from spoc_tui.twin.model import read_twin, with_answers, write_twin
 
     twin = read_twin(twin_path)
     ramp = read_ramp(ramp_path)
     header = read_json(Path(ramp.path), "ramp result")
+    lengths = answers_of(Path(ramp.path).parent, header) if learn_answers else []  # refused before the check runs
     res = check(twin, ramp, header, draws, flags=parse_flags(what_if, "--set"), trace=trace_path)
+    learned = ""
+    if lengths:
+        taught = with_answers(twin, lengths, f"{len(lengths)} answers of the ramp {Path(ramp.path).parent.name}")
+        write_twin(taught, twin_path)
+        learned = f"the twin learned its answers' lengths: {taught.answer_text()}; written to {twin_path}"
     if as_json:
-        click.echo(json.dumps(res.as_dict(), indent=2))
+        doc = res.as_dict()
+        if learned:
+            doc["learned_answers"] = {"lengths": len(taught.answer_lengths), "from": taught.answers_from}
+        click.echo(json.dumps(doc, indent=2))
     else:
         click.echo(f"twin {twin_path} against {ramp.path} ({len(res.steps)} steps, {res.draws} draws)")
         head = "  ".join(f"{k:<18}" for k in CHECKED)
@@ -497,4 +518,6 @@ def check_cmd(
         for c in res.clocks:
             click.echo(c.text)
         click.echo(("the twin holds: " if res.holds else "the twin DRIFTED: ") + res.why)
+        if learned:
+            click.echo(learned)
     sys.exit(0 if res.holds else 1)

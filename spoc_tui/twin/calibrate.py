@@ -56,6 +56,7 @@ from spoc_tui.twin.model import (
     TwinError,
     design_row,
     step_features,
+    with_answers,
 )
 from spoc_tui.workload import TextMaker
 
@@ -66,6 +67,12 @@ LOAD_MIN_S = 8.0
 IDLE_CHECKS, IDLE_CHECK_S = 4, 0.5
 """The server must stay idle over four readings of /metrics half a second apart."""
 LOAD_USERS = 8
+ANSWERS_SHARE = 0.3
+"""Of the closing load's share of the budget, what learning the answers' lengths takes."""
+ANSWER_WAVE = 16
+"""Answers asked at once while learning their lengths."""
+ANSWER_MAX_TOKENS = 1024
+"""The longest answer asked for while learning their lengths (longer ones count as this)."""
 ENDPOINTS = ("chat", "completions")
 """What the probes send: chat completions, as ``spoc ramp``'s profiles do (the default), or plain
 completions, as a trace replay does. Where the API server shares the engine's process (the CPU
@@ -358,16 +365,18 @@ class Calibrator:
         seen: list[int] | None = None,
         i: int = 0,
         prompt: str | None = None,
+        eos: bool = False,
     ) -> Stream:
         """One streamed completion of a new prompt of ``tokens`` tokens (or of ``prompt``); with
-        ``seen``, its tokens so far are counted in ``seen[i]`` as they arrive."""
+        ``seen``, its tokens so far are counted in ``seen[i]`` as they arrive; ``eos``: the
+        server may end the answer itself (otherwise it runs to ``max_tokens``)."""
         if prompt is None:
             prompt = self._text(tokens)
         body = {
             "model": self.model,
             **({"messages": [{"role": "user", "content": prompt}]} if self.chat else {"prompt": prompt}),
             "max_tokens": max_tokens,
-            "ignore_eos": True,  # the server's default sampling, as spoc ramp's requests use it
+            "ignore_eos": not eos,  # the server's default sampling, as spoc ramp's requests use it
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -567,7 +576,9 @@ class Calibrator:
                     await self._read_clocks(c)  # under the heaviest load the probes make
             self.progress("a mixed load", min(1.0, (time.perf_counter() - self._t0) / self.budget_s))
             users = max(2, min(LOAD_USERS, cfg.max_num_seqs))
-            load = await self.load(c, users, load_s, min(mml - 8, 600))
+            load = await self.load(c, users, load_s * (1 - ANSWERS_SHARE), min(mml - 8, 600))
+            self.progress("answers the server ends itself", min(1.0, (time.perf_counter() - self._t0) / self.budget_s))
+            lengths = await self.answers(c, load_s * ANSWERS_SHARE, max(16, min(ANSWER_MAX_TOKENS, mml - 80)))
         seconds = time.perf_counter() - self._t0
         self.progress("fitting", 1.0)
         if self.dropped:
@@ -602,7 +613,25 @@ class Calibrator:
             endpoint=self.endpoint,
             notes=tuple(self.notes + notes),
         )
-        return correct(twin, load)
+        twin = correct(twin, load)
+        if lengths:
+            twin = with_answers(twin, lengths, "answers to the calibration's prompts, EOS honoured")
+        else:
+            twin = replace(twin, notes=(*twin.notes, "no answer ended by the server itself: answers as long as asked"))
+        return twin
+
+    async def answers(self, c: httpx.AsyncClient, seconds: float, max_tokens: int) -> list[int]:
+        """How long the server's answers are when it may stop at EOS: waves of short prompts
+        (as many at once as the decode probes' largest batch) for about ``seconds``, at least one
+        wave; each answer's tokens, those cut at ``max_tokens`` included (as ``max_tokens``)."""
+        end = time.perf_counter() + seconds
+        wave = max(1, min(ANSWER_WAVE, self.server.max_num_seqs if self.server else ANSWER_WAVE))
+        out: list[int] = []
+        while True:
+            got = await asyncio.gather(*(self._stream(c, 64, max_tokens, eos=True) for _ in range(wave)))
+            out += [s.completion_tokens for s in got if s.error is None and s.completion_tokens]
+            if time.perf_counter() >= end or len(out) >= 4 * ANSWER_WAVE:
+                return out
 
     async def load(self, c: httpx.AsyncClient, users: int, seconds: float, max_prompt: int) -> list[Stream]:
         """``users`` closed-loop streams of mixed lengths (prompts 50 to ``max_prompt`` tokens,

@@ -9,6 +9,7 @@ measured figure lies inside the prediction's interval.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -255,3 +256,34 @@ def check(
         if slow:
             why += "; but " + "; ".join(slow)
     return Check(out, med, not broken, why, at.draws, clocks)
+
+
+def answers_of(ramp_dir: Path, header: dict[str, Any]) -> list[int]:
+    """The answers' lengths a measured ramp saw (its ``requests.jsonl``: every request that
+    finished), for the twin to learn (``spoc twin check --learn-answers``).
+
+    Raises: TwinError where they say nothing of the server's own lengths: a profile that ran
+    with ``ignore_eos`` (every answer as long as asked), or no finished request.
+    """
+    prof = header.get("profile")
+    if isinstance(prof, dict) and prof.get("ignore_eos"):
+        raise TwinError(
+            f"{ramp_dir}: its profile set ignore_eos, so every answer was as long as asked: a ramp whose "
+            "answers the server ended teaches the twin their lengths"
+        )
+    lengths: list[int] = []
+    try:
+        with open(ramp_dir / "requests.jsonl", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    d = json.loads(line)
+                except ValueError:
+                    continue
+                n = d.get("output_tokens") if isinstance(d, dict) else None
+                if d.get("ok") and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                    lengths.append(n)
+    except OSError as e:
+        raise TwinError(f"{ramp_dir}/requests.jsonl: cannot read ({e.strerror or e})") from None
+    if not lengths:
+        raise TwinError(f"{ramp_dir}/requests.jsonl: no finished request to learn the answers' lengths from")
+    return lengths

@@ -89,6 +89,15 @@ class TwinEngine(SimEngine):
         self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
         self._jitter_rng = random.Random(seed * 7_919 + 17)
 
+    def sample_output_len(self, max_tokens: int) -> int:
+        """An answer's length when the request lets the server stop at EOS: one of the lengths
+        the twin learned (:attr:`Twin.answer_lengths`), capped at what the request asks; as long
+        as asked where it learned none."""
+        lengths = self.twin.answer_lengths
+        if not lengths:
+            return max_tokens
+        return max(1, min(max_tokens, lengths[self.rng.randrange(len(lengths))]))
+
     def _shared(self, decodes: list[SimRequest]) -> int:
         """Tokens of the decodes' context read again in this step: prompt blocks (by their
         prefix hashes: the prefix cache hands every request with that prefix the same blocks)

@@ -45,6 +45,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded, write_atomic
@@ -278,6 +279,20 @@ class Twin:
     """What the probes sent: ``chat`` (chat completions, as profiles do) or ``completions``."""
     correction: dict[str, object] = field(default_factory=dict)
     """What the closing mixed load changed (``step_scale``, ``a0_shift``, errors before and after)."""
+    answer_lengths: tuple[int, ...] = ()
+    """How long the server's answers are when it stops at EOS (a sample of answers' tokens,
+    sorted): a prediction draws each answer's length from them, capped at what the request
+    asks. Empty: unknown, every answer is as long as asked."""
+    answers_from: str = ""
+    """Where :attr:`answer_lengths` came from, in words."""
+
+    def answer_text(self) -> str:
+        """Which answer lengths a prediction uses, in a few words."""
+        if not self.answer_lengths:
+            return "every answer as long as asked (the twin knows no answer lengths: spoc twin check teaches it)"
+        n = len(self.answer_lengths)
+        med = self.answer_lengths[n // 2]
+        return f"answers stop at EOS, their lengths from {self.answers_from} ({n} answers, median {med} tokens)"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -306,6 +321,7 @@ class Twin:
             "endpoint": self.endpoint,
             "correction": self.correction,
             "notes": list(self.notes),
+            "answers": {"lengths": list(self.answer_lengths), "from": self.answers_from},
         }
 
     @classmethod
@@ -376,6 +392,7 @@ class Twin:
             notes=tuple(str(n) for n in d.get("notes") or []),  # type: ignore[attr-defined]
             endpoint="completions" if d.get("endpoint") == "completions" else "chat",
             correction=dict(corr) if isinstance(corr := d.get("correction"), Mapping) else {},
+            **_answers(d.get("answers"), where),
         )
 
     def summary(self) -> list[str]:
@@ -389,6 +406,7 @@ class Twin:
             f"max-num-seqs {s.max_num_seqs}, max-num-batched-tokens {s.max_num_batched_tokens}, chunked prefill "
             f"{_on(s.enable_chunked_prefill)}, prefix caching {_on(s.enable_prefix_caching)}",
         ]
+        out.append(f"  answers: {self.answer_text()}")
         assumed = sorted(k for k, v in s.sources.items() if v == "assumed")
         if assumed:
             out.append(
@@ -467,6 +485,32 @@ def _check_steps_cost_time(m: StepModel, what: str) -> None:
     least a microsecond (coefficients all zero made ``spoc sim --twin`` answer no completion)."""
     if m.step_s([1], []) < 1e-6 or m.step_s([], [(1024, 0)]) < 1e-6:
         raise ValueError(f"{what}: a step would take no time (b0 and the per-token costs are zero)")
+
+
+MAX_ANSWERS = 256
+"""Answer lengths a twin keeps (a sample: enough for a distribution's shape, a few KB)."""
+
+
+def _answers(d: object, where: str) -> dict[str, Any]:
+    """A twin file's ``answers`` (absent before they were learned: none)."""
+    if d is None:
+        return {}
+    if not isinstance(d, Mapping) or not isinstance(d.get("lengths", []), list):
+        raise TwinError(f"{where}: answers: not an object with a list of lengths")
+    try:
+        lengths = tuple(sorted(int(_number("answers.lengths", x, 1.0, 10_000_000.0)) for x in d.get("lengths", [])))
+    except ValueError as e:
+        raise TwinError(f"{where}: {e}") from None
+    return {"answer_lengths": lengths[:MAX_ANSWERS], "answers_from": str(d.get("from") or "")[:200]}
+
+
+def with_answers(twin: Twin, lengths: Sequence[int], source: str, seed: int = 0) -> Twin:
+    """``twin`` predicting answers of these lengths (at most :data:`MAX_ANSWERS`, drawn evenly)."""
+    kept = sorted(int(n) for n in lengths if n > 0)
+    if len(kept) > MAX_ANSWERS:
+        step = len(kept) / MAX_ANSWERS
+        kept = [kept[int(i * step)] for i in range(MAX_ANSWERS)]
+    return replace(twin, answer_lengths=tuple(kept), answers_from=source)
 
 
 def read_twin(path: str | Path) -> Twin:

@@ -186,8 +186,17 @@ def _virtual(p: Prediction, model: StepModel, seed: int) -> tuple[TwinEngine, Vi
     (the engine's clock is the users' virtual time)."""
     now = [0.0]
     eng = TwinEngine(p.twin, model, flags=p.flags, seed=seed, clock=lambda: now[0])
+    # answers stop at EOS, as the profile's requests let the server, where the twin learned how
+    # long they are (TwinEngine.sample_output_len); otherwise every one is as long as asked
     vs = VirtualServer(
-        eng, p.workload, 0, seed=seed, lockstep=p.arrivals == "lockstep", spread_s=0.0, ignore_eos=True, paced=True
+        eng,
+        p.workload,
+        0,
+        seed=seed,
+        lockstep=p.arrivals == "lockstep",
+        spread_s=0.0,
+        ignore_eos=None if p.twin.answer_lengths else True,
+        paced=True,
     )
 
     def advance(until: float) -> None:
@@ -317,6 +326,9 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
             row[metric_key(metric, stat)] = _interval([v for v in [v0, *vals] if v is not None], own)
         intervals.append(row)
     notes: list[str] = []
+    if p.trace is None:  # a trace's rows carry their answers' lengths
+        eos = "as long as asked (the profile sets ignore_eos)" if p.workload.ignore_eos else p.twin.answer_text()
+        notes.append(f"answers: {eos}")
     inf = knee.inferred
     if inf is not None and inf.boundary != "bound" and inf.estimate is not None:
         ests = [k for k in knees if k is not None]

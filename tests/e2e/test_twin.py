@@ -77,6 +77,10 @@ def test_calibration_reads_the_servers_settings_and_fits_its_steps(twin):
     assert doc["fit"]["ridge"] in RIDGES, doc["fit"]
     assert doc["fit"]["b0"] > 0 and len(doc["draws"]) >= 16
     assert all(len(d) == 10 for d in doc["draws"])
+    # the simulator ends its answers at EOS as models do: the twin learned how long they are
+    answers = doc["answers"]
+    assert len(answers["lengths"]) >= 16 and answers["from"].startswith("answers to the calibration's prompts")
+    assert answers["lengths"] == sorted(answers["lengths"]) and len(set(answers["lengths"])) > 4
     assert doc["gpu_clocks"] and all(mhz > 500 for mhz in doc["gpu_clocks"].values())
     shown = spoc("twin", "show", str(twin))
     assert shown.returncode == 0 and "KV blocks" in shown.stdout and "assumed" in shown.stdout

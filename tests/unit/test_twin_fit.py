@@ -472,3 +472,54 @@ def test_any_coefficient_reads_within_bounds_or_is_refused(tmp_path, key, value,
         return
     for m in (t.fit, t.sd, *t.draws):
         assert all(math.isfinite(x) and 0 <= x <= 1e6 for x in m.params())
+
+
+def test_a_twin_that_learned_its_answers_lengths_predicts_with_them_and_says_so(tmp_path):
+    """Issue 52 item 2: with a profile that lets the server stop at EOS, a twin that knows how
+    long the answers are draws each from them (capped at what is asked), so E2E comes out shorter
+    than with every answer as long as asked; the prediction says which it used; the lengths
+    survive the twin file; a ramp whose profile ignored EOS cannot teach them."""
+    import json
+
+    from spoc_tui.core.knee import FixedUsers
+    from spoc_tui.core.sla import parse_sla
+    from spoc_tui.twin.check import answers_of
+    from spoc_tui.twin.engine import TwinEngine
+    from spoc_tui.twin.model import TwinError, read_twin, with_answers, write_twin
+    from spoc_tui.twin.predict import Prediction, predict
+    from spoc_tui.workload import load_workload
+
+    plain = twin(0.05)
+    taught = with_answers(plain, [40, 60, 80, 100, 120] * 10, "answers of a test")
+    assert taught.answer_lengths[0] == 40 and len(taught.answer_lengths) == 50
+    write_twin(taught, tmp_path / "twin.json")
+    back = read_twin(tmp_path / "twin.json")
+    assert back.answer_lengths == taught.answer_lengths and back.answers_from == "answers of a test"
+    assert "median 80 tokens" in back.answer_text() and "as long as asked" in plain.answer_text()
+    eng = TwinEngine(taught, seed=1)
+    assert {eng.sample_output_len(1000) for _ in range(200)} == {40, 60, 80, 100, 120}
+    assert eng.sample_output_len(50) <= 50 and TwinEngine(plain, seed=1).sample_output_len(300) == 300
+
+    chat = load_workload("chatbot")
+    assert not chat.ignore_eos
+    out = {}
+    for name, t in (("plain", plain), ("taught", taught)):
+        p = Prediction(twin=t, workload=chat, plan=FixedUsers([8]), limits=tuple(parse_sla("ttft_p99<=2s")),
+                       step_s=60.0, warmup_s=5.0, draws=0, seed=3)  # fmt: skip
+        res = predict(p)
+        out[name] = (res.steps[0].latency.e2e.p50, res.notes)
+    assert out["taught"][0] < 0.8 * out["plain"][0], out
+    assert any("answers stop at EOS, their lengths from answers of a test" in n for n in out["taught"][1])
+    assert any("every answer as long as asked" in n for n in out["plain"][1])
+
+    # a ramp teaches them from its finished requests, unless its profile ignored EOS
+    ramp = tmp_path / "ramp"
+    ramp.mkdir()
+    rows = [{"ok": True, "output_tokens": n} for n in (30, 50, 70)] + [{"ok": False, "output_tokens": 0}]
+    (ramp / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
+    assert sorted(answers_of(ramp, {"profile": {"name": "chatbot"}})) == [30, 50, 70]
+    with pytest.raises(TwinError, match="ignore_eos"):
+        answers_of(ramp, {"profile": {"name": "flat", "ignore_eos": True}})
+    (ramp / "requests.jsonl").write_text("")
+    with pytest.raises(TwinError, match="no finished request"):
+        answers_of(ramp, {"profile": {"name": "chatbot"}})
