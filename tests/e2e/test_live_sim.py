@@ -13,6 +13,7 @@ import pytest
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.procs.ports import free_port, free_ports
 from spoc_tui.sim.process import start_sim
+from tests.leftovers import interruptible
 
 FIX = Path(__file__).parents[1] / "fixtures"
 
@@ -98,7 +99,11 @@ def test_inspect_headroom_watches_says_why_not_yet_and_keeps_what_it_saw_on_ctrl
     url, durl, _ = sim
     argv = [sys.executable, "-m", "spoc_tui.cli", "inspect", url, durl, "--headroom", "--sla", "ttft_p99<=2s"]
     p = subprocess.Popen(
-        [*argv, "--interval", "120", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*argv, "--interval", "120", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,  # a suite started in the background would hand it SIGINT ignored
     )
     assert p.stderr is not None
     first = p.stderr.readline()  # said before the first scrape: the watch is under way
