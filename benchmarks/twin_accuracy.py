@@ -375,6 +375,18 @@ def simulator_part(work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         print(f"  simulator short: {sim_rows[-1]}", flush=True)
         sim_rows.append(row("simulator A100 (multi-turn)", check(st, ramp(url, work, "sim-multi", MULTI, "4,16,48"))))
         print(f"  simulator multi-turn: {sim_rows[-1]}", flush=True)
+        # issue 52 item 2: the chatbot profile lets the server stop at EOS, and the simulator does,
+        # as models do; the twin learned its answers' lengths in calibration (answers it ended)
+        chat = (ROOT / "spoc_tui" / "workload" / "profiles" / "chatbot.toml").read_text()
+        measured_chat = ramp(url, work, "sim-chat", chat, "8,32")
+        sim_rows.append(row("simulator A100 (chatbot, EOS)", check(st, measured_chat)))
+        print(f"  simulator chatbot: {sim_rows[-1]}", flush=True)
+        blind = work / "twin-sim-blind.json"  # the same twin told nothing of the answers' lengths
+        doc = json.loads(st.read_text())
+        doc["answers"] = {"lengths": [], "from": ""}
+        blind.write_text(json.dumps(doc))
+        before = row("chatbot, answers as asked", check(blind, measured_chat))
+        print(f"  the same with every answer as long as asked (before issue 52): {before}", flush=True)
         trace = write_trace(work / "trace-sim.jsonl", 240, 3.0, (300, 1500))
         measured = replay(url, work, "sim-trace", trace, "1,2,4")
         sim_rows.append(row("simulator A100 (trace)", check(st, measured, "--trace", str(trace))))

@@ -15,10 +15,9 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 
-from rich.terminal_theme import TerminalTheme
 from rich.text import Text
 from textual import on, work
-from textual.app import App, SystemCommand
+from textual.app import SystemCommand
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
@@ -43,8 +42,6 @@ from spoc_tui.profile.capture import CaptureConfig, capture, profiler_flag
 from spoc_tui.profile.report import decode_roofline
 from spoc_tui.profile.trace import read_trace
 from spoc_tui.tui.ascii import AsciiDriver, AsciiScreenshots, wants_ascii
-from spoc_tui.tui.compositor import install_fast_truecolor
-from spoc_tui.tui.driver import QuietDriver
 from spoc_tui.tui.messages import (
     GpusSampled,
     HeadroomEstimated,
@@ -65,6 +62,7 @@ from spoc_tui.tui.screens.monitor import MonitorScreen
 from spoc_tui.tui.screens.tune import TuneScreen
 from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources, check_sources
 from spoc_tui.tui.svg import fix_file
+from spoc_tui.tui.textual_private import FastTruecolorApp, QuietDriver
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.panels import profile_text
 from spoc_tui.tune import events
@@ -83,7 +81,7 @@ FREEZE_AFTER_S = 2.0
 __all__ = ["MonitorSources", "NothingToMonitor", "SpocApp", "run_monitor"]
 
 
-class SpocApp(AsciiScreenshots, App[int]):
+class SpocApp(AsciiScreenshots, FastTruecolorApp[int]):
     CSS_PATH = "app.tcss"
     TITLE = "spoc-tui"
     SCREENS = {"help": HelpScreen}
@@ -110,7 +108,7 @@ class SpocApp(AsciiScreenshots, App[int]):
         self.ascii_mode = wants_ascii() if ascii_mode is None else ascii_mode
         """Draw in ASCII (a terminal whose locale is not UTF-8: :mod:`spoc_tui.tui.ascii`)."""
         super().__init__(driver_class=AsciiDriver if self.ascii_mode else (QuietDriver if os.name == "posix" else None))
-        install_fast_truecolor(self._filters)
+        self.install_fast_truecolor()
         self.recorder = recorder
         """Where what the monitor sees is written (``--record``), or None."""
         self._ramp_worker: Worker[None] | None = None
@@ -138,11 +136,6 @@ class SpocApp(AsciiScreenshots, App[int]):
             self.headroom = LiveHeadroom(self.limits or parse_sla(DEFAULT_SLA))
             self.sources.vllm.on_scrape = self.headroom.add
         self._estimating = False
-
-    def _refresh_truecolor_filter(self, theme: TerminalTheme) -> None:
-        # Textual puts a filter of its own back when the theme changes
-        super()._refresh_truecolor_filter(theme)
-        install_fast_truecolor(self._filters)
 
     def title_text(self) -> str:
         return self.title_for(self.settings)

@@ -14,9 +14,9 @@ from textual.geometry import Region
 from textual.screen import Screen
 from textual.widgets import Static
 
-import spoc_tui.tui.screens.monitor as monitor_screen
-from spoc_tui.tui.compositor import LeanCompositor
+from spoc_tui.tui import textual_private
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
+from spoc_tui.tui.textual_private import LeanCompositor
 from tests.tui.helpers import gpu_tick, make_app, server_tick
 
 
@@ -74,7 +74,7 @@ async def test_lean_partial_updates_paint_what_a_full_repaint_shows(monkeypatch,
                 painted.append(update)
             return update
 
-    monkeypatch.setattr(monitor_screen, "LeanCompositor", Tapped)
+    monkeypatch.setattr(textual_private, "LeanCompositor", Tapped)
     app = make_app()
     rnd = random.Random(7)
     width, height = size
@@ -167,7 +167,7 @@ def test_the_fast_truecolor_filter_gives_textuals_segments():
     from textual.color import Color
     from textual.filter import ANSIToTruecolor
 
-    from spoc_tui.tui.compositor import FastTruecolor
+    from spoc_tui.tui.textual_private import FastTruecolor
 
     textual_filter, fast = ANSIToTruecolor(MONOKAI), FastTruecolor(MONOKAI)
     styles = [
@@ -197,7 +197,7 @@ def test_a_lean_strip_is_a_strip_in_every_way():
     from rich.style import Style
     from textual.strip import Strip
 
-    from spoc_tui.tui.compositor import LeanStrip
+    from spoc_tui.tui.textual_private import LeanStrip
 
     segments = [Segment("hello ", Style(color="red")), Segment("world", None)]
     lean, strip = LeanStrip(segments), Strip(segments)

@@ -24,8 +24,8 @@ from spoc_tui.core.roofline import gpu_of
 from spoc_tui.core.series import WINDOWS_S, Window
 from spoc_tui.core.sla import Limit
 from spoc_tui.core.snapshots import SourceStatus, VllmTick
-from spoc_tui.tui.compositor import LeanCompositor
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
+from spoc_tui.tui.textual_private import use_lean_compositor
 from spoc_tui.tui.widgets.panels import (
     ChangedStatic,
     GpuTable,
@@ -84,7 +84,7 @@ class MonitorScreen(Screen[None]):
         dcgm_urls: Sequence[str] = (),
     ) -> None:
         super().__init__()
-        self._compositor = LeanCompositor()  # a second's repaint renders the changed lines only
+        use_lean_compositor(self)  # a second's repaint renders the changed lines only
         self._headroom_note: str | None = None
         self.model = MonitorModel(window_s, limits, events, vllm_urls, [redact_url(u) for u in dcgm_urls])
         """What the screen draws (verdicts and alerts computed once per tick, also for a replay)."""

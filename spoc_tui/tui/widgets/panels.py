@@ -22,7 +22,7 @@ from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.stats import LatencySummary
 from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
 from spoc_tui.profile.analyze import Breakdown
-from spoc_tui.tui.compositor import LeanRefresh
+from spoc_tui.tui.textual_private import LeanRefresh
 from spoc_tui.tui.widgets.tables import Cell, DiffTable, Styled
 
 
