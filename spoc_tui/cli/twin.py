@@ -320,23 +320,28 @@ def predict_cmd(
         else users_spec or "auto"
     )
     doc = predicted_doc(p, res, twin_path, profile, plan_text, took, trace_doc)
-    if out_dir is not None:  # by the writer of a measured ramp's ramp.json
-        from spoc_tui.load.ramp import ResultWriter
-
-        header = {k: v for k, v in doc.items() if k not in ("status", "steps", "knee", "updated_at", "schema")}
-        writer = ResultWriter(Path(out_dir), header, requests=False)
-        try:
-            writer.write(res.steps, res.knee, "complete")
-        finally:
-            writer.close()
-        if writer.kept:
-            click.echo(f"the folder's earlier results were moved to {writer.kept}/", err=True)
+    if out_dir is not None:
+        _write_predicted(Path(out_dir), doc, res)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(prediction_text(p, res, took))
     if out_dir is not None:
         click.echo(f"wrote {out_dir}/ramp.json (predicted)")
+
+
+def _write_predicted(out_dir: Path, doc: dict[str, Any], res: Any) -> None:
+    """The predicted ramp as ``ramp.json``, by the writer of a measured ramp's."""
+    from spoc_tui.load.ramp import ResultWriter
+
+    header = {k: v for k, v in doc.items() if k not in ("status", "steps", "knee", "updated_at", "schema")}
+    writer = ResultWriter(out_dir, header, requests=False)
+    try:
+        writer.write(res.steps, res.knee, "complete")
+    finally:
+        writer.close()
+    if writer.kept:
+        click.echo(f"the folder's earlier results were moved to {writer.kept}/", err=True)
 
 
 def predicted_doc(

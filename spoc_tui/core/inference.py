@@ -261,6 +261,21 @@ def _knee_of(fits: Fits) -> tuple[float, str | None]:
     return best, binding
 
 
+def _pool(
+    levels: Sequence[tuple[float, Sequence[RequestSample]]],
+) -> tuple[dict[float, list[RequestSample]], dict[float, list[tuple[int, int]]]]:
+    """Each level's requests pooled over the steps that measured it, and its windows: (offset
+    into its pooled requests, count) per step."""
+    pooled: dict[float, list[RequestSample]] = {}
+    spans: dict[float, list[tuple[int, int]]] = {}
+    for level, samples in levels:
+        if samples:
+            x = float(level)
+            spans.setdefault(x, []).append((len(pooled.get(x, ())), len(samples)))
+            pooled.setdefault(x, []).extend(samples)
+    return pooled, spans
+
+
 def infer_knee(
     levels: Sequence[tuple[float, Sequence[RequestSample]]],
     limits: Sequence[Limit],
@@ -277,14 +292,7 @@ def infer_knee(
     windows of one level disagree (the server sped up or slowed down between them, or a queue
     that built in one was gone in the other), that disagreement carries into the interval instead
     of being averaged away as if every request were independent."""
-    pooled: dict[float, list[RequestSample]] = {}
-    spans: dict[float, list[tuple[int, int]]] = {}
-    """Each level's windows: (offset into its pooled requests, count)."""
-    for level, samples in levels:
-        if samples:
-            x = float(level)
-            spans.setdefault(x, []).append((len(pooled.get(x, ())), len(samples)))
-            pooled.setdefault(x, []).extend(samples)
+    pooled, spans = _pool(levels)
     xs_all = sorted(x for x, s in pooled.items() if s)
     if not xs_all or not limits:
         return None

@@ -8,6 +8,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,25 +191,9 @@ class SimServer:
         self, request: web.Request, body: dict[str, Any], prompt: list[int], chat: bool
     ) -> web.StreamResponse:
         eng = self.engine
-        max_len = eng.max_len
-        raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
-        if raw_max is not None and (isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1):
-            return error_response(400, "max_tokens must be a positive integer", param="max_tokens")
-        if len(prompt) >= max_len:
-            return error_response(
-                400,
-                f"This model's maximum context length is {max_len} tokens. However, your request has "
-                f"{len(prompt)} input tokens. Please reduce the length of the input messages.",
-                param="messages" if chat else "prompt",
-            )
-        max_tokens = raw_max if raw_max is not None else max_len - len(prompt)
-        if len(prompt) + max_tokens > max_len:
-            return error_response(
-                400,
-                f"'max_tokens' is too large: {max_tokens}. This model's maximum context length is {max_len} "
-                f"tokens and your request has {len(prompt)} input tokens ({max_tokens} > {max_len} - {len(prompt)}).",
-                param="max_tokens",
-            )
+        max_tokens = self._max_tokens(body, prompt, chat)
+        if isinstance(max_tokens, web.Response):
+            return max_tokens
         stream = bool(body.get("stream", False))
         opts = body.get("stream_options") or {}
         include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
@@ -259,29 +244,76 @@ class SimServer:
         created = int(time.time())
         model = eng.cfg.served_model_name
         if not stream:
-            try:
-                while await queue.get() is not None:
-                    pass
-            except asyncio.CancelledError:
-                eng.abort(req)
-                raise
-            text = "".join(" " + req.word(i) for i in range(req.generated))
-            usage = self._usage(req)
-            if chat:
-                choice: dict[str, Any] = {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": req.finish_reason,
-                    "logprobs": None,
-                }
-                obj = "chat.completion"
-            else:
-                choice = {"index": 0, "text": text, "finish_reason": req.finish_reason, "logprobs": None}
-                obj = "text_completion"
-            return web.json_response(
-                {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage}
-            )
+            return await self._whole(req, queue, chat, created, model)
+        return await self._streamed(request, req, queue, chat, created, model, include_usage, sent_times, log_truth)
 
+    def _max_tokens(self, body: dict[str, Any], prompt: list[int], chat: bool) -> int | web.Response:
+        """The request's ``max_tokens`` (its default: what the context leaves), or vLLM's 400."""
+        max_len = self.engine.max_len
+        raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
+        if raw_max is not None and (isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1):
+            return error_response(400, "max_tokens must be a positive integer", param="max_tokens")
+        if len(prompt) >= max_len:
+            return error_response(
+                400,
+                f"This model's maximum context length is {max_len} tokens. However, your request has "
+                f"{len(prompt)} input tokens. Please reduce the length of the input messages.",
+                param="messages" if chat else "prompt",
+            )
+        max_tokens: int = raw_max if raw_max is not None else max_len - len(prompt)
+        if len(prompt) + max_tokens > max_len:
+            return error_response(
+                400,
+                f"'max_tokens' is too large: {max_tokens}. This model's maximum context length is {max_len} "
+                f"tokens and your request has {len(prompt)} input tokens ({max_tokens} > {max_len} - {len(prompt)}).",
+                param="max_tokens",
+            )
+        return max_tokens
+
+    async def _whole(
+        self, req: SimRequest, queue: asyncio.Queue[tuple[int, float] | None], chat: bool, created: int, model: str
+    ) -> web.Response:
+        """The answer as one JSON body, once the engine has finished it."""
+        eng = self.engine
+        rid = req.rid
+        try:
+            while await queue.get() is not None:
+                pass
+        except asyncio.CancelledError:
+            eng.abort(req)
+            raise
+        text = "".join(" " + req.word(i) for i in range(req.generated))
+        usage = self._usage(req)
+        if chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": req.finish_reason,
+                "logprobs": None,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": req.finish_reason, "logprobs": None}
+            obj = "text_completion"
+        return web.json_response(
+            {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage}
+        )
+
+    async def _streamed(
+        self,
+        request: web.Request,
+        req: SimRequest,
+        queue: asyncio.Queue[tuple[int, float] | None],
+        chat: bool,
+        created: int,
+        model: str,
+        include_usage: bool,
+        sent_times: list[float],
+        log_truth: Callable[[SimRequest], None],
+    ) -> web.StreamResponse:
+        """The answer as server-sent events, a token an event, as vLLM streams it."""
+        eng = self.engine
+        rid = req.rid
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         obj = "chat.completion.chunk" if chat else "text_completion"

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.knee import FixedSpeeds, FixedUsers, KneeSearch, SaturationSearch, UserPlan, parse_user_plan
 from spoc_tui.core.sla import MAX_SPEED, Limit, parse_sla
-from spoc_tui.core.traces import trace_source
+from spoc_tui.core.traces import TraceSource, trace_source
 from spoc_tui.core.tunespace import (
     Config,
     Space,
@@ -31,12 +32,8 @@ class TuneArgsError(InputError, ValueError):
     """An option of a study that cannot be; the message names it."""
 
 
-def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
-    """Check every option and build the study and its evaluator.
-
-    Raises:
-        InputError (SpaceError, SlaError, WorkloadError, TuneArgsError): with a message naming the option.
-    """
+def _check_numbers(a: TuneArgs) -> None:
+    """The study's numeric options, each in its range (TuneArgsError naming the option)."""
     if a.trials < 1:
         raise TuneArgsError("--trials must be at least 1")
     if not 4 <= a.population <= 100:
@@ -51,6 +48,45 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         raise TuneArgsError("--port must be between 1 and 65535")
     if not 0 < a.start_timeout < math.inf:
         raise TuneArgsError("--start-timeout must be a positive number of seconds")
+
+
+def _trace(a: TuneArgs) -> TraceSource | None:
+    """The trace each trial replays (its rows checked now, not as every trial's failure), or None;
+    the options that go with one refused without it."""
+    if a.trace is None:
+        if a.trace_window is not None or a.trace_max_rows is not None or a.speed != TuneArgs.speed:
+            raise TuneArgsError("--speed, --trace-window and --trace-max-rows go with --trace FILE")
+        return None
+    trace = trace_source(a.trace, a.trace_format, (), a.trace_window, a.trace_max_rows)
+    try:
+        scan_trace(trace)
+    except RampError as e:
+        raise TuneArgsError(str(e)) from None
+    if not 0 < a.speed <= MAX_SPEED:
+        raise TuneArgsError(f"--speed must be above 0 and at most {MAX_SPEED:g}")
+    if a.users != TuneArgs.users or a.ref_users is not None:
+        raise TuneArgsError("--trace replays the trace at --speed in every trial: leave out --users and --ref-users")
+    return trace
+
+
+def _env(items: Sequence[str]) -> dict[str, str]:
+    """``--env NAME=VALUE`` items as the server's environment."""
+    env: dict[str, str] = {}
+    for item in items:
+        k, eq, v = item.partition("=")
+        if not eq or not k or not k.replace("_", "").isalnum():
+            raise TuneArgsError(f"--env {item.split('=')[0]}=...: expected NAME=VALUE")
+        env[k] = v
+    return env
+
+
+def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
+    """Check every option and build the study and its evaluator.
+
+    Raises:
+        InputError (SpaceError, SlaError, WorkloadError, TuneArgsError): with a message naming the option.
+    """
+    _check_numbers(a)
     template, known = parse_template(a.launch)
     prog = template[0]
     if shutil.which(prog) is None:
@@ -64,21 +100,7 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
             f"--launch already sets {', '.join('--' + c for c in clash)}, which the search space varies; take "
             f"it out of the command"
         )
-    trace = None
-    if a.trace is not None:
-        trace = trace_source(a.trace, a.trace_format, (), a.trace_window, a.trace_max_rows)
-        try:
-            scan_trace(trace)  # a bad row is said now, not as every trial's failure
-        except RampError as e:
-            raise TuneArgsError(str(e)) from None
-        if not 0 < a.speed <= MAX_SPEED:
-            raise TuneArgsError(f"--speed must be above 0 and at most {MAX_SPEED:g}")
-        if a.users != TuneArgs.users or a.ref_users is not None:
-            raise TuneArgsError(
-                "--trace replays the trace at --speed in every trial: leave out --users and --ref-users"
-            )
-    elif a.trace_window is not None or a.trace_max_rows is not None or a.speed != TuneArgs.speed:
-        raise TuneArgsError("--speed, --trace-window and --trace-max-rows go with --trace FILE")
+    trace = _trace(a)
     plan = parse_user_plan(a.users)
     users = plan.users if isinstance(plan, FixedUsers) else []
     if a.ref_users is not None and not users:
@@ -92,12 +114,7 @@ def build(a: TuneArgs) -> tuple[TuneConfig, ServerEvaluator]:
         broken = space.violated(t)
         if broken is not None:
             raise SpaceError(f"--try {' '.join(space.argv(t))}: breaks the condition {broken}")
-    env: dict[str, str] = {}
-    for item in a.env:
-        k, eq, v = item.partition("=")
-        if not eq or not k or not k.replace("_", "").isalnum():
-            raise TuneArgsError(f"--env {item.split('=')[0]}=...: expected NAME=VALUE")
-        env[k] = v
+    env = _env(a.env)
     profile = load_workload(a.profile)
     knee = any(o.name == "knee_users" for o in objectives)
     if trace is not None and knee:

@@ -579,8 +579,13 @@ class Calibrator:
             load = await self.load(c, users, load_s * (1 - ANSWERS_SHARE), min(mml - 8, 600))
             self.progress("answers the server ends itself", min(1.0, (time.perf_counter() - self._t0) / self.budget_s))
             lengths = await self.answers(c, load_s * ANSWERS_SHARE, max(16, min(ANSWER_MAX_TOKENS, mml - 80)))
-        seconds = time.perf_counter() - self._t0
+        return self._fitted(time.perf_counter() - self._t0, load, lengths)
+
+    def _fitted(self, seconds: float, load: list[Stream], lengths: list[int]) -> Twin:
+        """The twin the probes make: the step model fitted, corrected by the closing load, with
+        the answers' lengths and what the calibration noticed."""
         self.progress("fitting", 1.0)
+        assert self.server is not None
         if self.dropped:
             self.notes.append(
                 f"{self.dropped} decode observation(s) left out: the client's gaps between tokens were under "
