@@ -40,7 +40,8 @@ def stats_cmd(path: str, fmt: str | None, filters: tuple[str, ...], speed: float
     """Rows, span, arrival rate over time, burstiness, input and output lengths, prefix share,
     and how long a replay takes. Exit code 2 for a trace that cannot be read (the line is named)."""
     from spoc_tui.core.errors import InputError
-    from spoc_tui.core.traces import parse_filters, stats_lines, trace_stats
+    from spoc_tui.core.traces import parse_filters
+    from spoc_tui.core.tracestats import stats_lines, trace_stats
 
     if not 0 < speed < float("inf"):
         raise InputError("--speed must be a number above 0")

@@ -48,7 +48,8 @@ from urllib3 import PoolManager
 from spoc_tui.collectors.http import tls
 from spoc_tui.core.sse import StreamTally
 from spoc_tui.core.steps import RequestSample
-from spoc_tui.core.traces import ReplayShare, TraceError, TraceRow, TraceSource
+from spoc_tui.core.tracereplay import ReplayShare
+from spoc_tui.core.traces import TraceError, TraceRow, TraceSource
 from spoc_tui.load import wire
 from spoc_tui.procs.lock import mark_interrupted
 from spoc_tui.workload import (

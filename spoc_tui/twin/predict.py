@@ -37,7 +37,8 @@ from spoc_tui.core.steps import (
     queue_unbounded,
     summarize_step,
 )
-from spoc_tui.core.traces import ReplayShare, TraceError, TraceRow, TraceSource
+from spoc_tui.core.tracereplay import ReplayShare
+from spoc_tui.core.traces import TraceError, TraceRow, TraceSource
 from spoc_tui.load import defaults
 from spoc_tui.load.defaults import ABORT_FACTOR, ARRIVALS, STEP_S, WARMUP_S, spawn_rate
 from spoc_tui.sim.backend import VirtualBackend, counters, server_window

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from spoc_tui.core.traces import TraceError, TraceRead, detect_format, read_trace, trace_stats
+from spoc_tui.core.traces import TraceError, TraceRead, detect_format, read_trace
+from spoc_tui.core.tracestats import trace_stats
 
 NS = 1_000_000_000
 T0 = 1_764_300_000 * NS

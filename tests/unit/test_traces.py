@@ -15,9 +15,9 @@ from spoc_tui.core.traces import (
     parse_filters,
     parse_timestamp,
     read_trace,
-    trace_stats,
     write_spoc,
 )
+from spoc_tui.core.tracestats import trace_stats
 
 
 def _jsonl(path, rows):

@@ -30,7 +30,8 @@ from spoc_tui.core.ramptext import (
 )
 from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.steps import StepSummary
-from spoc_tui.core.traces import TraceSource, stats_lines, trace_source, trace_stats
+from spoc_tui.core.traces import TraceSource, trace_source
+from spoc_tui.core.tracestats import stats_lines, trace_stats
 from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS
 from spoc_tui.load.ramp import RampConfig, RampProgress
 from spoc_tui.tui.widgets.badge import WorkBadge
