@@ -236,7 +236,7 @@ def test_an_open_loop_prediction_keeps_its_arrival_rate():
 
 
 def test_the_mixed_loads_scale_is_bisected_and_never_worse_than_no_correction():
-    from spoc_tui.twin.calibrate import SCALE_BOUNDS, _solve_scale
+    from spoc_tui.twin.correction import SCALE_BOUNDS, _solve_scale
 
     def queueing(k: float) -> tuple[float, float]:
         # time per token rises with the step scale, steeply past saturation (k > 1.2): a secant
