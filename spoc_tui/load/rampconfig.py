@@ -1,0 +1,191 @@
+"""A ramp as ``spoc ramp``, the Load screen, a study's trial and a prediction ask for it
+(:class:`RampConfig`: its defaults are theirs, its checks the one place a ramp is refused), and
+the error a ramp that cannot run raises (:class:`RampError`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from spoc_tui.core.errors import EXIT_USAGE, SpocError
+from spoc_tui.core.experiment import Experiment
+from spoc_tui.core.knee import (
+    FixedRates,
+    FixedSpeeds,
+    SpeedSearch,
+    UserPlan,
+)
+from spoc_tui.core.sla import LevelUnit, Limit
+from spoc_tui.core.steps import (
+    StepSummary,
+)
+from spoc_tui.core.traces import TraceSource
+from spoc_tui.load import defaults
+from spoc_tui.load.defaults import (
+    ABORT_FACTOR,
+    ARRIVALS,
+    MAX_WORKERS,
+    POLL_S,
+    SEED,
+    STEP_S,
+    WARMUP_S,
+    WORKERS,
+    ArrivalMode,
+)
+from spoc_tui.workload import Workload
+
+
+class RampError(SpocError):
+    """A ramp that cannot start (exit code 2 for bad input, 1 otherwise) or whose server failed (1)."""
+
+
+@dataclass
+class RampConfig:
+    """A ramp as ``spoc ramp`` and the Load screen ask for it; its defaults are theirs."""
+
+    url: str
+    workload: Workload
+    plan: UserPlan
+    """The levels: listed user counts, the knee search, a calibration, or open-loop rates."""
+    limits: tuple[Limit, ...]
+    out_dir: Path
+    model: str | None = None
+    step_s: float = STEP_S
+    warmup_s: float = WARMUP_S
+    abort_factor: float = ABORT_FACTOR
+    workers: int = WORKERS
+    seed: int = SEED
+    tokenizer: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    dcgm_urls: list[str] = field(default_factory=list)
+    request_timeout_s: float = 300.0
+    max_step_s: float | None = None
+    """A step still inconclusive at ``step_s`` is measured on up to this long [4 x step_s]."""
+    spawn_rate: float | None = None
+    """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
+    arrivals: ArrivalMode = ARRIVALS
+    """``staggered``: users start spread over the warm-up, each waits up to a second before its
+    first turn and, without think time, a little before each later one, so lockstep cannot
+    persist; ``lockstep``: at each step every user (the earlier steps' too) restarts at one
+    instant, once the requests in flight have ended, with no jitter (the worst case, and how
+    AIPerf and GuideLLM start their probes' streams: :class:`~spoc_tui.load.runner.Cohort`)."""
+    budget_s: float | None = None
+    """The most seconds of load (warm-ups and extensions included) the ramp runs; no step starts
+    once it is spent, and a step is measured on only while it lasts [the knee search:
+    :data:`DEFAULT_BUDGET_S`; listed levels: none]."""
+    early_stop: Callable[[StepSummary], str | None] | None = field(default=None, repr=False)
+    """Tuning: asked every few seconds of a step's window (from a third of it on) with the window
+    so far; a reason ends the step there (the trial is clearly dominated)."""
+
+    poll_s: float = POLL_S
+    """The longest time between two readings of the server's /metrics during a step's window (also
+    read at its start and end; a window shorter than 10 x this is read every tenth of it, at most
+    once a second).
+    Not every second: vLLM renders /metrics in the process that streams the tokens (about 7 ms
+    for 54 KB on the CPU build, idle), so a reading every second stalls every stream once a
+    second and lengthens the ITL tail being measured (README: "The observer's cost")."""
+
+    finalize: tuple[Path, ...] = ()
+    """Other result files (a study's pareto.json) that the load generator marks ``interrupted``
+    when this process dies while they still say ``running`` (ramp.json always is)."""
+
+    trace: TraceSource | None = None
+    """Replay this trace (``--trace``): each step sends its rows at a speed multiple of the plan
+    (:class:`FixedSpeeds` or :class:`SpeedSearch`); the workload's profile is not used."""
+
+    @property
+    def open_loop(self) -> bool:
+        """Steps of arrival rates (requests/s, Poisson) or of a trace's speed, rather than of
+        concurrent users."""
+        return isinstance(self.plan, FixedRates) or self.trace is not None
+
+    def validate(self) -> None:
+        """The one check of a ramp's settings, shared by ``spoc ramp``, the Load screen and a
+        tuning study's trials.
+
+        Raises:
+            RampError: (exit code 2) naming the setting and what it must be.
+        """
+
+        def bad(msg: str) -> NoReturn:
+            raise RampError(msg, exit_code=EXIT_USAGE)
+
+        if not 0 < self.step_s < math.inf or not 0 <= self.warmup_s < self.step_s:
+            bad("--warmup-seconds must be at least 0 and shorter than --step-seconds")
+        if self.max_step_s is not None and not self.step_s <= self.max_step_s < math.inf:
+            bad("--max-step-seconds must be at least --step-seconds")
+        if self.budget_s is not None and not (0 if self.trace else self.step_s) < self.budget_s < math.inf:
+            # (a replay's step is the trace's span over its speed: checked against the budget when it starts)
+            bad("--budget must be at least one step (--step-seconds)")
+        if self.arrivals not in ("staggered", "lockstep"):
+            bad(f"--arrivals {self.arrivals!r}: staggered or lockstep")
+        if self.spawn_rate is not None and not 0 < self.spawn_rate <= 1000:
+            bad("--spawn-rate must be above 0 and at most 1000 users per second")
+        if not self.abort_factor > 1:  # a tuning study's inf: never stop early
+            bad("--abort-factor must be a number above 1")
+        if not 0.5 <= self.poll_s <= 60:
+            bad("--poll-seconds must be between 0.5 and 60")
+        if not 0 <= self.workers <= MAX_WORKERS:
+            bad(f"--workers must be between 0 and {MAX_WORKERS}")
+        if self.tokenizer and not Path(self.tokenizer).exists():
+            bad(f"--tokenizer {self.tokenizer}: no such file or folder")
+        if not self.limits:
+            bad("the SLA has no limit")
+        speeds = isinstance(self.plan, (FixedSpeeds, SpeedSearch))
+        if self.trace is not None and not speeds:
+            bad("--trace replays at speed multiples: give --speed (e.g. 0.5,1,2 or auto), not --users or --rate")
+        if self.trace is None and speeds:
+            bad("--speed needs --trace (the trace whose timestamps it divides)")
+
+    @property
+    def generators(self) -> int:
+        """Open loop: the Locust users that generate arrivals, one per worker process (or one)."""
+        return max(1, self.workers)
+
+    @property
+    def step_limit_s(self) -> float:
+        return defaults.step_limit(self.step_s, self.max_step_s)
+
+    @property
+    def budget(self) -> float | None:
+        """The load-time budget in force: ``budget_s``, else the knee search's default."""
+        return defaults.budget(self.plan, self.budget_s)
+
+    def experiment(self, scan: TraceScan | None = None) -> Experiment:
+        """The experiment the driver runs (``scan``: the trace a replay's steps send)."""
+        return Experiment(
+            plan=self.plan,
+            limits=self.limits,
+            unit=self.unit,
+            step_s=self.step_s,
+            warmup_s=self.warmup_s,
+            step_limit_s=self.step_limit_s,
+            budget_s=self.budget,
+            abort_factor=self.abort_factor,
+            seed=self.seed,
+            poll_s=self.poll_s,
+            early_stop=self.early_stop,
+            replay_s=scan.step_s if scan is not None else None,
+            error=RampError,
+        )
+
+    @property
+    def unit(self) -> LevelUnit:
+        if self.trace is not None:
+            return "x"
+        return "req/s" if self.open_loop else "users"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceScan:
+    """A trace read through once before any load: what each step will send."""
+
+    rows: int
+    span_s: float
+    skipped: dict[str, int]
+
+    def step_s(self, speed: float) -> float:
+        return self.span_s / speed
