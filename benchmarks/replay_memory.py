@@ -76,7 +76,8 @@ elif what == "scan":
     out["rows"] = scan_trace(trace_source(str(path))).rows
 elif what == "share":
     import random
-    from spoc_tui.core.traces import ReplayShare, trace_source
+    from spoc_tui.core.tracereplay import ReplayShare
+    from spoc_tui.core.traces import trace_source
     from spoc_tui.workload import TextMaker, TracePrompts
     share = ReplayShare(trace_source(str(path)), (0, 1), 131072)
     prompts = TracePrompts(TextMaker(), "bench")
