@@ -48,7 +48,7 @@ from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources
 from spoc_tui.tui.svg import fix_file
 from spoc_tui.tui.textual_private import QuietDriver
 from spoc_tui.tune.study import TuneSession
-from spoc_tui.twin.headroom import WINDOW_S
+from spoc_tui.twin.headroom import WINDOW_S, confirm_speeds, write_traffic_trace
 from spoc_tui.twin.live import LiveHeadroom
 from spoc_tui.twin.passive import MIN_WINDOWS
 
@@ -312,6 +312,35 @@ class SpocApp(AsciiScreenshots, JobsApp):
         else:
             shown = {src: HeadroomShown(h.line(), h.estimate, h.identified) for src, h in found.items()}
         self.post_message(HeadroomEstimated(shown))
+
+    def action_load(self) -> None:
+        super().action_load()
+        self.call_after_refresh(self._confirm_headroom)  # once the form is on screen
+
+    def _confirm_headroom(self) -> None:
+        """With a headroom worked out, the Load form is pre-filled to confirm it: the traffic it
+        replayed written as a trace, at speeds around the estimate."""
+        if self.headroom is None:
+            return
+        found = [(src, h) for src, h in self.headroom.results.items() if h.identified and h.estimate]
+        first = self.settings.vllm_urls[0] if self.settings.vllm_urls else None
+        mine = [h for src, h in found if first is not None and src == redact_url(first)]
+        if not mine or mine[0].traffic is None or mine[0].estimate is None:
+            return
+        h, estimate = mine[0], mine[0].estimate
+        path = data_dir() / "headroom" / f"traffic-{int(time.time())}.jsonl"
+        try:
+            rows = write_traffic_trace(h, path)
+        except (OSError, ValueError) as e:
+            logger.warning("writing the headroom's traffic: %s", e)
+            return
+        mins = round(h.traffic.seconds / 60) if h.traffic is not None else 0
+        self.load_screen.prefill_trace(
+            str(path),
+            confirm_speeds(estimate),
+            f"pre-filled to confirm the live headroom x{estimate:.2g}: the last {mins} min of traffic "
+            f"({rows} requests, estimated from the server's counters and histograms) at speeds around it",
+        )
 
     def on_headroom_estimated(self, message: HeadroomEstimated) -> None:
         self._estimating = False

@@ -26,6 +26,7 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from spoc_tui.core.knee import SpeedSearch
 from spoc_tui.core.promparse import Exposition
@@ -473,3 +474,26 @@ def headroom_of(
     why = fit.reason + (f"; the server moved from its twin: {'; '.join(fit.drift)}" if fit.drift else "")
     return Headroom(inf.estimate, inf.ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
                     assumed=assumed)  # fmt: skip
+
+
+def confirm_speeds(estimate: float) -> str:
+    """Speeds around a headroom for a ramp that confirms it (``--speed`` / the Load form's speeds):
+    below, at and past the estimate."""
+    picks = sorted({max(0.1, round(estimate * k, 2)) for k in (0.6, 0.85, 1.0, 1.2)})
+    return ",".join(f"{v:g}" for v in picks)
+
+
+def write_traffic_trace(h: Headroom, path: Path, seed: int = 0) -> int:
+    """The traffic a headroom replayed, as a spoc trace file a ramp replays against the server
+    (the arrivals, lengths and prefix share estimated from its counters and histograms, as the
+    headroom says); how many rows.
+
+    Raises: ValueError when the headroom has no traffic."""
+    from spoc_tui.core.traces import write_spoc
+
+    if h.traffic is None:
+        raise ValueError("the headroom has no traffic to write")
+    rows = synth_rows(h.traffic, h.traffic.seconds, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        return write_spoc(iter(rows), f)

@@ -7,11 +7,13 @@ import math
 
 from spoc_tui.collectors.poller import VllmPoller
 from spoc_tui.core.monitor import HeadroomShown
+from spoc_tui.core.traces import trace_source
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.sim.watch import VirtualWatch
 from spoc_tui.tui.app import MonitorSources, SpocApp
+from spoc_tui.twin.headroom import confirm_speeds
 from spoc_tui.twin.live import LiveHeadroom
 from spoc_tui.workload import load_workload
 from tests.tui.helpers import URL, settings
@@ -76,6 +78,20 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         # here, so the number says it assumes vLLM's default
         assert shown.startswith("headroom beyond x") or ("headroom x" in shown and "(95 %: " in shown), shown
         assert "assumes max-num-seqs 256 (not seen)" in shown, shown
+        # the Load screen, opened now, is set to confirm it: that traffic as a trace, at speeds
+        # around the estimate, said under the form
+        (full,) = app.headroom.results.values()
+        app.action_load()
+        await pilot.pause()
+        form = app.load_screen
+        trace = form.query_one("#trace").value
+        assert trace.endswith(".jsonl") and "/headroom/traffic-" in trace
+        assert form.query_one("#speeds").value == confirm_speeds(full.estimate)
+        assert "pre-filled to confirm the live headroom" in str(form.form_error.render())
+        rows = list(trace_source(trace).rows())
+        assert len(rows) >= 30 and rows == sorted(rows, key=lambda r: r.t)
+        await pilot.press("m")
+        await pilot.pause()
         assert not any(a.key.startswith("headroom:") for a in app.monitor.model.alerts)
         # a headroom under x1.2 of the recent traffic is an alert, in the alerts panel
         app.monitor.apply_headroom({URL: HeadroomShown("headroom x1.1 (95 %: 1-1.2) ...", 1.1, True)})

@@ -362,6 +362,15 @@ class LoadScreen(Screen[None]):
         self.limits = limits
         return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers, trace, twin)
 
+    def prefill_trace(self, trace: str, speeds: str, note: str) -> None:
+        """The form set to replay ``trace`` at ``speeds`` (a ramp that confirms a headroom), with
+        ``note`` saying why under it; a field the operator already filled is left alone."""
+        if self.running or self.query_one("#trace", Input).value.strip():
+            return
+        self.query_one("#trace", Input).value = trace
+        self.query_one("#speeds", Input).value = speeds
+        self.form_error.update(Text(note, style="dim"))
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":
             self.action_start()
