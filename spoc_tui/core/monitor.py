@@ -144,6 +144,22 @@ class MonitorModel:
         self.headroom = dict(results)
         self._judge()
 
+    def fleet_headroom(self) -> str | None:
+        """With more than one server: the fleet's headroom, that of its weakest replica (traffic
+        split evenly, the first replica to break the SLA is where the fleet does), or why there
+        is none yet; None with one server."""
+        if len(self.headroom) < 2:
+            return None
+        known = {src: h.estimate for src, h in self.headroom.items() if h.identified and h.estimate is not None}
+        if len(known) < len(self.headroom):
+            missing = len(self.headroom) - len(known)
+            return f"fleet: no headroom yet ({missing} of {len(self.headroom)} replicas not identified)"
+        weakest = min(known, key=lambda src: known[src])
+        return (
+            f"fleet: headroom x{known[weakest]:.2g}, its weakest replica's ({short_source(weakest)}), "
+            "with the traffic split evenly"
+        )
+
     def set_models(self, source: str, models: dict[str, int | None]) -> None:
         """What /v1/models says of a server (max-model-len per model)."""
         self.models[source] = models

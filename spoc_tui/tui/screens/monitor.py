@@ -299,6 +299,9 @@ class MonitorScreen(Screen[None]):
             if len(self.model.headroom) > 1:
                 t.append(fmt.short_source(src) + " ", style="bold")
             t.append(h.line, style=style)
+        fleet = self.model.fleet_headroom()
+        if fleet is not None:
+            t.append("\n" + fleet, style="bold")
         self.headroom_view.show_text(t)
 
     def set_models(self, source: str, models: dict[str, int | None]) -> None:

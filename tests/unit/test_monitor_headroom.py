@@ -1,0 +1,26 @@
+"""The monitor model's side of the live headroom: the alert under the threshold and the fleet's
+line (its weakest replica's), from the headroom as the worker thread hands it over."""
+
+from spoc_tui.core.monitor import HeadroomShown, MonitorModel
+
+A, B = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
+
+
+def test_the_fleet_is_as_its_weakest_replica_and_a_low_one_is_alerted():
+    m = MonitorModel(60.0, clock=lambda: 100.0)
+    m.set_headroom({A: HeadroomShown("headroom x3 ...", 3.0, True)})
+    assert m.fleet_headroom() is None and not [a for a in m.alerts if a.key.startswith("headroom:")]
+    m.set_headroom({A: HeadroomShown("headroom x3 ...", 3.0, True), B: HeadroomShown("headroom x1.1 ...", 1.1, True)})
+    assert m.fleet_headroom() == (
+        "fleet: headroom x1.1, its weakest replica's (10.0.0.2:8000), with the traffic split evenly"
+    )
+    (alert,) = [a for a in m.alerts if a.key.startswith("headroom:")]
+    assert alert.key == f"headroom:{B}" and "under x1.2" in alert.text
+    m.set_headroom({A: HeadroomShown("headroom x3 ...", 3.0, True), B: HeadroomShown("headroom: not yet", None, False)})
+    assert m.fleet_headroom() == "fleet: no headroom yet (1 of 2 replicas not identified)"
+    assert not [a for a in m.alerts if a.key.startswith("headroom:")]
+    m.headroom_alert = 5.0  # --headroom-alert 5: x3 is low too
+    m.set_headroom({A: HeadroomShown("headroom x3 ...", 3.0, True)})
+    assert [a.key for a in m.alerts if a.key.startswith("headroom:")] == [f"headroom:{A}"]
+    m.reset()
+    assert m.headroom == {}
