@@ -3,7 +3,7 @@ line (its weakest replica's), from the headroom as the worker thread hands it ov
 
 from spoc_tui.core.monitor import HeadroomShown, MonitorModel
 
-A, B = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
+A, B = "http://192.0.2.1:8000", "http://192.0.2.2:8000"
 
 
 def test_the_fleet_is_as_its_weakest_replica_and_a_low_one_is_alerted():
@@ -12,7 +12,7 @@ def test_the_fleet_is_as_its_weakest_replica_and_a_low_one_is_alerted():
     assert m.fleet_headroom() is None and not [a for a in m.alerts if a.key.startswith("headroom:")]
     m.set_headroom({A: HeadroomShown("headroom x3 ...", 3.0, True), B: HeadroomShown("headroom x1.1 ...", 1.1, True)})
     assert m.fleet_headroom() == (
-        "fleet: headroom x1.1, its weakest replica's (10.0.0.2:8000), with the traffic split evenly"
+        "fleet: headroom x1.1, its weakest replica's (192.0.2.2:8000), with the traffic split evenly"
     )
     (alert,) = [a for a in m.alerts if a.key.startswith("headroom:")]
     assert alert.key == f"headroom:{B}" and "under x1.2" in alert.text
