@@ -59,6 +59,7 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert "headroom: learning from the scrapes (the first estimate in about 4 min" in text_of(app)
+        assert app.monitor.headroom_view.region.height >= 1  # on screen, not a line of no height
         # four minutes of flat traffic: too few windows, or too little variety, said, never a number
         feed(app.headroom, 240, swell=False)
         shown = await estimated(app, pilot)
