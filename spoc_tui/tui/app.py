@@ -320,14 +320,13 @@ class SpocApp(AsciiScreenshots, JobsApp):
     def _confirm_headroom(self) -> None:
         """With a headroom worked out, the Load form is pre-filled to confirm it: the traffic it
         replayed written as a trace, at speeds around the estimate."""
-        if self.headroom is None:
+        if self.headroom is None or not self.settings.vllm_urls:
             return
-        found = [(src, h) for src, h in self.headroom.results.items() if h.identified and h.estimate]
-        first = self.settings.vllm_urls[0] if self.settings.vllm_urls else None
-        mine = [h for src, h in found if first is not None and src == redact_url(first)]
-        if not mine or mine[0].traffic is None or mine[0].estimate is None:
+        # the Load screen ramps the first server: its headroom, by its name as the poller shows it
+        h = self.headroom.results.get(redact_url(self.settings.vllm_urls[0]))
+        if h is None or not h.identified or h.traffic is None or not h.estimate:
             return
-        h, estimate = mine[0], mine[0].estimate
+        estimate = h.estimate
         path = data_dir() / "headroom" / f"traffic-{int(time.time())}.jsonl"
         try:
             rows = write_traffic_trace(h, path)
