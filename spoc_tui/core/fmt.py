@@ -67,3 +67,21 @@ def names(items: tuple[str, ...] | list[str], limit: int = 3, width: int = 48) -
     shown = [n if len(n) <= width else n[: width - 1] + "…" for n in list(items)[:limit]]
     more = len(items) - len(shown)
     return ", ".join(shown) + (f" and {more:,} more" if more > 0 else "")
+
+
+SPARK = " ▁▂▃▄▅▆▇█"
+SPARK_ASCII = " .:-=+*#%@"
+
+
+def sparkline(values: list[float | None], low: float = 0.0, marks: str = SPARK) -> str:
+    """One character a value, from ``low`` (the first mark) to the largest (the last; every value
+    at ``low``: the first mark); a value missing is a ``·``."""
+    top = max((v for v in values if v is not None), default=low)
+    span = top - low
+    out = []
+    for v in values:
+        if v is None:
+            out.append("·")
+        else:
+            out.append(marks[round((v - low) / span * (len(marks) - 1))] if span > 0 else marks[0])
+    return "".join(out)

@@ -15,7 +15,7 @@ from spoc_tui.core.alerts import Alert, gpu_alerts, server_alerts, shed_alerts
 from spoc_tui.core.energy import EnergyMeter
 from spoc_tui.core.events import THROTTLE_HOLD_S, EventDetector, EventLog
 from spoc_tui.core.fleet import lagging, replica_of_gpu
-from spoc_tui.core.fmt import short_source
+from spoc_tui.core.fmt import short_source, sparkline
 from spoc_tui.core.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.series import SeriesStore
 from spoc_tui.core.sla import Limit
@@ -25,6 +25,8 @@ from spoc_tui.core.vllm import EngineView, ServerView
 
 WAIT_HISTORY = 5
 """Polls of each server's queue a verdict looks back over (queue-bound: waiting in each)."""
+HEADROOM_HISTORY = 48
+"""Estimates of each server's headroom its history line shows (at one every 10 minutes or more: 8 hours)."""
 HEADROOM_ALERT = 1.2
 """A server whose headroom is under this many times its recent traffic is alerted on."""
 
@@ -77,6 +79,8 @@ class MonitorModel:
         self.detector = EventDetector()
         self.energy = EnergyMeter(self.window_s)
         self.server_hist: deque[tuple[float | None, float | None, float | None]] = deque(maxlen=30)
+        self.headroom_history: dict[str, deque[tuple[float, float | None]]] = {}
+        """Each server's estimates as they came (time, estimate; None where it could not say)."""
         self.waits: dict[str, deque[float | None]] = {}
         self.queues: dict[str, deque[float | None]] = {}
         """Each server's recent queue readings (the ladder's "queue keeps growing")."""
@@ -142,7 +146,28 @@ class MonitorModel:
         """Each server's headroom as just worked out (in a worker thread): shown, and alerted on
         when it is under :attr:`headroom_alert`."""
         self.headroom = dict(results)
+        now = self.clock()
+        for src, h in results.items():
+            if src:  # "" is a failure said for every server, not a server's estimate
+                hist = self.headroom_history.setdefault(src, deque(maxlen=HEADROOM_HISTORY))
+                hist.append((now, h.estimate if h.identified else None))
         self._judge()
+
+    def headroom_trend(self, src: str) -> str | None:
+        """``history x5.9 ▅▆▇█ x6.4 over 40 min``: a server's estimates so far, oldest first, once
+        there are two (``·`` where one could not say); None before."""
+        hist = self.headroom_history.get(src)
+        if not hist or len(hist) < 2:
+            return None
+        values = [v for _, v in hist]
+        known = [v for v in values if v is not None]
+        if not known:
+            return None
+        first = next(v for v in values if v is not None)
+        last = next(v for v in reversed(values) if v is not None)
+        mins = (hist[-1][0] - hist[0][0]) / 60
+        spark = sparkline(values, low=0.8 * min(known))
+        return f"history x{first:.2g} {spark} x{last:.2g} over {mins:.0f} min"
 
     def fleet_headroom(self) -> str | None:
         """With more than one server: the fleet's headroom, that of its weakest replica (traffic

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from spoc_tui.core import fmt
 from spoc_tui.core.textsafe import safe
 from spoc_tui.core.traceformats import TraceFormat
 from spoc_tui.core.tracereplay import PREFIX_SEEN_CAP, _shared_tokens
@@ -229,16 +230,10 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
     )
 
 
-_SPARK = " ▁▂▃▄▅▆▇█"
-_SPARK_ASCII = " .:-=+*#%@"
-
-
 def stats_lines(name: str, st: TraceStats, speed: float = 1.0, ascii_only: bool = False) -> list[str]:
     """``spoc trace stats``'s description (the Load screen shows the same): rows, skips, span and
     burstiness, arrivals over time as a one-line plot, lengths, prefix share, replay time."""
-    top = max(st.arrivals) or 1
-    marks = _SPARK_ASCII if ascii_only else _SPARK
-    spark = "".join(marks[round(c / top * (len(marks) - 1))] for c in st.arrivals)
+    spark = fmt.sparkline(list(st.arrivals), marks=fmt.SPARK_ASCII if ascii_only else fmt.SPARK)
     lines = [
         f"{name}: {st.format} trace, {st.rows:,} rows to send of {st.read:,} read",
         *(f"  skipped {n:,}: {why}" for why, n in st.skipped),

@@ -48,7 +48,7 @@ from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources
 from spoc_tui.tui.svg import fix_file
 from spoc_tui.tui.textual_private import QuietDriver
 from spoc_tui.tune.study import TuneSession
-from spoc_tui.twin.headroom import WINDOW_S, confirm_speeds, write_traffic_trace
+from spoc_tui.twin.headroom import WINDOW_S, HeadroomClaim, confirm_speeds, write_traffic_trace
 from spoc_tui.twin.live import LiveHeadroom
 from spoc_tui.twin.passive import MIN_WINDOWS
 
@@ -310,7 +310,11 @@ class SpocApp(AsciiScreenshots, JobsApp):
             logger.exception("working out the headroom")
             shown = {"": HeadroomShown(f"headroom: failed ({first_line(e, 120)}); see spoc.log", None, False)}
         else:
-            shown = {src: HeadroomShown(h.line(), h.estimate, h.identified) for src, h in found.items()}
+            later = self.headroom.next_note()
+            shown = {
+                src: HeadroomShown(h.line() + (f"; {later}" if later else ""), h.estimate, h.identified)
+                for src, h in found.items()
+            }
         self.post_message(HeadroomEstimated(shown))
 
     def action_load(self) -> None:
@@ -339,6 +343,7 @@ class SpocApp(AsciiScreenshots, JobsApp):
             confirm_speeds(estimate),
             f"pre-filled to confirm the live headroom x{estimate:.2g}: the last {mins} min of traffic "
             f"({rows} requests, estimated from the server's counters and histograms) at speeds around it",
+            HeadroomClaim.of(h, str(path)),
         )
 
     def on_headroom_estimated(self, message: HeadroomEstimated) -> None:

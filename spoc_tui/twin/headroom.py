@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spoc_tui.core.inference import KneeEstimate
 from spoc_tui.core.knee import SpeedSearch
 from spoc_tui.core.promparse import Exposition
 from spoc_tui.core.sla import Limit
@@ -474,6 +475,39 @@ def headroom_of(
     why = fit.reason + (f"; the server moved from its twin: {'; '.join(fit.drift)}" if fit.drift else "")
     return Headroom(inf.estimate, inf.ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
                     assumed=assumed)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class HeadroomClaim:
+    """A live headroom a ramp is set to confirm: the trace of its traffic, and what it said."""
+
+    trace: str
+    estimate: float
+    ci95: tuple[float | None, float | None]
+
+    @classmethod
+    def of(cls, h: Headroom, trace: str) -> HeadroomClaim | None:
+        return cls(trace, h.estimate, h.ci95) if h.identified and h.estimate is not None else None
+
+    def beside(self, measured: KneeEstimate | None) -> str:
+        """``the live headroom predicted x5.9 (95 %: 4-8); this ramp measured x5.0 (95 %:
+        4.6-5.4): inside the prediction's interval, the point 18 % high``."""
+        lo, hi = self.ci95
+        said = f"the live headroom predicted x{self.estimate:.2g}" + (
+            f" (95 %: {_x(lo)}-{_x(hi)})" if hi is not None else " (a bound: every speed it replayed met the SLA)"
+        )
+        if measured is None or measured.estimate is None:
+            return f"{said}; this ramp measured no knee to set beside it"
+        m, (mlo, mhi) = measured.estimate, measured.ci95
+        if measured.boundary == "bound":
+            return f"{said}; this ramp measured {measured.short} (a bound: no point to set beside it)"
+        inside = (lo is None or lo <= m) and (hi is None or m <= hi)
+        err = (self.estimate - m) / m * 100
+        return (
+            f"{said}; this ramp measured x{m:.2g} (95 %: {_x(mlo)}-{_x(mhi)}): "
+            f"{'inside' if inside else 'OUTSIDE'} the prediction's interval, the point {abs(err):.0f} % "
+            f"{'high' if err >= 0 else 'low'}"
+        )
 
 
 def confirm_speeds(estimate: float) -> str:

@@ -78,9 +78,13 @@ async def watch_headroom(
 
 
 LIVE_REFRESH_S = 600.0
-"""How often the monitor works out each server's headroom again (its fit's windows are 30 s;
-an estimate replays the traffic on the twin, seconds of CPU: every ten minutes keeps the monitor
-within its CPU budget, benchmarks/monitor_cpu.py)."""
+"""The soonest the monitor works out each server's headroom again (its fit's windows are 30 s)."""
+LIVE_CPU_SHARE = 0.005
+"""The share of one core the estimates may take over time: an estimate replays the traffic on the
+twin, 1-25 s of CPU by the traffic's weight (benchmarks/README.md, live headroom), so the next
+waits until the last one's CPU is this share of the time since it began (a 24 s estimate: the
+next 80 minutes on), never sooner than :data:`LIVE_REFRESH_S`. The monitor itself takes about
+0.7 % of a core (benchmarks/monitor_cpu.py): with this, at most 1.2 %, under issue 52's 1.5 %."""
 LIVE_DRAWS = 2
 """Bootstrap draws of the fit an estimate replays beside the fit itself (in the monitor)."""
 LIVE_REPLAY_S = 60.0
@@ -107,6 +111,8 @@ class LiveHeadroom:
         self._lock = threading.Lock()
         self._last: float | None = None
         self._started = clock()
+        self.cpu_s = 0.0
+        """CPU seconds the last :meth:`refresh` took (its thread's own)."""
         self.results: dict[str, Headroom] = {}
         """Each server's latest headroom, by its source as shown."""
 
@@ -118,22 +124,41 @@ class LiveHeadroom:
                 learner = self._learners[source] = HeadroomLearner(self.limits, prior=self.prior)
             learner.add(t, exp)
 
+    @property
+    def interval_s(self) -> float:
+        """Seconds from one refresh to the next: ``refresh_s``, or longer where the last one's
+        CPU would take more than :data:`LIVE_CPU_SHARE` of a core over it."""
+        return max(self.refresh_s, self.cpu_s / LIVE_CPU_SHARE)
+
     def due(self) -> bool:
         """Time for :meth:`refresh`: the first once the fit could have its windows, then every
-        ``refresh_s``."""
+        :attr:`interval_s`."""
         now = self.clock()
         if self._last is None:
             return now - self._started >= MIN_WINDOWS * WINDOW_S and bool(self._learners)
-        return now - self._last >= self.refresh_s
+        return now - self._last >= self.interval_s
 
     def refresh(self, seed: int = 0) -> dict[str, Headroom]:
-        """Every server's headroom now (blocking, seconds of CPU: a worker thread's job)."""
+        """Every server's headroom now (blocking, seconds of CPU: a worker thread's job; its CPU
+        time sets when the next is due)."""
         self._last = self.clock()
+        cpu0 = time.thread_time()
         with self._lock:
             states = {src: learner.snapshot() for src, learner in self._learners.items()}
         out = {src: st.estimate(seed, LIVE_DRAWS, LIVE_REPLAY_S) for src, st in states.items()}
+        self.cpu_s = time.thread_time() - cpu0
         self.results = out
         return out
+
+    def next_note(self) -> str:
+        """What the monitor says of the next estimate when its CPU put it off past ``refresh_s``
+        (empty otherwise)."""
+        if self.interval_s <= self.refresh_s:
+            return ""
+        return (
+            f"next in {self.interval_s / 60:.0f} min (this one took {self.cpu_s:.0f} s of CPU; "
+            f"estimates are kept to {LIVE_CPU_SHARE * 100:g} % of a core)"
+        )
 
     def reset(self) -> None:
         """Forget every scrape (the monitor's windows were reset)."""

@@ -6,6 +6,9 @@ the app's learner as its poller feeds it; the estimate runs in the app's worker 
 import math
 
 from spoc_tui.collectors.poller import VllmPoller
+from spoc_tui.core.experiment import RampProgress
+from spoc_tui.core.inference import KneeEstimate
+from spoc_tui.core.knee import FixedSpeeds, Knee
 from spoc_tui.core.monitor import HeadroomShown
 from spoc_tui.core.traces import trace_source
 from spoc_tui.sim.options import SimOptions
@@ -79,6 +82,8 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         # here, so the number says it assumes vLLM's default
         assert shown.startswith("headroom beyond x") or ("headroom x" in shown and "(95 %: " in shown), shown
         assert "assumes max-num-seqs 256 (not seen)" in shown, shown
+        # its history under it: the first estimate could not say (·), the second could
+        assert f"history x{h.estimate:.2g} ·█ x{h.estimate:.2g} over 0 min" in shown, shown
         # the Load screen, opened now, is set to confirm it: that traffic as a trace, at speeds
         # around the estimate, said under the form
         (full,) = app.headroom.results.values()
@@ -91,6 +96,20 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         assert "pre-filled to confirm the live headroom" in str(form.form_error.render())
         rows = list(trace_source(trace).rows())
         assert len(rows) >= 30 and rows == sorted(rows, key=lambda r: r.t)
+        # the ramp of that trace ends with the knee it measured beside the headroom it confirms
+        # (its progress handed to the screen as the ramp's worker hands it; the ramp itself is
+        # tests/e2e's and benchmarks/headroom.py's)
+        form.request = form.StartRequested(
+            load_workload("chatbot"), FixedSpeeds([1.0]), form.limits, 5.0, 1.0, None, 5.0, 0, trace_source(trace)
+        )
+        measured = KneeEstimate(full.estimate, (full.estimate * 0.9, full.estimate * 1.1), "ttft_p99", "smooth",
+                                unit="x")  # fmt: skip
+        knee = Knee(None, None, None, unit="x", inferred=measured)
+        form.show_progress(RampProgress("done", 1, 1.0, 10.0, 5.0, 0, (), knee, unit="x"))
+        said = str(form.knee.render())
+        assert f"the live headroom predicted x{full.estimate:.2g}" in said, said
+        assert "this ramp measured" in said and "inside the prediction's interval, the point 0 % high" in said, said
+        form.request = None
         await pilot.press("m")
         await pilot.pause()
         assert not any(a.key.startswith("headroom:") for a in app.monitor.model.alerts)

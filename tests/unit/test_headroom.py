@@ -16,7 +16,7 @@ from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.sim.watch import VirtualWatch
-from spoc_tui.twin.headroom import HeadroomLearner, Traffic, synth_rows
+from spoc_tui.twin.headroom import Headroom, HeadroomLearner, LearnerState, Traffic, synth_rows
 from spoc_tui.workload import load_workload
 
 INF = math.inf
@@ -92,3 +92,75 @@ def test_a_queue_with_room_in_the_kv_cache_shows_the_seats():
     learner = watched(120.0, lambda t: 40.0)
     assert learner.seats == 48
     assert learner.server().sources["max_num_seqs"] == "inferred"
+
+
+def test_the_monitors_estimates_wait_as_long_as_their_cpu_takes_to_be_half_a_percent_of_a_core(monkeypatch):
+    """Issue 52's cost: an estimate is 1-25 s of CPU by the traffic's weight, so the next waits
+    until the last one's CPU is LIVE_CPU_SHARE of a core over the time since it began (never
+    sooner than LIVE_REFRESH_S), and the line says when it comes and why."""
+    import spoc_tui.twin.live as live
+
+    now = [0.0]
+    cpu = [100.0]
+    monkeypatch.setattr(live.time, "thread_time", lambda: cpu[0])
+    lh = live.LiveHeadroom(parse_sla("ttft_p99<=2s"), clock=lambda: now[0])
+    lh._learners["u"] = HeadroomLearner(lh.limits)
+    assert not lh.due()  # the fit has no windows yet
+    now[0] = live.MIN_WINDOWS * live.WINDOW_S
+    assert lh.due()
+
+    def refresh_taking(seconds: float) -> None:
+        def estimate(*_a: object) -> Headroom:
+            cpu[0] += seconds
+            return Headroom(None, (None, None), None, None, False, "not yet", 0, None)
+
+        monkeypatch.setattr(LearnerState, "estimate", estimate)
+        lh.refresh()
+
+    refresh_taking(1.0)  # a light server: every LIVE_REFRESH_S, and nothing more said
+    assert lh.cpu_s == 1.0 and lh.interval_s == live.LIVE_REFRESH_S and lh.next_note() == ""
+    start = now[0]
+    now[0] = start + live.LIVE_REFRESH_S - 1
+    assert not lh.due()
+    now[0] = start + live.LIVE_REFRESH_S
+    assert lh.due()
+    refresh_taking(24.0)  # the 70B TP 8 server's weight: 24 s / 0.5 % = 80 minutes
+    start = now[0]
+    assert lh.interval_s == 24.0 / live.LIVE_CPU_SHARE == 4800.0
+    now[0] = start + 4799
+    assert not lh.due()
+    now[0] = start + 4800
+    assert lh.due()
+    assert lh.next_note() == "next in 80 min (this one took 24 s of CPU; estimates are kept to 0.5 % of a core)"
+    # over the whole run the estimates' CPU stays within the share
+    assert 24.0 / lh.interval_s <= live.LIVE_CPU_SHARE
+
+
+def test_a_confirming_ramps_knee_is_set_beside_the_headroom_it_confirms():
+    """Issue 52: after a ramp of the headroom's own traffic, predicted and measured side by side,
+    and whether the measured knee lies in the predicted interval."""
+    from spoc_tui.core.inference import KneeEstimate
+    from spoc_tui.twin.headroom import HeadroomClaim
+
+    said = Headroom(5.9, (4.0, 8.0), "ttft_p99", None, True, "", 40, None)
+    claim = HeadroomClaim.of(said, "/t.jsonl")
+    assert claim is not None and claim.trace == "/t.jsonl"
+    knee = KneeEstimate(5.02, (4.6, 5.4), "ttft_p99", "smooth", unit="x")
+    assert claim.beside(knee) == (
+        "the live headroom predicted x5.9 (95 %: 4-8); this ramp measured x5 (95 %: 4.6-5.4): "
+        "inside the prediction's interval, the point 18 % high"
+    )
+    far = KneeEstimate(9.5, (9.0, 10.0), "itl_p99", "smooth", unit="x")
+    assert "OUTSIDE the prediction's interval, the point 38 % low" in claim.beside(far)
+    assert claim.beside(None).endswith("this ramp measured no knee to set beside it")
+    bound = KneeEstimate(8.0, (8.0, None), None, "bound", unit="x")
+    assert claim.beside(bound).endswith("this ramp measured >8 (a bound: no point to set beside it)")
+    beyond = Headroom(10.0, (10.0, None), None, None, True, "", 40, None)
+    assert (
+        HeadroomClaim.of(beyond, "/t")
+        .beside(knee)
+        .startswith(  # type: ignore[union-attr]
+            "the live headroom predicted x10 (a bound: every speed it replayed met the SLA)"
+        )
+    )
+    assert HeadroomClaim.of(Headroom(None, (None, None), None, None, False, "no", 3, None), "/t") is None

@@ -24,3 +24,21 @@ def test_the_fleet_is_as_its_weakest_replica_and_a_low_one_is_alerted():
     assert [a.key for a in m.alerts if a.key.startswith("headroom:")] == [f"headroom:{A}"]
     m.reset()
     assert m.headroom == {}
+
+
+def test_each_servers_estimates_make_its_history_line():
+    """Issue 52: the headroom's history beside its line: the estimates oldest first, a ``·`` where
+    one could not say, the first and the last figure and the time they span; none before two,
+    and a failure said for every server ("") is no server's estimate."""
+    now = [0.0]
+    m = MonitorModel(60.0, clock=lambda: now[0])
+    m.set_headroom({A: HeadroomShown("headroom: not enough variety yet", None, False)})
+    assert m.headroom_trend(A) is None
+    for t, est in ((600.0, 4.0), (1200.0, 5.0), (1800.0, None), (2400.0, 6.0)):
+        now[0] = t
+        m.set_headroom({A: HeadroomShown("...", est, est is not None)})
+    assert m.headroom_trend(A) == "history x4 ·▂▅·█ x6 over 40 min"
+    m.set_headroom({"": HeadroomShown("headroom: failed (boom); see spoc.log", None, False)})
+    assert "" not in m.headroom_history and m.headroom_trend("") is None
+    m.reset()  # a replay seeking back: the history goes with the rest
+    assert m.headroom_trend(A) is None

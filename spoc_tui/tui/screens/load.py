@@ -38,6 +38,7 @@ from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
+from spoc_tui.twin.headroom import HeadroomClaim
 from spoc_tui.twin.model import Twin, read_twin
 from spoc_tui.workload import Workload, builtin_names, load_workload
 
@@ -207,6 +208,8 @@ class LoadScreen(Screen[None]):
         """The twin's TTFT and ITL by level (at the charts' percentiles), as the steps finish."""
         self._bars_of: tuple[StepSummary, ...] = ()
         self._knee: Knee | None = None
+        self._claim: HeadroomClaim | None = None
+        """The live headroom the form was pre-filled to confirm (its trace and its figures)."""
 
     def compose(self) -> ComposeResult:
         yield Static(f"Load ramp against {self.url or 'no server (start the monitor with --url)'}", id="title")
@@ -362,14 +365,16 @@ class LoadScreen(Screen[None]):
         self.limits = limits
         return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers, trace, twin)
 
-    def prefill_trace(self, trace: str, speeds: str, note: str) -> None:
+    def prefill_trace(self, trace: str, speeds: str, note: str, claim: HeadroomClaim | None = None) -> None:
         """The form set to replay ``trace`` at ``speeds`` (a ramp that confirms a headroom), with
-        ``note`` saying why under it; a field the operator already filled is left alone."""
+        ``note`` saying why under it; a field the operator already filled is left alone. A ramp
+        of that trace ends with ``claim``, the headroom predicted, beside the knee it measured."""
         if self.running or self.query_one("#trace", Input).value.strip():
             return
         self.query_one("#trace", Input).value = trace
         self.query_one("#speeds", Input).value = speeds
         self.form_error.update(Text(note, style="dim"))
+        self._claim = claim
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":
@@ -468,7 +473,11 @@ class LoadScreen(Screen[None]):
                     if s.level not in self.predicted:
                         self.predicted[s.level] = (None, None)
                         self.predict_step(req, s.level, s.duration_s)
-            self.knee.update(knee_text(p.knee, p.phase == "done", p.steps))
+            text = knee_text(p.knee, p.phase == "done", p.steps)
+            claim = self._claim
+            if claim is not None and req is not None and req.trace is not None and str(req.trace.path) == claim.trace:
+                text.append("\n" + claim.beside(p.knee.inferred if p.knee is not None else None), style="bold")
+            self.knee.update(text)
 
     def _limit(self, metric: str) -> Limit | None:
         """The SLA's limit on ``metric`` (its first), None without one."""

@@ -299,6 +299,9 @@ class MonitorScreen(Screen[None]):
             if len(self.model.headroom) > 1:
                 t.append(fmt.short_source(src) + " ", style="bold")
             t.append(h.line, style=style)
+            trend = self.model.headroom_trend(src)
+            if trend is not None:
+                t.append(f"\n  {trend}", style="dim")
         fleet = self.model.fleet_headroom()
         if fleet is not None:
             t.append("\n" + fleet, style="bold")
