@@ -44,6 +44,8 @@ def _progress(p: RampProgress) -> None:
         )
         if sat := s.client.saturated_text:
             print(f"  {sat}", flush=True)
+        if s.sessions is not None:
+            print(f"  {s.sessions.line()}", flush=True)
         so_far = p.knee.inferred.text if p.knee is not None and p.knee.inferred is not None else ""
         left = f"budget left {p.budget_left_s / 60:.1f} min" if p.budget_left_s is not None else ""
         if so_far or left:
@@ -56,6 +58,16 @@ Ramp = Callable[[RampConfig, Callable[[RampProgress], None]], Coroutine[Any, Any
 def run(cfg: RampConfig, ramp: Ramp = run_ramp) -> int:
     """``spoc ramp``: the ramp (``ramp``: the live one; a test gives the same experiment on the
     virtual backend) with its progress lines, then its table and where its files are."""
+    if cfg.trace is not None:
+        print(
+            "a turn that follows another (an agent's next call, a conversation's next turn) waits for its answer "
+            + (
+                "plus the recorded time between them divided by the speed (--trace-think scaled)"
+                if cfg.trace.think_scaled
+                else "plus the recorded time between them at every speed (--trace-think scaled divides it too)"
+            ),
+            flush=True,
+        )
     try:
         with stop_signals_interrupt():
             result: RampResult = asyncio.run(ramp(cfg, _progress))
@@ -67,6 +79,9 @@ def run(cfg: RampConfig, ramp: Ramp = run_ramp) -> int:
         print(f"\ninterrupted: finished steps are in {cfg.out_dir}/ramp.json", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(step_table(result.steps, result.knee))
+    if any(s.sessions is not None for s in result.steps) and all(s.unit == "users" for s in result.steps):
+        print("each user runs one session (a conversation, an agent's chain of calls) at a time: users are "
+              "concurrent sessions")  # fmt: skip
     if result.status == "stopped_early":
         print(f"stopped early: {result.stop_reason}")
     elif result.stop_reason:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from spoc_tui.cli.options import api_key_options, config_values, from_config, served_model_option, tls_options
-from spoc_tui.cli.types import FINITE, selected_trace, trace_selection
+from spoc_tui.cli.types import FINITE, selected_trace, trace_selection, trace_think_option
 from spoc_tui.core.errors import InputError, SpocError
 from spoc_tui.core.sla import DEFAULT_SLA, parse_budget, parse_rates, parse_sla
 from spoc_tui.load import defaults as ramp_defaults
@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     ),
 )
 @trace_selection()
+@trace_think_option
 @click.option(
     "--step-seconds", type=FINITE, default=ramp_defaults.STEP_S, show_default=True, help="Measured length of each step."
 )
@@ -166,6 +167,7 @@ def ramp_cmd(
     trace_filters: tuple[str, ...],
     trace_window: str | None,
     trace_max_rows: int | None,
+    trace_think: str,
     step_seconds: float,
     arrivals: ArrivalMode,
     budget_spec: str | None,
@@ -208,7 +210,15 @@ def ramp_cmd(
     if rate_spec is not None and users_spec is not None:
         raise InputError("give --users (closed loop) or --rate (open loop), not both")
     trace = selected_trace(
-        trace_path, speed_spec, users_spec, rate_spec, trace_format, trace_filters, trace_window, trace_max_rows
+        trace_path,
+        speed_spec,
+        users_spec,
+        rate_spec,
+        trace_format,
+        trace_filters,
+        trace_window,
+        trace_max_rows,
+        trace_think,
     )
     plan: UserPlan = (
         parse_speed_plan(speed_spec or "auto")

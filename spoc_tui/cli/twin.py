@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from spoc_tui.cli.options import api_key_options, tls_options
-from spoc_tui.cli.types import selected_trace, trace_selection
+from spoc_tui.cli.types import selected_trace, trace_selection, trace_think_option
 from spoc_tui.core.sla import DEFAULT_SLA
 from spoc_tui.load.defaults import DEFAULT_PROFILE, STEP_S, WARMUP_S
 from spoc_tui.twin.model import WHAT_IF_FLAGS
@@ -210,6 +210,7 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
     help="With --trace: speed multiples, one step each (0.5,1,2,4), or auto[:MAX] [default: auto].",
 )
 @trace_selection()
+@trace_think_option
 @click.option("--sla", default=DEFAULT_SLA, show_default=True, help="Latency limits, as spoc ramp takes them.")
 @click.option("--step-seconds", type=float, default=STEP_S, show_default=True)
 @click.option("--warmup-seconds", type=float, default=WARMUP_S, show_default=True)
@@ -245,6 +246,7 @@ def predict_cmd(
     trace_filters: tuple[str, ...],
     trace_window: str | None,
     trace_max_rows: int | None,
+    trace_think: str,
     sla: str,
     step_seconds: float,
     warmup_seconds: float,
@@ -277,7 +279,15 @@ def predict_cmd(
     rows: TraceRows | None = None
     trace_doc: dict[str, object] | None = None
     src = selected_trace(
-        trace_path, speed_spec, users_spec, rate_spec, trace_format, trace_filters, trace_window, trace_max_rows
+        trace_path,
+        speed_spec,
+        users_spec,
+        rate_spec,
+        trace_format,
+        trace_filters,
+        trace_window,
+        trace_max_rows,
+        trace_think,
     )
     if src is not None:
         if click.get_current_context().get_parameter_source("profile") is not click.core.ParameterSource.DEFAULT:

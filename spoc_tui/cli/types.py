@@ -47,6 +47,7 @@ def selected_trace(
     trace_filters: Sequence[str],
     trace_window: str | None,
     trace_max_rows: int | None,
+    trace_think: str = "recorded",
 ) -> TraceSource | None:
     """The trace ``--trace`` and :func:`trace_selection`'s options pick, or None without
     ``--trace`` (``spoc ramp``, ``spoc twin predict``).
@@ -60,10 +61,25 @@ def selected_trace(
             raise InputError("--trace replays at speed multiples (--speed), not at --users or --rate")
         from spoc_tui.core.traces import trace_source  # read only when a trace is given (start-up)
 
-        return trace_source(trace_path, trace_format, trace_filters, trace_window, trace_max_rows)
+        return trace_source(trace_path, trace_format, trace_filters, trace_window, trace_max_rows, trace_think)
     if speed_spec is not None or trace_window is not None or trace_max_rows is not None or trace_filters:
         raise InputError("--speed, --trace-window, --trace-max-rows and --trace-filter go with --trace FILE")
+    if trace_think != "recorded":
+        raise InputError("--trace-think goes with --trace FILE")
     return None
+
+
+def trace_think_option(f: F) -> F:
+    """``--trace-think``: whether a replay's speed also scales the time a turn waits after the
+    answer it follows (``spoc ramp``, ``spoc twin predict``)."""
+    return click.option(
+        "--trace-think",
+        type=click.Choice(["recorded", "scaled"]),
+        default="recorded",
+        show_default=True,
+        help="A turn's wait after the answer it follows (an agent's tool, a user's thinking): as recorded at "
+        "every --speed, or divided by it too.",
+    )(f)
 
 
 def trace_selection(*, filters: bool = True) -> Callable[[F], F]:

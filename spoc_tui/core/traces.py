@@ -101,6 +101,9 @@ class TraceRow:
     scope: str | None = None
     """Where its hash ids are unique: None for the whole trace (Mooncake, Bailian); the
     conversation for WEKA, whose ids restart in every conversation."""
+    last: bool | None = None
+    """The session's last call (an agent trace's, whose sessions are read whole); None where the
+    format does not say."""
 
     def as_spoc(self) -> dict[str, object]:
         """The row in our own JSONL form (what ``spoc trace convert`` writes)."""
@@ -114,6 +117,8 @@ class TraceRow:
                 d[key] = v
         if self.turn:
             d["turn"] = self.turn
+        if self.last is not None:
+            d["last"] = self.last
         return d
 
 
@@ -397,6 +402,7 @@ def _jsonl_row(r: _Row, fmt: TraceFormat, index: int) -> TraceRow:
         line=r.line,
         id=r.text("id"),
         scope=r.text("scope"),
+        last=bool(r.raw["last"]) if isinstance(r.raw.get("last"), bool) else None,
     )
 
 
@@ -602,6 +608,10 @@ def _otel_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read:
     calls = read_calls(path, objects, read.otel, TraceError, MAX_TOKENS, MAX_THINK_S)
     read.skipped.update(read.otel.skipped)
     blocks = hash_blocks(calls)
+    final: dict[str, str] = {}  # each session's last call that is sent (the latest to start)
+    for c in calls:  # in start order
+        if c.input_tokens and c.output_tokens:
+            final[c.session] = c.span
     for c in calls:
         r = _Row(path, c.line, {k: "" if v is None else v for k, v in c.attrs.items()})
         if (index := read.admit(r, filters)) is None:
@@ -612,7 +622,7 @@ def _otel_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read:
         _within_span(r, "startTimeUnixNano", c.start_s, 0.0)
         yield TraceRow(
             index, c.start_s, c.input_tokens, c.output_tokens, blocks[c.span], OTEL_BLOCK, c.session, c.follows,
-            c.turn, c.gap_s, c.line, c.span,
+            c.turn, c.gap_s, c.line, c.span, last=final.get(c.session) == c.span,
         )  # fmt: skip
 
 
@@ -633,6 +643,14 @@ class TraceSource:
     length_s: float | None = None
     """The window's length (None: to the end)."""
     max_rows: int | None = None
+    think_scaled: bool = False
+    """``--trace-think scaled``: a turn's wait after the answer it follows (a tool's time, a
+    user's) is divided by the replay's speed, as its start is; recorded (False) by default."""
+
+    def think_s(self, row: TraceRow, speed: float) -> float:
+        """How long ``row`` waits after the answer it follows, at ``speed``."""
+        think = row.think_s or 0.0
+        return think / speed if self.think_scaled else think
 
     def rows(self, read: TraceRead | None = None) -> Iterator[TraceRow]:
         """The window's rows, streamed, ``t`` rebased to the window's start (WEKA: every
@@ -667,6 +685,7 @@ class TraceSource:
             "filters": [f"{k}={v}" for k, v in self.filters],
             "window": [self.start_s, self.length_s],
             "max_rows": self.max_rows,
+            **({"think": "scaled"} if self.think_scaled else {}),
         }
 
     @classmethod
@@ -688,6 +707,7 @@ class TraceSource:
                 float(window[0]),
                 None if window[1] is None else float(window[1]),
                 None if max_rows is None else int(str(max_rows)),
+                d.get("think") == "scaled",
             )
         except (KeyError, AssertionError, ValueError, TypeError) as e:
             raise TraceError(f"not a trace description: {e}") from None
@@ -699,6 +719,7 @@ def trace_source(
     filters: Sequence[str] = (),
     window: str | None = None,
     max_rows: int | None = None,
+    think: str = "recorded",
 ) -> TraceSource:
     """What ``--trace`` and its options select, checked (the rows are read later).
 
@@ -712,6 +733,8 @@ def trace_source(
         raise TraceError(f"--trace-format {fmt!r}: one of {', '.join(FORMATS)}")
     if max_rows is not None and max_rows < 1:
         raise TraceError("--trace-max-rows must be at least 1")
+    if think not in ("recorded", "scaled"):
+        raise TraceError(f"--trace-think {think!r}: recorded or scaled")
     start, length = parse_window(window) if window else (0.0, None)
     return TraceSource(
         p,
@@ -720,6 +743,7 @@ def trace_source(
         start,
         length,
         max_rows,
+        think == "scaled",
     )
 
 

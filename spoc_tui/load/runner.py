@@ -193,10 +193,12 @@ def send_chat(
     turn: int,
     conv_id: str,
     scheduled: float | None = None,
+    last: bool | None = None,
 ) -> str | None:
     """One streamed chat request, every content chunk timestamped as it arrives; its sample goes to
-    ``Shared.sink`` (``scheduled``: an open-loop arrival's time on its schedule, wall clock).
-    Returns the answer's text, or None when the request failed."""
+    ``Shared.sink`` (``scheduled``: an open-loop arrival's time on its schedule, wall clock;
+    ``last``: the conversation's last turn as planned). Returns the answer's text, or None when
+    the request failed."""
     body = {
         "model": Shared.model,
         "messages": messages,
@@ -207,8 +209,8 @@ def send_chat(
     if Shared.profile is not None and Shared.profile.ignore_eos:
         body["ignore_eos"] = True  # vLLM's extension: every planned token, as vllm bench serve
     sample, answer = stream_request(client, "/v1/chat/completions", body, turn, conv_id)
-    if scheduled is not None:
-        sample = dataclasses.replace(sample, scheduled=scheduled)
+    if scheduled is not None or last is not None:
+        sample = dataclasses.replace(sample, scheduled=scheduled, last=last)
     assert Shared.sink is not None
     Shared.sink(sample)
     usage_prompt = sample.prompt_tokens
@@ -344,7 +346,8 @@ class ChatUser(_StreamingUser):
             quiet_moment()
             messages.append({"role": "user", "content": turn.user_text})
             t0 = time.perf_counter()
-            answer = send_chat(self.client, messages, turn.max_tokens, i, self.conv_id)
+            last = i == len(plan.turns) - 1
+            answer = send_chat(self.client, messages, turn.max_tokens, i, self.conv_id, last=last)
             self.last_s = time.perf_counter() - t0
             if answer is None:  # a failed turn ends the conversation; back off, then start a new one
                 self.failures += 1
@@ -410,7 +413,8 @@ class RateUser(_StreamingUser):
                 conv = _Conversation(plan, f"{self.prefix}#{self.rng.randrange(1 << 30):x}")
             turn = conv.plan.turns[conv.turn]
             conv.messages.append({"role": "user", "content": turn.user_text})
-            answer = send_chat(self.client, conv.messages, turn.max_tokens, conv.turn, conv.conv_id, scheduled)
+            last = conv.turn == len(conv.plan.turns) - 1
+            answer = send_chat(self.client, conv.messages, turn.max_tokens, conv.turn, conv.conv_id, scheduled, last)
             if answer is not None:
                 conv.messages.append({"role": "assistant", "content": answer})
                 conv.turn += 1
@@ -477,7 +481,7 @@ def replay_step(client: Any, job: TraceJob) -> wire.TraceDone:
                 continue
             if row.id is not None:
                 waiting[row.id] = gevent.event.Event()
-            group.spawn(_send_row, client, row, at, prompts, ends, waiting)
+            group.spawn(_send_row, client, row, at, src.think_s(row, job.speed), prompts, ends, waiting)
             sent += 1
     except TraceError as e:
         emit(wire.RunnerFailed(f"trace: {e}"))
@@ -490,6 +494,7 @@ def _send_row(
     client: Any,
     row: TraceRow,
     at: float,
+    think_s: float,
     prompts: TracePrompts,
     ends: dict[str, float],
     waiting: dict[str, gevent.event.Event],
@@ -503,7 +508,7 @@ def _send_row(
                 ev.wait(timeout=_StreamingUser.network_timeout + 10)
             end = ends.get(row.parent)
             if end is not None:  # a parent outside the replay (the window cut it) holds nothing
-                held = max(0.0, end + (row.think_s or 0.0) - at)
+                held = max(0.0, end + think_s - at)
         wait = at + held - time.time()
         if wait > 0:
             gevent.sleep(wait)
@@ -519,7 +524,12 @@ def _send_row(
         assert Shared.sink is not None
         Shared.sink(
             dataclasses.replace(
-                sample, trace_index=row.index, scheduled=at, planned_input=row.input_tokens, held_s=held or None
+                sample,
+                trace_index=row.index,
+                scheduled=at,
+                planned_input=row.input_tokens,
+                held_s=held or None,
+                last=row.last,
             )
         )
     finally:

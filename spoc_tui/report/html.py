@@ -181,6 +181,34 @@ def _server_row(s: StepSummary) -> list[object]:
     ]
 
 
+SESSION_COLUMNS = ("level", "active", "started", "finished", "whole", "every call met (95 %)", "calls each",
+                   "in the engine")  # fmt: skip
+
+
+def _sessions_row(s: StepSummary) -> list[object]:
+    ss = s.sessions
+    assert ss is not None
+    lo, hi = ss.all_met_ci95
+    met = (
+        f"{ss.all_met} of {ss.whole}: {ss.all_met / ss.whole * 100:.0f} % ({_pct(lo)}-{_pct(hi)})" if ss.whole else "-"
+    )
+    eng = ss.engine_share
+    return [
+        s.level_text,
+        ss.active,
+        ss.started,
+        "?" if ss.finished is None else ss.finished,
+        ss.whole,
+        met,
+        "-" if ss.calls is None else f"{ss.calls:.1f}",
+        "-" if eng is None else f"{eng * 100:.0f} %",
+    ]
+
+
+def _pct(v: float | None) -> str:
+    return "?" if v is None else f"{v * 100:.0f} %"
+
+
 def ramp_report(doc: RampDoc) -> Report:
     title = f"Load ramp: {doc.model} at {doc.url}"
     knee, _ = knee_sentence(doc.knee)
@@ -258,6 +286,15 @@ def ramp_report(doc: RampDoc) -> Report:
             [_server_row(s) for s in sorted(doc.steps, key=lambda s: s.step)],
         )
     )
+    with_sessions = [s for s in sorted(doc.steps, key=lambda s: s.step) if s.sessions is not None]
+    if with_sessions:
+        body.append("<h2>Sessions: whole ones judged on every call</h2>")
+        body.append(
+            _table(
+                SESSION_COLUMNS,
+                [_sessions_row(s) for s in with_sessions],
+            )
+        )
     traced = [s for s in doc.steps if s.trace is not None]
     if traced:
         body.append("<h2>How faithfully each step replayed the trace</h2>")

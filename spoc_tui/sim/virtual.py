@@ -278,6 +278,7 @@ class VirtualServer:
                 conversation=f"u{u.idx}-{u.conversation}",
                 turn=u.turn,
                 end=self.now,
+                last=u.turn == len(u.turns) - 1,
             )
         )
         t = u.turns[u.turn]

@@ -267,6 +267,8 @@ class FleetSim:
                     end=self.now,
                     trace_index=row.index,
                     scheduled=scheduled,
+                    turn=row.turn,
+                    last=row.last,
                 )
             )
             self._finish_row(row)

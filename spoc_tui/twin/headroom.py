@@ -168,8 +168,8 @@ class TrafficRows(TraceRows):
     @classmethod
     def of(cls, traffic: Traffic, seed: int, server: ServerConfig, replay_s: float = REPLAY_S) -> TrafficRows:
         rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size), server.max_model_len)
-        return cls(rows, len(rows), {}, replay_s, traffic.prefix_share, traffic, seed, server.block_size,
-                   server.max_model_len, replay_s)  # fmt: skip
+        return cls(rows, len(rows), {}, replay_s, traffic.prefix_share, traffic=traffic, seed=seed,
+                   block_tokens=server.block_size, max_model_len=server.max_model_len, replay_s=replay_s)  # fmt: skip
 
     def step_s(self, speed: float) -> float:
         return self.replay_s

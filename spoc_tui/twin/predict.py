@@ -401,14 +401,19 @@ class TraceRows:
     """From the first row's timestamp to the last's: a step at speed s sends for span / s."""
     prefix_share: float | None
     """The share of input tokens in blocks an earlier row had (what a perfect cache would hit)."""
+    think_scaled: bool = False
+    """``--trace-think scaled``: a turn's wait after the answer it follows divided by the speed."""
 
     def step_s(self, speed: float) -> float:
         return self.span_s / speed
 
     def at(self, speed: float) -> tuple[TraceRow, ...]:
-        """The rows a replay at ``speed`` sends (a file's: the same at every speed; a synthetic
+        """The rows a replay at ``speed`` sends (a file's: the same at every speed, their waits
+        after the answers they follow scaled with it under ``--trace-think scaled``; a synthetic
         traffic's may draw as many as the step needs)."""
-        return self.rows
+        if not self.think_scaled or speed == 1.0:
+            return self.rows
+        return tuple(replace(r, think_s=r.think_s / speed) if r.think_s else r for r in self.rows)
 
 
 def read_rows(source: TraceSource, max_model_len: int) -> TraceRows:
@@ -432,6 +437,7 @@ def read_rows(source: TraceSource, max_model_len: int) -> TraceRows:
         dict(share.skipped),
         max(ts) - min(ts),
         round(share.prefix_tokens / share.prefix_input, 4) if share.prefix_input else None,
+        source.think_scaled,
     )
 
 

@@ -143,6 +143,7 @@ BAD_ARGUMENTS = [
     (["--rate", "fast"], "bad --rate"),
     (["--rate", "nan"], "above 0"),
     (["--rate", "2", "--users", "4"], "not both"),
+    (["--trace-think", "scaled"], "--trace-think goes with --trace FILE"),
 ]
 
 

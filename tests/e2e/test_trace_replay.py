@@ -133,6 +133,7 @@ def test_weka_conversations_replay_with_think_time(sim, tmp_path):
     out = tmp_path / "out"
     r = ramp("--url", sim, "--trace", str(trace), "--speed", "1", "--sla", "ttft_p90<=5s", "--out", str(out))
     assert r.returncode == 0, r.stderr
+    assert "plus the recorded time between them at every speed (--trace-think scaled divides it too)" in r.stdout
     by = {x["trace_index"]: x for x in requests_of(out)}
     assert sorted(by) == [0, 1, 2]
     # the second turn of "a" waits for its parent's end plus 0.3 s of thinking
@@ -232,6 +233,7 @@ def test_an_agent_trace_replays_as_sessions_with_branches_in_parallel(sim, tmp_p
     out = tmp_path / "out"
     r = ramp("--url", sim, "--trace", str(trace), "--speed", "1", "--sla", "ttft_p90<=5s", "--out", str(out))
     assert r.returncode == 0, r.stderr
+    assert "plus the recorded time between them at every speed (--trace-think scaled divides it too)" in r.stdout
     by = {x["trace_index"]: x for x in requests_of(out)}
     assert sorted(by) == [0, 1, 2, 3, 4, 5]  # c1, c2, s1a, s2a, s1b, c3
     c1, c2, s1a, s2a, s1b, c3 = (by[i] for i in range(6))
@@ -241,5 +243,15 @@ def test_an_agent_trace_replays_as_sessions_with_branches_in_parallel(sim, tmp_p
     assert s2a["start"] < s1b["start"]  # the second sub-agent waits for c2 alone, not for the first's chain
     assert s1b["start"] >= s1a["end"] + 0.2 - 0.005 and c3["start"] >= c2["end"] + 1.5 - 0.005
     assert c2["cached_tokens"] >= 900  # c1's 15 whole 64-token blocks: the prompt grew from c1's
+    # every continued call hit the prefix cache (c3 carries c2's 18 whole blocks), the first calls
+    # of the session and of each sub-agent did not, and the server's own counters say so too
+    assert s1b["cached_tokens"] > 0 and c3["cached_tokens"] >= 18 * 64, (s1b, c3)
+    assert not c1["cached_tokens"] and not s1a["cached_tokens"] and not s2a["cached_tokens"]
+    assert all(x["prompt_tokens"] == x["planned_input"] for x in by.values())  # every input length exact
     d = json.loads((out / "ramp.json").read_text())
     assert d["trace"]["format"] == "otel" and d["steps"][0]["trace"]["sent"] == 6
+    assert d["steps"][0]["server"]["prefix_cache_hit_rate"] > 0
+    # the session, whole in the step: its six calls, judged together, its time split
+    ss = d["steps"][0]["sessions"]
+    assert (ss["active"], ss["started"], ss["finished"], ss["whole"], ss["calls"]) == (1, 1, 1, 1, 6.0), ss
+    assert ss["between_s"] >= 0.3 - 0.005 and ss["engine_s"] > 0  # at least c1 -> c2's tool; the sub-agents overlap c3's wait

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
-from spoc_tui.core.traces import TraceError, TraceRead, detect_format, read_trace
+from spoc_tui.core.traces import TraceError, TraceRead, TraceSource, detect_format, read_trace
 from spoc_tui.core.tracestats import trace_stats
 
 NS = 1_000_000_000
@@ -85,6 +86,8 @@ def test_a_session_reads_as_calls_that_follow_each_other_after_the_tools_time(tm
         by["s1b"].think_s == pytest.approx(2.0) and by["c3"].parent == "c2" and by["c3"].think_s == pytest.approx(15.0)
     )
     assert {r.conversation for r in rows} == {"conv-1"}
+    assert [r.last for r in rows] == [False] * 5 + [True]  # the session's last call: c3, the latest to start
+    assert by["c3"].as_spoc()["last"] is True and "last" in by["c1"].as_spoc()
     # the prompt grows from the call it follows: its blocks first, then fresh ones
     assert by["c2"].hash_ids[:15] == by["c1"].hash_ids[:15] and len(by["c2"].hash_ids) == 19
     assert by["c3"].hash_ids[:18] == by["c2"].hash_ids[:18]
@@ -179,4 +182,32 @@ def test_spoc_trace_stats_and_convert_read_an_agent_trace(tmp_path):
                        capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
     back = list(read_trace(out))
-    assert [(x.id, x.parent) for x in back] == [(x.id, x.parent) for x in read_trace(p)]
+    assert [(x.id, x.parent, x.last) for x in back] == [(x.id, x.parent, x.last) for x in read_trace(p)]
+
+
+def test_a_replays_speed_scales_the_tools_time_only_when_asked(tmp_path):
+    """Issue 53: a replay's --speed scales when calls are due, never by default the tool's time
+    between a call's answer and the next call; --trace-think scaled divides that too. The session
+    replayed on a twin in virtual time at x2: after s1a's answer, s1b waits the 2 s recorded
+    (later than its due time, 9 s / 2), or (scaled) 1 s, or until it is due if that is later."""
+    from spoc_tui.core.traces import trace_source
+    from spoc_tui.twin.predict import read_rows, trace_step
+    from tests.unit.test_twin_fleet import _trace_prediction
+
+    p = write(tmp_path / "agent.jsonl", export(SESSION))
+    gaps = {}
+    for think in ("recorded", "scaled"):
+        src = trace_source(str(p), think=think)
+        assert src.think_scaled == (think == "scaled") and TraceSource.from_dict(src.as_dict()) == src
+        pred = _trace_prediction(p, "2")
+        pred = replace(pred, trace=read_rows(src, pred.twin.server.max_model_len))
+        run = trace_step(pred, pred.twin.fit, 0, 0, 2.0)
+        by = {s.trace_index: s for s in run.window}
+        s1a, s1b = by[2], by[4]  # (c3's 2,000 tokens pass the test twin's max-model-len: skipped)
+        assert s1a.end is not None
+        gaps[think] = s1b.start - s1a.end
+        if think == "scaled":
+            assert s1b.start == pytest.approx(max(4.5, s1a.end + 1.0), abs=1e-6)
+    assert gaps["recorded"] == pytest.approx(2.0, abs=1e-6) and 1.0 - 1e-6 <= gaps["scaled"] < 2.0
+    with pytest.raises(TraceError, match="--trace-think 'faster': recorded or scaled"):
+        trace_source(str(p), think="faster")

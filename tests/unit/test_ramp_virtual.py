@@ -15,6 +15,7 @@ from spoc_tui.cli.ramp import run
 from spoc_tui.core.experiment import Driver, RampProgress
 from spoc_tui.core.knee import FixedUsers, KneeSearch
 from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.steps import StepSummary
 from spoc_tui.load.ramp import RampConfig, RampResult, ResultWriter, ramp_header, spawn_rate
 from spoc_tui.sim.backend import VirtualBackend
 from spoc_tui.sim.options import SimOptions
@@ -185,3 +186,44 @@ def test_the_speed_search_answers_in_speed_multiples(tmp_path, capsys):
     assert knee["unit"] == "x" and knee["boundary"] in ("smooth", "cliff", "bound")
     assert "knee across steps: " in out and "x" in out.split("knee across steps: ")[1].splitlines()[0]
     assert all(s["trace"]["sent"] == 30 and s["trace"]["rows"] == 31 for s in d["steps"])
+
+
+def test_agent_sessions_find_their_knee_in_concurrent_sessions_with_their_own_figures(tmp_path, capsys):
+    """Issue 53: ``--profile agent`` (sessions of 4-16 calls, a tool's time between calls, the
+    context growing) on the simulator's engine: each step says its sessions (started, finished,
+    whole ones judged on every call, their time in the engine against between calls), and the
+    knee is in concurrent sessions with its interval, from the same driver as every ramp."""
+    cfg = ramp(tmp_path, "agent", KneeSearch(max_users=64), "ttft_p90<=1s", step_s=60, warmup_s=10,
+               budget_s=900, max_step_s=120)  # fmt: skip
+    assert run(cfg, on_sim8) == 0
+    out = capsys.readouterr().out
+    assert "users are concurrent sessions" in out and "  sessions: " in out
+    d = json.loads((cfg.out_dir / "ramp.json").read_text())
+    knee = d["knee"]
+    est, (lo, hi) = knee["estimate"], knee["ci95"]
+    assert knee["boundary"] in ("smooth", "cliff") and knee["binding_limit"] == "ttft_p90", knee
+    assert lo is not None and hi is not None and lo <= est <= hi, knee  # two-sided: a knee, not a bound
+    steps = [StepSummary.from_dict(s) for s in d["steps"]]
+    assert all(s.sessions is not None for s in steps)
+    judged = [s for s in steps if s.sessions is not None and s.sessions.whole >= 10]
+    assert judged, [s.sessions for s in steps]
+    for s in judged:
+        ss = s.sessions
+        assert ss is not None and ss.finished is not None and ss.whole <= min(ss.started, ss.finished) <= ss.active
+        assert 0 <= ss.all_met <= ss.whole and ss.calls is not None and 4 <= ss.calls <= 16
+        share_lo, share_hi = ss.all_met_ci95
+        assert share_lo is not None and share_hi is not None and share_lo <= ss.all_met / ss.whole <= share_hi
+        assert ss.engine_s > 0 and ss.between_s > 0  # the tools' time is between the calls
+    # well below the knee every whole session met the SLA on every call; near and past it, fewer
+    # whole sessions than calls do (a session of 8 calls at a p90 of the limit: 0.9^8, 43 %)
+    below = [s.sessions for s in steps if s.level < lo and s.sessions is not None and s.sessions.whole]
+    near = [s.sessions for s in judged if s.level >= 0.95 * est and s.sessions is not None]
+    assert below and all(ss.all_met == ss.whole for ss in below), below
+    assert near and all(ss.all_met < ss.whole for ss in near), near
+    # spoc report has them as a table, a row a step
+    from spoc_tui.core.results import decode_ramp
+    from spoc_tui.report.html import ramp_report
+
+    page = ramp_report(decode_ramp(d)).html
+    assert "<h2>Sessions: whole ones judged on every call</h2>" in page
+    assert page.count("every call met (95 %)") == 1 and f"{judged[0].sessions.whole}: " in page

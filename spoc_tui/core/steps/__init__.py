@@ -46,6 +46,8 @@ from spoc_tui.core.steps.server import QUEUE_MIN_SPAN_S as QUEUE_MIN_SPAN_S
 from spoc_tui.core.steps.server import GpuWindow as GpuWindow
 from spoc_tui.core.steps.server import ServerWindow as ServerWindow
 from spoc_tui.core.steps.server import queue_unbounded as queue_unbounded
+from spoc_tui.core.steps.sessions import Sessions as Sessions
+from spoc_tui.core.steps.sessions import sessions_of as sessions_of
 from spoc_tui.core.steps.summary import BLOCKS as BLOCKS
 from spoc_tui.core.steps.summary import USER_UNITS_MIN as USER_UNITS_MIN
 from spoc_tui.core.steps.summary import EarlyStop as EarlyStop

@@ -37,6 +37,9 @@ class RequestSample:
     """Trace replay: the row's input tokens (what ``prompt_tokens`` should come to)."""
     held_s: float | None = None
     """Trace replay: how long the row waited past its time for its parent turn to finish."""
+    last: bool | None = None
+    """The session's (conversation's) last call as its profile planned it: True, or False for
+    one with more to come; None where the request does not say (older files, a request log)."""
 
     @property
     def tpot(self) -> float | None:
@@ -62,6 +65,7 @@ class RequestSample:
             "turn": self.turn,
             "request_id": self.request_id,
             "end": self.end,
+            **({"last": self.last} if self.last is not None else {}),
             **(
                 {
                     "trace_index": self.trace_index,
@@ -99,4 +103,5 @@ class RequestSample:
             scheduled=json_float(d, "scheduled"),
             planned_input=json_int(d, "planned_input"),
             held_s=json_float(d, "held_s"),
+            last=bool(d["last"]) if isinstance(d.get("last"), bool) else None,
         )

@@ -25,6 +25,7 @@ from spoc_tui.core.steps.codec import Json, _obj, json_float, json_int
 from spoc_tui.core.steps.figures import Figures, Latency, Totals
 from spoc_tui.core.steps.sample import RequestSample
 from spoc_tui.core.steps.server import ServerWindow
+from spoc_tui.core.steps.sessions import Sessions, sessions_of
 from spoc_tui.core.steps.trace import TraceFidelity
 from spoc_tui.core.steps.verdict import Check, StepVerdict
 
@@ -81,6 +82,8 @@ class StepSummary:
     """Trace replay: the speed multiple the trace was replayed at (its timestamps divided by it)."""
     trace: TraceFidelity | None = None
     """Trace replay: how faithfully the step kept the trace's schedule, lengths and prefixes."""
+    sessions: Sessions | None = None
+    """Multi-call sessions (agent sessions, conversations) in the window; None for single calls."""
 
     @property
     def level(self) -> float:
@@ -145,6 +148,7 @@ class StepSummary:
             **({"speed": self.speed, "trace": self.trace.as_dict()} if self.trace is not None else {}),
             **({"stopped_early": self.stopped_early.as_dict()} if self.stopped_early else {}),
             **({"settled_early": self.settled_early.as_dict()} if self.settled_early else {}),
+            **({"sessions": self.sessions.as_dict()} if self.sessions is not None else {}),
         }
 
     @classmethod
@@ -182,6 +186,7 @@ class StepSummary:
             arrivals=Arrivals.from_dict(_obj(d["arrivals"])) if isinstance(d.get("arrivals"), dict) else None,
             speed=json_float(d, "speed"),
             trace=TraceFidelity.from_dict(_obj(d["trace"])) if isinstance(d.get("trace"), dict) else None,
+            sessions=Sessions.from_dict(_obj(d["sessions"])) if isinstance(d.get("sessions"), dict) else None,
         )
 
 
@@ -359,6 +364,7 @@ def summarize_step(
         extended_s=extended_s,
         drained_s=drained_s,
         arrivals=arrivals([s.start for s in samples]),
+        sessions=sessions_of(samples, lambda s: _meets(s, limits)),
     )
     verdict = judge(figures, limits)
     if unbounded:

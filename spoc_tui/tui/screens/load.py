@@ -474,6 +474,11 @@ class LoadScreen(Screen[None]):
                         self.predicted[s.level] = (None, None)
                         self.predict_step(req, s.level, s.duration_s)
             text = knee_text(p.knee, p.phase == "done", p.steps)
+            with_sessions = [s for s in p.steps if s.sessions is not None]
+            if with_sessions:  # agent sessions, conversations: the latest step's
+                last = with_sessions[-1]
+                assert last.sessions is not None
+                text.append(f"\nat {last.level_text}: {last.sessions.line()}")
             claim = self._claim
             if claim is not None and req is not None and req.trace is not None and str(req.trace.path) == claim.trace:
                 text.append("\n" + claim.beside(p.knee.inferred if p.knee is not None else None), style="bold")
