@@ -254,4 +254,6 @@ def test_an_agent_trace_replays_as_sessions_with_branches_in_parallel(sim, tmp_p
     # the session, whole in the step: its six calls, judged together, its time split
     ss = d["steps"][0]["sessions"]
     assert (ss["active"], ss["started"], ss["finished"], ss["whole"], ss["calls"]) == (1, 1, 1, 1, 6.0), ss
-    assert ss["between_s"] >= 0.3 - 0.005 and ss["engine_s"] > 0  # at least c1 -> c2's tool; the sub-agents overlap c3's wait
+    assert (
+        ss["between_s"] >= 0.3 - 0.005 and ss["engine_s"] > 0
+    )  # at least c1 -> c2's tool; the sub-agents overlap c3's wait
