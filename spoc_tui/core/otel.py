@@ -74,7 +74,14 @@ class OtelRead:
     names: Counter[str] = field(default_factory=Counter)
     """Attribute name -> model calls that used it."""
     skipped: Counter[str] = field(default_factory=Counter)
+    left_out: dict[str, str] = field(default_factory=dict)
+    """Each reason a model call was left out for, with the first call it left out (``span 'u1'
+    (line 3)``)."""
     cache_read_tokens: int = 0
+
+    def leave_out(self, why: str, s: _Span) -> None:
+        self.skipped[why] += 1
+        self.left_out.setdefault(why, f"span {s.id!r} (line {s.line})")
 
     def lacks(self) -> list[str]:
         """What the file does not hold that a replay or its figures could use."""
@@ -269,9 +276,9 @@ def read_calls(
         usage = any(n in s.attrs for n in (*NAMES["input_tokens"], *NAMES["output_tokens"]))
         if op in MODEL_OPS or (op is None and usage):
             if s.error:
-                read.skipped["failed in the original (status ERROR)"] += 1
+                read.leave_out("failed in the original (status ERROR)", s)
             elif not usage:
-                read.skipped["a model call with no token usage"] += 1
+                read.leave_out("a model call with no token usage", s)
             else:
                 calls.append(s)
     calls.sort(key=lambda s: (s.start_ns, s.end_ns))

@@ -50,6 +50,8 @@ class SessionStats:
     spellings: tuple[str, ...]
     """Attribute names of older releases the file used."""
     lacks: tuple[str, ...]
+    left_out: tuple[tuple[str, str], ...] = ()
+    """(why, the first model call left out for it), as ``spoc trace stats`` names them."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -64,6 +66,7 @@ class SessionStats:
             "cache_read_tokens": self.cache_read_tokens,
             "older_attribute_names": list(self.spellings),
             "lacks": list(self.lacks),
+            "left_out": {why: first for why, first in self.left_out},
         }
 
     def lines(self) -> list[str]:
@@ -78,6 +81,7 @@ class SessionStats:
             out.append(f"  cache-read input tokens {self.cache_read_tokens:,}")
         if self.spellings:
             out.append(f"  older attribute names read: {', '.join(self.spellings)}")
+        out += [f"  left out: {why}, the first {first}" for why, first in self.left_out]
         if self.lacks:
             out.append(f"  the file lacks: {'; '.join(self.lacks)}")
         return out
@@ -211,6 +215,7 @@ def trace_stats(path: Path, fmt: TraceFormat | None = None, filters: Sequence[tu
             o.cache_read_tokens,
             tuple(o.spellings()),
             tuple(o.lacks()),
+            tuple(sorted(o.left_out.items())),
         )
     return TraceStats(
         fmt,

@@ -211,3 +211,45 @@ def test_a_replays_speed_scales_the_tools_time_only_when_asked(tmp_path):
     assert gaps["recorded"] == pytest.approx(2.0, abs=1e-6) and 1.0 - 1e-6 <= gaps["scaled"] < 2.0
     with pytest.raises(TraceError, match="--trace-think 'faster': recorded or scaled"):
         trace_source(str(p), think="faster")
+
+
+def test_calls_left_out_are_named_and_a_malformed_file_is_one_line_and_exit_2(tmp_path):
+    """Issue 53: a model call without token counts is left out and named (its span and line, the
+    first of each reason), by ``spoc trace stats`` too; a malformed file is one line on stderr and
+    exit 2, never a traceback."""
+    failed = chat("f1", "A", 3.0, 3.5, 10, 1)
+    failed["status"] = {"code": 2, "message": "rate limited"}
+    no_usage = span("u1", "A", 4.0, 4.5, gen_ai__operation__name="chat")
+    p = write(tmp_path / "agent.jsonl", export([*SESSION[:2], failed, no_usage]))
+    read = TraceRead()
+    list(read_trace(p, None, (), read))
+    assert read.otel is not None and read.otel.left_out == {
+        "failed in the original (status ERROR)": "span 'f1' (line 1)",
+        "a model call with no token usage": "span 'u1' (line 1)",
+    }
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "trace", "stats", str(p)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "left out: a model call with no token usage, the first span 'u1' (line 1)" in r.stdout
+    spans = json.loads(json.dumps(SESSION[:2]))
+    spans[1]["attributes"] = {"a": 1}
+    bad = write(tmp_path / "bad.jsonl", export(SESSION[:1]), export(spans))
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "trace", "stats", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert "bad.jsonl line 2: span 'c1': attributes must be a list" in line, line
+
+
+def test_a_session_cut_by_a_time_window(tmp_path):
+    """--trace-window 5:20 keeps the calls that start from 5 s to 25 s: the session's first two
+    calls are cut, the sub-agents' calls (which follow c2, outside) are first in the window and are
+    held by nothing, their times rebased to the window's start, and the session's last call is still
+    marked last."""
+    from spoc_tui.core.traces import trace_source
+
+    p = write(tmp_path / "agent.jsonl", export(SESSION))
+    rows = list(trace_source(str(p), window="5:20").rows())
+    assert [r.id for r in rows] == ["s1a", "s2a", "s1b", "c3"]
+    assert [r.t for r in rows] == pytest.approx([1.0, 1.2, 4.0, 15.0])
+    assert rows[0].parent == "c2" and rows[1].parent == "c2"  # outside: a replay holds them for nothing
+    assert rows[2].parent == "s1a" and rows[3].parent == "c2" and [r.last for r in rows] == [False] * 3 + [True]
+    assert [r.conversation for r in rows] == ["conv-1"] * 4
