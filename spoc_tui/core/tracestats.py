@@ -66,7 +66,7 @@ class SessionStats:
             "cache_read_tokens": self.cache_read_tokens,
             "older_attribute_names": list(self.spellings),
             "lacks": list(self.lacks),
-            "left_out": {why: first for why, first in self.left_out},
+            "left_out": dict(self.left_out),
         }
 
     def lines(self) -> list[str]:
