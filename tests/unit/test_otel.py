@@ -233,7 +233,9 @@ def test_calls_left_out_are_named_and_a_malformed_file_is_one_line_and_exit_2(tm
     spans = json.loads(json.dumps(SESSION[:2]))
     spans[1]["attributes"] = {"a": 1}
     bad = write(tmp_path / "bad.jsonl", export(SESSION[:1]), export(spans))
-    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", "trace", "stats", str(bad)], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "spoc_tui.cli", "trace", "stats", str(bad)], capture_output=True, text=True
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert "bad.jsonl line 2: span 'c1': attributes must be a list" in line, line
