@@ -608,10 +608,16 @@ def _otel_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read:
     calls = read_calls(path, objects, read.otel, TraceError, MAX_TOKENS, MAX_THINK_S)
     read.skipped.update(read.otel.skipped)
     blocks = hash_blocks(calls)
-    final: dict[str, str] = {}  # each session's last call that is sent (the latest to start)
+    # each call's turn in its session (not in its agent's chain: a sub-agent's first call is not a
+    # session's start), and each session's last call that is sent (the latest to start)
+    final: dict[str, str] = {}
+    turn: dict[str, int] = {}
+    count: Counter[str] = Counter()
     for c in calls:  # in start order
         if c.input_tokens and c.output_tokens:
             final[c.session] = c.span
+            turn[c.span] = count[c.session]
+            count[c.session] += 1
     for c in calls:
         r = _Row(path, c.line, {k: "" if v is None else v for k, v in c.attrs.items()})
         if (index := read.admit(r, filters)) is None:
@@ -622,7 +628,7 @@ def _otel_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read:
         _within_span(r, "startTimeUnixNano", c.start_s, 0.0)
         yield TraceRow(
             index, c.start_s, c.input_tokens, c.output_tokens, blocks[c.span], OTEL_BLOCK, c.session, c.follows,
-            c.turn, c.gap_s, c.line, c.span, last=final.get(c.session) == c.span,
+            turn[c.span], c.gap_s, c.line, c.span, last=final.get(c.session) == c.span,
         )  # fmt: skip
 
 

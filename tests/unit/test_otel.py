@@ -86,6 +86,7 @@ def test_a_session_reads_as_calls_that_follow_each_other_after_the_tools_time(tm
         by["s1b"].think_s == pytest.approx(2.0) and by["c3"].parent == "c2" and by["c3"].think_s == pytest.approx(15.0)
     )
     assert {r.conversation for r in rows} == {"conv-1"}
+    assert [r.turn for r in rows] == [0, 1, 2, 3, 4, 5]  # in the session, not in each agent's chain
     assert [r.last for r in rows] == [False] * 5 + [True]  # the session's last call: c3, the latest to start
     assert by["c3"].as_spoc()["last"] is True and "last" in by["c1"].as_spoc()
     # the prompt grows from the call it follows: its blocks first, then fresh ones
@@ -255,3 +256,4 @@ def test_a_session_cut_by_a_time_window(tmp_path):
     assert rows[0].parent == "c2" and rows[1].parent == "c2"  # outside: a replay holds them for nothing
     assert rows[2].parent == "s1a" and rows[3].parent == "c2" and [r.last for r in rows] == [False] * 3 + [True]
     assert [r.conversation for r in rows] == ["conv-1"] * 4
+    assert [r.turn for r in rows] == [2, 3, 4, 5]  # turns in the session: its start (turn 0) was cut
