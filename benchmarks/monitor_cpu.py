@@ -39,11 +39,11 @@ from spoc_tui.tui.app import SpocApp  # noqa: E402
 
 SMOKE = "--smoke" in sys.argv
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
-SECONDS = 3.0 if SMOKE else float(ARGS[0]) if ARGS else 60.0
+SECONDS = 1.5 if SMOKE else float(ARGS[0]) if ARGS else 60.0
 WINDOW_S = 60.0
 """The monitor's default window; it is measured once a full window of history is kept (the
 steady state an operator watches in), not while the first minute fills it."""
-WARMUP_S = 3.0 if SMOKE else WINDOW_S + 5.0
+WARMUP_S = 1.5 if SMOKE else WINDOW_S + 5.0
 SIZE = (160, 48)
 TARGET_PCT = 1.0
 HEADROOM_TARGET_PCT = 1.5
@@ -188,7 +188,8 @@ async def main() -> int:
         tm_cpu, tm_wall = await asyncio.to_thread(in_terminal, monitor_argv, WARMUP_S)
     finally:
         proc.stop()
-    est_cpu, est_every, est_line = headroom_estimate_cpu(240.0 if SMOKE else 600.0)
+    # (the smoke's 2 minutes of scrapes are too few windows for a number: the path runs, it says why)
+    est_cpu, est_every, est_line = headroom_estimate_cpu(120.0 if SMOKE else 600.0)
 
     m_pct, b_pct = 100 * m_cpu / m_wall, 100 * b_cpu / b_wall
     off_pct, est_pct = 100 * off_cpu / off_wall, 100 * est_cpu / est_every

@@ -91,8 +91,10 @@ def test_the_prediction_matches_the_measured_ramp(sim, twin, tmp_path):
     prof = tmp_path / "held-out.toml"
     prof.write_text(PROFILE)
     measured = tmp_path / "measured"
-    r = spoc("ramp", "--url", sim, "--dcgm", dcgm, "--profile", str(prof), "--users", "2,10", "--step-seconds", "10",
-             "--warmup-seconds", "2", "--max-step-seconds", "10", "--sla", "ttft_p90<=2s", "--out", str(measured),
+    # short steps: what is asserted is that the check and the prediction ran and said something;
+    # how close they come is benchmarks/twin_accuracy.py's
+    r = spoc("ramp", "--url", sim, "--dcgm", dcgm, "--profile", str(prof), "--users", "2,10", "--step-seconds", "5",
+             "--warmup-seconds", "1", "--max-step-seconds", "5", "--sla", "ttft_p90<=2s", "--out", str(measured),
              )  # fmt: skip
     assert r.returncode == 0, r.stderr
     c = spoc("twin", "check", "--twin", str(twin), "--ramp", str(measured), "--draws", "4", "--json")
@@ -109,8 +111,8 @@ def test_the_prediction_matches_the_measured_ramp(sim, twin, tmp_path):
     assert "the twin holds" in text.stdout or "DRIFTED" in text.stdout
     assert "MHz over the ramp against" in text.stdout
     pred = tmp_path / "predicted"
-    p = spoc("twin", "predict", "--twin", str(twin), "--profile", str(prof), "--users", "2,10", "--step-seconds", "10",
-             "--warmup-seconds", "2", "--max-step-seconds", "10", "--sla", "ttft_p90<=2s", "--draws", "4",
+    p = spoc("twin", "predict", "--twin", str(twin), "--profile", str(prof), "--users", "2,10", "--step-seconds", "5",
+             "--warmup-seconds", "1", "--max-step-seconds", "5", "--sla", "ttft_p90<=2s", "--draws", "4",
              "--out", str(pred))  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "knee (predicted)" in p.stdout and "queued" in p.stdout

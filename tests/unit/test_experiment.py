@@ -115,7 +115,8 @@ def test_a_step_down_waits_for_the_last_levels_requests_and_counts_only_its_own(
 
 
 def test_a_knee_search_step_ends_once_its_next_level_is_plain():
-    exp = experiment(KneeSearch(max_users=256), sla="ttft_p99<=300ms", step_s=40, warmup_s=10)
+    # (the doubling's first steps are where it settles: five minutes of load show it)
+    exp = experiment(KneeSearch(max_users=256), sla="ttft_p99<=300ms", step_s=40, warmup_s=10, budget_s=300)
     d, _, _ = drive(exp)
     settled = [s for s in d.steps if s.settled_early is not None]
     assert settled, [s.users for s in d.steps]

@@ -194,7 +194,7 @@ def test_agent_sessions_find_their_knee_in_concurrent_sessions_with_their_own_fi
     whole ones judged on every call, their time in the engine against between calls), and the
     knee is in concurrent sessions with its interval, from the same driver as every ramp."""
     cfg = ramp(tmp_path, "agent", KneeSearch(max_users=64), "ttft_p90<=1s", step_s=60, warmup_s=10,
-               budget_s=900, max_step_s=120)  # fmt: skip
+               budget_s=600, max_step_s=120)  # fmt: skip
     assert run(cfg, on_sim8) == 0
     out = capsys.readouterr().out
     assert "users are concurrent sessions" in out and "  sessions: " in out
