@@ -159,7 +159,7 @@ def main() -> int:
             learner = observe(gpu, seed, base, False, observe_s, work)
             fed = time.process_time() - t0
             t0 = time.process_time()
-            h = learner.estimate(seed=seed, draws=1 if smoke else 4, replay_s=60.0 if smoke else 120.0)
+            h = learner.estimate(seed=seed, draws=1 if smoke else 4, replay_s=30.0 if smoke else 120.0)
             cost = time.process_time() - t0
             truth = measured_knee(gpu, seed, base, False, work) if not smoke else math.nan
             lo, hi = h.ci95

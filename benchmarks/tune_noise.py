@@ -30,9 +30,9 @@ from realengine import VLLM_ENV, ready, serve_command  # noqa: E402
 
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 SMOKE = "--smoke" in sys.argv
-"""make test runs it so (that the script runs, not its figures): the simulator, 2 repeats of 6 s at 8 users."""
+"""make test runs it so (that the script runs, not its figures): the simulator, 2 repeats of 4 s at 8 users."""
 if SMOKE:
-    ARGS = ["sim", "2", "6"]
+    ARGS = ["sim", "2", "4"]
 TARGETS = ARGS[0] if ARGS else "both"
 REPEATS = int(ARGS[1]) if len(ARGS) > 1 else 4
 STEP_S = float(ARGS[2]) if len(ARGS) > 2 else 30.0
