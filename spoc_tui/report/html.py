@@ -20,6 +20,7 @@ from spoc_tui.core.redact import redact_text
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.sla import LevelUnit, Limit, parse_sla
 from spoc_tui.core.steps import StepSummary
+from spoc_tui.core.steps.sessions import share_text
 from spoc_tui.core.textsafe import lines_safe
 from spoc_tui.report.svg import PALETTE, Chart, Point, Series, render
 
@@ -189,9 +190,8 @@ def _sessions_row(s: StepSummary) -> list[object]:
     ss = s.sessions
     assert ss is not None
     lo, hi = ss.all_met_ci95
-    met = (
-        f"{ss.all_met} of {ss.whole}: {ss.all_met / ss.whole * 100:.0f} % ({_pct(lo)}-{_pct(hi)})" if ss.whole else "-"
-    )
+    share = ss.all_met_share
+    met = f"{ss.all_met} of {ss.whole}: {share_text(share)} ({share_text(lo)}-{share_text(hi)})" if ss.whole else "-"
     eng = ss.engine_share
     return [
         s.level_text,
@@ -203,10 +203,6 @@ def _sessions_row(s: StepSummary) -> list[object]:
         "-" if ss.calls is None else f"{ss.calls:.1f}",
         "-" if eng is None else f"{eng * 100:.0f} %",
     ]
-
-
-def _pct(v: float | None) -> str:
-    return "?" if v is None else f"{v * 100:.0f} %"
 
 
 def ramp_report(doc: RampDoc) -> Report:

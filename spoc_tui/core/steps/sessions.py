@@ -86,7 +86,7 @@ class Sessions:
             why = "" if self.finished is not None else " (the calls do not say which is a session's last)"
             return f"{head}; none whole in the step{why}: measure longer steps to judge whole sessions"
         lo, hi = self.all_met_ci95
-        share = f"{self.all_met / self.whole * 100:.0f} %, 95 %: {_pct(lo)}-{_pct(hi)}"
+        share = f"{self.all_met / self.whole * 100:.0f} %, 95 %: {share_text(lo)}-{share_text(hi)}"
         calls = f"{self.calls:.1f} calls each" if self.calls is not None else ""
         eng = self.engine_share
         time_split = (
@@ -97,7 +97,8 @@ class Sessions:
         return f"{head}; {self.whole} whole: every call met the SLA in {self.all_met} ({share}); {calls}{time_split}"
 
 
-def _pct(v: float | None) -> str:
+def share_text(v: float | None) -> str:
+    """``83 %``, or ``?`` for a side the sample cannot bound (the line's and the report's)."""
     return "?" if v is None else f"{v * 100:.0f} %"
 
 
