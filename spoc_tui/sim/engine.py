@@ -617,7 +617,7 @@ class SimEngine:
                 except TimeoutError:
                     pass
                 now = self.clock()
-                self._step_gpus(now - last, 0.0, 0.0)
+                self.step_gpus(now - last, 0.0, 0.0)
                 last = now
                 continue
             dur = self.step()
@@ -630,10 +630,10 @@ class SimEngine:
             self.complete(decodes, prefills, now)
             n_prefill = sum(n for _, n in prefills)
             intensity = 0.72 + 0.28 * min(1.0, n_prefill / 2048)
-            self._step_gpus(now - last, 1.0, intensity)
+            self.step_gpus(now - last, 1.0, intensity)
             last = now
 
-    def _step_gpus(self, wall_dt: float, busy: float, intensity: float) -> None:
+    def step_gpus(self, wall_dt: float, busy: float, intensity: float) -> None:
         dt = wall_dt * self.cfg.speed
         for g in self.gpus:
             g.step(dt, busy, intensity)

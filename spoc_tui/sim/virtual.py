@@ -106,6 +106,7 @@ class VirtualServer:
         spread_s: float = 5.0,
         ignore_eos: bool | None = None,
         paced: bool = False,
+        gpus: bool = False,
     ) -> None:
         """
         Args:
@@ -119,8 +120,12 @@ class VirtualServer:
             paced: each turn waits the load generator's jitter first, as ``spoc ramp``'s users do
                 (:func:`~spoc_tui.workload.jitter`: up to a second before a user's first turn,
                 a little before a turn without think time; none in lockstep).
+            gpus: the simulated GPUs heat, draw power and count energy on the virtual clock, as
+                ``spoc sim``'s do in real time (what a monitor reads of its exporter); off, they
+                stay as built, as ramps and predictions have always run.
         """
         self.paced = paced
+        self.gpus = gpus
         self.rate = 0.0
         self._next_arrival: float | None = None
         self._idle: list[_User] = []
@@ -316,20 +321,28 @@ class VirtualServer:
                 eng.add(heapq.heappop(self._pending)[2])
             if eng.idle():
                 nxt = self._next_event()
+                self._idle_to(until if nxt is None else min(until, max(self.now, nxt)))
                 if nxt is None:
-                    self.now = until
                     break
-                self.now = min(until, max(self.now, nxt))
                 continue
             dur = eng.step()
             decodes, prefills = eng._pending
             if not decodes and not prefills:  # nothing could be scheduled: wait for the next arrival
                 nxt = self._next_event()
-                self.now = min(until, nxt) if nxt is not None else until
+                self._idle_to(min(until, nxt) if nxt is not None else until)
                 continue
             self.now += dur
             eng.busy_s += dur
             eng.complete(decodes, prefills, self.now)
+            if self.gpus:  # as the engine's real-time loop: a prefill-heavy step draws more power
+                n_prefill = sum(n for _, n in prefills)
+                eng.step_gpus(dur / eng.cfg.speed, 1.0, 0.72 + 0.28 * min(1.0, n_prefill / 2048))
+
+    def _idle_to(self, t: float) -> None:
+        """Nothing to run until ``t``: the clock moves on, and the GPUs (when stepped) idle."""
+        if self.gpus and t > self.now:
+            self.engine.step_gpus((t - self.now) / self.engine.cfg.speed, 0.0, 0.0)
+        self.now = t
 
     def stale(self) -> int:
         """Requests in flight that were sent before the load was last set."""

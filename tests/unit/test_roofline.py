@@ -173,3 +173,30 @@ def test_why_there_is_no_peak_is_passed_through():
         **{**{f: getattr(v, f) for f in v.__dataclass_fields__}, "flops_per_gpu_rate": 1e12, "steps_rate": 5.0}
     )
     assert of_view(v, None, "mixed GPUs").why == "mixed GPUs: absolute figures only"
+
+
+def test_roofline_of_the_simulator_under_load_against_its_exporters_gpus():
+    """What the monitor reads of ``spoc sim --tp 2 --load-users 8``, on the virtual clock: two
+    scrapes of its /metrics 2 s apart and its dcgm-exporter's GPUs name the H100, and the
+    window's reading has shares of its peak (the HTTP of the same scrapes is the live tests')."""
+    from spoc_tui.core.gpu import dcgm_gpus
+    from spoc_tui.core.roofline import gpu_of
+    from spoc_tui.sim.exposition import dcgm_metrics
+    from spoc_tui.sim.options import SimOptions
+    from spoc_tui.sim.run import build
+    from spoc_tui.sim.virtual import VirtualServer
+    from spoc_tui.workload import load_workload
+
+    engine, users = build(SimOptions(tp=2, load_users=8, dcgm_port=None))
+    server = VirtualServer(engine, load_workload("chatbot"), users, seed=0, paced=True)
+    server.advance(20.0)
+    before = parse(vllm_metrics(server.engine))
+    server.advance(22.0)
+    after = parse(vllm_metrics(server.engine))
+    gpus = dcgm_gpus(parse(dcgm_metrics(server.engine.gpus)), "d")
+    assert len(gpus) == 2
+    gpu = gpu_of([g.model for g in gpus])
+    assert gpu is not None and gpu.name == "h100-80gb"
+    r = of_view(server_view("x", Scrape(after, 22.0, before, 20.0)).total, gpu)
+    assert r.reading in ("memory-bound", "compute-bound", "overhead-bound"), r
+    assert r.flops_share is not None and 0 < r.flops_share < 1 and r.bw_share is not None and 0 < r.bw_share < 1

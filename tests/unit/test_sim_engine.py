@@ -169,7 +169,7 @@ def test_thermal_scenario_hot_gpu_throttles_and_slows_the_group():
             dec, pre = engine._pending
             t[0] += d
             engine.complete(dec, pre, t[0])
-            engine._step_gpus(max(d, 0.5), 1.0, 0.8)  # coarse thermal steps: minutes of load
+            engine.step_gpus(max(d, 0.5), 1.0, 0.8)  # coarse thermal steps: minutes of load
         return engine, engine.stats.generation_tokens / t[0]
 
     hot_engine, hot = run("thermal")
