@@ -1,4 +1,5 @@
-"""``spoc demo``: the simulator with a background load, and the monitor on it."""
+"""``spoc demo``: the simulator with a background load, and the monitor on it. Light to import:
+a refused option answers before the app and the simulator's process code load."""
 
 from __future__ import annotations
 
@@ -7,11 +8,7 @@ import sys
 from spoc_tui.config import Settings
 from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from spoc_tui.procs.ports import free_block, free_ports
-from spoc_tui.procs.server import LaunchError
 from spoc_tui.sim.options import SimConfigError, SimOptions
-from spoc_tui.sim.process import start_sim
-from spoc_tui.sim.run import build, demo_users, replica_count
-from spoc_tui.tui.app import run_monitor
 
 
 def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None, seed: int) -> int:
@@ -19,6 +16,8 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
     if users is not None and users < 0:
         print("spoc demo: error: --users must be 0 or more", file=sys.stderr)
         return EXIT_USAGE
+    from spoc_tui.sim.run import build, demo_users, replica_count
+
     try:
         engine, _ = build(opts)  # validate before starting anything
     except SimConfigError as e:
@@ -62,6 +61,10 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
         + ")...",
         flush=True,
     )
+    from spoc_tui.procs.server import LaunchError
+    from spoc_tui.sim.process import start_sim
+    from spoc_tui.tui.app import run_monitor
+
     try:
         server = start_sim(args, port)
     except LaunchError as e:

@@ -1,6 +1,7 @@
-"""Hostile values from a live /metrics, through the real collectors and the headless monitor:
-NaN and ±Inf read as n/a (never "inf" on screen or in a verdict), 10,000 model names bounded,
-and a server that restarts or flaps is seen again within two polls."""
+"""Hostile values from a /metrics, through the real collectors and the headless monitor: NaN and
+±Inf read as n/a (never "inf" on screen or in a verdict), 10,000 model names bounded (the bodies
+served through httpx's in-memory transport, or read from a file: the values are the subject, not
+the socket), and a server that restarts or flaps on a real port is seen again within two polls."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import json
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from spoc_tui.collectors.poller import VllmPoller
 from spoc_tui.config import Settings
@@ -48,12 +49,20 @@ def many_models(text: str, n: int) -> str:
     return text + "\n".join(extra) + "\n"
 
 
-async def monitor_text(url: str, size: tuple[int, int], interval: float) -> str:
-    """The headless monitor watching ``url`` through the real poller: its screen as text, once a
-    server row is drawn."""
+URL = "http://127.0.0.1:8000"
+
+
+def served(body: str) -> httpx.AsyncClient:
+    """A client whose every GET answers ``body`` (httpx's in-memory transport: no socket)."""
+    return httpx.AsyncClient(transport=httpx.MockTransport(lambda _: httpx.Response(200, text=body)))
+
+
+async def monitor_text(body: str, size: tuple[int, int], interval: float) -> str:
+    """The headless monitor watching a server that serves ``body``, through the real poller: its
+    screen as text, once a server row is drawn."""
     app = SpocApp(
-        Settings(vllm_urls=[url], nvml=False, interval=interval, window=60),
-        MonitorSources(vllm=VllmPoller([url], 60), gpu_note="no GPU"),
+        Settings(vllm_urls=[URL], nvml=False, interval=interval, window=60),
+        MonitorSources(vllm=VllmPoller([URL], 60, client=served(body)), gpu_note="no GPU"),
     )
     async with app.run_test(size=size) as pilot:
         for _ in range(100):
@@ -79,24 +88,21 @@ class Source:
 
 
 async def test_nan_and_inf_read_as_na_in_the_view_and_on_the_monitor():
-    src = Source(poisoned(VLLM))
-    server = TestServer(src.app(), host="127.0.0.1")
-    await server.start_server()
-    url = f"http://127.0.0.1:{server.port}"
+    body = poisoned(VLLM)
+    now = [0.0]
+    poller = VllmPoller([URL], 60, clock=lambda: now[0], client=served(body))
     try:
-        poller = VllmPoller([url], 60)
         for _ in range(2):
             tick = await poller.poll()
-            await asyncio.sleep(0.3)
-        await poller.aclose()
-        v = tick.servers[0].total
-        assert (v.running, v.waiting, v.kv_cache_usage, v.preemptions_rate) == (None, None, None, None)
-        json.dumps(json_safe(v.as_dict()), allow_nan=False)
-
-        text = await monitor_text(url, (160, 48), 0.2)
-        assert not re.search(r"(?i)(?<![a-z])-?(inf|nan)(?![a-z])", text), "a non-finite value reached the screen"
+            now[0] += 0.3
     finally:
-        await server.close()
+        await poller.aclose()
+    v = tick.servers[0].total
+    assert (v.running, v.waiting, v.kv_cache_usage, v.preemptions_rate) == (None, None, None, None)
+    json.dumps(json_safe(v.as_dict()), allow_nan=False)
+
+    text = await monitor_text(body, (160, 48), 0.2)
+    assert not re.search(r"(?i)(?<![a-z])-?(inf|nan)(?![a-z])", text), "a non-finite value reached the screen"
 
 
 async def test_ten_thousand_model_names_are_bounded_in_inspect_and_on_screen(tmp_path):
@@ -104,24 +110,19 @@ async def test_ten_thousand_model_names_are_bounded_in_inspect_and_on_screen(tmp
     import sys
 
     body = many_models(VLLM, 10_000)
-    src = Source(body)
-    server = TestServer(src.app(), host="127.0.0.1")
-    await server.start_server()
-    url = f"http://127.0.0.1:{server.port}"
-    try:
-        r = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "spoc_tui.cli", "inspect", url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert r.returncode == 0, r.stderr
-        assert "and 9,998 more" in r.stdout and max(map(len, r.stdout.splitlines())) < 400
-        text = await monitor_text(url, (120, 40), 0.5)
-        assert "and 9,998 more" in text and "x" * 60 not in text
-    finally:
-        await server.close()
+    capture = tmp_path / "metrics.txt"
+    capture.write_text(body)
+    r = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "spoc_tui.cli", "inspect", str(capture)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "and 9,998 more" in r.stdout and max(map(len, r.stdout.splitlines())) < 400
+    text = await monitor_text(body, (120, 40), 0.5)
+    assert "and 9,998 more" in text and "x" * 60 not in text
 
 
 def test_names_are_bounded():

@@ -131,8 +131,10 @@ def test_inspect_headroom_refuses_bad_input_in_one_line(args, says):
     assert says in r.stderr and r.stderr.startswith("spoc: error: ") and "Traceback" not in r.stderr, r.stderr
 
 
-def test_inspect_bad_source_reports_others_and_exits_2(sim, tmp_path):
-    url, _, _ = sim
+def test_inspect_bad_source_reports_others_and_exits_2(tmp_path):
+    """A server that answers (here a capture), one that does not and a file that is not there:
+    the good one is reported, each bad one in a line, exit 2."""
+    url = str(FIX / "vllm/vllm_0.32_cpu_full_load.txt")
     bad = free_port()
     r = subprocess.run(
         [
@@ -174,8 +176,8 @@ def test_inspect_file_text_mode():
     assert "engine v1" in r.stdout and "latency over lifetime" in r.stdout and "GPU 0 Tesla V100" in r.stdout
 
 
-def test_api_key_never_printed(sim):
-    url, _, _ = sim
+def test_api_key_never_printed():
+    url = str(FIX / "vllm/vllm_0.32_cpu_full_load.txt")
     r = subprocess.run(
         [sys.executable, "-m", "spoc_tui.cli", "inspect", url, "http://127.0.0.1:1", "--api-key", "sk-SECRET-123"],
         capture_output=True,

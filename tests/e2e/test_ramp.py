@@ -122,16 +122,6 @@ def test_constant_prompt_lengths_are_exact_from_the_servers_tokenize(sim8, tmp_p
     assert len(lengths) > 5 and set(lengths) == {207}
 
 
-def test_the_simulators_tokenize_answers_as_vllm(sim8):
-    import httpx
-
-    url, _ = sim8
-    r = httpx.post(url + "/tokenize", json={"prompt": "the queue, grows", "add_special_tokens": False})
-    assert r.status_code == 200 and r.json()["count"] == 4 and len(r.json()["tokens"]) == 4
-    assert httpx.post(url + "/tokenize", json={"prompt": 3}).status_code == 400
-    assert httpx.post(url + "/tokenize", json={"model": "other", "prompt": "x"}).status_code == 404
-
-
 BAD_ARGUMENTS = [
     (["--sla", "ttft<=1s"], "cannot parse SLA clause"),
     (["--users", "8,4"], "increasing"),

@@ -142,18 +142,6 @@ def test_weka_conversations_replay_with_think_time(sim, tmp_path):
     assert by[2]["cached_tokens"] == 0
 
 
-def test_window_and_row_cap_pick_a_slice(sim, tmp_path):
-    trace = tmp_path / "mooncake.jsonl"
-    rows = write_mooncake(trace, n=30, rate=10)
-    out = tmp_path / "out"
-    start = (rows[5]["timestamp"] - rows[0]["timestamp"]) / 1000  # the window counts from the first row
-    r = ramp("--url", sim, "--trace", str(trace), "--trace-window", f"{start}:", "--trace-max-rows", "6",
-             "--speed", "2", "--sla", "ttft_p90<=5s", "--out", str(out))  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    got = sorted(x["trace_index"] for x in requests_of(out))
-    assert got == list(range(5, 11))
-
-
 @pytest.mark.parametrize(
     ("body", "args", "needle"),
     [

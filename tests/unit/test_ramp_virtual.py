@@ -227,3 +227,30 @@ def test_agent_sessions_find_their_knee_in_concurrent_sessions_with_their_own_fi
     page = ramp_report(decode_ramp(d)).html
     assert "<h2>Sessions: whole ones judged on every call</h2>" in page
     assert page.count("every call met (95 %)") == 1 and f"{judged[0].sessions.whole}: " in page
+
+
+def test_a_trace_window_and_row_cap_send_that_slice(tmp_path, capsys):
+    """--trace-window START: and --trace-max-rows N: a replay step sends the N rows from the
+    window's start, no more, and the results say which slice (which rows the selection keeps is
+    tests/unit/test_trace_replay_core.py's)."""
+    from spoc_tui.core.knee import parse_speed_plan
+    from spoc_tui.core.traces import trace_source
+    from tests.e2e.test_trace_replay import write_mooncake
+
+    trace = tmp_path / "mooncake.jsonl"
+    rows = write_mooncake(trace, n=30, rate=10)
+    start = (rows[5]["timestamp"] - rows[0]["timestamp"]) / 1000  # the window counts from the first row
+    cfg = RampConfig(
+        "http://127.0.0.1:1",
+        load_workload("chatbot"),
+        parse_speed_plan("2"),
+        tuple(parse_sla("ttft_p90<=5s")),
+        tmp_path / "out",
+        trace=trace_source(str(trace), window=f"{start}:", max_rows=6),
+    )
+    cfg.validate()
+    assert run(cfg, on_twin) == 0
+    d = json.loads((cfg.out_dir / "ramp.json").read_text())
+    (step,) = d["steps"]
+    assert step["speed"] == 2.0 and step["trace"]["sent"] == 6, step["trace"]
+    assert d["trace"]["window"] == [start, None] and d["trace"]["max_rows"] == 6 and d["trace"]["rows"] == 6

@@ -69,3 +69,24 @@ def test_a_bad_completion_body_names_its_field(body, param):
     r = asyncio.run(_server().completions(_Body(body)))  # type: ignore[arg-type]
     assert r.status == 400
     assert json.loads(r.body)["error"]["param"] == param
+
+
+def test_tokenize_answers_as_vllm():
+    """``POST /tokenize`` as vLLM answers it: the count and the ids (a load generator learns its
+    word counts from it), the chat form with the template's tokens, and a refusal by field."""
+    server = _server()
+    r = asyncio.run(
+        server.tokenize(_Body(json.dumps({"prompt": "the queue, grows", "add_special_tokens": False}).encode()))
+    )  # type: ignore[arg-type]
+    got = json.loads(r.body)
+    assert r.status == 200 and got["count"] == 4 and len(got["tokens"]) == 4 and got["max_model_len"] == 4096
+    chat = json.dumps({"messages": [{"role": "user", "content": "the queue, grows"}]}).encode()
+    got = json.loads(asyncio.run(server.tokenize(_Body(chat))).body)  # type: ignore[arg-type]
+    assert got["count"] > 4  # the chat template's own tokens
+    r = asyncio.run(server.tokenize(_Body(json.dumps({"prompt": 5}).encode())))  # type: ignore[arg-type]
+    assert r.status == 400 and json.loads(r.body)["error"]["param"] == "prompt"
+
+
+def test_tokenize_refuses_another_model():
+    r = asyncio.run(_server().tokenize(_Body(json.dumps({"model": "other", "prompt": "x"}).encode())))  # type: ignore[arg-type]
+    assert r.status == 404
