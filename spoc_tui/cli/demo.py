@@ -24,7 +24,7 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
         print(f"spoc demo: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     from spoc_tui.core.errors import InputError
-    from spoc_tui.tui.app import require_terminal
+    from spoc_tui.tui.terminal import require_terminal
 
     try:
         require_terminal("spoc demo")  # before the simulator starts

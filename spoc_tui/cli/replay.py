@@ -53,8 +53,9 @@ def replay_cmd(file: str, speed: float, export_fmt: str | None, out: str | None)
         return
     if out:
         raise InputError("--out goes with --export")
-    from spoc_tui.tui.app import require_terminal
+    from spoc_tui.tui.terminal import require_terminal
+
+    require_terminal("spoc replay")  # before the app loads
     from spoc_tui.tui.replay import ReplayApp
 
-    require_terminal("spoc replay")
     sys.exit(int(ReplayApp(rec, speed).run() or 0))

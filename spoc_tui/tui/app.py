@@ -10,7 +10,6 @@ import asyncio
 import gc
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
@@ -25,7 +24,7 @@ from textual.worker import Worker, get_current_worker
 from spoc_tui.collectors.promql import PromQLPoller
 from spoc_tui.collectors.scrape import served_models
 from spoc_tui.config import Settings, data_dir
-from spoc_tui.core.errors import InputError, SpocError, first_line
+from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.events import EventLog
 from spoc_tui.core.gpu import GpuSample, analyse_groups
 from spoc_tui.core.monitor import HeadroomShown
@@ -46,6 +45,7 @@ from spoc_tui.tui.screens.help import HelpScreen
 from spoc_tui.tui.screens.monitor import MonitorScreen
 from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources, check_sources
 from spoc_tui.tui.svg import fix_file
+from spoc_tui.tui.terminal import require_terminal
 from spoc_tui.tui.textual_private import QuietDriver
 from spoc_tui.tune.study import TuneSession
 from spoc_tui.twin.headroom import WINDOW_S, HeadroomClaim, confirm_speeds, write_traffic_trace
@@ -454,30 +454,6 @@ class SpocApp(AsciiScreenshots, JobsApp):
                 yield SystemCommand("Stop ramp", "Stop the running load ramp (finished steps are kept)", self.stop_ramp)
             if self._tune_session is not None:
                 yield SystemCommand("Stop study", "Stop the running study (trials are kept)", self.stop_tune)
-
-
-def require_terminal(command: str) -> None:
-    """A full-screen app needs a terminal on both ends: with stdout a pipe or a file (``spoc
-    monitor | head``, ``> f``) it would write escape codes there, and with no terminal on stdin
-    it would wait for keys forever.
-
-    Raises:
-        InputError: (exit code 2) saying which end is not a terminal and what to use instead.
-    """
-    ends = [name for name, f in (("stdout", sys.stdout), ("stdin", sys.stdin)) if not _is_tty(f)]
-    if ends:
-        raise InputError(
-            f"{command} is a full-screen terminal app and {' and '.join(ends)} "
-            f"{'is' if len(ends) == 1 else 'are'} not a terminal; for readings in a pipe or a file use "
-            "`spoc inspect` (--json for machines)"
-        )
-
-
-def _is_tty(f: object) -> bool:
-    try:
-        return bool(f is not None and f.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, ValueError, OSError):
-        return False
 
 
 def run_monitor(settings: Settings, sources: MonitorSources | None = None, record: str | None = None) -> int:
