@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from rich.text import Text
@@ -21,7 +21,7 @@ from spoc_tui.core.errors import InputError, SpocError, first_line
 from spoc_tui.core.events import EventLog
 from spoc_tui.core.knee import plan_text
 from spoc_tui.core.presets import gpu_for_model_name, model_preset
-from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
+from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 from spoc_tui.profile.analyze import Breakdown, analyse
 from spoc_tui.profile.capture import CaptureConfig, capture, profiler_flag
 from spoc_tui.profile.report import decode_roofline
@@ -50,6 +50,10 @@ from spoc_tui.tune.study import TuneSession
 
 logger = logging.getLogger(__name__)
 
+RampRunner = Callable[[RampConfig, Callable[[RampProgress], None]], Awaitable[RampResult]]
+"""What runs a ramp started from the Load screen: :func:`~spoc_tui.load.ramp.run_ramp` (the
+live backend), or the same experiment over the virtual backend (the TUI's tests)."""
+
 
 class JobsApp(FastTruecolorApp[int]):
     """The app's background jobs and what shows them (see the module's text)."""
@@ -63,6 +67,7 @@ class JobsApp(FastTruecolorApp[int]):
     """The running ramp in a few words (:attr:`RampProgress.badge`), on the monitor's status line."""
     _tune_session: TuneSession | None
     _profiling: bool
+    ramp_runner: RampRunner = staticmethod(run_ramp)  # type: ignore[assignment]
 
     # -- load ramps -------------------------------------------------------------------------
     @property
@@ -162,7 +167,7 @@ class JobsApp(FastTruecolorApp[int]):
     @work(group="ramps", exclusive=True, exit_on_error=False)
     async def _run_ramp(self, cfg: RampConfig) -> None:
         try:
-            result = await run_ramp(cfg, self._post_ramp_progress)
+            result = await self.ramp_runner(cfg, self._post_ramp_progress)
         except RampError as e:
             self.post_message(RampFinished("error", str(e)))
         except asyncio.CancelledError:

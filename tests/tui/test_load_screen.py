@@ -113,58 +113,100 @@ async def test_bad_form_shows_the_problem_and_starts_nothing():
         assert not scr.running
 
 
-async def test_ramp_from_the_ui_with_the_monitor_one_key_away():
+async def virtual_ramp(cfg, on_progress):
+    """The Load screen's ramp over the experiment's virtual backend (the same driver ``spoc
+    ramp`` runs, on ``spoc sim --gpu a100-40gb --max-num-seqs 8``'s engine, or a trace on a
+    twin's): the screens' flow is the subject, and a virtual ramp is the same on every host. A
+    malformed trace is refused as the live ramp refuses it (its reading is the same code)."""
+    from spoc_tui.load.ramp import scan_trace
+    from tests.unit.test_ramp_virtual import on_sim8, on_twin
+
+    if cfg.trace is not None:
+        scan_trace(cfg.trace)
+        return await on_twin(cfg, on_progress)
+    return await on_sim8(cfg, on_progress)
+
+
+def virtual_app(settings=None):
+    """The app with no polling, its Load screen's ramps on the virtual backend, and every text
+    its status line shows recorded."""
     from spoc_tui.config import Settings
-    from spoc_tui.procs.ports import free_ports
-    from spoc_tui.sim.process import start_sim
     from spoc_tui.tui.app import SpocApp
 
-    port, dport = free_ports(2)
-    proc = start_sim(["--gpu", "a100-40gb", "--max-num-seqs", "8", "--dcgm-port", str(dport)], port)
-    try:
-        s = Settings(
-            vllm_urls=[f"http://127.0.0.1:{port}"],
-            dcgm_urls=[f"http://127.0.0.1:{dport}/metrics"],
-            nvml=False,
-            window=10,
+    app = SpocApp(settings or Settings(vllm_urls=["http://127.0.0.1:1"], nvml=False, window=10), start_workers=False)
+    app.ramp_runner = virtual_ramp
+    app.backgrounds = []
+    set_background = app._set_background
+
+    def recorded() -> None:
+        set_background()
+        app.backgrounds.append(app.monitor.background)
+
+    app._set_background = recorded
+    return app
+
+
+async def ramp_ended(pilot, scr) -> None:
+    """Until the ramp's worker has ended (virtual: the first turns of the event loop)."""
+    for _ in range(400):
+        await pilot.pause()
+        if not scr.running:
+            return
+    raise AssertionError("the ramp did not end")
+
+
+async def test_ramp_from_the_ui_with_the_monitor_one_key_away(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    app = virtual_app()
+    async with app.run_test(size=(120, 45)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        scr = app.load_screen
+        assert isinstance(app.screen, LoadScreen)
+        scr.query_one("#users").value = "4,40"
+        scr.query_one("#step").value = "5"
+        scr.query_one("#warmup").value = "1"
+        scr.query_one("#max-step").value = "5"  # the flow is the subject: a step is not measured on
+        scr.query_one("#sla").value = "ttft_p50<=500ms,itl_p50<=60ms"  # chatbot users think 3-15 s: few requests
+        # each step's progress handled as it comes, while the ramp runs (a virtual ramp never
+        # waits, so its posted messages would all be read after its end)
+        from spoc_tui.tui.messages import RampProgressed
+
+        app.ramp_runner = paused_ramp = Paused(
+            lambda cfg, _post: virtual_ramp(cfg, lambda p: app.on_ramp_progressed(RampProgressed(p)))
         )
-        app = SpocApp(s)
-        async with app.run_test(size=(120, 45)) as pilot:
-            await pilot.press("l")
-            await pilot.pause()
-            scr = app.load_screen
-            assert isinstance(app.screen, LoadScreen)
-            scr.query_one("#users").value = "4,40"
-            scr.query_one("#step").value = "5"
-            scr.query_one("#warmup").value = "1"
-            scr.query_one("#max-step").value = "5"  # the flow is the subject: a step is not measured on
-            scr.query_one("#sla").value = "ttft_p50<=500ms,itl_p50<=60ms"  # chatbot users think 3-15 s: few requests
-            await pilot.press("ctrl+r")
-            await pilot.pause()
-            assert scr.running
-            await pilot.press("m")  # back to the monitor; the ramp keeps going
-            await pilot.pause()
-            assert app.screen is app.monitor and scr.running
-            badges = set()
-            for _ in range(240):
-                await asyncio.sleep(0.25)
-                badges.add(app.monitor.background)
-                if not scr.running:
-                    break
-            assert not scr.running
-            # the monitor's status line said the ramp ran, where it was, and the knee so far
-            assert any(b.startswith("a load ramp (step 1 · 4 users") for b in badges), badges
-            assert any("knee so far" in b for b in badges), badges
-            assert app.monitor.background == ""
-            shown = str(scr.knee.render())
-            if "knee: 4 users meet the SLA; 40 break ttft_p50" in shown:
-                assert "why: the batch is full" in shown
-            else:  # 5 s of chatbot users is a few requests: a step left undecided says so (and why)
-                assert "inconclusive at" in shown, shown
-            assert "95 % intervals" in shown
-            assert scr.steps.row_count == 2
-    finally:
-        proc.stop()
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert scr.running
+        await pilot.press("m")  # back to the monitor; the ramp keeps going
+        await pilot.pause()
+        assert app.screen is app.monitor and scr.running
+        paused_ramp.go.set()
+        await ramp_ended(pilot, scr)
+        badges = set(app.backgrounds)
+        # the monitor's status line said the ramp ran, where it was, and the knee so far
+        assert any(b.startswith("a load ramp (step 1 · 4 users") for b in badges), badges
+        assert any("knee so far" in b for b in badges), badges
+        assert app.monitor.background == ""
+        shown = str(scr.knee.render())
+        if "knee: 4 users meet the SLA; 40 break ttft_p50" in shown:
+            assert "why: the batch is full" in shown
+        else:  # 5 s of chatbot users is a few requests: a step left undecided says so (and why)
+            assert "inconclusive at" in shown, shown
+        assert "95 % intervals" in shown
+        assert scr.steps.row_count == 2
+
+
+class Paused:
+    """A ramp runner that starts once ``go`` is set (so the test sees the ramp running)."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.go = asyncio.Event()
+
+    async def __call__(self, cfg, on_progress):
+        await self.go.wait()
+        return await self.runner(cfg, on_progress)
 
 
 async def test_the_forms_defaults_start_the_knee_search_with_its_budget():
@@ -244,17 +286,12 @@ async def test_profile_panel_draws_a_real_trace_with_its_roofline():
         assert "x the roofline" in shown
 
 
-async def test_a_trace_replayed_from_the_load_screen(tmp_path):
+async def test_a_trace_replayed_from_the_load_screen(tmp_path, monkeypatch):
     """The trace field replaces the profile: its arrival plot is shown, each step is a speed, and
     the knee comes out in speed multiples; a bad trace is said under the form."""
     import json
 
-    from spoc_tui.config import Settings
-    from spoc_tui.procs.ports import free_ports
-    from spoc_tui.sim.process import start_sim
-    from spoc_tui.tui.app import SpocApp
-    from spoc_tui.tui.screens.confirm import ConfirmScreen
-
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     trace = tmp_path / "t.jsonl"
     trace.write_text(
         "".join(
@@ -264,44 +301,33 @@ async def test_a_trace_replayed_from_the_load_screen(tmp_path):
     )
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": "many", "output_length": 3}\n')
-    port, dport = free_ports(2)
-    proc = start_sim(["--dcgm-port", str(dport)], port)
-    try:
-        app = SpocApp(Settings(vllm_urls=[f"http://127.0.0.1:{port}"], nvml=False, window=10))
-        async with app.run_test(size=(120, 45)) as pilot:
-            await pilot.press("l")
+    app = virtual_app()
+    async with app.run_test(size=(120, 45)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        scr = app.load_screen
+        scr.query_one("#trace").value = str(tmp_path / "missing.jsonl")
+        assert scr.read_form() is None and "no such file" in str(scr.form_error.render())
+        scr.query_one("#trace").value = str(trace)
+        scr.query_one("#speeds").value = "1,4"
+        scr.query_one("#sla").value = "ttft_p50<=2s"
+        request = scr.read_form()
+        assert request is not None and request.trace is not None and request.plan.speeds == [1.0, 4.0]
+        await pilot.press("ctrl+r")
+        await ramp_ended(pilot, scr)
+        assert "arrivals |" in str(scr.trace_view.render()) and "20 rows to send" in str(scr.trace_view.render())
+        assert scr.steps.row_count == 2
+        assert "x4" in str(scr.knee.render()) and scr.ttft_chart.title == "p50 TTFT by speed"
+        # a malformed trace: the ramp refuses it before any load, and the screen says where
+        scr.query_one("#trace").value = str(bad)
+        scr.query_one("#speeds").value = "1"
+        await pilot.press("ctrl+r")
+        for _ in range(400):  # (the ramp starts asynchronously: wait for its end, not for "not running")
             await pilot.pause()
-            scr = app.load_screen
-            scr.query_one("#trace").value = str(tmp_path / "missing.jsonl")
-            assert scr.read_form() is None and "no such file" in str(scr.form_error.render())
-            scr.query_one("#trace").value = str(trace)
-            scr.query_one("#speeds").value = "1,4"
-            scr.query_one("#sla").value = "ttft_p50<=2s"
-            request = scr.read_form()
-            assert request is not None and request.trace is not None and request.plan.speeds == [1.0, 4.0]
-            await pilot.press("ctrl+r")
-            for _ in range(200):
-                await asyncio.sleep(0.25)
-                if not scr.running:
-                    break
-            assert not scr.running
-            assert "arrivals |" in str(scr.trace_view.render()) and "20 rows to send" in str(scr.trace_view.render())
-            assert scr.steps.row_count == 2
-            assert "x4" in str(scr.knee.render()) and scr.ttft_chart.title == "p50 TTFT by speed"
-            # a malformed trace: the ramp refuses it before any load, and the screen says where
-            scr.query_one("#trace").value = str(bad)
-            scr.query_one("#speeds").value = "1"
-            await pilot.press("ctrl+r")
-            for _ in range(80):  # (the ramp starts asynchronously: wait for its end, not for "not running")
-                await asyncio.sleep(0.25)
-                if isinstance(app.screen, ConfirmScreen):  # the last replay's tail still runs: start anyway
-                    await pilot.press("y")
-                if "input_length" in str(scr.status.render()):
-                    break
-            assert "line 1: input_length is 'many'" in str(scr.status.render())
-            assert not scr.running
-    finally:
-        proc.stop()
+            if "input_length" in str(scr.status.render()):
+                break
+        assert "line 1: input_length is 'many'" in str(scr.status.render())
+        assert not scr.running
 
 
 async def test_the_twins_prediction_is_drawn_beside_each_finished_step(tmp_path):
