@@ -103,14 +103,19 @@ async def test_a_slow_source_does_not_hold_the_others_back(servers):
         await poller.aclose()
 
 
-async def test_a_broken_url_fails_its_source_and_polling_goes_on(servers):
-    _, root = servers
-    poller = VllmPoller(["http://127.0.0.1:99999", f"{root}/healthy/metrics"])
+async def test_a_broken_url_fails_its_source_and_polling_goes_on():
+    """A source whose URL cannot be read fails alone, and the healthy one is read (served through
+    httpx's in-memory transport: the URL's check is the subject, not the socket)."""
+    import httpx
+
+    healthy = "http://127.0.0.1:8000/healthy/metrics"
+    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda _: httpx.Response(200, text=VLLM)))
+    poller = VllmPoller(["http://127.0.0.1:99999", healthy], client=client)
     try:
         tick = await poller.poll()
     finally:
         await poller.aclose()
-    assert [v.source for v in tick.servers] == [f"{root}/healthy/metrics"]
+    assert [v.source for v in tick.servers] == [healthy]
     down = [s for s in tick.statuses if not s.up]
     assert len(down) == 1 and "not a valid URL" in (down[0].reason or "")
 
