@@ -4,7 +4,9 @@ A test counts when it, or a fixture it uses, starts one of these:
 
 - a child process living at least 1 s whose command line names a simulator, a study, a
   benchmark or vLLM (``sim``, ``demo``, ``serve``, ``tune``, ``spoc_tui.sim``, ``vllm``,
-  ``benchmarks/``; a flag refused at once does not count);
+  ``benchmarks/``), unless it exited with code 2: a refusal starts nothing, however long a
+  loaded host took to load the command (a ``python -c`` script's text is not read: it names
+  what it imports);
 - an aiohttp site or a socketserver.
 
 "Starters" are the tests whose own set-up or body started one; the others use one a fixture
@@ -59,6 +61,7 @@ def _handle_exitstatus(self: Any, *a: Any, **k: Any) -> Any:
 def _init(self: Any, args: Any, *a: Any, **k: Any) -> None:
     _orig_init(self, args, *a, **k)
     argv = [str(x) for x in (args if isinstance(args, (list, tuple)) else str(args).split())]
+    argv = [x for x in argv if "\n" not in x]  # a `python -c SCRIPT`'s text
     if "--help" in argv:
         return
     if SERVER_WORDS & set(argv) or any(w in x for x in argv for w in ("spoc_tui.sim", "vllm", "benchmarks/")):
@@ -129,7 +132,8 @@ def pytest_sessionfinish(session: Any) -> None:
     now = time.monotonic()
     fixtures, tests = set(_fixture_servers), set(_test_servers)
     for proc, fx, test in _children:
-        if (getattr(proc, "_rt_t1", None) or now) - proc._rt_t0 >= LIVES_S:
+        refused = proc.returncode == 2  # exit code 2: bad input, refused before anything started
+        if not refused and (getattr(proc, "_rt_t1", None) or now) - proc._rt_t0 >= LIVES_S:
             if fx:
                 fixtures.add(fx)
             if test:

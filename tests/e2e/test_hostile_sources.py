@@ -106,8 +106,6 @@ async def test_a_slow_source_does_not_hold_the_others_back(servers):
 async def test_a_broken_url_fails_its_source_and_polling_goes_on():
     """A source whose URL cannot be read fails alone, and the healthy one is read (served through
     httpx's in-memory transport: the URL's check is the subject, not the socket)."""
-    import httpx
-
     healthy = "http://127.0.0.1:8000/healthy/metrics"
     client = httpx.AsyncClient(transport=httpx.MockTransport(lambda _: httpx.Response(200, text=VLLM)))
     poller = VllmPoller(["http://127.0.0.1:99999", healthy], client=client)
