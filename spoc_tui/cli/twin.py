@@ -11,10 +11,9 @@ from typing import Any
 
 import click
 
+from spoc_tui.cli.experiment import ExperimentOptions, experiment_options
 from spoc_tui.cli.options import api_key_options, tls_options
-from spoc_tui.cli.types import selected_trace, trace_selection, trace_think_option
 from spoc_tui.core.sla import DEFAULT_SLA
-from spoc_tui.load.defaults import DEFAULT_PROFILE, STEP_S, WARMUP_S
 from spoc_tui.twin.model import WHAT_IF_FLAGS
 
 
@@ -186,38 +185,8 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
 
 @twin_cmd.command("predict")
 @click.option("--twin", "twin_path", default="twin.json", show_default=True, help="The calibrated twin.")
-@click.option(
-    "--profile",
-    default=DEFAULT_PROFILE,
-    show_default=True,
-    help="Built-in profile (coding, logs, chatbot, mix, tuning, agent) or a TOML file.",
-)
-@click.option(
-    "--users", "users_spec", default=None, help="User counts, or auto[:MAX]: the knee search [default: auto]."
-)
-@click.option("--rate", "rate_spec", default=None, help="Open loop instead: arrival rates in requests/s (1,2,4,8).")
-@click.option(
-    "--trace",
-    "trace_path",
-    default=None,
-    help="Replay this traffic trace instead of a profile, as spoc ramp --trace does (Mooncake, Bailian, BurstGPT, "
-    "Azure, WEKA or spoc JSONL).",
-)
-@click.option(
-    "--speed",
-    "speed_spec",
-    default=None,
-    help="With --trace: speed multiples, one step each (0.5,1,2,4), or auto[:MAX] [default: auto].",
-)
-@trace_selection()
-@trace_think_option
+@experiment_options
 @click.option("--sla", default=DEFAULT_SLA, show_default=True, help="Latency limits, as spoc ramp takes them.")
-@click.option("--step-seconds", type=float, default=STEP_S, show_default=True)
-@click.option("--warmup-seconds", type=float, default=WARMUP_S, show_default=True)
-@click.option("--max-step-seconds", type=float, default=None, help="[default: 4 x --step-seconds]")
-@click.option("--budget", "budget_spec", default=None, help="The search's load budget, as spoc ramp [default: 10m].")
-@click.option("--arrivals", type=click.Choice(("staggered", "lockstep")), default="staggered", show_default=True)
-@click.option("--spawn-rate", type=float, default=None, help="Users added per second [default: as spoc ramp].")
 @click.option(
     "--set",
     "what_if",
@@ -232,31 +201,14 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
     show_default=True,
     help="Runs on draws of the fit (the intervals).",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out_dir", default=None, help="Write ramp.json (predicted) into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print ramp.json's object.")
 def predict_cmd(
     twin_path: str,
-    profile: str,
-    users_spec: str | None,
-    rate_spec: str | None,
-    trace_path: str | None,
-    speed_spec: str | None,
-    trace_format: str | None,
-    trace_filters: tuple[str, ...],
-    trace_window: str | None,
-    trace_max_rows: int | None,
-    trace_think: str,
+    exp: ExperimentOptions,
     sla: str,
-    step_seconds: float,
-    warmup_seconds: float,
-    max_step_seconds: float | None,
-    budget_spec: str | None,
-    arrivals: str,
-    spawn_rate: float | None,
     what_if: tuple[str, ...],
     draws: int,
-    seed: int,
     out_dir: str | None,
     as_json: bool,
 ) -> None:
@@ -265,53 +217,34 @@ def predict_cmd(
     uncertainty, widening near saturation) and the knee with its interval. Nothing touches the
     server."""
     from spoc_tui.core.errors import InputError
-    from spoc_tui.core.knee import FixedRates, parse_speed_plan, parse_user_plan
-    from spoc_tui.core.sla import parse_budget, parse_rates, parse_sla
+    from spoc_tui.core.sla import parse_sla
     from spoc_tui.twin.model import read_twin
     from spoc_tui.twin.predict import Prediction, TraceRows, predict, read_rows
     from spoc_tui.workload import load_workload
 
     twin = read_twin(twin_path)
-    if users_spec is not None and rate_spec is not None:
-        raise InputError("give --users (closed loop) or --rate (open loop), not both")
-    if step_seconds <= warmup_seconds or warmup_seconds < 0:
+    src = exp.trace()
+    if exp.step_seconds <= exp.warmup_seconds or exp.warmup_seconds < 0:
         raise InputError("--step-seconds must be longer than --warmup-seconds (which is 0 or more)")
     rows: TraceRows | None = None
     trace_doc: dict[str, object] | None = None
-    src = selected_trace(
-        trace_path,
-        speed_spec,
-        users_spec,
-        rate_spec,
-        trace_format,
-        trace_filters,
-        trace_window,
-        trace_max_rows,
-        trace_think,
-    )
     if src is not None:
         if click.get_current_context().get_parameter_source("profile") is not click.core.ParameterSource.DEFAULT:
             raise InputError("--trace replays the trace's own rows: give --trace or --profile, not both")
         rows = read_rows(src, twin.server.max_model_len)
         trace_doc = src.header(rows.read, rows.skipped, rows.span_s)
-    elif trace_format is not None:
-        raise InputError("--trace-format goes with --trace FILE")
     p = Prediction(
         twin=twin,
-        workload=load_workload(profile),
-        plan=parse_speed_plan(speed_spec or "auto")
-        if rows is not None
-        else FixedRates(parse_rates(rate_spec))
-        if rate_spec is not None
-        else parse_user_plan(users_spec or "auto"),
+        workload=load_workload(exp.profile),
+        plan=exp.plan(src),
         limits=tuple(parse_sla(sla)),
-        step_s=step_seconds,
-        warmup_s=warmup_seconds,
-        max_step_s=max_step_seconds,
-        budget_s=parse_budget(budget_spec) if budget_spec is not None else None,
-        arrivals=arrivals,
-        spawn_rate=spawn_rate,
-        seed=seed,
+        step_s=exp.step_seconds,
+        warmup_s=exp.warmup_seconds,
+        max_step_s=exp.max_step_seconds,
+        budget_s=exp.budget_s(),
+        arrivals=exp.arrivals,
+        spawn_rate=exp.spawn_rate,
+        seed=exp.seed,
         flags=parse_flags(what_if, "--set"),
         draws=draws,
         trace=rows,
@@ -322,14 +255,8 @@ def predict_cmd(
     took = time.perf_counter() - t0
     if not quiet:
         click.echo("", err=True)
-    plan_text = (
-        p.plan.describe()
-        if rows is not None
-        else f"rate:{rate_spec}"
-        if rate_spec is not None
-        else users_spec or "auto"
-    )
-    doc = predicted_doc(p, res, twin_path, profile, plan_text, took, trace_doc)
+    plan_text = p.plan.describe() if rows is not None else exp.plan_text()
+    doc = predicted_doc(p, res, twin_path, exp.profile, plan_text, took, trace_doc)
     if out_dir is not None:
         _write_predicted(Path(out_dir), doc, res)
     if as_json:
