@@ -278,7 +278,7 @@ def _write_predicted(out_dir: Path, doc: dict[str, Any], res: Any) -> None:
     finally:
         writer.close()
     if writer.kept:
-        click.echo(f"the folder's earlier results were moved to {writer.kept}/", err=True)
+        click.echo(writer.kept_note, err=True)
 
 
 def predicted_doc(

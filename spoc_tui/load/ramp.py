@@ -172,6 +172,11 @@ class ResultWriter:
             self.lock.release()
             raise RampError(f"--out {out_dir}: cannot write there ({e.strerror or e})", exit_code=EXIT_USAGE) from None
 
+    @property
+    def kept_note(self) -> str:
+        """Where the folder's earlier results went, in words ("" when there were none)."""
+        return f"the folder's earlier results were moved to {self.kept}/" if self.kept else ""
+
     def sample(self, s: RequestSample) -> None:
         if self.write_error or self.requests is None:
             return
@@ -730,8 +735,7 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     writer = ResultWriter(cfg.out_dir, ramp_header(cfg, model, backend.scan))
     backend.writer = driver.sink = writer
     try:
-        kept = f"the folder's earlier results were moved to {writer.kept}/" if writer.kept else ""
-        driver.report("starting", 0, 0, kept)
+        driver.report("starting", 0, 0, writer.kept_note)
         # ramp.json from the start, saying running: a ramp killed (-9) in its first step leaves a file
         # that report and compare read (its runner marks it interrupted), not "no such file"
         driver.write("running")

@@ -252,21 +252,6 @@ def test_open_loop_rates_are_poisson_and_the_knee_is_in_requests_per_second(sim8
     assert " 5/s " in r.stdout and "20/s" in r.stdout
 
 
-def test_a_second_ramp_into_the_same_folder_keeps_the_first(sim8, fast_profile, tmp_path):
-    """requests.jsonl was appended across runs (and then read by spoc capacity --ramp as one)."""
-    url, _ = sim8
-    out = tmp_path / "out"
-    args = ["--url", url, "--profile", fast_profile, "--users", "2", "--step-seconds", "3", "--warmup-seconds", "1",
-            "--max-step-seconds", "3", "--sla", "ttft_p90<=2s", "--out", str(out)]  # fmt: skip
-    assert ramp(*args).returncode == 0
-    first = (out / "requests.jsonl").read_text()
-    r = ramp(*args)
-    assert r.returncode == 0 and "earlier results were moved to previous-" in r.stdout
-    (kept,) = out.glob("previous-*")
-    assert (kept / "requests.jsonl").read_text() == first and (kept / "ramp.json").exists()
-    assert not set((out / "requests.jsonl").read_text().splitlines()) & set(first.splitlines())
-
-
 def test_unreachable_server_exits_1(tmp_path):
     (port,) = free_ports(1)
     r = ramp("--url", f"http://127.0.0.1:{port}", "--sla", "ttft_p99<=1s", "--out", str(tmp_path / "o"))

@@ -137,6 +137,19 @@ def test_a_what_if_changes_the_prediction(known_twin):
     assert itl("--set", "max-num-seqs=8") > 1.5 * itl()
 
 
+def test_a_second_prediction_into_the_same_folder_keeps_the_first(known_twin, tmp_path):
+    """As a second spoc ramp into a folder: the first ramp.json moves to previous-<time>/, and
+    the command says where (the writer's rule: tests/unit/test_ramp_virtual.py)."""
+    args = ["twin", "predict", "--twin", str(known_twin), "--users", "4", "--step-seconds", "10",
+            "--warmup-seconds", "2", "--draws", "0", "--out", str(tmp_path / "out")]  # fmt: skip
+    first = spoc(*args)
+    assert first.returncode == 0 and "moved to" not in first.stderr, first.stderr
+    second = spoc(*args)
+    assert second.returncode == 0 and "the folder's earlier results were moved to previous-" in second.stderr
+    (kept,) = (tmp_path / "out").glob("previous-*")
+    assert (kept / "ramp.json").exists() and (tmp_path / "out" / "ramp.json").exists()
+
+
 def test_bad_input_is_refused_with_a_message(known_twin, tmp_path):
     twin = known_twin
     (dead,) = free_ports(1)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from spoc_tui.cli.ramp import run
 from spoc_tui.core.experiment import Driver, RampProgress
-from spoc_tui.core.knee import FixedUsers, KneeSearch
+from spoc_tui.core.knee import FixedUsers, KneeSearch, find_knee
 from spoc_tui.core.sla import parse_sla
 from spoc_tui.core.steps import StepSummary
 from spoc_tui.load.ramp import RampConfig, RampResult, ResultWriter, ramp_header, spawn_rate
@@ -254,3 +254,24 @@ def test_a_trace_window_and_row_cap_send_that_slice(tmp_path, capsys):
     (step,) = d["steps"]
     assert step["speed"] == 2.0 and step["trace"]["sent"] == 6, step["trace"]
     assert d["trace"]["window"] == [start, None] and d["trace"]["max_rows"] == 6 and d["trace"]["rows"] == 6
+
+
+def test_a_second_ramp_into_the_same_folder_keeps_the_first(tmp_path):
+    """The earlier ramp's ramp.json and requests.jsonl move to previous-<time>/ (requests.jsonl
+    was appended across runs, and then read by spoc capacity --ramp as one), and the writer says
+    where (the words spoc ramp and spoc twin predict print: tests/e2e/test_twin.py)."""
+    from spoc_tui.core.steps import RequestSample
+
+    cfg = ramp(tmp_path, "fast", FixedUsers([2]), "ttft_p90<=2s", step_s=3, warmup_s=1, max_step_s=3)
+    out = cfg.out_dir
+    first = ResultWriter(out, ramp_header(cfg, "sim", None))
+    first.sample(RequestSample(start=1.0, step=1, users=2, ok=True, ttft=0.1, e2e=1.0, conversation="a#1"))
+    first.write([], find_knee([]), "complete")
+    first.close()
+    assert first.kept is None and first.kept_note == ""
+    second = ResultWriter(out, ramp_header(cfg, "sim", None))
+    second.close()
+    assert second.kept is not None and second.kept_note == f"the folder's earlier results were moved to {second.kept}/"
+    (kept,) = out.glob("previous-*")
+    assert kept.name == second.kept and (kept / "ramp.json").exists()
+    assert "a#1" in (kept / "requests.jsonl").read_text() and "a#1" not in (out / "requests.jsonl").read_text()
