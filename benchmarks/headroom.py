@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.core.sla import parse_sla  # noqa: E402
-from spoc_tui.core.steps import summarize_step  # noqa: E402
+from spoc_tui.core.ramp.sla import parse_sla  # noqa: E402
+from spoc_tui.core.ramp.steps import summarize_step  # noqa: E402
 from spoc_tui.sim.options import SimOptions  # noqa: E402
 from spoc_tui.sim.run import build  # noqa: E402
 from spoc_tui.sim.virtual import VirtualServer  # noqa: E402

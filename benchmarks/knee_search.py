@@ -54,16 +54,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.core.experiment import Driver, Experiment, run_now  # noqa: E402
-from spoc_tui.core.inference import isotonic  # noqa: E402
-from spoc_tui.core.knee import (  # noqa: E402
+from spoc_tui.core.hardware.presets import gpu_preset, model_preset  # noqa: E402
+from spoc_tui.core.ramp.experiment import Driver, Experiment, run_now  # noqa: E402
+from spoc_tui.core.ramp.inference import isotonic  # noqa: E402
+from spoc_tui.core.ramp.knee import (  # noqa: E402
     BisectSearch,
     Knee,
     KneeSearch,
 )
-from spoc_tui.core.presets import gpu_preset, model_preset  # noqa: E402
-from spoc_tui.core.sla import Limit, parse_sla  # noqa: E402
-from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step  # noqa: E402
+from spoc_tui.core.ramp.sla import Limit, parse_sla  # noqa: E402
+from spoc_tui.core.ramp.steps import RequestSample, StepSummary, summarize_step  # noqa: E402
 from spoc_tui.sim.backend import VirtualBackend  # noqa: E402
 from spoc_tui.sim.engine import EngineConfig, SimEngine  # noqa: E402
 from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
@@ -161,7 +161,7 @@ def fingerprint() -> str:
         ]
     ):
         h.update(path.name.encode() + path.read_bytes())
-    for mod in ("workload/__init__.py", "core/presets.py"):
+    for mod in ("workload/__init__.py", "core/hardware/presets.py"):
         h.update((ROOT / "spoc_tui" / mod).read_bytes())
     h.update(f"{CHAT}|{TRUTH_WARMUP_S}|{TRUTH_S}|{TRUTH_SEEDS}".encode())
     return h.hexdigest()[:16]

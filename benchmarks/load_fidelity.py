@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from spoc_tui.core.knee import FixedUsers  # noqa: E402
-from spoc_tui.core.sla import parse_sla  # noqa: E402
+from spoc_tui.core.ramp.knee import FixedUsers  # noqa: E402
+from spoc_tui.core.ramp.sla import parse_sla  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402
 from spoc_tui.sim.process import start_sim  # noqa: E402

@@ -129,7 +129,7 @@ def headroom_estimate_cpu(span_s: float) -> tuple[float, float, str]:
     load, learned from ``span_s`` of its scrapes taken in virtual time (the feed's own cost is in
     the runs above), the seconds the monitor waits before the next (``LiveHeadroom.interval_s``:
     ``LIVE_REFRESH_S``, or longer where the estimate's CPU asks it), and the line it said."""
-    from spoc_tui.core.sla import DEFAULT_SLA, parse_sla
+    from spoc_tui.core.ramp.sla import DEFAULT_SLA, parse_sla
     from spoc_tui.sim.options import SimOptions
     from spoc_tui.sim.run import build
     from spoc_tui.sim.virtual import VirtualServer

@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from spoc_tui.core.gpu import dcgm_gpus  # noqa: E402
-from spoc_tui.core.presets import GPUS  # noqa: E402
-from spoc_tui.core.promparse import _CACHE, TooLarge, check_size, parse_text  # noqa: E402
-from spoc_tui.core.vllm import Scrape, server_view  # noqa: E402
+from spoc_tui.core.hardware.gpu import dcgm_gpus  # noqa: E402
+from spoc_tui.core.hardware.presets import GPUS  # noqa: E402
+from spoc_tui.core.metrics.promparse import _CACHE, TooLarge, check_size, parse_text  # noqa: E402
+from spoc_tui.core.metrics.vllm import Scrape, server_view  # noqa: E402
 from spoc_tui.sim.exposition import dcgm_metrics  # noqa: E402
 from spoc_tui.sim.gpu import SimGpu  # noqa: E402
 

@@ -71,13 +71,13 @@ if what == "stats":
     assert r.exit_code == 0, r.output
     out["rows"] = json.loads(r.output)["rows"]
 elif what == "scan":
-    from spoc_tui.core.traces import trace_source
+    from spoc_tui.core.traces.read import trace_source
     from spoc_tui.load.ramp import scan_trace
     out["rows"] = scan_trace(trace_source(str(path))).rows
 elif what == "share":
     import random
-    from spoc_tui.core.tracereplay import ReplayShare
-    from spoc_tui.core.traces import trace_source
+    from spoc_tui.core.traces.replay import ReplayShare
+    from spoc_tui.core.traces.read import trace_source
     from spoc_tui.workload import TextMaker, TracePrompts
     share = ReplayShare(trace_source(str(path)), (0, 1), 131072)
     prompts = TracePrompts(TextMaker(), "bench")

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.core.presets import GPUS, MODELS  # noqa: E402
+from spoc_tui.core.hardware.presets import GPUS, MODELS  # noqa: E402
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest  # noqa: E402
 
 

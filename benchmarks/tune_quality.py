@@ -47,10 +47,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spoc_tui.core.knee import FixedUsers  # noqa: E402
-from spoc_tui.core.pareto import hypervolume, pareto_indices  # noqa: E402
-from spoc_tui.core.sla import parse_sla  # noqa: E402
-from spoc_tui.core.tunespace import load_space, objective_value, parse_objectives  # noqa: E402
+from spoc_tui.core.ramp.knee import FixedUsers  # noqa: E402
+from spoc_tui.core.ramp.sla import parse_sla  # noqa: E402
+from spoc_tui.core.tuning.pareto import hypervolume, pareto_indices  # noqa: E402
+from spoc_tui.core.tuning.space import load_space, objective_value, parse_objectives  # noqa: E402
 from spoc_tui.load.ramp import RampConfig  # noqa: E402
 from spoc_tui.tune.evaluate import FastSimEvaluator, TrialOutcome  # noqa: E402
 from spoc_tui.tune.study import TuneConfig, TuneSession  # noqa: E402
@@ -142,7 +142,7 @@ class Lookup:
 def point(o: TrialOutcome) -> tuple[float, float] | None:
     if o.status != "ok":
         return None
-    from spoc_tui.core.tunespace import constraint_values
+    from spoc_tui.core.tuning.space import constraint_values
 
     if any(c > 0 for c in constraint_values(LIMITS, OBJECTIVES, o.steps, o.knee, None).values()):
         return None

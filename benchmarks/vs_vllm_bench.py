@@ -46,9 +46,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from realengine import MODEL, NOT_SET_UP, VENV, VLLM_ENV, ready, vllm_server  # noqa: E402
 from wiretap import Response, Tap  # noqa: E402
 
-from spoc_tui.core.knee import FixedUsers  # noqa: E402
-from spoc_tui.core.sla import parse_sla  # noqa: E402
-from spoc_tui.core.steps import RequestSample, summarize_step  # noqa: E402
+from spoc_tui.core.ramp.knee import FixedUsers  # noqa: E402
+from spoc_tui.core.ramp.sla import parse_sla  # noqa: E402
+from spoc_tui.core.ramp.steps import RequestSample, summarize_step  # noqa: E402
 from spoc_tui.load.defaults import ArrivalMode  # noqa: E402
 from spoc_tui.load.ramp import RampConfig, run_ramp  # noqa: E402
 from spoc_tui.procs.ports import free_ports  # noqa: E402

@@ -77,14 +77,14 @@ class Settings:
         if self.gpu_cost_per_hour is not None and not 0 < self.gpu_cost_per_hour < 1e6:
             raise ConfigError(f"gpu_cost_per_hour must be a positive price, got {self.gpu_cost_per_hour:g}")
         if self.sla:
-            from spoc_tui.core.sla import SlaError, parse_sla
+            from spoc_tui.core.ramp.sla import SlaError, parse_sla
 
             try:
                 parse_sla(self.sla)
             except SlaError as e:
                 raise ConfigError(f"sla: {e}") from None
         if self.tp_groups:
-            from spoc_tui.core.gpu import parse_tp_groups
+            from spoc_tui.core.hardware.gpu import parse_tp_groups
 
             try:
                 parse_tp_groups(self.tp_groups)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spoc_tui.core.engineflags import DEFAULTS
+from spoc_tui.core.tuning.engineflags import DEFAULTS
 
 
 @dataclass

@@ -14,9 +14,8 @@ from spoc_tui.capacity.args import CapacityArgs
 from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, SourceError, fetch
 from spoc_tui.core import fmt
-from spoc_tui.core.capacity import CapacityError, CapacityPlan, dtype_bytes, plan
-from spoc_tui.core.engineflags import DEFAULTS
-from spoc_tui.core.presets import (
+from spoc_tui.core.hardware.capacity import CapacityError, CapacityPlan, dtype_bytes, plan
+from spoc_tui.core.hardware.presets import (
     GIB,
     GPUS,
     GpuSpec,
@@ -26,10 +25,11 @@ from spoc_tui.core.presets import (
     gpu_preset,
     model_preset,
 )
-from spoc_tui.core.queueing import queue_curve, saturation_users
+from spoc_tui.core.hardware.queueing import queue_curve, saturation_users
+from spoc_tui.core.metrics.vllm import cache_config
+from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.core.results import RampDoc, read_ramp
-from spoc_tui.core.steps import StepSummary
-from spoc_tui.core.vllm import cache_config
+from spoc_tui.core.tuning.engineflags import DEFAULTS
 
 
 def resolve(args: CapacityArgs) -> tuple[ModelSpec, GpuSpec]:

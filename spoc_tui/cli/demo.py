@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import sys
 
+import click
+
 from spoc_tui.config import Settings
 from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from spoc_tui.core.hardware.presets import GPUS
 from spoc_tui.procs.ports import free_block, free_ports
-from spoc_tui.sim.options import SimConfigError, SimOptions
+from spoc_tui.sim.options import SCENARIOS, SimConfigError, SimOptions
 
 
 def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | None, seed: int) -> int:
@@ -86,3 +89,24 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
         return EXIT_INTERRUPTED
     finally:
         server.stop(grace=5.0)
+
+
+@click.command("demo")
+@click.option(
+    "--scenario",
+    type=click.Choice(SCENARIOS),
+    default=SimOptions.scenario,
+    show_default=True,
+    help="fleet: three replicas behind a round-robin split, one of them lagging.",
+)
+@click.option("--model", default=SimOptions.model, show_default=True, help="Model preset of the simulated server.")
+@click.option("--gpu", default=SimOptions.gpu, show_default=True, help=f"GPU preset: {', '.join(GPUS)}.")
+@click.option("--tp", type=int, default=None, help="Tensor-parallel size [default: 1; thermal: 4].")
+@click.option("--users", type=int, default=None, help="Background users (default: 48, overload: 3x max-num-seqs).")
+@click.option("--seed", type=int, default=SimOptions.seed, show_default=True, help="Random seed of the simulator.")
+def demo_cmd(scenario: str, model: str, gpu: str, tp: int | None, users: int | None, seed: int) -> None:
+    """Start the simulator with a background load and open the monitor on it.
+
+    Everything runs on loopback and is stopped when the monitor exits (Ctrl-C included).
+    """
+    sys.exit(run_demo(scenario=scenario, model=model, gpu=gpu, tp=tp, users=users, seed=seed))

@@ -19,8 +19,8 @@ from spoc_tui.load import defaults
 from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS, ArrivalMode
 
 if TYPE_CHECKING:
-    from spoc_tui.core.knee import UserPlan
-    from spoc_tui.core.traces import TraceSource
+    from spoc_tui.core.ramp.knee import UserPlan
+    from spoc_tui.core.traces.read import TraceSource
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,8 +77,8 @@ class ExperimentOptions:
         Raises:
             InputError: a level list that cannot be read.
         """
-        from spoc_tui.core.knee import FixedRates, parse_speed_plan, parse_user_plan
-        from spoc_tui.core.sla import parse_rates
+        from spoc_tui.core.ramp.knee import FixedRates, parse_speed_plan, parse_user_plan
+        from spoc_tui.core.ramp.sla import parse_rates
 
         if trace is not None:
             return parse_speed_plan(self.speed_spec or "auto")
@@ -100,7 +100,7 @@ class ExperimentOptions:
         Raises:
             InputError: a budget that cannot be read.
         """
-        from spoc_tui.core.sla import parse_budget
+        from spoc_tui.core.ramp.sla import parse_budget
 
         return parse_budget(self.budget_spec) if self.budget_spec is not None else None
 

@@ -17,9 +17,9 @@ from spoc_tui.cli.types import FINITE
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_sla
+from spoc_tui.core.metrics.vllm import LATENCY_LABELS
+from spoc_tui.core.ramp.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.textsafe import for_terminal
-from spoc_tui.core.vllm import LATENCY_LABELS
 
 if TYPE_CHECKING:
     from spoc_tui.collectors.inspect import InspectResult

@@ -97,7 +97,7 @@ def plan_cmd(
         return
     if ramp_path is None or users is None:
         raise InputError("give --ramp and --users (or --twin and --trace)")
-    from spoc_tui.core.fleetplan import check_target, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
+    from spoc_tui.core.ramp.fleetplan import check_target, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
     from spoc_tui.core.results import read_ramp
 
     check_target(deployment, prometheus)
@@ -133,8 +133,8 @@ def fleet_plan(
     import time
 
     from spoc_tui.cli.options import from_config
-    from spoc_tui.core.sla import DEFAULT_SLA, parse_sla
-    from spoc_tui.core.traces import TraceRead, trace_source
+    from spoc_tui.core.ramp.sla import DEFAULT_SLA, parse_sla
+    from spoc_tui.core.traces.read import TraceRead, trace_source
     from spoc_tui.twin.fleet import Autoscale, FleetSim, cheapest, judge_run, parse_autoscale, parse_replicas
     from spoc_tui.twin.model import read_twin
 

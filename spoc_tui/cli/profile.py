@@ -73,7 +73,7 @@ def profile_cmd(
     Profiles a running server (started with the torch profiler; the error says the flag when it
     was not) for --seconds while driving --users of load, or reads --from-trace / --nsys.
     """
-    from spoc_tui.core.presets import gpu_preset, model_preset
+    from spoc_tui.core.hardware.presets import gpu_preset, model_preset
     from spoc_tui.profile.analyze import Breakdown, analyse
     from spoc_tui.profile.nsys import read_nsys
     from spoc_tui.profile.report import decode_roofline, render_text

@@ -11,7 +11,7 @@ from typing import Any
 from spoc_tui.cli.signals import stop_signals_interrupt
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK
-from spoc_tui.core.ramptext import step_table, verdict
+from spoc_tui.core.ramp.text import step_table, verdict
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 
 _ANNOUNCED: set[int] = set()

@@ -14,7 +14,7 @@ from spoc_tui.cli.experiment import ExperimentOptions, experiment_options
 from spoc_tui.cli.options import api_key_options, config_values, from_config, served_model_option, tls_options
 from spoc_tui.cli.types import FINITE
 from spoc_tui.core.errors import InputError, SpocError
-from spoc_tui.core.sla import DEFAULT_SLA, parse_sla
+from spoc_tui.core.ramp.sla import DEFAULT_SLA, parse_sla
 from spoc_tui.load import defaults as ramp_defaults
 
 

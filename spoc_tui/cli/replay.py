@@ -35,7 +35,7 @@ from spoc_tui.core.errors import InputError
 def replay_cmd(file: str, speed: float, export_fmt: str | None, out: str | None) -> None:
     """Play back what `spoc monitor --record FILE` saw: space pauses, ←/→ seek 30 s (shift: 5 min),
     Home/End, + and - change the speed. With --export, write it as CSV or JSON instead."""
-    from spoc_tui.core.recording import export, read_recording
+    from spoc_tui.core.monitor.recording import export, read_recording
 
     rec = read_recording(file)
     if rec.skipped:

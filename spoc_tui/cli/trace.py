@@ -9,7 +9,7 @@ from typing import Any, TextIO, TypeVar
 
 import click
 
-from spoc_tui.core.traceformats import FORMATS
+from spoc_tui.core.traces.formats import FORMATS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,8 +40,8 @@ def stats_cmd(path: str, fmt: str | None, filters: tuple[str, ...], speed: float
     """Rows, span, arrival rate over time, burstiness, input and output lengths, prefix share,
     and how long a replay takes. Exit code 2 for a trace that cannot be read (the line is named)."""
     from spoc_tui.core.errors import InputError
-    from spoc_tui.core.traces import parse_filters
-    from spoc_tui.core.tracestats import stats_lines, trace_stats
+    from spoc_tui.core.traces.read import parse_filters
+    from spoc_tui.core.traces.stats import stats_lines, trace_stats
 
     if not 0 < speed < float("inf"):
         raise InputError("--speed must be a number above 0")
@@ -61,7 +61,7 @@ def convert_cmd(path: str, fmt: str | None, filters: tuple[str, ...], out: str) 
     appears whole or not at all."""
     from spoc_tui.core.errors import InputError
     from spoc_tui.core.files import write_atomic
-    from spoc_tui.core.traces import TraceRead, parse_filters, read_trace, write_spoc
+    from spoc_tui.core.traces.read import TraceRead, parse_filters, read_trace, write_spoc
 
     read = TraceRead()
     n = 0

@@ -13,7 +13,7 @@ import click
 
 from spoc_tui.cli.experiment import ExperimentOptions, experiment_options
 from spoc_tui.cli.options import api_key_options, tls_options
-from spoc_tui.core.sla import DEFAULT_SLA
+from spoc_tui.core.ramp.sla import DEFAULT_SLA
 from spoc_tui.twin.model import WHAT_IF_FLAGS
 
 
@@ -217,7 +217,7 @@ def predict_cmd(
     uncertainty, widening near saturation) and the knee with its interval. Nothing touches the
     server."""
     from spoc_tui.core.errors import InputError
-    from spoc_tui.core.sla import parse_sla
+    from spoc_tui.core.ramp.sla import parse_sla
     from spoc_tui.twin.model import read_twin
     from spoc_tui.twin.predict import Prediction, TraceRows, predict, read_rows
     from spoc_tui.workload import load_workload
@@ -359,7 +359,7 @@ def predicted_doc(
 
 
 def prediction_text(p: Any, res: Any, took: float) -> str:
-    from spoc_tui.core.ramptext import knee_sentence
+    from spoc_tui.core.ramp.text import knee_sentence
 
     lines = [
         f"predicted by the twin of {p.twin.server.model} ({res.draws} draws of the fit, {took:.1f} s)"

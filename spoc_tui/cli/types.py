@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.traceformats import FORMATS as TRACE_FORMATS
+from spoc_tui.core.traces.formats import FORMATS as TRACE_FORMATS
 
 if TYPE_CHECKING:
-    from spoc_tui.core.traces import TraceSource
+    from spoc_tui.core.traces.read import TraceSource
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,7 +59,7 @@ def selected_trace(
     if trace_path is not None:
         if rate_spec is not None or users_spec is not None:
             raise InputError("--trace replays at speed multiples (--speed), not at --users or --rate")
-        from spoc_tui.core.traces import trace_source  # read only when a trace is given (start-up)
+        from spoc_tui.core.traces.read import trace_source  # read only when a trace is given (start-up)
 
         return trace_source(trace_path, trace_format, trace_filters, trace_window, trace_max_rows, trace_think)
     if speed_spec is not None or trace_window is not None or trace_max_rows is not None or trace_filters:

@@ -10,11 +10,11 @@ import httpx
 
 from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, read_source
-from spoc_tui.core.fleet import lagging, replica_of_gpu
-from spoc_tui.core.gpu import GpuSample, dcgm_gpus, with_throttle_window
+from spoc_tui.core.hardware.gpu import GpuSample, dcgm_gpus, with_throttle_window
+from spoc_tui.core.metrics.vllm import Scrape, ServerView, server_view
+from spoc_tui.core.monitor.fleet import lagging, replica_of_gpu
+from spoc_tui.core.monitor.verdict import Verdict, verdict
 from spoc_tui.core.redact import redact_url
-from spoc_tui.core.verdict import Verdict, verdict
-from spoc_tui.core.vllm import Scrape, ServerView, server_view
 
 
 @dataclass
@@ -31,7 +31,7 @@ class InspectResult:
     """The watch was ended early by Ctrl-C (what was seen is reported)."""
 
     def verdicts(self) -> list[Verdict]:
-        """Each server's verdict on the monitor's ladder (:mod:`spoc_tui.core.verdict`), from this
+        """Each server's verdict on the monitor's ladder (:mod:`spoc_tui.core.monitor.verdict`), from this
         reading: the GPUs mapped to it (all of them with one server) and its fleet's peers. One
         reading has no queue history, so "the queue keeps growing" needs the monitor."""
         lags = {lag.source: lag.reason for lag in lagging(self.servers)}

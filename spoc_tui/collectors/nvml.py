@@ -16,7 +16,7 @@ from typing import Any
 
 from spoc_tui.core.errors import EXIT_USAGE, SpocError
 from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded
-from spoc_tui.core.gpu import GpuSample, ThrottleWindow, groups_from_processes, nvml_gpu
+from spoc_tui.core.hardware.gpu import GpuSample, ThrottleWindow, groups_from_processes, nvml_gpu
 
 _POLICIES = {
     "POWER": 0,

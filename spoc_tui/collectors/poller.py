@@ -22,11 +22,11 @@ from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.lighthttp import ScrapeClient, needs_httpx
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, fetch
 from spoc_tui.core.errors import first_line
-from spoc_tui.core.gpu import GpuSample, ThrottleWindow, dcgm_gpus
-from spoc_tui.core.promparse import Exposition
+from spoc_tui.core.hardware.gpu import GpuSample, ThrottleWindow, dcgm_gpus
+from spoc_tui.core.metrics.promparse import Exposition
+from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.metrics.vllm import Scrape, ServerView, ServerWindows, replicas_view
 from spoc_tui.core.redact import redact_url
-from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
-from spoc_tui.core.vllm import Scrape, ServerView, ServerWindows, replicas_view
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from spoc_tui.collectors.http import RedirectRefused, new_client, request
 from spoc_tui.collectors.lighthttp import ConnectFailed, HttpFailure, ScrapeClient
 from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.files import FileReadError, read_text_bounded
-from spoc_tui.core.gpu import is_dcgm
-from spoc_tui.core.promparse import Exposition, TooLarge, check_size, parse_text
+from spoc_tui.core.hardware.gpu import is_dcgm
+from spoc_tui.core.metrics.promparse import Exposition, TooLarge, check_size, parse_text
+from spoc_tui.core.metrics.vllm import is_vllm
 from spoc_tui.core.redact import redact_text, redact_url
-from spoc_tui.core.vllm import is_vllm
 
 DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 DEADLINE_S = 10.0
@@ -203,7 +203,7 @@ def _parse_and_derive(
 
 
 def _decode_and_parse(body: bytes, content_type: str | None) -> Exposition:
-    """Raises: TooLarge (see :func:`~spoc_tui.core.promparse.check_size`)."""
+    """Raises: TooLarge (see :func:`~spoc_tui.core.metrics.promparse.check_size`)."""
     text = body.decode("utf-8", errors="replace")
     check_size(text)
     return parse_text(text, content_type)

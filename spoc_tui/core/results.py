@@ -19,10 +19,10 @@ from typing import Literal
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import parse_json
+from spoc_tui.core.hardware.presets import PresetError, read_json_object
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.knee import Knee
-from spoc_tui.core.presets import PresetError, read_json_object
-from spoc_tui.core.steps import Json, StepSummary, json_float
+from spoc_tui.core.ramp.knee import Knee
+from spoc_tui.core.ramp.steps import Json, StepSummary, json_float
 
 SCHEMA = 3
 """1: files written before the schema field; 2: ``schema`` added, the knee's ``cause`` and

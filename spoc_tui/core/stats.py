@@ -1,7 +1,7 @@
 """Histogram quantiles, windowed bucket differences and reset-aware counter maths.
 
 All functions are pure. Series values are ``dict[Labels, float]`` as produced by
-:mod:`spoc_tui.core.promparse`.
+:mod:`spoc_tui.core.metrics.promparse`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from spoc_tui.core.promparse import Bounded, Labels
+from spoc_tui.core.metrics.promparse import Bounded, Labels
 
 INF = math.inf
 

@@ -24,8 +24,8 @@ from locust.contrib.fasthttp import FastHttpUser
 from urllib3 import PoolManager
 
 from spoc_tui.collectors.http import tls
-from spoc_tui.core.steps import RequestSample
-from spoc_tui.core.traces import TraceSource
+from spoc_tui.core.ramp.steps import RequestSample
+from spoc_tui.core.traces.read import TraceSource
 from spoc_tui.load import wire
 from spoc_tui.procs.lock import mark_interrupted
 from spoc_tui.workload import (

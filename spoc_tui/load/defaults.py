@@ -51,7 +51,7 @@ def step_limit(step_s: float, max_step_s: float | None) -> float:
 def budget(plan: object, budget_s: float | None) -> float | None:
     """The load budget in force: ``--budget``, else the knee searches' default (listed levels
     have none)."""
-    from spoc_tui.core.knee import KneeSearch, SpeedSearch
+    from spoc_tui.core.ramp.knee import KneeSearch, SpeedSearch
 
     if budget_s is not None:
         return budget_s

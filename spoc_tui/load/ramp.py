@@ -28,11 +28,11 @@ from spoc_tui.collectors.http import RedirectRefused, new_client, request, tls_e
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, first_line
-from spoc_tui.core.experiment import Driver, QueueWatch, Replayed, poll_every
-from spoc_tui.core.experiment import RampPhase as RampPhase  # re-exported: it lived here
-from spoc_tui.core.experiment import RampProgress as RampProgress  # re-exported: it lived here
 from spoc_tui.core.files import write_atomic
-from spoc_tui.core.knee import (
+from spoc_tui.core.ramp.experiment import Driver, QueueWatch, Replayed, poll_every
+from spoc_tui.core.ramp.experiment import RampPhase as RampPhase  # re-exported: it lived here
+from spoc_tui.core.ramp.experiment import RampProgress as RampProgress  # re-exported: it lived here
+from spoc_tui.core.ramp.knee import (
     BisectSearch,
     FixedRates,
     FixedSpeeds,
@@ -42,10 +42,8 @@ from spoc_tui.core.knee import (
     SpeedSearch,
     UserPlan,
 )
-from spoc_tui.core.redact import redact_url
-from spoc_tui.core.results import RampEnd, RampStatus, encode_ramp
-from spoc_tui.core.sla import Limit
-from spoc_tui.core.steps import (
+from spoc_tui.core.ramp.sla import Limit
+from spoc_tui.core.ramp.steps import (
     ClientHealth,
     GpuWindow,
     RequestSample,
@@ -56,8 +54,10 @@ from spoc_tui.core.steps import (
     client_health,
     summarize_step,
 )
+from spoc_tui.core.redact import redact_url
+from spoc_tui.core.results import RampEnd, RampStatus, encode_ramp
 from spoc_tui.core.textsafe import safe
-from spoc_tui.core.traces import TraceError, TraceRead, TraceSource
+from spoc_tui.core.traces.read import TraceError, TraceRead, TraceSource
 from spoc_tui.load import defaults, wire
 from spoc_tui.load.rampconfig import RampConfig as RampConfig  # re-exported: it lived here
 from spoc_tui.load.rampconfig import RampError as RampError  # re-exported: it lived here

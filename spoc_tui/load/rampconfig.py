@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import NoReturn
 
 from spoc_tui.core.errors import EXIT_USAGE, SpocError
-from spoc_tui.core.experiment import Experiment
-from spoc_tui.core.knee import (
+from spoc_tui.core.ramp.experiment import Experiment
+from spoc_tui.core.ramp.knee import (
     FixedRates,
     FixedSpeeds,
     SpeedSearch,
     UserPlan,
 )
-from spoc_tui.core.sla import LevelUnit, Limit
-from spoc_tui.core.steps import (
+from spoc_tui.core.ramp.sla import LevelUnit, Limit
+from spoc_tui.core.ramp.steps import (
     StepSummary,
 )
-from spoc_tui.core.traces import TraceSource
+from spoc_tui.core.traces.read import TraceSource
 from spoc_tui.load import defaults
 from spoc_tui.load.defaults import (
     ABORT_FACTOR,

@@ -40,10 +40,10 @@ from locust import constant, task
 from locust.env import Environment
 from locust.runners import MasterRunner
 
-from spoc_tui.core.sse import StreamTally
-from spoc_tui.core.steps import RequestSample
-from spoc_tui.core.tracereplay import ReplayShare
-from spoc_tui.core.traces import TraceError, TraceRow, TraceSource
+from spoc_tui.core.metrics.sse import StreamTally
+from spoc_tui.core.ramp.steps import RequestSample
+from spoc_tui.core.traces.read import TraceError, TraceRow, TraceSource
+from spoc_tui.core.traces.replay import ReplayShare
 from spoc_tui.load import wire
 from spoc_tui.load.childstate import (
     OUT,
@@ -277,7 +277,7 @@ def _stream_request(
                     if not line:
                         break
                     # as vllm bench serve: every event with choices is a step of the stream (TTFT
-                    # at the first, a gap at each next), text or not (:mod:`spoc_tui.core.sse`)
+                    # at the first, a gap at each next), text or not (:mod:`spoc_tui.core.metrics.sse`)
                     tally.feed(line, time.perf_counter())
                 if error is not None:
                     resp.failure(f"stream broke: {error}")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.core.steps import RequestSample
+from spoc_tui.core.ramp.steps import RequestSample
 
 
 class WireError(SpocError):

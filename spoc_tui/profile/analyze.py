@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from spoc_tui.core.kernels import CLASSES, IDLE, classify
+from spoc_tui.core.hardware.kernels import CLASSES, IDLE, classify
 from spoc_tui.profile.trace import Intervals, Steps, TraceData, TraceError
 
 US = 1e-6

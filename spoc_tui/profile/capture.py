@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.core.knee import FixedUsers
+from spoc_tui.core.ramp.knee import FixedUsers
 from spoc_tui.core.redact import redact_text
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, run_ramp
 from spoc_tui.workload import Workload

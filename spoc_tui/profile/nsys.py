@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from spoc_tui.core.kernels import CLASSES, IDLE, classify
+from spoc_tui.core.hardware.kernels import CLASSES, IDLE, classify
 from spoc_tui.profile.analyze import TOP_KERNELS, Breakdown, KernelRow
 from spoc_tui.profile.trace import TraceError
 

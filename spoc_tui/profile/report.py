@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from spoc_tui.core.capacity import weights_bytes
-from spoc_tui.core.kernels import CLASSES, IDLE
-from spoc_tui.core.presets import GpuSpec, ModelSpec
-from spoc_tui.core.roofline import si
+from spoc_tui.core.hardware.capacity import weights_bytes
+from spoc_tui.core.hardware.kernels import CLASSES, IDLE
+from spoc_tui.core.hardware.presets import GpuSpec, ModelSpec
+from spoc_tui.core.hardware.roofline import si
 from spoc_tui.core.textsafe import for_terminal
 from spoc_tui.profile.analyze import Breakdown
 

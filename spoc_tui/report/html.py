@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from html import escape
 
 from spoc_tui.core import fmt
-from spoc_tui.core.compare import Comparison, comparison_text
-from spoc_tui.core.ramptext import check_lines, knee_sentence
+from spoc_tui.core.ramp.compare import Comparison, comparison_text
+from spoc_tui.core.ramp.sla import LevelUnit, Limit, parse_sla
+from spoc_tui.core.ramp.steps import StepSummary
+from spoc_tui.core.ramp.steps.sessions import share_text
+from spoc_tui.core.ramp.text import check_lines, knee_sentence
 from spoc_tui.core.redact import redact_text
 from spoc_tui.core.results import RampDoc
-from spoc_tui.core.sla import LevelUnit, Limit, parse_sla
-from spoc_tui.core.steps import StepSummary
-from spoc_tui.core.steps.sessions import share_text
 from spoc_tui.core.textsafe import lines_safe
 from spoc_tui.report.svg import PALETTE, Chart, Point, Series, render
 

@@ -1,8 +1,8 @@
 """The experiment driver's virtual backend: a simulated engine (the simulator's or the twin's)
 under virtual users (:class:`~spoc_tui.sim.virtual.VirtualServer`), in virtual time.
 
-The driver (:class:`spoc_tui.core.experiment.Driver`) runs the very loop ``spoc ramp`` runs over
-it; nothing here waits, so :func:`~spoc_tui.core.experiment.run_now` runs a whole ramp in
+The driver (:class:`spoc_tui.core.ramp.experiment.Driver`) runs the very loop ``spoc ramp`` runs over
+it; nothing here waits, so :func:`~spoc_tui.core.ramp.experiment.run_now` runs a whole ramp in
 seconds, the same for a seed every time.
 """
 
@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from spoc_tui.core.experiment import Replayed, immediately
-from spoc_tui.core.sla import Limit
-from spoc_tui.core.steps import ClientHealth, RequestSample, ServerWindow
+from spoc_tui.core.ramp.experiment import Replayed, immediately
+from spoc_tui.core.ramp.sla import Limit
+from spoc_tui.core.ramp.steps import ClientHealth, RequestSample, ServerWindow
 from spoc_tui.sim.engine import SimEngine
 from spoc_tui.sim.virtual import VirtualServer
 

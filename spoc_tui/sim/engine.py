@@ -8,7 +8,7 @@ most recently admitted request is preempted (its blocks freed, recomputed later)
 requests leave their full blocks in an LRU prefix cache keyed by a hash chain of block
 token ids, so multi-turn conversations that resend their history hit the cache.
 
-The iteration's duration comes from the roofline in :mod:`spoc_tui.core.capacity`, on the
+The iteration's duration comes from the roofline in :mod:`spoc_tui.core.hardware.capacity`, on the
 slowest GPU of the tensor-parallel group.
 """
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spoc_tui.core.capacity import CapacityError, IterationCost, iteration_time, kv_bytes_per_token, plan
-from spoc_tui.core.engineflags import BLOCK_SIZES, EngineFlags
-from spoc_tui.core.presets import GpuSpec, ModelSpec
+from spoc_tui.core.hardware.capacity import CapacityError, IterationCost, iteration_time, kv_bytes_per_token, plan
+from spoc_tui.core.hardware.presets import GpuSpec, ModelSpec
+from spoc_tui.core.tuning.engineflags import BLOCK_SIZES, EngineFlags
 from spoc_tui.sim.gpu import SimGpu
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from dataclasses import dataclass, field
 
-from spoc_tui.core.presets import GpuSpec
+from spoc_tui.core.hardware.presets import GpuSpec
 
 AMBIENT_C = 30.0
 

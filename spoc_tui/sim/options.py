@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spoc_tui.core.engineflags import EngineFlags
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.tuning.engineflags import EngineFlags
 
 SCENARIOS = ("steady", "thermal", "overload", "imbalanced", "fleet")
 """steady; thermal: one hot GPU in the TP group; overload: far more users than seats;

@@ -10,10 +10,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import fields, replace
 
-from spoc_tui.core.capacity import CapacityError
-from spoc_tui.core.engineflags import EngineFlags
-from spoc_tui.core.presets import PresetError, gpu_preset, model_preset
+from spoc_tui.core.hardware.capacity import CapacityError
+from spoc_tui.core.hardware.presets import PresetError, gpu_preset, model_preset
 from spoc_tui.core.textsafe import clip, safe
+from spoc_tui.core.tuning.engineflags import EngineFlags
 from spoc_tui.procs.ports import port_holder
 from spoc_tui.sim.engine import EngineConfig, SimEngine
 from spoc_tui.sim.gpu import SimGpu

@@ -21,7 +21,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import partial
 
-from spoc_tui.core.steps import RequestSample
+from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest, tokenize
 from spoc_tui.workload import Workload, jitter
 

@@ -2,9 +2,9 @@
 
 Each tick runs the simulated servers on by one interval, takes the ``/metrics`` text ``spoc sim``
 would serve at that instant, parses it and windows it by the live poller's own rule
-(:class:`~spoc_tui.core.vllm.ServerWindows`), and hands out the same :class:`VllmTick` the
+(:class:`~spoc_tui.core.metrics.vllm.ServerWindows`), and hands out the same :class:`VllmTick` the
 poller does. What the monitor then makes of it (verdicts, alerts, events) is the monitor's code
-(:class:`~spoc_tui.core.monitor.MonitorModel`), fed on the virtual clock: minutes of a scenario
+(:class:`~spoc_tui.core.monitor.model.MonitorModel`), fed on the virtual clock: minutes of a scenario
 in a second, the same for a seed every time. Only the HTTP between them is left out, which the
 live tests cover.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from spoc_tui.core.promparse import Exposition, parse_text
-from spoc_tui.core.snapshots import VllmTick
-from spoc_tui.core.vllm import ServerWindows, replicas_view
+from spoc_tui.core.metrics.promparse import Exposition, parse_text
+from spoc_tui.core.metrics.snapshots import VllmTick
+from spoc_tui.core.metrics.vllm import ServerWindows, replicas_view
 from spoc_tui.sim.exposition import vllm_metrics
 from spoc_tui.sim.virtual import VirtualServer
 

@@ -18,9 +18,9 @@ from textual.worker import Worker
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.errors import InputError, SpocError, first_line
-from spoc_tui.core.events import EventLog
-from spoc_tui.core.knee import plan_text
-from spoc_tui.core.presets import gpu_for_model_name, model_preset
+from spoc_tui.core.hardware.presets import gpu_for_model_name, model_preset
+from spoc_tui.core.monitor.events import EventLog
+from spoc_tui.core.ramp.knee import plan_text
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 from spoc_tui.profile.analyze import Breakdown, analyse
 from spoc_tui.profile.capture import CaptureConfig, capture, profiler_flag
@@ -67,7 +67,7 @@ class JobsApp(FastTruecolorApp[int]):
     """The running ramp in a few words (:attr:`RampProgress.badge`), on the monitor's status line."""
     _tune_session: TuneSession | None
     _profiling: bool
-    ramp_runner: RampRunner = staticmethod(run_ramp)  # type: ignore[assignment]
+    ramp_runner: RampRunner = staticmethod(run_ramp)
 
     # -- load ramps -------------------------------------------------------------------------
     @property

@@ -7,10 +7,10 @@ from typing import Literal
 
 from textual.message import Message
 
-from spoc_tui.core.gpu import TpGroupReport
-from spoc_tui.core.monitor import HeadroomShown
+from spoc_tui.core.hardware.gpu import TpGroupReport
+from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.monitor.model import HeadroomShown
 from spoc_tui.core.results import RampEnd
-from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.load.ramp import RampProgress
 from spoc_tui.tune import events
 from spoc_tui.tune.records import StudyStatus

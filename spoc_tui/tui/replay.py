@@ -16,8 +16,8 @@ from textual import work
 from textual.binding import Binding
 
 from spoc_tui.config import Settings
-from spoc_tui.core.gpu import analyse_groups
-from spoc_tui.core.recording import Record, Recording
+from spoc_tui.core.hardware.gpu import analyse_groups
+from spoc_tui.core.monitor.recording import Record, Recording
 from spoc_tui.tui.app import SpocApp
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
 from spoc_tui.tui.sources import MonitorSources

@@ -12,7 +12,7 @@ from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.promql import PromQLCollector
 from spoc_tui.config import Settings
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.gpu import GpuSample, parse_tp_groups
+from spoc_tui.core.hardware.gpu import GpuSample, parse_tp_groups
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from types import FrameType
 from typing import Any, Protocol, TypeVar
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.core.knee import Knee, find_knee
-from spoc_tui.core.steps import RequestSample, StepSummary
-from spoc_tui.core.tunespace import Config, command_line
+from spoc_tui.core.ramp.knee import Knee, find_knee
+from spoc_tui.core.ramp.steps import RequestSample, StepSummary
+from spoc_tui.core.tuning.space import Config, command_line
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 from spoc_tui.procs.ports import free_port
 from spoc_tui.procs.server import LaunchError, ServerProcess
@@ -366,8 +366,8 @@ class ServerEvaluator:
 def _kv_tokens(url: str) -> int | None:
     import httpx
 
-    from spoc_tui.core.promparse import parse_text
-    from spoc_tui.core.vllm import cache_config
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.core.metrics.vllm import cache_config
 
     try:
         r = httpx.get(url + "/metrics", timeout=5.0)
@@ -433,7 +433,7 @@ class FastSimEvaluator:
         trial_dir: Path | None = None,
         on_event: OnEvent | None = None,
     ) -> TrialOutcome:
-        from spoc_tui.core.experiment import Driver, run_now
+        from spoc_tui.core.ramp.experiment import Driver, run_now
         from spoc_tui.sim.backend import VirtualBackend
         from spoc_tui.sim.engine import SimEngine
         from spoc_tui.sim.options import SimConfigError, SimOptions

@@ -11,10 +11,10 @@ from typing import Any, Protocol
 
 from spoc_tui.core import results
 from spoc_tui.core.files import write_atomic
-from spoc_tui.core.noisyfront import MAX_RUNS
+from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.redact import redact_argv, redact_url
-from spoc_tui.core.sla import Limit
-from spoc_tui.core.tunespace import Objective, command_line
+from spoc_tui.core.tuning.noisyfront import MAX_RUNS
+from spoc_tui.core.tuning.space import Objective, command_line
 from spoc_tui.tune.records import Front, FrontMember, TrialRecord
 
 

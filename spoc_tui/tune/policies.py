@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spoc_tui.core.knee import Knee, reference_load
-from spoc_tui.core.noisyfront import dominated_by_front
-from spoc_tui.core.steps import StepSummary
-from spoc_tui.core.tunespace import Config, Objective, Space, objective_interval, objective_value
+from spoc_tui.core.ramp.knee import Knee, reference_load
+from spoc_tui.core.ramp.steps import StepSummary
+from spoc_tui.core.tuning.noisyfront import dominated_by_front
+from spoc_tui.core.tuning.space import Config, Objective, Space, objective_interval, objective_value
 from spoc_tui.tune.records import Front, config_key
 
 

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.core.knee import FixedUsers
-from spoc_tui.core.tunespace import command_line
+from spoc_tui.core.ramp.knee import FixedUsers
+from spoc_tui.core.tuning.space import command_line
 from spoc_tui.procs.ports import free_port
 from spoc_tui.procs.server import LaunchError, ServerProcess
 from spoc_tui.profile.analyze import Breakdown, analyse

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from spoc_tui.core.noisyfront import Estimate, FrontStatus, Run, classify, pool, run_to_run_cv, widen
-from spoc_tui.core.pareto import hypervolume
-from spoc_tui.core.sla import Limit
-from spoc_tui.core.tunespace import Config, Objective, reference_point
+from spoc_tui.core.ramp.sla import Limit
+from spoc_tui.core.tuning.noisyfront import Estimate, FrontStatus, Run, classify, pool, run_to_run_cv, widen
+from spoc_tui.core.tuning.pareto import hypervolume
+from spoc_tui.core.tuning.space import Config, Objective, reference_point
 
 TrialStatus = Literal["ok", "infeasible", "interrupted"]
 """ok: measured; infeasible: the server did not start or failed under load (a result);
@@ -124,7 +124,7 @@ def config_key(config: Config) -> tuple[tuple[str, str], ...]:
 
 @dataclass
 class FrontMember:
-    """A configuration on (or near) the front: its runs pooled (see :mod:`spoc_tui.core.noisyfront`)."""
+    """A configuration on (or near) the front: its runs pooled (see :mod:`spoc_tui.core.tuning.noisyfront`)."""
 
     record: TrialRecord
     """The configuration's first trial (its flags, command, reference load)."""

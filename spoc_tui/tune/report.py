@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from spoc_tui.core import fmt
-from spoc_tui.core.tunespace import Objective
+from spoc_tui.core.tuning.space import Objective
 from spoc_tui.tune.records import Front, FrontMember, TrialRecord
 
 

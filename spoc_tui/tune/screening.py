@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from spoc_tui.core.pareto import hypervolume, pareto_indices
+from spoc_tui.core.tuning.pareto import hypervolume, pareto_indices
 from spoc_tui.tune.optuna_compat import RandomState, nsga2_children
 from spoc_tui.tune.records import RAN
 

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.knee import FixedSpeeds, FixedUsers, KneeSearch, SaturationSearch, UserPlan, parse_user_plan
-from spoc_tui.core.sla import MAX_SPEED, Limit, parse_sla
-from spoc_tui.core.traces import TraceSource, trace_source
-from spoc_tui.core.tunespace import (
+from spoc_tui.core.ramp.knee import FixedSpeeds, FixedUsers, KneeSearch, SaturationSearch, UserPlan, parse_user_plan
+from spoc_tui.core.ramp.sla import MAX_SPEED, Limit, parse_sla
+from spoc_tui.core.traces.read import TraceSource, trace_source
+from spoc_tui.core.tuning.space import (
     Config,
     Space,
     SpaceError,

@@ -22,11 +22,11 @@ from typing import Any, Literal
 
 from spoc_tui.core.errors import first_line
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.knee import FixedUsers, SaturationSearch
-from spoc_tui.core.noisyfront import pick_rerun
+from spoc_tui.core.ramp.knee import FixedUsers, SaturationSearch
+from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.redact import redact_argv, redact_url
-from spoc_tui.core.sla import Limit
-from spoc_tui.core.tunespace import (
+from spoc_tui.core.tuning.noisyfront import pick_rerun
+from spoc_tui.core.tuning.space import (
     Config,
     Objective,
     Space,
@@ -191,7 +191,7 @@ class TuneSession:
     def _calibrate(self, o: TrialOutcome) -> None:
         """The first trial's calibration sets the study's reference load: the fewest users at
         which its configuration (normally the server defaults) reaches 90 % of its best output
-        tokens/s (:func:`~spoc_tui.core.knee.reference_load`), so that every trial is
+        tokens/s (:func:`~spoc_tui.core.ramp.knee.reference_load`), so that every trial is
         measured near saturation, where flags change what the server does (at light load the
         front would rank the workload's randomness). Kept in the study for --resume and workers;
         the calibration trial is scored at that load like the others."""
@@ -373,7 +373,7 @@ class TuneSession:
 
         Policy (documented in the README): once the first generation has run, re-runs may take up
         to ``rerun_share`` of the trials run so far (a tenth by default), and go to the unsettled
-        configuration :func:`~spoc_tui.core.noisyfront.pick_rerun` names: a provisional front member
+        configuration :func:`~spoc_tui.core.tuning.noisyfront.pick_rerun` names: a provisional front member
         or a candidate whose interval reaches the front, fewest runs first, at most 4 runs each. In
         the last trials of the budget re-runs come first while the front is unsettled, since an
         unsettled front is what the study would otherwise end with."""

@@ -42,10 +42,10 @@ import httpx
 from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.scrape import SourceError, base_url, fetch
 from spoc_tui.core.errors import EXIT_FAILURE
-from spoc_tui.core.promparse import Exposition
+from spoc_tui.core.metrics.promparse import Exposition
+from spoc_tui.core.metrics.sse import StreamTally
+from spoc_tui.core.metrics.vllm import PREFIX_HITS, cache_config, engine_version
 from spoc_tui.core.redact import redact_url
-from spoc_tui.core.sse import StreamTally
-from spoc_tui.core.vllm import PREFIX_HITS, cache_config, engine_version
 from spoc_tui.twin.correction import Stream, correct
 from spoc_tui.twin.fit import Observation, fit_step_model
 from spoc_tui.twin.model import (
@@ -290,7 +290,7 @@ class Calibrator:
         what clocks the fit was made at, so a later drift (a hot GPU, a power cap) can be told."""
         if not self.dcgm:
             return
-        from spoc_tui.core.gpu import dcgm_gpus
+        from spoc_tui.core.hardware.gpu import dcgm_gpus
 
         try:
             r = await fetch(c, self.dcgm)

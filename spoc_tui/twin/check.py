@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spoc_tui.core.knee import FixedRates, FixedSpeeds, FixedUsers
+from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.core.results import RampDoc
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import StepSummary
-from spoc_tui.core.traces import TraceError, trace_source
+from spoc_tui.core.traces.read import TraceError, trace_source
 from spoc_tui.twin.model import Twin, TwinError
 from spoc_tui.twin.predict import Prediction, TraceRows, figure, predict_at, read_rows
 from spoc_tui.workload import Workload, WorkloadError

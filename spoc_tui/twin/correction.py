@@ -45,7 +45,7 @@ class Correction:
 def _replay(twin: Twin, streams: list[Stream], model: StepModel) -> tuple[float, float]:
     """The mixed load's requests replayed on the twin at their measured arrivals: (mean decode
     time per token, mean TTFT)."""
-    from spoc_tui.core.traces import TraceRow
+    from spoc_tui.core.traces.read import TraceRow
     from spoc_tui.twin.fleet import FleetSim
 
     t0 = min(s.sent for s in streams)

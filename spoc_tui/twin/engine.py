@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from spoc_tui.core.capacity import IterationCost
-from spoc_tui.core.presets import gpu_preset, model_preset
+from spoc_tui.core.hardware.capacity import IterationCost
+from spoc_tui.core.hardware.presets import gpu_preset, model_preset
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest
 from spoc_tui.twin.model import ServerConfig, StepModel, Twin, TwinError, shared_context
 

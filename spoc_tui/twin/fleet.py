@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.sla import Limit
-from spoc_tui.core.steps import RequestSample, StepSummary, summarize_step
-from spoc_tui.core.traces import TraceRow
+from spoc_tui.core.ramp.sla import Limit
+from spoc_tui.core.ramp.steps import RequestSample, StepSummary, summarize_step
+from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.sim.engine import SimRequest
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.model import StepModel, Twin

@@ -28,13 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spoc_tui.core.inference import KneeEstimate
-from spoc_tui.core.knee import SpeedSearch
-from spoc_tui.core.promparse import Exposition
-from spoc_tui.core.sla import Limit
-from spoc_tui.core.stats import Histogram
-from spoc_tui.core.traces import TraceRow
-from spoc_tui.core.vllm import (
+from spoc_tui.core.metrics.promparse import Exposition
+from spoc_tui.core.metrics.vllm import (
     REQUEST_GENERATION_TOKENS,
     REQUEST_PROMPT_TOKENS,
     Scrape,
@@ -42,6 +37,11 @@ from spoc_tui.core.vllm import (
     server_view,
     windowed_histogram,
 )
+from spoc_tui.core.ramp.inference import KneeEstimate
+from spoc_tui.core.ramp.knee import SpeedSearch
+from spoc_tui.core.ramp.sla import Limit
+from spoc_tui.core.stats import Histogram
+from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.twin.model import PARAMS, ServerConfig, StepModel, Twin
 from spoc_tui.twin.passive import PassiveFit, PassiveWindow, fit_passive, window_of
 from spoc_tui.twin.predict import TraceRows
@@ -523,7 +523,7 @@ def write_traffic_trace(h: Headroom, path: Path, seed: int = 0) -> int:
     headroom says); how many rows.
 
     Raises: ValueError when the headroom has no traffic."""
-    from spoc_tui.core.traces import write_spoc
+    from spoc_tui.core.traces.read import write_spoc
 
     if h.traffic is None:
         raise ValueError("the headroom has no traffic to write")

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.inspect import InspectResult, read_all, result_of
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError
-from spoc_tui.core.promparse import Exposition
+from spoc_tui.core.metrics.promparse import Exposition
+from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.redact import redact_url
-from spoc_tui.core.sla import Limit
 from spoc_tui.twin.headroom import WINDOW_S, Headroom, HeadroomLearner
 from spoc_tui.twin.model import Twin
 from spoc_tui.twin.passive import MIN_WINDOWS

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spoc_tui.core.vllm import EngineView
+from spoc_tui.core.metrics.vllm import EngineView
 from spoc_tui.twin.model import StepModel
 
 TERMS = ("b0", "b_decode", "b_context", "b_prefill", "b_mixed")

@@ -5,7 +5,7 @@ The users start and pace as ``spoc ramp``'s do (:class:`~spoc_tui.sim.virtual.Vi
 the ramp's spawn rate, its jitter before turns, lockstep or staggered arrivals), each step warms
 up and is measured for the same seconds, an inconclusive step is measured on by the same rule,
 and the knee search chooses its levels from the same inference. Each step's figures are judged
-exactly as a measured step's are (:func:`~spoc_tui.core.steps.summarize_step`).
+exactly as a measured step's are (:func:`~spoc_tui.core.ramp.steps.summarize_step`).
 
 How sure: the ramp runs once on the fit (the figures written), then again at the same levels once
 per bootstrap draw of the fit (each with its own seed). A figure's prediction interval spans the
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from spoc_tui.core.confidence import Interval
-from spoc_tui.core.experiment import Driver, Experiment, RampProgress, Replayed, run_now
-from spoc_tui.core.inference import KneeEstimate, infer_knee
-from spoc_tui.core.knee import FixedRates, FixedSpeeds, Knee, SpeedSearch, UserPlan, find_knee
-from spoc_tui.core.sla import LevelUnit, Limit
-from spoc_tui.core.steps import (
+from spoc_tui.core.ramp.experiment import Driver, Experiment, RampProgress, Replayed, run_now
+from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
+from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, Knee, SpeedSearch, UserPlan, find_knee
+from spoc_tui.core.ramp.sla import LevelUnit, Limit
+from spoc_tui.core.ramp.steps import (
     RequestSample,
     StepSummary,
     TraceFidelity,
@@ -37,8 +37,8 @@ from spoc_tui.core.steps import (
     queue_unbounded,
     summarize_step,
 )
-from spoc_tui.core.tracereplay import ReplayShare
-from spoc_tui.core.traces import TraceError, TraceRow, TraceSource
+from spoc_tui.core.traces.read import TraceError, TraceRow, TraceSource
+from spoc_tui.core.traces.replay import ReplayShare
 from spoc_tui.load import defaults
 from spoc_tui.load.defaults import ABORT_FACTOR, ARRIVALS, STEP_S, WARMUP_S, spawn_rate
 from spoc_tui.sim.backend import VirtualBackend, counters, server_window
@@ -107,7 +107,7 @@ class Prediction:
     draws: int = DRAWS
     trace: TraceRows | None = None
     """A trace replay (``--trace``): its steps are speeds (``plan`` a
-    :class:`~spoc_tui.core.knee.FixedSpeeds` or :class:`~spoc_tui.core.knee.SpeedSearch`)."""
+    :class:`~spoc_tui.core.ramp.knee.FixedSpeeds` or :class:`~spoc_tui.core.ramp.knee.SpeedSearch`)."""
 
     @property
     def step_limit_s(self) -> float:

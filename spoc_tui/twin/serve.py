@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import fields
 
-from spoc_tui.core.capacity import CapacityError
-from spoc_tui.core.engineflags import EngineFlags
+from spoc_tui.core.hardware.capacity import CapacityError
+from spoc_tui.core.tuning.engineflags import EngineFlags
 from spoc_tui.sim.engine import SimEngine
 from spoc_tui.sim.options import SimConfigError, SimOptions
 from spoc_tui.twin.engine import TwinEngine

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.inference import infer_knee
-from spoc_tui.core.knee import find_knee
-from spoc_tui.core.steps import StepSummary
+from spoc_tui.core.ramp.inference import infer_knee
+from spoc_tui.core.ramp.knee import find_knee
+from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.load.ramp import RampConfig
 from spoc_tui.tune.evaluate import OnEvent, TrialOutcome, tokens_per_request
 from spoc_tui.twin.engine import TwinEngine

@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestServer
 from spoc_tui.collectors import scrape
 from spoc_tui.collectors.poller import VllmPoller
 from spoc_tui.collectors.scrape import SourceError, fetch, read_file
-from spoc_tui.core.promparse import parse_text
-from spoc_tui.core.vllm import Scrape, server_view, split_by_engine
+from spoc_tui.core.metrics.promparse import parse_text
+from spoc_tui.core.metrics.vllm import Scrape, server_view, split_by_engine
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 VLLM = (FIX / "vllm" / "vllm_0.32_cpu_full_load.txt").read_text()
@@ -129,8 +129,8 @@ def test_files_are_read_with_a_bound(tmp_path):
 
 HOSTILE = r"""
 import sys
-from spoc_tui.core.promparse import parse_text
-from spoc_tui.core.vllm import Scrape, server_view
+from spoc_tui.core.metrics.promparse import parse_text
+from spoc_tui.core.metrics.vllm import Scrape, server_view
 cases = [
     "vllm:x" + " " * 4_000_000 + "\n",
     "vllm:x" + " " * 4_000_000 + "x y z\n",

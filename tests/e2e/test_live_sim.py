@@ -246,7 +246,7 @@ def test_client_disconnect_aborts_the_request():
     """As vLLM does: a client that goes away frees its seat (no phantom load afterwards)."""
     import socket as sk
 
-    from spoc_tui.core.promparse import parse_text
+    from spoc_tui.core.metrics.promparse import parse_text
 
     port, dport = free_ports(2)
     proc = start_sim(["--dcgm-port", str(dport), "--max-num-seqs", "1"], port)
@@ -284,8 +284,8 @@ def test_client_disconnect_aborts_the_request():
 
 
 def test_simulator_serves_replicas_one_port_each_and_one_lags():
-    from spoc_tui.core.gpu import dcgm_gpus
-    from spoc_tui.core.promparse import parse_text
+    from spoc_tui.core.hardware.gpu import dcgm_gpus
+    from spoc_tui.core.metrics.promparse import parse_text
     from spoc_tui.procs.ports import free_block
 
     port, dport = free_block(2), free_block(2)

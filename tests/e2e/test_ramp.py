@@ -7,7 +7,7 @@ import sys
 import pytest
 from aiohttp import web
 
-from spoc_tui.core.knee import FixedUsers
+from spoc_tui.core.ramp.knee import FixedUsers
 from spoc_tui.procs.ports import free_ports
 from spoc_tui.sim.process import start_sim
 
@@ -358,8 +358,8 @@ def test_a_measured_and_a_predicted_ramp_differ_only_by_the_backend(sim8, fast_p
     order, and a verdict each; only the backend (its clock, where its figures come from) differs."""
     import asyncio
 
-    from spoc_tui.core.experiment import Driver, run_now
-    from spoc_tui.core.sla import parse_sla
+    from spoc_tui.core.ramp.experiment import Driver, run_now
+    from spoc_tui.core.ramp.sla import parse_sla
     from spoc_tui.load.ramp import RampConfig, ResultWriter, ramp_header, run_ramp, spawn_rate
     from spoc_tui.sim.backend import VirtualBackend
     from spoc_tui.sim.options import SimOptions

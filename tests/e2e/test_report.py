@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from spoc_tui.core.inference import infer_knee
-from spoc_tui.core.knee import find_knee
+from spoc_tui.core.ramp.inference import infer_knee
+from spoc_tui.core.ramp.knee import find_knee
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import RequestSample, summarize_step
 from spoc_tui.core.results import encode_ramp
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import RequestSample, summarize_step
 
 LIMITS = parse_sla("ttft_p90<=500ms")
 

@@ -9,8 +9,8 @@ import httpx
 
 from spoc_tui.collectors.promql import PromQLCollector, PromQLPoller
 from spoc_tui.collectors.scrape import metrics_url
-from spoc_tui.core.promparse import parse_text
-from spoc_tui.core.vllm import Scrape, server_view
+from spoc_tui.core.metrics.promparse import parse_text
+from spoc_tui.core.metrics.vllm import Scrape, server_view
 from spoc_tui.procs.group import stop_process_group
 from spoc_tui.procs.ports import free_ports
 from tests.realengine.conftest import start_prometheus, tiny_server

@@ -10,11 +10,11 @@ import time
 import httpx
 
 from spoc_tui.collectors.scrape import metrics_url
-from spoc_tui.core.kernels import ATTENTION, GEMM
-from spoc_tui.core.presets import model_preset
-from spoc_tui.core.promparse import parse_text
-from spoc_tui.core.roofline import of_view
-from spoc_tui.core.vllm import Scrape, server_view
+from spoc_tui.core.hardware.kernels import ATTENTION, GEMM
+from spoc_tui.core.hardware.presets import model_preset
+from spoc_tui.core.hardware.roofline import of_view
+from spoc_tui.core.metrics.promparse import parse_text
+from spoc_tui.core.metrics.vllm import Scrape, server_view
 from tests.realengine.conftest import MODEL
 
 

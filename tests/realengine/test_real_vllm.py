@@ -15,8 +15,8 @@ import pytest
 from spoc_tui.collectors.poller import VllmPoller
 from spoc_tui.collectors.promql import PromQLCollector
 from spoc_tui.collectors.scrape import SourceError
-from spoc_tui.core.promparse import Exposition, parse_text
-from spoc_tui.core.vllm import Scrape, server_view
+from spoc_tui.core.metrics.promparse import Exposition, parse_text
+from spoc_tui.core.metrics.vllm import Scrape, server_view
 
 from .conftest import KV_GIB, MODEL
 
@@ -217,7 +217,7 @@ async def test_prometheus_mode_reads_the_same_figures(vllm_server, prometheus):
     via_prom = server_view(inst, Scrape(now[inst], 10.0, then.get(inst), 0.0 if inst in then else None))
     async with httpx.AsyncClient() as c:
         body = (await c.get(vllm_server.url + "/metrics")).text
-    from spoc_tui.core.promparse import parse_text
+    from spoc_tui.core.metrics.promparse import parse_text
 
     direct = server_view(vllm_server.url, Scrape(parse_text(body), 1.0))
     assert via_prom.engine_version == "v1" and via_prom.model_names == ("tiny",)

@@ -6,11 +6,11 @@ the app's learner as its poller feeds it; the estimate runs in the app's worker 
 import math
 
 from spoc_tui.collectors.poller import VllmPoller
-from spoc_tui.core.experiment import RampProgress
-from spoc_tui.core.inference import KneeEstimate
-from spoc_tui.core.knee import FixedSpeeds, Knee
-from spoc_tui.core.monitor import HeadroomShown
-from spoc_tui.core.traces import trace_source
+from spoc_tui.core.monitor.model import HeadroomShown
+from spoc_tui.core.ramp.experiment import RampProgress
+from spoc_tui.core.ramp.inference import KneeEstimate
+from spoc_tui.core.ramp.knee import FixedSpeeds, Knee
+from spoc_tui.core.traces.read import trace_source
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
 from spoc_tui.sim.virtual import VirtualServer

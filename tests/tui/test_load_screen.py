@@ -3,10 +3,10 @@ import asyncio
 import pytest
 from textual.app import App
 
-from spoc_tui.core.inference import infer_knee
-from spoc_tui.core.knee import Knee, KneeWhy
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import RequestSample, ServerWindow, summarize_step
+from spoc_tui.core.ramp.inference import infer_knee
+from spoc_tui.core.ramp.knee import Knee, KneeWhy
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import RequestSample, ServerWindow, summarize_step
 from spoc_tui.load.ramp import RampProgress
 from spoc_tui.tui.messages import RampFinished, RampProgressed
 from spoc_tui.tui.screens.load import LoadScreen
@@ -210,7 +210,7 @@ class Paused:
 
 
 async def test_the_forms_defaults_start_the_knee_search_with_its_budget():
-    from spoc_tui.core.knee import KneeSearch
+    from spoc_tui.core.ramp.knee import KneeSearch
 
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -266,7 +266,7 @@ async def test_f6_against_a_server_without_the_profiler_shows_the_flag(tmp_path)
 
 
 async def test_profile_panel_draws_a_real_trace_with_its_roofline():
-    from spoc_tui.core.presets import GPUS, MODELS
+    from spoc_tui.core.hardware.presets import GPUS, MODELS
     from spoc_tui.profile.analyze import analyse
     from spoc_tui.profile.report import decode_roofline
     from spoc_tui.profile.trace import read_trace
@@ -331,7 +331,7 @@ async def test_a_trace_replayed_from_the_load_screen(tmp_path, monkeypatch):
 
 
 async def test_the_twins_prediction_is_drawn_beside_each_finished_step(tmp_path):
-    from spoc_tui.core.knee import FixedUsers
+    from spoc_tui.core.ramp.knee import FixedUsers
     from spoc_tui.twin.model import write_twin
     from spoc_tui.workload import load_workload
     from tests.unit.test_twin_fit import twin
@@ -370,8 +370,8 @@ async def test_the_twins_prediction_is_drawn_beside_each_finished_step(tmp_path)
 async def test_the_twin_replays_the_trace_beside_a_replays_step(tmp_path):
     """A trace replay's step is a speed: the twin's figure beside it is the trace replayed at
     that speed (not the profile at that many users)."""
-    from spoc_tui.core.knee import FixedSpeeds
-    from spoc_tui.core.traces import trace_source
+    from spoc_tui.core.ramp.knee import FixedSpeeds
+    from spoc_tui.core.traces.read import trace_source
     from spoc_tui.twin.predict import Prediction, predict_at, read_rows
     from spoc_tui.workload import load_workload
     from tests.unit.test_twin_fit import twin

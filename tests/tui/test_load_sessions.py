@@ -2,9 +2,9 @@
 from the steps as the ramp's worker hands them over (the ramp itself is
 tests/unit/test_ramp_virtual.py's, in virtual time)."""
 
-from spoc_tui.core.experiment import RampProgress
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import RequestSample, summarize_step
+from spoc_tui.core.ramp.experiment import RampProgress
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import RequestSample, summarize_step
 from tests.tui.helpers import make_app
 
 

@@ -194,7 +194,7 @@ class _FakePromQL:
     """Stands in for PromQLCollector: real expositions (two replicas) as Prometheus returns them."""
 
     def __init__(self):
-        from spoc_tui.core.promparse import parse_text
+        from spoc_tui.core.metrics.promparse import parse_text
         from tests.tui.helpers import FIX
 
         self.now = {
@@ -250,8 +250,8 @@ def test_a_password_in_a_url_never_reaches_the_screen():
 
 def fleet_tick():
     """Three replicas: two alike, the third queueing with a slow TTFT and shedding load."""
-    from spoc_tui.core.snapshots import SourceStatus, VllmTick
-    from spoc_tui.core.vllm import Scrape, replicas_view, server_view
+    from spoc_tui.core.metrics.snapshots import SourceStatus, VllmTick
+    from spoc_tui.core.metrics.vllm import Scrape, replicas_view, server_view
     from tests.unit.test_fleet import exposition
 
     fast = [0.02] * 50

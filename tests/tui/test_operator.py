@@ -2,9 +2,9 @@
 
 import pytest
 
-from spoc_tui.core.monitor import HeadroomShown
-from spoc_tui.core.series import WINDOWS_S
-from spoc_tui.core.snapshots import SourceStatus
+from spoc_tui.core.metrics.snapshots import SourceStatus
+from spoc_tui.core.monitor.model import HeadroomShown
+from spoc_tui.core.monitor.series import WINDOWS_S
 from spoc_tui.tui.messages import HeadroomEstimated, ServersSampled, SourceStatusChanged
 from spoc_tui.tui.screens.confirm import ConfirmScreen
 from spoc_tui.tui.widgets.fields import Field
@@ -272,7 +272,7 @@ async def test_every_app_action_is_in_the_command_palette(title):
 
 # -- record and replay ----------------------------------------------------------------------------------
 async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tmp_path):
-    from spoc_tui.core.recording import Recorder, read_recording
+    from spoc_tui.core.monitor.recording import Recorder, read_recording
     from spoc_tui.tui.app import SpocApp
     from spoc_tui.tui.replay import ReplayApp
 
@@ -330,7 +330,7 @@ def test_replay_cli_exports_and_refuses_a_bad_file(tmp_path):
     import subprocess
     import sys
 
-    from spoc_tui.core.recording import Recorder
+    from spoc_tui.core.monitor.recording import Recorder
 
     path = tmp_path / "rec.jsonl"
     r = Recorder(path, {})
@@ -370,7 +370,7 @@ async def test_a_ramp_on_a_busy_server_asks_first():
 async def test_a_study_on_gpus_that_already_serve_asks_first():
     from dataclasses import replace
 
-    from spoc_tui.core.snapshots import GpuTick
+    from spoc_tui.core.metrics.snapshots import GpuTick
     from spoc_tui.tui.messages import GpusSampled
 
     app = make_app()
@@ -397,8 +397,8 @@ async def test_a_study_on_gpus_that_already_serve_asks_first():
 async def test_a_drag_alert_does_not_blink_when_the_gpu_hovers_at_the_threshold():
     from dataclasses import replace
 
-    from spoc_tui.core.gpu import analyse_groups
-    from spoc_tui.core.snapshots import GpuTick
+    from spoc_tui.core.hardware.gpu import analyse_groups
+    from spoc_tui.core.metrics.snapshots import GpuTick
     from spoc_tui.tui.messages import GpusSampled
 
     app = make_app()

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from spoc_tui.config import data_dir
-from spoc_tui.core.knee import FixedUsers
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.tunespace import parse_objectives, parse_space
+from spoc_tui.core.ramp.knee import FixedUsers
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.tuning.space import parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
 from spoc_tui.tui.messages import TuneEvent, TuneFinished
 from spoc_tui.tui.screens.tune import TuneScreen

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from spoc_tui.core.capacity import CapacityError, kv_bytes_per_token, plan, weights_bytes
-from spoc_tui.core.presets import GPUS, MODELS, PresetError, model_from_config, model_preset
+from spoc_tui.core.hardware.capacity import CapacityError, kv_bytes_per_token, plan, weights_bytes
+from spoc_tui.core.hardware.presets import GPUS, MODELS, PresetError, model_from_config, model_preset
 
 
 def test_llama8b_kv_bytes_use_kv_heads():

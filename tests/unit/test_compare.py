@@ -4,12 +4,12 @@ import json
 import subprocess
 import sys
 
-from spoc_tui.core.compare import compare, comparison_text, difference
-from spoc_tui.core.inference import infer_knee
-from spoc_tui.core.knee import find_knee
+from spoc_tui.core.ramp.compare import compare, comparison_text, difference
+from spoc_tui.core.ramp.inference import infer_knee
+from spoc_tui.core.ramp.knee import find_knee
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import summarize_step
 from spoc_tui.core.results import decode_ramp, encode_ramp
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import summarize_step
 from tests.unit.test_inference import _step
 
 SLA = "ttft_p50<=200ms"

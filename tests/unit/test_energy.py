@@ -3,9 +3,9 @@ counters (DCGM, NVML) or, without them, their power readings."""
 
 import pytest
 
-from spoc_tui.core.energy import EnergyMeter
-from spoc_tui.core.gpu import GpuSample, dcgm_gpus, nvml_gpu
-from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.hardware.gpu import GpuSample, dcgm_gpus, nvml_gpu
+from spoc_tui.core.metrics.promparse import parse_text
+from spoc_tui.core.monitor.energy import EnergyMeter
 from tests.unit.test_roofline import FIX
 
 
@@ -46,7 +46,7 @@ def test_dcgm_and_nvml_energy_counters_in_joules():
     for f in sorted((FIX.parent / "dcgm").glob("*.txt")):
         for g in dcgm_gpus(parse_text(f.read_text()), "dcgm"):
             assert g.energy_j is None or g.energy_j > 0
-    from spoc_tui.core.presets import GPUS
+    from spoc_tui.core.hardware.presets import GPUS
     from spoc_tui.sim.exposition import dcgm_metrics
     from spoc_tui.sim.gpu import SimGpu
 

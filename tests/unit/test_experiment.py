@@ -3,7 +3,7 @@ the budget, settling early, draining after a step down, measuring an undecided s
 queue rule, stop reasons, progress and the result file. Deterministic for a seed; seconds each.
 
 The rules were tested before by timing live simulators in real time; here they run in the very
-loop ``spoc ramp`` runs (:class:`spoc_tui.core.experiment.Driver`), over the virtual backend.
+loop ``spoc ramp`` runs (:class:`spoc_tui.core.ramp.experiment.Driver`), over the virtual backend.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from spoc_tui.core.experiment import Driver, Experiment, ExperimentError, RampProgress, run_now
-from spoc_tui.core.knee import FixedRates, FixedUsers, KneeSearch
-from spoc_tui.core.presets import gpu_preset, model_preset
+from spoc_tui.core.hardware.presets import gpu_preset, model_preset
+from spoc_tui.core.ramp.experiment import Driver, Experiment, ExperimentError, RampProgress, run_now
+from spoc_tui.core.ramp.knee import FixedRates, FixedUsers, KneeSearch
+from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.results import read_ramp
-from spoc_tui.core.sla import parse_sla
 from spoc_tui.load.ramp import RampConfig, ResultWriter
 from spoc_tui.sim.backend import VirtualBackend
 from spoc_tui.sim.engine import EngineConfig, SimEngine
@@ -165,7 +165,7 @@ def test_the_virtual_ramp_is_written_by_the_ramps_writer(tmp_path):
 
 
 def test_a_replay_longer_than_the_budget_is_refused_before_any_load():
-    from spoc_tui.core.experiment import Replayed
+    from spoc_tui.core.ramp.experiment import Replayed
 
     ran: list[float] = []
 
@@ -197,7 +197,7 @@ def test_run_now_refuses_a_coroutine_that_waits():
 
 
 def _pinned_predictions() -> dict[str, dict]:
-    from spoc_tui.core.knee import parse_user_plan
+    from spoc_tui.core.ramp.knee import parse_user_plan
     from spoc_tui.twin.predict import Prediction, predict
     from tests.unit.test_twin_fleet import twin
 

@@ -1,10 +1,10 @@
 """The fleet's watch list: shed load (admission rejections, aborted/errored requests, 4xx/5xx),
 speculative decoding, and the replica that lags."""
 
-from spoc_tui.core.alerts import shed_alerts
-from spoc_tui.core.fleet import lagging, waiting_per_replica
-from spoc_tui.core.promparse import parse_text
-from spoc_tui.core.vllm import Scrape, server_view
+from spoc_tui.core.metrics.promparse import parse_text
+from spoc_tui.core.metrics.vllm import Scrape, server_view
+from spoc_tui.core.monitor.alerts import shed_alerts
+from spoc_tui.core.monitor.fleet import lagging, waiting_per_replica
 
 TTFT_BOUNDS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
 
@@ -91,7 +91,7 @@ def test_the_replica_that_lags_is_named():
 
 
 def test_which_replica_a_gpu_serves():
-    from spoc_tui.core.fleet import replica_of_gpu
+    from spoc_tui.core.monitor.fleet import replica_of_gpu
 
     a, b = "http://node-a:8000", "http://node-b:8000"
     assert replica_of_gpu("http://x:9400/metrics", None, [a], []) == a  # one server: all GPUs its

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from spoc_tui.core.fleetplan import PlanError, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
+from spoc_tui.core.ramp.fleetplan import PlanError, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
 from spoc_tui.core.results import decode_ramp
 
 

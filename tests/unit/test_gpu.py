@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from spoc_tui.collectors.nvml import NvmlCollector, NvmlUnavailable, TraceReplay
-from spoc_tui.core.gpu import (
+from spoc_tui.core.hardware.gpu import (
     GpuSample,
     analyse_groups,
     dcgm_gpus,
@@ -15,7 +15,7 @@ from spoc_tui.core.gpu import (
     parse_tp_groups,
     throttle_names,
 )
-from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.metrics.promparse import parse_text
 
 FIX = Path(__file__).parents[1] / "fixtures"
 

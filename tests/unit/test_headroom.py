@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.stats import Histogram
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
@@ -139,7 +139,7 @@ def test_the_monitors_estimates_wait_as_long_as_their_cpu_takes_to_be_half_a_per
 def test_a_confirming_ramps_knee_is_set_beside_the_headroom_it_confirms():
     """Issue 52: after a ramp of the headroom's own traffic, predicted and measured side by side,
     and whether the measured knee lies in the predicted interval."""
-    from spoc_tui.core.inference import KneeEstimate
+    from spoc_tui.core.ramp.inference import KneeEstimate
     from spoc_tui.twin.headroom import HeadroomClaim
 
     said = Headroom(5.9, (4.0, 8.0), "ttft_p99", None, True, "", 40, None)

@@ -2,7 +2,7 @@
 
 import random
 
-from spoc_tui.core.history import ScrapeHistory
+from spoc_tui.core.metrics.history import ScrapeHistory
 
 
 def _spans(slack_s: float) -> set[int]:

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from spoc_tui.core.inference import KneeEstimate, infer_knee, isotonic
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import RequestSample
+from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee, isotonic
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import RequestSample
 
 
 def _step(level, n, ttft_median, seed, itl=0.01, fail=0.0):

@@ -49,8 +49,8 @@ def test_a_full_disk_is_one_error_and_leaves_no_temporary_file(tmp_path, monkeyp
 
     import pytest
 
-    from spoc_tui.core.knee import Knee
-    from spoc_tui.core.steps import RequestSample
+    from spoc_tui.core.ramp.knee import Knee
+    from spoc_tui.core.ramp.steps import RequestSample
     from spoc_tui.load import ramp
 
     w = ramp.ResultWriter(tmp_path, {"url": "u"})

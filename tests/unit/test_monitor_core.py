@@ -3,15 +3,15 @@
 from dataclasses import replace
 from pathlib import Path
 
-from spoc_tui.core.alerts import server_alerts
-from spoc_tui.core.events import THROTTLE_HOLD_S, EventDetector, EventLog
-from spoc_tui.core.gpu import GpuSample
-from spoc_tui.core.promparse import parse_text
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.snapshots import SourceStatus, VllmTick
+from spoc_tui.core.hardware.gpu import GpuSample
+from spoc_tui.core.metrics.promparse import parse_text
+from spoc_tui.core.metrics.snapshots import SourceStatus, VllmTick
+from spoc_tui.core.metrics.vllm import Scrape, ServerView, server_view
+from spoc_tui.core.monitor.alerts import server_alerts
+from spoc_tui.core.monitor.events import THROTTLE_HOLD_S, EventDetector, EventLog
+from spoc_tui.core.monitor.verdict import breaches, verdict
+from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.stats import LatencySummary
-from spoc_tui.core.verdict import breaches, verdict
-from spoc_tui.core.vllm import Scrape, ServerView, server_view
 
 FIX = Path(__file__).parents[1] / "fixtures" / "vllm"
 
@@ -134,9 +134,9 @@ def test_the_monitor_model_judges_once_per_tick_without_a_terminal(monkeypatch):
     import subprocess
     import sys
 
-    from spoc_tui.core import monitor as monitor_mod
-    from spoc_tui.core.monitor import MonitorModel
-    from spoc_tui.core.snapshots import SourceStatus
+    from spoc_tui.core.metrics.snapshots import SourceStatus
+    from spoc_tui.core.monitor import model as monitor_mod
+    from spoc_tui.core.monitor.model import MonitorModel
     from tests.tui.helpers import gpu_tick, server_tick
 
     calls = []
@@ -158,7 +158,7 @@ def test_the_monitor_model_judges_once_per_tick_without_a_terminal(monkeypatch):
     assert any(a.key == "down:http://b:8000" for a in model.alerts)
     model.reset()
     assert model.verdicts == () and len(model.events) == 0
-    code = "import sys, spoc_tui.core.monitor; print('textual' in sys.modules)"
+    code = "import sys, spoc_tui.core.monitor.model; print('textual' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 
@@ -185,7 +185,7 @@ def test_the_ladder_puts_a_growing_queue_first_and_lists_the_causes_beneath():
 
 
 def test_the_verdict_shown_holds_for_three_polls_and_says_since_when():
-    from spoc_tui.core.verdict import Verdict, VerdictTracker
+    from spoc_tui.core.monitor.verdict import Verdict, VerdictTracker
 
     t = VerdictTracker()
     healthy, kv, down = (
@@ -209,7 +209,7 @@ def test_the_verdict_shown_holds_for_three_polls_and_says_since_when():
 
 
 def test_a_calm_verdict_keeps_its_figure_a_few_seconds_an_alarm_refreshes_every_poll():
-    from spoc_tui.core.verdict import CALM_FIGURE_S, Verdict, VerdictTracker
+    from spoc_tui.core.monitor.verdict import CALM_FIGURE_S, Verdict, VerdictTracker
 
     t = VerdictTracker()
     assert t.update("a", Verdict("healthy", "ok", "13 running"), 10.0).reason == "13 running"
@@ -229,7 +229,7 @@ def test_a_calm_verdict_keeps_its_figure_a_few_seconds_an_alarm_refreshes_every_
 
 
 def test_a_lagging_replica_is_judged_against_its_peers_median():
-    from spoc_tui.core.fleet import lagging
+    from spoc_tui.core.monitor.fleet import lagging
 
     def server(src, ttft, itl):
         lat = dict(_load_view().latency)

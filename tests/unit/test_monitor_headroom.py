@@ -1,7 +1,7 @@
 """The monitor model's side of the live headroom: the alert under the threshold and the fleet's
 line (its weakest replica's), from the headroom as the worker thread hands it over."""
 
-from spoc_tui.core.monitor import HeadroomShown, MonitorModel
+from spoc_tui.core.monitor.model import HeadroomShown, MonitorModel
 
 A, B = "http://192.0.2.1:8000", "http://192.0.2.2:8000"
 

@@ -2,7 +2,7 @@
 in overload the headline is the queue, a lagging replica is named with its figure, and steady
 load does not flicker.
 
-The monitor's own model (:class:`~spoc_tui.core.monitor.MonitorModel`) reads the simulator's
+The monitor's own model (:class:`~spoc_tui.core.monitor.model.MonitorModel`) reads the simulator's
 ``/metrics`` text, parsed and windowed by the live poller's rule, every virtual second
 (:class:`~spoc_tui.sim.watch.VirtualWatch`). These ran a live simulator and the whole app in real
 time for up to a minute each, beside three other test workers on two cores; what a poll saw then
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from spoc_tui.core.monitor import MonitorModel
+from spoc_tui.core.monitor.model import MonitorModel
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build_replicas
 from spoc_tui.sim.virtual import VirtualServer

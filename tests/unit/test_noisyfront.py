@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from spoc_tui.core.noisyfront import Run, classify, dominated_by_front, pick_rerun, pool, run_to_run_cv, widen
+from spoc_tui.core.tuning.noisyfront import Run, classify, dominated_by_front, pick_rerun, pool, run_to_run_cv, widen
 
 DIRS = ["max", "min"]  # tokens/s up, latency down
 

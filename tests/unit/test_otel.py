@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from spoc_tui.core.traces import TraceError, TraceRead, TraceSource, detect_format, read_trace
-from spoc_tui.core.tracestats import trace_stats
+from spoc_tui.core.traces.read import TraceError, TraceRead, TraceSource, detect_format, read_trace
+from spoc_tui.core.traces.stats import trace_stats
 
 NS = 1_000_000_000
 T0 = 1_764_300_000 * NS
@@ -191,7 +191,7 @@ def test_a_replays_speed_scales_the_tools_time_only_when_asked(tmp_path):
     between a call's answer and the next call; --trace-think scaled divides that too. The session
     replayed on a twin in virtual time at x2: after s1a's answer, s1b waits the 2 s recorded
     (later than its due time, 9 s / 2), or (scaled) 1 s, or until it is due if that is later."""
-    from spoc_tui.core.traces import trace_source
+    from spoc_tui.core.traces.read import trace_source
     from spoc_tui.twin.predict import read_rows, trace_step
     from tests.unit.test_twin_fleet import _trace_prediction
 
@@ -247,7 +247,7 @@ def test_a_session_cut_by_a_time_window(tmp_path):
     calls are cut, the sub-agents' calls (which follow c2, outside) are first in the window and are
     held by nothing, their times rebased to the window's start, and the session's last call is still
     marked last."""
-    from spoc_tui.core.traces import trace_source
+    from spoc_tui.core.traces.read import trace_source
 
     p = write(tmp_path / "agent.jsonl", export(SESSION))
     rows = list(trace_source(str(p), window="5:20").rows())

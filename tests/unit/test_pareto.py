@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from spoc_tui.core.pareto import dominates, hypervolume, pareto_indices
+from spoc_tui.core.tuning.pareto import dominates, hypervolume, pareto_indices
 
 DIRS = ("max", "min")  # throughput up, latency down
 

@@ -79,7 +79,7 @@ async def test_a_servers_scrape_is_parsed_and_viewed_in_one_hop_to_a_thread(clie
 async def test_a_view_that_fails_in_the_parsing_thread_is_raised_by_the_poll(client, monkeypatch):
     """A defect in the server's view (worked out in the parsing thread) reaches the poll's caller
     as it always did (the monitor shows it as the poller's), and the scrape is kept once."""
-    from spoc_tui.core import vllm
+    from spoc_tui.core.metrics import vllm
 
     def broken(source, scrape):
         raise ZeroDivisionError("a defect")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from spoc_tui.core import kernels
-from spoc_tui.core.kernels import classify
+from spoc_tui.core.hardware import kernels
+from spoc_tui.core.hardware.kernels import classify
 from spoc_tui.profile import trace as trace_mod
 from spoc_tui.profile.analyze import analyse
 from spoc_tui.profile.nsys import parse_kernel_summary
@@ -232,7 +232,7 @@ def test_nsys_garbage_is_a_clear_error():
 
 
 def test_decode_roofline_and_report(tmp_path):
-    from spoc_tui.core.presets import GPUS, MODELS
+    from spoc_tui.core.hardware.presets import GPUS, MODELS
 
     s, basis = decode_roofline(MODELS["llama-3.1-8b"], GPUS["h100-80gb"])
     assert s == pytest.approx(16.06e9 / 3.35e12, rel=0.01)

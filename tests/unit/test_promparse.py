@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spoc_tui.core import promparse
-from spoc_tui.core.promparse import is_sentinel, parse_text
+from spoc_tui.core.metrics import promparse
+from spoc_tui.core.metrics.promparse import is_sentinel, parse_text
 
 FIX = Path(__file__).parents[1] / "fixtures"
 ALL = sorted(p for d in ("vllm", "dcgm", "exposition") for p in (FIX / d).glob("*.txt"))
@@ -16,8 +16,8 @@ ALL = sorted(p for d in ("vllm", "dcgm", "exposition") for p in (FIX / d).glob("
 
 def test_import_core_pulls_in_no_textual_rich_or_network():
     code = (
-        "import sys, spoc_tui.core.promparse, spoc_tui.core.vllm, spoc_tui.core.gpu, spoc_tui.core.stats, "
-        "spoc_tui.core.capacity, spoc_tui.core.presets, spoc_tui.core.alerts, spoc_tui.core.fmt, spoc_tui.core.history\n"
+        "import sys, spoc_tui.core.metrics.promparse, spoc_tui.core.metrics.vllm, spoc_tui.core.hardware.gpu, spoc_tui.core.stats, "
+        "spoc_tui.core.hardware.capacity, spoc_tui.core.hardware.presets, spoc_tui.core.monitor.alerts, spoc_tui.core.fmt, spoc_tui.core.metrics.history\n"
         "bad = [m for m in ('textual', 'rich', 'httpx', 'aiohttp', 'socket') if m in sys.modules]\n"
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -144,7 +144,7 @@ def test_mutated_real_captures_never_break_the_view(mutations):
     import json
 
     from spoc_tui.core.jsonsafe import json_safe
-    from spoc_tui.core.vllm import Scrape, server_view
+    from spoc_tui.core.metrics.vllm import Scrape, server_view
 
     text = _CAPTURE
     for pos, cut, put in mutations:

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from spoc_tui.core.queueing import erlang_c, queue_curve, saturation_users
+from spoc_tui.core.hardware.queueing import erlang_c, queue_curve, saturation_users
 
 
 def test_erlang_c_known_values():

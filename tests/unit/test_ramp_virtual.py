@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 
 from spoc_tui.cli.ramp import run
-from spoc_tui.core.experiment import Driver, RampProgress
-from spoc_tui.core.knee import FixedUsers, KneeSearch, find_knee
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import StepSummary
+from spoc_tui.core.ramp.experiment import Driver, RampProgress
+from spoc_tui.core.ramp.knee import FixedUsers, KneeSearch, find_knee
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.load.ramp import RampConfig, RampResult, ResultWriter, ramp_header, spawn_rate
 from spoc_tui.sim.backend import VirtualBackend
 from spoc_tui.sim.options import SimOptions
@@ -132,7 +132,7 @@ def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(tmp_path, caps
 async def on_twin(cfg: RampConfig, on_progress) -> RampResult:
     """A trace replay ramp on a twin's engine in virtual time (each step a fresh replay, as
     ``spoc ramp --trace`` sends each step's text anew)."""
-    from spoc_tui.core.experiment import Replayed
+    from spoc_tui.core.ramp.experiment import Replayed
     from spoc_tui.load.ramp import scan_trace
     from spoc_tui.twin.predict import Prediction, read_rows, trace_step
     from tests.unit.test_twin_fleet import twin
@@ -159,8 +159,8 @@ async def on_twin(cfg: RampConfig, on_progress) -> RampResult:
 def test_the_speed_search_answers_in_speed_multiples(tmp_path, capsys):
     """--speed auto:MAX replays the trace from x1, doubling while the SLA holds and halving while
     it does not, within its budget, and answers in speed multiples."""
-    from spoc_tui.core.knee import parse_speed_plan
-    from spoc_tui.core.traces import trace_source
+    from spoc_tui.core.ramp.knee import parse_speed_plan
+    from spoc_tui.core.traces.read import trace_source
     from tests.e2e.test_trace_replay import write_mooncake
 
     trace = tmp_path / "mooncake.jsonl"
@@ -233,8 +233,8 @@ def test_a_trace_window_and_row_cap_send_that_slice(tmp_path, capsys):
     """--trace-window START: and --trace-max-rows N: a replay step sends the N rows from the
     window's start, no more, and the results say which slice (which rows the selection keeps is
     tests/unit/test_trace_replay_core.py's)."""
-    from spoc_tui.core.knee import parse_speed_plan
-    from spoc_tui.core.traces import trace_source
+    from spoc_tui.core.ramp.knee import parse_speed_plan
+    from spoc_tui.core.traces.read import trace_source
     from tests.e2e.test_trace_replay import write_mooncake
 
     trace = tmp_path / "mooncake.jsonl"
@@ -260,7 +260,7 @@ def test_a_second_ramp_into_the_same_folder_keeps_the_first(tmp_path):
     """The earlier ramp's ramp.json and requests.jsonl move to previous-<time>/ (requests.jsonl
     was appended across runs, and then read by spoc capacity --ramp as one), and the writer says
     where (the words spoc ramp and spoc twin predict print: tests/e2e/test_twin.py)."""
-    from spoc_tui.core.steps import RequestSample
+    from spoc_tui.core.ramp.steps import RequestSample
 
     cfg = ramp(tmp_path, "fast", FixedUsers([2]), "ttft_p90<=2s", step_s=3, warmup_s=1, max_step_s=3)
     out = cfg.out_dir

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from spoc_tui.core.recording import Recorder, RecordingError, decode, encode, export, read_recording
-from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.monitor.recording import Recorder, RecordingError, decode, encode, export, read_recording
 from tests.tui.helpers import gpu_tick, server_tick
 
 
@@ -75,7 +75,7 @@ def test_the_headroom_is_recorded_and_read_back_and_an_older_file_reads_as_befor
     """Each live headroom the monitor worked out is a record of its own: read back as it was (for
     spoc replay) and in the JSON export; a file without them (written before them) reads as
     before."""
-    from spoc_tui.core.monitor import HeadroomShown
+    from spoc_tui.core.monitor.model import HeadroomShown
 
     path = tmp_path / "rec.jsonl"
     r = Recorder(path, {"title": "t", "window_s": 60})

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from spoc_tui.core.knee import find_knee
+from spoc_tui.core.ramp.knee import find_knee
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import RequestSample, ServerWindow, StepSummary, summarize_step
 from spoc_tui.core.results import (
     SCHEMA,
     ResultError,
@@ -18,8 +20,6 @@ from spoc_tui.core.results import (
     read_ramp,
     read_trials,
 )
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import RequestSample, ServerWindow, StepSummary, summarize_step
 from spoc_tui.procs.lock import mark_interrupted
 
 V1 = Path(__file__).parent.parent / "fixtures" / "results" / "v1"

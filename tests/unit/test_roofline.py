@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from spoc_tui.core.presets import GPUS, gpu_for_model_name
-from spoc_tui.core.promparse import parse_text as parse
-from spoc_tui.core.roofline import MFU_FLAG, OVERHEAD_BELOW, of_view, reading, si, summary
-from spoc_tui.core.vllm import Scrape, replicas_view, server_view
+from spoc_tui.core.hardware.presets import GPUS, gpu_for_model_name
+from spoc_tui.core.hardware.roofline import MFU_FLAG, OVERHEAD_BELOW, of_view, reading, si, summary
+from spoc_tui.core.metrics.promparse import parse_text as parse
+from spoc_tui.core.metrics.vllm import Scrape, replicas_view, server_view
 from spoc_tui.sim.exposition import vllm_metrics
 from tests.unit.test_sim_engine import drive, make, req
 
@@ -166,7 +166,7 @@ def test_si():
 
 
 def test_why_there_is_no_peak_is_passed_through():
-    from spoc_tui.core.vllm import EngineView
+    from spoc_tui.core.metrics.vllm import EngineView
 
     v = EngineView("", None, None, {}, None, None, None, None, None, None, None, None, {}, None, {}, "10s")
     v = EngineView(
@@ -179,8 +179,8 @@ def test_roofline_of_the_simulator_under_load_against_its_exporters_gpus():
     """What the monitor reads of ``spoc sim --tp 2 --load-users 8``, on the virtual clock: two
     scrapes of its /metrics 2 s apart and its dcgm-exporter's GPUs name the H100, and the
     window's reading has shares of its peak (the HTTP of the same scrapes is the live tests')."""
-    from spoc_tui.core.gpu import dcgm_gpus
-    from spoc_tui.core.roofline import gpu_of
+    from spoc_tui.core.hardware.gpu import dcgm_gpus
+    from spoc_tui.core.hardware.roofline import gpu_of
     from spoc_tui.sim.exposition import dcgm_metrics
     from spoc_tui.sim.options import SimOptions
     from spoc_tui.sim.run import build

@@ -12,11 +12,11 @@ from pathlib import Path
 import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from spoc_tui.core.knee import FixedUsers
-from spoc_tui.core.pareto import hypervolume, pareto_indices
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import Figures, Latency, StepSummary
-from spoc_tui.core.tunespace import parse_objectives, parse_space
+from spoc_tui.core.ramp.knee import FixedUsers
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import Figures, Latency, StepSummary
+from spoc_tui.core.tuning.pareto import hypervolume, pareto_indices
+from spoc_tui.core.tuning.space import parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
 from spoc_tui.tune.evaluate import TrialOutcome
 from spoc_tui.tune.screening import Observation, ScreenedChildren, Surrogate

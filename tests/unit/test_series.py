@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import random
 
-from spoc_tui.core.series import History, SeriesStore, Window, columns, last_value
+from spoc_tui.core.monitor.series import History, SeriesStore, Window, columns, last_value
 
 
 def _points(n: int, seed: int = 0) -> list[tuple[float, float | None]]:

@@ -2,8 +2,8 @@
 window, whether every call of a whole session met the SLA, and its time in the engine against
 between calls (parallel calls counted once)."""
 
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import RequestSample, Sessions, sessions_of, summarize_step
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import RequestSample, Sessions, sessions_of, summarize_step
 
 
 def call(conv: str, turn: int, start: float, end: float, ok: bool = True, last: bool | None = False, ttft=0.1):

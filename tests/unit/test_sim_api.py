@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from spoc_tui.core.presets import GPUS, MODELS
+from spoc_tui.core.hardware.presets import GPUS, MODELS
 from spoc_tui.sim.engine import EngineConfig, SimEngine
 from spoc_tui.sim.server import SimServer
 

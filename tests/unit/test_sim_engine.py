@@ -1,12 +1,12 @@
 import pytest
 
-from spoc_tui.core.capacity import (
+from spoc_tui.core.hardware.capacity import (
     DEFAULT_RESERVE_BYTES,
     decode_roofline_tokens_per_s,
     kv_bytes_per_token,
     weights_bytes,
 )
-from spoc_tui.core.presets import GPUS, MODELS
+from spoc_tui.core.hardware.presets import GPUS, MODELS
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest
 from spoc_tui.sim.gpu import SimGpu
 from spoc_tui.sim.run import SimConfigError, SimOptions, build

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from spoc_tui.core.sse import StreamTally
+from spoc_tui.core.metrics.sse import StreamTally
 
 CHAT = [
     'data: {"id":"cmpl-1","choices":[{"delta":{"role":"assistant","content":""}}]}',

@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from spoc_tui.core.inference import infer_knee
-from spoc_tui.core.knee import (
+from spoc_tui.core.ramp.inference import infer_knee
+from spoc_tui.core.ramp.knee import (
     MAX_SEARCH_STEPS,
     BisectSearch,
     FixedUsers,
@@ -16,8 +16,8 @@ from spoc_tui.core.knee import (
     parse_user_plan,
     settle_due,
 )
-from spoc_tui.core.sla import SlaError, UsersError, parse_rates, parse_sla, parse_users
-from spoc_tui.core.steps import (
+from spoc_tui.core.ramp.sla import SlaError, UsersError, parse_rates, parse_sla, parse_users
+from spoc_tui.core.ramp.steps import (
     RequestSample,
     ServerWindow,
     badly_broken,
@@ -530,7 +530,7 @@ def test_a_step_whose_requests_mostly_fail_breaks_even_without_an_error_limit():
 
 
 def test_client_health_flags_a_saturated_load_generator():
-    from spoc_tui.core.steps import client_health
+    from spoc_tui.core.ramp.steps import client_health
 
     calm = [("main", float(t), 0.2 * t, [0.1] * 20) for t in range(10)]  # 20 % of a core, 0.1 ms lags
     h = client_health(calm)
@@ -550,7 +550,7 @@ def test_client_health_flags_a_saturated_load_generator():
 
 
 def test_workers_auto_sizes_by_streams_and_cores():
-    from spoc_tui.core.knee import FixedRates
+    from spoc_tui.core.ramp.knee import FixedRates
     from spoc_tui.load.ramp import auto_workers
 
     assert auto_workers(FixedUsers([1, 8, 32]), 16) == 0  # one process is enough for 32 streams
@@ -571,7 +571,7 @@ def test_a_profile_may_ask_for_every_planned_token(tmp_path):
 
 
 def test_arrivals_say_how_bunched_the_requests_came():
-    from spoc_tui.core.steps import arrivals
+    from spoc_tui.core.ramp.steps import arrivals
 
     rng = random.Random(3)
     t, poisson = 0.0, []
@@ -603,8 +603,8 @@ def test_jitter_keeps_users_apart_unless_lockstep_is_asked():
 
 
 def test_the_knees_interval_is_drawn_on_the_levels_run():
-    from spoc_tui.core.inference import KneeEstimate
-    from spoc_tui.core.ramptext import interval_strip
+    from spoc_tui.core.ramp.inference import KneeEstimate
+    from spoc_tui.core.ramp.text import interval_strip
 
     knee = find_knee([])
     assert interval_strip(knee, [1, 2]) == ""  # nothing inferred yet
@@ -619,7 +619,7 @@ def test_knee_search_probes_on_past_a_cliff_whose_interval_is_open():
     """CI16: a cliff between 8 and 16 users whose resampling left the top open (a replicate
     never crossed) ended the search with no answer and no reason; it now closes the top first
     (a level above every one measured), then probes inside it."""
-    from spoc_tui.core.inference import KneeEstimate
+    from spoc_tui.core.ramp.inference import KneeEstimate
 
     lims = parse_sla("ttft_p50<=300ms")
     steps = [_step(u, 0.05 if u <= 8 else 0.5, 40, lims) for u in (1, 2, 4, 8, 16)]
@@ -639,7 +639,7 @@ def test_nothing_above_a_surely_broken_level_is_measured_and_the_unknown_is_spli
     """Issue 54: after ITL broke at 128 users a search measured 256 and 160 to bound a TTFT
     crossing that could not bind; after 16 broke, it walked down 15 and 14 (each breaking) and never
     measured between 8 and 14. The knee is the lowest crossing."""
-    from spoc_tui.core.inference import KneeEstimate
+    from spoc_tui.core.ramp.inference import KneeEstimate
 
     lims = parse_sla("ttft_p50<=300ms")
     steps = [_step(u, 0.05 if u <= 8 else 0.9, 40, lims) for u in (1, 2, 4, 8, 16)]
@@ -660,8 +660,8 @@ def test_a_cliff_whose_middle_was_measured_is_probed_on_and_every_stop_says_why(
     """CI31: a cliff bracket of 12-14 users whose middle (13) had been measured ended the search
     silently, neither narrow nor out of budget; it now measures inside the bracket until each
     count there has its repeats, and the ramp says why any search stopped."""
-    from spoc_tui.core.inference import KneeEstimate
-    from spoc_tui.core.knee import REPEATS_AT_A_LEVEL
+    from spoc_tui.core.ramp.inference import KneeEstimate
+    from spoc_tui.core.ramp.knee import REPEATS_AT_A_LEVEL
 
     lims = parse_sla("ttft_p50<=300ms")
     steps = [_step(u, 0.05 if u <= 12 else 0.5, 40, lims) for u in (1, 2, 4, 8, 16, 12, 14, 13)]
@@ -710,7 +710,7 @@ def test_a_step_near_the_knee_is_measured_on_while_no_level_shows_it_within():
 
 
 def test_the_knee_sentence_says_even_only_when_nothing_ran_below_the_break():
-    from spoc_tui.core.ramptext import knee_sentence
+    from spoc_tui.core.ramp.text import knee_sentence
 
     alone = Knee(None, 2.0, "ttft_p99")
     assert knee_sentence(alone) == ("knee: even 2 users break the SLA (ttft_p99)", "breaks_at_once")

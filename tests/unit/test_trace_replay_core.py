@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from spoc_tui.core.inference import KneeEstimate
-from spoc_tui.core.knee import FixedSpeeds, Knee, SpeedSearch, find_knee, parse_speed_plan
+from spoc_tui.core.ramp.inference import KneeEstimate
+from spoc_tui.core.ramp.knee import FixedSpeeds, Knee, SpeedSearch, find_knee, parse_speed_plan
+from spoc_tui.core.ramp.sla import UsersError, level_text, levels_text, parse_sla
+from spoc_tui.core.ramp.steps import RequestSample, StepSummary, TraceFidelity, summarize_step
 from spoc_tui.core.results import decode_ramp, encode_ramp
-from spoc_tui.core.sla import UsersError, level_text, levels_text, parse_sla
-from spoc_tui.core.steps import RequestSample, StepSummary, TraceFidelity, summarize_step
-from spoc_tui.core.traces import TraceError, TraceSource, parse_window, trace_source
+from spoc_tui.core.traces.read import TraceError, TraceSource, parse_window, trace_source
 from spoc_tui.load import wire
 from spoc_tui.workload import TextMaker, TracePrompts
 from tests.unit.test_steps_knee import byte_level_bpe

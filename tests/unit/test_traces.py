@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spoc_tui.core.traces import (
+from spoc_tui.core.traces.read import (
     TraceError,
     TraceRead,
     detect_format,
@@ -17,7 +17,7 @@ from spoc_tui.core.traces import (
     read_trace,
     write_spoc,
 )
-from spoc_tui.core.tracestats import trace_stats
+from spoc_tui.core.traces.stats import trace_stats
 
 
 def _jsonl(path, rows):

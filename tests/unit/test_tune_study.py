@@ -10,10 +10,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from spoc_tui.core.knee import FixedUsers, SaturationSearch
+from spoc_tui.core.ramp.knee import FixedUsers, SaturationSearch
+from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.redact import redact_argv, redact_url
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.tunespace import load_space, parse_objectives, parse_space
+from spoc_tui.core.tuning.space import load_space, parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
 from spoc_tui.tune import events
 from spoc_tui.tune.evaluate import FastSimEvaluator
@@ -277,7 +277,7 @@ def test_early_stop_is_not_asked_during_the_calibration(tmp_path):
     assert s._front is not None and s._front.members
     s.evaluator.ramp.users = []  # as --users auto before the reference load is known
     s.cfg.ref_users = None
-    from spoc_tui.core.steps import summarize_step
+    from spoc_tui.core.ramp.steps import summarize_step
 
     assert s._dominated(summarize_step(1, 2, [], 10.0, LIMITS)) is None  # was an IndexError
 

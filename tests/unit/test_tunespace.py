@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from spoc_tui.core.knee import Knee
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import summarize_step
-from spoc_tui.core.tunespace import (
+from spoc_tui.core.ramp.knee import Knee
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import summarize_step
+from spoc_tui.core.tuning.space import (
     SpaceError,
     command_line,
     constraint_values,
@@ -161,7 +161,7 @@ def test_objectives():
 
 
 def _step(idx, users, ttfts, limits):
-    from spoc_tui.core.steps import RequestSample
+    from spoc_tui.core.ramp.steps import RequestSample
 
     samples = [
         RequestSample(

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spoc_tui.core.knee import parse_user_plan
-from spoc_tui.core.sla import parse_sla
+from spoc_tui.core.ramp.knee import parse_user_plan
+from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.fit import Observation, fit_step_model, nnls
 from spoc_tui.twin.model import (
@@ -212,7 +212,7 @@ def test_a_predicted_ramp_rises_with_load_and_its_intervals_hold_the_figures():
 
 
 def test_an_open_loop_prediction_keeps_its_arrival_rate():
-    from spoc_tui.core.knee import FixedRates
+    from spoc_tui.core.ramp.knee import FixedRates
 
     p = Prediction(
         twin=twin(0.05),
@@ -352,9 +352,9 @@ def test_check_names_a_gpu_that_ran_slower_than_at_calibration():
     drift, and says so)."""
     from dataclasses import replace
 
-    from spoc_tui.core.knee import Knee
+    from spoc_tui.core.ramp.knee import Knee
+    from spoc_tui.core.ramp.steps import GpuWindow
     from spoc_tui.core.results import RampDoc
-    from spoc_tui.core.steps import GpuWindow
     from spoc_tui.twin.check import check
 
     tw = replace(twin(0.05), gpu_clocks={"0": 1980.0, "1": 1980.0})
@@ -481,8 +481,8 @@ def test_a_twin_that_learned_its_answers_lengths_predicts_with_them_and_says_so(
     survive the twin file; a ramp whose profile ignored EOS cannot teach them."""
     import json
 
-    from spoc_tui.core.knee import FixedUsers
-    from spoc_tui.core.sla import parse_sla
+    from spoc_tui.core.ramp.knee import FixedUsers
+    from spoc_tui.core.ramp.sla import parse_sla
     from spoc_tui.twin.check import answers_of
     from spoc_tui.twin.engine import TwinEngine
     from spoc_tui.twin.model import TwinError, read_twin, with_answers, write_twin

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.traces import TraceRow
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.twin.fleet import (
     FleetSim,
     PolicyError,
@@ -116,8 +116,8 @@ def _mooncake(path, n: int = 200, rate: float = 5.0, seed: int = 3):
 
 
 def _trace_prediction(path, plan: str, draws: int = 3, **kw):
-    from spoc_tui.core.knee import parse_speed_plan
-    from spoc_tui.core.traces import trace_source
+    from spoc_tui.core.ramp.knee import parse_speed_plan
+    from spoc_tui.core.traces.read import trace_source
     from spoc_tui.twin.predict import Prediction, read_rows
     from spoc_tui.workload import load_workload
 
@@ -175,7 +175,7 @@ def test_the_speed_search_on_the_twin_answers_and_keeps_to_its_budget(tmp_path):
 
 
 def test_a_trace_with_nothing_to_send_is_refused(tmp_path):
-    from spoc_tui.core.traces import trace_source
+    from spoc_tui.core.traces.read import trace_source
     from spoc_tui.twin.model import TwinError
     from spoc_tui.twin.predict import read_rows
 

@@ -110,8 +110,8 @@ def test_a_calibrated_twin_is_the_prior_and_drift_is_named():
 
 
 def test_a_window_comes_from_a_servers_windowed_view():
-    from spoc_tui.core.promparse import parse_text
-    from spoc_tui.core.vllm import ServerWindows, cache_config
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.core.metrics.vllm import ServerWindows, cache_config
     from tests.conftest import fixture_text
 
     idle = parse_text(fixture_text("vllm/vllm_0.32_cpu_full_idle.txt"))

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.knee import FixedUsers
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.tunespace import parse_objectives, parse_space
+from spoc_tui.core.ramp.knee import FixedUsers
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.tuning.space import parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
 from spoc_tui.tune.study import TuneConfig, TuneSession
 from spoc_tui.twin.tuning import TwinEvaluator, check_space, what_if

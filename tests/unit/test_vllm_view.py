@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from spoc_tui.core.promparse import parse_text
+from spoc_tui.core.metrics.promparse import parse_text
+from spoc_tui.core.metrics.vllm import Scrape, engine_version, replicas_view, server_view
 from spoc_tui.core.stats import Histogram, bucket_quantile, merge_histograms
-from spoc_tui.core.vllm import Scrape, engine_version, replicas_view, server_view
 
 FIX = Path(__file__).parents[1] / "fixtures" / "vllm"
 
@@ -195,8 +195,8 @@ def test_few_observations_are_flagged_per_percentile():
 def test_prefix_hit_rate_pairs_names_of_one_generation():
     """Old and new names together (queries under the new name, hits under both) must not give
     a hit rate above 100 %."""
-    from spoc_tui.core.promparse import parse_text
-    from spoc_tui.core.vllm import Scrape, server_view
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.core.metrics.vllm import Scrape, server_view
 
     def body(q_new, h_new, h_old, q_old):
         return (
@@ -218,7 +218,7 @@ def test_prefix_hit_rate_pairs_names_of_one_generation():
 def test_one_engine_view_is_the_totals_taken_without_building_it_again(name):
     """server_view's shortcut for a server whose every vllm: series is one engine's (it builds
     the view once, not twice) gives what building the engine's own view gives."""
-    from spoc_tui.core.vllm import build_view, split_by_engine
+    from spoc_tui.core.metrics.vllm import build_view, split_by_engine
 
     now = parse_text((FIX / name).read_text())
     then = parse_text((FIX / "vllm_0.32_cpu_full_idle.txt").read_text()) if "0.32" in name else None

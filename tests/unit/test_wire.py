@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from spoc_tui.core.knee import FixedUsers
-from spoc_tui.core.sla import parse_sla
-from spoc_tui.core.steps import RequestSample
+from spoc_tui.core.ramp.knee import FixedUsers
+from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.load import wire
 from spoc_tui.load.ramp import RampConfig, spawn_rate
 from spoc_tui.workload import load_workload
@@ -126,7 +126,7 @@ def test_a_step_down_waits_for_the_last_levels_requests(tmp_path):
     import asyncio
     import time
 
-    from spoc_tui.core.sla import parse_sla
+    from spoc_tui.core.ramp.sla import parse_sla
     from spoc_tui.load import ramp
     from spoc_tui.workload import load_workload
 

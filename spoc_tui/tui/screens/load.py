@@ -18,8 +18,10 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import InputError, SpocError
-from spoc_tui.core.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, UserPlan, parse_levels, parse_speed_plan
-from spoc_tui.core.ramptext import (
+from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, UserPlan, parse_levels, parse_speed_plan
+from spoc_tui.core.ramp.sla import DEFAULT_SLA, Limit, parse_sla
+from spoc_tui.core.ramp.steps import StepSummary
+from spoc_tui.core.ramp.text import (
     KneeTone,
     check_lines,
     interval_strip,
@@ -28,10 +30,8 @@ from spoc_tui.core.ramptext import (
     verdict,
     verdict_text,
 )
-from spoc_tui.core.sla import DEFAULT_SLA, Limit, parse_sla
-from spoc_tui.core.steps import StepSummary
-from spoc_tui.core.traces import TraceSource, trace_source
-from spoc_tui.core.tracestats import stats_lines, trace_stats
+from spoc_tui.core.traces.read import TraceSource, trace_source
+from spoc_tui.core.traces.stats import stats_lines, trace_stats
 from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS
 from spoc_tui.load.ramp import RampConfig, RampProgress
 from spoc_tui.tui.widgets.badge import WorkBadge

@@ -16,8 +16,8 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Sparkline, Static
 
 from spoc_tui.config import data_dir
-from spoc_tui.core.sla import DEFAULT_SLA, Limit
-from spoc_tui.core.tunespace import Objective
+from spoc_tui.core.ramp.sla import DEFAULT_SLA, Limit
+from spoc_tui.core.tuning.space import Objective
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
 from spoc_tui.tui.widgets.fields import Field

@@ -10,17 +10,17 @@ from rich.text import Text
 from textual.widgets import Static
 
 from spoc_tui.core import fmt
-from spoc_tui.core.alerts import Alert
-from spoc_tui.core.events import THROTTLE_HOLD_S
-from spoc_tui.core.fleet import lagging
-from spoc_tui.core.gpu import GpuSample, TpGroupReport
-from spoc_tui.core.kernels import CLASSES, IDLE
-from spoc_tui.core.presets import GpuSpec
-from spoc_tui.core.roofline import Roofline, of_view, si
-from spoc_tui.core.sla import Limit
-from spoc_tui.core.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.hardware.gpu import GpuSample, TpGroupReport
+from spoc_tui.core.hardware.kernels import CLASSES, IDLE
+from spoc_tui.core.hardware.presets import GpuSpec
+from spoc_tui.core.hardware.roofline import Roofline, of_view, si
+from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.metrics.vllm import LATENCY_LABELS, EngineView
+from spoc_tui.core.monitor.alerts import Alert
+from spoc_tui.core.monitor.events import THROTTLE_HOLD_S
+from spoc_tui.core.monitor.fleet import lagging
+from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.stats import LatencySummary
-from spoc_tui.core.vllm import LATENCY_LABELS, EngineView
 from spoc_tui.profile.analyze import Breakdown
 from spoc_tui.tui.textual_private import LeanRefresh
 from spoc_tui.tui.widgets.tables import Cell, DiffTable, Styled
@@ -28,7 +28,7 @@ from spoc_tui.tui.widgets.tables import Cell, DiffTable, Styled
 
 class ServerTable(DiffTable):
     """The fleet total on top (several replicas), then one row per server, one per engine when a
-    server has several; a replica that lags the fleet is marked ▲ (see :mod:`spoc_tui.core.fleet`)."""
+    server has several; a replica that lags the fleet is marked ▲ (see :mod:`spoc_tui.core.monitor.fleet`)."""
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(

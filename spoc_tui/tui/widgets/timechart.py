@@ -16,7 +16,7 @@ from rich.style import Style
 from textual.geometry import Region
 from textual.strip import Strip
 
-from spoc_tui.core.series import Points, columns, last_value, nice_range
+from spoc_tui.core.monitor.series import Points, columns, last_value, nice_range
 from spoc_tui.tui.textual_private import LeanRefresh, LeanStrip
 from spoc_tui.tui.widgets.tables import style_of
 

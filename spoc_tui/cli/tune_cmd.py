@@ -1,0 +1,193 @@
+"""``spoc tune``'s command line: its options, made into :class:`TuneArgs`, then the study
+(:mod:`spoc_tui.cli.tune`). Light to import: Optuna loads when the command runs."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from spoc_tui.cli.options import api_key_options, from_config, served_model_option, tls_options
+from spoc_tui.cli.types import FINITE, trace_selection
+from spoc_tui.tune.args import TuneArgs
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@click.command()
+@click.option(
+    "--launch",
+    required=True,
+    help='Command that starts the server, without a shell: "vllm serve MODEL --port {port} {flags}" or "spoc '
+    'sim --port {port} {flags}".',
+)
+@click.option(
+    "--space",
+    default=None,
+    help="Search space TOML file [default: built-in: max-num-seqs, max-num-batched-tokens, chunked prefill, prefix "
+    "caching, gpu-memory-utilization].",
+)
+@click.option(
+    "--objectives",
+    default=TuneArgs.objectives,
+    show_default=True,
+    help="Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.",
+)
+@click.option(
+    "--sla",
+    envvar="SPOC_SLA",
+    show_envvar=True,
+    default=None,
+    help='Limits (Optuna constraints), e.g. "ttft_p99<=2s,itl_p99<=100ms" [default: config.toml\'s sla].',
+)
+@click.option(
+    "--trials",
+    type=int,
+    default=TuneArgs.trials,
+    show_default=True,
+    help="Trials to run in the study (all workers together).",
+)
+@click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage: sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE [default: OUT/study.db].",
+)
+@click.option("--study", "study", default=TuneArgs.study, show_default=True, help="Study name in the storage.")
+@click.option("--resume", is_flag=True, help="Continue the study (after a crash or Ctrl-C).")
+@click.option("--worker", is_flag=True, help="Join a study another machine created (shared --storage).")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder for trials.jsonl, pareto.json and each trial's server log and ramp.",
+)
+@click.option("--profile", default=TuneArgs.profile, show_default=True, help="Load profile of each trial's ramp.")
+@click.option(
+    "--users",
+    default=TuneArgs.users,
+    show_default=True,
+    help="auto[:MAX]: the first trial's knee search sets the reference load (near saturation) for every "
+    "trial; or user counts of each trial's ramp (the last is the reference load).",
+)
+@click.option(
+    "--ref-users",
+    type=int,
+    default=None,
+    help="Reference load for the objectives and the SLA [default: the last step].",
+)
+@click.option(
+    "--trace",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Score flags on this traffic trace instead of a profile: each trial replays it once at --speed.",
+)
+@click.option(
+    "--speed", type=FINITE, default=TuneArgs.speed, show_default=True, help="With --trace: the speed multiple."
+)
+@trace_selection(filters=False)
+@click.option(
+    "--step-seconds",
+    type=FINITE,
+    default=TuneArgs.step_seconds,
+    show_default=True,
+    help="Measured length of each step.",
+)
+@click.option(
+    "--warmup-seconds",
+    type=FINITE,
+    default=TuneArgs.warmup_seconds,
+    show_default=True,
+    help="Load before each step's measurement starts.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=TuneArgs.seed,
+    show_default=True,
+    help="Makes the study reproducible (sampler and load).",
+)
+@click.option("--population", type=int, default=TuneArgs.population, show_default=True, help="NSGA-II population size.")
+@click.option(
+    "--screen-pool",
+    type=int,
+    default=TuneArgs.screen_pool,
+    show_default=True,
+    help="Children NSGA-II breeds per trial, of which a surrogate of the trials so far picks one to run (1: "
+    "plain NSGA-II).",
+)
+@click.option(
+    "--try",
+    "tries",
+    multiple=True,
+    help='A configuration to run first, e.g. "--max-num-seqs 64 --no-enable-chunked-prefill"; flags left out '
+    "take the server default (repeatable).",
+)
+@click.option(
+    "--profile-best",
+    is_flag=True,
+    default=False,
+    help="End with a torch-profiler profile of the best configuration at the reference load (vLLM 0.32+).",
+)
+@click.option(
+    "--repeat-pareto",
+    type=int,
+    default=TuneArgs.repeat_pareto,
+    show_default=True,
+    help="Run each Pareto-optimal configuration this many more times at the end.",
+)
+@click.option(
+    "--rerun-share",
+    type=FINITE,
+    default=TuneArgs.rerun_share,
+    show_default=True,
+    help="Share of --trials that may re-run configurations whose intervals overlap the front (0: none).",
+)
+@click.option(
+    "--env", multiple=True, help="NAME=VALUE for the server's environment (repeatable; values are never written out)."
+)
+@click.option("--port", type=int, default=None, help="Port for the server [default: any free port].")
+@click.option(
+    "--start-timeout",
+    type=FINITE,
+    default=TuneArgs.start_timeout,
+    show_default=True,
+    help="Seconds a server may take to become ready.",
+)
+@served_model_option
+@click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
+@click.option(
+    "--workers", type=int, default=TuneArgs.workers, show_default=True, help="Local Locust worker processes per ramp."
+)
+@click.option(
+    "--twin",
+    "twin_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Search on this calibrated twin (spoc twin calibrate) in virtual time, seconds a trial, then run the best "
+    "--confirm configurations on the server (--launch) and report predicted beside measured.",
+)
+@click.option(
+    "--confirm",
+    type=click.IntRange(1, 20),
+    default=2,
+    show_default=True,
+    help="With --twin: how many of the twin's best configurations run on the real server.",
+)
+@api_key_options("Bearer token for the server (never written to results).")
+@tls_options
+def tune(twin_path: str | None, confirm: int, **kw: Any) -> None:
+    """Search server flags with NSGA-II: each trial starts the server, runs a ramp, scores it.
+
+    Prints a line per trial, appends OUT/trials.jsonl as trials finish and keeps
+    OUT/pareto.json (the Pareto-optimal flags, their objectives and the hypervolume) current.
+    Ctrl-C stops the running server and keeps every finished trial; --resume continues.
+    """
+    from spoc_tui.cli.tune import run, run_with_twin
+
+    kw["sla"] = from_config(kw.get("sla"), "sla", "--sla")
+    if twin_path is not None:
+        sys.exit(run_with_twin(TuneArgs(**kw), twin_path, confirm))
+    sys.exit(run(TuneArgs(**kw)))

@@ -1,0 +1,545 @@
+"""One experiment, written once: hold a load level, measure it, judge it against the SLA, choose
+the next level, infer the knee.
+
+:class:`Driver` owns the plan loop and every rule of it (warm-up, the load budget, draining after
+a step down, measuring an undecided step on, ending a knee search's step once its next level is
+plain, the queue rule, the early stops, the knee inferred across steps, progress, stop reasons,
+the status, the result file). It runs over a :class:`Backend`, which only holds load and reads
+what it did:
+
+- the **live** one (:class:`spoc_tui.load.ramp.LiveBackend`): the Locust load generator in a
+  child process and the server's /metrics, on the wall clock (``spoc ramp``, the Load screen, a
+  study's measured trials);
+- the **virtual** one (:class:`spoc_tui.sim.backend.VirtualBackend`): the simulator's engine or
+  the twin's under virtual users, in virtual time (``spoc twin predict``, a study's trials on the
+  simulator or the twin, ``benchmarks/knee_search.py``).
+
+So a measured ramp and a predicted one differ by the backend only. The driver is a coroutine;
+over the virtual backend nothing in it ever waits, and :func:`run_now` runs it to its end
+without an event loop (deterministic for a seed, seconds for a whole ramp).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol, TypeVar
+
+from spoc_tui.core.errors import EXIT_USAGE, SpocError
+from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
+from spoc_tui.core.ramp.knee import (
+    FixedRates,
+    FixedSpeeds,
+    FixedUsers,
+    Knee,
+    KneeSearch,
+    UserPlan,
+    find_knee,
+    measure_on,
+    settle_due,
+)
+from spoc_tui.core.ramp.sla import LevelUnit, Limit, level_text
+from spoc_tui.core.ramp.steps import (
+    ClientHealth,
+    EarlyStop,
+    RequestSample,
+    ServerWindow,
+    StepSummary,
+    badly_broken,
+    queue_unbounded,
+    summarize_step,
+)
+from spoc_tui.core.results import RampEnd, RampStatus
+
+T = TypeVar("T")
+
+RampPhase = Literal["preflight", "starting", "warmup", "measuring", "extending", "step_done", "done"]
+
+EARLY_CHECK_S = 5.0
+"""A study's early stop is asked this often during a step's window, from a third of it on."""
+EARLY_MIN_REQUESTS = 10
+"""...and only once the window holds this many requests."""
+TICK_S = 1.0
+"""The longest the driver holds load without looking (progress, the settle and early-stop checks,
+a dead load generator)."""
+
+
+LISTED = (FixedUsers, FixedRates, FixedSpeeds)
+"""Plans of listed levels: they choose no level from the knee."""
+
+
+def poll_every(poll_s: float, window_s: float) -> float:
+    """Seconds between two readings of the server over a window ``window_s`` long: about ten
+    readings per window (the queue-growth rule needs eight), at most ``poll_s`` apart and never more
+    than one a second."""
+    return min(poll_s, max(1.0, window_s / 10))
+
+
+class QueueWatch:
+    """A window's queue readings: their mean, and whether the queue grows without bound
+    (:func:`~spoc_tui.core.ramp.steps.queue_unbounded`; once it does, it stays so)."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[float, float]] = []
+        self.unbounded: str | None = None
+
+    @property
+    def mean(self) -> float | None:
+        return round(sum(w for _, w in self.points) / len(self.points), 2) if self.points else None
+
+    def see(self, t: float, server: ServerWindow) -> ServerWindow:
+        """A reading ``t`` seconds into the window: ``server`` with the mean over every reading so far."""
+        if server.waiting is not None:
+            self.points.append((t, server.waiting))
+            self.unbounded = self.unbounded or queue_unbounded(self.points)
+        return replace(server, waiting_mean=self.mean)
+
+
+class ExperimentError(SpocError):
+    """An experiment that cannot go on (the budget cannot hold a replay, the server failed)."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What to run: the plan, the SLA and the step rules, resolved (its makers apply the defaults:
+    :class:`~spoc_tui.load.ramp.RampConfig` and :class:`~spoc_tui.twin.predict.Prediction`)."""
+
+    plan: UserPlan
+    limits: tuple[Limit, ...]
+    unit: LevelUnit
+    step_s: float
+    warmup_s: float
+    step_limit_s: float
+    """A step still inconclusive at ``step_s`` is measured on up to this long."""
+    budget_s: float | None = None
+    """The most seconds of load (drains, warm-ups and extensions included); None: no budget."""
+    abort_factor: float = math.inf
+    """A listed ramp stops once a step breaks a limit this many times over (:func:`badly_broken`)."""
+    seed: int = 0
+    poll_s: float = 5.0
+    """The longest between two readings of the server's figures during a window (``--poll-seconds``);
+    a window shorter than 10 x this is read every tenth of it, at most once a second."""
+    early_stop: Callable[[StepSummary], str | None] | None = field(default=None, repr=False, compare=False)
+    """A study's: asked during a step's window with the window so far; a reason ends the step there."""
+    replay_s: Callable[[float], float] | None = field(default=None, repr=False, compare=False)
+    """A trace replay: a step's length at a speed (its steps are replays, not held levels)."""
+    settle: bool = True
+    """A knee search's step ends once its next level is plain (:meth:`KneeSearch.settled`);
+    False: every step runs its window (the knee benchmark's ``--no-settle``)."""
+    error: type[SpocError] = ExperimentError
+    """What the driver raises (its callers' own error type, so their messages and exit codes stay)."""
+
+    @property
+    def open_loop(self) -> bool:
+        return self.unit != "users"
+
+    def budget_spent(self, knee: Knee | None) -> str:
+        """Why a ramp stopped at its budget, with the interval it reached."""
+        reached = knee.inferred.text if knee is not None and knee.inferred is not None else "no knee yet"
+        return f"the budget ({(self.budget_s or 0) / 60:g} min of load) is spent; the knee so far: {reached}"
+
+
+@dataclass(frozen=True, slots=True)
+class RampProgress:
+    phase: RampPhase
+    step: int
+    users: float
+    """The step's level: users, or the arrival rate (req/s) of an open-loop ramp (``rate`` set)."""
+    elapsed_s: float
+    step_s: float
+    samples: int
+    steps: tuple[StepSummary, ...]
+    knee: Knee | None
+    message: str = ""
+    open_loop: bool = False
+    budget_left_s: float | None = None
+    """Seconds of load left in the ramp's budget (None without one)."""
+    unit: LevelUnit | None = None
+    """What the steps' levels are (None: users, or req/s when ``open_loop``)."""
+
+    @property
+    def level_text(self) -> str:
+        return level_text(self.users, self.unit or ("req/s" if self.open_loop else "users"))
+
+    @property
+    def badge(self) -> str:
+        """The ramp in a few words for other screens' status lines: ``step 3 · 16 users ·
+        knee so far 21.5 users (95 %: 19.9-23.1) · 6.2 min left``."""
+        parts: list[str] = [f"step {self.step}", self.level_text] if self.step else [str(self.phase)]
+        if self.knee is not None and self.knee.inferred is not None:
+            parts.append(f"knee so far {self.knee.inferred.short}")
+        if self.budget_left_s is not None:
+            parts.append(f"{self.budget_left_s / 60:.1f} min left")
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A trace replay's step, as its backend ran it."""
+
+    step: StepSummary
+    window: list[RequestSample]
+    seconds: float
+
+
+class Backend(Protocol):
+    """Where the load is held: the driver's only way to the server (live or virtual)."""
+
+    generators: int
+    """The load generator's users of an open-loop step (one per process)."""
+
+    def now(self) -> float:
+        """The backend's clock, in seconds (the wall clock, or virtual time)."""
+        ...
+
+    def samples(self) -> int:
+        """Requests answered so far (for progress)."""
+        ...
+
+    async def advance(self, until: float) -> None:
+        """Hold the load until ``until`` on :meth:`now`'s clock. Raises the experiment's error when
+        the load generator is gone."""
+        ...
+
+    async def set_level(self, idx: int, level: float, prev: float, open_loop: bool) -> str:
+        """Start step ``idx`` at ``level`` (users, spawned from ``prev``, or a rate): what to say of it."""
+        ...
+
+    async def drain(self, most_s: float, say: Callable[[str], None]) -> float:
+        """After a step down: wait (at most ``most_s``) for the requests the earlier levels sent to
+        end; the time it ended (the step counts only what is sent from then)."""
+        ...
+
+    async def begin_window(self) -> None:
+        """A step's measured window starts now (the server's own figures count from here)."""
+        ...
+
+    async def poll(self) -> ServerWindow:
+        """The server's view of the window so far (its peaks over every poll of the window)."""
+        ...
+
+    def window(self, idx: int, start: float, end: float, sent_from: float) -> list[RequestSample]:
+        """Step ``idx``'s requests that ended in [start, end], of those sent from ``sent_from``."""
+        ...
+
+    def client(self, start: float, end: float, limits: Sequence[Limit]) -> ClientHealth:
+        """How the load generator fared over [start, end]."""
+        ...
+
+    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Replayed:
+        """A trace replay's step at ``speed``, measured whole."""
+        ...
+
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a slow pure computation (the knee's inference) without freezing a live screen."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop the load and release what the backend holds."""
+        ...
+
+
+class Sink(Protocol):
+    """The result file (``ramp.json``): rewritten after each step, once more at the end."""
+
+    header: dict[str, Any]
+    write_error: str
+
+    def write(self, steps: list[StepSummary], knee: Knee, status: RampStatus) -> None: ...
+
+
+@dataclass
+class Measured:
+    """A step as the driver measured it, with its requests (the knee's inference resamples them)."""
+
+    step: StepSummary
+    window: list[RequestSample]
+    seconds: float
+    """Seconds of its measured window (a replay: its whole length)."""
+
+
+class Driver:
+    """The plan loop over a backend. Use :meth:`run` once; its state (steps, status, stop reason,
+    knee) is readable at any time, also after an interruption."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        backend: Backend,
+        sink: Sink | None = None,
+        on_progress: Callable[[RampProgress], None] | None = None,
+        knee_each_step: bool = True,
+    ) -> None:
+        """
+        Args:
+            knee_each_step: infer the knee after every step (for progress and the result file);
+                False: only where the plan chooses levels from it (a prediction's listed levels).
+        """
+        self.exp = exp
+        self.backend = backend
+        self.sink = sink
+        self.on_progress = on_progress
+        self._knee_each_step = knee_each_step or not isinstance(exp.plan, LISTED)
+        """Infer the knee after every step: asked, or the plan chooses its levels from it."""
+        self.runs: list[Measured] = []
+        self.status: RampEnd = "interrupted"
+        self.stop_reason = ""
+        self._knees: dict[int, Knee] = {}
+        self._t0 = backend.now()
+        self._load_started: float | None = None
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def steps(self) -> list[StepSummary]:
+        return [r.step for r in self.runs]
+
+    def _levels(self, runs: Sequence[Measured]) -> list[tuple[float, list[RequestSample]]]:
+        return [(r.step.level, r.window) for r in runs]
+
+    def _inferred(self, runs: Sequence[Measured]) -> KneeEstimate | None:
+        return infer_knee(self._levels(runs), self.exp.limits, self.exp.unit, seed=self.exp.seed)
+
+    def knee(self) -> Knee:
+        """The knee from the steps' decisions, inferred across every step's requests so far."""
+        n = len(self.runs)
+        if n not in self._knees:
+            self._knees[n] = find_knee(self.steps, self._inferred(self.runs))
+        return self._knees[n]
+
+    async def _infer(self) -> None:
+        """:meth:`knee` computed off the event loop (it resamples every step's requests)."""
+        n = len(self.runs)
+        if n not in self._knees:
+            self._knees[n] = find_knee(self.steps, await self.backend.offload(self._inferred, list(self.runs)))
+
+    def _plan_knee(self) -> Knee | None:
+        """The knee the plan chooses its next level from (None before any step)."""
+        return self.knee() if self.runs and self._knee_each_step else None
+
+    def budget_left(self) -> float | None:
+        b = self.exp.budget_s
+        if b is None:
+            return None
+        return b if self._load_started is None else max(0.0, b - (self.backend.now() - self._load_started))
+
+    def report(self, phase: RampPhase, step: int, level: float, message: str = "") -> None:
+        if self.on_progress is None:
+            return
+        n = len(self.runs)
+        self.on_progress(
+            RampProgress(
+                phase=phase,
+                step=step,
+                users=level,
+                elapsed_s=self.backend.now() - self._t0,
+                step_s=self.exp.step_s,
+                samples=self.backend.samples(),
+                steps=tuple(self.steps),
+                knee=self._knees.get(n) if n else None,
+                message=message,
+                open_loop=self.exp.open_loop,
+                budget_left_s=self.budget_left(),
+                unit=self.exp.unit,
+            )
+        )
+
+    def _say(self, phase: RampPhase, step: int, level: float) -> Callable[[str], None]:
+        return lambda message: self.report(phase, step, level, message)
+
+    def write(self, status: RampStatus) -> None:
+        if self.sink is not None:
+            self.sink.write(self.steps, self.knee(), status)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def run(self, start: Callable[[], Awaitable[None]] | None = None) -> list[Measured]:
+        """Run the plan to its end (or its budget, or a stop); the backend is stopped and the
+        result written whatever ends it, ``start`` (the backend's start, when it has one)
+        included. Raises the experiment's error when it cannot go on."""
+        try:
+            if start is not None:
+                await start()
+            await self._loop()
+            self.status = "complete" if self.status == "interrupted" else self.status
+            plan = self.exp.plan
+            if self.status == "complete" and not self.stop_reason and isinstance(plan, KneeSearch):
+                self.stop_reason = plan.stop_reason(self.steps, self.knee() if self.runs else None)
+        finally:
+            try:
+                await self.backend.stop()
+            finally:
+                if self.sink is not None:
+                    self.sink.header["stop_reason"] = self.stop_reason
+                    self.write(self.status)
+        self.report("done", len(self.runs), self.runs[-1].step.level if self.runs else 0)
+        return self.runs
+
+    async def _loop(self) -> None:
+        exp, plan = self.exp, self.exp.plan
+        idx = 0
+        while (level := plan.next(self.steps, self._plan_knee())) is not None:
+            left = self.budget_left()
+            step_len = exp.replay_s(level) if exp.replay_s is not None else exp.step_s
+            if left is not None and left < step_len:
+                if exp.replay_s is not None and not self.runs:
+                    raise exp.error(
+                        f"a replay at x{level:g} takes {step_len / 60:.1f} min, more than the budget "
+                        f"({left / 60:g} min): give a larger --budget, or a shorter --trace-window",
+                        exit_code=EXIT_USAGE,
+                    )
+                self.stop_reason = exp.budget_spent(self.knee() if self.runs else None)
+                return
+            if self._load_started is None:
+                self._load_started = self.backend.now()
+            idx += 1
+            if exp.replay_s is not None:
+                r = await self.backend.replay(idx, level, self._say("measuring", idx, level))
+                run = Measured(r.step, r.window, r.seconds)
+            else:
+                run = await self._step(idx, level, left)
+            self.runs.append(run)
+            summary = run.step
+            if self._knee_each_step:
+                await self._infer()
+            self.write("running")
+            self.report("step_done", idx, level)
+            if self.sink is not None and self.sink.write_error:
+                raise exp.error(f"{self.sink.write_error}: the ramp stopped after step {idx}")
+            if (
+                summary.requests
+                and summary.errors == summary.requests
+                and set(summary.errors_by_kind) <= {"connect", "http_5xx"}
+            ):
+                self.status = "server_failed"
+                raise exp.error(
+                    f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed"
+                )
+            if summary.stopped_early:
+                self.status, self.stop_reason = "stopped_early", summary.stopped_early.reason
+                return
+            why = badly_broken(summary, exp.abort_factor)
+            if why and isinstance(plan, LISTED) and plan.next(self.steps) is not None:
+                self.status, self.stop_reason = "stopped_early", why
+                return
+
+    async def _step(self, idx: int, level: float, budget_left: float | None) -> Measured:
+        """One held level: warm up, measure for the step's window, and while the verdict is
+        inconclusive measure on (up to the step's limit, re-deciding over the whole window); a
+        queue growing without bound ends the step at once as a break."""
+        exp, be = self.exp, self.backend
+        prev = self.runs[-1].step.level if self.runs else 0.0
+        users = be.generators if exp.open_loop else int(level)
+        note = await be.set_level(idx, level, prev, exp.open_loop)
+        sent_from, drained_s = -math.inf, 0.0
+        if self.runs and level < prev:
+            t0 = be.now()
+            sent_from = await be.drain(exp.step_limit_s, self._say("warmup", idx, level))
+            drained_s = sent_from - t0
+        self.report("warmup", idx, level, note)
+        await be.advance(be.now() + exp.warmup_s)
+        m_start = be.now()
+        await be.begin_window()
+        planned = exp.step_s - exp.warmup_s
+        limit = max(planned, exp.step_limit_s - exp.warmup_s)
+        if budget_left is not None:  # measure on only while the budget lasts
+            limit = max(planned, min(limit, budget_left - exp.warmup_s))
+        target = planned
+        phase: RampPhase = "measuring"
+        server = ServerWindow()
+        queue = QueueWatch()
+        next_check = planned / 3
+        settle = exp.plan if isinstance(exp.plan, KneeSearch) and exp.settle else None
+        asked, settled = 0, None
+        every = poll_every(exp.poll_s, planned)
+        polled = m_start
+        while True:
+            while (left := target - (be.now() - m_start)) > 1e-6:  # (virtual time: no float dust)
+                self.report(phase, idx, level)
+                await be.advance(be.now() + min(TICK_S, left))
+                now = be.now()
+                # every poll interval, and always at the window's end (its server-side figures end there)
+                if now - polled >= every - 0.05 or now - m_start >= target:
+                    polled = now
+                    server = queue.see(now - m_start, await be.poll())
+                    if queue.unbounded:
+                        break
+                if exp.early_stop is not None and now - m_start >= next_check:
+                    next_check += EARLY_CHECK_S
+                    if early := self._early(idx, users, m_start, sent_from, target, server):
+                        return Measured(early, [], now - m_start)
+                if settle is not None and settle_due(now - m_start, planned, asked):
+                    asked += 1
+                    window = be.window(idx, m_start, now, sent_from)
+                    if why := settle.settled(self.steps, level, window, exp.limits):
+                        settled = EarlyStop(why, round(max(0.0, target - (now - m_start)), 1))
+                        break
+            m_end = be.now()
+            # the requests that ended in the window, of those this step sent: one the last level
+            # sent (a slow one still queued after a step down) measures that level's load
+            window = be.window(idx, m_start, m_end, sent_from)
+            summary = summarize_step(
+                idx,
+                users,
+                window,
+                m_end - m_start,
+                exp.limits,
+                open_loop=exp.open_loop,
+                rate=level if exp.open_loop else None,
+                server=server,
+                client=be.client(m_start, m_end, exp.limits),
+                extended_s=max(0.0, (m_end - m_start) - planned),
+                drained_s=drained_s,
+                unbounded=queue.unbounded,
+            )
+            if settled is not None:
+                return Measured(replace(summary, settled_early=settled), window, m_end - m_start)
+            if queue.unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
+                return Measured(summary, window, m_end - m_start)
+            # a search measures on only near a limit, and the knee search only while the knee's
+            # interval is wider than it asks (off the event loop: the inference resamples every step)
+            levels = [*self._levels(self.runs), (level, window)]
+            if not await be.offload(measure_on, exp.plan, self.steps, summary, levels, exp.limits, exp.unit, exp.seed):
+                return Measured(summary, window, m_end - m_start)
+            target = min(limit, target + planned)
+            phase = "extending"
+            self.report(phase, idx, level, f"inconclusive ({summary.verdict.reason}): measuring on")
+
+    def _early(
+        self, idx: int, users: int, m_start: float, sent_from: float, target: float, server: ServerWindow
+    ) -> StepSummary | None:
+        """The window so far, when the study's early stop says the trial is clearly dominated, with
+        at least :data:`EARLY_MIN_REQUESTS` requests."""
+        exp = self.exp
+        assert exp.early_stop is not None
+        now = self.backend.now()
+        elapsed = now - m_start
+        window = self.backend.window(idx, m_start, now, sent_from)
+        if len(window) < EARLY_MIN_REQUESTS:
+            return None
+        summary = summarize_step(idx, users, window, elapsed, exp.limits, open_loop=exp.open_loop, server=server)
+        reason = exp.early_stop(summary)
+        if not reason:
+            return None
+        return replace(summary, stopped_early=EarlyStop(reason, round(max(0.0, target - elapsed), 1)))
+
+
+def run_now(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never waits (the driver over the virtual backend) to its end, here and
+    now, without an event loop (so also from inside a running one).
+
+    Raises:
+        RuntimeError: the coroutine waited on something (a live backend given by mistake).
+    """
+    try:
+        coro.send(None)
+    except StopIteration as e:
+        return e.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("run_now: the coroutine waited (a virtual backend never does)")
+
+
+async def immediately(fn: Callable[..., T], *args: Any) -> T:
+    """A virtual backend's :meth:`Backend.offload`: the computation, here and now."""
+    return fn(*args)

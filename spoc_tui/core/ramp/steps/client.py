@@ -1,0 +1,132 @@
+"""The load generator's own health during a step (is it the bottleneck?)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from spoc_tui.core.ramp.sla import Limit
+from spoc_tui.core.ramp.steps.codec import Json, _obj, json_float
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessHealth:
+    """One load-generator process over a step's window."""
+
+    name: str
+    cpu_pct: float | None = None
+    """CPU use in % of one core."""
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+
+
+CLIENT_LAG_P99_MS = 1.0
+CLIENT_LAG_SHARE = 0.02
+CLIENT_CPU_PCT = 90.0
+"""A load-generator process that used more than 90 % of a core (Locust's own warning), or whose
+event loop woke late at the 99th percentile by more than 2 % of the smallest latency limit being
+judged (at least 1 ms; 1 ms without a latency limit), timestamped chunks late enough to move a
+verdict: its latencies are not trustworthy. A 1.5 ms lag against a 400 ms limit is not."""
+
+
+def lag_allowed_ms(limits: Sequence[Limit]) -> float:
+    """The loop lag (p99, ms) a load generator may have before its timing error matters against
+    ``limits``: 2 % of the smallest latency limit, at least 1 ms."""
+    latency = [lim.value for lim in limits if lim.metric != "error_rate"]
+    return max(CLIENT_LAG_P99_MS, CLIENT_LAG_SHARE * min(latency) * 1000) if latency else CLIENT_LAG_P99_MS
+
+
+@dataclass(frozen=True, slots=True)
+class ClientHealth:
+    """How the load generator's processes fared over a step's window (:func:`client_health`)."""
+
+    processes: tuple[ProcessHealth, ...] = ()
+    cpu_pct: float | None = None
+    """The busiest process's CPU use."""
+    loop_lag_p99_ms: float | None = None
+    """The worst process's event-loop lag p99."""
+    saturated: bool = False
+    reason: str = ""
+
+    @property
+    def saturated_text(self) -> str | None:
+        """``client saturated: timings not trustworthy (...)`` with the remedy, or None."""
+        if not self.saturated:
+            return None
+        return f"client saturated: timings not trustworthy ({self.reason}); add load-generator processes (--workers)"
+
+    def as_dict(self) -> dict[str, object]:
+        if not self.processes:
+            return {}
+        return {
+            "processes": {
+                p.name: {
+                    "cpu_pct": p.cpu_pct,
+                    "loop_lag_p99_ms": p.loop_lag_p99_ms,
+                    "loop_lag_max_ms": p.loop_lag_max_ms,
+                }
+                for p in self.processes
+            },
+            "cpu_pct": self.cpu_pct,
+            "loop_lag_p99_ms": self.loop_lag_p99_ms,
+            "saturated": self.saturated,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Json) -> ClientHealth:
+        procs = _obj(d.get("processes"))
+        return cls(
+            processes=tuple(
+                ProcessHealth(
+                    str(k),
+                    json_float(_obj(v), "cpu_pct"),
+                    json_float(_obj(v), "loop_lag_p99_ms"),
+                    json_float(_obj(v), "loop_lag_max_ms"),
+                )
+                for k, v in procs.items()
+            ),
+            cpu_pct=json_float(d, "cpu_pct"),
+            loop_lag_p99_ms=json_float(d, "loop_lag_p99_ms"),
+            saturated=bool(d.get("saturated")),
+            reason=str(d.get("reason") or ""),
+        )
+
+
+def client_health(
+    points: Sequence[tuple[str, float, float, Sequence[float]]], limits: Sequence[Limit] = ()
+) -> ClientHealth:
+    """How the load generator's processes fared over a step's window, from their once-a-second
+    reports ``(process, wall time, CPU seconds so far, loop lags in ms)``: CPU use in % of a core,
+    loop lag p99 and max per process, and whether any was saturated for the ``limits`` judged
+    (:func:`lag_allowed_ms`), and why."""
+    by: dict[str, list[tuple[float, float, Sequence[float]]]] = {}
+    for proc, t, cpu, lags in points:
+        by.setdefault(proc, []).append((t, cpu, lags))
+    procs: list[ProcessHealth] = []
+    for proc, pts in by.items():
+        pts.sort(key=lambda p: p[0])
+        span = pts[-1][0] - pts[0][0]
+        cpu_pct = 100 * (pts[-1][1] - pts[0][1]) / span if len(pts) > 1 and span > 0 else None
+        lags = [x for p in pts[1:] for x in p[2]] if len(pts) > 1 else [x for p in pts for x in p[2]]
+        procs.append(
+            ProcessHealth(
+                proc,
+                cpu_pct,
+                float(np.percentile(lags, 99)) if lags else None,
+                max(lags) if lags else None,
+            )
+        )
+    if not procs:
+        return ClientHealth()
+    worst_cpu = max((p.cpu_pct for p in procs if p.cpu_pct is not None), default=None)
+    worst_lag = max((p.loop_lag_p99_ms for p in procs if p.loop_lag_p99_ms is not None), default=None)
+    why = []
+    if worst_cpu is not None and worst_cpu > CLIENT_CPU_PCT:
+        why.append(f"CPU {worst_cpu:.0f} % of a core")
+    allowed = lag_allowed_ms(limits)
+    if worst_lag is not None and worst_lag > allowed:
+        why.append(f"event-loop lag p99 {worst_lag:.1f} ms, over the {allowed:.1f} ms that matters to the SLA")
+    return ClientHealth(tuple(procs), worst_cpu, worst_lag, bool(why), ", ".join(why))
