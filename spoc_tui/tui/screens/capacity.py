@@ -11,7 +11,6 @@ from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, Select, Static
@@ -30,6 +29,7 @@ from spoc_tui.core.hardware.capacity import CapacityError, CapacityPlan
 from spoc_tui.core.hardware.presets import GPUS, MODELS, GpuSpec, ModelSpec, PresetError
 from spoc_tui.core.ramp.fleetplan import PlanError, plan_from_ramp, plan_text
 from spoc_tui.core.results import RampDoc, read_ramp
+from spoc_tui.tui.screens.keys import work_screen_keys
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.fields import Field
 
@@ -43,14 +43,7 @@ class CapacityScreen(Screen[None]):
     AUTO_FOCUS = None
     """No field takes the keys when the screen opens: Tab (or a click) to edit, Esc to leave."""
 
-    BINDINGS = [
-        Binding("m,escape,q", "app.monitor", "Monitor"),
-        # the other screens' keys from here too (letters: while no text field has the focus)
-        Binding("l", "app.load", "Load", show=False),
-        Binding("t", "app.tune", "Tune", show=False),
-        Binding("question_mark", "app.push_screen('help')", "Help", show=False),
-        Binding("f8", "app.screenshot", "Screenshot"),
-    ]
+    BINDINGS = work_screen_keys(letters="lt")
 
     DEFAULT_CSS = """
     CapacityScreen Horizontal { height: auto; padding: 0 1; }

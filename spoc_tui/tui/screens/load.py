@@ -34,6 +34,7 @@ from spoc_tui.core.traces.read import TraceSource, trace_source
 from spoc_tui.core.traces.stats import stats_lines, trace_stats
 from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS
 from spoc_tui.load.ramp import RampConfig, RampProgress
+from spoc_tui.tui.screens.keys import work_screen_keys
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.fields import Field
@@ -129,19 +130,12 @@ class LoadScreen(Screen[None]):
     AUTO_FOCUS = None
     """No field takes the keys when the screen opens: Tab (or a click) to edit, Esc to leave."""
 
-    BINDINGS = [
-        Binding("m,escape,q", "app.monitor", "Monitor"),
-        # the other screens' keys from here too (letters: while no text field has the focus)
-        Binding("l", "app.load", "Load", show=False),
-        Binding("t", "app.tune", "Tune", show=False),
-        Binding("c", "app.capacity", "Capacity", show=False),
-        Binding("question_mark", "app.push_screen('help')", "Help", show=False),
+    BINDINGS = work_screen_keys(
         # ctrl keys work from a field too (Input would take ctrl+x as "cut")
         Binding("ctrl+r", "start", "Start ramp", priority=True),
         Binding("ctrl+x", "stop", "Stop ramp", priority=True),
         Binding("f6", "profile", "Profile step", priority=True),
-        Binding("f8", "app.screenshot", "Screenshot"),
-    ]
+    )
 
     DEFAULT_CSS = """
     LoadScreen Horizontal { height: auto; }

@@ -18,6 +18,7 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Spa
 from spoc_tui.config import data_dir
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, Limit
 from spoc_tui.core.tuning.space import Objective
+from spoc_tui.tui.screens.keys import work_screen_keys
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
 from spoc_tui.tui.widgets.fields import Field
@@ -48,20 +49,13 @@ class TuneScreen(Screen[None]):
     AUTO_FOCUS = None
     """No field takes the keys when the screen opens: Tab (or a click) to edit, Esc to leave."""
 
-    BINDINGS = [
-        Binding("m,escape,q", "app.monitor", "Monitor"),
-        # the other screens' keys from here too (letters: while no text field has the focus)
-        Binding("l", "app.load", "Load", show=False),
-        Binding("t", "app.tune", "Tune", show=False),
-        Binding("c", "app.capacity", "Capacity", show=False),
-        Binding("question_mark", "app.push_screen('help')", "Help", show=False),
+    BINDINGS = work_screen_keys(
         # ctrl keys work from a field too (Input would take ctrl+x as "cut", ctrl+e as "end")
         Binding("ctrl+r", "start", "Start study", priority=True),
         Binding("ctrl+e", "resume", "Resume last", priority=True),
         Binding("ctrl+x", "stop", "Stop", priority=True),
         Binding("y", "copy", "Copy command"),
-        Binding("f8", "app.screenshot", "Screenshot"),
-    ]
+    )
 
     DEFAULT_CSS = """
     TuneScreen .row { height: auto; padding: 0 1; }
