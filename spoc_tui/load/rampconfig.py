@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from spoc_tui.core.errors import EXIT_USAGE, SpocError
-from spoc_tui.core.ramp.experiment import Experiment
+from spoc_tui.core.ramp.experiment import Experiment, experiment_of
 from spoc_tui.core.ramp.knee import (
     FixedRates,
     FixedSpeeds,
@@ -156,14 +156,8 @@ class RampConfig:
 
     def experiment(self, scan: TraceScan | None = None) -> Experiment:
         """The experiment the driver runs (``scan``: the trace a replay's steps send)."""
-        return Experiment(
-            plan=self.plan,
-            limits=self.limits,
-            unit=self.unit,
-            step_s=self.step_s,
-            warmup_s=self.warmup_s,
-            step_limit_s=self.step_limit_s,
-            budget_s=self.budget,
+        return experiment_of(
+            self,
             abort_factor=self.abort_factor,
             seed=self.seed,
             poll_s=self.poll_s,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from spoc_tui.core.confidence import Interval
-from spoc_tui.core.ramp.experiment import Driver, Experiment, RampProgress, Replayed, run_now
+from spoc_tui.core.ramp.experiment import Driver, Experiment, RampProgress, Replayed, experiment_of, run_now
 from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
 from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, Knee, SpeedSearch, UserPlan, find_knee
 from spoc_tui.core.ramp.sla import LevelUnit, Limit
@@ -128,14 +128,8 @@ class Prediction:
 
     def experiment(self, seed: int | None = None) -> Experiment:
         """The experiment ``spoc ramp`` would run, for the driver."""
-        return Experiment(
-            plan=self.plan,
-            limits=self.limits,
-            unit=self.unit,
-            step_s=self.step_s,
-            warmup_s=self.warmup_s,
-            step_limit_s=self.step_limit_s,
-            budget_s=self.budget,
+        return experiment_of(
+            self,
             abort_factor=ABORT_FACTOR,
             seed=self.seed if seed is None else seed,
             replay_s=self.trace.step_s if self.trace is not None else None,

@@ -140,6 +140,41 @@ class Experiment:
         return f"the budget ({(self.budget_s or 0) / 60:g} min of load) is spent; the knee so far: {reached}"
 
 
+class ExperimentRequest(Protocol):
+    """What a ramp's request says of its steps (:class:`~spoc_tui.load.ramp.RampConfig`,
+    :class:`~spoc_tui.twin.predict.Prediction`), its defaults applied."""
+
+    @property
+    def plan(self) -> UserPlan: ...
+    @property
+    def limits(self) -> tuple[Limit, ...]: ...
+    @property
+    def unit(self) -> LevelUnit: ...
+    @property
+    def step_s(self) -> float: ...
+    @property
+    def warmup_s(self) -> float: ...
+    @property
+    def step_limit_s(self) -> float: ...
+    @property
+    def budget(self) -> float | None: ...
+
+
+def experiment_of(req: ExperimentRequest, **rest: Any) -> Experiment:
+    """The experiment ``req`` asks for; ``rest``: what only its maker knows (the seed, the error
+    class, a replay's step lengths...)."""
+    return Experiment(
+        plan=req.plan,
+        limits=req.limits,
+        unit=req.unit,
+        step_s=req.step_s,
+        warmup_s=req.warmup_s,
+        step_limit_s=req.step_limit_s,
+        budget_s=req.budget,
+        **rest,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class RampProgress:
     phase: RampPhase
