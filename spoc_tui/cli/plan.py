@@ -3,12 +3,18 @@ autoscaling rule (KEDA ScaledObject, HPA external metric) on queue depth per rep
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from spoc_tui.cli.types import FINITE, trace_selection
 from spoc_tui.core.errors import InputError
+
+if TYPE_CHECKING:
+    from spoc_tui.core.traces.read import TraceSource
 
 
 @click.command("plan")
@@ -81,19 +87,10 @@ def plan_cmd(
             raise InputError("--twin plans from a trace: give --twin and --trace, or --ramp and --users")
         if trace_path is None:
             raise InputError("--twin needs --trace FILE: the traffic to serve")
-        fleet_plan(
-            twin_path,
-            trace_path,
-            trace_format,
-            trace_filters,
-            trace_window,
-            trace_max_rows,
-            speed,
-            replicas_spec,
-            autoscale_specs,
-            sla,
-            as_json,
-        )
+        from spoc_tui.core.traces.read import trace_source
+
+        source = functools.partial(trace_source, trace_path, trace_format, trace_filters, trace_window, trace_max_rows)
+        fleet_plan(twin_path, source, speed, replicas_spec, autoscale_specs, sla, as_json)
         return
     if ramp_path is None or users is None:
         raise InputError("give --ramp and --users (or --twin and --trace)")
@@ -117,24 +114,21 @@ def plan_cmd(
 
 def fleet_plan(
     twin_path: str,
-    trace_path: str,
-    trace_format: str | None,
-    trace_filters: tuple[str, ...],
-    trace_window: str | None,
-    trace_max_rows: int | None,
+    source: Callable[[], TraceSource],
     speed: float,
     replicas_spec: str | None,
     autoscale_specs: tuple[str, ...],
     sla: str | None,
     as_json: bool,
 ) -> None:
-    """``spoc plan --twin --trace``: the trace on fixed replica counts and autoscaling policies."""
+    """``spoc plan --twin --trace``: the trace (``source()`` reads the options that pick it) on
+    fixed replica counts and autoscaling policies."""
     import sys
     import time
 
     from spoc_tui.cli.options import from_config
     from spoc_tui.core.ramp.sla import DEFAULT_SLA, parse_sla
-    from spoc_tui.core.traces.read import TraceRead, trace_source
+    from spoc_tui.core.traces.read import TraceRead
     from spoc_tui.twin.fleet import Autoscale, FleetSim, cheapest, judge_run, parse_autoscale, parse_replicas
     from spoc_tui.twin.model import read_twin
 
@@ -144,11 +138,11 @@ def fleet_plan(
         raise InputError("--speed must be a positive multiple (at most 1000)")
     counts = parse_replicas(replicas_spec) if replicas_spec else ([] if autoscale_specs else [1, 2, 4])
     policies = [parse_autoscale(a) for a in autoscale_specs]
-    src = trace_source(trace_path, trace_format, trace_filters, trace_window, trace_max_rows)
+    src = source()
     read = TraceRead()
     rows = list(src.rows(read))
     if not rows:
-        raise InputError(f"--trace {trace_path}: no rows in the window")
+        raise InputError(f"--trace {src.path}: no rows in the window")
     quiet = as_json or not sys.stderr.isatty()
     results = []
     t0 = time.perf_counter()
