@@ -30,6 +30,7 @@ from spoc_tui.tune.setup import build
 from spoc_tui.tune.study import TuneConfig, TuneSession
 
 if TYPE_CHECKING:
+    from spoc_tui.core.ramp.knee import UserPlan
     from spoc_tui.twin.model import Twin
 
 
@@ -115,13 +116,13 @@ def pareto_table(session: TuneSession, front: Front) -> str:
     return "\n".join(lines)
 
 
-def _profile_best(cfg: TuneConfig, evaluator: ServerEvaluator, front: Front) -> None:
+def _profile_best(cfg: TuneConfig, evaluator: ServerEvaluator, front: Front, plan: UserPlan) -> None:
     """The best configuration's profile; a failure is reported, the study's results stand."""
     from spoc_tui.profile.report import render_text
     from spoc_tui.tune.profile_best import profile_best
 
     try:
-        b = profile_best(cfg, evaluator, front, lambda msg: print(msg, flush=True))
+        b = profile_best(cfg, evaluator, front, lambda msg: print(msg, flush=True), plan=plan)
     except SpocError as e:
         print(f"spoc tune: --profile-best: {for_terminal(str(e))}", file=sys.stderr)
         return
@@ -186,7 +187,7 @@ def run(a: TuneArgs, twin: Twin | None = None) -> int:
     if summary.message:
         print(summary.message)
     if a.profile_best and summary.status != "interrupted" and isinstance(evaluator, ServerEvaluator):
-        _profile_best(cfg, evaluator, summary.front)
+        _profile_best(cfg, evaluator, summary.front, session.state.plan)
     if summary.status == "interrupted":
         print("stopped: continue with --resume", file=sys.stderr)
     print(

@@ -25,7 +25,7 @@ from types import FrameType
 from typing import Any, Protocol, TypeVar
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.core.ramp.knee import Knee, find_knee
+from spoc_tui.core.ramp.knee import Knee, UserPlan, find_knee
 from spoc_tui.core.ramp.steps import RequestSample, StepSummary
 from spoc_tui.core.tuning.space import Config, command_line
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
@@ -144,22 +144,35 @@ class TuneFatal(SpocError, RuntimeError):
     """Not the configuration's fault (the port is taken, the command does not exist): stop the study."""
 
 
+@dataclass(frozen=True)
+class TrialPlan:
+    """What the study decided for one trial, handed to the evaluator with it: the levels its ramp
+    steps (a calibration's :class:`SaturationSearch`, then the reference load) and what it asks
+    during a step (whether the trial is already clearly dominated: a reason ends the step)."""
+
+    plan: UserPlan
+    early_stop: Callable[[StepSummary], str | None] | None = field(default=None, compare=False)
+
+
 class Evaluator(Protocol):
     """Scores one configuration: :class:`ServerEvaluator` (a real server and a ramp) or
     :class:`FastSimEvaluator` (the simulator in virtual time)."""
 
     ramp: RampConfig
-    """The ramp each trial runs (its ``url`` and ``out_dir`` are the trial's): the study reads its
-    plan (a calibration's :class:`SaturationSearch`, or the reference load) and sets the plan to
-    the reference load once the calibration found it."""
-    early_stop: Callable[[StepSummary], str | None] | None
-    """Set by the study: asked during a step whether the trial is already clearly dominated."""
+    """The ramp every trial runs, as built: the study never changes it (its ``url`` and
+    ``out_dir`` are each trial's, its levels each :class:`TrialPlan`'s)."""
 
     def evaluate(
-        self, config: Config, flags: list[str], trial_dir: Path, on_event: OnEvent | None = None
+        self,
+        config: Config,
+        flags: list[str],
+        trial_dir: Path,
+        on_event: OnEvent | None = None,
+        trial: TrialPlan | None = None,
     ) -> TrialOutcome:
         """Run the configuration and say how it did (the configuration's own failures are
-        ``infeasible`` outcomes, not exceptions).
+        ``infeasible`` outcomes, not exceptions). ``trial``: what the study decided for it (None:
+        the ramp's own levels, no early stop).
 
         Raises:
             TuneFatal: a problem no configuration can get past (the port is taken...).
@@ -237,8 +250,6 @@ class ServerEvaluator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[Any] | None = None
         self._stopping = threading.Event()
-        self.early_stop: Callable[[StepSummary], str | None] | None = None
-        """Set by the study: asked during each step whether the trial is clearly dominated."""
 
     def stop(self) -> None:
         self._stopping.set()
@@ -250,9 +261,15 @@ class ServerEvaluator:
             srv.stop(grace=5.0)  # still starting: the readiness loop sees it exit
 
     def evaluate(
-        self, config: Config, flags: list[str], trial_dir: Path, on_event: OnEvent | None = None
+        self,
+        config: Config,
+        flags: list[str],
+        trial_dir: Path,
+        on_event: OnEvent | None = None,
+        trial: TrialPlan | None = None,
     ) -> TrialOutcome:
         emit: OnEvent = on_event or (lambda ev: None)
+        trial = trial or TrialPlan(self.ramp.plan)
         t0 = time.monotonic()
         port = self.port or free_port()
         argv = command_line(self.template, flags, port)
@@ -279,7 +296,7 @@ class ServerEvaluator:
             emit(ServerReady(start_s, server.url))
             kv_tokens = _kv_tokens(server.url)
             try:
-                steps, knee, mml = self._run_ramp(server.url, trial_dir, emit)
+                steps, knee, mml = self._run_ramp(server.url, trial_dir, emit, trial)
             except asyncio.CancelledError:
                 return TrialOutcome(
                     "interrupted", reason="stopped during the ramp", start_s=start_s, duration_s=time.monotonic() - t0
@@ -329,13 +346,16 @@ class ServerEvaluator:
             server.stop()
             self._server = None
 
-    def _run_ramp(self, url: str, trial_dir: Path, emit: OnEvent) -> tuple[list[StepSummary], Knee, int | None]:
+    def _run_ramp(
+        self, url: str, trial_dir: Path, emit: OnEvent, trial: TrialPlan
+    ) -> tuple[list[StepSummary], Knee, int | None]:
         cfg = replace(
             self.ramp,
             url=url,
             out_dir=trial_dir,
+            plan=trial.plan,
             max_step_s=self.ramp.step_s,  # a trial's steps are not extended: its budget is the study's to spend
-            early_stop=self.early_stop,
+            early_stop=trial.early_stop,
             # a study's trial folders are <study>/trials/NNNN: its pareto.json gets a final status
             # even if the study is killed outright
             finalize=(trial_dir.parent.parent / "pareto.json",) if trial_dir.parent.name == "trials" else (),
@@ -418,7 +438,6 @@ class FastSimEvaluator:
         if ramp.workload.mix or ramp.workload.replay:
             raise ValueError("the simulator's fast mode takes a simple profile (not a mix or a replay)")
         self.ramp = ramp
-        self.early_stop: Callable[[StepSummary], str | None] | None = None
         self.model = model
         self.gpu = gpu
         self.fixed = fixed or {}
@@ -432,6 +451,7 @@ class FastSimEvaluator:
         flags: list[str] | None = None,
         trial_dir: Path | None = None,
         on_event: OnEvent | None = None,
+        trial: TrialPlan | None = None,
     ) -> TrialOutcome:
         from spoc_tui.core.ramp.experiment import Driver, run_now
         from spoc_tui.sim.backend import VirtualBackend
@@ -447,7 +467,7 @@ class FastSimEvaluator:
                 return TrialOutcome("infeasible", reason=f"the simulator has no --{k}")
             kw[k.replace("-", "_")] = v
         opts = SimOptions(model=self.model, gpu=self.gpu, seed=self.ramp.seed, dcgm_port=None, **kw)
-        ramp = self.ramp
+        ramp = replace(self.ramp, plan=trial.plan) if trial is not None else self.ramp
         engines: list[SimEngine] = []
 
         def fresh(idx: int, users: int) -> VirtualServer:

@@ -30,8 +30,6 @@ class StudySettings(Protocol):
     @property
     def limits(self) -> tuple[Limit, ...]: ...
     @property
-    def ref_users(self) -> int | None: ...
-    @property
     def template(self) -> list[str]: ...
     @property
     def rerun_share(self) -> float: ...
@@ -86,9 +84,11 @@ class StudyFiles:
         storage_url: str,
         repeats: dict[int, list[dict[str, float | None]]],
         status: str = "running",
+        ref_users: int | None = None,
     ) -> None:
         """``status``: ``running`` while trials go on, then how the study ended (a study killed
-        outright is marked ``interrupted`` by its trial's load generator, which outlives it a moment)."""
+        outright is marked ``interrupted`` by its trial's load generator, which outlives it a moment);
+        ``ref_users``: the reference load the study found or was given."""
         cfg = self.cfg
         counted = [r for r in records if not r.extra]
         doc = {
@@ -97,7 +97,7 @@ class StudyFiles:
             "storage": redact_url(storage_url),
             "objectives": [{"name": o.name, "direction": o.direction, "label": o.label} for o in cfg.objectives],
             "sla": [str(x) for x in cfg.limits],
-            "reference_load_users": cfg.ref_users,
+            "reference_load_users": ref_users,
             "trials_run": len(counted),
             "feasible": sum(1 for r in counted if r.feasible),
             "infeasible": sum(1 for r in counted if r.status == "infeasible"),

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spoc_tui.core.errors import SpocError
-from spoc_tui.core.ramp.knee import FixedUsers
+from spoc_tui.core.ramp.knee import FixedUsers, UserPlan
 from spoc_tui.core.tuning.space import command_line
 from spoc_tui.procs.ports import free_port
 from spoc_tui.procs.server import LaunchError, ServerProcess
@@ -44,8 +44,10 @@ def profile_best(
     front: Front,
     say: Callable[[str], None],
     seconds: float = PROFILE_SECONDS,
+    plan: UserPlan | None = None,
 ) -> Breakdown:
-    """Launch, load, profile and stop the best configuration; raises SpocError with the reason."""
+    """Launch, load, profile and stop the best configuration; raises SpocError with the reason.
+    ``plan``: the levels the study's trials stepped (its reference load; None: the ramp's own)."""
     m = best_member(front, cfg)
     if m is None:
         raise SpocError("--profile-best: no feasible configuration to profile")
@@ -66,7 +68,7 @@ def profile_best(
                 f"--profile-best: the server did not start with the profiler ({e}); vLLM before 0.32 takes "
                 f"VLLM_TORCH_PROFILER_DIR={traces} in --env instead (log: {folder / 'server.log'})"
             ) from None
-        plan = evaluator.ramp.plan
+        plan = plan or evaluator.ramp.plan
         planned = plan.users[-1] if isinstance(plan, FixedUsers) and plan.users else 4
         users = int(rec.reference.get("users") or planned)
         ramp = evaluator.ramp

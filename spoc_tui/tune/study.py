@@ -16,14 +16,15 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from spoc_tui.core.errors import first_line
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.ramp.knee import FixedUsers, SaturationSearch
+from spoc_tui.core.ramp.knee import FixedUsers, SaturationSearch, UserPlan
 from spoc_tui.core.ramp.sla import Limit
+from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.core.redact import redact_argv, redact_url
 from spoc_tui.core.tuning.noisyfront import pick_rerun
 from spoc_tui.core.tuning.space import (
@@ -38,7 +39,7 @@ from spoc_tui.core.tuning.space import (
 from spoc_tui.procs.group import pid_alive
 from spoc_tui.procs.leftovers import stop_leftover
 from spoc_tui.procs.lock import FolderLock
-from spoc_tui.tune.evaluate import Evaluator, TrialOutcome
+from spoc_tui.tune.evaluate import Evaluator, TrialOutcome, TrialPlan
 from spoc_tui.tune.events import (
     EvaluatorEvent,
     Listener,
@@ -159,6 +160,20 @@ def spread_configs(space: Space, n: int, seed: int | None, taken: Sequence[Confi
     return out
 
 
+@dataclass(frozen=True)
+class StudyState:
+    """What the study has decided so far, replaced (never changed) when it decides more: the
+    levels each trial's ramp steps (a calibration's :class:`SaturationSearch` until the reference
+    load is found, then that load) and the reference load the objectives are read at."""
+
+    plan: UserPlan
+    ref_users: int | None = None
+
+    def trial(self, early_stop: Callable[[StepSummary], str | None] | None) -> TrialPlan:
+        """What the next trial's evaluator is handed."""
+        return TrialPlan(self.plan, early_stop)
+
+
 class TuneSession:
     """Runs a study with an evaluator (:class:`ServerEvaluator` or :class:`FastSimEvaluator`)."""
 
@@ -173,19 +188,19 @@ class TuneSession:
         self._lock: FolderLock | None = None
         self.files = StudyFiles(cfg)
         self._front: Front | None = None
-        evaluator.early_stop = self._dominated
+        self.state = StudyState(evaluator.ramp.plan, cfg.ref_users)
+        """The study's decisions so far (the evaluator and the configuration are never changed)."""
 
     def _calibrating(self) -> bool:
         """--users auto and no reference load yet: this trial's ramp is the calibration."""
-        return isinstance(self.evaluator.ramp.plan, SaturationSearch) and not self.cfg.ref_users
+        return isinstance(self.state.plan, SaturationSearch) and not self.state.ref_users
 
     def _use_reference(self, users: int) -> None:
-        self.cfg.ref_users = users
-        self.evaluator.ramp = replace(self.evaluator.ramp, plan=FixedUsers([users]))
+        self.state = StudyState(FixedUsers([users]), users)
 
     def _planned_users(self) -> int | None:
         """The user count the trials' ramp steps last (the reference load), or None while calibrating."""
-        plan = self.evaluator.ramp.plan
+        plan = self.state.plan
         return plan.users[-1] if isinstance(plan, FixedUsers) and plan.users else None
 
     def _calibrate(self, o: TrialOutcome) -> None:
@@ -215,7 +230,7 @@ class TuneSession:
             return None
         if self._calibrating():  # its steps are the calibration's, not the reference load
             return None
-        ref_users = cfg.ref_users or self._planned_users()
+        ref_users = self.state.ref_users or self._planned_users()
         if ref_users is not None and step.users != ref_users:
             return None
         return dominated(cfg.objectives, front, step)
@@ -325,7 +340,7 @@ class TuneSession:
                 )
         self.study = study
         stored_ref = study.user_attrs.get(StudyAttr.REFERENCE_USERS)
-        if stored_ref and not cfg.ref_users:
+        if stored_ref and not self.state.ref_users:
             self._use_reference(int(stored_ref))
         stored_mml = study.user_attrs.get(StudyAttr.MAX_MODEL_LEN)
         if isinstance(stored_mml, int) and stored_mml > 0 and "max-model-len" not in cfg.space.names:
@@ -525,7 +540,9 @@ class TuneSession:
         self.emit(TrialStarted(trial.number, ordinal, cfg.trials, config, tuple(flags), seeded))
         trial_dir = cfg.out_dir / "trials" / f"{trial.number:04d}"
         try:
-            outcome: TrialOutcome = self.evaluator.evaluate(config, flags, trial_dir, self._for_trial(trial.number))
+            outcome: TrialOutcome = self.evaluator.evaluate(
+                config, flags, trial_dir, self._for_trial(trial.number), self.state.trial(self._dominated)
+            )
         except KeyboardInterrupt:
             outcome = TrialOutcome("interrupted", reason="interrupted (Ctrl-C)")
             self._finish(trial, config, flags, outcome, TrialState.FAIL)
@@ -566,9 +583,11 @@ class TuneSession:
         extra: bool = False,
     ) -> TrialRecord:
         cfg = self.cfg
-        ref = reference_step(o.steps, cfg.ref_users)
+        ref = reference_step(o.steps, self.state.ref_users)
         cons = (
-            constraint_values(cfg.limits, cfg.objectives, o.steps, o.knee, cfg.ref_users) if values is not None else {}
+            constraint_values(cfg.limits, cfg.objectives, o.steps, o.knee, self.state.ref_users)
+            if values is not None
+            else {}
         )
         rec = TrialRecord(
             number=number,
@@ -605,7 +624,7 @@ class TuneSession:
         )
         if values is not None:
             for ob in cfg.objectives:
-                rec.ci95[ob.name], rec.n[ob.name] = objective_interval(ob, o.steps, o.knee, cfg.ref_users)
+                rec.ci95[ob.name], rec.n[ob.name] = objective_interval(ob, o.steps, o.knee, self.state.ref_users)
         return rec
 
     def _values(self, o: TrialOutcome) -> list[float] | None:
@@ -613,9 +632,11 @@ class TuneSession:
         cfg = self.cfg
         if o.status != "ok":
             return None
-        values = [v for ob in cfg.objectives if (v := objective_value(ob, o.steps, o.knee, cfg.ref_users)) is not None]
+        values = [
+            v for ob in cfg.objectives if (v := objective_value(ob, o.steps, o.knee, self.state.ref_users)) is not None
+        ]
         if len(values) != len(cfg.objectives):
-            where = f"{cfg.ref_users} users" if cfg.ref_users else "the last step"
+            where = f"{self.state.ref_users} users" if self.state.ref_users else "the last step"
             o.status, o.reason = "infeasible", f"no request finished at the reference load ({where})"
             return None
         return values
@@ -669,7 +690,9 @@ class TuneSession:
         self.emit(TrialStarted(of.number, ordinal, cfg.trials, of.config, tuple(of.flags), why))
         trial_dir = cfg.out_dir / "trials" / f"{of.number:04d}-run{run}"
         try:
-            o = self.evaluator.evaluate(of.config, list(of.flags), trial_dir, self._for_trial(of.number))
+            o = self.evaluator.evaluate(
+                of.config, list(of.flags), trial_dir, self._for_trial(of.number), self.state.trial(self._dominated)
+            )
         except KeyboardInterrupt:
             return self._record(of.number, of.config, list(of.flags), TrialOutcome("interrupted"), None, of.number)
         if o.status == "interrupted":
@@ -755,4 +778,4 @@ class TuneSession:
     def _write_pareto(
         self, front: Front, repeats: dict[int, list[dict[str, float | None]]], status: str = "running"
     ) -> None:
-        self.files.write_pareto(front, self.records, self.storage_url, repeats, status)
+        self.files.write_pareto(front, self.records, self.storage_url, repeats, status, self.state.ref_users)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from spoc_tui.core.errors import InputError
@@ -21,7 +21,7 @@ from spoc_tui.core.ramp.inference import infer_knee
 from spoc_tui.core.ramp.knee import find_knee
 from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.load.ramp import RampConfig
-from spoc_tui.tune.evaluate import OnEvent, TrialOutcome, tokens_per_request
+from spoc_tui.tune.evaluate import OnEvent, TrialOutcome, TrialPlan, tokens_per_request
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.model import WHAT_IF_FLAGS, Twin, TwinError
 from spoc_tui.twin.predict import Prediction, TraceRows, read_rows, run_ramp, run_trace_ramp
@@ -97,8 +97,6 @@ class TwinEvaluator:
         self.twin = twin
         self.ramp = ramp
         self.fixed = dict(fixed or {})
-        self.early_stop: Callable[[StepSummary], str | None] | None = None
-        """Set by the study; unused: a trial on the twin takes seconds, there is nothing to save."""
         self._stopping = threading.Event()
         self._rows: TraceRows | None = read_rows(ramp.trace, twin.server.max_model_len) if ramp.trace else None
 
@@ -106,8 +104,15 @@ class TwinEvaluator:
         self._stopping.set()
 
     def evaluate(
-        self, config: Mapping[str, object], flags: list[str], trial_dir: Path, on_event: OnEvent | None = None
+        self,
+        config: Mapping[str, object],
+        flags: list[str],
+        trial_dir: Path,
+        on_event: OnEvent | None = None,
+        trial: TrialPlan | None = None,
     ) -> TrialOutcome:
+        """As :meth:`Evaluator.evaluate`; ``trial``'s early stop is not asked (a trial on the twin
+        takes seconds: there is nothing to save)."""
         t0 = time.monotonic()
         try:
             settings = what_if({**self.fixed, **config})
@@ -118,7 +123,7 @@ class TwinEvaluator:
         p = Prediction(
             twin=self.twin,
             workload=r.workload,
-            plan=r.plan,
+            plan=trial.plan if trial is not None else r.plan,
             limits=tuple(r.limits),
             step_s=r.step_s,
             warmup_s=r.warmup_s,

@@ -136,12 +136,11 @@ class Synthetic:
     """Scores a configuration from a formula (no server): its ramp is only what the study reads."""
 
     ramp = RampConfig("", load_workload("coding"), FixedUsers([16]), parse_sla("ttft_p99<=1s"), Path())
-    early_stop = None
 
     def stop(self) -> None:
         pass
 
-    def evaluate(self, config, flags=None, trial_dir=None, on_event=None) -> TrialOutcome:
+    def evaluate(self, config, flags=None, trial_dir=None, on_event=None, trial=None) -> TrialOutcome:
         r = synthetic(config)
         if r is None:
             return TrialOutcome(

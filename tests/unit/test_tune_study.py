@@ -17,7 +17,7 @@ from spoc_tui.core.tuning.space import load_space, parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
 from spoc_tui.tune import events
 from spoc_tui.tune.evaluate import FastSimEvaluator
-from spoc_tui.tune.study import TuneConfig, TuneError, TuneSession, open_storage
+from spoc_tui.tune.study import StudyState, TuneConfig, TuneError, TuneSession, open_storage
 from spoc_tui.workload import load_workload
 
 SPACE = """
@@ -252,8 +252,10 @@ def test_users_auto_calibrates_the_reference_load_on_the_first_trial(tmp_path):
     s = TuneSession(cfg, FastSimEvaluator(ramp, fixed=sp.fixed), seen.append)
     summary = s.run()
     first, *rest = [r for r in summary.records if r.status == "ok"]
-    ref = s.cfg.ref_users
+    ref = s.state.ref_users
     assert ref is not None and ref > 2  # doubled past light load
+    # the study's decision is its own state: the configuration and the evaluator are as built
+    assert s.cfg.ref_users is None and s.evaluator.ramp.plan == SaturationSearch(128)
     assert first.reference["users"] == ref  # the calibration trial is scored at the load it found
     note = next(e.message for e in seen if isinstance(e, events.Note) and e.message.startswith("calibration"))
     assert f"measured at {ref} users" in note
@@ -266,7 +268,8 @@ def test_users_auto_calibrates_the_reference_load_on_the_first_trial(tmp_path):
         ),
     )
     again.open()
-    assert again.cfg.ref_users == ref and again.evaluator.ramp.plan == FixedUsers([ref])
+    assert again.state.ref_users == ref and again.state.plan == FixedUsers([ref])
+    assert again.state.trial(None).plan == FixedUsers([ref])  # what each resumed trial is handed
 
 
 def test_early_stop_is_not_asked_during_the_calibration(tmp_path):
@@ -275,8 +278,7 @@ def test_early_stop_is_not_asked_during_the_calibration(tmp_path):
     s, _ = make(tmp_path, trials=3, rerun_share=0)
     s.run()
     assert s._front is not None and s._front.members
-    s.evaluator.ramp.users = []  # as --users auto before the reference load is known
-    s.cfg.ref_users = None
+    s.state = StudyState(SaturationSearch(128))  # as --users auto before the reference load is known
     from spoc_tui.core.ramp.steps import summarize_step
 
     assert s._dominated(summarize_step(1, 2, [], 10.0, LIMITS)) is None  # was an IndexError
