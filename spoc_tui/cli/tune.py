@@ -198,59 +198,20 @@ def run(a: TuneArgs, twin: Twin | None = None) -> int:
 
 
 def run_with_twin(a: TuneArgs, twin_path: str, confirm: int) -> int:
-    """``spoc tune --twin T --confirm N``: the study on the twin (each trial's ramp predicted in
-    virtual time with the trial's flags as what-ifs, in OUT/twin), then its N best configurations
-    on the real server (``--launch``, in OUT/confirm), and each one's predicted objectives beside
-    the measured (OUT/confirm.json)."""
-    import json
-    import time
-    from dataclasses import replace
-    from pathlib import Path
+    """``spoc tune --twin T --confirm N``: the study on the twin, then its N best configurations
+    on the real server, printed (the flow: :func:`spoc_tui.twin.confirm.search_then_confirm`)."""
+    from spoc_tui.twin.confirm import search_then_confirm
 
-    from spoc_tui.core.files import write_atomic
-    from spoc_tui.twin.model import read_twin
-
-    twin = read_twin(twin_path)  # refused now, not at the first trial
-    if a.resume or a.worker or a.storage:
-        raise InputError("--twin runs two studies of its own: without --resume, --worker or --storage")
-    out = Path(a.out_dir)
-    print(f"== on the twin ({twin_path}, in virtual time): {a.trials} trials", flush=True)
-    t0 = time.monotonic()
-    code = run(replace(a, out_dir=str(out / "twin"), env=(), profile_best=False, repeat_pareto=0), twin=twin)
-    if code != EXIT_OK:
-        return code
-    print(f"the twin's study took {time.monotonic() - t0:.0f} s", flush=True)
-    pareto = json.loads((out / "twin" / "pareto.json").read_text())
-    first = pareto["objectives"][0]
-    sign = -1.0 if first["direction"] == "maximize" else 1.0
-    members = sorted(pareto.get("pareto") or [], key=lambda m: sign * (m["objectives"].get(first["name"]) or 0.0))
-    best = members[:confirm]
-    if not best:
+    done = search_then_confirm(a, twin_path, confirm, run, lambda line: print(line, flush=True))
+    if done.none_within_sla:
         print("the twin found no configuration within the SLA: nothing to confirm on the server", file=sys.stderr)
-        return EXIT_OK
-    tries = tuple(" ".join(m["flags"]) for m in best)
-    print(f"== on the server: the twin's {len(best)} best by {first['name']}", flush=True)
-    code = run(replace(a, tries=tries, trials=len(best), out_dir=str(out / "confirm"), rerun_share=0.0))
-    measured = [json.loads(x) for x in (out / "confirm" / "trials.jsonl").read_text().splitlines() if x.strip()]
-    rows = []
-    for m in best:
-        got = next((r for r in measured if r.get("flags") == m["flags"] and not r.get("extra")), None)
-        rows.append(
-            {
-                "flags": m["flags"],
-                "predicted": m["objectives"],
-                "predicted_ci95": m.get("ci95"),
-                "measured": got.get("objectives") if got else None,
-                "measured_status": got.get("status") if got else "not run",
-            }
-        )
-    write_atomic(out / "confirm.json", json.dumps({"schema": 1, "twin": twin_path, "confirmed": rows}, indent=2))
+    if not done.rows:
+        return done.code
     print("predicted by the twin beside measured on the server:")
-    for r in rows:
-        pred = ", ".join(f"{k} {v:.4g}" for k, v in r["predicted"].items() if v is not None)
-        meas = (
-            ", ".join(f"{k} {v:.4g}" for k, v in (r["measured"] or {}).items() if v is not None) or r["measured_status"]
-        )
-        print(f"  {' '.join(r['flags'])}\n    predicted: {pred}\n    measured:  {meas}")
+    for r in done.rows:
+        pred = ", ".join(f"{k} {v:.4g}" for k, v in r.predicted.items() if v is not None)
+        meas = ", ".join(f"{k} {v:.4g}" for k, v in (r.measured or {}).items() if v is not None) or r.measured_status
+        print(f"  {' '.join(r.flags)}\n    predicted: {pred}\n    measured:  {meas}")
+    out = a.out_dir
     print(f"results: {out}/twin (the search), {out}/confirm (the server), {out}/confirm.json")
-    return code
+    return done.code

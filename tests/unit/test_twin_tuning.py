@@ -72,3 +72,29 @@ def test_a_study_on_the_twin_finds_its_front_in_seconds(tmp_path):
     best = max(ran, key=lambda r: r.objectives["out_tok_s"])
     assert best.config["max-num-seqs"] > 4
     assert (tmp_path / "pareto.json").exists()
+
+
+def test_the_twins_best_are_paired_with_their_runs_on_the_server():
+    """``spoc tune --twin --confirm N``: the N best Pareto members by the first objective, each
+    beside its trial on the server (a repeat's extra run left out), or ``not run``."""
+    from spoc_tui.twin.confirm import best_flags, confirmations
+
+    pareto = {
+        "objectives": [{"name": "out_tok_s", "direction": "maximize"}, {"name": "itl_p99", "direction": "minimize"}],
+        "pareto": [
+            {"flags": ["--max-num-seqs", "8"], "objectives": {"out_tok_s": 100.0, "itl_p99": 0.01}},
+            {"flags": ["--max-num-seqs", "64"], "objectives": {"out_tok_s": 900.0, "itl_p99": 0.05}, "ci95": {}},
+            {"flags": ["--max-num-seqs", "32"], "objectives": {"out_tok_s": 500.0, "itl_p99": 0.03}},
+        ],
+    }
+    best = best_flags(pareto, 2)
+    assert [m["flags"][1] for m in best] == ["64", "32"]
+    trials = [
+        {"flags": ["--max-num-seqs", "64"], "status": "ok", "objectives": {"out_tok_s": 850.0}, "extra": True},
+        {"flags": ["--max-num-seqs", "64"], "status": "ok", "objectives": {"out_tok_s": 870.0}},
+    ]
+    rows = confirmations(best, trials)
+    assert rows[0].measured == {"out_tok_s": 870.0} and rows[0].measured_status == "ok"
+    assert rows[1].measured is None and rows[1].measured_status == "not run"
+    assert rows[0].as_dict()["flags"] == ["--max-num-seqs", "64"] and rows[0].as_dict()["predicted_ci95"] == {}
+    assert rows[1].as_dict()["predicted_ci95"] is None
