@@ -132,7 +132,7 @@ class Lookup:
     def stop(self) -> None:
         pass
 
-    def evaluate(self, config, flags=None, trial_dir=None, on_event=None) -> TrialOutcome:
+    def evaluate(self, config, flags=None, trial_dir=None, on_event=None, trial=None) -> TrialOutcome:
         key = SPACE.key(config)
         if key not in self.table:
             return TrialOutcome("infeasible", reason="breaks a condition")
