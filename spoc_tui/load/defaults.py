@@ -56,3 +56,24 @@ def budget(plan: object, budget_s: float | None) -> float | None:
     if budget_s is not None:
         return budget_s
     return DEFAULT_BUDGET_S if isinstance(plan, (KneeSearch, SpeedSearch)) else None
+
+
+class StepRules:
+    """The step rules in force, read the same by a ramp's request and a prediction
+    (:class:`~spoc_tui.load.ramp.RampConfig`, :class:`~spoc_tui.twin.predict.Prediction`):
+    their defaults applied to what they were given."""
+
+    plan: object
+    step_s: float
+    max_step_s: float | None
+    budget_s: float | None
+
+    @property
+    def step_limit_s(self) -> float:
+        """The longest an undecided step is measured on (:func:`step_limit`)."""
+        return step_limit(self.step_s, self.max_step_s)
+
+    @property
+    def budget(self) -> float | None:
+        """The load-time budget in force: ``budget_s``, else the knee search's default."""
+        return budget(self.plan, self.budget_s)

@@ -43,7 +43,7 @@ class RampError(SpocError):
 
 
 @dataclass
-class RampConfig:
+class RampConfig(defaults.StepRules):
     """A ramp as ``spoc ramp`` and the Load screen ask for it; its defaults are theirs."""
 
     url: str
@@ -144,15 +144,6 @@ class RampConfig:
     def generators(self) -> int:
         """Open loop: the Locust users that generate arrivals, one per worker process (or one)."""
         return max(1, self.workers)
-
-    @property
-    def step_limit_s(self) -> float:
-        return defaults.step_limit(self.step_s, self.max_step_s)
-
-    @property
-    def budget(self) -> float | None:
-        """The load-time budget in force: ``budget_s``, else the knee search's default."""
-        return defaults.budget(self.plan, self.budget_s)
 
     def experiment(self, scan: TraceScan | None = None) -> Experiment:
         """The experiment the driver runs (``scan``: the trace a replay's steps send)."""

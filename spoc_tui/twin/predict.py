@@ -88,7 +88,7 @@ def figure_ci(step: StepSummary, metric: str, stat: str) -> Interval:
 
 
 @dataclass(frozen=True)
-class Prediction:
+class Prediction(defaults.StepRules):
     """How to run the predicted ramp: the experiment of a ``spoc ramp`` command."""
 
     twin: Twin
@@ -108,14 +108,6 @@ class Prediction:
     trace: TraceRows | None = None
     """A trace replay (``--trace``): its steps are speeds (``plan`` a
     :class:`~spoc_tui.core.ramp.knee.FixedSpeeds` or :class:`~spoc_tui.core.ramp.knee.SpeedSearch`)."""
-
-    @property
-    def step_limit_s(self) -> float:
-        return defaults.step_limit(self.step_s, self.max_step_s)
-
-    @property
-    def budget(self) -> float | None:
-        return defaults.budget(self.plan, self.budget_s)
 
     @property
     def open_loop(self) -> bool:
