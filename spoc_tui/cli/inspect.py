@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from spoc_tui.cli.options import api_key_options, from_config, tls_options
+from spoc_tui.cli.options import api_key_options, from_config, sla_option, tls_options
 from spoc_tui.cli.types import FINITE
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError
@@ -116,7 +116,7 @@ def run_headroom(
     help="Watch the servers for --interval seconds and say how much more of that traffic each takes "
     "within --sla, learned from the scrapes alone (docs/headroom.md).",
 )
-@click.option("--sla", default=None, help="With --headroom: the limits, as spoc ramp takes them [default: config's].")
+@sla_option("With --headroom: the limits, as spoc ramp takes them", DEFAULT_SLA)
 @click.option(
     "--twin",
     "twin_path",
@@ -152,7 +152,8 @@ def inspect_cmd(
         for e in errors:
             click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
         sys.exit(EXIT_INTERRUPTED if interrupted else EXIT_USAGE if errors else EXIT_OK)
-    if sla is not None or twin_path is not None:
+    given = click.get_current_context().get_parameter_source("sla") is click.core.ParameterSource.COMMANDLINE
+    if given or twin_path is not None:  # (an SPOC_SLA the shell exports is not an --sla given here)
         raise InputError("--sla and --twin are for --headroom")
     if interval is not None and not 0 < interval <= 3600:
         raise InputError("--interval must be between 0 and 3600 seconds")

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from spoc_tui.cli.options import tls_options
+from spoc_tui.cli.options import sla_option, tls_options
 from spoc_tui.cli.types import FINITE
 from spoc_tui.config import Settings, config_path, load_file, read_key_file
 from spoc_tui.core.errors import InputError
@@ -88,13 +88,7 @@ F = TypeVar("F", bound=Callable[..., Any])
     default=None,
     help="Price of one GPU-hour: shows the cost per million output tokens.",
 )
-@click.option(
-    "--sla",
-    envvar="SPOC_SLA",
-    show_envvar=True,
-    default=None,
-    help="Latency limits to judge against, e.g. ttft_p99<=2s,itl_p99<=100ms: latency cells turn red past them.",
-)
+@sla_option("Latency limits to judge against, e.g. ttft_p99<=2s,itl_p99<=100ms: latency cells turn red past them")
 @click.option(
     "--headroom/--no-headroom",
     default=None,

@@ -22,6 +22,7 @@ INSECURE_ENV = "SPOC_INSECURE"
 F = TypeVar("F", bound=Callable[..., Any])
 
 API_KEY_ENV = "SPOC_API_KEY"
+SLA_ENV = "SPOC_SLA"
 CONFIG_ENV = "SPOC_CONFIG"
 
 
@@ -104,6 +105,13 @@ def tls_options(f: F) -> F:
         help="Check TLS certificates against this CA file (PEM) [default: the system's store, or SSL_CERT_FILE].",
     )(f2)
     return cast(F, f3)
+
+
+def sla_option(what: str, fallback: str | None = None) -> Callable[[F], F]:
+    """``--sla`` (``SPOC_SLA``), read by the one rule (then config.toml's ``sla``): ``what`` its
+    limits are for, and ``fallback`` the SLA used when neither gives one (None: none)."""
+    default = f"config.toml's sla, else {fallback}" if fallback else "config.toml's sla"
+    return click.option("--sla", envvar=SLA_ENV, show_envvar=True, default=None, help=f"{what} [default: {default}].")
 
 
 def served_model_option(f: F) -> F:

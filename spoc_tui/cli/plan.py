@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from spoc_tui.cli.options import sla_option
 from spoc_tui.cli.types import FINITE, trace_selection
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.ramp.sla import DEFAULT_SLA
 
 if TYPE_CHECKING:
     from spoc_tui.core.traces.read import TraceSource
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     help='With --twin: a policy, "num_requests_waiting>=4,cooldown=60s[,startup=60s,interval=15s,min=1,max=8]" '
     "(repeatable).",
 )
-@click.option("--sla", default=None, help="With --twin: the limits the trace is judged on [default: config's].")
+@sla_option("With --twin: the limits the trace is judged on", DEFAULT_SLA)
 @click.option("--headroom", type=FINITE, default=0.2, show_default=True, help="Share of each replica kept free.")
 @click.option(
     "--gpus-per-replica",
@@ -127,7 +129,7 @@ def fleet_plan(
     import time
 
     from spoc_tui.cli.options import from_config
-    from spoc_tui.core.ramp.sla import DEFAULT_SLA, parse_sla
+    from spoc_tui.core.ramp.sla import parse_sla
     from spoc_tui.core.traces.read import TraceRead
     from spoc_tui.twin.fleet import Autoscale, FleetSim, cheapest, judge_run, parse_autoscale, parse_replicas
     from spoc_tui.twin.model import read_twin

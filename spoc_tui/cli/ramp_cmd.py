@@ -11,7 +11,14 @@ from pathlib import Path
 import click
 
 from spoc_tui.cli.experiment import ExperimentOptions, experiment_options
-from spoc_tui.cli.options import api_key_options, config_values, from_config, served_model_option, tls_options
+from spoc_tui.cli.options import (
+    api_key_options,
+    config_values,
+    from_config,
+    served_model_option,
+    sla_option,
+    tls_options,
+)
 from spoc_tui.cli.types import FINITE
 from spoc_tui.core.errors import InputError, SpocError
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, parse_sla
@@ -38,13 +45,7 @@ from spoc_tui.load import defaults as ramp_defaults
         "ms in the process that streams tokens; a short step is read every tenth of it, at most once a second)."
     ),
 )
-@click.option(
-    "--sla",
-    envvar="SPOC_SLA",
-    show_envvar=True,
-    default=None,
-    help=f'Limits, e.g. "ttft_p99<=2s,error_rate<=1%" [default: config.toml\'s sla, else {DEFAULT_SLA}].',
-)
+@sla_option('Limits, e.g. "ttft_p99<=2s,error_rate<=1%"', DEFAULT_SLA)
 @click.option(
     "--abort-factor",
     type=FINITE,

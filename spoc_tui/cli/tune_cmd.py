@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from spoc_tui.cli.options import api_key_options, from_config, served_model_option, tls_options
+from spoc_tui.cli.options import api_key_options, from_config, served_model_option, sla_option, tls_options
 from spoc_tui.cli.types import FINITE, trace_selection
 from spoc_tui.tune.args import TuneArgs
 
@@ -35,13 +35,7 @@ F = TypeVar("F", bound=Callable[..., Any])
     show_default=True,
     help="Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.",
 )
-@click.option(
-    "--sla",
-    envvar="SPOC_SLA",
-    show_envvar=True,
-    default=None,
-    help='Limits (Optuna constraints), e.g. "ttft_p99<=2s,itl_p99<=100ms" [default: config.toml\'s sla].',
-)
+@sla_option('Limits (Optuna constraints), e.g. "ttft_p99<=2s,itl_p99<=100ms"')
 @click.option(
     "--trials",
     type=int,

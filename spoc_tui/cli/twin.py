@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from spoc_tui.cli.experiment import ExperimentOptions, experiment_options
-from spoc_tui.cli.options import api_key_options, tls_options
+from spoc_tui.cli.options import api_key_options, from_config, sla_option, tls_options
 from spoc_tui.core.ramp.sla import DEFAULT_SLA
 from spoc_tui.twin.model import WHAT_IF_FLAGS
 
@@ -186,7 +186,7 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
 @twin_cmd.command("predict")
 @click.option("--twin", "twin_path", default="twin.json", show_default=True, help="The calibrated twin.")
 @experiment_options
-@click.option("--sla", default=DEFAULT_SLA, show_default=True, help="Latency limits, as spoc ramp takes them.")
+@sla_option("Latency limits, as spoc ramp takes them", DEFAULT_SLA)
 @click.option(
     "--set",
     "what_if",
@@ -206,7 +206,7 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
 def predict_cmd(
     twin_path: str,
     exp: ExperimentOptions,
-    sla: str,
+    sla: str | None,
     what_if: tuple[str, ...],
     draws: int,
     out_dir: str | None,
@@ -237,7 +237,7 @@ def predict_cmd(
         twin=twin,
         workload=load_workload(exp.profile),
         plan=exp.plan(src),
-        limits=tuple(parse_sla(sla)),
+        limits=tuple(parse_sla(from_config(sla, "sla", "--sla", default=DEFAULT_SLA))),
         step_s=exp.step_seconds,
         warmup_s=exp.warmup_seconds,
         max_step_s=exp.max_step_seconds,
