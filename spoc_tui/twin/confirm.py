@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from spoc_tui.core.errors import EXIT_OK, InputError
 from spoc_tui.core.files import write_atomic
@@ -60,29 +61,32 @@ class Confirmed:
     """The twin's study found no configuration within the SLA: nothing ran on the server."""
 
 
-def best_flags(pareto: Mapping[str, object], n: int) -> list[Mapping[str, object]]:
+Doc = Mapping[str, Any]
+"""A pareto.json member or a trials.jsonl record, as the codec's readers return them (its keys:
+docs/results.md)."""
+
+
+def best_flags(pareto: Doc, n: int) -> list[Doc]:
     """The study's ``n`` best Pareto members by its first objective (pareto.json's ``pareto``)."""
-    objectives = pareto["objectives"]
-    assert isinstance(objectives, list)
-    first = objectives[0]
+    first = pareto["objectives"][0]
     sign = -1.0 if first["direction"] == "maximize" else 1.0
-    members = [m for m in pareto.get("pareto") or [] if isinstance(m, Mapping)]  # type: ignore[attr-defined]
+    members: list[Doc] = [m for m in pareto.get("pareto") or [] if isinstance(m, Mapping)]
     return sorted(members, key=lambda m: sign * (m["objectives"].get(first["name"]) or 0.0))[:n]
 
 
-def confirmations(best: Sequence[Mapping[str, object]], trials: Sequence[Mapping[str, object]]) -> list[Confirmation]:
+def confirmations(best: Sequence[Doc], trials: Sequence[Doc]) -> list[Confirmation]:
     """Each of ``best`` (the twin's members) beside its trial on the server (trials.jsonl's)."""
     rows = []
     for m in best:
         got = next((r for r in trials if r.get("flags") == m["flags"] and not r.get("extra")), None)
-        ci = m.get("ci95")
+        ci, measured = m.get("ci95"), got.get("objectives") if got else None
         rows.append(
             Confirmation(
-                flags=tuple(m["flags"]),  # type: ignore[arg-type]
-                predicted=dict(m["objectives"]),  # type: ignore[call-overload]
+                flags=tuple(m["flags"]),
+                predicted=dict(m["objectives"]),
                 predicted_ci95={k: tuple(v) for k, v in ci.items()} if isinstance(ci, Mapping) else None,
-                measured=dict(got["objectives"]) if got and isinstance(got.get("objectives"), Mapping) else None,  # type: ignore[call-overload]
-                measured_status=(str(got["status"]) if got.get("status") is not None else None) if got else "not run",
+                measured=dict(measured) if isinstance(measured, Mapping) else None,
+                measured_status=got.get("status") if got else "not run",
             )
         )
     return rows
@@ -108,13 +112,13 @@ def search_then_confirm(
         return Confirmed(code)
     took = time.monotonic() - t0
     say(f"the twin's study took {took:.0f} s")
-    pareto = read_pareto(out / "twin")
+    pareto: Doc = read_pareto(out / "twin")
     best = best_flags(pareto, confirm)
     if not best:
         return Confirmed(EXIT_OK, search_s=took, none_within_sla=True)
-    first = pareto["objectives"][0]["name"]  # type: ignore[index]
+    first = pareto["objectives"][0]["name"]
     say(f"== on the server: the twin's {len(best)} best by {first}")
-    tries = tuple(" ".join(m["flags"]) for m in best)  # type: ignore[arg-type]
+    tries = tuple(" ".join(m["flags"]) for m in best)
     code = run(replace(a, tries=tries, trials=len(best), out_dir=str(out / "confirm"), rerun_share=0.0), None)
     rows = confirmations(best, read_trials(out / "confirm"))
     doc = {"schema": CONFIRM_SCHEMA, "twin": twin_path, "confirmed": [r.as_dict() for r in rows]}
