@@ -56,7 +56,7 @@ class ExperimentOptions:
         """
         if self.users_spec is not None and self.rate_spec is not None:
             raise InputError("give --users (closed loop) or --rate (open loop), not both")
-        src = selected_trace(
+        return selected_trace(
             self.trace_path,
             self.speed_spec,
             self.users_spec,
@@ -67,9 +67,6 @@ class ExperimentOptions:
             self.trace_max_rows,
             self.trace_think,
         )
-        if src is None and self.trace_format is not None:
-            raise InputError("--trace-format goes with --trace FILE")
-        return src
 
     def plan(self, trace: TraceSource | None) -> UserPlan:
         """The levels the steps run: speed multiples of ``trace``, rates, or user counts.
@@ -85,14 +82,6 @@ class ExperimentOptions:
         if self.rate_spec is not None:
             return FixedRates(parse_rates(self.rate_spec))
         return parse_user_plan(self.users_spec or DEFAULT_USERS)
-
-    def plan_text(self) -> str:
-        """The levels as given, for the results' ``users`` key (``rate:1,2``, ``auto``...)."""
-        if self.trace_path is not None:
-            return f"speed:{self.speed_spec or 'auto'}"
-        if self.rate_spec is not None:
-            return f"rate:{self.rate_spec}"
-        return self.users_spec or DEFAULT_USERS
 
     def budget_s(self) -> float | None:
         """``--budget`` in seconds (None: the plan's default).

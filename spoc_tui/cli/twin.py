@@ -255,7 +255,13 @@ def predict_cmd(
     took = time.perf_counter() - t0
     if not quiet:
         click.echo("", err=True)
-    plan_text = p.plan.describe() if rows is not None else exp.plan_text()
+    plan_text = (
+        p.plan.describe()
+        if rows is not None
+        else f"rate:{exp.rate_spec}"
+        if exp.rate_spec is not None
+        else exp.users_spec or "auto"
+    )
     doc = predicted_doc(p, res, twin_path, exp.profile, plan_text, took, trace_doc)
     if out_dir is not None:
         _write_predicted(Path(out_dir), doc, res)

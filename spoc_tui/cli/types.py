@@ -66,6 +66,8 @@ def selected_trace(
         raise InputError("--speed, --trace-window, --trace-max-rows and --trace-filter go with --trace FILE")
     if trace_think != "recorded":
         raise InputError("--trace-think goes with --trace FILE")
+    if trace_format is not None:
+        raise InputError("--trace-format goes with --trace FILE")
     return None
 
 

@@ -56,7 +56,6 @@ class Confirmed:
 
     code: int
     rows: tuple[Confirmation, ...] = ()
-    search_s: float = 0.0
     none_within_sla: bool = False
     """The twin's study found no configuration within the SLA: nothing ran on the server."""
 
@@ -110,12 +109,11 @@ def search_then_confirm(
     code = run(replace(a, out_dir=str(out / "twin"), env=(), profile_best=False, repeat_pareto=0), twin)
     if code != EXIT_OK:
         return Confirmed(code)
-    took = time.monotonic() - t0
-    say(f"the twin's study took {took:.0f} s")
+    say(f"the twin's study took {time.monotonic() - t0:.0f} s")
     pareto: Doc = read_pareto(out / "twin")
     best = best_flags(pareto, confirm)
     if not best:
-        return Confirmed(EXIT_OK, search_s=took, none_within_sla=True)
+        return Confirmed(EXIT_OK, none_within_sla=True)
     first = pareto["objectives"][0]["name"]
     say(f"== on the server: the twin's {len(best)} best by {first}")
     tries = tuple(" ".join(m["flags"]) for m in best)
@@ -123,4 +121,4 @@ def search_then_confirm(
     rows = confirmations(best, read_trials(out / "confirm"))
     doc = {"schema": CONFIRM_SCHEMA, "twin": twin_path, "confirmed": [r.as_dict() for r in rows]}
     write_atomic(out / "confirm.json", json.dumps(doc, indent=2))
-    return Confirmed(code, tuple(rows), took)
+    return Confirmed(code, tuple(rows))
