@@ -24,6 +24,7 @@ import socket
 import ssl
 import urllib.request
 import zlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urljoin, urlsplit
 
@@ -90,9 +91,15 @@ class ScrapeClient:
     opened) for one request and given back when the answer was read whole, so reads of sources
     behind one origin (a proxy routing replicas by path) run side by side."""
 
-    def __init__(self) -> None:
+    def __init__(self, connect: Callable[[Origin], Awaitable[Conn]] | None = None) -> None:
+        """
+        Args:
+            connect: opens a connection to an origin (scheme, host, port); None: TCP (and TLS for
+                https) within :data:`CONNECT_TIMEOUT_S`. Tests hand it in-memory streams.
+        """
         self._idle: dict[Origin, list[Conn]] = {}
         self._ssl: ssl.SSLContext | None = None
+        self._open = connect or self._connect
 
     async def aclose(self) -> None:
         for conns in self._idle.values():
@@ -150,7 +157,7 @@ class ScrapeClient:
         for attempt in (0, 1):
             idle = self._idle.get(origin)
             reused = bool(idle)
-            conn = idle.pop() if idle else await self._connect(origin)
+            conn = idle.pop() if idle else await self._open(origin)
             reader, writer = conn
             try:
                 writer.write(request)

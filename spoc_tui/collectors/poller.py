@@ -99,7 +99,11 @@ class _Poller:
     kind = ""
 
     def __init__(
-        self, urls: list[str], clock: Callable[[], float], client: httpx.AsyncClient | None, api_key: str | None = None
+        self,
+        urls: list[str],
+        clock: Callable[[], float],
+        client: httpx.AsyncClient | ScrapeClient | None,
+        api_key: str | None = None,
     ) -> None:
         self.urls = list(urls)
         self.clock = clock
@@ -183,7 +187,7 @@ class VllmPoller(_Poller):
         window_s: float = 60.0,
         api_key: str | None = None,
         clock: Callable[[], float] = time.monotonic,
-        client: httpx.AsyncClient | None = None,
+        client: httpx.AsyncClient | ScrapeClient | None = None,
     ) -> None:
         super().__init__(urls, clock, client, api_key)
         self.windows = ServerWindows(window_s)
@@ -233,7 +237,7 @@ class DcgmPoller(_Poller):
         self,
         urls: list[str],
         clock: Callable[[], float] = time.monotonic,
-        client: httpx.AsyncClient | None = None,
+        client: httpx.AsyncClient | ScrapeClient | None = None,
         window_s: float = 60.0,
     ) -> None:
         super().__init__(urls, clock, client)

@@ -138,15 +138,21 @@ async def wait_for_trace(
         await asyncio.sleep(1.0)
 
 
-async def capture(cfg: CaptureConfig, say: Callable[[str], None] = lambda _: None) -> Path:
-    """Profile ``cfg.seconds`` of the server's work and return the trace file it wrote."""
+async def capture(
+    cfg: CaptureConfig,
+    say: Callable[[str], None] = lambda _: None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Path:
+    """Profile ``cfg.seconds`` of the server's work and return the trace file it wrote.
+
+    ``transport``: where the profiler's requests go (None: the network; tests: in memory)."""
     base = cfg.url.rstrip("/")
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     before = traces_in(cfg.trace_dir)
     ramp_task: asyncio.Task[object] | None = None
     work: Path | None = None
     measuring = asyncio.Event()
-    async with httpx.AsyncClient(headers=headers) as client:
+    async with httpx.AsyncClient(headers=headers, transport=transport) as client:
         try:
             if cfg.users > 0:
                 if cfg.profile is None:

@@ -51,6 +51,7 @@ from spoc_tui.tune.study import TuneSession
 logger = logging.getLogger(__name__)
 
 RampRunner = Callable[[RampConfig, Callable[[RampProgress], None]], Awaitable[RampResult]]
+ProfileCapture = Callable[[CaptureConfig, Callable[[str], None]], Awaitable[Path]]
 """What runs a ramp started from the Load screen: :func:`~spoc_tui.load.ramp.run_ramp` (the
 live backend), or the same experiment over the virtual backend (the TUI's tests)."""
 
@@ -68,6 +69,9 @@ class JobsApp(FastTruecolorApp[int]):
     _tune_session: TuneSession | None
     _profiling: bool
     ramp_runner: RampRunner = staticmethod(run_ramp)
+    """Runs a ramp (tests: on the experiment's virtual backend)."""
+    profile_capture: ProfileCapture = staticmethod(capture)
+    """Profiles the server (tests: its requests answered in memory)."""
 
     # -- load ramps -------------------------------------------------------------------------
     @property
@@ -229,7 +233,7 @@ class JobsApp(FastTruecolorApp[int]):
             api_key=self.settings.api_key,
         )
         try:
-            path = await capture(cfg, self._post_profile_progress)
+            path = await self.profile_capture(cfg, self._post_profile_progress)
             self.post_message(ProfileProgressed(f"reading {path.name}…"))
             breakdown = await asyncio.to_thread(lambda: analyse(read_trace(path)))
         except SpocError as e:

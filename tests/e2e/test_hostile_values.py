@@ -18,7 +18,6 @@ from spoc_tui.collectors.poller import VllmPoller
 from spoc_tui.config import Settings
 from spoc_tui.core import fmt
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.procs.ports import free_ports
 from spoc_tui.tui.app import MonitorSources, SpocApp
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -133,30 +132,45 @@ def test_names_are_bounded():
 
 
 async def test_a_restarted_or_flapping_server_is_seen_within_two_polls():
-    (port,) = free_ports(1)
-    url = f"http://127.0.0.1:{port}"
-    src = Source(VLLM)
-    poller = VllmPoller([url], 60)
+    """The monitor's own client, its connections in memory: up, refused for ten polls, up again.
+    A refused connection costs nothing, so it is tried again every poll (no back-off to wait out):
+    each return is seen within two polls, each fall at once."""
+    from spoc_tui.collectors.lighthttp import MAX_HEADER, ConnectFailed, ScrapeClient
 
-    async def up() -> web.AppRunner:
-        runner = web.AppRunner(src.app())
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
-        return runner
+    url = "http://gpu-a:8000"
+    body = VLLM.encode()
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    up = [True]
 
+    class Wire:
+        def write(self, data: bytes) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    async def connect(origin):
+        if not up[0]:
+            raise ConnectFailed("connection refused")
+        reader = asyncio.StreamReader(limit=MAX_HEADER)
+        reader.feed_data(answer)
+        reader.feed_eof()  # the server closes after one answer (a kept-alive one is found closed)
+        return reader, Wire()
+
+    poller = VllmPoller([url], 60, client=ScrapeClient(connect))
     try:
         for _cycle in range(3):  # up, down for ten polls, up again: each return seen within two polls
-            runner = await up()
+            up[0] = True
             for _ in range(2):
                 await poller.poll()
                 if url not in poller.backoff.down():
                     break
-                await asyncio.sleep(0.1)
             assert url not in poller.backoff.down(), "back up, still read down after two polls"
-            await runner.cleanup()
-            for _ in range(10):
+            up[0] = False
+            await poller.poll()
+            assert url in poller.backoff.down(), "refused, still read up"
+            for _ in range(9):
                 await poller.poll()
-                await asyncio.sleep(0.1)
             assert url in poller.backoff.down()
     finally:
         await poller.aclose()

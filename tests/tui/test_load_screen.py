@@ -242,27 +242,34 @@ async def test_f6_without_a_trace_folder_says_what_to_set():
 
 
 async def test_f6_against_a_server_without_the_profiler_shows_the_flag(tmp_path):
+    """F6 profiles through the real capture; the server (a vLLM started without the profiler,
+    answering 404 to /start_profile) is answered in memory."""
+    from functools import partial
+
+    import httpx
+
     from spoc_tui.config import Settings
-    from spoc_tui.procs.ports import free_ports
-    from spoc_tui.sim.process import start_sim
+    from spoc_tui.profile.capture import capture
     from spoc_tui.tui.app import SpocApp
 
-    port, dport = free_ports(2)
-    proc = start_sim(["--dcgm-port", str(dport)], port)  # not the default 9400: another may hold it
-    try:
-        app = SpocApp(Settings(vllm_urls=[f"http://127.0.0.1:{port}"], nvml=False, trace_dir=str(tmp_path)))
-        async with app.run_test(size=(120, 45)) as pilot:
-            await pilot.press("l")
-            await pilot.pause()
-            await pilot.press("f6")
-            for _ in range(80):
-                await asyncio.sleep(0.1)
-                if not app.load_screen.profiling:
-                    break
-            shown = str(app.load_screen.profile.render())
-            assert "profile failed" in shown and "404" in shown and "--profiler-config" in shown
-    finally:
-        proc.stop()
+    asked: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(404, text="Not Found")
+
+    app = SpocApp(Settings(vllm_urls=["http://gpu-a:8000"], nvml=False, trace_dir=str(tmp_path)), start_workers=False)
+    app.profile_capture = partial(capture, transport=httpx.MockTransport(server))
+    async with app.run_test(size=(120, 45)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        await pilot.press("f6")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert not app.load_screen.profiling
+        shown = str(app.load_screen.profile.render())
+        assert "profile failed" in shown and "404" in shown and "--profiler-config" in shown
+    assert asked == ["/start_profile"]
 
 
 async def test_profile_panel_draws_a_real_trace_with_its_roofline():
