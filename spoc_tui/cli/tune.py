@@ -65,7 +65,7 @@ class Printer:
                     )
                     m = front.member(r.number)
                     star = f"  * Pareto ({m.status})" if m is not None else ""
-                    early = f"  stopped early: {r.early_stop.get('reason')}" if r.early_stop else ""
+                    early = f"  stopped early: {r.early_stop.reason}" if r.early_stop else ""
                     again = f"  [re-run of #{r.repeat_of}]" if r.repeat_of is not None else ""
                     print(
                         f"  -> {objectives_text(o, r)}{tag}{star}{again}{early}   (hypervolume "
@@ -111,7 +111,7 @@ def pareto_table(session: TuneSession, front: Front) -> str:
         )
     early = [r for r in session.records if r.early_stop]
     if early:
-        saved = sum(float(r.early_stop.get("saved_s", 0.0)) for r in early)
+        saved = sum(r.early_stop.saved_s for r in early if r.early_stop)
         lines.append(f"  {len(early)} trial(s) stopped early, clearly dominated: {saved:.0f} s of measurement saved")
     return "\n".join(lines)
 

@@ -23,6 +23,7 @@ from spoc_tui.core.hardware.presets import PresetError, read_json_object
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.ramp.knee import Knee
 from spoc_tui.core.ramp.steps import Json, StepSummary, json_float
+from spoc_tui.core.tuning.docs import DocError, StudyDoc, TrialRecord
 
 SCHEMA = 3
 """1: files written before the schema field; 2: ``schema`` added, the knee's ``cause`` and
@@ -170,9 +171,9 @@ def read_ramp(path: str | Path) -> RampDoc:
     return decode_ramp(read_json(p, "ramp result"), str(p))
 
 
-def read_pareto(path: str | Path) -> dict[str, object]:
-    """``pareto.json`` (or the study folder holding it), checked for its schema; its keys are
-    described in docs/results.md.
+def read_pareto(path: str | Path) -> StudyDoc:
+    """``pareto.json`` (or the study folder holding it), checked for its schema and shape; its
+    keys are described in docs/results.md.
 
     Raises:
         ResultError: missing, unreadable, not a study result, or a newer schema.
@@ -182,14 +183,15 @@ def read_pareto(path: str | Path) -> dict[str, object]:
         p = p / "pareto.json"
     doc = read_json(p, "study result")
     schema_of(doc, str(p))
-    if not isinstance(doc.get("pareto"), list):
-        raise ResultError(f"{p}: not a study result (no pareto list)")
-    return doc
+    try:
+        return StudyDoc.from_dict(doc, str(p))
+    except DocError as e:
+        raise ResultError(str(e)) from None
 
 
-def read_trials(path: str | Path) -> list[dict[str, object]]:
+def read_trials(path: str | Path) -> list[TrialRecord]:
     """``trials.jsonl`` (or the study folder holding it): one record per finished trial, each
-    checked for its schema; a line cut short by a crash (the last) is left out.
+    checked for its schema and shape; a line cut short by a crash (the last) is left out.
 
     Raises:
         ResultError: missing or unreadable file, a bad line before the last, or a newer schema.
@@ -203,7 +205,7 @@ def read_trials(path: str | Path) -> list[dict[str, object]]:
         raise ResultError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ResultError(f"{p}: not a trial log ({e})") from None
-    out: list[dict[str, object]] = []
+    out: list[TrialRecord] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -216,5 +218,8 @@ def read_trials(path: str | Path) -> list[dict[str, object]]:
         if not isinstance(rec, dict):
             raise ResultError(f"{p}:{n}: not a trial record (not a JSON object)")
         schema_of(rec, f"{p}:{n}")
-        out.append(rec)
+        try:
+            out.append(TrialRecord.from_dict(rec, f"{p}:{n}"))
+        except DocError as e:
+            raise ResultError(str(e)) from None
     return out

@@ -22,6 +22,7 @@ from spoc_tui.core.ramp.text import check_lines, knee_sentence
 from spoc_tui.core.redact import redact_text
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.textsafe import lines_safe
+from spoc_tui.core.tuning.docs import MemberDoc, StudyDoc, TrialRecord
 from spoc_tui.report.svg import PALETTE, Chart, Point, Series, render
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -94,14 +95,6 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[object]], left: int = 1)
 
 def _num(v: object) -> str:
     return f"{v:.4g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "?"
-
-
-def _list(v: object) -> list[object]:
-    return list(v) if isinstance(v, list) else []
-
-
-def _dict(v: object) -> dict[str, object]:
-    return {str(k): x for k, x in v.items()} if isinstance(v, dict) else {}
 
 
 def _unit_label(unit: LevelUnit) -> str:
@@ -298,41 +291,31 @@ def ramp_report(doc: RampDoc) -> Report:
     return Report(title, _page(title, body), charts)
 
 
-def study_report(pareto: dict[str, object], trials: list[dict[str, object]]) -> Report:
-    objs = [_dict(o) for o in _list(pareto.get("objectives"))]
-    names = [str(o.get("name")) for o in objs]
-    labels = {str(o.get("name")): str(o.get("label") or o.get("name")) for o in objs}
-    title = f"Tuning study {pareto.get('study', '?')}"
-    front = [_dict(p) for p in _list(pareto.get("pareto"))]
+def study_report(pareto: StudyDoc, trials: list[TrialRecord]) -> Report:
+    names = [o.name for o in pareto.objectives]
+    labels = {o.name: o.label for o in pareto.objectives}
+    title = f"Tuning study {pareto.study or '?'}"
+    front = pareto.pareto
     body = [
         f'<div class="headline">{len(front)} configuration(s) on the Pareto front of '
-        f"{_t(', '.join(labels.values()))} after {_t(pareto.get('trials_run', '?'))} trials "
-        f"({_t(pareto.get('feasible', '?'))} within the SLA)</div>",
-        f'<p class="note">Status {_t(pareto.get("status"))} · SLA {_t(", ".join(map(str, _list(pareto.get("sla")))))}'
-        f" · hypervolume {_t(_num(pareto.get('hypervolume')))}</p>",
+        f"{_t(', '.join(labels.values()))} after {_t(pareto.trials_run)} trials "
+        f"({_t(pareto.feasible)} within the SLA)</div>",
+        f'<p class="note">Status {_t(pareto.status)} · SLA {_t(", ".join(pareto.sla))}'
+        f" · hypervolume {_t(_num(pareto.hypervolume))}</p>",
     ]
     charts: dict[str, str] = {}
     if len(names) >= 2:
         xn, yn = names[0], names[1]
 
-        def obj(r: dict[str, object], n: str) -> float | None:
-            v = r.get("objectives")
-            x = v.get(n) if isinstance(v, dict) else None
-            return float(x) if isinstance(x, (int, float)) else None
+        def ci(m: MemberDoc, n: str) -> tuple[float | None, float | None]:
+            lo, hi = m.ci95.get(n, (None, None))
+            return lo, hi
 
-        def ci(r: dict[str, object], n: str) -> tuple[float | None, float | None]:
-            v = r.get("ci95")
-            c = v.get(n) if isinstance(v, dict) else None
-            if isinstance(c, list) and len(c) == 2:
-                return (
-                    c[0] if isinstance(c[0], (int, float)) else None,
-                    c[1] if isinstance(c[1], (int, float)) else None,
-                )
-            return (None, None)
-
-        ok = [Point(x, obj(t, yn)) for t in trials if t.get("feasible") and (x := obj(t, xn)) is not None]
-        bad = [Point(x, obj(t, yn)) for t in trials if not t.get("feasible") and (x := obj(t, xn)) is not None]
-        best = [Point(x, obj(p, yn), *ci(p, yn)) for p in front if (x := obj(p, xn)) is not None]
+        ok = [Point(x, t.objectives.get(yn)) for t in trials if t.feasible and (x := t.objectives.get(xn)) is not None]
+        bad = [
+            Point(x, t.objectives.get(yn)) for t in trials if not t.feasible and (x := t.objectives.get(xn)) is not None
+        ]
+        best = [Point(x, p.objectives.get(yn), *ci(p, yn)) for p in front if (x := p.objectives.get(xn)) is not None]
         y_is_time = yn.startswith(("ttft", "itl", "tpot", "e2e"))
         charts["pareto.svg"] = render(
             Chart(
@@ -350,32 +333,25 @@ def study_report(pareto: dict[str, object], trials: list[dict[str, object]]) -> 
         body.append('<h2>The front</h2><div class="charts">' + charts["pareto.svg"] + "</div>")
     rows = []
     for p in front:
-        vals = p.get("objectives") if isinstance(p.get("objectives"), dict) else {}
-        cis = p.get("ci95") if isinstance(p.get("ci95"), dict) else {}
-        cells: list[object] = [p.get("number"), p.get("status")]
+        cells: list[object] = [p.number, p.status]
         for n in names:
-            v = vals.get(n) if isinstance(vals, dict) else None
-            c = cis.get(n) if isinstance(cis, dict) else None
-            c = _list(c)
-            lo, hi = (c[0], c[1]) if len(c) == 2 else (None, None)
-            cells.append(f"{_num(v)} [{_num(lo)}, {_num(hi)}]")
-        cells += [p.get("runs"), p.get("command") or " ".join(map(str, _list(p.get("flags"))))]
+            lo, hi = p.ci95.get(n, (None, None))
+            cells.append(f"{_num(p.objectives.get(n))} [{_num(lo)}, {_num(hi)}]")
+        cells += [p.runs, p.command or " ".join(p.flags)]
         rows.append(cells)
     body.append("<h2>Pareto set</h2>")
     body.append(_table(["#", "front", *(labels[n] for n in names), "runs", "command"], rows, left=2))
-    trows = []
-    for t in trials:
-        vals = t.get("objectives") if isinstance(t.get("objectives"), dict) else {}
-        trows.append(
-            [
-                t.get("number"),
-                t.get("status"),
-                *(_num(vals.get(n)) if isinstance(vals, dict) else "n/a" for n in names),
-                "yes" if t.get("feasible") else "no",
-                " ".join(map(str, _list(t.get("flags")))),
-                t.get("reason") or "",
-            ]
-        )
+    trows = [
+        [
+            t.number,
+            t.status,
+            *(_num(t.objectives.get(n)) for n in names),
+            "yes" if t.feasible else "no",
+            " ".join(t.flags),
+            t.reason,
+        ]
+        for t in trials
+    ]
     body.append("<h2>Every trial</h2>")
     body.append(_table(["#", "status", *(labels[n] for n in names), "within SLA", "flags", "note"], trows, left=2))
     return Report(title, _page(title, body), charts)

@@ -11,9 +11,9 @@ from spoc_tui.core.hardware.gpu import TpGroupReport
 from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.monitor.model import HeadroomShown
 from spoc_tui.core.results import RampEnd
+from spoc_tui.core.tuning.docs import StudyStatus
 from spoc_tui.load.ramp import RampProgress
 from spoc_tui.tune import events
-from spoc_tui.tune.records import StudyStatus
 
 RampOutcome = RampEnd | Literal["error"]
 StudyOutcome = StudyStatus | Literal["error"]

@@ -26,13 +26,13 @@ from typing import Any, Protocol, TypeVar
 
 from spoc_tui.core.errors import SpocError
 from spoc_tui.core.ramp.knee import Knee, UserPlan, find_knee
-from spoc_tui.core.ramp.steps import RequestSample, StepSummary
+from spoc_tui.core.ramp.steps import EarlyStop, RequestSample, StepSummary
+from spoc_tui.core.tuning.docs import TrialStatus
 from spoc_tui.core.tuning.space import Config, command_line
 from spoc_tui.load.ramp import RampConfig, RampError, RampProgress, RampResult, run_ramp
 from spoc_tui.procs.ports import free_port
 from spoc_tui.procs.server import LaunchError, ServerProcess
 from spoc_tui.tune.events import EvaluatorEvent, ServerReady, ServerStarting, TrialRampProgressed
-from spoc_tui.tune.records import TrialStatus
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -197,7 +197,7 @@ class TrialOutcome:
     tokens_per_request: float | None = None
     """Mean prompt + output tokens of the measured requests (for the KV-derived seed)."""
     duration_s: float = 0.0
-    early_stop: dict[str, Any] = field(default_factory=dict)
+    early_stop: EarlyStop | None = None
     """The reference step stopped early, clearly dominated: ``reason`` and ``saved_s``."""
 
 
@@ -335,7 +335,7 @@ class ServerEvaluator:
                 "ok",
                 steps,
                 knee,
-                early_stop=next((s.stopped_early.as_dict() for s in steps if s.stopped_early), {}),
+                early_stop=next((s.stopped_early for s in steps if s.stopped_early), None),
                 start_s=start_s,
                 kv_tokens=kv_tokens,
                 max_model_len=mml,

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from spoc_tui.core.tuning.docs import StudyStatus, TrialRecord
 from spoc_tui.core.tuning.space import Config
 from spoc_tui.load.ramp import RampProgress
-from spoc_tui.tune.records import Front, StudyStatus, TrialRecord
+from spoc_tui.tune.records import Front
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ def profile_best(
             ) from None
         plan = plan or evaluator.ramp.plan
         planned = plan.users[-1] if isinstance(plan, FixedUsers) and plan.users else 4
-        users = int(rec.reference.get("users") or planned)
+        users = int((rec.reference.users if rec.reference else None) or planned)
         ramp = evaluator.ramp
         cap = CaptureConfig(
             url=server.url,

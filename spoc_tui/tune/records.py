@@ -12,19 +12,13 @@ import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from spoc_tui.core.ramp.sla import Limit
+from spoc_tui.core.tuning.docs import RAN, TrialRecord
 from spoc_tui.core.tuning.noisyfront import Estimate, FrontStatus, Run, classify, pool, run_to_run_cv, widen
 from spoc_tui.core.tuning.pareto import hypervolume
 from spoc_tui.core.tuning.space import Config, Objective, reference_point
-
-TrialStatus = Literal["ok", "infeasible", "interrupted"]
-"""ok: measured; infeasible: the server did not start or failed under load (a result);
-interrupted: stopped before a verdict (run again when the study goes on)."""
-RAN: tuple[TrialStatus, ...] = ("ok", "infeasible")
-"""Statuses of trials that ran to a verdict (they count towards --trials)."""
-StudyStatus = Literal["complete", "interrupted", "exhausted"]
 
 
 class TrialAttr(StrEnum):
@@ -51,70 +45,12 @@ class StudyAttr(StrEnum):
     """The max-model-len the study's servers reported (its conditions apply on --resume too)."""
 
 
-@dataclass
-class TrialRecord:
-    number: int
-    status: TrialStatus
-    config: Config
-    flags: list[str]
-    objectives: dict[str, float | None] = field(default_factory=dict)
-    constraints: dict[str, float] = field(default_factory=dict)
-    feasible: bool = False
-    reason: str = ""
-    log_tail: str = ""
-    knee: dict[str, Any] = field(default_factory=dict)
-    reference: dict[str, Any] = field(default_factory=dict)
-    start_s: float | None = None
-    duration_s: float = 0.0
-    worker: str = ""
-    repeat_of: int | None = None
-    finished_at: float = 0.0
-    ci95: dict[str, list[float | None]] = field(default_factory=dict)
-    """Each objective's 95 % interval at the reference load (ramp.json's shape)."""
-    n: dict[str, int] = field(default_factory=dict)
-    """The sample each objective rests on (requests; ITL gaps for ITL; steps for the knee)."""
-    extra: bool = False
-    """A --repeat-pareto run, outside the --trials budget."""
-    early_stop: dict[str, Any] = field(default_factory=dict)
-    """Set when the trial stopped partway through its step, clearly dominated: why, and the
-    seconds of planned measurement it did not spend (``saved_s``)."""
-
-    def values(self, objectives: Sequence[Objective]) -> tuple[float, float] | None:
-        v = [x for o in objectives if (x := self.objectives.get(o.name)) is not None]
-        if self.status != "ok" or len(v) != len(objectives):
-            return None
-        return (float(v[0]), float(v[1]))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-    @classmethod
-    def from_trial(cls, t: Any) -> TrialRecord | None:
-        a = t.user_attrs
-        if "status" not in a:
-            return None
-        return cls(
-            number=t.number,
-            status=a["status"],
-            config=dict(a.get("config") or t.params),
-            flags=list(a.get("flags", [])),
-            objectives=dict(a.get("objectives", {})),
-            constraints=dict(a.get("constraints", {})),
-            feasible=bool(a.get("feasible")),
-            reason=a.get("reason", ""),
-            log_tail=a.get("log_tail", ""),
-            knee=dict(a.get("knee", {})),
-            reference=dict(a.get("reference", {})),
-            start_s=a.get("start_s"),
-            duration_s=float(a.get("duration_s", 0.0)),
-            worker=a.get("worker", ""),
-            finished_at=float(a.get("finished_at", 0.0)),
-            ci95=dict(a.get("ci95", {})),
-            n=dict(a.get("n", {})),
-            repeat_of=int(a["repeat_of"]) if a.get("repeat_of") is not None else None,
-            extra=bool(a.get("extra")),
-            early_stop=dict(a.get("early_stop") or {}),
-        )
+def record_of(t: Any) -> TrialRecord | None:
+    """An Optuna trial's record (its user attributes), None for a trial that has not finished one."""
+    a = t.user_attrs
+    if "status" not in a:
+        return None
+    return TrialRecord.from_dict({**a, "number": t.number, "config": a.get("config") or t.params}, f"trial {t.number}")
 
 
 def config_key(config: Config) -> tuple[tuple[str, str], ...]:

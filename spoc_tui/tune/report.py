@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from spoc_tui.core import fmt
+from spoc_tui.core.tuning.docs import TrialRecord
 from spoc_tui.core.tuning.space import Objective
-from spoc_tui.tune.records import Front, FrontMember, TrialRecord
+from spoc_tui.tune.records import Front, FrontMember
 
 
 def value_text(o: Objective, v: float | None) -> str:

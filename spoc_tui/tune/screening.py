@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from spoc_tui.core.tuning.docs import RAN
 from spoc_tui.core.tuning.pareto import hypervolume, pareto_indices
 from spoc_tui.tune.optuna_compat import RandomState, nsga2_children
-from spoc_tui.tune.records import RAN
 
 Params = dict[str, Any]
 

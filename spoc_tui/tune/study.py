@@ -26,6 +26,7 @@ from spoc_tui.core.ramp.knee import FixedUsers, SaturationSearch, UserPlan
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.core.redact import redact_argv, redact_url
+from spoc_tui.core.tuning.docs import RAN, ReferenceStep, StudyStatus, TrialRecord
 from spoc_tui.core.tuning.noisyfront import pick_rerun
 from spoc_tui.core.tuning.space import (
     Config,
@@ -55,16 +56,7 @@ from spoc_tui.tune.events import (
 from spoc_tui.tune.files import StudyFiles
 from spoc_tui.tune.optuna_compat import add_frozen, ask_preferring
 from spoc_tui.tune.policies import calibration, dominated, kv_seed
-from spoc_tui.tune.records import (
-    RAN,
-    Front,
-    StudyAttr,
-    StudyStatus,
-    TrialAttr,
-    TrialRecord,
-    compute_front,
-    config_key,
-)
+from spoc_tui.tune.records import Front, StudyAttr, TrialAttr, compute_front, config_key, record_of
 from spoc_tui.tune.storage import TuneError, open_storage, take_study_lock, worker_id
 
 logger = logging.getLogger(__name__)
@@ -346,9 +338,7 @@ class TuneSession:
         if isinstance(stored_mml, int) and stored_mml > 0 and "max-model-len" not in cfg.space.names:
             self._learn_max_model_len(stored_mml, "the study's servers reported")
         self._recover_interrupted()
-        self.records = [
-            r for r in (TrialRecord.from_trial(t) for t in study.get_trials(deepcopy=False)) if r is not None
-        ]
+        self.records = [r for r in (record_of(t) for t in study.get_trials(deepcopy=False)) if r is not None]
         self._front = compute_front(self.records, cfg.objectives, cfg.limits)
         self.emit(StudyOpened(cfg.study_name, shown, tuple(self.records)))
 
@@ -599,20 +589,20 @@ class TuneSession:
             feasible=values is not None and all(c <= 0 for c in cons.values()),
             reason=o.reason,
             log_tail=o.log_tail[-LOG_TAIL_CHARS:],
-            knee=o.knee.as_dict() if o.steps else {},
+            knee=o.knee if o.steps else None,
             reference=(
-                {
-                    "users": ref.users,
-                    "requests": ref.requests,
-                    "out_tok_s": ref.output_tokens_per_s,
-                    "req_s": ref.request_rate,
-                    "ttft_p99": ref.latency.ttft.p99,
-                    "itl_p99": ref.latency.itl.p99,
-                    "error_rate": ref.error_rate,
-                    "verdict": ref.verdict.as_dict(),
-                }
+                ReferenceStep(
+                    users=ref.users,
+                    requests=ref.requests,
+                    out_tok_s=ref.output_tokens_per_s,
+                    req_s=ref.request_rate,
+                    ttft_p99=ref.latency.ttft.p99,
+                    itl_p99=ref.latency.itl.p99,
+                    error_rate=ref.error_rate,
+                    verdict=ref.verdict,
+                )
                 if ref is not None
-                else {}
+                else None
             ),
             start_s=o.start_s,
             duration_s=o.duration_s,
@@ -620,7 +610,7 @@ class TuneSession:
             finished_at=time.time(),
             repeat_of=repeat_of,
             extra=extra,
-            early_stop=dict(o.early_stop),
+            early_stop=o.early_stop,
         )
         if values is not None:
             for ob in cfg.objectives:
@@ -722,7 +712,7 @@ class TuneSession:
         have = {r.number for r in self.records}
         new = [
             r
-            for r in (TrialRecord.from_trial(t) for t in self.study.get_trials(deepcopy=False) if t.number not in have)
+            for r in (record_of(t) for t in self.study.get_trials(deepcopy=False) if t.number not in have)
             if r is not None and r.status in RAN
         ]
         if new:

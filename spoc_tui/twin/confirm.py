@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from spoc_tui.core.errors import EXIT_OK, InputError
 from spoc_tui.core.files import write_atomic
 from spoc_tui.core.results import read_pareto, read_trials
+from spoc_tui.core.tuning.docs import MemberDoc, StudyDoc, TrialRecord
 from spoc_tui.tune.args import TuneArgs
 from spoc_tui.twin.model import Twin, read_twin
 
@@ -60,32 +60,23 @@ class Confirmed:
     """The twin's study found no configuration within the SLA: nothing ran on the server."""
 
 
-Doc = Mapping[str, Any]
-"""A pareto.json member or a trials.jsonl record, as the codec's readers return them (its keys:
-docs/results.md)."""
-
-
-def best_flags(pareto: Doc, n: int) -> list[Doc]:
+def best_flags(pareto: StudyDoc, n: int) -> list[MemberDoc]:
     """The study's ``n`` best Pareto members by its first objective (pareto.json's ``pareto``)."""
-    first = pareto["objectives"][0]
-    sign = -1.0 if first["direction"] == "maximize" else 1.0
-    members: list[Doc] = [m for m in pareto.get("pareto") or [] if isinstance(m, Mapping)]
-    return sorted(members, key=lambda m: sign * (m["objectives"].get(first["name"]) or 0.0))[:n]
+    return pareto.best(n)
 
 
-def confirmations(best: Sequence[Doc], trials: Sequence[Doc]) -> list[Confirmation]:
+def confirmations(best: Sequence[MemberDoc], trials: Sequence[TrialRecord]) -> list[Confirmation]:
     """Each of ``best`` (the twin's members) beside its trial on the server (trials.jsonl's)."""
     rows = []
     for m in best:
-        got = next((r for r in trials if r.get("flags") == m["flags"] and not r.get("extra")), None)
-        ci, measured = m.get("ci95"), got.get("objectives") if got else None
+        got = next((r for r in trials if r.flags == m.flags and not r.extra), None)
         rows.append(
             Confirmation(
-                flags=tuple(m["flags"]),
-                predicted=dict(m["objectives"]),
-                predicted_ci95={k: tuple(v) for k, v in ci.items()} if isinstance(ci, Mapping) else None,
-                measured=dict(measured) if isinstance(measured, Mapping) else None,
-                measured_status=got.get("status") if got else "not run",
+                flags=tuple(m.flags),
+                predicted=dict(m.objectives),
+                predicted_ci95={k: (v[0], v[1]) for k, v in m.ci95.items()},
+                measured=dict(got.objectives) if got else None,
+                measured_status=got.status if got else "not run",
             )
         )
     return rows
@@ -110,13 +101,13 @@ def search_then_confirm(
     if code != EXIT_OK:
         return Confirmed(code)
     say(f"the twin's study took {time.monotonic() - t0:.0f} s")
-    pareto: Doc = read_pareto(out / "twin")
+    pareto = read_pareto(out / "twin")
     best = best_flags(pareto, confirm)
     if not best:
         return Confirmed(EXIT_OK, none_within_sla=True)
-    first = pareto["objectives"][0]["name"]
+    first = pareto.objectives[0].name
     say(f"== on the server: the twin's {len(best)} best by {first}")
-    tries = tuple(" ".join(m["flags"]) for m in best)
+    tries = tuple(" ".join(m.flags) for m in best)
     code = run(replace(a, tries=tries, trials=len(best), out_dir=str(out / "confirm"), rerun_share=0.0), None)
     rows = confirmations(best, read_trials(out / "confirm"))
     doc = {"schema": CONFIRM_SCHEMA, "twin": twin_path, "confirmed": [r.as_dict() for r in rows]}

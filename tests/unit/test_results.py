@@ -148,9 +148,11 @@ def test_what_is_written_reads_back_as_the_same_values():
 
 
 def test_study_files_carry_their_schema_and_read_back(tmp_path):
-    assert read_pareto(V1 / "pareto.json")["status"] == "complete"  # schema 1
+    pareto = read_pareto(V1 / "pareto.json")  # schema 1
+    assert pareto.status == "complete" and pareto.pareto[0].flags[-1] == "--enable-chunked-prefill"
+    assert pareto.pareto[0].spread_cv is None and pareto.objectives[0].maximise
     trials = read_trials(V1 / "trials.jsonl")
-    assert [t["number"] for t in trials] == [0, 1, 2]
+    assert [t.number for t in trials] == [0, 1, 2] and trials[0].status == "ok"
     cut = (V1 / "trials.jsonl").read_text() + '{"number": 3, "sta'
     (tmp_path / "trials.jsonl").write_text(cut)
     assert len(read_trials(tmp_path)) == 3  # the line a crash cut short is left out

@@ -256,10 +256,11 @@ def test_users_auto_calibrates_the_reference_load_on_the_first_trial(tmp_path):
     assert ref is not None and ref > 2  # doubled past light load
     # the study's decision is its own state: the configuration and the evaluator are as built
     assert s.cfg.ref_users is None and s.evaluator.ramp.plan == SaturationSearch(128)
-    assert first.reference["users"] == ref  # the calibration trial is scored at the load it found
+    # the calibration trial is scored at the load it found
+    assert first.reference is not None and first.reference.users == ref
     note = next(e.message for e in seen if isinstance(e, events.Note) and e.message.startswith("calibration"))
     assert f"measured at {ref} users" in note
-    assert all(r.reference["users"] == ref for r in rest)
+    assert all(r.reference is not None and r.reference.users == ref for r in rest)
     assert s.study.user_attrs["reference_users"] == ref
     again = TuneSession(
         TuneConfig(sp, cfg.objectives, LIMITS, 5, tmp_path, population=4, seed=3, resume=True),

@@ -77,24 +77,36 @@ def test_a_study_on_the_twin_finds_its_front_in_seconds(tmp_path):
 def test_the_twins_best_are_paired_with_their_runs_on_the_server():
     """``spoc tune --twin --confirm N``: the N best Pareto members by the first objective, each
     beside its trial on the server (a repeat's extra run left out), or ``not run``."""
+    from spoc_tui.core.tuning.docs import StudyDoc, TrialRecord
     from spoc_tui.twin.confirm import best_flags, confirmations
 
-    pareto = {
-        "objectives": [{"name": "out_tok_s", "direction": "maximize"}, {"name": "itl_p99", "direction": "minimize"}],
-        "pareto": [
-            {"flags": ["--max-num-seqs", "8"], "objectives": {"out_tok_s": 100.0, "itl_p99": 0.01}},
-            {"flags": ["--max-num-seqs", "64"], "objectives": {"out_tok_s": 900.0, "itl_p99": 0.05}, "ci95": {}},
-            {"flags": ["--max-num-seqs", "32"], "objectives": {"out_tok_s": 500.0, "itl_p99": 0.03}},
-        ],
-    }
-    best = best_flags(pareto, 2)
-    assert [m["flags"][1] for m in best] == ["64", "32"]
+    def doc(first: str) -> StudyDoc:
+        return StudyDoc.from_dict(
+            {
+                "objectives": [{"name": "out_tok_s", "direction": first}, {"name": "itl_p99", "direction": "min"}],
+                "pareto": [
+                    {"flags": ["--max-num-seqs", "8"], "objectives": {"out_tok_s": 100.0, "itl_p99": 0.01}},
+                    {"flags": ["--max-num-seqs", "64"], "objectives": {"out_tok_s": 900.0, "itl_p99": 0.05},
+                     "ci95": {"out_tok_s": [800.0, 1000.0]}},
+                    {"flags": ["--max-num-seqs", "32"], "objectives": {"out_tok_s": 500.0, "itl_p99": 0.03}},
+                ],
+            }
+        )  # fmt: skip
+
+    # "max" is what a study writes (and optuna's "maximize" reads alike): the best are the highest.
+    # (Before the typed documents the rule knew only "maximize", and picked a real study's worst.)
+    assert [m.flags[1] for m in best_flags(doc("max"), 2)] == ["64", "32"]
+    assert [m.flags[1] for m in best_flags(doc("maximize"), 2)] == ["64", "32"]
+    assert [m.flags[1] for m in best_flags(doc("min"), 2)] == ["8", "32"]
+    best = best_flags(doc("max"), 2)
     trials = [
-        {"flags": ["--max-num-seqs", "64"], "status": "ok", "objectives": {"out_tok_s": 850.0}, "extra": True},
-        {"flags": ["--max-num-seqs", "64"], "status": "ok", "objectives": {"out_tok_s": 870.0}},
-    ]
+        TrialRecord.from_dict({"flags": ["--max-num-seqs", "64"], "status": "ok", "objectives": {"out_tok_s": 850.0},
+                               "extra": True}),
+        TrialRecord.from_dict({"flags": ["--max-num-seqs", "64"], "status": "ok", "objectives": {"out_tok_s": 870.0}}),
+    ]  # fmt: skip
     rows = confirmations(best, trials)
     assert rows[0].measured == {"out_tok_s": 870.0} and rows[0].measured_status == "ok"
     assert rows[1].measured is None and rows[1].measured_status == "not run"
-    assert rows[0].as_dict()["flags"] == ["--max-num-seqs", "64"] and rows[0].as_dict()["predicted_ci95"] == {}
-    assert rows[1].as_dict()["predicted_ci95"] is None
+    assert rows[0].as_dict()["flags"] == ["--max-num-seqs", "64"]
+    assert rows[0].as_dict()["predicted_ci95"] == {"out_tok_s": [800.0, 1000.0]}
+    assert rows[1].as_dict()["predicted_ci95"] == {}

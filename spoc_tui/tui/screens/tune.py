@@ -17,6 +17,7 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Spa
 
 from spoc_tui.config import data_dir
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, Limit
+from spoc_tui.core.tuning.docs import TrialRecord
 from spoc_tui.core.tuning.space import Objective
 from spoc_tui.tui.screens.keys import work_screen_keys
 from spoc_tui.tui.widgets.badge import WorkBadge
@@ -36,7 +37,7 @@ from spoc_tui.tune.events import (
     TrialStarted,
     TuneEvent,
 )
-from spoc_tui.tune.records import Front, TrialRecord, compute_front
+from spoc_tui.tune.records import Front, compute_front
 from spoc_tui.tune.report import member_tag, pooled_text, value_text
 from spoc_tui.workload import builtin_names
 
