@@ -315,6 +315,8 @@ class EngineStats:
     iteration_tokens: Hist = field(default_factory=lambda: Hist(HIST_ITER_TOKENS))
     request_prompt_tokens: Hist = field(default_factory=lambda: Hist(hist_request_tokens(2048)))
     request_generation_tokens: Hist = field(default_factory=lambda: Hist(hist_request_tokens(2048)))
+    request_prefill_computed_tokens: Hist = field(default_factory=lambda: Hist(hist_request_tokens(2048)))
+    """vLLM's ``request_prefill_kv_computed_tokens``: each prompt's tokens less the prefix cache's."""
     flops_per_gpu: float = 0.0
     """The cost model's FLOPs per GPU, as vLLM's ``estimated_flops_per_gpu_total`` counts them."""
     read_bytes_per_gpu: float = 0.0
@@ -352,6 +354,7 @@ class SimEngine:
         self.stats = EngineStats(
             request_prompt_tokens=Hist(hist_request_tokens(self.max_len)),
             request_generation_tokens=Hist(hist_request_tokens(self.max_len)),
+            request_prefill_computed_tokens=Hist(hist_request_tokens(self.max_len)),
         )
         self.budget = cfg.resolved_batched_tokens()
         self._hashes: dict[str, list[bytes]] = {}
@@ -414,6 +417,7 @@ class SimEngine:
         st.e2e.observe(now - req.arrival)
         st.request_prompt_tokens.observe(len(req.prompt))
         st.request_generation_tokens.observe(req.generated)
+        st.request_prefill_computed_tokens.observe(max(0, len(req.prompt) - req.cached_tokens))
         if req.first_scheduled is not None:
             st.queue.observe(req.first_scheduled - req.arrival)
             if req.first_token is not None:

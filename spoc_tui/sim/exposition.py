@@ -95,6 +95,11 @@ def vllm_metrics(engine: SimEngine, engine_id: str = "0") -> str:
         ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", st.iteration_tokens),
         ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", st.request_prompt_tokens),
         ("vllm:request_generation_tokens", "Number of generation tokens processed.", st.request_generation_tokens),
+        (
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            st.request_prefill_computed_tokens,
+        ),
     )
     for name, help_, h in hists:
         family(name, "histogram", help_)

@@ -31,6 +31,7 @@ from pathlib import Path
 from spoc_tui.core.metrics.promparse import Exposition
 from spoc_tui.core.metrics.vllm import (
     REQUEST_GENERATION_TOKENS,
+    REQUEST_PREFILL_COMPUTED,
     REQUEST_PROMPT_TOKENS,
     Scrape,
     cache_config,
@@ -61,6 +62,11 @@ REPLAY_S = 120.0
 MAX_SPEED = 10.0
 """The fastest a headroom replays the traffic: more than this is said as "beyond x10" (a server
 that idle needs no finer answer, and replays far past its knee took a minute of CPU each)."""
+SEARCH_STEPS = 8
+"""Replays a headroom's knee search may run (each ``replay_s`` of virtual time, or to its last
+answer): enough to double from x1 past :data:`MAX_SPEED` and then narrow the knee once or twice.
+The default budget of ``spoc ramp``'s search (ten minutes of load) stopped it at x8 and said
+"beyond x8" of a server whose knee was x9.8."""
 MIN_REQUESTS = 30
 """Fewer requests than this in the traffic window: too thin to replay."""
 BINDS = {
@@ -91,6 +97,9 @@ class Traffic:
     """The share of prompt tokens the prefix cache served."""
     estimated: tuple[str, ...] = ()
     """What is estimated rather than counted, in words."""
+    computed: Histogram | None = None
+    """Each prompt's tokens the engine computed, its prefix-cache hits left out (vLLM 0.13+'s
+    ``request_prefill_kv_computed_tokens``); None where the server does not report it."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -100,6 +109,7 @@ class Traffic:
             "dispersion": None if self.dispersion is None else round(self.dispersion, 3),
             "prompt_tokens_mean": _mean(self.prompt),
             "output_tokens_mean": _mean(self.output),
+            "computed_prompt_tokens_mean": _mean(self.computed),
             "prefix_share": None if self.prefix_share is None else round(self.prefix_share, 4),
             "estimated": list(self.estimated),
         }
@@ -130,8 +140,13 @@ def _draw_length(h: Histogram, rng: random.Random) -> int:
 def synth_rows(traffic: Traffic, span_s: float, seed: int, block_tokens: int = 16) -> tuple[TraceRow, ...]:
     """``span_s`` seconds of the traffic again, as trace rows: arrivals a gamma renewal process
     of the traffic's rate and burstiness (its intervals' squared coefficient of variation is the
-    index of dispersion), lengths drawn from the histograms, and a shared leading prefix the size
-    of the prefix-cache share (one system prompt every request starts with)."""
+    index of dispersion), lengths drawn from the histograms, and a leading prefix every request
+    shares (one system prompt), served by the prefix cache after the first.
+
+    The cached prefix: where the server reports what each prompt computed (``computed``), a
+    prompt's length and its computed part are drawn from their own histograms (the longer is the
+    prompt) and the rest is the shared prefix: a follow-up turn's long context but short new text
+    keep their shape. Else every prompt has the prefix-cache share of its length cached."""
     rng = random.Random(seed)
     cv2 = min(25.0, max(0.05, traffic.dispersion if traffic.dispersion is not None else 1.0))
     shape = 1.0 / cv2
@@ -143,7 +158,11 @@ def synth_rows(traffic: Traffic, span_s: float, seed: int, block_tokens: int = 1
     while t < span_s:
         n_in = _draw_length(traffic.prompt, rng) if traffic.prompt is not None else 512
         n_out = _draw_length(traffic.output, rng) if traffic.output is not None else 128
-        shared = int(share * n_in) // block_tokens
+        if traffic.computed is not None and traffic.computed.count:
+            new = min(n_in, _draw_length(traffic.computed, rng))
+            shared = (n_in - new) // block_tokens
+        else:
+            shared = int(share * n_in) // block_tokens
         own = max(0, math.ceil(n_in / block_tokens) - shared)
         ids = (*range(shared), *range(1_000_000 + 10_000 * i, 1_000_000 + 10_000 * i + own))
         rows.append(TraceRow(i, t, n_in, n_out, ids, block_tokens, line=i + 1))
@@ -340,6 +359,7 @@ class HeadroomLearner:
             dispersion=disp,
             prompt=windowed_histogram(scrape, REQUEST_PROMPT_TOKENS),
             output=windowed_histogram(scrape, REQUEST_GENERATION_TOKENS),
+            computed=windowed_histogram(scrape, REQUEST_PREFILL_COMPUTED),
             prefix_share=view.prefix_cache_hit_rate,
             estimated=tuple(estimated),
         )
@@ -458,6 +478,7 @@ def headroom_of(
         seed=seed,
         draws=draws,
         trace=trace,
+        budget_s=SEARCH_STEPS * replay_s * 1.25,
     )
     knee = predict(p).knee
     inf = knee.inferred

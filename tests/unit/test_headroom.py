@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -52,6 +53,22 @@ def test_bursty_traffic_is_drawn_burstier():
     assert cv(4.0) > 1.6  # bursts
 
 
+def test_what_each_prompt_computed_shapes_the_cached_prefix():
+    """vLLM 0.13+ reports each prompt's computed tokens, its prefix-cache hits left out: a long
+    context with short new text keeps that shape when drawn again. (From the cache's share alone,
+    half of every prompt was new: a 1,000-token context computed 500 tokens where the server
+    computed 150, and the twin broke its ITL limit at two thirds of the measured knee.)"""
+    computed = Histogram((50.0, 100.0, 200.0, INF), (20.0, 90.0, 100.0, 100.0), 100.0, 8_000.0)
+    rows = synth_rows(replace(traffic(), computed=computed), 600.0, seed=3)
+    own = [r.input_tokens - 16 * sum(1 for h in r.hash_ids if h < 1_000_000) for r in rows]
+    assert all(0 <= n < 200 + 16 for n in own)  # the computed histogram's top, and a block's rounding
+    assert statistics.fmean(own) == pytest.approx(computed.mean(), abs=16)
+    assert statistics.fmean(r.input_tokens for r in rows) > 300  # the prompts as long as before
+    half = synth_rows(traffic(), 600.0, seed=3)
+    own_half = [r.input_tokens - 16 * sum(1 for h in r.hash_ids if h < 1_000_000) for r in half]
+    assert statistics.fmean(own_half) > 2 * statistics.fmean(own)
+
+
 def watched(seconds: float, rates, sla: str = "ttft_p99<=2s,itl_p99<=100ms") -> HeadroomLearner:
     engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=48, dcgm_port=None, seed=1))
     vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=1)
@@ -67,6 +84,10 @@ def test_what_the_learner_reads_of_a_server_and_says_before_it_can_say_a_number(
     tr = learner.traffic()
     assert tr is not None and tr.rate == pytest.approx(2.0, rel=0.3) and tr.requests > 200
     assert tr.prompt is not None and tr.output is not None and tr.prefix_share is not None
+    # the simulator reports what each prompt computed, as vLLM does: less than the prompts (the
+    # chatbot's follow-up turns find their conversation cached)
+    assert tr.computed is not None and tr.computed.count == tr.prompt.count
+    assert (tr.computed.mean() or 0) < (tr.prompt.mean() or 0) * (1 - 0.5 * (tr.prefix_share or 0))
     assert any("histogram" in e for e in tr.estimated)
     assert learner.kv_tokens and learner.kv_tokens > 0 and learner.block_size == 16
     h = learner.estimate()
@@ -164,3 +185,20 @@ def test_a_confirming_ramps_knee_is_set_beside_the_headroom_it_confirms():
         )
     )
     assert HeadroomClaim.of(Headroom(None, (None, None), None, None, False, "no", 3, None), "/t") is None
+
+
+def test_the_search_goes_on_past_x8_to_say_beyond_x10():
+    """Traffic far below the server's knee: the headroom's search doubles past x8 to the fastest it
+    replays and says "beyond x10". (With the default budget of a ramp's search, ten minutes of
+    load, it stopped at x8 and said "beyond x8" of a server whose knee was x9.8.)"""
+    from spoc_tui.twin.headroom import MAX_SPEED, headroom_of
+    from spoc_tui.twin.passive import PassiveFit
+    from tests.unit.test_twin_fit import SERVER, TRUE
+
+    fit = PassiveFit(TRUE, (), 20, (1.0, 4.0), True, "identified (test)", 1.0)
+    # answers of 1,000-1,500 tokens: each replay's step lasts past its 120 s to its last answer
+    long = Histogram((1000.0, 1500.0, INF), (0.0, 100.0, 100.0), 100.0, 125_000.0)
+    tr = replace(traffic(rate=0.05), output=long)
+    h = headroom_of(fit, SERVER, tr, tuple(parse_sla("ttft_p99<=5s")), seed=1, draws=0, replay_s=120.0)
+    assert h.identified and h.estimate == MAX_SPEED, h
+    assert "every speed replayed met the SLA" in h.reason and "beyond x10" in h.line(), h.line()
