@@ -94,16 +94,14 @@ class ExperimentOptions:
         return parse_budget(self.budget_spec) if self.budget_spec is not None else None
 
 
-_OPTIONS: list[Callable[[Any], Any]] = [
-    click.option(
-        "--profile",
+_DECLARED: dict[str, dict[str, Any]] = {
+    "--profile": dict(
         default=DEFAULT_PROFILE,
         show_default=True,
         help="Built-in profile (coding, logs, chatbot, mix, tuning, agent) or a TOML file.",
     ),
-    click.option(
-        "--users",
-        "users_spec",
+    "--users": dict(
+        dest="users_spec",
         default=None,
         help=(
             "User counts, a series like geom:1:64, or auto[:MAX]: search for the knee, inferring it across "
@@ -111,15 +109,13 @@ _OPTIONS: list[Callable[[Any], Any]] = [
             f"doubles, a step far under every limit ends early) [default: {DEFAULT_USERS}]."
         ),
     ),
-    click.option(
-        "--rate",
-        "rate_spec",
+    "--rate": dict(
+        dest="rate_spec",
         default=None,
         help="Open loop instead of users: arrival rates in requests/s (Poisson, as vllm bench serve), e.g. 1,2,4,8.",
     ),
-    click.option(
-        "--trace",
-        "trace_path",
+    "--trace": dict(
+        dest="trace_path",
         default=None,
         type=click.Path(dir_okay=False),
         help=(
@@ -127,32 +123,23 @@ _OPTIONS: list[Callable[[Any], Any]] = [
             "or spoc JSONL): each step sends its rows on their timestamps divided by a --speed."
         ),
     ),
-    click.option(
-        "--speed",
-        "speed_spec",
+    "--speed": dict(
+        dest="speed_spec",
         default=None,
         help=(
             "With --trace: speed multiples, one step each (0.5,1,2,4), or auto[:MAX]: search the knee in "
             "speed multiples of the trace [default: auto]."
         ),
     ),
-    trace_selection(),
-    trace_think_option,
-    click.option(
-        "--step-seconds",
-        type=FINITE,
-        default=defaults.STEP_S,
-        show_default=True,
-        help="Measured length of each step.",
+    "--step-seconds": dict(
+        type=FINITE, default=defaults.STEP_S, show_default=True, help="Measured length of each step."
     ),
-    click.option(
-        "--spawn-rate",
+    "--spawn-rate": dict(
         type=FINITE,
         default=None,
         help="Users added per second when a step starts [default: fast enough for half the warm-up, 1-100/s].",
     ),
-    click.option(
-        "--arrivals",
+    "--arrivals": dict(
         type=click.Choice(["staggered", "lockstep"]),
         default=defaults.ARRIVALS,
         show_default=True,
@@ -162,29 +149,44 @@ _OPTIONS: list[Callable[[Any], Any]] = [
             "AIPerf and GuideLLM start their probes)."
         ),
     ),
-    click.option(
-        "--budget",
-        "budget_spec",
+    "--budget": dict(
+        dest="budget_spec",
         default=None,
         help=(
             "Most load time the ramp runs, warm-ups included (10m, 90s, 1h); no step starts once it is spent "
             f"[default: {DEFAULT_BUDGET_S / 60:g}m for the knee search, none for listed levels]."
         ),
     ),
-    click.option(
-        "--max-step-seconds",
+    "--max-step-seconds": dict(
         type=FINITE,
         default=None,
         help="A step whose verdict is still inconclusive is measured on, up to this long [default: 4x --step-seconds].",
     ),
-    click.option(
-        "--warmup-seconds",
-        type=FINITE,
-        default=defaults.WARMUP_S,
-        show_default=True,
-        help="Start of each step left out of the figures.",
+    "--warmup-seconds": dict(
+        type=FINITE, default=defaults.WARMUP_S, show_default=True, help="Start of each step left out of the figures."
     ),
-    click.option("--seed", type=int, default=defaults.SEED, show_default=True, help="Random seed of the users."),
+    "--seed": dict(type=int, default=defaults.SEED, show_default=True, help="Random seed of the users."),
+}
+"""Each option of an experiment, declared once: its type, default and help. Another command that
+runs experiments (``spoc tune``'s trials) takes them by :func:`option`, changing what it must."""
+
+
+def option(name: str, **changes: Any) -> Callable[[F], F]:
+    """The declared option ``name`` as a click option, with ``changes`` (another default, help,
+    destination) applied; ``dest=None`` keeps click's own name for it."""
+    decl = {**_DECLARED[name], **changes}
+    dest = decl.pop("dest", None)
+    opt: Callable[[F], F] = click.option(name, *([dest] if dest else []), **decl)
+    return opt
+
+
+_ORDER = (
+    "--profile", "--users", "--rate", "--trace", "--speed", "trace_selection", "trace_think", "--step-seconds",
+    "--spawn-rate", "--arrivals", "--budget", "--max-step-seconds", "--warmup-seconds", "--seed",
+)  # fmt: skip
+_OPTIONS: list[Callable[[Any], Any]] = [
+    trace_selection() if n == "trace_selection" else trace_think_option if n == "trace_think" else option(n)
+    for n in _ORDER
 ]
 """The options in the order --help lists them."""
 

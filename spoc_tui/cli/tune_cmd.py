@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from spoc_tui.cli.experiment import option
 from spoc_tui.cli.options import api_key_options, from_config, served_model_option, sla_option, tls_options
 from spoc_tui.cli.types import FINITE, trace_selection
 from spoc_tui.tune.args import TuneArgs
@@ -58,9 +59,10 @@ F = TypeVar("F", bound=Callable[..., Any])
     type=click.Path(file_okay=False),
     help="Folder for trials.jsonl, pareto.json and each trial's server log and ramp.",
 )
-@click.option("--profile", default=TuneArgs.profile, show_default=True, help="Load profile of each trial's ramp.")
-@click.option(
+@option("--profile", default=TuneArgs.profile, help="Load profile of each trial's ramp.")
+@option(
     "--users",
+    dest=None,
     default=TuneArgs.users,
     show_default=True,
     help="auto[:MAX]: the first trial's knee search sets the reference load (near saturation) for every "
@@ -72,37 +74,23 @@ F = TypeVar("F", bound=Callable[..., Any])
     default=None,
     help="Reference load for the objectives and the SLA [default: the last step].",
 )
-@click.option(
+@option(
     "--trace",
-    default=None,
-    type=click.Path(dir_okay=False),
+    dest=None,
     help="Score flags on this traffic trace instead of a profile: each trial replays it once at --speed.",
 )
-@click.option(
-    "--speed", type=FINITE, default=TuneArgs.speed, show_default=True, help="With --trace: the speed multiple."
+@option(
+    "--speed",
+    dest=None,
+    type=FINITE,
+    default=TuneArgs.speed,
+    show_default=True,
+    help="With --trace: the speed multiple.",
 )
 @trace_selection(filters=False)
-@click.option(
-    "--step-seconds",
-    type=FINITE,
-    default=TuneArgs.step_seconds,
-    show_default=True,
-    help="Measured length of each step.",
-)
-@click.option(
-    "--warmup-seconds",
-    type=FINITE,
-    default=TuneArgs.warmup_seconds,
-    show_default=True,
-    help="Load before each step's measurement starts.",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=TuneArgs.seed,
-    show_default=True,
-    help="Makes the study reproducible (sampler and load).",
-)
+@option("--step-seconds", default=TuneArgs.step_seconds)
+@option("--warmup-seconds", default=TuneArgs.warmup_seconds, help="Load before each step's measurement starts.")
+@option("--seed", default=TuneArgs.seed, help="Makes the study reproducible (sampler and load).")
 @click.option("--population", type=int, default=TuneArgs.population, show_default=True, help="NSGA-II population size.")
 @click.option(
     "--screen-pool",
