@@ -71,7 +71,7 @@ MIN_REQUESTS = 30
 """Fewer requests than this in the traffic window: too thin to replay."""
 BINDS = {
     "kv_full": "KV cache",
-    "batch_full": "the batch (max-num-seqs)",
+    "batch_full": "the batch (max-num-seqs or max-num-batched-tokens)",
     "queue_unbounded": "the queue (arrivals outrun the engine)",
     "preempting": "KV cache (preemptions)",
     "decode_slows": "decode speed (the batch slows every token)",
