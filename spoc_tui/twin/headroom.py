@@ -450,6 +450,15 @@ def _twin(fit: PassiveFit, server: ServerConfig, prior: Twin | None, draws: int)
     return Twin(fit.model, sd, keep, step_cv, server, notes=("learned passively from the monitor's scrapes",))
 
 
+def holding(estimate: float, ci: tuple[float | None, float | None]) -> tuple[float | None, float | None]:
+    """``ci`` widened to hold ``estimate``. The interval comes from the fit's bootstrap draws, the
+    point from the fit: where the draws disagree with it (a term the windows barely identify, one
+    way in most draws and the other in the fit) the point fell outside its own interval ("x8.7
+    (95 %: 3.6-6.9)"); a reader takes the interval as where the knee can be, so it holds both."""
+    lo, hi = ci
+    return (min(lo, estimate) if lo is not None else None, max(hi, estimate) if hi is not None else None)
+
+
 def headroom_of(
     fit: PassiveFit,
     server: ServerConfig,
@@ -494,7 +503,10 @@ def headroom_of(
         return Headroom(inf.estimate, inf.ci95, None, None, True, f"every speed replayed met the SLA: {what}",
                         fit.windows, traffic, fit, sla, assumed=assumed)  # fmt: skip
     why = fit.reason + (f"; the server moved from its twin: {'; '.join(fit.drift)}" if fit.drift else "")
-    return Headroom(inf.estimate, inf.ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
+    ci = holding(inf.estimate, inf.ci95)
+    if ci != inf.ci95:
+        why += "; the fit's draws put the knee apart from the fit's own: the interval is widened to hold both"
+    return Headroom(inf.estimate, ci, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
                     assumed=assumed)  # fmt: skip
 
 

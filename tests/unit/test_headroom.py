@@ -202,3 +202,14 @@ def test_the_search_goes_on_past_x8_to_say_beyond_x10():
     h = headroom_of(fit, SERVER, tr, tuple(parse_sla("ttft_p99<=5s")), seed=1, draws=0, replay_s=120.0)
     assert h.identified and h.estimate == MAX_SPEED, h
     assert "every speed replayed met the SLA" in h.reason and "beyond x10" in h.line(), h.line()
+
+
+def test_the_interval_always_holds_its_own_point():
+    """The point is the fit's knee, the interval its draws': where they disagree (a term the windows
+    barely identify) the interval is widened to hold the point, never printed beside it apart."""
+    from spoc_tui.twin.headroom import holding
+
+    assert holding(8.7, (3.6, 6.9)) == (3.6, 8.7)
+    assert holding(2.0, (3.6, 6.9)) == (2.0, 6.9)
+    assert holding(5.0, (3.6, 6.9)) == (3.6, 6.9)
+    assert holding(5.0, (None, 6.9)) == (None, 6.9) and holding(8.0, (4.0, None)) == (4.0, None)
