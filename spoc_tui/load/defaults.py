@@ -4,6 +4,7 @@ ramp``'s options show them without loading the ramp's machinery (``spoc --help``
 from __future__ import annotations
 
 import math
+import random
 from typing import Literal
 
 DEFAULT_USERS = "auto"
@@ -77,3 +78,21 @@ class StepRules:
     def budget(self) -> float | None:
         """The load-time budget in force: ``budget_s``, else the knee search's default."""
         return budget(self.plan, self.budget_s)
+
+
+class PoissonArrivals:
+    """An open loop's arrival times (``--rate``): a Poisson process on an absolute schedule, so a
+    late wake-up does not lower the rate (the next arrival is drawn from the last one's time, not
+    from when the sender woke), restarted from ``now`` when the rate changes (a new step)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.rate: float | None = None
+        self.next_at = 0.0
+
+    def next(self, rate: float, now: float) -> float:
+        """The next arrival's time on ``now``'s clock, at ``rate`` arrivals per second."""
+        if rate != self.rate:
+            self.rate, self.next_at = rate, now
+        self.next_at += self.rng.expovariate(rate)
+        return self.next_at

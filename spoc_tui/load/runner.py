@@ -60,6 +60,7 @@ from spoc_tui.load.childstate import (
     watch_parent,
     watch_self,
 )
+from spoc_tui.load.defaults import PoissonArrivals
 from spoc_tui.workload import (
     TextMaker,
     TracePrompts,
@@ -377,8 +378,7 @@ class RateUser(_StreamingUser):
         self.prefix = f"{os.getpid()}-{Shared.counter}"
         self.idle: list[_Conversation] = []
         self.in_flight = 0
-        self.next_at = 0.0
-        self.rate_seen: float | None = None
+        self.arrivals = PoissonArrivals(self.rng)
 
     @task
     def arrive(self) -> None:
@@ -386,14 +386,11 @@ class RateUser(_StreamingUser):
         if not rate:
             gevent.sleep(0.2)
             return
-        per_user = rate / max(1, Shared.users)
         now = time.perf_counter()
-        if rate != self.rate_seen:
-            self.rate_seen, self.next_at = rate, now
-        self.next_at += self.rng.expovariate(per_user)
-        scheduled = time.time() + (self.next_at - now)  # on the wall clock the samples' times use
-        if self.next_at > now:
-            gevent.sleep(self.next_at - now)
+        next_at = self.arrivals.next(rate / max(1, Shared.users), now)
+        scheduled = time.time() + (next_at - now)  # on the wall clock the samples' times use
+        if next_at > now:
+            gevent.sleep(next_at - now)
         if self.in_flight >= MAX_IN_FLIGHT:
             _refused(self.prefix)
             return
