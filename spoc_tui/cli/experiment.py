@@ -180,13 +180,12 @@ def option(name: str, **changes: Any) -> Callable[[F], F]:
     return opt
 
 
-_ORDER = (
-    "--profile", "--users", "--rate", "--trace", "--speed", "trace_selection", "trace_think", "--step-seconds",
-    "--spawn-rate", "--arrivals", "--budget", "--max-step-seconds", "--warmup-seconds", "--seed",
-)  # fmt: skip
 _OPTIONS: list[Callable[[Any], Any]] = [
-    trace_selection() if n == "trace_selection" else trace_think_option if n == "trace_think" else option(n)
-    for n in _ORDER
+    *(option(n) for n in ("--profile", "--users", "--rate", "--trace", "--speed")),
+    trace_selection(),
+    trace_think_option,
+    *(option(n) for n in ("--step-seconds", "--spawn-rate", "--arrivals", "--budget", "--max-step-seconds")),
+    *(option(n) for n in ("--warmup-seconds", "--seed")),
 ]
 """The options in the order --help lists them."""
 

@@ -14,6 +14,7 @@ import click
 from spoc_tui.cli.experiment import ExperimentOptions, experiment_options
 from spoc_tui.cli.options import api_key_options, from_config, sla_option, tls_options
 from spoc_tui.core.ramp.sla import DEFAULT_SLA
+from spoc_tui.load.defaults import DEFAULT_USERS
 from spoc_tui.twin.model import WHAT_IF_FLAGS
 
 
@@ -260,7 +261,7 @@ def predict_cmd(
         if rows is not None
         else f"rate:{exp.rate_spec}"
         if exp.rate_spec is not None
-        else exp.users_spec or "auto"
+        else exp.users_spec or DEFAULT_USERS
     )
     doc = predicted_doc(p, res, twin_path, exp.profile, plan_text, took, trace_doc)
     if out_dir is not None:

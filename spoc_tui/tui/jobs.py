@@ -51,9 +51,11 @@ from spoc_tui.tune.study import TuneSession
 logger = logging.getLogger(__name__)
 
 RampRunner = Callable[[RampConfig, Callable[[RampProgress], None]], Awaitable[RampResult]]
-ProfileCapture = Callable[[CaptureConfig, Callable[[str], None]], Awaitable[Path]]
 """What runs a ramp started from the Load screen: :func:`~spoc_tui.load.ramp.run_ramp` (the
 live backend), or the same experiment over the virtual backend (the TUI's tests)."""
+ProfileCapture = Callable[[CaptureConfig, Callable[[str], None]], Awaitable[Path]]
+"""What profiles the server for F6: :func:`~spoc_tui.profile.capture.capture` (the network), or
+the same capture with its requests answered in memory (the TUI's tests)."""
 
 
 class JobsApp(FastTruecolorApp[int]):

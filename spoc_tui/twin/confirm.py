@@ -15,7 +15,7 @@ from pathlib import Path
 from spoc_tui.core.errors import EXIT_OK, InputError
 from spoc_tui.core.files import write_atomic
 from spoc_tui.core.results import read_pareto, read_trials
-from spoc_tui.core.tuning.docs import MemberDoc, StudyDoc, TrialRecord
+from spoc_tui.core.tuning.docs import MemberDoc, TrialRecord
 from spoc_tui.tune.args import TuneArgs
 from spoc_tui.twin.model import Twin, read_twin
 
@@ -60,11 +60,6 @@ class Confirmed:
     """The twin's study found no configuration within the SLA: nothing ran on the server."""
 
 
-def best_flags(pareto: StudyDoc, n: int) -> list[MemberDoc]:
-    """The study's ``n`` best Pareto members by its first objective (pareto.json's ``pareto``)."""
-    return pareto.best(n)
-
-
 def confirmations(best: Sequence[MemberDoc], trials: Sequence[TrialRecord]) -> list[Confirmation]:
     """Each of ``best`` (the twin's members) beside its trial on the server (trials.jsonl's)."""
     rows = []
@@ -102,7 +97,7 @@ def search_then_confirm(
         return Confirmed(code)
     say(f"the twin's study took {time.monotonic() - t0:.0f} s")
     pareto = read_pareto(out / "twin")
-    best = best_flags(pareto, confirm)
+    best = pareto.best(confirm)
     if not best:
         return Confirmed(EXIT_OK, none_within_sla=True)
     first = pareto.objectives[0].name

@@ -78,7 +78,7 @@ def test_the_twins_best_are_paired_with_their_runs_on_the_server():
     """``spoc tune --twin --confirm N``: the N best Pareto members by the first objective, each
     beside its trial on the server (a repeat's extra run left out), or ``not run``."""
     from spoc_tui.core.tuning.docs import StudyDoc, TrialRecord
-    from spoc_tui.twin.confirm import best_flags, confirmations
+    from spoc_tui.twin.confirm import confirmations
 
     def doc(first: str) -> StudyDoc:
         return StudyDoc.from_dict(
@@ -95,10 +95,10 @@ def test_the_twins_best_are_paired_with_their_runs_on_the_server():
 
     # "max" is what a study writes (and optuna's "maximize" reads alike): the best are the highest.
     # (Before the typed documents the rule knew only "maximize", and picked a real study's worst.)
-    assert [m.flags[1] for m in best_flags(doc("max"), 2)] == ["64", "32"]
-    assert [m.flags[1] for m in best_flags(doc("maximize"), 2)] == ["64", "32"]
-    assert [m.flags[1] for m in best_flags(doc("min"), 2)] == ["8", "32"]
-    best = best_flags(doc("max"), 2)
+    assert [m.flags[1] for m in doc("max").best(2)] == ["64", "32"]
+    assert [m.flags[1] for m in doc("maximize").best(2)] == ["64", "32"]
+    assert [m.flags[1] for m in doc("min").best(2)] == ["8", "32"]
+    best = doc("max").best(2)
     trials = [
         TrialRecord.from_dict({"flags": ["--max-num-seqs", "64"], "status": "ok", "objectives": {"out_tok_s": 850.0},
                                "extra": True}),
