@@ -450,15 +450,6 @@ def _twin(fit: PassiveFit, server: ServerConfig, prior: Twin | None, draws: int)
     return Twin(fit.model, sd, keep, step_cv, server, notes=("learned passively from the monitor's scrapes",))
 
 
-def holding(estimate: float, ci: tuple[float | None, float | None]) -> tuple[float | None, float | None]:
-    """``ci`` widened to hold ``estimate``. The interval comes from the fit's bootstrap draws, the
-    point from the fit: where the draws disagree with it (a term the windows barely identify, one
-    way in most draws and the other in the fit) the point fell outside its own interval ("x8.7
-    (95 %: 3.6-6.9)"); a reader takes the interval as where the knee can be, so it holds both."""
-    lo, hi = ci
-    return (min(lo, estimate) if lo is not None else None, max(hi, estimate) if hi is not None else None)
-
-
 def headroom_of(
     fit: PassiveFit,
     server: ServerConfig,
@@ -471,7 +462,7 @@ def headroom_of(
 ) -> Headroom:
     """The traffic replayed on the fitted twin at speed multiples (the knee search of ``spoc twin
     predict --trace --speed auto``), on the fit and ``draws`` of its bootstrap draws."""
-    from spoc_tui.twin.predict import Prediction, predict
+    from spoc_tui.twin.predict import WIDENED, Prediction, predict
     from spoc_tui.workload import load_workload
 
     sla = tuple(str(lim) for lim in limits)
@@ -489,7 +480,8 @@ def headroom_of(
         trace=trace,
         budget_s=SEARCH_STEPS * replay_s * 1.25,
     )
-    knee = predict(p).knee
+    predicted = predict(p)
+    knee = predicted.knee
     inf = knee.inferred
     # every assumption the number rests on is said with it (the seats show only once a queue forms)
     assumed = (f"max-num-seqs {server.max_num_seqs}",) if server.sources.get("max_num_seqs") == "assumed" else ()
@@ -503,10 +495,9 @@ def headroom_of(
         return Headroom(inf.estimate, inf.ci95, None, None, True, f"every speed replayed met the SLA: {what}",
                         fit.windows, traffic, fit, sla, assumed=assumed)  # fmt: skip
     why = fit.reason + (f"; the server moved from its twin: {'; '.join(fit.drift)}" if fit.drift else "")
-    ci = holding(inf.estimate, inf.ci95)
-    if ci != inf.ci95:
-        why += "; the fit's draws put the knee apart from the fit's own: the interval is widened to hold both"
-    return Headroom(inf.estimate, ci, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
+    if WIDENED in predicted.notes:
+        why += f"; {WIDENED}"
+    return Headroom(inf.estimate, inf.ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
                     assumed=assumed)  # fmt: skip
 
 

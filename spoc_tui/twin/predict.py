@@ -323,11 +323,27 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
         if ests:
             lo = min(float(np.percentile(ests, 2.5)), lo if lo is not None else math.inf)
             hi = max(float(np.percentile(ests, 97.5)), hi if hi is not None else -math.inf)
+        if holding(inf.estimate, (lo, hi)) != (lo, hi):
+            lo, hi = holding(inf.estimate, (lo, hi))
+            notes.append(WIDENED)
         bounded = sum(1 for k in knees if k is None)
         if bounded:
             notes.append(f"{bounded} of {len(knees)} draws put the knee beyond the levels run")
         knee = replace(knee, inferred=replace(inf, ci95=(lo, hi)))
     return Predicted(central, knee, intervals, knees, len(draws), notes)
+
+
+WIDENED = "the fit's draws put the knee apart from the fit's own: the interval is widened to hold both"
+
+
+def holding(estimate: float, ci: tuple[float | None, float | None]) -> tuple[float | None, float | None]:
+    """``ci`` widened to hold ``estimate``. The knee's interval comes from the fit's bootstrap
+    draws, its point from the fit: where the draws disagree with it (a term the data barely
+    identify, one way in most draws and the other in the fit) the point fell outside its own
+    interval (a headroom printed "x8.7 (95 %: 3.6-6.9)"); a reader takes the interval as where the
+    knee can be, so it holds both."""
+    lo, hi = ci
+    return (min(lo, estimate) if lo is not None else None, max(hi, estimate) if hi is not None else None)
 
 
 def knee_of(est: KneeEstimate | None) -> float | None:

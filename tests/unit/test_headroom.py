@@ -206,8 +206,9 @@ def test_the_search_goes_on_past_x8_to_say_beyond_x10():
 
 def test_the_interval_always_holds_its_own_point():
     """The point is the fit's knee, the interval its draws': where they disagree (a term the windows
-    barely identify) the interval is widened to hold the point, never printed beside it apart."""
-    from spoc_tui.twin.headroom import holding
+    barely identify) the interval is widened to hold the point, never printed beside it apart (the
+    twin's predictions, the headroom's among them, widen by this rule)."""
+    from spoc_tui.twin.predict import holding
 
     assert holding(8.7, (3.6, 6.9)) == (3.6, 8.7)
     assert holding(2.0, (3.6, 6.9)) == (2.0, 6.9)
