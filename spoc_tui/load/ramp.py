@@ -82,15 +82,18 @@ class RampResult:
     """Why a ramp stopped early (which limit, how many times over)."""
 
 
-async def preflight(url: str, model: str | None, api_key: str | None) -> tuple[str, int | None]:
+async def preflight(
+    url: str, model: str | None, api_key: str | None, transport: httpx.AsyncBaseTransport | None = None
+) -> tuple[str, int | None]:
     """Check the server and the model before any load; returns (model, max_model_len).
+    ``transport``: httpx's, where the answers come from (None: the network).
 
     Raises:
         RampError: unreachable server (1), unknown model (2), a server that fails a probe (1).
     """
     root = base_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with new_client(httpx.Timeout(30.0, connect=5.0)) as c:
+    async with new_client(httpx.Timeout(30.0, connect=5.0), transport=transport) as c:
         try:
             r = await request(c, "GET", root + "/v1/models", headers=headers)
         except RedirectRefused as e:

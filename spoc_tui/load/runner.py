@@ -43,7 +43,7 @@ from locust.runners import MasterRunner
 from spoc_tui.core.metrics.sse import StreamTally
 from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.core.traces.read import TraceError, TraceRow, TraceSource
-from spoc_tui.core.traces.replay import ReplayShare
+from spoc_tui.core.traces.replay import ReplayShare, release
 from spoc_tui.load import wire
 from spoc_tui.load.childstate import (
     OUT,
@@ -498,14 +498,13 @@ def _send_row(
 ) -> None:
     try:
         text = prompts.prompt(row.index, row.input_tokens, row.hash_ids, row.block_tokens, row.scope)
-        held = 0.0
+        parent_end = None
         if row.parent is not None:
             ev = waiting.get(row.parent)
             if ev is not None:
                 ev.wait(timeout=_StreamingUser.network_timeout + 10)
-            end = ends.get(row.parent)
-            if end is not None:  # a parent outside the replay (the window cut it) holds nothing
-                held = max(0.0, end + think_s - at)
+            parent_end = ends.get(row.parent)  # None: a parent outside the replay holds nothing
+        held = release(at, parent_end, think_s).held_s
         wait = at + held - time.time()
         if wait > 0:
             gevent.sleep(wait)

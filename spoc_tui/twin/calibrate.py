@@ -160,7 +160,12 @@ class Calibrator:
         endpoint: str = "chat",
         seed: int = 0,
         progress: Progress | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """
+        Args:
+            transport: httpx's, where the server's answers come from (None: the network).
+        """
         if not MIN_BUDGET_S <= budget_s <= 3600:
             raise TwinError(f"--budget must be between {MIN_BUDGET_S:g} s and 1 hour, got {budget_s:g} s")
         self.root = base_url(url)
@@ -186,6 +191,7 @@ class Calibrator:
         self._probe = 0
         self._t0 = 0.0
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.transport = transport
 
     # -- the server ---------------------------------------------------------------------
     async def _metrics(self, c: httpx.AsyncClient) -> tuple[Exposition, _Metrics]:
@@ -206,7 +212,7 @@ class Calibrator:
         from spoc_tui.load.ramp import RampError, preflight
 
         try:
-            model, mml = await preflight(self.root, self.model, self.api_key)
+            model, mml = await preflight(self.root, self.model, self.api_key, self.transport)
         except RampError as e:
             raise TwinError(str(e), exit_code=e.exit_code) from None
         self.model = model
@@ -500,7 +506,7 @@ class Calibrator:
     # -- the whole calibration --------------------------------------------------------
     async def run(self) -> Twin:
         self._t0 = time.perf_counter()
-        async with new_client(httpx.Timeout(120.0, connect=5.0)) as c:
+        async with new_client(httpx.Timeout(120.0, connect=5.0), transport=self.transport) as c:
             self.progress("reading the server's configuration", 0.0)
             self.server = await self._config(c)
             await self._read_clocks(c)

@@ -28,6 +28,7 @@ from spoc_tui.core.errors import InputError
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.ramp.steps import RequestSample, StepSummary, summarize_step
 from spoc_tui.core.traces.read import TraceRow
+from spoc_tui.core.traces.replay import release
 from spoc_tui.sim.engine import SimRequest
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.model import StepModel, Twin
@@ -230,7 +231,11 @@ class FleetSim:
         self._next_id += n
         return list(range(start, start + n))
 
-    def _send(self, row: TraceRow, scheduled: float) -> None:
+    def _send(self, row: TraceRow, at: float) -> None:
+        """Send ``row`` now (``at``: its release, :func:`release`'s): recorded as the live replay
+        records it, ``scheduled`` its due time and ``held_s`` how long the turn it followed held it."""
+        scheduled = row.t / self.speed
+        held = max(0.0, at - scheduled)
         ready = [r for r in self.replicas if r.ready(self.now)]
         if not ready:  # every replica still starting: the nearest ready takes it
             ready = [min((r for r in self.replicas if r.stopped is None), key=lambda r: r.ready_at)]
@@ -267,6 +272,7 @@ class FleetSim:
                     end=self.now,
                     trace_index=row.index,
                     scheduled=scheduled,
+                    held_s=held or None,
                     turn=row.turn,
                     last=row.last,
                 )
@@ -291,8 +297,7 @@ class FleetSim:
             return
         self._ends[row.id] = self.now
         for child in self._children.pop(row.id, []):
-            at = max(child.t / self.speed, self.now + (child.think_s or 0.0))
-            self._push(at, "row", child)
+            self._push(release(child.t / self.speed, self.now, child.think_s or 0.0).at, "row", child)
 
     def _kick(self, rep: _Replica) -> None:
         """Start the replica's next step if it is idle and has work."""

@@ -473,18 +473,12 @@ def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: floa
     if sim.skipped:
         skipped["longer than max-model-len"] = skipped.get("longer than max-model-len", 0) + sim.skipped
     rows = tr.at(speed)
-    at = {r.index: r.t / speed for r in rows}
-    held = [
-        s.scheduled - at[s.trace_index]
-        for s in window
-        if s.scheduled is not None and s.trace_index is not None and s.trace_index in at
-    ]
     fidelity = TraceFidelity(
         rows=tr.read,
         sent=len(window),
         skipped=skipped,
         lag_ms=(0.0, 0.0, 0.0),
-        held_back=sum(1 for h in held if h > 0.001),
+        held_back=sum(1 for s in window if (s.held_s or 0.0) > 0.001),
         rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
         trace_rate=arrival_rate(len(rows), tr.step_s(speed)),
         prefix_share=tr.prefix_share,

@@ -61,36 +61,63 @@ class Servers:
         return app
 
 
-@pytest.fixture()
-async def servers():
-    s = Servers()
-    server = TestServer(s.app(), host="127.0.0.1")
-    await server.start_server()
-    yield s, f"http://127.0.0.1:{server.port}"
-    await server.close()
+class InMemory:
+    """The same three sources for httpx's client, in memory: no server and no socket (the reads'
+    rules are the subject, and how they hold over a real socket, for both clients, is
+    tests/e2e/test_light_http.py's, on :class:`Servers`)."""
+
+    root = "http://gpu-a:8000"
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def _trickle(self):
+        for _ in range(60):  # one byte every 0.5 s: no single read ever times out
+            yield b"#"
+            await asyncio.sleep(0.5)
+
+    async def _endless(self):
+        line = b"vllm:num_requests_running 1\n" * 4096
+        while True:
+            self.sent += len(line)
+            yield line
+
+    def client(self) -> httpx.AsyncClient:
+        def answer(request: httpx.Request) -> httpx.Response:
+            head = {"Content-Type": "text/plain"}
+            if request.url.path == "/healthy/metrics":
+                return httpx.Response(200, text=VLLM, headers=head)
+            if request.url.path == "/trickle/metrics":
+                return httpx.Response(200, content=self._trickle(), headers=head)
+            if request.url.path == "/endless/metrics":
+                return httpx.Response(200, content=self._endless(), headers=head)
+            return httpx.Response(404)
+
+        return httpx.AsyncClient(transport=httpx.MockTransport(answer), timeout=scrape.DEFAULT_TIMEOUT)
 
 
-async def test_a_trickling_server_hits_the_whole_response_deadline(servers):
-    _, root = servers
-    async with httpx.AsyncClient(timeout=scrape.DEFAULT_TIMEOUT) as c:
+async def test_a_trickling_server_hits_the_whole_response_deadline():
+    src = InMemory()
+    async with src.client() as c:
         t0 = time.monotonic()
         with pytest.raises(SourceError, match="no complete answer within 1.5 s"):
-            await fetch(c, f"{root}/trickle/metrics", deadline_s=1.5)
+            await fetch(c, f"{src.root}/trickle/metrics", deadline_s=1.5)
         assert time.monotonic() - t0 < 10  # not the 30 s the body would take
 
 
-async def test_an_endless_body_is_cut_while_it_streams(servers, monkeypatch):
-    s, root = servers
+async def test_an_endless_body_is_cut_while_it_streams(monkeypatch):
+    src = InMemory()
     monkeypatch.setattr(scrape, "MAX_BODY", 2**20)
-    async with httpx.AsyncClient(timeout=scrape.DEFAULT_TIMEOUT) as c:
+    async with src.client() as c:
         with pytest.raises(SourceError, match="larger than 1 MiB"):
-            await fetch(c, f"{root}/endless/metrics")
-    assert s.sent < 16 * 2**20  # stopped near the limit, not downloaded whole
+            await fetch(c, f"{src.root}/endless/metrics")
+    assert src.sent < 16 * 2**20  # stopped near the limit, not downloaded whole
 
 
-async def test_a_slow_source_does_not_hold_the_others_back(servers):
-    _, root = servers
-    poller = VllmPoller([f"{root}/healthy/metrics", f"{root}/trickle/metrics"])
+async def test_a_slow_source_does_not_hold_the_others_back():
+    src = InMemory()
+    root = src.root
+    poller = VllmPoller([f"{root}/healthy/metrics", f"{root}/trickle/metrics"], client=src.client())
     try:
         t0 = time.monotonic()
         tick = await poller.poll(wait_s=0.5)
@@ -173,6 +200,15 @@ def test_inspect_prints_no_escape_sequence_and_no_password(tmp_path):
         assert r.returncode == 0, r.stderr
         assert "\x1b" not in r.stdout and "\x07" not in r.stdout
         assert "\\x1b]52" in r.stdout or "\\\\x1b]52" in r.stdout  # shown, inert
+
+
+@pytest.fixture()
+async def servers():
+    s = Servers()
+    server = TestServer(s.app(), host="127.0.0.1")
+    await server.start_server()
+    yield s, f"http://127.0.0.1:{server.port}"
+    await server.close()
 
 
 async def test_inspect_json_and_errors_never_show_a_url_password(servers):

@@ -1,6 +1,8 @@
 """`spoc ramp --trace` end to end against the simulator: every row sent once per step on its
 schedule, prompt lengths exact as the server counts them, shared hash ids served from the prefix
-cache, multi-turn parents holding their children back, and bad traces refused before any load."""
+cache, follow-up turns held by their parents across two load generators, and bad traces refused
+before any load. The schedule's rules on every format (Bailian's parents, WEKA's think time and
+scopes, an agent's branches) are tests/unit/test_trace_replay_virtual.py's, on the virtual clock."""
 
 import json
 import subprocess
@@ -97,51 +99,6 @@ def test_mooncake_replay_keeps_the_schedule_lengths_and_prefixes(sim, tmp_path):
     assert first["cached_tokens"] == 0
 
 
-def test_bailian_turn_waits_for_its_parent(sim, tmp_path):
-    trace = tmp_path / "bailian.jsonl"
-    ids = list(range(1, 40))
-    rows = [
-        # a long first answer (300 tokens); its follow-up is due 0.1 s later, so the parent holds it
-        {"chat_id": 7, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 600, "output_length": 300,
-         "type": "text", "turn": 1, "hash_ids": ids[:38]},
-        {"chat_id": 8, "parent_chat_id": -1, "timestamp": 0.05, "input_length": 200, "output_length": 5,
-         "type": "text", "turn": 1, "hash_ids": list(range(500, 513))},
-        {"chat_id": 9, "parent_chat_id": 7, "timestamp": 0.1, "input_length": 800, "output_length": 5,
-         "type": "text", "turn": 2, "hash_ids": ids[:38] + list(range(600, 612))},
-    ]  # fmt: skip
-    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = tmp_path / "out"
-    r = ramp("--url", sim, "--trace", str(trace), "--speed", "1", "--sla", "ttft_p90<=5s", "--out", str(out))
-    assert r.returncode == 0, r.stderr
-    samples = {x["trace_index"]: x for x in requests_of(out)}
-    parent, child = samples[0], samples[2]
-    assert child["held_s"] > 0.1  # sent when the parent ended, not at its timestamp
-    assert child["start"] >= parent["end"] - 0.005
-    assert child["cached_tokens"] >= 592  # the 37 whole 16-token blocks of the 600 it shares
-    tr = json.loads((out / "ramp.json").read_text())["steps"][0]["trace"]
-    assert tr["held_back_by_parent"] == 1 and tr["sent"] == 3
-
-
-def test_weka_conversations_replay_with_think_time(sim, tmp_path):
-    trace = tmp_path / "weka.jsonl"
-    convs = [
-        {"id": "a", "requests": [{"t": 0.0, "in": 300, "out": 5, "hash_ids": [1, 2, 3, 4]},
-                                 {"t": 0.2, "in": 400, "out": 5, "hash_ids": [1, 2, 3, 4, 5, 6], "think_time": 0.3}]},
-        {"id": "b", "requests": [{"t": 0.1, "in": 300, "out": 5, "hash_ids": [1, 2, 3, 4]}]},
-    ]  # fmt: skip
-    trace.write_text("".join(json.dumps(c) + "\n" for c in convs))
-    out = tmp_path / "out"
-    r = ramp("--url", sim, "--trace", str(trace), "--speed", "1", "--sla", "ttft_p90<=5s", "--out", str(out))
-    assert r.returncode == 0, r.stderr
-    assert "plus the recorded time between them at every speed (--trace-think scaled divides it too)" in r.stdout
-    by = {x["trace_index"]: x for x in requests_of(out)}
-    assert sorted(by) == [0, 1, 2]
-    # the second turn of "a" waits for its parent's end plus 0.3 s of thinking
-    assert by[1]["start"] >= by[0]["end"] + 0.3 - 0.005
-    # WEKA's hash ids are per conversation: "b" shares none of "a"'s text though its ids match
-    assert by[2]["cached_tokens"] == 0
-
-
 @pytest.mark.parametrize(
     ("body", "args", "needle"),
     [
@@ -186,62 +143,50 @@ def test_speed_without_a_trace_is_refused(tmp_path):
     assert r.returncode == 2 and "go with --trace FILE" in r.stderr
 
 
+def write_bailian(path, n=30, rate=10.0, seed=5):
+    """A Bailian trace of ``n`` first turns, each third one followed up 0.05 s later by a turn
+    that waits for its long answer (the parent holds it), sharing its parent's prompt blocks."""
+    rng = np.random.default_rng(seed)
+    t, rows = 0.0, []
+    for i in range(n):
+        t += rng.exponential(1 / rate)
+        ids = [10_000 + 100 * i + k for k in range(8)]
+        first = i % 3 == 0
+        rows.append({"chat_id": 2 * i, "parent_chat_id": -1, "timestamp": round(t, 4), "input_length": 128,
+                     "output_length": 120 if first else 6, "type": "text", "turn": 1, "hash_ids": ids})  # fmt: skip
+        if first:
+            rows.append({"chat_id": 2 * i + 1, "parent_chat_id": 2 * i, "timestamp": round(t + 0.05, 4),
+                         "input_length": 160, "output_length": 4, "type": "text", "turn": 2,
+                         "hash_ids": [*ids, 20_000 + i, 30_000 + i]})  # fmt: skip
+    rows.sort(key=lambda r: r["timestamp"])
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
 def test_two_load_generators_split_the_rows_on_one_clock(sim, tmp_path):
-    trace = tmp_path / "mooncake.jsonl"
-    rows = write_mooncake(trace, n=30, rate=10)
+    """Each row sent once, by one of two processes, on one schedule; a follow-up turn goes to the
+    process that sent the turn it follows, and waits for that turn's answer there (were it sent by
+    the other, nothing would hold it and it would leave 0.05 s after its parent, mid-answer). The
+    release rule itself, and the other formats' turns, are tests/unit/test_trace_replay_virtual.py's."""
+    trace = tmp_path / "bailian.jsonl"
+    rows = write_bailian(trace)
     out = tmp_path / "out"
     r = ramp("--url", sim, "--trace", str(trace), "--speed", "1", "--workers", "2", "--sla", "ttft_p90<=5s",
              "--out", str(out))  # fmt: skip
     assert r.returncode == 0, r.stderr
-    got = requests_of(out)
-    assert sorted(x["trace_index"] for x in got) == list(range(30))  # each row once, by one of the two
-    t = {i: rows[i]["timestamp"] / 1000 for i in range(30)}
-    first = min(got, key=lambda x: x["trace_index"])
-    for x in got:  # one schedule across both processes
-        assert abs((x["scheduled"] - first["scheduled"]) - (t[x["trace_index"]] - t[first["trace_index"]])) <= 0.002
+    got = {x["trace_index"]: x for x in requests_of(out)}
+    assert sorted(got) == list(range(len(rows)))  # each row once, by one of the two
+    assert all(x["ok"] for x in got.values())
+    t = {i: rows[i]["timestamp"] for i in range(len(rows))}
+    first = got[0]
+    for i, x in got.items():  # one schedule across both processes (a held turn's is its own time)
+        assert abs((x["scheduled"] - first["scheduled"]) - (t[i] - t[0])) <= 0.002
+    by_chat = {rows[i]["chat_id"]: got[i] for i in got}
+    children = [(by_chat[r["parent_chat_id"]], got[i]) for i, r in enumerate(rows) if r["parent_chat_id"] >= 0]
+    assert len(children) == 10
+    for parent, child in children:  # held until the parent's answer ended: in the parent's process
+        assert child["start"] >= parent["end"] - 0.005, (parent, child)
+        assert child["held_s"] and child["held_s"] > 0, child
     tr = json.loads((out / "ramp.json").read_text())["steps"][0]["trace"]
-    assert tr["rows"] == 31 and tr["sent"] == 30 and 0 <= tr["send_lag_ms"]["p99"] < float("inf")
-
-
-def test_an_agent_trace_replays_as_sessions_with_branches_in_parallel(sim, tmp_path):
-    """Issue 53: an OTLP export of one agent session (tools between calls, two sub-agents in
-    parallel), replayed: each call after the one it follows plus the recorded tool time, the
-    sub-agents' calls side by side, each prompt extending the one before (the prefix cache serves it)."""
-    from tests.unit.test_otel import SESSION, export
-
-    def faster(s):  # a tenth of the recorded times: the session lasts about two seconds
-        s = json.loads(json.dumps(s))
-        for k in ("startTimeUnixNano", "endTimeUnixNano"):
-            t = int(s[k])
-            s[k] = str(t - (t - 1_764_300_000 * 10**9) * 9 // 10)
-        return s
-
-    trace = tmp_path / "agent.jsonl"
-    trace.write_text(json.dumps(export([faster(s) for s in SESSION])) + "\n")
-    out = tmp_path / "out"
-    r = ramp("--url", sim, "--trace", str(trace), "--speed", "1", "--sla", "ttft_p90<=5s", "--out", str(out))
-    assert r.returncode == 0, r.stderr
-    assert "plus the recorded time between them at every speed (--trace-think scaled divides it too)" in r.stdout
-    by = {x["trace_index"]: x for x in requests_of(out)}
-    assert sorted(by) == [0, 1, 2, 3, 4, 5]  # c1, c2, s1a, s2a, s1b, c3
-    c1, c2, s1a, s2a, s1b, c3 = (by[i] for i in range(6))
-    assert c2["start"] >= c1["end"] + 0.3 - 0.005  # the tool's 0.3 s after c1
-    for sub in (s1a, s2a):
-        assert sub["start"] >= c2["end"] - 0.005  # each sub-agent after the call that invoked it
-    assert s2a["start"] < s1b["start"]  # the second sub-agent waits for c2 alone, not for the first's chain
-    assert s1b["start"] >= s1a["end"] + 0.2 - 0.005 and c3["start"] >= c2["end"] + 1.5 - 0.005
-    assert c2["cached_tokens"] >= 900  # c1's 15 whole 64-token blocks: the prompt grew from c1's
-    # every continued call hit the prefix cache (c3 carries c2's 18 whole blocks), the first calls
-    # of the session and of each sub-agent did not, and the server's own counters say so too
-    assert s1b["cached_tokens"] > 0 and c3["cached_tokens"] >= 18 * 64, (s1b, c3)
-    assert not c1["cached_tokens"] and not s1a["cached_tokens"] and not s2a["cached_tokens"]
-    assert all(x["prompt_tokens"] == x["planned_input"] for x in by.values())  # every input length exact
-    d = json.loads((out / "ramp.json").read_text())
-    assert d["trace"]["format"] == "otel" and d["steps"][0]["trace"]["sent"] == 6
-    assert d["steps"][0]["server"]["prefix_cache_hit_rate"] > 0
-    # the session, whole in the step: its six calls, judged together, its time split
-    ss = d["steps"][0]["sessions"]
-    assert (ss["active"], ss["started"], ss["finished"], ss["whole"], ss["calls"]) == (1, 1, 1, 1, 6.0), ss
-    assert (
-        ss["between_s"] >= 0.3 - 0.005 and ss["engine_s"] > 0
-    )  # at least c1 -> c2's tool; the sub-agents overlap c3's wait
+    assert tr["rows"] == tr["sent"] == 40 and tr["held_back_by_parent"] == 10
+    assert 0 <= tr["send_lag_ms"]["p99"] < float("inf")

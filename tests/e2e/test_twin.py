@@ -180,18 +180,6 @@ def test_bad_input_is_refused_with_a_message(known_twin, tmp_path):
     assert r.returncode == 2 and "newer spoc-tui" in r.stderr
 
 
-def test_a_busy_server_is_not_calibrated(tmp_path):
-    (port,) = free_ports(1)
-    proc = start_sim(["--load-users", "8", "--dcgm-port", "0"], port)
-    try:
-        r = spoc(
-            "twin", "calibrate", "--url", f"http://127.0.0.1:{port}", "--budget", "20", "--out", str(tmp_path / "t")
-        )
-    finally:
-        proc.stop()
-    assert r.returncode == 1 and "busy" in r.stderr
-
-
 def test_the_twin_serves_live(known_twin):
     twin = known_twin
     (port,) = free_ports(1)

@@ -1,17 +1,41 @@
 """One load generator's share of a trace replay (:class:`ReplayShare`): the rows it sends, in
-time order, and the prefix share the trace implies, counted as rows stream."""
+time order, and the prefix share the trace implies, counted as rows stream; and when a row is
+sent (:func:`release`), the one rule the live replay and the twin's keep."""
 
 from __future__ import annotations
 
 import zlib
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from spoc_tui.core.traces.read import TraceRow, TraceSource
 
 PREFIX_SEEN_CAP = 1_000_000
 """The most hash blocks remembered for an implied prefix share (about 60 MB); a bigger trace's
 share is over the rows read before the cap (``prefix_rows`` says how many)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """When a replayed row is sent, on the step's clock."""
+
+    at: float
+    held_s: float
+    """How much later than its due time: the turn it follows had not ended (and been thought
+    about) by then. 0 for a row nothing holds."""
+
+
+def release(due: float, parent_end: float | None, think_s: float = 0.0) -> Release:
+    """A replayed row is sent at ``due`` (its timestamp over the speed) or, where the turn it
+    follows is in the replay, ``think_s`` after that turn's answer ended (``parent_end``, ended
+    well or not), whichever is later. A turn outside the replay (a window or a skip left it out)
+    holds nothing: ``parent_end`` None. The live replay (:mod:`spoc_tui.load.runner`) and the
+    twin's (:class:`spoc_tui.twin.fleet.FleetSim`) both send by it, and record ``held_s``."""
+    if parent_end is None:
+        return Release(due, 0.0)
+    held = max(0.0, parent_end + think_s - due)
+    return Release(due + held, held)
 
 
 class ReplayShare:
