@@ -19,7 +19,7 @@ from dataclasses import replace
 from spoc_tui.core.hardware.capacity import IterationCost
 from spoc_tui.core.hardware.presets import gpu_preset, model_preset
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest
-from spoc_tui.twin.model import ServerConfig, StepModel, Twin, TwinError, shared_context
+from spoc_tui.twin.model import ServerConfig, SharedBlocks, StepModel, Twin, TwinError
 
 STAND_IN_MODEL = "llama-3.1-8b"
 STAND_IN_GPU = "h100-80gb"
@@ -57,6 +57,10 @@ def engine_config(server: ServerConfig, speed: float = 1.0, seed: int = 0) -> En
     return cfg
 
 
+_NONE: list[bytes] = []
+"""A request's hashes before it has any (one list: its count of blocks is 0)."""
+
+
 class TwinEngine(SimEngine):
     """A :class:`SimEngine` whose steps take the calibrated time (one draw of the fit), with the
     steps' own jitter, and whose requests spend the calibrated time outside the engine first."""
@@ -88,6 +92,7 @@ class TwinEngine(SimEngine):
         cv = twin.step_cv if jitter else 0.0
         self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
         self._jitter_rng = random.Random(seed * 7_919 + 17)
+        self._shared_blocks = SharedBlocks()
 
     def sample_output_len(self, max_tokens: int) -> int:
         """An answer's length when the request lets the server stop at EOS: one of the lengths
@@ -105,8 +110,11 @@ class TwinEngine(SimEngine):
         if len(decodes) < 2 or self.model.b_shared <= 0 or not self.cfg.enable_prefix_caching:
             return 0
         bs = self.cfg.block_size
-        held = [self._hashes.get(r.rid, [])[: r.computed // bs] for r in decodes]
-        return shared_context(held) * bs
+        held: dict[str, tuple[list[bytes], int]] = {}
+        for r in decodes:
+            hashes = self._hashes.get(r.rid) or _NONE
+            held[r.rid] = (hashes, min(len(hashes), r.computed // bs))
+        return self._shared_blocks.step(held) * bs
 
     def _cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> IterationCost:
         secs = self.model.step_s(

@@ -93,10 +93,9 @@ def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:
     return x
 
 
-def _solve(obs: Sequence[Observation], free: np.ndarray) -> np.ndarray:
-    """The relative-error NNLS over the columns ``free`` (the others held at zero)."""
-    x = np.array([o.x for o in obs], dtype=float)
-    y = np.array([o.y for o in obs], dtype=float)
+def _solve(x: np.ndarray, y: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """The relative-error NNLS of ``y`` on the design rows ``x`` over the columns ``free`` (the
+    others held at zero)."""
     w = 1.0 / np.maximum(y, 2e-4)  # a time under 0.2 ms is a client's artefact, not a step: never dominant
     # columns scaled to unit size so the active set's tolerance means the same for each
     cols = np.flatnonzero(free)
@@ -108,25 +107,33 @@ def _solve(obs: Sequence[Observation], free: np.ndarray) -> np.ndarray:
     return out
 
 
-def _weighted_sse(obs: Sequence[Observation], coef: np.ndarray) -> float:
-    x = np.array([o.x for o in obs], dtype=float)
-    y = np.array([o.y for o in obs], dtype=float)
+def _weighted_sse(x: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
     r = (x @ coef - y) / np.maximum(y, 2e-4)
     return float(r @ r)
 
 
-def _solve_ridge(obs: Sequence[Observation], free: np.ndarray) -> tuple[np.ndarray, float]:
-    """The fit at the best ridge of :data:`RIDGES` (0 unless another cuts the error by
-    :data:`RIDGE_GAIN`): (coefficients, ridge)."""
+def _designs(obs: Sequence[Observation]) -> list[np.ndarray]:
+    """The observations' design rows at each ridge of :data:`RIDGES` (the first, 0: the columns
+    as given); one set when no observation has a prefill column to count past a ridge. Built once
+    a fit: the bootstrap's resamples take their rows (it rebuilt them for every resample, most of
+    a calibration's fitting time)."""
+    given = np.array([o.x for o in obs], dtype=float)
     if not any(o.steps for o in obs):
-        return _solve(obs, free), 0.0
-    coef = _solve(obs, free)  # RIDGES[0] is 0: the columns as given
-    base = _weighted_sse(obs, coef)
+        return [given]
+    return [given, *(np.array([o.at_ridge(r).x for o in obs], dtype=float) for r in RIDGES[1:])]
+
+
+def _solve_ridge(xs: Sequence[np.ndarray], y: np.ndarray, free: np.ndarray) -> tuple[np.ndarray, float]:
+    """The fit at the best ridge of :data:`RIDGES` (0 unless another cuts the error by
+    :data:`RIDGE_GAIN`): (coefficients, ridge). ``xs``: the rows at each ridge (:func:`_designs`)."""
+    coef = _solve(xs[0], y, free)
+    if len(xs) == 1:
+        return coef, 0.0
+    base = _weighted_sse(xs[0], y, coef)
     best = (base, coef, 0.0)
-    for ridge in RIDGES[1:]:
-        at = [o.at_ridge(ridge) for o in obs]
-        coef = _solve(at, free)
-        err = _weighted_sse(at, coef)
+    for ridge, x in zip(RIDGES[1:], xs[1:], strict=True):
+        coef = _solve(x, y, free)
+        err = _weighted_sse(x, y, coef)
         if err < best[0] and err < (1 - RIDGE_GAIN) * base:
             best = (err, coef, ridge)
     return best[1], best[2]
@@ -153,19 +160,21 @@ def fit_step_model(
     x = np.array([o.x for o in obs], dtype=float)
     free = np.abs(x).max(axis=0) > 0
     notes = [f"{COEFFS[i]} not measured (no probe exercised it): held at 0" for i in range(len(COEFFS)) if not free[i]]
-    best, ridge = _solve_ridge(obs, free)
+    xs = _designs(obs)
+    y_all = np.array([o.y for o in obs], dtype=float)
+    best, ridge = _solve_ridge(xs, y_all, free)
     probes = sorted({o.probe for o in obs})
-    by_probe: dict[int, list[Observation]] = {p: [] for p in probes}
-    for o in obs:
-        by_probe[o.probe].append(o)
+    by_probe: dict[int, list[int]] = {p: [] for p in probes}
+    for i, o in enumerate(obs):
+        by_probe[o.probe].append(i)
     rng = np.random.default_rng(seed)
     boots = []
     for _ in range(bootstrap):
         pick = rng.choice(len(probes), size=len(probes), replace=True)
-        sample = [o for i in pick for o in by_probe[probes[i]]]
-        kinds_in = {o.kind for o in sample}
+        rows = [i for k in pick for i in by_probe[probes[k]]]
+        kinds_in = {obs[i].kind for i in rows}
         if "decode" in kinds_in and kinds_in & {"prefill", "server_prefill"}:
-            coef, r = _solve_ridge(sample, free)
+            coef, r = _solve_ridge([x[rows] for x in xs], y_all[rows], free)
             boots.append(np.append(coef, r))
     if len(boots) < 10:
         raise TwinError(

@@ -323,6 +323,28 @@ def test_a_shared_context_token_costs_less_but_never_less_than_nothing():
     assert shared_context([[b"a", b"b"], [b"a", b"b"], [b"a", b"c"], []]) == 3
 
 
+def test_shared_blocks_kept_as_decodes_come_and_go_count_as_the_whole_step_does():
+    """The twin's engine keeps a step's shared blocks as its decodes change (SharedBlocks); every
+    step it must read what counting all of them (shared_context) reads."""
+    from spoc_tui.twin.model import SharedBlocks
+
+    rng = random.Random(4)
+    prompts = {f"r{i}": [bytes([rng.randrange(3)]) + bytes([k]) for k in range(rng.randrange(0, 6))] for i in range(40)}
+    for p in prompts.values():  # prompts sharing leading blocks: each block's hash names its prefix
+        for k in range(1, len(p)):
+            p[k] = p[k - 1] + p[k][-1:]
+    kept = SharedBlocks()
+    held: dict[str, int] = {}
+    for _ in range(400):
+        rid = rng.choice(list(prompts))
+        if rid in held and rng.random() < 0.4:
+            del held[rid]  # finished
+        else:
+            held[rid] = rng.randrange(len(prompts[rid]) + 1)  # joined, or its count of blocks moved
+        want = shared_context([prompts[r][:n] for r, n in held.items()])
+        assert kept.step({r: (prompts[r], n) for r, n in held.items()}) == want
+
+
 def test_the_engine_reads_a_shared_prompt_prefix_once():
     """Four requests whose prompts share 64 tokens (4 blocks of 16) decoding together: 12 blocks
     read again, and each step is that much faster than for distinct prompts."""
