@@ -38,7 +38,6 @@ OWN_SERVERS = {
 ALONE = {
     "tests/e2e/test_benchmarks.py",  # no shared fixture: each benchmark may go to any worker
     "tests/e2e/test_tune_cli.py",  # each study starts its own servers
-    "tests/e2e/test_ramp.py::test_knee_search_auto",
     "tests/e2e/test_ramp.py::test_ramp_finds_the_knee_and_records_both_views",
     "tests/e2e/test_ramp.py::test_arrivals_are_measured_and_lockstep_is_chosen_not_stumbled_into",
 }
@@ -46,35 +45,34 @@ ALONE = {
 whose shared fixture is a simulator that starts in a second, so the workers share them out."""
 
 HEAVY_S = {
-    "tests/e2e/test_twin.py": 193,
-    "tests/e2e/test_ramp.py": 130,
-    "tests/e2e/test_signals.py": 138,
-    "tests/e2e/test_trace_replay.py": 85,
-    "tests/e2e/test_ramp.py::test_knee_search_auto": 70,
-    "tests/tui/test_load_screen.py": 62,
-    "tests/tui/test_operator.py": 62,
-    "tests/tui/test_tune_screen.py": 54,
-    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[client_referee.py-]": 48,
-    "tests/tui/test_scenarios.py": 44,
-    "tests/e2e/test_ramp.py::test_ramp_finds_the_knee_and_records_both_views": 42,
-    "tests/e2e/test_ramp.py::test_arrivals_are_measured_and_lockstep_is_chosen_not_stumbled_into": 41,
-    "tests/unit/test_tune_study.py": 42,
-    "tests/e2e/test_tune_cli.py::test_ctrl_c_stops_the_server_and_resume_finishes": 40,
-    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[vs_peers_knee.py-flat 1000 in / 200 out]": 39,
-    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[tune_quality.py-hypervolume reached]": 38,
-    "tests/unit/test_config_cli.py": 37,
-    "tests/e2e/test_benchmarks.py::test_knee_search_benchmark_smoke": 35,
-    "tests/unit/test_twin_fit.py": 34,
-    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[tune_noise.py-]": 32,
-    "tests/unit/test_twin_fleet.py": 32,
-    "tests/e2e/test_tune_cli.py::test_tune_three_trials_with_one_that_cannot_start": 30,
-    "tests/tui/test_monitor.py": 30,
-    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[load_fidelity.py-]": 27,
-    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[monitor_cpu.py-a bare Textual app]": 27,
-    "tests/e2e/test_tune_cli.py::test_two_workers_share_one_study": 27,
-    "tests/e2e/test_live_sim.py": 25,
+    "tests/e2e/test_signals.py": 77,
+    "tests/e2e/test_ramp.py": 75,
+    "tests/e2e/test_twin.py": 66,
+    "tests/tui/test_tune_screen.py": 37,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[vs_peers_knee.py-flat 1000 in / 200 out]": 36,
+    "tests/tui/test_operator.py": 34,
+    "tests/e2e/test_supervise.py": 31,
+    "tests/e2e/test_tune_cli.py::test_ctrl_c_stops_the_server_and_resume_finishes": 31,
+    "tests/e2e/test_live_sim.py": 30,
+    "tests/e2e/test_trace_replay.py": 26,
+    "tests/unit/test_tune_study.py": 26,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[load_fidelity.py-]": 26,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[client_referee.py-]": 24,
+    "tests/unit/test_config_cli.py": 23,
+    "tests/tui/test_monitor.py": 23,
+    "tests/e2e/test_ramp.py::test_arrivals_are_measured_and_lockstep_is_chosen_not_stumbled_into": 23,
+    "tests/e2e/test_tune_cli.py::test_tune_three_trials_with_one_that_cannot_start": 22,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[tune_noise.py-]": 22,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[monitor_cpu.py-a bare Textual app]": 21,
+    "tests/e2e/test_tune_cli.py::test_two_workers_share_one_study": 21,
+    "tests/e2e/test_ramp.py::test_ramp_finds_the_knee_and_records_both_views": 21,
+    "tests/unit/test_experiment.py": 20,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[headroom.py-live headroom vs the measured knee]": 19,
+    "tests/unit/test_twin_fit.py": 18,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[tune_quality.py-hypervolume reached]": 17,
+    "tests/e2e/test_benchmarks.py::test_knee_search_benchmark_smoke": 17,
 }
-"""Seconds the heaviest groups took (four workers, 2026-11-28): ``make test`` passes
+"""Seconds the heaviest groups took (four workers, 2026-11-29): ``make test`` passes
 ``--no-loadscope-reorder``, so xdist hands the groups out in collection order, and these are
 collected first, longest first (the others after them, as collected). xdist's own order (the
 groups of most tests first) had left the single-test benchmark groups for the end, one of them
