@@ -135,38 +135,20 @@ async def test_a_restarted_or_flapping_server_is_seen_within_two_polls():
     """The monitor's own client, its connections in memory: up, refused for ten polls, up again.
     A refused connection costs nothing, so it is tried again every poll (no back-off to wait out):
     each return is seen within two polls, each fall at once."""
-    from spoc_tui.collectors.lighthttp import MAX_HEADER, ConnectFailed, ScrapeClient
+    from tests.e2e.test_light_http import Switchable
 
     url = "http://gpu-a:8000"
-    body = VLLM.encode()
-    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-    up = [True]
-
-    class Wire:
-        def write(self, data: bytes) -> None:
-            pass
-
-        def close(self) -> None:
-            pass
-
-    async def connect(origin):
-        if not up[0]:
-            raise ConnectFailed("connection refused")
-        reader = asyncio.StreamReader(limit=MAX_HEADER)
-        reader.feed_data(answer)
-        reader.feed_eof()  # the server closes after one answer (a kept-alive one is found closed)
-        return reader, Wire()
-
-    poller = VllmPoller([url], 60, client=ScrapeClient(connect))
+    server = Switchable(VLLM.encode())
+    poller = VllmPoller([url], 60, client=server.client())
     try:
         for _cycle in range(3):  # up, down for ten polls, up again: each return seen within two polls
-            up[0] = True
+            server.up = True
             for _ in range(2):
                 await poller.poll()
                 if url not in poller.backoff.down():
                     break
             assert url not in poller.backoff.down(), "back up, still read down after two polls"
-            up[0] = False
+            server.up = False
             await poller.poll()
             assert url in poller.backoff.down(), "refused, still read up"
             for _ in range(9):

@@ -12,6 +12,7 @@ def test_launch_sim_ready_then_stopped(tmp_path):
         [sys.executable, "-m", "spoc_tui.cli", "sim", "--port", str(port), "--dcgm-port", str(dport)],
         port,
         tmp_path / "sim.log",
+        guard=True,  # a test process killed mid-test leaves no simulator behind
     )
     took = s.start(timeout=30)
     assert took < 30 and s.alive()

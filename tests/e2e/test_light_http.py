@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from spoc_tui.collectors import http, scrape
-from spoc_tui.collectors.lighthttp import MAX_HEADER, ScrapeClient, needs_httpx
+from spoc_tui.collectors.lighthttp import CONNECT_TIMEOUT_S, MAX_HEADER, ConnectFailed, ScrapeClient, needs_httpx
 from spoc_tui.collectors.poller import VllmPoller
 from spoc_tui.collectors.scrape import SourceError, fetch
 from tests.e2e.test_hostile_sources import Servers
@@ -155,6 +155,38 @@ class _Wire:
 
     def close(self) -> None:
         pass
+
+
+class Switchable:
+    """A light client's connections, in memory, to a server serving ``body`` as /metrics that
+    can be taken down (``up = False``): a refused connection at once, or, with ``down_cost_s``, a
+    host that drops the attempt after that long (a failure that costs time, so the poller backs
+    off). Each connection reads one answer and the connection's end."""
+
+    def __init__(self, body: bytes, down_cost_s: float = 0.0) -> None:
+        self.answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (
+            len(body),
+            body,
+        )
+        self.down_cost_s = down_cost_s
+        self.up = True
+        self.tried = 0
+        """Connections asked for."""
+
+    async def connect(self, origin: tuple[str, str, int]) -> tuple[asyncio.StreamReader, Any]:
+        self.tried += 1
+        if not self.up:
+            if self.down_cost_s:
+                await asyncio.sleep(self.down_cost_s)
+                raise ConnectFailed(f"no connection within {CONNECT_TIMEOUT_S:g} s")
+            raise ConnectFailed("connection refused")
+        reader = asyncio.StreamReader(limit=MAX_HEADER)
+        reader.feed_data(self.answer)
+        reader.feed_eof()  # the server closes after one answer (a kept-alive one is found closed)
+        return reader, _Wire()
+
+    def client(self) -> ScrapeClient:
+        return ScrapeClient(self.connect)
 
 
 def answering(answer: bytes) -> tuple[ScrapeClient, list[_Wire]]:

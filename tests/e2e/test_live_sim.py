@@ -192,46 +192,25 @@ async def test_poller_goes_stale_and_recovers():
     while it backs off, and its return is seen. The monitor's own client over in-memory
     connections on a clock the test owns (the back-off's rule is the subject, not a socket; a
     server refusing at once is retried every poll instead: tests/e2e/test_hostile_values.py's)."""
-    import asyncio
+    from tests.e2e.test_light_http import Switchable
 
-    from spoc_tui.collectors.lighthttp import MAX_HEADER, ConnectFailed, ScrapeClient
-
-    body = (FIX / "vllm" / "vllm_0.32_cpu_full_load.txt").read_bytes()
-    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-    up, tried = [True], [0]
-
-    class Wire:
-        def write(self, data: bytes) -> None:
-            pass
-
-        def close(self) -> None:
-            pass
-
-    async def connect(origin):
-        tried[0] += 1
-        if not up[0]:  # a host that drops the attempt: a failure that costs time backs off
-            await asyncio.sleep(0.3)
-            raise ConnectFailed("no connection within 2 s")
-        reader = asyncio.StreamReader(limit=MAX_HEADER)
-        reader.feed_data(answer)
-        reader.feed_eof()
-        return reader, Wire()
-
+    # a host that drops the attempt when down: a failure that costs time backs off
+    server = Switchable((FIX / "vllm" / "vllm_0.32_cpu_full_load.txt").read_bytes(), down_cost_s=0.3)
     now = [0.0]
     url = "http://gpu-a:8000"
-    poller = VllmPoller([url], window_s=5, clock=lambda: now[0], client=ScrapeClient(connect))
+    poller = VllmPoller([url], window_s=5, clock=lambda: now[0], client=server.client())
     try:
         t1 = await poller.poll()
         assert t1.servers and not t1.stale and t1.changes[0].up
-        up[0] = False
+        server.up = False
         now[0] += 1
         t2 = await poller.poll()
         assert t2.stale and not t2.changes[0].up and t2.servers  # last data kept
         now[0] += 0.5
-        before = tried[0]
+        before = server.tried
         t3 = await poller.poll()  # still backing off: not retried, no new change
-        assert t3.changes == () and t3.stale and tried[0] == before
-        up[0] = True
+        assert t3.changes == () and t3.stale and server.tried == before
+        server.up = True
         now[0] += 30
         t4 = await poller.poll()
         assert not t4.stale and t4.changes and t4.changes[0].up
@@ -402,7 +381,11 @@ def test_stop_signals_in_a_burst_leave_no_traceback_in_the_log(tmp_path):
     for i in range(4):
         port, dport = free_ports(2)
         log = tmp_path / f"server{i}.log"
-        server = ServerProcess(sim_argv(["--dcgm-port", str(dport)], port), port, log, tmp_prefix="spoc-sim-")
+        # guarded, as a study's servers are (the burst reaches the guard and the simulator both): and
+        # a test process killed mid-test (a suite stopped) leaves no simulator behind
+        server = ServerProcess(
+            sim_argv(["--dcgm-port", str(dport)], port), port, log, guard=True, tmp_prefix="spoc-sim-"
+        )
         server.start(timeout=20, poll=0.2)
         assert server.proc is not None
         try:
