@@ -14,7 +14,6 @@ import click
 from spoc_tui.cli.experiment import ExperimentOptions, experiment_options
 from spoc_tui.cli.options import api_key_options, from_config, sla_option, tls_options
 from spoc_tui.core.ramp.sla import DEFAULT_SLA
-from spoc_tui.load.defaults import DEFAULT_USERS
 from spoc_tui.twin.model import WHAT_IF_FLAGS
 
 
@@ -256,14 +255,8 @@ def predict_cmd(
     took = time.perf_counter() - t0
     if not quiet:
         click.echo("", err=True)
-    plan_text = (
-        p.plan.describe()
-        if rows is not None
-        else f"rate:{exp.rate_spec}"
-        if exp.rate_spec is not None
-        else exp.users_spec or DEFAULT_USERS
-    )
-    doc = predicted_doc(p, res, twin_path, exp.profile, plan_text, took, trace_doc)
+    # the levels as a measured ramp's ramp.json names them (geom:1:8 as 1,2,4,8; auto as auto:256)
+    doc = predicted_doc(p, res, twin_path, exp.profile, p.plan.describe(), took, trace_doc)
     if out_dir is not None:
         _write_predicted(Path(out_dir), doc, res)
     if as_json:

@@ -149,10 +149,12 @@ def test_a_what_if_changes_the_prediction(known_twin):
 def test_a_second_prediction_into_the_same_folder_keeps_the_first(known_twin, tmp_path):
     """As a second spoc ramp into a folder: the first ramp.json moves to previous-<time>/, and
     the command says where (the writer's rule: tests/unit/test_ramp_virtual.py)."""
-    args = ["twin", "predict", "--twin", str(known_twin), "--users", "4", "--step-seconds", "10",
+    args = ["twin", "predict", "--twin", str(known_twin), "--users", "geom:1:4", "--step-seconds", "10",
             "--warmup-seconds", "2", "--draws", "0", "--out", str(tmp_path / "out")]  # fmt: skip
     first = spoc(*args)
     assert first.returncode == 0 and "moved to" not in first.stderr, first.stderr
+    # its levels named as a measured ramp's ramp.json names them (it wrote "geom:1:4")
+    assert json.loads((tmp_path / "out" / "ramp.json").read_text())["users"] == "1,2,4"
     second = spoc(*args)
     assert second.returncode == 0 and "the folder's earlier results were moved to previous-" in second.stderr
     (kept,) = (tmp_path / "out").glob("previous-*")
