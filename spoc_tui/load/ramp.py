@@ -52,6 +52,7 @@ from spoc_tui.core.ramp.steps import (
     TraceFidelity,
     arrival_rate,
     client_health,
+    held_back,
     summarize_step,
 )
 from spoc_tui.core.redact import redact_url
@@ -678,7 +679,7 @@ class LiveBackend:
             lag_ms=_three(
                 [(s.start - s.scheduled - (s.held_s or 0.0)) * 1000 for s in sent if s.scheduled is not None]
             ),
-            held_back=sum(1 for s in sent if (s.held_s or 0.0) > 0.001),
+            held_back=held_back(sent),
             rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
             trace_rate=arrival_rate(scan.rows, length),
             prefix_share=round(sum(d.prefix_tokens for d in ours) / prefix_in, 4) if prefix_in else None,

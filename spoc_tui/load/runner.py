@@ -504,8 +504,9 @@ def _send_row(
             if ev is not None:
                 ev.wait(timeout=_StreamingUser.network_timeout + 10)
             parent_end = ends.get(row.parent)  # None: a parent outside the replay holds nothing
-        held = release(at, parent_end, think_s).held_s
-        wait = at + held - time.time()
+        rel = release(at, parent_end, think_s)
+        held = rel.held_s
+        wait = rel.at - time.time()
         if wait > 0:
             gevent.sleep(wait)
         body = {

@@ -231,11 +231,10 @@ class FleetSim:
         self._next_id += n
         return list(range(start, start + n))
 
-    def _send(self, row: TraceRow, at: float) -> None:
-        """Send ``row`` now (``at``: its release, :func:`release`'s): recorded as the live replay
-        records it, ``scheduled`` its due time and ``held_s`` how long the turn it followed held it."""
+    def _send(self, row: TraceRow, held: float) -> None:
+        """Send ``row`` now (its :func:`release`): recorded as the live replay records it,
+        ``scheduled`` its due time and ``held_s`` how long the turn it followed held it."""
         scheduled = row.t / self.speed
-        held = max(0.0, at - scheduled)
         ready = [r for r in self.replicas if r.ready(self.now)]
         if not ready:  # every replica still starting: the nearest ready takes it
             ready = [min((r for r in self.replicas if r.stopped is None), key=lambda r: r.ready_at)]
@@ -297,7 +296,8 @@ class FleetSim:
             return
         self._ends[row.id] = self.now
         for child in self._children.pop(row.id, []):
-            self._push(release(child.t / self.speed, self.now, child.think_s or 0.0).at, "row", child)
+            rel = release(child.t / self.speed, self.now, child.think_s or 0.0)
+            self._push(rel.at, "row", (child, rel.held_s))
 
     def _kick(self, rep: _Replica) -> None:
         """Start the replica's next step if it is idle and has work."""
@@ -350,7 +350,7 @@ class FleetSim:
             if row.parent is not None and row.parent in ids:
                 self._children.setdefault(row.parent, []).append(row)
             else:
-                self._push(row.t / self.speed, "row", row)
+                self._push(row.t / self.speed, "row", (row, 0.0))
         if self.autoscale:
             self._push(self.autoscale.interval_s, "tick", None)
         if self.poll_s:
@@ -360,8 +360,9 @@ class FleetSim:
             at, _, kind, obj = heapq.heappop(self._heap)
             self.now = max(self.now, at)
             if kind == "row":
-                assert isinstance(obj, TraceRow)
-                self._send(obj, at)
+                assert isinstance(obj, tuple)
+                row, held = obj
+                self._send(row, held)
             elif kind == "add":
                 assert isinstance(obj, tuple)
                 idx, req = obj

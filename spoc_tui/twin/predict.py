@@ -33,6 +33,7 @@ from spoc_tui.core.ramp.steps import (
     StepSummary,
     TraceFidelity,
     arrival_rate,
+    held_back,
     point_value,
     queue_unbounded,
     summarize_step,
@@ -323,8 +324,9 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
         if ests:
             lo = min(float(np.percentile(ests, 2.5)), lo if lo is not None else math.inf)
             hi = max(float(np.percentile(ests, 97.5)), hi if hi is not None else -math.inf)
-        if holding(inf.estimate, (lo, hi)) != (lo, hi):
-            lo, hi = holding(inf.estimate, (lo, hi))
+        held = holding(inf.estimate, (lo, hi))
+        if held != (lo, hi):
+            lo, hi = held
             notes.append(WIDENED)
         bounded = sum(1 for k in knees if k is None)
         if bounded:
@@ -478,7 +480,7 @@ def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: floa
         sent=len(window),
         skipped=skipped,
         lag_ms=(0.0, 0.0, 0.0),
-        held_back=sum(1 for s in window if (s.held_s or 0.0) > 0.001),
+        held_back=held_back(window),
         rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
         trace_rate=arrival_rate(len(rows), tr.step_s(speed)),
         prefix_share=tr.prefix_share,

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from spoc_tui.core.ramp.steps.arrivals import Interval3
 from spoc_tui.core.ramp.steps.codec import Json, _obj, json_float, json_int
+from spoc_tui.core.ramp.steps.sample import RequestSample
+
+HELD_S = 0.001
+"""A turn held back by its parent: sent more than this after its due time."""
+
+
+def held_back(samples: Iterable[RequestSample]) -> int:
+    """The turns of a replay step sent later than their time because their parent had not ended
+    (:attr:`TraceFidelity.held_back`), the live replay's and the twin's counted alike."""
+    return sum(1 for s in samples if (s.held_s or 0.0) > HELD_S)
 
 
 @dataclass(frozen=True, slots=True)
