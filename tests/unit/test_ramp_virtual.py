@@ -129,21 +129,24 @@ def test_early_stop_ends_the_step_and_the_ramp_with_what_it_saved(tmp_path, caps
     assert doc["status"] == "stopped_early" and doc["stop_reason"] == "clearly dominated (test)"
 
 
-async def on_twin(cfg: RampConfig, on_progress) -> RampResult:
+async def on_twin(cfg: RampConfig, on_progress, tw=None, sent: list | None = None) -> RampResult:
     """A trace replay ramp on a twin's engine in virtual time (each step a fresh replay, as
-    ``spoc ramp --trace`` sends each step's text anew)."""
+    ``spoc ramp --trace`` sends each step's text anew). ``tw``: the twin (None: one of known
+    coefficients with 5 % step noise); ``sent``: where each step's requests go, as sent."""
     from spoc_tui.core.ramp.experiment import Replayed
     from spoc_tui.load.ramp import scan_trace
     from spoc_tui.twin.predict import Prediction, read_rows, trace_step
     from tests.unit.test_twin_fleet import twin
 
     assert cfg.trace is not None
-    tw = twin(0.05)
+    tw = tw if tw is not None else twin(0.05)
     rows = read_rows(cfg.trace, tw.server.max_model_len)
     p = Prediction(twin=tw, workload=cfg.workload, plan=cfg.plan, limits=cfg.limits, trace=rows, seed=cfg.seed)
 
     def replayer(idx: int, speed: float) -> Replayed:
         r = trace_step(p, tw.fit, cfg.seed, idx, speed)
+        if sent is not None:
+            sent.extend(r.window)
         return Replayed(r.step, r.window, r.measured_s)
 
     scan = scan_trace(cfg.trace)

@@ -13,61 +13,38 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 from pathlib import Path
 
-from spoc_tui.core.ramp.experiment import Driver, Replayed
 from spoc_tui.core.ramp.knee import parse_speed_plan
 from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.core.traces.read import trace_source
 from spoc_tui.core.traces.replay import release
-from spoc_tui.load.ramp import RampConfig, ResultWriter, ramp_header, scan_trace
-from spoc_tui.sim.backend import VirtualBackend
-from spoc_tui.twin.predict import Prediction, read_rows, trace_step
+from spoc_tui.load.ramp import RampConfig
+from spoc_tui.twin.predict import read_rows
 from spoc_tui.workload import load_workload
+from tests.unit.test_ramp_virtual import on_twin
 from tests.unit.test_twin_fit import twin
 
 
 def replay(tmp_path: Path, trace: Path, speed: str = "1") -> tuple[dict, dict[int, RequestSample], str]:
-    """``spoc ramp --trace TRACE --speed SPEED`` on the twin: its ramp.json, its requests by row
-    and what it printed."""
+    """``spoc ramp --trace TRACE --speed SPEED`` on a twin of known coefficients without step noise
+    (tests/unit/test_ramp_virtual.py's ``on_twin``): its ramp.json, its requests by row and what
+    it printed."""
     from spoc_tui.cli.ramp import run
 
     cfg = RampConfig("http://127.0.0.1:1", load_workload("chatbot"), parse_speed_plan(speed),
                      tuple(parse_sla("ttft_p90<=5s")), tmp_path / "out", trace=trace_source(str(trace)))  # fmt: skip
     cfg.validate()
     sent: list[RequestSample] = []
-
-    async def on_twin(cfg: RampConfig, on_progress):
-        from spoc_tui.load.ramp import RampResult
-
-        assert cfg.trace is not None
-        tw = twin(0.0)  # the simulator's context, as the live tests' (the test twin's is 2,048)
-        tw = dataclasses.replace(tw, server=dataclasses.replace(tw.server, max_model_len=8192))
-        rows = read_rows(cfg.trace, tw.server.max_model_len)
-        p = Prediction(twin=tw, workload=cfg.workload, plan=cfg.plan, limits=cfg.limits, trace=rows, seed=cfg.seed)
-
-        def replayer(idx: int, speed: float) -> Replayed:
-            r = trace_step(p, tw.fit, cfg.seed, idx, speed)
-            sent.extend(r.window)
-            return Replayed(r.step, r.window, r.measured_s)
-
-        scan = scan_trace(cfg.trace)
-        writer = ResultWriter(cfg.out_dir, ramp_header(cfg, "twin", scan), requests=False)
-        try:
-            driver = Driver(
-                cfg.experiment(scan), VirtualBackend(replayer=replayer), sink=writer, on_progress=on_progress
-            )
-            await driver.run()
-        finally:
-            writer.close()
-        return RampResult(driver.status, driver.steps, driver.knee(), "twin", cfg.out_dir, None, driver.stop_reason)
-
+    tw = twin(0.0)  # the simulator's context, as the live tests' (the test twin's is 2,048)
+    tw = dataclasses.replace(tw, server=dataclasses.replace(tw.server, max_model_len=8192))
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert run(cfg, on_twin) == 0
+        assert run(cfg, functools.partial(on_twin, tw=tw, sent=sent)) == 0
     d = json.loads((cfg.out_dir / "ramp.json").read_text())
     by = {s.trace_index: s for s in sent if s.trace_index is not None}
     assert len(by) == len(sent)  # each row once
