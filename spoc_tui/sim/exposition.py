@@ -112,7 +112,8 @@ def vllm_metrics(engine: SimEngine, engine_id: str = "0") -> str:
         ("enable_prefix_caching", str(cfg.enable_prefix_caching)),
         ("engine", engine_id),
         ("gpu_memory_utilization", str(cfg.gpu_memory_utilization)),
-        ("kv_cache_memory_bytes", str(int(engine.plan.kv_cache_bytes))),
+        # per GPU, as vLLM's CacheConfig has it (each GPU of a TP group holds its share of every block)
+        ("kv_cache_memory_bytes", str(int(engine.plan.kv_cache_bytes / cfg.tp))),
         ("kv_cache_size_tokens", str(engine.plan.kv_cache_tokens)),
         ("num_gpu_blocks", str(engine.num_blocks)),
         ("num_cpu_blocks", "None"),

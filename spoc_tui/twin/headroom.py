@@ -24,7 +24,7 @@ import math
 import random
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,12 +100,31 @@ class Traffic:
     computed: Histogram | None = None
     """Each prompt's tokens the engine computed, its prefix-cache hits left out (vLLM 0.13+'s
     ``request_prefill_kv_computed_tokens``); None where the server does not report it."""
+    rates: tuple[float, ...] = ()
+    """Requests finished per second in each window, oldest first (how the rate moved)."""
+    window_s: float = WINDOW_S
+
+    def peak(self, span_s: float) -> tuple[float, ...] | None:
+        """The rates of the busiest ``span_s`` of the traffic (its windows in their order), where
+        the rate moved more than a steady stream's counts would (:func:`swells`); None where it
+        did not (a steady rate: its mean is the traffic), or with too few windows.
+
+        The knee of traffic that swells is where its peaks break the SLA: replaying the mean rate
+        with its swings drawn as burstiness (the intervals' spread) judged another load."""
+        k = max(1, round(span_s / self.window_s))
+        if len(self.rates) < max(4, k) or not swells(self.dispersion, len(self.rates)):
+            return None
+        sums = [sum(self.rates[i : i + k]) for i in range(len(self.rates) - k + 1)]
+        start = max(range(len(sums)), key=sums.__getitem__)
+        return self.rates[start : start + k]
 
     def as_dict(self) -> dict[str, object]:
+        peak = self.peak(REPLAY_S)
         return {
             "seconds": round(self.seconds, 1),
             "requests": round(self.requests),
             "rate": round(self.rate, 4),
+            "rate_peak": None if peak is None else round(statistics.fmean(peak), 4),
             "dispersion": None if self.dispersion is None else round(self.dispersion, 3),
             "prompt_tokens_mean": _mean(self.prompt),
             "output_tokens_mean": _mean(self.output),
@@ -113,6 +132,14 @@ class Traffic:
             "prefix_share": None if self.prefix_share is None else round(self.prefix_share, 4),
             "estimated": list(self.estimated),
         }
+
+
+def swells(dispersion: float | None, windows: int) -> bool:
+    """Whether the requests per window moved more than a steady Poisson stream's would: the Allan
+    factor above 1 by more than twice its spread for that stream (about sqrt(2 / (windows - 1)))."""
+    if dispersion is None or windows < 4:
+        return False
+    return dispersion > 1.0 + 2.0 * math.sqrt(2.0 / (windows - 1))
 
 
 def _mean(h: Histogram | None) -> float | None:
@@ -137,7 +164,9 @@ def _draw_length(h: Histogram, rng: random.Random) -> int:
     return max(1, round(h.mean() or 1))
 
 
-def synth_rows(traffic: Traffic, span_s: float, seed: int, block_tokens: int = 16) -> tuple[TraceRow, ...]:
+def synth_rows(
+    traffic: Traffic, span_s: float, seed: int, block_tokens: int = 16, peak_s: float | None = None
+) -> tuple[TraceRow, ...]:
     """``span_s`` seconds of the traffic again, as trace rows: arrivals a gamma renewal process
     of the traffic's rate and burstiness (its intervals' squared coefficient of variation is the
     index of dispersion), lengths drawn from the histograms, and a leading prefix every request
@@ -146,16 +175,16 @@ def synth_rows(traffic: Traffic, span_s: float, seed: int, block_tokens: int = 1
     The cached prefix: where the server reports what each prompt computed (``computed``), a
     prompt's length and its computed part are drawn from their own histograms (the longer is the
     prompt) and the rest is the shared prefix: a follow-up turn's long context but short new text
-    keep their shape. Else every prompt has the prefix-cache share of its length cached."""
+    keep their shape. Else every prompt has the prefix-cache share of its length cached.
+
+    ``peak_s``: where the traffic swells (:meth:`Traffic.peak`), replay its busiest ``peak_s``
+    instead, stretched over ``span_s`` (a replay at speed s asks for s times the span: the same
+    windows, each at s times its rate once the replay divides its times by s)."""
     rng = random.Random(seed)
-    cv2 = min(25.0, max(0.05, traffic.dispersion if traffic.dispersion is not None else 1.0))
-    shape = 1.0 / cv2
-    scale = 1.0 / (traffic.rate * shape)
     share = min(0.95, max(0.0, traffic.prefix_share or 0.0))
     rows: list[TraceRow] = []
-    t = rng.gammavariate(shape, scale) * rng.random()
     i = 0
-    while t < span_s:
+    for t in _arrivals(traffic, span_s, peak_s, rng):
         n_in = _draw_length(traffic.prompt, rng) if traffic.prompt is not None else 512
         n_out = _draw_length(traffic.output, rng) if traffic.output is not None else 128
         if traffic.computed is not None and traffic.computed.count:
@@ -167,8 +196,34 @@ def synth_rows(traffic: Traffic, span_s: float, seed: int, block_tokens: int = 1
         ids = (*range(shared), *range(1_000_000 + 10_000 * i, 1_000_000 + 10_000 * i + own))
         rows.append(TraceRow(i, t, n_in, n_out, ids, block_tokens, line=i + 1))
         i += 1
-        t += rng.gammavariate(shape, scale)
     return tuple(rows)
+
+
+def _arrivals(traffic: Traffic, span_s: float, peak_s: float | None, rng: random.Random) -> Iterator[float]:
+    """Arrival times over ``span_s``: the busiest ``peak_s`` of a traffic that swells, its windows
+    stretched over the span at their rates (Poisson within each); else a gamma renewal process of
+    the traffic's rate whose intervals' squared coefficient of variation is its dispersion."""
+    peak = traffic.peak(peak_s) if peak_s else None
+    if peak is not None:
+        width = span_s / len(peak)
+        t, k = 0.0, 0
+        while k < len(peak):
+            end = (k + 1) * width
+            rate = peak[k]
+            gap = rng.expovariate(rate) if rate > 0 else math.inf
+            if t + gap >= end:  # memoryless: the next window starts afresh at its own rate
+                t, k = end, k + 1
+                continue
+            t += gap
+            yield t
+        return
+    cv2 = min(25.0, max(0.05, traffic.dispersion if traffic.dispersion is not None else 1.0))
+    shape = 1.0 / cv2
+    scale = 1.0 / (traffic.rate * shape)
+    t = rng.gammavariate(shape, scale) * rng.random()
+    while t < span_s:
+        yield t
+        t += rng.gammavariate(shape, scale)
 
 
 @dataclass(frozen=True)
@@ -186,7 +241,7 @@ class TrafficRows(TraceRows):
 
     @classmethod
     def of(cls, traffic: Traffic, seed: int, server: ServerConfig, replay_s: float = REPLAY_S) -> TrafficRows:
-        rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size), server.max_model_len)
+        rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size, replay_s), server.max_model_len)
         return cls(rows, len(rows), {}, replay_s, traffic.prefix_share, traffic=traffic, seed=seed,
                    block_tokens=server.block_size, max_model_len=server.max_model_len, replay_s=replay_s)  # fmt: skip
 
@@ -198,7 +253,7 @@ class TrafficRows(TraceRows):
             return self.rows
         hit = self._cache.get(speed)
         if hit is None:
-            rows = synth_rows(self.traffic, self.replay_s * speed, self.seed, self.block_tokens)
+            rows = synth_rows(self.traffic, self.replay_s * speed, self.seed, self.block_tokens, self.replay_s)
             hit = _fitting(rows, self.max_model_len)
             self._cache[speed] = hit
         return hit
@@ -290,6 +345,8 @@ class HeadroomLearner:
         self.seats: int | None = None
         """The server's max-num-seqs, once a queue showed it."""
         self.kv_tokens: int | None = None
+        self.kv_bytes_per_token: float | None = None
+        """A token's KV on one GPU, bytes (``kv_cache_memory_bytes`` over the cache's tokens)."""
         self.block_size: int = 16
         self.model: str = ""
         self.engine_version: str = ""
@@ -304,6 +361,11 @@ class HeadroomLearner:
         try:
             blocks, bs = int(float(cc["num_gpu_blocks"])), int(float(cc["block_size"]))
             self.kv_tokens, self.block_size = blocks * bs, bs
+        except (KeyError, ValueError):
+            pass
+        try:  # per GPU, where the server was given it (vLLM's --kv-cache-memory; "None" otherwise)
+            mem = float(cc["kv_cache_memory_bytes"])
+            self.kv_bytes_per_token = mem / self.kv_tokens if self.kv_tokens and mem > 0 else None
         except (KeyError, ValueError):
             pass
         if "enable_prefix_caching" in cc:
@@ -332,7 +394,7 @@ class HeadroomLearner:
     def fit(self, seed: int = 0) -> PassiveFit:
         prior = self.prior.fit if self.prior is not None else None
         sd = self.prior.sd if self.prior is not None else None
-        return fit_passive(list(self.windows), prior, sd, seed=seed)
+        return fit_passive(list(self.windows), prior, sd, seed=seed, kv_bytes_per_token=self.kv_bytes_per_token)
 
     def traffic(self) -> Traffic | None:
         """The traffic since the oldest scrape kept (about ``traffic_s``), or None before a window."""
@@ -351,7 +413,12 @@ class HeadroomLearner:
             steps = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
             disp = statistics.fmean(steps) / (2 * statistics.fmean(counts))
         estimated = ["prompt and output lengths: drawn from vLLM's histogram buckets, uniform inside each"]
-        estimated.append(f"arrivals: from requests finished per {self.window_s:.0f} s (gamma intervals)")
+        how = (
+            "the busiest stretch's rates, Poisson within each window"
+            if swells(disp, len(counts))
+            else "gamma intervals of the rate and dispersion"
+        )
+        estimated.append(f"arrivals: from requests finished per {self.window_s:.0f} s ({how})")
         return Traffic(
             seconds=secs,
             requests=max(0.0, done),
@@ -362,6 +429,8 @@ class HeadroomLearner:
             computed=windowed_histogram(scrape, REQUEST_PREFILL_COMPUTED),
             prefix_share=view.prefix_cache_hit_rate,
             estimated=tuple(estimated),
+            rates=tuple(c / self.window_s for c in counts),
+            window_s=self.window_s,
         )
 
     def server(self) -> ServerConfig:
@@ -404,6 +473,7 @@ class HeadroomLearner:
             self.server(),
             self.prior,
             self.kv_tokens is not None,
+            self.kv_bytes_per_token,
         )
 
 
@@ -417,13 +487,14 @@ class LearnerState:
     server: ServerConfig
     prior: Twin | None
     kv_reported: bool
+    kv_bytes_per_token: float | None = None
 
     def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
         sla = tuple(str(lim) for lim in self.limits)
         traffic = self.traffic
         prior = self.prior.fit if self.prior is not None else None
         sd = self.prior.sd if self.prior is not None else None
-        fit = fit_passive(list(self.windows), prior, sd, seed=seed)
+        fit = fit_passive(list(self.windows), prior, sd, seed=seed, kv_bytes_per_token=self.kv_bytes_per_token)
         n = fit.windows
 
         def none(reason: str) -> Headroom:
@@ -551,7 +622,7 @@ def write_traffic_trace(h: Headroom, path: Path, seed: int = 0) -> int:
 
     if h.traffic is None:
         raise ValueError("the headroom has no traffic to write")
-    rows = synth_rows(h.traffic, h.traffic.seconds, seed)
+    rows = synth_rows(h.traffic, h.traffic.seconds, seed, peak_s=h.traffic.seconds)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         return write_spoc(iter(rows), f)

@@ -78,6 +78,9 @@ class PassiveWindow:
     """New prompt tokens per step (less those the prefix cache served)."""
     mixed: float
     """The share of steps that carry a prefill chunk (at most 1)."""
+    read_bytes: float | None = None
+    """Bytes a GPU read per step (vLLM 0.17+'s ``estimated_read_bytes_per_gpu_total``), where the
+    server counts them."""
 
     def row(self) -> tuple[float, ...]:
         """The fit's regressors, in :data:`TERMS` order."""
@@ -108,6 +111,7 @@ def window_of(view: EngineView, seconds: float, t: float, kv_tokens: int | None)
     hit = view.prefix_cache_hit_rate or 0.0
     prompt_rate = view.prompt_tokens_rate or 0.0
     requests = view.request_rate or 0.0
+    read = view.read_bytes_per_gpu_rate
     return PassiveWindow(
         t=t,
         seconds=seconds,
@@ -117,6 +121,7 @@ def window_of(view: EngineView, seconds: float, t: float, kv_tokens: int | None)
         context_k=view.kv_cache_usage * kv_tokens / 1000.0,
         prefill=prompt_rate * (1.0 - min(1.0, max(0.0, hit))) / steps_rate,
         mixed=min(1.0, requests / steps_rate),
+        read_bytes=read / steps_rate if read else None,
     )
 
 
@@ -201,9 +206,16 @@ def fit_passive(
     prior_sd: StepModel | None = None,
     seed: int = 0,
     draws: int = DRAWS,
+    kv_bytes_per_token: float | None = None,
 ) -> PassiveFit:
     """The step model the windows identify, with its bootstrap spread; ``prior`` (a calibrated
     twin's fit, with its spread ``prior_sd``) pulls each term towards it.
+
+    Without a calibrated twin, where the server says how many bytes a token's KV takes on a GPU
+    (``kv_bytes_per_token``) and how many bytes its steps read (:attr:`PassiveWindow.read_bytes`),
+    the context term has a physical prior (:func:`context_prior`): at the rates a production server
+    runs, the decode context moves a few k-tokens, a few tenths of a millisecond a step, too little
+    for the windows to see, and the fit held it at 0 (every draw too) and read a headroom 41 % high.
 
     Never a bare number where the windows cannot say: ``identified`` is false, with the reason
     and what would settle it, when there are too few windows or they do not vary enough.
@@ -219,21 +231,33 @@ def fit_passive(
     gw = np.minimum(np.array([w.gaps for w in wins], dtype=float), 20_000.0)
     p = np.array([getattr(base, t) for t in TERMS], dtype=float) if prior is not None else None
     psd = None
+    physical = context_prior(wins, kv_bytes_per_token) if prior is None else None
     if prior is not None:
         sd = prior_sd if prior_sd is not None else replace(prior)
         psd = np.array([max(abs(getattr(sd, t)), 0.05 * abs(getattr(prior, t)), 1e-7) for t in TERMS], dtype=float)
+    elif physical is not None:  # the context term alone; the others free (a prior of no weight)
+        k = TERMS.index("b_context")
+        p, psd = np.zeros(len(TERMS)), np.full(len(TERMS), 1e6)
+        p[k], psd[k] = physical
     coef = _solve(x, y, gw, p, psd)
     rng = random.Random(seed)
     drawn: list[np.ndarray] = []
     n = len(wins)
     for _ in range(draws if n >= 3 else 0):
         idx = [rng.randrange(n) for _ in range(n)]
-        drawn.append(_solve(x[idx], y[idx], gw[idx], p, psd))
+        pk = p
+        if physical is not None and p is not None:  # the prior's own spread in the draws (perturbed prior)
+            pk = p.copy()
+            pk[TERMS.index("b_context")] = max(0.0, rng.gauss(*physical))
+        drawn.append(_solve(x[idx], y[idx], gw[idx], pk, psd))
     model = replace(base, **{t: float(c) for t, c in zip(TERMS, coef, strict=True)})
     models = tuple(replace(base, **{t: float(c) for t, c in zip(TERMS, d, strict=True)}) for d in drawn)
     resid = np.abs(x @ coef - y) / y
     residual_pct = float(np.median(resid) * 100)
-    identified, reason = _identified(wins, x, coef, drawn, batch, prior is not None)
+    how = "the windows and the calibrated twin" if prior is not None else "the windows"
+    if physical is not None:
+        how = f"the windows and the KV cache's read cost ({physical[0] * 1000:.3g} ms a k-token of context)"
+    identified, reason = _identified(wins, x, coef, drawn, batch, how, prior is not None)
     fit = PassiveFit(model, models, n, batch, identified, reason, residual_pct)
     if prior is not None and prior_sd is not None and models:
         fit = replace(fit, drift=_drift(fit, prior, prior_sd))
@@ -246,6 +270,7 @@ def _identified(
     coef: np.ndarray,
     drawn: Sequence[np.ndarray],
     batch: tuple[float, float],
+    how: str,
     has_prior: bool,
 ) -> tuple[bool, str]:
     lo, hi = batch
@@ -262,13 +287,32 @@ def _identified(
         return False, f"not enough variety yet: {variety}"
     spread = (preds[math.ceil(0.975 * (len(preds) - 1))] - preds[int(0.025 * (len(preds) - 1))]) / mid
     if spread <= MAX_SPREAD:
-        how = "the windows and the calibrated twin" if has_prior else "the windows"
         return True, f"identified by {how}: {variety}; a step at {STRETCH:g}x the batch within +-{spread * 50:.0f} %"
     hint = "" if has_prior else "; or calibrate: `spoc twin calibrate`"
     return False, (
         f"not enough variety yet: {variety} (a step at {STRETCH:g}x the batch is known only within "
         f"+-{spread * 50:.0f} %): busier and quieter minutes settle it{hint}"
     )
+
+
+CONTEXT_PRIOR_CV = 0.3
+"""The physical context prior's spread, relative: the bandwidth is read from whole steps (their
+fixed cost counted as reading), so the prior leans high, a little slower than the server."""
+
+
+def context_prior(windows: Sequence[PassiveWindow], kv_bytes_per_token: float | None) -> tuple[float, float] | None:
+    """The context term from what the server reports, without load: a k-token of decode context
+    reads ``kv_bytes_per_token`` x 1000 bytes, at the bandwidth its steps show (the most bytes read
+    per second of step over the windows: the busiest, where the fixed cost weighs least). (mean,
+    sd) in seconds a k-token, or None where the server reports either not (vLLM before 0.17, its
+    read-bytes counter off, or ``kv_cache_memory_bytes`` unset)."""
+    if not kv_bytes_per_token or kv_bytes_per_token <= 0:
+        return None
+    rates = [w.read_bytes / w.step_s for w in windows if w.read_bytes and w.step_s > 0]
+    if not rates:
+        return None
+    mean = kv_bytes_per_token * 1000.0 / max(rates)
+    return mean, CONTEXT_PRIOR_CV * mean
 
 
 def _drift(fit: PassiveFit, prior: StepModel, prior_sd: StepModel) -> tuple[str, ...]:

@@ -137,3 +137,30 @@ def test_a_window_comes_from_a_servers_windowed_view():
     quiet = replace(view.total, latency={**view.total.latency, "itl": LatencySummary("30s", 3, 0.01, None, None, None)})
     assert window_of(quiet, 30.0, 30.0, kv_tokens) is None
     assert set(TERMS) == {"b0", "b_decode", "b_context", "b_prefill", "b_mixed"}
+
+
+def test_the_kv_caches_read_cost_is_the_context_terms_prior_where_the_server_reports_it():
+    """Flat traffic barely moves the decode context, so the windows alone cannot see its cost (the
+    fit held it at 0 and read a headroom 41 % high on the simulator). A server that reports a
+    token's KV bytes and the bytes its steps read gives the term without load: bytes over the
+    bandwidth its steps show. The prior leans high (a step's fixed cost counts as reading), its
+    draws hold the truth, and the reason says what the number rests on."""
+    bw, kvb, weights = 1.6e12, 131_072.0, 1.6e10  # a memory-bound decode: 10 ms of weights a step
+    truth = StepModel(b0=weights / bw + 4e-4, b_prefill=2.0e-5, b_attn=0.0, b_decode=5e-5, b_context=kvb * 1000 / bw,
+                      b_mixed=0.002, a0=0.0, a_prompt=0.0)  # fmt: skip
+    for seed in (1, 2, 3):
+        flat = [
+            replace(w, read_bytes=weights + kvb * 1000 * w.context_k)
+            for w in windows(30, (8, 11), seed=seed, context=(1.4, 1.6), model=truth)
+        ]
+        alone = fit_passive([replace(w, read_bytes=None) for w in flat], kv_bytes_per_token=kvb)
+        assert alone.interval("b_context")[0] == 0.0  # the windows alone cannot tell it from nothing
+        assert fit_passive(flat).model.b_context == alone.model.b_context  # no bytes told: no prior
+        fit = fit_passive(flat, kv_bytes_per_token=kvb)
+        assert truth.b_context * 0.9 <= fit.model.b_context <= truth.b_context * 1.5, seed
+        lo, hi = fit.interval("b_context")
+        assert lo <= truth.b_context <= hi and hi - lo > 0.5 * truth.b_context  # the prior's spread is in the draws
+    quiet = [replace(w, read_bytes=weights + kvb * 1000 * w.context_k) for w in windows(30, (8, 11), seed=1,
+             context=(1.4, 1.6), model=truth, noise=0.01)]  # fmt: skip
+    fit = fit_passive(quiet, kv_bytes_per_token=kvb)
+    assert fit.identified and "the windows and the KV cache's read cost (0.0" in fit.reason, fit.reason
