@@ -83,6 +83,17 @@ class ExperimentOptions:
             return FixedRates(parse_rates(self.rate_spec))
         return parse_user_plan(self.users_spec or DEFAULT_USERS)
 
+    def rules(self) -> dict[str, Any]:
+        """How the steps run (:data:`spoc_tui.load.defaults.RULES`), as a ramp's request and a
+        prediction take them.
+
+        Raises:
+            InputError: a budget that cannot be read.
+        """
+        return dict(step_s=self.step_seconds, warmup_s=self.warmup_seconds, max_step_s=self.max_step_seconds,
+                    budget_s=self.budget_s(), arrivals=self.arrivals, spawn_rate=self.spawn_rate,
+                    seed=self.seed)  # fmt: skip
+
     def budget_s(self) -> float | None:
         """``--budget`` in seconds (None: the plan's default).
 

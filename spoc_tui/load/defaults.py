@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Literal
+from typing import Any, Literal
 
 DEFAULT_USERS = "auto"
 MAX_WORKERS = 64
@@ -78,6 +78,17 @@ class StepRules:
     def budget(self) -> float | None:
         """The load-time budget in force: ``budget_s``, else the knee search's default."""
         return budget(self.plan, self.budget_s)
+
+
+RULES = ("step_s", "warmup_s", "max_step_s", "budget_s", "arrivals", "spawn_rate", "seed")
+"""How an experiment's steps run, named alike by a ramp's request and a prediction (and copied
+from one to the other by :func:`rules`)."""
+
+
+def rules(src: object) -> dict[str, Any]:
+    """``src``'s :data:`RULES`, as keyword arguments for a :class:`RampConfig` or a
+    :class:`~spoc_tui.twin.predict.Prediction` of the same experiment."""
+    return {k: getattr(src, k) for k in RULES}
 
 
 class PoissonArrivals:

@@ -20,6 +20,7 @@ from spoc_tui.core.errors import InputError
 from spoc_tui.core.ramp.inference import infer_knee
 from spoc_tui.core.ramp.knee import find_knee
 from spoc_tui.core.ramp.steps import StepSummary
+from spoc_tui.load import defaults
 from spoc_tui.load.ramp import RampConfig
 from spoc_tui.tune.evaluate import OnEvent, TrialOutcome, TrialPlan, tokens_per_request
 from spoc_tui.twin.engine import TwinEngine
@@ -125,13 +126,7 @@ class TwinEvaluator:
             workload=r.workload,
             plan=trial.plan if trial is not None else r.plan,
             limits=tuple(r.limits),
-            step_s=r.step_s,
-            warmup_s=r.warmup_s,
-            max_step_s=r.max_step_s,
-            budget_s=r.budget_s,
-            arrivals=r.arrivals,
-            spawn_rate=r.spawn_rate,
-            seed=r.seed,
+            **defaults.rules(r),
             flags=settings,
             draws=0,
             trace=self._rows,

@@ -161,17 +161,19 @@ def si(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
+def rates(r: Roofline, share: str = " ({:.0%})") -> tuple[str, str]:
+    """The FLOP/s and B/s figures, each with its share of the GPU's peak where the GPU is known
+    (``share`` formats it)."""
+    f = si(r.flops_s, "FLOP/s") + ("" if r.flops_share is None else share.format(r.flops_share))
+    b = si(r.bytes_s, "B/s") + ("" if r.bw_share is None else share.format(r.bw_share))
+    return f, b
+
+
 def summary(r: Roofline) -> str:
     """One line for the monitor: figures, shares where the GPU is known, reading."""
     parts: list[str] = []
     if r.flops_s is not None or r.bytes_s is not None:
-        f = si(r.flops_s, "FLOP/s")
-        if r.flops_share is not None:
-            f += f" ({r.flops_share:.0%})"
-        b = si(r.bytes_s, "B/s")
-        if r.bw_share is not None:
-            b += f" ({r.bw_share:.0%})"
-        parts += [f, b]
+        parts += rates(r)
     if r.tokens_per_step is not None:
         parts.append(f"{r.tokens_per_step:.1f} tok/step")
     parts.append(r.reading)

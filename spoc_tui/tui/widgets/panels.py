@@ -13,7 +13,7 @@ from spoc_tui.core import fmt
 from spoc_tui.core.hardware.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.hardware.kernels import CLASSES, IDLE
 from spoc_tui.core.hardware.presets import GpuSpec
-from spoc_tui.core.hardware.roofline import Roofline, of_view, si
+from spoc_tui.core.hardware.roofline import Roofline, of_view, rates
 from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.metrics.vllm import LATENCY_LABELS, EngineView
 from spoc_tui.core.monitor.alerts import Alert
@@ -123,12 +123,7 @@ class RooflineTable(DiffTable):
     @staticmethod
     def _cells(label: str, r: Roofline, stale: bool) -> list[Cell]:
         style = "dim" if stale else ""
-        f = si(r.flops_s, "FLOP/s")
-        if r.flops_share is not None:
-            f += f" {r.flops_share:.0%}"
-        b = si(r.bytes_s, "B/s")
-        if r.bw_share is not None:
-            b += f" {r.bw_share:.0%}"
+        f, b = rates(r, " {:.0%}")
         ai = r.intensity
         return [
             Styled(label, style),
