@@ -60,9 +60,15 @@ think_s = 0
 """
 
 
-def workload() -> Workload:
+USERS = (8, 48)
+"""The closed-loop case: users swing between these over five minutes (they think between turns)."""
+
+
+def workload(think: bool = False) -> Workload:
+    """The profile; ``think``: the closed-loop case's users think 2-8 s after each answer."""
     path = Path(__file__).with_name(".headroom_profile.toml")
-    path.write_text(PROFILE)
+    text = PROFILE.replace("think_s = 0", 'think_s = {dist = "uniform", min = 2, max = 8}') if think else PROFILE
+    path.write_text(text)
     try:
         return load_workload(str(path))
     finally:
@@ -80,31 +86,53 @@ def swell(base: float, flat: bool) -> Callable[[float], float]:
     return lambda t: base * (0.35 + 0.65 * (0.5 + 0.5 * math.sin(2 * math.pi * t / 300.0)))
 
 
-def drive(vs: VirtualServer, rate: Callable[[float], float], seconds: float, every: float = 10.0) -> None:
-    """The rate set every ``every`` seconds as the process says (no scrape)."""
+def users_swing(t: float) -> float:
+    """The closed-loop case's users at ``t``: from 8 up to 48 and back every five minutes."""
+    lo, hi = USERS
+    return lo + (hi - lo) * (0.5 - 0.5 * math.cos(2 * math.pi * t / 300.0))
+
+
+def set_load(vs: VirtualServer, closed: bool, level: float) -> None:
+    """The load at ``level``: that many users (closed loop), or that arrival rate (open)."""
+    if closed:
+        vs.set_users(max(1, round(level)))
+    else:
+        vs.set_rate(level)
+
+
+def drive(vs: VirtualServer, load: Callable[[float], float], seconds: float, closed: bool, every: float = 10.0) -> None:
+    """The load set every ``every`` seconds as the process says (no scrape)."""
     t = vs.now
     while t < seconds - 1e-9:
-        vs.set_rate(rate(t))
+        set_load(vs, closed, load(t))
         t = min(seconds, t + every)
         vs.advance(t)
 
 
-def observe(gpu: str, seed: int, base: float, flat: bool, seconds: float, work: Workload) -> HeadroomLearner:
+def process(base: float, flat: bool, closed: bool) -> Callable[[float], float]:
+    """The observed load over time: users for the closed loop, else the arrival rate."""
+    return users_swing if closed else swell(base, flat)
+
+
+def observe(gpu: str, seed: int, base: float, flat: bool, seconds: float, work: Workload,
+            closed: bool = False) -> HeadroomLearner:  # fmt: skip
     vs = server(gpu, seed, work)
     watch = VirtualWatch([vs], window_s=60.0, interval_s=5.0)
     learner = HeadroomLearner(tuple(parse_sla(SLA)))
-    rate = swell(base, flat)
-    for _ in watch.run(seconds, before=lambda t: vs.set_rate(rate(t)) if round(t) % 10 == 0 else None):
+    load = process(base, flat, closed)
+    for _ in watch.run(seconds, before=lambda t: set_load(vs, closed, load(t)) if round(t) % 10 == 0 else None):
         learner.add(watch.now, watch.expositions[0])
     return learner
 
 
-def worst_ratio(gpu: str, seed: int, base: float, flat: bool, speed: float, work: Workload) -> float:
-    """The traffic at ``speed`` times its rate on a fresh server: the worse of TTFT p99 and ITL
-    p99 over their limits, over the window after the first minute."""
+def worst_ratio(gpu: str, seed: int, base: float, flat: bool, speed: float, work: Workload,
+                closed: bool = False) -> float:  # fmt: skip
+    """The traffic at ``speed`` times its rate (closed loop: ``speed`` times the users) on a fresh
+    server: the worse of TTFT p99 and ITL p99 over their limits, over the window after the first
+    minute."""
     vs = server(gpu, seed + 7919, work)
-    rate = swell(base, flat)
-    drive(vs, lambda t: speed * rate(t), TRUTH_S)
+    load = process(base, flat, closed)
+    drive(vs, lambda t: speed * load(t), TRUTH_S, closed)
     window = vs.window(60.0, TRUTH_S)
     limits = tuple(parse_sla(SLA))
     step = summarize_step(1, 1, window, TRUTH_S - 60.0, limits, open_loop=True)
@@ -120,11 +148,14 @@ def worst_ratio(gpu: str, seed: int, base: float, flat: bool, speed: float, work
     return max(ratios)
 
 
-def measured_knee(gpu: str, seed: int, base: float, flat: bool, work: Workload) -> float:
+def measured_knee(gpu: str, seed: int, base: float, flat: bool, work: Workload, closed: bool = False) -> float:
+    def ratio(speed: float) -> float:
+        return worst_ratio(gpu, seed, base, flat, speed, work, closed)
+
     lo, hi = None, None
     s = 1.0
     while s <= 64:
-        if worst_ratio(gpu, seed, base, flat, s, work) <= 1.0:
+        if ratio(s) <= 1.0:
             lo = s
             s *= 2
         else:
@@ -134,52 +165,65 @@ def measured_knee(gpu: str, seed: int, base: float, flat: bool, work: Workload) 
         return math.inf
     if lo is None:
         lo = hi / 2
-        while lo > 1 / 64 and worst_ratio(gpu, seed, base, flat, lo, work) > 1.0:
+        while lo > 1 / 64 and ratio(lo) > 1.0:
             hi, lo = lo, lo / 2
     while hi / lo > 1.03:
         mid = math.sqrt(lo * hi)
-        if worst_ratio(gpu, seed, base, flat, mid, work) <= 1.0:
+        if ratio(mid) <= 1.0:
             lo = mid
         else:
             hi = mid
     return math.sqrt(lo * hi)
 
 
+def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s: float, closed: bool = False,
+        flat: bool = False) -> tuple[bool, float]:  # fmt: skip
+    """One case on one seed: the headroom after ``observe_s`` of the load, then the knee measured;
+    printed, and (interval holds the knee, point error %) returned."""
+    t0 = time.process_time()
+    learner = observe(gpu, seed, base, flat, observe_s, work, closed)
+    fed = time.process_time() - t0
+    t0 = time.process_time()
+    h = learner.estimate(seed=seed, draws=1 if smoke else 4, replay_s=30.0 if smoke else 120.0)
+    cost = time.process_time() - t0
+    truth = measured_knee(gpu, seed, base, flat, work, closed) if not smoke else math.nan
+    lo, hi = h.ci95
+    inside = h.identified and (lo is None or lo <= truth) and (hi is None or truth <= hi)
+    err = abs(h.estimate - truth) / truth * 100 if h.estimate and truth and math.isfinite(truth) else math.nan
+    what = "closed loop, users x" if closed else "flat traffic" if flat else gpu
+    print(f"  {what} seed {seed}: {h.line()}")
+    print(f"    measured knee x{truth:.3g}; inside: {inside}; error {err:.0f} %; seats seen {learner.seats}; "
+          f"CPU: {fed:.1f} s to read {observe_s:.0f} s of scrapes, {cost:.1f} s for the headroom")  # fmt: skip
+    return inside, err
+
+
 def main() -> int:
     smoke = "--smoke" in sys.argv
     seeds = 1 if smoke else next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--seeds=")), 5)
+    cases = next((a.split("=")[1].split(",") for a in sys.argv if a.startswith("--cases=")), ["open", "closed", "flat"])
     presets = dict(list(PRESETS.items())[:1]) if smoke else PRESETS
     observe_s = 330.0 if smoke else OBSERVE_S
-    work = workload()
+    work, closed_work = workload(), workload(think=True)
     print(f"live headroom vs the measured knee: SLA {SLA}, max-num-seqs {SEATS} (not told), {observe_s:.0f} s observed")
     summary: dict[str, list[tuple[bool, float]]] = {}
-    for gpu, base in presets.items():
+    if "open" in cases:
+        for gpu, base in presets.items():
+            for seed in range(1, seeds + 1):
+                summary.setdefault(gpu, []).append(one(gpu, seed, base, work, smoke, observe_s))
+    gpu, base = next(iter(PRESETS.items()))
+    if "closed" in cases:  # users swinging 8-48, thinking 2-8 s; the knee in multiples of the users
         for seed in range(1, seeds + 1):
-            t0 = time.process_time()
-            learner = observe(gpu, seed, base, False, observe_s, work)
-            fed = time.process_time() - t0
-            t0 = time.process_time()
-            h = learner.estimate(seed=seed, draws=1 if smoke else 4, replay_s=30.0 if smoke else 120.0)
-            cost = time.process_time() - t0
-            truth = measured_knee(gpu, seed, base, False, work) if not smoke else math.nan
-            lo, hi = h.ci95
-            inside = h.identified and (lo is None or lo <= truth) and (hi is None or truth <= hi)
-            err = abs(h.estimate - truth) / truth * 100 if h.estimate and truth and math.isfinite(truth) else math.nan
-            summary.setdefault(gpu, []).append((inside, err))
-            print(f"  {gpu} seed {seed}: {h.line()}")
-            print(f"    measured knee x{truth:.3g}; inside: {inside}; error {err:.0f} %; seats seen {learner.seats}; "
-                  f"CPU: {fed:.1f} s to read {observe_s:.0f} s of scrapes, {cost:.1f} s for the headroom")  # fmt: skip
+            summary.setdefault(f"{gpu}, closed loop", []).append(
+                one(gpu, seed, base, closed_work, smoke, observe_s, True)
+            )
     if not smoke:
-        for gpu, rows in summary.items():
+        for name, rows in summary.items():
             held = sum(1 for ok, _ in rows if ok)
             errs = [e for _, e in rows if math.isfinite(e)]
             med = statistics.median(errs) if errs else math.nan
-            print(f"{gpu}: interval holds the measured knee {held}/{len(rows)}; median point error {med:.0f} %")
-        gpu, base = next(iter(PRESETS.items()))
-        learner = observe(gpu, 1, base, True, OBSERVE_S, work)
-        h = learner.estimate(seed=1)
-        truth = measured_knee(gpu, 1, base, True, work)
-        print(f"flat traffic ({gpu}): {h.line()}; measured knee x{truth:.3g}")
+            print(f"{name}: interval holds the measured knee {held}/{len(rows)}; median point error {med:.0f} %")
+        if "flat" in cases:
+            one(gpu, 1, base, work, smoke, OBSERVE_S, flat=True)
     return 0
 
 

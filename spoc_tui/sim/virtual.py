@@ -198,14 +198,14 @@ class VirtualServer:
             else:
                 u.busy = False
 
-    def _arrive(self) -> None:
+    def _arrive(self, at: float) -> None:
         if self._idle:
             u = self._idle.pop(self.rng.randrange(len(self._idle)))
         else:
             u = _User(len(self._users), random.Random(self.rng.random()), open=True)
             self._users.append(u)
         u.busy = True
-        self._send(u)
+        self._send(u, at)
 
     def _push(self, at: float, idx: int) -> None:
         self._seq += 1
@@ -217,7 +217,14 @@ class VirtualServer:
             self._system[n] = [r.randrange(1 << 24) for _ in range(n)]
         return self._system[n]
 
-    def _send(self, u: _User) -> None:
+    def _send(self, u: _User, at: float) -> None:
+        """``u``'s next turn, sent at ``at``: when its think time ended or its arrival was due, which
+        may lie inside the engine step that just ran (the users are read between steps). The
+        request counts from then, and reaches the engine its time outside later, at the step
+        boundary after that: a request a real server is sent mid-step waits for the step to end
+        (counted from the boundary instead, TTFT read that wait short, 13 ms against the real-time
+        simulator's 25 ms on chat turns; and a twin's time outside, however short, then waited a
+        whole step: 29 ms)."""
         if not u.open and u.idx >= self._active:  # stopped while thinking
             u.busy = False
             return
@@ -231,7 +238,7 @@ class VirtualServer:
             wait = jitter(u.rng, u.last_s, think, self.lockstep)
             if wait > 0:
                 u.waited = True
-                self._push(self.now + wait, u.idx)
+                self._push(at + wait, u.idx)
                 return
         u.waited = False
         u.history = u.history + [u.rng.randrange(1 << 24) for _ in range(t.user_tokens)] + [0] * TEMPLATE_TOKENS
@@ -239,28 +246,28 @@ class VirtualServer:
         if room < 1:  # the conversation outgrew the context: start a new one
             u.turn = len(u.turns)
             if u.open:
-                self._send(u)
+                self._send(u, at)
             else:
-                self._push(self.now, u.idx)
+                self._push(at, u.idx)
             return
         max_tokens = min(t.output_tokens, room)
-        u.start, u.tokens = self.now, []
+        u.start, u.tokens = at, []
+        delay = self.engine.outside_s(len(u.history))
         req = SimRequest(
             rid=f"u{u.idx}-{u.conversation}-{u.turn}",
             prompt=list(u.history),
             max_tokens=max_tokens,
             target_tokens=max_tokens if self.ignore_eos else self.engine.sample_output_len(max_tokens),
-            arrival=self.now,
+            arrival=at + delay,
             on_token=partial(_token, u),
             on_finish=partial(self._finished, u),
             out_seed=u.rng.randrange(1 << 30),
         )
         if not u.open:
             u.in_flight = True
-        delay = self.engine.outside_s(len(req.prompt))
-        if delay > 0:
+        if at + delay > self.now:
             self._seq += 1
-            heapq.heappush(self._pending, (self.now + delay, self._seq, req))
+            heapq.heappush(self._pending, (at + delay, self._seq, req))
         else:
             self.engine.add(req)
 
@@ -312,10 +319,10 @@ class VirtualServer:
         eng = self.engine
         while self.now < until:
             while self._heap and self._heap[0][0] <= self.now:
-                _, _, idx = heapq.heappop(self._heap)
-                self._send(self._users[idx])
+                at, _, idx = heapq.heappop(self._heap)
+                self._send(self._users[idx], at)
             while self._next_arrival is not None and self._next_arrival <= self.now:
-                self._arrive()
+                self._arrive(self._next_arrival)
                 self._next_arrival += self.rng.expovariate(self.rate)
             while self._pending and self._pending[0][0] <= self.now:
                 eng.add(heapq.heappop(self._pending)[2])

@@ -278,3 +278,28 @@ def test_a_second_ramp_into_the_same_folder_keeps_the_first(tmp_path):
     (kept,) = out.glob("previous-*")
     assert kept.name == second.kept and (kept / "ramp.json").exists()
     assert "a#1" in (kept / "requests.jsonl").read_text() and "a#1" not in (out / "requests.jsonl").read_text()
+
+
+def test_a_turn_counts_from_when_it_was_sent_not_from_the_next_step():
+    """The virtual users are read between engine steps, so a turn whose think time ends inside a
+    step is handled at the step's end. It counts from when it was sent, and a request's time
+    outside the engine is added to that: 2 ms outside adds about 2 ms to TTFT, not a whole step.
+    Before, a turn counted from the step boundary (TTFT read short of the wait for the running
+    step) and any time outside then waited a whole step (a twin's 1.5 ms read 14 ms more)."""
+    import statistics
+    from dataclasses import replace
+
+    from spoc_tui.twin.predict import Prediction, run_ramp
+    from tests.unit.test_twin_fit import twin
+
+    tw = twin()
+    ttft = {}
+    for a0 in (0.0, 0.002):
+        p = Prediction(twin=tw, workload=load_workload("chatbot"), plan=FixedUsers([16]), limits=(), step_s=120,
+                       warmup_s=20, seed=3, draws=0)  # fmt: skip
+        runs = run_ramp(p, replace(tw.fit, a0=a0, a_prompt=0.0), 3)
+        ttft[a0] = statistics.fmean(s.ttft for s in runs[0].window if s.ok and s.ttft is not None)
+    step = tw.fit.b0 + tw.fit.b_decode * 8
+    assert 0.001 < ttft[0.002] - ttft[0.0] < 0.004 and ttft[0.002] - ttft[0.0] < 0.5 * step, (ttft, step)
+    # and with nothing outside, TTFT holds the wait for the step running when the turn was sent
+    assert ttft[0.0] > tw.fit.b0 * 1.2, ttft
