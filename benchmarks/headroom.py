@@ -7,6 +7,14 @@ The monitor's passive learner (``spoc_tui.twin.headroom``) reads the simulator's
 every 5 s as ``spoc monitor`` would (``spoc_tui.sim.watch``) and then says its headroom: the
 speed multiple of that traffic where the first SLA limit breaks, with its 95 % interval.
 
+A second case, closed loop: users that think 2-8 s between turns, swinging between 8 and 48
+every five minutes on the A100; the knee is then the multiple of the users (8s to 48s) where the
+SLA breaks, the unit a users search reads. A third, flat traffic (a constant rate), where the
+learner must say it cannot identify the step time yet, or give an interval that holds the knee.
+
+The L40S's base rate is 2 requests/s (it was 1 until 2026-11-29: its knee then lay at x9.4-9.8,
+against the x10 a headroom says at most, so the case measured the cap more than the estimate).
+
 The truth is measured on the simulator itself, not on any twin: the same traffic process at s
 times its rate, ten minutes on a fresh server for each s tried (doubling from x1, then bisecting
 to 3 %), its whole window's TTFT p99 and ITL p99 judged against the SLA; the knee is where the
@@ -18,8 +26,8 @@ holds it and the point's error; then per preset the share held and the median er
 the knee inside the interval, the point within 15 %). Then the flat case (a constant rate): the
 learner must say it cannot identify the step time yet, or give an interval that holds the knee.
 
-Usage: python benchmarks/headroom.py [--seeds N] (make bench: 5 seeds, two presets);
-``--smoke``: one preset, one seed, a shorter observation (checks that it runs).
+Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat] (make bench: 5 seeds,
+every case); ``--smoke``: one preset, one seed, a shorter observation (checks that it runs).
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from spoc_tui.workload import Workload, load_workload  # noqa: E402
 
 SLA = "ttft_p99<=2s,itl_p99<=100ms"
 SEATS = 48
-PRESETS = {"a100-80gb": 2.0, "l40s": 1.0}
+PRESETS = {"a100-80gb": 2.0, "l40s": 2.0}
 """GPU preset -> base rate (requests/s) of the observed traffic."""
 OBSERVE_S = 600.0
 TRUTH_S = 600.0
