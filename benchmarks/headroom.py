@@ -53,6 +53,8 @@ from spoc_tui.twin.predict import figure  # noqa: E402
 from spoc_tui.workload import Workload, load_workload  # noqa: E402
 
 SLA = "ttft_p99<=2s,itl_p99<=100ms"
+REAL_SLA = "ttft_p99<=1s,itl_p99<=50ms"
+"""The real case's SLA (the tiny model on two CPU cores)."""
 SEATS = 48
 PRESETS = {"a100-80gb": 2.0, "l40s": 2.0}
 """GPU preset -> base rate (requests/s) of the observed traffic."""
@@ -205,8 +207,142 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
     return inside, err
 
 
+REAL_SEATS = 8
+"""The real case's max-num-seqs (not told to the learner)."""
+REAL_PERIOD_S = 120.0
+"""The real case's swell: one period every two minutes, so a 120 s step of the knee search covers
+a whole period at any speed from x1."""
+
+
+def real_trace(path: Path, base: float, seconds: float, seed: int) -> Path:
+    """The real case's traffic as a spoc trace: Poisson arrivals at a rate swelling between 35 % and
+    100 % of ``base`` every :data:`REAL_PERIOD_S`, prompts and answers lognormal (medians 200 and
+    64 tokens), no shared prefix."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+
+    def rate(t: float) -> float:
+        return base * (0.35 + 0.65 * (0.5 + 0.5 * math.sin(2 * math.pi * t / REAL_PERIOD_S)))
+
+    t, rows = 0.0, [json.dumps({"spoc_trace": 1})]
+    while True:
+        t += rng.expovariate(base)
+        if t >= seconds:
+            break
+        if rng.random() > rate(t) / base:  # thinning: a Poisson process of the swelling rate
+            continue
+        n_in = max(8, min(1500, round(rng.lognormvariate(math.log(200), 0.5))))
+        n_out = max(4, min(400, round(rng.lognormvariate(math.log(64), 0.5))))
+        rows.append(json.dumps({"t": round(t, 3), "input_tokens": n_in, "output_tokens": n_out}))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budget: str) -> int:
+    """The same on the real-engine tier's vLLM CPU server (tiny Llama, max-num-seqs
+    :data:`REAL_SEATS`): ``observe_s`` of the swelling trace replayed at x1 (``spoc ramp --trace T
+    --speed 1``) while the learner reads ``/metrics`` every 5 s in real time; the headroom; then
+    ``spoc ramp --trace T --speed auto`` measures the knee in the same unit. The host's own drift
+    beside it: one fixed request's decode gap before the observation, after it and after the knee
+    search."""
+    import subprocess
+    import tempfile
+
+    import httpx
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from realengine import NOT_SET_UP, ready, vllm_server
+
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.core.results import read_ramp
+    from spoc_tui.procs.ports import free_ports
+
+    if not ready():
+        print(NOT_SET_UP, file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="headroom-real-"))
+    (port,) = free_ports(1)
+    server = vllm_server(work / "vllm.log", port, "--max-num-seqs", str(REAL_SEATS), guard=True)
+    server.start(timeout=300)
+    url = f"http://127.0.0.1:{port}"
+    spoc = [sys.executable, "-m", "spoc_tui.cli"]
+    try:
+        trace = real_trace(work / "traffic.jsonl", base, observe_s + 60.0, seed)
+        drift = [reference(url)]
+        learner = HeadroomLearner(tuple(parse_sla(sla)), max_model_len=2048)
+        observed = subprocess.Popen(
+            [*spoc, "ramp", "--url", url, "--trace", str(trace), "--speed", "1", "--step-seconds", str(observe_s),
+             "--warmup-seconds", "10", "--sla", sla, "--out", str(work / "observed")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        t0 = time.monotonic()
+        fed = 0.0
+        with httpx.Client(timeout=5.0) as client:
+            while observed.poll() is None:
+                t = time.monotonic() - t0
+                c0 = time.process_time()
+                learner.add(t, parse_text(client.get(f"{url}/metrics").text))
+                fed += time.process_time() - c0
+                time.sleep(max(0.0, 5.0 - (time.monotonic() - t0 - t)))
+        if observed.returncode:
+            print(f"spoc ramp --speed 1 failed:\n{(observed.stderr.read() if observed.stderr else '')[-2000:]}")
+            return 1
+        drift.append(reference(url))
+        c0 = time.process_time()
+        h = learner.estimate(seed=seed)
+        cost = time.process_time() - c0
+        print(f"  real vLLM CPU seed {seed}: {h.line()}")
+        r = subprocess.run(
+            [*spoc, "ramp", "--url", url, "--trace", str(trace), "--speed", "auto", "--step-seconds", str(step_s),
+             "--warmup-seconds", "10", "--budget", budget, "--sla", sla, "--out", str(work / "knee")],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        drift.append(reference(url))
+        if r.returncode not in (0, 1):
+            print(f"spoc ramp --speed auto failed:\n{r.stderr[-2000:]}")
+            return 1
+        inferred = read_ramp(work / "knee").knee.inferred
+        m, (mlo, mhi) = (inferred.estimate, inferred.ci95) if inferred is not None else (None, (None, None))
+        lo, hi = h.ci95
+        inside = h.identified and m is not None and (lo is None or lo <= m) and (hi is None or m <= hi)
+        err = abs(h.estimate - m) / m * 100 if h.estimate and m else math.nan
+        moves = ", ".join(f"{100 * (d / drift[0] - 1):+.0f} %" for d in drift[1:])
+        print(f"    measured knee x{m} (95 %: {mlo}-{mhi}); inside: {inside}; error {err:.0f} %; seats seen "
+              f"{learner.seats}; the host's drift (one request's decode gap, {drift[0] * 1e3:.2f} ms before): "
+              f"{moves} after the observation and after the knee search; CPU {fed:.1f} s to read the scrapes, "
+              f"{cost:.1f} s for the headroom; files in {work}")  # fmt: skip
+    finally:
+        server.stop()
+    return 0
+
+
+def reference(url: str) -> float:
+    """One fixed request's mean decode gap (64 tokens of a 32-token prompt, alone), seconds."""
+    import httpx
+
+    body = {"model": "tiny", "prompt": "hello " * 32, "max_tokens": 64, "ignore_eos": True, "stream": True,
+            "temperature": 0}  # fmt: skip
+    gaps: list[float] = []
+    last = None
+    with httpx.Client(timeout=60.0) as client, client.stream("POST", f"{url}/v1/completions", json=body) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                now = time.perf_counter()
+                if last is not None:
+                    gaps.append(now - last)
+                last = now
+    return statistics.median(gaps) if gaps else math.nan
+
+
 def main() -> int:
     smoke = "--smoke" in sys.argv
+    if "--real" in sys.argv:  # make bench only: half an hour of the real server in real time
+        arg = {a.split("=")[0]: a.split("=")[1] for a in sys.argv if "=" in a}
+        return real(int(arg.get("--seed", "1")), float(arg.get("--base", "4")), arg.get("--sla", REAL_SLA),
+                    float(arg.get("--observe", str(OBSERVE_S))), float(arg.get("--step", "120")),
+                    arg.get("--budget", "20m"))  # fmt: skip
     seeds = 1 if smoke else next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--seeds=")), 5)
     cases = next((a.split("=")[1].split(",") for a in sys.argv if a.startswith("--cases=")), ["open", "closed", "flat"])
     presets = dict(list(PRESETS.items())[:1]) if smoke else PRESETS

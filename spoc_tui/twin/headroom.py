@@ -35,6 +35,7 @@ from spoc_tui.core.metrics.vllm import (
     REQUEST_PROMPT_TOKENS,
     Scrape,
     cache_config,
+    kv_use_and_steps,
     server_view,
     windowed_histogram,
 )
@@ -344,6 +345,9 @@ class HeadroomLearner:
         """Requests finished in each recent window (the arrivals' burstiness)."""
         self.seats: int | None = None
         """The server's max-num-seqs, once a queue showed it."""
+        self._kv_acc: list[float] = [0.0, 0.0, 0.0, 0]
+        """The KV gauge over the window's scrapes: sum weighted by steps, steps, plain sum, scrapes."""
+        self._kv_steps: float | None = None
         self.kv_tokens: int | None = None
         self.kv_bytes_per_token: float | None = None
         """A token's KV on one GPU, bytes (``kv_cache_memory_bytes`` over the cache's tokens)."""
@@ -355,6 +359,7 @@ class HeadroomLearner:
     def add(self, t: float, exp: Exposition) -> None:
         """One scrape of the server at ``t`` (the monitor's clock). Only one every ``window_s`` is
         read (the monitor scrapes every second; the others cost a comparison)."""
+        self._kv_use(exp)
         if self._marks and t - self._marks[-1][0] < self.window_s - 1e-6:
             return
         cc = cache_config(exp)
@@ -378,7 +383,7 @@ class HeadroomLearner:
         total = view.total
         self.model = self.model or next(iter(view.model_names), "")
         self.engine_version = view.engine_version or self.engine_version
-        win = window_of(total, t - t_last, t, self.kv_tokens)
+        win = window_of(total, t - t_last, t, self.kv_tokens, self._kv_mean())
         if win is not None:
             self.windows.append(win)
         if total.request_rate is not None:  # requests finished in the window (a restart's reset counted)
@@ -390,6 +395,26 @@ class HeadroomLearner:
         self._marks.append((t, exp))
         while len(self._marks) > 2 and t - self._marks[1][0] >= self.traffic_s - 1e-6:
             self._marks.popleft()
+
+    def _kv_use(self, exp: Exposition) -> None:
+        """Every scrape's KV gauge, weighted by the engine steps since the scrape before (the
+        window's decode context is a mean over its steps; idle stretches weigh nothing)."""
+        kv, steps = kv_use_and_steps(exp)
+        last, self._kv_steps = self._kv_steps, steps
+        if kv is None:
+            return
+        w = steps - last if steps is not None and last is not None and steps >= last else 0.0
+        self._kv_acc[0] += kv * w
+        self._kv_acc[1] += w
+        self._kv_acc[2] += kv
+        self._kv_acc[3] += 1
+
+    def _kv_mean(self) -> float | None:
+        """The KV gauge over the window just closed (over its steps; without steps, its scrapes),
+        then a fresh window."""
+        kvw, w, kv, n = self._kv_acc
+        self._kv_acc = [0.0, 0.0, 0.0, 0]
+        return kvw / w if w > 0 else kv / n if n else None
 
     def fit(self, seed: int = 0) -> PassiveFit:
         prior = self.prior.fit if self.prior is not None else None

@@ -87,7 +87,9 @@ class PassiveWindow:
         return (1.0, self.decodes, self.context_k, self.prefill, self.mixed)
 
 
-def window_of(view: EngineView, seconds: float, t: float, kv_tokens: int | None) -> PassiveWindow | None:
+def window_of(
+    view: EngineView, seconds: float, t: float, kv_tokens: int | None, kv_use: float | None = None
+) -> PassiveWindow | None:
     """One window from a server's windowed view, or None when it cannot be one: no steps or no
     inter-token gaps in it (an idle window says nothing of the step time), too few gaps, or a
     server that does not report its steps or its KV cache's size.
@@ -96,12 +98,17 @@ def window_of(view: EngineView, seconds: float, t: float, kv_tokens: int | None)
         seconds: the window's length.
         kv_tokens: the KV cache's size in tokens (``num_gpu_blocks x block_size`` of
             ``vllm:cache_config_info``).
+        kv_use: the KV cache's use over the window's steps (0-1), where the caller averaged it
+            over the window's scrapes; else the view's, the gauge at the window's end: one
+            instant, whose noise dilutes the context term towards 0 (at a few sequences the
+            gauge reads 0 whenever the scrape lands between requests).
     """
     itl = view.latency.get("itl")
     steps_rate, gen_rate = view.steps_rate, view.generation_tokens_rate
     if itl is None or itl.mean is None or not itl.count or itl.count < MIN_ITL_GAPS:
         return None
-    if not steps_rate or steps_rate <= 0 or gen_rate is None or not kv_tokens or view.kv_cache_usage is None:
+    kv = kv_use if kv_use is not None else view.kv_cache_usage
+    if not steps_rate or steps_rate <= 0 or gen_rate is None or not kv_tokens or kv is None:
         return None
     # the tokens generated less each request's first (its prefill made it, not a decode step):
     # the inter-token gaps against the first tokens in the window
@@ -118,7 +125,7 @@ def window_of(view: EngineView, seconds: float, t: float, kv_tokens: int | None)
         step_s=itl.mean,
         gaps=itl.count,
         decodes=gen_rate * decode_share / steps_rate,
-        context_k=view.kv_cache_usage * kv_tokens / 1000.0,
+        context_k=kv * kv_tokens / 1000.0,
         prefill=prompt_rate * (1.0 - min(1.0, max(0.0, hit))) / steps_rate,
         mixed=min(1.0, requests / steps_rate),
         read_bytes=read / steps_rate if read else None,

@@ -241,3 +241,32 @@ def test_the_interval_always_holds_its_own_point():
     assert holding(2.0, (3.6, 6.9)) == (2.0, 6.9)
     assert holding(5.0, (3.6, 6.9)) == (3.6, 6.9)
     assert holding(5.0, (None, 6.9)) == (None, 6.9) and holding(8.0, (4.0, None)) == (4.0, None)
+
+
+def test_a_windows_kv_use_is_the_gauge_over_its_steps_not_its_last_instant():
+    """The decode context of a window is a mean over its steps, and the KV gauge is one instant: at
+    a few sequences the last scrape often lands between requests and reads 0. The learner weighs
+    every scrape's gauge by the engine steps since the scrape before; an idle stretch weighs
+    nothing, and where no steps are counted the scrapes count alike."""
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.core.metrics.vllm import kv_use_and_steps
+    from spoc_tui.twin.headroom import HeadroomLearner
+    from tests.conftest import fixture_text
+
+    def exp(kv: float, steps: float | None) -> object:
+        text = f'vllm:kv_cache_usage_perc{{engine="0"}} {kv}\n'
+        if steps is not None:
+            text += f'vllm:iteration_tokens_total_count{{engine="0"}} {steps}\n'
+        return parse_text(text)
+
+    learner = HeadroomLearner(())
+    for kv, steps in ((0.1, 0), (0.2, 100), (0.4, 400), (0.0, 400)):  # 100 steps at 0.2, 300 at 0.4, idle
+        learner._kv_use(exp(kv, steps))
+    assert learner._kv_mean() == pytest.approx((0.2 * 100 + 0.4 * 300) / 400)
+    assert learner._kv_mean() is None  # a fresh window
+    for kv in (0.2, 0.4):
+        learner._kv_use(exp(kv, None))
+    assert learner._kv_mean() == pytest.approx(0.3)
+    # vLLM 0.32's own scrape: the gauge and the steps as it reports them
+    kv, steps = kv_use_and_steps(parse_text(fixture_text("vllm/vllm_0.32_cpu_full_load.txt")))
+    assert kv is not None and 0.0 <= kv <= 1.0 and steps is not None and steps > 0

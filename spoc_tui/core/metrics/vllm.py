@@ -120,6 +120,17 @@ def _first_present(exp: Exposition, names: Sequence[str], suffixes: Sequence[str
     return None
 
 
+def kv_use_and_steps(exp: Exposition) -> tuple[float | None, float | None]:
+    """From one scrape alone: the KV cache's use now (the mean over engines, 0-1) and the engine
+    steps so far (``iteration_tokens``' count, summed); None where the server reports either not.
+    Cheap enough for every scrape: a learner averages the KV gauge over a window's steps with it,
+    where the window's last scrape alone is one instant."""
+    kv_name = _first_present(exp, KV_USAGE)
+    kv = [v for v in exp.get(kv_name).values() if v == v] if kv_name else []
+    steps = exp.get(ITERATION_TOKENS[0] + "_count")
+    return (sum(kv) / len(kv) if kv else None), (sum(steps.values()) if steps else None)
+
+
 @dataclass(frozen=True, slots=True)
 class Scrape:
     """One replica's current exposition and, when there is one, a baseline for the window."""
