@@ -33,6 +33,7 @@ every case); ``--smoke``: one preset, one seed, a shorter observation (checks th
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import sys
 import time
@@ -246,7 +247,7 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
     --speed 1``) while the learner reads ``/metrics`` every 5 s in real time; the headroom; then
     ``spoc ramp --trace T --speed auto`` measures the knee in the same unit. The host's own drift
     beside it: one fixed request's decode gap before the observation, after it and after the knee
-    search."""
+    search. The server runs on core 0, the load generator and the learner on core 1."""
     import subprocess
     import tempfile
 
@@ -264,10 +265,13 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
         return 2
     work = Path(tempfile.mkdtemp(prefix="headroom-real-"))
     (port,) = free_ports(1)
-    server = vllm_server(work / "vllm.log", port, "--max-num-seqs", str(REAL_SEATS), guard=True)
+    # the server on core 0, everything else on core 1 (as twin_accuracy.py): the load generator's
+    # CPU would otherwise slow the server it measures, and an OpenMP thread descheduled stalls a step
+    server = vllm_server(work / "vllm.log", port, "--max-num-seqs", str(REAL_SEATS), core=0, guard=True)
     server.start(timeout=300)
+    os.sched_setaffinity(0, {1})
     url = f"http://127.0.0.1:{port}"
-    spoc = [sys.executable, "-m", "spoc_tui.cli"]
+    spoc = ["taskset", "-c", "1", sys.executable, "-m", "spoc_tui.cli"]
     try:
         trace = real_trace(work / "traffic.jsonl", base, observe_s + 60.0, seed)
         drift = [reference(url)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from spoc_tui.core.hardware.capacity import IterationCost
@@ -75,7 +75,13 @@ class TwinEngine(SimEngine):
         seed: int = 0,
         jitter: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        answer_lengths: Sequence[int] | None = None,
     ) -> None:
+        """
+        Args:
+            answer_lengths: the answers' lengths to draw from (a bootstrap resample of the
+                twin's, for a draw of the prediction); the twin's own by default.
+        """
         server = twin.server.with_flags(flags) if flags else twin.server
         super().__init__(engine_config(server, speed, seed), gpus=[], clock=clock)
         self.twin = twin
@@ -93,12 +99,13 @@ class TwinEngine(SimEngine):
         self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
         self._jitter_rng = random.Random(seed * 7_919 + 17)
         self._shared_blocks = SharedBlocks()
+        self.answer_lengths = tuple(answer_lengths) if answer_lengths is not None else twin.answer_lengths
 
     def sample_output_len(self, max_tokens: int) -> int:
         """An answer's length when the request lets the server stop at EOS: one of the lengths
         the twin learned (:attr:`Twin.answer_lengths`), capped at what the request asks; as long
         as asked where it learned none."""
-        lengths = self.twin.answer_lengths
+        lengths = self.answer_lengths
         if not lengths:
             return max_tokens
         return max(1, min(max_tokens, lengths[self.rng.randrange(len(lengths))]))

@@ -531,6 +531,18 @@ def test_a_twin_that_learned_its_answers_lengths_predicts_with_them_and_says_so(
         res = predict(p)
         out[name] = (res.steps[0].latency.e2e.p50, res.notes)
     assert out["taught"][0] < 0.8 * out["plain"][0], out
+
+    # each draw of the prediction answers from a resample of the lengths (a few dozen answers
+    # say their median only roughly), so E2E's interval carries that; the fit's run the lengths
+    from collections import Counter
+
+    from spoc_tui.twin.predict import _virtual
+
+    p = Prediction(twin=taught, workload=chat, plan=FixedUsers([8]), limits=(), draws=2, seed=3)
+    assert _virtual(p, taught.fit, 3)[0].answer_lengths == taught.answer_lengths
+    drawn = [_virtual(p, taught.fit, seed, resample_answers=True)[0].answer_lengths for seed in (1, 2)]
+    assert drawn[0] != drawn[1] and all(len(d) == 50 and set(d) <= set(taught.answer_lengths) for d in drawn)
+    assert all(max(Counter(d).values()) > 10 for d in drawn)  # drawn with replacement
     assert any("answers stop at EOS, their lengths from answers of a test" in n for n in out["taught"][1])
     assert any("every answer as long as asked" in n for n in out["plain"][1])
 
