@@ -70,8 +70,9 @@ ANSWERS_SHARE = 0.45
 """Of the closing load's share of the budget, what learning the answers' lengths takes (0.3 until
 2026-11-29: two waves, 32 answers, on the simulated A100 with a 180 s budget, whose median read
 the server's answers 20 % short in one calibration)."""
-ANSWER_WAVE = 16
-"""Answers asked at once while learning their lengths."""
+ANSWER_WAVE = 32
+"""Answers asked at once while learning their lengths (at most the server's seats). A wave lasts as
+long as its longest answer: at 16 a wave, the simulated A100's 180 s calibration learned 32."""
 ANSWER_MAX_TOKENS = 1024
 """The longest answer asked for while learning their lengths (longer ones count as this)."""
 ENDPOINTS = ("chat", "completions")
@@ -625,7 +626,7 @@ class Calibrator:
         while True:
             got = await asyncio.gather(*(self._stream(c, 64, max_tokens, eos=True) for _ in range(wave)))
             out += [s.completion_tokens for s in got if s.error is None and s.completion_tokens]
-            if time.perf_counter() >= end or len(out) >= 8 * ANSWER_WAVE:
+            if time.perf_counter() >= end or len(out) >= 4 * ANSWER_WAVE:
                 return out
 
     async def load(self, c: httpx.AsyncClient, users: int, seconds: float, max_prompt: int) -> list[Stream]:

@@ -85,8 +85,11 @@ twin, 1-25 s of CPU by the traffic's weight (benchmarks/README.md, live headroom
 waits until the last one's CPU is this share of the time since it began (a 24 s estimate: the
 next 80 minutes on), never sooner than :data:`LIVE_REFRESH_S`. The monitor itself takes about
 0.7 % of a core (benchmarks/monitor_cpu.py): with this, at most 1.2 %, under issue 52's 1.5 %."""
-LIVE_DRAWS = 2
-"""Bootstrap draws of the fit an estimate replays beside the fit itself (in the monitor)."""
+LIVE_DRAWS = 4
+"""Bootstrap draws of the fit an estimate replays beside the fit itself (in the monitor). Two said
+little: the 95 % range of two draws is their mean +- 15.6 standard deviations
+(:func:`~spoc_tui.twin.predict.draws_interval`); four, +- 3.6. The estimates' CPU budget is
+unchanged (the next waits longer)."""
 LIVE_REPLAY_S = 60.0
 """Seconds of traffic an estimate replays at x1 (in the monitor)."""
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from spoc_tui.core.confidence import Interval
+from spoc_tui.core.confidence import Interval, t_quantile
 from spoc_tui.core.ramp.experiment import Driver, Experiment, RampProgress, Replayed, experiment_of, run_now
 from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
 from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, Knee, SpeedSearch, UserPlan, find_knee
@@ -332,8 +333,9 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
         ests = [k for k in knees if k is not None]
         lo, hi = inf.ci95
         if ests:
-            lo = min(float(np.percentile(ests, 2.5)), lo if lo is not None else math.inf)
-            hi = max(float(np.percentile(ests, 97.5)), hi if hi is not None else -math.inf)
+            dlo, dhi = draws_interval(ests)
+            lo = min(dlo, lo if lo is not None else math.inf)
+            hi = max(dhi, hi if hi is not None else -math.inf)
         held = holding(inf.estimate, (lo, hi))
         if held != (lo, hi):
             lo, hi = held
@@ -343,6 +345,27 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
             notes.append(f"{bounded} of {len(knees)} draws put the knee beyond the levels run")
         knee = replace(knee, inferred=replace(inf, ci95=(lo, hi)))
     return Predicted(central, knee, intervals, knees, len(draws), notes)
+
+
+FEW_DRAWS = 20
+"""Under this many draws, their knees' 95 % range is a Student-t prediction interval, not their
+percentiles."""
+
+
+def draws_interval(values: Sequence[float]) -> tuple[float, float]:
+    """The 95 % range of the knee over the fit's draws. With many draws, their 2.5 and 97.5
+    percentiles. With few, those percentiles are about the extremes, and the extremes of n draws
+    hold a further one only (n - 1) / (n + 1) of the time (3 times in 5 for the headroom's four):
+    a prediction interval instead, their mean +- t(n - 1) x sd x sqrt(1 + 1 / n), which holds a
+    further draw 95 % of the time where the knees spread about normally."""
+    vals = [float(v) for v in values]
+    if len(vals) >= FEW_DRAWS or len(vals) < 2:
+        return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
+    n = len(vals)
+    mean, sd = statistics.fmean(vals), statistics.stdev(vals)
+    t = {1: 12.706, 2: 4.303}.get(n - 1) or t_quantile(n - 1)  # exact where the expansion falls short
+    half = t * sd * math.sqrt(1 + 1 / n)
+    return max(0.0, mean - half), mean + half
 
 
 WIDENED = "the fit's draws put the knee apart from the fit's own: the interval is widened to hold both"

@@ -270,3 +270,26 @@ def test_a_windows_kv_use_is_the_gauge_over_its_steps_not_its_last_instant():
     # vLLM 0.32's own scrape: the gauge and the steps as it reports them
     kv, steps = kv_use_and_steps(parse_text(fixture_text("vllm/vllm_0.32_cpu_full_load.txt")))
     assert kv is not None and 0.0 <= kv <= 1.0 and steps is not None and steps > 0
+
+
+def test_the_knees_interval_over_few_draws_holds_a_further_draw_95_percent_of_the_time():
+    """The headroom replays on four draws of the fit. Their 2.5 and 97.5 percentiles are about
+    their extremes, which hold a fifth draw only 3 times in 5; the prediction interval holds it
+    about 19 in 20, and many draws keep their percentiles."""
+    import random
+
+    from spoc_tui.twin.predict import draws_interval
+
+    rng = random.Random(7)
+    for n in (2, 4, 8):
+        held = extremes = 0
+        for _ in range(4000):
+            vals = [rng.gauss(6.0, 0.8) for _ in range(n)]
+            new = rng.gauss(6.0, 0.8)
+            lo, hi = draws_interval(vals)
+            held += lo <= new <= hi
+            extremes += min(vals) <= new <= max(vals)
+        assert 0.93 <= held / 4000 <= 0.97, (n, held)
+        assert extremes / 4000 < 0.8  # what the percentiles of a few said
+    many = [float(v) for v in range(1, 101)]
+    assert draws_interval(many) == pytest.approx((3.475, 97.525))
