@@ -105,27 +105,33 @@ class Traffic:
     """Requests finished per second in each window, oldest first (how the rate moved)."""
     window_s: float = WINDOW_S
 
-    def peak(self, span_s: float) -> tuple[float, ...] | None:
-        """The rates of the busiest ``span_s`` of the traffic (its windows in their order), where
-        the rate moved more than a steady stream's counts would (:func:`swells`); None where it
-        did not (a steady rate: its mean is the traffic), or with too few windows.
+    swing: float | None = None
+    """How much the rate moved over the windows: the index of dispersion of the requests finished
+    per window (their variance over their mean: 1 for a steady Poisson stream; a swell over
+    minutes raises it, where the Allan factor, which compares neighbouring windows, hardly moves)."""
 
-        The knee of traffic that swells is where its peaks break the SLA: replaying the mean rate
-        with its swings drawn as burstiness (the intervals' spread) judged another load."""
-        k = max(1, round(span_s / self.window_s))
-        if len(self.rates) < max(4, k) or not swells(self.dispersion, len(self.rates)):
+    def profile(self) -> tuple[float, ...] | None:
+        """The rate window by window, oldest first, where it moved more than a steady stream's
+        counts would (:func:`swells`); None where it did not (its mean rate is the traffic), or
+        with too few windows.
+
+        The knee of a traffic that swells is where its busy minutes break the SLA, alongside its
+        quiet ones, as the server's whole window of requests judged it: replaying the mean rate
+        with the swings drawn as burstiness judged another load (on the simulated L40S, "beyond
+        x10" of a knee at x4.9), and replaying the busiest two minutes alone judged only the peak
+        (24-30 % low)."""
+        if len(self.rates) < 4 or not swells(self.swing, len(self.rates)):
             return None
-        sums = [sum(self.rates[i : i + k]) for i in range(len(self.rates) - k + 1)]
-        start = max(range(len(sums)), key=sums.__getitem__)
-        return self.rates[start : start + k]
+        return self.rates
 
     def as_dict(self) -> dict[str, object]:
-        peak = self.peak(REPLAY_S)
+        profile = self.profile()
         return {
             "seconds": round(self.seconds, 1),
             "requests": round(self.requests),
             "rate": round(self.rate, 4),
-            "rate_peak": None if peak is None else round(statistics.fmean(peak), 4),
+            "rate_peak": None if profile is None else round(max(profile), 4),
+            "swing": None if self.swing is None else round(self.swing, 3),
             "dispersion": None if self.dispersion is None else round(self.dispersion, 3),
             "prompt_tokens_mean": _mean(self.prompt),
             "output_tokens_mean": _mean(self.output),
@@ -135,12 +141,13 @@ class Traffic:
         }
 
 
-def swells(dispersion: float | None, windows: int) -> bool:
-    """Whether the requests per window moved more than a steady Poisson stream's would: the Allan
-    factor above 1 by more than twice its spread for that stream (about sqrt(2 / (windows - 1)))."""
-    if dispersion is None or windows < 4:
+def swells(swing: float | None, windows: int) -> bool:
+    """Whether the requests per window moved more than a steady Poisson stream's would: their index
+    of dispersion above 1 by more than twice its spread for that stream (about sqrt(2 / (windows -
+    1)))."""
+    if swing is None or windows < 4:
         return False
-    return dispersion > 1.0 + 2.0 * math.sqrt(2.0 / (windows - 1))
+    return swing > 1.0 + 2.0 * math.sqrt(2.0 / (windows - 1))
 
 
 def _mean(h: Histogram | None) -> float | None:
@@ -166,7 +173,7 @@ def _draw_length(h: Histogram, rng: random.Random) -> int:
 
 
 def synth_rows(
-    traffic: Traffic, span_s: float, seed: int, block_tokens: int = 16, peak_s: float | None = None
+    traffic: Traffic, span_s: float, seed: int, block_tokens: int = 16, as_it_moved: bool = False
 ) -> tuple[TraceRow, ...]:
     """``span_s`` seconds of the traffic again, as trace rows: arrivals a gamma renewal process
     of the traffic's rate and burstiness (its intervals' squared coefficient of variation is the
@@ -178,14 +185,14 @@ def synth_rows(
     prompt) and the rest is the shared prefix: a follow-up turn's long context but short new text
     keep their shape. Else every prompt has the prefix-cache share of its length cached.
 
-    ``peak_s``: where the traffic swells (:meth:`Traffic.peak`), replay its busiest ``peak_s``
-    instead, stretched over ``span_s`` (a replay at speed s asks for s times the span: the same
-    windows, each at s times its rate once the replay divides its times by s)."""
+    ``as_it_moved``: where the traffic swells (:meth:`Traffic.profile`), its windows one after the
+    other at their rates, stretched over ``span_s`` (a replay at speed s asks for s times the span:
+    the same windows, each at s times its rate once the replay divides its times by s)."""
     rng = random.Random(seed)
     share = min(0.95, max(0.0, traffic.prefix_share or 0.0))
     rows: list[TraceRow] = []
     i = 0
-    for t in _arrivals(traffic, span_s, peak_s, rng):
+    for t in _arrivals(traffic, span_s, as_it_moved, rng):
         n_in = _draw_length(traffic.prompt, rng) if traffic.prompt is not None else 512
         n_out = _draw_length(traffic.output, rng) if traffic.output is not None else 128
         if traffic.computed is not None and traffic.computed.count:
@@ -200,17 +207,17 @@ def synth_rows(
     return tuple(rows)
 
 
-def _arrivals(traffic: Traffic, span_s: float, peak_s: float | None, rng: random.Random) -> Iterator[float]:
-    """Arrival times over ``span_s``: the busiest ``peak_s`` of a traffic that swells, its windows
-    stretched over the span at their rates (Poisson within each); else a gamma renewal process of
-    the traffic's rate whose intervals' squared coefficient of variation is its dispersion."""
-    peak = traffic.peak(peak_s) if peak_s else None
-    if peak is not None:
-        width = span_s / len(peak)
+def _arrivals(traffic: Traffic, span_s: float, as_it_moved: bool, rng: random.Random) -> Iterator[float]:
+    """Arrival times over ``span_s``: a traffic that swells, its windows stretched over the span at
+    their rates (Poisson within each); else a gamma renewal process of the traffic's rate whose
+    intervals' squared coefficient of variation is its dispersion."""
+    profile = traffic.profile() if as_it_moved else None
+    if profile is not None:
+        width = span_s / len(profile)
         t, k = 0.0, 0
-        while k < len(peak):
+        while k < len(profile):
             end = (k + 1) * width
-            rate = peak[k]
+            rate = profile[k]
             gap = rng.expovariate(rate) if rate > 0 else math.inf
             if t + gap >= end:  # memoryless: the next window starts afresh at its own rate
                 t, k = end, k + 1
@@ -242,7 +249,7 @@ class TrafficRows(TraceRows):
 
     @classmethod
     def of(cls, traffic: Traffic, seed: int, server: ServerConfig, replay_s: float = REPLAY_S) -> TrafficRows:
-        rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size, replay_s), server.max_model_len)
+        rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size, True), server.max_model_len)
         return cls(rows, len(rows), {}, replay_s, traffic.prefix_share, traffic=traffic, seed=seed,
                    block_tokens=server.block_size, max_model_len=server.max_model_len, replay_s=replay_s)  # fmt: skip
 
@@ -254,7 +261,7 @@ class TrafficRows(TraceRows):
             return self.rows
         hit = self._cache.get(speed)
         if hit is None:
-            rows = synth_rows(self.traffic, self.replay_s * speed, self.seed, self.block_tokens, self.replay_s)
+            rows = synth_rows(self.traffic, self.replay_s * speed, self.seed, self.block_tokens, True)
             hit = _fitting(rows, self.max_model_len)
             self._cache[speed] = hit
         return hit
@@ -431,16 +438,17 @@ class HeadroomLearner:
         secs = t1 - t0
         done = (view.request_rate or 0.0) * secs
         counts = list(self._counts)
-        disp = None
+        disp = swing = None
         if len(counts) >= 4 and statistics.fmean(counts) > 0:
+            swing = statistics.variance(counts) / statistics.fmean(counts)
             # the Allan factor: half the mean squared change between consecutive windows over the
             # mean (1 for a Poisson stream); a slow trend (the day's rise) is not burstiness
             steps = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
             disp = statistics.fmean(steps) / (2 * statistics.fmean(counts))
         estimated = ["prompt and output lengths: drawn from vLLM's histogram buckets, uniform inside each"]
         how = (
-            "the busiest stretch's rates, Poisson within each window"
-            if swells(disp, len(counts))
+            "each window's rate in turn, Poisson within it"
+            if swells(swing, len(counts))
             else "gamma intervals of the rate and dispersion"
         )
         estimated.append(f"arrivals: from requests finished per {self.window_s:.0f} s ({how})")
@@ -456,6 +464,7 @@ class HeadroomLearner:
             estimated=tuple(estimated),
             rates=tuple(c / self.window_s for c in counts),
             window_s=self.window_s,
+            swing=swing,
         )
 
     def server(self) -> ServerConfig:
@@ -647,7 +656,7 @@ def write_traffic_trace(h: Headroom, path: Path, seed: int = 0) -> int:
 
     if h.traffic is None:
         raise ValueError("the headroom has no traffic to write")
-    rows = synth_rows(h.traffic, h.traffic.seconds, seed, peak_s=h.traffic.seconds)
+    rows = synth_rows(h.traffic, h.traffic.seconds, seed, as_it_moved=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         return write_spoc(iter(rows), f)

@@ -53,31 +53,35 @@ def test_bursty_traffic_is_drawn_burstier():
     assert cv(4.0) > 1.6  # bursts
 
 
-def test_a_swelling_traffic_is_replayed_at_its_busiest_stretch():
+def test_a_swelling_traffic_is_replayed_as_it_moved():
     """Traffic whose rate swings over minutes (a 300 s swell between 35 % and 100 % of 4/s) is
-    replayed as its busiest two minutes, window by window at their rates: the load its peaks put
-    on the server. Drawn as gamma intervals of its mean rate it was another load: bursts of
-    single requests at 2.7/s, never a sustained 4/s."""
+    replayed window by window at their rates, its busy minutes and its quiet ones, as the server's
+    window of requests judged them. Drawn as gamma intervals of its mean rate it was another load
+    (bursts of single requests at 2.7/s, never a sustained 4/s); its busiest two minutes alone
+    judged only the peak. A swell barely moves the Allan factor (it compares neighbouring
+    windows); the counts' index of dispersion shows it."""
     from spoc_tui.twin.headroom import swells
 
     rates = tuple(4.0 * (0.35 + 0.65 * (0.5 + 0.5 * math.sin(2 * math.pi * (30 * k + 15) / 300))) for k in range(20))
-    t = replace(traffic(rate=statistics.fmean(rates), dispersion=2.0), rates=rates, window_s=30.0)
-    peak = t.peak(120.0)
-    assert peak is not None and len(peak) == 4 and statistics.fmean(peak) > 0.9 * 4.0
-    rows = synth_rows(t, 120.0, seed=4, peak_s=120.0)
-    assert len(rows) == pytest.approx(30 * sum(peak), rel=0.15)
-    for k, r in enumerate(peak):  # each window at its own rate
-        n = sum(1 for row in rows if 30 * k <= row.t < 30 * (k + 1))
-        assert n == pytest.approx(30 * r, rel=0.35), (k, n, r)
+    counts = [30 * r for r in rates]
+    swing = statistics.variance(counts) / statistics.fmean(counts)
+    t = replace(traffic(rate=statistics.fmean(rates), dispersion=1.2), rates=rates, window_s=30.0, swing=swing)
+    assert swing > 5 and t.profile() == rates
+    rows = synth_rows(t, 120.0, seed=4, as_it_moved=True)
+    assert len(rows) == pytest.approx(30 * sum(rates) * 120.0 / 600.0, rel=0.15)
+    width = 120.0 / len(rates)
+    busy = sum(1 for row in rows if row.t < 5 * width)  # windows 0-4: the swell's top
+    quiet = sum(1 for row in rows if 5 * width <= row.t < 10 * width)  # 5-9: its bottom
+    assert busy > 2 * quiet, (busy, quiet)
     # at speed s the replay asks for s times the span: the same windows, stretched
-    assert len(synth_rows(t, 480.0, seed=4, peak_s=120.0)) == pytest.approx(4 * 30 * sum(peak), rel=0.1)
-    # a steady stream's counts (Allan factor about 1) keep its mean rate and the gamma draw
-    steady = replace(t, dispersion=1.1)
+    assert len(synth_rows(t, 480.0, seed=4, as_it_moved=True)) == pytest.approx(4 * len(rows), rel=0.1)
+    # a steady stream's counts (index of dispersion about 1) keep its mean rate and the gamma draw
+    steady = replace(t, swing=1.1)
     assert not swells(1.1, 20) and swells(2.0, 20) and not swells(None, 20) and not swells(3.0, 3)
-    assert steady.peak(120.0) is None
-    assert synth_rows(steady, 120.0, seed=4, peak_s=120.0) == synth_rows(steady, 120.0, seed=4)
-    assert t.as_dict()["rate_peak"] == pytest.approx(statistics.fmean(peak), abs=1e-3)
-    assert steady.as_dict()["rate_peak"] is None
+    assert steady.profile() is None
+    assert synth_rows(steady, 120.0, seed=4, as_it_moved=True) == synth_rows(steady, 120.0, seed=4)
+    assert t.as_dict()["rate_peak"] == pytest.approx(max(rates), abs=1e-3)
+    assert steady.as_dict()["rate_peak"] is None and t.as_dict()["swing"] == pytest.approx(swing, abs=1e-3)
 
 
 def test_what_each_prompt_computed_shapes_the_cached_prefix():
