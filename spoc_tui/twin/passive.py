@@ -284,13 +284,12 @@ def _identified(
     variety = f"{len(wins)} windows, batch {lo:.0f}-{hi:.0f}"
     if len(wins) < MIN_WINDOWS:
         return False, f"too little traffic yet: {variety} (needs {MIN_WINDOWS} windows with decoding)"
-    # the stretch point: STRETCH times the busiest window's load, as a headroom asks: its batch,
-    # context and prefill tokens a step, and its share of steps with a prefill (at most all); a
-    # headroom scales the prefills too, so their terms' uncertainty counts
+    # the stretch point: STRETCH times the busiest window's batch and context, as a headroom asks
+    # (its prefills scaled too made the spread relative to a larger step: windows of a constant few
+    # users read identified)
     busiest = max(range(len(wins)), key=lambda i: wins[i].decodes)
     stretch = x[busiest].copy()
-    stretch[1:4] *= STRETCH
-    stretch[4] = min(1.0, stretch[4] * STRETCH)
+    stretch[1:3] *= STRETCH
     preds = sorted(float(stretch @ d) for d in drawn)
     mid = float(stretch @ coef)
     if not preds or mid <= 0:
