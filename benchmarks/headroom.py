@@ -283,11 +283,20 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
         )  # fmt: skip
         t0 = time.monotonic()
         fed = 0.0
+        missed = 0
         with httpx.Client(timeout=5.0) as client:
             while observed.poll() is None:
                 t = time.monotonic() - t0
                 c0 = time.process_time()
-                learner.add(t, parse_text(client.get(f"{url}/metrics").text))
+                try:  # uvicorn closes a connection idle 5 s: one every 5 s may meet it closing
+                    text = client.get(f"{url}/metrics").text
+                except httpx.TransportError:
+                    try:
+                        text = client.get(f"{url}/metrics").text
+                    except httpx.TransportError:
+                        text, missed = "", missed + 1
+                if text:
+                    learner.add(t, parse_text(text))
                 fed += time.process_time() - c0
                 time.sleep(max(0.0, 5.0 - (time.monotonic() - t0 - t)))
         if observed.returncode:
@@ -316,7 +325,7 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
         print(f"    measured knee x{m} (95 %: {mlo}-{mhi}); inside: {inside}; error {err:.0f} %; seats seen "
               f"{learner.seats}; the host's drift (one request's decode gap, {drift[0] * 1e3:.2f} ms before): "
               f"{moves} after the observation and after the knee search; CPU {fed:.1f} s to read the scrapes, "
-              f"{cost:.1f} s for the headroom; files in {work}")  # fmt: skip
+              f"{cost:.1f} s for the headroom; {missed} scrapes missed; files in {work}")  # fmt: skip
     finally:
         server.stop()
     return 0
