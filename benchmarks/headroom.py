@@ -241,13 +241,16 @@ def real_trace(path: Path, base: float, seconds: float, seed: int) -> Path:
     return path
 
 
-def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budget: str) -> int:
+def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budget: str, calibrate: bool = True) -> int:
     """The same on the real-engine tier's vLLM CPU server (tiny Llama, max-num-seqs
     :data:`REAL_SEATS`): ``observe_s`` of the swelling trace replayed at x1 (``spoc ramp --trace T
     --speed 1``) while the learner reads ``/metrics`` every 5 s in real time; the headroom; then
     ``spoc ramp --trace T --speed auto`` measures the knee in the same unit. The host's own drift
     beside it: one fixed request's decode gap before the observation, after it and after the knee
-    search. The server runs on core 0, the load generator and the learner on core 1."""
+    search. The server runs on core 0, the load generator and the learner on core 1. With
+    ``calibrate``, after the observation ``spoc twin calibrate`` (180 s) gives the learner its prior
+    and the headroom is said again (the figures compared are then the prior's, where it identifies
+    the model and the windows alone did not)."""
     import subprocess
     import tempfile
 
@@ -306,7 +309,24 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
         c0 = time.process_time()
         h = learner.estimate(seed=seed)
         cost = time.process_time() - c0
-        print(f"  real vLLM CPU seed {seed}: {h.line()}")
+        print(f"  real vLLM CPU seed {seed}: {h.line()}", flush=True)
+        if calibrate:  # the operator's twin.json as the prior: what the line says would settle it
+            from spoc_tui.twin.model import read_twin
+
+            twin = work / "twin.json"
+            r = subprocess.run(
+                [*spoc, "twin", "calibrate", "--url", url, "--budget", "180", "--endpoint", "completions",
+                 "--engine-flag", f"max-num-seqs={REAL_SEATS}", "--out", str(twin)],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if r.returncode:
+                print(f"spoc twin calibrate failed:\n{r.stderr[-2000:]}")
+                return 1
+            learner.prior = read_twin(twin)
+            with_prior = learner.estimate(seed=seed)
+            print(f"    with a calibrated twin as the prior: {with_prior.line()}", flush=True)
+            if with_prior.identified:
+                h = with_prior
         r = subprocess.run(
             [*spoc, "ramp", "--url", url, "--trace", str(trace), "--speed", "auto", "--step-seconds", str(step_s),
              "--warmup-seconds", "10", "--budget", budget, "--sla", sla, "--out", str(work / "knee")],
