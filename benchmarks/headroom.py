@@ -327,8 +327,11 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
             print(f"    with a calibrated twin as the prior: {with_prior.line()}", flush=True)
             if with_prior.identified:
                 h = with_prior
+        # the knee search replays two periods of the same process: a trace step replays its whole
+        # trace at the step's speed (the observation's eleven minutes took eleven at x1)
+        knee_trace = real_trace(work / "knee-traffic.jsonl", base, 2 * REAL_PERIOD_S, seed + 1)
         r = subprocess.run(
-            [*spoc, "ramp", "--url", url, "--trace", str(trace), "--speed", "auto", "--step-seconds", str(step_s),
+            [*spoc, "ramp", "--url", url, "--trace", str(knee_trace), "--speed", "auto", "--step-seconds", str(step_s),
              "--warmup-seconds", "10", "--budget", budget, "--sla", sla, "--out", str(work / "knee")],
             capture_output=True, text=True,
         )  # fmt: skip
