@@ -424,9 +424,7 @@ class HeadroomLearner:
         return kvw / w if w > 0 else kv / n if n else None
 
     def fit(self, seed: int = 0) -> PassiveFit:
-        prior = self.prior.fit if self.prior is not None else None
-        sd = self.prior.sd if self.prior is not None else None
-        return fit_passive(list(self.windows), prior, sd, seed=seed, kv_bytes_per_token=self.kv_bytes_per_token)
+        return _fit(self.windows, self.prior, self.kv_bytes_per_token, seed)
 
     def traffic(self) -> Traffic | None:
         """The traffic since the oldest scrape kept (about ``traffic_s``), or None before a window."""
@@ -511,6 +509,20 @@ class HeadroomLearner:
         )
 
 
+def _fit(
+    windows: Sequence[PassiveWindow], prior: Twin | None, kv_bytes_per_token: float | None, seed: int
+) -> PassiveFit:
+    """The passive fit of ``windows``: a calibrated twin, where given, its prior; else the KV cache's
+    read cost, where the server reports it (:func:`~spoc_tui.twin.passive.context_prior`)."""
+    return fit_passive(
+        list(windows),
+        prior.fit if prior is not None else None,
+        prior.sd if prior is not None else None,
+        seed=seed,
+        kv_bytes_per_token=kv_bytes_per_token,
+    )
+
+
 @dataclass(frozen=True)
 class LearnerState:
     """A learner's windows, traffic and server as they were: an estimate's inputs."""
@@ -526,9 +538,7 @@ class LearnerState:
     def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
         sla = tuple(str(lim) for lim in self.limits)
         traffic = self.traffic
-        prior = self.prior.fit if self.prior is not None else None
-        sd = self.prior.sd if self.prior is not None else None
-        fit = fit_passive(list(self.windows), prior, sd, seed=seed, kv_bytes_per_token=self.kv_bytes_per_token)
+        fit = _fit(self.windows, self.prior, self.kv_bytes_per_token, seed)
         n = fit.windows
 
         def none(reason: str) -> Headroom:
