@@ -259,8 +259,9 @@ def test_launcher_refuses_a_port_already_served(vllm_server, tmp_path):
 
 def test_the_knee_search_answers_on_the_real_server_with_a_p99_limit(vllm_server, tmp_path):
     """`spoc ramp` with no --users searches for the knee; with a p99 limit and short steps no
-    step can bound its own p99, and the search still answers: an estimate with its interval,
-    or a bound, within the budget, or (when no step could decide) that it is not bounded yet and why.
+    step can bound its own p99, and the search still answers within the budget: an estimate with
+    its interval (one end open, and said so, where the steps near it could not bound it), or a
+    bound, or (when no step could decide) that it is not bounded yet and why.
 
     It times the server against a 30 ms ITL limit, and a busy host breaks that at one user (the
     project's CI, stop 42, beside the other worker's tuning study: ITL p99 195 ms at one user, the
@@ -292,7 +293,17 @@ def test_the_knee_search_answers_on_the_real_server_with_a_p99_limit(vllm_server
     assert knee["boundary"] in ("smooth", "cliff", "bound") and "knee across steps: " in r.stdout
     est, (lo, hi) = knee["estimate"], knee["ci95"]
     if knee["boundary"] != "bound":
-        assert knee["binding_limit"] == "itl_p99" and lo is not None and lo <= est and (hi is None or est <= hi)
+        assert knee["binding_limit"] == "itl_p99" and est is not None
+        assert (lo is None or lo <= est) and (hi is None or est <= hi), knee
+        if lo is None or hi is None:
+            # an estimate whose interval has an open end: the steps near the knee could not bound
+            # it in the budget (the project's CI, stop 64: the client's loop 13-48 ms late, steps
+            # at 1 and 2 users inconclusive, 4 and 3 breaking: 1.44 users, 95 %: ?-3). It passes
+            # only as the product says it: the open end named, with what closes it, and the
+            # budget spent.
+            line = next(x for x in r.stdout.splitlines() if x.startswith("knee across steps: "))
+            assert "an open end" in line and "--max-step-seconds" in line, line
+            assert "stopped: the budget" in r.stdout, r.stdout
     elif lo is None and hi is None:
         # the third honest answer: no step decided either way in the budget (the project's CI,
         # stop 60: the client's event loop 27-58 ms late at one user beside the other worker's
