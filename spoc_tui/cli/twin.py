@@ -421,8 +421,9 @@ def check_cmd(
     interval), and whether the twin still holds. Exit code 0 when it holds, 1 when it drifted,
     2 for files that cannot be read."""
     from spoc_tui.core.results import read_json, read_ramp
+    from spoc_tui.twin.answers import learned_lengths
     from spoc_tui.twin.check import CHECKED, answers_of, check
-    from spoc_tui.twin.model import read_twin, with_answers, write_twin
+    from spoc_tui.twin.model import MAX_ANSWERS, read_twin, with_answers, write_twin
 
     twin = read_twin(twin_path)
     ramp = read_ramp(ramp_path)
@@ -431,7 +432,8 @@ def check_cmd(
     res = check(twin, ramp, header, draws, flags=parse_flags(what_if, "--set"), trace=trace_path)
     learned = ""
     if lengths:
-        taught = with_answers(twin, lengths, f"{len(lengths)} answers of the ramp {Path(ramp.path).parent.name}")
+        got = learned_lengths(lengths, MAX_ANSWERS)
+        taught = with_answers(twin, got.lengths, got.text(f"the ramp {Path(ramp.path).parent.name}"))
         write_twin(taught, twin_path)
         learned = f"the twin learned its answers' lengths: {taught.answer_text()}; written to {twin_path}"
     if as_json:

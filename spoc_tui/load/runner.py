@@ -309,6 +309,7 @@ def _stream_request(
         request_id=tally.request_id,
         conversation=conv_id,
         turn=turn,
+        cut=(tally.finish_reason == "length") if ok and tally.finish_reason else None,
     )
     return sample, (tally.text if ok else None)
 

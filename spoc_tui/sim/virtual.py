@@ -291,6 +291,7 @@ class VirtualServer:
                 turn=u.turn,
                 end=self.now,
                 last=u.turn == len(u.turns) - 1,
+                cut=r.finish_reason == "length" if ok else None,
             )
         )
         t = u.turns[u.turn]

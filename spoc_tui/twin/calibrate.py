@@ -50,6 +50,7 @@ from spoc_tui.twin.correction import Stream, correct
 from spoc_tui.twin.fit import Observation, fit_step_model
 from spoc_tui.twin.model import (
     COEFFS,
+    MAX_ANSWERS,
     ServerConfig,
     Twin,
     TwinError,
@@ -71,8 +72,7 @@ ANSWERS_SHARE = 0.45
 2026-11-29: two waves, 32 answers, on the simulated A100 with a 180 s budget, whose median read
 the server's answers 20 % short in one calibration)."""
 ANSWER_WAVE = 32
-"""Answers asked at once while learning their lengths (at most the server's seats). A wave lasts as
-long as its longest answer: at 16 a wave, the simulated A100's 180 s calibration learned 32."""
+"""Answers in flight at once while learning their lengths (at most the server's seats)."""
 ANSWER_MAX_TOKENS = 1024
 """The longest answer asked for while learning their lengths (longer ones count as this)."""
 ENDPOINTS = ("chat", "completions")
@@ -617,17 +617,33 @@ class Calibrator:
         return twin
 
     async def answers(self, c: httpx.AsyncClient, seconds: float, max_tokens: int) -> list[int]:
-        """How long the server's answers are when it may stop at EOS: waves of short prompts
-        (as many at once as the decode probes' largest batch) for about ``seconds``, at least one
-        wave; each answer's tokens, those cut at ``max_tokens`` included (as ``max_tokens``)."""
+        """How long the server's answers are when it may stop at EOS: short prompts, as many in
+        flight as the decode probes' largest batch, each slot sending its next as soon as its last
+        answer ends, for about ``seconds`` (each slot at least one) or until :data:`MAX_ANSWERS`
+        are asked; each answer's tokens, those cut at ``max_tokens`` included (as ``max_tokens``).
+
+        Every answer asked is kept, the last of each slot too (it ends after the deadline): what
+        decides whether a slot asks again is the time its earlier answers took, not this one's
+        length, so the sample is not biased towards short answers, as keeping only the answers
+        that ended in time would be. (Until 2026-11-30 the slots went in waves, each as long as its
+        longest answer: the simulated A100's 180 s calibration learned 64 answers, whose median
+        is only good to about 11 %.)"""
         end = time.perf_counter() + seconds
-        wave = max(1, min(ANSWER_WAVE, self.server.max_num_seqs if self.server else ANSWER_WAVE))
+        slots = max(1, min(ANSWER_WAVE, self.server.max_num_seqs if self.server else ANSWER_WAVE))
         out: list[int] = []
-        while True:
-            got = await asyncio.gather(*(self._stream(c, 64, max_tokens, eos=True) for _ in range(wave)))
-            out += [s.completion_tokens for s in got if s.error is None and s.completion_tokens]
-            if time.perf_counter() >= end or len(out) >= 4 * ANSWER_WAVE:
-                return out
+        asked = [0]
+
+        async def slot() -> None:
+            while True:
+                asked[0] += 1
+                s = await self._stream(c, 64, max_tokens, eos=True)
+                if s.error is None and s.completion_tokens:
+                    out.append(s.completion_tokens)
+                if time.perf_counter() >= end or asked[0] >= MAX_ANSWERS:
+                    return
+
+        await asyncio.gather(*(slot() for _ in range(slots)))
+        return out
 
     async def load(self, c: httpx.AsyncClient, users: int, seconds: float, max_prompt: int) -> list[Stream]:
         """``users`` closed-loop streams of mixed lengths (prompts 50 to ``max_prompt`` tokens,

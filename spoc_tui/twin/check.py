@@ -258,9 +258,11 @@ def check(
     return Check(out, med, not broken, why, at.draws, clocks)
 
 
-def answers_of(ramp_dir: Path, header: dict[str, Any]) -> list[int]:
+def answers_of(ramp_dir: Path, header: dict[str, Any]) -> list[tuple[int, bool | None]]:
     """The answers' lengths a measured ramp saw (its ``requests.jsonl``: every request that
-    finished), for the twin to learn (``spoc twin check --learn-answers``).
+    finished), each with whether the server cut it at ``max_tokens`` (None where the file does
+    not say), for the twin to learn (``spoc twin check --learn-answers``, through
+    :func:`~spoc_tui.twin.answers.learned_lengths`).
 
     Raises: TwinError where they say nothing of the server's own lengths: a profile that ran
     with ``ignore_eos`` (every answer as long as asked), or no finished request.
@@ -271,7 +273,7 @@ def answers_of(ramp_dir: Path, header: dict[str, Any]) -> list[int]:
             f"{ramp_dir}: its profile set ignore_eos, so every answer was as long as asked: a ramp whose "
             "answers the server ended teaches the twin their lengths"
         )
-    lengths: list[int] = []
+    lengths: list[tuple[int, bool | None]] = []
     try:
         with open(ramp_dir / "requests.jsonl", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -281,7 +283,8 @@ def answers_of(ramp_dir: Path, header: dict[str, Any]) -> list[int]:
                     continue
                 n = d.get("output_tokens") if isinstance(d, dict) else None
                 if d.get("ok") and isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                    lengths.append(n)
+                    cut = d.get("cut")
+                    lengths.append((n, cut if isinstance(cut, bool) else None))
     except OSError as e:
         raise TwinError(f"{ramp_dir}/requests.jsonl: cannot read ({e.strerror or e})") from None
     if not lengths:

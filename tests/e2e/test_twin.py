@@ -97,8 +97,40 @@ def measured_ramp(tmp_path, profile: str, plan, sla: str, **kw):
     from tests.unit.test_ramp_virtual import on_sim8, on_twin, ramp
 
     cfg = ramp(tmp_path, profile, plan, sla, **kw)
-    asyncio.run((on_twin if cfg.trace is not None else on_sim8)(cfg, lambda _: None))
+    if cfg.trace is not None:
+        asyncio.run(on_twin(cfg, lambda _: None))
+    else:
+        asyncio.run(on_sim8(cfg, lambda _: None, requests=True))
     return cfg.out_dir
+
+
+def test_a_ramp_teaches_the_twin_its_answers_with_the_cut_ones_as_lower_bounds(known_twin, tmp_path):
+    """`spoc twin check --learn-answers` on a chatbot ramp (the simulated model stops at EOS, the
+    profile's max_tokens cuts about half its answers): requests.jsonl says which were cut, and
+    the twin learns the model's own lengths (Kaplan-Meier), longer than the answers as read."""
+    import shutil
+    import statistics
+
+    from spoc_tui.core.ramp.knee import FixedUsers
+    from spoc_tui.workload import load_workload
+
+    assert not load_workload("chatbot").ignore_eos
+    measured = measured_ramp(tmp_path, "chatbot", FixedUsers([16]), "ttft_p90<=2s", step_s=120, warmup_s=5,
+                             max_step_s=120)  # fmt: skip
+    reqs = [json.loads(x) for x in (measured / "requests.jsonl").read_text().splitlines()]
+    done = [q for q in reqs if q["ok"]]
+    assert len(done) > 100 and {q.get("cut") for q in done} == {True, False}, len(done)
+    twin = tmp_path / "twin.json"
+    shutil.copy(known_twin, twin)
+    c = spoc("twin", "check", "--twin", str(twin), "--ramp", str(measured), "--draws", "2", "--learn-answers")
+    assert c.returncode in (0, 1), c.stderr
+    assert "the twin learned its answers' lengths" in c.stdout and "Kaplan-Meier" in c.stdout, c.stdout
+    learned = json.loads(twin.read_text())["answers"]
+    cut = sum(q["cut"] for q in done)
+    assert f"{len(done)} answers of the ramp {measured.name}, {cut} cut at max_tokens" in learned["from"], learned
+    as_read = statistics.median(q["output_tokens"] for q in done)
+    # the simulated model's own median is 181 tokens (log-normal, sigma 0.7); as read, about 125
+    assert statistics.median(learned["lengths"]) > 1.2 * as_read, (statistics.median(learned["lengths"]), as_read)
 
 
 def test_the_prediction_is_checked_against_a_measured_ramp(known_twin, tmp_path):

@@ -25,16 +25,19 @@ from spoc_tui.workload import load_workload
 from tests.e2e.test_ramp import FAST
 
 
-async def on_sim8(cfg: RampConfig, on_progress) -> RampResult:
+async def on_sim8(cfg: RampConfig, on_progress, requests: bool = False) -> RampResult:
     """The ramp on ``spoc sim --gpu a100-40gb --max-num-seqs 8``'s engine, in virtual time, its
-    users paced as the load generator's."""
+    users paced as the load generator's (``requests``: its requests.jsonl written too, every
+    request the virtual users sent, after the run)."""
     engine, _ = build(SimOptions(gpu="a100-40gb", max_num_seqs=8, dcgm_port=None, seed=cfg.seed))
     vs = VirtualServer(engine, cfg.workload, 0, seed=cfg.seed, paced=True, lockstep=cfg.arrivals == "lockstep")
-    writer = ResultWriter(cfg.out_dir, ramp_header(cfg, "sim", None), requests=False)
+    writer = ResultWriter(cfg.out_dir, ramp_header(cfg, "sim", None), requests=requests)
     try:
         backend = VirtualBackend(vs, spawn_rate=lambda c: spawn_rate(cfg, c))
         driver = Driver(cfg.experiment(), backend, sink=writer, on_progress=on_progress)
         await driver.run()
+        for s in vs.samples if requests else ():
+            writer.sample(s)
     finally:
         writer.close()
     return RampResult(driver.status, driver.steps, driver.knee(), "sim", cfg.out_dir, None, driver.stop_reason)

@@ -47,3 +47,16 @@ def test_nothing_but_done_is_a_stream_with_no_token():
     t = StreamTally()
     t.feed("data: [DONE]", 1.0)
     assert t.done and t.first is None and t.gaps == () and t.cached_tokens is None
+
+
+def test_the_finish_reason_is_the_last_one_a_choice_said():
+    """Whether the server ended the answer itself (``stop``) or cut it at max_tokens (``length``):
+    a cut answer's length is only a lower bound of the model's (what the twin learns from)."""
+    t = StreamTally()
+    assert t.finish_reason is None
+    t.feed('data: {"choices":[{"delta":{"content":"a"},"finish_reason":null}]}', 1.0)
+    t.feed('data: {"choices":[{"delta":{"content":"b"},"finish_reason":"length"}]}', 2.0)
+    t.feed('data: {"choices":[],"usage":{"completion_tokens":2}}', 3.0)
+    assert t.finish_reason == "length" and t.completion_tokens == 2
+    t.feed('data: {"choices":["odd", {"finish_reason": 3}]}', 4.0)
+    assert t.finish_reason == "length"

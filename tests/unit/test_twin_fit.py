@@ -551,9 +551,60 @@ def test_a_twin_that_learned_its_answers_lengths_predicts_with_them_and_says_so(
     ramp.mkdir()
     rows = [{"ok": True, "output_tokens": n} for n in (30, 50, 70)] + [{"ok": False, "output_tokens": 0}]
     (ramp / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
-    assert sorted(answers_of(ramp, {"profile": {"name": "chatbot"}})) == [30, 50, 70]
+    assert sorted(answers_of(ramp, {"profile": {"name": "chatbot"}})) == [(30, None), (50, None), (70, None)]
     with pytest.raises(TwinError, match="ignore_eos"):
         answers_of(ramp, {"profile": {"name": "flat", "ignore_eos": True}})
     (ramp / "requests.jsonl").write_text("")
     with pytest.raises(TwinError, match="no finished request"):
         answers_of(ramp, {"profile": {"name": "chatbot"}})
+
+
+def test_answers_cut_at_max_tokens_are_learned_as_lower_bounds(tmp_path):
+    """Issue 52 item 2: half the chatbot profile's answers are cut at its max_tokens (it asks a
+    median of 180 tokens of a model whose own median is about 180). Learned as they were read, the
+    answers come out short, and a prediction capping them again at its own max_tokens cut them
+    twice (E2E about 20 % short); learned with the cut ones as lower bounds (Kaplan-Meier), the
+    model's own lengths come back, and a ramp's requests say which were cut."""
+    import json
+    import random
+    import statistics
+
+    from spoc_tui.core.ramp.steps.sample import RequestSample
+    from spoc_tui.twin.answers import learned_lengths
+    from spoc_tui.twin.check import answers_of
+
+    rng = random.Random(5)
+    model = [int(rng.lognormvariate(5.2, 0.7)) + 1 for _ in range(3000)]  # the model's own: median 181
+    asked = [int(rng.lognormvariate(5.193, 0.6)) + 1 for _ in model]
+    seen = [(min(n, m), n > m) for n, m in zip(model, asked, strict=True)]
+    assert 0.4 < sum(c for _, c in seen) / len(seen) < 0.6
+    naive = statistics.median(n for n, _ in seen)
+    got = learned_lengths(seen, 256)
+    assert len(got.lengths) == 256 and list(got.lengths) == sorted(got.lengths) and got.cut == sum(c for _, c in seen)
+    true_median = statistics.median(model)
+    assert abs(statistics.median(got.lengths) / true_median - 1) < 0.06, (statistics.median(got.lengths), true_median)
+    assert naive < 0.8 * true_median  # what learning them as read gave
+    # the upper quantiles too, as far as answers were seen whole
+    q80 = sorted(model)[int(0.8 * len(model))]
+    assert abs(got.lengths[int(0.8 * 256)] / q80 - 1) < 0.1
+    assert "cut at max_tokens (lower bounds: Kaplan-Meier)" in got.text("the ramp r")
+
+    # nothing cut: the sample is the lengths' own quantiles; the tail past the longest whole answer
+    # is said, and kept at that length (a lower bound)
+    plain = learned_lengths([(n, False) for n in (10, 20, 30, 40)], 4)
+    assert plain.lengths == (10, 20, 30, 40) and plain.beyond == 0 and plain.cut == 0
+    tail = learned_lengths([(10, False), (20, False), (50, True), (50, True)], 4)
+    assert tail.lengths == (10, 20, 50, 50) and tail.beyond == 0.5
+    assert "the longest 50 % only known to be over 50 tokens" in tail.text("x")
+    unknown = learned_lengths([(10, None), (20, None)], 8)
+    assert unknown.lengths == (10, 20) and "2 not saying whether they were cut" in unknown.text("x")
+    with pytest.raises(ValueError):
+        learned_lengths([], 8)
+
+    # a ramp's requests say which answers the server cut (finish_reason "length")
+    ramp = tmp_path / "ramp"
+    ramp.mkdir()
+    rows = [RequestSample(start=0.0, step=1, users=1, ok=True, output_tokens=n, cut=c).as_dict() for n, c in seen[:50]]
+    (ramp / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert answers_of(ramp, {"profile": {"name": "chatbot"}}) == seen[:50]
+    assert RequestSample.from_dict(rows[0]).cut == seen[0][1]

@@ -36,6 +36,9 @@ class StreamTally:
     cached_tokens: int | None = None
     """The server's counts, from the usage event (the last one wins)."""
     request_id: str | None = None
+    finish_reason: str | None = None
+    """Why the server ended the answer (``stop``: it ended it itself, at EOS or a stop string;
+    ``length``: at ``max_tokens`` or the context's end), from the last choice that said."""
     done: bool = False
     """``[DONE]`` arrived (a stream that ends without it broke)."""
     parts: list[str] = field(default_factory=list)
@@ -73,6 +76,10 @@ class StreamTally:
         choices = ev.get("choices")
         if choices and isinstance(choices, list):
             self.times.append(now)
+            for ch in choices:
+                reason = ch.get("finish_reason") if isinstance(ch, dict) else None
+                if isinstance(reason, str) and reason:
+                    self.finish_reason = reason
             if self.keep_text:
                 for ch in choices:
                     if not isinstance(ch, dict):

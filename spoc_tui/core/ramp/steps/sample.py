@@ -40,6 +40,11 @@ class RequestSample:
     last: bool | None = None
     """The session's (conversation's) last call as its profile planned it: True, or False for
     one with more to come; None where the request does not say (older files, a request log)."""
+    cut: bool | None = None
+    """The server stopped the answer at ``max_tokens`` (or the context's end) rather than ending it
+    itself: its length is only a lower bound of the answer the model would have given (what
+    learning the answers' lengths needs, :func:`spoc_tui.twin.answers.learned_lengths`); None
+    where the request does not say (files before 2026-11-30, a stream without a finish reason)."""
 
     @property
     def tpot(self) -> float | None:
@@ -66,6 +71,7 @@ class RequestSample:
             "request_id": self.request_id,
             "end": self.end,
             **({"last": self.last} if self.last is not None else {}),
+            **({"cut": self.cut} if self.cut is not None else {}),
             **(
                 {
                     "trace_index": self.trace_index,
@@ -104,4 +110,5 @@ class RequestSample:
             planned_input=json_int(d, "planned_input"),
             held_s=json_float(d, "held_s"),
             last=bool(d["last"]) if isinstance(d.get("last"), bool) else None,
+            cut=bool(d["cut"]) if isinstance(d.get("cut"), bool) else None,
         )
