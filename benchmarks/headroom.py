@@ -26,8 +26,8 @@ holds it and the point's error; then per preset the share held and the median er
 the knee inside the interval, the point within 15 %). Then the flat case (a constant rate): the
 learner must say it cannot identify the step time yet, or give an interval that holds the knee.
 
-Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat] (make bench: 5 seeds,
-every case); ``--smoke``: one preset, one seed, a shorter observation (checks that it runs).
+Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat] [--presets=l40s] (make
+bench: 5 seeds, every case, both presets); ``--smoke``: one preset, one seed, a shorter observation (checks that it runs).
 """
 
 from __future__ import annotations
@@ -382,6 +382,11 @@ def main() -> int:
     seeds = 1 if smoke else next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--seeds=")), 5)
     cases = next((a.split("=")[1].split(",") for a in sys.argv if a.startswith("--cases=")), ["open", "closed", "flat"])
     presets = dict(list(PRESETS.items())[:1]) if smoke else PRESETS
+    only = next((a.split("=")[1].split(",") for a in sys.argv if a.startswith("--presets=")), None)
+    if only is not None:
+        if unknown := set(only) - set(PRESETS):
+            raise SystemExit(f"--presets: no preset {', '.join(sorted(unknown))}; known: {', '.join(PRESETS)}")
+        presets = {g: b for g, b in PRESETS.items() if g in only}
     observe_s = 330.0 if smoke else OBSERVE_S
     work, closed_work = workload(), workload(think=True)
     print(f"live headroom vs the measured knee: SLA {SLA}, max-num-seqs {SEATS} (not told), {observe_s:.0f} s observed")

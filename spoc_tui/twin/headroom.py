@@ -30,6 +30,7 @@ from pathlib import Path
 
 from spoc_tui.core.metrics.promparse import Exposition
 from spoc_tui.core.metrics.vllm import (
+    PREFILL_TIME,
     REQUEST_GENERATION_TOKENS,
     REQUEST_PREFILL_COMPUTED,
     REQUEST_PROMPT_TOKENS,
@@ -386,11 +387,20 @@ class HeadroomLearner:
             self._marks.append((t, exp))
             return
         t_last, last = self._marks[-1]
-        view = server_view("server", Scrape(exp, t, last, t_last))
+        scrape = Scrape(exp, t, last, t_last)
+        view = server_view("server", scrape)
         total = view.total
         self.model = self.model or next(iter(view.model_names), "")
         self.engine_version = view.engine_version or self.engine_version
-        win = window_of(total, t - t_last, t, self.kv_tokens, self._kv_mean())
+        win = window_of(
+            total,
+            t - t_last,
+            t,
+            self.kv_tokens,
+            self._kv_mean(),
+            windowed_histogram(scrape, PREFILL_TIME),
+            windowed_histogram(scrape, REQUEST_PREFILL_COMPUTED),
+        )
         if win is not None:
             self.windows.append(win)
         if total.request_rate is not None:  # requests finished in the window (a restart's reset counted)

@@ -19,7 +19,30 @@ its engine did in that window:
 The twin's step model is linear in these (:mod:`spoc_tui.twin.model`), so a window is one row of
 a least-squares fit of its fixed cost ``b0``, per-sequence ``b_decode``, per-context-token
 ``b_context``, per-prefill-token ``b_prefill`` and mixed-step ``b_mixed`` terms, weighted by how
-many inter-token gaps the window holds. Windows that differ (more users at one hour than at
+many inter-token gaps the window holds.
+
+The inter-token gaps say little of the prefill terms: at a few requests a second a prefill rides
+in one step of dozens, and the mean gap barely moves with its cost (on a simulated L40S at two
+requests a second the fit put ``b_prefill`` at half its value in one seed of five, and the
+headroom read twice the knee). Where the server reports the time its requests spent in prefill
+(``vllm:request_prefill_time_seconds``: from first scheduled to the first token, one step for a
+prompt that fits one chunk) and the prompt tokens each computed
+(``vllm:request_prefill_kv_computed_tokens``), a window gives a second row: the mean prefill time
+against the same step model with the request's new prompt tokens and a mixed step, weighted by
+how many prefills it holds. Each kind of row has its own noise, estimated from the first fit's
+residuals.
+
+A GPU's step reads every weight once whatever it computes, so it computes its first prompt tokens
+inside that time: the twin's ``ridge`` (:mod:`spoc_tui.twin.model`), past which each prompt token
+costs ``b_prefill``. Means cannot show the bend (a linear fit puts the same mean on a cheaper
+token from the first), yet the p99 gap the SLA holds comes from the big prefills past it: on the
+simulated L40S the linear fit timed 3,000-token prefill steps at half their time and read the
+headroom 40-90 % high. The roofline ties the two: at the ridge the compute takes as long as the
+read, ``ridge = b0 / b_prefill`` (about 130 tokens for an 8B model on an A100). Where the server
+reports the prompt tokens each request computed as a histogram, the fit takes the ridge at that
+fixed point (each window's prefill columns then count only the tokens past it, from the
+histogram, uniform inside each bucket); a calibrated twin's ridge where one is given; else none.
+(A CPU has no ridge: there the calibrated twin's 0 holds.) Windows that differ (more users at one hour than at
 another) identify the terms; windows that all look alike identify only their common value, and
 the fit says so instead of extrapolating. The fit's uncertainty is a bootstrap over windows. A
 calibrated twin, when given, is the prior (each term pulled towards it by its calibration's
@@ -40,6 +63,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from spoc_tui.core.metrics.vllm import EngineView
+from spoc_tui.core.stats import Histogram
 from spoc_tui.twin.model import StepModel
 
 TERMS = ("b0", "b_decode", "b_context", "b_prefill", "b_mixed")
@@ -50,6 +74,10 @@ MIN_WINDOWS = 8
 """Fewer windows than this with decoding in them: too thin to say anything."""
 MIN_ITL_GAPS = 50
 """A window with fewer inter-token gaps than this is left out (its mean is noise)."""
+MIN_PREFILLS = 3
+"""A window's prefill row needs this many requests' prefill times."""
+MAX_RIDGE = 1024.0
+"""The most prompt tokens the roofline's fixed point may put inside a step's fixed cost."""
 STRETCH = 3.0
 """How far past the busiest window a headroom looks: its batch and context times this."""
 MAX_SPREAD = 0.30
@@ -81,14 +109,62 @@ class PassiveWindow:
     read_bytes: float | None = None
     """Bytes a GPU read per step (vLLM 0.17+'s ``estimated_read_bytes_per_gpu_total``), where the
     server counts them."""
+    prefill_s: float | None = None
+    """The mean time the window's finished requests spent in prefill (first scheduled to first
+    token), s, where the server reports it."""
+    prefills: float = 0.0
+    """How many requests' prefill times :attr:`prefill_s` averages."""
+    prefill_tokens: float | None = None
+    """The new prompt tokens (less the prefix cache's) a finished request computed, on average."""
+    computed: tuple[tuple[float, float, float], ...] = ()
+    """How those tokens spread over the window's requests: ``(low, high, share)`` per histogram
+    bucket (empty where the server does not report them)."""
 
-    def row(self) -> tuple[float, ...]:
-        """The fit's regressors, in :data:`TERMS` order."""
-        return (1.0, self.decodes, self.context_k, self.prefill, self.mixed)
+    def past_ridge(self, ridge: float) -> float:
+        """The share of a prefill's tokens past the room a step at ``ridge`` leaves (``ridge`` less
+        the window's decodes), from the requests' histogram: log-uniform inside each bucket (its
+        bounds run 1, 2, 5, 10...: lengths spread over scales, as prompts do; uniform inside the
+        first, from 0); 1 with no ridge or no histogram."""
+        room = max(0.0, ridge - self.decodes)
+        if room <= 0 or not self.computed:
+            return 1.0
+        mean = past = 0.0
+        for lo, hi, share in self.computed:
+            mean += share * _bucket_excess(lo, hi, 0.0)
+            past += share * _bucket_excess(lo, hi, room)
+        return past / mean if mean > 0 else 1.0
+
+    def row(self, ridge: float = 0.0) -> tuple[float, ...]:
+        """The fit's regressors, in :data:`TERMS` order (the prefill tokens past ``ridge``)."""
+        return (1.0, self.decodes, self.context_k, self.prefill * self.past_ridge(ridge), self.mixed)
+
+    def prefill_row(self, ridge: float = 0.0) -> tuple[float, ...] | None:
+        """The regressors of the window's prefill row (the step a prompt's prefill rode in: the
+        window's decodes and context, the request's new prompt tokens past ``ridge``, a mixed
+        step), or None where it has none."""
+        if self.prefill_s is None or self.prefill_s <= 0 or self.prefills < MIN_PREFILLS or not self.prefill_tokens:
+            return None
+        return (1.0, self.decodes, self.context_k, self.prefill_tokens * self.past_ridge(ridge), 1.0)
+
+
+def _bucket_excess(lo: float, hi: float, room: float) -> float:
+    """``E[max(0, x - room)]`` for ``x`` log-uniform on ``[lo, hi]`` (uniform where ``lo`` is 0)."""
+    if hi <= room:
+        return 0.0
+    c = max(lo, room)
+    if lo <= 0:
+        return ((hi - room) ** 2 - (c - room) ** 2) / (2 * hi)
+    return ((hi - c) - room * math.log(hi / c)) / math.log(hi / lo)
 
 
 def window_of(
-    view: EngineView, seconds: float, t: float, kv_tokens: int | None, kv_use: float | None = None
+    view: EngineView,
+    seconds: float,
+    t: float,
+    kv_tokens: int | None,
+    kv_use: float | None = None,
+    prefill_time: Histogram | None = None,
+    computed: Histogram | None = None,
 ) -> PassiveWindow | None:
     """One window from a server's windowed view, or None when it cannot be one: no steps or no
     inter-token gaps in it (an idle window says nothing of the step time), too few gaps, or a
@@ -102,6 +178,10 @@ def window_of(
             over the window's scrapes; else the view's, the gauge at the window's end: one
             instant, whose noise dilutes the context term towards 0 (at a few sequences the
             gauge reads 0 whenever the scrape lands between requests).
+        prefill_time: ``vllm:request_prefill_time_seconds``'s increase over the window.
+        computed: ``vllm:request_prefill_kv_computed_tokens``'s increase over the window (the
+            new prompt tokens of the same finished requests); without it, the prompt tokens less
+            the prefix cache's share, over the requests finished.
     """
     itl = view.latency.get("itl")
     steps_rate, gen_rate = view.steps_rate, view.generation_tokens_rate
@@ -119,6 +199,11 @@ def window_of(
     prompt_rate = view.prompt_tokens_rate or 0.0
     requests = view.request_rate or 0.0
     read = view.read_bytes_per_gpu_rate
+    prefills = prefill_time.count if prefill_time is not None else None
+    prefill_s = prefill_time.mean() if prefill_time is not None else None
+    per_request = computed.mean() if computed is not None else None
+    if per_request is None and requests > 0:
+        per_request = prompt_rate * (1.0 - min(1.0, max(0.0, hit))) / requests
     return PassiveWindow(
         t=t,
         seconds=seconds,
@@ -129,7 +214,27 @@ def window_of(
         prefill=prompt_rate * (1.0 - min(1.0, max(0.0, hit))) / steps_rate,
         mixed=min(1.0, requests / steps_rate),
         read_bytes=read / steps_rate if read else None,
+        prefill_s=prefill_s,
+        prefills=prefills or 0.0,
+        prefill_tokens=per_request,
+        computed=buckets_of(computed) if computed is not None else (),
     )
+
+
+def buckets_of(h: Histogram) -> tuple[tuple[float, float, float], ...]:
+    """A histogram's buckets as ``(low, high, share)``, the empty left out (the +Inf bucket
+    reaching twice its floor); none where it is incomplete or empty."""
+    n = h.count
+    if not h.complete or not n:
+        return ()
+    out: list[tuple[float, float, float]] = []
+    lo, prev = 0.0, 0.0
+    for bound, cum in zip(h.bounds, h.counts, strict=True):
+        hi = bound if math.isfinite(bound) else 2 * max(lo, 1.0)
+        if cum > prev and hi > lo:
+            out.append((lo, hi, (cum - prev) / n))
+        lo, prev = hi, cum
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,22 +286,32 @@ def _nonneg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _solve(
-    x: np.ndarray, y: np.ndarray, w: np.ndarray, prior: np.ndarray | None, prior_sd: np.ndarray | None
+    x: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    prior: np.ndarray | None,
+    prior_sd: np.ndarray | None,
+    kind: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The posterior's mode: each window's mean has the noise of its gaps (variance sigma^2 / w,
-    sigma from a first plain fit's residuals), each term a normal prior where one is given (a
-    whisper of ridge otherwise, so a column the windows never vary stays solvable)."""
+    """The posterior's mode: each row's mean has the noise of what it averages (variance
+    sigma^2 / w), each kind of row (``kind``: 0 the inter-token gaps, 1 the prefill times) its own
+    sigma from the residuals of the fit before (three rounds, so that a kind the first fit got
+    wrong is not discounted for it), each term a normal prior where one is given (a whisper of
+    ridge otherwise, so a column the windows never vary stays solvable)."""
     n, k = x.shape
-    first = _nonneg(
-        np.vstack([x * np.sqrt(w)[:, None], np.eye(k) * 1e-9]), np.concatenate([y * np.sqrt(w), np.zeros(k)])
-    )
-    resid = y - x @ first
-    if n > k:
-        sigma2 = float((w * resid**2).sum()) / (n - k)
-    else:
-        sigma2 = 0.0
-    sigma2 = max(sigma2, float((0.01 * y.mean()) ** 2 * w.mean()))  # never certain beyond 1 %
-    sw = np.sqrt(w / sigma2)
+    kinds = kind if kind is not None else np.zeros(n, dtype=int)
+    scale = np.ones(n)
+    coef = np.zeros(k)
+    for _ in range(3 if (kinds != 0).any() else 1):
+        sw = np.sqrt(w / scale)
+        coef = _nonneg(np.vstack([x * sw[:, None], np.eye(k) * 1e-9]), np.concatenate([y * sw, np.zeros(k)]))
+        resid = y - x @ coef
+        for g in np.unique(kinds):
+            m = kinds == g
+            dof = m.sum() * (1.0 - k / n) if n > k else 0.0
+            s2 = float((w[m] * resid[m] ** 2).sum()) / dof if dof > 0 else 0.0
+            scale[m] = max(s2, float((0.01 * y[m].mean()) ** 2 * w[m].mean()))  # never certain beyond 1 %
+    sw = np.sqrt(w / scale)
     a, b = x * sw[:, None], y * sw
     if prior is not None and prior_sd is not None:
         a = np.vstack([a, np.diag(1.0 / prior_sd)])
@@ -205,6 +320,31 @@ def _solve(
         a = np.vstack([a, np.eye(k) * 1e-9])
         b = np.concatenate([b, np.zeros(k)])
     return _nonneg(a, b)
+
+
+def _rows(
+    wins: Sequence[PassiveWindow], idx: Sequence[int], ridge: float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The fit's rows for the windows ``idx`` (a resample repeats some): each window's gap row,
+    then the prefill rows of those that have one (prefill tokens past ``ridge``); with their
+    weights and kinds."""
+    rows = [wins[i].row(ridge) for i in idx]
+    ys = [wins[i].step_s for i in idx]
+    ws = [min(wins[i].gaps, 20_000.0) for i in idx]
+    kinds = [0] * len(rows)
+    for i in idx:
+        pre, secs = wins[i].prefill_row(ridge), wins[i].prefill_s
+        if pre is not None and secs is not None:
+            rows.append(pre)
+            ys.append(secs)
+            ws.append(min(wins[i].prefills, 20_000.0))
+            kinds.append(1)
+    return (
+        np.array(rows, dtype=float),
+        np.array(ys, dtype=float),
+        np.array(ws, dtype=float),
+        np.array(kinds, dtype=int),
+    )
 
 
 def fit_passive(
@@ -233,9 +373,7 @@ def fit_passive(
         why = f"too little traffic yet: no window with decoding in it (needs {MIN_WINDOWS})"
         return PassiveFit(base, (), 0, (0.0, 0.0), False, why, math.nan)
     batch = (min(w.decodes for w in wins), max(w.decodes for w in wins))
-    x = np.array([w.row() for w in wins], dtype=float)
-    y = np.array([w.step_s for w in wins], dtype=float)
-    gw = np.minimum(np.array([w.gaps for w in wins], dtype=float), 20_000.0)
+    n = len(wins)
     p = np.array([getattr(base, t) for t in TERMS], dtype=float) if prior is not None else None
     psd = None
     physical = context_prior(wins, kv_bytes_per_token) if prior is None else None
@@ -246,29 +384,60 @@ def fit_passive(
         k = TERMS.index("b_context")
         p, psd = np.zeros(len(TERMS)), np.full(len(TERMS), 1e6)
         p[k], psd[k] = physical
-    coef = _solve(x, y, gw, p, psd)
+    ridge = prior.ridge if prior is not None else 0.0
+    xa, ya, wa, ka = _rows(wins, range(n), ridge)
+    coef = _solve(xa, ya, wa, p, psd, ka)
+    if prior is None and any(w.computed for w in wins):
+        ridge, coef = _roofline(wins, p, psd, coef)
+        xa, ya, wa, ka = _rows(wins, range(n), ridge)
+    x = np.array([w.row(ridge) for w in wins], dtype=float)
+    y = np.array([w.step_s for w in wins], dtype=float)
     rng = random.Random(seed)
     drawn: list[np.ndarray] = []
-    n = len(wins)
     for _ in range(draws if n >= 3 else 0):
         idx = [rng.randrange(n) for _ in range(n)]
         pk = p
         if physical is not None and p is not None:  # the prior's own spread in the draws (perturbed prior)
             pk = p.copy()
             pk[TERMS.index("b_context")] = max(0.0, rng.gauss(*physical))
-        drawn.append(_solve(x[idx], y[idx], gw[idx], pk, psd))
-    model = replace(base, **{t: float(c) for t, c in zip(TERMS, coef, strict=True)})
-    models = tuple(replace(base, **{t: float(c) for t, c in zip(TERMS, d, strict=True)}) for d in drawn)
+        xs, ys, ws, ks = _rows(wins, idx, ridge)
+        drawn.append(_solve(xs, ys, ws, pk, psd, ks))
+    model = replace(base, ridge=ridge, **{t: float(c) for t, c in zip(TERMS, coef, strict=True)})
+    models = tuple(replace(base, ridge=ridge, **{t: float(c) for t, c in zip(TERMS, d, strict=True)}) for d in drawn)
     resid = np.abs(x @ coef - y) / y
     residual_pct = float(np.median(resid) * 100)
     how = "the windows and the calibrated twin" if prior is not None else "the windows"
     if physical is not None:
         how = f"the windows and the KV cache's read cost ({physical[0] * 1000:.3g} ms a k-token of context)"
+    if (ka == 1).any():
+        how = how.replace("the windows", "the windows (their gaps and prefill times)", 1)
+    if ridge > 0 and prior is None:
+        how += f", a GPU's roofline ({ridge:.0f} prompt tokens inside a step's fixed cost)"
     identified, reason = _identified(wins, x, coef, drawn, batch, how, prior is not None)
     fit = PassiveFit(model, models, n, batch, identified, reason, residual_pct)
     if prior is not None and prior_sd is not None and models:
         fit = replace(fit, drift=_drift(fit, prior, prior_sd))
     return fit
+
+
+def _roofline(
+    wins: Sequence[PassiveWindow], p: np.ndarray | None, psd: np.ndarray | None, coef: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """The ridge at the roofline's fixed point, ``ridge = b0 / b_prefill`` (the prompt tokens a
+    step computes while it reads the weights), and the fit at it: refitted until the ridge moves
+    less than 2 % (at most eight rounds; none without a prefill cost)."""
+    n, ridge = len(wins), 0.0
+    b0, bp = TERMS.index("b0"), TERMS.index("b_prefill")
+    for _ in range(8):
+        if coef[bp] <= 0:
+            break
+        nxt = min(MAX_RIDGE, float(coef[b0] / coef[bp]))
+        if abs(nxt - ridge) <= 0.02 * max(nxt, 1.0):
+            break
+        ridge = nxt
+        xa, ya, wa, ka = _rows(wins, range(n), ridge)
+        coef = _solve(xa, ya, wa, p, psd, ka)
+    return ridge, coef
 
 
 def _identified(

@@ -5,6 +5,7 @@ named."""
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 
@@ -12,7 +13,7 @@ import pytest
 
 from spoc_tui.core.stats import LatencySummary
 from spoc_tui.twin.model import StepModel
-from spoc_tui.twin.passive import TERMS, PassiveWindow, fit_passive, window_of
+from spoc_tui.twin.passive import TERMS, PassiveWindow, buckets_of, fit_passive, window_of
 
 TRUE = StepModel(b0=0.012, b_prefill=2.0e-5, b_attn=0.0, b_decode=3.0e-4, b_context=8.0e-5, b_mixed=0.004,
                  a0=0.0, a_prompt=0.0)  # fmt: skip
@@ -132,6 +133,21 @@ def test_a_window_comes_from_a_servers_windowed_view():
     assert 0.9 < share < 1 and ttft.count == 144
     assert win.decodes == pytest.approx(view.total.generation_tokens_rate * share / view.total.steps_rate)
     assert 0 <= win.mixed <= 1 and win.context_k >= 0 and win.prefill >= 0
+    assert win.prefill_row() is None  # not given the prefill histograms: no prefill row
+    # vLLM 0.32 reports each finished request's prefill time and the prompt tokens it computed
+    from spoc_tui.core.metrics.vllm import PREFILL_TIME, REQUEST_PREFILL_COMPUTED, Scrape, windowed_histogram
+
+    scrape = Scrape(load, 30.0, idle, 0.0)
+    pt, comp = windowed_histogram(scrape, PREFILL_TIME), windowed_histogram(scrape, REQUEST_PREFILL_COMPUTED)
+    # (128 requests finished in the window, 144 had their first token)
+    assert pt is not None and comp is not None and pt.count == comp.count == 128
+    timed = window_of(view.total, 30.0, 30.0, kv_tokens, None, pt, comp)
+    assert timed is not None and timed.prefills == 128 and timed.prefill_s == pytest.approx(pt.mean())
+    assert timed.prefill_tokens == pytest.approx(comp.mean()) and timed.prefill_tokens > 0
+    assert timed.prefill_row() == (1.0, timed.decodes, timed.context_k, timed.prefill_tokens, 1.0)
+    # the tokens each request computed, as the histogram's buckets: all of them in 20-50 here
+    assert timed.computed == ((20.0, 50.0, 1.0),) and win.computed == ()
+    assert timed.past_ridge(0.0) == 1.0 and 0 < timed.past_ridge(40.0 + timed.decodes) < timed.past_ridge(30.0) < 1
     # an idle window, or a server that hides its KV cache's size, is not a window
     assert window_of(view.total, 30.0, 30.0, None) is None
     quiet = replace(view.total, latency={**view.total.latency, "itl": LatencySummary("30s", 3, 0.01, None, None, None)})
@@ -164,3 +180,87 @@ def test_the_kv_caches_read_cost_is_the_context_terms_prior_where_the_server_rep
              context=(1.4, 1.6), model=truth, noise=0.01)]  # fmt: skip
     fit = fit_passive(quiet, kv_bytes_per_token=kvb)
     assert fit.identified and "the windows and the KV cache's read cost (0.0" in fit.reason, fit.reason
+
+
+def test_prefill_times_identify_the_prefill_terms_the_gaps_barely_see():
+    """At a few requests a second a prefill rides in one step of dozens: the gaps' mean barely
+    moves with its cost (a simulated L40S's fit put b_prefill at half its value in one seed of
+    five). The server's prefill-time histogram gives each window a second row, the step a prompt
+    rode in; with it the prefill term comes back, and its interval is narrower."""
+    truth = replace(TRUE, b_prefill=7.0e-5, b_mixed=0.002)
+    rng = random.Random(4)
+    plain, timed = [], []
+    for i in range(40):
+        d = rng.uniform(4, 40)
+        c = d * rng.uniform(0.6, 2.4)
+        rate = rng.uniform(0.7, 2.0)  # requests a second
+        per_request = rng.uniform(400, 900)  # new prompt tokens each
+        steps = 1.0 / (truth.b0 + truth.b_decode * d + truth.b_context * c)
+        p, m = rate * per_request / steps, min(1.0, rate / steps)
+        step = truth.b0 + truth.b_decode * d + truth.b_context * c + truth.b_prefill * p + truth.b_mixed * m
+        n = rate * 30.0
+        rode = truth.b0 + truth.b_decode * d + truth.b_context * c + truth.b_prefill * per_request + truth.b_mixed
+        w = PassiveWindow(t=30.0 * (i + 1), seconds=30.0, step_s=step * (1 + rng.gauss(0, 0.03)),
+                          gaps=30.0 / step * d, decodes=d, context_k=c, prefill=p, mixed=m)  # fmt: skip
+        plain.append(w)
+        # each prefill's time varies with its prompt (a third either way): the mean over n of them
+        timed.append(replace(w, prefill_s=rode * (1 + rng.gauss(0, 0.3 / n**0.5)), prefills=n,
+                             prefill_tokens=per_request))  # fmt: skip
+    without, with_times = fit_passive(plain, seed=1), fit_passive(timed, seed=1)
+    assert with_times.model.b_prefill == pytest.approx(truth.b_prefill, rel=0.15), with_times.model
+    lo, hi = with_times.interval("b_prefill")
+    assert lo <= truth.b_prefill <= hi
+    lo0, hi0 = without.interval("b_prefill")
+    assert hi - lo < 0.5 * (hi0 - lo0), ((lo, hi), (lo0, hi0))
+    # the decode terms the gaps identify stay where they were
+    assert with_times.model.b_decode == pytest.approx(truth.b_decode, rel=0.1)
+    assert "their gaps and prefill times" in with_times.reason and "prefill times" not in without.reason
+    # a window with too few prefills has no prefill row
+    assert replace(timed[0], prefills=2).prefill_row() is None and timed[0].prefill_row() is not None
+
+
+def test_a_gpus_roofline_puts_the_first_prompt_tokens_inside_the_steps_fixed_cost():
+    """A GPU step reads every weight whatever it computes, so its first prompt tokens are free and
+    each past the ridge costs more than a linear fit of the means says: the p99 gap comes from the
+    big prefills past it (on the simulated L40S the linear fit timed 3,000-token prefill steps at
+    half their time). With the requests' computed-token histogram, the fit takes the ridge at the
+    roofline's fixed point (ridge = b0 / b_prefill) and recovers the marginal cost."""
+    from spoc_tui.core.stats import Histogram
+
+    bounds = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, float("inf"))
+    b0, bp, bd, bc = 0.022, 7.2e-5, 3.0e-5, 1.6e-4
+    ridge = b0 / bp  # about 306 tokens
+    rng = random.Random(7)
+    wins = []
+    for i in range(40):
+        d = rng.uniform(2, 12)
+        c = d * rng.uniform(0.6, 2.4)
+        rate = rng.uniform(0.7, 2.0)
+        base = b0 + bd * d + bc * c
+        steps = 30.0 / base
+        prompts = [min(9000.0, rng.lognormvariate(math.log(450), 0.8)) for _ in range(int(rate * 30))]
+        times = [base + bp * max(0.0, n - (ridge - d)) for n in prompts]  # the steps a prefill rode in
+        step_mean = ((steps - len(prompts)) * base + sum(times)) / steps
+        counts = tuple(float(sum(n <= b for n in prompts)) for b in bounds)
+        hist = Histogram(bounds, counts, float(len(prompts)), sum(prompts))
+        wins.append(PassiveWindow(t=30.0 * (i + 1), seconds=30.0, step_s=step_mean * (1 + rng.gauss(0, 0.01)),
+                                  gaps=steps * d, decodes=d, context_k=c, prefill=sum(prompts) / steps,
+                                  mixed=len(prompts) / steps, prefill_s=sum(times) / len(times),
+                                  prefills=len(times), prefill_tokens=hist.mean(), computed=buckets_of(hist)))  # fmt: skip
+    fit = fit_passive(wins, seed=2)
+    assert fit.model.ridge == pytest.approx(ridge, rel=0.2), fit.model
+    assert fit.model.b_prefill == pytest.approx(bp, rel=0.15), fit.model
+    assert "a GPU's roofline" in fit.reason and fit.identified, fit.reason
+    # the big prefills the p99 gap comes from: a 3,000-token prefill step within 10 %
+    big = b0 + bp * (3000 - (ridge - 8))
+    m = fit.model
+    got = m.b0 + m.b_prefill * max(0.0, 3000 - (m.ridge - 8))
+    assert got == pytest.approx(big, rel=0.1), (got, big)
+    # without the histogram: the linear fit of the means, no ridge, and the big step read short
+    linear = fit_passive([replace(w, computed=()) for w in wins], seed=2)
+    assert linear.model.ridge == 0 and "roofline" not in linear.reason
+    assert linear.model.b0 + linear.model.b_prefill * 3000 < 0.85 * big
+    # a calibrated twin's ridge where one is given
+    prior = replace(TRUE, ridge=128.0)
+    sd = StepModel(*(0.05 * x for x in TRUE.vector()))
+    assert fit_passive(wins, prior=prior, prior_sd=sd).model.ridge == 128.0
