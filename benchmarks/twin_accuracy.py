@@ -280,7 +280,7 @@ def main() -> None:
     if ONLY in (["sim"], ["sim-chat"]):  # the simulator alone: no vLLM needed
         print(f"twin accuracy: the simulator alone; {STEP} s steps; budget {BUDGET} s; work in {work}")
         sim_rows, sim_knee = simulator_part(work)
-        report([], sim_rows, [sim_knee])
+        report([], sim_rows, [k for k in (sim_knee,) if k])
         return
     if not ready():
         raise SystemExit(NOT_SET_UP)

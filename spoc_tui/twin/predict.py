@@ -363,7 +363,7 @@ def draws_interval(values: Sequence[float]) -> tuple[float, float]:
         return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
     n = len(vals)
     mean, sd = statistics.fmean(vals), statistics.stdev(vals)
-    t = {1: 12.706, 2: 4.303}.get(n - 1) or t_quantile(n - 1)  # exact where the expansion falls short
+    t = t_quantile(n - 1)
     half = t * sd * math.sqrt(1 + 1 / n)
     return max(0.0, mean - half), mean + half
 
