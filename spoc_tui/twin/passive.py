@@ -41,12 +41,14 @@ headroom 40-90 % high. The roofline ties the two: at the ridge the compute takes
 read, ``ridge = b0 / b_prefill`` (about 130 tokens for an 8B model on an A100). Where the server
 reports the prompt tokens each request computed as a histogram, the fit takes the ridge at that
 fixed point (each window's prefill columns then count only the tokens past it, from the
-histogram, uniform inside each bucket); a calibrated twin's ridge where one is given; else none.
-(A CPU has no ridge: there the calibrated twin's 0 holds.) Windows that differ (more users at one hour than at
-another) identify the terms; windows that all look alike identify only their common value, and
-the fit says so instead of extrapolating. The fit's uncertainty is a bootstrap over windows. A
-calibrated twin, when given, is the prior (each term pulled towards it by its calibration's
-spread): the live fit tightens it, and says which term the server has drifted from.
+histogram, log-uniform inside each bucket); a calibrated twin's ridge where one is given; else
+none. (A CPU has no ridge: there the calibrated twin's 0 holds.)
+
+Windows that differ (more users at one hour than at another) identify the terms; windows that
+all look alike identify only their common value, and the fit says so instead of extrapolating.
+The fit's uncertainty is a bootstrap over windows. A calibrated twin, when given, is the prior
+(each term pulled towards it by its calibration's spread): the live fit tightens it, and says
+which term the server has drifted from.
 
 What passive windows cannot identify: attention cost inside a prefill (``b_attn``), the shared
 prefix saving (``b_shared``), the roofline's ridge and the time outside the engine (``a0``,
@@ -196,14 +198,14 @@ def window_of(
     firsts = ttft.count if ttft is not None and ttft.count else 0
     decode_share = itl.count / (itl.count + firsts)
     hit = view.prefix_cache_hit_rate or 0.0
-    prompt_rate = view.prompt_tokens_rate or 0.0
+    new_rate = (view.prompt_tokens_rate or 0.0) * (1.0 - min(1.0, max(0.0, hit)))
     requests = view.request_rate or 0.0
     read = view.read_bytes_per_gpu_rate
     prefills = prefill_time.count if prefill_time is not None else None
     prefill_s = prefill_time.mean() if prefill_time is not None else None
     per_request = computed.mean() if computed is not None else None
     if per_request is None and requests > 0:
-        per_request = prompt_rate * (1.0 - min(1.0, max(0.0, hit))) / requests
+        per_request = new_rate / requests
     return PassiveWindow(
         t=t,
         seconds=seconds,
@@ -211,7 +213,7 @@ def window_of(
         gaps=itl.count,
         decodes=gen_rate * decode_share / steps_rate,
         context_k=kv * kv_tokens / 1000.0,
-        prefill=prompt_rate * (1.0 - min(1.0, max(0.0, hit))) / steps_rate,
+        prefill=new_rate / steps_rate,
         mixed=min(1.0, requests / steps_rate),
         read_bytes=read / steps_rate if read else None,
         prefill_s=prefill_s,
@@ -384,14 +386,13 @@ def fit_passive(
         k = TERMS.index("b_context")
         p, psd = np.zeros(len(TERMS)), np.full(len(TERMS), 1e6)
         p[k], psd[k] = physical
-    ridge = prior.ridge if prior is not None else 0.0
-    xa, ya, wa, ka = _rows(wins, range(n), ridge)
-    coef = _solve(xa, ya, wa, p, psd, ka)
     if prior is None and any(w.computed for w in wins):
-        ridge, coef = _roofline(wins, p, psd, coef)
-        xa, ya, wa, ka = _rows(wins, range(n), ridge)
-    x = np.array([w.row(ridge) for w in wins], dtype=float)
-    y = np.array([w.step_s for w in wins], dtype=float)
+        ridge, coef = _roofline(wins, p, psd)
+    else:
+        ridge = prior.ridge if prior is not None else 0.0
+        coef = _fit_at(wins, ridge, p, psd)
+    xa, ya, _, ka = _rows(wins, range(n), ridge)
+    x, y = xa[:n], ya[:n]  # the gap rows (the prefill rows follow them)
     rng = random.Random(seed)
     drawn: list[np.ndarray] = []
     for _ in range(draws if n >= 3 else 0):
@@ -420,13 +421,18 @@ def fit_passive(
     return fit
 
 
-def _roofline(
-    wins: Sequence[PassiveWindow], p: np.ndarray | None, psd: np.ndarray | None, coef: np.ndarray
-) -> tuple[float, np.ndarray]:
+def _fit_at(wins: Sequence[PassiveWindow], ridge: float, p: np.ndarray | None, psd: np.ndarray | None) -> np.ndarray:
+    """The fit of every window's rows, the prefill tokens counted past ``ridge``."""
+    xa, ya, wa, ka = _rows(wins, range(len(wins)), ridge)
+    return _solve(xa, ya, wa, p, psd, ka)
+
+
+def _roofline(wins: Sequence[PassiveWindow], p: np.ndarray | None, psd: np.ndarray | None) -> tuple[float, np.ndarray]:
     """The ridge at the roofline's fixed point, ``ridge = b0 / b_prefill`` (the prompt tokens a
-    step computes while it reads the weights), and the fit at it: refitted until the ridge moves
-    less than 2 % (at most eight rounds; none without a prefill cost)."""
-    n, ridge = len(wins), 0.0
+    step computes while it reads the weights), and the fit at it: from no ridge, refitted until
+    the ridge moves less than 2 % (at most eight rounds; none without a prefill cost)."""
+    ridge = 0.0
+    coef = _fit_at(wins, ridge, p, psd)
     b0, bp = TERMS.index("b0"), TERMS.index("b_prefill")
     for _ in range(8):
         if coef[bp] <= 0:
@@ -435,8 +441,7 @@ def _roofline(
         if abs(nxt - ridge) <= 0.02 * max(nxt, 1.0):
             break
         ridge = nxt
-        xa, ya, wa, ka = _rows(wins, range(n), ridge)
-        coef = _solve(xa, ya, wa, p, psd, ka)
+        coef = _fit_at(wins, ridge, p, psd)
     return ridge, coef
 
 

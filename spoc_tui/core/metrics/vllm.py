@@ -35,9 +35,9 @@ REQUEST_SUCCESS = ("vllm:request_success_total",)
 REQUEST_PROMPT_TOKENS = ("vllm:request_prompt_tokens",)
 REQUEST_GENERATION_TOKENS = ("vllm:request_generation_tokens",)
 REQUEST_PREFILL_COMPUTED = ("vllm:request_prefill_kv_computed_tokens",)
+"""Each prompt's tokens the engine computed (its prefix-cache hits left out); vLLM 0.13 and later."""
 PREFILL_TIME = ("vllm:request_prefill_time_seconds",)
 """From a request's first scheduling to its first token (observed when it finishes)."""
-"""Each prompt's tokens the engine computed (its prefix-cache hits left out); vLLM 0.13 and later."""
 CACHE_CONFIG = ("vllm:cache_config_info",)
 FLOPS_PER_GPU = ("vllm:estimated_flops_per_gpu_total",)
 READ_BYTES_PER_GPU = ("vllm:estimated_read_bytes_per_gpu_total",)
