@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ SCRIPT = textwrap.dedent(
         try:
             # said inside the try: a stop signal right after it still finds the finally armed (said
             # before it, a loaded host let SIGTERM land between the two: the plain child was left)
-            print("started", flush=True)
+            print("started", stubborn.pid, plain.pid, flush=True)
             time.sleep(300)
         finally:
             plain.kill()
@@ -54,7 +55,22 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _start(tmp_path: Path, sigint_ignored: bool = False) -> tuple[subprocess.Popen[str], list[int]]:
+@pytest.fixture
+def started() -> Iterator[list[int]]:
+    """Whatever a test started: SIGKILLed at its end, whatever the test found (a failed assert left
+    the supervisor, the script and both children running)."""
+    pids: list[int] = []
+    yield pids
+    for p in pids:
+        if _alive(p):
+            os.kill(p, signal.SIGKILL)
+
+
+def _start(tmp_path: Path, started: list[int], sigint_ignored: bool = False) -> tuple[subprocess.Popen[str], list[int]]:
+    """The supervisor, and the processes below it: the script and its two children. The children
+    are named by the pids the script prints, not by their command lines: right after its fork
+    returns, a child may still be inside exec with no command line yet (a loaded host's CI run
+    found no 'sleep' among them)."""
     script = tmp_path / "bench.py"
     script.write_text(SCRIPT.format(root=str(ROOT)))
     proc = subprocess.Popen(
@@ -64,12 +80,17 @@ def _start(tmp_path: Path, sigint_ignored: bool = False) -> tuple[subprocess.Pop
         start_new_session=True,
         preexec_fn=_ignore_sigint if sigint_ignored else None,
     )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
-    deadline = time.monotonic() + 10
-    while len(tree := descendants(proc.pid)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(tree) >= 3, tree  # the script, its two children
-    return proc, tree
+    started.append(proc.pid)
+    assert proc.stdout is not None
+    said = proc.stdout.readline().split()
+    assert said[:1] == ["started"], said
+    children = [int(p) for p in said[1:]]
+    started.extend(children)
+    tree = descendants(proc.pid)
+    started.extend(tree)
+    scripts = [p for p in tree if p not in children]
+    assert len(scripts) == 1 and set(children) <= set(tree), (tree, children)
+    return proc, [scripts[0], *children]
 
 
 def _gone_within(pids: list[int], seconds: float) -> list[int]:
@@ -83,47 +104,40 @@ def _gone_within(pids: list[int], seconds: float) -> list[int]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_a_stop_signal_to_the_supervisor_leaves_nothing(tmp_path, sig):
-    proc, tree = _start(tmp_path)
+def test_a_stop_signal_to_the_supervisor_leaves_nothing(tmp_path, started, sig):
+    proc, tree = _start(tmp_path, started)
     os.kill(proc.pid, sig)
     assert proc.wait(30) != 0
     assert _gone_within(tree, 10) == []
 
 
-def test_sigint_reaches_the_script_of_a_benchmark_started_in_the_background(tmp_path):
+def test_sigint_reaches_the_script_of_a_benchmark_started_in_the_background(tmp_path, started):
     """A shell starts a background job (`make bench &`, a CI runner's step) with SIGINT ignored:
     the supervisor still passes SIGINT on, and the script no longer inherits the ignoring (it did,
     and both waited for ever: the case above hung when the suite itself ran in the background)."""
-    proc, tree = _start(tmp_path, sigint_ignored=True)
+    proc, tree = _start(tmp_path, started, sigint_ignored=True)
     os.kill(proc.pid, signal.SIGINT)
     assert proc.wait(30) != 0
     assert _gone_within(tree, 10) == []
 
 
-def test_the_script_killed_alone_its_orphans_are_stopped(tmp_path):
-    proc, tree = _start(tmp_path)
-    script = min(tree)  # the supervised script: the supervisor's first child
+def test_the_script_killed_alone_its_orphans_are_stopped(tmp_path, started):
+    proc, tree = _start(tmp_path, started)
+    script = tree[0]
     os.kill(script, signal.SIGKILL)
     assert proc.wait(30) == 137
     assert _gone_within(tree, 10) == []
 
 
-def test_the_supervisor_killed_the_script_stops_what_it_started(tmp_path):
+def test_the_supervisor_killed_the_script_stops_what_it_started(tmp_path, started):
     """SIGKILL to the supervisor: the script gets SIGTERM (PR_SET_PDEATHSIG) and its finally runs;
     its stubborn child, in a session of its own and deaf to SIGTERM, is the script's to stop: the
     plain one is stopped by the script's finally."""
-    proc, tree = _start(tmp_path)
-    script = min(tree)
-    plain = [p for p in tree if _alive(p) and Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sleep\0")]
-    assert len(plain) == 1
+    proc, (script, _stubborn, plain) = _start(tmp_path, started)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
-    try:
-        assert _gone_within([script, *plain], 10) == []
-    finally:
-        for p in tree:  # the stubborn one outlives a SIGKILLed supervisor: stop it here, whatever the test found
-            if _alive(p):
-                os.kill(p, signal.SIGKILL)
+    # the stubborn one outlives a SIGKILLed supervisor: the fixture stops it
+    assert _gone_within([script, plain], 10) == []
 
 
 def test_the_monitor_benchmark_killed_leaves_no_monitor_and_no_simulator():
