@@ -193,6 +193,7 @@ class Lengths:
         target = h.mean()
         tilt = 0.0
         if target is not None:
+
             def mean_at(t: float) -> float:
                 return sum(w * _tilted_mean(a, b, t) for w, (a, b) in zip(shares, edges, strict=True))
 

@@ -17,7 +17,7 @@ from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.sim.watch import VirtualWatch
-from spoc_tui.twin.headroom import Headroom, HeadroomLearner, Lengths, LearnerState, Traffic, synth_rows
+from spoc_tui.twin.headroom import Headroom, HeadroomLearner, LearnerState, Lengths, Traffic, synth_rows
 from spoc_tui.workload import load_workload
 
 INF = math.inf
