@@ -222,7 +222,7 @@ class Lengths:
         v = rng.random()
         t = self.tilt
         u = v if abs(t) < 1e-9 else math.log1p(v * math.expm1(t)) / t
-        return max(1, round(a * (b / a) ** u))
+        return max(1, round(a * math.pow(b / a, u)))
 
 
 def _tilted_mean(a: float, b: float, t: float) -> float:
