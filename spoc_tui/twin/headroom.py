@@ -519,7 +519,7 @@ class HeadroomLearner:
             # mean (1 for a Poisson stream); a slow trend (the day's rise) is not burstiness
             steps = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
             disp = statistics.fmean(steps) / (2 * statistics.fmean(counts))
-        estimated = ["prompt and output lengths: drawn from vLLM's histogram buckets, uniform inside each"]
+        estimated = ["prompt and output lengths: drawn from vLLM's histogram buckets, their mean the histogram's"]
         how = (
             "each window's rate in turn, Poisson within it"
             if swells(swing, len(counts))
