@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -108,6 +109,23 @@ def test_a_calibrated_twin_is_the_prior_and_drift_is_named():
     moved = fit_passive(windows(40, (4, 48), seed=2, model=slower), prior=TRUE, prior_sd=sd)
     assert any(x.startswith("b_decode ") for x in moved.drift), moved.drift
     assert moved.model.b_decode == pytest.approx(slower.b_decode, rel=0.25)
+
+
+def test_the_draws_carry_the_calibrated_twins_own_spread():
+    """Over windows that barely vary, the terms they cannot tell apart are the prior's, and the
+    draws spread them as the calibration did: drawn over the windows alone with the prior held
+    at its value, every draw read the prior's b_decode to the digit, and the headroom's interval
+    said the calibration was exact."""
+    sd = StepModel(*(0.05 * x for x in TRUE.vector()))
+    flat = windows(30, (8, 11), seed=3, context=(1.4, 1.6))
+    fit = fit_passive(flat, prior=TRUE, prior_sd=sd)
+    for term in ("b_decode", "b_context"):  # held at the prior: 0.2 and 0.09 of its spread
+        spread = statistics.pstdev(getattr(d, term) for d in fit.draws)
+        assert 0.6 * getattr(sd, term) < spread < 1.3 * getattr(sd, term), (term, spread)
+    # the windows still hold what they see: every draw's step at their batch within a few per cent
+    d, c = 9.5, 9.5 * 1.5
+    steps = [m.b0 + m.b_decode * d + m.b_context * c for m in fit.draws]
+    assert statistics.pstdev(steps) / statistics.fmean(steps) < 0.05
 
 
 def test_a_window_comes_from_a_servers_windowed_view():
