@@ -28,10 +28,13 @@ learner must say it cannot identify the step time yet, or give an interval that 
 
 Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat] [--presets=l40s] (make
 bench: 5 seeds, every case, both presets); ``--smoke``: one preset, one seed, a shorter observation (checks that it runs).
+``--real [--seed=N]``: the real vLLM CPU server (half an hour; it keeps its scrapes);
+``--again=DIR``: that run's headroom said again from its kept scrapes and twin.json, beside its knee.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
@@ -49,7 +52,7 @@ from spoc_tui.sim.options import SimOptions  # noqa: E402
 from spoc_tui.sim.run import build  # noqa: E402
 from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
 from spoc_tui.sim.watch import VirtualWatch  # noqa: E402
-from spoc_tui.twin.headroom import HeadroomLearner  # noqa: E402
+from spoc_tui.twin.headroom import Headroom, HeadroomLearner  # noqa: E402
 from spoc_tui.twin.predict import figure  # noqa: E402
 from spoc_tui.workload import Workload, load_workload  # noqa: E402
 
@@ -260,7 +263,6 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
     from realengine import NOT_SET_UP, ready, vllm_server
 
     from spoc_tui.core.metrics.promparse import parse_text
-    from spoc_tui.core.results import read_ramp
     from spoc_tui.procs.ports import free_ports
 
     if not ready():
@@ -287,7 +289,8 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
         t0 = time.monotonic()
         fed = 0.0
         missed = 0
-        with httpx.Client(timeout=5.0) as client:
+        # every scrape kept, so that `--again=DIR` says the headroom again from the same inputs
+        with httpx.Client(timeout=5.0) as client, (work / "scrapes.jsonl").open("w") as kept:
             while observed.poll() is None:
                 t = time.monotonic() - t0
                 c0 = time.process_time()
@@ -301,6 +304,8 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
                 if text:
                     learner.add(t, parse_text(text))
                 fed += time.process_time() - c0
+                if text:
+                    kept.write(json.dumps({"t": round(t, 3), "text": text}) + "\n")
                 time.sleep(max(0.0, 5.0 - (time.monotonic() - t0 - t)))
         if observed.returncode:
             print(f"spoc ramp --speed 1 failed:\n{(observed.stderr.read() if observed.stderr else '')[-2000:]}")
@@ -339,18 +344,52 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
         if r.returncode not in (0, 1):
             print(f"spoc ramp --speed auto failed:\n{r.stderr[-2000:]}")
             return 1
-        inferred = read_ramp(work / "knee").knee.inferred
-        m, (mlo, mhi) = (inferred.estimate, inferred.ci95) if inferred is not None else (None, (None, None))
-        lo, hi = h.ci95
-        inside = h.identified and m is not None and (lo is None or lo <= m) and (hi is None or m <= hi)
-        err = abs(h.estimate - m) / m * 100 if h.estimate and m else math.nan
-        moves = ", ".join(f"{100 * (d / drift[0] - 1):+.0f} %" for d in drift[1:])
-        print(f"    measured knee x{m} (95 %: {mlo}-{mhi}); inside: {inside}; error {err:.0f} %; seats seen "
-              f"{learner.seats}; the host's drift (one request's decode gap, {drift[0] * 1e3:.2f} ms before): "
-              f"{moves} after the observation and after the knee search; CPU {fed:.1f} s to read the scrapes, "
-              f"{cost:.1f} s for the headroom; {missed} scrapes missed; files in {work}")  # fmt: skip
+        how = (f"the host's drift (one request's decode gap, {drift[0] * 1e3:.2f} ms before): "
+               f"{', '.join(f'{100 * (d / drift[0] - 1):+.0f} %' for d in drift[1:])} after the observation "
+               f"and after the knee search; CPU {fed:.1f} s to read the scrapes, {cost:.1f} s for the headroom; "
+               f"{missed} scrapes missed")  # fmt: skip
+        print(f"    {beside_knee(h, work, learner.seats)}; {how}; files in {work}")
     finally:
         server.stop()
+    return 0
+
+
+def beside_knee(h: Headroom, work: Path, seats: int | None) -> str:
+    """The headroom beside the knee measured in ``work/knee``: inside or not, and the point's error."""
+    from spoc_tui.core.results import read_ramp
+
+    inferred = read_ramp(work / "knee").knee.inferred
+    m, (mlo, mhi) = (inferred.estimate, inferred.ci95) if inferred is not None else (None, (None, None))
+    lo, hi = h.ci95
+    inside = h.identified and m is not None and (lo is None or lo <= m) and (hi is None or m <= hi)
+    err = abs(h.estimate - m) / m * 100 if h.estimate and m else math.nan
+    return f"measured knee x{m} (95 %: {mlo}-{mhi}); inside: {inside}; error {err:.0f} %; seats seen {seats}"
+
+
+def again(work: Path, seed: int, sla: str) -> int:
+    """The real case's headroom said again from a run's kept scrapes (``work/scrapes.jsonl``) and its
+    calibrated twin, beside the knee that run measured: what a change to the learner does to the
+    same inputs, without the half hour of the real server."""
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.twin.model import read_twin
+
+    kept = work / "scrapes.jsonl"
+    if not kept.exists():
+        print(f"--again: {kept}: no such file (a run of --real keeps its scrapes there)", file=sys.stderr)
+        return 2
+    learner = HeadroomLearner(tuple(parse_sla(sla)), max_model_len=2048)
+    for line in kept.read_text().splitlines():
+        row = json.loads(line)
+        learner.add(float(row["t"]), parse_text(row["text"]))
+    h = learner.estimate(seed=seed)
+    print(f"  real vLLM CPU seed {seed}, again from {work}: {h.line()}", flush=True)
+    if (work / "twin.json").exists():
+        learner.prior = read_twin(work / "twin.json")
+        with_prior = learner.estimate(seed=seed)
+        print(f"    with a calibrated twin as the prior: {with_prior.line()}", flush=True)
+        if with_prior.identified:
+            h = with_prior
+    print(f"    {beside_knee(h, work, learner.seats)} (that run's knee)")
     return 0
 
 
@@ -374,8 +413,10 @@ def reference(url: str) -> float:
 
 def main() -> int:
     smoke = "--smoke" in sys.argv
+    arg = {a.split("=")[0]: a.split("=", 1)[1] for a in sys.argv if "=" in a}
+    if "--again" in arg:  # a --real run's headroom said again from its kept scrapes
+        return again(Path(arg["--again"]), int(arg.get("--seed", "1")), arg.get("--sla", REAL_SLA))
     if "--real" in sys.argv:  # make bench only: half an hour of the real server in real time
-        arg = {a.split("=")[0]: a.split("=")[1] for a in sys.argv if "=" in a}
         return real(int(arg.get("--seed", "1")), float(arg.get("--base", "5")), arg.get("--sla", REAL_SLA),
                     float(arg.get("--observe", str(OBSERVE_S))), float(arg.get("--step", "120")),
                     arg.get("--budget", "20m"))  # fmt: skip
