@@ -115,6 +115,23 @@ def test_lengths_drawn_again_keep_the_histograms_mean_and_buckets(mu):
     assert abs(statistics.fmean(uniform) / h.mean() - 1) > 0.05
 
 
+def test_the_interval_holds_the_windows_own_scatter():
+    """The knee a ramp would measure lies off the fit by the windows' own scatter about the model
+    as well as by what the fit is unsure of: the two add in quadrature on a log scale."""
+    from spoc_tui.twin.headroom import with_scatter
+
+    assert with_scatter(5.0, (4.5, 5.5), 0.0) == ((4.5, 5.5), 0.0)
+    assert with_scatter(5.0, (4.5, 5.5), math.nan) == ((4.5, 5.5), 0.0)
+    (lo, hi), pct = with_scatter(5.0, (5.0, 5.0), 6.4)  # the fit sure: the scatter alone
+    spread = 1.96 * 1.4826 * 0.064
+    assert lo == pytest.approx(5.0 * math.exp(-spread)) and hi == pytest.approx(5.0 * math.exp(spread))
+    assert pct == pytest.approx(100 * (math.exp(spread) - 1)) and 20 < pct < 21
+    (lo, hi), _ = with_scatter(5.0, (4.0, 6.0), 6.4)
+    assert lo == pytest.approx(5.0 * math.exp(-math.hypot(math.log(5 / 4), spread)))
+    assert hi == pytest.approx(5.0 * math.exp(math.hypot(math.log(6 / 5), spread)))
+    assert with_scatter(5.0, (None, 6.0), 6.4)[0][0] is None  # an open end stays open
+
+
 def test_a_histogram_with_nothing_in_it_draws_no_lengths():
     assert Lengths.of(Histogram((1.0, 2.0, INF), (0.0, 0.0, 0.0), 0.0, 0.0)) is None
 
@@ -135,6 +152,19 @@ def test_what_each_prompt_computed_shapes_the_cached_prefix():
     half = synth_rows(traffic(), 600.0, seed=3)
     own_half = [r.input_tokens - 16 * sum(1 for h in r.hash_ids if h < 1_000_000) for r in half]
     assert statistics.fmean(own_half) == pytest.approx(0.5 * 300.0, abs=16)  # the cache's share alone: half new
+
+
+def test_a_prompt_and_its_computed_part_are_drawn_in_step():
+    """A long prompt's computed part is drawn long too (one quantile for both): drawn apart, a long
+    computed part met a short prompt and was cut to it, and the replay's prefills lost their tail
+    (on the simulated A100 the computed tokens' mean 429 to 366, their p99 2,311 to 1,482, and the
+    headroom read 23-41 % high)."""
+    computed = Histogram((50.0, 100.0, 200.0, 500.0, 1000.0, INF), (0.0, 60.0, 80.0, 92.0, 100.0, 100.0), 100.0,
+                         19_000.0)  # fmt: skip
+    rows = synth_rows(replace(traffic(), computed=computed), 600.0, seed=5)
+    own = sorted(r.input_tokens - 16 * sum(1 for h in r.hash_ids if h < 1_000_000) for r in rows)
+    assert statistics.fmean(own) == pytest.approx(computed.mean(), abs=16)  # a block's rounding (apart: 136)
+    assert own[int(0.95 * len(own))] > 500  # the top bucket (500-1000) keeps its 8 %
 
 
 def watched(seconds: float, rates, sla: str = "ttft_p99<=2s,itl_p99<=100ms") -> HeadroomLearner:
