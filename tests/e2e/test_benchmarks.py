@@ -57,3 +57,16 @@ def test_every_benchmark_runs_in_its_smoke_mode(script, says):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert says in r.stdout, r.stdout[-3000:]
     assert "Traceback" not in r.stderr
+
+
+def test_the_headroom_benchmark_says_again_only_what_a_real_run_kept(tmp_path):
+    """``--again=DIR`` reads a ``--real`` run's kept scrapes; a folder without them is refused
+    with the reason and exit code 2, not a traceback."""
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "headroom.py"), f"--again={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{tmp_path / 'scrapes.jsonl'}: no such file" in r.stderr and "Traceback" not in r.stderr
