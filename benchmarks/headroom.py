@@ -316,8 +316,6 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
         cost = time.process_time() - c0
         print(f"  real vLLM CPU seed {seed}: {h.line()}", flush=True)
         if calibrate:  # the operator's twin.json as the prior: what the line says would settle it
-            from spoc_tui.twin.model import read_twin
-
             twin = work / "twin.json"
             r = subprocess.run(
                 [*spoc, "twin", "calibrate", "--url", url, "--budget", "180", "--endpoint", "completions",
@@ -327,11 +325,7 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
             if r.returncode:
                 print(f"spoc twin calibrate failed:\n{r.stderr[-2000:]}")
                 return 1
-            learner.prior = read_twin(twin)
-            with_prior = learner.estimate(seed=seed)
-            print(f"    with a calibrated twin as the prior: {with_prior.line()}", flush=True)
-            if with_prior.identified:
-                h = with_prior
+            h = with_prior(learner, twin, seed, h)
         # the knee search replays two periods of the same process: a trace step replays its whole
         # trace at the step's speed (the observation's eleven minutes took eleven at x1)
         knee_trace = real_trace(work / "knee-traffic.jsonl", base, 2 * REAL_PERIOD_S, seed + 1)
@@ -354,6 +348,17 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
     return 0
 
 
+def with_prior(learner: HeadroomLearner, twin: Path, seed: int, alone: Headroom) -> Headroom:
+    """The headroom said again with the calibrated ``twin`` as the learner's prior, printed; the
+    figure compared is then the prior's where it identifies the model (else ``alone``'s)."""
+    from spoc_tui.twin.model import read_twin
+
+    learner.prior = read_twin(twin)
+    h = learner.estimate(seed=seed)
+    print(f"    with a calibrated twin as the prior: {h.line()}", flush=True)
+    return h if h.identified else alone
+
+
 def beside_knee(h: Headroom, work: Path, seats: int | None) -> str:
     """The headroom beside the knee measured in ``work/knee``: inside or not, and the point's error."""
     from spoc_tui.core.results import read_ramp
@@ -371,7 +376,6 @@ def again(work: Path, seed: int, sla: str) -> int:
     calibrated twin, beside the knee that run measured: what a change to the learner does to the
     same inputs, without the half hour of the real server."""
     from spoc_tui.core.metrics.promparse import parse_text
-    from spoc_tui.twin.model import read_twin
 
     kept = work / "scrapes.jsonl"
     if not kept.exists():
@@ -384,11 +388,7 @@ def again(work: Path, seed: int, sla: str) -> int:
     h = learner.estimate(seed=seed)
     print(f"  real vLLM CPU seed {seed}, again from {work}: {h.line()}", flush=True)
     if (work / "twin.json").exists():
-        learner.prior = read_twin(work / "twin.json")
-        with_prior = learner.estimate(seed=seed)
-        print(f"    with a calibrated twin as the prior: {with_prior.line()}", flush=True)
-        if with_prior.identified:
-            h = with_prior
+        h = with_prior(learner, work / "twin.json", seed, h)
     print(f"    {beside_knee(h, work, learner.seats)} (that run's knee)")
     return 0
 

@@ -27,7 +27,7 @@ import random
 import statistics
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from spoc_tui.core.metrics.promparse import Exposition
@@ -193,26 +193,25 @@ class Lengths:
         total = sum(weights)
         if total <= 0:
             return None
-        cum = tuple(itertools.accumulate(w / total for w in weights))
         shares = [w / total for w in weights]
-        shape = _slopes(edges, shares)
+        out = cls(tuple(edges), tuple(itertools.accumulate(shares)), _slopes(edges, shares), 0.0)
         target = h.mean()
+        if target is None:
+            return out
+
+        def mean_at(t: float) -> float:
+            return replace(out, tilt=t).mean()
+
+        low, high = -60.0, 60.0
+        if mean_at(low) >= target:
+            return replace(out, tilt=low)
+        if mean_at(high) <= target:
+            return replace(out, tilt=high)
         tilt = 0.0
-        if target is not None:
-
-            def mean_at(t: float) -> float:
-                return sum(w * _tilted_mean(a, b, s + t) for w, (a, b), s in zip(shares, edges, shape, strict=True))
-
-            low, high = -60.0, 60.0
-            if mean_at(low) >= target:
-                tilt = low
-            elif mean_at(high) <= target:
-                tilt = high
-            else:
-                for _ in range(60):
-                    tilt = (low + high) / 2
-                    low, high = (tilt, high) if mean_at(tilt) < target else (low, tilt)
-        return cls(tuple(edges), cum, shape, tilt)
+        for _ in range(60):
+            tilt = (low + high) / 2
+            low, high = (tilt, high) if mean_at(tilt) < target else (low, tilt)
+        return replace(out, tilt=tilt)
 
     def mean(self) -> float:
         prev = 0.0
