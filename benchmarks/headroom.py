@@ -290,6 +290,7 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
         fed = 0.0
         missed = 0
         # every scrape kept, so that `--again=DIR` says the headroom again from the same inputs
+        (work / "run.json").write_text(json.dumps({"seed": seed, "sla": sla}))
         with httpx.Client(timeout=5.0) as client, (work / "scrapes.jsonl").open("w") as kept:
             while observed.poll() is None:
                 t = time.monotonic() - t0
@@ -371,16 +372,20 @@ def beside_knee(h: Headroom, work: Path, seats: int | None) -> str:
     return f"measured knee x{m} (95 %: {mlo}-{mhi}); inside: {inside}; error {err:.0f} %; seats seen {seats}"
 
 
-def again(work: Path, seed: int, sla: str) -> int:
+def again(work: Path, seed: int | None, sla: str | None) -> int:
     """The real case's headroom said again from a run's kept scrapes (``work/scrapes.jsonl``) and its
     calibrated twin, beside the knee that run measured: what a change to the learner does to the
-    same inputs, without the half hour of the real server."""
+    same inputs, without the half hour of the real server. The seed and the SLA are the run's
+    (``work/run.json``) unless given."""
     from spoc_tui.core.metrics.promparse import parse_text
 
     kept = work / "scrapes.jsonl"
     if not kept.exists():
         print(f"--again: {kept}: no such file (a run of --real keeps its scrapes there)", file=sys.stderr)
         return 2
+    run = json.loads((work / "run.json").read_text()) if (work / "run.json").exists() else {}
+    seed = seed if seed is not None else int(run.get("seed", 1))
+    sla = sla or str(run.get("sla", REAL_SLA))
     learner = HeadroomLearner(tuple(parse_sla(sla)), max_model_len=2048)
     for line in kept.read_text().splitlines():
         row = json.loads(line)
@@ -415,7 +420,8 @@ def main() -> int:
     smoke = "--smoke" in sys.argv
     arg = {a.split("=")[0]: a.split("=", 1)[1] for a in sys.argv if "=" in a}
     if "--again" in arg:  # a --real run's headroom said again from its kept scrapes
-        return again(Path(arg["--again"]), int(arg.get("--seed", "1")), arg.get("--sla", REAL_SLA))
+        seed = int(arg["--seed"]) if "--seed" in arg else None
+        return again(Path(arg["--again"]), seed, arg.get("--sla"))
     if "--real" in sys.argv:  # make bench only: half an hour of the real server in real time
         return real(int(arg.get("--seed", "1")), float(arg.get("--base", "5")), arg.get("--sla", REAL_SLA),
                     float(arg.get("--observe", str(OBSERVE_S))), float(arg.get("--step", "120")),
