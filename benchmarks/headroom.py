@@ -190,6 +190,18 @@ def measured_knee(gpu: str, seed: int, base: float, flat: bool, work: Workload, 
     return math.sqrt(lo * hi)
 
 
+def served(gpu: str, seed: int, speed: float, work: Workload) -> float:
+    """Requests a second the closed loop sent at ``speed`` times its users (after the first minute),
+    on the fresh server the knee is measured on."""
+    vs = server(gpu, seed + 7919, work)
+    drive(vs, lambda t: speed * users_swing(t), TRUTH_S, True)
+    return sum(1 for s in vs.samples if s.start >= 60.0) / (TRUTH_S - 60.0)
+
+
+CLOSED_RATES: list[tuple[bool, float]] = []
+"""The closed loop's seeds judged in the headroom's own unit (requests a second), beside the users."""
+
+
 def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s: float, closed: bool = False,
         flat: bool = False) -> tuple[bool, float]:  # fmt: skip
     """One case on one seed: the headroom after ``observe_s`` of the load, then the knee measured;
@@ -208,6 +220,15 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
     print(f"  {what} seed {seed}: {h.line()}")
     print(f"    measured knee x{truth:.3g}; inside: {inside}; error {err:.0f} %; seats seen {learner.seats}; "
           f"CPU: {fed:.1f} s to read {observe_s:.0f} s of scrapes, {cost:.1f} s for the headroom")  # fmt: skip
+    if closed and not smoke and math.isfinite(truth):
+        # the headroom replays the traffic open loop, so its unit is the requests a second; a closed
+        # loop's users slow as the server does, so x users is less than x of the requests
+        rate = served(gpu, seed, truth, work) / served(gpu, seed, 1.0, work)
+        held = h.identified and (lo is None or lo <= rate) and (hi is None or rate <= hi)
+        off = abs(h.estimate - rate) / rate * 100 if h.estimate else math.nan
+        CLOSED_RATES.append((held, off))
+        print(f"    in requests a second: the knee's users sent x{rate:.3g} of the requests; inside: {held}; "
+              f"error {off:.0f} %")  # fmt: skip
     return inside, err
 
 
@@ -448,6 +469,8 @@ def main() -> int:
             summary.setdefault(f"{gpu}, closed loop", []).append(
                 one(gpu, seed, base, closed_work, smoke, observe_s, True)
             )
+    if CLOSED_RATES:
+        summary[f"{gpu}, closed loop, in requests a second"] = CLOSED_RATES
     if not smoke:
         for name, rows in summary.items():
             held = sum(1 for ok, _ in rows if ok)

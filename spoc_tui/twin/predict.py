@@ -452,6 +452,11 @@ class TraceRows:
             return self.rows
         return tuple(replace(r, think_s=r.think_s / speed) if r.think_s else r for r in self.rows)
 
+    def redrawn(self, seed: int) -> TraceRows:
+        """The rows a draw of the fit replays: a file's are the file's; a synthetic traffic's are
+        drawn again with ``seed`` (its sampling is then in the draws' interval too)."""
+        return self
+
 
 def read_rows(source: TraceSource, max_model_len: int) -> TraceRows:
     """The replay's rows, read as the load generator reads them (:class:`ReplayShare`).
@@ -478,16 +483,20 @@ def read_rows(source: TraceSource, max_model_len: int) -> TraceRows:
     )
 
 
-def _replay(p: Prediction, model: StepModel, seed: int, speed: float) -> tuple[FleetSim, float]:
-    """The trace at ``speed`` on one twin (a fresh engine: each step of ``spoc ramp --trace`` sends
-    text of its own, so no step finds an earlier one's prefixes cached): the run and its length
-    (the rows' span over the speed, or to the last answer if later)."""
-    assert p.trace is not None
-    rows = p.trace.at(speed)
+def _replay(
+    p: Prediction, model: StepModel, seed: int, speed: float, trace: TraceRows | None = None
+) -> tuple[FleetSim, float]:
+    """The trace (``p.trace``, or ``trace``) at ``speed`` on one twin (a fresh engine: each step of
+    ``spoc ramp --trace`` sends text of its own, so no step finds an earlier one's prefixes
+    cached): the run and its length (the rows' span over the speed, or to the last answer if
+    later)."""
+    tr = trace if trace is not None else p.trace
+    assert tr is not None
+    rows = tr.at(speed)
     sim = FleetSim(p.twin, rows, speed, replicas=1, model=model, seed=seed, flags=p.flags, poll_s=POLL_S)
     sim.run()
     ends = [s.end for s in sim.samples if s.end is not None]
-    return sim, max(p.trace.step_s(speed), max(ends, default=0.0), 1e-3)
+    return sim, max(tr.step_s(speed), max(ends, default=0.0), 1e-3)
 
 
 def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: float) -> StepRun:
@@ -550,9 +559,12 @@ def run_trace_ramp(
 
 
 def run_trace_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]]) -> list[DrawStep]:
-    """The replay again on one draw of the fit, at the speeds the fit's run chose."""
+    """The replay again on one draw of the fit, at the speeds the fit's run chose (a synthetic
+    traffic's rows drawn again for the draw: :meth:`TraceRows.redrawn`)."""
+    assert p.trace is not None
+    trace = p.trace.redrawn(seed)
     out: list[DrawStep] = []
     for k, (speed, _secs) in enumerate(levels):
-        sim, secs = _replay(p, model, seed + k, speed)
+        sim, secs = _replay(p, model, seed + k, speed, trace)
         out.append(DrawStep(speed, list(sim.samples), point_figures(sim.samples, secs)))
     return out

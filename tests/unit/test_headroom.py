@@ -364,3 +364,25 @@ def test_the_knees_interval_over_few_draws_holds_a_further_draw_95_percent_of_th
         assert extremes / 4000 < 0.8  # what the percentiles of a few said
     many = [float(v) for v in range(1, 101)]
     assert draws_interval(many) == pytest.approx((3.475, 97.525))
+
+
+def test_each_draw_replays_a_sample_of_the_traffic_of_its_own_and_the_point_is_their_median():
+    """A replay's knee moves with its two minutes of the traffic: each draw of the fit replays a
+    sample of its own (so the interval holds that sampling), the point is the median of the fit's
+    replay and its draws'. A trace file's rows are what they are, for every draw."""
+    from spoc_tui.twin.headroom import TrafficRows, replays_median
+    from spoc_tui.twin.model import ServerConfig
+    from spoc_tui.twin.predict import TraceRows
+
+    server = ServerConfig("m", 32_768, 16, 10_000, True, None, 48, 8192, True)
+    base = TrafficRows.of(traffic(), 1, server, replay_s=60.0)
+    again = base.redrawn(1001)
+    assert again.seed == 1001 and base.seed == 1
+    assert [r.input_tokens for r in again.at(2.0)] != [r.input_tokens for r in base.at(2.0)]
+    assert again.at(2.0) == base.redrawn(1001).at(2.0)  # the same draw, the same sample
+    assert base.at(2.0) == TrafficRows.of(traffic(), 1, server, replay_s=60.0).at(2.0)
+    rows = TraceRows(base.rows, len(base.rows), {}, 60.0, 0.5)
+    assert rows.redrawn(1001) is rows
+    # the point: the median of the knees found (a draw beyond the speeds replayed left out)
+    assert replays_median(5.0, [4.0, None, 6.0, 7.0]) == (5.5, 4)
+    assert replays_median(3.3, []) == (3.3, 1)
