@@ -193,8 +193,8 @@ def batch_seen(decodes: float) -> float:
     step by): itself and the others running, ``1 + lam`` (:func:`running_seen`). The steps' mean,
     ``decodes``, is less: on the simulated A100 at 1.4-3.3 sequences the gaps' batch ran 15-47 %
     above it (the zero-truncated Poisson said within 0.1 of each window), the context with it, and
-    the fit, reading that excess as a cost a sequence, timed a step of 20 sequences 5 % slow and
-    read the headroom 17 % low."""
+    the fit read that excess as a cost a sequence: 0.132 ms each at 1,150 tokens of context where
+    the simulator's cost 0.087 (0.102 with the batch a gap sees)."""
     return 1.0 + running_seen(decodes)
 
 
