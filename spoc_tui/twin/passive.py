@@ -134,9 +134,7 @@ class PassiveWindow:
         as prompts do; uniform inside the first, from 0); 1 with no ridge or no histogram.
         ``decodes`` and ``context_k``: the step's, where not the window's mean; ``others``: prompt
         tokens of other requests in the step, ahead in the room."""
-        d = self.decodes if decodes is None else decodes
-        c = self.context_k if context_k is None else context_k
-        room = max(0.0, ridge + per_k * c - d - others)
+        room = self.room(ridge, per_k, decodes, context_k) - others
         if room <= 0 or not self.computed:
             return 1.0
         mean = past = 0.0
@@ -145,13 +143,25 @@ class PassiveWindow:
             past += share * _bucket_excess(lo, hi, room)
         return past / mean if mean > 0 else 1.0
 
+    def room(
+        self, ridge: float, per_k: float = 0.0, decodes: float | None = None, context_k: float | None = None
+    ) -> float:
+        """The prompt tokens a step computes inside its reads: ``ridge``, moved by ``per_k`` a
+        k-token of decode context, less the decodes' own tokens (the window's means unless given)."""
+        d = self.decodes if decodes is None else decodes
+        c = self.context_k if context_k is None else context_k
+        return max(0.0, ridge + per_k * c - d)
+
+    def context_at(self, batch: float) -> float:
+        """The decode context, k-tokens, of a step holding ``batch`` of the window's sequences."""
+        return self.context_k * batch / self.decodes if self.decodes > 0 else self.context_k
+
     def row(self, ridge: float = 0.0, per_k: float = 0.0) -> tuple[float, ...]:
         """The fit's regressors, in :data:`TERMS` order (the prefill tokens past ``ridge``): the
         batch and context a decode's step holds (:func:`batch_seen`), as the inter-token gaps'
         mean weighs the steps."""
         seen = batch_seen(self.decodes)
-        ctx = self.context_k * seen / self.decodes if self.decodes > 0 else self.context_k
-        return (1.0, seen, ctx, self.prefill * self.past_ridge(ridge, per_k), self.mixed)
+        return (1.0, seen, self.context_at(seen), self.prefill * self.past_ridge(ridge, per_k), self.mixed)
 
     def prefill_row(self, ridge: float = 0.0, per_k: float = 0.0) -> tuple[float, ...] | None:
         """The regressors of the window's prefill row (the step a prompt's prefill rode in: the
@@ -164,11 +174,9 @@ class PassiveWindow:
         if self.prefill_s is None or self.prefill_s <= 0 or self.prefills < MIN_PREFILLS or not self.prefill_tokens:
             return None
         arrived = running_seen(self.decodes)  # the running a prompt finds as it arrives
-        ctx = self.context_k * arrived / self.decodes if self.decodes > 0 else self.context_k
-        others = self.prefill
-        room = max(0.0, ridge + per_k * ctx - arrived)
+        ctx, others = self.context_at(arrived), self.prefill
         mine = self.prefill_tokens * self.past_ridge(ridge, per_k, arrived, ctx, others)
-        return (1.0, arrived, ctx, mine + max(0.0, others - room), 1.0)
+        return (1.0, arrived, ctx, mine + max(0.0, others - self.room(ridge, per_k, arrived, ctx)), 1.0)
 
 
 def running_seen(decodes: float) -> float:
