@@ -139,11 +139,19 @@ def observe(gpu: str, seed: int, base: float, flat: bool, seconds: float, work: 
     return learner
 
 
-def worst_ratio(gpu: str, seed: int, base: float, flat: bool, speed: float, work: Workload,
-                closed: bool = False) -> float:  # fmt: skip
+TRUTHS: dict[tuple[object, ...], tuple[float, float]] = {}
+"""Truth runs already made: (preset, seed, base, flat, speed, closed, workload) -> their figures."""
+
+
+def truth_at(gpu: str, seed: int, base: float, flat: bool, speed: float, work: Workload,
+             closed: bool = False) -> tuple[float, float]:  # fmt: skip
     """The traffic at ``speed`` times its rate (closed loop: ``speed`` times the users) on a fresh
-    server: the worse of TTFT p99 and ITL p99 over their limits, over the window after the first
-    minute."""
+    server, over the window after the first minute: the worse of TTFT p99 and ITL p99 over their
+    limits (inf where it did not finish 90 % of what it was sent), and the requests a second it was
+    sent. Each run once (the closed loop's rate at x1 is the knee search's first step)."""
+    key = (gpu, seed, base, flat, speed, closed, id(work))
+    if key in TRUTHS:
+        return TRUTHS[key]
     vs = server(gpu, seed + 7919, work)
     load = process(base, flat, closed)
     drive(vs, lambda t: speed * load(t), TRUTH_S, closed)
@@ -156,10 +164,15 @@ def worst_ratio(gpu: str, seed: int, base: float, flat: bool, speed: float, work
         # a server that did not finish what it was sent is past its knee
         ratios.append(math.inf if v is None else v / lim.value)
     sent = sum(1 for s in vs.samples if s.start >= 60.0)
-    done = len(window)
-    if sent and done < 0.9 * sent:
-        return math.inf
-    return max(ratios)
+    worst = math.inf if sent and len(window) < 0.9 * sent else max(ratios)
+    TRUTHS[key] = worst, sent / (TRUTH_S - 60.0)
+    return TRUTHS[key]
+
+
+def worst_ratio(gpu: str, seed: int, base: float, flat: bool, speed: float, work: Workload,
+                closed: bool = False) -> float:  # fmt: skip
+    """The worse of TTFT p99 and ITL p99 over their limits at ``speed`` (:func:`truth_at`)."""
+    return truth_at(gpu, seed, base, flat, speed, work, closed)[0]
 
 
 def measured_knee(gpu: str, seed: int, base: float, flat: bool, work: Workload, closed: bool = False) -> float:
@@ -190,14 +203,6 @@ def measured_knee(gpu: str, seed: int, base: float, flat: bool, work: Workload, 
     return math.sqrt(lo * hi)
 
 
-def served(gpu: str, seed: int, speed: float, work: Workload) -> float:
-    """Requests a second the closed loop sent at ``speed`` times its users (after the first minute),
-    on the fresh server the knee is measured on."""
-    vs = server(gpu, seed + 7919, work)
-    drive(vs, lambda t: speed * users_swing(t), TRUTH_S, True)
-    return sum(1 for s in vs.samples if s.start >= 60.0) / (TRUTH_S - 60.0)
-
-
 CLOSED_RATES: list[tuple[bool, float]] = []
 """The closed loop's seeds judged in the headroom's own unit (requests a second), beside the users."""
 
@@ -223,7 +228,9 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
     if closed and not smoke and math.isfinite(truth):
         # the headroom replays the traffic open loop, so its unit is the requests a second; a closed
         # loop's users slow as the server does, so x users is less than x of the requests
-        rate = served(gpu, seed, truth, work) / served(gpu, seed, 1.0, work)
+        rate = (
+            truth_at(gpu, seed, base, flat, truth, work, True)[1] / truth_at(gpu, seed, base, flat, 1.0, work, True)[1]
+        )
         held = h.identified and (lo is None or lo <= rate) and (hi is None or rate <= hi)
         off = abs(h.estimate - rate) / rate * 100 if h.estimate else math.nan
         CLOSED_RATES.append((held, off))
