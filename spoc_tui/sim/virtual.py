@@ -18,6 +18,7 @@ import heapq
 import math
 import random
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -27,6 +28,21 @@ from spoc_tui.workload import Workload, jitter
 
 TEMPLATE_TOKENS = 4
 """Chat-template tokens around each message (as the simulator's server counts them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SentRequest:
+    """A request as a virtual server sent it, enough to send it again unchanged (a trace's row
+    with its very tokens: the same prompt, prefix and all, the same answer)."""
+
+    at: float
+    """When it was sent (the server's clock)."""
+    prompt: tuple[int, ...]
+    max_tokens: int
+    target_tokens: int
+    out_seed: int
+    conversation: str
+    """Its conversation: a replay holds each turn until the one before has ended."""
 
 
 @dataclass
@@ -85,6 +101,61 @@ def draw_turns(workload: Workload, rng: random.Random, context_len: int | None) 
     return workload.system_tokens, turns
 
 
+@dataclass(slots=True)
+class _Resent:
+    """A request sent again (:meth:`VirtualServer.resend`): when it is due, when it went, its
+    tokens as they come, and the next turn of its conversation, held until it ends."""
+
+    sent: SentRequest
+    index: int
+    due: float
+    start: float = 0.0
+    tokens: list[float] = field(default_factory=list)
+    child: _Resent | None = None
+
+    def token(self, _n: int, when: float) -> None:
+        self.tokens.append(when)
+
+
+def served(
+    r: SimRequest,
+    start: float,
+    times: list[float],
+    end: float,
+    users: int,
+    conversation: str,
+    turn: int = 0,
+    last: bool | None = None,
+    trace_index: int | None = None,
+    held_s: float | None = None,
+) -> RequestSample:
+    """What a client saw of ``r``, sent at ``start``, its tokens at ``times``, ended at ``end``
+    (an abort, or no token, is a failed request); ``trace_index``: a resent request's row, sent
+    when it was due."""
+    ok = r.finish_reason != "abort" and bool(times)
+    return RequestSample(
+        start=start,
+        step=0,
+        users=users,
+        ok=ok,
+        ttft=times[0] - start if ok else None,
+        e2e=times[-1] - start if ok else None,
+        itl=tuple(b - a for a, b in zip(times, times[1:], strict=False)),
+        output_tokens=r.generated,
+        prompt_tokens=len(r.prompt),
+        cached_tokens=r.cached_tokens,
+        error=None if ok else "http_4xx",
+        conversation=conversation,
+        end=end,
+        cut=r.finish_reason == "length" if ok else None,
+        turn=turn,
+        last=last,
+        trace_index=trace_index,
+        scheduled=start if trace_index is not None else None,
+        held_s=held_s,
+    )
+
+
 def _token(u: _User, _n: int, when: float) -> None:
     u.tokens.append(when)
 
@@ -107,6 +178,7 @@ class VirtualServer:
         ignore_eos: bool | None = None,
         paced: bool = False,
         gpus: bool = False,
+        record: bool = False,
     ) -> None:
         """
         Args:
@@ -123,6 +195,8 @@ class VirtualServer:
             gpus: the simulated GPUs heat, draw power and count energy on the virtual clock, as
                 ``spoc sim``'s do in real time (what a monitor reads of its exporter); off, they
                 stay as built, as ramps and predictions have always run.
+            record: keep every request sent (:attr:`sent`), for :meth:`resend` on another server
+                (``spoc ramp --trace T --speed s`` of the traffic it served, in virtual time).
         """
         self.paced = paced
         self.gpus = gpus
@@ -139,6 +213,8 @@ class VirtualServer:
         self.ignore_eos = workload.ignore_eos if ignore_eos is None else ignore_eos
         self.rng = random.Random(seed * 1_000_003 + users)
         self.samples: list[RequestSample] = []
+        self.sent: list[SentRequest] | None = [] if record else None
+        """With ``record``: the requests sent, in order."""
         self._heap: list[tuple[float, int, int]] = []
         self._seq = 0
         self._users: list[_User] = []
@@ -265,35 +341,68 @@ class VirtualServer:
         )
         if not u.open:
             u.in_flight = True
-        if at + delay > self.now:
+        if self.sent is not None:
+            conv = f"u{u.idx}-{u.conversation}"
+            self.sent.append(SentRequest(at, tuple(req.prompt), max_tokens, req.target_tokens, req.out_seed, conv))
+        self._enqueue(req, at + delay)
+
+    def _enqueue(self, req: SimRequest, arrival: float) -> None:
+        if arrival > self.now:
             self._seq += 1
-            heapq.heappush(self._pending, (at + delay, self._seq, req))
+            heapq.heappush(self._pending, (arrival, self._seq, req))
         else:
             self.engine.add(req)
 
-    def _finished(self, u: _User, r: SimRequest) -> None:
-        ok = r.finish_reason != "abort" and bool(u.tokens)
-        times = u.tokens
-        self.samples.append(
-            RequestSample(
-                start=u.start,
-                step=0,
-                users=self._active,
-                ok=ok,
-                ttft=times[0] - u.start if ok else None,
-                e2e=times[-1] - u.start if ok else None,
-                itl=tuple(b - a for a, b in zip(times, times[1:], strict=False)),
-                output_tokens=r.generated,
-                prompt_tokens=len(r.prompt),
-                cached_tokens=r.cached_tokens,
-                error=None if ok else "http_4xx",
-                conversation=f"u{u.idx}-{u.conversation}",
-                turn=u.turn,
-                end=self.now,
-                last=u.turn == len(u.turns) - 1,
-                cut=r.finish_reason == "length" if ok else None,
-            )
+    def resend(self, requests: Sequence[SentRequest], speed: float = 1.0) -> float:
+        """Send ``requests`` (another server's :attr:`sent`) again from now, ``speed`` times as
+        fast (each due at its time after the first's over ``speed``), as ``spoc ramp --trace T
+        --speed s`` replays a trace: a turn waits for its conversation's previous turn to end (its
+        prompt holds that answer), then goes when due or at once if that has passed (the wait is
+        its sample's ``held_s``). Returns when the last is due."""
+        if speed <= 0:
+            raise ValueError(f"speed must be above 0, got {speed}")
+        t0 = requests[0].at if requests else 0.0
+        rows = [_Resent(r, k, self.now + (r.at - t0) / speed) for k, r in enumerate(requests)]
+        latest: dict[str, _Resent] = {}
+        for row in rows:
+            parent = latest.get(row.sent.conversation)
+            if parent is not None:
+                parent.child = row
+            else:
+                self._resend(row, row.due)
+            latest[row.sent.conversation] = row
+        return max((row.due for row in rows), default=self.now)
+
+    def _resend(self, row: _Resent, at: float) -> None:
+        r = row.sent
+        row.start = at
+        req = SimRequest(
+            rid=f"r{row.index}",
+            prompt=list(r.prompt),
+            max_tokens=r.max_tokens,
+            target_tokens=r.target_tokens,
+            arrival=at + self.engine.outside_s(len(r.prompt)),
+            on_token=row.token,
+            on_finish=partial(self._resent, row),
+            out_seed=r.out_seed,
         )
+        self._seq += 1  # through the pending queue: an answer's end may send the next turn mid-step
+        heapq.heappush(self._pending, (req.arrival, self._seq, req))
+
+    def _resent(self, row: _Resent, r: SimRequest) -> None:
+        held = row.start - row.due
+        self.samples.append(
+            served(r, row.start, row.tokens, self.now, 0, row.sent.conversation, trace_index=row.index,
+                   held_s=held if held > 0 else None)
+        )  # fmt: skip
+        if row.child is not None:
+            self._resend(row.child, max(self.now, row.child.due))
+
+    def _finished(self, u: _User, r: SimRequest) -> None:
+        self.samples.append(
+            served(r, u.start, u.tokens, self.now, self._active, f"u{u.idx}-{u.conversation}", turn=u.turn,
+                   last=u.turn == len(u.turns) - 1)
+        )  # fmt: skip
         t = u.turns[u.turn]
         u.last_s = self.now - u.start
         u.history = u.history + r.output_ids() + [0] * TEMPLATE_TOKENS

@@ -41,8 +41,9 @@ headroom 40-90 % high. The roofline ties the two: at the ridge the compute takes
 read, ``ridge = b0 / b_prefill`` (about 130 tokens for an 8B model on an A100). Where the server
 reports the prompt tokens each request computed as a histogram, the fit takes the ridge at that
 fixed point (each window's prefill columns then count only the tokens past it, from the
-histogram, log-uniform inside each bucket); a calibrated twin's ridge where one is given; else
-none. (A CPU has no ridge: there the calibrated twin's 0 holds.)
+histogram, each bucket spread as the replay draws it: :mod:`spoc_tui.twin.lengths`); a
+calibrated twin's ridge where one is given; else none. (A CPU has no ridge: there the
+calibrated twin's 0 holds.)
 
 Windows that differ (more users at one hour than at another) identify the terms; windows that
 all look alike identify only their common value, and the fit says so instead of extrapolating.
@@ -69,6 +70,7 @@ import numpy as np
 
 from spoc_tui.core.metrics.vllm import EngineView
 from spoc_tui.core.stats import Histogram
+from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import StepModel
 
 TERMS = ("b0", "b_decode", "b_context", "b_prefill", "b_mixed")
@@ -121,27 +123,29 @@ class PassiveWindow:
     """How many requests' prefill times :attr:`prefill_s` averages."""
     prefill_tokens: float | None = None
     """The new prompt tokens (less the prefix cache's) a finished request computed, on average."""
-    computed: tuple[tuple[float, float, float], ...] = ()
-    """How those tokens spread over the window's requests: ``(low, high, share)`` per histogram
-    bucket (empty where the server does not report them)."""
+    computed: Lengths | None = None
+    """How those tokens spread over the window's requests, from their histogram (None where the
+    server does not report them)."""
 
     def past_ridge(self, ridge: float, per_k: float = 0.0, decodes: float | None = None, context_k: float | None = None,
                    others: float = 0.0) -> float:  # fmt: skip
         """The share of a prefill's tokens past the room a step at ``ridge`` leaves (``ridge``,
         moved by ``per_k`` tokens a k-token of the window's decode context, less its decodes:
-        :attr:`~spoc_tui.twin.model.StepModel.ridge_moves`), from the requests' histogram:
-        log-uniform inside each bucket (its bounds run 1, 2, 5, 10...: lengths spread over scales,
-        as prompts do; uniform inside the first, from 0); 1 with no ridge or no histogram.
-        ``decodes`` and ``context_k``: the step's, where not the window's mean; ``others``: prompt
-        tokens of other requests in the step, ahead in the room."""
+        :attr:`~spoc_tui.twin.model.StepModel.ridge_moves`), from the requests' histogram, each
+        bucket's lengths spread as the headroom's replay draws them
+        (:class:`~spoc_tui.twin.lengths.Lengths`: their mean the histogram's); 1 with no ridge or no
+        histogram. ``decodes`` and ``context_k``: the step's, where not the window's mean;
+        ``others``: prompt tokens of other requests in the step, ahead in the room.
+
+        Spread log-uniform inside each bucket instead, a tail bucket's prompts lay towards its top,
+        more of their tokens past the ridge than the server computed there, and the prefill term
+        came out low: on the simulated L40S 0.0649 ms a token where the simulator's cost 0.0728
+        (0.0696 with the replay's shape), and the headroom read its knee 25 % high."""
         room = self.room(ridge, per_k, decodes, context_k) - others
-        if room <= 0 or not self.computed:
+        if room <= 0 or self.computed is None:
             return 1.0
-        mean = past = 0.0
-        for lo, hi, share in self.computed:
-            mean += share * _bucket_excess(lo, hi, 0.0)
-            past += share * _bucket_excess(lo, hi, room)
-        return past / mean if mean > 0 else 1.0
+        mean = self.computed.mean()
+        return self.computed.excess(room) / mean if mean > 0 else 1.0
 
     def room(
         self, ridge: float, per_k: float = 0.0, decodes: float | None = None, context_k: float | None = None
@@ -206,16 +210,6 @@ def batch_seen(decodes: float) -> float:
     return 1.0 + running_seen(decodes)
 
 
-def _bucket_excess(lo: float, hi: float, room: float) -> float:
-    """``E[max(0, x - room)]`` for ``x`` log-uniform on ``[lo, hi]`` (uniform where ``lo`` is 0)."""
-    if hi <= room:
-        return 0.0
-    c = max(lo, room)
-    if lo <= 0:
-        return ((hi - room) ** 2 - (c - room) ** 2) / (2 * hi)
-    return ((hi - c) - room * math.log(hi / c)) / math.log(hi / lo)
-
-
 def window_of(
     view: EngineView,
     seconds: float,
@@ -276,24 +270,8 @@ def window_of(
         prefill_s=prefill_s,
         prefills=prefills or 0.0,
         prefill_tokens=per_request,
-        computed=buckets_of(computed) if computed is not None else (),
+        computed=Lengths.of(computed) if computed is not None and computed.complete else None,
     )
-
-
-def buckets_of(h: Histogram) -> tuple[tuple[float, float, float], ...]:
-    """A histogram's buckets as ``(low, high, share)``, the empty left out (the +Inf bucket
-    reaching twice its floor); none where it is incomplete or empty."""
-    n = h.count
-    if not h.complete or not n:
-        return ()
-    out: list[tuple[float, float, float]] = []
-    lo, prev = 0.0, 0.0
-    for bound, cum in zip(h.bounds, h.counts, strict=True):
-        hi = bound if math.isfinite(bound) else 2 * max(lo, 1.0)
-        if cum > prev and hi > lo:
-            out.append((lo, hi, (cum - prev) / n))
-        lo, prev = hi, cum
-    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,7 +422,7 @@ def fit_passive(
         p, psd = np.zeros(len(TERMS)), np.full(len(TERMS), 1e6)
         p[k], psd[k] = physical
     per_k = 0.0
-    if prior is None and any(w.computed for w in wins):
+    if prior is None and any(w.computed is not None for w in wins):
         ridge, per_k, coef = _roofline(wins, p, psd)
     else:
         ridge = prior.ridge if prior is not None else 0.0

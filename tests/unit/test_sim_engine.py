@@ -268,3 +268,62 @@ def test_a_step_down_drains_the_last_levels_requests_first(tmp_path):
     vs.advance(vs.now + 30.0)
     vs.set_users(2)
     assert vs.stale() > 0 and vs.drain(1.0) < 1.5  # one engine step past it at most
+
+
+def test_a_virtual_server_sends_what_another_was_sent_again_at_a_speed(tmp_path):
+    """``record`` keeps the requests a server was sent; ``resend`` sends them to another as
+    ``spoc ramp --trace T --speed s`` replays a trace: the same prompts (a follow-up turn's cached
+    history too) and answers, each due at its time over ``s``, a turn held until its
+    conversation's previous turn has ended. At x1 on a server built alike every figure comes back;
+    at x3 the sends span a third of the time, some turns wait for their previous one, and the
+    steps grow busier."""
+    from spoc_tui.sim.virtual import VirtualServer
+    from spoc_tui.workload import load_workload
+
+    path = tmp_path / "chat.toml"
+    path.write_text(
+        'name = "chat"\nsystem_tokens = 200\nturns = 2\nuser_tokens = 300\noutput_tokens = 60\nthink_s = 0\n'
+    )
+    work = load_workload(str(path))
+    first = VirtualServer(make(max_num_seqs=16)[0], work, 0, seed=5, record=True)
+    first.set_rate(2.0)
+    first.advance(60.0)
+    first.set_rate(0.0)
+    first.advance(120.0)
+    sent = first.sent
+    assert sent is not None and len(sent) == len(first.samples) > 60
+    assert VirtualServer(make()[0], work, 0).sent is None  # not recording: nothing kept
+
+    def again(speed: float) -> VirtualServer:
+        vs = VirtualServer(make(max_num_seqs=16)[0], work, 0, seed=5)
+        last = vs.resend(sent, speed)
+        assert last == pytest.approx((sent[-1].at - sent[0].at) / speed)
+        vs.advance(last + 60.0)
+        return vs
+
+    same = again(1.0)
+    assert len(same.samples) == len(sent) and all(s.ok for s in same.samples)
+    by_row = sorted(same.samples, key=lambda s: s.trace_index or 0)
+    assert [s.prompt_tokens for s in by_row] == [len(r.prompt) for r in sent]
+    assert [s.output_tokens for s in by_row] == [r.target_tokens for r in sent]
+    # the follow-up turns find their history in the prefix cache, as they did first
+    assert sum(s.cached_tokens or 0 for s in same.samples) == pytest.approx(
+        sum(s.cached_tokens or 0 for s in first.samples), rel=0.1
+    )
+    fast = again(3.0)
+    due = {k: (r.at - sent[0].at) / 3.0 for k, r in enumerate(sent)}
+    for s in fast.samples:
+        k = s.trace_index
+        assert k is not None and s.start == pytest.approx(due[k] + (s.held_s or 0.0))
+    held = [s for s in fast.samples if s.held_s]
+    assert held and all(s.conversation for s in held)
+    # a held turn went when the turn before it in its conversation ended
+    ends = {(s.conversation, s.trace_index): s.end for s in fast.samples}
+    for s in held:
+        before = max(k for (c, k) in ends if c == s.conversation and k < (s.trace_index or 0))
+        assert s.start == pytest.approx(ends[(s.conversation, before)])
+    gap = sorted(g for s in fast.samples for g in s.itl)
+    slow = sorted(g for s in same.samples for g in s.itl)
+    assert gap[len(gap) // 2] > slow[len(slow) // 2]
+    with pytest.raises(ValueError, match="speed must be above 0"):
+        VirtualServer(make()[0], work, 0).resend(sent, 0.0)

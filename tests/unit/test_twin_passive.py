@@ -13,8 +13,9 @@ from dataclasses import replace
 import pytest
 
 from spoc_tui.core.stats import LatencySummary
+from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import StepModel
-from spoc_tui.twin.passive import TERMS, PassiveWindow, buckets_of, fit_passive, running_seen, window_of
+from spoc_tui.twin.passive import TERMS, PassiveWindow, fit_passive, running_seen, window_of
 
 TRUE = StepModel(b0=0.012, b_prefill=2.0e-5, b_attn=0.0, b_decode=3.0e-4, b_context=8.0e-5, b_mixed=0.004,
                  a0=0.0, a_prompt=0.0)  # fmt: skip
@@ -200,8 +201,10 @@ def test_a_window_comes_from_a_servers_windowed_view():
     assert 0 < timed.decodes - lam < 1
     row = (1.0, lam, timed.context_k * lam / timed.decodes, timed.prefill_tokens + timed.prefill, 1.0)
     assert timed.prefill_row() == pytest.approx(row)
-    # the tokens each request computed, as the histogram's buckets: all of them in 20-50 here
-    assert timed.computed == ((20.0, 50.0, 1.0),) and win.computed == ()
+    # the tokens each request computed, as the histogram gives them: all of them in 20-50 here,
+    # their mean the histogram's
+    assert timed.computed is not None and timed.computed.edges == ((20.0, 50.0),) and win.computed is None
+    assert timed.computed.mean() == pytest.approx(comp.mean(), rel=1e-6)
     assert timed.past_ridge(0.0) == 1.0 and 0 < timed.past_ridge(40.0 + timed.decodes) < timed.past_ridge(30.0) < 1
     # an idle window, or a server that hides its KV cache's size, is not a window
     assert window_of(view.total, 30.0, 30.0, None) is None
@@ -305,7 +308,7 @@ def test_a_gpus_roofline_puts_the_first_prompt_tokens_inside_the_steps_fixed_cos
         wins.append(PassiveWindow(t=30.0 * (i + 1), seconds=30.0, step_s=step_mean * (1 + rng.gauss(0, 0.01)),
                                   gaps=steps * d, decodes=d, context_k=c, prefill=sum(prompts) / steps,
                                   mixed=len(prompts) / steps, prefill_s=sum(times) / len(times),
-                                  prefills=len(times), prefill_tokens=hist.mean(), computed=buckets_of(hist)))  # fmt: skip
+                                  prefills=len(times), prefill_tokens=hist.mean(), computed=Lengths.of(hist)))  # fmt: skip
     fit = fit_passive(wins, seed=2)
     assert fit.model.ridge == pytest.approx(ridge, rel=0.2), fit.model
     assert fit.model.b_prefill == pytest.approx(bp, rel=0.15), fit.model
@@ -317,7 +320,7 @@ def test_a_gpus_roofline_puts_the_first_prompt_tokens_inside_the_steps_fixed_cos
     got = m.b0 + m.b_prefill * max(0.0, 3000 - (m.ridge - 8))
     assert got == pytest.approx(big, rel=0.1), (got, big)
     # without the histogram: the linear fit of the means, no ridge, and the big step read short
-    linear = fit_passive([replace(w, computed=()) for w in wins], seed=2)
+    linear = fit_passive([replace(w, computed=None) for w in wins], seed=2)
     assert linear.model.ridge == 0 and "roofline" not in linear.reason
     assert linear.model.b0 + linear.model.b_prefill * 3000 < 0.85 * big
     # a calibrated twin's ridge where one is given, fixed as the calibration fitted it
