@@ -353,19 +353,21 @@ class VirtualServer:
         else:
             self.engine.add(req)
 
-    def resend(self, requests: Sequence[SentRequest], speed: float = 1.0) -> float:
+    def resend(self, requests: Sequence[SentRequest], speed: float = 1.0, turns_wait: bool = True) -> float:
         """Send ``requests`` (another server's :attr:`sent`) again from now, ``speed`` times as
         fast (each due at its time after the first's over ``speed``), as ``spoc ramp --trace T
-        --speed s`` replays a trace: a turn waits for its conversation's previous turn to end (its
-        prompt holds that answer), then goes when due or at once if that has passed (the wait is
-        its sample's ``held_s``). Returns when the last is due."""
+        --speed s`` replays a trace. ``turns_wait``: a turn waits for its conversation's previous
+        turn to end (its prompt holds that answer), then goes when due or at once if that has
+        passed (the wait is its sample's ``held_s``), as a trace with sessions replays; else every
+        request goes when due, as the rows of a trace without sessions do (the rate then ``speed``
+        times the first's, whatever the server's pace). Returns when the last is due."""
         if speed <= 0:
             raise ValueError(f"speed must be above 0, got {speed}")
         t0 = requests[0].at if requests else 0.0
         rows = [_Resent(r, k, self.now + (r.at - t0) / speed) for k, r in enumerate(requests)]
         latest: dict[str, _Resent] = {}
         for row in rows:
-            parent = latest.get(row.sent.conversation)
+            parent = latest.get(row.sent.conversation) if turns_wait else None
             if parent is not None:
                 parent.child = row
             else:

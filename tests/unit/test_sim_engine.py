@@ -325,5 +325,10 @@ def test_a_virtual_server_sends_what_another_was_sent_again_at_a_speed(tmp_path)
     gap = sorted(g for s in fast.samples for g in s.itl)
     slow = sorted(g for s in same.samples for g in s.itl)
     assert gap[len(gap) // 2] > slow[len(slow) // 2]
+    # a trace without sessions: every request when due, whatever is in flight
+    loose = VirtualServer(make(max_num_seqs=16)[0], work, 0, seed=5)
+    loose.advance(loose.resend(sent, 3.0, turns_wait=False) + 60.0)
+    assert len(loose.samples) == len(sent) and not any(s.held_s for s in loose.samples)
+    assert all(s.start == pytest.approx(due[s.trace_index or 0]) for s in loose.samples)
     with pytest.raises(ValueError, match="speed must be above 0"):
         VirtualServer(make()[0], work, 0).resend(sent, 0.0)
