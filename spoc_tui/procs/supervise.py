@@ -121,6 +121,10 @@ def _exit_on_stop_signals() -> None:
     """In the script: SIGTERM and SIGHUP raise SystemExit, so its ``finally`` blocks stop children."""
 
     def stop(signum: int, _frame: FrameType | None) -> None:
+        # once: a second stop signal (the supervisor passing on one the child was also sent) raised
+        # again inside the first's unwinding, and the interpreter's shutdown printed a traceback
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):

@@ -386,3 +386,25 @@ def test_each_draw_replays_a_sample_of_the_traffic_of_its_own_and_the_point_is_t
     # the point: the median of the knees found (a draw beyond the speeds replayed left out)
     assert replays_median(5.0, [4.0, None, 6.0, 7.0]) == (5.5, 4)
     assert replays_median(3.3, []) == (3.3, 1)
+
+
+def test_a_replays_lengths_hold_each_part_of_the_histogram_in_its_share():
+    """The lengths of a replay are drawn at stratified quantiles: each replay carries the
+    histogram's tail in its share (the long prompts the p99 gap comes from), where independent
+    draws left their count to chance, a fifth either way in a two-minute replay."""
+    import random
+
+    from spoc_tui.twin.headroom import strata
+
+    qs = strata(500, random.Random(4))
+    assert all(k / 500 <= q < (k + 1) / 500 for k, q in enumerate(sorted(qs)))
+    assert sorted(qs) != qs  # in a random order: not the earliest arrivals with the shortest prompts
+    t = traffic()
+    lengths = Lengths.of(t.prompt)
+    assert lengths is not None
+    cut = lengths.at(0.96)  # the longest 4 %
+    counts = []
+    for seed in range(12):
+        rows = synth_rows(t, 120.0, seed)
+        counts.append((sum(1 for r in rows if r.input_tokens > cut), len(rows)))
+    assert all(abs(n - 0.04 * total) <= 1.5 for n, total in counts), counts
