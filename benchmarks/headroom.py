@@ -18,7 +18,8 @@ against the x10 a headroom says at most, so the case measured the cap more than 
 The truth is measured on the simulator itself, not on any twin, as the issue has it (``spoc ramp
 --trace T --speed auto`` of the traffic T the server served at x1): the very requests the observed
 server was sent over the window the headroom read (their prompts, cached history and answers),
-sent again s times as fast to a fresh server for each s tried (doubling from x1, then bisecting to
+sent again s times as fast to a fresh server for each s tried, each when due as a trace without
+sessions replays (doubling from x1, then bisecting to
 3 %), TTFT p99 and ITL p99 of those sent after the trace's first minute judged against the SLA;
 the knee is where the worse of the two ratios (figure over limit) crosses 1. Beside it, the knee
 of the process the traffic was drawn from (ten more minutes of it at s times its rate, another
@@ -202,7 +203,7 @@ def replayed_ratio(gpu: str, seed: int, sent: list[SentRequest], speed: float) -
     answers): the worse of TTFT p99 and ITL p99 over their limits, the requests sent in the first
     :data:`WARMUP_S` of the trace left out (inf where it did not finish 90 % of the rest within
     five minutes of the last being due)."""
-    vs = server(gpu, seed + 7919, load_workload("chatbot"))
+    vs = server(gpu, seed + 7919, load_workload("chatbot"))  # no users: the profile is never drawn
     # each request when due, as a trace's rows without sessions go (the traffic the headroom writes
     # for a ramp to confirm it has none): the rate is then x speed, the headroom's unit; held for
     # their previous turns, a replay's turns came slower than x speed past the knee, and the knee

@@ -117,7 +117,7 @@ class _Resent:
         self.tokens.append(when)
 
 
-def served(
+def _served(
     r: SimRequest,
     start: float,
     times: list[float],
@@ -130,8 +130,8 @@ def served(
     held_s: float | None = None,
 ) -> RequestSample:
     """What a client saw of ``r``, sent at ``start``, its tokens at ``times``, ended at ``end``
-    (an abort, or no token, is a failed request); ``trace_index``: a resent request's row, sent
-    when it was due."""
+    (an abort, or no token, is a failed request); ``trace_index``: a resent request's row,
+    ``held_s`` how long past its time it waited for its previous turn."""
     ok = r.finish_reason != "abort" and bool(times)
     return RequestSample(
         start=start,
@@ -394,7 +394,7 @@ class VirtualServer:
     def _resent(self, row: _Resent, r: SimRequest) -> None:
         held = row.start - row.due
         self.samples.append(
-            served(r, row.start, row.tokens, self.now, 0, row.sent.conversation, trace_index=row.index,
+            _served(r, row.start, row.tokens, self.now, 0, row.sent.conversation, trace_index=row.index,
                    held_s=held if held > 0 else None)
         )  # fmt: skip
         if row.child is not None:
@@ -402,7 +402,7 @@ class VirtualServer:
 
     def _finished(self, u: _User, r: SimRequest) -> None:
         self.samples.append(
-            served(r, u.start, u.tokens, self.now, self._active, f"u{u.idx}-{u.conversation}", turn=u.turn,
+            _served(r, u.start, u.tokens, self.now, self._active, f"u{u.idx}-{u.conversation}", turn=u.turn,
                    last=u.turn == len(u.turns) - 1)
         )  # fmt: skip
         t = u.turns[u.turn]
