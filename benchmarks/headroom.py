@@ -469,7 +469,11 @@ def beside_knee(h: Headroom, work: Path, seats: int | None) -> str:
     lo, hi = h.ci95
     inside = h.identified and m is not None and (lo is None or lo <= m) and (hi is None or m <= hi)
     err = abs(h.estimate - m) / m * 100 if h.estimate and m else math.nan
-    return f"measured knee x{m} (95 %: {mlo}-{mhi}); inside: {inside}; error {err:.0f} %; seats seen {seats}"
+
+    def x(v: float | None) -> str:
+        return "?" if v is None else f"{v:.3g}"
+
+    return f"measured knee x{x(m)} (95 %: {x(mlo)}-{x(mhi)}); inside: {inside}; error {err:.0f} %; seats seen {seats}"
 
 
 def again(work: Path, seed: int | None, sla: str | None) -> int:
