@@ -202,7 +202,7 @@ def strata(n: int, rng: random.Random) -> list[float]:
     drawn at them hold every part of their histogram in its share. Drawn independently, the count
     of a replay's long prompts was left to chance, and the p99 gap comes from them: on the
     simulated L40S 4 % of prompts computed more than 1,300 tokens, about 22 in a two-minute replay
-    at x3.3, give or take 5, and one replay's knee moved by a fifth."""
+    at x3.3, give or take 5, and the replay's p99 gap moved with them."""
     order = list(range(n))
     rng.shuffle(order)
     return [(k + rng.random()) / n for k in order]
@@ -649,7 +649,9 @@ def replays_median(estimate: float, knees: Sequence[float | None]) -> tuple[floa
 
     One replay's knee moves with its sample of the traffic (two minutes of it: a few long prompts
     more or less): on the simulated L40S the fit's replay and its four draws read x4.9-7.0 of one
-    traffic, on the A100's flat traffic x4.4-5.1 (the knees measured x4.91 and x5.02)."""
+    traffic, on the A100's flat traffic x4.4-5.1 (the knees measured x4.91 and x5.02); with the
+    lengths at stratified quantiles (:func:`strata`) and the ridge's tokens from the replay's
+    shape, the L40S's x4.7-5.6."""
     found = [k for k in knees if k is not None and k > 0]
     return statistics.median([estimate, *found]), 1 + len(found)
 
