@@ -359,27 +359,45 @@ def _solve(
     return _nonneg(a, b)
 
 
+@dataclass(frozen=True, slots=True)
+class _WindowRows:
+    """One window's rows of the fit at a ridge: its gap row, and its prefill row where it has one,
+    each with its response and weight."""
+
+    gap: tuple[tuple[float, ...], float, float]
+    prefill: tuple[tuple[float, ...], float, float] | None
+
+    @classmethod
+    def of(cls, w: PassiveWindow, ridge: float, per_k: float) -> _WindowRows:
+        pre, secs = w.prefill_row(ridge, per_k), w.prefill_s
+        return cls(
+            (w.row(ridge, per_k), w.step_s, min(w.gaps, 20_000.0)),
+            (pre, secs, min(w.prefills, 20_000.0)) if pre is not None and secs is not None else None,
+        )
+
+
+def _window_rows(wins: Sequence[PassiveWindow], ridge: float = 0.0, per_k: float = 0.0) -> list[_WindowRows]:
+    """Every window's rows, the prefill tokens counted past ``ridge`` (moved by ``per_k`` a
+    k-token of context): worked out once for the fit and all its bootstrap draws."""
+    return [_WindowRows.of(w, ridge, per_k) for w in wins]
+
+
 def _rows(
-    wins: Sequence[PassiveWindow], idx: Sequence[int], ridge: float = 0.0, per_k: float = 0.0
+    per_window: Sequence[_WindowRows], idx: Sequence[int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The fit's rows for the windows ``idx`` (a resample repeats some): each window's gap row,
-    then the prefill rows of those that have one (prefill tokens past ``ridge``, moved by
-    ``per_k`` a k-token of context); with their weights and kinds."""
-    rows = [wins[i].row(ridge, per_k) for i in idx]
-    ys = [wins[i].step_s for i in idx]
-    ws = [min(wins[i].gaps, 20_000.0) for i in idx]
-    kinds = [0] * len(rows)
+    then the prefill rows of those that have one; with their responses, weights and kinds."""
+    picked = [per_window[i].gap for i in idx]
+    kinds = [0] * len(picked)
     for i in idx:
-        pre, secs = wins[i].prefill_row(ridge, per_k), wins[i].prefill_s
-        if pre is not None and secs is not None:
-            rows.append(pre)
-            ys.append(secs)
-            ws.append(min(wins[i].prefills, 20_000.0))
+        pre = per_window[i].prefill
+        if pre is not None:
+            picked.append(pre)
             kinds.append(1)
     return (
-        np.array(rows, dtype=float),
-        np.array(ys, dtype=float),
-        np.array(ws, dtype=float),
+        np.array([r for r, _, _ in picked], dtype=float),
+        np.array([y for _, y, _ in picked], dtype=float),
+        np.array([w for _, _, w in picked], dtype=float),
         np.array(kinds, dtype=int),
     )
 
@@ -428,7 +446,8 @@ def fit_passive(
         ridge = prior.ridge if prior is not None else 0.0
         coef = _fit_at(wins, ridge, p, psd)
     moves = ridge > 0 and per_k > 0
-    xa, ya, _, ka = _rows(wins, range(n), ridge, per_k)
+    per_window = _window_rows(wins, ridge, per_k)
+    xa, ya, _, ka = _rows(per_window, range(n))
     x, y = xa[:n], ya[:n]  # the gap rows (the prefill rows follow them)
     rng = random.Random(seed)
     drawn: list[np.ndarray] = []
@@ -440,7 +459,7 @@ def fit_passive(
             pk[TERMS.index("b_context")] = max(0.0, rng.gauss(*physical))
         elif p is not None and psd is not None:  # a calibrated twin's: each term drawn from its spread
             pk = np.maximum(0.0, p + psd * np.array([rng.gauss(0.0, 1.0) for _ in TERMS]))
-        xs, ys, ws, ks = _rows(wins, idx, ridge, per_k)
+        xs, ys, ws, ks = _rows(per_window, idx)
         drawn.append(_solve(xs, ys, ws, pk, psd, ks))
     model = replace(base, ridge=ridge, ridge_moves=moves, **{t: float(c) for t, c in zip(TERMS, coef, strict=True)})
     models = tuple(
@@ -468,7 +487,7 @@ def _fit_at(
 ) -> np.ndarray:
     """The fit of every window's rows, the prefill tokens counted past ``ridge`` (moved by
     ``per_k`` a k-token of context)."""
-    xa, ya, wa, ka = _rows(wins, range(len(wins)), ridge, per_k)
+    xa, ya, wa, ka = _rows(_window_rows(wins, ridge, per_k), range(len(wins)))
     return _solve(xa, ya, wa, p, psd, ka)
 
 
