@@ -117,25 +117,31 @@ class _Resent:
         self.tokens.append(when)
 
 
-def _served(
+def client_sample(
     r: SimRequest,
     start: float,
     times: list[float],
     end: float,
+    *,
     users: int,
     conversation: str,
+    step: int = 0,
     turn: int = 0,
     last: bool | None = None,
     trace_index: int | None = None,
+    scheduled: float | None = None,
     held_s: float | None = None,
+    cut_counts: bool = True,
 ) -> RequestSample:
-    """What a client saw of ``r``, sent at ``start``, its tokens at ``times``, ended at ``end``
-    (an abort, or no token, is a failed request); ``trace_index``: a resent request's row,
-    ``held_s`` how long past its time it waited for its previous turn."""
+    """What a client saw of ``r``, sent at ``start``, its tokens at ``times``, ended at ``end`` (an
+    abort, or no token, is a failed request). A trace's row: ``trace_index``, its due time
+    ``scheduled`` and ``held_s`` how long it waited for its previous turn. ``cut_counts``: an answer
+    that reached ``max_tokens`` is counted cut; not where every answer is asked for exactly its
+    length (a twin's replay), where reaching it says nothing."""
     ok = r.finish_reason != "abort" and bool(times)
     return RequestSample(
         start=start,
-        step=0,
+        step=step,
         users=users,
         ok=ok,
         ttft=times[0] - start if ok else None,
@@ -147,11 +153,11 @@ def _served(
         error=None if ok else "http_4xx",
         conversation=conversation,
         end=end,
-        cut=r.finish_reason == "length" if ok else None,
+        cut=(r.finish_reason == "length" if ok else None) if cut_counts else None,
         turn=turn,
         last=last,
         trace_index=trace_index,
-        scheduled=start if trace_index is not None else None,
+        scheduled=scheduled,
         held_s=held_s,
     )
 
@@ -394,16 +400,16 @@ class VirtualServer:
     def _resent(self, row: _Resent, r: SimRequest) -> None:
         held = row.start - row.due
         self.samples.append(
-            _served(r, row.start, row.tokens, self.now, 0, row.sent.conversation, trace_index=row.index,
-                   held_s=held if held > 0 else None)
+            client_sample(r, row.start, row.tokens, self.now, users=0, conversation=row.sent.conversation,
+                          trace_index=row.index, scheduled=row.due, held_s=held if held > 0 else None)
         )  # fmt: skip
         if row.child is not None:
             self._resend(row.child, max(self.now, row.child.due))
 
     def _finished(self, u: _User, r: SimRequest) -> None:
         self.samples.append(
-            _served(r, u.start, u.tokens, self.now, self._active, f"u{u.idx}-{u.conversation}", turn=u.turn,
-                   last=u.turn == len(u.turns) - 1)
+            client_sample(r, u.start, u.tokens, self.now, users=self._active, conversation=f"u{u.idx}-{u.conversation}",
+                          turn=u.turn, last=u.turn == len(u.turns) - 1)
         )  # fmt: skip
         t = u.turns[u.turn]
         u.last_s = self.now - u.start

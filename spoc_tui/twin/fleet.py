@@ -30,6 +30,7 @@ from spoc_tui.core.ramp.steps import RequestSample, StepSummary, summarize_step
 from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.core.traces.replay import release
 from spoc_tui.sim.engine import SimRequest
+from spoc_tui.sim.virtual import client_sample
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.model import StepModel, Twin
 
@@ -253,29 +254,11 @@ class FleetSim:
 
         def on_finish(req: SimRequest) -> None:
             rep.in_flight -= 1
-            ok = req.finish_reason != "abort" and bool(times)
             self.samples.append(
-                RequestSample(
-                    start=start,
-                    step=1,
-                    users=1,
-                    ok=ok,
-                    ttft=times[0] - start if ok else None,
-                    e2e=times[-1] - start if ok else None,
-                    itl=tuple(b - a for a, b in zip(times, times[1:], strict=False)),
-                    output_tokens=req.generated,
-                    prompt_tokens=len(req.prompt),
-                    cached_tokens=req.cached_tokens,
-                    error=None if ok else "http_4xx",
-                    conversation=row.conversation or f"r{row.index}",
-                    end=self.now,
-                    trace_index=row.index,
-                    scheduled=scheduled,
-                    held_s=held or None,
-                    turn=row.turn,
-                    last=row.last,
-                )
-            )
+                client_sample(req, start, times, self.now, step=1, users=1,
+                              conversation=row.conversation or f"r{row.index}", turn=row.turn, last=row.last,
+                              trace_index=row.index, scheduled=scheduled, held_s=held or None, cut_counts=False)
+            )  # fmt: skip
             self._finish_row(row)
 
         req = SimRequest(

@@ -315,6 +315,7 @@ def test_a_virtual_server_sends_what_another_was_sent_again_at_a_speed(tmp_path)
     for s in fast.samples:
         k = s.trace_index
         assert k is not None and s.start == pytest.approx(due[k] + (s.held_s or 0.0))
+        assert s.scheduled == pytest.approx(due[k])  # planned when due, as spoc ramp's trace rows
     held = [s for s in fast.samples if s.held_s]
     assert held and all(s.conversation for s in held)
     # a held turn went when the turn before it in its conversation ended
