@@ -32,7 +32,12 @@ search").
 
 Printed per case and seed: the headroom, its interval, the measured knee, whether the interval
 holds it and the point's error; then per preset the share held and the median error (targets:
-the knee inside the interval, the point within 15 %). Then the flat case (a constant rate): the
+the knee inside the interval, the point within 15 %). Then the error's budget: the requests the
+server really served over the headroom's window (their prompts, cached parts, answers and times),
+replayed on the same passive twin (``spoc twin predict --trace T --speed auto``), whose knee
+splits the error in two: the headroom against it is what drawing the traffic from the counters
+and histograms loses, it against the measured knee what the twin gets wrong (the closed loop's:
+in the requests a second its users' knee sent). Then the flat case (a constant rate): the
 learner must say it cannot identify the step time yet, or give an interval that holds the knee.
 
 Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat] [--presets=l40s] (make
@@ -55,14 +60,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from spoc_tui.core.ramp.knee import SpeedSearch  # noqa: E402
 from spoc_tui.core.ramp.sla import parse_sla  # noqa: E402
-from spoc_tui.core.ramp.steps import summarize_step  # noqa: E402
+from spoc_tui.core.ramp.steps import RequestSample, summarize_step  # noqa: E402
+from spoc_tui.core.traces.read import TraceRow  # noqa: E402
 from spoc_tui.sim.options import SimOptions  # noqa: E402
 from spoc_tui.sim.run import build  # noqa: E402
 from spoc_tui.sim.virtual import SentRequest, VirtualServer  # noqa: E402
 from spoc_tui.sim.watch import VirtualWatch  # noqa: E402
-from spoc_tui.twin.headroom import Headroom, HeadroomLearner  # noqa: E402
-from spoc_tui.twin.predict import figure  # noqa: E402
+from spoc_tui.twin.headroom import MAX_SPEED, SEARCH_STEPS, Headroom, HeadroomLearner, passive_twin  # noqa: E402
+from spoc_tui.twin.predict import Prediction, TraceRows, figure, predict  # noqa: E402
 from spoc_tui.workload import Workload, load_workload  # noqa: E402
 
 SLA = "ttft_p99<=2s,itl_p99<=100ms"
@@ -138,9 +145,11 @@ def process(base: float, flat: bool, closed: bool) -> Callable[[float], float]:
 
 
 def observe(gpu: str, seed: int, base: float, flat: bool, seconds: float, work: Workload,
-            closed: bool = False, sent: list[SentRequest] | None = None) -> HeadroomLearner:  # fmt: skip
+            closed: bool = False, sent: list[SentRequest] | None = None,
+            served: list[RequestSample] | None = None) -> HeadroomLearner:  # fmt: skip
     """The learner after ``seconds`` of the load, read every 5 s; ``sent``: filled with the requests
-    the server was sent (the trace ``spoc ramp --trace T`` would replay)."""
+    the server was sent (the trace ``spoc ramp --trace T`` would replay); ``served``: with what the
+    server made of them (each one's prompt, cached and answer tokens)."""
     vs = server(gpu, seed, work, record=sent is not None)
     watch = VirtualWatch([vs], window_s=60.0, interval_s=5.0)
     learner = HeadroomLearner(tuple(parse_sla(SLA)))
@@ -149,6 +158,8 @@ def observe(gpu: str, seed: int, base: float, flat: bool, seconds: float, work: 
         learner.add(watch.now, watch.expositions[0])
     if sent is not None and vs.sent is not None:
         sent.extend(vs.sent)
+    if served is not None:
+        served.extend(vs.samples)
     return learner
 
 
@@ -227,6 +238,42 @@ def replayed_knee(gpu: str, seed: int, sent: list[SentRequest]) -> float:
     return knee_of(lambda speed: replayed_ratio(gpu, seed, sent, speed))
 
 
+def served_rows(served: list[RequestSample], since: float, block: int) -> tuple[TraceRow, ...]:
+    """The requests the observed server served from ``since``, as trace rows the twin replays: each
+    one's prompt, the part its prefix cache served (as the headroom's rows have it: a prefix every
+    row shares) and its answer's length, each when it came."""
+    done = sorted((r for r in served if r.start >= since and r.ok), key=lambda r: r.start)
+    rows = []
+    for i, r in enumerate(done):
+        n_in = r.prompt_tokens or 0
+        shared = min(n_in, r.cached_tokens or 0) // block
+        own = max(0, math.ceil(n_in / block) - shared)
+        ids = (*range(shared), *range(1_000_000 + 10_000 * i, 1_000_000 + 10_000 * i + own))
+        rows.append(TraceRow(i, r.start - done[0].start, n_in, r.output_tokens, ids, block, line=i + 1))
+    return tuple(rows)
+
+
+def served_knee(learner: HeadroomLearner, h: Headroom, served: list[RequestSample], since: float) -> float:
+    """The knee of the requests really served over the headroom's window, replayed on the same
+    passive twin (``spoc twin predict --trace T --speed auto`` with the twin the live fit makes):
+    the headroom replays a traffic drawn from the counters instead, so the two knees differ by what
+    drawing it loses, and this knee differs from the measured one by what the twin gets wrong."""
+    if h.fit is None:
+        return math.nan
+    server = learner.server()
+    rows = served_rows(served, since, server.block_size)
+    if len(rows) < 2:
+        return math.nan
+    trace = TraceRows(rows, len(rows), {}, rows[-1].t, None)
+    p = Prediction(twin=passive_twin(h.fit, server), workload=load_workload("chatbot"),
+                   plan=SpeedSearch(max_speed=MAX_SPEED, start=1.0), limits=tuple(parse_sla(SLA)), seed=1,
+                   draws=0, trace=trace, budget_s=SEARCH_STEPS * trace.span_s)  # fmt: skip
+    inf = predict(p).knee.inferred
+    if inf is None or inf.estimate is None:
+        return math.nan
+    return inf.estimate if inf.boundary != "bound" else math.inf
+
+
 def knee_of(ratio: Callable[[float], float]) -> float:
     """Where ``ratio`` (the worse figure over its limit, at a speed) crosses 1: doubling from x1,
     then bisecting on a log scale to 3 %; inf where x64 holds."""
@@ -266,7 +313,8 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
     printed, and (interval holds the knee, point error %) returned."""
     t0 = time.process_time()
     sent: list[SentRequest] = []
-    learner = observe(gpu, seed, base, flat, observe_s, work, closed, sent)
+    served: list[RequestSample] = []
+    learner = observe(gpu, seed, base, flat, observe_s, work, closed, sent, served)
     fed = time.process_time() - t0
     t0 = time.process_time()
     h = learner.estimate(seed=seed, draws=1 if smoke else 4, replay_s=30.0 if smoke else 120.0)
@@ -305,7 +353,31 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
         CLOSED_RATES.append((held, off))
         print(f"    in requests a second: the knee's users sent x{rate:.3g} of the requests; inside: {held}; "
               f"error {off:.0f} %")  # fmt: skip
+    else:
+        rate = truth
+    if h.identified and h.estimate is not None and math.isfinite(rate):
+        budget(what if not closed else "closed loop", h.estimate, served_knee(learner, h, served, since), rate)
     return inside, err
+
+
+BUDGET: dict[str, list[tuple[float, float]]] = {}
+"""Per case, each seed's error split in two (signed, per cent): the headroom against the knee of
+the requests really served replayed on the same passive twin (what drawing the traffic from the
+counters loses), and that knee against the measured one (what the twin gets wrong)."""
+
+
+def budget(case: str, estimate: float, served: float, measured: float) -> None:
+    """Print and keep one seed's error budget (:data:`BUDGET`); ``measured`` in the headroom's unit
+    (the closed loop's: the requests a second its users' knee sent)."""
+    if not (math.isfinite(served) and math.isfinite(measured) and served > 0 and measured > 0):
+        print(f"    error budget: the served requests' knee on the twin x{served:.3g} (no split)")
+        return
+    drawn, twin = 100 * (estimate / served - 1), 100 * (served / measured - 1)
+    BUDGET.setdefault(case, []).append((drawn, twin))
+    print(
+        f"    error budget: the requests served, replayed on the same passive twin, x{served:.3g}: the "
+        f"traffic drawn from the counters {drawn:+.0f} %, the twin against the measured knee {twin:+.0f} %"
+    )
 
 
 REAL_SEATS = 8
@@ -564,6 +636,12 @@ def main() -> int:
             print(f"{name}: interval holds the measured knee {held}/{len(rows)}; median point error {med:.0f} %")
         if "flat" in cases:
             one(gpu, 1, base, work, smoke, OBSERVE_S, flat=True)
+        for name, rows in BUDGET.items():
+            drawn, twin = statistics.median(d for d, _ in rows), statistics.median(t for _, t in rows)
+            print(
+                f"{name}, error budget (median of {len(rows)}): the traffic drawn from the counters "
+                f"{drawn:+.0f} %, the twin {twin:+.0f} %"
+            )
     return 0
 
 

@@ -576,7 +576,9 @@ class LearnerState:
         return headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s)
 
 
-def _twin(fit: PassiveFit, server: ServerConfig, prior: Twin | None, draws: int) -> Twin:
+def passive_twin(fit: PassiveFit, server: ServerConfig, prior: Twin | None = None, draws: int = 0) -> Twin:
+    """The twin the live fit makes: its step model, ``draws`` of its bootstrap draws, the server
+    as the learner knows it (what :func:`headroom_of` replays the traffic on)."""
     keep = fit.draws[: max(0, draws)]
     sd = StepModel(
         *(statistics.pstdev([getattr(d, k) for d in fit.draws]) if len(fit.draws) > 1 else 0.0 for k in PARAMS),
@@ -606,7 +608,7 @@ def headroom_of(
         return Headroom(None, (None, None), None, None, False, "too little traffic to replay", fit.windows, traffic,
                         fit, sla)  # fmt: skip
     p = Prediction(
-        twin=_twin(fit, server, prior, draws),
+        twin=passive_twin(fit, server, prior, draws),
         workload=load_workload("chatbot"),
         plan=SpeedSearch(max_speed=MAX_SPEED, start=1.0),
         limits=tuple(limits),
