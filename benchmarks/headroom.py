@@ -68,7 +68,14 @@ from spoc_tui.sim.options import SimOptions  # noqa: E402
 from spoc_tui.sim.run import build  # noqa: E402
 from spoc_tui.sim.virtual import SentRequest, VirtualServer  # noqa: E402
 from spoc_tui.sim.watch import VirtualWatch  # noqa: E402
-from spoc_tui.twin.headroom import MAX_SPEED, SEARCH_STEPS, Headroom, HeadroomLearner, passive_twin  # noqa: E402
+from spoc_tui.twin.headroom import (  # noqa: E402
+    MAX_SPEED,
+    SEARCH_STEPS,
+    Headroom,
+    HeadroomLearner,
+    passive_twin,
+    prefix_ids,
+)
 from spoc_tui.twin.predict import Prediction, TraceRows, figure, predict  # noqa: E402
 from spoc_tui.workload import Workload, load_workload  # noqa: E402
 
@@ -246,9 +253,7 @@ def served_rows(served: list[RequestSample], since: float, block: int) -> tuple[
     rows = []
     for i, r in enumerate(done):
         n_in = r.prompt_tokens or 0
-        shared = min(n_in, r.cached_tokens or 0) // block
-        own = max(0, math.ceil(n_in / block) - shared)
-        ids = (*range(shared), *range(1_000_000 + 10_000 * i, 1_000_000 + 10_000 * i + own))
+        ids = prefix_ids(i, n_in, min(n_in, r.cached_tokens or 0) // block, block)
         rows.append(TraceRow(i, r.start - done[0].start, n_in, r.output_tokens, ids, block, line=i + 1))
     return tuple(rows)
 
@@ -360,11 +365,8 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
     if h.identified and h.estimate is not None and math.isfinite(rate):
         # the smoke replays the last minute up to x2 only: it checks that the split runs (the whole
         # window's search took 20 s of CPU, beside a real-time test on the suite's other worker)
-        seen = (
-            served_knee(learner, h, served, since, MAX_SPEED)
-            if not smoke
-            else served_knee(learner, h, served, observe_s - 60.0, 2.0)
-        )
+        since_b, top = (observe_s - 60.0, 2.0) if smoke else (since, MAX_SPEED)
+        seen = served_knee(learner, h, served, since_b, top)
         budget(what if not closed else "closed loop", h.estimate, seen, rate)
     return inside, err
 

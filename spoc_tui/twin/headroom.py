@@ -191,10 +191,16 @@ def synth_rows(
             shared = (n_in - new) // block_tokens
         else:
             shared = int(share * n_in) // block_tokens
-        own = max(0, math.ceil(n_in / block_tokens) - shared)
-        ids = (*range(shared), *range(1_000_000 + 10_000 * i, 1_000_000 + 10_000 * i + own))
-        rows.append(TraceRow(i, t, n_in, n_out, ids, block_tokens, line=i + 1))
+        rows.append(TraceRow(i, t, n_in, n_out, prefix_ids(i, n_in, shared, block_tokens), block_tokens, line=i + 1))
     return tuple(rows)
+
+
+def prefix_ids(i: int, n_in: int, shared: int, block_tokens: int) -> tuple[int, ...]:
+    """Row ``i``'s prefix blocks for a prompt of ``n_in`` tokens: ``shared`` leading blocks every
+    row has (ids 0, 1, ...: the prefix cache serves them after the first), then blocks of its own
+    (ids from 1,000,000 + 10,000 i, no other row's)."""
+    own = max(0, math.ceil(n_in / block_tokens) - shared)
+    return (*range(shared), *range(1_000_000 + 10_000 * i, 1_000_000 + 10_000 * i + own))
 
 
 def strata(n: int, rng: random.Random) -> list[float]:
