@@ -155,9 +155,9 @@ _DECLARED: dict[str, dict[str, Any]] = {
         default=defaults.ARRIVALS,
         show_default=True,
         help=(
-            "staggered: starts and turns jittered so users cannot fall into lockstep; lockstep: at each step "
-            "every user restarts at once once the requests in flight end, no jitter (the worst case; how "
-            "AIPerf and GuideLLM start their probes)."
+            "staggered: starts spread out and turns jittered (each step measures how bunched its arrivals "
+            "came); lockstep: at each step every user restarts at once once the requests in flight end, no "
+            "jitter (the worst case; how AIPerf and GuideLLM start their probes)."
         ),
     ),
     "--budget": dict(

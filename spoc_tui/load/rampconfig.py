@@ -68,8 +68,8 @@ class RampConfig(defaults.StepRules):
     """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
     arrivals: ArrivalMode = ARRIVALS
     """``staggered``: users start spread over the warm-up, each waits up to a second before its
-    first turn and, without think time, a little before each later one, so lockstep cannot
-    persist; ``lockstep``: at each step every user (the earlier steps' too) restarts at one
+    first turn and, without think time, a little before each later one (what that does not
+    do: docs/ramps.md); ``lockstep``: at each step every user (the earlier steps' too) restarts at one
     instant, once the requests in flight have ended, with no jitter (the worst case, and how
     AIPerf and GuideLLM start their probes' streams: :class:`~spoc_tui.load.runner.Cohort`)."""
     budget_s: float | None = None

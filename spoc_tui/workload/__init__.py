@@ -575,12 +575,13 @@ START_JITTER_S = 1.0
 TURN_JITTER = 0.1
 """...and, where the profile has no think time, up to this share of its last request's time
 (at most :data:`TURN_JITTER_MAX_S`) before each later turn, so that users whose answers end in
-the same engine step do not send their next prefills together."""
+the same engine step do not send their next prefills together. (Measured since: it brings many
+users together rather than apart; docs/ramps.md, "What staggering does not do".)"""
 TURN_JITTER_MAX_S = 0.25
 
 
 def jitter(rng: random.Random, last_s: float | None, think_s: float, lockstep: bool = False) -> float:
-    """Seconds a user waits before a turn so that lockstep cannot persist (0 with ``--arrivals
+    """Seconds a user waits before a turn so that users do not start in lockstep (0 with ``--arrivals
     lockstep``, or where the profile's think time already spreads the turns); ``last_s`` is how
     long its last request took (None before its first)."""
     if lockstep:

@@ -179,40 +179,41 @@ ignore_eos = true
 """
 
 
-def test_arrivals_are_measured_and_lockstep_is_chosen_not_stumbled_into(tmp_path):
-    """Users of fixed output lengths that start together stay in lockstep (their prefills collide
-    on every turn): the default staggers them, --arrivals lockstep does not, and each step says
-    which regime it measured. In lockstep every step restarts all its users at one instant, the
-    earlier step's users too (as the peers start every stream of a probe), not only those it adds."""
+def test_the_load_generators_users_start_staggered_or_together_as_asked(tmp_path):
+    """What only real time shows of --arrivals: the load generator's users start spread out by
+    default, and with lockstep every step restarts all its users at one instant, the earlier
+    step's users too (as the peers start every stream of a probe), not only those it adds. The
+    arrivals' measure, and that staggered users stay out of lockstep while lockstep ones stay in,
+    is tests/unit/test_ramp_virtual.py's, on the virtual clock. (This test asserted that measure
+    here, on 4 s windows; a clean-clone run's slow host held one round of the 16 users' 2 s turns
+    in the lockstep step's, 16 arrivals, under the 20 the measure needs.)"""
     port, dport = free_ports(2)
     proc = start_sim(["--dcgm-port", str(dport)], port)
     flat = tmp_path / "flat.toml"
     flat.write_text(FLAT)
     try:
-        seen = {}
-        for mode, users, sla in (("staggered", "16", "ttft_p99<=100ms"), ("lockstep", "4,16", "ttft_p99<=5s")):
+        for mode, users in (("staggered", "16"), ("lockstep", "4,16")):
             out = tmp_path / mode
             r = ramp(
                 "--url", f"http://127.0.0.1:{port}", "--profile", str(flat), "--users", users, "--step-seconds", "6",
-                "--warmup-seconds", "2", "--max-step-seconds", "6", "--sla", sla, "--arrivals", mode,
+                "--warmup-seconds", "2", "--max-step-seconds", "6", "--sla", "ttft_p99<=5s", "--arrivals", mode,
                 "--out", str(out),
             )  # fmt: skip
             assert r.returncode == 0, r.stderr
-            seen[mode] = json.loads((out / "ramp.json").read_text())
-        calm, bunched = seen["staggered"]["steps"][0]["arrivals"], seen["lockstep"]["steps"][-1]["arrivals"]
-        assert calm["n"] >= 20 and not calm["lockstep"] and calm["synchronization"] < 2, calm
-        assert bunched["lockstep"] and bunched["synchronization"] > 2 and bunched["burst"] >= 3, bunched
-        assert seen["lockstep"]["arrivals"] == "lockstep" and seen["staggered"]["arrivals"] == "staggered"
-        # the second step's first request of each of its 16 users: all sent together (before, the
-        # 4 users of the first step kept their phase and only the 12 new ones started at once)
-        lines = (tmp_path / "lockstep" / "requests.jsonl").read_text().splitlines()
-        firsts: dict[str, float] = {}
-        for rec in map(json.loads, lines):
-            if rec["step"] == 2:
-                user = rec["conversation"].split("#")[0]
-                firsts[user] = min(firsts.get(user, rec["start"]), rec["start"])
-        assert len(firsts) == 16, firsts
-        assert max(firsts.values()) - min(firsts.values()) < 0.05, sorted(firsts.values())
+            d = json.loads((out / "ramp.json").read_text())
+            assert d["arrivals"] == mode and all("arrivals" in s for s in d["steps"])
+            # the last step's first request of each of its 16 users
+            firsts: dict[str, float] = {}
+            for rec in map(json.loads, (out / "requests.jsonl").read_text().splitlines()):
+                if rec["step"] == len(d["steps"]):
+                    user = rec["conversation"].split("#")[0]
+                    firsts[user] = min(firsts.get(user, rec["start"]), rec["start"])
+            assert len(firsts) == 16, firsts
+            spread = max(firsts.values()) - min(firsts.values())
+            if mode == "lockstep":  # all sent together (before, the first step's 4 users kept their phase)
+                assert spread < 0.05, sorted(firsts.values())
+            else:  # started over half the warm-up, each then waiting up to a second: a slow host spreads them more
+                assert spread > 0.5, sorted(firsts.values())
     finally:
         proc.stop()
 
