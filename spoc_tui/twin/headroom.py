@@ -36,6 +36,7 @@ from spoc_tui.core.metrics.vllm import (
     REQUEST_PROMPT_TOKENS,
     Scrape,
     cache_config,
+    flow_now,
     kv_use_and_steps,
     server_view,
     windowed_histogram,
@@ -45,6 +46,7 @@ from spoc_tui.core.ramp.knee import SpeedSearch
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.stats import Histogram
 from spoc_tui.core.traces.read import TraceRow
+from spoc_tui.twin.arrivals import Evenness, FlowLog, renewal_times
 from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import PARAMS, ServerConfig, StepModel, Twin
 from spoc_tui.twin.passive import PassiveFit, PassiveWindow, fit_passive, window_of
@@ -111,6 +113,14 @@ class Traffic:
     """How much the rate moved over the windows: the index of dispersion of the requests finished
     per window (their variance over their mean: 1 for a steady Poisson stream; a swell over
     minutes raises it, where the Allan factor, which compares neighbouring windows, hardly moves)."""
+    evenness: Evenness | None = None
+    """How even the arrivals came over 5-20 s (the requests finished plus the change in those
+    inside, bin by bin: :mod:`spoc_tui.twin.arrivals`); None where too few or too thin."""
+
+    def regularity(self) -> float:
+        """The squared coefficient of variation of a swelling traffic's replayed intervals: the
+        arrivals' evenness where it reads evener than open traffic does, else 1 (Poisson)."""
+        return self.evenness.cv2() if self.evenness is not None else 1.0
 
     def profile(self) -> tuple[float, ...] | None:
         """The rate window by window, oldest first, where it moved more than a steady stream's
@@ -135,6 +145,7 @@ class Traffic:
             "rate_peak": None if profile is None else round(max(profile), 4),
             "swing": None if self.swing is None else round(self.swing, 3),
             "dispersion": None if self.dispersion is None else round(self.dispersion, 3),
+            "arrivals_evenness": None if self.evenness is None else round(self.evenness.factor, 3),
             "prompt_tokens_mean": _mean(self.prompt),
             "output_tokens_mean": _mean(self.output),
             "computed_prompt_tokens_mean": _mean(self.computed),
@@ -158,7 +169,12 @@ def _mean(h: Histogram | None) -> float | None:
 
 
 def synth_rows(
-    traffic: Traffic, span_s: float, seed: int, block_tokens: int = 16, as_it_moved: bool = False
+    traffic: Traffic,
+    span_s: float,
+    seed: int,
+    block_tokens: int = 16,
+    as_it_moved: bool = False,
+    cv2: float | None = None,
 ) -> tuple[TraceRow, ...]:
     """``span_s`` seconds of the traffic again, as trace rows: arrivals a gamma renewal process
     of the traffic's rate and burstiness (its intervals' squared coefficient of variation is the
@@ -173,14 +189,16 @@ def synth_rows(
 
     ``as_it_moved``: where the traffic swells (:meth:`Traffic.profile`), its windows one after the
     other at their rates, stretched over ``span_s`` (a replay at speed s asks for s times the span:
-    the same windows, each at s times its rate once the replay divides its times by s)."""
+    the same windows, each at s times its rate once the replay divides its times by s), the
+    arrivals as even as ``cv2`` says (the squared coefficient of variation of their intervals, 1:
+    Poisson; None: as the traffic's own, :meth:`Traffic.regularity`)."""
     rng = random.Random(seed)
     share = min(0.95, max(0.0, traffic.prefix_share or 0.0))
     prompt = Lengths.of(traffic.prompt) if traffic.prompt is not None else None
     output = Lengths.of(traffic.output) if traffic.output is not None else None
     computed = Lengths.of(traffic.computed) if traffic.computed is not None else None
     rows: list[TraceRow] = []
-    times = list(_arrivals(traffic, span_s, as_it_moved, rng))
+    times = list(_arrivals(traffic, span_s, as_it_moved, rng, traffic.regularity() if cv2 is None else cv2))
     asked, answered = strata(len(times), rng), strata(len(times), rng)
     for i, t in enumerate(times):
         q = asked[i]
@@ -214,11 +232,15 @@ def strata(n: int, rng: random.Random) -> list[float]:
     return [(k + rng.random()) / n for k in order]
 
 
-def _arrivals(traffic: Traffic, span_s: float, as_it_moved: bool, rng: random.Random) -> Iterator[float]:
+def _arrivals(traffic: Traffic, span_s: float, as_it_moved: bool, rng: random.Random, cv2: float) -> Iterator[float]:
     """Arrival times over ``span_s``: a traffic that swells, its windows stretched over the span at
-    their rates (Poisson within each); else a gamma renewal process of the traffic's rate whose
-    intervals' squared coefficient of variation is its dispersion."""
+    their rates, Poisson within each, or where ``cv2`` is not 1 a renewal process that even across
+    them (:func:`spoc_tui.twin.arrivals.renewal_times`); else a gamma renewal process of the
+    traffic's rate whose intervals' squared coefficient of variation is its dispersion."""
     profile = traffic.profile() if as_it_moved else None
+    if profile is not None and cv2 != 1.0:
+        yield from renewal_times(profile, span_s, cv2, rng)
+        return
     if profile is not None:
         width = span_s / len(profile)
         t, k = 0.0, 0
@@ -252,13 +274,17 @@ class TrafficRows(TraceRows):
     block_tokens: int = 16
     max_model_len: int = 1 << 30
     replay_s: float = REPLAY_S
+    cv2: float = 1.0
+    """How even this replay's arrivals are (:meth:`Traffic.regularity`; a draw's, drawn)."""
     _cache: dict[float, tuple[TraceRow, ...]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, traffic: Traffic, seed: int, server: ServerConfig, replay_s: float = REPLAY_S) -> TrafficRows:
-        rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size, True), server.max_model_len)
+        cv2 = traffic.regularity()
+        rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size, True, cv2), server.max_model_len)
         return cls(rows, len(rows), {}, replay_s, traffic.prefix_share, traffic=traffic, seed=seed,
-                   block_tokens=server.block_size, max_model_len=server.max_model_len, replay_s=replay_s)  # fmt: skip
+                   block_tokens=server.block_size, max_model_len=server.max_model_len, replay_s=replay_s,
+                   cv2=cv2)  # fmt: skip
 
     def step_s(self, speed: float) -> float:
         return self.replay_s
@@ -268,17 +294,21 @@ class TrafficRows(TraceRows):
         that the knee's interval holds the replay's own sampling. With one sample for all, the
         draws differed only in the fit's terms: on the simulated L40S x3.3 (95 %: 3.2-3.9) of a
         knee at x4.81, where that sample replayed on the simulator's own step time read ITL p99
-        124 ms at x4 and the server 89; with a sample a draw, x3.3 (95 %: 2-4.9)."""
+        124 ms at x4 and the server 89; with a sample a draw, x3.3 (95 %: 2-4.9). Where the
+        arrivals came evener than Poisson, as even as a value drawn from what the counts leave
+        open (:attr:`spoc_tui.twin.arrivals.Evenness.spread`)."""
         if self.traffic is None:
             return self
-        return replace(self, seed=seed, _cache={})
+        ev = self.traffic.evenness
+        cv2 = ev.cv2(random.Random(seed)) if ev is not None else self.cv2
+        return replace(self, seed=seed, cv2=cv2, _cache={})
 
     def at(self, speed: float) -> tuple[TraceRow, ...]:
         if self.traffic is None:
             return self.rows
         hit = self._cache.get(speed)
         if hit is None:
-            rows = synth_rows(self.traffic, self.replay_s * speed, self.seed, self.block_tokens, True)
+            rows = synth_rows(self.traffic, self.replay_s * speed, self.seed, self.block_tokens, True, self.cv2)
             hit = _fitting(rows, self.max_model_len)
             self._cache[speed] = hit
         return hit
@@ -367,6 +397,9 @@ class HeadroomLearner:
         """A scrape every window_s, back over the traffic's span (and one before it)."""
         self._counts: deque[float] = deque(maxlen=max(4, int(traffic_s / window_s)))
         """Requests finished in each recent window (the arrivals' burstiness)."""
+        self._flow = FlowLog(traffic_s)
+        """Every scrape's requests finished and inside, over the traffic's span (how regular the
+        arrivals were)."""
         self.seats: int | None = None
         """The server's max-num-seqs, once a queue showed it."""
         self._kv_acc: list[float] = [0.0, 0.0, 0.0, 0]
@@ -384,6 +417,7 @@ class HeadroomLearner:
         """One scrape of the server at ``t`` (the monitor's clock). Only one every ``window_s`` is
         read (the monitor scrapes every second; the others cost a comparison)."""
         self._kv_use(exp)
+        self._flow.add(t, *flow_now(exp))
         if self._marks and t - self._marks[-1][0] < self.window_s - 1e-6:
             return
         cc = cache_config(exp)
@@ -470,11 +504,13 @@ class HeadroomLearner:
             steps = [(b - a) ** 2 for a, b in zip(counts, counts[1:], strict=False)]
             disp = statistics.fmean(steps) / (2 * statistics.fmean(counts))
         estimated = ["prompt and output lengths: drawn from vLLM's histogram buckets, their mean the histogram's"]
-        how = (
-            "each window's rate in turn, Poisson within it"
-            if swells(swing, len(counts))
-            else "gamma intervals of the rate and dispersion"
-        )
+        ev = self._flow.evenness()
+        if not swells(swing, len(counts)):
+            how = "gamma intervals of the rate and dispersion"
+        elif ev is not None and ev.even:
+            how = f"each window's rate in turn, as even as they came: {ev.text()}, Poisson 1"
+        else:
+            how = "each window's rate in turn, Poisson within it"
         estimated.append(f"arrivals: from requests finished per {self.window_s:.0f} s ({how})")
         return Traffic(
             seconds=secs,
@@ -489,6 +525,7 @@ class HeadroomLearner:
             rates=tuple(c / self.window_s for c in counts),
             window_s=self.window_s,
             swing=swing,
+            evenness=ev,
         )
 
     def server(self) -> ServerConfig:

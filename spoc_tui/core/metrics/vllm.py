@@ -133,6 +133,17 @@ def kv_use_and_steps(exp: Exposition) -> tuple[float | None, float | None]:
     return (sum(kv) / len(kv) if kv else None), (sum(steps.values()) if steps else None)
 
 
+def flow_now(exp: Exposition) -> tuple[float | None, float | None]:
+    """From one scrape alone: the requests finished so far (every reason, every engine) and the
+    requests in the engine now (running and waiting); None where the server reports either not.
+    Between two scrapes the requests that arrived are the finished ones plus the change in those
+    inside: a learner counts arrivals with it, where the counters count only what ended."""
+    done = exp.get(REQUEST_SUCCESS[0])
+    running, waiting = exp.get(RUNNING[0]), exp.get(WAITING[0])
+    inside = [v for v in (*running.values(), *waiting.values()) if v == v]
+    return (sum(done.values()) if done else None), (sum(inside) if running else None)
+
+
 @dataclass(frozen=True, slots=True)
 class Scrape:
     """One replica's current exposition and, when there is one, a baseline for the window."""
