@@ -78,10 +78,17 @@ class Evenness:
         """Evener than Poisson beyond the counts' own chance (:data:`EVEN_SIGMAS`)."""
         return self.factor <= 0 or math.log(self.factor) < -EVEN_SIGMAS * self.sampling
 
-    def cv2(self, draw: random.Random | None = None) -> float:
+    @property
+    def bursty(self) -> bool:
+        """Burstier than Poisson beyond the counts' own chance (:data:`EVEN_SIGMAS`). Said only of
+        a steady traffic: a swell's curvature over a 20 s bin reads as a little burstiness."""
+        return self.factor > 0 and math.log(self.factor) > EVEN_SIGMAS * self.sampling
+
+    def cv2(self, draw: random.Random | None = None, steady: bool = False) -> float:
         """The squared coefficient of variation of a replay's intervals: the factor (drawn about
-        it by its :attr:`spread` for a draw of the headroom) where :attr:`even`, else 1 (Poisson)."""
-        if not self.even:
+        it by its :attr:`spread` for a draw of the headroom) where :attr:`even` (or, of a
+        ``steady`` traffic, :attr:`bursty`), else 1 (Poisson)."""
+        if not (self.even or (steady and self.bursty)):
             return 1.0
         f = self.factor if draw is None else self.factor * math.exp(draw.gauss(0.0, self.spread))
         return clamp_cv2(f)
