@@ -189,3 +189,30 @@ def renewal_times(rates: Sequence[float], span_s: float, cv2: float, rng: random
             yield k * width + (due - passed) / rate
             due += rng.gammavariate(shape, cv2)
         passed = end
+
+
+def poisson_windows(rates: Sequence[float], span_s: float, rng: random.Random) -> Iterator[float]:
+    """Arrival times over ``span_s``, the windows of ``rates`` one after the other (each
+    ``span_s / len(rates)`` long), Poisson at its rate within each."""
+    width = span_s / len(rates)
+    t, k = 0.0, 0
+    while k < len(rates):
+        end = (k + 1) * width
+        rate = rates[k]
+        gap = rng.expovariate(rate) if rate > 0 else math.inf
+        if t + gap >= end:  # memoryless: the next window starts afresh at its own rate
+            t, k = end, k + 1
+            continue
+        t += gap
+        yield t
+
+
+def gamma_times(rate: float, span_s: float, cv2: float, rng: random.Random) -> Iterator[float]:
+    """Arrival times over ``span_s`` of a steady renewal process at ``rate`` whose gamma intervals'
+    squared coefficient of variation is ``cv2`` (1: Poisson), begun as a stream already running."""
+    shape = 1.0 / cv2
+    scale = 1.0 / (rate * shape)
+    t = rng.gammavariate(shape, scale) * rng.random()
+    while t < span_s:
+        yield t
+        t += rng.gammavariate(shape, scale)

@@ -46,7 +46,7 @@ from spoc_tui.core.ramp.knee import SpeedSearch
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.stats import Histogram
 from spoc_tui.core.traces.read import TraceRow
-from spoc_tui.twin.arrivals import Evenness, FlowLog, renewal_times
+from spoc_tui.twin.arrivals import Evenness, FlowLog, gamma_times, poisson_windows, renewal_times
 from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import PARAMS, ServerConfig, StepModel, Twin
 from spoc_tui.twin.passive import PassiveFit, PassiveWindow, fit_passive, window_of
@@ -246,32 +246,11 @@ def strata(n: int, rng: random.Random) -> list[float]:
 def _arrivals(traffic: Traffic, span_s: float, as_it_moved: bool, rng: random.Random, cv2: float) -> Iterator[float]:
     """Arrival times over ``span_s``: a traffic that swells, its windows stretched over the span at
     their rates, Poisson within each, or where ``cv2`` is not 1 a renewal process that even across
-    them (:func:`spoc_tui.twin.arrivals.renewal_times`); else a gamma renewal process of the
-    traffic's rate whose intervals' squared coefficient of variation is its dispersion."""
+    them; else a renewal process of the traffic's rate (:meth:`Traffic.steady_cv2`)."""
     profile = traffic.profile() if as_it_moved else None
-    if profile is not None and cv2 != 1.0:
-        yield from renewal_times(profile, span_s, cv2, rng)
-        return
-    if profile is not None:
-        width = span_s / len(profile)
-        t, k = 0.0, 0
-        while k < len(profile):
-            end = (k + 1) * width
-            rate = profile[k]
-            gap = rng.expovariate(rate) if rate > 0 else math.inf
-            if t + gap >= end:  # memoryless: the next window starts afresh at its own rate
-                t, k = end, k + 1
-                continue
-            t += gap
-            yield t
-        return
-    cv2 = traffic.steady_cv2()
-    shape = 1.0 / cv2
-    scale = 1.0 / (traffic.rate * shape)
-    t = rng.gammavariate(shape, scale) * rng.random()
-    while t < span_s:
-        yield t
-        t += rng.gammavariate(shape, scale)
+    if profile is None:
+        return gamma_times(traffic.rate, span_s, traffic.steady_cv2(), rng)
+    return renewal_times(profile, span_s, cv2, rng) if cv2 != 1.0 else poisson_windows(profile, span_s, rng)
 
 
 @dataclass(frozen=True)
