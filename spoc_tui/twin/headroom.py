@@ -119,7 +119,7 @@ class Traffic:
 
     def regularity(self) -> float:
         """The squared coefficient of variation of a swelling traffic's replayed intervals: the
-        arrivals' evenness where it reads evener than open traffic does, else 1 (Poisson)."""
+        arrivals' evenness where it reads surely evener than Poisson, else 1 (Poisson)."""
         return self.evenness.cv2() if self.evenness is not None else 1.0
 
     def steady_cv2(self) -> float:
@@ -187,11 +187,10 @@ def synth_rows(
     as_it_moved: bool = False,
     cv2: float | None = None,
 ) -> tuple[TraceRow, ...]:
-    """``span_s`` seconds of the traffic again, as trace rows: arrivals a gamma renewal process
-    of the traffic's rate and burstiness (its intervals' squared coefficient of variation is the
-    index of dispersion), lengths drawn from the histograms at stratified quantiles
-    (:func:`strata`), and a leading prefix every request shares (one system prompt), served by the
-    prefix cache after the first.
+    """``span_s`` seconds of the traffic again, as trace rows: arrivals a renewal process of the
+    traffic's rate and burstiness (:meth:`Traffic.steady_cv2`), lengths drawn from the histograms
+    at stratified quantiles (:func:`strata`), and a leading prefix every request shares (one
+    system prompt), served by the prefix cache after the first.
 
     The cached prefix: where the server reports what each prompt computed (``computed``), a
     prompt's length and its computed part are drawn from their own histograms (the longer is the
@@ -388,8 +387,8 @@ class HeadroomLearner:
         self._counts: deque[float] = deque(maxlen=max(4, int(traffic_s / window_s)))
         """Requests finished in each recent window (the arrivals' burstiness)."""
         self._flow = FlowLog(traffic_s)
-        """Every scrape's requests finished and inside, over the traffic's span (how regular the
-        arrivals were)."""
+        """Every scrape's requests finished and inside, over the traffic's span (how even the
+        arrivals came)."""
         self.seats: int | None = None
         """The server's max-num-seqs, once a queue showed it."""
         self._kv_acc: list[float] = [0.0, 0.0, 0.0, 0]
@@ -499,7 +498,7 @@ class HeadroomLearner:
             if ev is None:
                 how = "gamma intervals of the rate and dispersion"
             elif ev.even or ev.bursty:
-                how = f"renewal intervals of the rate, as even as they came: {ev.text()}, Poisson 1"
+                how = f"renewal intervals of the rate, as they came: {ev.text()}, Poisson 1"
             else:
                 how = f"Poisson at the rate: their evenness {ev.text()}"
         elif ev is not None and ev.even:
