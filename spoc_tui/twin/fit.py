@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spoc_tui.twin.model import COEFFS, RIDGES, Residuals, StepModel, TwinError, past_ridge
+from spoc_tui.twin.model import COEFFS, RIDGES, Residuals, StepModel, TwinError, past_ridge, takes_time
 
 KINDS = ("prefill", "server_prefill", "decode", "shared", "mixed")
 BOOTSTRAP = 200
@@ -167,15 +167,26 @@ def fit_step_model(
     by_probe: dict[int, list[int]] = {p: [] for p in probes}
     for i, o in enumerate(obs):
         by_probe[o.probe].append(i)
+    if not takes_time(StepModel.from_vector([*best.tolist(), ridge])):
+        raise TwinError(
+            "the probes' steps fit to no time at all (b0 and every per-token cost 0): the host's speed "
+            "moved too much while they ran; calibrate again on a quieter host"
+        )
     rng = np.random.default_rng(seed)
     boots = []
+    timeless = 0
     for _ in range(bootstrap):
         pick = rng.choice(len(probes), size=len(probes), replace=True)
         rows = [i for k in pick for i in by_probe[probes[k]]]
         kinds_in = {obs[i].kind for i in rows}
         if "decode" in kinds_in and kinds_in & {"prefill", "server_prefill"}:
             coef, r = _solve_ridge([x[rows] for x in xs], y_all[rows], free)
+            if not takes_time(StepModel.from_vector([*coef.tolist(), r])):
+                timeless += 1  # a resample of a noisy host's probes fit to no time: no model of a step
+                continue
             boots.append(np.append(coef, r))
+    if timeless:
+        notes.append(f"{timeless} of {bootstrap} bootstrap resamples fit a step to no time and were left out")
     if len(boots) < 10:
         raise TwinError(
             "the probes are too few to say how sure the fit is (the bootstrap found too few usable resamples)"

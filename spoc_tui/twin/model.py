@@ -539,10 +539,15 @@ def _param(name: str, v: object) -> float:
     return _number(name, v, 0.0, MAX_RIDGE if name == "ridge" else MAX_COEFF_S)
 
 
+def takes_time(m: StepModel) -> bool:
+    """Whether a decode step of one sequence and a prefill of 1,024 tokens each take at least a
+    microsecond (coefficients all zero made ``spoc sim --twin`` answer no completion)."""
+    return m.step_s([1], []) >= 1e-6 and m.step_s([], [(1024, 0)]) >= 1e-6
+
+
 def _check_steps_cost_time(m: StepModel, what: str) -> None:
-    """A step must take time: a decode step of one sequence and a prefill of 1,024 tokens each at
-    least a microsecond (coefficients all zero made ``spoc sim --twin`` answer no completion)."""
-    if m.step_s([1], []) < 1e-6 or m.step_s([], [(1024, 0)]) < 1e-6:
+    """A step must take time (:func:`takes_time`)."""
+    if not takes_time(m):
         raise ValueError(f"{what}: a step would take no time (b0 and the per-token costs are zero)")
 
 

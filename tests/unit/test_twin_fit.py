@@ -608,3 +608,28 @@ def test_answers_cut_at_max_tokens_are_learned_as_lower_bounds(tmp_path):
     (ramp / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert answers_of(ramp, {"profile": {"name": "chatbot"}}) == seen[:50]
     assert RequestSample.from_dict(rows[0]).cut == seen[0][1]
+
+
+def test_a_resample_that_fits_a_step_to_no_time_is_left_out_and_a_timeless_fit_is_refused(monkeypatch):
+    """A clean-clone run's real-engine tier calibrated on a host whose decode gap went from 0.65 to
+    3.17 ms during the probes: one bootstrap resample fit every cost to 0, the twin was written
+    with that draw, and its own reader refused it ("draw 7: a step would take no time"). Such a
+    resample is no model of a step: it is left out and counted in the notes; a fit that is itself
+    timeless is refused with what to do."""
+    from spoc_tui.twin import fit as fitmod
+    from spoc_tui.twin.model import TwinError, takes_time
+
+    solve, calls = fitmod._solve_ridge, [0]
+
+    def every_third_timeless(xs, y, free):
+        calls[0] += 1
+        coef, r = solve(xs, y, free)
+        return (coef * 0.0, r) if calls[0] > 1 and calls[0] % 3 == 0 else (coef, r)
+
+    monkeypatch.setattr(fitmod, "_solve_ridge", every_third_timeless)
+    fit, _sd, draws, _res, notes = fit_step_model(synthetic(TRUE, 0.02))
+    assert takes_time(fit) and draws and all(takes_time(d) for d in draws)
+    assert any("fit a step to no time and were left out" in n for n in notes), notes
+    monkeypatch.setattr(fitmod, "_solve_ridge", lambda xs, y, free: (solve(xs, y, free)[0] * 0.0, 0.0))
+    with pytest.raises(TwinError, match="fit to no time at all"):
+        fit_step_model(synthetic(TRUE, 0.02))
