@@ -494,17 +494,16 @@ class HeadroomLearner:
             disp = statistics.fmean(steps) / (2 * statistics.fmean(counts))
         estimated = ["prompt and output lengths: drawn from vLLM's histogram buckets, their mean the histogram's"]
         ev = self._flow.evenness()
-        if not swells(swing, len(counts)):
-            if ev is None:
-                how = "gamma intervals of the rate and dispersion"
-            elif ev.even or ev.bursty:
-                how = f"renewal intervals of the rate, as they came: {ev.text()}, Poisson 1"
-            else:
-                how = f"Poisson at the rate: their evenness {ev.text()}"
-        elif ev is not None and ev.even:
-            how = f"each window's rate in turn, as even as they came: {ev.text()}, Poisson 1"
+        steady = not swells(swing, len(counts))
+        poisson = "Poisson at the rate" if steady else "each window's rate in turn, Poisson within it"
+        if ev is None:
+            how = "gamma intervals of the rate and dispersion" if steady else poisson
+        elif ev.cv2(steady=steady) == 1.0:  # as the replay decides it, not decided again here
+            how = f"{poisson}: their evenness {ev.text()}" if steady else poisson
+        elif steady:
+            how = f"renewal intervals of the rate, as they came: {ev.text()}, Poisson 1"
         else:
-            how = "each window's rate in turn, Poisson within it"
+            how = f"each window's rate in turn, as even as they came: {ev.text()}, Poisson 1"
         estimated.append(f"arrivals: from requests finished per {self.window_s:.0f} s ({how})")
         return Traffic(
             seconds=secs,
