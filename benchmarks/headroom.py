@@ -215,18 +215,20 @@ WARMUP_S = 60.0
 """Trace seconds a replay's judgement leaves out at its start (a fresh server's first minute)."""
 
 
-def replayed_ratio(gpu: str, seed: int, sent: list[SentRequest], speed: float) -> float:
+def replayed_ratio(gpu: str, seed: int, sent: list[SentRequest], speed: float, as_users: bool = False) -> float:
     """The requests the observed server was sent, sent again ``speed`` times as fast to a fresh
     server (``spoc ramp --trace T --speed s`` of the traffic the headroom read, its very prompts and
     answers): the worse of TTFT p99 and ITL p99 over their limits, the requests sent in the first
     :data:`WARMUP_S` of the trace left out (inf where it did not finish 90 % of the rest within
-    five minutes of the last being due)."""
+    five minutes of the last being due). ``as_users``: as their users would send them instead
+    (:meth:`VirtualServer.resend_as_users`: the same instants, each the earliest request whose
+    previous turn has ended)."""
     vs = server(gpu, seed + 7919, load_workload("chatbot"))  # no users: the profile is never drawn
     # each request when due, as a trace's rows without sessions go (the traffic the headroom writes
     # for a ramp to confirm it has none): the rate is then x speed, the headroom's unit; held for
     # their previous turns, a replay's turns came slower than x speed past the knee, and the knee
     # read 11-19 % above the process's
-    last = vs.resend(sent, speed, turns_wait=False)
+    last = vs.resend_as_users(sent, speed) if as_users else vs.resend(sent, speed, turns_wait=False)
     vs.advance(last + 300.0)
     start = WARMUP_S / speed
     window = [r for r in vs.samples if r.start >= start]
@@ -240,9 +242,9 @@ def replayed_ratio(gpu: str, seed: int, sent: list[SentRequest], speed: float) -
     return math.inf if due and len(window) < 0.9 * due else max(ratios)
 
 
-def replayed_knee(gpu: str, seed: int, sent: list[SentRequest]) -> float:
+def replayed_knee(gpu: str, seed: int, sent: list[SentRequest], as_users: bool = False) -> float:
     """The knee of the very traffic observed, replayed at speeds (:func:`replayed_ratio`)."""
-    return knee_of(lambda speed: replayed_ratio(gpu, seed, sent, speed))
+    return knee_of(lambda speed: replayed_ratio(gpu, seed, sent, speed, as_users))
 
 
 def served_rows(served: list[RequestSample], since: float, block: int) -> tuple[TraceRow, ...]:
@@ -310,6 +312,8 @@ def knee_of(ratio: Callable[[float], float]) -> float:
 
 PROCESS: dict[str, list[tuple[bool, float]]] = {}
 """The open cases judged against their process's knee too (interval holds it, point error %)."""
+AS_USERS: dict[str, list[tuple[bool, float]]] = {}
+"""The open cases judged against the observed requests sent as their users would send them."""
 CLOSED_RATES: list[tuple[bool, float]] = []
 """The closed loop's seeds judged in the headroom's own unit (requests a second), beside the users."""
 
@@ -349,6 +353,15 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
         )
         print(f"    the process's knee (ten minutes more of it at each speed, another seed) x{process:.3g}: "
               f"the observed traffic's knee x{truth / process:.2f} of it; the headroom's error against it {off:.0f} %")  # fmt: skip
+        # the observed requests again at the same instants s times closer, each the earliest whose
+        # previous turn has ended: this sample, sent as the process sends (no turn before its answer)
+        users = replayed_knee(gpu, seed, trace, as_users=True)
+        off = abs(h.estimate - users) / users * 100 if h.estimate else math.nan
+        AS_USERS.setdefault(gpu if not flat else "flat", []).append(
+            (h.identified and (lo is None or lo <= users) and (hi is None or users <= hi), off)
+        )
+        print(f"    as their users would send them (the same requests at the same instants, none before the answer it "
+              f"quotes) x{users:.3g}; inside: {AS_USERS[gpu if not flat else 'flat'][-1][0]}; error {off:.0f} %")  # fmt: skip
     if closed and not smoke and math.isfinite(truth):
         # the headroom replays the traffic open loop, so its unit is the requests a second; a closed
         # loop's users slow as the server does, so x users is less than x of the requests
@@ -639,6 +652,8 @@ def main() -> int:
         summary[f"{gpu}, closed loop, in requests a second"] = CLOSED_RATES
     for name, rows in PROCESS.items():
         summary[f"{name}, against the process's knee"] = rows
+    for name, rows in AS_USERS.items():
+        summary[f"{name}, the requests as their users would send them"] = rows
     if not smoke:
         for name, rows in summary.items():
             held = sum(1 for ok, _ in rows if ok)

@@ -18,6 +18,7 @@ import heapq
 import math
 import random
 import zlib
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -112,6 +113,8 @@ class _Resent:
     start: float = 0.0
     tokens: list[float] = field(default_factory=list)
     child: _Resent | None = None
+    slotted: bool = False
+    """Sent at an instant of :meth:`VirtualServer.resend_as_users` (its ``due`` that instant)."""
 
     def token(self, _n: int, when: float) -> None:
         self.tokens.append(when)
@@ -221,6 +224,13 @@ class VirtualServer:
         self.samples: list[RequestSample] = []
         self.sent: list[SentRequest] | None = [] if record else None
         """With ``record``: the requests sent, in order."""
+        self._slots: deque[float] = deque()
+        """:meth:`resend_as_users`: the instants still to come, each sending one request."""
+        self._ready: list[tuple[int, _Resent]] = []
+        """:meth:`resend_as_users`: the requests free to go (a first turn, or the next turn of a
+        conversation whose last answer has ended), earliest in the trace first."""
+        self._owed: deque[float] = deque()
+        """:meth:`resend_as_users`: instants that came while no request was free to go."""
         self._heap: list[tuple[float, int, int]] = []
         self._seq = 0
         self._users: list[_User] = []
@@ -381,6 +391,44 @@ class VirtualServer:
             latest[row.sent.conversation] = row
         return max((row.due for row in rows), default=self.now)
 
+    def resend_as_users(self, requests: Sequence[SentRequest], speed: float = 1.0) -> float:
+        """Send ``requests`` again from now as their users would send them ``speed`` times as
+        often: the instants they were sent at, ``speed`` times closer, each sending one of them;
+        at each instant the earliest (in the trace) that is free to go, a conversation's first
+        turn or the next turn of one whose last answer has ended. So the rate is ``speed`` times
+        the first's with the same bursts, the requests are these very ones (prompts, cached
+        history, answers), and no turn goes before the answer it quotes has ended, as in the
+        open-loop process that sent them (:meth:`set_rate`: an arrival is the next turn of an idle
+        conversation, or a new one). An instant that finds none free waits for the next answer to
+        end (the sample's ``held_s``). Returns the last instant."""
+        if speed <= 0:
+            raise ValueError(f"speed must be above 0, got {speed}")
+        order = sorted(range(len(requests)), key=lambda k: requests[k].at)
+        t0 = requests[order[0]].at if requests else 0.0
+        latest: dict[str, _Resent] = {}
+        for k in order:
+            r = requests[k]
+            row = _Resent(r, k, self.now + (r.at - t0) / speed, slotted=True)
+            self._slots.append(row.due)
+            parent = latest.get(r.conversation)
+            if parent is not None:
+                parent.child = row
+            else:
+                heapq.heappush(self._ready, (k, row))
+            latest[r.conversation] = row
+        return self._slots[-1] if self._slots else self.now
+
+    def _slot(self, at: float, late: bool = False) -> None:
+        """An instant of :meth:`resend_as_users` (``at``): the earliest request free to go goes
+        then (``late``: now, the instant having waited for an answer to end), or the instant
+        waits for one."""
+        if self._ready:
+            _, row = heapq.heappop(self._ready)
+            row.due = at
+            self._resend(row, self.now if late else at)
+        else:
+            self._owed.append(at)
+
     def _resend(self, row: _Resent, at: float) -> None:
         r = row.sent
         row.start = at
@@ -403,8 +451,15 @@ class VirtualServer:
             client_sample(r, row.start, row.tokens, self.now, users=0, conversation=row.sent.conversation,
                           trace_index=row.index, scheduled=row.due, held_s=held if held > 0 else None)
         )  # fmt: skip
-        if row.child is not None:
-            self._resend(row.child, max(self.now, row.child.due))
+        child = row.child
+        if child is None:
+            return
+        if not child.slotted:
+            self._resend(child, max(self.now, child.due))
+            return
+        heapq.heappush(self._ready, (child.index, child))
+        if self._owed:
+            self._slot(self._owed.popleft(), late=True)
 
     def _finished(self, u: _User, r: SimRequest) -> None:
         self.samples.append(
@@ -442,6 +497,8 @@ class VirtualServer:
             while self._next_arrival is not None and self._next_arrival <= self.now:
                 self._arrive(self._next_arrival)
                 self._next_arrival += self.rng.expovariate(self.rate)
+            while self._slots and self._slots[0] <= self.now:
+                self._slot(self._slots.popleft())
             while self._pending and self._pending[0][0] <= self.now:
                 eng.add(heapq.heappop(self._pending)[2])
             if eng.idle():
@@ -484,6 +541,8 @@ class VirtualServer:
 
     def _next_event(self) -> float | None:
         times = [h[0][0] for h in (self._heap, self._pending) if h]
+        if self._slots:
+            times.append(self._slots[0])
         if self._next_arrival is not None:
             times.append(self._next_arrival)
         return min(times) if times else None

@@ -333,3 +333,26 @@ def test_a_virtual_server_sends_what_another_was_sent_again_at_a_speed(tmp_path)
     assert all(s.start == pytest.approx(due[s.trace_index or 0]) for s in loose.samples)
     with pytest.raises(ValueError, match="speed must be above 0"):
         VirtualServer(make()[0], work, 0).resend(sent, 0.0)
+    # as their users would send them: the same instants, each the earliest request free to go
+    users = VirtualServer(make(max_num_seqs=16)[0], work, 0, seed=5)
+    last = users.resend_as_users(sent, 3.0)
+    assert last == pytest.approx((sent[-1].at - sent[0].at) / 3.0)
+    users.advance(last + 60.0)
+    assert sorted(s.trace_index or 0 for s in users.samples) == list(range(len(sent)))  # each one once
+    instants = sorted(due.values())
+    on_time = [s for s in users.samples if not s.held_s]
+    assert len(on_time) > 0.9 * len(sent)  # where held replay waits, a first turn goes instead
+    assert sorted(s.start for s in on_time) == pytest.approx(
+        [t for t in instants if any(s.scheduled == pytest.approx(t) for s in on_time)]
+    )
+    ends = {(s.conversation, s.trace_index): s.end for s in users.samples}
+    for s in users.samples:  # no turn went before the answer it quotes had ended, in trace order
+        before = [k for (c, k) in ends if c == s.conversation and k < (s.trace_index or 0)]
+        if before:
+            assert s.start >= (ends[(s.conversation, max(before))] or 0.0) - 1e-9
+    # so the follow-ups keep their cached history, where sent when due they lose some of it
+    cached = sum(s.cached_tokens or 0 for s in users.samples)
+    assert cached == pytest.approx(sum(s.cached_tokens or 0 for s in first.samples), rel=0.1)
+    assert cached > sum(s.cached_tokens or 0 for s in loose.samples)
+    with pytest.raises(ValueError, match="speed must be above 0"):
+        VirtualServer(make()[0], work, 0).resend_as_users(sent, -1.0)
