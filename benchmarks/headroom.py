@@ -215,20 +215,18 @@ WARMUP_S = 60.0
 """Trace seconds a replay's judgement leaves out at its start (a fresh server's first minute)."""
 
 
-def replayed_ratio(gpu: str, seed: int, sent: list[SentRequest], speed: float, as_users: bool = False) -> float:
+def replayed_ratio(gpu: str, seed: int, sent: list[SentRequest], speed: float) -> float:
     """The requests the observed server was sent, sent again ``speed`` times as fast to a fresh
     server (``spoc ramp --trace T --speed s`` of the traffic the headroom read, its very prompts and
     answers): the worse of TTFT p99 and ITL p99 over their limits, the requests sent in the first
     :data:`WARMUP_S` of the trace left out (inf where it did not finish 90 % of the rest within
-    five minutes of the last being due). ``as_users``: as their users would send them instead
-    (:meth:`VirtualServer.resend_as_users`: the same instants, each the earliest request whose
-    previous turn has ended)."""
+    five minutes of the last being due)."""
     vs = server(gpu, seed + 7919, load_workload("chatbot"))  # no users: the profile is never drawn
     # each request when due, as a trace's rows without sessions go (the traffic the headroom writes
     # for a ramp to confirm it has none): the rate is then x speed, the headroom's unit; held for
     # their previous turns, a replay's turns came slower than x speed past the knee, and the knee
     # read 11-19 % above the process's
-    last = vs.resend_as_users(sent, speed) if as_users else vs.resend(sent, speed, turns_wait=False)
+    last = vs.resend(sent, speed, turns_wait=False)
     vs.advance(last + 300.0)
     start = WARMUP_S / speed
     window = [r for r in vs.samples if r.start >= start]
@@ -242,9 +240,38 @@ def replayed_ratio(gpu: str, seed: int, sent: list[SentRequest], speed: float, a
     return math.inf if due and len(window) < 0.9 * due else max(ratios)
 
 
-def replayed_knee(gpu: str, seed: int, sent: list[SentRequest], as_users: bool = False) -> float:
+def replayed_knee(gpu: str, seed: int, sent: list[SentRequest]) -> float:
     """The knee of the very traffic observed, replayed at speeds (:func:`replayed_ratio`)."""
-    return knee_of(lambda speed: replayed_ratio(gpu, seed, sent, speed, as_users))
+    return knee_of(lambda speed: replayed_ratio(gpu, seed, sent, speed))
+
+
+def users_ratio(gpu: str, seed: int, sent: list[SentRequest], since: float, speed: float) -> float:
+    """Every request the observed server was sent, sent again to a fresh server as their users
+    would send them ``speed`` times as often (:meth:`VirtualServer.resend_as_users`: the instants
+    they were sent at, ``speed`` times closer, each sending the earliest request whose previous
+    turn has ended): the worse of TTFT p99 and ITL p99 over their limits, of the requests of the
+    headroom's window (sent at or after ``since``), all of them (inf where it did not finish 90 %
+    of them within five minutes of the last instant). The requests before the window warm the
+    server as they warmed the observed one (its prefix cache holds the history the window's
+    follow-up turns quote), where the sessionless replay leaves out its first minute instead."""
+    vs = server(gpu, seed + 7919, load_workload("chatbot"))  # no users: the profile is never drawn
+    last = vs.resend_as_users(sent, speed)
+    vs.advance(last + 300.0)
+    mine = {k for k, r in enumerate(sent) if r.at >= since}
+    window = [r for r in vs.samples if r.trace_index in mine]
+    start = (min((r.at for r in sent if r.at >= since), default=since) - sent[0].at) / speed
+    limits = tuple(parse_sla(SLA))
+    step = summarize_step(1, 1, window, max(1e-9, last - start), limits, open_loop=True)
+    ratios = []
+    for lim in limits:
+        v = figure(step, lim.metric, lim.stat)
+        ratios.append(math.inf if v is None else v / lim.value)
+    return math.inf if mine and len(window) < 0.9 * len(mine) else max(ratios)
+
+
+def users_knee(gpu: str, seed: int, sent: list[SentRequest], since: float) -> float:
+    """The knee of the window's requests sent as their users would send them (:func:`users_ratio`)."""
+    return knee_of(lambda speed: users_ratio(gpu, seed, sent, since, speed))
 
 
 def served_rows(served: list[RequestSample], since: float, block: int) -> tuple[TraceRow, ...]:
@@ -312,10 +339,19 @@ def knee_of(ratio: Callable[[float], float]) -> float:
 
 PROCESS: dict[str, list[tuple[bool, float]]] = {}
 """The open cases judged against their process's knee too (interval holds it, point error %)."""
-AS_USERS: dict[str, list[tuple[bool, float]]] = {}
-"""The open cases judged against the observed requests sent as their users would send them."""
+SESSIONLESS: dict[str, list[tuple[bool, float]]] = {}
+"""The open cases judged against their requests replayed without sessions, each when due (the
+measured knee until 2026-11-30: :func:`replayed_knee`)."""
 CLOSED_RATES: list[tuple[bool, float]] = []
 """The closed loop's seeds judged in the headroom's own unit (requests a second), beside the users."""
+
+
+def judged(h: Headroom, knee: float) -> tuple[bool, float]:
+    """Whether the headroom's interval holds ``knee``, and its point's error against it (%)."""
+    lo, hi = h.ci95
+    inside = h.identified and math.isfinite(knee) and (lo is None or lo <= knee) and (hi is None or knee <= hi)
+    err = abs(h.estimate - knee) / knee * 100 if h.estimate and knee and math.isfinite(knee) else math.nan
+    return inside, err
 
 
 def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s: float, closed: bool = False,
@@ -330,46 +366,42 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
     t0 = time.process_time()
     h = learner.estimate(seed=seed, draws=1 if smoke else 4, replay_s=30.0 if smoke else 120.0)
     cost = time.process_time() - t0
-    # the traffic the headroom read (its windows', the first left out) as the trace a ramp replays
+    # the traffic the headroom read (its windows', the first left out)
     since = observe_s - (h.traffic.seconds if h.traffic is not None else observe_s)
     trace = [r for r in sent if r.at >= since]
     if closed:  # a users search: the knee in multiples of the users, on the process itself
         truth = measured_knee(gpu, seed, base, flat, work, closed) if not smoke else math.nan
-    else:
-        truth = replayed_knee(gpu, seed, trace) if trace else math.nan
-    lo, hi = h.ci95
-    inside = h.identified and (lo is None or lo <= truth) and (hi is None or truth <= hi)
-    err = abs(h.estimate - truth) / truth * 100 if h.estimate and truth and math.isfinite(truth) else math.nan
+    else:  # the window's requests sent again as their users would send them, s times as often
+        truth = users_knee(gpu, seed, sent, since) if trace else math.nan
+    inside, err = judged(h, truth)
     what = "closed loop, users x" if closed else "flat traffic" if flat else gpu
     print(f"  {what} seed {seed}: {h.line()}")
-    how = "the users search's" if closed else f"the {len(trace)} requests observed, replayed"
+    how = (
+        "the users search's"
+        if closed
+        else f"the window's {len(trace)} requests as their users would send them, the ones before it warming"
+    )
     print(f"    measured knee ({how}) x{truth:.3g}; inside: {inside}; error {err:.0f} %; seats seen {learner.seats}; "
           f"CPU: {fed:.1f} s to read {observe_s:.0f} s of scrapes, {cost:.1f} s for the headroom")  # fmt: skip
-    if not closed and not smoke:  # beside it, the knee of the process they were drawn from
+    if not closed and not smoke:  # beside it, the two knees this benchmark measured before
+        name = gpu if not flat else "flat"
+        bare = replayed_knee(gpu, seed, trace)
+        SESSIONLESS.setdefault(name, []).append(judged(h, bare))
+        print(f"    the same requests each when due, as a trace without sessions replays (the first minute left out) "
+              f"x{bare:.3g}: x{bare / truth:.2f} of the knee; the headroom's error against it "
+              f"{SESSIONLESS[name][-1][1]:.0f} %")  # fmt: skip
         process = measured_knee(gpu, seed, base, flat, work)
-        off = abs(h.estimate - process) / process * 100 if h.estimate else math.nan
-        PROCESS.setdefault(gpu if not flat else "flat", []).append(
-            (h.identified and (lo is None or lo <= process) and (hi is None or process <= hi), off)
-        )
+        PROCESS.setdefault(name, []).append(judged(h, process))
         print(f"    the process's knee (ten minutes more of it at each speed, another seed) x{process:.3g}: "
-              f"the observed traffic's knee x{truth / process:.2f} of it; the headroom's error against it {off:.0f} %")  # fmt: skip
-        # the observed requests again at the same instants s times closer, each the earliest whose
-        # previous turn has ended: this sample, sent as the process sends (no turn before its answer)
-        users = replayed_knee(gpu, seed, trace, as_users=True)
-        off = abs(h.estimate - users) / users * 100 if h.estimate else math.nan
-        AS_USERS.setdefault(gpu if not flat else "flat", []).append(
-            (h.identified and (lo is None or lo <= users) and (hi is None or users <= hi), off)
-        )
-        print(f"    as their users would send them (the same requests at the same instants, none before the answer it "
-              f"quotes) x{users:.3g}; inside: {AS_USERS[gpu if not flat else 'flat'][-1][0]}; error {off:.0f} %")  # fmt: skip
+              f"the observed traffic's knee x{truth / process:.2f} of it; the headroom's error against it "
+              f"{PROCESS[name][-1][1]:.0f} %")  # fmt: skip
     if closed and not smoke and math.isfinite(truth):
         # the headroom replays the traffic open loop, so its unit is the requests a second; a closed
         # loop's users slow as the server does, so x users is less than x of the requests
         rate = (
             truth_at(gpu, seed, base, flat, truth, work, True)[1] / truth_at(gpu, seed, base, flat, 1.0, work, True)[1]
         )
-        held = h.identified and (lo is None or lo <= rate) and (hi is None or rate <= hi)
-        off = abs(h.estimate - rate) / rate * 100 if h.estimate else math.nan
+        held, off = judged(h, rate)
         CLOSED_RATES.append((held, off))
         print(f"    in requests a second: the knee's users sent x{rate:.3g} of the requests; inside: {held}; "
               f"error {off:.0f} %")  # fmt: skip
@@ -652,8 +684,8 @@ def main() -> int:
         summary[f"{gpu}, closed loop, in requests a second"] = CLOSED_RATES
     for name, rows in PROCESS.items():
         summary[f"{name}, against the process's knee"] = rows
-    for name, rows in AS_USERS.items():
-        summary[f"{name}, the requests as their users would send them"] = rows
+    for name, rows in SESSIONLESS.items():
+        summary[f"{name}, against the sessionless replay's knee"] = rows
     if not smoke:
         for name, rows in summary.items():
             held = sum(1 for ok, _ in rows if ok)
