@@ -37,7 +37,6 @@ from spoc_tui.core.metrics.vllm import (
     Scrape,
     cache_config,
     flow_now,
-    kv_use_and_steps,
     server_view,
     windowed_histogram,
 )
@@ -49,7 +48,7 @@ from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.twin.arrivals import Evenness, FlowLog, gamma_times, poisson_windows, renewal_times
 from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import PARAMS, ServerConfig, StepModel, Twin
-from spoc_tui.twin.passive import PassiveFit, PassiveWindow, fit_passive, window_of
+from spoc_tui.twin.passive import KvGauge, PassiveFit, PassiveWindow, fit_passive, window_of
 from spoc_tui.twin.predict import TraceRows
 
 WINDOW_S = 30.0
@@ -391,9 +390,8 @@ class HeadroomLearner:
         arrivals came)."""
         self.seats: int | None = None
         """The server's max-num-seqs, once a queue showed it."""
-        self._kv_acc: list[float] = [0.0, 0.0, 0.0, 0]
-        """The KV gauge over the window's scrapes: sum weighted by steps, steps, plain sum, scrapes."""
-        self._kv_steps: float | None = None
+        self.kv = KvGauge()
+        """The KV gauge over the window's scrapes (its decode context)."""
         self.kv_tokens: int | None = None
         self.kv_bytes_per_token: float | None = None
         """A token's KV on one GPU, bytes (``kv_cache_memory_bytes`` over the cache's tokens)."""
@@ -405,7 +403,7 @@ class HeadroomLearner:
     def add(self, t: float, exp: Exposition) -> None:
         """One scrape of the server at ``t`` (the monitor's clock). Only one every ``window_s`` is
         read (the monitor scrapes every second; the others cost a comparison)."""
-        self._kv_use(exp)
+        self.kv.add(exp)
         self._flow.add(t, *flow_now(exp))
         if self._marks and t - self._marks[-1][0] < self.window_s - 1e-6:
             return
@@ -431,14 +429,16 @@ class HeadroomLearner:
         total = view.total
         self.model = self.model or next(iter(view.model_names), "")
         self.engine_version = view.engine_version or self.engine_version
+        kv_mean, kv_per_running = self.kv.close()
         win = window_of(
             total,
             t - t_last,
             t,
             self.kv_tokens,
-            self._kv_mean(),
+            kv_mean,
             windowed_histogram(scrape, PREFILL_TIME),
             windowed_histogram(scrape, REQUEST_PREFILL_COMPUTED),
+            kv_per_running,
         )
         if win is not None:
             self.windows.append(win)
@@ -451,26 +451,6 @@ class HeadroomLearner:
         self._marks.append((t, exp))
         while len(self._marks) > 2 and t - self._marks[1][0] >= self.traffic_s - 1e-6:
             self._marks.popleft()
-
-    def _kv_use(self, exp: Exposition) -> None:
-        """Every scrape's KV gauge, weighted by the engine steps since the scrape before (the
-        window's decode context is a mean over its steps; idle stretches weigh nothing)."""
-        kv, steps = kv_use_and_steps(exp)
-        last, self._kv_steps = self._kv_steps, steps
-        if kv is None:
-            return
-        w = steps - last if steps is not None and last is not None and steps >= last else 0.0
-        self._kv_acc[0] += kv * w
-        self._kv_acc[1] += w
-        self._kv_acc[2] += kv
-        self._kv_acc[3] += 1
-
-    def _kv_mean(self) -> float | None:
-        """The KV gauge over the window just closed (over its steps; without steps, its scrapes),
-        then a fresh window."""
-        kvw, w, kv, n = self._kv_acc
-        self._kv_acc = [0.0, 0.0, 0.0, 0]
-        return kvw / w if w > 0 else kv / n if n else None
 
     def fit(self, seed: int = 0) -> PassiveFit:
         return _fit(self.windows, self.prior, self.kv_bytes_per_token, seed)

@@ -314,33 +314,46 @@ def test_the_interval_always_holds_its_own_point():
     assert holding(5.0, (None, 6.9)) == (None, 6.9) and holding(8.0, (4.0, None)) == (4.0, None)
 
 
-def test_a_windows_kv_use_is_the_gauge_over_its_steps_not_its_last_instant():
+def test_a_windows_decode_context_is_the_kv_a_running_request_holds_not_the_gauges_mean():
     """The decode context of a window is a mean over its steps, and the KV gauge is one instant: at
-    a few sequences the last scrape often lands between requests and reads 0. The learner weighs
-    every scrape's gauge by the engine steps since the scrape before; an idle stretch weighs
-    nothing, and where no steps are counted the scrapes count alike."""
+    a few sequences a scrape often lands between requests and reads 0. Its mean weighs every
+    scrape's gauge by the engine steps since the scrape before (an idle stretch weighs nothing;
+    where no steps are counted the scrapes count alike), yet an idle instant still weighs by the
+    steps before it; so where the server reports its running requests, the window's context is
+    the share of the cache one running request held (over the scrapes that found any), times the
+    window's decodes."""
     from spoc_tui.core.metrics.promparse import parse_text
-    from spoc_tui.core.metrics.vllm import kv_use_and_steps
-    from spoc_tui.twin.headroom import HeadroomLearner
+    from spoc_tui.core.metrics.vllm import kv_and_running, kv_use_and_steps
+    from spoc_tui.twin.passive import KvGauge
     from tests.conftest import fixture_text
 
-    def exp(kv: float, steps: float | None) -> object:
+    def exp(kv: float, steps: float | None, running: float | None = None) -> object:
         text = f'vllm:kv_cache_usage_perc{{engine="0"}} {kv}\n'
         if steps is not None:
             text += f'vllm:iteration_tokens_total_count{{engine="0"}} {steps}\n'
+        if running is not None:
+            text += f'vllm:num_requests_running{{engine="0"}} {running}\n'
         return parse_text(text)
 
-    learner = HeadroomLearner(())
+    gauge = KvGauge()
     for kv, steps in ((0.1, 0), (0.2, 100), (0.4, 400), (0.0, 400)):  # 100 steps at 0.2, 300 at 0.4, idle
-        learner._kv_use(exp(kv, steps))
-    assert learner._kv_mean() == pytest.approx((0.2 * 100 + 0.4 * 300) / 400)
-    assert learner._kv_mean() is None  # a fresh window
+        gauge.add(exp(kv, steps))
+    assert gauge.close() == (pytest.approx((0.2 * 100 + 0.4 * 300) / 400), None)  # no running count
+    assert gauge.close() == (None, None)  # a fresh window
     for kv in (0.2, 0.4):
-        learner._kv_use(exp(kv, None))
-    assert learner._kv_mean() == pytest.approx(0.3)
-    # vLLM 0.32's own scrape: the gauge and the steps as it reports them
-    kv, steps = kv_use_and_steps(parse_text(fixture_text("vllm/vllm_0.32_cpu_full_load.txt")))
+        gauge.add(exp(kv, None))
+    assert gauge.close()[0] == pytest.approx(0.3)
+    # 2 running at 0.2, 4 at 0.4, then idle: 0.1 a request; the steps' mean counts the idle 0
+    for kv, steps, running in ((0.2, 500, 2), (0.4, 600, 4), (0.0, 700, 0)):
+        gauge.add(exp(kv, steps, running))
+    mean, per = gauge.close()
+    assert per == pytest.approx(0.1) and mean == pytest.approx((0.2 + 0.4) * 100 / 300)
+    # vLLM 0.32's own scrape: the gauge, the steps and the running as it reports them
+    full = parse_text(fixture_text("vllm/vllm_0.32_cpu_full_load.txt"))
+    kv, steps = kv_use_and_steps(full)
     assert kv is not None and 0.0 <= kv <= 1.0 and steps is not None and steps > 0
+    kv_sum, running = kv_and_running(full)
+    assert kv_sum == pytest.approx(kv) and running is not None and running > 0
 
 
 def test_the_knees_interval_over_few_draws_holds_a_further_draw_95_percent_of_the_time():

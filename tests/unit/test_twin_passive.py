@@ -185,6 +185,12 @@ def test_a_window_comes_from_a_servers_windowed_view():
     assert win.decodes == pytest.approx(view.total.generation_tokens_rate * share / view.total.steps_rate)
     assert 0 <= win.mixed <= 1 and win.context_k >= 0 and win.prefill >= 0
     assert win.prefill_row() is None  # not given the prefill histograms: no prefill row
+    # the decode context: the gauge's mean over the window, or where the scrapes counted the running
+    # requests, the share of the cache one held times the decodes a step
+    assert win.context_k == pytest.approx(view.total.kv_cache_usage * kv_tokens / 1000)
+    per = window_of(view.total, 30.0, 30.0, kv_tokens, 0.5, kv_per_running=0.01)
+    assert per is not None and per.context_k == pytest.approx(0.01 * win.decodes * kv_tokens / 1000)
+    assert per.context_at(3.0) == pytest.approx(0.01 * 3.0 * kv_tokens / 1000)
     # vLLM 0.32 reports each finished request's prefill time and the prompt tokens it computed
     from spoc_tui.core.metrics.vllm import PREFILL_TIME, REQUEST_PREFILL_COMPUTED, Scrape, windowed_histogram
 

@@ -133,6 +133,18 @@ def kv_use_and_steps(exp: Exposition) -> tuple[float | None, float | None]:
     return (sum(kv) / len(kv) if kv else None), (sum(steps.values()) if steps else None)
 
 
+def kv_and_running(exp: Exposition) -> tuple[float | None, float | None]:
+    """From one scrape alone: the KV cache's use summed over engines (each 0-1 of its own cache)
+    and the requests running, summed; None where the server reports either not. Their ratio over
+    a window's scrapes is the share of an engine's cache one running request holds: a learner's
+    decode context per sequence, where the gauge's mean over the window also counts the instants
+    the server stood idle between requests."""
+    kv_name = _first_present(exp, KV_USAGE)
+    kv = [v for v in exp.get(kv_name).values() if v == v] if kv_name else []
+    running = [v for v in exp.get(RUNNING[0]).values() if v == v]
+    return (sum(kv) if kv else None), (sum(running) if running else None)
+
+
 def flow_now(exp: Exposition) -> tuple[float | None, float | None]:
     """From one scrape alone: the requests finished so far (every reason, every engine) and the
     requests in the engine now (running and waiting); None where the server reports either not.
