@@ -15,20 +15,21 @@ learner must say it cannot identify the step time yet, or give an interval that 
 The L40S's base rate is 2 requests/s (it was 1 until 2026-11-29: its knee then lay at x9.4-9.8,
 against the x10 a headroom says at most, so the case measured the cap more than the estimate).
 
-The truth is measured on the simulator itself, not on any twin, as the issue has it (``spoc ramp
---trace T --speed auto`` of the traffic T the server served at x1): the very requests the observed
-server was sent over the window the headroom read (their prompts, cached history and answers),
-sent again s times as fast to a fresh server for each s tried, each when due as a trace without
-sessions replays (doubling from x1, then bisecting to
-3 %), TTFT p99 and ITL p99 of those sent after the trace's first minute judged against the SLA;
-the knee is where the worse of the two ratios (figure over limit) crosses 1. Beside it, the knee
-of the process the traffic was drawn from (ten more minutes of it at s times its rate, another
-seed), as this benchmark measured until 2026-11-30: ten minutes of traffic differ from their
-process by a few per cent in rate and more in their tail of long prompts (the L40S's seed 3 drew
-4 % of its prompts past 1,300 new tokens where the others drew 2.8-4.0 %, its replayed knee x3.9
-against the process's x4.8), and the headroom reads the traffic it saw, not its process. The
-closed loop's truth is a users search on the process, as before (the issue's "or a users
-search").
+The truth is measured on the simulator itself, not on any twin: the very requests the observed
+server was sent (their prompts, cached history and answers) sent again to a fresh server as their
+users would send them s times as often (``VirtualServer.resend_as_users``: the instants they were
+sent at, s times closer, each sending the earliest request whose previous turn has ended, as the
+open-loop process that drew them sends), the requests before the headroom's window warming the
+server and the window's judged whole, as the headroom judges its own replay (doubling from x1,
+then bisecting to 3 %); the knee is where the worse of TTFT p99 and ITL p99 over its limit
+crosses 1. Beside it the two truths this benchmark used before (2026-11-30): the same requests
+each when due, as ``spoc ramp --trace T --speed auto`` replays a trace without sessions, its first
+minute left out (a follow-up turn then goes before the answer it quotes has ended and computes its
+history again, a harder load than the traffic's; and the minute left out held one of the
+window's two swells, an easier one); and the knee of the process the traffic was drawn from (ten
+more minutes of it at s times its rate, another seed: ten minutes of traffic differ from their
+process by a few per cent in rate and more in their tail of long prompts). The closed loop's
+truth is a users search on the process, as before (the issue's "or a users search").
 
 Printed per case and seed: the headroom, its interval, the measured knee, whether the interval
 holds it and the point's error; then per preset the share held and the median error (targets:
