@@ -169,8 +169,8 @@ class PassiveWindow:
         the sequences an arrival finds running (:func:`running_seen`), where the steps' mean holds
         :attr:`decodes`: a prompt that reaches an idle server stalls no gap. Counted at the steps'
         mean, the prefill and mixed columns ran 22 and 30 % over the gaps' own on the simulated
-        A100 (most at the quietest windows, where more prompts find the server idle), and the fit
-        took the excess from the fixed cost and gave it to each sequence: 0.093 ms where the
+        A100 (more at the quieter windows, where more prompts find the server idle), and the fit
+        took the excess from the fixed cost and gave it to each sequence: 0.091 ms where the
         simulator's is 0, the step at 44 sequences 13 % slow (weighed so, with :class:`KvGauge`'s
         context: 0.043 ms and 7 %; the headroom of seed 3's traffic 17 % low, 12 %)."""
         seen = batch_seen(self.decodes)
@@ -204,10 +204,10 @@ class KvGauge:
     one the fit takes where the server reports its running requests: at a few requests a second a
     scrape often finds the server idle between requests and reads 0, yet it still weighs by the
     steps before it. On the simulated A100 read every 5 s, the first put a window's decode context
-    20 % under the steps' own on average (each window's off by 33 %, sd), diluting the context term
-    (0.033 ms a k-token where the simulator's is 0.076) into the per-sequence one (0.091 ms against
-    0), so the step at 44 sequences came out 13 % slow; the second, 7 % over (sd 18 %). Read every
-    second, as ``spoc monitor`` reads: -4 % (10 %) and +6 % (7 %)."""
+    20 % under the steps' own on average (each window's off by 33 %, sd), and the context term
+    came out at 0.033 ms a k-token where the simulator's is 0.076; the second, 7 % over (sd 18 %),
+    0.055 (0.058 with the prefill columns weighed: :meth:`PassiveWindow.row`). Read every second,
+    as ``spoc monitor`` reads: -4 % (10 %) and +6 % (7 %)."""
 
     def __init__(self) -> None:
         self._steps: float | None = None
