@@ -188,17 +188,20 @@ def truth_at(gpu: str, seed: int, base: float, flat: bool, speed: float, work: W
     load = process(base, flat, closed)
     drive(vs, lambda t: speed * load(t), TRUTH_S, closed)
     window = vs.window(60.0, TRUTH_S)
-    limits = tuple(parse_sla(SLA))
-    step = summarize_step(1, 1, window, TRUTH_S - 60.0, limits, open_loop=True)
-    ratios = []
-    for lim in limits:
-        v = figure(step, lim.metric, lim.stat)
-        # a server that did not finish what it was sent is past its knee
-        ratios.append(math.inf if v is None else v / lim.value)
     sent = sum(1 for s in vs.samples if s.start >= 60.0)
-    worst = math.inf if sent and len(window) < 0.9 * sent else max(ratios)
+    # a server that did not finish what it was sent is past its knee
+    worst = math.inf if sent and len(window) < 0.9 * sent else worst_of(window, TRUTH_S - 60.0)
     TRUTHS[key] = worst, sent / (TRUTH_S - 60.0)
     return TRUTHS[key]
+
+
+def worst_of(window: list[RequestSample], seconds: float) -> float:
+    """The worse of TTFT p99 and ITL p99 over their limits, of the requests finished in
+    ``window`` over ``seconds`` (inf where a figure is missing)."""
+    limits = tuple(parse_sla(SLA))
+    step = summarize_step(1, 1, window, max(1e-9, seconds), limits, open_loop=True)
+    ratios = [figure(step, lim.metric, lim.stat) for lim in limits]
+    return max(math.inf if v is None else v / lim.value for v, lim in zip(ratios, limits, strict=True))
 
 
 def worst_ratio(gpu: str, seed: int, base: float, flat: bool, speed: float, work: Workload,
@@ -232,13 +235,7 @@ def replayed_ratio(gpu: str, seed: int, sent: list[SentRequest], speed: float) -
     start = WARMUP_S / speed
     window = [r for r in vs.samples if r.start >= start]
     due = sum(1 for r in sent if (r.at - sent[0].at) / speed >= start)
-    limits = tuple(parse_sla(SLA))
-    step = summarize_step(1, 1, window, max(1e-9, last - start), limits, open_loop=True)
-    ratios = []
-    for lim in limits:
-        v = figure(step, lim.metric, lim.stat)
-        ratios.append(math.inf if v is None else v / lim.value)
-    return math.inf if due and len(window) < 0.9 * due else max(ratios)
+    return math.inf if due and len(window) < 0.9 * due else worst_of(window, last - start)
 
 
 def replayed_knee(gpu: str, seed: int, sent: list[SentRequest]) -> float:
@@ -261,13 +258,7 @@ def users_ratio(gpu: str, seed: int, sent: list[SentRequest], since: float, spee
     mine = {k for k, r in enumerate(sent) if r.at >= since}
     window = [r for r in vs.samples if r.trace_index in mine]
     start = (min((r.at for r in sent if r.at >= since), default=since) - sent[0].at) / speed
-    limits = tuple(parse_sla(SLA))
-    step = summarize_step(1, 1, window, max(1e-9, last - start), limits, open_loop=True)
-    ratios = []
-    for lim in limits:
-        v = figure(step, lim.metric, lim.stat)
-        ratios.append(math.inf if v is None else v / lim.value)
-    return math.inf if mine and len(window) < 0.9 * len(mine) else max(ratios)
+    return math.inf if mine and len(window) < 0.9 * len(mine) else worst_of(window, last - start)
 
 
 def users_knee(gpu: str, seed: int, sent: list[SentRequest], since: float) -> float:
