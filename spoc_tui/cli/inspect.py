@@ -84,7 +84,13 @@ def run_inspect(
 
 
 def run_headroom(
-    sources: list[str], seconds: float, limits: Sequence[Limit], as_json: bool, api_key: str | None, prior: Twin | None
+    sources: list[str],
+    seconds: float,
+    limits: Sequence[Limit],
+    as_json: bool,
+    api_key: str | None,
+    prior: Twin | None,
+    seats: int | None = None,
 ) -> tuple[str, list[str], bool]:
     """``spoc inspect --headroom``: watch, then the report with each server's headroom; and
     whether Ctrl-C ended the watch early (what was seen is reported all the same)."""
@@ -95,7 +101,7 @@ def run_headroom(
     from spoc_tui.twin.live import watch_headroom
 
     say(f"watching {len(sources)} source(s) for {seconds:.0f} s (Ctrl-C ends the watch early and reports)")
-    res = asyncio.run(watch_headroom(sources, seconds, limits, api_key, prior, say=say))
+    res = asyncio.run(watch_headroom(sources, seconds, limits, api_key, prior, say=say, seats=seats))
     out = json.dumps(json_safe(res.as_dict()), indent=2, allow_nan=False) if as_json else render_text(res)
     return out, res.errors, res.interrupted
 
@@ -123,6 +129,14 @@ def run_headroom(
     default=None,
     help="With --headroom: a calibrated twin.json (spoc twin calibrate) as the fit's prior.",
 )
+@click.option(
+    "--max-num-seqs",
+    "seats",
+    type=int,
+    default=None,
+    help="With --headroom: the servers' max-num-seqs (vLLM's flag), which /metrics does not report; "
+    "without it the headroom assumes 256 until a queue shows the seats.",
+)
 @api_key_options("Bearer token for the servers (never printed).")
 @tls_options
 def inspect_cmd(
@@ -132,6 +146,7 @@ def inspect_cmd(
     headroom: bool,
     sla: str | None,
     twin_path: str | None,
+    seats: int | None,
     api_key: str | None,
 ) -> None:
     """Read vLLM and dcgm-exporter SOURCES (URLs or saved /metrics files) once and report.
@@ -146,8 +161,10 @@ def inspect_cmd(
         if not 0 < seconds <= 86_400:
             raise InputError("--interval must be between 0 and 86400 seconds with --headroom")
         limits = parse_sla(from_config(sla, "sla", "--sla", default=DEFAULT_SLA))
+        if seats is not None and not 1 <= seats <= 65_536:
+            raise InputError(f"--max-num-seqs must be between 1 and 65536, got {seats}")
         prior = read_twin(os.path.expanduser(twin_path)) if twin_path else None
-        out, errors, interrupted = run_headroom(list(sources), seconds, limits, as_json, api_key, prior)
+        out, errors, interrupted = run_headroom(list(sources), seconds, limits, as_json, api_key, prior, seats)
         click.echo(out)
         for e in errors:
             click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
@@ -155,6 +172,8 @@ def inspect_cmd(
     given = click.get_current_context().get_parameter_source("sla") is click.core.ParameterSource.COMMANDLINE
     if given or twin_path is not None:  # (an SPOC_SLA the shell exports is not an --sla given here)
         raise InputError("--sla and --twin are for --headroom")
+    if seats is not None:
+        raise InputError("--max-num-seqs is for --headroom")
     if interval is not None and not 0 < interval <= 3600:
         raise InputError("--interval must be between 0 and 3600 seconds")
     out, errors = run_inspect(list(sources), interval, as_json, api_key)

@@ -372,9 +372,15 @@ class HeadroomLearner:
         window_s: float = WINDOW_S,
         traffic_s: float = TRAFFIC_S,
         max_model_len: int | None = None,
+        seats: int | None = None,
     ) -> None:
+        """``seats``: the server's max-num-seqs where the operator told it (vLLM's ``/metrics``
+        does not say it; else a queue shows it, a prior twin has it, or it is assumed)."""
         if window_s <= 0 or traffic_s < window_s:
             raise ValueError("the traffic must span at least one window")
+        if seats is not None and seats < 1:
+            raise ValueError(f"max-num-seqs must be at least 1, got {seats}")
+        self.told_seats = seats
         self.limits = tuple(limits)
         self.prior = prior
         self.window_s = window_s
@@ -505,7 +511,9 @@ class HeadroomLearner:
         """What the twin is told of the server: reported, seen, from the prior, or assumed."""
         p = self.prior.server if self.prior is not None else None
         sources: dict[str, str] = {}
-        if self.seats is not None:
+        if self.told_seats is not None:
+            seats, sources["max_num_seqs"] = self.told_seats, "told"
+        elif self.seats is not None:
             seats, sources["max_num_seqs"] = self.seats, "inferred"
         elif p is not None:
             seats, sources["max_num_seqs"] = p.max_num_seqs, "twin"

@@ -32,6 +32,7 @@ async def watch_headroom(
     prior: Twin | None = None,
     every_s: float = HEADROOM_EVERY_S,
     say: Callable[[str], None] = lambda _: None,
+    seats: int | None = None,
 ) -> InspectResult:
     """Watch ``sources`` for ``seconds``, scraping every ``every_s``, each vLLM server's scrapes
     feeding a passive learner (:class:`spoc_tui.twin.headroom.HeadroomLearner`); then the last
@@ -53,7 +54,8 @@ async def watch_headroom(
                 first, last = (first or got), got
                 for src, r in zip(sources, got, strict=True):
                     if isinstance(r, Reading) and r.kind == "vllm":
-                        learner = learners.setdefault(redact_url(src), HeadroomLearner(limits, prior=prior))
+                        made = HeadroomLearner(limits, prior=prior, seats=seats)
+                        learner = learners.setdefault(redact_url(src), made)
                         learner.add(r.taken_at, r.exposition)
                 elapsed = time.monotonic() - t0
                 if elapsed >= seconds - 1e-6:

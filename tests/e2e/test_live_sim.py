@@ -118,6 +118,8 @@ def test_inspect_headroom_watches_says_why_not_yet_and_keeps_what_it_saw_on_ctrl
         (["--headroom", "--interval", "0"], "--interval must be between 0 and 86400 seconds with --headroom"),
         (["--sla", "ttft_p99<=2s"], "--sla and --twin are for --headroom"),
         (["--headroom", "--twin", "/nonexistent/twin.json"], "twin"),
+        (["--max-num-seqs", "48"], "--max-num-seqs is for --headroom"),
+        (["--headroom", "--max-num-seqs", "0"], "--max-num-seqs must be between 1 and 65536, got 0"),
     ],
 )
 def test_inspect_headroom_refuses_bad_input_in_one_line(args, says):

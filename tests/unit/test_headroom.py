@@ -213,6 +213,18 @@ def test_a_queue_with_room_in_the_kv_cache_shows_the_seats():
     assert learner.server().sources["max_num_seqs"] == "inferred"
 
 
+def test_seats_the_operator_tells_are_the_twins_and_no_longer_assumed():
+    """vLLM's /metrics does not report max-num-seqs: until a queue shows them the headroom assumes
+    256 and says so; told them (``spoc inspect --headroom --max-num-seqs``), it takes them, before a
+    queue's, and assumes nothing."""
+    assert HeadroomLearner(()).server().sources["max_num_seqs"] == "assumed"
+    told = HeadroomLearner((), seats=48)
+    server = told.server()
+    assert server.max_num_seqs == 48 and server.sources["max_num_seqs"] == "told"
+    with pytest.raises(ValueError, match="max-num-seqs must be at least 1"):
+        HeadroomLearner((), seats=0)
+
+
 def test_the_monitors_estimates_wait_as_long_as_their_cpu_takes_to_be_half_a_percent_of_a_core(monkeypatch):
     """Issue 52's cost: an estimate is 1-25 s of CPU by the traffic's weight, so the next waits
     until the last one's CPU is LIVE_CPU_SHARE of a core over the time since it began (never
