@@ -122,13 +122,18 @@ def _first_present(exp: Exposition, names: Sequence[str], suffixes: Sequence[str
     return None
 
 
+def _kv_values(exp: Exposition) -> list[float]:
+    """Each engine's KV cache use (0-1) in one scrape, under whichever name the version uses."""
+    kv_name = _first_present(exp, KV_USAGE)
+    return [v for v in exp.get(kv_name).values() if v == v] if kv_name else []
+
+
 def kv_use_and_steps(exp: Exposition) -> tuple[float | None, float | None]:
     """From one scrape alone: the KV cache's use now (the mean over engines, 0-1) and the engine
     steps so far (``iteration_tokens``' count, summed); None where the server reports either not.
     Cheap enough for every scrape: a learner averages the KV gauge over a window's steps with it,
     where the window's last scrape alone is one instant."""
-    kv_name = _first_present(exp, KV_USAGE)
-    kv = [v for v in exp.get(kv_name).values() if v == v] if kv_name else []
+    kv = _kv_values(exp)
     steps = exp.get(ITERATION_TOKENS[0] + "_count")
     return (sum(kv) / len(kv) if kv else None), (sum(steps.values()) if steps else None)
 
@@ -139,8 +144,7 @@ def kv_and_running(exp: Exposition) -> tuple[float | None, float | None]:
     a window's scrapes is the share of an engine's cache one running request holds: a learner's
     decode context per sequence, where the gauge's mean over the window also counts the instants
     the server stood idle between requests."""
-    kv_name = _first_present(exp, KV_USAGE)
-    kv = [v for v in exp.get(kv_name).values() if v == v] if kv_name else []
+    kv = _kv_values(exp)
     running = [v for v in exp.get(RUNNING[0]).values() if v == v]
     return (sum(kv) if kv else None), (sum(running) if running else None)
 
