@@ -59,6 +59,11 @@ class Settings:
     default SLA), and alert when it is under ``headroom_alert``."""
     headroom_alert: float = 1.2
     """The headroom (times the recent traffic) under which the monitor alerts."""
+    twin: str | None = None
+    """A calibrated twin.json (``spoc twin calibrate``): the headroom's fit's prior."""
+    max_num_seqs: int | None = None
+    """The servers' max-num-seqs (vLLM's flag, which ``/metrics`` does not report), told to the
+    headroom; without it the headroom assumes vLLM's default until a queue shows the seats."""
 
     def validate(self) -> None:
         if not 0.1 <= self.interval <= 3600:
@@ -74,6 +79,15 @@ class Settings:
                 raise ConfigError(str(e)) from None
         if not 0 < self.headroom_alert <= 100:
             raise ConfigError(f"headroom_alert must be a multiple between 0 and 100, got {self.headroom_alert:g}")
+        if self.max_num_seqs is not None and not 1 <= self.max_num_seqs <= 65_536:
+            raise ConfigError(f"max_num_seqs must be between 1 and 65536, got {self.max_num_seqs}")
+        if self.twin is not None:
+            from spoc_tui.twin.model import TwinError, read_twin
+
+            try:
+                read_twin(Path(self.twin).expanduser())
+            except TwinError as e:
+                raise ConfigError(f"twin: {e}") from None
         if self.gpu_cost_per_hour is not None and not 0 < self.gpu_cost_per_hour < 1e6:
             raise ConfigError(f"gpu_cost_per_hour must be a positive price, got {self.gpu_cost_per_hour:g}")
         if self.sla:
@@ -142,6 +156,9 @@ def load_file(path: Path) -> dict[str, object]:
         elif "bool" in str(expected):
             if not isinstance(value, bool):
                 raise ConfigError(f"{path}: {key} must be true or false")
+        elif "int" in str(expected):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{path}: {key} must be a whole number")
         elif not isinstance(value, str):
             raise ConfigError(f"{path}: {key} must be a string")
         out[name] = value

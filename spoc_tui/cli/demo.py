@@ -81,6 +81,7 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
             tp_groups=f"0-{engine.cfg.tp - 1}" if engine.cfg.tp > 1 else None,
             interval=1.0,
             window=30.0,
+            max_num_seqs=engine.cfg.max_num_seqs,  # told, as an operator would tell it of the server
             tune_launch=f"{sys.executable} -m spoc_tui.cli sim {model} --gpu {gpu} --port {{port}} --dcgm-port "
             f"0 {{flags}}",
         )

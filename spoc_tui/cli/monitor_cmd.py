@@ -102,6 +102,20 @@ F = TypeVar("F", bound=Callable[..., Any])
     help=f"Alert when a server's headroom is under this multiple [default: {Settings.headroom_alert:g}].",
 )
 @click.option(
+    "--twin",
+    envvar="SPOC_TWIN",
+    show_envvar=True,
+    default=None,
+    help="A calibrated twin.json (spoc twin calibrate): the headroom's prior.",
+)
+@click.option(
+    "--max-num-seqs",
+    type=int,
+    default=None,
+    help="The servers' max-num-seqs (vLLM's flag), which /metrics does not report; without it the "
+    "headroom assumes 256 until a queue shows the seats.",
+)
+@click.option(
     "--trace-dir",
     envvar="SPOC_TRACE_DIR",
     show_envvar=True,

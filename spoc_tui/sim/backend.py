@@ -95,6 +95,8 @@ class VirtualBackend:
         """Per step: the share of its window the engine was stepping."""
         self.saturated: dict[int, float] = {}
         """Per step: the share of its window's polls with requests waiting or every seat taken."""
+        self.peaks: dict[int, int] = {}
+        """Per step: the most requests the engine ran at once in its window."""
         self._c0: dict[str, float] = {}
         self._start = 0.0
         self._idx = 0
@@ -149,6 +151,7 @@ class VirtualBackend:
         self.polls = []
         self._c0 = counters(self.engine)
         self._start = self.now()
+        self.engine.running_peak = len(self.engine.running)
 
     async def poll(self) -> ServerWindow:
         eng = self.engine
@@ -158,6 +161,7 @@ class VirtualBackend:
             full = sum(1 for w, r, _ in self.polls if w > 0 or r >= seats) / len(self.polls)
             self.saturated[self._idx] = full
         c1 = counters(eng)
+        self.peaks[self._idx] = eng.running_peak
         self.busy[self._idx] = min(1.0, (c1["busy"] - self._c0["busy"]) / max(secs, 1e-9))
         return server_window(self.polls, self._c0, c1, secs)
 

@@ -348,6 +348,8 @@ class SimEngine:
         self.rng = random.Random(cfg.seed)
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
+        self.running_peak = 0
+        """The most requests the engine has run at once (the seats, ``max_num_seqs``, bound it)."""
         self.used_blocks = 0
         self.cache = PrefixCache()
         self.max_len = cfg.resolved_max_model_len()
@@ -530,6 +532,8 @@ class SimEngine:
             self.running.append(r)
             budget -= chunk
             prefills.append((r, chunk))
+        if len(self.running) > self.running_peak:
+            self.running_peak = len(self.running)
         return decodes, prefills
 
     def cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> float:

@@ -50,6 +50,7 @@ from spoc_tui.tui.textual_private import QuietDriver
 from spoc_tui.tune.study import TuneSession
 from spoc_tui.twin.headroom import WINDOW_S, HeadroomClaim, confirm_speeds, write_traffic_trace
 from spoc_tui.twin.live import LiveHeadroom
+from spoc_tui.twin.model import read_twin
 from spoc_tui.twin.passive import MIN_WINDOWS
 
 logger = logging.getLogger(__name__)
@@ -112,7 +113,8 @@ class SpocApp(AsciiScreenshots, JobsApp):
         self.headroom: LiveHeadroom | None = None
         """Each server's headroom, learned from the scrapes (``--no-headroom``: None)."""
         if settings.headroom and self.sources.vllm is not None:
-            self.headroom = LiveHeadroom(self.limits or parse_sla(DEFAULT_SLA))
+            prior = read_twin(Path(settings.twin).expanduser()) if settings.twin else None
+            self.headroom = LiveHeadroom(self.limits or parse_sla(DEFAULT_SLA), prior, seats=settings.max_num_seqs)
             self.sources.vllm.on_scrape = self.headroom.add
         self._estimating = False
 

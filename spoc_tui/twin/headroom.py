@@ -49,7 +49,7 @@ from spoc_tui.twin.arrivals import Evenness, FlowLog, gamma_times, poisson_windo
 from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import PARAMS, ServerConfig, StepModel, Twin
 from spoc_tui.twin.passive import KvGauge, PassiveFit, PassiveWindow, fit_passive, window_of
-from spoc_tui.twin.predict import TraceRows
+from spoc_tui.twin.predict import StepRun, TraceRows
 
 WINDOW_S = 30.0
 """A passive window's length (the fit's rows)."""
@@ -644,12 +644,14 @@ def headroom_of(
     predicted = predict(p)
     knee = predicted.knee
     inf = knee.inferred
-    # every assumption the number rests on is said with it (the seats show only once a queue forms)
-    assumed = (f"max-num-seqs {server.max_num_seqs}",) if server.sources.get("max_num_seqs") == "assumed" else ()
     binds = BINDS.get(knee.why.cause) if knee.why is not None else None
     if inf is None or inf.estimate is None:
         return Headroom(None, (None, None), None, binds, False, "the replay found no knee", fit.windows, traffic,
                         fit, sla)  # fmt: skip
+    # every assumption the number rests on is said with it (the seats show only once a queue forms)
+    assumed: tuple[str, ...] = ()
+    if server.sources.get("max_num_seqs") == "assumed":
+        assumed = (seats_assumed(server.max_num_seqs, predicted.runs, inf.estimate),)
     if inf.boundary == "bound":
         lo = inf.ci95[0]
         what = f"beyond x{_x(lo)}" if lo is not None else "beyond the speeds replayed"
@@ -666,6 +668,22 @@ def headroom_of(
         why += f"; the interval holds the windows' own scatter about the model (+-{scatter:.0f} % a step)"
     return Headroom(point, ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
                     assumed=assumed)  # fmt: skip
+
+
+def seats_assumed(seats: int, runs: Sequence[StepRun], speed: float) -> str:
+    """What the headroom assumes of the seats it was not told: the most requests its replay ran at
+    once at the speeds up to ``speed`` ("max-num-seqs 70 or more": a server with fewer would have
+    queued where the replay did not), or ``seats`` where the replay filled them.
+
+    A user's run found the difference (2026-11-30): the assumed 256 seats said nothing of whether
+    they mattered; the server had 48, the replay ran more at once, and the headroom read 41 % high."""
+    below = [r for r in runs if r.step.speed is not None and r.step.speed <= speed * (1 + 1e-9)]
+    if not below:
+        below = sorted(runs, key=lambda r: r.step.speed or 0.0)[:1]
+    peaks = [r.running_peak for r in below if r.running_peak is not None]
+    if not peaks or max(peaks) >= seats:
+        return f"max-num-seqs {seats}"
+    return f"max-num-seqs {max(peaks)} or more"
 
 
 def replays_median(estimate: float, knees: Sequence[float | None]) -> tuple[float, int]:

@@ -107,9 +107,13 @@ class LiveHeadroom:
         prior: Twin | None = None,
         refresh_s: float = LIVE_REFRESH_S,
         clock: Callable[[], float] = time.monotonic,
+        seats: int | None = None,
     ) -> None:
+        """``prior``: a calibrated twin; ``seats``: the servers' max-num-seqs where the operator
+        told it (:class:`~spoc_tui.twin.headroom.HeadroomLearner`)."""
         self.limits = tuple(limits)
         self.prior = prior
+        self.seats = seats
         self.refresh_s = refresh_s
         self.clock = clock
         self._learners: dict[str, HeadroomLearner] = {}
@@ -126,7 +130,7 @@ class LiveHeadroom:
         with self._lock:
             learner = self._learners.get(source)
             if learner is None:
-                learner = self._learners[source] = HeadroomLearner(self.limits, prior=self.prior)
+                learner = self._learners[source] = HeadroomLearner(self.limits, prior=self.prior, seats=self.seats)
             learner.add(t, exp)
 
     @property

@@ -145,6 +145,9 @@ class StepRun:
     saturated: float
     """Share of the window's polls with requests waiting or every seat taken."""
     measured_s: float
+    running_peak: int | None = None
+    """The most requests the engine ran at once in the step (a trace replay's; None otherwise):
+    seats (max-num-seqs) at or above it would not have changed the step."""
 
 
 @dataclass(frozen=True)
@@ -249,8 +252,12 @@ def _drive(p: Prediction, backend: VirtualBackend, seed: int, progress: Callable
 
     driver = Driver(p.experiment(seed), backend, on_progress=said, knee_each_step=False)
     runs = run_now(driver.run())
-    busy, full = backend.busy, backend.saturated
-    return [StepRun(r.step, r.window, busy.get(r.step.step, 0.0), full.get(r.step.step, 0.0), r.seconds) for r in runs]
+    busy, full, peaks = backend.busy, backend.saturated, backend.peaks
+    out = []
+    for r in runs:
+        k = r.step.step
+        out.append(StepRun(r.step, r.window, busy.get(k, 0.0), full.get(k, 0.0), r.seconds, peaks.get(k)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -532,7 +539,7 @@ def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: floa
     )
     summary = replace(summary, speed=speed, trace=fidelity)
     full = sum(1 for w, r, _ in polls if w > 0 or r >= eng.cfg.max_num_seqs) / len(polls) if polls else 0.0
-    return StepRun(summary, window, min(1.0, eng.busy_s / secs), full, secs)
+    return StepRun(summary, window, min(1.0, eng.busy_s / secs), full, secs, eng.running_peak)
 
 
 def run_trace_ramp(
@@ -552,6 +559,8 @@ def run_trace_ramp(
     def replayer(idx: int, speed: float) -> Replayed:
         run = trace_step(p, model, seed, idx, speed)
         backend.busy[idx], backend.saturated[idx] = run.busy, run.saturated
+        if run.running_peak is not None:
+            backend.peaks[idx] = run.running_peak
         return Replayed(run.step, run.window, run.measured_s)
 
     backend.replayer = replayer

@@ -4,6 +4,7 @@ interval, and an alert when it is low. The scrapes come from the simulator in vi
 the app's learner as its poller feeds it; the estimate runs in the app's worker thread."""
 
 import math
+import re
 
 from spoc_tui.collectors.poller import VllmPoller
 from spoc_tui.core.monitor.model import HeadroomShown
@@ -79,9 +80,11 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         assert h.identified and h.estimate is not None and h.estimate > 1, shown
         assert "within ttft_p99<=2s,itl_p99<=100ms" in shown, shown
         # a point with its interval, or (the search stops short of x10) a bound; the seats never queued
-        # here, so the number says it assumes vLLM's default
+        # here, so the number says what it assumes of them: as many as its replay ran at once (the
+        # server has 48, so this one stands)
         assert shown.startswith("headroom beyond x") or ("headroom x" in shown and "(95 %: " in shown), shown
-        assert "assumes max-num-seqs 256 (not seen)" in shown, shown
+        seats = re.search(r"assumes max-num-seqs (\d+) or more \(not seen\)", shown)
+        assert seats is not None and 8 <= int(seats[1]) <= 48, shown
         # its history under it: the first estimate could not say (·), the second could
         assert f"history x{h.estimate:.2g} ·█ x{h.estimate:.2g} over 0 min" in shown, shown
         # the Load screen, opened now, is set to confirm it: that traffic as a trace, at speeds
@@ -129,3 +132,27 @@ async def test_no_headroom_when_switched_off():
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         assert not app.monitor.headroom_view.display
+
+
+def test_the_monitors_told_seats_and_prior_twin_reach_each_servers_learner(tmp_path):
+    """``spoc monitor --max-num-seqs 48 --twin twin.json``: every server's learner is told the
+    seats (they take precedence over the prior's and a queue's, and nothing is assumed) and has
+    the twin as its fit's prior; without them the seats are assumed, and said to be."""
+    from spoc_tui.twin.model import write_twin
+    from tests.unit.test_twin_fit import twin
+
+    path = tmp_path / "twin.json"
+    write_twin(twin(0.05), path)
+    s = settings()
+    s.max_num_seqs, s.twin = 48, str(path)
+    told = SpocApp(s, MonitorSources(vllm=VllmPoller([URL])), start_workers=False).headroom
+    untold = SpocApp(settings(), MonitorSources(vllm=VllmPoller([URL])), start_workers=False).headroom
+    assert told is not None and untold is not None
+    assert told.prior is not None and told.prior.server == twin(0.05).server and untold.prior is None
+    for live in (told, untold):
+        feed(live, 30, swell=False)
+    learner, bare = told._learners[URL], untold._learners[URL]
+    assert learner.prior is told.prior
+    server = learner.server()
+    assert server.max_num_seqs == 48 and server.sources["max_num_seqs"] == "told"
+    assert bare.server().sources["max_num_seqs"] == "assumed" and bare.server().max_num_seqs == 256

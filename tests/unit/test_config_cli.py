@@ -79,6 +79,9 @@ def test_config_file_errors(tmp_path):
         (["inspect", "http://[::1:19100"], "not a valid URL"),
         (["inspect", "/dev/zero"], "not a regular file"),
         (["monitor", "--nvml-trace", "/dev/zero", "--no-nvml"], "not a regular file"),
+        # the headroom's told seats and prior twin, checked before the screen starts
+        (["monitor", "--max-num-seqs", "0", "--no-nvml"], "max_num_seqs must be between 1 and 65536, got 0"),
+        (["monitor", "--twin", "/nonexistent.json", "--no-nvml"], "twin: /nonexistent.json:"),
         (["monitor", "--nvml-trace", "tests/fixtures/h100_nvml_trace.jsonl.gz", "--no-nvml"], "no such file"),
         (["sim", "--port", "99999"], "--port must be between 0 and 65535"),
         (["sim", "--port", "-1"], "--port must be between 0 and 65535"),
@@ -165,6 +168,19 @@ def test_monitor_reads_the_config_file_and_flags_win(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     s = seen["s"]
     assert s.vllm_urls == ["http://a:8000"] and s.interval == 2 and s.window == 30
+    assert s.max_num_seqs is None and s.twin is None
+    # the headroom's told seats, from the file and then from the flag
+    cfg.write_text('vllm_urls = ["http://a:8000"]\nmax-num-seqs = 48\n')
+    r = CliRunner().invoke(cli.cli, ["monitor", "--config", str(cfg)])
+    assert r.exit_code == 0 and seen["s"].max_num_seqs == 48, r.output
+    r = CliRunner().invoke(cli.cli, ["monitor", "--config", str(cfg), "--max-num-seqs", "64"])
+    assert r.exit_code == 0 and seen["s"].max_num_seqs == 64, r.output
+    cfg.write_text("max_num_seqs = 4.5\n")
+    with pytest.raises(ConfigError, match="max_num_seqs must be a whole number"):
+        load_file(cfg)
+    cfg.write_text("max_num_seqs = true\n")
+    with pytest.raises(ConfigError, match="max_num_seqs must be a whole number"):
+        load_file(cfg)
 
 
 def test_prometheus_vector_to_expositions_restores_vllm_names():

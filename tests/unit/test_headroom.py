@@ -433,3 +433,37 @@ def test_a_replays_lengths_hold_each_part_of_the_histogram_in_its_share():
         rows = synth_rows(t, 120.0, seed)
         counts.append((sum(1 for r in rows if r.input_tokens > cut), len(rows)))
     assert all(abs(n - 0.04 * total) <= 1.5 for n, total in counts), counts
+
+
+def test_untold_seats_are_assumed_as_many_as_the_replay_ran_at_once():
+    """The seats the monitor was not told: the headroom says how many its replay needed, the most it
+    ran at once at the speeds up to its point, so an operator whose max-num-seqs is lower knows the
+    number does not hold (and tells it); where the replay filled the assumed 256, it says 256."""
+    from types import SimpleNamespace
+
+    from spoc_tui.twin.headroom import seats_assumed
+
+    def run(speed: float, peak: int | None) -> SimpleNamespace:
+        return SimpleNamespace(step=SimpleNamespace(speed=speed), running_peak=peak)
+
+    runs = [run(1.0, 6), run(2.0, 10), run(4.0, 30), run(8.0, 182), run(6.7, 101), run(6.8, 116)]
+    assert seats_assumed(256, runs, 6.7) == "max-num-seqs 101 or more"  # x6.8's and x8's broke: not counted
+    assert seats_assumed(256, runs, 5.0) == "max-num-seqs 30 or more"
+    assert seats_assumed(100, runs, 6.7) == "max-num-seqs 100"  # the replay filled them
+    assert seats_assumed(256, runs, 0.5) == "max-num-seqs 6 or more"  # under every speed: the slowest's
+    assert seats_assumed(256, [run(1.0, None)], 1.0) == "max-num-seqs 256"  # nothing counted
+
+
+def test_the_engine_counts_the_most_requests_it_ran_at_once_never_past_its_seats():
+    engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=12, dcgm_port=None, seed=3))
+    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=3)
+    vs.set_rate(6.0)
+    most = 0
+    for k in range(1, 121):
+        vs.advance(k * 0.5)
+        most = max(most, len(engine.running))
+    assert engine.running_peak == 12 and most <= 12  # a queue formed: every seat taken at some step
+    engine.running_peak = 0
+    vs.set_rate(0.2)
+    vs.drain(120.0)
+    assert 0 < engine.running_peak <= 12
