@@ -87,6 +87,12 @@ twin, 1-25 s of CPU by the traffic's weight (benchmarks/README.md, live headroom
 waits until the last one's CPU is this share of the time since it began (a 24 s estimate: the
 next 80 minutes on), never sooner than :data:`LIVE_REFRESH_S`. The monitor itself takes about
 0.7 % of a core (benchmarks/monitor_cpu.py): with this, at most 1.2 %, under issue 52's 1.5 %."""
+LIVE_RETRY_S = 60.0
+"""How soon the monitor works the headroom out again when no server's could say a number yet (too
+few windows, too little variety: a fit without a replay, milliseconds of CPU), rather than
+:data:`LIVE_REFRESH_S`: two of its fit's windows later. (A user's run: the first estimate, at 4
+minutes, found 7 windows of the 8 it needs, and the next came 10 minutes later, after the
+traffic had ended.)"""
 LIVE_DRAWS = 4
 """Bootstrap draws of the fit an estimate replays beside the fit itself (in the monitor). Two said
 little: the 95 % range of two draws is their mean +- 15.6 standard deviations
@@ -135,9 +141,12 @@ class LiveHeadroom:
 
     @property
     def interval_s(self) -> float:
-        """Seconds from one refresh to the next: ``refresh_s``, or longer where the last one's
-        CPU would take more than :data:`LIVE_CPU_SHARE` of a core over it."""
-        return max(self.refresh_s, self.cpu_s / LIVE_CPU_SHARE)
+        """Seconds from one refresh to the next: ``refresh_s`` (:data:`LIVE_RETRY_S` while no
+        server's estimate could say a number), or longer where the last one's CPU would take more
+        than :data:`LIVE_CPU_SHARE` of a core over it."""
+        said = any(h.identified for h in self.results.values())
+        base = self.refresh_s if said or not self.results else min(self.refresh_s, LIVE_RETRY_S)
+        return max(base, self.cpu_s / LIVE_CPU_SHARE)
 
     def due(self) -> bool:
         """Time for :meth:`refresh`: the first once the fit could have its windows, then every
@@ -160,8 +169,10 @@ class LiveHeadroom:
         return out
 
     def next_note(self) -> str:
-        """What the monitor says of the next estimate when its CPU put it off past ``refresh_s``
-        (empty otherwise)."""
+        """What the monitor says of the next estimate when it comes sooner than ``refresh_s`` (no
+        number yet) or its CPU put it off past it (empty otherwise)."""
+        if self.interval_s < self.refresh_s:
+            return f"tried again in {self.interval_s / 60:.0f} min"
         if self.interval_s <= self.refresh_s:
             return ""
         return (

@@ -91,3 +91,15 @@ async def settle(pilot: Any, most: int = 20) -> None:
         if now == before:
             return
         before = now
+
+
+def painted(app: SpocApp) -> str:
+    """The screen's text as it is painted (each row of the exported screenshot, spaces as spaces):
+    what a terminal shows, not what a widget would render if it were on screen."""
+    import html
+    import re
+
+    rows: dict[int, list[str]] = {}
+    for m in re.finditer(r'<text[^>]*clip-path="url\(#terminal-\d+-line-(\d+)\)">([^<]*)</text>', app.export_screenshot()):
+        rows.setdefault(int(m[1]), []).append(html.unescape(m[2]).replace("\xa0", " "))
+    return "\n".join("".join(parts) for _, parts in sorted(rows.items()))

@@ -20,7 +20,7 @@ from spoc_tui.tui.app import MonitorSources, SpocApp
 from spoc_tui.twin.headroom import confirm_speeds
 from spoc_tui.twin.live import LiveHeadroom
 from spoc_tui.workload import load_workload
-from tests.tui.helpers import URL, settings
+from tests.tui.helpers import URL, painted, settings, settle
 
 
 def feed(live: LiveHeadroom, seconds: float, swell: bool, seed: int = 1, peak: float = 8.0) -> None:
@@ -63,7 +63,11 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert "headroom: learning from the scrapes (the first estimate in about 4 min" in text_of(app)
-        assert app.monitor.headroom_view.region.height >= 1  # on screen, not a line of no height
+        # on screen, inside its panel: painted, not only rendered (it had been laid out below the
+        # panel's edge, and no terminal ever showed it)
+        await settle(pilot)
+        assert "headroom: learning from the scrapes" in painted(app)
+        assert app.monitor.servers_panel.region.contains_region(app.monitor.headroom_view.region)
         # four minutes of flat traffic: too few windows, or too little variety, said, never a number
         feed(app.headroom, 240, swell=False)
         shown = await estimated(app, pilot)
@@ -85,6 +89,8 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         assert shown.startswith("headroom beyond x") or ("headroom x" in shown and "(95 %: " in shown), shown
         seats = re.search(r"assumes max-num-seqs (\d+) or more \(not seen\)", shown)
         assert seats is not None and 8 <= int(seats[1]) <= 48, shown
+        await settle(pilot)
+        assert shown[:60] in painted(app), painted(app)
         # its history under it: the first estimate could not say (·), the second could
         assert f"history x{h.estimate:.2g} ·█ x{h.estimate:.2g} over 0 min" in shown, shown
         # the Load screen, opened now, is set to confirm it: that traffic as a trace, at speeds

@@ -240,14 +240,25 @@ def test_the_monitors_estimates_wait_as_long_as_their_cpu_takes_to_be_half_a_per
     now[0] = live.MIN_WINDOWS * live.WINDOW_S
     assert lh.due()
 
-    def refresh_taking(seconds: float) -> None:
+    def refresh_taking(seconds: float, said: bool = True) -> None:
         def estimate(*_a: object) -> Headroom:
             cpu[0] += seconds
-            return Headroom(None, (None, None), None, None, False, "not yet", 0, None)
+            if not said:
+                return Headroom(None, (None, None), None, None, False, "not yet", 0, None)
+            return Headroom(2.0, (1.5, 2.5), "ttft_p99", None, True, "identified", 20, None)
 
         monkeypatch.setattr(LearnerState, "estimate", estimate)
         lh.refresh()
 
+    # no number yet (too few windows: no replay, little CPU): tried again a minute later, not ten
+    refresh_taking(0.01, said=False)
+    assert lh.interval_s == live.LIVE_RETRY_S == 60.0 and lh.next_note() == "tried again in 1 min"
+    now[0] += 59
+    assert not lh.due()
+    now[0] += 1
+    assert lh.due()
+    refresh_taking(1.0, said=False)  # ... yet never more often than its CPU allows
+    assert lh.interval_s == 1.0 / live.LIVE_CPU_SHARE == 200.0
     refresh_taking(1.0)  # a light server: every LIVE_REFRESH_S, and nothing more said
     assert lh.cpu_s == 1.0 and lh.interval_s == live.LIVE_REFRESH_S and lh.next_note() == ""
     start = now[0]

@@ -316,6 +316,11 @@ class ChangedStatic(LeanRefresh, Static):
     screen when its height is (a figure changing every second is a repaint of these lines, not a
     reflow of every panel: that reflow was most of the monitor's CPU)."""
 
+    # Textual finds a widget's default CSS along its first base only (LeanRefresh), so Static's
+    # ``height: auto`` never reached this class: a line without its own rule in app.tcss (the
+    # headroom's) was laid out below its panel's edge and never painted
+    DEFAULT_CSS = "ChangedStatic { height: auto; }"
+
     _last: tuple[object, ...] | None = None
     _rows: int | None = None
 
