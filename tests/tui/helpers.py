@@ -100,6 +100,8 @@ def painted(app: SpocApp) -> str:
     import re
 
     rows: dict[int, list[str]] = {}
-    for m in re.finditer(r'<text[^>]*clip-path="url\(#terminal-\d+-line-(\d+)\)">([^<]*)</text>', app.export_screenshot()):
+    for m in re.finditer(
+        r'<text[^>]*clip-path="url\(#terminal-\d+-line-(\d+)\)">([^<]*)</text>', app.export_screenshot()
+    ):
         rows.setdefault(int(m[1]), []).append(html.unescape(m[2]).replace("\xa0", " "))
     return "\n".join("".join(parts) for _, parts in sorted(rows.items()))
