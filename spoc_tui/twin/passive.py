@@ -69,7 +69,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from spoc_tui.core.metrics.promparse import Exposition
-from spoc_tui.core.metrics.vllm import EngineView, kv_and_running, kv_use_and_steps
+from spoc_tui.core.metrics.vllm import EngineView, kv_reading
 from spoc_tui.core.stats import Histogram
 from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import StepModel
@@ -215,12 +215,11 @@ class KvGauge:
 
     def add(self, exp: Exposition) -> None:
         """One scrape."""
-        kv, steps = kv_use_and_steps(exp)
+        kv, kv_sum, steps, running = kv_reading(exp)
         last, self._steps = self._steps, steps
         if kv is None:
             return
         w = steps - last if steps is not None and last is not None and steps >= last else 0.0
-        kv_sum, running = kv_and_running(exp)
         busy = running is not None and running > 0 and kv_sum is not None
         for k, v in enumerate((kv * w, w, kv, 1.0, kv_sum if busy else 0.0, running if busy else 0.0)):
             self._acc[k] += v or 0.0

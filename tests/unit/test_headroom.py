@@ -346,7 +346,7 @@ def test_a_windows_decode_context_is_the_kv_a_running_request_holds_not_the_gaug
     the share of the cache one running request held (over the scrapes that found any), times the
     window's decodes."""
     from spoc_tui.core.metrics.promparse import parse_text
-    from spoc_tui.core.metrics.vllm import kv_and_running, kv_use_and_steps
+    from spoc_tui.core.metrics.vllm import kv_reading
     from spoc_tui.twin.passive import KvGauge
     from tests.conftest import fixture_text
 
@@ -373,10 +373,9 @@ def test_a_windows_decode_context_is_the_kv_a_running_request_holds_not_the_gaug
     assert per == pytest.approx(0.1) and mean == pytest.approx((0.2 + 0.4) * 100 / 300)
     # vLLM 0.32's own scrape: the gauge, the steps and the running as it reports them
     full = parse_text(fixture_text("vllm/vllm_0.32_cpu_full_load.txt"))
-    kv, steps = kv_use_and_steps(full)
+    kv, kv_sum, steps, running = kv_reading(full)
     assert kv is not None and 0.0 <= kv <= 1.0 and steps is not None and steps > 0
-    kv_sum, running = kv_and_running(full)
-    assert kv_sum == pytest.approx(kv) and running is not None and running > 0
+    assert kv_sum == pytest.approx(kv) and running is not None and running > 0  # one engine
 
 
 def test_the_knees_interval_over_few_draws_holds_a_further_draw_95_percent_of_the_time():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from spoc_tui.core.metrics.history import ScrapeHistory
 from spoc_tui.core.metrics.promparse import Exposition, Labels
@@ -122,31 +123,37 @@ def _first_present(exp: Exposition, names: Sequence[str], suffixes: Sequence[str
     return None
 
 
-def _kv_values(exp: Exposition) -> list[float]:
-    """Each engine's KV cache use (0-1) in one scrape, under whichever name the version uses."""
+class KvReading(NamedTuple):
+    """What one scrape says of the KV cache, for a learner that reads every scrape; None where the
+    server reports it not."""
+
+    use: float | None
+    """The cache's use now, the mean over engines (0-1)."""
+    use_sum: float | None
+    """The same summed over engines (each 0-1 of its own cache)."""
+    steps: float | None
+    """The engine steps so far (``iteration_tokens``' count, summed)."""
+    running: float | None
+    """The requests running now, summed."""
+
+
+def kv_reading(exp: Exposition) -> KvReading:
+    """From one scrape alone, the KV gauge read once (under whichever name the version uses, NaNs
+    dropped), with the steps so far and the requests running. Cheap enough for every scrape: a
+    learner averages the gauge over a window's steps with it (the window's last scrape alone is one
+    instant), and the use summed over the running requests, over a window's scrapes, is the share
+    of an engine's cache one running request holds: a decode context per sequence, where the
+    gauge's mean also counts the instants the server stood idle between requests."""
     kv_name = _first_present(exp, KV_USAGE)
-    return [v for v in exp.get(kv_name).values() if v == v] if kv_name else []
-
-
-def kv_use_and_steps(exp: Exposition) -> tuple[float | None, float | None]:
-    """From one scrape alone: the KV cache's use now (the mean over engines, 0-1) and the engine
-    steps so far (``iteration_tokens``' count, summed); None where the server reports either not.
-    Cheap enough for every scrape: a learner averages the KV gauge over a window's steps with it,
-    where the window's last scrape alone is one instant."""
-    kv = _kv_values(exp)
+    kv = [v for v in exp.get(kv_name).values() if v == v] if kv_name else []
     steps = exp.get(ITERATION_TOKENS[0] + "_count")
-    return (sum(kv) / len(kv) if kv else None), (sum(steps.values()) if steps else None)
-
-
-def kv_and_running(exp: Exposition) -> tuple[float | None, float | None]:
-    """From one scrape alone: the KV cache's use summed over engines (each 0-1 of its own cache)
-    and the requests running, summed; None where the server reports either not. Their ratio over
-    a window's scrapes is the share of an engine's cache one running request holds: a learner's
-    decode context per sequence, where the gauge's mean over the window also counts the instants
-    the server stood idle between requests."""
-    kv = _kv_values(exp)
     running = [v for v in exp.get(RUNNING[0]).values() if v == v]
-    return (sum(kv) if kv else None), (sum(running) if running else None)
+    return KvReading(
+        sum(kv) / len(kv) if kv else None,
+        sum(kv) if kv else None,
+        sum(steps.values()) if steps else None,
+        sum(running) if running else None,
+    )
 
 
 def flow_now(exp: Exposition) -> tuple[float | None, float | None]:
