@@ -399,6 +399,17 @@ def test_the_knees_interval_over_few_draws_holds_a_further_draw_95_percent_of_th
         assert extremes / 4000 < 0.8  # what the percentiles of a few said
     many = [float(v) for v in range(1, 101)]
     assert draws_interval(many) == pytest.approx((3.475, 97.525))
+    # knees that spread wide, as multiples do (as likely half as twice): the interval holds a
+    # further one 95 % of the time, and its lower end is a knee, never a clamp at 0
+    held = 0
+    for _ in range(4000):
+        vals = [6.0 * math.exp(rng.gauss(0, 0.4)) for _ in range(4)]
+        lo, hi = draws_interval(vals)
+        held += lo <= 6.0 * math.exp(rng.gauss(0, 0.4)) <= hi
+        assert lo > 0
+    assert 0.93 <= held / 4000 <= 0.97, held
+    lo, hi = draws_interval([3.0, 5.0, 6.5, 9.0])  # "x6 (95 %: 0-11.3)" taken on the knees themselves
+    assert 1.0 < lo < 3.0 and hi > 9.0
 
 
 def test_each_draw_replays_a_sample_of_the_traffic_of_its_own_and_the_point_is_their_median():
