@@ -640,7 +640,17 @@ def reference(url: str) -> float:
     return statistics.median(gaps) if gaps else math.nan
 
 
+OPTIONS = ("--smoke", "--real", "--seeds", "--cases", "--presets", "--seed", "--base", "--sla", "--observe", "--step",
+           "--budget", "--again")  # fmt: skip
+
+
 def main() -> int:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        return 0
+    if bad := [a for a in sys.argv[1:] if a.split("=")[0] not in OPTIONS]:
+        print(f"headroom.py: unknown option {bad[0]} (--help says which it takes)", file=sys.stderr)
+        return 2
     smoke = "--smoke" in sys.argv
     arg = {a.split("=")[0]: a.split("=", 1)[1] for a in sys.argv if "=" in a}
     if "--again" in arg:  # a --real run's headroom said again from its kept scrapes
