@@ -120,6 +120,22 @@ class _Resent:
         self.tokens.append(when)
 
 
+def _linked(rows: Sequence[_Resent], turns_wait: bool = True) -> list[_Resent]:
+    """Each conversation's turns in ``rows`` chained in their order (a turn the ``child`` of the
+    one before it, sent when that one's answer ends); the rows that wait for none: every first
+    turn, or every row where ``turns_wait`` is false."""
+    latest: dict[str, _Resent] = {}
+    free: list[_Resent] = []
+    for row in rows:
+        parent = latest.get(row.sent.conversation) if turns_wait else None
+        if parent is not None:
+            parent.child = row
+        else:
+            free.append(row)
+        latest[row.sent.conversation] = row
+    return free
+
+
 def client_sample(
     r: SimRequest,
     start: float,
@@ -381,14 +397,8 @@ class VirtualServer:
             raise ValueError(f"speed must be above 0, got {speed}")
         t0 = requests[0].at if requests else 0.0
         rows = [_Resent(r, k, self.now + (r.at - t0) / speed) for k, r in enumerate(requests)]
-        latest: dict[str, _Resent] = {}
-        for row in rows:
-            parent = latest.get(row.sent.conversation) if turns_wait else None
-            if parent is not None:
-                parent.child = row
-            else:
-                self._resend(row, row.due)
-            latest[row.sent.conversation] = row
+        for row in _linked(rows, turns_wait):
+            self._resend(row, row.due)
         return max((row.due for row in rows), default=self.now)
 
     def resend_as_users(self, requests: Sequence[SentRequest], speed: float = 1.0) -> float:
@@ -405,17 +415,10 @@ class VirtualServer:
             raise ValueError(f"speed must be above 0, got {speed}")
         order = sorted(range(len(requests)), key=lambda k: requests[k].at)
         t0 = requests[order[0]].at if requests else 0.0
-        latest: dict[str, _Resent] = {}
-        for k in order:
-            r = requests[k]
-            row = _Resent(r, k, self.now + (r.at - t0) / speed, slotted=True)
-            self._slots.append(row.due)
-            parent = latest.get(r.conversation)
-            if parent is not None:
-                parent.child = row
-            else:
-                heapq.heappush(self._ready, (k, row))
-            latest[r.conversation] = row
+        rows = [_Resent(requests[k], k, self.now + (requests[k].at - t0) / speed, slotted=True) for k in order]
+        self._slots.extend(row.due for row in rows)
+        for row in _linked(rows):
+            heapq.heappush(self._ready, (row.index, row))
         return self._slots[-1] if self._slots else self.now
 
     def _slot(self, at: float, late: bool = False) -> None:
