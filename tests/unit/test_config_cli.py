@@ -175,12 +175,10 @@ def test_monitor_reads_the_config_file_and_flags_win(tmp_path, monkeypatch):
     assert r.exit_code == 0 and seen["s"].max_num_seqs == 48, r.output
     r = CliRunner().invoke(cli.cli, ["monitor", "--config", str(cfg), "--max-num-seqs", "64"])
     assert r.exit_code == 0 and seen["s"].max_num_seqs == 64, r.output
-    cfg.write_text("max_num_seqs = 4.5\n")
-    with pytest.raises(ConfigError, match="max_num_seqs must be a whole number"):
-        load_file(cfg)
-    cfg.write_text("max_num_seqs = true\n")
-    with pytest.raises(ConfigError, match="max_num_seqs must be a whole number"):
-        load_file(cfg)
+    for bad in ("4.5", "true", '"48"'):
+        cfg.write_text(f"max_num_seqs = {bad}\n")
+        with pytest.raises(ConfigError, match="max_num_seqs must be a whole number"):
+            load_file(cfg)
 
 
 def test_prometheus_vector_to_expositions_restores_vllm_names():
