@@ -45,6 +45,7 @@ Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat] [--p
 bench: 5 seeds, every case, both presets); ``--smoke``: one preset, one seed, a shorter observation (checks that it runs).
 ``--real [--seed=N]``: the real vLLM CPU server (half an hour; it keeps its scrapes);
 ``--again=DIR``: that run's headroom said again from its kept scrapes and twin.json, beside its knee.
+``--told``: the open cases' headroom again with the seats told (``--max-num-seqs``), beside.
 """
 
 from __future__ import annotations
@@ -336,6 +337,9 @@ SESSIONLESS: dict[str, list[tuple[bool, float]]] = {}
 measured knee until 2026-11-30: :func:`replayed_knee`)."""
 CLOSED_RATES: list[tuple[bool, float]] = []
 """The closed loop's seeds judged in the headroom's own unit (requests a second), beside the users."""
+TOLD: dict[str, list[tuple[bool, float]]] = {}
+"""With ``--told``: the open cases' headroom again with the seats told (what ``--max-num-seqs 48``
+does), from the same scrapes, judged against the same knee."""
 
 
 def judged(h: Headroom, knee: float) -> tuple[bool, float]:
@@ -368,6 +372,12 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
     inside, err = judged(h, truth)
     what = "closed loop, users x" if closed else "flat traffic" if flat else gpu
     print(f"  {what} seed {seed}: {h.line()}")
+    if "--told" in sys.argv and not closed and not flat:  # the same scrapes, the seats told
+        learner.told_seats = SEATS
+        told = learner.estimate(seed=seed, draws=1 if smoke else 4, replay_s=30.0 if smoke else 120.0)
+        learner.told_seats = None
+        TOLD.setdefault(gpu, []).append(judged(told, truth))
+        print(f"    told max-num-seqs {SEATS}: {told.line()}; error {TOLD[gpu][-1][1]:.0f} %")
     how = (
         "the users search's"
         if closed
@@ -640,8 +650,8 @@ def reference(url: str) -> float:
     return statistics.median(gaps) if gaps else math.nan
 
 
-OPTIONS = ("--smoke", "--real", "--seeds", "--cases", "--presets", "--seed", "--base", "--sla", "--observe", "--step",
-           "--budget", "--again")  # fmt: skip
+OPTIONS = ("--smoke", "--told", "--real", "--seeds", "--cases", "--presets", "--seed", "--base", "--sla", "--observe",
+           "--step", "--budget", "--again")  # fmt: skip
 
 
 def main() -> int:
@@ -688,6 +698,8 @@ def main() -> int:
         summary[f"{name}, against the process's knee"] = rows
     for name, rows in SESSIONLESS.items():
         summary[f"{name}, against the sessionless replay's knee"] = rows
+    for name, rows in TOLD.items():
+        summary[f"{name}, told max-num-seqs {SEATS}"] = rows
     if not smoke:
         for name, rows in summary.items():
             held = sum(1 for ok, _ in rows if ok)
