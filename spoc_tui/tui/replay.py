@@ -56,7 +56,12 @@ class ReplayApp(SpocApp):
         self.recorded_title = str(head.get("title") or "")
 
     def on_mount(self) -> None:
-        super().on_mount()
+        # Textual calls every class's own on_mount, this one first and SpocApp's after it, which
+        # makes the monitor: calling it here as well had pushed a second monitor over the first,
+        # and the clock set on the first left the one shown on the wall clock
+        self.call_later(self._start)
+
+    def _start(self) -> None:
         self.monitor.clock = lambda: self.pos_t
         self._show_position()
         self._play()

@@ -306,6 +306,9 @@ async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tm
                 break
         assert replay.i == len(rec.records)
         m = replay.monitor
+        # one monitor, on the recording's clock (its charts, events and history read as they did)
+        assert [type(s).__name__ for s in replay.screen_stack].count("MonitorScreen") == 1
+        assert m.model.clock() == replay.pos_t
         assert "down" in str(m.verdicts.render())
         assert "headroom x1.1 (95 %: 1-1.2)" in str(m.headroom_view.render())
         assert any("little headroom" in a.text for a in m.model.alerts)
