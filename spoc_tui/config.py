@@ -17,6 +17,20 @@ class ConfigError(InputError, ValueError):
     """A bad setting; the message names the file or flag and the field."""
 
 
+MAX_NUM_SEQS = 65_536
+"""The most seats (vLLM's max-num-seqs) the headroom is told."""
+
+
+def check_max_num_seqs(seats: int | None, label: str) -> None:
+    """The servers' seats as the operator told them (``--max-num-seqs``, config ``max_num_seqs``).
+
+    Raises:
+        ConfigError: out of range, named by ``label``.
+    """
+    if seats is not None and not 1 <= seats <= MAX_NUM_SEQS:
+        raise ConfigError(f"{label} must be between 1 and {MAX_NUM_SEQS}, got {seats}")
+
+
 def config_path() -> Path:
     return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
 
@@ -79,8 +93,7 @@ class Settings:
                 raise ConfigError(str(e)) from None
         if not 0 < self.headroom_alert <= 100:
             raise ConfigError(f"headroom_alert must be a multiple between 0 and 100, got {self.headroom_alert:g}")
-        if self.max_num_seqs is not None and not 1 <= self.max_num_seqs <= 65_536:
-            raise ConfigError(f"max_num_seqs must be between 1 and 65536, got {self.max_num_seqs}")
+        check_max_num_seqs(self.max_num_seqs, "max_num_seqs")
         if self.twin is not None:
             from spoc_tui.twin.model import TwinError, read_twin
 

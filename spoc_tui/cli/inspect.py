@@ -14,6 +14,7 @@ import click
 
 from spoc_tui.cli.options import api_key_options, from_config, sla_option, tls_options
 from spoc_tui.cli.types import FINITE
+from spoc_tui.config import check_max_num_seqs
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError
 from spoc_tui.core.jsonsafe import json_safe
@@ -161,8 +162,7 @@ def inspect_cmd(
         if not 0 < seconds <= 86_400:
             raise InputError("--interval must be between 0 and 86400 seconds with --headroom")
         limits = parse_sla(from_config(sla, "sla", "--sla", default=DEFAULT_SLA))
-        if seats is not None and not 1 <= seats <= 65_536:
-            raise InputError(f"--max-num-seqs must be between 1 and 65536, got {seats}")
+        check_max_num_seqs(seats, "--max-num-seqs")
         prior = read_twin(os.path.expanduser(twin_path)) if twin_path else None
         out, errors, interrupted = run_headroom(list(sources), seconds, limits, as_json, api_key, prior, seats)
         click.echo(out)

@@ -678,8 +678,8 @@ def seats_assumed(seats: int, runs: Sequence[StepRun], speed: float) -> str:
     A user's run found the difference (2026-11-30): the assumed 256 seats said nothing of whether
     they mattered; the server had 48, the replay ran more at once, and the headroom read 41 % high."""
     below = [r for r in runs if r.step.speed is not None and r.step.speed <= speed * (1 + 1e-9)]
-    if not below:
-        below = sorted(runs, key=lambda r: r.step.speed or 0.0)[:1]
+    if not below and runs:
+        below = [min(runs, key=lambda r: r.step.speed or 0.0)]
     peaks = [r.running_peak for r in below if r.running_peak is not None]
     if not peaks or max(peaks) >= seats:
         return f"max-num-seqs {seats}"
