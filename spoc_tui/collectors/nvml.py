@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from spoc_tui.core.errors import EXIT_USAGE, SpocError
-from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded
+from spoc_tui.core.files import FileReadError, JsonLineError, json_lines, read_text_bounded
 from spoc_tui.core.hardware.gpu import GpuSample, ThrottleWindow, groups_from_processes, nvml_gpu
 
 _POLICIES = {
@@ -214,20 +214,17 @@ class TraceReplay:
             text = read_text_bounded(path)
         except FileReadError as e:
             raise NvmlError(f"--nvml-trace {path}: {e}") from None
-        for i, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = parse_json(line)
-            except ValueError:
-                raise NvmlError(f"--nvml-trace {path} line {i}: not JSON (a trace is JSON lines)") from None
-            if not isinstance(obj, dict):
-                raise NvmlError(f"--nvml-trace {path} line {i}: not a JSON object")
-            if "meta" in obj:
-                m = obj["meta"]
-                self.meta = m[0] if isinstance(m, list) else m
-            else:
-                self.rows.append(obj)
+        try:
+            for i, obj in json_lines(text.splitlines()):
+                if not isinstance(obj, dict):
+                    raise NvmlError(f"--nvml-trace {path} line {i}: not a JSON object")
+                if "meta" in obj:
+                    m = obj["meta"]
+                    self.meta = m[0] if isinstance(m, list) else m
+                else:
+                    self.rows.append(obj)
+        except JsonLineError as e:
+            raise NvmlError(f"--nvml-trace {path} line {e.lineno}: not JSON (a trace is JSON lines)") from None
         if not self.rows:
             raise NvmlError(f"--nvml-trace {path}: no samples")
         self._i = 0

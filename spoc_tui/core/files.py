@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -24,6 +24,37 @@ def parse_json(text: str) -> object:
         return json.loads(text)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None
+
+
+class JsonLineError(ValueError):
+    """A line of a JSON-lines file that is not JSON: its number (from 1), whether it is the last
+    line (a write a crash cut short), and why, in ``json``'s words: ``msg`` alone, ``detail`` with
+    the column."""
+
+    def __init__(self, lineno: int, last: bool, error: json.JSONDecodeError) -> None:
+        super().__init__(f"line {lineno}: {error.msg}")
+        self.lineno = lineno
+        self.last = last
+        self.msg = error.msg
+        self.detail = str(error)
+
+
+def json_lines(lines: Iterable[str]) -> Iterator[tuple[int, object]]:
+    """The number (from 1) and JSON value of each line that is not blank: the one reading of a
+    JSON-lines file (trials, replays, traces, NVML recordings).
+
+    Raises:
+        JsonLineError: a line that is not JSON; nothing after it is read.
+    """
+    it = iter(lines)
+    for lineno, line in enumerate(it, 1):
+        if not line.strip():
+            continue
+        try:
+            value = parse_json(line)
+        except json.JSONDecodeError as e:
+            raise JsonLineError(lineno, next(it, None) is None, e) from None
+        yield lineno, value
 
 
 class FileReadError(InputError):

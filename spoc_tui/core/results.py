@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.files import parse_json
+from spoc_tui.core.files import JsonLineError, json_lines
 from spoc_tui.core.hardware.presets import PresetError, read_json_object
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.ramp.knee import Knee
@@ -206,20 +206,16 @@ def read_trials(path: str | Path) -> list[TrialRecord]:
     except (OSError, UnicodeDecodeError) as e:
         raise ResultError(f"{p}: not a trial log ({e})") from None
     out: list[TrialRecord] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = parse_json(line)
-        except json.JSONDecodeError as e:
-            if n == len(lines):
-                break  # the write a crash cut short
-            raise ResultError(f"{p}:{n}: not a trial record ({e})") from None
-        if not isinstance(rec, dict):
-            raise ResultError(f"{p}:{n}: not a trial record (not a JSON object)")
-        schema_of(rec, f"{p}:{n}")
-        try:
-            out.append(TrialRecord.from_dict(rec, f"{p}:{n}"))
-        except DocError as e:
-            raise ResultError(str(e)) from None
+    try:
+        for n, rec in json_lines(lines):
+            if not isinstance(rec, dict):
+                raise ResultError(f"{p}:{n}: not a trial record (not a JSON object)")
+            schema_of(rec, f"{p}:{n}")
+            try:
+                out.append(TrialRecord.from_dict(rec, f"{p}:{n}"))
+            except DocError as e:
+                raise ResultError(str(e)) from None
+    except JsonLineError as e:
+        if not e.last:  # the last: the write a crash cut short
+            raise ResultError(f"{p}:{e.lineno}: not a trial record ({e.detail})") from None
     return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from textual.message import Message
 
@@ -65,13 +65,23 @@ class RampProgressed(Message):
 
 
 @dataclass
-class RampFinished(Message):
-    status: RampOutcome
+class JobFinished(Message):
+    """A ramp's or a study's end: how it ended (one of :attr:`OK`: a result to read) and a line
+    for the operator."""
+
+    status: str
     message: str
+    OK: ClassVar[tuple[str, ...]] = ()
 
     @property
     def ok(self) -> bool:
-        return self.status in ("complete", "stopped_early")
+        return self.status in self.OK
+
+
+@dataclass
+class RampFinished(JobFinished):
+    status: RampOutcome
+    OK = ("complete", "stopped_early")
 
 
 @dataclass
@@ -82,13 +92,9 @@ class TuneEvent(Message):
 
 
 @dataclass
-class TuneFinished(Message):
+class TuneFinished(JobFinished):
     status: StudyOutcome
-    message: str
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("complete", "exhausted")
+    OK = ("complete", "exhausted")
 
 
 @dataclass

@@ -281,7 +281,9 @@ def answers_of(ramp_dir: Path, header: dict[str, Any]) -> list[tuple[int, bool |
                     d = json.loads(line)
                 except ValueError:
                     continue
-                n = d.get("output_tokens") if isinstance(d, dict) else None
+                if not isinstance(d, dict):  # a line of another shape: not a request
+                    continue
+                n = d.get("output_tokens")
                 if d.get("ok") and isinstance(n, int) and not isinstance(n, bool) and n > 0:
                     cut = d.get("cut")
                     lengths.append((n, cut if isinstance(cut, bool) else None))

@@ -9,7 +9,6 @@ answers) or ``{"turns": [{"user": "...", "max_tokens": 200}, ...]}``.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import tomllib
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded
+from spoc_tui.core.files import FileReadError, JsonLineError, json_lines, read_text_bounded
 
 BUILTIN_DIR = Path(__file__).parent / "profiles"
 DIST_KINDS = ("constant", "uniform", "lognormal", "normal")
@@ -301,32 +300,31 @@ def load_replay(path: Path) -> tuple[tuple[tuple[str, int | None], ...], ...]:
         lines = read_text_bounded(path).splitlines()
     except FileReadError as e:
         raise WorkloadError(f"replay {path}: {e}") from None
-    convs = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = parse_json(line)
-        except json.JSONDecodeError as e:
-            raise WorkloadError(f"replay {path.name} line {i}: not JSON ({e.msg})") from None
-        turns: list[tuple[str, int | None]] = []
-        if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
-            for m in obj["messages"]:
-                if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str):
-                    turns.append((m["content"], None))
-        elif isinstance(obj, dict) and isinstance(obj.get("turns"), list):
-            for t in obj["turns"]:
-                if not isinstance(t, dict) or not isinstance(t.get("user"), str):
-                    raise WorkloadError(f"replay {path.name} line {i}: each turn needs a 'user' string")
-                mt = t.get("max_tokens")
-                turns.append((t["user"], int(mt) if isinstance(mt, int) and mt > 0 else None))
-        else:
-            raise WorkloadError(f'replay {path.name} line {i}: expected {{"messages": [...]}} or {{"turns": [...]}}')
-        if turns:
-            convs.append(tuple(turns))
+    try:
+        convs = [turns for i, obj in json_lines(lines) if (turns := _replay_turns(f"replay {path.name} line {i}", obj))]
+    except JsonLineError as e:
+        raise WorkloadError(f"replay {path.name} line {e.lineno}: not JSON ({e.msg})") from None
     if not convs:
         raise WorkloadError(f"replay {path.name}: no conversations")
     return tuple(convs)
+
+
+def _replay_turns(where: str, obj: object) -> tuple[tuple[str, int | None], ...]:
+    """One replay line's user turns, each with its max_tokens (None: the profile's)."""
+    turns: list[tuple[str, int | None]] = []
+    if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
+        for m in obj["messages"]:
+            if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str):
+                turns.append((m["content"], None))
+    elif isinstance(obj, dict) and isinstance(obj.get("turns"), list):
+        for t in obj["turns"]:
+            if not isinstance(t, dict) or not isinstance(t.get("user"), str):
+                raise WorkloadError(f"{where}: each turn needs a 'user' string")
+            mt = t.get("max_tokens")
+            turns.append((t["user"], int(mt) if isinstance(mt, int) and mt > 0 else None))
+    else:
+        raise WorkloadError(f'{where}: expected {{"messages": [...]}} or {{"turns": [...]}}')
+    return tuple(turns)
 
 
 # ---------------------------------------------------------------------------------------

@@ -184,3 +184,20 @@ async def test_study_from_the_ui_with_the_monitor_one_key_away(tmp_path):
         assert len(saved) == 1 and saved[0].read_text().strip() in scr.commands.values()
         assert saved[0].read_text().strip() in str(scr.query_one("#selected").render())
         assert not set(guards_of(os.getpid())) - before, "the study left its server running"
+
+
+def test_a_job_that_finished_says_whether_it_left_a_result():
+    from spoc_tui.tui.messages import RampFinished
+
+    assert [RampFinished(s, "").ok for s in ("complete", "stopped_early", "interrupted", "error")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert [TuneFinished(s, "").ok for s in ("complete", "exhausted", "interrupted", "error")] == [
+        True,
+        True,
+        False,
+        False,
+    ]

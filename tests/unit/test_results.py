@@ -156,9 +156,30 @@ def test_study_files_carry_their_schema_and_read_back(tmp_path):
     cut = (V1 / "trials.jsonl").read_text() + '{"number": 3, "sta'
     (tmp_path / "trials.jsonl").write_text(cut)
     assert len(read_trials(tmp_path)) == 3  # the line a crash cut short is left out
+    (tmp_path / "trials.jsonl").write_text(cut + "\n\n")  # ...not when a line follows it
+    with pytest.raises(ResultError, match=r"trials.jsonl:4: not a trial record \(Unterminated string"):
+        read_trials(tmp_path)
+    (tmp_path / "trials.jsonl").write_text('{"number": 3, "sta\n' + (V1 / "trials.jsonl").read_text())
+    with pytest.raises(ResultError, match=r"trials.jsonl:1: not a trial record \(.* line 1 column"):
+        read_trials(tmp_path)
     (tmp_path / "trials.jsonl").write_text('{"schema": 7, "number": 0}\n')
     with pytest.raises(ResultError, match="newer spoc-tui"):
         read_trials(tmp_path)
     (tmp_path / "pareto.json").write_text('{"schema": 7, "pareto": []}')
     with pytest.raises(ResultError, match="newer spoc-tui"):
         read_pareto(tmp_path)
+
+
+def test_json_lines_numbers_lines_skips_blanks_and_says_whether_a_bad_line_is_the_last():
+    from spoc_tui.core.files import JsonLineError, json_lines
+
+    assert list(json_lines(['{"a": 1}', "", "  ", "[2]"])) == [(1, {"a": 1}), (4, [2])]
+    with pytest.raises(JsonLineError) as cut:
+        list(json_lines(['{"a": 1}', '{"b": ']))
+    assert (cut.value.lineno, cut.value.last, cut.value.msg) == (2, True, "Expecting value")
+    assert cut.value.detail.startswith("Expecting value: line 1 column")
+    with pytest.raises(JsonLineError) as inner:
+        list(json_lines(["nope", ""]))  # a line follows: not a write a crash cut short
+    assert (inner.value.lineno, inner.value.last) == (1, False)
+    with pytest.raises(JsonLineError, match="nested too deeply"):
+        list(json_lines(["[" * 100_000]))

@@ -786,3 +786,14 @@ def test_a_point_value_is_the_figure_the_step_summary_judges():
     for lim in lims:
         assert point_value(window, lim.metric, lim.stat) == pytest.approx(step.value(lim)), lim
     assert point_value([], "ttft", "p99") is None and point_value(window[-1:], "ttft", "p99") is None
+
+
+def test_listed_plans_run_their_levels_in_order_and_describe_them_as_result_files_keep_them():
+    from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, KneeSearch, Listed
+
+    plans = [FixedUsers([1, 2, 100_000]), FixedRates([0.5, 2.0]), FixedSpeeds([0.25, 1.0])]
+    assert [p.describe() for p in plans] == ["1,2,100000", "rate:0.5,2", "speed:0.25,1"]
+    assert all(isinstance(p, Listed) for p in plans) and not isinstance(KneeSearch(), Listed)
+    users = plans[0]
+    assert [users.next([None] * k) for k in range(4)] == [1, 2, 100_000, None]
+    assert plans[1].levels == [0.5, 2.0] and plans[2].next([]) == 0.25

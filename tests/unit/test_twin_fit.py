@@ -550,7 +550,7 @@ def test_a_twin_that_learned_its_answers_lengths_predicts_with_them_and_says_so(
     ramp = tmp_path / "ramp"
     ramp.mkdir()
     rows = [{"ok": True, "output_tokens": n} for n in (30, 50, 70)] + [{"ok": False, "output_tokens": 0}]
-    (ramp / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
+    (ramp / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n[1, 2]\n7\nnot json\n")
     assert sorted(answers_of(ramp, {"profile": {"name": "chatbot"}})) == [(30, None), (50, None), (70, None)]
     with pytest.raises(TwinError, match="ignore_eos"):
         answers_of(ramp, {"profile": {"name": "flat", "ignore_eos": True}})

@@ -29,11 +29,9 @@ from typing import Any, Literal, Protocol, TypeVar
 from spoc_tui.core.errors import EXIT_USAGE, SpocError
 from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
 from spoc_tui.core.ramp.knee import (
-    FixedRates,
-    FixedSpeeds,
-    FixedUsers,
     Knee,
     KneeSearch,
+    Listed,
     UserPlan,
     find_knee,
     measure_on,
@@ -63,10 +61,6 @@ EARLY_MIN_REQUESTS = 10
 TICK_S = 1.0
 """The longest the driver holds load without looking (progress, the settle and early-stop checks,
 a dead load generator)."""
-
-
-LISTED = (FixedUsers, FixedRates, FixedSpeeds)
-"""Plans of listed levels: they choose no level from the knee."""
 
 
 def poll_every(poll_s: float, window_s: float) -> float:
@@ -315,7 +309,7 @@ class Driver:
         self.backend = backend
         self.sink = sink
         self.on_progress = on_progress
-        self._knee_each_step = knee_each_step or not isinstance(exp.plan, LISTED)
+        self._knee_each_step = knee_each_step or not isinstance(exp.plan, Listed)
         """Infer the knee after every step: asked, or the plan chooses its levels from it."""
         self.runs: list[Measured] = []
         self.status: RampEnd = "interrupted"
@@ -455,7 +449,7 @@ class Driver:
                 self.status, self.stop_reason = "stopped_early", summary.stopped_early.reason
                 return
             why = badly_broken(summary, exp.abort_factor)
-            if why and isinstance(plan, LISTED) and plan.next(self.steps) is not None:
+            if why and isinstance(plan, Listed) and plan.next(self.steps) is not None:
                 self.status, self.stop_reason = "stopped_early", why
                 return
 

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 from spoc_tui.core import fmt
 from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
@@ -243,17 +243,34 @@ KNEE_TOLERANCE = 0.05
 that meets (64 vs 67 users is pinned; bisecting further costs a step per halving)."""
 
 
+class Listed:
+    """Levels the operator listed, run in order: such a plan chooses no level from the knee.
+    Each kind names its levels (``users``, ``rates``, ``speeds``) and :attr:`PREFIX` its
+    ``describe()``."""
+
+    __slots__ = ()
+    PREFIX: ClassVar[str] = ""
+
+    @property
+    def levels(self) -> Sequence[float]:
+        raise NotImplementedError
+
+    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> float | None:
+        return self.levels[len(steps)] if len(steps) < len(self.levels) else None
+
+    def describe(self) -> str:
+        return self.PREFIX + ",".join(str(v) if isinstance(v, int) else f"{v:g}" for v in self.levels)
+
+
 @dataclass(frozen=True)
-class FixedUsers:
+class FixedUsers(Listed):
     """The user counts the operator listed, in order."""
 
     users: list[int]
 
-    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> int | None:
-        return self.users[len(steps)] if len(steps) < len(self.users) else None
-
-    def describe(self) -> str:
-        return ",".join(map(str, self.users))
+    @property
+    def levels(self) -> Sequence[int]:
+        return self.users
 
 
 @dataclass(frozen=True)
@@ -614,29 +631,27 @@ def reference_load(steps: Sequence[StepSummary]) -> tuple[int, str] | None:
 
 
 @dataclass(frozen=True)
-class FixedRates:
+class FixedRates(Listed):
     """``--rate 1,2,4``: open-loop steps at these arrival rates (requests/s, Poisson), in order."""
 
+    PREFIX = "rate:"
     rates: list[float]
 
-    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> float | None:
-        return self.rates[len(steps)] if len(steps) < len(self.rates) else None
-
-    def describe(self) -> str:
-        return "rate:" + ",".join(f"{r:g}" for r in self.rates)
+    @property
+    def levels(self) -> Sequence[float]:
+        return self.rates
 
 
 @dataclass(frozen=True)
-class FixedSpeeds:
+class FixedSpeeds(Listed):
     """``--speed 0.5,1,2``: a trace replayed at these speed multiples, in order."""
 
+    PREFIX = "speed:"
     speeds: list[float]
 
-    def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> float | None:
-        return self.speeds[len(steps)] if len(steps) < len(self.speeds) else None
-
-    def describe(self) -> str:
-        return "speed:" + ",".join(f"{v:g}" for v in self.speeds)
+    @property
+    def levels(self) -> Sequence[float]:
+        return self.speeds
 
 
 MIN_SPEED = 1 / 64

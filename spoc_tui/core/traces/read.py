@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import IO
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.files import parse_json
+from spoc_tui.core.files import JsonLineError, json_lines, parse_json
 
 # the formats' names live in a light module (spoc --help lists them); re-exported here
 from spoc_tui.core.traces.formats import BLOCK_TOKENS as BLOCK_TOKENS
@@ -546,13 +546,10 @@ def _weka_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read:
 
 def _json_lines(path: Path, f: IO[str], hint: str = "") -> Iterator[tuple[int, object]]:
     """(line number, value) of each non-empty line; a line that is not JSON is named."""
-    for lineno, line in enumerate(f, 1):
-        if not line.strip():
-            continue
-        try:
-            yield lineno, parse_json(line)
-        except json.JSONDecodeError as e:
-            raise TraceError(f"{path.name} line {lineno}: not JSON ({e.msg}){hint}") from None
+    try:
+        yield from json_lines(f)
+    except JsonLineError as e:
+        raise TraceError(f"{path.name} line {e.lineno}: not JSON ({e.msg}){hint}") from None
 
 
 def _weka_conversation(

@@ -18,7 +18,16 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import InputError, SpocError
-from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, UserPlan, parse_levels, parse_speed_plan
+from spoc_tui.core.ramp.knee import (
+    FixedRates,
+    FixedSpeeds,
+    FixedUsers,
+    Knee,
+    Listed,
+    UserPlan,
+    parse_levels,
+    parse_speed_plan,
+)
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.core.ramp.text import (
@@ -67,10 +76,7 @@ _COLUMNS = [
 
 
 class StepTable(DiffTable):
-    def __init__(
-        self, *, name: str | None = None, id: str | None = None, classes: str | None = None, disabled: bool = False
-    ) -> None:
-        super().__init__([*_COLUMNS, ("v", "verdict", 16)], name=name, id=id, classes=classes, disabled=disabled)
+    COLUMNS = [*_COLUMNS, ("v", "verdict", 16)]
 
     def show(self, steps: tuple[StepSummary, ...], stats: dict[str, str] | None = None) -> None:
         """``stats``: the percentile the SLA judges TTFT and ITL by (``{"ttft": "p90"}``), which
@@ -384,15 +390,7 @@ class LoadScreen(Screen[None]):
             return
         plan = request.plan
         # a search: as many steps as it takes
-        self.total_steps = (
-            len(plan.users)
-            if isinstance(plan, FixedUsers)
-            else len(plan.rates)
-            if isinstance(plan, FixedRates)
-            else len(plan.speeds)
-            if isinstance(plan, FixedSpeeds)
-            else None
-        )
+        self.total_steps = len(plan.levels) if isinstance(plan, Listed) else None
         if request.trace is not None:
             self.trace_view.update(Text(f"reading {request.trace.path.name}…", style="bold"))
             self.describe_trace(request.trace)

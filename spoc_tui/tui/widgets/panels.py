@@ -30,25 +30,19 @@ class ServerTable(DiffTable):
     """The fleet total on top (several replicas), then one row per server, one per engine when a
     server has several; a replica that lags the fleet is marked ▲ (see :mod:`spoc_tui.core.monitor.fleet`)."""
 
-    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(
-            [
-                # what tells replicas apart first (at 80 columns the last ones are off-screen)
-                ("src", "Server / engine", 18),
-                ("run", "Run", 4),
-                ("wait", "Wait", 5),
-                ("kv", "KV", 6),
-                ("ttft", "TTFT p99", 8),
-                ("out", "Out t/s", 7),
-                ("pre", "Preempt", 9),
-                ("hit", "Prefix", 6),
-                ("in", "In t/s", 7),
-                ("shed", "Shed/s", 6),
-            ],
-            name=name,
-            id=id,
-            classes=classes,
-        )
+    COLUMNS = [
+        # what tells replicas apart first (at 80 columns the last ones are off-screen)
+        ("src", "Server / engine", 18),
+        ("run", "Run", 4),
+        ("wait", "Wait", 5),
+        ("kv", "KV", 6),
+        ("ttft", "TTFT p99", 8),
+        ("out", "Out t/s", 7),
+        ("pre", "Preempt", 9),
+        ("hit", "Prefix", 6),
+        ("in", "In t/s", 7),
+        ("shed", "Shed/s", 6),
+    ]
 
     @staticmethod
     def _cells(label: str, v: EngineView, stale: bool, label_style: str = "", lagging: bool = False) -> list[Cell]:
@@ -104,21 +98,15 @@ class RooflineTable(DiffTable):
     """Per server (and engine): achieved FLOP/s and memory traffic per GPU from vLLM's estimates,
     their share of the GPU's peak, tokens per engine step and the one-word reading."""
 
-    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(
-            [
-                ("src", "Server / engine", 16),
-                ("flops", "FLOP/s (peak)", 17),
-                ("bw", "Mem B/s (peak)", 15),
-                ("ai", "FLOP/B", 6),
-                ("tps", "tok/step", 8),
-                ("read", "Reading", 14),
-                ("why", "Why", 58),
-            ],
-            name=name,
-            id=id,
-            classes=classes,
-        )
+    COLUMNS = [
+        ("src", "Server / engine", 16),
+        ("flops", "FLOP/s (peak)", 17),
+        ("bw", "Mem B/s (peak)", 15),
+        ("ai", "FLOP/B", 6),
+        ("tps", "tok/step", 8),
+        ("read", "Reading", 14),
+        ("why", "Why", 58),
+    ]
 
     @staticmethod
     def _cells(label: str, r: Roofline, stale: bool) -> list[Cell]:
@@ -150,20 +138,17 @@ class RooflineTable(DiffTable):
 class LatencyTable(DiffTable):
     """TTFT/ITL/TPOT/E2E/queue percentiles over the stated window, with a p99 trend."""
 
+    COLUMNS = [
+        ("m", "Metric", 6),
+        ("p50", "p50", 7),
+        ("p90", "p90", 7),
+        ("p99", "p99", 7),
+        ("mean", "mean", 7),
+        ("n", "count", 6),
+    ]
+
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(
-            [
-                ("m", "Metric", 6),
-                ("p50", "p50", 7),
-                ("p90", "p90", 7),
-                ("p99", "p99", 7),
-                ("mean", "mean", 7),
-                ("n", "count", 6),
-            ],
-            name=name,
-            id=id,
-            classes=classes,
-        )
+        super().__init__(name=name, id=id, classes=classes)
         self.window = "n/a"
         self.limits: tuple[Limit, ...] = ()
         """The SLA: a cell it judges turns red past its limit, green within it."""
@@ -233,24 +218,21 @@ def _short_model(model: str | None) -> str:
 
 
 class GpuTable(DiffTable):
+    COLUMNS = [
+        ("gpu", "GPU", 7),
+        ("rep", "Replica", 0),
+        ("model", "Model", 0),
+        ("t", "Temp", 4),
+        ("mt", "Mem", 4),
+        ("sm", "SM MHz", 9),
+        ("p", "Power W", 8),
+        ("u", "Util", 4),
+        ("fb", "FB GiB", 6),
+        ("thr", "Throttle", 18),
+    ]
+
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(
-            [
-                ("gpu", "GPU", 7),
-                ("rep", "Replica", 0),
-                ("model", "Model", 0),
-                ("t", "Temp", 4),
-                ("mt", "Mem", 4),
-                ("sm", "SM MHz", 9),
-                ("p", "Power W", 8),
-                ("u", "Util", 4),
-                ("fb", "FB GiB", 6),
-                ("thr", "Throttle", 18),
-            ],
-            name=name,
-            id=id,
-            classes=classes,
-        )
+        super().__init__(name=name, id=id, classes=classes)
         self._throttled: dict[str, tuple[float, Styled]] = {}
         """Each GPU's last throttle reason and when it was seen: a GPU whose reason comes and goes
         from one sample to the next keeps it shown (dimmed) for THROTTLE_HOLD_S, not blinking."""

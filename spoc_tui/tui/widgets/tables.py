@@ -8,7 +8,7 @@ changed.
 
 from __future__ import annotations
 
-from typing import NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple, TypeVar
 
 from rich.cells import cell_len
 from rich.control import strip_control_codes
@@ -83,17 +83,21 @@ class DiffTable(LeanRefresh):
     DiffTable { height: auto; width: 1fr; }
     """
 
+    COLUMNS: ClassVar[list[tuple[str, str, int]]] = []
+    """Each column's key, header and width (0: hidden until :meth:`set_widths`)."""
+
     def __init__(
         self,
-        columns: list[tuple[str, str, int]],
+        columns: list[tuple[str, str, int]] | None = None,
         *,
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
         disabled: bool = False,
     ) -> None:
+        """``columns``: these instead of the class's :attr:`COLUMNS`."""
         super().__init__(name=name, id=id, classes=classes, disabled=disabled)
-        self._columns = columns
+        self._columns = list(self.COLUMNS if columns is None else columns)
         self._rows: dict[str, list[Cell]] = {}
         self._sigs: dict[str, tuple[object, ...]] = {}
         self._strips: dict[str, Strip] = {}
