@@ -241,6 +241,8 @@ async def served_models(url: str, api_key: str | None = None, timeout_s: float =
     try:
         out: dict[str, int | None] = {}
         for m in r.json()["data"]:
+            if not isinstance(m, dict):
+                raise TypeError("a model that is not an object")
             n = m.get("max_model_len")
             out[str(m["id"])] = int(n) if isinstance(n, int) else None
         return out

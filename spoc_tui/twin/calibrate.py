@@ -324,8 +324,9 @@ class Calibrator:
             )
             if r.status_code != 200:
                 raise TwinError(f"/tokenize answered HTTP {r.status_code}")
-            n = r.json().get("count")
-            if not isinstance(n, int):
+            body = r.json()
+            n = body.get("count") if isinstance(body, dict) else None
+            if isinstance(n, bool) or not isinstance(n, int):
                 raise TwinError("/tokenize answered without a count")
             return n
 

@@ -107,3 +107,31 @@ def test_a_server_without_a_kv_cache_report_is_not_calibrated():
     )
     with pytest.raises(TwinError, match="has no vllm:cache_config_info"):
         asyncio.run(Calibrator(URL, budget_s=20, transport=server(metrics=lambda: text)).run())
+
+
+@pytest.mark.parametrize(
+    "body", [{"data": ["tiny"]}, {"data": [7]}, {"data": "tiny"}, ["tiny"], {"data": [{"name": "tiny"}]}]
+)
+def test_a_model_list_of_another_shape_is_said_not_raised(monkeypatch, body):
+    """The monitor's and the calibration's readers of /v1/models and /tokenize: an answer of another
+    shape is the reader's one error, never an AttributeError out of a worker."""
+    from spoc_tui.collectors import scrape
+
+    monkeypatch.setattr(scrape, "new_client", lambda timeout: httpx.AsyncClient(transport=server(models=body)))
+    with pytest.raises(scrape.SourceError, match="did not return an OpenAI model list"):
+        asyncio.run(scrape.served_models(URL))
+    with pytest.raises(RampError, match="did not return an OpenAI model list"):
+        asyncio.run(preflight(URL, None, None, server(models=body)))
+
+
+@pytest.mark.parametrize("body", [[1, 2], {"count": "7"}, {"count": True}, {"tokens": [1]}])
+def test_a_tokenize_answer_of_another_shape_leaves_prompt_lengths_approximate(monkeypatch, body):
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=body)
+
+    real = httpx.Client
+    monkeypatch.setattr(httpx, "Client", lambda **kw: real(transport=httpx.MockTransport(answer), **kw))
+    cal = Calibrator(URL, budget_s=20, transport=server())
+    cal._learn_lengths()
+    assert not cal.maker.exact
+    assert any("prompt lengths approximate (no /tokenize: /tokenize answered without a count)" in n for n in cal.notes)
