@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 NA = "n/a"
 
 
@@ -74,14 +76,15 @@ SPARK_ASCII = " .:-=+*#%@"
 
 
 def sparkline(values: list[float | None], low: float = 0.0, marks: str = SPARK) -> str:
-    """One character a value, from ``low`` (the first mark) to the largest (the last; every value
-    at ``low``: the first mark); a value missing is a ``·``."""
-    top = max((v for v in values if v is not None), default=low)
+    """One character a value, from ``low`` (the first mark, and any value under it) to the largest
+    (the last; every value at ``low``: the first mark); a value missing or not finite is a ``·``."""
+    known = [v if v is not None and math.isfinite(v) else None for v in values]
+    top = max((v for v in known if v is not None), default=low)
     span = top - low
     out = []
-    for v in values:
+    for v in known:
         if v is None:
             out.append("·")
         else:
-            out.append(marks[round((v - low) / span * (len(marks) - 1))] if span > 0 else marks[0])
+            out.append(marks[max(0, round((v - low) / span * (len(marks) - 1)))] if span > 0 else marks[0])
     return "".join(out)

@@ -447,7 +447,7 @@ class Twin:
             url=str(d.get("url") or ""),
             seconds=stamps["seconds"],
             gpu_clocks=gpu_clocks,
-            notes=tuple(str(n) for n in d.get("notes") or []),  # type: ignore[attr-defined]
+            notes=tuple(str(n) for n in notes) if isinstance(notes := d.get("notes"), list) else (),
             endpoint="completions" if d.get("endpoint") == "completions" else "chat",
             correction=dict(corr) if isinstance(corr := d.get("correction"), Mapping) else {},
             **_answers(d.get("answers"), where),

@@ -55,6 +55,8 @@ class Dist:
     mean: float = 0.0
     sd: float = 0.0
     max_fraction_of_context: float | None = None
+    most: float = math.inf
+    """No draw is larger (:data:`MOST`: a lognormal's tail draws no ten-billion-token prompt)."""
 
     def sample(self, rng: random.Random, context_len: int | None = None) -> float:
         if self.kind == "constant":
@@ -71,7 +73,7 @@ class Dist:
             v = min(self.hi, v)
         if self.max_fraction_of_context is not None and context_len:
             v = min(v, self.max_fraction_of_context * context_len)
-        return max(0.0, v)
+        return max(0.0, min(v, self.most))
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"dist": self.kind}
@@ -89,7 +91,29 @@ class Dist:
         return d
 
 
-def parse_dist(where: str, raw: object) -> Dist:
+MOST: dict[str, float] = {
+    "turns": 10_000,
+    "first_user_tokens": 10_000_000,
+    "user_tokens": 10_000_000,
+    "output_tokens": 10_000_000,
+    "think_s": 86_400.0,
+}
+"""The largest value each distribution of a profile may name, and draw (a day of thinking, ten
+million tokens): a typo of a few zeros is refused when the profile is read, not found as a user
+that never finishes its first turn."""
+MOST_SIGMA = 4.0
+"""A lognormal's largest sigma (its 99th percentile is then 11,000 times its median)."""
+
+
+def parse_dist(key: str, raw: object, file: str = "") -> Dist:
+    """The distribution ``raw`` names for the profile's ``key`` (one of :data:`MOST`).
+
+    Raises:
+        WorkloadError: an unknown key or dist, a value that is not a finite number, or one out
+            of its bounds (the message names ``file`` and ``key``).
+    """
+    most = MOST[key]
+    where = f"{file}: {key}" if file else key
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = {"dist": "constant", "value": raw}
     if not isinstance(raw, dict):
@@ -105,10 +129,13 @@ def parse_dist(where: str, raw: object) -> Dist:
         v = raw.get(k, default)
         if v is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise WorkloadError(f"{where}: {k} must be a number")
         if positive and v <= 0:
             raise WorkloadError(f"{where}: {k} must be positive")
+        top = MOST_SIGMA if k == "sigma" else 1.0 if k == "max_fraction_of_context" else most
+        if abs(v) > top:
+            raise WorkloadError(f"{where}: {k} must be at most {top:,g}")
         return float(v)
 
     need = {
@@ -130,6 +157,7 @@ def parse_dist(where: str, raw: object) -> Dist:
         mean=num("mean", 0.0) or 0.0,
         sd=num("sd", 0.0) or 0.0,
         max_fraction_of_context=num("max_fraction_of_context"),
+        most=most,
     )
     if d.lo is not None and d.hi is not None and d.hi < d.lo:
         raise WorkloadError(f"{where}: max is below min")
@@ -266,13 +294,13 @@ def _workload_from(data: dict[str, Any], p: Path, depth: int) -> Workload:
             name,
             desc,
             replay=load_replay(rp),
-            output_tokens=parse_dist(f"{where}: output_tokens", data.get("output_tokens", 256)),
-            think_s=parse_dist(f"{where}: think_s", data.get("think_s", 0)),
+            output_tokens=parse_dist("output_tokens", data.get("output_tokens", 256), where),
+            think_s=parse_dist("think_s", data.get("think_s", 0), where),
             source=str(p),
         )
     sys_tokens = data.get("system_tokens", 0)
-    if isinstance(sys_tokens, bool) or not isinstance(sys_tokens, int) or sys_tokens < 0:
-        raise WorkloadError(f"{where}: system_tokens must be a whole number >= 0")
+    if isinstance(sys_tokens, bool) or not isinstance(sys_tokens, int) or not 0 <= sys_tokens <= MOST["user_tokens"]:
+        raise WorkloadError(f"{where}: system_tokens must be a whole number from 0 to {MOST['user_tokens']:,g}")
     for required in ("user_tokens", "output_tokens"):
         if required not in data:
             raise WorkloadError(f"{where}: missing {required}")
@@ -283,13 +311,13 @@ def _workload_from(data: dict[str, Any], p: Path, depth: int) -> Workload:
         name=name,
         description=desc,
         system_tokens=sys_tokens,
-        turns=parse_dist(f"{where}: turns", data.get("turns", 1)),
-        first_user_tokens=parse_dist(f"{where}: first_user_tokens", data["first_user_tokens"])
+        turns=parse_dist("turns", data.get("turns", 1), where),
+        first_user_tokens=parse_dist("first_user_tokens", data["first_user_tokens"], where)
         if "first_user_tokens" in data
         else None,
-        user_tokens=parse_dist(f"{where}: user_tokens", data["user_tokens"]),
-        output_tokens=parse_dist(f"{where}: output_tokens", data["output_tokens"]),
-        think_s=parse_dist(f"{where}: think_s", data.get("think_s", 0)),
+        user_tokens=parse_dist("user_tokens", data["user_tokens"], where),
+        output_tokens=parse_dist("output_tokens", data["output_tokens"], where),
+        think_s=parse_dist("think_s", data.get("think_s", 0), where),
         source=str(p),
         ignore_eos=ignore_eos,
     )

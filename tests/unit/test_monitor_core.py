@@ -242,3 +242,11 @@ def test_a_lagging_replica_is_judged_against_its_peers_median():
     assert set(lags) == {"c", "d"}
     assert lags["c"] == "TTFT p99 236 ms vs its peers' median 40 ms"  # of 39, 41 and 40
     assert lags["d"] == "ITL p99 50 ms vs its peers' median 20 ms"
+
+
+def test_a_sparkline_shows_a_value_under_its_floor_low_and_one_not_finite_as_missing():
+    from spoc_tui.core.fmt import sparkline
+
+    assert sparkline([-1.0, 5.0]) == " █"  # under low: the first mark, not one from the end
+    assert sparkline([float("nan"), 1.0, float("inf"), None]) == "·█··"
+    assert sparkline([2.0, 2.0], low=2.0) == "  " and sparkline([]) == ""

@@ -93,3 +93,34 @@ def test_the_headroom_is_recorded_and_read_back_and_an_older_file_reads_as_befor
     assert out["headroom"]["http://192.0.2.5:8000"] == {"line": shown["http://192.0.2.5:8000"].line, "estimate": 1.8,
                                                          "identified": True}  # fmt: skip
     assert "headroom" not in json.loads(export(rec, "json"))["records"][0]
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (("tick", "servers", 0, "total", "request_success"), [1]),  # a dict of another shape
+        (("tick", "servers", 0, "total"), None),  # a value the type has no None for
+        (("tick", "servers", 0, "source"), ["a"]),  # a list for a string
+        (("tick", "servers", 0, "total", "finished_rates", "x"), []),
+        (("tick", "gpus", 0, "reasons_mask"), 1.5),  # a float for a whole number
+        (("tick", "gpus", 0, "temp_c"), True),  # a bool is not a number
+        (("tick", "gpus", 0), "gpu0"),  # a string for an object
+    ],
+)
+def test_a_record_of_other_types_is_skipped_like_a_torn_line(tmp_path, where, value):
+    path = tmp_path / "rec.jsonl"
+    r = Recorder(path, {"title": "t", "window_s": 60})
+    r.servers(server_tick(), t=100.0)
+    r.gpus(gpu_tick().tick, [[0, 1, 2, 3]], None, t=100.5)
+    r.close()
+    lines = path.read_text().splitlines()
+    k = 1 if where[1] == "servers" else 2
+    doc = json.loads(lines[k])
+    node = doc
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    path.write_text("\n".join([*lines, json.dumps(doc)]) + "\n")
+    rec = read_recording(path)
+    assert rec.skipped == 1 and len(rec.records) == 2
+    export(rec, "csv")

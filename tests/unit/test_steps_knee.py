@@ -381,6 +381,14 @@ def test_logs_first_turn_capped_to_context():
         ("output_tokens = 3", "missing user_tokens"),
         ("user_tokens = 3\noutput_tokens = 3\nsystem_tokens = -1", "system_tokens"),
         ("user_tokens = [\n", "invalid TOML"),
+        # a few zeros too many: refused when read, not a user that never finishes its first turn
+        ("user_tokens = 3\noutput_tokens = 3\nturns = {dist='constant', value=1e12}", "turns: value must be at most"),
+        ("user_tokens = {dist='lognormal', median=100, sigma=1e308}\noutput_tokens=3", "sigma must be at most 4"),
+        ("user_tokens = 3\noutput_tokens = inf", "output_tokens: value must be a number"),
+        ("user_tokens = 3\noutput_tokens = nan", "output_tokens: value must be a number"),
+        ("user_tokens = 3\noutput_tokens = 3\nthink_s = 1e9", "think_s: value must be at most 86,400"),
+        ("user_tokens = 3\noutput_tokens = 3\nsystem_tokens = 10000000000", "system_tokens must be a whole number"),
+        ("user_tokens = {dist='uniform', min=1, max=9, max_fraction_of_context=2}\noutput_tokens=3", "at most 1"),
     ],
 )
 def test_profile_typos_are_named(tmp_path, text, msg):
@@ -388,6 +396,14 @@ def test_profile_typos_are_named(tmp_path, text, msg):
     f.write_text(text)
     with pytest.raises(WorkloadError, match=msg):
         load_workload(str(f))
+
+
+def test_a_heavy_tail_draws_no_more_than_its_bound():
+    from spoc_tui.workload import MOST, parse_dist
+
+    d = parse_dist("turns", {"dist": "lognormal", "median": 5000, "sigma": 4})
+    draws = [d.sample(random.Random(seed)) for seed in range(200)]
+    assert max(draws) == MOST["turns"] and min(draws) > 0
 
 
 def test_unknown_profile_lists_builtins():

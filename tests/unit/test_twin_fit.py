@@ -176,6 +176,11 @@ def test_twin_json_round_trips_and_refuses_what_it_cannot_read(tmp_path):
     path.write_text("[1]")
     with pytest.raises(TwinError, match="not a twin"):
         read_twin(path)
+    write_twin(twin(0.1), path)
+    doc = json.loads(path.read_text())
+    doc["notes"] = True  # notes of another shape: none, not a TypeError
+    path.write_text(json.dumps(doc))
+    assert read_twin(path).notes == ()
     with pytest.raises(TwinError, match="no such file"):
         read_twin(tmp_path / "missing.json")
 

@@ -63,32 +63,69 @@ def encode(obj: Any) -> Any:
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
+class DecodeError(ValueError):
+    """A record whose values are not of their fields' types (a file edited or written by
+    something else): the reader skips its line, as it does a line cut short."""
+
+
+def _leaf(tp: Any, data: Any) -> Any:
+    """A plain value checked against its type: a bool is not a number, an int is a float."""
+    ok = (
+        isinstance(data, bool)
+        if tp is bool
+        else isinstance(data, int) and not isinstance(data, bool)
+        if tp is int
+        else isinstance(data, (int, float)) and not isinstance(data, bool)
+        if tp is float
+        else isinstance(data, str)
+        if tp is str
+        else True
+    )
+    if not ok:
+        raise DecodeError(f"{data!r} is not a {getattr(tp, '__name__', tp)}")
+    return float(data) if tp is float else data
+
+
 def decode(tp: Any, data: Any) -> Any:
-    """``data`` (from :func:`encode`) as an instance of type ``tp``."""
-    if data is None:
-        return None
+    """``data`` (from :func:`encode`) as an instance of type ``tp``.
+
+    Raises:
+        DecodeError (a ValueError): a value not of its type, or None where the type has none.
+    """
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if data is None:
+            return None
         return decode(inner[0], data) if len(inner) == 1 else data
+    if data is None:
+        raise DecodeError(f"no value where a {getattr(tp, '__name__', tp)} is wanted")
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if not isinstance(data, dict):
+            raise DecodeError(f"{tp.__name__} is not an object")
         hints = _HINTS.get(tp)
         if hints is None:
             hints = _HINTS[tp] = typing.get_type_hints(tp)
         kwargs = {f.name: decode(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.name in data}
         return tp(**kwargs)
+    if origin in (tuple, list, frozenset) and not isinstance(data, list):
+        raise DecodeError(f"{data!r} is not a list")
+    args = typing.get_args(tp)
     if origin is tuple:
-        args = typing.get_args(tp)
         return tuple(decode(args[0], v) for v in data) if args else tuple(data)
     if origin is frozenset:
-        return frozenset(data)
-    if origin is dict:
-        _, vt = typing.get_args(tp)
-        return {k: decode(vt, v) for k, v in data.items()}
+        return frozenset(decode(args[0], v) for v in data) if args else frozenset(data)
     if origin is list:
-        (vt,) = typing.get_args(tp)
-        return [decode(vt, v) for v in data]
-    return data
+        return [decode(args[0], v) for v in data]
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise DecodeError(f"{data!r} is not an object")
+        return {k: decode(args[1], v) for k, v in data.items()}
+    if origin is typing.Literal:
+        if data not in args:
+            raise DecodeError(f"{data!r} is not one of {args}")
+        return data
+    return _leaf(tp, data)
 
 
 # -- writing -----------------------------------------------------------------------------------------------
