@@ -6,6 +6,7 @@ field that fails reads None (a card that lacks memory temperature still shows th
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
@@ -220,8 +221,14 @@ class TraceReplay:
                     raise NvmlError(f"--nvml-trace {path} line {i}: not a JSON object")
                 if "meta" in obj:
                     m = obj["meta"]
-                    self.meta = m[0] if isinstance(m, list) else m
+                    m = m[0] if isinstance(m, list) and m else m
+                    if not isinstance(m, dict):
+                        raise NvmlError(f"--nvml-trace {path} line {i}: meta is not an object (a GPU's names)")
+                    self.meta = m
                 else:
+                    t = obj.get("t", 0.0)
+                    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+                        raise NvmlError(f"--nvml-trace {path} line {i}: t is not a number of seconds")
                     self.rows.append(obj)
         except JsonLineError as e:
             raise NvmlError(f"--nvml-trace {path} line {e.lineno}: not JSON (a trace is JSON lines)") from None

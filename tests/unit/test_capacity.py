@@ -47,6 +47,16 @@ def test_config_json_missing_fields_are_named(tmp_path):
     bad.write_text("{nope")
     with pytest.raises(PresetError, match="cannot read JSON"):
         model_preset(str(bad))
+    shape = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100}
+    for key, value in [
+        ("intermediate_size", "x"),
+        ("num_key_value_heads", 2.5),
+        ("head_dim", True),
+        ("vocab_size", 2**40),
+    ]:
+        with pytest.raises(PresetError, match=f"config.json: {key} is {value!r}, not a whole number"):
+            model_from_config({**shape, key: value})
+    assert model_from_config({**shape, "head_dim": None, "num_key_value_heads": 0}).head_dim == 16  # absent: derived
 
 
 def test_config_json_gqa_and_weights():

@@ -76,6 +76,26 @@ def test_nvml_trace_power_capped_burn():
     assert burn.power_w == pytest.approx(burn.power_limit_w, rel=0.02)
 
 
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ('{"meta": [1]}', "line 1: meta is not an object"),
+        ('{"meta": []}', "line 1: meta is not an object"),
+        ('{"t": "x", "temp_c": 40}', "line 1: t is not a number of seconds"),
+        ('{"t": [], "temp_c": 40}', "line 1: t is not a number of seconds"),
+        ("[1, 2]", "line 1: not a JSON object"),
+        ("{not json", "line 1: not JSON"),
+    ],
+)
+def test_an_nvml_trace_of_another_shape_is_named_when_read(tmp_path, line, says):
+    from spoc_tui.collectors.nvml import NvmlError
+
+    p = tmp_path / "trace.jsonl"
+    p.write_text(line + '\n{"t": 1.0, "temp_c": 40}\n')
+    with pytest.raises(NvmlError, match=says):
+        TraceReplay(p)
+
+
 def test_violation_counters_give_percent_of_window():
     rep = TraceReplay(FIX / "h100_nvml_bursts.jsonl", window_s=1.0)
     out = []

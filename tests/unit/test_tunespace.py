@@ -122,6 +122,12 @@ def test_parse_flags_round_trip_and_errors():
         ("[flags.x]\nchoices = [1]\n[[conditions]]\nrequire = 'x ~ 3'", "cannot read require"),
         ("[flags.x\n", "not valid TOML"),
         ("[flags.x]\nrange = [0, 100000]\nstep = 1", "too many"),
+        # numbers that are not finite, and a default of another shape: named, not a ValueError
+        ("[flags.x]\nrange = [nan, 1]\nstep = 0.1", r"range must be \[low, high\] numbers"),
+        ("[flags.x]\nrange = [0, 1e308]\nstep = 0.05", "too many"),
+        ("[flags.x]\nrange = [0, 1]\nstep = inf", "positive step"),
+        ("[flags.x]\nchoices = [1, nan]", "choice nan is not a number"),
+        ("[flags.x]\nchoices = [1, 2]\ndefault = {a = 1}", "default {'a': 1} is not a number, string or boolean"),
     ],
 )
 def test_bad_spaces_name_the_problem(text, msg):

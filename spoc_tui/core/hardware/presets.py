@@ -290,27 +290,46 @@ def custom_gpu(memory_gib: float, base: GpuSpec | None = None) -> GpuSpec:
 
 
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+_MOST = 2**31
+"""No shape count of a real model comes near it (a vocabulary of 2 billion words)."""
+
+
+def _count(cfg: dict[str, Any], key: str) -> int | None:
+    """An optional count of the shape (None: absent, null or 0, so the caller's default).
+
+    Raises:
+        PresetError: a value that is not a whole number from 0 to :data:`_MOST`.
+    """
+    v = cfg.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _MOST:
+        raise PresetError(f"config.json: {key} is {v!r}, not a whole number from 0 to {_MOST:,}")
+    return v or None
 
 
 def model_from_config(cfg: dict[str, Any], name: str = "custom") -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` dict.
 
     Raises:
-        PresetError: naming every required field that is missing or not a positive integer.
+        PresetError: naming every required field that is missing or not a positive integer, or
+            an optional count that is not a whole number.
     """
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers
         cfg = {**cfg, **cfg["text_config"]}
-    missing = [k for k in _REQUIRED if not isinstance(cfg.get(k), int) or cfg[k] <= 0]
+    missing = [k for k in _REQUIRED if isinstance(cfg.get(k), bool) or not isinstance(cfg.get(k), int) or cfg[k] <= 0]
     if missing:
         raise PresetError(f"config.json lacks {', '.join(missing)} (needed for the attention shape)")
+    for k in _REQUIRED:
+        _count(cfg, k)
     heads = cfg["num_attention_heads"]
     hidden = cfg["hidden_size"]
-    head_dim = cfg.get("head_dim") or hidden // heads
-    kv = cfg.get("num_key_value_heads") or heads
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0
-    per_tok = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0
-    inter = cfg.get("intermediate_size") or 4 * hidden
-    moe_inter = cfg.get("moe_intermediate_size") or (inter if experts else 0)
+    head_dim = _count(cfg, "head_dim") or hidden // heads
+    kv = _count(cfg, "num_key_value_heads") or heads
+    experts = _count(cfg, "num_local_experts") or _count(cfg, "num_experts") or _count(cfg, "n_routed_experts") or 0
+    per_tok = _count(cfg, "num_experts_per_tok") or _count(cfg, "experts_per_token") or 0
+    inter = _count(cfg, "intermediate_size") or 4 * hidden
+    moe_inter = _count(cfg, "moe_intermediate_size") or (inter if experts else 0)
     layers = cfg["num_hidden_layers"]
     sliding = cfg.get("sliding_window") if isinstance(cfg.get("sliding_window"), int) else None
     layer_types = cfg.get("layer_types")
@@ -332,7 +351,7 @@ def model_from_config(cfg: dict[str, Any], name: str = "custom") -> ModelSpec:
         head_dim=head_dim,
         intermediate_size=inter,
         vocab_size=cfg["vocab_size"],
-        max_position=cfg.get("max_position_embeddings") or 4096,
+        max_position=_count(cfg, "max_position_embeddings") or 4096,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         num_experts=experts,
         experts_per_token=per_tok,

@@ -38,6 +38,7 @@ import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.ramp.knee import Knee
@@ -278,6 +279,16 @@ def _norm(v: Value) -> Value:
     return float(v)
 
 
+def _is_value(v: object) -> bool:
+    """A flag's value: a boolean, a string or a finite number."""
+    return isinstance(v, (bool, str)) or _is_number_value(v)
+
+
+def _is_number_value(v: object) -> TypeGuard[int | float]:
+    """A finite number that is not a boolean."""
+    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v))
+
+
 def _values(name: str, spec: Mapping[str, object]) -> tuple[Value, ...]:
     kinds = [k for k in ("choices", "pow2", "range") if k in spec]
     if len(kinds) != 1:
@@ -290,16 +301,12 @@ def _values(name: str, spec: Mapping[str, object]) -> tuple[Value, ...]:
         if not isinstance(raw, list) or not raw:
             raise SpaceError(f"flag {name!r}: choices must be a non-empty list")
         for v in raw:
-            if not isinstance(v, (bool, int, float, str)):
+            if not _is_value(v):
                 raise SpaceError(f"flag {name!r}: choice {v!r} is not a number, string or boolean")
         if len({_norm(v) for v in raw}) != len(raw):
             raise SpaceError(f"flag {name!r}: choices repeat a value")
         return tuple(raw)
-    if not (
-        isinstance(raw, list)
-        and len(raw) == 2
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in raw)
-    ):
+    if not (isinstance(raw, list) and len(raw) == 2 and all(_is_number_value(x) for x in raw)):
         raise SpaceError(f"flag {name!r}: {kind} must be [low, high] numbers")
     lo, hi = raw
     if lo > hi:
@@ -312,9 +319,10 @@ def _values(name: str, spec: Mapping[str, object]) -> tuple[Value, ...]:
             raise SpaceError(f"flag {name!r}: no power of two between {lo} and {hi}")
         return tuple(2**e for e in range(e0, e1 + 1))
     step = spec.get("step")
-    if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
+    if not _is_number_value(step) or step <= 0:
         raise SpaceError(f"flag {name!r}: range needs a positive step (every flag has a finite list of values)")
-    n = math.floor((hi - lo) / step + 1e-9) + 1
+    span = (hi - lo) / step
+    n = math.floor(span + 1e-9) + 1 if span < MAX_VALUES else MAX_VALUES + 1
     if n > MAX_VALUES:
         raise SpaceError(f"flag {name!r}: {n} values is too many (at most {MAX_VALUES}); use a larger step or pow2")
     if all(isinstance(x, int) for x in (lo, hi, step)):
@@ -355,6 +363,8 @@ def parse_space(text: str, source: str = "<space>", known: Mapping[str, Value] |
             values = _values(name, spec)
             default = spec.get("default")
             if default is not None:
+                if not _is_value(default):
+                    raise SpaceError(f"flag {name!r}: default {default!r} is not a number, string or boolean")
                 match = [
                     v for v in values if isinstance(v, bool) == isinstance(default, bool) and _norm(v) == _norm(default)
                 ]
