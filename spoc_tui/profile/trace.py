@@ -260,6 +260,13 @@ def _num(v: Any) -> float | None:
     return float(v)
 
 
+def _thread(ev: dict[str, Any]) -> tuple[Any, Any]:
+    """An event's (process, thread), each a number or a name as the profiler wrote it (a value of
+    another shape is its text: one lane, not an unhashable key)."""
+    pid, tid = (v if isinstance(v, (int, float, str)) or v is None else str(v) for v in (ev.get("pid"), ev.get("tid")))
+    return pid, tid
+
+
 def read_trace(path: Path | str) -> TraceData:
     """Stream ``path`` into flat arrays (bounded memory: a few tens of bytes an event)."""
     p = Path(path)
@@ -275,6 +282,8 @@ def read_trace(path: Path | str) -> TraceData:
         if ev.get("ph") != "X":
             continue
         cat = ev.get("cat")
+        if not isinstance(cat, str):
+            continue
         ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
         if ts is None or dur is None or dur < 0:
             continue
@@ -288,7 +297,7 @@ def read_trace(path: Path | str) -> TraceData:
             lane: int = dev if isinstance(dev, int) else (pid if isinstance(pid, int) else 0)
             data.device.add(ts, dur, lane, data.name_id(name))
         elif cat == "cpu_op":
-            lane = data.thread_id((ev.get("pid"), ev.get("tid")))
+            lane = data.thread_id(_thread(ev))
             data.host.add(ts, dur, lane, data.name_id(name))
         elif cat in STEP_CATS and name.startswith("execute_"):
             m = _STEP.match(name)
@@ -297,5 +306,5 @@ def read_trace(path: Path | str) -> TraceData:
             if cat == "gpu_user_annotation":
                 data.device_steps.add(ts, dur, m, 0)
             else:
-                data.host_steps.add(ts, dur, m, data.thread_id((ev.get("pid"), ev.get("tid"))))
+                data.host_steps.add(ts, dur, m, data.thread_id(_thread(ev)))
     return data

@@ -101,6 +101,16 @@ def test_host_trace_counts_self_time_on_the_engine_thread(tmp_path):
     assert b.top[0].name == "_C::onednn_mm" and b.top[0].count == 2
 
 
+def test_events_of_another_shape_are_passed_over_or_one_lane(tmp_path):
+    odd = [
+        *HOST,
+        X({"a": 1}, "aten::mm", 30, 5),  # a category that is not a name: not an event of ours
+        X("cpu_op", "aten::mm", 3000, 5, tid={"a": 1}),  # a thread that is not a number: its own lane
+    ]
+    b = analyse(read_trace(_write(tmp_path / "t.pt.trace.json.gz", odd)))
+    assert b.timeline == "host" and b.top[0].name == "_C::onednn_mm"
+
+
 def test_device_trace_idle_between_kernels_and_device_steps(tmp_path):
     events = [
         X("gpu_user_annotation", "execute_context_0(0)_generation_8(8)", 100, 300, pid=0, tid=7),
