@@ -67,12 +67,15 @@ def report_cmd(paths: tuple[str, ...], out: str | None) -> None:
             raise InputError(f"{src}: neither a ramp (ramp.json) nor a study (pareto.json)")
         target = Path(out) if out else folder / "report.html"
     charts = target.with_name(target.stem + "-charts")
+    stream = target.exists() and not target.is_file()  # /dev/stdout, a pipe: the page, no folder beside it
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         _write(target, rep.html)
-        charts.mkdir(exist_ok=True)
-        for name, svg in rep.charts.items():
-            _write(charts / name, svg)
+        if not stream:
+            charts.mkdir(exist_ok=True)
+            for name, svg in rep.charts.items():
+                _write(charts / name, svg)
     except OSError as e:
         raise InputError(f"--out {target}: cannot write there ({e.strerror or e})") from None
-    click.echo(f"wrote {target} ({len(rep.html) / 1024:.0f} KB) and {len(rep.charts)} chart(s) in {charts}/")
+    kept = "no chart files (--out is not a file)" if stream else f"{len(rep.charts)} chart(s) in {charts}/"
+    click.echo(f"wrote {target} ({len(rep.html) / 1024:.0f} KB) and {kept}", err=stream)

@@ -218,14 +218,13 @@ def predict_cmd(
     server."""
     from spoc_tui.core.errors import InputError
     from spoc_tui.core.ramp.sla import parse_sla
+    from spoc_tui.load.defaults import rules_error
     from spoc_tui.twin.model import read_twin
     from spoc_tui.twin.predict import Prediction, TraceRows, predict, read_rows
     from spoc_tui.workload import load_workload
 
     twin = read_twin(twin_path)
     src = exp.trace()
-    if exp.step_seconds <= exp.warmup_seconds or exp.warmup_seconds < 0:
-        raise InputError("--step-seconds must be longer than --warmup-seconds (which is 0 or more)")
     rows: TraceRows | None = None
     trace_doc: dict[str, object] | None = None
     if src is not None:
@@ -243,6 +242,8 @@ def predict_cmd(
         draws=draws,
         trace=rows,
     )
+    if (why := rules_error(p, rows is not None)) is not None:
+        raise InputError(why)
     t0 = time.perf_counter()
     quiet = as_json or not sys.stderr.isatty()
     res = predict(p, None if quiet else lambda m: click.echo(f"\r\033[Kpredicting: {m}", nl=False, err=True))

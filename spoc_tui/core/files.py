@@ -90,20 +90,34 @@ def read_text_bounded(path: str | Path, limit: int = MAX_FILE) -> str:
 def write_atomic(path: str | Path, content: str | Callable[[TextIO], object]) -> None:
     """Write ``path`` whole or not at all: into a temporary file beside it, then renamed over it
     (a reader never sees half a file, a crash leaves the old one). ``content`` is the text, or a
-    function that writes to the open file. No temporary file is left behind, whatever fails.
+    function that writes to the open file. No temporary file is left behind, whatever fails. A
+    path that is a link to a file replaces the file, not the link; one that is not a regular file
+    (``/dev/null``, ``/dev/stdout``, a pipe) is written to as it is: renamed over, a device node
+    would have become a file.
 
     Raises:
         OSError: the folder cannot be written (the caller says which file, in its words).
     """
     p = Path(path)
+    if p.is_symlink() or (p.exists() and not p.is_file()):
+        if p.is_file():  # a link to a regular file: that file is replaced, the link kept
+            p = p.resolve()
+        else:  # a device, a pipe, /dev/stdout: written as it is, never renamed over
+            with open(p, "w", encoding="utf-8") as f:
+                _put(f, content)
+            return
     fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.", suffix=".part")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            if isinstance(content, str):
-                f.write(content)
-            else:
-                content(f)
+            _put(f, content)
         os.replace(tmp, p)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _put(f: TextIO, content: str | Callable[[TextIO], object]) -> None:
+    if isinstance(content, str):
+        f.write(content)
+    else:
+        content(f)

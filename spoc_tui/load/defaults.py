@@ -80,6 +80,32 @@ class StepRules:
         return budget(self.plan, self.budget_s)
 
 
+MOST_STEP_S = 86_400.0
+"""A step, and the longest an undecided one is measured on, is at most a day: longer is a typo
+(and a prediction would simulate it for as long)."""
+
+
+def rules_error(r: Any, trace: bool) -> str | None:
+    """What is wrong with an experiment's step rules (:data:`RULES` of ``r``: a ramp's request or
+    a prediction; ``trace``: a replay, whose step is the trace's span over its speed), in the
+    flags' words; None when nothing is. The one check ``spoc ramp``, ``spoc twin predict``, the
+    Load screen and a study's trials share."""
+    if not 0 < r.step_s <= MOST_STEP_S:
+        return f"--step-seconds must be above 0 and at most {MOST_STEP_S:,.0f} (a day)"
+    if not 0 <= r.warmup_s < r.step_s:
+        return "--warmup-seconds must be at least 0 and shorter than --step-seconds"
+    if r.max_step_s is not None and not r.step_s <= r.max_step_s <= MOST_STEP_S:
+        return f"--max-step-seconds must be at least --step-seconds and at most {MOST_STEP_S:,.0f} (a day)"
+    if r.budget_s is not None and not (0 if trace else r.step_s) < r.budget_s < math.inf:
+        # (a replay's step is the trace's span over its speed: checked against the budget when it starts)
+        return "--budget must be at least one step (--step-seconds)"
+    if r.arrivals not in ("staggered", "lockstep"):
+        return f"--arrivals {r.arrivals!r}: staggered or lockstep"
+    if r.spawn_rate is not None and not 0 < r.spawn_rate <= LOCKSTEP_SPAWN_RATE:
+        return "--spawn-rate must be above 0 and at most 1000 users per second"
+    return None
+
+
 RULES = ("step_s", "warmup_s", "max_step_s", "budget_s", "arrivals", "spawn_rate", "seed")
 """How an experiment's steps run, named alike by a ramp's request and a prediction (and copied
 from one to the other by :func:`rules`)."""

@@ -4,7 +4,6 @@ the error a ramp that cannot run raises (:class:`RampError`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from spoc_tui.load.defaults import (
     WARMUP_S,
     WORKERS,
     ArrivalMode,
+    rules_error,
 )
 from spoc_tui.workload import Workload
 
@@ -113,17 +113,8 @@ class RampConfig(defaults.StepRules):
         def bad(msg: str) -> NoReturn:
             raise RampError(msg, exit_code=EXIT_USAGE)
 
-        if not 0 < self.step_s < math.inf or not 0 <= self.warmup_s < self.step_s:
-            bad("--warmup-seconds must be at least 0 and shorter than --step-seconds")
-        if self.max_step_s is not None and not self.step_s <= self.max_step_s < math.inf:
-            bad("--max-step-seconds must be at least --step-seconds")
-        if self.budget_s is not None and not (0 if self.trace else self.step_s) < self.budget_s < math.inf:
-            # (a replay's step is the trace's span over its speed: checked against the budget when it starts)
-            bad("--budget must be at least one step (--step-seconds)")
-        if self.arrivals not in ("staggered", "lockstep"):
-            bad(f"--arrivals {self.arrivals!r}: staggered or lockstep")
-        if self.spawn_rate is not None and not 0 < self.spawn_rate <= 1000:
-            bad("--spawn-rate must be above 0 and at most 1000 users per second")
+        if (why := rules_error(self, self.trace is not None)) is not None:
+            bad(why)
         if not self.abort_factor > 1:  # a tuning study's inf: never stop early
             bad("--abort-factor must be a number above 1")
         if not 0.5 <= self.poll_s <= 60:

@@ -151,3 +151,12 @@ def test_bad_paths_are_refused(tmp_path):
     assert r.returncode == 2 and "neither a ramp" in r.stderr
     r = spoc("report", "a", "b", "c")
     assert r.returncode == 2 and "two ramps" in r.stderr
+
+
+def test_a_page_written_to_a_pipe_or_a_device_leaves_it_one_and_writes_no_chart_folder_beside_it(tmp_path):
+    write_ramp(tmp_path / "a", slope=0.03)
+    null = tmp_path / "null"
+    null.symlink_to("/dev/null")  # as /dev/stdout is a link to the terminal
+    r = spoc("report", str(tmp_path / "a"), "--out", str(null))
+    assert r.returncode == 0 and "no chart files (--out is not a file)" in r.stderr, r.stderr
+    assert null.is_symlink() and not (tmp_path / "null-charts").exists()

@@ -183,3 +183,35 @@ def test_json_lines_numbers_lines_skips_blanks_and_says_whether_a_bad_line_is_th
     assert (inner.value.lineno, inner.value.last) == (1, False)
     with pytest.raises(JsonLineError, match="nested too deeply"):
         list(json_lines(["[" * 100_000]))
+
+
+def test_write_atomic_replaces_a_file_whole_and_never_renames_over_a_link_a_pipe_or_a_device(tmp_path):
+    """``--out /dev/null`` as root had become a regular file /dev/null: the temporary file was
+    renamed over the device node (or over the /dev/stdout link)."""
+    import os
+    import stat
+    import threading
+
+    from spoc_tui.core.files import write_atomic
+
+    target = tmp_path / "a.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"  # the file replaced, the link kept
+
+    null = tmp_path / "null"
+    null.symlink_to("/dev/null")
+    write_atomic(null, "gone")
+    assert null.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    write_atomic(fifo, lambda f: f.write("through the pipe"))
+    reader.join(10)
+    assert got == ["through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "fifo", "link.json", "null"]  # no .part left
