@@ -244,3 +244,35 @@ def test_the_predicted_ramp_keeps_its_keys_and_figures_for_a_seed():
     assert path.exists(), f"{path} is missing: SPOC_REPIN=1 writes it"
     diffs = _close(got, json.loads(path.read_text()))
     assert not diffs, "\n".join(diffs[:20])
+
+
+def test_a_ramp_and_a_prediction_are_refused_alike_and_a_step_over_a_day_is_a_typo(tmp_path):
+    from click.testing import CliRunner
+
+    from spoc_tui.cli.main import cli
+    from spoc_tui.load.defaults import rules_error
+    from spoc_tui.load.ramp import RampError
+    from spoc_tui.twin.model import write_twin
+    from tests.unit.test_twin_fit import twin
+
+    cfg = RampConfig(
+        url="http://127.0.0.1:1", workload=load_workload("chatbot"), plan=FixedUsers([1]), limits=(), out_dir=tmp_path
+    )
+    cases = [
+        (dict(step_s=1e20), "--step-seconds must be above 0 and at most 86,400 (a day)"),
+        (dict(step_s=30.0, warmup_s=30.0), "--warmup-seconds must be at least 0 and shorter than --step-seconds"),
+        (dict(max_step_s=10 * 86_400.0), "--max-step-seconds must be at least --step-seconds and at most 86,400"),
+        (dict(budget_s=1.0), "--budget must be at least one step"),
+        (dict(spawn_rate=5000.0), "--spawn-rate must be above 0 and at most 1000"),
+    ]
+    for change, says in cases:
+        bad = replace(cfg, **change)
+        assert (rules_error(bad, trace=False) or "").startswith(says)
+        with pytest.raises(RampError, match=says.replace("(", r"\(").replace(")", r"\)")):
+            bad.validate()
+    path = tmp_path / "twin.json"
+    write_twin(twin(), path)
+    r = CliRunner().invoke(cli, ["twin", "predict", "--twin", str(path), "--users", "1", "--step-seconds", "1e20"])
+    err = r.exception  # spoc's main() prints it as one line and exits with its code
+    assert err is not None and getattr(err, "exit_code", None) == 2
+    assert str(err) == "--step-seconds must be above 0 and at most 86,400 (a day)"
