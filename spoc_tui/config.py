@@ -9,6 +9,7 @@ from pathlib import Path
 import platformdirs
 
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.files import FileReadError, read_text_bounded
 
 APP_NAME = "spoc-tui"
 
@@ -122,6 +123,10 @@ class Settings:
 _TYPES = {f.name: f.type for f in fields(Settings)}
 
 
+KEY_FILE_MAX = 64 * 1024
+"""A bearer token's file is read up to this size (a token is a line; ``/dev/zero`` is refused)."""
+
+
 def read_key_file(path: str | Path, label: str) -> str:
     """A bearer token kept in a file (``--api-key-file``, ``api_key_file``), stripped.
 
@@ -129,9 +134,9 @@ def read_key_file(path: str | Path, label: str) -> str:
         ConfigError: unreadable, named by ``label``.
     """
     try:
-        return Path(path).read_text().strip()
-    except OSError as e:
-        raise ConfigError(f"{label}: cannot read ({e.strerror or e})") from None
+        return read_text_bounded(path, KEY_FILE_MAX).strip()
+    except FileReadError as e:
+        raise ConfigError(f"{label}: cannot read ({e})") from None
 
 
 def load_file(path: Path) -> dict[str, object]:
@@ -143,8 +148,8 @@ def load_file(path: Path) -> dict[str, object]:
     if not path.exists():
         return {}
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as e:
+        data = tomllib.loads(read_text_bounded(path))
+    except FileReadError as e:
         raise ConfigError(f"{path}: cannot read ({e})") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML ({e})") from None

@@ -61,6 +61,20 @@ class FileReadError(InputError):
     """The file cannot be read as bounded UTF-8 text; the message says why (without the path)."""
 
 
+def require_regular(path: str | Path) -> None:
+    """Refuse a path that exists and is not a regular file before a reader streams it: a
+    device (``/dev/zero`` never ends), a FIFO, a directory. A missing path is the reader's to name.
+
+    Raises:
+        FileReadError: "is a directory" or "not a regular file".
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise FileReadError("is a directory")
+    if p.exists() and not p.is_file():
+        raise FileReadError("not a regular file")
+
+
 def read_text_bounded(path: str | Path, limit: int = MAX_FILE) -> str:
     """The file's text, at most ``limit`` bytes of UTF-8 from a regular file.
 
@@ -69,10 +83,7 @@ def read_text_bounded(path: str | Path, limit: int = MAX_FILE) -> str:
     """
     p = Path(path)
     try:
-        if p.is_dir():
-            raise FileReadError("is a directory")
-        if p.exists() and not p.is_file():
-            raise FileReadError("not a regular file")
+        require_regular(p)
         with p.open("rb") as f:
             raw = f.read(limit + 1)
     except FileNotFoundError:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.files import FileReadError, require_regular
 
 CHUNK = 1 << 20
 MAX_EVENT_BYTES = 64 << 20
@@ -120,6 +121,10 @@ class TraceData:
 
 
 def _open(path: Path) -> IO[str]:
+    try:
+        require_regular(path)
+    except FileReadError as e:
+        raise TraceError(f"{path}: {e}") from None
     try:
         raw = path.open("rb")
     except OSError as e:

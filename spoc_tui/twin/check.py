@@ -149,7 +149,7 @@ def _trace_rows(twin: Twin, where: str, header: dict[str, Any], path: str | None
     if path is None:
         raise TwinError(f"{where} replayed the trace {name}: give it with --trace FILE")
     if not Path(path).is_file():
-        raise TwinError(f"--trace {path}: no such file")
+        raise TwinError(f"--trace {path}: {'not a regular file' if Path(path).exists() else 'no such file'}")
     try:
         start, length = meta.get("window") or [0.0, None]
         src = trace_source(

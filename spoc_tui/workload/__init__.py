@@ -255,11 +255,9 @@ def load_workload(name_or_path: str, _depth: int = 0) -> Workload:
                 f"unknown profile {name_or_path!r}; built-in: {', '.join(builtin_names())} (or a .toml file)"
             )
     try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise WorkloadError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise WorkloadError(f"{p}: cannot read ({e})") from None
+        data = tomllib.loads(read_text_bounded(p))
+    except FileReadError as e:
+        raise WorkloadError(f"{p}: {e}" if str(e) == "no such file" else f"{p}: cannot read ({e})") from None
     except tomllib.TOMLDecodeError as e:
         raise WorkloadError(f"{p}: invalid TOML ({e})") from None
     return _workload_from(data, p, _depth)

@@ -78,6 +78,27 @@ def test_config_file_errors(tmp_path):
         (["monitor", "--url", "http://127.0.0.1:99999", "--no-nvml"], "not a valid URL"),
         (["inspect", "http://[::1:19100"], "not a valid URL"),
         (["inspect", "/dev/zero"], "not a regular file"),
+        # a file that never ends, named where a file is read whole or line by line: refused, not read for ever
+        (
+            ["ramp", "--url", "http://127.0.0.1:1", "--out", "o", "--profile", "/dev/zero"],
+            "/dev/zero: cannot read (not a regular file)",
+        ),
+        (
+            ["ramp", "--url", "http://127.0.0.1:1", "--out", "o", "--api-key-file", "/dev/zero"],
+            "--api-key-file /dev/zero: cannot read (not a regular file)",
+        ),
+        (["monitor", "--config", "/dev/zero", "--no-nvml"], "/dev/zero: cannot read (not a regular file)"),
+        (["replay", "/dev/zero"], "/dev/zero: cannot read (not a regular file)"),
+        (["trace", "stats", "/dev/zero"], "/dev/zero: not a regular file"),
+        (["profile", "--from-trace", "/dev/zero"], "/dev/zero: not a regular file"),
+        (
+            ["ramp", "--url", "http://127.0.0.1:1", "--out", "o", "--trace", "/dev/zero"],
+            "--trace /dev/zero: not a regular file",
+        ),
+        (
+            ["tune", "--launch", "/bin/true {port}", "--sla", "ttft_p99<=1s", "--out", "o", "--space", "/dev/zero"],
+            "--space /dev/zero: not a regular file",
+        ),
         (["monitor", "--nvml-trace", "/dev/zero", "--no-nvml"], "not a regular file"),
         # the headroom's told seats and prior twin, checked before the screen starts
         (["monitor", "--max-num-seqs", "0", "--no-nvml"], "max_num_seqs must be between 1 and 65536, got 0"),

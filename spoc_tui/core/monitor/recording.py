@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any, Union
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.files import parse_json
+from spoc_tui.core.files import FileReadError, parse_json, require_regular
 from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.monitor.model import HeadroomShown
 
@@ -214,7 +214,10 @@ def read_recording(path: str | Path) -> Recording:
     """
     p = Path(path)
     try:
+        require_regular(p)
         f = p.open("rb")  # line by line: one line that is not UTF-8 (a torn write) is skipped, not fatal
+    except FileReadError as e:
+        raise RecordingError(f"{path}: cannot read ({e})") from None
     except OSError as e:
         raise RecordingError(f"{path}: cannot read ({e.strerror or e})") from None
     headers: list[dict[str, Any]] = []

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import IO
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.files import JsonLineError, json_lines, parse_json
+from spoc_tui.core.files import FileReadError, JsonLineError, json_lines, parse_json, require_regular
 
 # the formats' names live in a light module (spoc --help lists them); re-exported here
 from spoc_tui.core.traces.formats import BLOCK_TOKENS as BLOCK_TOKENS
@@ -147,7 +147,15 @@ class TraceRead:
 
 def open_trace(path: Path) -> IO[str]:
     """The trace as text: UTF-8 with or without a byte-order mark, gzip-compressed or not (read
-    from its first bytes, whatever the file's name)."""
+    from its first bytes, whatever the file's name).
+
+    Raises:
+        TraceError: a path that is not a regular file (``/dev/zero`` would be read for ever).
+    """
+    try:
+        require_regular(path)
+    except FileReadError as e:
+        raise TraceError(f"{path}: {e}") from None
     with path.open("rb") as raw:
         magic = raw.read(2)
     if magic == b"\x1f\x8b":
@@ -731,7 +739,7 @@ def trace_source(
     """
     p = Path(path)
     if not p.is_file():
-        raise TraceError(f"--trace {path}: no such file")
+        raise TraceError(f"--trace {path}: {'not a regular file' if p.exists() else 'no such file'}")
     if fmt is not None and fmt not in FORMATS:
         raise TraceError(f"--trace-format {fmt!r}: one of {', '.join(FORMATS)}")
     if max_rows is not None and max_rows < 1:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from spoc_tui.core.errors import InputError
+from spoc_tui.core.files import FileReadError, require_regular
 from spoc_tui.core.ramp.knee import Knee
 from spoc_tui.core.ramp.sla import METRICS, Limit
 from spoc_tui.core.ramp.steps import StepSummary
@@ -431,7 +432,10 @@ def load_space(path: str | None, known: Mapping[str, Value] | None = None) -> Sp
         return parse_space(DEFAULT_SPACE.read_text(), "built-in", known)
     p = Path(path)
     try:
+        require_regular(p)
         text = p.read_text()
+    except FileReadError as e:
+        raise SpaceError(f"--space {path}: {e}") from None
     except OSError as e:
         raise SpaceError(f"--space {path}: {e.strerror or e}") from None
     return parse_space(text, str(p), known)
