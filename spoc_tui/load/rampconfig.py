@@ -35,7 +35,7 @@ from spoc_tui.load.defaults import (
     ArrivalMode,
     rules_error,
 )
-from spoc_tui.workload import Workload
+from spoc_tui.workload import Workload, WorkloadError, load_tokenizer
 
 
 class RampError(SpocError):
@@ -123,6 +123,11 @@ class RampConfig(defaults.StepRules):
             bad(f"--workers must be between 0 and {MAX_WORKERS}")
         if self.tokenizer and not Path(self.tokenizer).exists():
             bad(f"--tokenizer {self.tokenizer}: no such file or folder")
+        if self.tokenizer:
+            try:
+                load_tokenizer(self.tokenizer)  # read here: a bad file is one line, not a failed load generator
+            except WorkloadError as e:
+                bad(str(e))
         if not self.limits:
             bad("the SLA has no limit")
         speeds = isinstance(self.plan, (FixedSpeeds, SpeedSearch))

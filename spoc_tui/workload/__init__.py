@@ -380,6 +380,26 @@ WORDS = (
 ).split()
 
 
+def load_tokenizer(path: str | Path) -> Any:
+    """A Hugging Face ``tokenizer.json`` (or the folder holding one), as a ``tokenizers.Tokenizer``.
+
+    Raises:
+        WorkloadError: no such file, not a regular file, larger than 64 MiB, or not a tokenizer
+            (the library's own words).
+    """
+    from tokenizers import Tokenizer
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    try:
+        return Tokenizer.from_str(read_text_bounded(p))
+    except FileReadError as e:
+        raise WorkloadError(f"--tokenizer {p}: {e}") from None
+    except Exception as e:  # the library raises a bare Exception for a file it cannot read
+        raise WorkloadError(f"--tokenizer {p}: not a tokenizer.json ({e})") from None
+
+
 class TextMaker:
     """Synthetic text of a given token length.
 
@@ -403,12 +423,7 @@ class TextMaker:
         self._after: list[int] = []  # tokens of " " + WORDS[i] after another word
         self._ones: list[int] = []  # indices of words that are one token after a space
         if tokenizer_path:
-            from tokenizers import Tokenizer
-
-            p = Path(tokenizer_path)
-            if p.is_dir():
-                p = p / "tokenizer.json"
-            self.tokenizer = Tokenizer.from_file(str(p))
+            self.tokenizer = load_tokenizer(tokenizer_path)
             self.learn(self._count)
 
     def _count(self, text: str) -> int:

@@ -124,3 +124,8 @@ def test_a_record_of_other_types_is_skipped_like_a_torn_line(tmp_path, where, va
     rec = read_recording(path)
     assert rec.skipped == 1 and len(rec.records) == 2
     export(rec, "csv")
+
+
+def test_a_recording_is_not_written_to_a_device():
+    with pytest.raises(RecordingError, match="--record /dev/zero: not a regular file"):
+        Recorder("/dev/zero", {})  # its fsync raised OSError out of the monitor

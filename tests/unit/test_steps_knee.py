@@ -450,6 +450,20 @@ def test_text_maker_exact_with_a_tokenizer(tmp_path):
             assert len(tok.encode(text).ids) == n
 
 
+def test_a_tokenizer_that_cannot_be_read_is_named(tmp_path):
+    (tmp_path / "tokenizer.json").write_text('{"x":')
+    with pytest.raises(WorkloadError, match=r"tokenizer.json: not a tokenizer.json \(expected"):
+        TextMaker(str(tmp_path))  # the library's bare Exception had come out as a traceback
+    with pytest.raises(WorkloadError, match="--tokenizer /dev/zero: not a regular file"):
+        TextMaker("/dev/zero")  # had been read for ever
+    from spoc_tui.load.ramp import RampConfig, RampError
+
+    cfg = RampConfig("http://127.0.0.1:1", load_workload("chatbot"), parse_user_plan("1"), (), tmp_path / "o")
+    with pytest.raises(RampError, match="not a tokenizer.json") as e:
+        replace(cfg, tokenizer=str(tmp_path)).validate()
+    assert e.value.exit_code == 2
+
+
 def test_text_maker_never_calls_the_tokenizer_per_request_when_counts_add_up(tmp_path, monkeypatch):
     byte_level_bpe(tmp_path, "the cache holds recent blocks of tokens", 300)
     maker = TextMaker(str(tmp_path))

@@ -135,6 +135,10 @@ class Recorder:
     def __init__(self, path: str | Path, header: dict[str, Any]) -> None:
         self.path = Path(path)
         try:
+            require_regular(self.path)  # a device cannot be synced to disk, nor replayed
+        except FileReadError as e:
+            raise RecordingError(f"--record {path}: {e}") from None
+        try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f: IO[str] = self.path.open("a", encoding="utf-8")
         except OSError as e:
