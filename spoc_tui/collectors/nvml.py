@@ -6,7 +6,6 @@ field that fails reads None (a card that lacks memory temperature still shows th
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import warnings
@@ -18,6 +17,7 @@ from typing import Any
 from spoc_tui.core.errors import EXIT_USAGE, SpocError
 from spoc_tui.core.files import FileReadError, JsonLineError, json_lines, read_text_bounded
 from spoc_tui.core.hardware.gpu import GpuSample, ThrottleWindow, groups_from_processes, nvml_gpu
+from spoc_tui.core.jsonsafe import finite_number
 
 _POLICIES = {
     "POWER": 0,
@@ -227,7 +227,7 @@ class TraceReplay:
                     self.meta = m
                 else:
                     t = obj.get("t", 0.0)
-                    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+                    if not finite_number(t):
                         raise NvmlError(f"--nvml-trace {path} line {i}: t is not a number of seconds")
                     self.rows.append(obj)
         except JsonLineError as e:

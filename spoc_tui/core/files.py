@@ -61,6 +61,12 @@ class FileReadError(InputError):
     """The file cannot be read as bounded UTF-8 text; the message says why (without the path)."""
 
 
+def not_a_file(path: str | Path) -> str | None:
+    """Why ``path`` is not a regular file to read ("no such file", "not a regular file"), or None."""
+    p = Path(path)
+    return None if p.is_file() else "not a regular file" if p.exists() else "no such file"
+
+
 def require_regular(path: str | Path) -> None:
     """Refuse a path that exists and is not a regular file before a reader streams it: a
     device (``/dev/zero`` never ends), a FIFO, a directory. A missing path is the reader's to name.

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
+
+
+def finite_number(v: object) -> TypeGuard[int | float]:
+    """A JSON or TOML number a reader can compute with: an int or a finite float, not a bool."""
+    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v))
 
 
 def json_safe(obj: object) -> object:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spoc_tui.core.files import not_a_file
 from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers
 from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.ramp.steps import StepSummary
@@ -148,8 +149,8 @@ def _trace_rows(twin: Twin, where: str, header: dict[str, Any], path: str | None
     name = meta.get("path") or "the trace"
     if path is None:
         raise TwinError(f"{where} replayed the trace {name}: give it with --trace FILE")
-    if not Path(path).is_file():
-        raise TwinError(f"--trace {path}: {'not a regular file' if Path(path).exists() else 'no such file'}")
+    if (why := not_a_file(path)) is not None:  # named plainly, before the selection below is read
+        raise TwinError(f"--trace {path}: {why}")
     try:
         start, length = meta.get("window") or [0.0, None]
         src = trace_source(

@@ -21,6 +21,7 @@ from typing import Any
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, JsonLineError, json_lines, read_text_bounded
+from spoc_tui.core.jsonsafe import finite_number
 
 BUILTIN_DIR = Path(__file__).parent / "profiles"
 DIST_KINDS = ("constant", "uniform", "lognormal", "normal")
@@ -129,7 +130,7 @@ def parse_dist(key: str, raw: object, file: str = "") -> Dist:
         v = raw.get(k, default)
         if v is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if not finite_number(v):
             raise WorkloadError(f"{where}: {k} must be a number")
         if positive and v <= 0:
             raise WorkloadError(f"{where}: {k} must be positive")

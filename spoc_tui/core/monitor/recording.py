@@ -29,7 +29,7 @@ import os
 import time
 import types
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Union
@@ -68,20 +68,19 @@ class DecodeError(ValueError):
     something else): the reader skips its line, as it does a line cut short."""
 
 
+_LEAVES: dict[type, Callable[[object], bool]] = {
+    bool: lambda d: isinstance(d, bool),
+    int: lambda d: isinstance(d, int) and not isinstance(d, bool),
+    float: lambda d: isinstance(d, (int, float)) and not isinstance(d, bool),  # NaN is recorded as it was seen
+    str: lambda d: isinstance(d, str),
+}
+"""Each plain type's check: a bool is not a number, an int is a float."""
+
+
 def _leaf(tp: Any, data: Any) -> Any:
-    """A plain value checked against its type: a bool is not a number, an int is a float."""
-    ok = (
-        isinstance(data, bool)
-        if tp is bool
-        else isinstance(data, int) and not isinstance(data, bool)
-        if tp is int
-        else isinstance(data, (int, float)) and not isinstance(data, bool)
-        if tp is float
-        else isinstance(data, str)
-        if tp is str
-        else True
-    )
-    if not ok:
+    """A plain value checked against its type (other types pass as they are)."""
+    check = _LEAVES.get(tp)
+    if check is not None and not check(data):
         raise DecodeError(f"{data!r} is not a {getattr(tp, '__name__', tp)}")
     return float(data) if tp is float else data
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import IO
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.files import FileReadError, JsonLineError, json_lines, parse_json, require_regular
+from spoc_tui.core.files import FileReadError, JsonLineError, json_lines, not_a_file, parse_json, require_regular
 
 # the formats' names live in a light module (spoc --help lists them); re-exported here
 from spoc_tui.core.traces.formats import BLOCK_TOKENS as BLOCK_TOKENS
@@ -738,8 +738,8 @@ def trace_source(
         TraceError: no such file, an unknown format, a bad filter, window or row cap.
     """
     p = Path(path)
-    if not p.is_file():
-        raise TraceError(f"--trace {path}: {'not a regular file' if p.exists() else 'no such file'}")
+    if (why := not_a_file(p)) is not None:
+        raise TraceError(f"--trace {path}: {why}")
     if fmt is not None and fmt not in FORMATS:
         raise TraceError(f"--trace-format {fmt!r}: one of {', '.join(FORMATS)}")
     if max_rows is not None and max_rows < 1:

@@ -38,10 +38,10 @@ import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeGuard
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, require_regular
+from spoc_tui.core.jsonsafe import finite_number
 from spoc_tui.core.ramp.knee import Knee
 from spoc_tui.core.ramp.sla import METRICS, Limit
 from spoc_tui.core.ramp.steps import StepSummary
@@ -282,12 +282,7 @@ def _norm(v: Value) -> Value:
 
 def _is_value(v: object) -> bool:
     """A flag's value: a boolean, a string or a finite number."""
-    return isinstance(v, (bool, str)) or _is_number_value(v)
-
-
-def _is_number_value(v: object) -> TypeGuard[int | float]:
-    """A finite number that is not a boolean."""
-    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and math.isfinite(v))
+    return isinstance(v, (bool, str)) or finite_number(v)
 
 
 def _values(name: str, spec: Mapping[str, object]) -> tuple[Value, ...]:
@@ -307,7 +302,7 @@ def _values(name: str, spec: Mapping[str, object]) -> tuple[Value, ...]:
         if len({_norm(v) for v in raw}) != len(raw):
             raise SpaceError(f"flag {name!r}: choices repeat a value")
         return tuple(raw)
-    if not (isinstance(raw, list) and len(raw) == 2 and all(_is_number_value(x) for x in raw)):
+    if not (isinstance(raw, list) and len(raw) == 2 and all(finite_number(x) for x in raw)):
         raise SpaceError(f"flag {name!r}: {kind} must be [low, high] numbers")
     lo, hi = raw
     if lo > hi:
@@ -320,7 +315,7 @@ def _values(name: str, spec: Mapping[str, object]) -> tuple[Value, ...]:
             raise SpaceError(f"flag {name!r}: no power of two between {lo} and {hi}")
         return tuple(2**e for e in range(e0, e1 + 1))
     step = spec.get("step")
-    if not _is_number_value(step) or step <= 0:
+    if not finite_number(step) or step <= 0:
         raise SpaceError(f"flag {name!r}: range needs a positive step (every flag has a finite list of values)")
     span = (hi - lo) / step
     n = math.floor(span + 1e-9) + 1 if span < MAX_VALUES else MAX_VALUES + 1
