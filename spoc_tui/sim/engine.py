@@ -15,20 +15,28 @@ slowest GPU of the tensor-parallel group.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 import re
 import time
 import zlib
+from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from spoc_tui.core.hardware.capacity import CapacityError, IterationCost, iteration_time, kv_bytes_per_token, plan
+from spoc_tui.core.hardware.capacity import (
+    CapacityError,
+    IterationCost,
+    decode_iteration_times,
+    iteration_time,
+    kv_bytes_per_token,
+    plan,
+)
 from spoc_tui.core.hardware.presets import GpuSpec, ModelSpec
 from spoc_tui.core.tuning.engineflags import BLOCK_SIZES, EngineFlags
+from spoc_tui.sim.decoderun import Run, decode_run
 from spoc_tui.sim.gpu import SimGpu
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -40,6 +48,7 @@ FILLER = (
 
 
 _FILLER_IDS = [zlib.crc32(w.encode()) & 0xFFFFFF for w in FILLER]
+_FILLER_ARRAY = np.asarray(_FILLER_IDS, dtype=np.int64)
 _ASSISTANT = zlib.crc32(b"assistant") & 0xFFFFFF
 
 
@@ -123,6 +132,9 @@ class SimRequest:
     arrival: float
     on_token: Callable[[int, float], None] | None = None
     on_finish: Callable[[SimRequest], None] | None = None
+    times: list[float] | None = None
+    """Where the engine notes each token's time (a client in virtual time); ``on_token`` streams
+    them one by one instead (the live server's), which keeps the request on the step path."""
     computed: int = 0
     """Tokens whose KV is in the cache (prompt + generated)."""
     generated: int = 0
@@ -151,33 +163,65 @@ class SimRequest:
         return FILLER[(self.out_seed + i * 7) % len(FILLER)]
 
     def output_ids(self) -> list[int]:
-        return [_FILLER_IDS[(self.out_seed + i * 7) % len(FILLER)] for i in range(self.generated)]
+        if self.generated < 32:
+            return [_FILLER_IDS[(self.out_seed + i * 7) % len(FILLER)] for i in range(self.generated)]
+        ids: list[int] = _FILLER_ARRAY[(self.out_seed + np.arange(self.generated) * 7) % len(FILLER)].tolist()
+        return ids
+
+
+BlockHash = int
+"""A block's key in the prefix cache: a hash of the tokens up to the block's end."""
+
+_HASH = np.random.default_rng(0x5EED_B10C)
+_IN_BLOCK = _HASH.integers(1, 1 << 63, size=max(BLOCK_SIZES), dtype=np.uint64) | np.uint64(1)
+"""A multiplier per position in a block (odd: each one a bijection of the 64-bit ring)."""
+_POWERS = np.cumprod(np.full(4096, 0x9E3779B97F4A7C15, dtype=np.uint64))
+"""A multiplier per block of a prompt (grown as longer prompts come)."""
+
+
+def _block_powers(n: int) -> np.ndarray:
+    global _POWERS
+    while len(_POWERS) < n:
+        _POWERS = np.concatenate(
+            (_POWERS, _POWERS[-1] * np.cumprod(np.full(len(_POWERS), 0x9E3779B97F4A7C15, np.uint64)))
+        )
+    return _POWERS[:n]
 
 
 class PrefixCache:
     """LRU of block hashes whose KV is still resident in free blocks."""
 
     def __init__(self) -> None:
-        self._lru: OrderedDict[bytes, None] = OrderedDict()
+        self._lru: OrderedDict[BlockHash, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._lru)
 
     @staticmethod
-    def hashes(tokens: list[int], block_size: int, limit: int | None = None) -> list[bytes]:
-        out = []
-        prev = b""
+    def hashes(
+        tokens: list[int], block_size: int, limit: int | None = None, known: list[BlockHash] | None = None
+    ) -> list[BlockHash]:
+        """Each full block's key: a hash of every token up to its end, so two prompts share a
+        block's key exactly when they share every token up to it (vLLM chains its block hashes so).
+        A polynomial over the 64-bit ring, as arrays (a cryptographic chain per block took a third
+        of a virtual run): each token weighed by its place in its block, each block by its place in
+        the prompt, the sums running. ``known``: the keys of the leading blocks, already worked out
+        (a request's prompt, when its answer is added)."""
         n = len(tokens) // block_size
         if limit is not None:
             n = min(n, limit)
-        raw = np.asarray(tokens[: n * block_size], dtype="<u4").tobytes()  # each id as 4 bytes, little-endian
-        step = 4 * block_size
-        for i in range(n):
-            prev = hashlib.blake2b(prev + raw[i * step : (i + 1) * step], digest_size=12).digest()
-            out.append(prev)
-        return out
+        m = min(len(known), n) if known else 0
+        if n <= m or (not known and n <= 0):
+            return list(known[:n]) if known else []
+        ids = np.asarray(tokens[m * block_size : n * block_size], dtype=np.uint64).reshape(n - m, block_size)
+        blocks = ids @ _IN_BLOCK[:block_size]
+        keys = np.cumsum(blocks * _block_powers(n)[m:n], dtype=np.uint64)
+        if known and m:
+            keys = keys + np.uint64(known[m - 1])
+        out: list[BlockHash] = keys.tolist()
+        return list(known[:m]) + out if known and m else out
 
-    def match(self, hashes: list[bytes], live: Mapping[bytes, int] | None = None) -> int:
+    def match(self, hashes: list[BlockHash], live: Mapping[BlockHash, int] | None = None) -> int:
         """Leading blocks found: resident in free blocks, or (``live``) held by a running request."""
         n = 0
         for h in hashes:
@@ -188,7 +232,7 @@ class PrefixCache:
             n += 1
         return n
 
-    def insert(self, hashes: list[bytes]) -> None:
+    def insert(self, hashes: list[BlockHash]) -> None:
         for h in hashes:
             self._lru[h] = None
             self._lru.move_to_end(h)
@@ -279,14 +323,20 @@ class Hist:
         self.n = 0
 
     def observe(self, v: float) -> None:
-        for i, b in enumerate(self.bounds):
-            if v <= b:
-                self.counts[i] += 1
-                break
-        else:
-            self.counts[-1] += 1
+        self.counts[bisect_left(self.bounds, v) if v == v else len(self.bounds)] += 1
         self.sum += v
         self.n += 1
+
+    def observe_many(self, values: np.ndarray, weights: np.ndarray | None = None) -> None:
+        """Each of ``values`` observed ``weights`` times (once each without): as many
+        :meth:`observe` calls, but the sum added per value, not per observation."""
+        idx = np.searchsorted(np.asarray(self.bounds), values, side="left")
+        idx[np.isnan(values)] = len(self.bounds)
+        w = np.ones(len(values)) if weights is None else weights
+        for i, m in enumerate(np.bincount(idx, weights=w, minlength=len(self.counts)).tolist()):
+            self.counts[i] += int(m)
+        self.sum += float(np.dot(values, w))
+        self.n += int(w.sum())
 
     def cumulative(self) -> list[int]:
         out, acc = [], 0
@@ -359,12 +409,14 @@ class SimEngine:
             request_prefill_computed_tokens=Hist(hist_request_tokens(self.max_len)),
         )
         self.budget = cfg.resolved_batched_tokens()
-        self._hashes: dict[str, list[bytes]] = {}
-        self._live: dict[bytes, int] = {}
+        self._hashes: dict[str, list[BlockHash]] = {}
+        self._live: dict[BlockHash, int] = {}
         """Hashes of prompt blocks that running requests have computed, with how many hold each."""
         self.last_iteration_s = 0.0
         self._last_cost = IterationCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         self.busy_s = 0.0
+        self._abort_pending = False
+        """A request was aborted since the last schedule (the decode run leaves it to the step path)."""
 
     # -- requests -----------------------------------------------------------------------
     def add(self, req: SimRequest) -> None:
@@ -372,6 +424,7 @@ class SimEngine:
 
     def abort(self, req: SimRequest) -> None:
         req.aborted = True
+        self._abort_pending = True
 
     def outside_s(self, prompt_tokens: int) -> float:
         """Seconds a request spends outside the engine before it reaches the scheduler (HTTP,
@@ -405,7 +458,7 @@ class SimEngine:
         if cache_it and self.cfg.enable_prefix_caching:
             full = req.computed // self.cfg.block_size
             tokens = req.prompt + req.output_ids()
-            self.cache.insert(PrefixCache.hashes(tokens, self.cfg.block_size, full))
+            self.cache.insert(PrefixCache.hashes(tokens, self.cfg.block_size, full, self._hashes.get(req.rid)))
         req.blocks = 0
         self.cache.evict_to(self.num_blocks - self.used_blocks)
 
@@ -466,6 +519,7 @@ class SimEngine:
         decodes: list[SimRequest] = []
         prefills: list[tuple[SimRequest, int]] = []
         # Drop aborted requests first.
+        self._abort_pending = False
         for r in [r for r in self.running if r.aborted]:
             self.running.remove(r)
             self._finish(r, now, "abort")
@@ -474,10 +528,16 @@ class SimEngine:
             self._finish(r, now, "abort")
         # Running requests: decode, or continue a chunked prefill.
         i = 0
-        while i < len(self.running) and budget > 0:
-            r = self.running[i]
+        running = self.running
+        while i < len(running) and budget > 0:
+            r = running[i]
             target = len(r.prompt) + r.generated
             remaining = target - r.computed
+            if remaining <= 1 and r.computed >= len(r.prompt) and r.computed < r.blocks * bs:
+                budget -= 1  # a decode whose next token fits its blocks: nothing else to weigh
+                decodes.append(r)
+                i += 1
+                continue
             if remaining <= 0:
                 remaining = 1  # a decode step for the last sampled token
             chunk = min(remaining, budget) if self.cfg.enable_chunked_prefill else remaining
@@ -536,6 +596,46 @@ class SimEngine:
             self.running_peak = len(self.running)
         return decodes, prefills
 
+    def _decode_costs(
+        self, decodes: np.ndarray, contexts: np.ndarray, shared: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Steps of decodes alone, ``decodes[j]`` of them with ``contexts[j]`` tokens of context in
+        all: each one's seconds, FLOPs and bytes read per GPU (:meth:`_cost`'s, as arrays)."""
+        ratio = min(g.clock_ratio for g in self.gpus) if self.gpus else 1.0
+        return decode_iteration_times(
+            self.cfg.model,
+            self.cfg.tp,
+            decodes,
+            contexts,
+            self.plan.weights_bytes_per_gpu,
+            self.kv_per_token,
+            self.cfg.gpu,
+            clock_ratio=ratio,
+            flops_scale=2.0 if self.cfg.quantization == "fp8" else 1.0,
+        )
+
+    def _jittered(self, secs: float) -> float:
+        """A step's time as it runs (a twin draws its spread here)."""
+        return secs
+
+    def _times_shared(self) -> bool:
+        """Whether a step's time depends on the context its decodes share (:meth:`_shared`)."""
+        return False
+
+    def _shared(self, decodes: list[SimRequest]) -> int:
+        return 0
+
+    def decode_run(
+        self,
+        until: float,
+        horizon: Callable[[], float],
+        clock_to: Callable[[float], None],
+        *,
+        strict: bool = False,
+    ) -> Run:
+        """The decode steps up to the next event worked out at once (:func:`~spoc_tui.sim.decoderun.decode_run`)."""
+        return decode_run(self, until, horizon, clock_to, strict=strict)
+
     def cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> float:
         return self._cost(decodes, prefills).seconds
 
@@ -577,9 +677,11 @@ class SimEngine:
                 self._share(r)
             if r.computed >= len(r.prompt) + r.generated:
                 emitted.append(r)
+        st.generation_tokens += len(emitted)
+        gaps: list[float] = []
+        max_len = self.max_len
         for r in emitted:
-            r.generated += 1
-            st.generation_tokens += 1
+            g = r.generated = r.generated + 1
             if r.first_token is None:
                 r.first_token = now
                 st.ttft.observe(now - r.arrival)
@@ -587,14 +689,20 @@ class SimEngine:
                 # included (its prompt_tokens_by_source splits them), once its prefill is done
                 st.prompt_tokens += len(r.prompt)
             elif r.last_token is not None:
-                gap = now - r.last_token
-                st.itl.observe(gap)
+                gaps.append(now - r.last_token)
             r.last_token = now
+            if r.times is not None:
+                r.times.append(now)
             if r.on_token:
-                r.on_token(r.generated, now)
-            if r.generated >= r.target_tokens or r.total_len >= self.max_len:
+                r.on_token(g, now)
+            if g >= r.target_tokens or len(r.prompt) + g >= max_len:
                 self.running.remove(r)
-                self._finish(r, now, "length" if r.generated >= r.max_tokens or r.total_len >= self.max_len else "stop")
+                self._finish(r, now, "length" if g >= r.max_tokens or len(r.prompt) + g >= max_len else "stop")
+        if len(gaps) > 8:
+            st.itl.observe_many(np.asarray(gaps))
+        else:
+            for gap in gaps:
+                st.itl.observe(gap)
 
     def step(self) -> float:
         """Schedule one iteration and return its duration (simulated seconds); tokens are

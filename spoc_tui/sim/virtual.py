@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+import numpy as np
+
 from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest, tokenize
 from spoc_tui.workload import Workload, jitter
@@ -116,9 +118,6 @@ class _Resent:
     slotted: bool = False
     """Sent at an instant of :meth:`VirtualServer.resend_as_users` (its ``due`` that instant)."""
 
-    def token(self, _n: int, when: float) -> None:
-        self.tokens.append(when)
-
 
 def _linked(rows: Sequence[_Resent], turns_wait: bool = True) -> list[_Resent]:
     """Each conversation's turns in ``rows`` chained in their order (a turn the ``child`` of the
@@ -134,6 +133,13 @@ def _linked(rows: Sequence[_Resent], turns_wait: bool = True) -> list[_Resent]:
             free.append(row)
         latest[row.sent.conversation] = row
     return free
+
+
+def gaps(times: list[float]) -> tuple[float, ...]:
+    """The gaps between consecutive times (each ``b - a``, as floats: NumPy's for long lists)."""
+    if len(times) < 48:
+        return tuple(b - a for a, b in zip(times, times[1:], strict=False))
+    return tuple(np.diff(np.asarray(times)).tolist())
 
 
 def client_sample(
@@ -165,7 +171,7 @@ def client_sample(
         ok=ok,
         ttft=times[0] - start if ok else None,
         e2e=times[-1] - start if ok else None,
-        itl=tuple(b - a for a, b in zip(times, times[1:], strict=False)),
+        itl=gaps(times),
         output_tokens=r.generated,
         prompt_tokens=len(r.prompt),
         cached_tokens=r.cached_tokens,
@@ -179,10 +185,6 @@ def client_sample(
         scheduled=scheduled,
         held_s=held_s,
     )
-
-
-def _token(u: _User, _n: int, when: float) -> None:
-    u.tokens.append(when)
 
 
 class VirtualServer:
@@ -367,7 +369,7 @@ class VirtualServer:
             max_tokens=max_tokens,
             target_tokens=max_tokens if self.ignore_eos else self.engine.sample_output_len(max_tokens),
             arrival=at + delay,
-            on_token=partial(_token, u),
+            times=u.tokens,
             on_finish=partial(self._finished, u),
             out_seed=u.rng.randrange(1 << 30),
         )
@@ -441,7 +443,7 @@ class VirtualServer:
             max_tokens=r.max_tokens,
             target_tokens=r.target_tokens,
             arrival=at + self.engine.outside_s(len(r.prompt)),
-            on_token=row.token,
+            times=row.tokens,
             on_finish=partial(self._resent, row),
             out_seed=r.out_seed,
         )
@@ -510,6 +512,8 @@ class VirtualServer:
                 if nxt is None:
                     break
                 continue
+            if not self.gpus and eng.decode_run(until, self._horizon, self._clock_to).steps:
+                continue  # the decode steps up to the next event, at once
             dur = eng.step()
             decodes, prefills = eng._pending
             if not decodes and not prefills:  # nothing could be scheduled: wait for the next arrival
@@ -522,6 +526,13 @@ class VirtualServer:
             if self.gpus:  # as the engine's real-time loop: a prefill-heavy step draws more power
                 n_prefill = sum(n for _, n in prefills)
                 eng.step_gpus(dur / eng.cfg.speed, 1.0, 0.72 + 0.28 * min(1.0, n_prefill / 2048))
+
+    def _horizon(self) -> float:
+        nxt = self._next_event()
+        return math.inf if nxt is None else nxt
+
+    def _clock_to(self, t: float) -> None:
+        self.now = t
 
     def _idle_to(self, t: float) -> None:
         """Nothing to run until ``t``: the clock moves on, and the GPUs (when stepped) idle."""

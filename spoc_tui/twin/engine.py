@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
+
+import numpy as np
 
 from spoc_tui.core.hardware.capacity import IterationCost
 from spoc_tui.core.hardware.presets import gpu_preset, model_preset
@@ -57,7 +59,7 @@ def engine_config(server: ServerConfig, speed: float = 1.0, seed: int = 0) -> En
     return cfg
 
 
-_NONE: list[bytes] = []
+_NONE: list[int] = []
 """A request's hashes before it has any (one list: its count of blocks is 0)."""
 
 
@@ -117,7 +119,7 @@ class TwinEngine(SimEngine):
         if len(decodes) < 2 or self.model.b_shared <= 0 or not self.cfg.enable_prefix_caching:
             return 0
         bs = self.cfg.block_size
-        held: dict[str, tuple[list[bytes], int]] = {}
+        held: dict[str, tuple[Sequence[Hashable], int]] = {}
         for r in decodes:
             hashes = self._hashes.get(r.rid) or _NONE
             held[r.rid] = (hashes, min(len(hashes), r.computed // bs))
@@ -127,10 +129,26 @@ class TwinEngine(SimEngine):
         secs = self.model.step_s(
             [r.computed for r in decodes], [(n, r.computed) for r, n in prefills], self._shared(decodes)
         )
+        # mean-preserving lognormal jitter: the steps' spread as the probes measured it
+        return IterationCost(self._jittered(secs), 0.0, 0.0, 0.0, 0.0, 0.0)
+
+    def _jittered(self, secs: float) -> float:
         if secs > 0 and self._sigma > 0:
-            # mean-preserving lognormal jitter: the steps' spread as the probes measured it
-            secs *= math.exp(self._jitter_rng.gauss(-(self._sigma**2) / 2, self._sigma))
-        return IterationCost(secs, 0.0, 0.0, 0.0, 0.0, 0.0)
+            return secs * math.exp(self._jitter_rng.gauss(-(self._sigma**2) / 2, self._sigma))
+        return secs
+
+    def _times_shared(self) -> bool:
+        return self.model.b_shared > 0 and self.cfg.enable_prefix_caching
+
+    def _decode_costs(
+        self, decodes: np.ndarray, contexts: np.ndarray, shared: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`StepModel.step_s` of steps of decodes alone, as arrays (the same operations in
+        the same order: each step's time to the last bit); no jitter (:meth:`_jittered`)."""
+        m = self.model
+        secs = m.decode_steps_s(decodes, contexts, shared)
+        zero = np.zeros(len(secs))
+        return secs, zero, zero
 
     def outside_s(self, prompt_tokens: int) -> float:
         return self.model.outside_s(prompt_tokens)

@@ -24,6 +24,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.ramp.steps import RequestSample, StepSummary, summarize_step
@@ -185,7 +187,8 @@ class FleetSim:
         self._seq = 0
         self._ends: dict[str, float] = {}
         self._children: dict[str, list[TraceRow]] = {}
-        self._blocks: dict[tuple[str | None, int, int], list[int]] = {}
+        self._blocks: dict[tuple[str | None, int, int], int] = {}
+        """A named block's first token id (its ids run on from it)."""
         self._next_id = 1 << 24  # above the filler words' ids
         self.timeline: list[tuple[float, int]] = []
         self._last_change = -math.inf
@@ -210,27 +213,42 @@ class FleetSim:
             self.timeline.append((self.now, n))
 
     def _prompt(self, row: TraceRow) -> list[int]:
-        ids: list[int] = []
+        """The row's prompt: its hash ids' blocks (the same ids wherever the same block is named),
+        then ids no other prompt of the run has. The prefix cache only compares ids, so a block is
+        a run of consecutive ids from a counter, and the prompt is laid out as one array."""
+        starts: list[int] = []
+        lens: list[int] = []
         left = row.input_tokens
+        blocks = self._blocks
         for h in row.hash_ids:
             n = min(row.block_tokens, left)
             if n <= 0:
                 break
             key = (row.scope, h, n)
-            blk = self._blocks.get(key)
-            if blk is None:
-                blk = self._blocks[key] = self._fresh(n)
-            ids.extend(blk)
+            first = blocks.get(key)
+            if first is None:
+                first = blocks[key] = self._fresh(n)
+            starts.append(first)
+            lens.append(n)
             left -= n
-        ids.extend(self._fresh(max(0, left)))
+        if left > 0:
+            starts.append(self._fresh(left))
+            lens.append(left)
+        if len(starts) == 1:
+            return list(range(starts[0], starts[0] + lens[0]))
+        if not starts:
+            return []
+        n_of = np.asarray(lens)
+        offsets = np.asarray(starts) - (np.cumsum(n_of) - n_of)
+        ids: list[int] = (np.repeat(offsets, n_of) + np.arange(int(n_of.sum()))).tolist()
         return ids
 
-    def _fresh(self, n: int) -> list[int]:
-        """``n`` token ids no other prompt of the run has: the prefix cache only compares them,
-        so a counter does what random ids did (drawing them took a third of a headroom's CPU)."""
+    def _fresh(self, n: int) -> int:
+        """The first of ``n`` token ids no other prompt of the run has (drawing them at random
+        took a third of a headroom's CPU, and listing them block by block another)."""
         start = self._next_id
         self._next_id += n
-        return list(range(start, start + n))
+        return start
 
     def _send(self, row: TraceRow, held: float) -> None:
         """Send ``row`` now (its :func:`release`): recorded as the live replay records it,
@@ -249,9 +267,6 @@ class FleetSim:
         times: list[float] = []
         start = self.now
 
-        def on_token(_n: int, t: float) -> None:
-            times.append(t)
-
         def on_finish(req: SimRequest) -> None:
             rep.in_flight -= 1
             self.samples.append(
@@ -267,7 +282,7 @@ class FleetSim:
             max_tokens=max(1, row.output_tokens),
             target_tokens=max(1, row.output_tokens),
             arrival=self.now,
-            on_token=on_token,
+            times=times,
             on_finish=on_finish,
         )
         rep.in_flight += 1
@@ -286,6 +301,16 @@ class FleetSim:
         """Start the replica's next step if it is idle and has work."""
         if rep.step_end is not None or rep.engine.idle():
             return
+        if len(self.replicas) == 1:  # one engine: the decode steps before the next event at once
+            run = rep.engine.decode_run(math.inf, self._horizon, self._clock_to, strict=True)
+            if run.pending_end is not None:
+                rep.step_end = run.pending_end
+                self._push(rep.step_end, "step", rep.idx)
+                return
+            if run.steps:
+                self._stop_if_empty(rep)
+                if rep.engine.idle():
+                    return
         dur = rep.engine.step()
         decodes, prefills = rep.engine._pending
         if not decodes and not prefills:
@@ -293,6 +318,12 @@ class FleetSim:
         rep.engine.busy_s += dur
         rep.step_end = self.now + dur
         self._push(rep.step_end, "step", rep.idx)
+
+    def _horizon(self) -> float:
+        return self._heap[0][0] if self._heap else math.inf
+
+    def _clock_to(self, t: float) -> None:
+        self.now = t
 
     def _tick(self) -> None:
         a = self.autoscale

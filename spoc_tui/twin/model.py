@@ -42,10 +42,12 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded, write_atomic
@@ -123,7 +125,7 @@ def design_row(
     return (*step, outside, prompt_k, -shared / 1e3)
 
 
-def shared_context(prefixes: Sequence[Sequence[bytes]]) -> int:
+def shared_context(prefixes: Sequence[Sequence[Hashable]]) -> int:
     """Blocks of decode context read more than once in a step: each sequence's leading prompt
     blocks (their hashes), counted over the step's decodes; a block held by k of them is read
     k - 1 times more. In blocks (times the block size: tokens)."""
@@ -138,18 +140,18 @@ class SharedBlocks:
     third of a twin's replay)."""
 
     def __init__(self) -> None:
-        self._count: Counter[bytes] = Counter()
+        self._count: Counter[Hashable] = Counter()
         self._total = 0
-        self._by: dict[str, tuple[list[bytes], int]] = {}
+        self._by: dict[str, tuple[Sequence[Hashable], int]] = {}
         """Per request: the hash list its blocks came from and how many of them are counted."""
 
-    def _add(self, hashes: Sequence[bytes]) -> None:
+    def _add(self, hashes: Sequence[Hashable]) -> None:
         count = self._count
         for h in hashes:
             count[h] += 1
         self._total += len(hashes)
 
-    def _take(self, hashes: Sequence[bytes]) -> None:
+    def _take(self, hashes: Sequence[Hashable]) -> None:
         count = self._count
         for h in hashes:
             left = count[h] - 1
@@ -159,7 +161,7 @@ class SharedBlocks:
                 del count[h]
         self._total -= len(hashes)
 
-    def step(self, held: Mapping[str, tuple[list[bytes], int]]) -> int:
+    def step(self, held: Mapping[str, tuple[Sequence[Hashable], int]]) -> int:
         """The shared blocks of the step whose decodes hold, by request id, the leading ``n`` of
         these hashes (``(hashes, n)``): as :func:`shared_context` of their leading blocks."""
         for rid, (hashes, n) in held.items():
@@ -219,6 +221,20 @@ class StepModel:
         secs = sum(c * x for c, x in zip(self.vector()[:6], f, strict=True))
         if shared > 0:
             secs -= min(self.b_shared, self.b_context) * min(shared, sum(decodes)) / 1e3
+        return secs
+
+    def decode_steps_s(self, decodes: np.ndarray, contexts: np.ndarray, shared: np.ndarray | None) -> np.ndarray:
+        """:meth:`step_s` of many steps of decodes alone (``decodes[j]`` of them holding
+        ``contexts[j]`` tokens, sharing ``shared[j]``), as an array: the same operations in the
+        same order, so each is :meth:`step_s`'s to the last bit."""
+        ctx = contexts.astype(np.int64)
+        f: tuple[float | np.ndarray, ...] = (1.0, 0.0, 0.0, decodes.astype(float), ctx / 1e3, 0.0)  # no prefills
+        secs: np.ndarray = np.zeros(len(ctx))
+        for c, x in zip(self.vector()[:6], f, strict=True):
+            secs = secs + c * x
+        if shared is not None:
+            cut = min(self.b_shared, self.b_context) * np.minimum(shared, ctx) / 1e3
+            secs = np.where(shared > 0, secs - cut, secs)
         return secs
 
     def moved_ridge(self, context_k: float) -> float:

@@ -28,7 +28,7 @@ from typing import Literal
 
 import numpy as np
 
-from spoc_tui.core.confidence import LEVEL, Interval, binom_cdf, min_samples_for_upper_bound
+from spoc_tui.core.confidence import LEVEL, Interval, PooledPercentile, binom_cdf, min_samples_for_upper_bound
 from spoc_tui.core.ramp.sla import PERCENTILE_Q, LevelUnit, Limit, level_text
 from spoc_tui.core.ramp.steps import Json, RequestSample, json_float, json_int, json_interval
 
@@ -154,7 +154,7 @@ class _Column:
     """One limit's values over one level's requests, laid out once so that each bootstrap
     replicate only gathers (the replicates were 2/3 of a predicted ramp's time)."""
 
-    __slots__ = ("kind", "lengths", "starts", "stat", "values")
+    __slots__ = ("kind", "lengths", "ranked", "starts", "stat", "values")
 
     def __init__(self, samples: Sequence[RequestSample], lim: Limit) -> None:
         self.stat = lim.stat
@@ -167,6 +167,8 @@ class _Column:
             self.lengths = np.array([len(g) for g in gaps], dtype=np.int64)
             self.starts = np.concatenate(([0], np.cumsum(self.lengths)[:-1])).astype(np.int64)
             self.values = np.fromiter((g for gs in gaps for g in gs), dtype=float, count=int(self.lengths.sum()))
+            owner = np.repeat(np.arange(len(gaps)), self.lengths)
+            self.ranked = PooledPercentile(self.values, owner) if self.stat != "mean" else None
         else:
             self.kind = "scalar"
             vals = [getattr(s, lim.metric) if s.ok else None for s in samples]
@@ -181,6 +183,9 @@ class _Column:
             total = int(lens.sum())
             if not total:
                 return None
+            if self.ranked is not None:
+                counts = np.bincount(idx, minlength=len(self.lengths))
+                return self.ranked.percentile(counts, total, PERCENTILE_Q[self.stat] * 100)
             # the gathered gaps: each picked request's run of gaps, in order
             offs = np.repeat(self.starts[idx] - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
             values = self.values[np.arange(total) + offs]
