@@ -28,7 +28,14 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from spoc_tui.core.hardware.capacity import IterationCost
+from spoc_tui.core.hardware.capacity import (
+    ALLREDUCE_LATENCY_S,
+    COMPUTE_EFFICIENCY,
+    ITERATION_OVERHEAD_S,
+    MEM_EFFICIENCY,
+    IterationCost,
+)
+from spoc_tui.core.hardware.presets import GpuSpec, ModelSpec
 
 
 class _Request(Protocol):
@@ -124,6 +131,44 @@ class _Engine(Protocol[R]):
     def _shared(self, decodes: list[R]) -> int: ...
 
     def _finish(self, req: R, now: float, reason: str) -> None: ...
+
+
+def roofline_decode_costs(
+    model: ModelSpec,
+    tp: int,
+    decodes: np.ndarray,
+    contexts: np.ndarray,
+    weights_per_gpu: float,
+    kv_per_token: float,
+    gpu: GpuSpec,
+    clock_ratio: float = 1.0,
+    flops_scale: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`iteration_time` of many steps of decodes alone, as arrays: step ``j`` has
+    ``decodes[j]`` decoding sequences holding ``contexts[j]`` tokens of context in all. The same
+    operations in the same order, so each step's seconds, bytes read and FLOPs are
+    :func:`iteration_time`'s to the last bit. Returns (seconds, FLOPs, bytes read) per step."""
+    tokens = decodes.astype(np.int64)
+    ctx = contexts.astype(np.int64)
+    w_bytes: np.ndarray | float = weights_per_gpu
+    if model.num_experts:
+        frac = 1 - (1 - model.experts_per_token / model.num_experts) ** tokens.astype(float)
+        expert_bytes = weights_per_gpu * 0.95
+        w_bytes = weights_per_gpu - expert_bytes + expert_bytes * frac
+    kv_read = kv_per_token / tp * ctx
+    bytes_read = w_bytes + kv_read
+    attn_flops_per_ctx = 4 * model.num_layers * model.num_heads * model.head_dim
+    flops = (2 * model.active_params * tokens + attn_flops_per_ctx * ctx) / tp
+    mem_s = bytes_read / (gpu.mem_bw_bytes_s * MEM_EFFICIENCY)
+    comp_s = flops / (gpu.bf16_flops * flops_scale * COMPUTE_EFFICIENCY)
+    r = max(0.05, min(1.0, clock_ratio))
+    kernel_s = np.maximum(mem_s / (0.6 + 0.4 * r), comp_s / r)
+    comm_s: np.ndarray | float = 0.0
+    if tp > 1:
+        msg = tokens * model.hidden_size * 2
+        comm_s = 2 * model.num_layers * (ALLREDUCE_LATENCY_S + msg * 2 * (tp - 1) / tp / gpu.interconnect_bytes_s)
+    secs = kernel_s + comm_s + ITERATION_OVERHEAD_S / r
+    return np.asarray(secs, float), np.asarray(flops, float), np.broadcast_to(np.asarray(bytes_read, float), secs.shape)
 
 
 MOST_STEPS = 4096
@@ -229,12 +274,12 @@ def decode_run(
     gone = np.searchsorted(f_sorted, steps, side="right")
     decodes = n - gone
     ctx = (int(c.sum()) - c_done[gone]) + steps * decodes
-    shared = _shared_by_step(eng, running, f, k)
+    shared = np.full(k, eng._shared(running), np.int64) if eng._times_shared() else None
     secs, flops, read = eng._decode_costs(decodes, ctx, shared)
     if not np.all(secs > 0) or not np.all(np.isfinite(secs)):
         return NOTHING  # a model that times a step at nothing: the step path's own handling
     eng.running_peak = max(eng.running_peak, n)  # as each step's schedule counts it
-    batch = _Batch(running, c, g, b, f, takes, start, used, decodes, secs, flops, read)
+    batch = _Batch(running, c, g, b, f, takes, start, used, decodes, ctx, secs, flops, read)
     return _walk(eng, batch, k, until, horizon, clock_to, strict)
 
 
@@ -243,35 +288,10 @@ class _Batch(Generic[R]):
 
     def __init__(self, running: list[R], *arrays: np.ndarray) -> None:
         self.running = running
-        (
-            self.c,
-            self.g,
-            self.b,
-            self.f,
-            self.takes,
-            self.start,
-            self.used,
-            self.decodes,
-            self.secs,
-            self.flops,
-            self.read,
-        ) = arrays
+        c, g, b, f, takes, start, used, decodes, ctx, secs, flops, read = arrays
+        self.c, self.g, self.b, self.f, self.takes, self.start = c, g, b, f, takes, start
+        self.used, self.decodes, self.ctx, self.secs, self.flops, self.read = used, decodes, ctx, secs, flops, read
         self.last0 = [r.last_token for r in running]
-
-
-def _shared_by_step(eng: _Engine[R], running: list[R], f: np.ndarray, k: int) -> np.ndarray | None:
-    """The decodes' shared context at each step (a twin's term; None where the engine has none),
-    worked out once per set of decodes: it changes only when an answer ends."""
-    if not eng._times_shared():
-        return None
-    out = np.zeros(k, np.int64)
-    cuts = sorted({int(x) for x in f if x < k})
-    j0 = 0
-    for j1 in [*cuts, k]:
-        if j1 > j0:
-            out[j0:j1] = eng._shared([r for r, fi in zip(running, f, strict=True) if fi > j0])
-        j0 = j1
-    return out
 
 
 def _walk(
@@ -292,6 +312,8 @@ def _walk(
     busy = eng.busy_s
     times: list[float] = []
     durs = batch.secs.tolist()
+    shared = eng._times_shared()
+    ends = iter(sorted(ending)[1:])
     stop_at = min(until, horizon())
     pending: float | None = None
     done = 0
@@ -310,6 +332,8 @@ def _walk(
         if j in ending:
             _finish_at(eng, batch, ending[j], j, times, clock_to)
             stop_at = min(until, horizon())
+            if shared and not _reshared(eng, batch, durs, j + 1, min(k, next(ends, k) + 1)):
+                break
             if eng.waiting and len(eng.running) < eng.cfg.max_num_seqs:
                 break  # a seat came free for a request waiting: the step path admits it
         if not strict and t >= stop_at:
@@ -324,6 +348,20 @@ def _walk(
         eng.used_blocks = int(batch.used[done])
         eng.cache.evict_to(eng.num_blocks - eng.used_blocks)
     return Run(done, pending)
+
+
+def _reshared(eng: _Engine[R], batch: _Batch[R], durs: list[float], j0: int, j1: int) -> bool:
+    """A twin's steps ``j0`` to ``j1`` timed again with the context the decodes still running
+    share (it changes only when one leaves; the engine's count of it follows them, as at each step
+    of the step path). False where the model then times a step at nothing (the run stops)."""
+    if j1 <= j0:
+        return True
+    shared = np.full(j1 - j0, eng._shared(list(eng.running)), np.int64)
+    secs = eng._decode_costs(batch.decodes[j0:j1], batch.ctx[j0:j1], shared)[0]
+    if not np.all(secs > 0) or not np.all(np.isfinite(secs)):
+        return False
+    durs[j0:j1] = secs.tolist()
+    return True
 
 
 def _finish_at(

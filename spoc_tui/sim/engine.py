@@ -29,14 +29,13 @@ import numpy as np
 from spoc_tui.core.hardware.capacity import (
     CapacityError,
     IterationCost,
-    decode_iteration_times,
     iteration_time,
     kv_bytes_per_token,
     plan,
 )
 from spoc_tui.core.hardware.presets import GpuSpec, ModelSpec
 from spoc_tui.core.tuning.engineflags import BLOCK_SIZES, EngineFlags
-from spoc_tui.sim.decoderun import Run, decode_run
+from spoc_tui.sim.decoderun import Run, decode_run, roofline_decode_costs
 from spoc_tui.sim.gpu import SimGpu
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -602,7 +601,7 @@ class SimEngine:
         """Steps of decodes alone, ``decodes[j]`` of them with ``contexts[j]`` tokens of context in
         all: each one's seconds, FLOPs and bytes read per GPU (:meth:`_cost`'s, as arrays)."""
         ratio = min(g.clock_ratio for g in self.gpus) if self.gpus else 1.0
-        return decode_iteration_times(
+        return roofline_decode_costs(
             self.cfg.model,
             self.cfg.tp,
             decodes,

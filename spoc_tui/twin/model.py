@@ -45,9 +45,10 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, parse_json, read_text_bounded, write_atomic
@@ -227,6 +228,8 @@ class StepModel:
         """:meth:`step_s` of many steps of decodes alone (``decodes[j]`` of them holding
         ``contexts[j]`` tokens, sharing ``shared[j]``), as an array: the same operations in the
         same order, so each is :meth:`step_s`'s to the last bit."""
+        import numpy as np  # the CLI loads this module; only a run needs NumPy
+
         ctx = contexts.astype(np.int64)
         f: tuple[float | np.ndarray, ...] = (1.0, 0.0, 0.0, decodes.astype(float), ctx / 1e3, 0.0)  # no prefills
         secs: np.ndarray = np.zeros(len(ctx))

@@ -37,6 +37,7 @@ def test_replay_memory_benchmark_smoke():
         ("parse_bench.py", "ratio = prometheus_client"),
         ("hostile_text.py", "ratio = old/new"),
         ("sim_bench.py", "H100 FP8 saturation output"),
+        ("sim_speed.py", "its figures moved 0 % at most"),
         ("monitor_cpu.py", "a bare Textual app"),
         ("load_fidelity.py", ""),
         ("trace_bench.py", "read back:"),

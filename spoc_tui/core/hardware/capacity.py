@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.hardware.presets import GIB, GpuSpec, ModelSpec
 from spoc_tui.core.tuning.engineflags import DEFAULTS
@@ -248,44 +246,6 @@ def iteration_time(
         comm_s = 2 * model.num_layers * (ALLREDUCE_LATENCY_S + msg * 2 * (tp - 1) / tp / gpu.interconnect_bytes_s)
     secs = kernel_s + comm_s + ITERATION_OVERHEAD_S / r
     return IterationCost(secs, mem_s, comp_s, comm_s, bytes_read, flops)
-
-
-def decode_iteration_times(
-    model: ModelSpec,
-    tp: int,
-    decodes: np.ndarray,
-    contexts: np.ndarray,
-    weights_per_gpu: float,
-    kv_per_token: float,
-    gpu: GpuSpec,
-    clock_ratio: float = 1.0,
-    flops_scale: float = 1.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`iteration_time` of many steps of decodes alone, as arrays: step ``j`` has
-    ``decodes[j]`` decoding sequences holding ``contexts[j]`` tokens of context in all. The same
-    operations in the same order, so each step's seconds, bytes read and FLOPs are
-    :func:`iteration_time`'s to the last bit. Returns (seconds, FLOPs, bytes read) per step."""
-    tokens = decodes.astype(np.int64)
-    ctx = contexts.astype(np.int64)
-    w_bytes: np.ndarray | float = weights_per_gpu
-    if model.num_experts:
-        frac = 1 - (1 - model.experts_per_token / model.num_experts) ** tokens.astype(float)
-        expert_bytes = weights_per_gpu * 0.95
-        w_bytes = weights_per_gpu - expert_bytes + expert_bytes * frac
-    kv_read = kv_per_token / tp * ctx
-    bytes_read = w_bytes + kv_read
-    attn_flops_per_ctx = 4 * model.num_layers * model.num_heads * model.head_dim
-    flops = (2 * model.active_params * tokens + attn_flops_per_ctx * ctx) / tp
-    mem_s = bytes_read / (gpu.mem_bw_bytes_s * MEM_EFFICIENCY)
-    comp_s = flops / (gpu.bf16_flops * flops_scale * COMPUTE_EFFICIENCY)
-    r = max(0.05, min(1.0, clock_ratio))
-    kernel_s = np.maximum(mem_s / (0.6 + 0.4 * r), comp_s / r)
-    comm_s: np.ndarray | float = 0.0
-    if tp > 1:
-        msg = tokens * model.hidden_size * 2
-        comm_s = 2 * model.num_layers * (ALLREDUCE_LATENCY_S + msg * 2 * (tp - 1) / tp / gpu.interconnect_bytes_s)
-    secs = kernel_s + comm_s + ITERATION_OVERHEAD_S / r
-    return np.asarray(secs, float), np.asarray(flops, float), np.broadcast_to(np.asarray(bytes_read, float), secs.shape)
 
 
 def decode_roofline_tokens_per_s(
