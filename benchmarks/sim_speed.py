@@ -138,14 +138,14 @@ def write_twin_and_trace(folder: Path) -> tuple[Path, Path]:
 
     eng = SimEngine(EngineConfig(model=MODELS["llama-3.1-8b"], gpu=GPUS["h100-80gb"], served_model_name="m"))
     server = ServerConfig("m", eng.max_len, 16, eng.num_blocks, True, 0.9, 256, eng.budget, True)
-    fit = StepModel(0.0072, 0.061, 0.012, 0.000035, 0.0011, 0.0009, 0.012, 0.004, 0.0006)
+    fit = StepModel(0.0060, 2.8e-5, 9e-4, 2e-5, 4.7e-5, 5e-4, 0.005, 0.0005, 4e-5)
     rng = random.Random(7)
     draws = tuple(StepModel(*(x * (1 + rng.gauss(0, 0.03)) for x in fit.vector())) for _ in range(16))
     lengths = tuple(max(1, int(rng.lognormvariate(5.2, 0.7))) for _ in range(200))
     twin = Twin(fit, StepModel(*(0.03 * x for x in fit.vector())), draws, 0.04, server, answer_lengths=lengths)
     write_twin(twin, folder / "twin.json")
     rows, t = [], 0.0
-    for conv in range(60 if SMOKE else 400):
+    for conv in range(40 if SMOKE else 200):
         t += rng.expovariate(1.0 / 1.2)
         history = 6000 + int(rng.lognormvariate(6.8, 0.7))
         at = t

@@ -169,22 +169,37 @@ class Resampler:
 
     def pooled_quantiles(self, values: Sequence[float], owner: Sequence[int], qs: Sequence[float]) -> list[Interval]:
         """Intervals of the q-quantiles of values pooled over requests (``owner[j]`` is the index
-        of the request value j belongs to): a request's values are resampled together."""
+        of the request value j belongs to): a request's values are resampled together.
+
+        Each replicate's weighted quantile is the first sorted value whose cumulative weight
+        reaches q x the replicate's total. The weights are whole numbers (Poisson), so the
+        cumulative weights are worked out exactly, and only over a window of the sorted values
+        around the quantile (what the replicates' quantiles can reach), from each replicate's
+        weight below it: the same values as the cumulative sums over every value (which took a
+        predicted ramp's summaries most of their time)."""
         if len(values) == 0:
             return [(None, None) for _ in qs]
         order = np.argsort(np.asarray(values, dtype=float), kind="stable")
         xs = np.asarray(values, dtype=float)[order]
         own = np.asarray(owner, dtype=int)[order]
-        est = np.full((len(qs), self.weights.shape[0]), np.nan)
-        qv = np.asarray(qs, dtype=float)
-        # each replicate's weighted quantile: the first value whose cumulative weight reaches
-        # q x the replicate's total; replicates in chunks so memory stays near 32 x len(values)
-        for start in range(0, self.weights.shape[0], 32):
-            cum = np.cumsum(self.weights[start : start + 32, own].astype(np.float32), axis=1)
-            for r, c in enumerate(cum):
-                if c[-1] > 0:
-                    idx = np.minimum(np.searchsorted(c, qv * c[-1], side="left"), xs.size - 1)
-                    est[:, start + r] = xs[idx]
+        w = self.weights
+        n, n_req = xs.size, w.shape[1]
+        totals = w @ np.bincount(own, minlength=n_req).astype(float)
+        est = np.full((len(qs), w.shape[0]), np.nan)
+        live = totals > 0
+        for qi, q in enumerate(qs):
+            target = q * totals
+            half = max(128, n // 64)
+            while True:
+                lo, hi = max(0, int(q * n) - half), min(n, int(q * n) + half)
+                base = w @ np.bincount(own[:lo], minlength=n_req).astype(float)
+                cum = np.cumsum(w[:, own[lo:hi]], axis=1) + base[:, None]
+                reached = cum[:, -1] >= target if hi > lo else np.zeros(len(target), bool)
+                if (lo == 0 or np.all((base < target) | ~live)) and (hi == n or np.all(reached | ~live)):
+                    break
+                half *= 4
+            idx = np.minimum(lo + (cum < target[:, None]).sum(axis=1), n - 1)
+            est[qi, live] = xs[idx[live]]
         return [self.interval(e) for e in est]
 
     def woodruff(self, values: Sequence[float], owner: Sequence[int], qs: Sequence[float]) -> list[Interval]:

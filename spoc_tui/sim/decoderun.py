@@ -171,6 +171,10 @@ def roofline_decode_costs(
     return np.asarray(secs, float), np.asarray(flops, float), np.broadcast_to(np.asarray(bytes_read, float), secs.shape)
 
 
+WORTH_STEPS = 4
+"""A run is tried only where the next event is at least this many steps away: it costs about
+what two steps of the step path cost per request (laying the batch out as arrays and back), so
+shorter runs, where arrivals come every step or two, cost more than they save."""
 MOST_STEPS = 4096
 """Steps one run works out at most (its arrays' length); a longer quiet spell is several runs."""
 
@@ -228,7 +232,7 @@ def decode_run(
             reads its events between steps (:meth:`VirtualServer.advance`): the step that reaches
             ``horizon`` or ``until`` is the last completed.
     """
-    if not _eligible(eng):
+    if min(until, horizon()) - eng.clock() < WORTH_STEPS * eng.last_iteration_s or not _eligible(eng):
         return NOTHING
     running = list(eng.running)
     n = len(running)

@@ -146,6 +146,44 @@ class FleetRun:
         return self.replica_seconds / 3600
 
 
+def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, tuple[tuple[int, ...], int]], int]:
+    """Token ids for every block the rows name by hash id, worked out for all rows at once: per
+    row (by its index) the first id of each of its named blocks (a block is ``block_tokens`` ids
+    in a run; the same ids wherever the same hash id, scope and length recur) and its last named
+    block's length; and the first id no block has. A row names as many of its hash ids as its
+    prompt fills (the last one perhaps in part, which makes it a block of its own)."""
+    per_row: list[tuple[int, int, int, int]] = []  # (row index, blocks named, last one's length, block)
+    hashes: list[tuple[int, ...]] = []
+    scopes: dict[str | None, int] = {}
+    scope_of: list[int] = []
+    for row in rows:
+        bt = row.block_tokens
+        if not row.hash_ids or bt <= 0 or row.input_tokens <= 0:
+            continue
+        m = min(len(row.hash_ids), -(-row.input_tokens // bt))
+        per_row.append((row.index, m, min(bt, row.input_tokens - bt * (m - 1)), bt))
+        hashes.append(row.hash_ids[:m])
+        scope_of.append(scopes.setdefault(row.scope, len(scopes)))
+    if not per_row:
+        return {}, first_id
+    counts = np.fromiter((m for _, m, _, _ in per_row), np.int64, len(per_row))
+    h = np.fromiter((x for hs in hashes for x in hs), np.int64, int(counts.sum()))
+    ends = np.cumsum(counts) - 1
+    size = np.repeat(np.fromiter((bt for _, _, _, bt in per_row), np.int64, len(per_row)), counts)
+    size[ends] = [last for _, _, last, _ in per_row]
+    width = max(max(r.block_tokens for r in rows), 1)
+    _, code = np.unique(h, return_inverse=True)
+    key = (np.repeat(np.asarray(scope_of, np.int64), counts) * (int(code.max()) + 1) + code) * (width + 1) + size
+    _, block = np.unique(key, return_inverse=True)
+    firsts = (first_id + block * width).tolist()
+    out: dict[int, tuple[tuple[int, ...], int]] = {}
+    at = 0
+    for index, m, last, _ in per_row:
+        out[index] = (tuple(firsts[at : at + m]), last)
+        at += m
+    return out, first_id + (int(block.max()) + 1) * width
+
+
 class FleetSim:
     """The trace on a fleet of twins: fixed ``replicas``, or an ``autoscale`` policy."""
 
@@ -187,8 +225,8 @@ class FleetSim:
         self._seq = 0
         self._ends: dict[str, float] = {}
         self._children: dict[str, list[TraceRow]] = {}
-        self._blocks: dict[tuple[str | None, int, int], int] = {}
-        """A named block's first token id (its ids run on from it)."""
+        self._layout: dict[int, tuple[tuple[int, ...], int]] | None = None
+        """Per row: its named blocks' first token ids, and its last named block's length."""
         self._next_id = 1 << 24  # above the filler words' ids
         self.timeline: list[tuple[float, int]] = []
         self._last_change = -math.inf
@@ -213,42 +251,30 @@ class FleetSim:
             self.timeline.append((self.now, n))
 
     def _prompt(self, row: TraceRow) -> list[int]:
-        """The row's prompt: its hash ids' blocks (the same ids wherever the same block is named),
-        then ids no other prompt of the run has. The prefix cache only compares ids, so a block is
-        a run of consecutive ids from a counter, and the prompt is laid out as one array."""
-        starts: list[int] = []
-        lens: list[int] = []
-        left = row.input_tokens
-        blocks = self._blocks
-        for h in row.hash_ids:
-            n = min(row.block_tokens, left)
-            if n <= 0:
-                break
-            key = (row.scope, h, n)
-            first = blocks.get(key)
-            if first is None:
-                first = blocks[key] = self._fresh(n)
-            starts.append(first)
-            lens.append(n)
-            left -= n
-        if left > 0:
-            starts.append(self._fresh(left))
-            lens.append(left)
-        if len(starts) == 1:
-            return list(range(starts[0], starts[0] + lens[0]))
+        """The row's prompt: its hash ids' blocks (the same ids wherever the same block is named,
+        :func:`block_layout`), then ids no other prompt of the run has. The prefix cache only
+        compares ids, so a block is a run of consecutive ids, and the prompt one array."""
+        if self._layout is None:
+            self._layout, self._next_id = block_layout(self.rows, self._next_id)
+        firsts, last = self._layout.get(row.index, ((), 0))
+        bt = row.block_tokens
+        fresh = row.input_tokens - bt * len(firsts) + (bt - last if firsts else 0)
+        starts = list(firsts)
+        lens = [bt] * len(firsts)
+        if firsts:
+            lens[-1] = last
+        if fresh > 0:
+            starts.append(self._next_id)
+            lens.append(fresh)
+            self._next_id += fresh
         if not starts:
             return []
+        if len(starts) == 1:
+            return list(range(starts[0], starts[0] + lens[0]))
         n_of = np.asarray(lens)
         offsets = np.asarray(starts) - (np.cumsum(n_of) - n_of)
         ids: list[int] = (np.repeat(offsets, n_of) + np.arange(int(n_of.sum()))).tolist()
         return ids
-
-    def _fresh(self, n: int) -> int:
-        """The first of ``n`` token ids no other prompt of the run has (drawing them at random
-        took a third of a headroom's CPU, and listing them block by block another)."""
-        start = self._next_id
-        self._next_id += n
-        return start
 
     def _send(self, row: TraceRow, held: float) -> None:
         """Send ``row`` now (its :func:`release`): recorded as the live replay records it,

@@ -90,3 +90,55 @@ def test_students_quantile_is_exact_where_the_expansion_falls_short():
     assert t_quantile(2) == pytest.approx(0.95 / math.sqrt(2 * 0.975 * 0.025), rel=1e-12)
     for df, exact in ((3, 3.182446), (5, 2.570582), (10, 2.228139), (30, 2.042272)):
         assert t_quantile(df) == pytest.approx(exact, rel=0.01), df
+
+
+def _pooled_quantiles_every_value(rs, values, owner, qs):
+    """The replicates' quantiles from cumulative weights over every value (how pooled_quantiles
+    worked until issue 73): its windowed, whole-number form must read the same values."""
+    import numpy as np
+
+    order = np.argsort(np.asarray(values, dtype=float), kind="stable")
+    xs, own = np.asarray(values, dtype=float)[order], np.asarray(owner, dtype=int)[order]
+    est = np.full((len(qs), rs.weights.shape[0]), np.nan)
+    for r, c in enumerate(np.cumsum(rs.weights[:, own].astype(np.float32), axis=1)):
+        if c[-1] > 0:
+            est[:, r] = xs[np.minimum(np.searchsorted(c, np.asarray(qs) * c[-1], side="left"), xs.size - 1)]
+    return [rs.interval(e) for e in est]
+
+
+def test_pooled_quantiles_read_the_same_replicates_as_summing_every_value():
+    import numpy as np
+
+    from spoc_tui.core.confidence import Resampler
+
+    rng = np.random.default_rng(1)
+    for trial in range(60):
+        n_req = int(rng.integers(1, 300))
+        lens = rng.integers(0, 200 if trial % 3 else 3, n_req)
+        values = np.round(rng.lognormal(-3, 0.7, int(lens.sum())), 4).tolist()
+        owner = np.repeat(np.arange(n_req), lens).tolist()
+        rs = Resampler.for_blocks(rng.integers(0, max(1, n_req // 5), n_req).tolist(), seed=trial)
+        qs = [0.5, 0.9, 0.95, 0.99]
+        want = _pooled_quantiles_every_value(rs, values, owner, qs) if values else [(None, None)] * 4
+        assert rs.pooled_quantiles(values, owner, qs) == want
+
+
+def test_a_pooled_percentile_is_numpys_of_the_gathered_values():
+    import numpy as np
+
+    from spoc_tui.core.confidence import PooledPercentile
+
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n_req = int(rng.integers(1, 60))
+        lens = rng.integers(0, 3 if trial % 7 == 0 else 40, n_req)
+        values = np.round(rng.lognormal(-3, 0.8, int(lens.sum())), int(rng.integers(2, 6)))
+        ranked = PooledPercentile(values, np.repeat(np.arange(n_req), lens))
+        starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
+        idx = rng.integers(0, n_req, n_req)
+        picked = np.concatenate([values[starts[i] : starts[i] + lens[i]] for i in idx])
+        if not picked.size:
+            continue
+        for pct in (0.0, 50.0, 90.0, 99.0, 99.9, 100.0):
+            counts = np.bincount(idx, minlength=n_req)
+            assert ranked.percentile(counts, picked.size, pct) == float(np.percentile(picked, pct))

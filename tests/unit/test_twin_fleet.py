@@ -186,3 +186,54 @@ def test_a_trace_with_nothing_to_send_is_refused(tmp_path):
     path.write_text('{"timestamp": 0, "input_length": 100}\n')
     with pytest.raises(TwinError, match="line 1"):
         read_rows(trace_source(str(path)), 2048)
+
+
+def test_the_fleets_prompts_share_exactly_the_blocks_their_rows_name_alike():
+    """block_layout names every block of every row at once: two rows' prompts share a leading
+    run of tokens exactly as far as the old block-by-block naming made them (the same hash id,
+    scope and length: the same tokens), whatever the block's length, scope or place."""
+    import random
+
+    from spoc_tui.twin.fleet import FleetSim
+
+    def by_block(rows):  # the naming as it was: a dict of (scope, id, length) -> tokens, in order
+        named, nxt, out = {}, 1 << 24, {}
+        for row in rows:
+            ids, left = [], row.input_tokens
+            for h in row.hash_ids:
+                n = min(row.block_tokens, left)
+                if n <= 0:
+                    break
+                if (row.scope, h, n) not in named:
+                    named[(row.scope, h, n)] = list(range(nxt, nxt + n))
+                    nxt += n
+                ids += named[(row.scope, h, n)]
+                left -= n
+            out[row.index] = ids + list(range(nxt, nxt + max(0, left)))
+            nxt += max(0, left)
+        return out
+
+    def common(a, b):
+        n = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    rng = random.Random(9)
+    rows = []
+    for i in range(80):
+        bt = rng.choice((16, 16, 512))
+        ids = tuple(rng.choice((1, 2, 3, 4)) for _ in range(rng.randint(0, 3))) + tuple(
+            100 + 10 * i + k for k in range(rng.randint(0, 4))
+        )
+        n_in = rng.randint(1, (len(ids) + 1) * bt)
+        rows.append(TraceRow(i, float(i), n_in, 5, ids, bt, scope=rng.choice((None, None, "c1", "c2")), line=i + 1))
+    sim = FleetSim(twin(), rows, replicas=1)
+    new = {row.index: sim._prompt(row) for row in rows}
+    old = by_block(rows)
+    assert all(len(new[r.index]) == r.input_tokens for r in rows)
+    for a in rows:
+        for b in rows:
+            assert common(new[a.index], new[b.index]) == common(old[a.index], old[b.index]), (a, b)
