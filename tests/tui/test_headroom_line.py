@@ -89,6 +89,7 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         assert shown.startswith("headroom beyond x") or ("headroom x" in shown and "(95 %: " in shown), shown
         seats = re.search(r"assumes max-num-seqs (\d+) or more \(not seen\)", shown)
         assert seats is not None and 8 <= int(seats[1]) <= 48, shown
+        assert "(worked out just now)" in text_of(app)  # issue 73: the estimate's age beside it
         await settle(pilot)
         assert shown[:60] in painted(app), painted(app)
         # its history under it: the first estimate could not say (·), the second could

@@ -42,3 +42,18 @@ def test_each_servers_estimates_make_its_history_line():
     assert "" not in m.headroom_history and m.headroom_trend("") is None
     m.reset()  # a replay seeking back: the history goes with the rest
     assert m.headroom_trend(A) is None
+
+
+def test_the_line_says_how_old_its_estimate_is():
+    """Issue 73: an estimate's age beside it, so an hour-old figure is not read as today's."""
+    now = [100.0]
+    m = MonitorModel(60.0, clock=lambda: now[0])
+    assert m.headroom_age(A) is None
+    m.set_headroom({A: HeadroomShown("headroom x3 ...", 3.0, True)})
+    assert m.headroom_age(A) == "worked out just now"
+    now[0] += 59.0
+    assert m.headroom_age(A) == "worked out just now"
+    now[0] += 4 * 60.0
+    assert m.headroom_age(A) == "worked out 5 min ago"
+    m.set_headroom({"": HeadroomShown("headroom: failed (...)", None, False)})
+    assert m.headroom_age("") is None  # a failure said for every server has no estimate's age

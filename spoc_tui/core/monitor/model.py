@@ -169,6 +169,15 @@ class MonitorModel:
         spark = sparkline(values, low=0.8 * min(known))
         return f"history x{first:.2g} {spark} x{last:.2g} over {mins:.0f} min"
 
+    def headroom_age(self, src: str) -> str | None:
+        """``worked out 3 min ago``: how old a server's latest estimate is (an operator in an
+        incident must not take an hour-old figure for today's); None before the first."""
+        hist = self.headroom_history.get(src)
+        if not hist:
+            return None
+        mins = max(0.0, self.clock() - hist[-1][0]) / 60
+        return "worked out just now" if mins < 1 else f"worked out {mins:.0f} min ago"
+
     def fleet_headroom(self) -> str | None:
         """With more than one server: the fleet's headroom, that of its weakest replica (traffic
         split evenly, the first replica to break the SLA is where the fleet does), or why there

@@ -86,6 +86,7 @@ class MonitorScreen(Screen[None]):
         super().__init__()
         use_lean_compositor(self)  # a second's repaint renders the changed lines only
         self._headroom_note: str | None = None
+        self._headroom_ages: tuple[str | None, ...] = ()
         self.model = MonitorModel(window_s, limits, events, vllm_urls, [redact_url(u) for u in dcgm_urls])
         """What the screen draws (verdicts and alerts computed once per tick, also for a replay)."""
         self.limits = limits
@@ -233,6 +234,10 @@ class MonitorScreen(Screen[None]):
             return
         self.ingest_servers(msg.tick)
         self._draw_servers(shared=not msg.gpus_follow)
+        ages = tuple(self.model.headroom_age(src) for src in sorted(self.model.headroom))
+        if ages != self._headroom_ages:  # a minute older: the line says so
+            self._headroom_ages = ages
+            self._draw_headroom()
 
     def _draw_servers(self, shared: bool = True) -> None:
         """``shared``: also the panels the GPU ticks feed too (False: a GPU tick follows at once
@@ -299,6 +304,9 @@ class MonitorScreen(Screen[None]):
             if len(self.model.headroom) > 1:
                 t.append(fmt.short_source(src) + " ", style="bold")
             t.append(h.line, style=style)
+            age = self.model.headroom_age(src)
+            if age is not None:
+                t.append(f" ({age})", style="dim")
             trend = self.model.headroom_trend(src)
             if trend is not None:
                 t.append(f"\n  {trend}", style="dim")
