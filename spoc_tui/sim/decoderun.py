@@ -22,6 +22,7 @@ their last bits, being summed per step rather than per token.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
@@ -125,6 +126,12 @@ class _Engine(Protocol[R]):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
     def _jittered(self, secs: float) -> float: ...
+
+    def _jitter_draw(self, n: int) -> list[float] | None: ...
+
+    def _jitter_mark(self) -> object: ...
+
+    def _jitter_rewind(self, mark: object, used: int) -> None: ...
 
     def _times_shared(self) -> bool: ...
 
@@ -321,8 +328,10 @@ def _walk(
     stop_at = min(until, horizon())
     pending: float | None = None
     done = 0
+    mark = eng._jitter_mark()
+    factors = _Factors(eng, durs, t, stop_at, k)
     for j in range(k):
-        d = eng._jittered(durs[j])
+        d = factors.applied(j, durs[j])
         end = t + d
         busy += d
         eng.last_iteration_s = d
@@ -342,6 +351,7 @@ def _walk(
                 break  # a seat came free for a request waiting: the step path admits it
         if not strict and t >= stop_at:
             break
+    factors.settle(mark, done + (pending is not None))
     eng.busy_s = busy
     _settle(eng, batch, done, pending is not None, times)
     _count(eng, batch, done, times)
@@ -352,6 +362,30 @@ def _walk(
         eng.used_blocks = int(batch.used[done])
         eng.cache.evict_to(eng.num_blocks - eng.used_blocks)
     return Run(done, pending)
+
+
+class _Factors:
+    """A run's jitter factors (a twin's), drawn ahead in bulk for about as many steps as it will
+    run, more as it needs; at its end the draws go back to where they began and exactly the steps
+    run are drawn again, so the twin's random stream stands where the step path leaves it."""
+
+    def __init__(self, eng: _Engine[R], durs: list[float], t: float, stop_at: float, k: int) -> None:
+        self.eng = eng
+        ahead = int(np.searchsorted(np.cumsum(durs), stop_at - t)) + 2 if math.isfinite(stop_at) else k
+        self.drawn = eng._jitter_draw(min(k, ahead + ahead // 4 + 2))
+
+    def applied(self, j: int, secs: float) -> float:
+        if self.drawn is None:
+            return secs
+        if j >= len(self.drawn):
+            more = self.eng._jitter_draw(max(16, len(self.drawn)))
+            assert more is not None
+            self.drawn += more
+        return secs * self.drawn[j]
+
+    def settle(self, mark: object, used: int) -> None:
+        if self.drawn is not None and len(self.drawn) != used:
+            self.eng._jitter_rewind(mark, used)
 
 
 def _reshared(eng: _Engine[R], batch: _Batch[R], durs: list[float], j0: int, j1: int) -> bool:

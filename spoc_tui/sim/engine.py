@@ -313,29 +313,58 @@ HIST_LATENCY = (
 
 
 class Hist:
-    """A cumulative-on-output histogram with fixed bounds (vLLM's own buckets)."""
+    """A cumulative-on-output histogram with fixed bounds (vLLM's own buckets).
+
+    Observations in bulk (:meth:`observe_many`, a decode run's) wait in a list and are counted
+    when the histogram is read (:attr:`counts`, :attr:`sum`, :attr:`n`): a run's three were most
+    of what counting it cost."""
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
-        self.n = 0
+        self._counts = [0] * (len(bounds) + 1)
+        self._sum = 0.0
+        self._n = 0
+        self._held: list[tuple[np.ndarray, np.ndarray | None]] = []
 
     def observe(self, v: float) -> None:
-        self.counts[bisect_left(self.bounds, v) if v == v else len(self.bounds)] += 1
-        self.sum += v
-        self.n += 1
+        self._counts[bisect_left(self.bounds, v) if v == v else len(self.bounds)] += 1
+        self._sum += v
+        self._n += 1
 
     def observe_many(self, values: np.ndarray, weights: np.ndarray | None = None) -> None:
         """Each of ``values`` observed ``weights`` times (once each without): as many
         :meth:`observe` calls, but the sum added per value, not per observation."""
+        self._held.append((values, weights))
+        if len(self._held) >= 256:
+            self._count_held()
+
+    def _count_held(self) -> None:
+        held, self._held = self._held, []
+        if not held:
+            return
+        values = np.concatenate([v for v, _ in held])
+        w = np.concatenate([np.ones(len(v)) if m is None else m for v, m in held])
         idx = np.searchsorted(np.asarray(self.bounds), values, side="left")
         idx[np.isnan(values)] = len(self.bounds)
-        w = np.ones(len(values)) if weights is None else weights
-        for i, m in enumerate(np.bincount(idx, weights=w, minlength=len(self.counts)).tolist()):
-            self.counts[i] += int(m)
-        self.sum += float(np.dot(values, w))
-        self.n += int(w.sum())
+        for i, m in enumerate(np.bincount(idx, weights=w, minlength=len(self._counts)).tolist()):
+            self._counts[i] += int(m)
+        self._sum += float(np.dot(values, w))
+        self._n += int(w.sum())
+
+    @property
+    def counts(self) -> list[int]:
+        self._count_held()
+        return self._counts
+
+    @property
+    def sum(self) -> float:
+        self._count_held()
+        return self._sum
+
+    @property
+    def n(self) -> int:
+        self._count_held()
+        return self._n
 
     def cumulative(self) -> list[int]:
         out, acc = [], 0
@@ -616,6 +645,18 @@ class SimEngine:
     def _jittered(self, secs: float) -> float:
         """A step's time as it runs (a twin draws its spread here)."""
         return secs
+
+    def _jitter_draw(self, n: int) -> list[float] | None:
+        """The next ``n`` steps' jitter factors, as :meth:`_jittered` draws them (None: none)."""
+        return None
+
+    def _jitter_mark(self) -> object:
+        """Where the jitter's draws stand (:meth:`_jitter_rewind` goes back to it)."""
+        return None
+
+    def _jitter_rewind(self, mark: object, used: int) -> None:
+        """Back to ``mark`` and on by ``used`` draws (a decode run drew ahead)."""
+        return None
 
     def _times_shared(self) -> bool:
         """Whether a step's time depends on the context its decodes share (:meth:`_shared`)."""

@@ -60,6 +60,7 @@ def engine_config(server: ServerConfig, speed: float = 1.0, seed: int = 0) -> En
 
 
 _NONE: list[int] = []
+_TWOPI = 2.0 * math.pi
 """A request's hashes before it has any (one list: its count of blocks is 0)."""
 
 
@@ -101,6 +102,8 @@ class TwinEngine(SimEngine):
         self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
         self._jitter_rng = random.Random(seed * 7_919 + 17)
         self._shared_blocks = SharedBlocks()
+        self._stream: list[float] = []
+        self._carried = False
         self.answer_lengths = tuple(answer_lengths) if answer_lengths is not None else twin.answer_lengths
 
     def sample_output_len(self, max_tokens: int) -> int:
@@ -136,6 +139,59 @@ class TwinEngine(SimEngine):
         if secs > 0 and self._sigma > 0:
             return secs * math.exp(self._jitter_rng.gauss(-(self._sigma**2) / 2, self._sigma))
         return secs
+
+    def _jitter_draw(self, n: int) -> list[float] | None:
+        """The factors of the next ``n`` steps' jitter, drawn as :meth:`_jittered` would draw them
+        one by one (random.gauss's own arithmetic, a pair of normals from two uniforms, the second
+        kept for the next draw): the same floats, a tenth of the calls. The normals drawn since
+        :meth:`_jitter_mark` are kept (:meth:`_jitter_rewind` needs them)."""
+        if self._sigma <= 0:
+            return None
+        rng = self._jitter_rng
+        uniform = rng.random
+        zs: list[float] = []
+        z = rng.gauss_next  # type: ignore[attr-defined]
+        rng.gauss_next = None  # type: ignore[attr-defined]
+        if z is not None:
+            zs.append(z)
+        while len(zs) < n:
+            x2pi = uniform() * _TWOPI
+            g2rad = math.sqrt(-2.0 * math.log(1.0 - uniform()))
+            zs.append(math.cos(x2pi) * g2rad)
+            zs.append(math.sin(x2pi) * g2rad)
+        # the stream of normals: one carried over from the last draw is in it already
+        self._stream.extend(zs[1:] if self._carried and z is not None else zs)
+        self._carried = len(zs) > n
+        if self._carried:
+            rng.gauss_next = zs.pop()  # type: ignore[attr-defined]
+        mu, sigma = -(self._sigma**2) / 2, self._sigma
+        return [math.exp(mu + z * sigma) for z in zs]
+
+    def _jitter_mark(self) -> object:
+        """Where the draws stand (the generator's state, and whether a normal was held over)."""
+        if self._sigma <= 0:
+            return None
+        self._stream, self._carried = [], False
+        rng = self._jitter_rng
+        return rng.getstate(), rng.gauss_next is not None  # type: ignore[attr-defined]
+
+    def _jitter_rewind(self, mark: object, used: int) -> None:
+        """Back to ``mark``, then on by exactly ``used`` draws (a run drew ahead): the uniforms they
+        took are taken again (cheap), the normal held over for the next draw is the stream's."""
+        if mark is None:
+            return
+        assert isinstance(mark, tuple)
+        state, held = mark
+        rng = self._jitter_rng
+        rng.setstate(state)
+        fresh = used - 1 if held and used else used  # the held normal, when used, took no uniform
+        pairs = -(-fresh // 2)
+        uniform = rng.random
+        for _ in range(2 * pairs):
+            uniform()
+        if held and not used:
+            return  # the held one still held (the state has it)
+        rng.gauss_next = self._stream[used] if fresh % 2 else None  # type: ignore[attr-defined]
 
     def _times_shared(self) -> bool:
         return self.model.b_shared > 0 and self.cfg.enable_prefix_caching

@@ -173,3 +173,26 @@ def test_block_keys_name_a_prefix_and_continue_from_known_ones():
     assert PrefixCache.hashes(a, 16, limit=10) == ka[:10]
     assert PrefixCache.hashes(a + [1] * 64, 16, known=ka[:25]) == PrefixCache.hashes(a + [1] * 64, 16)
     assert len(set(ka)) == 40 and PrefixCache.hashes(a[:15], 16) == []
+
+
+def test_the_twins_jitter_drawn_ahead_and_rewound_stands_where_one_by_one_leaves_it():
+    """A run draws its steps' jitter ahead in bulk and goes back to exactly the steps it ran: the
+    factors and the generator's state after are those of as many one-by-one draws, whether a
+    normal was held over before, after, or both."""
+    from spoc_tui.twin.engine import TwinEngine
+
+    rng = random.Random(11)
+    for _ in range(200):
+        a, b = TwinEngine(_twin(0.07, 0.0), seed=3), TwinEngine(_twin(0.07, 0.0), seed=3)
+        skip = rng.randint(0, 3)
+        for eng in (a, b):
+            for _ in range(skip):
+                eng._jittered(0.01)
+        ahead, used = rng.randint(0, 9), rng.randint(0, 9)
+        mark = a._jitter_mark()
+        drawn = a._jitter_draw(ahead) or []
+        more = (a._jitter_draw(used - ahead + rng.randint(0, 3)) or []) if used > ahead else []
+        a._jitter_rewind(mark, used)  # a run uses at most what it drew
+        one_by_one = [b._jittered(1.0) for _ in range(used)]
+        assert (drawn + more)[:used] == one_by_one
+        assert [a._jittered(1.0) for _ in range(5)] == [b._jittered(1.0) for _ in range(5)]
