@@ -119,7 +119,9 @@ def old_tree(base: str, into: Path) -> Path | str:
 
 
 def run_child(root: Path, *args: str) -> dict[str, object]:
-    env = dict(os.environ, PYTHONPATH=str(root))
+    # both sides with one BLAS thread (spoc sets it since issue 73; an idle OpenBLAS worker
+    # spinning would count against whichever side called BLAS last)
+    env = dict(os.environ, PYTHONPATH=str(root), OPENBLAS_NUM_THREADS="1")
     r = subprocess.run([sys.executable, __file__, *args, *(["--smoke"] if SMOKE else [])], capture_output=True,
                        text=True, env=env, timeout=3600, cwd=str(root))  # fmt: skip
     if r.returncode != 0:

@@ -135,6 +135,30 @@ def _linked(rows: Sequence[_Resent], turns_wait: bool = True) -> list[_Resent]:
     return free
 
 
+def _token_ids(rng: random.Random, n: int) -> list[int]:
+    """``n`` of ``rng.randrange(1 << 24)``, the same draws by the same steps (25 random bits,
+    drawn again while over the range), without its two calls a draw: a user's new text was a
+    tenth of a prediction's CPU."""
+    bits = rng.getrandbits
+    out = []
+    for _ in range(n):
+        r = bits(25)
+        while r >= 16_777_216:
+            r = bits(25)
+        out.append(r)
+    return out
+
+
+def _checked() -> bool:
+    a, b = random.Random(5), random.Random(5)
+    return _token_ids(a, 64) == [b.randrange(1 << 24) for _ in range(64)] and a.random() == b.random()
+
+
+token_ids = _token_ids if _checked() else (lambda rng, n: [rng.randrange(1 << 24) for _ in range(n)])
+"""Random token ids for a user's text (:func:`_token_ids` where this Python's ``randrange`` draws
+so; else ``randrange`` itself)."""
+
+
 def gaps(times: list[float]) -> tuple[float, ...]:
     """The gaps between consecutive times (each ``b - a``, as floats: NumPy's for long lists)."""
     if len(times) < 48:
@@ -324,7 +348,7 @@ class VirtualServer:
     def _system_ids(self, n: int) -> list[int]:
         if n not in self._system:
             r = random.Random(zlib.crc32(f"system:{n}".encode()))
-            self._system[n] = [r.randrange(1 << 24) for _ in range(n)]
+            self._system[n] = token_ids(r, n)
         return self._system[n]
 
     def _send(self, u: _User, at: float) -> None:
@@ -351,7 +375,7 @@ class VirtualServer:
                 self._push(at + wait, u.idx)
                 return
         u.waited = False
-        u.history = u.history + [u.rng.randrange(1 << 24) for _ in range(t.user_tokens)] + [0] * TEMPLATE_TOKENS
+        u.history = u.history + token_ids(u.rng, t.user_tokens) + [0] * TEMPLATE_TOKENS
         room = self.engine.max_len - len(u.history) - 1
         if room < 1:  # the conversation outgrew the context: start a new one
             u.turn = len(u.turns)
