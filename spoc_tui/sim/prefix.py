@@ -1,0 +1,86 @@
+"""The simulated engine's prefix cache: an LRU of the keys of blocks whose KV is still resident in
+free blocks, each key naming every token up to its block's end (as vLLM chains its block hashes)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+
+import numpy as np
+
+from spoc_tui.core.tuning.engineflags import BLOCK_SIZES
+
+BlockHash = int
+"""A block's key in the prefix cache: a hash of the tokens up to the block's end."""
+
+_HASH = np.random.default_rng(0x5EED_B10C)
+_IN_BLOCK = _HASH.integers(1, 1 << 63, size=max(BLOCK_SIZES), dtype=np.uint64) | np.uint64(1)
+"""A multiplier per position in a block (odd: each one a bijection of the 64-bit ring)."""
+_POWERS = np.cumprod(np.full(4096, 0x9E3779B97F4A7C15, dtype=np.uint64))
+"""A multiplier per block of a prompt (grown as longer prompts come)."""
+
+
+def _block_powers(n: int) -> np.ndarray:
+    global _POWERS
+    while len(_POWERS) < n:
+        _POWERS = np.concatenate(
+            (_POWERS, _POWERS[-1] * np.cumprod(np.full(len(_POWERS), 0x9E3779B97F4A7C15, np.uint64)))
+        )
+    return _POWERS[:n]
+
+
+class PrefixCache:
+    """LRU of block hashes whose KV is still resident in free blocks."""
+
+    def __init__(self) -> None:
+        self._lru: OrderedDict[BlockHash, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    @staticmethod
+    def hashes(
+        tokens: list[int], block_size: int, limit: int | None = None, known: list[BlockHash] | None = None
+    ) -> list[BlockHash]:
+        """Each full block's key: a hash of every token up to its end, so two prompts share a
+        block's key exactly when they share every token up to it (vLLM chains its block hashes so).
+        A polynomial over the 64-bit ring, as arrays (a cryptographic chain per block took a third
+        of a virtual run): each token weighed by its place in its block, each block by its place in
+        the prompt, the sums running. ``known``: the keys of the leading blocks, already worked out
+        (a request's prompt, when its answer is added)."""
+        n = len(tokens) // block_size
+        if limit is not None:
+            n = min(n, limit)
+        m = min(len(known), n) if known else 0
+        if n <= m or (not known and n <= 0):
+            return list(known[:n]) if known else []
+        ids = np.asarray(tokens[m * block_size : n * block_size], dtype=np.uint64).reshape(n - m, block_size)
+        blocks = ids @ _IN_BLOCK[:block_size]
+        keys = np.cumsum(blocks * _block_powers(n)[m:n], dtype=np.uint64)
+        if known and m:
+            keys = keys + np.uint64(known[m - 1])
+        out: list[BlockHash] = keys.tolist()
+        return list(known[:m]) + out if known and m else out
+
+    def match(self, hashes: list[BlockHash], live: Mapping[BlockHash, int] | None = None) -> int:
+        """Leading blocks found: resident in free blocks, or (``live``) held by a running request."""
+        n = 0
+        for h in hashes:
+            if h in self._lru:
+                self._lru.move_to_end(h)
+            elif live is None or h not in live:
+                break
+            n += 1
+        return n
+
+    def insert(self, hashes: list[BlockHash]) -> None:
+        for h in hashes:
+            self._lru[h] = None
+            self._lru.move_to_end(h)
+
+    def evict_to(self, capacity: int) -> None:
+        while len(self._lru) > max(0, capacity):
+            self._lru.popitem(last=False)
+
+    def clear(self) -> None:
+        self._lru.clear()
