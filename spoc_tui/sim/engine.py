@@ -515,7 +515,9 @@ class SimEngine:
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             r = self.waiting[0]
             target = len(r.prompt) + r.generated
-            if target > self.max_len:
+            if target > self.max_len or self._blocks_for(len(r.prompt) + r.target_tokens) > self.num_blocks:
+                # longer than the context, or than the whole KV cache (a twin's that reports a few
+                # blocks): it can never run; waited on, a replay never ended (issue 74)
                 self.waiting.popleft()
                 self._finish(r, now, "abort")
                 continue

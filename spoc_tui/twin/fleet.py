@@ -221,6 +221,8 @@ class FleetSim:
         self.replicas: list[_Replica] = []
         self.samples: list[RequestSample] = []
         self.skipped = 0
+        self.too_big = 0
+        """Of :attr:`skipped`: rows longer than a replica's whole KV cache."""
         self._heap: list[tuple[float, int, str, object]] = []
         self._seq = 0
         self._ends: dict[str, float] = {}
@@ -288,6 +290,11 @@ class FleetSim:
         prompt = self._prompt(row)
         if len(prompt) + row.output_tokens > eng.max_len:
             self.skipped += 1
+            self._finish_row(row)
+            return
+        if eng._blocks_for(len(prompt) + max(1, row.output_tokens)) > eng.num_blocks:
+            self.skipped += 1  # it can never run: the whole KV cache holds less (issue 74)
+            self.too_big += 1
             self._finish_row(row)
             return
         times: list[float] = []

@@ -237,3 +237,38 @@ def test_the_fleets_prompts_share_exactly_the_blocks_their_rows_name_alike():
     for a in rows:
         for b in rows:
             assert common(new[a.index], new[b.index]) == common(old[a.index], old[b.index]), (a, b)
+
+
+def test_a_row_longer_than_the_whole_kv_cache_is_skipped_not_waited_on():
+    """Issue 74's critical finding: a twin whose KV cache holds fewer tokens than a row (a server
+    reporting a few blocks) waited for it for ever, its polls piling up. Such a row is skipped and
+    counted; the replay ends."""
+    from dataclasses import replace
+
+    from spoc_tui.twin.fleet import FleetSim
+
+    small = replace(twin(), server=replace(twin().server, num_gpu_blocks=3))
+    rows = tuple(TraceRow(i, i * 0.5, 30 if i % 2 else 300, 8, line=i + 1) for i in range(20))
+    sim = FleetSim(small, rows, replicas=1, poll_s=1.0)
+    run = sim.run()
+    assert sim.too_big == sim.skipped == 10 and len(run.samples) == 10
+    assert all(s.ok for s in run.samples) and len(sim.polls) < 30
+
+
+def test_the_engine_refuses_a_request_its_whole_kv_cache_cannot_hold():
+    from dataclasses import replace
+
+    from spoc_tui.sim.engine import SimRequest
+    from spoc_tui.twin.engine import TwinEngine
+
+    t = [0.0]
+    eng = TwinEngine(replace(twin(), server=replace(twin().server, num_gpu_blocks=3)), clock=lambda: t[0])
+    big = SimRequest("big", list(range(100)), 10, 10, 0.0)
+    eng.add(big)
+    eng.add(SimRequest("small", list(range(20)), 5, 5, 0.0))
+    for _ in range(50):
+        if eng.idle():
+            break
+        t[0] += eng.step()
+        eng.complete(*eng._pending, t[0])
+    assert eng.idle() and big.finish_reason == "abort" and eng.stats.success["stop"] + eng.stats.success["length"] == 1
