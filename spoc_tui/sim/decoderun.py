@@ -239,7 +239,8 @@ def decode_run(
             reads its events between steps (:meth:`VirtualServer.advance`): the step that reaches
             ``horizon`` or ``until`` is the last completed.
     """
-    if min(until, horizon()) - eng.clock() < WORTH_STEPS * eng.last_iteration_s or not _eligible(eng):
+    ahead = min(until, horizon()) - eng.clock()
+    if ahead < WORTH_STEPS * eng.last_iteration_s or not _eligible(eng):
         return NOTHING
     running = list(eng.running)
     n = len(running)
@@ -254,6 +255,8 @@ def decode_run(
     if f.min() < 1:
         return NOTHING
     k = min(MOST_STEPS, int(f.max()))
+    if math.isfinite(ahead) and eng.last_iteration_s > 0:  # about as many steps as reach the next event
+        k = min(k, int(ahead / eng.last_iteration_s * 1.5) + 8)
     if eng.waiting:
         k = min(k, int(f.min()))  # seats full: the first answer to end lets a waiting request in
     # KV blocks: request i takes its next block at step s_i, then every bs steps, while it runs
@@ -330,8 +333,13 @@ def _walk(
     done = 0
     mark = eng._jitter_mark()
     factors = _Factors(eng, durs, t, stop_at, k)
+    drawn = factors.drawn
     for j in range(k):
-        d = factors.applied(j, durs[j])
+        d = durs[j]
+        if drawn is not None:
+            if j >= len(drawn):
+                drawn = factors.more()
+            d *= drawn[j]
         end = t + d
         busy += d
         eng.last_iteration_s = d
@@ -374,14 +382,12 @@ class _Factors:
         ahead = int(np.searchsorted(np.cumsum(durs), stop_at - t)) + 2 if math.isfinite(stop_at) else k
         self.drawn = eng._jitter_draw(min(k, ahead + ahead // 4 + 2))
 
-    def applied(self, j: int, secs: float) -> float:
-        if self.drawn is None:
-            return secs
-        if j >= len(self.drawn):
-            more = self.eng._jitter_draw(max(16, len(self.drawn)))
-            assert more is not None
-            self.drawn += more
-        return secs * self.drawn[j]
+    def more(self) -> list[float]:
+        """Half as many factors again (at least 16), for a run longer than foreseen."""
+        more = self.eng._jitter_draw(max(16, len(self.drawn or ()) // 2))
+        assert more is not None and self.drawn is not None
+        self.drawn += more
+        return self.drawn
 
     def settle(self, mark: object, used: int) -> None:
         if self.drawn is not None and len(self.drawn) != used:

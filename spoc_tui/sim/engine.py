@@ -409,9 +409,10 @@ class SimEngine:
         self._unshare(req)
         self.used_blocks -= req.blocks
         if cache_it and self.cfg.enable_prefix_caching:
-            full = req.computed // self.cfg.block_size
-            tokens = req.prompt + req.output_ids()
-            self.cache.insert(PrefixCache.hashes(tokens, self.cfg.block_size, full, self._hashes.get(req.rid)))
+            bs = self.cfg.block_size
+            known = self._hashes.get(req.rid) or []
+            tail = req.prompt[len(known) * bs :] + req.output_ids()
+            self.cache.insert(PrefixCache.continued(known, tail, bs, req.computed // bs))
         req.blocks = 0
         self.cache.evict_to(self.num_blocks - self.used_blocks)
 

@@ -62,6 +62,22 @@ class PrefixCache:
         out: list[BlockHash] = keys.tolist()
         return list(known[:m]) + out if known and m else out
 
+    @staticmethod
+    def continued(known: list[BlockHash], tail: list[int], block_size: int, limit: int) -> list[BlockHash]:
+        """:meth:`hashes` of tokens whose leading blocks' keys are ``known``, given only the tokens
+        after them (``tail``; a finished request's: its prompt's last part and its answer), at most
+        ``limit`` keys: the same keys without laying the whole prompt out again."""
+        m = len(known)
+        n = min(limit, m + len(tail) // block_size)
+        if n <= m:
+            return list(known[: max(0, n)])
+        ids = np.asarray(tail[: (n - m) * block_size], dtype=np.uint64).reshape(n - m, block_size)
+        keys = np.cumsum((ids @ _IN_BLOCK[:block_size]) * _block_powers(n)[m:n], dtype=np.uint64)
+        if m:
+            keys = keys + np.uint64(known[m - 1])
+        out: list[BlockHash] = keys.tolist()
+        return list(known) + out
+
     def match(self, hashes: list[BlockHash], live: Mapping[BlockHash, int] | None = None) -> int:
         """Leading blocks found: resident in free blocks, or (``live``) held by a running request."""
         n = 0

@@ -141,15 +141,16 @@ class SharedBlocks:
     third of a twin's replay)."""
 
     def __init__(self) -> None:
-        self._count: Counter[Hashable] = Counter()
+        self._count: dict[Hashable, int] = {}  # a dict: Counter's deletion is Python code
         self._total = 0
         self._by: dict[str, tuple[Sequence[Hashable], int]] = {}
         """Per request: the hash list its blocks came from and how many of them are counted."""
 
     def _add(self, hashes: Sequence[Hashable]) -> None:
         count = self._count
+        get = count.get
         for h in hashes:
-            count[h] += 1
+            count[h] = get(h, 0) + 1
         self._total += len(hashes)
 
     def _take(self, hashes: Sequence[Hashable]) -> None:

@@ -196,3 +196,15 @@ def test_the_twins_jitter_drawn_ahead_and_rewound_stands_where_one_by_one_leaves
         one_by_one = [b._jittered(1.0) for _ in range(used)]
         assert (drawn + more)[:used] == one_by_one
         assert [a._jittered(1.0) for _ in range(5)] == [b._jittered(1.0) for _ in range(5)]
+
+
+def test_a_finished_requests_keys_continue_from_its_prompts():
+    rng = random.Random(6)
+    for _ in range(100):
+        bs = rng.choice((1, 8, 16, 32))
+        prompt = [rng.randrange(1 << 24) for _ in range(rng.randint(0, 300))]
+        answer = [rng.randrange(1 << 24) for _ in range(rng.randint(0, 200))]
+        known = PrefixCache.hashes(prompt, bs)
+        limit = rng.randint(0, (len(prompt) + len(answer)) // bs + 2)
+        tail = prompt[len(known) * bs :] + answer
+        assert PrefixCache.continued(known, tail, bs, limit) == PrefixCache.hashes(prompt + answer, bs, limit)
