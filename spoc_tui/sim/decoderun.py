@@ -43,7 +43,6 @@ class _Request(Protocol):
     """What a run reads and writes of a request (:class:`~spoc_tui.sim.engine.SimRequest`)."""
 
     prompt: list[int]
-    max_tokens: int
     target_tokens: int
     on_token: Callable[[int, float], None] | None
     times: list[float] | None
@@ -52,9 +51,6 @@ class _Request(Protocol):
     blocks: int
     last_token: float | None
     finished: float | None
-
-    @property
-    def total_len(self) -> int: ...
 
 
 R = TypeVar("R", bound=_Request)
@@ -125,8 +121,6 @@ class _Engine(Protocol[R]):
         self, decodes: np.ndarray, contexts: np.ndarray, shared: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
-    def _jittered(self, secs: float) -> float: ...
-
     def _jitter_draw(self, n: int) -> list[float] | None: ...
 
     def _jitter_mark(self) -> object: ...
@@ -137,7 +131,7 @@ class _Engine(Protocol[R]):
 
     def _shared(self, decodes: list[R]) -> int: ...
 
-    def _finish(self, req: R, now: float, reason: str) -> None: ...
+    def _answered(self, req: R, now: float) -> None: ...
 
 
 def roofline_decode_costs(
@@ -374,8 +368,8 @@ def _walk(
 
 class _Factors:
     """A run's jitter factors (a twin's), drawn ahead in bulk for about as many steps as it will
-    run, more as it needs; at its end the draws go back to where they began and exactly the steps
-    run are drawn again, so the twin's random stream stands where the step path leaves it."""
+    run, more as it needs; at its end the generator goes back to where it began and on by exactly
+    the draws of the steps run, so the twin's random stream stands where the step path leaves it."""
 
     def __init__(self, eng: _Engine[R], durs: list[float], t: float, stop_at: float, k: int) -> None:
         self.eng = eng
@@ -425,9 +419,7 @@ def _finish_at(
         r.last_token = now
         assert r.times is not None
         r.times.extend(times)
-        eng.running.remove(r)
-        reason = "length" if r.generated >= r.max_tokens or r.total_len >= eng.max_len else "stop"
-        eng._finish(r, now, reason)
+        eng._answered(r, now)
 
 
 def _settle(eng: _Engine[R], batch: _Batch[R], done: int, pending: bool, times: list[float]) -> None:

@@ -437,6 +437,13 @@ class SimEngine:
         if req.on_finish:
             req.on_finish(req)
 
+    def _answered(self, req: SimRequest, now: float) -> None:
+        """``req``'s answer ended with its last token at ``now``: out of the batch and finished,
+        cut at its max_tokens or the context ("length") or at its end ("stop")."""
+        self.running.remove(req)
+        cut = req.generated >= req.max_tokens or req.total_len >= self.max_len
+        self._finish(req, now, "length" if cut else "stop")
+
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.cfg.block_size)
 
@@ -570,12 +577,8 @@ class SimEngine:
             flops_scale=2.0 if self.cfg.quantization == "fp8" else 1.0,
         )
 
-    def _jittered(self, secs: float) -> float:
-        """A step's time as it runs (a twin draws its spread here)."""
-        return secs
-
     def _jitter_draw(self, n: int) -> list[float] | None:
-        """The next ``n`` steps' jitter factors, as :meth:`_jittered` draws them (None: none)."""
+        """The next ``n`` steps' jitter factors, as a twin's step draws them (None: none)."""
         return None
 
     def _jitter_mark(self) -> object:
@@ -664,8 +667,7 @@ class SimEngine:
             if r.on_token:
                 r.on_token(g, now)
             if g >= r.target_tokens or len(r.prompt) + g >= max_len:
-                self.running.remove(r)
-                self._finish(r, now, "length" if g >= r.max_tokens or len(r.prompt) + g >= max_len else "stop")
+                self._answered(r, now)
         if len(gaps) > 8:
             st.itl.observe_many(np.asarray(gaps))
         else:

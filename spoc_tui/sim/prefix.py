@@ -39,28 +39,14 @@ class PrefixCache:
         return len(self._lru)
 
     @staticmethod
-    def hashes(
-        tokens: list[int], block_size: int, limit: int | None = None, known: list[BlockHash] | None = None
-    ) -> list[BlockHash]:
+    def hashes(tokens: list[int], block_size: int, limit: int | None = None) -> list[BlockHash]:
         """Each full block's key: a hash of every token up to its end, so two prompts share a
         block's key exactly when they share every token up to it (vLLM chains its block hashes so).
         A polynomial over the 64-bit ring, as arrays (a cryptographic chain per block took a third
         of a virtual run): each token weighed by its place in its block, each block by its place in
-        the prompt, the sums running. ``known``: the keys of the leading blocks, already worked out
-        (a request's prompt, when its answer is added)."""
+        the prompt, the sums running. At most ``limit`` keys."""
         n = len(tokens) // block_size
-        if limit is not None:
-            n = min(n, limit)
-        m = min(len(known), n) if known else 0
-        if n <= m or (not known and n <= 0):
-            return list(known[:n]) if known else []
-        ids = np.asarray(tokens[m * block_size : n * block_size], dtype=np.uint64).reshape(n - m, block_size)
-        blocks = ids @ _IN_BLOCK[:block_size]
-        keys = np.cumsum(blocks * _block_powers(n)[m:n], dtype=np.uint64)
-        if known and m:
-            keys = keys + np.uint64(known[m - 1])
-        out: list[BlockHash] = keys.tolist()
-        return list(known[:m]) + out if known and m else out
+        return PrefixCache.continued([], tokens, block_size, n if limit is None else min(n, limit))
 
     @staticmethod
     def continued(known: list[BlockHash], tail: list[int], block_size: int, limit: int) -> list[BlockHash]:

@@ -60,8 +60,8 @@ def engine_config(server: ServerConfig, speed: float = 1.0, seed: int = 0) -> En
 
 
 _NONE: list[int] = []
-_TWOPI = 2.0 * math.pi
 """A request's hashes before it has any (one list: its count of blocks is 0)."""
+_TWOPI = 2.0 * math.pi
 
 
 class TwinEngine(SimEngine):

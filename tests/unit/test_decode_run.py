@@ -171,7 +171,8 @@ def test_block_keys_name_a_prefix_and_continue_from_known_ones():
     ka, kb = PrefixCache.hashes(a, 16), PrefixCache.hashes(b, 16)
     assert len(ka) == 40 and ka[:18] == kb[:18] and all(x != y for x, y in zip(ka[18:], kb[18:], strict=True))
     assert PrefixCache.hashes(a, 16, limit=10) == ka[:10]
-    assert PrefixCache.hashes(a + [1] * 64, 16, known=ka[:25]) == PrefixCache.hashes(a + [1] * 64, 16)
+    longer = a + [1] * 64
+    assert PrefixCache.continued(ka[:25], longer[25 * 16 :], 16, 99) == PrefixCache.hashes(longer, 16)
     assert len(set(ka)) == 40 and PrefixCache.hashes(a[:15], 16) == []
 
 
