@@ -7,6 +7,8 @@ import math
 import random
 from typing import Any, Literal
 
+from spoc_tui.core.ramp.experiment import MOST_STEP_S
+
 DEFAULT_USERS = "auto"
 MAX_WORKERS = 64
 """The most load-generator processes a ramp starts on this machine."""
@@ -80,9 +82,10 @@ class StepRules:
         return budget(self.plan, self.budget_s)
 
 
-MOST_STEP_S = 86_400.0
-"""A step, and the longest an undecided one is measured on, is at most a day: longer is a typo
-(and a prediction would simulate it for as long)."""
+MOST_STEP_REQUESTS = 60_000
+"""The most requests an open-loop step may send (its top rate over its longest length): each is a
+sample kept until the step is summarised, some 7 KB in a prediction, so the bound keeps a step
+under half a gigabyte (``--rate 10000`` at a minute's step reached 4.9 GB: issue 74)."""
 
 
 def rules_error(r: Any, trace: bool) -> str | None:
@@ -99,6 +102,15 @@ def rules_error(r: Any, trace: bool) -> str | None:
     if r.budget_s is not None and not (0 if trace else r.step_s) < r.budget_s < math.inf:
         # (a replay's step is the trace's span over its speed: checked against the budget when it starts)
         return "--budget must be at least one step (--step-seconds)"
+    from spoc_tui.core.ramp.knee import FixedRates
+
+    limit = step_limit(r.step_s, r.max_step_s)
+    if isinstance(r.plan, FixedRates) and r.plan.rates and max(r.plan.rates) * limit > MOST_STEP_REQUESTS:
+        top = max(r.plan.rates)
+        return (
+            f"--rate {top:g} over a step of up to {limit:,.0f} s (--max-step-seconds) is {top * limit:,.0f} requests; "
+            f"a step holds at most {MOST_STEP_REQUESTS:,}: lower the rate or the step's length"
+        )
     if r.arrivals not in ("staggered", "lockstep"):
         return f"--arrivals {r.arrivals!r}: staggered or lockstep"
     if r.spawn_rate is not None and not 0 < r.spawn_rate <= LOCKSTEP_SPAWN_RATE:

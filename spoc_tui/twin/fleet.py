@@ -223,6 +223,10 @@ class FleetSim:
         self.skipped = 0
         self.too_big = 0
         """Of :attr:`skipped`: rows longer than a replica's whole KV cache."""
+        self.stalled = 0
+        """Of :attr:`skipped`: requests still unanswered when nothing was left that could run them."""
+        self._moving = 0
+        """Events in the heap that move the replay on (all but polls and autoscaler ticks)."""
         self._heap: list[tuple[float, int, str, object]] = []
         self._seq = 0
         self._ends: dict[str, float] = {}
@@ -237,6 +241,8 @@ class FleetSim:
     # -- events --------------------------------------------------------------------------
     def _push(self, at: float, kind: str, obj: object) -> None:
         self._seq += 1
+        if kind not in ("poll", "tick"):
+            self._moving += 1
         heapq.heappush(self._heap, (at, self._seq, kind, obj))
 
     def _start_replica(self, ready_in: float) -> None:
@@ -406,6 +412,8 @@ class FleetSim:
         while self._heap:
             at, _, kind, obj = heapq.heappop(self._heap)
             self.now = max(self.now, at)
+            if kind not in ("poll", "tick"):
+                self._moving -= 1
             if kind == "row":
                 assert isinstance(obj, tuple)
                 row, held = obj
@@ -442,7 +450,14 @@ class FleetSim:
                         max((r.engine.kv_usage for r in ready), default=0.0),
                     )
                 )
-                if len(self.samples) + self.skipped < total:
+                left = total - len(self.samples) - self.skipped
+                if left > 0 and not self._moving and all(r.step_end is None for r in self.replicas):
+                    # nothing in flight, nothing to come, requests unanswered: they can never run,
+                    # and waiting on them re-armed this poll for ever (issue 74)
+                    self.stalled = left
+                    self.skipped += left
+                    break
+                if left > 0:
                     self._push(self.now + self.poll_s, "poll", None)
             elif kind == "tick" and self.autoscale is not None:
                 if len(self.samples) + self.skipped < total:

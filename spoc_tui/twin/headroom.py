@@ -37,6 +37,7 @@ from spoc_tui.core.metrics.vllm import (
     Scrape,
     cache_config,
     flow_now,
+    kv_blocks,
     server_view,
     windowed_histogram,
 )
@@ -45,6 +46,7 @@ from spoc_tui.core.ramp.knee import SpeedSearch
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.stats import Histogram
 from spoc_tui.core.traces.read import TraceRow
+from spoc_tui.core.tuning.engineflags import BLOCK_SIZES
 from spoc_tui.twin.arrivals import Evenness, FlowLog, gamma_times, poisson_windows, renewal_times
 from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import PARAMS, ServerConfig, StepModel, Twin
@@ -342,6 +344,11 @@ class Headroom:
             "assumed": list(self.assumed),
         }
 
+    @classmethod
+    def none(cls, reason: str, limits: Sequence[Limit] = ()) -> Headroom:
+        """No number, and why (a source whose scrapes or estimate failed, one estimate not run)."""
+        return cls(None, (None, None), None, None, False, reason, 0, None, None, tuple(str(x) for x in limits))
+
     def line(self) -> str:
         """One line, as the servers panel and ``spoc inspect --headroom`` say it."""
         if not self.identified or self.estimate is None:
@@ -399,6 +406,10 @@ class HeadroomLearner:
         self.kv = KvGauge()
         """The KV gauge over the window's scrapes (its decode context)."""
         self.kv_tokens: int | None = None
+        self.refused: deque[str | None] = deque(maxlen=KEEP_WINDOWS)
+        """Each recent window's reason for being refused (impossible figures), None where it was taken."""
+        self.kv_bad: str | None = None
+        """Why the server's last report of its KV cache cannot be taken (an impossible label)."""
         self.kv_bytes_per_token: float | None = None
         """A token's KV on one GPU, bytes (``kv_cache_memory_bytes`` over the cache's tokens)."""
         self.block_size: int = 16
@@ -414,14 +425,14 @@ class HeadroomLearner:
         if self._marks and t - self._marks[-1][0] < self.window_s - 1e-6:
             return
         cc = cache_config(exp)
-        try:
-            blocks, bs = int(float(cc["num_gpu_blocks"])), int(float(cc["block_size"]))
-            self.kv_tokens, self.block_size = blocks * bs, bs
-        except (KeyError, ValueError):
-            pass
+        reported = kv_blocks(cc)
+        self.kv_bad = reported if isinstance(reported, str) else None
+        if isinstance(reported, tuple):
+            self.kv_tokens, self.block_size = reported[0] * reported[1], reported[1]
         try:  # per GPU, where the server was given it (vLLM's --kv-cache-memory; "None" otherwise)
             mem = float(cc["kv_cache_memory_bytes"])
-            self.kv_bytes_per_token = mem / self.kv_tokens if self.kv_tokens and mem > 0 else None
+            ok = self.kv_tokens and math.isfinite(mem) and mem > 0
+            self.kv_bytes_per_token = mem / self.kv_tokens if ok and self.kv_tokens else None
         except (KeyError, ValueError):
             pass
         if "enable_prefix_caching" in cc:
@@ -446,8 +457,11 @@ class HeadroomLearner:
             windowed_histogram(scrape, REQUEST_PREFILL_COMPUTED),
             kv_per_running,
         )
-        if win is not None:
+        if win is not None and (why := win.impossible()) is not None:
+            self.refused.append(why)  # not fitted: it broke the least squares (issue 74)
+        elif win is not None:
             self.windows.append(win)
+            self.refused.append(None)
         if total.request_rate is not None:  # requests finished in the window (a restart's reset counted)
             self._counts.append(total.request_rate * (t - t_last))
         # a queue while the KV cache has room: the batch is at its seats (max-num-seqs)
@@ -550,6 +564,8 @@ class HeadroomLearner:
             self.prior,
             self.kv_tokens is not None,
             self.kv_bytes_per_token,
+            self.kv_bad,
+            tuple(self.refused),
         )
 
 
@@ -578,6 +594,9 @@ class LearnerState:
     prior: Twin | None
     kv_reported: bool
     kv_bytes_per_token: float | None = None
+    kv_bad: str | None = None
+    refused: tuple[str | None, ...] = ()
+    """The recent windows' reasons for being refused (None: taken)."""
 
     def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
         sla = tuple(str(lim) for lim in self.limits)
@@ -590,13 +609,23 @@ class LearnerState:
 
         if not self.limits:
             return none("no SLA to hold: give --sla")
+        if self.kv_bad is not None:
+            return none(f"the server's KV cache cannot be taken as reported: {self.kv_bad}")
+        if not self.kv_reported and self.prior is None:
+            return none("the server does not report its KV cache's size (vllm:cache_config_info)")
+        if self.server.block_size not in BLOCK_SIZES:
+            sizes = ", ".join(map(str, BLOCK_SIZES))
+            return none(f"its KV blocks of {self.server.block_size} tokens are not one the twin models ({sizes})")
+        bad = [why for why in self.refused if why is not None]
+        if len(bad) * 2 > len(self.refused):  # most windows impossible: its counters are not a server's
+            return none(
+                f"{len(bad)} of its last {len(self.refused)} windows refused, their counters no server's: {bad[-1]}"
+            )
         if not fit.identified:
-            return none(fit.reason)
+            return none(fit.reason + (f"; {len(bad)} windows refused: {bad[-1]}" if bad else ""))
         if traffic is None or traffic.requests < MIN_REQUESTS or traffic.rate <= 0:
             got = 0 if traffic is None else round(traffic.requests)
             return none(f"too little traffic to replay: {got} requests in the window (needs {MIN_REQUESTS})")
-        if not self.kv_reported and self.prior is None:
-            return none("the server does not report its KV cache's size (vllm:cache_config_info)")
         return headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s)
 
 
@@ -631,6 +660,13 @@ def headroom_of(
     if len(trace.rows) < 2:
         return Headroom(None, (None, None), None, None, False, "too little traffic to replay", fit.windows, traffic,
                         fit, sla)  # fmt: skip
+    big, drawn = beyond_the_cache(trace.at(1.0), server)
+    if big > TOO_BIG_SHARE * drawn:
+        why = (
+            f"{big} of the {drawn} requests drawn from its traffic are longer than its whole KV cache as "
+            f"reported ({server.num_gpu_blocks * server.block_size:,} tokens): no replay can run them"
+        )
+        return Headroom(None, (None, None), None, None, False, why, fit.windows, traffic, fit, sla)
     p = Prediction(
         twin=passive_twin(fit, server, prior, draws),
         workload=load_workload("chatbot"),
@@ -658,6 +694,8 @@ def headroom_of(
         return Headroom(inf.estimate, inf.ci95, None, None, True, f"every speed replayed met the SLA: {what}",
                         fit.windows, traffic, fit, sla, assumed=assumed)  # fmt: skip
     why = fit.reason + (f"; the server moved from its twin: {'; '.join(fit.drift)}" if fit.drift else "")
+    if big:
+        why += f"; {big} of {drawn} requests drawn longer than the whole KV cache were left out"
     if WIDENED in predicted.notes:
         why += f"; {WIDENED}"
     point, replays = replays_median(inf.estimate, predicted.draw_knees)
@@ -668,6 +706,20 @@ def headroom_of(
         why += f"; the interval holds the windows' own scatter about the model (+-{scatter:.0f} % a step)"
     return Headroom(point, ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
                     assumed=assumed)  # fmt: skip
+
+
+TOO_BIG_SHARE = 0.05
+"""The share of a replay's requests that may be longer than the whole KV cache (left out, and
+said) before the headroom gives no number: the traffic the server ran cannot be replayed on the
+cache it reports."""
+
+
+def beyond_the_cache(rows: Sequence[TraceRow], server: ServerConfig) -> tuple[int, int]:
+    """How many of ``rows`` need more blocks than the whole KV cache holds (an engine refuses
+    them: issue 74), and of how many."""
+    bs, blocks = server.block_size, server.num_gpu_blocks
+    big = sum(1 for r in rows if -(-(r.input_tokens + max(1, r.output_tokens)) // bs) > blocks)
+    return big, len(rows)
 
 
 def seats_assumed(seats: int, runs: Sequence[StepRun], speed: float) -> str:

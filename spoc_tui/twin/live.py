@@ -6,19 +6,25 @@ and refreshed in a worker thread."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
 
 from spoc_tui.collectors.http import new_client
 from spoc_tui.collectors.inspect import InspectResult, read_all, result_of
 from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError
+from spoc_tui.core.errors import first_line
 from spoc_tui.core.metrics.promparse import Exposition
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.redact import redact_url
-from spoc_tui.twin.headroom import WINDOW_S, Headroom, HeadroomLearner
+from spoc_tui.twin.headroom import WINDOW_S, Headroom, HeadroomLearner, LearnerState
 from spoc_tui.twin.model import Twin
 from spoc_tui.twin.passive import MIN_WINDOWS
+
+logger = logging.getLogger(__name__)
 
 HEADROOM_EVERY_S = 5.0
 """How often ``spoc inspect --headroom`` scrapes while it watches (the monitor's windows are 30 s)."""
@@ -42,6 +48,7 @@ async def watch_headroom(
     source that fails a scrape is tried again at the next one; one whose first or last reading
     failed is reported as an error."""
     learners: dict[str, HeadroomLearner] = {}
+    broken: set[str] = set()
     first: list[Reading | SourceError] | None = None
     last: list[Reading | SourceError] | None = None
     t0 = time.monotonic()
@@ -56,7 +63,11 @@ async def watch_headroom(
                     if isinstance(r, Reading) and r.kind == "vllm":
                         made = HeadroomLearner(limits, prior=prior, seats=seats)
                         learner = learners.setdefault(redact_url(src), made)
-                        learner.add(r.taken_at, r.exposition)
+                        try:
+                            learner.add(r.taken_at, r.exposition)
+                        except Exception:  # said as that server's "no number" when the watch ends
+                            logger.exception("the headroom learner of %s", redact_url(src))
+                            broken.add(redact_url(src))
                 elapsed = time.monotonic() - t0
                 if elapsed >= seconds - 1e-6:
                     break
@@ -74,9 +85,62 @@ async def watch_headroom(
     if learners:
         say(f"watched {watched:.0f} s; working out the headroom of {len(learners)} server(s)...")
         for name, learner in learners.items():
-            h = await asyncio.to_thread(learner.estimate)
+            if res.interrupted:
+                h = Headroom.none("not worked out: interrupted", limits)
+            elif name in broken:
+                h = Headroom.none("its scrapes could not be learned from; see spoc.log", limits)
+            else:
+                try:
+                    h = await off_loop(partial(estimate_of, learner, limits))
+                except (KeyboardInterrupt, asyncio.CancelledError):
+                    res.interrupted = True
+                    h = Headroom.none("not worked out: interrupted", limits)
             res.headroom[name] = (h.line(), h.as_dict())
     return res
+
+
+T = TypeVar("T")
+
+
+async def off_loop(fn: Callable[[], T]) -> T:
+    """``fn()`` in a daemon thread of its own, awaited: cancelled (Ctrl-C), the await ends at once
+    and nothing waits for the thread (``asyncio.to_thread``'s executor is joined when
+    ``asyncio.run`` ends: an estimate's tens of seconds, issue 74); it ends with the process."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[T] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value) if ok else fut.set_exception(value)
+
+    def work() -> None:
+        try:
+            out: tuple[bool, Any] = (True, fn())
+        except BaseException as e:  # handed to the awaiting task
+            out = (False, e)
+        try:
+            loop.call_soon_threadsafe(settle, *out)
+        except RuntimeError:  # the loop ended (interrupted): nobody waits for it
+            pass
+
+    threading.Thread(target=work, name="spoc-estimate", daemon=True).start()
+    return await fut
+
+
+def estimate_of(
+    learner: HeadroomLearner | LearnerState, limits: Sequence[Limit], seed: int = 0, draws: int = 4,
+    replay_s: float | None = None,
+) -> Headroom:
+    """One server's estimate, whatever its scrapes held: an estimate that fails (a defect, or a
+    value no check caught) is that server's "no number" with the error, logged, and costs no
+    other server its own (issue 74)."""
+    try:
+        if replay_s is None:
+            return learner.estimate(seed, draws)
+        return learner.estimate(seed, draws, replay_s)
+    except Exception as e:
+        logger.exception("working out a server's headroom")
+        return Headroom.none(f"could not be worked out ({first_line(e, 120)}); see spoc.log", limits)
 
 
 LIVE_REFRESH_S = 600.0
@@ -123,6 +187,8 @@ class LiveHeadroom:
         self.refresh_s = refresh_s
         self.clock = clock
         self._learners: dict[str, HeadroomLearner] = {}
+        self._broken: dict[str, str] = {}
+        """Sources whose last scrape the learner could not take, and why."""
         self._lock = threading.Lock()
         self._last: float | None = None
         self._started = clock()
@@ -132,12 +198,21 @@ class LiveHeadroom:
         """Each server's latest headroom, by its source as shown."""
 
     def add(self, source: str, t: float, exp: Exposition) -> None:
-        """One scrape of ``source`` taken at ``t`` (any thread)."""
+        """One scrape of ``source`` taken at ``t`` (any thread). A scrape the learner cannot take
+        (a defect, or a value no check caught) costs that source its headroom, said with the
+        error, never the poller its view of every server (issue 74)."""
         with self._lock:
             learner = self._learners.get(source)
             if learner is None:
                 learner = self._learners[source] = HeadroomLearner(self.limits, prior=self.prior, seats=self.seats)
-            learner.add(t, exp)
+            try:
+                learner.add(t, exp)
+            except Exception as e:
+                if source not in self._broken:
+                    logger.exception("the headroom learner of %s", source)
+                self._broken[source] = f"its scrapes could not be learned from ({first_line(e, 120)}); see spoc.log"
+            else:
+                self._broken.pop(source, None)
 
     @property
     def interval_s(self) -> float:
@@ -162,8 +237,10 @@ class LiveHeadroom:
         self._last = self.clock()
         cpu0 = time.thread_time()
         with self._lock:
-            states = {src: learner.snapshot() for src, learner in self._learners.items()}
-        out = {src: st.estimate(seed, LIVE_DRAWS, LIVE_REPLAY_S) for src, st in states.items()}
+            broken = dict(self._broken)
+            states = {src: learner.snapshot() for src, learner in self._learners.items() if src not in broken}
+        out = {src: Headroom.none(why, self.limits) for src, why in broken.items()}
+        out.update({src: estimate_of(st, self.limits, seed, LIVE_DRAWS, LIVE_REPLAY_S) for src, st in states.items()})
         self.cpu_s = time.thread_time() - cpu0
         self.results = out
         return out
@@ -184,6 +261,7 @@ class LiveHeadroom:
         """Forget every scrape (the monitor's windows were reset)."""
         with self._lock:
             self._learners.clear()
+            self._broken.clear()
         self._last = None
         self._started = self.clock()
         self.results = {}

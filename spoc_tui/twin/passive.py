@@ -95,6 +95,12 @@ DRAWS = 200
 """Bootstrap draws over windows."""
 
 
+STEP_RANGE_S = (1e-5, 60.0)
+"""The mean step a window may show: 10 microseconds to a minute."""
+MOST_PER_STEP = 1e9
+"""The most sequences, prompt tokens or context tokens a window may show in one step."""
+
+
 @dataclass(frozen=True, slots=True)
 class PassiveWindow:
     """What one window's counters say the engine did, per step on average."""
@@ -127,6 +133,21 @@ class PassiveWindow:
     computed: Lengths | None = None
     """How those tokens spread over the window's requests, from their histogram (None where the
     server does not report them)."""
+
+    def impossible(self) -> str | None:
+        """Why no server's counters make this window (a figure infinite, a step of picoseconds,
+        millions of sequences a step: a hostile or broken exporter, buckets counted 1e300 times),
+        or None. Fitted, such a window broke the least squares (issue 74)."""
+        figures = (self.step_s, self.gaps, self.decodes, self.context_k, self.prefill, self.mixed)
+        extra = (self.read_bytes, self.prefill_s, self.prefill_tokens)
+        if not all(math.isfinite(v) for v in (*figures, *(v for v in extra if v is not None))):
+            return "a figure of its window is not a finite number"
+        if not STEP_RANGE_S[0] <= self.step_s <= STEP_RANGE_S[1]:
+            lo, hi = STEP_RANGE_S
+            return f"a mean inter-token gap of {self.step_s:.3g} s (a server's lies within {lo:g}-{hi:g} s)"
+        if self.decodes > MOST_PER_STEP or self.prefill > MOST_PER_STEP or self.context_k * 1000 > MOST_PER_STEP:
+            return f"{max(self.decodes, self.prefill, self.context_k * 1000):.3g} sequences or tokens a step"
+        return None
 
     def past_ridge(self, ridge: float, per_k: float = 0.0, decodes: float | None = None, context_k: float | None = None,
                    others: float = 0.0) -> float:  # fmt: skip

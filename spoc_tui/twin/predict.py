@@ -531,8 +531,10 @@ def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: floa
     starts = sorted(s.start for s in window)
     tr = p.trace
     skipped = dict(tr.skipped)
-    if sim.skipped - sim.too_big:
-        too_long = sim.skipped - sim.too_big
+    if sim.stalled:
+        skipped["never scheduled (nothing left could run them)"] = sim.stalled
+    if sim.skipped - sim.too_big - sim.stalled:
+        too_long = sim.skipped - sim.too_big - sim.stalled
         skipped["longer than max-model-len"] = skipped.get("longer than max-model-len", 0) + too_long
     if sim.too_big:
         skipped["longer than the whole KV cache"] = skipped.get("longer than the whole KV cache", 0) + sim.too_big

@@ -18,7 +18,7 @@ import pytest
 
 from spoc_tui.core.hardware.presets import gpu_preset, model_preset
 from spoc_tui.core.ramp.experiment import Driver, Experiment, ExperimentError, RampProgress, run_now
-from spoc_tui.core.ramp.knee import FixedRates, FixedUsers, KneeSearch
+from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, KneeSearch
 from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.results import read_ramp
 from spoc_tui.load.ramp import RampConfig, ResultWriter
@@ -181,6 +181,22 @@ def test_a_replay_longer_than_the_budget_is_refused_before_any_load():
     assert ran == []
 
 
+def test_a_replay_longer_than_a_day_is_refused_as_a_step_is():
+    """Issue 74: the one-day rule held --step-seconds, not a replay's span over its speed: a
+    year's trace at x1, or a minute's at x1e-9, grew a prediction to gigabytes. The first such
+    step is refused before any load; one later (a search slowing down) ends the ramp, said."""
+    from spoc_tui.core.ramp.experiment import Replayed
+
+    def replayer(idx: int, speed: float) -> Replayed:
+        raise AssertionError("no replay should run")
+
+    for span, speeds in ((366 * 86_400.0, [1.0]), (60.0, [1e-9])):
+        exp = replace(experiment(FixedUsers([1]), step_s=30), plan=FixedSpeeds(speeds), unit="x")
+        exp = replace(exp, replay_s=lambda v, span=span: span / v, error=ExperimentError)
+        with pytest.raises(ExperimentError, match=r"lasts [\d.e+,]+ days of the trace's time; a step is at most a day"):
+            run_now(Driver(exp, VirtualBackend(replayer=replayer)).run())
+
+
 def test_run_now_refuses_a_coroutine_that_waits():
     class Suspend:
         def __await__(self):
@@ -264,6 +280,11 @@ def test_a_ramp_and_a_prediction_are_refused_alike_and_a_step_over_a_day_is_a_ty
         (dict(max_step_s=10 * 86_400.0), "--max-step-seconds must be at least --step-seconds and at most 86,400"),
         (dict(budget_s=1.0), "--budget must be at least one step"),
         (dict(spawn_rate=5000.0), "--spawn-rate must be above 0 and at most 1000"),
+        (  # issue 74: --rate 10000 at a minute's step grew a prediction to 4.9 GB
+            dict(plan=FixedRates([1.0, 10_000.0])),
+            "--rate 10000 over a step of up to 240 s (--max-step-seconds) is 2,400,000 requests; a step holds "
+            "at most 60,000",
+        ),
     ]
     for change, says in cases:
         bad = replace(cfg, **change)

@@ -6,6 +6,7 @@ simulated server)."""
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import replace
 
@@ -488,3 +489,158 @@ def test_the_engine_counts_the_most_requests_it_ran_at_once_never_past_its_seats
     vs.set_rate(0.2)
     vs.drain(120.0)
     assert 0 < engine.running_peak <= 12
+
+
+@pytest.mark.parametrize(
+    ("labels", "says"),
+    [
+        ({"num_gpu_blocks": "inf"}, "num_gpu_blocks='inf'"),
+        ({"num_gpu_blocks": "-inf"}, "num_gpu_blocks='-inf'"),
+        ({"num_gpu_blocks": "nan"}, "num_gpu_blocks='nan'"),
+        ({"num_gpu_blocks": "1e308"}, "num_gpu_blocks='1e308'"),
+        ({"num_gpu_blocks": "0"}, "num_gpu_blocks='0'"),
+        ({"num_gpu_blocks": "12.5"}, "num_gpu_blocks='12.5'"),
+        ({"block_size": "inf"}, "block_size='inf'"),
+        ({"block_size": "1e9"}, "block_size='1e9'"),
+        ({"block_size": "x" * 100}, "block_size='xxxxxxxxxxxxxxxxxxxxx...'"),
+    ],
+)
+def test_a_kv_cache_no_server_has_is_refused_with_the_label_that_says_it(labels, says):
+    """Issue 74: ``num_gpu_blocks="inf"`` in one replica's cache_config_info raised out of the
+    learner inside the poller (every replica went blank); ``1e308`` and ``block_size="1e9"``
+    raised out of the estimate. Read once, by one rule, each is a reason naming the label."""
+    from spoc_tui.core.metrics.vllm import kv_blocks
+
+    good = {"num_gpu_blocks": "4096", "block_size": "16"}
+    assert kv_blocks(good) == (4096, 16) and kv_blocks({"num_gpu_blocks": "None", "block_size": "16"}) is None
+    why = kv_blocks({**good, **labels})
+    assert isinstance(why, str) and says in why, why
+
+
+def hostile(engine, **labels):
+    """``engine``'s scrape with its cache_config_info's labels replaced."""
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.sim.exposition import vllm_metrics
+
+    text = vllm_metrics(engine)
+    for k, v in labels.items():
+        text = re.sub(k + r'="[^"]*"', f'{k}="{v}"', text)
+    return parse_text(text)
+
+
+def test_one_replicas_impossible_label_costs_only_its_own_headroom(monkeypatch):
+    """Issue 74: a replica with ``num_gpu_blocks="inf"`` beside a healthy one: the healthy one
+    keeps its headroom; the other says why it has none. A learner that fails all the same (a
+    defect) costs its source alone: the poller's scrape thread never sees the error."""
+    from spoc_tui.twin.live import LiveHeadroom
+
+    engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=48, dcgm_port=None, seed=1))
+    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=1)
+    vs.set_rate(2.0)
+    live = LiveHeadroom(tuple(parse_sla("ttft_p99<=2s")))
+    t = 0.0
+    while t < 120:
+        t += 5.0
+        vs.advance(t)
+        live.add("good", t, hostile(vs.engine))
+        live.add("inf", t, hostile(vs.engine, num_gpu_blocks="inf"))
+        live.add("1e308", t, hostile(vs.engine, num_gpu_blocks="1e308"))
+    out = live.refresh()
+    assert out["good"].reason.startswith("too little traffic yet"), out["good"].reason
+    assert "num_gpu_blocks='inf'" in out["inf"].line() and "num_gpu_blocks='1e308'" in out["1e308"].line()
+
+    real_add = HeadroomLearner.add
+
+    def add(self, t, exp):
+        if exp is poison:
+            raise OverflowError("cannot convert float infinity to integer")
+        real_add(self, t, exp)
+
+    poison = hostile(vs.engine)
+    monkeypatch.setattr(HeadroomLearner, "add", add)
+    live.add("good", t + 5, hostile(vs.engine))
+    live.add("inf", t + 5, poison)  # raises inside: never out
+    out = live.refresh()
+    assert out["inf"].line() == (
+        "headroom: its scrapes could not be learned from (cannot convert float infinity to integer); see spoc.log"
+    )
+    assert out["good"].reason.startswith("too little traffic yet")
+
+
+def test_an_estimate_that_fails_is_its_servers_no_number_not_every_servers(monkeypatch):
+    from spoc_tui.twin.live import estimate_of
+
+    learner = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")))
+
+    def broken(*a, **k):
+        raise ValueError("SVD did not converge")
+
+    monkeypatch.setattr(HeadroomLearner, "estimate", broken)
+    h = estimate_of(learner, learner.limits)
+    assert not h.identified and h.line() == "headroom: could not be worked out (SVD did not converge); see spoc.log"
+
+
+def test_an_estimate_interrupted_is_not_waited_for():
+    """Issue 74: Ctrl-C in ``spoc inspect --headroom`` while the estimate ran did not stop it:
+    ``asyncio.run`` joins ``to_thread``'s executor, an estimate's tens of seconds. Cancelled, the
+    await ends at once and nothing waits for the thread (here one blocked for 30 s)."""
+    import asyncio
+    import threading
+    import time
+
+    from spoc_tui.twin.live import off_loop
+
+    gate = threading.Event()
+    timer = threading.Timer(30.0, gate.set)  # the test's own bound, should the await wait after all
+    timer.start()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(off_loop(gate.wait))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    t0 = time.monotonic()
+    try:
+        asyncio.run(main())
+        assert time.monotonic() - t0 < 15
+        assert asyncio.run(off_loop(lambda: 42)) == 42
+        with pytest.raises(ZeroDivisionError):
+            asyncio.run(off_loop(lambda: 1 / 0))
+    finally:
+        gate.set()
+        timer.cancel()
+
+
+def test_windows_whose_counters_no_server_makes_are_refused_not_fitted():
+    """Issue 74: histogram buckets counted 1e300 times made numpy's least squares fail to converge
+    out of the estimate. Such a window (a step of 1e-302 s) is refused with its reason; most of
+    the recent windows refused, the headroom says so rather than anything else."""
+    from spoc_tui.twin.passive import PassiveWindow
+
+    ok = PassiveWindow(t=0.0, seconds=30.0, step_s=0.02, gaps=900, decodes=12, context_k=40, prefill=30, mixed=0.5)
+    assert ok.impossible() is None
+    assert "1e-302 s" in (replace(ok, step_s=1e-302).impossible() or "")
+    assert "not a finite number" in (replace(ok, prefill_s=math.inf).impossible() or "")
+    assert "sequences or tokens a step" in (replace(ok, decodes=1e12).impossible() or "")
+
+    engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=48, dcgm_port=None, seed=1))
+    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=1)
+    vs.set_rate(2.0)
+    learner = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")))
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.sim.exposition import vllm_metrics
+
+    t = 0.0
+    while t < 150:
+        t += 5.0
+        vs.advance(t)
+        text = re.sub(
+            r"^(\S*_bucket\S*) (\S+)$", lambda m: f"{m[1]} {float(m[2]) * 1e300!r}", vllm_metrics(engine), flags=re.M
+        )
+        learner.add(t, parse_text(text))
+    h = learner.estimate()
+    assert learner.refused and not learner.windows
+    assert h.reason.startswith(f"{len(learner.refused)} of its last {len(learner.refused)} windows refused"), h.reason
+    assert "mean inter-token gap of" in h.reason

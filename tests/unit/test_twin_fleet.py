@@ -272,3 +272,32 @@ def test_the_engine_refuses_a_request_its_whole_kv_cache_cannot_hold():
         t[0] += eng.step()
         eng.complete(*eng._pending, t[0])
     assert eng.idle() and big.finish_reason == "abort" and eng.stats.success["stop"] + eng.stats.success["length"] == 1
+
+
+def test_a_replay_that_can_no_longer_move_ends_and_counts_what_it_left(monkeypatch):
+    """Issue 74's guard: whatever keeps a request from ever being scheduled (here an engine that
+    schedules nothing), a replay with nothing in flight and nothing to come stops at its next
+    poll and counts the requests it left, rather than re-arming its poll for ever."""
+    from spoc_tui.twin.engine import TwinEngine
+    from spoc_tui.twin.fleet import FleetSim
+
+    def schedules_nothing(self: TwinEngine) -> float:
+        self._pending = ([], [])
+        return 0.0
+
+    monkeypatch.setattr(TwinEngine, "step", schedules_nothing)
+    monkeypatch.setattr(TwinEngine, "decode_run", lambda self, *a, **k: pytest.fail("no run expected"), raising=False)
+    rows = tuple(TraceRow(i, i * 0.5, 30, 8, line=i + 1) for i in range(6))
+    sim = FleetSim(twin(), rows, replicas=2, poll_s=1.0)
+    pushes = 0
+    push = sim._push
+
+    def bounded(at: float, kind: str, obj: object) -> None:
+        nonlocal pushes
+        pushes += 1
+        assert pushes < 10_000, "the replay never ends"
+        push(at, kind, obj)
+
+    monkeypatch.setattr(sim, "_push", bounded)
+    run = sim.run()
+    assert sim.stalled == sim.skipped == 6 and run.samples == [] and len(sim.polls) <= 5

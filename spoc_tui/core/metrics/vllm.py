@@ -6,6 +6,7 @@ server does not export is ``None`` ("n/a"), never 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -114,6 +115,37 @@ def cache_config(exp: Exposition) -> dict[str, str]:
         for lbls in exp.get(name):
             return dict(lbls)
     return {}
+
+
+KV_BLOCKS_MAX = 1 << 30
+"""The most KV blocks a server's report is taken at (about 17 billion tokens at 16 a block; a
+larger count is no cache a GPU holds)."""
+KV_BLOCK_TOKENS_MAX = 4096
+"""The longest KV block a report is taken at, in tokens (vLLM's are 1-256; hybrid models round
+theirs up to a few hundred)."""
+
+
+def kv_blocks(cc: dict[str, str]) -> tuple[int, int] | str | None:
+    """``(num_gpu_blocks, block_size)`` from ``vllm:cache_config_info``'s labels; None where the
+    server does not report them (vLLM says ``None`` before its profile run); else, where they are
+    not a cache's (not a whole number, infinite, out of range), the reason, naming the label."""
+    raw_blocks, raw_size = cc.get("num_gpu_blocks"), cc.get("block_size")
+    if raw_blocks in (None, "None", "") or raw_size in (None, "None", ""):
+        return None
+    got: list[int] = []
+    for key, raw, most in (
+        ("num_gpu_blocks", raw_blocks, KV_BLOCKS_MAX),
+        ("block_size", raw_size, KV_BLOCK_TOKENS_MAX),
+    ):
+        try:
+            v = float(raw)
+        except ValueError:
+            v = math.nan
+        if not (1 <= v <= most) or v != int(v):
+            shown = raw if len(raw) <= 24 else raw[:21] + "..."
+            return f"its cache_config_info says {key}={shown!r}, not a whole number from 1 to {most:,}"
+        got.append(int(v))
+    return got[0], got[1]
 
 
 def _first_present(exp: Exposition, names: Sequence[str], suffixes: Sequence[str] = ("",)) -> str | None:

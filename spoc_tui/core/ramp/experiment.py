@@ -90,6 +90,12 @@ class QueueWatch:
         return replace(server, waiting_mean=self.mean)
 
 
+MOST_STEP_S = 86_400.0
+"""A step, and the longest an undecided one is measured on, is at most a day: longer is a typo
+(and a prediction would simulate it for as long). A replay's step is its trace's span over its
+speed: a year's trace at x1, or a minute's at x1e-9, is refused by the same rule."""
+
+
 class ExperimentError(SpocError):
     """An experiment that cannot go on (the budget cannot hold a replay, the server failed)."""
 
@@ -411,6 +417,15 @@ class Driver:
         while (level := plan.next(self.steps, self._plan_knee())) is not None:
             left = self.budget_left()
             step_len = exp.replay_s(level) if exp.replay_s is not None else exp.step_s
+            if step_len > MOST_STEP_S:  # a replay's span over its speed (--step-seconds is checked)
+                too_long = (
+                    f"a replay at x{level:g} lasts {step_len / 86_400:,.3g} days of the trace's time; a step is at "
+                    "most a day: give a faster --speed, or a shorter --trace-window"
+                )
+                if not self.runs:
+                    raise exp.error(too_long, exit_code=EXIT_USAGE)
+                self.stop_reason = too_long
+                return
             if left is not None and left < step_len:
                 if exp.replay_s is not None and not self.runs:
                     raise exp.error(
