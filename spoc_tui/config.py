@@ -10,6 +10,7 @@ import platformdirs
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, read_text_bounded
+from spoc_tui.core.redact import key_error
 
 APP_NAME = "spoc-tui"
 
@@ -128,15 +129,19 @@ KEY_FILE_MAX = 64 * 1024
 
 
 def read_key_file(path: str | Path, label: str) -> str:
-    """A bearer token kept in a file (``--api-key-file``, ``api_key_file``), stripped.
+    """A bearer token kept in a file (``--api-key-file``, ``api_key_file``): the file's one line,
+    stripped (a byte-order mark too). Errors name the file and never its content.
 
     Raises:
-        ConfigError: unreadable, named by ``label``.
+        ConfigError: unreadable, or not one bearer token (:func:`key_error`), named by ``label``.
     """
     try:
-        return read_text_bounded(path, KEY_FILE_MAX).strip()
+        key = read_text_bounded(path, KEY_FILE_MAX).removeprefix("\ufeff").strip()
     except FileReadError as e:
         raise ConfigError(f"{label}: cannot read ({e})") from None
+    if (why := key_error(key)) is not None:
+        raise ConfigError(f"{label}: the file {why}")
+    return key
 
 
 def load_file(path: Path) -> dict[str, object]:

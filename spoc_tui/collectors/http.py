@@ -26,7 +26,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.redact import redact_url
+from spoc_tui.core.redact import key_error, redact_url
 
 MAX_REDIRECTS = 5
 CA_ENV = "SPOC_CA_BUNDLE"
@@ -134,9 +134,13 @@ async def request(
 
 
 def check_credentials(urls: list[str], api_key: str | None) -> None:
-    """Raises: InputError when a URL carries ``user:pass@`` and an API key is given too."""
+    """Raises: InputError when a URL carries ``user:pass@`` and an API key is given too, or when
+    the key is no bearer token a header can carry (:func:`~spoc_tui.core.redact.key_error`; a key file's
+    was checked as it was read, naming the file)."""
     if not api_key:
         return
+    if (why := key_error(api_key)) is not None:
+        raise InputError(f"the API key (--api-key, SPOC_API_KEY or config.toml's api_key) {why}")
     for url in urls:
         if "@" in urlsplit(url).netloc:
             raise InputError(

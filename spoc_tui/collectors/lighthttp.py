@@ -149,6 +149,9 @@ class ScrapeClient:
             "User-Agent: spoc-tui",
             "Accept-Encoding: identity",
         ]
+        if any(c in "\r\n\0" for kv in headers.items() for c in "".join(kv)):
+            # a header's line break would send what follows as headers of its own (issue 74)
+            raise HttpFailure("a request header holds a line break; nothing was sent")
         lines += [f"{k}: {v}" for k, v in headers.items()]
         if parts.username is not None and not any(k.lower() == "authorization" for k in headers):
             pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()

@@ -36,7 +36,9 @@ _USERINFO = re.compile(r"(?<=[a-zA-Z0-9+.-])://[^/\s@]+@")
 the search is linear on any text and the replacement a constant: a pattern that began with the
 scheme itself (``[a-zA-Z][a-zA-Z0-9+.-]*://``) backtracked from every position, 23 s on 100k
 letters. A scheme of digits alone (``9://u@h``, no URL) is masked too: more masked, never less."""
-_BEARER = re.compile(r"(?i)(bearer\s+)[^\s,;\"']+")
+_BEARER = re.compile(r"(?i)(bearer\s+)(?:bearer\s+)?[^\s,;\"']+")
+"""A Bearer token, and the token after a second ``Bearer`` (a key given with its scheme was sent as
+``Bearer Bearer KEY``: issue 74), with a bounded pattern (linear on any text)."""
 _SK = re.compile(r"\bsk-[A-Za-z0-9_-]{6,}")
 
 
@@ -86,3 +88,17 @@ def redact_text(text: str) -> str:
         text = _USERINFO.sub("://" + MASK + "@", text)
     text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
     return _SK.sub(MASK, text)
+
+
+def key_error(key: str) -> str | None:
+    """What makes ``key`` no bearer token a header can carry, in words that show none of it: a
+    token is printable ASCII without spaces (RFC 6750's characters and more); whitespace inside
+    it (a second line, a comment, a ``Bearer`` prefix) or a control character would be sent as
+    raw header lines or end up in an error message (issue 74). None when it is one."""
+    if any(c in "\r\n" for c in key):
+        return "holds more than one line: give the key alone, on one line"
+    if any(c in " \t" for c in key):
+        return "holds a space inside it: give the key alone (no 'Bearer', no comment)"
+    if any(not 0x21 <= ord(c) <= 0x7E for c in key):
+        return "holds a control character or one outside ASCII: a key is printable ASCII"
+    return None

@@ -7,7 +7,7 @@ import math
 import random
 from typing import Any, Literal
 
-from spoc_tui.core.ramp.experiment import MOST_STEP_S
+from spoc_tui.core.ramp.sla import MOST_STEP_S
 
 DEFAULT_USERS = "auto"
 MAX_WORKERS = 64

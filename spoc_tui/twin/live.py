@@ -128,7 +128,10 @@ async def off_loop(fn: Callable[[], T]) -> T:
 
 
 def estimate_of(
-    learner: HeadroomLearner | LearnerState, limits: Sequence[Limit], seed: int = 0, draws: int = 4,
+    learner: HeadroomLearner | LearnerState,
+    limits: Sequence[Limit],
+    seed: int = 0,
+    draws: int = 4,
     replay_s: float | None = None,
 ) -> Headroom:
     """One server's estimate, whatever its scrapes held: an estimate that fails (a defect, or a

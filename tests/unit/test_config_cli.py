@@ -341,3 +341,64 @@ def test_the_command_line_loads_no_heavy_module_until_a_command_runs():
     from spoc_tui.collectors import http
 
     assert (options.CA_ENV, options.INSECURE_ENV) == (http.CA_ENV, http.INSECURE_ENV)
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"Bearer SEKRETKEY42\n# prod\n", "holds more than one line"),
+        (b"SEKRETKEY42\n# prod\n", "holds more than one line"),
+        (b"Bearer SEKRETKEY42\n", "holds a space inside it"),
+        (b"SEKRET\x01KEY42\n", "holds a control character"),
+        (b"SEKR\xc3\xa9TKEY42\n", "holds a control character or one outside ASCII"),
+    ],
+)
+def test_a_key_file_that_is_not_one_token_is_refused_naming_the_file_alone(tmp_path, content, says):
+    """Issue 74: ``Bearer SEKRETKEY42\\n# prod`` was sent as a header (its second line as a raw
+    header of its own through the monitor's client) and printed in an error. A key file holds one
+    token: anything else is rc 2, one line naming the file, none of its content, nothing sent."""
+    import socket
+
+    from click.testing import CliRunner
+
+    from spoc_tui.cli.main import cli
+
+    key = tmp_path / "key"
+    key.write_bytes(content)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        for argv in (["inspect", url], ["ramp", "--url", url, "--out", str(tmp_path / "o")]):
+            r = CliRunner().invoke(cli, [*argv, "--api-key-file", str(key)])
+            err = r.exception
+            assert err is not None and getattr(err, "exit_code", None) == 2, (r.output, err)
+            assert str(err).startswith(f"--api-key-file {key}: the file {says}")
+            assert "SEKR" not in str(err) + r.output and "\n" not in str(err)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing connected
+
+
+def test_a_key_file_with_a_byte_order_mark_is_read_and_a_header_never_breaks_a_line():
+    import asyncio
+
+    import tempfile
+
+    from spoc_tui.collectors.lighthttp import HttpFailure, ScrapeClient
+    from spoc_tui.config import read_key_file
+
+    with tempfile.NamedTemporaryFile("wb", suffix=".key") as f:
+        f.write("\ufeffSEKRETKEY42\r\n".encode())
+        f.flush()
+        assert read_key_file(f.name, "k") == "SEKRETKEY42"
+
+    async def get() -> None:
+        client = ScrapeClient()
+        try:
+            await client.get("http://127.0.0.1:1/metrics", {"Authorization": "Bearer a\r\nX-Injected: yes"}, 1000)
+        finally:
+            await client.aclose()
+
+    with pytest.raises(HttpFailure, match="a request header holds a line break; nothing was sent"):
+        asyncio.run(get())

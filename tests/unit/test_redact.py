@@ -125,3 +125,9 @@ def test_a_url_password_anywhere_in_any_text_is_masked(before, after, secret):
     assert f":{secret}@" not in out
     assert redact_text(out) == out
     assert "\x1b" not in for_terminal(text)
+
+
+def test_a_key_sent_with_its_own_scheme_is_masked_whole():
+    """Issue 74: a key file holding ``Bearer KEY`` was sent as ``Bearer Bearer KEY``, and the
+    error printed ``Bearer *** KEY`` (the first word after the scheme masked, the key shown)."""
+    assert redact_text("Illegal header value b'Bearer Bearer SEKRETKEY42'") == "Illegal header value b'Bearer ***'"

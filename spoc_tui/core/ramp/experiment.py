@@ -37,7 +37,7 @@ from spoc_tui.core.ramp.knee import (
     measure_on,
     settle_due,
 )
-from spoc_tui.core.ramp.sla import LevelUnit, Limit, level_text
+from spoc_tui.core.ramp.sla import MOST_STEP_S, LevelUnit, Limit, level_text
 from spoc_tui.core.ramp.steps import (
     ClientHealth,
     EarlyStop,
@@ -88,12 +88,6 @@ class QueueWatch:
             self.points.append((t, server.waiting))
             self.unbounded = self.unbounded or queue_unbounded(self.points)
         return replace(server, waiting_mean=self.mean)
-
-
-MOST_STEP_S = 86_400.0
-"""A step, and the longest an undecided one is measured on, is at most a day: longer is a typo
-(and a prediction would simulate it for as long). A replay's step is its trace's span over its
-speed: a year's trace at x1, or a minute's at x1e-9, is refused by the same rule."""
 
 
 class ExperimentError(SpocError):

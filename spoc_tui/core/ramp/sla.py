@@ -19,6 +19,12 @@ METRICS = ("ttft", "itl", "tpot", "e2e")
 STATS = ("p50", "p90", "p95", "p99", "mean")
 
 
+MOST_STEP_S = 86_400.0
+"""A step, and the longest an undecided one is measured on, is at most a day: longer is a typo
+(and a prediction would simulate it for as long). A replay's step is its trace's span over its
+speed: a year's trace at x1, or a minute's at x1e-9, is refused by the same rule."""
+
+
 class UsersError(InputError, ValueError):
     """A user-count list or series that cannot be; the message shows the accepted forms."""
 
