@@ -10,6 +10,8 @@ import sys
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from spoc_tui.core.traces.read import TraceError, TraceRead, TraceSource, detect_format, read_trace
 from spoc_tui.core.traces.stats import trace_stats
@@ -139,6 +141,14 @@ def test_a_pretty_printed_export_and_failed_calls(tmp_path):
             "span 'c1': startTimeUnixNano and endTimeUnixNano must be whole",
         ),
         (lambda s: s.update(endTimeUnixNano=str(T0)), "span 'c1': it ends"),
+        # issue 74: each of these was a traceback (rc 1), not the file, line and span
+        *(
+            (
+                lambda s, v=v: s.update(startTimeUnixNano=v),
+                "span 'c1': startTimeUnixNano and endTimeUnixNano must be whole",
+            )
+            for v in ("9" * 401, "9" * 5000, "\u00b2", 10**400, str(2**64), -5)
+        ),
         (lambda s: s.update(spanId=7), "traceId and spanId must be strings"),
         (
             lambda s: s["attributes"].__setitem__(1, attr("gen_ai.usage.input_tokens", "many")),
@@ -257,3 +267,67 @@ def test_a_session_cut_by_a_time_window(tmp_path):
     assert rows[2].parent == "s1a" and rows[3].parent == "c2" and [r.last for r in rows] == [False] * 3 + [True]
     assert [r.conversation for r in rows] == ["conv-1"] * 4
     assert [r.turn for r in rows] == [2, 3, 4, 5]  # turns in the session: its start (turn 0) was cut
+
+
+def test_span_ids_another_trace_reuses_link_nothing_across_traces(tmp_path):
+    """Issue 74: keyed by span id alone, two traces reusing span ids (generators that count from 1)
+    were linked into each other's sessions, and their prefix share read 83 % for 50 %."""
+
+    def call(sid: str, start: float, n_in: int, tid: str) -> dict:
+        return span(sid, "", start, start + 1, trace=tid, gen_ai__operation__name="chat",
+                    gen_ai__usage__input_tokens=n_in, gen_ai__usage__output_tokens=40)  # fmt: skip
+
+    def trace(tid: str) -> list[dict]:  # no conversation id: each trace is its session
+        return [call("c1", 1.0, 640, tid), call("c2", 5.0, 1280, tid)]
+
+    p = write(tmp_path / "two.jsonl", export(trace("ta") + trace("tb")))
+    rows = list(read_trace(p, "otel"))
+    assert sorted(r.id for r in rows) == ["ta/c1", "ta/c2", "tb/c1", "tb/c2"]
+    by = {r.id: r for r in rows}
+    assert by["ta/c2"].parent == "ta/c1" and by["tb/c2"].parent == "tb/c1"
+    assert by["ta/c1"].parent is None and by["tb/c1"].parent is None
+    assert set(by["ta/c1"].hash_ids).isdisjoint(by["tb/c1"].hash_ids)  # each session its own prefix
+    assert by["ta/c2"].hash_ids[:10] == by["ta/c1"].hash_ids
+    # a span exported twice (a retried export) is one call, the second said
+    read = TraceRead()
+    again = list(read_trace(write(tmp_path / "twice.jsonl", export(trace("ta") + trace("ta")[:1])), "otel", (), read))
+    assert [r.id for r in again] == ["c1", "c2"] and read.skipped["the same span exported twice"] == 1
+
+
+def test_a_call_without_its_output_tokens_is_skipped_and_counted_not_the_whole_file(tmp_path):
+    no_out = span("c9", "", 3.0, 4.0, gen_ai__operation__name="chat", gen_ai__usage__input_tokens=100)
+    read = TraceRead()
+    rows = list(read_trace(write(tmp_path / "t.jsonl", export([*SESSION[:2], no_out])), "otel", (), read))
+    assert [r.id for r in rows] == ["c1"] and read.skipped["a model call without its output tokens"] == 1
+
+
+@settings(max_examples=3, deadline=20_000, suppress_health_check=[HealthCheck.too_slow])
+@given(depth=st.integers(1, 20_000), width=st.integers(0, 20_000), shape=st.sampled_from(["chain", "agents"]))
+@example(depth=20_000, width=0, shape="chain")  # the review's two cases, always run
+@example(depth=1, width=20_000, shape="agents")
+def test_deep_and_wide_span_trees_read_in_linear_time(tmp_path_factory, depth, width, shape):
+    """Issue 74: a 20,000-deep chain of spans took over 120 s and 20,000 sub-agents of one agent
+    62 s (walks from every call to the root, a scan of the invoking chain per sub-agent). Read in
+    linear time, the largest take about a second; the deadline is 20 s."""
+    spans = [span("A", "", 0, 10**6, gen_ai__operation__name="invoke_agent")]
+    if shape == "chain":  # every call nested in the span before it
+        spans += [chat(f"d{i}", "A" if i == 0 else f"d{i - 1}", 1 + i, 1.5 + i, 64, 2) for i in range(depth)]
+    else:  # one agent's calls, each invoking a sub-agent of one call
+        for i in range(width):
+            spans.append(chat(f"m{i}", "A", 1 + 2 * i, 1.5 + 2 * i, 64, 2))
+            spans.append(span(f"s{i}", "A", 1.6 + 2 * i, 2.5 + 2 * i, gen_ai__operation__name="invoke_agent"))
+            spans.append(chat(f"x{i}", f"s{i}", 1.7 + 2 * i, 2.4 + 2 * i, 128, 2))
+    p = write(tmp_path_factory.mktemp("tree") / "tree.jsonl", export(spans))
+    rows = list(read_trace(p, "otel"))
+    assert len(rows) == (depth if shape == "chain" else 2 * width)
+    if shape == "agents" and width:
+        by = {r.id: r for r in rows}
+        assert by[f"x{width - 1}"].parent == f"m{width - 1}"
+
+
+def test_prompts_past_what_a_replay_holds_are_one_line_within_seconds(tmp_path):
+    """Issue 74: 2,000 calls of 10M-token prompts took over 100 s (each prompt a tuple of its
+    blocks' ids); past the bound the file is refused in one line, before any is built."""
+    calls = [chat(f"c{i}", "", i, i + 0.5, 10_000_000, 1) for i in range(2000)]
+    with pytest.raises(TraceError, match=r"its 2,000 calls' prompts come to 20,000,000,000 tokens, more than a replay"):
+        list(read_trace(write(tmp_path / "big.jsonl", export(calls)), "otel"))

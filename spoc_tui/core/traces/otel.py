@@ -26,6 +26,7 @@ counted.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections import Counter
@@ -42,6 +43,9 @@ BLOCK = BLOCK_TOKENS["otel"]
 """Tokens one synthesised hash id stands for."""
 MAX_SPANS = 2_000_000
 """The most spans one file may hold (an agent trace is read whole to rebuild its sessions)."""
+MAX_BLOCKS = 4_000_000
+"""The most prompt blocks a file's calls may name in all (256 million tokens at :data:`BLOCK` a
+block): each call's prompt is a tuple of its blocks' ids."""
 MODEL_OPS = frozenset({"chat", "text_completion", "generate_content"})
 NAMES: dict[str, tuple[str, ...]] = {
     "operation": ("gen_ai.operation.name",),
@@ -163,13 +167,18 @@ def _value(v: object) -> AttrValue:
     return None
 
 
+NS_MOST = 2**64 - 1
+"""OTLP's times are fixed64 nanoseconds: at most 20 digits (a longer string or a superscript digit
+raised out of ``int()`` or the float conversion after it: issue 74)."""
+
+
 def _ns(v: object) -> int | None:
     if isinstance(v, bool):
         return None
-    if isinstance(v, int):
+    if isinstance(v, str) and v.isascii() and v.isdigit() and len(v) <= 20:
+        v = int(v)
+    if isinstance(v, int) and 0 <= v <= NS_MOST:
         return v
-    if isinstance(v, str) and v.isdigit():
-        return int(v)
     return None
 
 
@@ -212,7 +221,7 @@ def _span(path: Path, line: int, sp: object, bad: type[Exception]) -> _Span:
         raise bad(f"{where}: traceId and spanId must be strings")
     start, end = _ns(sp.get("startTimeUnixNano")), _ns(sp.get("endTimeUnixNano"))
     if start is None or end is None:
-        raise bad(f"{where}: startTimeUnixNano and endTimeUnixNano must be whole nanoseconds")
+        raise bad(f"{where}: startTimeUnixNano and endTimeUnixNano must be whole nanoseconds (at most 20 digits)")
     if end < start:
         raise bad(f"{where}: it ends ({end}) before it starts ({start})")
     raw = sp.get("attributes") or []
@@ -243,7 +252,15 @@ def read_calls(
     """
     spans = _spans(path, objects, bad)
     read.spans = len(spans)
-    by_id = {(s.trace, s.id): s for s in spans}
+    by_id: dict[tuple[str, str], _Span] = {}
+    for s in spans:  # a span exported twice (a retried export) is read once
+        if by_id.setdefault((s.trace, s.id), s) is not s:
+            read.leave_out("the same span exported twice", s)
+    spans = list(by_id.values()) if len(by_id) < len(spans) else spans
+    # a call's id in the rows: its span id, or trace/span where another trace reuses the span id
+    # (keyed by span id alone, reused ids linked the sessions of different traces: issue 74)
+    traces_of = Counter(sid for _, sid in by_id)
+    row_id = {k: (f"{k[0]}/{k[1]}" if traces_of[k[1]] > 1 else k[1]) for k in by_id}
     rooted: set[tuple[str, str]] = set()
     for s in spans:  # every chain of parents ends at a root (linear: a checked span is remembered)
         walked: set[tuple[str, str]] = set()
@@ -256,15 +273,29 @@ def read_calls(
             cur = by_id.get((cur.trace, cur.parent))
         rooted.update(walked)
 
+    owners: dict[tuple[str, str], str] = {}
+    """Each span walked: the nearest invoke_agent at or above it ("" for the trace's root)."""
+
     def agent_of(s: _Span) -> str:
         """The nearest invoke_agent above ``s`` (its own id), else the trace's root (every chain of
-        parents ends, checked above)."""
+        parents ends, checked above). Remembered on the way up: a 20,000-deep chain walked from
+        each call took minutes (issue 74)."""
         cur = by_id.get((s.trace, s.parent))
+        below: list[tuple[str, str]] = []
+        found = ""
         while cur is not None:
+            k = (cur.trace, cur.id)
+            if k in owners:
+                found = owners[k]
+                break
             if cur.op == "invoke_agent":
-                return cur.id
+                found = owners[k] = cur.id
+                break
+            below.append(k)
             cur = by_id.get((cur.trace, cur.parent))
-        return ""
+        for k in below:
+            owners[k] = found
+        return found
 
     calls: list[_Span] = []
     for s in spans:
@@ -273,17 +304,23 @@ def read_calls(
             read.tools += 1
         elif op == "invoke_agent":
             read.agents += 1
-        usage = any(n in s.attrs for n in (*NAMES["input_tokens"], *NAMES["output_tokens"]))
-        if op in MODEL_OPS or (op is None and usage):
+        has_in = any(n in s.attrs for n in NAMES["input_tokens"])
+        has_out = any(n in s.attrs for n in NAMES["output_tokens"])
+        if op in MODEL_OPS or (op is None and (has_in or has_out)):
             if s.error:
                 read.leave_out("failed in the original (status ERROR)", s)
-            elif not usage:
+            elif not has_in and not has_out:
                 read.leave_out("a model call with no token usage", s)
+            elif not has_in or not has_out:
+                read.leave_out(f"a model call without its {'input' if has_out else 'output'} tokens", s)
             else:
                 calls.append(s)
     calls.sort(key=lambda s: (s.start_ns, s.end_ns))
     read.calls = len(calls)
     chains: dict[tuple[str, str], list[Call]] = {}
+    ends: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    """Each chain's calls by their end, (end_ns, -place): the last that ended before a sub-agent
+    was invoked, found by bisection (a list scan per sub-agent took a minute for 20,000)."""
     out: list[Call] = []
     t0 = calls[0].start_ns if calls else 0
     for s in calls:
@@ -301,15 +338,17 @@ def read_calls(
         follows: Call | None = chain[-1] if chain else None
         if follows is None and agent:  # a sub-agent's first call: after the call that invoked it
             invoke = by_id[(s.trace, agent)]
-            before = [c for c in chains.get((s.trace, agent_of(invoke)), ()) if c.end_ns <= invoke.start_ns]
-            follows = max(before, key=lambda c: c.end_ns) if before else None
+            above = (s.trace, agent_of(invoke))
+            ended = ends.get(above, [])
+            i = bisect.bisect_right(ended, (invoke.start_ns, 1))  # the latest end, the first of a tie
+            follows = chains[above][-ended[i - 1][1]] if i else None
         start_s, end_s = (s.start_ns - t0) / 1e9, (s.end_ns - t0) / 1e9
         gap = None if follows is None else max(0.0, start_s - follows.end_s)
         if gap is not None and gap > max_gap_s:
             raise bad(f"{where}: {gap:,.0f} s after the call it follows: at most {max_gap_s:,.0f}")
         session = str(conv) if conv is not None else (follows.session if follows else s.trace)
         call = Call(
-            s.id,
+            row_id[(s.trace, s.id)],
             s.trace,
             start_s,
             end_s,
@@ -324,8 +363,16 @@ def read_calls(
             s.attrs,
             s.end_ns,
         )
+        bisect.insort(ends.setdefault((s.trace, agent), []), (s.end_ns, -len(chain)))
         chain.append(call)
         out.append(call)
+    blocks = sum(max(1, -(-c.input_tokens // BLOCK)) for c in out)
+    if blocks > MAX_BLOCKS:  # each call's prompt is its blocks' ids: 2,000 of 10M tokens took minutes
+        tokens = sum(c.input_tokens for c in out)
+        raise bad(
+            f"{path.name}: its {len(out):,} calls' prompts come to {tokens:,} tokens, more than a replay "
+            f"holds ({MAX_BLOCKS * BLOCK:,}): export a shorter window"
+        )
     return out
 
 
