@@ -6,6 +6,7 @@ be refused, not read forever: issue 17, item 10), and a result file is written w
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -17,11 +18,25 @@ from spoc_tui.core.errors import InputError
 MAX_FILE = 64 * 2**20
 
 
+def _finite(text: str) -> float | None:
+    v = float(text)
+    return v if math.isfinite(v) else None
+
+
+def _whole(text: str) -> int | None:
+    # past a float's range (1.8e308) no figure is one; past 4,300 digits int() raises ValueError
+    return int(text) if len(text.lstrip("-")) <= 308 else None
+
+
 def parse_json(text: str) -> object:
-    """``json.loads``, with a nesting too deep for Python's parser (``[`` x 100,000 raised
-    RecursionError, a traceback) as the ``json.JSONDecodeError`` every reader already handles."""
+    """``json.loads`` as every spoc file is read: a nesting too deep for Python's parser (``[`` x
+    100,000 raised RecursionError, a traceback) as the ``json.JSONDecodeError`` every reader
+    already handles; ``NaN``, ``Infinity`` and numbers past a float's range, which JSON does not
+    have, read as null (as spoc writes them: :func:`~spoc_tui.core.jsonsafe.json_safe`), so a
+    figure is n/a where it was not a number (in a ramp's knee, a step's rows, a recording's time
+    they raised out of report, compare and replay: issue 74)."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=lambda _: None, parse_float=_finite, parse_int=_whole)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None
 

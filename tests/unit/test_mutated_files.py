@@ -26,7 +26,7 @@ from spoc_tui.core.errors import SpocError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 MUTANTS = 120
-VALUES: list[object] = [None, "x", "", -1, 0, 1e308, -1e308, 3.5, [], {}, True, [1], {"a": 1}, 10**30]
+VALUES: list[object] = [None, "x", "", -1, 0, 1e308, -1e308, 3.5, [], {}, True, [1], {"a": 1}, 10**30, math.nan, math.inf, -math.inf, 10**400]
 DELETE = object()
 
 
@@ -169,6 +169,7 @@ def test_a_twin_and_its_prediction(tmp_path):
 
 def test_a_monitor_recording_and_its_export(tmp_path):
     from spoc_tui.core.metrics.snapshots import SourceStatus
+    from spoc_tui.core.monitor.model import HeadroomShown
     from spoc_tui.core.monitor.recording import Recorder, export, read_recording
     from tests.tui.helpers import gpu_tick, server_tick
 
@@ -177,6 +178,7 @@ def test_a_monitor_recording_and_its_export(tmp_path):
     r.servers(server_tick(), t=100.0)
     r.gpus(gpu_tick().tick, [[0, 1, 2, 3]], None, t=100.5)
     r.status(SourceStatus("http://192.0.2.5:8000", False, "cannot connect"), t=101.0)
+    r.headroom({"http://192.0.2.5:8000": HeadroomShown("headroom x2.1 (95 %: 1.8-2.4)", 2.1, True)}, t=102.0)
     r.close()
 
     def use(p: Path) -> None:
@@ -248,3 +250,38 @@ def test_a_search_space(tmp_path):
     _sweep(
         lambda m: out.write_text(_toml(m)), tomllib.loads(src.read_text()), lambda: load_space(str(out)), 0, TOML_VALUES
     )
+
+
+def test_what_the_review_found_non_finite_is_read_as_not_a_number(tmp_path):
+    """Issue 74: NaN in ``knee.levels`` and ``steps[].trace.rows``, Infinity as a knee, were
+    tracebacks in ``spoc report`` and ``spoc compare``; a recording whose headroom is a list or
+    whose ``t`` is Infinity crashed ``spoc replay``; its ``--export json`` wrote bare NaN. JSON has
+    no NaN: read as null (n/a), as spoc writes it; a record that cannot be one is skipped."""
+    from spoc_tui.core.monitor.model import HeadroomShown
+    from spoc_tui.core.monitor.recording import Recorder, export, read_recording
+    from spoc_tui.core.ramp.compare import compare
+    from spoc_tui.core.results import read_ramp
+    from spoc_tui.report.html import comparison_report, ramp_report
+
+    doc = json.loads((FIX / "results" / "sim" / "ramp.json").read_text())
+    doc["knee"]["levels"], doc["knee"]["estimate"] = math.nan, math.inf
+    doc["steps"][0]["trace"] = {"rows": math.nan}
+    doc["steps"][1]["request_rate"] = -math.inf
+    (tmp_path / "ramp.json").write_text(json.dumps(doc))  # NaN, Infinity, -Infinity: Python's JSON
+    bad = read_ramp(tmp_path / "ramp.json")
+    assert bad.knee is None or bad.knee.inferred is None or bad.knee.inferred.estimate is None
+    ramp_report(bad)
+    comparison_report(compare(read_ramp(FIX / "results" / "sim" / "ramp.json"), bad))
+
+    src = tmp_path / "rec.jsonl"
+    r = Recorder(src, {"title": "t", "window_s": 60})
+    r.headroom({"s": HeadroomShown("headroom x2", 2.0, True)}, t=1.0)
+    r.headroom({"s": HeadroomShown("headroom x?", math.nan, False)}, t=2.0)  # written as null
+    r.close()
+    with src.open("a") as f:
+        f.write('{"t": 3.0, "kind": "headroom", "headroom": [1, 2]}\n{"t": Infinity, "kind": "status"}\n')
+    rec = read_recording(src)
+    assert [x.t for x in rec.records] == [1.0, 2.0] and rec.skipped == 2
+    assert rec.records[1].headroom is not None and rec.records[1].headroom["s"].estimate is None
+    out = export(rec, "json")
+    assert "NaN" not in out and "Infinity" not in out and json.loads(out)["records"][0]["headroom"]

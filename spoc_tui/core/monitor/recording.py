@@ -25,6 +25,7 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import os
 import time
 import types
@@ -36,6 +37,7 @@ from typing import IO, Any, Union
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, parse_json, require_regular
+from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.monitor.model import HeadroomShown
 
@@ -147,7 +149,7 @@ class Recorder:
         self._write({"spoc_record": FORMAT, "t": time.time(), **header})
 
     def _write(self, obj: dict[str, Any]) -> None:
-        self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self._f.write(json.dumps(json_safe(obj), separators=(",", ":"), allow_nan=False) + "\n")
         self._f.flush()
         self.lines += 1
         now = time.monotonic()
@@ -259,7 +261,10 @@ def read_recording(path: str | Path) -> Recording:
 
 
 def _record(obj: dict[str, Any]) -> Record:
+    """One record; ValueError, KeyError or TypeError where it is not one (skipped and counted)."""
     t = float(obj["t"])
+    if not math.isfinite(t):  # a record at an infinite time broke the replay's clock (issue 74)
+        raise ValueError(f"a record at t={t}")
     kind = obj["kind"]
     if kind == "servers":
         return Record(t, kind, servers=decode(VllmTick, obj["tick"]))
@@ -269,6 +274,8 @@ def _record(obj: dict[str, Any]) -> Record:
     if kind == "status":
         return Record(t, kind, status=decode(SourceStatus, obj["status"]))
     if kind == "headroom":
+        if not isinstance(obj["headroom"], dict) or not all(isinstance(h, dict) for h in obj["headroom"].values()):
+            raise TypeError("a headroom record's servers are not an object of objects")
         shown = {
             str(src): HeadroomShown(
                 str(h["line"]), None if h.get("estimate") is None else float(h["estimate"]), bool(h["identified"])
@@ -330,7 +337,7 @@ def export(rec: Recording, fmt: str) -> str:
                 for r in rec.records
             ],
         }  # fmt: skip
-        return json.dumps(out, indent=1)
+        return json.dumps(json_safe(out), indent=1, allow_nan=False)  # JSON has no NaN (issue 74)
     cols = ["t", "kind", "source", "gpu", "stale", *SERVER_COLUMNS]
     cols += [f"{m}_{q}" for m in ("ttft", "itl", "tpot", "e2e") for q in ("p50", "p90", "p99")]
     cols += [*GPU_COLUMNS, "throttle"]
