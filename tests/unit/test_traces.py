@@ -362,3 +362,21 @@ def test_any_spoc_trace_is_read_or_refused_with_a_named_line_quickly(tmp_path, r
         assert r.parent is None or r.parent in seen or r.parent not in {x.id for x in out}
         assert 0 <= r.t <= 366 * 86400 and 1 <= r.input_tokens <= 10**7 and 1 <= r.output_tokens <= 10**7
         seen.add(r.id)
+
+
+def test_a_file_of_one_endless_line_is_refused_once_a_line_is_read_not_held_whole(tmp_path):
+    """Issue 74: a 400 KB gzip holding one 400 MB line took 866 MB for ``spoc trace stats``; a line
+    is read at most MAX_LINE characters (detection included) and refused past it."""
+    import gzip
+
+    from spoc_tui.core.traces.read import MAX_LINE
+
+    p = tmp_path / "one.jsonl.gz"
+    with gzip.open(p, "wb") as f:
+        f.write(b'{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1], "pad": "')
+        f.write(b"x" * (MAX_LINE + 10))
+        f.write(b'"}\n')
+    with pytest.raises(TraceError, match=r"one.jsonl.gz line 1: longer than 16 MiB"):
+        list(read_trace(p, "mooncake"))
+    with pytest.raises(TraceError, match=r"line 1: longer than 16 MiB"):
+        read_trace(p).__next__()  # the format's detection reads a line too

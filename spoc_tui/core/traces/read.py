@@ -33,7 +33,6 @@ counted by reason.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
 import math
@@ -46,13 +45,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from spoc_tui.core.errors import InputError
-from spoc_tui.core.files import FileReadError, JsonLineError, json_lines, not_a_file, parse_json, require_regular
+from spoc_tui.core.files import JsonLineError, json_lines, not_a_file, parse_json
 
 # the formats' names live in a light module (spoc --help lists them); re-exported here
 from spoc_tui.core.traces.formats import BLOCK_TOKENS as BLOCK_TOKENS
 from spoc_tui.core.traces.formats import FORMATS as FORMATS
 from spoc_tui.core.traces.formats import TraceFormat as TraceFormat
+from spoc_tui.core.traces.opening import MAX_LINE as MAX_LINE
+from spoc_tui.core.traces.opening import TraceError as TraceError
+from spoc_tui.core.traces.opening import bounded, open_trace
 from spoc_tui.core.traces.otel import BLOCK as OTEL_BLOCK
 from spoc_tui.core.traces.otel import OtelRead, hash_blocks, read_calls
 
@@ -67,10 +68,6 @@ MAX_SPAN_S = 366 * 86_400.0
 replay until it was killed."""
 MAX_THINK_S = 86_400.0
 """The longest think time between a turn and the one it follows (a day)."""
-
-
-class TraceError(InputError, ValueError):
-    """A trace that cannot be read; the message names the file, the line and the field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,24 +142,6 @@ class TraceRead:
 # -- detection --------------------------------------------------------------------------------
 
 
-def open_trace(path: Path) -> IO[str]:
-    """The trace as text: UTF-8 with or without a byte-order mark, gzip-compressed or not (read
-    from its first bytes, whatever the file's name).
-
-    Raises:
-        TraceError: a path that is not a regular file (``/dev/zero`` would be read for ever).
-    """
-    try:
-        require_regular(path)
-    except FileReadError as e:
-        raise TraceError(f"{path}: {e}") from None
-    with path.open("rb") as raw:
-        magic = raw.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return path.open(encoding="utf-8-sig", newline="")
-
-
 def _head_says(path: Path, needle: str) -> bool:
     """Whether the file's first 64 KB hold ``needle`` (a pretty-printed object's keys)."""
     try:
@@ -180,7 +159,7 @@ def detect_format(path: Path) -> TraceFormat:
     """
     try:
         with open_trace(path) as f:
-            first = next((line for line in f if line.strip()), "")
+            first = next((line for line in bounded(f, path) if line.strip()), "")
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, EOFError, zlib.error) as e:
@@ -260,7 +239,8 @@ def read_trace(
         raise TraceError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")
     read = read if read is not None else TraceRead()
     try:
-        with open_trace(path) as f:
+        with open_trace(path) as whole:
+            f = bounded(whole, path)
             if fmt in ("burstgpt", "azure"):
                 yield from _csv_rows(path, f, fmt, filters, read)
             elif fmt == "weka":
