@@ -382,7 +382,6 @@ def test_a_key_file_that_is_not_one_token_is_refused_naming_the_file_alone(tmp_p
 
 def test_a_key_file_with_a_byte_order_mark_is_read_and_a_header_never_breaks_a_line():
     import asyncio
-
     import tempfile
 
     from spoc_tui.collectors.lighthttp import HttpFailure, ScrapeClient

@@ -26,7 +26,26 @@ from spoc_tui.core.errors import SpocError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 MUTANTS = 120
-VALUES: list[object] = [None, "x", "", -1, 0, 1e308, -1e308, 3.5, [], {}, True, [1], {"a": 1}, 10**30, math.nan, math.inf, -math.inf, 10**400]
+VALUES: list[object] = [
+    None,
+    "x",
+    "",
+    -1,
+    0,
+    1e308,
+    -1e308,
+    3.5,
+    [],
+    {},
+    True,
+    [1],
+    {"a": 1},
+    10**30,
+    math.nan,
+    math.inf,
+    -math.inf,
+    10**400,
+]
 DELETE = object()
 
 
