@@ -55,6 +55,7 @@ from spoc_tui.core.ramp.steps import (
     held_back,
     summarize_step,
 )
+from spoc_tui.core.ramp.steps.client import silent
 from spoc_tui.core.redact import redact_url
 from spoc_tui.core.results import RampEnd, RampStatus, encode_ramp
 from spoc_tui.core.textsafe import safe
@@ -541,6 +542,7 @@ class LiveBackend:
         self.pump: asyncio.Task[None] | None = None
         self.answered: list[RequestSample] = []
         self.health: list[wire.Health] = []
+        self.heard: dict[str, float] = {}  # each generator process's last health report (monotonic)
         self.trace_done: list[wire.TraceDone] = []
         self.poller: VllmPoller | None = None
         self.dcgm: DcgmPoller | None = None
@@ -572,6 +574,7 @@ class LiveBackend:
                     self.writer.sample(ev.sample)
             elif isinstance(ev, wire.Health):
                 self.health.append(ev)
+                self.heard[ev.process] = time.monotonic()
             elif isinstance(ev, wire.TraceDone):
                 self.trace_done.append(ev)
             elif isinstance(ev, wire.RunnerFailed):
@@ -582,6 +585,8 @@ class LiveBackend:
     def _alive(self) -> asyncio.Task[None]:
         if self.pump is None or self.pump.done():
             raise RampError("the load generator exited; see runner.log in the output folder")
+        if (why := silent(self.heard, time.monotonic())) is not None:
+            raise RampError(why)
         return self.pump
 
     async def advance(self, until: float) -> None:

@@ -827,3 +827,17 @@ def test_listed_plans_run_their_levels_in_order_and_describe_them_as_result_file
     users = plans[0]
     assert [users.next([None] * k) for k in range(4)] == [1, 2, 100_000, None]
     assert plans[1].levels == [0.5, 2.0] and plans[2].next([]) == 0.25
+
+
+def test_a_silent_load_generator_is_named_not_taken_for_a_short_step():
+    """Issue 74: a load generator stopped with SIGSTOP made every step say "raise --step-seconds".
+    Each of its processes reports once a second: one silent past SILENT_S is named."""
+    from spoc_tui.core.ramp.steps.client import SILENT_S, silent
+
+    heard = {"main": 100.0, "worker 2": 100.0}
+    assert silent(heard, 100.0 + SILENT_S) is None and silent({}, 1e9) is None
+    heard["worker 2"] = 90.0
+    why = silent(heard, 100.0 + SILENT_S)
+    assert why is not None and why.startswith("the load generator (worker 2) has reported nothing for 25 s")
+    assert "stopped (SIGSTOP?) or hung" in why
+    assert "its main process" in (silent({"main": 0.0}, 60.0) or "")

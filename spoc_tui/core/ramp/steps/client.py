@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,3 +130,23 @@ def client_health(
     if worst_lag is not None and worst_lag > allowed:
         why.append(f"event-loop lag p99 {worst_lag:.1f} ms, over the {allowed:.1f} ms that matters to the SLA")
     return ClientHealth(tuple(procs), worst_cpu, worst_lag, bool(why), ", ".join(why))
+
+
+SILENT_S = 15.0
+"""A load-generator process reports its health every second: silent this long, it is stopped
+(SIGSTOP) or hung, and no step can be measured on it."""
+
+
+def silent(heard: Mapping[str, float], now: float) -> str | None:
+    """Why the ramp cannot go on when a load-generator process has gone silent (a stopped one made
+    every step read "too short for this profile (raise --step-seconds)": issue 74), naming it;
+    None while each has reported within :data:`SILENT_S`."""
+    quiet = {proc: now - t for proc, t in heard.items() if now - t > SILENT_S}
+    if not quiet:
+        return None
+    proc, secs = max(quiet.items(), key=lambda kv: kv[1])
+    name = "its main process" if proc == "main" else proc
+    return (
+        f"the load generator ({name}) has reported nothing for {secs:.0f} s: stopped (SIGSTOP?) or hung, "
+        "so no step can be measured; see runner.log in the output folder"
+    )
