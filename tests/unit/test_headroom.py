@@ -644,3 +644,23 @@ def test_windows_whose_counters_no_server_makes_are_refused_not_fitted():
     assert learner.refused and not learner.windows
     assert h.reason.startswith(f"{len(learner.refused)} of its last {len(learner.refused)} windows refused"), h.reason
     assert "mean inter-token gap of" in h.reason
+
+
+def test_a_kv_cache_smaller_than_the_traffics_prompts_says_why_it_cannot_replay_them():
+    """Issue 74's critical finding: a server reporting a KV cache that holds fewer tokens than its
+    traffic's prompts (the replay draws them up to 1.5x the top bucket's edge) had the monitor's
+    estimate wait on them for ever, growing to gigabytes. They are counted before any replay, and
+    the line says why there is no number."""
+    engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=48, dcgm_port=None, seed=1))
+    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=1)
+    vs.set_rate(3.0)
+    learner = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")))
+    t = 0.0
+    while t < 300:
+        t += 5.0
+        vs.advance(t)
+        learner.add(t, hostile(engine, num_gpu_blocks="40"))
+    h = learner.estimate()
+    assert not h.identified and h.estimate is None
+    assert re.search(r"\d+ of the \d+ requests drawn from its traffic are longer than its whole KV cache as "
+                     r"reported \(640 tokens\): no replay can run them", h.reason), h.reason  # fmt: skip
