@@ -304,3 +304,12 @@ def test_what_the_review_found_non_finite_is_read_as_not_a_number(tmp_path):
     assert rec.records[1].headroom is not None and rec.records[1].headroom["s"].estimate is None
     out = export(rec, "json")
     assert "NaN" not in out and "Infinity" not in out and json.loads(out)["records"][0]["headroom"]
+
+
+def test_an_opentelemetry_trace(tmp_path):
+    """Issue 74: the OTLP reader joins the sweep (its times, ids and token counts mutated)."""
+    from spoc_tui.core.traces.read import read_trace
+    from tests.unit.test_otel import SESSION, export
+
+    lines = [json.dumps(export(SESSION[:4])), json.dumps(export(SESSION[4:]))]
+    _jsonl_case(lines, "otel.jsonl", lambda p: list(read_trace(p, "otel")), tmp_path)
