@@ -28,14 +28,22 @@ def _whole(text: str) -> int | None:
     return int(text) if len(text.lstrip("-")) <= 308 else None
 
 
-def parse_json(text: str) -> object:
+def _whole_or_infinite(text: str) -> int | float:
+    return int(text) if len(text.lstrip("-")) <= 308 else (-math.inf if text.startswith("-") else math.inf)
+
+
+def parse_json(text: str, keep_non_finite: bool = False) -> object:
     """``json.loads`` as every spoc file is read: a nesting too deep for Python's parser (``[`` x
     100,000 raised RecursionError, a traceback) as the ``json.JSONDecodeError`` every reader
     already handles; ``NaN``, ``Infinity`` and numbers past a float's range, which JSON does not
     have, read as null (as spoc writes them: :func:`~spoc_tui.core.jsonsafe.json_safe`), so a
     figure is n/a where it was not a number (in a ramp's knee, a step's rows, a recording's time
-    they raised out of report, compare and replay: issue 74)."""
+    they raised out of report, compare and replay: issue 74). ``keep_non_finite``: NaN and
+    Infinity kept, a number past a float's range read as infinite, for a reader that refuses them
+    naming the field (a hand-edited ``twin.json``: "b0 is 'nan'")."""
     try:
+        if keep_non_finite:
+            return json.loads(text, parse_int=_whole_or_infinite)
         return json.loads(text, parse_constant=lambda _: None, parse_float=_finite, parse_int=_whole)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None

@@ -48,7 +48,8 @@ from spoc_tui.tui.svg import fix_file
 from spoc_tui.tui.terminal import require_terminal
 from spoc_tui.tui.textual_private import QuietDriver
 from spoc_tui.tune.study import TuneSession
-from spoc_tui.twin.headroom import WINDOW_S, HeadroomClaim, confirm_speeds, write_traffic_trace
+from spoc_tui.twin.headroom import WINDOW_S
+from spoc_tui.twin.headroom_confirm import HeadroomClaim, confirm_speeds, write_traffic_trace
 from spoc_tui.twin.live import LiveHeadroom
 from spoc_tui.twin.model import read_twin
 from spoc_tui.twin.passive import MIN_WINDOWS

@@ -609,7 +609,7 @@ def read_twin(path: str | Path) -> Twin:
     except FileReadError as e:
         raise TwinError(f"{path}: {e}") from None
     try:
-        doc = parse_json(text)
+        doc = parse_json(text, keep_non_finite=True)  # each figure refused by name
     except ValueError as e:
         raise TwinError(f"{path}: not JSON ({e})") from None
     if not isinstance(doc, dict):

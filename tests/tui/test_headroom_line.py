@@ -17,7 +17,7 @@ from spoc_tui.sim.run import build
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.sim.watch import VirtualWatch
 from spoc_tui.tui.app import MonitorSources, SpocApp
-from spoc_tui.twin.headroom import confirm_speeds
+from spoc_tui.twin.headroom_confirm import confirm_speeds
 from spoc_tui.twin.live import LiveHeadroom
 from spoc_tui.workload import load_workload
 from tests.tui.helpers import URL, painted, settings, settle

@@ -283,7 +283,7 @@ def test_a_confirming_ramps_knee_is_set_beside_the_headroom_it_confirms():
     """Issue 52: after a ramp of the headroom's own traffic, predicted and measured side by side,
     and whether the measured knee lies in the predicted interval."""
     from spoc_tui.core.ramp.inference import KneeEstimate
-    from spoc_tui.twin.headroom import HeadroomClaim
+    from spoc_tui.twin.headroom_confirm import HeadroomClaim
 
     said = Headroom(5.9, (4.0, 8.0), "ttft_p99", None, True, "", 40, None)
     claim = HeadroomClaim.of(said, "/t.jsonl")

@@ -237,66 +237,60 @@ def _span(path: Path, line: int, sp: object, bad: type[Exception]) -> _Span:
     return _Span(tid, sid, str(parent), start, end, attrs, line, error)
 
 
-def read_calls(
-    path: Path,
-    objects: Iterator[tuple[int, object]],
-    read: OtelRead,
-    bad: type[Exception],
-    max_tokens: int,
-    max_gap_s: float,
-) -> list[Call]:
-    """The model calls of an OTLP file in start order, each with the call it follows.
+class _Tree:
+    """A file's spans by (trace, id), each chain of parents checked to end at a root, and each
+    span's agent remembered as it is found."""
 
-    Raises:
-        ``bad``: a malformed span or attribute, or a loop of parent ids (file, line, span named).
-    """
-    spans = _spans(path, objects, bad)
-    read.spans = len(spans)
-    by_id: dict[tuple[str, str], _Span] = {}
-    for s in spans:  # a span exported twice (a retried export) is read once
-        if by_id.setdefault((s.trace, s.id), s) is not s:
-            read.leave_out("the same span exported twice", s)
-    spans = list(by_id.values()) if len(by_id) < len(spans) else spans
-    # a call's id in the rows: its span id, or trace/span where another trace reuses the span id
-    # (keyed by span id alone, reused ids linked the sessions of different traces: issue 74)
-    traces_of = Counter(sid for _, sid in by_id)
-    row_id = {k: (f"{k[0]}/{k[1]}" if traces_of[k[1]] > 1 else k[1]) for k in by_id}
-    rooted: set[tuple[str, str]] = set()
-    for s in spans:  # every chain of parents ends at a root (linear: a checked span is remembered)
-        walked: set[tuple[str, str]] = set()
-        cur: _Span | None = s
-        while cur is not None and (cur.trace, cur.id) not in rooted:
-            key = (cur.trace, cur.id)
-            if key in walked:
-                raise bad(f"{path.name} line {cur.line}: span {cur.id!r}: its parentSpanId ids loop")
-            walked.add(key)
-            cur = by_id.get((cur.trace, cur.parent))
-        rooted.update(walked)
+    def __init__(self, path: Path, spans: list[_Span], read: OtelRead, bad: type[Exception]) -> None:
+        by_id: dict[tuple[str, str], _Span] = {}
+        for s in spans:  # a span exported twice (a retried export) is read once
+            if by_id.setdefault((s.trace, s.id), s) is not s:
+                read.leave_out("the same span exported twice", s)
+        self.by_id = by_id
+        self.spans = list(by_id.values()) if len(by_id) < len(spans) else spans
+        # a call's id in the rows: its span id, or trace/span where another trace reuses the span
+        # id (keyed by span id alone, reused ids linked the sessions of different traces: issue 74)
+        traces_of = Counter(sid for _, sid in by_id)
+        self.row_id = {k: (f"{k[0]}/{k[1]}" if traces_of[k[1]] > 1 else k[1]) for k in by_id}
+        rooted: set[tuple[str, str]] = set()
+        for s in self.spans:  # every chain of parents ends at a root (linear: a checked span is remembered)
+            walked: set[tuple[str, str]] = set()
+            cur: _Span | None = s
+            while cur is not None and (cur.trace, cur.id) not in rooted:
+                key = (cur.trace, cur.id)
+                if key in walked:
+                    raise bad(f"{path.name} line {cur.line}: span {cur.id!r}: its parentSpanId ids loop")
+                walked.add(key)
+                cur = by_id.get((cur.trace, cur.parent))
+            rooted.update(walked)
+        self._owners: dict[tuple[str, str], str] = {}
+        """Each span walked: the nearest invoke_agent at or above it ("" for the trace's root)."""
 
-    owners: dict[tuple[str, str], str] = {}
-    """Each span walked: the nearest invoke_agent at or above it ("" for the trace's root)."""
-
-    def agent_of(s: _Span) -> str:
+    def agent_of(self, s: _Span) -> str:
         """The nearest invoke_agent above ``s`` (its own id), else the trace's root (every chain of
-        parents ends, checked above). Remembered on the way up: a 20,000-deep chain walked from
-        each call took minutes (issue 74)."""
-        cur = by_id.get((s.trace, s.parent))
+        parents ends, checked when built). Remembered on the way up: a 20,000-deep chain walked
+        from each call took minutes (issue 74)."""
+        cur = self.by_id.get((s.trace, s.parent))
         below: list[tuple[str, str]] = []
         found = ""
         while cur is not None:
             k = (cur.trace, cur.id)
-            if k in owners:
-                found = owners[k]
+            if k in self._owners:
+                found = self._owners[k]
                 break
             if cur.op == "invoke_agent":
-                found = owners[k] = cur.id
+                found = self._owners[k] = cur.id
                 break
             below.append(k)
-            cur = by_id.get((cur.trace, cur.parent))
+            cur = self.by_id.get((cur.trace, cur.parent))
         for k in below:
-            owners[k] = found
+            self._owners[k] = found
         return found
 
+
+def _model_calls(spans: list[_Span], read: OtelRead) -> list[_Span]:
+    """The spans that are model calls to replay, in start order (failed ones and those without
+    both token counts left out and counted); tools and agents counted."""
     calls: list[_Span] = []
     for s in spans:
         op = s.op
@@ -317,6 +311,27 @@ def read_calls(
                 calls.append(s)
     calls.sort(key=lambda s: (s.start_ns, s.end_ns))
     read.calls = len(calls)
+    return calls
+
+
+def read_calls(
+    path: Path,
+    objects: Iterator[tuple[int, object]],
+    read: OtelRead,
+    bad: type[Exception],
+    max_tokens: int,
+    max_gap_s: float,
+) -> list[Call]:
+    """The model calls of an OTLP file in start order, each with the call it follows.
+
+    Raises:
+        ``bad``: a malformed span or attribute, or a loop of parent ids (file, line, span named).
+    """
+    spans = _spans(path, objects, bad)
+    read.spans = len(spans)
+    tree = _Tree(path, spans, read, bad)
+    by_id, agent_of = tree.by_id, tree.agent_of
+    calls = _model_calls(tree.spans, read)
     chains: dict[tuple[str, str], list[Call]] = {}
     ends: dict[tuple[str, str], list[tuple[int, int]]] = {}
     """Each chain's calls by their end, (end_ns, -place): the last that ended before a sub-agent
@@ -348,7 +363,7 @@ def read_calls(
             raise bad(f"{where}: {gap:,.0f} s after the call it follows: at most {max_gap_s:,.0f}")
         session = str(conv) if conv is not None else (follows.session if follows else s.trace)
         call = Call(
-            row_id[(s.trace, s.id)],
+            tree.row_id[(s.trace, s.id)],
             s.trace,
             start_s,
             end_s,

@@ -48,7 +48,7 @@ from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
-from spoc_tui.twin.headroom import HeadroomClaim
+from spoc_tui.twin.headroom_confirm import HeadroomClaim
 from spoc_tui.twin.model import Twin, read_twin
 from spoc_tui.workload import Workload, builtin_names, load_workload
 
