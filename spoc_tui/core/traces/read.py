@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -532,7 +533,7 @@ def _weka_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read:
         yield from _weka_conversation(path, lineno, conv, filters, read, f"line {lineno}")
 
 
-def _json_lines(path: Path, f: IO[str], hint: str = "") -> Iterator[tuple[int, object]]:
+def _json_lines(path: Path, f: Iterable[str], hint: str = "") -> Iterator[tuple[int, object]]:
     """(line number, value) of each non-empty line; a line that is not JSON is named."""
     try:
         yield from json_lines(f)
@@ -575,14 +576,23 @@ def _weka_conversation(
 
 def _otel_rows(path: Path, f: IO[str], filters: Sequence[tuple[str, str]], read: TraceRead) -> Iterator[TraceRow]:
     text = f.read()
-    first_line = next((line for line in text.splitlines() if line.strip()), "")
+    lines = io.StringIO(text)
+    skipped = 0
+    first_line = ""
+    for first_line in lines:  # the first line with something on it (no copy of the whole text)
+        if first_line.strip():
+            break
+        skipped += 1
     try:
         first = parse_json(first_line)
     except json.JSONDecodeError:
         first = None
     objects: Iterator[tuple[int, object]]
-    if isinstance(first, dict):  # the file exporter: one export request a line
-        objects = _json_lines(path, io.StringIO(text), "; an OTLP file holds one export a line")
+    if isinstance(first, dict):  # the file exporter: one export request a line (the first read once)
+        rest = itertools.chain(["\n"] * (skipped + 1), lines)
+        objects = itertools.chain(
+            [(skipped + 1, first)], _json_lines(path, rest, "; an OTLP file holds one export a line")
+        )
     else:  # one object, pretty-printed
         try:
             objects = iter([(1, parse_json(text))])
