@@ -67,12 +67,15 @@ HEAVY_S = {
     "tests/e2e/test_tune_cli.py::test_two_workers_share_one_study": 21,
     "tests/e2e/test_ramp.py::test_ramp_finds_the_knee_and_records_both_views": 21,
     "tests/unit/test_experiment.py": 20,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[sim_speed.py-its figures moved 0 % at most]": 30,
+    "tests/unit/test_headroom.py": 20,
+    "tests/unit/test_otel.py": 15,
     "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[headroom.py-live headroom vs the measured knee]": 19,
     "tests/unit/test_twin_fit.py": 18,
     "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[tune_quality.py-hypervolume reached]": 17,
     "tests/e2e/test_benchmarks.py::test_knee_search_benchmark_smoke": 17,
 }
-"""Seconds the heaviest groups took (four workers, 2026-11-29): ``make test`` passes
+"""Seconds the heaviest groups took (four workers, 2026-11-29; the last three 2026-12-06): ``make test`` passes
 ``--no-loadscope-reorder``, so xdist hands the groups out in collection order, and these are
 collected first, longest first (the others after them, as collected). xdist's own order (the
 groups of most tests first) had left the single-test benchmark groups for the end, one of them

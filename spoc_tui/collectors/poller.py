@@ -136,11 +136,11 @@ class _Poller:
         client = self._client
 
         async def one(url: str) -> Reading | SourceError:
-            t0 = time.monotonic()
+            t0 = self.clock()  # the poller's clock, as its back-off's: a test's virtual clock times both
             try:
                 r = await fetch(client, url, self.api_key, derive=self._derive(url))
             except SourceError as e:
-                self._cost[url] = time.monotonic() - t0
+                self._cost[url] = self.clock() - t0
                 return e
             except Exception as e:  # anything unforeseen is this source's failure, never the poller's
                 logger.exception("reading %s", url)

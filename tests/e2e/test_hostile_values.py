@@ -139,11 +139,20 @@ async def test_a_restarted_or_flapping_server_is_seen_within_two_polls():
 
     url = "http://gpu-a:8000"
     server = Switchable(VLLM.encode())
-    poller = VllmPoller([url], 60, client=server.client())
+    # on a clock of its own that a refused read does not move: how long the host takes to refuse
+    # (a loaded host, over 0.25 s) is not this test's subject (it had made the read an expensive
+    # failure, backed off in real seconds: "still read down after two polls")
+    t = [0.0]
+
+    def clock() -> float:
+        return t[0]
+
+    poller = VllmPoller([url], 60, clock=clock, client=server.client())
     try:
         for _cycle in range(3):  # up, down for ten polls, up again: each return seen within two polls
             server.up = True
             for _ in range(2):
+                t[0] += 1.0  # the monitor's interval
                 await poller.poll()
                 if url not in poller.backoff.down():
                     break
