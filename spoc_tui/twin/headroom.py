@@ -48,8 +48,10 @@ from spoc_tui.core.tuning.engineflags import BLOCK_SIZES
 from spoc_tui.twin.arrivals import Evenness, FlowLog, gamma_times, poisson_windows, renewal_times
 from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import PARAMS, ServerConfig, StepModel, Twin
+from spoc_tui.twin.oneserver import OneServer, QueueSeats, gauge_error
 from spoc_tui.twin.passive import KvGauge, PassiveFit, PassiveWindow, fit_passive, window_of
-from spoc_tui.twin.predict import StepRun, TraceRows
+from spoc_tui.twin.predict import TraceRows
+from spoc_tui.twin.replayed import TOO_BIG_SHARE, beyond_the_cache, replays_median, seats_assumed, with_scatter
 
 WINDOW_S = 30.0
 """A passive window's length (the fit's rows)."""
@@ -399,8 +401,10 @@ class HeadroomLearner:
         self._flow = FlowLog(traffic_s)
         """Every scrape's requests finished and inside, over the traffic's span (how even the
         arrivals came)."""
-        self.seats: int | None = None
-        """The server's max-num-seqs, once a queue showed it."""
+        self._now = 0.0
+        self.one = OneServer(traffic_s)
+        """Whether the scrapes are one server's (counters that go back, models that change)."""
+        self._queue = QueueSeats()
         self.kv = KvGauge()
         """The KV gauge over the window's scrapes (its decode context)."""
         self.kv_tokens: int | None = None
@@ -417,9 +421,14 @@ class HeadroomLearner:
 
     def add(self, t: float, exp: Exposition) -> None:
         """One scrape of the server at ``t`` (the monitor's clock). Only one every ``window_s`` is
-        read (the monitor scrapes every second; the others cost a comparison)."""
+        read (the monitor scrapes every second; the others cost a comparison). Counters that went
+        back (a restart, another server at the URL) start the learning over (issue 76)."""
+        self._now = t
+        done, inside = flow_now(exp)
+        if self.one.see(t, done):
+            self._start_over()
         self.kv.add(exp)
-        self._flow.add(t, *flow_now(exp))
+        self._flow.add(t, done, inside)
         if self._marks and t - self._marks[-1][0] < self.window_s - 1e-6:
             return
         cc = cache_config(exp)
@@ -441,6 +450,10 @@ class HeadroomLearner:
         t_last, last = self._marks[-1]
         scrape = Scrape(exp, t, last, t_last)
         view = server_view("server", scrape)
+        if self.one.models(t, tuple(sorted(view.model_names))):  # another server's model: start over
+            self._start_over()
+            self._marks.append((t, exp))
+            return
         total = view.total
         self.model = self.model or next(iter(view.model_names), "")
         self.engine_version = view.engine_version or self.engine_version
@@ -455,20 +468,34 @@ class HeadroomLearner:
             windowed_histogram(scrape, REQUEST_PREFILL_COMPUTED),
             kv_per_running,
         )
-        if win is not None and (why := win.impossible()) is not None:
-            self.refused.append(why)  # not fitted: it broke the least squares (issue 74)
+        running, waiting, kv = total.running, total.waiting, total.kv_cache_usage
+        kv_most = max((k for k in (kv, kv_mean) if k is not None), default=None)
+        if win is not None and (why := gauge_error(running, kv_most, self.told_seats) or win.impossible()):
+            self.refused.append(why)  # not fitted: no server reports it (issues 74, 76)
         elif win is not None:
             self.windows.append(win)
             self.refused.append(None)
         if total.request_rate is not None:  # requests finished in the window (a restart's reset counted)
             self._counts.append(total.request_rate * (t - t_last))
-        # a queue while the KV cache has room: the batch is at its seats (max-num-seqs)
-        running, waiting, kv = total.running, total.waiting, total.kv_cache_usage
-        if running and waiting and waiting >= 1 and (kv is None or kv < 0.9):
-            self.seats = max(self.seats or 0, round(running))
+        self._queue.see(running, waiting, kv)  # a queue while the KV cache has room: at the seats
         self._marks.append((t, exp))
         while len(self._marks) > 2 and t - self._marks[1][0] >= self.traffic_s - 1e-6:
             self._marks.popleft()
+
+    @property
+    def seats(self) -> int | None:
+        """The server's max-num-seqs, once a queue at them showed it."""
+        return self._queue.seats
+
+    def _start_over(self) -> None:
+        """Forget what was learned: another server's scrapes, or this one's before it restarted."""
+        self.windows.clear()
+        self.refused.clear()
+        self._marks.clear()
+        self._counts.clear()
+        self._flow = FlowLog(self.traffic_s)
+        self.kv = KvGauge()
+        self._queue = QueueSeats()
 
     def fit(self, seed: int = 0) -> PassiveFit:
         return _fit(self.windows, self.prior, self.kv_bytes_per_token, seed)
@@ -554,6 +581,7 @@ class HeadroomLearner:
     def snapshot(self) -> LearnerState:
         """What an estimate needs, copied (cheap: the monitor's scrape thread may go on feeding
         the learner while the estimate runs in another)."""
+        now = self._now
         return LearnerState(
             tuple(self.limits),
             tuple(self.windows),
@@ -564,6 +592,9 @@ class HeadroomLearner:
             self.kv_bytes_per_token,
             self.kv_bad,
             tuple(self.refused),
+            self.one.mixed(now),
+            self.one.restarted(now),
+            self._queue.odd if self.told_seats is None else None,
         )
 
 
@@ -595,6 +626,12 @@ class LearnerState:
     kv_bad: str | None = None
     refused: tuple[str | None, ...] = ()
     """The recent windows' reasons for being refused (None: taken)."""
+    not_one: str | None = None
+    """Why the scrapes are not one server's (issue 76), or None."""
+    restarted: str | None = None
+    """What to say of a restart within the traffic's span, or None."""
+    queue_odd: str | None = None
+    """Why a queue seen was not taken as the seats, or None."""
 
     def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
         sla = tuple(str(lim) for lim in self.limits)
@@ -607,6 +644,8 @@ class LearnerState:
 
         if not self.limits:
             return none("no SLA to hold: give --sla")
+        if self.not_one is not None:
+            return none(self.not_one)
         if self.kv_bad is not None:
             return none(f"the server's KV cache cannot be taken as reported: {self.kv_bad}")
         if not self.kv_reported and self.prior is None:
@@ -620,11 +659,13 @@ class LearnerState:
                 f"{len(bad)} of its last {len(self.refused)} windows refused, their counters no server's: {bad[-1]}"
             )
         if not fit.identified:
-            return none(fit.reason + (f"; {len(bad)} windows refused: {bad[-1]}" if bad else ""))
+            first = f"{self.restarted}: " if self.restarted else ""
+            return none(first + fit.reason + (f"; {len(bad)} windows refused: {bad[-1]}" if bad else ""))
         if traffic is None or traffic.requests < MIN_REQUESTS or traffic.rate <= 0:
             got = 0 if traffic is None else round(traffic.requests)
             return none(f"too little traffic to replay: {got} requests in the window (needs {MIN_REQUESTS})")
-        return headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s)
+        h = headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s)
+        return replace(h, assumed=(*h.assumed, self.queue_odd)) if self.queue_odd and h.assumed else h
 
 
 def passive_twin(fit: PassiveFit, server: ServerConfig, prior: Twin | None = None, draws: int = 0) -> Twin:
@@ -704,78 +745,3 @@ def headroom_of(
         why += f"; the interval holds the windows' own scatter about the model (+-{scatter:.0f} % a step)"
     return Headroom(point, ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
                     assumed=assumed)  # fmt: skip
-
-
-TOO_BIG_SHARE = 0.05
-"""The share of a replay's requests that may be longer than the whole KV cache (left out, and
-said) before the headroom gives no number: the traffic the server ran cannot be replayed on the
-cache it reports."""
-
-
-def beyond_the_cache(rows: Sequence[TraceRow], server: ServerConfig) -> tuple[int, int]:
-    """How many of ``rows`` need more blocks than the whole KV cache holds (an engine refuses
-    them: issue 74), and of how many."""
-    bs, blocks = server.block_size, server.num_gpu_blocks
-    big = sum(1 for r in rows if -(-(r.input_tokens + max(1, r.output_tokens)) // bs) > blocks)
-    return big, len(rows)
-
-
-def seats_assumed(seats: int, runs: Sequence[StepRun], speed: float) -> str:
-    """What the headroom assumes of the seats it was not told: the most requests its replay ran at
-    once at the speeds up to ``speed`` ("max-num-seqs 70 or more": a server with fewer would have
-    queued where the replay did not), or ``seats`` where the replay filled them.
-
-    A user's run found the difference (2026-11-30): the assumed 256 seats said nothing of whether
-    they mattered; the server had 48, the replay ran more at once, and the headroom read 41 % high."""
-    below = [r for r in runs if r.step.speed is not None and r.step.speed <= speed * (1 + 1e-9)]
-    if not below and runs:
-        below = [min(runs, key=lambda r: r.step.speed or 0.0)]
-    peaks = [r.running_peak for r in below if r.running_peak is not None]
-    if not peaks or max(peaks) >= seats:
-        return f"max-num-seqs {seats}"
-    return f"max-num-seqs {max(peaks)} or more"
-
-
-def replays_median(estimate: float, knees: Sequence[float | None]) -> tuple[float, int]:
-    """The headroom's point: the median knee of the fit's replay and its draws' (each draw replays
-    a sample of the traffic of its own, :meth:`TrafficRows.redrawn`), and how many it took; the
-    draws that put the knee beyond the speeds replayed are left out.
-
-    One replay's knee moves with its sample of the traffic (two minutes of it: a few long prompts
-    more or less): on the simulated L40S the fit's replay and its four draws read x4.9-7.0 of one
-    traffic, on the A100's flat traffic x4.4-5.1 (the knees measured x4.91 and x5.02); with the
-    lengths at stratified quantiles (:func:`strata`) and the ridge's tokens from the replay's
-    shape, the L40S's x4.7-5.6."""
-    found = [k for k in knees if k is not None and k > 0]
-    return statistics.median([estimate, *found]), 1 + len(found)
-
-
-MAD_SD = 1.4826
-"""A normal spread's standard deviation over its median absolute deviation."""
-
-
-def with_scatter(
-    estimate: float, ci95: tuple[float | None, float | None], residual_pct: float
-) -> tuple[tuple[float | None, float | None], float]:
-    """The knee's interval as a prediction of the knee a ramp would measure: the draws' interval
-    (what the fit is unsure of) and the windows' own scatter about the fitted model (how far a
-    window's mean step lies from it: a step's noise, what the model leaves out, the host's own
-    speed moving), added in quadrature on a log scale, a step time so many per cent slower taken
-    as a knee so many per cent lower. Returns the interval and the scatter's 95 % half-width in
-    per cent (0 where the windows gave none).
-
-    Without it the interval said what the fit knew and not what a ramp would meet: on the real
-    CPU server, whose windows lay 6.4 % (median) from the model and whose speed moved 19 % in
-    minutes, three runs in one day measured its knee at x4.6, x5.4 and x6.3, and their headroom
-    intervals were 7 to 23 % wide (the first two missed)."""
-    if not math.isfinite(residual_pct) or residual_pct <= 0 or estimate <= 0:
-        return ci95, 0.0
-    spread = 1.96 * MAD_SD * residual_pct / 100.0
-    lo, hi = ci95
-
-    def wider(end: float | None, sign: float) -> float | None:
-        if end is None or end <= 0:
-            return end
-        return estimate * math.exp(sign * math.hypot(math.log(end / estimate), spread))
-
-    return (wider(lo, -1.0), wider(hi, 1.0)), 100.0 * (math.exp(spread) - 1.0)

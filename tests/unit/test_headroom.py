@@ -119,7 +119,7 @@ def test_lengths_drawn_again_keep_the_histograms_mean_and_buckets(mu):
 def test_the_interval_holds_the_windows_own_scatter():
     """The knee a ramp would measure lies off the fit by the windows' own scatter about the model
     as well as by what the fit is unsure of: the two add in quadrature on a log scale."""
-    from spoc_tui.twin.headroom import with_scatter
+    from spoc_tui.twin.replayed import with_scatter
 
     assert with_scatter(5.0, (4.5, 5.5), 0.0) == ((4.5, 5.5), 0.0)
     assert with_scatter(5.0, (4.5, 5.5), math.nan) == ((4.5, 5.5), 0.0)
@@ -417,9 +417,10 @@ def test_each_draw_replays_a_sample_of_the_traffic_of_its_own_and_the_point_is_t
     """A replay's knee moves with its two minutes of the traffic: each draw of the fit replays a
     sample of its own (so the interval holds that sampling), the point is the median of the fit's
     replay and its draws'. A trace file's rows are what they are, for every draw."""
-    from spoc_tui.twin.headroom import TrafficRows, replays_median
+    from spoc_tui.twin.headroom import TrafficRows
     from spoc_tui.twin.model import ServerConfig
     from spoc_tui.twin.predict import TraceRows
+    from spoc_tui.twin.replayed import replays_median
 
     server = ServerConfig("m", 32_768, 16, 10_000, True, None, 48, 8192, True)
     base = TrafficRows.of(traffic(), 1, server, replay_s=60.0)
@@ -463,7 +464,7 @@ def test_untold_seats_are_assumed_as_many_as_the_replay_ran_at_once():
     number does not hold (and tells it); where the replay filled the assumed 256, it says 256."""
     from types import SimpleNamespace
 
-    from spoc_tui.twin.headroom import seats_assumed
+    from spoc_tui.twin.replayed import seats_assumed
 
     def run(speed: float, peak: int | None) -> SimpleNamespace:
         return SimpleNamespace(step=SimpleNamespace(speed=speed), running_peak=peak)
@@ -664,3 +665,82 @@ def test_a_kv_cache_smaller_than_the_traffics_prompts_says_why_it_cannot_replay_
     assert not h.identified and h.estimate is None
     assert re.search(r"\d+ of the \d+ requests drawn from its traffic are longer than its whole KV cache as "
                      r"reported \(640 tokens\): no replay can run them", h.reason), h.reason  # fmt: skip
+
+
+def scrapes(servers, seconds: float, every: float = 5.0, edit=None):
+    """``(t, exposition)`` of simulated servers scraped in turn (one a scrape: a round-robin URL
+    where there are two), their text edited by ``edit`` where given."""
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.sim.exposition import vllm_metrics
+
+    t, k = 0.0, 0
+    while t < seconds:
+        t += every
+        for vs in servers:
+            vs.advance(t)
+        text = vllm_metrics(servers[k % len(servers)].engine)
+        k += 1
+        yield t, parse_text(edit(text) if edit else text)
+
+
+def sim(seed: int = 1, rate: float = 3.0, seats: int = 48) -> VirtualServer:
+    engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=seats, dcgm_port=None, seed=seed))
+    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=seed)
+    vs.set_rate(rate)
+    return vs
+
+
+def test_counters_that_go_back_restart_the_learning_or_say_more_than_one_server_answers():
+    """Issue 76, point 2: a server restarted inside the window read its traffic 35 % low, the
+    restart unsaid; two replicas behind one round-robin URL read x0.83 'identified' where each
+    has x3.7. A restart starts the learning over and says so; counters that go back and forth
+    are more than one server: no number, with that reason."""
+    learner = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")))
+    for t, exp in scrapes([sim(1)], 300.0):
+        learner.add(t, exp)
+    assert len(learner.windows) >= 8
+    again = sim(2)  # the restarted server: its counters from 0
+    for t, exp in scrapes([again], 90.0):
+        learner.add(300.0 + t, exp)
+    assert 1 <= len(learner.windows) <= 3  # what came before the restart is forgotten
+    h = learner.estimate()
+    assert h.reason.startswith("the server restarted 1 min ago (its counters went back); learning again: "), h.reason
+
+    lb = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")))
+    for t, exp in scrapes([sim(1, rate=3.0), sim(2, rate=1.0)], 300.0):
+        lb.add(t, exp)
+    h = lb.estimate()
+    assert not h.identified and re.match(r"its counters went back \d+ times in 5 min: more than one server", h.reason)
+    assert "watch each replica at its own URL" in h.line()
+
+
+def test_gauges_no_server_reports_are_refused_with_their_reason():
+    """Issue 76, point 2: ``kv_cache_usage_perc`` fifty times too large read x7.7 (95 %:
+    7.2-8.1) against x3.2; a constant ``num_requests_waiting`` was taken as seats seen (x1.38
+    against x3.7), nothing said. The first is refused window by window with its reason; the
+    second is no queue at the seats (the running counts beside it range widely), not taken."""
+
+    def kv50(text: str) -> str:
+        return re.sub(r"^(vllm:kv_cache_usage_perc\S*) (\S+)$", lambda m: f"{m[1]} {float(m[2]) * 50 + 2}", text,
+                      flags=re.M)  # fmt: skip
+
+    learner = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")))
+    for t, exp in scrapes([sim(1)], 300.0, edit=kv50):
+        learner.add(t, exp)
+    h = learner.estimate()
+    assert not h.identified and not learner.windows
+    assert re.search(r"windows refused, their counters no server's: its KV-cache use reads [\d.]+, where a share of "
+                     r"the cache is at most 1", h.reason), h.reason  # fmt: skip
+
+    def stuck(text: str) -> str:
+        return re.sub(r"^(vllm:num_requests_waiting\S*) (\S+)$", r"\1 3.0", text, flags=re.M)
+
+    learner = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")))
+    for t, exp in scrapes([sim(1, rate=2.0)], 300.0, edit=stuck):
+        learner.add(t, exp)
+    assert learner.seats is None and learner.server().sources["max_num_seqs"] == "assumed"
+    assert learner.snapshot().queue_odd and "no queue at the seats" in (learner.snapshot().queue_odd or "")
+    told = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")), seats=4)
+    for t, exp in scrapes([sim(1, rate=2.0)], 120.0):
+        told.add(t, exp)
+    assert any(w and "more than the max-num-seqs it was told (4)" in w for w in told.refused), told.refused
