@@ -51,7 +51,15 @@ from spoc_tui.twin.model import PARAMS, ServerConfig, StepModel, Twin
 from spoc_tui.twin.oneserver import OneServer, QueueSeats, gauge_error
 from spoc_tui.twin.passive import KvGauge, PassiveFit, PassiveWindow, fit_passive, window_of
 from spoc_tui.twin.predict import TraceRows
-from spoc_tui.twin.replayed import TOO_BIG_SHARE, beyond_the_cache, replays_median, seats_assumed, with_scatter
+from spoc_tui.twin.replayed import (
+    TOO_BIG_SHARE,
+    beyond_the_cache,
+    replay_peak,
+    replays_median,
+    seats_assumed,
+    seats_range,
+    with_scatter,
+)
 
 WINDOW_S = 30.0
 """A passive window's length (the fit's rows)."""
@@ -61,6 +69,9 @@ KEEP_WINDOWS = 240
 """Windows kept for the fit (two hours of 30 s windows)."""
 DEFAULT_SEATS = 256
 """vLLM's max-num-seqs default, assumed until a queue shows the server's own."""
+SEATS_MARGIN = 1.1
+"""Untold and unseen seats are replayed at the most requests seen running at once too where the
+default's replay ran more than this many times that (plus one) up to its point."""
 DEFAULT_BATCHED_TOKENS = 8192
 """vLLM's max-num-batched-tokens default for online serving, assumed."""
 REPLAY_S = 120.0
@@ -327,6 +338,8 @@ class Headroom:
     unit: str = "x"
     assumed: tuple[str, ...] = ()
     """What the number rests on that the scrapes did not show (``max-num-seqs 256``)."""
+    seats_peak: int | None = field(default=None, compare=False)
+    """With the seats assumed: the most requests the replay ran at once up to its point."""
 
     def as_dict(self) -> dict[str, object]:
         lo, hi = self.ci95
@@ -405,6 +418,8 @@ class HeadroomLearner:
         self.one = OneServer(traffic_s)
         """Whether the scrapes are one server's (counters that go back, models that change)."""
         self._queue = QueueSeats()
+        self._most: deque[float] = deque(maxlen=max(2, int(traffic_s / window_s) + 1))
+        """The most requests in the server at one scrape, window by window over the traffic's span."""
         self.kv = KvGauge()
         """The KV gauge over the window's scrapes (its decode context)."""
         self.kv_tokens: int | None = None
@@ -429,8 +444,14 @@ class HeadroomLearner:
             self._start_over()
         self.kv.add(exp)
         self._flow.add(t, done, inside)
+        if inside is not None and (not self._most or inside > self._most[-1]):
+            if self._most:
+                self._most[-1] = inside
+            else:
+                self._most.append(inside)
         if self._marks and t - self._marks[-1][0] < self.window_s - 1e-6:
             return
+        self._most.append(0.0)  # the next window's most
         cc = cache_config(exp)
         reported = kv_blocks(cc)
         self.kv_bad = reported if isinstance(reported, str) else None
@@ -496,6 +517,7 @@ class HeadroomLearner:
         self._flow = FlowLog(self.traffic_s)
         self.kv = KvGauge()
         self._queue = QueueSeats()
+        self._most.clear()
 
     def fit(self, seed: int = 0) -> PassiveFit:
         return _fit(self.windows, self.prior, self.kv_bytes_per_token, seed)
@@ -595,6 +617,7 @@ class HeadroomLearner:
             self.one.mixed(now),
             self.one.restarted(now),
             self._queue.odd if self.told_seats is None else None,
+            max(self._most, default=None),
         )
 
 
@@ -632,6 +655,8 @@ class LearnerState:
     """What to say of a restart within the traffic's span, or None."""
     queue_odd: str | None = None
     """Why a queue seen was not taken as the seats, or None."""
+    running_most: float | None = None
+    """The most requests seen in the server at once over the traffic's span (running and waiting)."""
 
     def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
         sla = tuple(str(lim) for lim in self.limits)
@@ -665,6 +690,14 @@ class LearnerState:
             got = 0 if traffic is None else round(traffic.requests)
             return none(f"too little traffic to replay: {got} requests in the window (needs {MIN_REQUESTS})")
         h = headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s)
+        seen = self.running_most
+        if h.seats_peak is not None and seen is not None and h.seats_peak > SEATS_MARGIN * seen + 1:
+            # the replay ran more at once than the server was ever seen to: its seats may bind
+            # sooner than the default's; replayed with the most seen too, the interval holds both
+            low = max(1, math.ceil(seen))
+            at_seen = replace(self.server, max_num_seqs=low, sources={**self.server.sources, "max_num_seqs": "seen"})
+            h_seen = headroom_of(fit, at_seen, traffic, self.limits, seed, draws, self.prior, replay_s)
+            h = seats_range(h, h_seen, low, self.server.max_num_seqs)
         return replace(h, assumed=(*h.assumed, self.queue_odd)) if self.queue_odd and h.assumed else h
 
 
@@ -725,13 +758,15 @@ def headroom_of(
                         fit, sla)  # fmt: skip
     # every assumption the number rests on is said with it (the seats show only once a queue forms)
     assumed: tuple[str, ...] = ()
+    peak = None
     if server.sources.get("max_num_seqs") == "assumed":
         assumed = (seats_assumed(server.max_num_seqs, predicted.runs, inf.estimate),)
+        peak = replay_peak(predicted.runs, inf.estimate)
     if inf.boundary == "bound":
         lo = inf.ci95[0]
         what = f"beyond x{_x(lo)}" if lo is not None else "beyond the speeds replayed"
         return Headroom(inf.estimate, inf.ci95, None, None, True, f"every speed replayed met the SLA: {what}",
-                        fit.windows, traffic, fit, sla, assumed=assumed)  # fmt: skip
+                        fit.windows, traffic, fit, sla, assumed=assumed, seats_peak=peak)  # fmt: skip
     why = fit.reason + (f"; the server moved from its twin: {'; '.join(fit.drift)}" if fit.drift else "")
     if big:
         why += f"; {big} of {drawn} requests drawn longer than the whole KV cache were left out"
@@ -744,4 +779,4 @@ def headroom_of(
     if scatter:
         why += f"; the interval holds the windows' own scatter about the model (+-{scatter:.0f} % a step)"
     return Headroom(point, ci95, inf.binding_limit, binds, True, why, fit.windows, traffic, fit, sla,
-                    assumed=assumed)  # fmt: skip
+                    assumed=assumed, seats_peak=peak)  # fmt: skip

@@ -7,10 +7,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.twin.model import ServerConfig
 from spoc_tui.twin.predict import StepRun
+
+if TYPE_CHECKING:
+    from spoc_tui.twin.headroom import Headroom
 
 TOO_BIG_SHARE = 0.05
 """The share of a replay's requests that may be longer than the whole KV cache (left out, and
@@ -26,6 +31,38 @@ def beyond_the_cache(rows: Sequence[TraceRow], server: ServerConfig) -> tuple[in
     return big, len(rows)
 
 
+def replay_peak(runs: Sequence[StepRun], speed: float) -> int | None:
+    """The most requests the replay ran at once at the speeds up to ``speed`` (the slowest's where
+    none is under it), or None where no run counted them."""
+    below = [r for r in runs if r.step.speed is not None and r.step.speed <= speed * (1 + 1e-9)]
+    if not below and runs:
+        below = [min(runs, key=lambda r: r.step.speed or 0.0)]
+    peaks = [r.running_peak for r in below if r.running_peak is not None]
+    return max(peaks) if peaks else None
+
+
+def seats_range(point: Headroom, seen: Headroom, seen_seats: int, assumed_seats: int) -> Headroom:
+    """A headroom whose seats were not seen (issue 76, point 1): ``point`` replayed with vLLM's
+    default ``assumed_seats``, ``seen`` with the most requests the server was seen running at
+    once. The seats lie between, and the knee with them: the interval covers both replays' (their
+    knees and intervals), the point stays the default's and the reason says what the other end
+    read. (A server with 48 seats, never filled, untold: the default's replay read x4.5 (95 %:
+    3.7-5.5) where a ramp measured x1.4.)"""
+    if not seen.identified or seen.estimate is None or point.estimate is None:
+        return point
+    if seen.ci95[1] is None:  # the seats seen met the SLA at every speed too: they do not bind
+        return replace(point, assumed=(f"max-num-seqs {seen_seats} or more",), seats_peak=None)
+    lows = [v for v in (seen.ci95[0], seen.estimate, point.ci95[0]) if v is not None]
+    hi = point.ci95[1]
+    why = (
+        f"{point.reason}; max-num-seqs not seen: the {'point' if hi is not None else 'bound'} takes vLLM's default "
+        f"{assumed_seats}, and the interval reaches down to x{seen.estimate:.2g}, the knee with {seen_seats} seats "
+        "(the most seen running at once): tell --max-num-seqs to narrow it"
+    )
+    seats = f"max-num-seqs {seen_seats}-{assumed_seats}"
+    return replace(point, ci95=(min(lows), hi), reason=why, assumed=(seats,), seats_peak=None)
+
+
 def seats_assumed(seats: int, runs: Sequence[StepRun], speed: float) -> str:
     """What the headroom assumes of the seats it was not told: the most requests its replay ran at
     once at the speeds up to ``speed`` ("max-num-seqs 70 or more": a server with fewer would have
@@ -33,13 +70,10 @@ def seats_assumed(seats: int, runs: Sequence[StepRun], speed: float) -> str:
 
     A user's run found the difference (2026-11-30): the assumed 256 seats said nothing of whether
     they mattered; the server had 48, the replay ran more at once, and the headroom read 41 % high."""
-    below = [r for r in runs if r.step.speed is not None and r.step.speed <= speed * (1 + 1e-9)]
-    if not below and runs:
-        below = [min(runs, key=lambda r: r.step.speed or 0.0)]
-    peaks = [r.running_peak for r in below if r.running_peak is not None]
-    if not peaks or max(peaks) >= seats:
+    peak = replay_peak(runs, speed)
+    if peak is None or peak >= seats:
         return f"max-num-seqs {seats}"
-    return f"max-num-seqs {max(peaks)} or more"
+    return f"max-num-seqs {peak} or more"
 
 
 def replays_median(estimate: float, knees: Sequence[float | None]) -> tuple[float, int]:

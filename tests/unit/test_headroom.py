@@ -744,3 +744,39 @@ def test_gauges_no_server_reports_are_refused_with_their_reason():
     for t, exp in scrapes([sim(1, rate=2.0)], 120.0):
         told.add(t, exp)
     assert any(w and "more than the max-num-seqs it was told (4)" in w for w in told.refused), told.refused
+
+
+def test_unseen_seats_widen_the_interval_down_to_the_knee_with_the_most_seen_running():
+    """Issue 76, point 1: a server with 48 seats, never filled and untold, read x4.5 (95 %:
+    3.7-5.5) from vLLM's default 256 where a ramp measured x1.4. Replayed with the most requests
+    seen running at once as well, the interval reaches down to that knee; the point stays the
+    default's and says so; seats that do not bind at either end change nothing but the words."""
+    from spoc_tui.twin.replayed import seats_range
+
+    def h(est: float, lo: float | None, hi: float | None) -> Headroom:
+        return Headroom(est, (lo, hi), "ttft_p99", None, True, "fit", 10, None, None, ("ttft_p99<=2s",),
+                        assumed=("max-num-seqs 94 or more",), seats_peak=94)  # fmt: skip
+
+    both = seats_range(h(4.5, 3.7, 5.5), h(1.3, 1.2, 1.45), 37, 256)
+    assert both.estimate == 4.5 and both.ci95 == (1.2, 5.5) and both.assumed == ("max-num-seqs 37-256",)
+    assert "the point takes vLLM's default 256, and the interval reaches down to x1.3, the knee with 37 seats" in (
+        both.reason
+    )
+    assert (
+        both.line().startswith("headroom x4.5 (95 %: 1.2-5.5)")
+        and "assumes max-num-seqs 37-256 (not seen)" in both.line()
+    )
+    bound = seats_range(h(10.0, 10.0, None), h(2.3, 2.0, 2.6), 12, 256)  # the default met the SLA at every speed
+    assert bound.ci95 == (2.0, None) and bound.line().startswith("headroom beyond x2 ")
+    same = seats_range(h(4.5, 3.7, 5.5), h(10.0, 10.0, None), 37, 256)  # 37 seats met it at every speed too
+    assert same.ci95 == (3.7, 5.5) and same.assumed == ("max-num-seqs 37 or more",)
+
+
+def test_the_learner_keeps_the_most_requests_seen_at_once_over_the_traffics_span():
+    learner = HeadroomLearner((), window_s=30.0, traffic_s=90.0)
+    vs = sim(1, rate=1.0)
+    for t, exp in scrapes([vs], 200.0):
+        learner.add(t, exp)
+    most = learner.snapshot().running_most
+    assert most is not None and 1 <= most <= 48
+    assert len(learner._most) <= 4  # three windows and the one under way
