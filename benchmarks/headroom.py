@@ -41,7 +41,11 @@ and histograms loses, it against the measured knee what the twin gets wrong (the
 in the requests a second its users' knee sent). Then the flat case (a constant rate): the
 learner must say it cannot identify the step time yet, or give an interval that holds the knee.
 
-Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat] [--presets=l40s] (make
+Then (``--cases=bursts``, issue 76) a server of 24 seats, untold, under traffic that swings
+four-fold every two minutes with bursts at three times the rate: the headroom untold and told
+(``--max-num-seqs 24``), each beside the knee its window's requests measure.
+
+Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat,bursts] [--presets=l40s] (make
 bench: 5 seeds, every case, both presets); ``--smoke``: one preset, one seed, a shorter observation (checks that it runs).
 ``--real [--seed=N]``: the real vLLM CPU server (half an hour; it keeps its scrapes);
 ``--again=DIR``: that run's headroom said again from its kept scrapes and twin.json, beside its knee.
@@ -114,8 +118,16 @@ def workload(think: bool = False) -> Workload:
         path.unlink()
 
 
+BURSTS_SEATS = 24
+"""The bursts case's server: max-num-seqs well under vLLM's 256, which the monitor is not told."""
+BURSTS_BASE = 0.5
+"""The bursts case's base rate, of the preset's: its bursts do not fill the seats (no queue shows them)."""
+CASE = {"seats": SEATS, "bursts": False}
+"""The case under way: its server's seats, and whether its traffic bursts (:func:`bursts`)."""
+
+
 def server(gpu: str, seed: int, work: Workload, record: bool = False) -> VirtualServer:
-    engine, _ = build(SimOptions(gpu=gpu, max_num_seqs=SEATS, dcgm_port=None, seed=seed))
+    engine, _ = build(SimOptions(gpu=gpu, max_num_seqs=int(CASE["seats"]), dcgm_port=None, seed=seed))
     return VirtualServer(engine, work, 0, seed=seed, record=record)
 
 
@@ -148,9 +160,48 @@ def drive(vs: VirtualServer, load: Callable[[float], float], seconds: float, clo
         vs.advance(t)
 
 
+def bursts(base: float) -> Callable[[float], float]:
+    """Issue 76's traffic: the rate swings four-fold every two minutes (x0.5, then x2 of ``base``),
+    with a 20 s burst at three times the rate every two and a half minutes."""
+    return lambda t: base * (0.5 if (t // 120) % 2 == 0 else 2.0) * (3.0 if t % 150 < 20 else 1.0)
+
+
 def process(base: float, flat: bool, closed: bool) -> Callable[[float], float]:
     """The observed load over time: users for the closed loop, else the arrival rate."""
-    return users_swing if closed else swell(base, flat)
+    if closed:
+        return users_swing
+    return bursts(base) if CASE["bursts"] else swell(base, flat)
+
+
+SEATS_CASE: dict[str, list[tuple[bool, float]]] = {}
+"""The bursts case: per telling (untold, told), each seed's (interval holds the knee, point error %)."""
+
+
+def bursts_case(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s: float) -> None:
+    """Issue 76's case: a server of :data:`BURSTS_SEATS` seats, untold, under traffic that swings
+    and bursts; its headroom untold and told (``--max-num-seqs``), from the same scrapes, beside
+    the knee of the window's requests sent again as their users would send them."""
+    CASE.update(seats=BURSTS_SEATS, bursts=True)
+    try:
+        sent: list[SentRequest] = []
+        learner = observe(gpu, seed, base, False, observe_s, work, False, sent)
+        draws, replay_s = (1, 30.0) if smoke else (4, 120.0)
+        t0 = time.process_time()
+        untold = learner.estimate(seed=seed, draws=draws, replay_s=replay_s)
+        cost = time.process_time() - t0
+        learner.told_seats = BURSTS_SEATS
+        told = learner.estimate(seed=seed, draws=draws, replay_s=replay_s)
+        since = observe_s - (untold.traffic.seconds if untold.traffic is not None else observe_s)
+        truth = users_knee(gpu, seed, sent, since) if not smoke else math.nan
+    finally:
+        CASE.update(seats=SEATS, bursts=False)
+    print(f"  bursts, {BURSTS_SEATS} seats, seed {seed}: untold: {untold.line()} ({cost:.1f} s of CPU)")
+    print(f"    told max-num-seqs {BURSTS_SEATS}: {told.line()}")
+    for name, h in (("untold", untold), ("told", told)):
+        SEATS_CASE.setdefault(name, []).append(judged(h, truth))
+    widths = [h.ci95[1] / h.ci95[0] if h.ci95[0] and h.ci95[1] else math.inf for h in (untold, told)]
+    print(f"    measured knee x{truth:.3g}; inside: untold {SEATS_CASE['untold'][-1][0]}, told "
+          f"{SEATS_CASE['told'][-1][0]}; interval hi/lo: untold {widths[0]:.2f}, told {widths[1]:.2f}")  # fmt: skip
 
 
 def observe(gpu: str, seed: int, base: float, flat: bool, seconds: float, work: Workload,
@@ -671,7 +722,9 @@ def main() -> int:
                     float(arg.get("--observe", str(OBSERVE_S))), float(arg.get("--step", "120")),
                     arg.get("--budget", "20m"))  # fmt: skip
     seeds = 1 if smoke else next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--seeds=")), 5)
-    cases = next((a.split("=")[1].split(",") for a in sys.argv if a.startswith("--cases=")), ["open", "closed", "flat"])
+    cases = next(
+        (a.split("=")[1].split(",") for a in sys.argv if a.startswith("--cases=")), ["open", "closed", "flat", "bursts"]
+    )
     presets = dict(list(PRESETS.items())[:1]) if smoke else PRESETS
     only = next((a.split("=")[1].split(",") for a in sys.argv if a.startswith("--presets=")), None)
     if only is not None:
@@ -692,6 +745,11 @@ def main() -> int:
             summary.setdefault(f"{gpu}, closed loop", []).append(
                 one(gpu, seed, base, closed_work, smoke, observe_s, True)
             )
+    if "bursts" in cases:  # issue 76: seats well under 256, untold, traffic that swings and bursts
+        for seed in range(1, seeds + 1):
+            bursts_case(gpu, seed, base * BURSTS_BASE, work, smoke, observe_s)
+        for name, rows in SEATS_CASE.items():
+            summary[f"{gpu}, bursts, {BURSTS_SEATS} seats {name}"] = rows
     if CLOSED_RATES:
         summary[f"{gpu}, closed loop, in requests a second"] = CLOSED_RATES
     for name, rows in PROCESS.items():
