@@ -47,13 +47,18 @@ def test_replay_memory_benchmark_smoke():
         ("cli_startup.py", "spoc --help"),
         ("vs_peers_knee.py", "flat 1000 in / 200 out"),
         ("headroom.py", "live headroom vs the measured knee"),
+        ("headroom.py --cases=bursts", "told max-num-seqs 24: headroom"),  # beside the others, on a worker of its own
     ],
 )
 def test_every_benchmark_runs_in_its_smoke_mode(script, says):
     """Each benchmark's --smoke (a few seconds of what `make bench` runs for minutes): none can rot
     unnoticed. vs_vllm_bench.py needs the real vLLM: the real-engine tier runs its smoke."""
+    name, *extra = script.split()
     r = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), "--smoke"], capture_output=True, text=True, timeout=420
+        [sys.executable, str(ROOT / "benchmarks" / name), *extra, "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=420,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert says in r.stdout, r.stdout[-3000:]
