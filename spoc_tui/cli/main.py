@@ -54,6 +54,7 @@ def _register() -> None:
     from spoc_tui.cli.capacity_cmd import capacity
     from spoc_tui.cli.compare import compare_cmd
     from spoc_tui.cli.demo import demo_cmd
+    from spoc_tui.cli.headroom_cmd import headroom_cmd
     from spoc_tui.cli.inspect import inspect_cmd
     from spoc_tui.cli.load_worker import load_worker
     from spoc_tui.cli.plan import plan_cmd
@@ -69,6 +70,7 @@ def _register() -> None:
     for cmd in (sim, demo_cmd, monitor, tune, load_worker, capacity):
         cli.add_command(cmd)
     cli.add_command(inspect_cmd)
+    cli.add_command(headroom_cmd)
     cli.add_command(ramp_cmd)
     cli.add_command(report_cmd)
     cli.add_command(profile_cmd)

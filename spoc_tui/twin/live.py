@@ -268,3 +268,41 @@ class LiveHeadroom:
         self._last = None
         self._started = self.clock()
         self.results = {}
+
+
+async def keep_headroom(
+    sources: list[str],
+    live: LiveHeadroom,
+    publish: Callable[[dict[str, Headroom]], None],
+    api_key: str | None = None,
+    every_s: float = HEADROOM_EVERY_S,
+    say: Callable[[str], None] = lambda _: None,
+) -> None:
+    """``spoc headroom``: scrape ``sources`` every ``every_s`` for as long as it runs, each vLLM
+    server's scrapes feeding ``live``; when an estimate is due, work it out off the event loop and
+    ``publish`` it (until the first, each server's "learning" line). Ends when cancelled."""
+    pending: asyncio.Future[dict[str, Headroom]] | None = None
+    failing: set[str] = set()
+    announced: set[str] = set()
+    async with new_client(DEFAULT_TIMEOUT) as client:
+        while True:
+            got = await read_all(client, sources, api_key)
+            for src, r in zip(sources, got, strict=True):
+                name = redact_url(src)
+                if isinstance(r, Reading) and r.kind == "vllm":
+                    failing.discard(name)
+                    if name not in announced:  # its series exist from the first scrape
+                        announced.add(name)
+                        publish({name: Headroom.none("learning from the scrapes", live.limits)})
+                    live.add(name, r.taken_at, r.exposition)
+                elif isinstance(r, SourceError) and name not in failing:
+                    failing.add(name)
+                    say(f"{name}: {r} (tried again at each scrape)")
+            if pending is None and live.due():
+                pending = asyncio.ensure_future(off_loop(live.refresh))
+            if pending is not None and pending.done():
+                found, pending = pending.result(), None
+                publish(found)
+                for name, h in found.items():
+                    say(f"{name}: {h.line()}")
+            await asyncio.sleep(every_s)

@@ -402,3 +402,41 @@ def test_stop_signals_in_a_burst_leave_no_traceback_in_the_log(tmp_path):
             server.stop()
         out = log.read_text()
         assert "Traceback" not in out and "Exception ignored" not in out, out
+
+
+def test_spoc_headroom_serves_each_servers_series_from_its_first_scrape_and_stops_on_sigterm(sim):
+    """Issue 75, point 2: ``spoc headroom --serve-metrics`` (no terminal) serves the headroom as
+    Prometheus metrics: from the first scrape each server's series exist (no number yet, and
+    why); SIGTERM ends it and frees the port. Bad addresses and a taken port are one line, exit 2.
+    The series against the real Prometheus: tests/realengine/test_fleet_real.py."""
+    url, _, _ = sim
+    port = free_port()
+    argv = [sys.executable, "-m", "spoc_tui.cli", "headroom", "--url", url, "--every", "1"]
+    p = subprocess.Popen([*argv, "--serve-metrics", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)  # fmt: skip
+    try:
+        assert p.stdout is not None
+        first = p.stdout.readline()
+        assert first.startswith(f"serving the headroom of 1 server(s) at http://127.0.0.1:{port}/metrics"), first
+        text = ""
+        for _ in range(50):
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            if "spoc_headroom_identified{" in text:
+                break
+            time.sleep(0.2)
+        assert f'spoc_headroom_identified{{server="{url}"}} 0.0' in text, text
+        assert 'reason="learning from the scrapes"' in text and "spoc_headroom_ratio{" not in text
+        taken = subprocess.run([*argv, "--serve-metrics", str(port)], capture_output=True, text=True, timeout=60)
+        assert taken.returncode == 2 and taken.stderr.startswith(
+            f"spoc: error: --serve-metrics 127.0.0.1:{port}: cannot listen"
+        )
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+    bad = subprocess.run([*argv, "--serve-metrics", "gpu-a:9"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "spoc: error: --serve-metrics 'gpu-a:9': 'gpu-a' is not an IP address (or localhost)"
+    ]
