@@ -83,3 +83,39 @@ def test_two_real_replicas_agree_directly_and_through_prometheus(vllm_server, tm
         stop_process_group(proc)
         shutil.rmtree(work, ignore_errors=True)
         b.stop()
+
+
+def test_the_published_headroom_is_read_back_from_a_real_prometheus_by_promql():
+    """Issue 75, point 2: what ``spoc headroom --serve-metrics`` serves, scraped by the real
+    Prometheus: a PromQL query returns each replica's estimate and its interval's ends, and the
+    fleet's (its weakest replica's) for a Grafana panel or KEDA. The collector is fed here with
+    estimates as the monitor would work them out (a real one waits minutes for its windows)."""
+    from spoc_tui.twin.headroom import Headroom
+    from spoc_tui.twin.publish import HeadroomCollector, serve_metrics
+
+    def h(est: float, lo: float, hi: float) -> Headroom:
+        return Headroom(est, (lo, hi), "ttft_p99", "the batch", True, "fit", 12, None)
+
+    (port,) = free_ports(1)
+    collector = HeadroomCollector()
+    collector.publish({"http://gpu-a:8000": h(2.5, 2.1, 3.0), "http://gpu-b:8000": h(1.8, 1.5, 2.2)})
+    stop = serve_metrics(("127.0.0.1", port), collector)
+    url, proc, work = start_prometheus({"spoc": [f"127.0.0.1:{port}"]})
+    try:
+        got: dict[tuple[str, str], float] = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(got) < 9:
+            r = httpx.get(url + "/api/v1/query", params={"query": "spoc_headroom_ratio"}, timeout=10).json()
+            got = {(s["metric"]["server"], s["metric"]["bound"]): float(s["value"][1]) for s in r["data"]["result"]}
+            time.sleep(0.5)
+        assert got[("http://gpu-a:8000", "estimate")] == 2.5 and got[("http://gpu-a:8000", "ci95_high")] == 3.0
+        assert got[("http://gpu-b:8000", "ci95_low")] == 1.5
+        assert got[("fleet", "estimate")] == 1.8  # the weakest replica's
+        # what a KEDA trigger asks: scale out under x1.3 of today's traffic
+        q = 'spoc_headroom_ratio{server="fleet",bound="estimate"} < bool 1.3'
+        r = httpx.get(url + "/api/v1/query", params={"query": q}, timeout=10).json()
+        assert [float(s["value"][1]) for s in r["data"]["result"]] == [0.0]
+    finally:
+        stop_process_group(proc)
+        shutil.rmtree(work, ignore_errors=True)
+        stop()
