@@ -8,14 +8,29 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.twin.model import ServerConfig
 from spoc_tui.twin.predict import StepRun
 
-if TYPE_CHECKING:
-    from spoc_tui.twin.headroom import Headroom
+
+class _Estimate(Protocol):
+    """A headroom as :func:`seats_range` reads it (:class:`~spoc_tui.twin.headroom.Headroom`)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def estimate(self) -> float | None: ...
+    @property
+    def ci95(self) -> tuple[float | None, float | None]: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def identified(self) -> bool: ...
+
+
+H = TypeVar("H", bound=_Estimate)
 
 TOO_BIG_SHARE = 0.05
 """The share of a replay's requests that may be longer than the whole KV cache (left out, and
@@ -41,7 +56,7 @@ def replay_peak(runs: Sequence[StepRun], speed: float) -> int | None:
     return max(peaks) if peaks else None
 
 
-def seats_range(point: Headroom, seen: Headroom, seen_seats: int, assumed_seats: int) -> Headroom:
+def seats_range(point: H, seen: H, seen_seats: int, assumed_seats: int) -> H:
     """A headroom whose seats were not seen (issue 76, point 1): ``point`` replayed with vLLM's
     default ``assumed_seats``, ``seen`` with the most requests the server was seen running at
     once. The seats lie between, and the knee with them: the interval covers both replays' (their
