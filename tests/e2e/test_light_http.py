@@ -163,12 +163,15 @@ class Switchable:
     host that drops the attempt after that long (a failure that costs time, so the poller backs
     off). Each connection reads one answer and the connection's end."""
 
-    def __init__(self, body: bytes, down_cost_s: float = 0.0) -> None:
+    def __init__(self, body: bytes, down_cost_s: float = 0.0, clock: list[float] | None = None) -> None:
+        """``clock``: a virtual clock (the poller's) the dropped attempt moves on by ``down_cost_s``
+        instead of sleeping it."""
         self.answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (
             len(body),
             body,
         )
         self.down_cost_s = down_cost_s
+        self.clock = clock
         self.up = True
         self.tried = 0
         """Connections asked for."""
@@ -177,7 +180,10 @@ class Switchable:
         self.tried += 1
         if not self.up:
             if self.down_cost_s:
-                await asyncio.sleep(self.down_cost_s)
+                if self.clock is not None:
+                    self.clock[0] += self.down_cost_s
+                else:
+                    await asyncio.sleep(self.down_cost_s)
                 raise ConnectFailed(f"no connection within {CONNECT_TIMEOUT_S:g} s")
             raise ConnectFailed("connection refused")
         reader = asyncio.StreamReader(limit=MAX_HEADER)

@@ -197,8 +197,8 @@ async def test_poller_goes_stale_and_recovers():
     from tests.e2e.test_light_http import Switchable
 
     # a host that drops the attempt when down: a failure that costs time backs off
-    server = Switchable((FIX / "vllm" / "vllm_0.32_cpu_full_load.txt").read_bytes(), down_cost_s=0.3)
     now = [0.0]
+    server = Switchable((FIX / "vllm" / "vllm_0.32_cpu_full_load.txt").read_bytes(), down_cost_s=0.3, clock=now)
     url = "http://gpu-a:8000"
     poller = VllmPoller([url], window_s=5, clock=lambda: now[0], client=server.client())
     try:

@@ -84,11 +84,12 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         assert h.identified and h.estimate is not None and h.estimate > 1, shown
         assert "within ttft_p99<=2s,itl_p99<=100ms" in shown, shown
         # a point with its interval, or (the search stops short of x10) a bound; the seats never queued
-        # here, so the number says what it assumes of them: as many as its replay ran at once (the
-        # server has 48, so this one stands)
+        # here, so the number says what it assumes of them: as many as its replay ran at once, or
+        # (issue 76) the range from the most seen running to vLLM's 256 its interval covers (the
+        # server has 48)
         assert shown.startswith("headroom beyond x") or ("headroom x" in shown and "(95 %: " in shown), shown
-        seats = re.search(r"assumes max-num-seqs (\d+) or more \(not seen\)", shown)
-        assert seats is not None and 8 <= int(seats[1]) <= 48, shown
+        seats = re.search(r"assumes max-num-seqs (\d+)(?: or more|-256) \(not seen\)", shown)
+        assert seats is not None and 1 <= int(seats[1]) <= 48, shown
         assert "(worked out just now)" in text_of(app)  # issue 73: the estimate's age beside it
         await settle(pilot)
         assert shown[:60] in painted(app), painted(app)
