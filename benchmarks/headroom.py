@@ -723,7 +723,8 @@ def main() -> int:
                     arg.get("--budget", "20m"))  # fmt: skip
     seeds = 1 if smoke else next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--seeds=")), 5)
     cases = next(
-        (a.split("=")[1].split(",") for a in sys.argv if a.startswith("--cases=")), ["open", "closed", "flat", "bursts"]
+        (a.split("=")[1].split(",") for a in sys.argv if a.startswith("--cases=")),
+        ["open", "closed", "flat"] + ([] if smoke else ["bursts"]),  # the smoke's bursts: a test of its own
     )
     presets = dict(list(PRESETS.items())[:1]) if smoke else PRESETS
     only = next((a.split("=")[1].split(",") for a in sys.argv if a.startswith("--presets=")), None)

@@ -68,6 +68,7 @@ HEAVY_S = {
     "tests/e2e/test_ramp.py::test_ramp_finds_the_knee_and_records_both_views": 21,
     "tests/unit/test_experiment.py": 20,
     "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[sim_speed.py-its figures moved 0 % at most]": 30,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[headroom.py --cases=bursts-told max-num-seqs 24: headroom]": 30,
     "tests/unit/test_headroom.py": 20,
     "tests/unit/test_otel.py": 15,
     "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[headroom.py-live headroom vs the measured knee]": 19,
