@@ -184,6 +184,10 @@ def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, tup
     return out, first_id + (int(block.max()) + 1) * width
 
 
+TIMERS = ("poll", "tick")
+"""Events that only look at a replay (its polls, the autoscaler's ticks): none moves it on."""
+
+
 class FleetSim:
     """The trace on a fleet of twins: fixed ``replicas``, or an ``autoscale`` policy."""
 
@@ -226,7 +230,7 @@ class FleetSim:
         self.stalled = 0
         """Of :attr:`skipped`: requests still unanswered when nothing was left that could run them."""
         self._moving = 0
-        """Events in the heap that move the replay on (all but polls and autoscaler ticks)."""
+        """Events in the heap that move the replay on (all but :data:`TIMERS`)."""
         self._heap: list[tuple[float, int, str, object]] = []
         self._seq = 0
         self._ends: dict[str, float] = {}
@@ -241,7 +245,7 @@ class FleetSim:
     # -- events --------------------------------------------------------------------------
     def _push(self, at: float, kind: str, obj: object) -> None:
         self._seq += 1
-        if kind not in ("poll", "tick"):
+        if kind not in TIMERS:
             self._moving += 1
         heapq.heappush(self._heap, (at, self._seq, kind, obj))
 
@@ -412,7 +416,7 @@ class FleetSim:
         while self._heap:
             at, _, kind, obj = heapq.heappop(self._heap)
             self.now = max(self.now, at)
-            if kind not in ("poll", "tick"):
+            if kind not in TIMERS:
                 self._moving -= 1
             if kind == "row":
                 assert isinstance(obj, tuple)

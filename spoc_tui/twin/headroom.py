@@ -418,8 +418,9 @@ class HeadroomLearner:
         self.one = OneServer(traffic_s)
         """Whether the scrapes are one server's (counters that go back, models that change)."""
         self._queue = QueueSeats()
-        self._most: deque[float] = deque(maxlen=max(2, int(traffic_s / window_s) + 1))
-        """The most requests in the server at one scrape, window by window over the traffic's span."""
+        self._most: deque[float] = deque([0.0], maxlen=max(2, int(traffic_s / window_s) + 1))
+        """The most requests in the server at one scrape, window by window over the traffic's span
+        (the last: the window under way)."""
         self.kv = KvGauge()
         """The KV gauge over the window's scrapes (its decode context)."""
         self.kv_tokens: int | None = None
@@ -444,11 +445,8 @@ class HeadroomLearner:
             self._start_over()
         self.kv.add(exp)
         self._flow.add(t, done, inside)
-        if inside is not None and (not self._most or inside > self._most[-1]):
-            if self._most:
-                self._most[-1] = inside
-            else:
-                self._most.append(inside)
+        if inside is not None:
+            self._most[-1] = max(self._most[-1], inside)
         if self._marks and t - self._marks[-1][0] < self.window_s - 1e-6:
             return
         self._most.append(0.0)  # the next window's most
@@ -517,7 +515,7 @@ class HeadroomLearner:
         self._flow = FlowLog(self.traffic_s)
         self.kv = KvGauge()
         self._queue = QueueSeats()
-        self._most.clear()
+        self._most = deque([0.0], maxlen=self._most.maxlen)
 
     def fit(self, seed: int = 0) -> PassiveFit:
         return _fit(self.windows, self.prior, self.kv_bytes_per_token, seed)
@@ -617,7 +615,7 @@ class HeadroomLearner:
             self.one.mixed(now),
             self.one.restarted(now),
             self._queue.odd if self.told_seats is None else None,
-            max(self._most, default=None),
+            max(self._most) or None,  # none seen: no seats to replay at
         )
 
 

@@ -20,7 +20,7 @@ from spoc_tui.core.errors import first_line
 from spoc_tui.core.metrics.promparse import Exposition
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.redact import redact_url
-from spoc_tui.twin.headroom import WINDOW_S, Headroom, HeadroomLearner, LearnerState
+from spoc_tui.twin.headroom import REPLAY_S, WINDOW_S, Headroom, HeadroomLearner, LearnerState
 from spoc_tui.twin.model import Twin
 from spoc_tui.twin.passive import MIN_WINDOWS
 
@@ -48,7 +48,7 @@ async def watch_headroom(
     source that fails a scrape is tried again at the next one; one whose first or last reading
     failed is reported as an error."""
     learners: dict[str, HeadroomLearner] = {}
-    broken: set[str] = set()
+    broken: dict[str, str] = {}
     first: list[Reading | SourceError] | None = None
     last: list[Reading | SourceError] | None = None
     t0 = time.monotonic()
@@ -63,11 +63,7 @@ async def watch_headroom(
                     if isinstance(r, Reading) and r.kind == "vllm":
                         made = HeadroomLearner(limits, prior=prior, seats=seats)
                         learner = learners.setdefault(redact_url(src), made)
-                        try:
-                            learner.add(r.taken_at, r.exposition)
-                        except Exception:  # said as that server's "no number" when the watch ends
-                            logger.exception("the headroom learner of %s", redact_url(src))
-                            broken.add(redact_url(src))
+                        learn(learner, redact_url(src), r.taken_at, r.exposition, broken)
                 elapsed = time.monotonic() - t0
                 if elapsed >= seconds - 1e-6:
                     break
@@ -88,7 +84,7 @@ async def watch_headroom(
             if res.interrupted:
                 h = Headroom.none("not worked out: interrupted", limits)
             elif name in broken:
-                h = Headroom.none("its scrapes could not be learned from; see spoc.log", limits)
+                h = Headroom.none(broken[name], limits)
             else:
                 try:
                     h = await off_loop(partial(estimate_of, learner, limits))
@@ -97,6 +93,20 @@ async def watch_headroom(
                     h = Headroom.none("not worked out: interrupted", limits)
             res.headroom[name] = (h.line(), h.as_dict())
     return res
+
+
+def learn(learner: HeadroomLearner, source: str, t: float, exp: Exposition, broken: dict[str, str]) -> None:
+    """One scrape of ``source`` into its learner. A scrape the learner cannot take (a defect, or a
+    value no check caught) costs that source its headroom, its reason kept in ``broken`` (logged
+    the first time), never the poller its view of every server (issue 74); one it takes clears it."""
+    try:
+        learner.add(t, exp)
+    except Exception as e:
+        if source not in broken:
+            logger.exception("the headroom learner of %s", source)
+        broken[source] = f"its scrapes could not be learned from ({first_line(e, 120)}); see spoc.log"
+    else:
+        broken.pop(source, None)
 
 
 T = TypeVar("T")
@@ -132,14 +142,12 @@ def estimate_of(
     limits: Sequence[Limit],
     seed: int = 0,
     draws: int = 4,
-    replay_s: float | None = None,
+    replay_s: float = REPLAY_S,
 ) -> Headroom:
     """One server's estimate, whatever its scrapes held: an estimate that fails (a defect, or a
     value no check caught) is that server's "no number" with the error, logged, and costs no
     other server its own (issue 74)."""
     try:
-        if replay_s is None:
-            return learner.estimate(seed, draws)
         return learner.estimate(seed, draws, replay_s)
     except Exception as e:
         logger.exception("working out a server's headroom")
@@ -208,14 +216,7 @@ class LiveHeadroom:
             learner = self._learners.get(source)
             if learner is None:
                 learner = self._learners[source] = HeadroomLearner(self.limits, prior=self.prior, seats=self.seats)
-            try:
-                learner.add(t, exp)
-            except Exception as e:
-                if source not in self._broken:
-                    logger.exception("the headroom learner of %s", source)
-                self._broken[source] = f"its scrapes could not be learned from ({first_line(e, 120)}); see spoc.log"
-            else:
-                self._broken.pop(source, None)
+            learn(learner, source, t, exp, self._broken)
 
     @property
     def interval_s(self) -> float:

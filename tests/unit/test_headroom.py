@@ -518,15 +518,46 @@ def test_a_kv_cache_no_server_has_is_refused_with_the_label_that_says_it(labels,
     assert isinstance(why, str) and says in why, why
 
 
+def relabel(**labels):
+    """An edit of a scrape's text: its cache_config_info's labels replaced."""
+
+    def edit(text: str) -> str:
+        for k, v in labels.items():
+            text = re.sub(k + r'="[^"]*"', f'{k}="{v}"', text)
+        return text
+
+    return edit
+
+
 def hostile(engine, **labels):
     """``engine``'s scrape with its cache_config_info's labels replaced."""
     from spoc_tui.core.metrics.promparse import parse_text
     from spoc_tui.sim.exposition import vllm_metrics
 
-    text = vllm_metrics(engine)
-    for k, v in labels.items():
-        text = re.sub(k + r'="[^"]*"', f'{k}="{v}"', text)
-    return parse_text(text)
+    return parse_text(relabel(**labels)(vllm_metrics(engine)))
+
+
+def scrapes(servers, seconds: float, every: float = 5.0, edit=None):
+    """``(t, exposition)`` of simulated servers scraped in turn (one a scrape: a round-robin URL
+    where there are two), their text edited by ``edit`` where given."""
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.sim.exposition import vllm_metrics
+
+    t, k = 0.0, 0
+    while t < seconds:
+        t += every
+        for vs in servers:
+            vs.advance(t)
+        text = vllm_metrics(servers[k % len(servers)].engine)
+        k += 1
+        yield t, parse_text(edit(text) if edit else text)
+
+
+def sim(seed: int = 1, rate: float = 3.0, seats: int = 48) -> VirtualServer:
+    engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=seats, dcgm_port=None, seed=seed))
+    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=seed)
+    vs.set_rate(rate)
+    return vs
 
 
 def test_one_replicas_impossible_label_costs_only_its_own_headroom(monkeypatch):
@@ -535,9 +566,7 @@ def test_one_replicas_impossible_label_costs_only_its_own_headroom(monkeypatch):
     defect) costs its source alone: the poller's scrape thread never sees the error."""
     from spoc_tui.twin.live import LiveHeadroom
 
-    engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=48, dcgm_port=None, seed=1))
-    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=1)
-    vs.set_rate(2.0)
+    vs = sim(1, rate=2.0)
     live = LiveHeadroom(tuple(parse_sla("ttft_p99<=2s")))
     t = 0.0
     while t < 120:
@@ -626,21 +655,12 @@ def test_windows_whose_counters_no_server_makes_are_refused_not_fitted():
     assert "not a finite number" in (replace(ok, prefill_s=math.inf).impossible() or "")
     assert "sequences or tokens a step" in (replace(ok, decodes=1e12).impossible() or "")
 
-    engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=48, dcgm_port=None, seed=1))
-    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=1)
-    vs.set_rate(2.0)
-    learner = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")))
-    from spoc_tui.core.metrics.promparse import parse_text
-    from spoc_tui.sim.exposition import vllm_metrics
+    def huge(text: str) -> str:
+        return re.sub(r"^(\S*_bucket\S*) (\S+)$", lambda m: f"{m[1]} {float(m[2]) * 1e300!r}", text, flags=re.M)
 
-    t = 0.0
-    while t < 150:
-        t += 5.0
-        vs.advance(t)
-        text = re.sub(
-            r"^(\S*_bucket\S*) (\S+)$", lambda m: f"{m[1]} {float(m[2]) * 1e300!r}", vllm_metrics(engine), flags=re.M
-        )
-        learner.add(t, parse_text(text))
+    learner = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")))
+    for t, exp in scrapes([sim(1, rate=2.0)], 150.0, edit=huge):
+        learner.add(t, exp)
     h = learner.estimate()
     assert learner.refused and not learner.windows
     assert h.reason.startswith(f"{len(learner.refused)} of its last {len(learner.refused)} windows refused"), h.reason
@@ -652,42 +672,13 @@ def test_a_kv_cache_smaller_than_the_traffics_prompts_says_why_it_cannot_replay_
     traffic's prompts (the replay draws them up to 1.5x the top bucket's edge) had the monitor's
     estimate wait on them for ever, growing to gigabytes. They are counted before any replay, and
     the line says why there is no number."""
-    engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=48, dcgm_port=None, seed=1))
-    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=1)
-    vs.set_rate(3.0)
     learner = HeadroomLearner(tuple(parse_sla("ttft_p99<=2s")))
-    t = 0.0
-    while t < 300:
-        t += 5.0
-        vs.advance(t)
-        learner.add(t, hostile(engine, num_gpu_blocks="40"))
+    for t, exp in scrapes([sim(1, rate=3.0)], 300.0, edit=relabel(num_gpu_blocks="40")):
+        learner.add(t, exp)
     h = learner.estimate()
     assert not h.identified and h.estimate is None
     assert re.search(r"\d+ of the \d+ requests drawn from its traffic are longer than its whole KV cache as "
                      r"reported \(640 tokens\): no replay can run them", h.reason), h.reason  # fmt: skip
-
-
-def scrapes(servers, seconds: float, every: float = 5.0, edit=None):
-    """``(t, exposition)`` of simulated servers scraped in turn (one a scrape: a round-robin URL
-    where there are two), their text edited by ``edit`` where given."""
-    from spoc_tui.core.metrics.promparse import parse_text
-    from spoc_tui.sim.exposition import vllm_metrics
-
-    t, k = 0.0, 0
-    while t < seconds:
-        t += every
-        for vs in servers:
-            vs.advance(t)
-        text = vllm_metrics(servers[k % len(servers)].engine)
-        k += 1
-        yield t, parse_text(edit(text) if edit else text)
-
-
-def sim(seed: int = 1, rate: float = 3.0, seats: int = 48) -> VirtualServer:
-    engine, _ = build(SimOptions(gpu="a100-80gb", max_num_seqs=seats, dcgm_port=None, seed=seed))
-    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=seed)
-    vs.set_rate(rate)
-    return vs
 
 
 def test_counters_that_go_back_restart_the_learning_or_say_more_than_one_server_answers():
