@@ -17,8 +17,39 @@ from spoc_tui.core.textsafe import for_terminal
 DEFAULT_SERVE = "127.0.0.1:9464"
 
 
+def since_seconds(text: str) -> float:
+    """``--since`` in seconds: a duration up to the longest history read.
+
+    Raises:
+        InputError: not a duration, or past the longest.
+    """
+    from spoc_tui.collectors.promql import HISTORY_MOST_S
+    from spoc_tui.core.durations import duration_s
+
+    try:
+        secs = duration_s(text)
+    except ValueError:
+        raise InputError(f"--since {text!r}: give a duration like 15m, 90s or 1h") from None
+    if not 60 <= secs <= HISTORY_MOST_S:
+        raise InputError(f"--since {text!r}: give from 1 minute to {HISTORY_MOST_S / 3600:.0f} hours")
+    return secs
+
+
 @click.command("headroom")
-@click.option("--url", "urls", multiple=True, required=True, help="A vLLM server's base URL (repeat it for replicas).")
+@click.option("--url", "urls", multiple=True, help="A vLLM server's base URL (repeat it for replicas).")
+@click.option(
+    "--prometheus",
+    "prometheus_url",
+    default=None,
+    help="Learn every vLLM replica a Prometheus server scrapes, from its history (--since) and then "
+    "each scrape it stores, instead of scraping --url.",
+)
+@click.option(
+    "--since",
+    default="1h",
+    show_default=True,
+    help="With --prometheus: how much history to learn from at the start (15m, 1h, ...; at most 6h).",
+)
 @click.option(
     "--serve-metrics",
     "serve",
@@ -38,12 +69,18 @@ DEFAULT_SERVE = "127.0.0.1:9464"
     "the seats from the most seen running up to vLLM's 256).",
 )
 @click.option(
-    "--every", type=click.FloatRange(1.0, 60.0), default=5.0, show_default=True, help="Seconds between scrapes."
+    "--every",
+    type=click.FloatRange(1.0, 60.0),
+    default=5.0,
+    show_default=True,
+    help="Seconds between scrapes (with --prometheus, between reads of what it stored: 15 at least).",
 )
 @api_key_options("Bearer token for the servers (never printed).")
 @tls_options
 def headroom_cmd(
     urls: tuple[str, ...],
+    prometheus_url: str | None,
+    since: str,
     serve: str,
     sla: str | None,
     twin_path: str | None,
@@ -56,7 +93,8 @@ def headroom_cmd(
     multiples of the recent traffic), spoc_headroom_identified, spoc_headroom_age_seconds and
     spoc_headroom_info (what binds, or why there is no number), per server and for the fleet
     (server="fleet": its weakest replica). The first estimate comes once the scrapes identify the
-    model (4 minutes or more); each is said on stdout. Ctrl-C or SIGTERM ends it (docs/fleet.md)."""
+    model (4 minutes or more; with --prometheus, from its history at once); each is said on
+    stdout. Ctrl-C or SIGTERM ends it (docs/fleet.md)."""
     from spoc_tui.cli.signals import stop_signals_interrupt
     from spoc_tui.config import check_max_num_seqs
     from spoc_tui.core.ramp.sla import parse_sla
@@ -66,9 +104,12 @@ def headroom_cmd(
 
     limits = parse_sla(from_config(sla, "sla", "--sla", default="ttft_p99<=2s,itl_p99<=100ms"))
     check_max_num_seqs(seats, "--max-num-seqs")
-    for u in urls:
+    if bool(urls) == bool(prometheus_url):
+        raise InputError("give the servers' --url (one per replica) or --prometheus URL, not both")
+    for u in [*urls, *([prometheus_url] if prometheus_url else [])]:
         if not u.startswith(("http://", "https://")):
-            raise InputError(f"--url {u!r}: give the server's http(s):// URL")
+            raise InputError(f"{'--prometheus' if u == prometheus_url else '--url'} {u!r}: give its http(s):// URL")
+    history_s = since_seconds(since) if prometheus_url else None
     prior = read_twin(os.path.expanduser(twin_path)) if twin_path else None
     address = parse_address(serve)
     collector = HeadroomCollector()
@@ -80,10 +121,21 @@ def headroom_cmd(
         sys.stdout.flush()
 
     host, port = address
-    say(f"serving the headroom of {len(urls)} server(s) at http://{host}:{port}/metrics (Ctrl-C ends it)")
+    if prometheus_url and history_s is not None:
+        from spoc_tui.collectors.promql import PromQLCollector
+        from spoc_tui.core.redact import redact_url
+        from spoc_tui.twin.history import PrometheusFeed, keep_headroom_prometheus
+
+        feed = PrometheusFeed(PromQLCollector(prometheus_url).scrapes, live, history_s)
+        what = f"the vLLM replicas {redact_url(prometheus_url)} scrapes"
+        keep = keep_headroom_prometheus(feed, live, collector.publish, max(every, 15.0), say)
+    else:
+        what = f"{len(urls)} server(s)"
+        keep = keep_headroom(list(urls), live, collector.publish, api_key, every, say)
+    say(f"serving the headroom of {what} at http://{host}:{port}/metrics (Ctrl-C ends it)")
     try:
         with stop_signals_interrupt():
-            asyncio.run(keep_headroom(list(urls), live, collector.publish, api_key, every, say))
+            asyncio.run(keep)
     except KeyboardInterrupt:
         pass
     finally:

@@ -61,6 +61,8 @@ def render_text(res: InspectResult) -> str:
                     f" KV {fmt.pct(e.kv_cache_usage, digits=1)} TTFT p99"
                     f" {fmt.seconds(e.latency['ttft'].p99, e.latency['ttft'].is_bound('p99'))}"
                 )
+    if res.fleet is not None:
+        lines.append(res.fleet[0])
     for g in res.gpus:
         reasons = g.throttle_reasons
         thr = fmt.NA if reasons is None else (", ".join(reasons) or "none")
@@ -107,8 +109,64 @@ def run_headroom(
     return out, res.errors, res.interrupted
 
 
+def run_history(
+    prometheus_url: str,
+    since_s: float,
+    limits: Sequence[Limit],
+    as_json: bool,
+    prior: Twin | None,
+    seats: int | None,
+) -> tuple[str, list[str], bool]:
+    """``spoc inspect --prometheus URL --headroom``: each replica's headroom, and the fleet's,
+    learned from the last ``since_s`` of Prometheus's history (as :func:`run_headroom`)."""
+    from spoc_tui.core.redact import redact_url
+    from spoc_tui.twin.headroom import REPLAY_S
+    from spoc_tui.twin.history import history_headroom
+    from spoc_tui.twin.live import LiveHeadroom
+
+    def say(text: str) -> None:
+        print(f"spoc: {text}", file=sys.stderr, flush=True)
+
+    say(f"reading the last {since_s / 60:.0f} min of {redact_url(prometheus_url)}'s vLLM series")
+    live = LiveHeadroom(limits, prior, seats=seats, replay_s=REPLAY_S)
+    res = asyncio.run(history_headroom(prometheus_url, since_s, live, say))
+    out = json.dumps(json_safe(res.as_dict()), indent=2, allow_nan=False) if as_json else render_text(res)
+    return out, res.errors, res.interrupted
+
+
+def run_prometheus(prometheus_url: str, interval: float | None, as_json: bool) -> tuple[str, list[str]]:
+    """``spoc inspect --prometheus URL``: each replica it scrapes, windowed over ``interval``
+    (60 s if not given) as the monitor reads them."""
+    from spoc_tui.collectors.inspect import InspectResult
+    from spoc_tui.collectors.promql import PromQLCollector, PromQLPoller
+    from spoc_tui.core.redact import redact_url
+
+    shown = redact_url(prometheus_url)
+    tick, change = PromQLPoller(PromQLCollector(prometheus_url), interval or 60.0, shown).poll()
+    res = InspectResult(servers=list(tick.servers) if tick is not None else [])
+    if tick is None:
+        res.errors.append(change.reason if change is not None and change.reason else f"{shown}: no answer")
+    elif not tick.servers:
+        res.errors.append(f"{shown}: Prometheus holds no vLLM series")
+    out = json.dumps(json_safe(res.as_dict()), indent=2, allow_nan=False) if as_json else render_text(res)
+    return out, res.errors
+
+
 @click.command("inspect")
-@click.argument("sources", nargs=-1, required=True)
+@click.argument("sources", nargs=-1)
+@click.option(
+    "--prometheus",
+    "prometheus_url",
+    default=None,
+    help="Read every vLLM replica a Prometheus server scrapes instead of SOURCES; with --headroom, "
+    "learned from its history (--since).",
+)
+@click.option(
+    "--since",
+    default=None,
+    help="With --prometheus --headroom: how much of its history to learn from (15m, 1h, ...; 1h if not "
+    "given, at most 6h).",
+)
 @click.option(
     "--interval",
     type=FINITE,
@@ -142,6 +200,8 @@ def run_headroom(
 @tls_options
 def inspect_cmd(
     sources: tuple[str, ...],
+    prometheus_url: str | None,
+    since: str | None,
     interval: float | None,
     as_json: bool,
     headroom: bool,
@@ -154,7 +214,20 @@ def inspect_cmd(
 
     The kind of each source is recognised from its content. A source that cannot be read
     is reported on stderr and makes the exit code 2; the others are still reported.
+    With --prometheus, the replicas a Prometheus server scrapes are read through it instead.
     """
+    if bool(sources) == bool(prometheus_url):
+        raise InputError("give SOURCES (URLs or saved /metrics files) or --prometheus URL, not both")
+    if since is not None and not (prometheus_url and headroom):
+        raise InputError("--since goes with --prometheus URL --headroom")
+    if prometheus_url and not prometheus_url.startswith(("http://", "https://")):
+        raise InputError(f"--prometheus {prometheus_url!r}: give its http(s):// URL")
+    if headroom and prometheus_url:
+        if interval is not None:
+            raise InputError("with --prometheus, --headroom learns from its history: give --since, not --interval")
+        from spoc_tui.cli.headroom_cmd import since_seconds
+
+        history_s = since_seconds(since or "1h")
     if headroom:
         from spoc_tui.twin.model import read_twin
 
@@ -164,7 +237,10 @@ def inspect_cmd(
         limits = parse_sla(from_config(sla, "sla", "--sla", default=DEFAULT_SLA))
         check_max_num_seqs(seats, "--max-num-seqs")
         prior = read_twin(os.path.expanduser(twin_path)) if twin_path else None
-        out, errors, interrupted = run_headroom(list(sources), seconds, limits, as_json, api_key, prior, seats)
+        if prometheus_url:
+            out, errors, interrupted = run_history(prometheus_url, history_s, limits, as_json, prior, seats)
+        else:
+            out, errors, interrupted = run_headroom(list(sources), seconds, limits, as_json, api_key, prior, seats)
         click.echo(out)
         for e in errors:
             click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)
@@ -176,7 +252,10 @@ def inspect_cmd(
         raise InputError("--max-num-seqs is for --headroom")
     if interval is not None and not 0 < interval <= 3600:
         raise InputError("--interval must be between 0 and 3600 seconds")
-    out, errors = run_inspect(list(sources), interval, as_json, api_key)
+    if prometheus_url:
+        out, errors = run_prometheus(prometheus_url, interval, as_json)
+    else:
+        out, errors = run_inspect(list(sources), interval, as_json, api_key)
     click.echo(out)
     for e in errors:
         click.echo(f"spoc: error: {for_terminal(str(e))}", err=True)

@@ -25,6 +25,11 @@ class InspectResult:
     headroom: dict[str, tuple[str, dict[str, object]]] = field(default_factory=dict)
     """Each server's headroom (``spoc inspect --headroom``), by its source as shown: its line
     and its result (:class:`spoc_tui.twin.headroom.Headroom`)."""
+    fleet: tuple[str, dict[str, object]] | None = None
+    """With more than one server's headroom: the fleet's (its weakest replica's), its line and
+    ``{"replica": ..., "headroom": ...}``."""
+    history_s: float | None = None
+    """How much of Prometheus's history the headroom was learned from (``--prometheus``)."""
     watched_s: float | None = None
     """How long the sources were watched (``--headroom``; less than asked after Ctrl-C)."""
     interrupted: bool = False
@@ -56,8 +61,12 @@ class InspectResult:
                 d["headroom"] = self.headroom[s.source][1]
             servers.append(d)
         out: dict[str, object] = {"servers": servers, "gpus": [g.as_dict() for g in self.gpus]}
+        if self.fleet is not None:
+            out["fleet"] = self.fleet[1]
         if self.watched_s is not None:
             out["watched_s"] = round(self.watched_s, 1)
+        if self.history_s is not None:
+            out["history_s"] = round(self.history_s, 1)
         return out
 
 

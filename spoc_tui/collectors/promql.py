@@ -29,23 +29,69 @@ def to_expositions(result: list[dict[str, Any]]) -> dict[str, Exposition]:
     out: dict[str, Exposition] = {}
     for item in result:
         metric = item.get("metric", {})
-        name = metric.get("__name__")
         value = item.get("value")
-        if not name or not isinstance(value, (list, tuple)) or len(value) != 2:
-            continue
-        try:
-            v = float(value[1])
-        except (TypeError, ValueError):
-            continue
-        inst = metric.get("instance", "?")
-        if not math.isfinite(v):  # "NaN", "+Inf": no data, as the exposition parser has it
-            out.setdefault(inst, Exposition()).nonfinite += 1
-            continue
-        if name.startswith("vllm_"):
-            name = "vllm:" + name[len("vllm_") :]
-        labels: Labels = tuple(sorted((k, str(x)) for k, x in metric.items() if k not in _DROP))
-        out.setdefault(inst, Exposition()).samples.setdefault(name, {})[labels] = v
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            _put(out, metric, value[1])
     return out
+
+
+def _put(out: dict[str, Exposition], metric: dict[str, Any], value: Any) -> None:
+    """One sample of a Prometheus answer into its instance's exposition."""
+    name = metric.get("__name__")
+    if not name:
+        return
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return
+    inst = metric.get("instance", "?")
+    if not math.isfinite(v):  # "NaN", "+Inf": no data, as the exposition parser has it
+        out.setdefault(inst, Exposition()).nonfinite += 1
+        return
+    if name.startswith("vllm_"):
+        name = "vllm:" + name[len("vllm_") :]
+    labels: Labels = tuple(sorted((k, str(x)) for k, x in metric.items() if k not in _DROP))
+    out.setdefault(inst, Exposition()).samples.setdefault(name, {})[labels] = v
+
+
+Scrapes = dict[str, list[tuple[float, Exposition]]]
+"""Each instance's scrapes as Prometheus stored them: (the scrape's time, what it read), in order."""
+
+
+def to_scrapes(result: list[dict[str, Any]], after: float = -math.inf, into: Scrapes | None = None) -> Scrapes:
+    """Prometheus matrix results (raw samples of range selectors) -> each instance's scrapes,
+    taken after ``after``: the samples one scrape read share its timestamp (Prometheus stamps a
+    scrape's samples with its start), so grouped by it they are that scrape's exposition again.
+    ``into``: scrapes already read (another slice of the same span), merged by timestamp."""
+    by: dict[tuple[str, float], dict[str, Exposition]] = {}
+    found: dict[str, dict[float, Exposition]] = {}
+    for inst, rows in (into or {}).items():
+        found[inst] = dict(rows)
+    for item in result:
+        metric = item.get("metric", {})
+        inst = str(metric.get("instance", "?"))
+        for row in item.get("values") or ():
+            if not isinstance(row, (list, tuple)) or len(row) != 2:
+                continue
+            try:
+                t = round(float(row[0]), 3)
+            except (TypeError, ValueError):
+                continue
+            if not t > after:
+                continue
+            one = by.get((inst, t))
+            if one is None:
+                exp = found.setdefault(inst, {}).setdefault(t, Exposition())
+                one = by[(inst, t)] = {inst: exp}
+            _put(one, metric, row[1])
+    return {inst: sorted(rows.items(), key=lambda r: r[0]) for inst, rows in found.items()}
+
+
+HISTORY_SLICE_S = 900
+"""A history is read in slices of this many seconds (one range selector each), so that no one
+answer holds an hour of every series of every replica."""
+HISTORY_MOST_S = 6 * 3600
+"""The longest history read (``--since``)."""
 
 
 class PromQLCollector:
@@ -69,6 +115,32 @@ class PromQLCollector:
         """Expositions per instance now and ``window_s`` ago, and the wall time of 'now'."""
         now = time.time()
         return self.query(VLLM_SELECTOR, now), self.query(VLLM_SELECTOR, now - window_s), now
+
+    def scrapes(self, start: float, end: float) -> Scrapes:
+        """Every vLLM instance's scrapes Prometheus holds after ``start`` up to ``end`` (wall
+        times), as they were scraped: the raw samples of range selectors, a slice at a time.
+
+        Raises:
+            SourceError: Prometheus failed a query, or answered something else than samples.
+        """
+        out: Scrapes = {}
+        t = end
+        while t > start:
+            span = min(float(HISTORY_SLICE_S), t - start)
+            secs = max(1, math.ceil(span))
+            result = self._raw(f"{VLLM_SELECTOR}[{secs}s]", t)
+            out = to_scrapes(result, after=start, into=out)
+            t -= span
+        return out
+
+    def _raw(self, expr: str, at: float) -> list[dict[str, Any]]:
+        try:
+            result = self._prom.custom_query(expr, params={"time": f"{at:.3f}"})
+        except Exception as e:  # as in query()
+            raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
+        if not isinstance(result, list):
+            raise SourceError(f"{self.url}: Prometheus answered {type(result).__name__}, not samples")
+        return result
 
     def promql(self, expr: str) -> list[dict[str, Any]]:
         """A raw PromQL query (instant vector)."""

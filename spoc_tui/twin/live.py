@@ -189,9 +189,13 @@ class LiveHeadroom:
         refresh_s: float = LIVE_REFRESH_S,
         clock: Callable[[], float] = time.monotonic,
         seats: int | None = None,
+        draws: int = LIVE_DRAWS,
+        replay_s: float = LIVE_REPLAY_S,
     ) -> None:
         """``prior``: a calibrated twin; ``seats``: the servers' max-num-seqs where the operator
-        told it (:class:`~spoc_tui.twin.headroom.HeadroomLearner`)."""
+        told it (:class:`~spoc_tui.twin.headroom.HeadroomLearner`); ``draws`` and ``replay_s``:
+        each estimate's (:meth:`HeadroomLearner.estimate`)."""
+        self.draws, self.replay_s = draws, replay_s
         self.limits = tuple(limits)
         self.prior = prior
         self.seats = seats
@@ -200,6 +204,10 @@ class LiveHeadroom:
         self._learners: dict[str, HeadroomLearner] = {}
         self._broken: dict[str, str] = {}
         """Sources whose last scrape the learner could not take, and why."""
+        self._held: dict[str, str] = {}
+        """Sources whose scrapes cannot give a number, and why (:meth:`hold`)."""
+        self._span: dict[str, tuple[float, float]] = {}
+        """Each source's first and last scrape (their clock)."""
         self._lock = threading.Lock()
         self._last: float | None = None
         self._started = clock()
@@ -217,6 +225,28 @@ class LiveHeadroom:
             if learner is None:
                 learner = self._learners[source] = HeadroomLearner(self.limits, prior=self.prior, seats=self.seats)
             learn(learner, source, t, exp, self._broken)
+            first, _ = self._span.get(source, (t, t))
+            self._span[source] = (min(first, t), t)
+
+    def hold(self, source: str, why: str | None) -> None:
+        """Say why ``source``'s scrapes cannot give a number (Prometheus holds them too far apart,
+        or without a series the fit reads: :mod:`spoc_tui.twin.history`), or, with None, that
+        they can again."""
+        with self._lock:
+            if why is None:
+                self._held.pop(source, None)
+            else:
+                self._held[source] = why
+
+    def learner(self, source: str) -> HeadroomLearner | None:
+        """``source``'s learner (None before its first scrape)."""
+        return self._learners.get(source)
+
+    @property
+    def seen_s(self) -> float:
+        """The longest span of scrapes fed of one source (a history read at once spans an hour)."""
+        with self._lock:
+            return max((b - a for a, b in self._span.values()), default=0.0)
 
     @property
     def interval_s(self) -> float:
@@ -232,7 +262,8 @@ class LiveHeadroom:
         :attr:`interval_s`."""
         now = self.clock()
         if self._last is None:
-            return now - self._started >= MIN_WINDOWS * WINDOW_S and bool(self._learners)
+            seen = max(now - self._started, self.seen_s)
+            return seen >= MIN_WINDOWS * WINDOW_S and bool(self._learners)
         return now - self._last >= self.interval_s
 
     def refresh(self, seed: int = 0) -> dict[str, Headroom]:
@@ -241,10 +272,10 @@ class LiveHeadroom:
         self._last = self.clock()
         cpu0 = time.thread_time()
         with self._lock:
-            broken = dict(self._broken)
+            broken = {**self._broken, **self._held}
             states = {src: learner.snapshot() for src, learner in self._learners.items() if src not in broken}
         out = {src: Headroom.none(why, self.limits) for src, why in broken.items()}
-        out.update({src: estimate_of(st, self.limits, seed, LIVE_DRAWS, LIVE_REPLAY_S) for src, st in states.items()})
+        out.update({src: estimate_of(st, self.limits, seed, self.draws, self.replay_s) for src, st in states.items()})
         self.cpu_s = time.thread_time() - cpu0
         self.results = out
         return out
@@ -266,9 +297,35 @@ class LiveHeadroom:
         with self._lock:
             self._learners.clear()
             self._broken.clear()
+            self._held.clear()
+            self._span.clear()
         self._last = None
         self._started = self.clock()
         self.results = {}
+
+
+class Publishing:
+    """``spoc headroom``'s estimates: worked out off the event loop when due, then published and
+    said; until a server's first, its "learning" line."""
+
+    def __init__(self, live: LiveHeadroom, publish: Callable[[dict[str, Headroom]], None], say: Callable[[str], None]):
+        self.live, self.publish, self.say = live, publish, say
+        self.pending: asyncio.Future[dict[str, Headroom]] | None = None
+        self.announced: set[str] = set()
+
+    def learning(self, name: str, how: str) -> None:
+        if name not in self.announced:  # its series exist from the first scrape
+            self.announced.add(name)
+            self.publish({name: Headroom.none(how, self.live.limits)})
+
+    def step(self) -> None:
+        if self.pending is None and self.live.due():
+            self.pending = asyncio.ensure_future(off_loop(self.live.refresh))
+        if self.pending is not None and self.pending.done():
+            found, self.pending = self.pending.result(), None
+            self.publish(found)
+            for name, h in found.items():
+                self.say(f"{name}: {h.line()}")
 
 
 async def keep_headroom(
@@ -282,9 +339,8 @@ async def keep_headroom(
     """``spoc headroom``: scrape ``sources`` every ``every_s`` for as long as it runs, each vLLM
     server's scrapes feeding ``live``; when an estimate is due, work it out off the event loop and
     ``publish`` it (until the first, each server's "learning" line). Ends when cancelled."""
-    pending: asyncio.Future[dict[str, Headroom]] | None = None
+    out = Publishing(live, publish, say)
     failing: set[str] = set()
-    announced: set[str] = set()
     async with new_client(DEFAULT_TIMEOUT) as client:
         while True:
             got = await read_all(client, sources, api_key)
@@ -292,18 +348,10 @@ async def keep_headroom(
                 name = redact_url(src)
                 if isinstance(r, Reading) and r.kind == "vllm":
                     failing.discard(name)
-                    if name not in announced:  # its series exist from the first scrape
-                        announced.add(name)
-                        publish({name: Headroom.none("learning from the scrapes", live.limits)})
+                    out.learning(name, "learning from the scrapes")
                     live.add(name, r.taken_at, r.exposition)
                 elif isinstance(r, SourceError) and name not in failing:
                     failing.add(name)
                     say(f"{name}: {r} (tried again at each scrape)")
-            if pending is None and live.due():
-                pending = asyncio.ensure_future(off_loop(live.refresh))
-            if pending is not None and pending.done():
-                found, pending = pending.result(), None
-                publish(found)
-                for name, h in found.items():
-                    say(f"{name}: {h.line()}")
+            out.step()
             await asyncio.sleep(every_s)

@@ -109,15 +109,21 @@ class HeadroomCollector(Collector):
 
 
 def _fleet(rows: Mapping[str, tuple[Headroom, float]]) -> tuple[Headroom, float]:
-    """The weakest replica's headroom (as the monitor's fleet line), or no number where a replica
-    has none; as old as the oldest estimate."""
+    """The fleet's headroom (:func:`fleet_of`), as old as the oldest estimate."""
     oldest = max(secs for _, secs in rows.values())
-    known = {src: h for src, (h, _) in rows.items() if h.identified and h.estimate is not None}
-    if len(known) < len(rows):
-        missing = len(rows) - len(known)
-        return Headroom.none(f"{missing} of {len(rows)} replicas have no headroom yet"), oldest
-    weakest = min(known.values(), key=lambda h: h.estimate or 0.0)
-    return weakest, oldest
+    return fleet_of({src: h for src, (h, _) in rows.items()})[1], oldest
+
+
+def fleet_of(results: Mapping[str, Headroom]) -> tuple[str | None, Headroom]:
+    """The weakest replica and its headroom (as the monitor's fleet line: the traffic split
+    evenly, the first replica to break the SLA is where the fleet does), or no number where a
+    replica has none."""
+    known = {src: h for src, h in results.items() if h.identified and h.estimate is not None}
+    if len(known) < len(results):
+        missing = len(results) - len(known)
+        return None, Headroom.none(f"{missing} of {len(results)} replicas have no headroom yet")
+    weakest = min(known, key=lambda src: known[src].estimate or 0.0)
+    return weakest, known[weakest]
 
 
 def serve_metrics(address: tuple[str, int], collector: HeadroomCollector) -> Callable[[], None]:

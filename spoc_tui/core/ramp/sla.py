@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from spoc_tui.core.durations import duration_s
 from spoc_tui.core.errors import InputError
 
 METRICS = ("ttft", "itl", "tpot", "e2e")
@@ -210,19 +211,16 @@ def parse_speeds(text: str) -> list[float]:
     return speeds
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*$", re.IGNORECASE)
-
-
 def parse_budget(text: str) -> float:
     """A time budget: ``10m``, ``90s``, ``1.5h``, or plain seconds; returned in seconds.
 
     Raises:
         UsersError: naming the accepted forms.
     """
-    m = _DURATION.match(text)
-    if not m:
-        raise UsersError(f"bad --budget {text!r}: give a duration like 10m, 90s or 1h")
-    value = float(m.group(1)) * {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[(m.group(2) or "s").lower()]
+    try:
+        value = duration_s(text)
+    except ValueError:
+        raise UsersError(f"bad --budget {text!r}: give a duration like 10m, 90s or 1h") from None
     if not 0 < value < math.inf:
         raise UsersError(f"bad --budget {text!r}: it must be more than 0")
     return value

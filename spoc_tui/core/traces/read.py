@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+from spoc_tui.core.durations import duration_s
 from spoc_tui.core.files import JsonLineError, json_lines, not_a_file, parse_json
 
 # the formats' names live in a light module (spoc --help lists them); re-exported here
@@ -760,23 +761,13 @@ def parse_window(text: str) -> tuple[float, float | None]:
     if not sep:
         raise TraceError(form)
     try:
-        start = _duration(head) if head.strip() else 0.0
-        length = _duration(tail) if tail.strip() else None
+        start = duration_s(head) if head.strip() else 0.0
+        length = duration_s(tail) if tail.strip() else None
     except ValueError:
         raise TraceError(form) from None
     if length is not None and length <= 0:
         raise TraceError(f"bad --trace-window {text!r}: the length must be above 0")
     return start, length
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*$", re.IGNORECASE)
-
-
-def _duration(text: str) -> float:
-    m = _DURATION.match(text)
-    if not m:
-        raise ValueError(text)
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}[(m.group(2) or "").lower()]
 
 
 def write_spoc(rows: Iterator[TraceRow], out: IO[str]) -> int:
