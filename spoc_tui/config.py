@@ -80,6 +80,9 @@ class Settings:
     max_num_seqs: int | None = None
     """The servers' max-num-seqs (vLLM's flag, which ``/metrics`` does not report), told to the
     headroom; without it the headroom assumes vLLM's default until a queue shows the seats."""
+    serve_metrics: str | None = None
+    """``[HOST:]PORT``: serve each server's headroom, and the fleet's, as Prometheus metrics
+    (docs/fleet.md); loopback unless a host is given."""
 
     def validate(self) -> None:
         if not 0.1 <= self.interval <= 3600:
@@ -96,6 +99,12 @@ class Settings:
         if not 0 < self.headroom_alert <= 100:
             raise ConfigError(f"headroom_alert must be a multiple between 0 and 100, got {self.headroom_alert:g}")
         check_max_num_seqs(self.max_num_seqs, "max_num_seqs")
+        if self.serve_metrics is not None:
+            if not self.headroom:
+                raise ConfigError("serve_metrics publishes the headroom: it needs headroom on (not --no-headroom)")
+            from spoc_tui.twin.publish import parse_address
+
+            parse_address(self.serve_metrics)
         if self.twin is not None:
             from spoc_tui.twin.model import TwinError, read_twin
 

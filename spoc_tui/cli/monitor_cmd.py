@@ -116,6 +116,12 @@ F = TypeVar("F", bound=Callable[..., Any])
     "headroom assumes 256 until a queue shows the seats.",
 )
 @click.option(
+    "--serve-metrics",
+    default=None,
+    help="Serve each server's headroom, and the fleet's, as Prometheus metrics at PORT or HOST:PORT "
+    "(loopback unless a host is given): spoc_headroom_ratio and its kin, docs/fleet.md.",
+)
+@click.option(
     "--trace-dir",
     envvar="SPOC_TRACE_DIR",
     show_envvar=True,

@@ -57,6 +57,13 @@ if TYPE_CHECKING:
     help="serverAddress of the KEDA trigger.",
 )
 @click.option("--deployment", default="vllm", show_default=True, help="The Deployment the autoscaler scales.")
+@click.option(
+    "--keda-headroom",
+    type=FINITE,
+    default=None,
+    help="Also scale out when the fleet's headroom (spoc headroom --serve-metrics, docs/fleet.md) falls "
+    "under this multiple of today's traffic, e.g. 1.3: a second KEDA trigger, before requests wait.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (with both manifests as text).")
 def plan_cmd(
     ramp_path: str | None,
@@ -76,10 +83,12 @@ def plan_cmd(
     model: str | None,
     prometheus: str,
     deployment: str,
+    keda_headroom: float | None,
     as_json: bool,
 ) -> None:
     """How many replicas (and GPUs) serve --users concurrent users within the ramp's SLA, and the
-    autoscaling rule: scale on requests waiting per replica, as a KEDA ScaledObject and an HPA.
+    autoscaling rule: scale on requests waiting per replica, as a KEDA ScaledObject and an HPA
+    (with --keda-headroom, the ScaledObject also scales out on the fleet's live headroom).
 
     With --twin and --trace: the trace served by 1 to N replicas of the twin or by autoscaling
     policies, in virtual time: SLO attainment, p99s and replica-hours of each, and the cheapest that
@@ -91,6 +100,8 @@ def plan_cmd(
             raise InputError("--twin needs --trace FILE: the traffic to serve")
         from spoc_tui.core.traces.read import trace_source
 
+        if keda_headroom is not None:
+            raise InputError("--keda-headroom goes with --ramp and --users (the plan that writes a ScaledObject)")
         source = functools.partial(trace_source, trace_path, trace_format, trace_filters, trace_window, trace_max_rows)
         fleet_plan(twin_path, source, speed, replicas_spec, autoscale_specs, sla, as_json)
         return
@@ -105,7 +116,7 @@ def plan_cmd(
     if model is not None and doc.model != model:
         raise InputError(f"the ramp measured model {doc.model!r}, not {model!r}: ramp the model you plan for")
     p = plan_from_ramp(doc, users, headroom, gpus_per_replica)
-    keda, hpa = keda_yaml(p, prometheus, deployment), hpa_yaml(p, deployment)
+    keda, hpa = keda_yaml(p, prometheus, deployment, keda_headroom), hpa_yaml(p, deployment)
     if as_json:
         click.echo(json.dumps({**p.as_dict(), "keda_scaled_object": keda, "hpa": hpa}, indent=2))
         return

@@ -22,7 +22,7 @@ from textual.screen import Screen
 from textual.worker import Worker, get_current_worker
 
 from spoc_tui.collectors.promql import PromQLPoller
-from spoc_tui.collectors.scrape import served_models
+from spoc_tui.collectors.scrape import SourceError, served_models
 from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.hardware.gpu import GpuSample, analyse_groups
@@ -50,9 +50,11 @@ from spoc_tui.tui.textual_private import QuietDriver
 from spoc_tui.tune.study import TuneSession
 from spoc_tui.twin.headroom import WINDOW_S
 from spoc_tui.twin.headroom_confirm import HeadroomClaim, confirm_speeds, write_traffic_trace
+from spoc_tui.twin.history import HISTORY_S, PROMETHEUS_EVERY_S, PrometheusFeed
 from spoc_tui.twin.live import LiveHeadroom
 from spoc_tui.twin.model import read_twin
 from spoc_tui.twin.passive import MIN_WINDOWS
+from spoc_tui.twin.publish import HeadroomCollector, parse_address, serve_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +87,10 @@ class SpocApp(AsciiScreenshots, JobsApp):
         start_workers: bool = True,
         recorder: Recorder | None = None,
         ascii_mode: bool | None = None,
+        published: HeadroomCollector | None = None,
     ) -> None:
+        """``published``: where each headroom worked out is served to Prometheus (``--serve-metrics``)."""
+        self.published = published
         self.ascii_mode = wants_ascii() if ascii_mode is None else ascii_mode
         """Draw in ASCII (a terminal whose locale is not UTF-8: :mod:`spoc_tui.tui.ascii`)."""
         super().__init__(driver_class=AsciiDriver if self.ascii_mode else (QuietDriver if os.name == "posix" else None))
@@ -113,10 +118,16 @@ class SpocApp(AsciiScreenshots, JobsApp):
         self.limits = parse_sla(settings.sla) if settings.sla else ()
         self.headroom: LiveHeadroom | None = None
         """Each server's headroom, learned from the scrapes (``--no-headroom``: None)."""
-        if settings.headroom and self.sources.vllm is not None:
+        self._feed: PrometheusFeed | None = None
+        """With ``--prometheus``: the headroom's learners fed from what Prometheus stored (its
+        last hour at the start)."""
+        if settings.headroom and (self.sources.vllm is not None or self.sources.promql is not None):
             prior = read_twin(Path(settings.twin).expanduser()) if settings.twin else None
             self.headroom = LiveHeadroom(self.limits or parse_sla(DEFAULT_SLA), prior, seats=settings.max_num_seqs)
-            self.sources.vllm.on_scrape = self.headroom.add
+            if self.sources.vllm is not None:
+                self.sources.vllm.on_scrape = self.headroom.add
+            elif self.sources.promql is not None:
+                self._feed = PrometheusFeed(self.sources.promql.scrapes, self.headroom)
         self._estimating = False
 
     def title_text(self) -> str:
@@ -147,9 +158,12 @@ class SpocApp(AsciiScreenshots, JobsApp):
         self.push_screen(self.monitor)
         if self.headroom is not None:
             first = MIN_WINDOWS * WINDOW_S / 60
+            every = f"then every {self.headroom.refresh_s / 60:.0f} min"
             self.monitor.learning_headroom(
-                f"headroom: learning from the scrapes (the first estimate in about {first:.0f} min, "
-                f"then every {self.headroom.refresh_s / 60:.0f} min)"
+                f"headroom: learning from Prometheus's last {HISTORY_S / 60:.0f} min (the first estimate once "
+                f"read, {every})"
+                if self._feed is not None
+                else f"headroom: learning from the scrapes (the first estimate in about {first:.0f} min, {every})"
             )
         if not self.start_workers:
             return
@@ -230,6 +244,7 @@ class SpocApp(AsciiScreenshots, JobsApp):
         worker = get_current_worker()
         assert self.sources.promql is not None
         poller = PromQLPoller(self.sources.promql, self.settings.window, self.settings.prometheus_url or "prometheus")
+        learned = -PROMETHEUS_EVERY_S
         while not worker.is_cancelled:
             if not self.paused:
                 tick, change = poller.poll()
@@ -237,6 +252,12 @@ class SpocApp(AsciiScreenshots, JobsApp):
                     self.post_message(SourceStatusChanged(change))
                 if tick is not None:
                     self.post_message(ServersSampled(tick))
+                if self._feed is not None and time.monotonic() - learned >= PROMETHEUS_EVERY_S:
+                    learned = time.monotonic()
+                    try:  # what it stored since (the first: its last hour), into the headroom
+                        self._feed.read()
+                    except SourceError as e:  # the poll says Prometheus failed; read again next time
+                        logger.info("the headroom's read of Prometheus failed: %s", e)
             # Sleep in short slices so a cancelled worker (quit) stops within 0.1 s.
             deadline = time.monotonic() + self.settings.interval
             while not worker.is_cancelled and time.monotonic() < deadline:
@@ -309,6 +330,8 @@ class SpocApp(AsciiScreenshots, JobsApp):
         assert self.headroom is not None
         try:
             found = self.headroom.refresh()
+            if self.published is not None:
+                self.published.publish(found)
         except Exception as e:  # a defect: said on the line, and the monitor goes on
             logger.exception("working out the headroom")
             shown = {"": HeadroomShown(f"headroom: failed ({first_line(e, 120)}); see spoc.log", None, False)}
@@ -481,9 +504,15 @@ def run_monitor(settings: Settings, sources: MonitorSources | None = None, recor
                 "tp_groups": settings.tp_groups,
             },
         )
+    published, stop = None, None
     try:
         require_terminal("spoc monitor")
-        return int(SpocApp(settings, sources, recorder=recorder).run() or 0)
+        if settings.serve_metrics is not None and settings.headroom:
+            published = HeadroomCollector()
+            stop = serve_metrics(parse_address(settings.serve_metrics), published)
+        return int(SpocApp(settings, sources, recorder=recorder, published=published).run() or 0)
     finally:
         if recorder is not None:
             recorder.close()
+        if stop is not None:
+            stop()

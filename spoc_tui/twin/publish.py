@@ -10,8 +10,8 @@ what a Grafana panel, an alert rule or KEDA reads, per server and for the fleet.
 - ``spoc_headroom_info{server, binding_limit, reason}``: 1, with what binds first and why.
 
 ``server="fleet"`` is the weakest replica's (the traffic split evenly, the first to break the SLA
-is where the fleet does), identified only where every replica is. Served on loopback unless an
-address is given (:func:`parse_address`).
+is where the fleet does), identified only where every replica is; with one server, that one's.
+Served on loopback unless an address is given (:func:`parse_address`).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class HeadroomCollector(Collector):
             "spoc_headroom_info", "What binds first, and why (1)", labels=[*server, "binding_limit", "reason"]
         )
         rows = {src: (h, now - at) for src, (h, at) in latest.items()}
-        if len(rows) > 1:
+        if rows:  # (one server: the fleet is that one; a KEDA trigger reads the fleet whatever its size)
             rows[FLEET] = _fleet(rows)
         for src, (h, secs) in rows.items():
             known = h.identified and h.estimate is not None

@@ -78,15 +78,20 @@ def guarded() -> list[str]:
     return [sys.executable, "-m", "spoc_tui.procs.guard", str(os.getpid()), "--"]
 
 
-def start_prometheus(targets: dict[str, list[str]]) -> tuple[str, subprocess.Popen[bytes], Path]:
+def start_prometheus(
+    targets: dict[str, list[str]], blocks: Path | None = None
+) -> tuple[str, subprocess.Popen[bytes], Path]:
     """A real Prometheus on loopback scraping ``job -> [host:port]`` every second; fails the test
-    when it does not become ready. Stop it with ``stop_process_group`` and remove the folder."""
+    when it does not become ready. Stop it with ``stop_process_group`` and remove the folder.
+    ``blocks``: TSDB blocks it starts with (``promtool tsdb create-blocks-from``: a history)."""
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     if not Path(binary).exists():
         pytest.fail("prometheus is not installed: run `bash scripts/realengine_setup.sh` (make test does)")
     (port,) = free_ports(1)
     work = Path(tempfile.mkdtemp(prefix="spoc-prom-"))
     cfg = work / "prometheus.yml"
+    if blocks is not None:
+        shutil.copytree(blocks, work / "data")
     jobs = {"prometheus": [f"127.0.0.1:{port}"], **targets}
     cfg.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"

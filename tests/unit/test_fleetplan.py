@@ -67,6 +67,25 @@ def test_manifests_are_valid_yaml_with_the_plan():
     assert "replicas:" in plan_text(p)
 
 
+def test_the_scaled_object_can_also_scale_out_on_the_fleets_headroom():
+    """Issue 75, point 3: a second trigger beside the queue's: the replicas spoc watches over the
+    fleet's headroom against 1/H, so KEDA's ceil(value / threshold) keeps the headroom at H (its
+    figures checked against a real Prometheus in tests/realengine/test_fleet_real.py)."""
+    from spoc_tui.core.ramp.fleetplan import headroom_query
+
+    p = plan_from_ramp(ramp(waiting_mean=4), 500)
+    assert len(yaml.safe_load(keda_yaml(p))["spec"]["triggers"]) == 1  # not asked: as before
+    keda = yaml.safe_load(keda_yaml(p, "http://prom:9090", "my-vllm", headroom_under=1.3))
+    queue, head = keda["spec"]["triggers"]
+    assert queue["metadata"]["threshold"] == "4"
+    assert head["type"] == "prometheus" and head["metricType"] == "AverageValue"
+    assert head["metadata"] == {"serverAddress": "http://prom:9090", "query": headroom_query(), "threshold": "0.7692"}
+    assert 'spoc_headroom_ratio{server="fleet",bound="estimate"}' in head["metadata"]["query"]
+    for bad in (1.0, 0.5, 11.0):
+        with pytest.raises(PlanError, match="--keda-headroom"):
+            keda_yaml(p, headroom_under=bad)
+
+
 @pytest.mark.parametrize(
     ("doc", "users", "headroom", "match"),
     [

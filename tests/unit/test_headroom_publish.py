@@ -60,12 +60,19 @@ def test_each_servers_estimate_its_interval_and_the_fleets_weakest_are_series():
     assert value(rows, "spoc_headroom_age_seconds", server="fleet") == 30.0  # as old as its oldest
 
 
-def test_one_server_has_no_fleet_row_and_a_long_reason_is_cut():
+def test_one_servers_fleet_is_itself_and_a_long_reason_is_cut():
+    """The fleet row is there with one server too (the KEDA trigger of spoc plan
+    --keda-headroom reads it, whatever the fleet's size)."""
+    c = HeadroomCollector()
+    c.publish({"s": headroom(2.0)})
+    assert value(scraped(c), "spoc_headroom_ratio", server="fleet", bound="estimate") == 2.0
     c = HeadroomCollector()
     c.publish({"s": headroom(None, why="x" * 1000)})
     rows = scraped(c)
-    assert not any(lbls and dict(lbls).get("server") == "fleet" for _, lbls in rows)
-    (reason,) = [dict(lbls)["reason"] for name, lbls in rows if name == "spoc_headroom_info"]
+    assert value(rows, "spoc_headroom_identified", server="fleet") == 0.0
+    (reason,) = [
+        dict(lbls)["reason"] for name, lbls in rows if name == "spoc_headroom_info" and ("server", "s") in lbls
+    ]
     assert len(reason) == 200
 
 

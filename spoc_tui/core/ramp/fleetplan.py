@@ -284,9 +284,47 @@ def waiting_query(model: str) -> str:
     return f"sum(vllm:num_requests_waiting{{model_name={promql_string(model)}}})"
 
 
-def keda_yaml(p: FleetPlan, prometheus: str = "http://prometheus.monitoring:9090", target: str = "vllm") -> str:
+HEADROOM_FRESH_S = 3600
+"""The oldest fleet headroom the autoscaler acts on (an estimate every 10 to 80 minutes)."""
+
+
+def headroom_query(fresh_s: int = HEADROOM_FRESH_S) -> str:
+    """The PromQL of the headroom trigger: the replicas spoc watches over the fleet's headroom
+    (``spoc headroom --serve-metrics``'s series, docs/fleet.md), so that ``ceil(value /
+    threshold)`` with a threshold of ``1 / H`` is the replicas that keep the headroom at ``H``:
+    ``N * H / h``. 0 (asks for nothing: the queue rule decides) where the fleet has no number or
+    its estimate is older than ``fresh_s``."""
+    fleet = 'server="fleet"'
+    return (
+        f'(count(spoc_headroom_identified{{server!="fleet"}}) / on() (spoc_headroom_ratio{{{fleet},bound="estimate"}}'
+        f" and on() spoc_headroom_age_seconds{{{fleet}}} < {fresh_s})) or on() vector(0)"
+    )
+
+
+def keda_yaml(
+    p: FleetPlan,
+    prometheus: str = "http://prometheus.monitoring:9090",
+    target: str = "vllm",
+    headroom_under: float | None = None,
+) -> str:
+    """The KEDA ScaledObject: scale on requests waiting per replica; with ``headroom_under``, also
+    out as soon as the fleet's headroom (``spoc headroom``) falls under it, before a queue forms
+    (the HPA takes the larger of the two triggers' replicas)."""
     check_target(target, prometheus)
     q = yaml_string(waiting_query(p.model))
+    extra = ""
+    if headroom_under is not None:
+        if not 1.0 < headroom_under <= 10.0:
+            raise PlanError(
+                f"--keda-headroom {headroom_under:g}: give a multiple of today's traffic above 1, at most 10"
+            )
+        extra = f"""    - type: prometheus          # out before a queue forms: headroom under x{headroom_under:g}
+      metricType: AverageValue  # desired replicas = ceil(replicas x {headroom_under:g} / headroom)
+      metadata:
+        serverAddress: {yaml_string(prometheus)}
+        query: {yaml_string(headroom_query())}
+        threshold: "{1.0 / headroom_under:.4g}"
+"""
     return f"""apiVersion: keda.sh/v1alpha1
 kind: ScaledObject
 metadata:
@@ -304,7 +342,7 @@ spec:
         serverAddress: {yaml_string(prometheus)}
         query: {q}
         threshold: "{p.target_waiting:g}"
-"""
+{extra}"""
 
 
 def hpa_yaml(p: FleetPlan, target: str = "vllm") -> str:
