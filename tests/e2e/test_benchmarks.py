@@ -39,6 +39,8 @@ def test_replay_memory_benchmark_smoke():
         ("sim_bench.py", "H100 FP8 saturation output"),
         ("sim_speed.py", "its figures moved 0 % at most"),
         ("monitor_cpu.py", "a bare Textual app"),
+        ("monitor_cpu.py --prometheus", "spoc monitor --prometheus over 16 replicas"),
+        ("headroom_prometheus.py", "through Prometheus x"),
         ("load_fidelity.py", ""),
         ("trace_bench.py", "read back:"),
         ("tune_quality.py", "hypervolume reached"),

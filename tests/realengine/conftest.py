@@ -15,7 +15,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from spoc_tui.procs.group import stop_process_group
@@ -24,10 +23,11 @@ from spoc_tui.profile.capture import profiler_config
 from spoc_tui.sim.process import start_sim
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from realengine import DIR, KV_GIB, MODEL, VENV, VLLM_ENV, ready, serve_command
+from realengine import DIR, KV_GIB, MODEL, VENV, VLLM_ENV, guarded, ready, serve_command
+from realengine import start_prometheus as _start_prometheus
 from realengine import vllm_server as tiny_server  # this file's fixture is named vllm_server
 
-__all__ = ["DIR", "KV_GIB", "MODEL", "VENV", "VLLM_ENV", "serve_command", "tiny_server"]
+__all__ = ["DIR", "KV_GIB", "MODEL", "VENV", "VLLM_ENV", "guarded", "serve_command", "tiny_server"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -72,58 +72,15 @@ def sim_server():
     proc.stop()
 
 
-def guarded() -> list[str]:
-    """The prefix that runs a program under spoc's guard (it is stopped when this test process
-    dies, however it dies); the guard leads the new process group ``stop_process_group`` stops."""
-    return [sys.executable, "-m", "spoc_tui.procs.guard", str(os.getpid()), "--"]
-
-
 def start_prometheus(
     targets: dict[str, list[str]], blocks: Path | None = None
 ) -> tuple[str, subprocess.Popen[bytes], Path]:
-    """A real Prometheus on loopback scraping ``job -> [host:port]`` every second; fails the test
-    when it does not become ready. Stop it with ``stop_process_group`` and remove the folder.
-    ``blocks``: TSDB blocks it starts with (``promtool tsdb create-blocks-from``: a history)."""
-    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
-    if not Path(binary).exists():
-        pytest.fail("prometheus is not installed: run `bash scripts/realengine_setup.sh` (make test does)")
-    (port,) = free_ports(1)
-    work = Path(tempfile.mkdtemp(prefix="spoc-prom-"))
-    cfg = work / "prometheus.yml"
-    if blocks is not None:
-        shutil.copytree(blocks, work / "data")
-    jobs = {"prometheus": [f"127.0.0.1:{port}"], **targets}
-    cfg.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n"
-        + "".join(
-            f"  - job_name: {job}\n    static_configs:\n      - targets: [{', '.join(repr(t) for t in hosts)}]\n"
-            for job, hosts in jobs.items()
-        )
-    )
-    proc = subprocess.Popen(
-        [
-            *guarded(),
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={work / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "prometheus.log", "wb"),
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
-                return url, proc, work
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    stop_process_group(proc)
-    pytest.fail("prometheus did not become ready:\n" + (work / "prometheus.log").read_text()[-2000:])
+    """A real Prometheus on loopback (:func:`realengine.start_prometheus`); fails the test when it
+    is not installed or does not become ready."""
+    try:
+        return _start_prometheus(targets, blocks)
+    except RuntimeError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="session")

@@ -204,10 +204,16 @@ class _FakePromQL:
             inst: parse_text((FIX / "vllm/vllm_0.32_cpu_full_idle.txt").read_text()) for inst in ("a:8000", "b:8000")
         }
         self.calls = 0
+        self.reads: list[tuple[float, float]] = []
 
     def vllm_pair(self, window):
         self.calls += 1
         return self.now, self.then, 1000.0
+
+    def scrapes(self, start, end):
+        """What Prometheus stored between ``start`` and ``end`` (the headroom's feed reads it)."""
+        self.reads.append((start, end))
+        return {inst: [(end - 30.0, self.then[inst]), (end, self.now[inst])] for inst in self.now}
 
 
 async def test_prometheus_worker_merges_replicas():
@@ -228,6 +234,15 @@ async def test_prometheus_worker_merges_replicas():
         assert tick.total.running == 32
         assert tick.total.latency["ttft"].window == "60s"
         assert app.monitor.servers.row_count == 3  # two replicas and their sum
+        # the headroom learns through Prometheus too: its last hour read at once into each replica's learner
+        assert app.headroom is not None and "learning from Prometheus's last 60 min" in app.monitor._headroom_note
+        for _ in range(40):
+            if app.headroom.learner("b:8000") is not None:
+                break
+            await pilot.pause(0.05)
+        start, end = fake.reads[0]
+        assert end - start == 3600.0 and app.headroom.learner("a:8000") is not None
+        assert app.headroom.seen_s == 30.0
 
 
 def test_nothing_to_monitor_is_a_clear_error():
