@@ -83,7 +83,7 @@ def through_prometheus(url: str) -> tuple[dict, float]:
         from spoc_tui.twin.history import history_headroom
         from spoc_tui.twin.live import LiveHeadroom
 
-        live = LiveHeadroom(tuple(parse_sla(SLA)), draws=1, replay_s=30.0)
+        live = LiveHeadroom(tuple(parse_sla(SLA)), draws=1, replay_s=30.0, seats=48)  # told: one replay each
         doc = asyncio.run(history_headroom(url, OBSERVE_S, live)).as_dict()
     else:
         argv = [sys.executable, "-m", "spoc_tui.cli", "inspect", "--prometheus", url, "--headroom", "--since", since,
@@ -112,6 +112,7 @@ def one(seed: int, base: float, rows: dict[str, list[tuple[bool, float]]]) -> No
     for name, learner in learners.items():
         h = got.get(name, {})
         draws, replay_s = (1, 30.0) if SMOKE else (4, 120.0)
+        learner.told_seats = 48 if SMOKE else None
         direct = learner.estimate(seed=0, draws=draws, replay_s=replay_s)
         traffic = direct.traffic
         since = OBSERVE_S - (traffic.seconds if traffic is not None else OBSERVE_S)

@@ -80,7 +80,7 @@ def test_a_fleets_headroom_from_prometheus_history_served_back_to_it_and_offered
     (port,) = free_ports(1)
     url, proc, work = start_prometheus({"spoc": [f"127.0.0.1:{port}"]}, blocks=blocks)
     spoc = [sys.executable, "-m", "spoc_tui.cli"]
-    told = ["--max-num-seqs", str(SEATS)]
+    told = ["--max-num-seqs", str(SEATS), "--sla", "ttft_p99<=1s,itl_p99<=60ms"]  # knees of x2-x4: few replays
     serving = subprocess.Popen(
         [*guarded(), *spoc, "headroom", "--prometheus", url, "--since", "15m", "--serve-metrics", str(port), *told],
         stdout=subprocess.PIPE,

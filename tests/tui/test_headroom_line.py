@@ -51,15 +51,12 @@ async def estimated(app: SpocApp, pilot) -> str:
     return text_of(app)
 
 
-async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alerts_when_low(monkeypatch):
-    import spoc_tui.twin.live as live
-
-    # the line and its wiring are the subject, not the figure (benchmarks/headroom.py's): a short
-    # replay on the fit and one draw keeps the estimate to about a second of CPU
-    monkeypatch.setattr(live, "LIVE_REPLAY_S", 20.0)
-    monkeypatch.setattr(live, "LIVE_DRAWS", 1)
+async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alerts_when_low():
     app = SpocApp(settings(), MonitorSources(vllm=VllmPoller([URL])), start_workers=False)
     assert app.headroom is not None and app.sources.vllm.on_scrape == app.headroom.add
+    # the line and its wiring are the subject, not the figure (benchmarks/headroom.py's): a short
+    # replay on the fit and one draw keeps the estimate to about a second of CPU
+    app.headroom.draws, app.headroom.replay_s = 1, 20.0
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert "headroom: learning from the scrapes (the first estimate in about 4 min" in text_of(app)
