@@ -13,7 +13,8 @@ each, after a full 60 s window of history) or ``python benchmarks/monitor_cpu.py
 ``--prometheus`` (issue 75): the monitor reading 16 replicas through a real Prometheus, headless,
 its live headroom on: each replica's last 10 minutes held by Prometheus (a simulated replica's
 scrapes loaded under 16 names with promtool), read at once when the monitor opens; measured once
-the first estimates are done, their CPU then counted as the share the monitor keeps them to.
+the first estimates are done, their CPU then counted as the share the monitor keeps them to (the
+history runs on past the start, so Prometheus goes on answering with new scrapes as if it scraped).
 Target: at most 1.5 % of a core.
 """
 
@@ -230,11 +231,16 @@ async def main() -> int:
 
 REPLICAS = 16
 HISTORY_S = 600.0
+AHEAD_S = 120.0 if SMOKE else 1800.0
+SCRAPE_S = 15.0
+"""Prometheus's scrape interval in the history (a common setting; the headroom takes up to 30 s)."""
+"""How far the history runs on past the start: Prometheus answers each query with the samples up
+to that moment, so the replicas go on being scraped, as it were, while the monitor watches."""
 
 
 def fleet_history(work: Path) -> Path:
-    """TSDB blocks holding :data:`REPLICAS` replicas' last :data:`HISTORY_S` scraped every 5 s (one
-    simulated replica under a light chatbot load, under each name)."""
+    """TSDB blocks holding :data:`REPLICAS` replicas' last :data:`HISTORY_S` scraped every :data:`SCRAPE_S`, and
+    the next :data:`AHEAD_S` (one simulated replica under a light chatbot load, under each name)."""
     import shutil
 
     from spoc_tui.core.metrics.promparse import parse_text
@@ -248,11 +254,11 @@ def fleet_history(work: Path) -> Path:
     engine, _ = build(SimOptions(gpu="l40s", max_num_seqs=16, dcgm_port=None, seed=1))
     vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=1)
     vs.set_rate(0.8)
-    end, rows, t = time.time() - 5.0, [], 0.0
-    while t < HISTORY_S:
-        t += 5.0
+    now, rows, t = time.time(), [], 0.0
+    while t < HISTORY_S + AHEAD_S:
+        t += SCRAPE_S
         vs.advance(t)
-        rows.append((end - HISTORY_S + t, parse_text(vllm_metrics(vs.engine))))
+        rows.append((now - HISTORY_S + t, parse_text(vllm_metrics(vs.engine))))
     om = work / "history.om"
     with om.open("w") as f:
         write_openmetrics({f"replica-{i:02d}:8000": rows for i in range(REPLICAS)}, f)
@@ -294,7 +300,7 @@ async def prometheus_case() -> int:
     pct = 100 * (c1 - c0) / (w1 - w0)
     est_pct = 100 * live.cpu_s / live.interval_s if live.cpu_s else 0.0
     print(f"spoc monitor --prometheus over {len(replicas)} replicas (their last {HISTORY_S / 60:.0f} min in a real "
-          f"Prometheus), headless, headroom on, {SECONDS:.0f} s:")  # fmt: skip
+          f"Prometheus, a scrape every {SCRAPE_S:.0f} s), headless, headroom on, {SECONDS:.0f} s:")  # fmt: skip
     print(f"  the first estimates of {len(said)} replicas {first:.0f} s after the start: {live.cpu_s:.1f} s of CPU, "
           f"the next {live.interval_s / 60:.0f} min later; one said: {said[0] if said else '(none yet)'}")  # fmt: skip
     total = pct + est_pct

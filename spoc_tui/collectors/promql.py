@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from spoc_tui.collectors.scrape import SourceError
@@ -111,6 +113,22 @@ class PromQLCollector:
             raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
         return to_expositions(result)
 
+    def stamps(self, at: float | None = None) -> dict[str, float]:
+        """Each vLLM replica's last scrape (wall time) as of ``at`` (:data:`STAMPS`)."""
+        params = {"time": f"{at:.3f}"} if at is not None else None
+        try:
+            result = self._prom.custom_query(STAMPS, params=params)
+        except Exception as e:  # as in query()
+            raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
+        out: dict[str, float] = {}
+        for item in result if isinstance(result, list) else ():
+            inst = str(item.get("metric", {}).get("instance", "?"))
+            try:
+                out[inst] = max(out.get(inst, -math.inf), float(item["value"][1]))
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+        return out
+
     def vllm_pair(self, window_s: float) -> tuple[dict[str, Exposition], dict[str, Exposition], float]:
         """Expositions per instance now and ``window_s`` ago, and the wall time of 'now'."""
         now = time.time()
@@ -150,35 +168,88 @@ class PromQLCollector:
             raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
 
 
+CHECK_EVERY_S = 5.0
+"""How often the monitor asks Prometheus whether its replicas were scraped again."""
+READ_AT_LEAST_S = 60.0
+"""The monitor reads every series again at least this often, new scrapes or not."""
+STAMPS = 'timestamp({__name__=~"vllm[:_]num_requests_running"})'
+"""Each replica's last scrape, as Prometheus stamped it (one small series per replica)."""
+
+
 class PromQLPoller:
     """The monitor's view of every replica a Prometheus server scrapes (blocking: call it from a
-    thread). Each :meth:`poll` reads the raw series now and ``window_s`` ago, so percentiles and
-    rates are windowed exactly as for direct scrapes; status changes are reported once."""
+    thread). Each :meth:`poll` (at most every :data:`CHECK_EVERY_S`; sooner, it returns nothing)
+    asks first when each replica was last scraped, and reads every
+    series again only once most replicas have a scrape the last read did not hold (Prometheus's
+    figures change once a scrape, not once a second: a read of 16 replicas is about a tenth of a
+    second of CPU, benchmarks/monitor_cpu.py --prometheus). A read's window is windowed exactly as
+    for direct scrapes, against the newest earlier read at least ``window_s`` old (the first
+    window: read at ``now - window_s``); status changes are reported once."""
 
-    def __init__(self, collector: PromQLCollector, window_s: float, url: str) -> None:
+    def __init__(
+        self, collector: PromQLCollector, window_s: float, url: str, clock: Callable[[], float] = time.time
+    ) -> None:
         self.collector = collector
         self.window_s = window_s
         self.url = url
         """The source name shown in statuses."""
+        self.clock = clock
         self._up: bool | None = None
+        self._seen: dict[str, float] = {}
+        """Each replica's last scrape at the last read."""
+        self._read_at = -math.inf
+        self._checked_at = -math.inf
+        self._reads: deque[tuple[float, dict[str, Exposition]]] = deque()
+        """Earlier reads, the baselines of later windows."""
+        self.on_scrape: Callable[[str, float, Exposition], None] | None = None
+        """Called with each replica's latest scrape a read holds, stamped as Prometheus stamped it
+        (the live headroom learns from them: :class:`spoc_tui.twin.history.PrometheusFeed`)."""
+
+    def _moved(self, stamps: dict[str, float], now: float) -> bool:
+        """Whether to read again: most replicas scraped since the last read, a replica come or
+        gone, or :data:`READ_AT_LEAST_S` passed."""
+        if set(stamps) != set(self._seen) or now - self._read_at >= READ_AT_LEAST_S:
+            return True
+        newer = sum(1 for inst, t in stamps.items() if t > self._seen[inst])
+        return newer * 2 >= len(stamps)
 
     def poll(self) -> tuple[VllmTick | None, SourceStatus | None]:
-        """(the servers' tick, or None when Prometheus failed; the status change, if any)."""
+        """(the servers' tick: None when Prometheus failed or holds nothing new since the last;
+        the status change, if any)."""
         url = self.url
+        t = self.clock()
+        if t - self._checked_at < CHECK_EVERY_S:
+            return None, None
+        self._checked_at = t
         try:
-            now, then, t = self.collector.vllm_pair(self.window_s)
+            stamps = self.collector.stamps(t)
+            if not self._moved(stamps, t):
+                return None, self._status(True)
+            now = self.collector.query(VLLM_SELECTOR, t)
+            base = next((r for r in reversed(self._reads) if r[0] <= t - self.window_s + 1e-6), None)
+            t_then, then = (
+                base
+                if base is not None
+                else (t - self.window_s, self.collector.query(VLLM_SELECTOR, t - self.window_s))
+            )
         except SourceError as e:
-            change = SourceStatus(url, False, str(e)) if self._up is not False else None
-            self._up = False
-            return None, change
+            return None, self._status(False, str(e))
+        self._seen, self._read_at = stamps, t
+        self._reads.append((t, now))
+        while len(self._reads) > 1 and self._reads[1][0] <= t - self.window_s:
+            self._reads.popleft()  # (the newest at least window_s old stays: the next baseline)
+        change = self._status(True)
         status = SourceStatus(url, True, None, time.time())
-        change = status if self._up is not True else None
-        self._up = True
         now = {inst: exp for inst, exp in now.items() if is_vllm(exp)}  # not every HTTP server is vLLM
-        scrapes = {
-            inst: Scrape(exp, t, then.get(inst), t - self.window_s if inst in then else None)
-            for inst, exp in now.items()
-        }
+        scrapes = {inst: Scrape(exp, t, then.get(inst), t_then if inst in then else None) for inst, exp in now.items()}
         views = tuple(server_view(inst, sc) for inst, sc in sorted(scrapes.items()))
         total = replicas_view(list(scrapes.values())) if len(scrapes) > 1 else None
         return VllmTick(views, total, frozenset(), (), (status,)), change
+
+    def _status(self, up: bool, why: str | None = None) -> SourceStatus | None:
+        """The status, where it changed."""
+        changed = self._up is not up
+        self._up = up
+        if not changed:
+            return None
+        return SourceStatus(self.url, True, None, time.time()) if up else SourceStatus(self.url, False, why)

@@ -244,7 +244,7 @@ class SpocApp(AsciiScreenshots, JobsApp):
         worker = get_current_worker()
         assert self.sources.promql is not None
         poller = PromQLPoller(self.sources.promql, self.settings.window, self.settings.prometheus_url or "prometheus")
-        learned = -PROMETHEUS_EVERY_S
+        tried = -PROMETHEUS_EVERY_S
         while not worker.is_cancelled:
             if not self.paused:
                 tick, change = poller.poll()
@@ -252,12 +252,17 @@ class SpocApp(AsciiScreenshots, JobsApp):
                     self.post_message(SourceStatusChanged(change))
                 if tick is not None:
                     self.post_message(ServersSampled(tick))
-                if self._feed is not None and time.monotonic() - learned >= PROMETHEUS_EVERY_S:
-                    learned = time.monotonic()
-                    try:  # what it stored since (the first: its last hour), into the headroom
+                if (
+                    self._feed is not None
+                    and poller.on_scrape is None
+                    and time.monotonic() - tried >= PROMETHEUS_EVERY_S
+                ):
+                    tried = time.monotonic()
+                    try:  # its last hour into the headroom; then each scrape the monitor's reads hold
                         self._feed.read()
-                    except SourceError as e:  # the poll says Prometheus failed; read again next time
-                        logger.info("the headroom's read of Prometheus failed: %s", e)
+                        poller.on_scrape = self._feed.add
+                    except SourceError as e:  # the poll says Prometheus failed; tried again
+                        logger.info("the headroom's read of Prometheus's history failed: %s", e)
             # Sleep in short slices so a cancelled worker (quit) stops within 0.1 s.
             deadline = time.monotonic() + self.settings.interval
             while not worker.is_cancelled and time.monotonic() < deadline:

@@ -134,25 +134,37 @@ class PrometheusFeed:
             SourceError: Prometheus failed (the next read reaches back over the gap).
         """
         now = self.clock()
-        start = now - self.since_s if self._read_to is None else max(now - self.since_s, self._read_to - LATE_S)
+        start = now - self.since_s
+        if self._read_to is not None:  # from the oldest of the replicas' last scrapes read (one not
+            # yet stored then is stamped after it), and no further back than LATE_S before the last read
+            oldest = min(self._last.values(), default=self._read_to)
+            start = max(start, min(oldest, self._read_to) - 1e-3, self._read_to - LATE_S)
         got = self.scrapes(start, now)
         self._read_to = now
         new = 0
         for inst, rows in sorted(got.items()):
             if not rows or not any(is_vllm(exp) for _, exp in rows[-3:]):
                 continue  # not every server Prometheus scrapes is vLLM
-            check = self.checks.setdefault(inst, ScrapeCheck())
-            last = self._last.get(inst, -math.inf)
-            for t, exp in rows:
-                if t > last:
-                    check.see(t, exp)
-                    self.live.add(inst, t, exp)
-                    new += 1
-            self._last[inst] = max(last, rows[-1][0])
-            first = self.ends[inst][0] if inst in self.ends else rows[0]
-            self.ends[inst] = (first, rows[-1])
-            self.live.hold(inst, check.problem(inst))
+            new += sum(self._add(inst, t, exp) for t, exp in rows)
+            self.live.hold(inst, self.checks[inst].problem(inst))
         return new
+
+    def add(self, inst: str, t: float, exp: Exposition) -> None:
+        """One scrape of ``inst`` stamped ``t`` read otherwise (the monitor's own reads of
+        Prometheus, :class:`~spoc_tui.collectors.promql.PromQLPoller`'s ``on_scrape``): learned
+        where it is newer than the last, and checked."""
+        if is_vllm(exp) and self._add(inst, t, exp):
+            self.live.hold(inst, self.checks[inst].problem(inst))
+
+    def _add(self, inst: str, t: float, exp: Exposition) -> bool:
+        last = self._last.get(inst, -math.inf)
+        if not t > last:
+            return False
+        self.checks.setdefault(inst, ScrapeCheck()).see(t, exp)
+        self.live.add(inst, t, exp)
+        self._last[inst] = t
+        self.ends[inst] = (self.ends[inst][0] if inst in self.ends else (t, exp), (t, exp))
+        return True
 
 
 async def history_headroom(

@@ -206,9 +206,12 @@ class _FakePromQL:
         self.calls = 0
         self.reads: list[tuple[float, float]] = []
 
-    def vllm_pair(self, window):
+    def stamps(self, at):
+        return dict.fromkeys(self.now, 1000.0 + self.calls)  # a new scrape of each at every poll
+
+    def query(self, selector, at):
         self.calls += 1
-        return self.now, self.then, 1000.0
+        return self.now if self.calls % 2 else self.then  # now, then the window's start
 
     def scrapes(self, start, end):
         """What Prometheus stored between ``start`` and ``end`` (the headroom's feed reads it)."""
