@@ -19,6 +19,7 @@ from spoc_tui.sim.watch import VirtualWatch
 from spoc_tui.tui.app import MonitorSources, SpocApp
 from spoc_tui.twin.headroom_confirm import confirm_speeds
 from spoc_tui.twin.live import LiveHeadroom
+from spoc_tui.twin.publish import HeadroomCollector
 from spoc_tui.workload import load_workload
 from tests.tui.helpers import URL, painted, settings, settle
 
@@ -52,7 +53,8 @@ async def estimated(app: SpocApp, pilot) -> str:
 
 
 async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alerts_when_low():
-    app = SpocApp(settings(), MonitorSources(vllm=VllmPoller([URL])), start_workers=False)
+    published = HeadroomCollector()  # spoc monitor --serve-metrics
+    app = SpocApp(settings(), MonitorSources(vllm=VllmPoller([URL])), start_workers=False, published=published)
     assert app.headroom is not None and app.sources.vllm.on_scrape == app.headroom.add
     # the line and its wiring are the subject, not the figure (benchmarks/headroom.py's): a short
     # replay on the fit and one draw keeps the estimate to about a second of CPU
@@ -88,6 +90,10 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         seats = re.search(r"assumes max-num-seqs (\d+)(?: or more|-256) \(not seen\)", shown)
         assert seats is not None and 1 <= int(seats[1]) <= 48, shown
         assert "(worked out just now)" in text_of(app)  # issue 73: the estimate's age beside it
+        # and served to Prometheus as worked out (issue 75): the server's estimate, the fleet's its own
+        ratio = {tuple(s.labels.values()): s.value for m in published.collect() for s in m.samples
+                 if m.name == "spoc_headroom_ratio"}  # fmt: skip
+        assert ratio[(URL, "estimate")] == ratio[("fleet", "estimate")] == h.estimate
         await settle(pilot)
         assert shown[:60] in painted(app), painted(app)
         # its history under it: the first estimate could not say (·), the second could

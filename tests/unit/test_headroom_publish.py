@@ -93,3 +93,13 @@ def test_the_address_is_loopback_unless_a_host_is_given(text, expect):
 def test_an_address_that_is_not_one_is_refused_in_one_line(text):
     with pytest.raises(InputError, match="--serve-metrics"):
         parse_address(text)
+
+
+def test_the_monitors_serve_metrics_setting_is_checked_before_the_monitor_starts():
+    from spoc_tui.config import ConfigError, Settings
+
+    Settings(vllm_urls=["http://127.0.0.1:8000"], serve_metrics="9464").validate()
+    with pytest.raises(InputError, match="--serve-metrics 'gpu-a:9': 'gpu-a' is not an IP address"):
+        Settings(vllm_urls=["http://127.0.0.1:8000"], serve_metrics="gpu-a:9").validate()
+    with pytest.raises(ConfigError, match="serve_metrics publishes the headroom: it needs headroom on"):
+        Settings(vllm_urls=["http://127.0.0.1:8000"], serve_metrics="9464", headroom=False).validate()
