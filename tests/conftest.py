@@ -46,6 +46,9 @@ whose shared fixture is a simulator that starts in a second, so the workers shar
 
 HEAVY_S = {
     "tests/e2e/test_signals.py": 77,
+    "tests/e2e/test_headroom_prometheus.py": 60,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[headroom_prometheus.py-through Prometheus x]": 25,
+    "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[monitor_cpu.py --prometheus-spoc monitor --prometheus over 16 replicas]": 12,
     "tests/e2e/test_ramp.py": 75,
     "tests/e2e/test_twin.py": 66,
     "tests/tui/test_tune_screen.py": 37,
@@ -76,7 +79,8 @@ HEAVY_S = {
     "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[tune_quality.py-hypervolume reached]": 17,
     "tests/e2e/test_benchmarks.py::test_knee_search_benchmark_smoke": 17,
 }
-"""Seconds the heaviest groups took (four workers, 2026-11-29; the last three 2026-12-06): ``make test`` passes
+"""Seconds the heaviest groups took (four workers, 2026-11-29; the last three and the second to
+fourth 2026-12-06, the Prometheus ones estimated from their runs alone): ``make test`` passes
 ``--no-loadscope-reorder``, so xdist hands the groups out in collection order, and these are
 collected first, longest first (the others after them, as collected). xdist's own order (the
 groups of most tests first) had left the single-test benchmark groups for the end, one of them

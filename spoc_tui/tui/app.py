@@ -48,7 +48,7 @@ from spoc_tui.tui.svg import fix_file
 from spoc_tui.tui.terminal import require_terminal
 from spoc_tui.tui.textual_private import QuietDriver
 from spoc_tui.tune.study import TuneSession
-from spoc_tui.twin.headroom import WINDOW_S
+from spoc_tui.twin.headroom import WINDOW_S, Headroom
 from spoc_tui.twin.headroom_confirm import HeadroomClaim, confirm_speeds, write_traffic_trace
 from spoc_tui.twin.history import HISTORY_S, PROMETHEUS_EVERY_S, PrometheusFeed
 from spoc_tui.twin.live import LiveHeadroom
@@ -319,6 +319,9 @@ class SpocApp(AsciiScreenshots, JobsApp):
             self._servers_due = message
         else:
             self.monitor.apply_servers(message)
+        if self.published is not None and self.headroom is not None:  # each server's series from its first tick
+            new = {sv.source for sv in message.tick.servers} - self.published.servers()
+            self.published.publish({src: Headroom.none("learning", self.headroom.limits) for src in new})
         if self.headroom is not None and not self._estimating and self.headroom.due():
             self._estimating = True
             self._estimate_headroom()

@@ -74,6 +74,11 @@ class HeadroomCollector(Collector):
             for src, h in results.items():
                 self._latest[src] = (h, now)
 
+    def servers(self) -> set[str]:
+        """The servers published so far."""
+        with self._lock:
+            return set(self._latest)
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         with self._lock:
             latest = dict(self._latest)
