@@ -178,7 +178,7 @@ STAMPS = 'timestamp({__name__=~"vllm[:_]num_requests_running"})'
 
 class PromQLPoller:
     """The monitor's view of every replica a Prometheus server scrapes (blocking: call it from a
-    thread). Each :meth:`poll` (at most every :data:`CHECK_EVERY_S`; sooner, it returns nothing)
+    thread). Each :meth:`poll` (at most every ``check_every_s``; sooner, it returns nothing)
     asks first when each replica was last scraped, and reads every
     series again only once most replicas have a scrape the last read did not hold (Prometheus's
     figures change once a scrape, not once a second: a read of 16 replicas is about a tenth of a
@@ -187,9 +187,15 @@ class PromQLPoller:
     window: read at ``now - window_s``); status changes are reported once."""
 
     def __init__(
-        self, collector: PromQLCollector, window_s: float, url: str, clock: Callable[[], float] = time.time
+        self,
+        collector: PromQLCollector,
+        window_s: float,
+        url: str,
+        clock: Callable[[], float] = time.time,
+        check_every_s: float = CHECK_EVERY_S,
     ) -> None:
         self.collector = collector
+        self.check_every_s = check_every_s
         self.window_s = window_s
         self.url = url
         """The source name shown in statuses."""
@@ -218,7 +224,7 @@ class PromQLPoller:
         the status change, if any)."""
         url = self.url
         t = self.clock()
-        if t - self._checked_at < CHECK_EVERY_S:
+        if t - self._checked_at < self.check_every_s:
             return None, None
         self._checked_at = t
         try:

@@ -44,7 +44,8 @@ def test_two_real_replicas_agree_directly_and_through_prometheus(vllm_server, tm
     prom_url, proc, work = start_prometheus({"vllm": [f"127.0.0.1:{vllm_server.port}", f"127.0.0.1:{port}"]})
     try:
         urls = {f"127.0.0.1:{vllm_server.port}": vllm_server.url, f"127.0.0.1:{port}": b.url}
-        poller = PromQLPoller(PromQLCollector(prom_url), 86400.0, prom_url)  # no sample a day ago: lifetime
+        # no sample a day ago: lifetime; asked at every poll (Prometheus scrapes here every second)
+        poller = PromQLPoller(PromQLCollector(prom_url), 86400.0, prom_url, check_every_s=0.0)
         seen = dict.fromkeys(urls, 0.0)
         out = rounds = 0
         with ThreadPoolExecutor(8) as pool:
