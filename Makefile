@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/tune_quality.py --noise --cached --cv=0.104,0.077 --within=0.014,0.044
 	$(PY) benchmarks/knee_search.py
 	$(PY) benchmarks/headroom.py
+	$(PY) benchmarks/headroom_prometheus.py
 	$(PY) benchmarks/trace_bench.py
 	$(PY) benchmarks/replay_memory.py
 	bash scripts/realengine_setup.sh
@@ -79,6 +80,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/client_referee.py
 	$(PY) benchmarks/client_referee.py 32 40 vllm
 	$(PY) benchmarks/tune_noise.py
+	-$(PY) benchmarks/monitor_cpu.py --prometheus  # exits 1 while issue 75's CPU target is missed (said, not stopping)
 	$(PY) benchmarks/sim_speed.py  # last: it exits 1 while issue 73's targets are missed
 
 clean:
