@@ -120,7 +120,6 @@ def run_history(
     """``spoc inspect --prometheus URL --headroom``: each replica's headroom, and the fleet's,
     learned from the last ``since_s`` of Prometheus's history (as :func:`run_headroom`)."""
     from spoc_tui.core.redact import redact_url
-    from spoc_tui.twin.headroom import REPLAY_S
     from spoc_tui.twin.history import history_headroom
     from spoc_tui.twin.live import LiveHeadroom
 
@@ -128,7 +127,7 @@ def run_history(
         print(f"spoc: {text}", file=sys.stderr, flush=True)
 
     say(f"reading the last {since_s / 60:.0f} min of {redact_url(prometheus_url)}'s vLLM series")
-    live = LiveHeadroom(limits, prior, seats=seats, replay_s=REPLAY_S)
+    live = LiveHeadroom(limits, prior, seats=seats)  # the monitor's estimate (60 s replays), as spoc headroom's
     res = asyncio.run(history_headroom(prometheus_url, since_s, live, say))
     out = json.dumps(json_safe(res.as_dict()), indent=2, allow_nan=False) if as_json else render_text(res)
     return out, res.errors, res.interrupted
