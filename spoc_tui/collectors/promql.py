@@ -33,11 +33,15 @@ def to_expositions(result: list[dict[str, Any]]) -> dict[str, Exposition]:
         metric = item.get("metric", {})
         value = item.get("value")
         if isinstance(value, (list, tuple)) and len(value) == 2:
-            _put(out, metric, value[1])
+            inst = metric.get("instance", "?")
+            exp = out.get(inst)
+            if exp is None:
+                exp = out[inst] = Exposition()
+            _put(exp, metric, value[1])
     return out
 
 
-def _put(out: dict[str, Exposition], metric: dict[str, Any], value: Any) -> None:
+def _put(exp: Exposition, metric: dict[str, Any], value: Any) -> None:
     """One sample of a Prometheus answer into its instance's exposition (a read of 16 replicas
     is some 4,000 of them: nothing is built here that the sample does not need)."""
     name = metric.get("__name__")
@@ -47,10 +51,6 @@ def _put(out: dict[str, Exposition], metric: dict[str, Any], value: Any) -> None
         v = float(value)
     except (TypeError, ValueError):
         return
-    inst = metric.get("instance", "?")
-    exp = out.get(inst)
-    if exp is None:
-        exp = out[inst] = Exposition()
     if not math.isfinite(v):  # "NaN", "+Inf": no data, as the exposition parser has it
         exp.nonfinite += 1
         return
@@ -72,13 +72,10 @@ def to_scrapes(result: list[dict[str, Any]], after: float = -math.inf, into: Scr
     taken after ``after``: the samples one scrape read share its timestamp (Prometheus stamps a
     scrape's samples with its start), so grouped by it they are that scrape's exposition again.
     ``into``: scrapes already read (another slice of the same span), merged by timestamp."""
-    by: dict[tuple[str, float], dict[str, Exposition]] = {}
-    found: dict[str, dict[float, Exposition]] = {}
-    for inst, rows in (into or {}).items():
-        found[inst] = dict(rows)
+    found: dict[str, dict[float, Exposition]] = {inst: dict(rows) for inst, rows in (into or {}).items()}
     for item in result:
         metric = item.get("metric", {})
-        inst = str(metric.get("instance", "?"))
+        by_t = found.setdefault(str(metric.get("instance", "?")), {})
         for row in item.get("values") or ():
             if not isinstance(row, (list, tuple)) or len(row) != 2:
                 continue
@@ -86,14 +83,12 @@ def to_scrapes(result: list[dict[str, Any]], after: float = -math.inf, into: Scr
                 t = round(float(row[0]), 3)
             except (TypeError, ValueError):
                 continue
-            if not t > after:
-                continue
-            one = by.get((inst, t))
-            if one is None:
-                exp = found.setdefault(inst, {}).setdefault(t, Exposition())
-                one = by[(inst, t)] = {inst: exp}
-            _put(one, metric, row[1])
-    return {inst: sorted(rows.items(), key=lambda r: r[0]) for inst, rows in found.items()}
+            if t > after:
+                exp = by_t.get(t)
+                if exp is None:
+                    exp = by_t[t] = Exposition()
+                _put(exp, metric, row[1])
+    return {inst: sorted(rows.items(), key=lambda r: r[0]) for inst, rows in found.items() if rows}
 
 
 HISTORY_SLICE_S = 900
@@ -113,33 +108,18 @@ class PromQLCollector:
         self._prom = PrometheusConnect(url=url, timeout=timeout)
 
     def query(self, selector: str, at: float | None = None) -> dict[str, Exposition]:
-        params = {"time": f"{at:.3f}"} if at is not None else None
-        try:
-            result = self._prom.custom_query(selector, params=params)
-        except Exception as e:  # requests' errors, bad JSON, Prometheus' own error answers
-            raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
-        return to_expositions(result)
+        return to_expositions(self._ask(selector, at))
 
     def stamps(self, at: float | None = None) -> dict[str, float]:
         """Each vLLM replica's last scrape (wall time) as of ``at`` (:data:`STAMPS`)."""
-        params = {"time": f"{at:.3f}"} if at is not None else None
-        try:
-            result = self._prom.custom_query(STAMPS, params=params)
-        except Exception as e:  # as in query()
-            raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
         out: dict[str, float] = {}
-        for item in result if isinstance(result, list) else ():
+        for item in self._ask(STAMPS, at):
             inst = str(item.get("metric", {}).get("instance", "?"))
             try:
                 out[inst] = max(out.get(inst, -math.inf), float(item["value"][1]))
             except (KeyError, IndexError, TypeError, ValueError):
                 continue
         return out
-
-    def vllm_pair(self, window_s: float) -> tuple[dict[str, Exposition], dict[str, Exposition], float]:
-        """Expositions per instance now and ``window_s`` ago, and the wall time of 'now'."""
-        now = time.time()
-        return self.query(VLLM_SELECTOR, now), self.query(VLLM_SELECTOR, now - window_s), now
 
     def scrapes(self, start: float, end: float) -> Scrapes:
         """Every vLLM instance's scrapes Prometheus holds after ``start`` up to ``end`` (wall
@@ -153,26 +133,29 @@ class PromQLCollector:
         while t > start:
             span = min(float(HISTORY_SLICE_S), t - start)
             secs = max(1, math.ceil(span))
-            result = self._raw(f"{VLLM_SELECTOR}[{secs}s]", t)
-            out = to_scrapes(result, after=start, into=out)
+            out = to_scrapes(self._ask(f"{VLLM_SELECTOR}[{secs}s]", t), after=start, into=out)
             t -= span
         return out
 
-    def _raw(self, expr: str, at: float) -> list[dict[str, Any]]:
+    def promql(self, expr: str) -> list[dict[str, Any]]:
+        """A raw PromQL query (instant vector)."""
+        return self._ask(expr)
+
+    def _ask(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """One query's result, at ``at`` (wall time; now where None).
+
+        Raises:
+            SourceError: requests' errors, bad JSON, Prometheus's own error answers, or an answer
+                that is not a list of results.
+        """
+        params = {"time": f"{at:.3f}"} if at is not None else None
         try:
-            result = self._prom.custom_query(expr, params={"time": f"{at:.3f}"})
-        except Exception as e:  # as in query()
+            result = self._prom.custom_query(expr, params=params)
+        except Exception as e:
             raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
         if not isinstance(result, list):
             raise SourceError(f"{self.url}: Prometheus answered {type(result).__name__}, not samples")
         return result
-
-    def promql(self, expr: str) -> list[dict[str, Any]]:
-        """A raw PromQL query (instant vector)."""
-        try:
-            return list(self._prom.custom_query(expr))
-        except Exception as e:  # as in query()
-            raise SourceError(f"{self.url}: Prometheus query failed ({first_line(e, 160)})") from None
 
 
 CHECK_EVERY_S = 5.0
@@ -237,7 +220,7 @@ class PromQLPoller:
         try:
             stamps = self.collector.stamps(t)
             if not self._moved(stamps, t):
-                return None, self._status(True)
+                return None, self._status(SourceStatus(url, True, None, time.time()))
             now = self.collector.query(VLLM_SELECTOR, t)
             base = next((r for r in reversed(self._reads) if r[0] <= t - self.window_s + 1e-6), None)
             t_then, then = (
@@ -246,23 +229,25 @@ class PromQLPoller:
                 else (t - self.window_s, self.collector.query(VLLM_SELECTOR, t - self.window_s))
             )
         except SourceError as e:
-            return None, self._status(False, str(e))
+            return None, self._status(SourceStatus(url, False, str(e)))
         self._seen, self._read_at = stamps, t
         self._reads.append((t, now))
         while len(self._reads) > 1 and self._reads[1][0] <= t - self.window_s:
             self._reads.popleft()  # (the newest at least window_s old stays: the next baseline)
-        change = self._status(True)
         status = SourceStatus(url, True, None, time.time())
+        change = self._status(status)
         now = {inst: exp for inst, exp in now.items() if is_vllm(exp)}  # not every HTTP server is vLLM
+        if self.on_scrape is not None:
+            for inst, exp in now.items():
+                if inst in stamps:
+                    self.on_scrape(inst, round(stamps[inst], 3), exp)
         scrapes = {inst: Scrape(exp, t, then.get(inst), t_then if inst in then else None) for inst, exp in now.items()}
         views = tuple(server_view(inst, sc) for inst, sc in sorted(scrapes.items()))
         total = replicas_view(list(scrapes.values())) if len(scrapes) > 1 else None
         return VllmTick(views, total, frozenset(), (), (status,)), change
 
-    def _status(self, up: bool, why: str | None = None) -> SourceStatus | None:
-        """The status, where it changed."""
-        changed = self._up is not up
-        self._up = up
-        if not changed:
-            return None
-        return SourceStatus(self.url, True, None, time.time()) if up else SourceStatus(self.url, False, why)
+    def _status(self, status: SourceStatus) -> SourceStatus | None:
+        """``status``, where it changed (up or down) since the last poll."""
+        changed = self._up is not status.up
+        self._up = status.up
+        return status if changed else None

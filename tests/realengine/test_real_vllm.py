@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from spoc_tui.collectors.poller import VllmPoller
-from spoc_tui.collectors.promql import PromQLCollector
+from spoc_tui.collectors.promql import VLLM_SELECTOR, PromQLCollector
 from spoc_tui.collectors.scrape import SourceError
 from spoc_tui.core.metrics.promparse import Exposition, parse_text
 from spoc_tui.core.metrics.vllm import Scrape, server_view
@@ -205,7 +205,9 @@ async def test_prometheus_mode_reads_the_same_figures(vllm_server, prometheus):
     now = then = {}
     for _ in range(30):
         try:
-            now, then, _t = await asyncio.to_thread(prom.vllm_pair, 10.0)
+            t = time.time()  # now, and 10 s ago
+            now = await asyncio.to_thread(prom.query, VLLM_SELECTOR, t)
+            then = await asyncio.to_thread(prom.query, VLLM_SELECTOR, t - 10.0)
         except SourceError:
             pass
         if len(now) >= 2:

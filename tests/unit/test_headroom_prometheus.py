@@ -211,8 +211,11 @@ def test_the_monitor_reads_prometheus_again_once_most_replicas_were_scraped_agai
     assert poller.poll() == (None, None)  # one of four
     prom.last["r1:8000"] += 5
     prom.clock += 5.0
+    handed: list[tuple[str, float]] = []
+    poller.on_scrape = lambda inst, t, exp: handed.append((inst, t))  # the headroom's feed
     tick, change = poller.poll()  # two of four: read (in the first minute, with its window's start)
     assert tick is not None and change is None and prom.queries[-2:] == [1016.0, 956.0]
+    assert sorted(handed) == sorted(prom.last.items())  # each replica's scrape, stamped as Prometheus stamped it
     for _ in range(20):  # a minute on, the read 60 s old is the next window's baseline
         prom.clock += 5.0
         prom.last = {k: v + 5 for k, v in prom.last.items()}
