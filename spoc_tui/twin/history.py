@@ -122,7 +122,6 @@ class PrometheusFeed:
         self.clock = clock
         self.checks: dict[str, ScrapeCheck] = {}
         self._read_to: float | None = None
-        self._last: dict[str, float] = {}
         self.ends: dict[str, tuple[tuple[float, Exposition], tuple[float, Exposition]]] = {}
         """Each replica's first scrape read and its last."""
 
@@ -137,7 +136,7 @@ class PrometheusFeed:
         start = now - self.since_s
         if self._read_to is not None:  # from the oldest of the replicas' last scrapes read (one not
             # yet stored then is stamped after it), and no further back than LATE_S before the last read
-            oldest = min(self._last.values(), default=self._read_to)
+            oldest = min((last[0] for _, last in self.ends.values()), default=self._read_to)
             start = max(start, min(oldest, self._read_to) - 1e-3, self._read_to - LATE_S)
         got = self.scrapes(start, now)
         self._read_to = now
@@ -157,13 +156,12 @@ class PrometheusFeed:
             self.live.hold(inst, self.checks[inst].problem(inst))
 
     def _add(self, inst: str, t: float, exp: Exposition) -> bool:
-        last = self._last.get(inst, -math.inf)
-        if not t > last:
+        first, last = self.ends.get(inst, ((t, exp), (-math.inf, exp)))
+        if not t > last[0]:
             return False
         self.checks.setdefault(inst, ScrapeCheck()).see(t, exp)
         self.live.add(inst, t, exp)
-        self._last[inst] = t
-        self.ends[inst] = (self.ends[inst][0] if inst in self.ends else (t, exp), (t, exp))
+        self.ends[inst] = (first, (t, exp))
         return True
 
 
