@@ -543,6 +543,7 @@ class LiveBackend:
         self.answered: list[RequestSample] = []
         self.health: list[wire.Health] = []
         self.heard: dict[str, float] = {}  # each generator process's last health report (monotonic)
+        self.failed: str | None = None  # what the load generator said failed once it was running
         self.trace_done: list[wire.TraceDone] = []
         self.poller: VllmPoller | None = None
         self.dcgm: DcgmPoller | None = None
@@ -579,12 +580,15 @@ class LiveBackend:
                 self.trace_done.append(ev)
             elif isinstance(ev, wire.RunnerFailed):
                 logger.warning("load generator: %s", ev.message)
+                self.failed = self.failed or ev.message
             elif isinstance(ev, wire.Exited):
                 return
 
     def _alive(self) -> asyncio.Task[None]:
         if self.pump is None or self.pump.done():
             raise RampError("the load generator exited; see runner.log in the output folder")
+        if self.failed is not None:
+            raise RampError(f"the load generator failed: {self.failed}; see runner.log in the output folder")
         if (why := silent(self.heard, time.monotonic())) is not None:
             raise RampError(why)
         return self.pump

@@ -37,11 +37,13 @@ import gevent.pool
 import gevent.ssl
 from gevent.fileobject import FileObjectPosix
 from locust import constant, task
+from locust import runners as locust_runners
 from locust.env import Environment
 from locust.runners import MasterRunner
 
 from spoc_tui.core.metrics.sse import StreamTally
 from spoc_tui.core.ramp.steps import RequestSample
+from spoc_tui.core.ramp.steps.client import SILENT_S
 from spoc_tui.core.traces.read import TraceError, TraceRow, TraceSource
 from spoc_tui.core.traces.replay import ReplayShare, release
 from spoc_tui.load import wire
@@ -146,6 +148,11 @@ class Cohort:
 
 
 Cohort.reset()
+WORKER_LIVENESS_BEATS = int(SILENT_S) + 5
+"""Heartbeats (one a second) the master lets a worker miss before Locust drops it. Locust's own 3
+dropped a worker its host starved for 4 s, and with the last one the whole test stopped: every
+step after read 0 requests and the ramp passed. Longer than :data:`SILENT_S`, the parent's judge
+of a silent process, so a stall that long ends the ramp with its reason."""
 COHORT_POLL_S = 0.002
 COHORT_SETTLE_S = 0.05
 COHORT_DRAIN_S = 30.0
@@ -704,6 +711,21 @@ def _work(env: Environment, args: argparse.Namespace) -> int:
     return 0
 
 
+def _watch_workers(runner: MasterRunner, expected: int) -> None:
+    """Says once that a worker went missing (Locust has dropped it and moved or stopped its users):
+    the parent ends the ramp on it rather than measure steps without that worker's load."""
+    while True:
+        gevent.sleep(1.0)
+        if missing := len(runner.clients.missing):
+            emit(
+                wire.RunnerFailed(
+                    f"{missing} of {expected} load-generator workers stopped answering (no heartbeat for "
+                    f"{WORKER_LIVENESS_BEATS} s): their host is overloaded or they died"
+                )
+            )
+            return
+
+
 def _serve(env: Environment, args: argparse.Namespace) -> int:
     """The master (with workers) or the local runner: emits samples, takes commands."""
 
@@ -712,6 +734,7 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
 
     Shared.sink = emit_sample
     if args.expect_workers:
+        locust_runners.HEARTBEAT_LIVENESS = WORKER_LIVENESS_BEATS  # read as each worker joins and beats
         runner = env.create_master_runner(args.master_bind_host, args.master_bind_port)
 
         def on_samples(msg: Any, **_kw: Any) -> None:
@@ -740,6 +763,7 @@ def _serve(env: Environment, args: argparse.Namespace) -> int:
                 OUT.flush()
                 return 1
             gevent.sleep(0.1)
+        gevent.spawn(_watch_workers, runner, args.expect_workers)
     else:
         env.create_local_runner()
     Replay.done = emit

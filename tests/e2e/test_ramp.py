@@ -1,8 +1,12 @@
 """`spoc ramp` end to end against the simulator (short steps)."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -305,6 +309,45 @@ def test_master_and_local_worker(sim8, fast_profile, tmp_path):
             user = rec["conversation"].split("#")[0]
             firsts[user] = min(firsts.get(user, rec["start"]), rec["start"])
     assert len(firsts) == 4 and max(firsts.values()) - min(firsts.values()) < 0.25, firsts
+
+
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """This run's own processes under ``pid`` (pid and command line), read from /proc."""
+    out = []
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        cmd = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        out += [(int(child), cmd), *_descendants(int(child))]
+    return out
+
+
+def test_a_worker_its_host_starves_for_seconds_stays_in_the_test(sim8, fast_profile, tmp_path):
+    """Locust's master drops a worker after 3 missed heartbeats; with the last one it stopped the
+    whole test, and every step after read 0 requests while the ramp passed. A worker stopped 6 s
+    (SIGSTOP: what a starved host does to it) is kept, and the next step is measured on it."""
+    url, _ = sim8
+    out = tmp_path / "out"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", url, "--profile", fast_profile, "--users", "2,4",
+         "--step-seconds", "5", "--warmup-seconds", "1", "--max-step-seconds", "5", "--sla", "ttft_p99<=5s",
+         "--out", str(out), "--workers", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line.startswith("step 1:"):
+                break
+        (worker,) = [pid for pid, cmd in _descendants(p.pid) if " --worker" in cmd]
+        os.kill(worker, signal.SIGSTOP)
+        time.sleep(6)
+        os.kill(worker, signal.SIGCONT)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    d = json.loads((out / "ramp.json").read_text())
+    assert [s["users"] for s in d["steps"]] == [2, 4] and d["steps"][1]["requests"] > 0, d["steps"]
 
 
 def _keys(x, path=""):
