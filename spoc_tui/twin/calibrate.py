@@ -294,11 +294,15 @@ class Calibrator:
             engine_version=engine_version(exp),
         )
 
-    async def _read_clocks(self, c: httpx.AsyncClient) -> None:
-        """The GPUs' SM clocks from the dcgm-exporter (``--dcgm``), kept per GPU: twin.json says
-        what clocks the fit was made at, so a later drift (a hot GPU, a power cap) can be told."""
+    async def _read_clocks(self, c: httpx.AsyncClient, after_s: float = 0.0, keep: bool = True) -> None:
+        """The GPUs' SM clocks from the dcgm-exporter (``--dcgm``) ``after_s`` from now, kept per GPU
+        (``keep``; else the exporter is only checked): twin.json says what clocks the fit was made
+        at, so a later drift (a hot GPU, a power cap) can be told. Read under load only: an idle
+        GPU clocks down (345 MHz on the simulated A100), and a reading after a probe had ended, or
+        the one before any, made a slow host's twin say it was fitted at idle clocks."""
         if not self.dcgm:
             return
+        await asyncio.sleep(after_s)
         from spoc_tui.core.hardware.gpu import dcgm_gpus
 
         try:
@@ -309,7 +313,7 @@ class Calibrator:
         if not gpus:
             raise TwinError(f"--dcgm {redact_url(self.dcgm)}: no GPU in its metrics")
         for g in gpus:
-            if g.sm_clock_mhz is not None:
+            if g.sm_clock_mhz is not None and keep:
                 self.clocks.setdefault(g.gpu, []).append(g.sm_clock_mhz)
 
     def _learn_lengths(self) -> None:
@@ -513,7 +517,7 @@ class Calibrator:
         async with new_client(httpx.Timeout(120.0, connect=5.0), transport=self.transport) as c:
             self.progress("reading the server's configuration", 0.0)
             self.server = await self._config(c)
-            await self._read_clocks(c)
+            await self._read_clocks(c, keep=False)
             await asyncio.to_thread(self._learn_lengths)
             cfg = self.server
             self.progress("warming up", 0.0)
@@ -564,11 +568,16 @@ class Calibrator:
                     await self.mixed(c, *args)
                 cost[kind] = max(cost.get(kind, 0.0), time.perf_counter() - t)
                 done += 1
-                if kind == "decode" and args[0] == max(batches, default=0):
-                    await self._read_clocks(c)  # under the heaviest load the probes make
             self.progress("a mixed load", min(1.0, (time.perf_counter() - self._t0) / self.budget_s))
             users = max(2, min(LOAD_USERS, cfg.max_num_seqs))
-            load = await self.load(c, users, load_s * (1 - ANSWERS_SHARE), min(mml - 8, 600))
+            mixed_s = load_s * (1 - ANSWERS_SHARE)
+            clocks = [asyncio.create_task(self._read_clocks(c, after_s=mixed_s * k / 3)) for k in (1, 2)]
+            try:
+                load = await self.load(c, users, mixed_s, min(mml - 8, 600))
+                await asyncio.gather(*clocks)  # read under the mixed load
+            finally:
+                for t in clocks:
+                    t.cancel()
             self.progress("answers the server ends itself", min(1.0, (time.perf_counter() - self._t0) / self.budget_s))
             lengths = await self.answers(c, load_s * ANSWERS_SHARE, max(16, min(ANSWER_MAX_TOKENS, mml - 80)))
         return self._fitted(time.perf_counter() - self._t0, load, lengths)

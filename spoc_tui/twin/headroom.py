@@ -79,6 +79,10 @@ REPLAY_S = 120.0
 MAX_SPEED = 10.0
 """The fastest a headroom replays the traffic: more than this is said as "beyond x10" (a server
 that idle needs no finer answer, and replays far past its knee took a minute of CPU each)."""
+DRAWS_NEAR_KNEE = True
+"""The fit's draws replay the traffic only at the speeds about the fit's knee (a headroom reads
+their knees alone): 2.4 to 1.5 of every three replays' CPU on the benchmark's A100, the same
+knees (:func:`~spoc_tui.twin.predict.draw_near_knee`)."""
 SEARCH_STEPS = 8
 """Replays a headroom's knee search may run (each ``replay_s`` of virtual time, or to its last
 answer): enough to double from x1 past :data:`MAX_SPEED` and then narrow the knee once or twice.
@@ -746,6 +750,7 @@ def headroom_of(
         draws=draws,
         trace=trace,
         budget_s=SEARCH_STEPS * replay_s * 1.25,
+        draws_near_knee=DRAWS_NEAR_KNEE,
     )
     predicted = predict(p)
     knee = predicted.knee

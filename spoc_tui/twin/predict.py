@@ -111,6 +111,10 @@ class Prediction(defaults.StepRules):
     trace: TraceRows | None = None
     """A trace replay (``--trace``): its steps are speeds (``plan`` a
     :class:`~spoc_tui.core.ramp.knee.FixedSpeeds` or :class:`~spoc_tui.core.ramp.knee.SpeedSearch`)."""
+    draws_near_knee: bool = False
+    """A trace's draws replay only the fit's levels around its knee, outward while a draw's knee
+    lies past them (a headroom reads the knee alone; ``spoc twin predict`` gives every step's
+    interval, which needs every level)."""
 
     @property
     def open_loop(self) -> bool:
@@ -313,20 +317,24 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     windows = [(r.step.level, r.window) for r in central]
     knee = find_knee([r.step for r in central], infer_knee(windows, p.limits, unit, seed=p.seed))
     draws = list(p.twin.draws[: max(0, p.draws)])
-    per_draw: list[list[DrawStep]] = []
+    per_draw: list[dict[int, DrawStep]] = []
     knees: list[float | None] = []
+    near = knee.inferred.estimate if p.draws_near_knee and p.trace is not None and knee.inferred else None
     for i, m in enumerate(draws):
         say(f"draw {i + 1}/{len(draws)} of the fit")
-        runs = draw(p, m, p.seed + 1000 * (i + 1), levels)
+        if near is not None and knee.inferred is not None and knee.inferred.boundary != "bound":
+            runs, est = draw_near_knee(p, m, p.seed + 1000 * (i + 1), levels, near, unit, p.seed + i + 1)
+        else:
+            runs = dict(enumerate(draw(p, m, p.seed + 1000 * (i + 1), levels)))
+            # the draw's knee: its fit's crossing (no resampling: the draws' spread is the interval)
+            est = draw_knee(runs, p.limits, unit, p.seed + i + 1)
         per_draw.append(runs)
-        # the draw's knee: its fit's crossing (no resampling: the draws' spread is the interval)
-        est = infer_knee([(r.level, r.window) for r in runs], p.limits, unit, replicates=0, seed=p.seed + i + 1)
         knees.append(est.estimate if est is not None and est.boundary != "bound" else None)
     intervals: list[dict[str, Interval]] = []
     for k, run in enumerate(central):
         row: dict[str, Interval] = {}
         for metric, stat in METRICS:
-            vals = [d[k].figures[metric_key(metric, stat)] for d in per_draw if k < len(d)]
+            vals = [d[k].figures[metric_key(metric, stat)] for d in per_draw if k in d]
             own = figure_ci(run.step, metric, stat)
             v0 = figure(run.step, metric, stat)
             row[metric_key(metric, stat)] = _interval([v for v in [v0, *vals] if v is not None], own)
@@ -582,13 +590,58 @@ def run_trace_ramp(
     return _drive(p, backend, seed, progress)
 
 
-def run_trace_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]]) -> list[DrawStep]:
-    """The replay again on one draw of the fit, at the speeds the fit's run chose (a synthetic
-    traffic's rows drawn again for the draw: :meth:`TraceRows.redrawn`)."""
+def run_trace_draw(
+    p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]], only: Sequence[int] | None = None
+) -> list[DrawStep]:
+    """The replay again on one draw of the fit, at the speeds the fit's run chose (``only``: at
+    those of them; a synthetic traffic's rows drawn again for the draw: :meth:`TraceRows.redrawn`).
+    The k-th level's replay is the same whichever others run beside it."""
     assert p.trace is not None
     trace = p.trace.redrawn(seed)
     out: list[DrawStep] = []
-    for k, (speed, _secs) in enumerate(levels):
+    for k in range(len(levels)) if only is None else only:
+        speed = levels[k][0]
         sim, secs = _replay(p, model, seed + k, speed, trace)
         out.append(DrawStep(speed, list(sim.samples), point_figures(sim.samples, secs)))
     return out
+
+
+def draw_knee(runs: Mapping[int, DrawStep], limits: Sequence[Limit], unit: LevelUnit, seed: int) -> KneeEstimate | None:
+    """A draw's knee: its fit's crossing over the levels it ran (no resampling: the draws'
+    spread is the interval)."""
+    return infer_knee([(r.level, r.window) for _, r in sorted(runs.items())], limits, unit, replicates=0, seed=seed)
+
+
+NEAR_LEVELS = 2
+"""A draw near the fit's knee first replays this many of the fit's levels on each side of it."""
+
+
+def draw_near_knee(
+    p: Prediction,
+    model: StepModel,
+    seed: int,
+    levels: Sequence[tuple[float, float]],
+    knee: float,
+    unit: LevelUnit,
+    infer_seed: int,
+) -> tuple[dict[int, DrawStep], KneeEstimate | None]:
+    """One draw replayed at the fit's levels nearest its knee, :data:`NEAR_LEVELS` each side, then
+    one level further out at a time on the side a draw's knee lies past (every level met its
+    limits: above; every level broke one: below), until it crosses inside or no level is left:
+    each replay is the one the whole run makes at that level, and a crossing's fit reads the levels
+    about it, so the draw's knee is the whole run's for a fraction of the replays."""
+    order = sorted(range(len(levels)), key=lambda k: levels[k][0])
+    below = [k for k in order if levels[k][0] <= knee]
+    above = [k for k in order if levels[k][0] > knee]
+    chosen = below[-NEAR_LEVELS:] + above[:NEAR_LEVELS]
+    below, above = below[:-NEAR_LEVELS] if len(below) > NEAR_LEVELS else [], above[NEAR_LEVELS:]
+    runs = dict(zip(chosen, run_trace_draw(p, model, seed, levels, chosen), strict=True))
+    while True:
+        est = draw_knee(runs, p.limits, unit, infer_seed)
+        if est is None or est.boundary != "bound":
+            return runs, est
+        side = above if est.estimate is not None else below  # all met: further up; all broke: down
+        if not side:
+            return runs, est
+        k = side.pop(0) if side is above else side.pop()
+        runs[k] = run_trace_draw(p, model, seed, levels, [k])[0]

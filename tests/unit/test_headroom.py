@@ -326,6 +326,41 @@ def test_the_search_goes_on_past_x8_to_say_beyond_x10():
     assert "every speed replayed met the SLA" in h.reason and "beyond x10" in h.line(), h.line()
 
 
+def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_finds(monkeypatch):
+    """A headroom reads its draws' knees alone, so they replay the fit's speeds about its knee and
+    go further out only while a draw's knee lies past them: the same knees as replaying every speed
+    the fit ran, from fewer replays (each one the very replay the whole run makes at its speed)."""
+    from spoc_tui.twin import headroom, predict
+    from spoc_tui.twin.passive import PassiveFit
+    from tests.unit.test_twin_fit import SERVER, TRUE
+
+    fit = PassiveFit(TRUE, (replace(TRUE, b0=TRUE.b0 * 0.9), replace(TRUE, b0=TRUE.b0 * 1.1)), 20, (1.0, 4.0), True,
+                     "identified (test)", 1.0)  # fmt: skip
+    replays = {True: 0, False: 0}
+    seen: dict[bool, list[float | None]] = {}
+    real_replay, real_predict = predict._replay, predict.predict
+
+    def counted(p, *args, **kw):
+        replays[p.draws_near_knee] += 1
+        return real_replay(p, *args, **kw)
+
+    def kept(p, progress=None):
+        out = real_predict(p, progress)
+        seen[p.draws_near_knee] = out.draw_knees
+        return out
+
+    monkeypatch.setattr(predict, "_replay", counted)
+    monkeypatch.setattr(predict, "predict", kept)
+    sla = tuple(parse_sla("ttft_p99<=2s,itl_p99<=100ms"))
+    tr = traffic(rate=2.0)
+    for near in (False, True):
+        monkeypatch.setattr(headroom, "DRAWS_NEAR_KNEE", near)
+        h = headroom.headroom_of(fit, SERVER, tr, sla, seed=1, draws=2, replay_s=20.0)
+        assert h.identified and h.estimate is not None, h
+    assert seen[True] == seen[False] and all(k is not None for k in seen[True]), seen
+    assert replays[True] < replays[False], replays
+
+
 def test_the_interval_always_holds_its_own_point():
     """The point is the fit's knee, the interval its draws': where they disagree (a term the windows
     barely identify) the interval is widened to hold the point, never printed beside it apart (the
