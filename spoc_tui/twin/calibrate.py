@@ -576,8 +576,8 @@ class Calibrator:
                 load = await self.load(c, users, mixed_s, min(mml - 8, 600))
                 await asyncio.gather(*clocks)  # read under the mixed load
             finally:
-                for t in clocks:
-                    t.cancel()
+                for task in clocks:
+                    task.cancel()
             self.progress("answers the server ends itself", min(1.0, (time.perf_counter() - self._t0) / self.budget_s))
             lengths = await self.answers(c, load_s * ANSWERS_SHARE, max(16, min(ANSWER_MAX_TOKENS, mml - 80)))
         return self._fitted(time.perf_counter() - self._t0, load, lengths)
