@@ -176,13 +176,16 @@ class Resampler:
         cumulative weights are worked out exactly, and only over a window of the sorted values
         around the quantile (what the replicates' quantiles can reach), from each replicate's
         weight below it: the same values as the cumulative sums over every value (which took a
-        predicted ramp's summaries most of their time)."""
+        predicted ramp's summaries most of their time). The window's sums are whole numbers,
+        summed as 32-bit integers (half the time of floats, the same values)."""
         if len(values) == 0:
             return [(None, None) for _ in qs]
-        order = np.argsort(np.asarray(values, dtype=float), kind="stable")
-        xs = np.asarray(values, dtype=float)[order]
-        own = np.asarray(owner, dtype=int)[order]
+        vals = np.asarray(values, dtype=float)
+        order = np.argsort(vals, kind="stable")
+        xs = vals[order]
+        own = np.asarray(owner, dtype=np.intp)[order]
         w = self.weights
+        whole = w.astype(np.int32)
         n, n_req = xs.size, w.shape[1]
         totals = w @ np.bincount(own, minlength=n_req).astype(float)
         est = np.full((len(qs), w.shape[0]), np.nan)
@@ -193,12 +196,13 @@ class Resampler:
             while True:
                 lo, hi = max(0, int(q * n) - half), min(n, int(q * n) + half)
                 base = w @ np.bincount(own[:lo], minlength=n_req).astype(float)
-                cum = np.cumsum(w[:, own[lo:hi]], axis=1) + base[:, None]
-                reached = cum[:, -1] >= target if hi > lo else np.zeros(len(target), bool)
+                cum = np.cumsum(whole[:, own[lo:hi]], axis=1, dtype=np.int32)
+                reached = cum[:, -1] + base >= target if hi > lo else np.zeros(len(target), bool)
                 if (lo == 0 or np.all((base < target) | ~live)) and (hi == n or np.all(reached | ~live)):
                     break
                 half *= 4
-            idx = np.minimum(lo + (cum < target[:, None]).sum(axis=1), n - 1)
+            # base is a whole number and target q x one, far from it where not one: the same test
+            idx = np.minimum(lo + (cum < (target - base)[:, None]).sum(axis=1), n - 1)
             est[qi, live] = xs[idx[live]]
         return [self.interval(e) for e in est]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Literal
 
 import numpy as np
@@ -166,7 +167,7 @@ class _Column:
             gaps = [s.itl if s.ok else () for s in samples]
             self.lengths = np.array([len(g) for g in gaps], dtype=np.int64)
             self.starts = np.concatenate(([0], np.cumsum(self.lengths)[:-1])).astype(np.int64)
-            self.values = np.fromiter((g for gs in gaps for g in gs), dtype=float, count=int(self.lengths.sum()))
+            self.values = np.fromiter(chain.from_iterable(gaps), dtype=float, count=int(self.lengths.sum()))
             owner = np.repeat(np.arange(len(gaps)), self.lengths)
             self.ranked = PooledPercentile(self.values, owner) if self.stat != "mean" else None
         else:
