@@ -115,6 +115,10 @@ class Resampler:
     _units: int = 0
     """Per replicate: units / the replicate's total unit weight, which turns Poisson weights into
     the fixed-size (multinomial) bootstrap that a total over a fixed window needs."""
+    block_of: np.ndarray | None = None
+    """With :meth:`for_blocks`: each request's block (``weights[:, i]`` is
+    ``block_weights[:, block_of[i]]``)."""
+    block_weights: np.ndarray | None = None
 
     @classmethod
     def for_requests(cls, n: int, seed: int, replicates: int = REPLICATES) -> Resampler:
@@ -133,7 +137,9 @@ class Resampler:
         rng = np.random.default_rng(seed)
         w = rng.poisson(1.0, size=(replicates, n_blocks)).astype(float)
         used = int(np.unique(blocks).size) if blocks.size else 0
-        return cls(w[:, blocks] if blocks.size else np.zeros((replicates, 0)), _scale(w), used)
+        if not blocks.size:
+            return cls(np.zeros((replicates, 0)), _scale(w), used)
+        return cls(w[:, blocks], _scale(w), used, blocks, w)
 
     def widening(self) -> float:
         """The factor a percentile interval is stretched by (about its median) for resampling few
@@ -181,7 +187,7 @@ class Resampler:
         if len(values) == 0:
             return [(None, None) for _ in qs]
         vals = np.asarray(values, dtype=float)
-        order = np.argsort(vals, kind="stable")
+        order = np.argsort(vals)  # not stable: ties have one value, whichever is found first
         xs = vals[order]
         own = np.asarray(owner, dtype=np.intp)[order]
         w = self.weights
@@ -190,6 +196,11 @@ class Resampler:
         totals = w @ np.bincount(own, minlength=n_req).astype(float)
         est = np.full((len(qs), w.shape[0]), np.nan)
         live = totals > 0
+        if self.block_of is not None and self.block_weights is not None and self.block_weights.shape[1] <= MOST_BLOCKS:
+            found = _first_reaching(self.block_of[own], self.block_weights, [q * totals for q in qs])
+            for qi, idx in enumerate(found):
+                est[qi, live] = xs[np.minimum(idx, n - 1)[live]]
+            return [self.interval(e) for e in est]
         for qi, q in enumerate(qs):
             target = q * totals
             half = max(128, n // 64)
@@ -243,6 +254,46 @@ class Resampler:
         np.add.at(sums, np.asarray(owner, dtype=int), np.asarray(values, dtype=float))
         np.add.at(counts, np.asarray(owner, dtype=int), 1.0)
         return self.ratio(sums.tolist(), counts.tolist())
+
+
+MOST_BLOCKS = 256
+"""A pooled percentile's replicates are searched block by block (:func:`_first_reaching`) up to
+this many blocks; past it (a request its own unit) over a window of the sorted values."""
+
+
+def _first_reaching(block: np.ndarray, weights: np.ndarray, targets: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per target and replicate r, the first position i of the sorted values whose cumulative
+    weight (each value weighing its block's ``weights[r, block[i]]``) reaches ``target[r]``;
+    ``len(block)`` where none does. The values are cut into cells of :data:`CELL` positions; the
+    weight at each cell's end is its blocks' counts so far times their weights (one matrix
+    product for every replicate), which finds each replicate's cell, and only inside that cell are
+    the weights summed value by value. Whole numbers (Poisson weights, counts), so the positions
+    are the sums over every value's to the last one, where those sums took most of a replayed
+    step's summary."""
+    n, k = block.size, weights.shape[1]
+    reps = weights.shape[0]
+    cells = -(-n // CELL)
+    counts = np.bincount((np.arange(n) // CELL) * k + block, minlength=cells * k).reshape(cells, k)
+    at_end = np.cumsum(counts, axis=0).astype(float) @ weights.T  # cells x replicates
+    whole = weights.astype(np.int64)
+    rows = np.arange(reps)
+    offsets = np.arange(CELL)
+    out = []
+    for target in targets:
+        cell = (at_end < target[None, :]).sum(axis=0)  # the first cell reaching it (cells: none)
+        found = cell < cells
+        c = np.minimum(cell, cells - 1)
+        base = np.where(c > 0, at_end[np.maximum(c - 1, 0), rows], 0.0)
+        pos = c[:, None] * CELL + offsets[None, :]
+        inside = pos < n
+        w = np.where(inside, whole[rows[:, None], block[np.minimum(pos, n - 1)]], 0)
+        before = (np.cumsum(w, axis=1) + base[:, None] < target[:, None]).sum(axis=1)
+        out.append(np.where(found, c * CELL + before, n))
+    return out
+
+
+CELL = 256
+"""Positions of the sorted values per cell in :func:`_first_reaching`."""
 
 
 Z95 = 1.959963984540054

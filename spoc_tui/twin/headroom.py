@@ -81,8 +81,8 @@ MAX_SPEED = 10.0
 that idle needs no finer answer, and replays far past its knee took a minute of CPU each)."""
 DRAWS_NEAR_KNEE = True
 """The fit's draws replay the traffic only at the speeds about the fit's knee (a headroom reads
-their knees alone): 2.4 to 1.5 of every three replays' CPU on the benchmark's A100, the same
-knees (:func:`~spoc_tui.twin.predict.draw_near_knee`)."""
+their knees alone): on the benchmark's A100 its eight draws replayed 21 times where they
+replayed 64, the same knees (:func:`~spoc_tui.twin.predict.draw_near_knee`)."""
 SEARCH_STEPS = 8
 """Replays a headroom's knee search may run (each ``replay_s`` of virtual time, or to its last
 answer): enough to double from x1 past :data:`MAX_SPEED` and then narrow the knee once or twice.

@@ -612,7 +612,7 @@ def draw_knee(runs: Mapping[int, DrawStep], limits: Sequence[Limit], unit: Level
     return infer_knee([(r.level, r.window) for _, r in sorted(runs.items())], limits, unit, replicates=0, seed=seed)
 
 
-NEAR_LEVELS = 2
+NEAR_LEVELS = 1
 """A draw near the fit's knee first replays this many of the fit's levels on each side of it."""
 
 

@@ -117,7 +117,9 @@ def test_pooled_quantiles_read_the_same_replicates_as_summing_every_value():
         lens = rng.integers(0, 200 if trial % 3 else 3, n_req)
         values = np.round(rng.lognormal(-3, 0.7, int(lens.sum())), 4).tolist()
         owner = np.repeat(np.arange(n_req), lens).tolist()
-        rs = Resampler.for_blocks(rng.integers(0, max(1, n_req // 5), n_req).tolist(), seed=trial)
+        # blocks of time (searched block by block) and requests each their own unit (summed)
+        blocks = rng.integers(0, max(1, n_req // 5), n_req).tolist()
+        rs = Resampler.for_blocks(blocks, seed=trial) if trial % 2 else Resampler.for_requests(n_req, seed=trial)
         qs = [0.5, 0.9, 0.95, 0.99]
         want = _pooled_quantiles_every_value(rs, values, owner, qs) if values else [(None, None)] * 4
         assert rs.pooled_quantiles(values, owner, qs) == want
