@@ -211,7 +211,7 @@ def _panel(samples: list[Any], path: Path) -> None:
     from textual.app import App, ComposeResult
 
     from spoc_tui.core.hardware.gpu import analyse_groups
-    from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus
+    from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus
     from spoc_tui.tui.widgets.panels import GpuTable, TpPanel
 
     tick = GpuTick(tuple(samples), frozenset(), (), (SourceStatus("nvml", True),))

@@ -107,7 +107,7 @@ def plan_cmd(
         return
     if ramp_path is None or users is None:
         raise InputError("give --ramp and --users (or --twin and --trace)")
-    from spoc_tui.core.ramp.fleetplan import check_target, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
+    from spoc_tui.core.analysis.fleetplan import check_target, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
     from spoc_tui.core.results import read_ramp
 
     check_target(deployment, prometheus)

@@ -51,7 +51,7 @@ def report_cmd(paths: tuple[str, ...], out: str | None) -> None:
         if not Path(p).exists():
             raise InputError(f"{p}: no such file or folder")
     if len(paths) == 2:
-        from spoc_tui.core.ramp.compare import compare
+        from spoc_tui.core.analysis.compare import compare
 
         rep = comparison_report(compare(read_ramp(paths[0]), read_ramp(paths[1])))
         target = Path(out or "comparison.html")

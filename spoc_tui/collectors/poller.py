@@ -24,8 +24,8 @@ from spoc_tui.collectors.scrape import DEFAULT_TIMEOUT, Reading, SourceError, fe
 from spoc_tui.core.errors import first_line
 from spoc_tui.core.hardware.gpu import GpuSample, ThrottleWindow, dcgm_gpus
 from spoc_tui.core.metrics.promparse import Exposition
-from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.metrics.vllm import Scrape, ServerView, ServerWindows, replicas_view
+from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.redact import redact_url
 
 logger = logging.getLogger(__name__)

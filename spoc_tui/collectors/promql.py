@@ -16,8 +16,8 @@ from typing import Any
 from spoc_tui.collectors.scrape import SourceError
 from spoc_tui.core.errors import first_line
 from spoc_tui.core.metrics.promparse import Exposition, Labels
-from spoc_tui.core.metrics.snapshots import SourceStatus, VllmTick
 from spoc_tui.core.metrics.vllm import Scrape, is_vllm, replicas_view, server_view
+from spoc_tui.core.monitor.snapshots import SourceStatus, VllmTick
 
 # Prometheus asks for OpenMetrics, and prometheus_client >= 0.23 then writes `vllm_` for
 # `vllm:` (reference/exposition_notes.md): select both and normalise back.

@@ -15,13 +15,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import JsonLineError, json_lines
 from spoc_tui.core.hardware.presets import PresetError, read_json_object
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.ramp.knee import Knee
+from spoc_tui.core.ramp.status import RampStatus
 from spoc_tui.core.ramp.steps import Json, StepSummary, json_float
 from spoc_tui.core.tuning.docs import DocError, StudyDoc, TrialRecord
 
@@ -29,11 +29,6 @@ SCHEMA = 3
 """1: files written before the schema field; 2: ``schema`` added, the knee's ``cause`` and
 ``client_saturated`` added; 3: a ramp predicted by the twin (``predicted``, ``twin``,
 ``prediction``): an older reader must refuse it rather than take it for a measurement."""
-
-RampEnd = Literal["complete", "stopped_early", "interrupted", "server_failed"]
-"""How a ramp ended."""
-RampStatus = RampEnd | Literal["running"]
-"""A ramp's status in ramp.json (``running`` while it goes on)."""
 
 
 class ResultError(InputError):

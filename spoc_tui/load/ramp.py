@@ -43,6 +43,7 @@ from spoc_tui.core.ramp.knee import (
     UserPlan,
 )
 from spoc_tui.core.ramp.sla import Limit
+from spoc_tui.core.ramp.status import RampEnd, RampStatus
 from spoc_tui.core.ramp.steps import (
     ClientHealth,
     GpuWindow,
@@ -57,7 +58,7 @@ from spoc_tui.core.ramp.steps import (
 )
 from spoc_tui.core.ramp.steps.client import silent
 from spoc_tui.core.redact import redact_url
-from spoc_tui.core.results import RampEnd, RampStatus, encode_ramp
+from spoc_tui.core.results import encode_ramp
 from spoc_tui.core.textsafe import safe
 from spoc_tui.core.traces.read import TraceError, TraceRead, TraceSource
 from spoc_tui.load import defaults, wire

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from spoc_tui.core import fmt
-from spoc_tui.core.ramp.compare import Comparison, comparison_text
+from spoc_tui.core.analysis.compare import Comparison, comparison_text
 from spoc_tui.core.ramp.sla import LevelUnit, Limit, parse_sla
 from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.core.ramp.steps.sessions import share_text

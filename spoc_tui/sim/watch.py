@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from spoc_tui.core.metrics.promparse import Exposition, parse_text
-from spoc_tui.core.metrics.snapshots import VllmTick
 from spoc_tui.core.metrics.vllm import ServerWindows, replicas_view
+from spoc_tui.core.monitor.snapshots import VllmTick
 from spoc_tui.sim.exposition import vllm_metrics
 from spoc_tui.sim.virtual import VirtualServer
 

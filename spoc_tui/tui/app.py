@@ -26,10 +26,10 @@ from spoc_tui.collectors.scrape import SourceError, served_models
 from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.hardware.gpu import GpuSample, analyse_groups
-from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus
 from spoc_tui.core.monitor.events import EventLog
 from spoc_tui.core.monitor.model import HeadroomShown
 from spoc_tui.core.monitor.recording import Recorder
+from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, parse_sla
 from spoc_tui.core.redact import redact_url
 from spoc_tui.tui.ascii import AsciiDriver, AsciiScreenshots, wants_ascii

@@ -8,9 +8,9 @@ from typing import ClassVar, Literal
 from textual.message import Message
 
 from spoc_tui.core.hardware.gpu import TpGroupReport
-from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.monitor.model import HeadroomShown
-from spoc_tui.core.results import RampEnd
+from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.ramp.status import RampEnd
 from spoc_tui.core.tuning.docs import StudyStatus
 from spoc_tui.load.ramp import RampProgress
 from spoc_tui.tune import events

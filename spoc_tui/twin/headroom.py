@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from spoc_tui.core.metrics.promparse import Exposition
+from spoc_tui.core.metrics.stats import Histogram
 from spoc_tui.core.metrics.vllm import (
     PREFILL_TIME,
     REQUEST_GENERATION_TOKENS,
@@ -42,7 +43,6 @@ from spoc_tui.core.metrics.vllm import (
 )
 from spoc_tui.core.ramp.knee import SpeedSearch
 from spoc_tui.core.ramp.sla import Limit
-from spoc_tui.core.stats import Histogram
 from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.core.tuning.engineflags import BLOCK_SIZES
 from spoc_tui.twin.arrivals import Evenness, FlowLog, gamma_times, poisson_windows, renewal_times

@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from spoc_tui.core.stats import Histogram
+from spoc_tui.core.metrics.stats import Histogram
 
 
 @dataclass(frozen=True, slots=True)

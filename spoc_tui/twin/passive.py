@@ -69,8 +69,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from spoc_tui.core.metrics.promparse import Exposition
+from spoc_tui.core.metrics.stats import Histogram
 from spoc_tui.core.metrics.vllm import EngineView, kv_reading
-from spoc_tui.core.stats import Histogram
 from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import StepModel
 

@@ -8,8 +8,8 @@ from spoc_tui.collectors.nvml import TraceReplay
 from spoc_tui.config import Settings
 from spoc_tui.core.hardware.gpu import GpuSample, analyse_groups
 from spoc_tui.core.metrics.promparse import parse_text
-from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.metrics.vllm import Scrape, server_view
+from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.tui.app import MonitorSources, SpocApp
 from spoc_tui.tui.messages import GpusSampled
 

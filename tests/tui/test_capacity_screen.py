@@ -52,7 +52,7 @@ async def test_prefilled_from_the_monitored_server():
 def _llama_tick():
     from dataclasses import replace
 
-    from spoc_tui.core.metrics.snapshots import VllmTick
+    from spoc_tui.core.monitor.snapshots import VllmTick
 
     t = server_tick()
     (s,) = t.servers

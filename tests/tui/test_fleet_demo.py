@@ -13,7 +13,7 @@ import httpx
 
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.config import Settings
-from spoc_tui.core.metrics.snapshots import VllmTick
+from spoc_tui.core.monitor.snapshots import VllmTick
 from spoc_tui.sim.exposition import dcgm_metrics, vllm_metrics
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build_replicas

@@ -268,8 +268,8 @@ def test_a_password_in_a_url_never_reaches_the_screen():
 
 def fleet_tick():
     """Three replicas: two alike, the third queueing with a slow TTFT and shedding load."""
-    from spoc_tui.core.metrics.snapshots import SourceStatus, VllmTick
     from spoc_tui.core.metrics.vllm import Scrape, replicas_view, server_view
+    from spoc_tui.core.monitor.snapshots import SourceStatus, VllmTick
     from tests.unit.test_fleet import exposition
 
     fast = [0.02] * 50

@@ -2,9 +2,9 @@
 
 import pytest
 
-from spoc_tui.core.metrics.snapshots import SourceStatus
 from spoc_tui.core.monitor.model import HeadroomShown
 from spoc_tui.core.monitor.series import WINDOWS_S
+from spoc_tui.core.monitor.snapshots import SourceStatus
 from spoc_tui.tui.messages import HeadroomEstimated, ServersSampled, SourceStatusChanged
 from spoc_tui.tui.screens.confirm import ConfirmScreen
 from spoc_tui.tui.widgets.fields import Field
@@ -373,7 +373,7 @@ async def test_a_ramp_on_a_busy_server_asks_first():
 async def test_a_study_on_gpus_that_already_serve_asks_first():
     from dataclasses import replace
 
-    from spoc_tui.core.metrics.snapshots import GpuTick
+    from spoc_tui.core.monitor.snapshots import GpuTick
     from spoc_tui.tui.messages import GpusSampled
 
     app = make_app()
@@ -401,7 +401,7 @@ async def test_a_drag_alert_does_not_blink_when_the_gpu_hovers_at_the_threshold(
     from dataclasses import replace
 
     from spoc_tui.core.hardware.gpu import analyse_groups
-    from spoc_tui.core.metrics.snapshots import GpuTick
+    from spoc_tui.core.monitor.snapshots import GpuTick
     from spoc_tui.tui.messages import GpusSampled
 
     app = make_app()

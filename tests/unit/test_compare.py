@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from spoc_tui.core.ramp.compare import compare, comparison_text, difference
+from spoc_tui.core.analysis.compare import compare, comparison_text, difference
 from spoc_tui.core.ramp.inference import infer_knee
 from spoc_tui.core.ramp.knee import find_knee
 from spoc_tui.core.ramp.sla import parse_sla

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from spoc_tui.core.ramp.fleetplan import PlanError, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
+from spoc_tui.core.analysis.fleetplan import PlanError, hpa_yaml, keda_yaml, plan_from_ramp, plan_text
 from spoc_tui.core.results import decode_ramp
 
 
@@ -71,7 +71,7 @@ def test_the_scaled_object_can_also_scale_out_on_the_fleets_headroom():
     """Issue 75, point 3: a second trigger beside the queue's: the replicas spoc watches over the
     fleet's headroom against 1/H, so KEDA's ceil(value / threshold) keeps the headroom at H (its
     figures checked against a real Prometheus in tests/realengine/test_fleet_real.py)."""
-    from spoc_tui.core.ramp.fleetplan import headroom_query
+    from spoc_tui.core.analysis.fleetplan import headroom_query
 
     p = plan_from_ramp(ramp(waiting_mean=4), 500)
     assert len(yaml.safe_load(keda_yaml(p))["spec"]["triggers"]) == 1  # not asked: as before

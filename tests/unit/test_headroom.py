@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
+from spoc_tui.core.metrics.stats import Histogram
 from spoc_tui.core.ramp.sla import parse_sla
-from spoc_tui.core.stats import Histogram
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
 from spoc_tui.sim.virtual import VirtualServer

@@ -1,7 +1,12 @@
-"""The package's layers, checked on its import graph (function-level imports included).
+"""The package's order, checked on its import graph (function-level imports included).
 
-core <- collectors, procs <- services (load, tune, capacity, sim, twin, config) <- tui, cli.
-Nothing imports a layer above its own; tui never imports cli; there is no import cycle.
+The whole order, lowest first (:data:`ORDER`): core <- collectors, procs, workload <- load, sim,
+report, capacity <- profile <- tune <- twin <- config <- tui <- cli; and inside core
+(:data:`CORE_ORDER`) errors, redact, jsonsafe, fmt, durations, confidence <- files, textsafe <-
+metrics, traces, ramp <- tuning <- hardware <- results (the codec, above what it encodes),
+monitor <- analysis (what is read from result files). A package imports only from its own
+package and those of a lower rank: two of one rank never import each other. There is no import
+cycle.
 """
 
 from __future__ import annotations
@@ -16,29 +21,31 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "spoc_tui"
 
-LAYERS: list[set[str]] = [
-    {"spoc_tui.core"},
-    {"spoc_tui.collectors", "spoc_tui.procs"},
-    {
-        "spoc_tui.load",
-        "spoc_tui.tune",
-        "spoc_tui.capacity",
-        "spoc_tui.sim",
-        "spoc_tui.config",
-        "spoc_tui.profile",
-        "spoc_tui.report",
-        "spoc_tui.twin",
-        "spoc_tui.workload",
-    },
-    {"spoc_tui.tui", "spoc_tui.cli"},
+ORDER: list[set[str]] = [
+    {"core"},
+    {"collectors", "procs", "workload"},
+    {"load", "sim", "report", "capacity"},
+    {"profile"},
+    {"tune"},  # a study sees the evaluator protocol only: the twin is above it
+    {"twin"},
+    {"config"},
+    {"tui"},
+    {"cli"},
 ]
-"""Lowest first. Packages in one layer may import each other (no cycles); ``collectors`` and
-``procs`` are independent of each other, as are ``tui`` and ``cli`` except cli -> tui."""
-FORBIDDEN = {
-    ("spoc_tui.collectors", "spoc_tui.procs"),
-    ("spoc_tui.procs", "spoc_tui.collectors"),
-    ("spoc_tui.tui", "spoc_tui.cli"),
-}
+"""The packages of ``spoc_tui``, lowest first (issue 78: the whole order stated, where a list of
+forbidden edges named a few)."""
+CORE_ORDER: list[set[str]] = [
+    {"errors", "redact", "jsonsafe", "fmt", "durations", "confidence"},
+    {"files", "textsafe"},
+    {"metrics", "traces", "ramp"},
+    {"tuning"},
+    {"hardware"},
+    {"results", "monitor"},
+    {"analysis"},
+]
+"""The sub-packages and modules of ``spoc_tui.core``, lowest first: metrics below hardware (a
+GPU's reading is parsed by metrics), the codec (results) above what it encodes, what is read from
+result files (analysis) above the codec."""
 
 
 def module_name(path: Path) -> str:
@@ -75,30 +82,52 @@ def imports_of_text(text: str, name: str, is_pkg: bool) -> set[str]:
 GRAPH = {name: {m for m in imports(p) if m in MODULES and m != name} for name, p in MODULES.items()}
 
 
-def layer_of(module: str) -> tuple[int, str] | None:
-    for i, layer in enumerate(LAYERS):
-        for pkg in layer:
-            if module == pkg or module.startswith(pkg + "."):
-                return i, pkg
-    return None
+def rank_of(module: str) -> tuple[int, str] | None:
+    """The rank of ``module``'s unit and the unit: a package of ``spoc_tui`` (:data:`ORDER`) or,
+    inside core, a sub-package or module of it (:data:`CORE_ORDER`; ranked among core's only)."""
+    parts = module.split(".")
+    if len(parts) < 2 or module == "spoc_tui.core":  # core's own __init__ holds nothing
+        return None
+    if parts[1] == "core" and len(parts) > 2:
+        return next(((i, f"core.{parts[2]}") for i, rank in enumerate(CORE_ORDER) if parts[2] in rank), None)
+    return next(((i, parts[1]) for i, rank in enumerate(ORDER) if parts[1] in rank), None)
 
 
-def test_every_module_belongs_to_a_layer():
-    loose = sorted(m for m in MODULES if m not in ("spoc_tui",) and layer_of(m) is None)
-    assert not loose, f"modules outside the layers: {loose}"
-
-
-def test_no_module_imports_upward_or_across_a_forbidden_edge():
+def wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of ``graph`` against the order: to a unit of the same rank or above."""
     bad = []
-    for src, targets in GRAPH.items():
-        a = layer_of(src)
+    for src, targets in graph.items():
+        a = rank_of(src)
         for dst in targets:
-            b = layer_of(dst)
-            if a is None or b is None:
+            b = rank_of(dst)
+            if a is None or b is None or a[1] == b[1]:
                 continue
-            if b[0] > a[0] or (a[1], b[1]) in FORBIDDEN:
-                bad.append(f"{src} -> {dst}")
-    assert not bad, "imports against the layers:\n" + "\n".join(sorted(bad))
+            if a[1].startswith("core.") != b[1].startswith("core."):
+                if a[1].startswith("core."):  # core below every other package: ORDER's first rank
+                    bad.append(f"{src} -> {dst} (core above {b[1]})")
+                continue
+            if b[0] >= a[0]:
+                bad.append(f"{src} -> {dst} ({a[1]} rank {a[0]}, {b[1]} rank {b[0]})")
+    return sorted(bad)
+
+
+def test_every_module_has_a_rank():
+    loose = sorted(m for m in MODULES if m not in ("spoc_tui", "spoc_tui.core") and rank_of(m) is None)
+    assert not loose, f"modules outside the order: {loose}"
+
+
+def test_every_import_goes_down_the_order():
+    bad = wrong_way(GRAPH)
+    assert not bad, "imports against the order:\n" + "\n".join(bad)
+
+
+def test_the_order_check_refuses_an_import_up_or_across():
+    """The check itself can fail: an import up (core's ramp from its results, core from the twin)
+    and one across a rank (load from sim) each break the order; one down does not."""
+    assert wrong_way({"spoc_tui.core.ramp.knee": {"spoc_tui.core.results"}})
+    assert wrong_way({"spoc_tui.core.results": {"spoc_tui.twin.headroom"}})
+    assert wrong_way({"spoc_tui.load.ramp": {"spoc_tui.sim.run"}})
+    assert not wrong_way({"spoc_tui.twin.headroom": {"spoc_tui.tune.study", "spoc_tui.core.ramp.knee"}})
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -137,35 +166,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return out
-
-
-SERVICE_ORDER_FORBIDDEN = {
-    ("spoc_tui.report", "spoc_tui.load"),  # a report reads result files; its sentences live in core
-    ("spoc_tui.load", "spoc_tui.twin"),
-    ("spoc_tui.tune", "spoc_tui.twin"),  # a study sees the evaluator protocol only
-    ("spoc_tui.sim", "spoc_tui.load"),
-    ("spoc_tui.sim", "spoc_tui.twin"),
-    ("spoc_tui.workload", "spoc_tui.load"),  # a profile is what a load generator and the simulator's users draw from
-    ("spoc_tui.workload", "spoc_tui.sim"),
-}
-"""Edges the services' order forbids inside their layer (issue 51)."""
-SERVICE_ORDER_KNOWN: set[str] = set()
-"""The forbidden edges still in the code, named one by one: a new one fails the test, and one
-removed must leave this list too."""
-
-
-def test_the_services_keep_their_order():
-    found = set()
-    for src, targets in GRAPH.items():
-        a = layer_of(src)
-        for dst in targets:
-            b = layer_of(dst)
-            if a is not None and b is not None and (a[1], b[1]) in SERVICE_ORDER_FORBIDDEN:
-                found.add(f"{src} -> {dst}")
-    assert found - SERVICE_ORDER_KNOWN == set(), "imports against the services' order:\n" + "\n".join(
-        sorted(found - SERVICE_ORDER_KNOWN)
-    )
-    assert SERVICE_ORDER_KNOWN - found == set(), f"gone, so leave SERVICE_ORDER_KNOWN: {SERVICE_ORDER_KNOWN - found}"
 
 
 def test_no_import_cycle():

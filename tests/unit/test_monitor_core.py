@@ -5,13 +5,13 @@ from pathlib import Path
 
 from spoc_tui.core.hardware.gpu import GpuSample
 from spoc_tui.core.metrics.promparse import parse_text
-from spoc_tui.core.metrics.snapshots import SourceStatus, VllmTick
+from spoc_tui.core.metrics.stats import LatencySummary
 from spoc_tui.core.metrics.vllm import Scrape, ServerView, server_view
 from spoc_tui.core.monitor.alerts import server_alerts
 from spoc_tui.core.monitor.events import THROTTLE_HOLD_S, EventDetector, EventLog
+from spoc_tui.core.monitor.snapshots import SourceStatus, VllmTick
 from spoc_tui.core.monitor.verdict import breaches, verdict
 from spoc_tui.core.ramp.sla import parse_sla
-from spoc_tui.core.stats import LatencySummary
 
 FIX = Path(__file__).parents[1] / "fixtures" / "vllm"
 
@@ -134,9 +134,9 @@ def test_the_monitor_model_judges_once_per_tick_without_a_terminal(monkeypatch):
     import subprocess
     import sys
 
-    from spoc_tui.core.metrics.snapshots import SourceStatus
     from spoc_tui.core.monitor import model as monitor_mod
     from spoc_tui.core.monitor.model import MonitorModel
+    from spoc_tui.core.monitor.snapshots import SourceStatus
     from tests.tui.helpers import gpu_tick, server_tick
 
     calls = []

@@ -143,8 +143,8 @@ def _jsonl_case(lines: list[str], name: str, use: Callable[[Path], object], tmp_
 
 @pytest.mark.parametrize("name", ["ramp.json", "predicted.json"])
 def test_a_ramp_and_its_report_comparison_and_plan(tmp_path, name):
-    from spoc_tui.core.ramp.compare import compare
-    from spoc_tui.core.ramp.fleetplan import plan_from_ramp, plan_text
+    from spoc_tui.core.analysis.compare import compare
+    from spoc_tui.core.analysis.fleetplan import plan_from_ramp, plan_text
     from spoc_tui.core.results import read_ramp
     from spoc_tui.report.html import comparison_report, ramp_report
 
@@ -187,9 +187,9 @@ def test_a_twin_and_its_prediction(tmp_path):
 
 
 def test_a_monitor_recording_and_its_export(tmp_path):
-    from spoc_tui.core.metrics.snapshots import SourceStatus
     from spoc_tui.core.monitor.model import HeadroomShown
     from spoc_tui.core.monitor.recording import Recorder, export, read_recording
+    from spoc_tui.core.monitor.snapshots import SourceStatus
     from tests.tui.helpers import gpu_tick, server_tick
 
     src = tmp_path / "src.jsonl"
@@ -276,9 +276,9 @@ def test_what_the_review_found_non_finite_is_read_as_not_a_number(tmp_path):
     tracebacks in ``spoc report`` and ``spoc compare``; a recording whose headroom is a list or
     whose ``t`` is Infinity crashed ``spoc replay``; its ``--export json`` wrote bare NaN. JSON has
     no NaN: read as null (n/a), as spoc writes it; a record that cannot be one is skipped."""
+    from spoc_tui.core.analysis.compare import compare
     from spoc_tui.core.monitor.model import HeadroomShown
     from spoc_tui.core.monitor.recording import Recorder, export, read_recording
-    from spoc_tui.core.ramp.compare import compare
     from spoc_tui.core.results import read_ramp
     from spoc_tui.report.html import comparison_report, ramp_report
 

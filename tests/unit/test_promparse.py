@@ -16,7 +16,7 @@ ALL = sorted(p for d in ("vllm", "dcgm", "exposition") for p in (FIX / d).glob("
 
 def test_import_core_pulls_in_no_textual_rich_or_network():
     code = (
-        "import sys, spoc_tui.core.metrics.promparse, spoc_tui.core.metrics.vllm, spoc_tui.core.hardware.gpu, spoc_tui.core.stats, "
+        "import sys, spoc_tui.core.metrics.promparse, spoc_tui.core.metrics.vllm, spoc_tui.core.hardware.gpu, spoc_tui.core.metrics.stats, "
         "spoc_tui.core.hardware.capacity, spoc_tui.core.hardware.presets, spoc_tui.core.monitor.alerts, spoc_tui.core.fmt, spoc_tui.core.metrics.history\n"
         "bad = [m for m in ('textual', 'rich', 'httpx', 'aiohttp', 'socket') if m in sys.modules]\n"
         "print(bad); sys.exit(1 if bad else 0)"

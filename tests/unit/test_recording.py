@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.monitor.recording import Recorder, RecordingError, decode, encode, export, read_recording
+from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus, VllmTick
 from tests.tui.helpers import gpu_tick, server_tick
 
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from spoc_tui.core.stats import Histogram
+from spoc_tui.core.metrics.stats import Histogram
 from spoc_tui.twin.arrivals import Evenness, FlowLog, bins_of, hadamard_factor, renewal_times
 from spoc_tui.twin.headroom import Traffic, TrafficRows, synth_rows
 from spoc_tui.twin.model import ServerConfig

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from spoc_tui.core.stats import Histogram
+from spoc_tui.core.metrics.stats import Histogram
 from spoc_tui.twin.lengths import Lengths
 
 INF = math.inf

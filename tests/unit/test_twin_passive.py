@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from spoc_tui.core.stats import LatencySummary
+from spoc_tui.core.metrics.stats import LatencySummary
 from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.model import StepModel
 from spoc_tui.twin.passive import TERMS, PassiveWindow, fit_passive, running_seen, window_of
@@ -293,7 +293,7 @@ def test_a_gpus_roofline_puts_the_first_prompt_tokens_inside_the_steps_fixed_cos
     big prefills past it (on the simulated L40S the linear fit timed 3,000-token prefill steps at
     half their time). With the requests' computed-token histogram, the fit takes the ridge at the
     roofline's fixed point (ridge = b0 / b_prefill) and recovers the marginal cost."""
-    from spoc_tui.core.stats import Histogram
+    from spoc_tui.core.metrics.stats import Histogram
 
     bounds = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, float("inf"))
     b0, bp, bd, bc = 0.022, 7.2e-5, 3.0e-5, 1.6e-4

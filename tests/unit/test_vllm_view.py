@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from spoc_tui.core.metrics.promparse import parse_text
+from spoc_tui.core.metrics.stats import Histogram, bucket_quantile, merge_histograms
 from spoc_tui.core.metrics.vllm import Scrape, engine_version, replicas_view, server_view
-from spoc_tui.core.stats import Histogram, bucket_quantile, merge_histograms
 
 FIX = Path(__file__).parents[1] / "fixtures" / "vllm"
 
@@ -185,7 +185,7 @@ def test_markov_bound_holds_for_any_nonnegative_sample():
 
 
 def test_few_observations_are_flagged_per_percentile():
-    from spoc_tui.core.stats import summarize
+    from spoc_tui.core.metrics.stats import summarize
 
     h = Histogram(bounds=(1.0, float("inf")), counts=(50.0, 50.0), total=50.0, sum=10.0)
     s = summarize(h, "60s")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.metrics.history import ScrapeHistory
 from spoc_tui.core.metrics.promparse import Bounded, Exposition, Labels, is_sentinel
-from spoc_tui.core.stats import median
+from spoc_tui.core.metrics.stats import median
 
 # ---------------------------------------------------------------------------------------
 # Clock-event reasons (NVML nvmlClocksEventReason* / DCGM_CLOCKS_EVENT_REASON_*)

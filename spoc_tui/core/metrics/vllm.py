@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from spoc_tui.core.metrics.history import ScrapeHistory
 from spoc_tui.core.metrics.promparse import Exposition, Labels
-from spoc_tui.core.stats import (
+from spoc_tui.core.metrics.stats import (
     Histogram,
     LatencySummary,
     histogram_groups,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from spoc_tui.core.fmt import short_source
 from spoc_tui.core.hardware.gpu import GpuSample
-from spoc_tui.core.metrics.snapshots import SourceStatus, VllmTick
+from spoc_tui.core.monitor.snapshots import SourceStatus, VllmTick
 
 KV_ENTER = 0.90
 KV_LEAVE = 0.80

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from spoc_tui.core.metrics.stats import median
 from spoc_tui.core.metrics.vllm import ServerView
-from spoc_tui.core.stats import median
 
 LAG_FACTOR = 1.5
 MIN_WAITING = 1.0

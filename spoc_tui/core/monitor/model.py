@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 from spoc_tui.core.fmt import short_source, sparkline
 from spoc_tui.core.hardware.gpu import GpuSample, TpGroupReport
-from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.metrics.vllm import EngineView, ServerView
 from spoc_tui.core.monitor.alerts import Alert, gpu_alerts, server_alerts, shed_alerts
 from spoc_tui.core.monitor.energy import EnergyMeter
 from spoc_tui.core.monitor.events import THROTTLE_HOLD_S, EventDetector, EventLog
 from spoc_tui.core.monitor.fleet import lagging, replica_of_gpu
 from spoc_tui.core.monitor.series import SeriesStore
+from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.monitor.verdict import GROWING_POLLS, Verdict, VerdictTracker, verdict
 from spoc_tui.core.ramp.sla import Limit
 

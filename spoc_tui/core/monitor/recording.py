@@ -38,8 +38,8 @@ from typing import IO, Any, Union
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, parse_json, require_regular
 from spoc_tui.core.jsonsafe import json_safe
-from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.monitor.model import HeadroomShown
+from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus, VllmTick
 
 FORMAT = 1
 NOT_A_RECORDING = "not a spoc recording (write one with spoc monitor --record FILE)"

@@ -38,6 +38,7 @@ from spoc_tui.core.ramp.knee import (
     settle_due,
 )
 from spoc_tui.core.ramp.sla import MOST_STEP_S, LevelUnit, Limit, level_text
+from spoc_tui.core.ramp.status import RampEnd, RampStatus
 from spoc_tui.core.ramp.steps import (
     ClientHealth,
     EarlyStop,
@@ -48,7 +49,6 @@ from spoc_tui.core.ramp.steps import (
     queue_unbounded,
     summarize_step,
 )
-from spoc_tui.core.results import RampEnd, RampStatus
 
 T = TypeVar("T")
 

@@ -24,10 +24,10 @@ from spoc_tui.capacity.service import (
     users_estimate,
 )
 from spoc_tui.core import fmt
+from spoc_tui.core.analysis.fleetplan import PlanError, plan_from_ramp, plan_text
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.hardware.capacity import CapacityError, CapacityPlan
 from spoc_tui.core.hardware.presets import GPUS, MODELS, GpuSpec, ModelSpec, PresetError
-from spoc_tui.core.ramp.fleetplan import PlanError, plan_from_ramp, plan_text
 from spoc_tui.core.results import RampDoc, read_ramp
 from spoc_tui.tui.screens.keys import work_screen_keys
 from spoc_tui.tui.widgets.badge import WorkBadge

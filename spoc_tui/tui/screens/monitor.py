@@ -17,11 +17,11 @@ from textual.widgets import Footer, Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.hardware.roofline import gpu_of
-from spoc_tui.core.metrics.snapshots import SourceStatus, VllmTick
 from spoc_tui.core.monitor.events import EventLog
 from spoc_tui.core.monitor.fleet import waiting_per_replica
 from spoc_tui.core.monitor.model import HeadroomShown, MonitorModel
 from spoc_tui.core.monitor.series import WINDOWS_S, Window
+from spoc_tui.core.monitor.snapshots import SourceStatus, VllmTick
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.redact import redact_url
 from spoc_tui.tui.messages import GpusSampled, ServersSampled

@@ -14,13 +14,13 @@ from spoc_tui.core.hardware.gpu import GpuSample, TpGroupReport
 from spoc_tui.core.hardware.kernels import CLASSES, IDLE
 from spoc_tui.core.hardware.presets import GpuSpec
 from spoc_tui.core.hardware.roofline import Roofline, of_view, rates
-from spoc_tui.core.metrics.snapshots import GpuTick, SourceStatus, VllmTick
+from spoc_tui.core.metrics.stats import LatencySummary
 from spoc_tui.core.metrics.vllm import LATENCY_LABELS, EngineView
 from spoc_tui.core.monitor.alerts import Alert
 from spoc_tui.core.monitor.events import THROTTLE_HOLD_S
 from spoc_tui.core.monitor.fleet import lagging
+from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.ramp.sla import Limit
-from spoc_tui.core.stats import LatencySummary
 from spoc_tui.profile.analyze import Breakdown
 from spoc_tui.tui.textual_private import LeanRefresh
 from spoc_tui.tui.widgets.tables import Cell, DiffTable, Styled
