@@ -81,13 +81,15 @@ MAX_SPEED = 10.0
 that idle needs no finer answer, and replays far past its knee took a minute of CPU each)."""
 DRAWS_NEAR_KNEE = True
 """The fit's draws replay the traffic only at the speeds about the fit's knee (a headroom reads
-their knees alone): on the benchmark's A100 its eight draws replayed 21 times where they
+their knees alone): on the benchmark's A100 its eight draws replayed 28 times where they
 replayed 64, the same knees (:func:`~spoc_tui.twin.predict.draw_near_knee`)."""
-SEARCH_STEPS = 8
+SEARCH_STEPS = 6
 """Replays a headroom's knee search may run (each ``replay_s`` of virtual time, or to its last
 answer): enough to double from x1 past :data:`MAX_SPEED` and then narrow the knee once or twice.
 The default budget of ``spoc ramp``'s search (ten minutes of load) stopped it at x8 and said
-"beyond x8" of a server whose knee was x9.8."""
+"beyond x8" of a server whose knee was x9.8. Eight ran two more probes about the knee (x7 and x6.5
+after x6.1, x6 and x5.9 on the benchmark's A100), the dearest replays, and moved neither the point
+nor the draws' knees: 6 takes a fifth of an estimate's CPU less, its interval's top at the bracket."""
 MIN_REQUESTS = 30
 """Fewer requests than this in the traffic window: too thin to replay."""
 BINDS = {

@@ -612,8 +612,11 @@ def draw_knee(runs: Mapping[int, DrawStep], limits: Sequence[Limit], unit: Level
     return infer_knee([(r.level, r.window) for _, r in sorted(runs.items())], limits, unit, replicates=0, seed=seed)
 
 
-NEAR_LEVELS = 1
-"""A draw near the fit's knee first replays this many of the fit's levels on each side of it."""
+NEAR_BELOW, NEAR_ABOVE = 2, 1
+"""A draw near the fit's knee first replays this many of the fit's levels below it and above it:
+two below, as a cliff is told from the trend of the two levels under its jump
+(:func:`~spoc_tui.core.ramp.inference.infer_knee`); with one, a draw's cliff at x5.7 read as a
+crossing at x7.5."""
 
 
 def draw_near_knee(
@@ -625,16 +628,17 @@ def draw_near_knee(
     unit: LevelUnit,
     infer_seed: int,
 ) -> tuple[dict[int, DrawStep], KneeEstimate | None]:
-    """One draw replayed at the fit's levels nearest its knee, :data:`NEAR_LEVELS` each side, then
-    one level further out at a time on the side a draw's knee lies past (every level met its
-    limits: above; every level broke one: below), until it crosses inside or no level is left:
+    """One draw replayed at the fit's levels nearest its knee (:data:`NEAR_BELOW` below it,
+    :data:`NEAR_ABOVE` above), then one level further out at a time on the side a draw's knee lies
+    past (every level met its limits: above; every level broke one: below), until it crosses
+    inside or no level is left:
     each replay is the one the whole run makes at that level, and a crossing's fit reads the levels
     about it, so the draw's knee is the whole run's for a fraction of the replays."""
     order = sorted(range(len(levels)), key=lambda k: levels[k][0])
     below = [k for k in order if levels[k][0] <= knee]
     above = [k for k in order if levels[k][0] > knee]
-    chosen = below[-NEAR_LEVELS:] + above[:NEAR_LEVELS]
-    below, above = below[:-NEAR_LEVELS] if len(below) > NEAR_LEVELS else [], above[NEAR_LEVELS:]
+    chosen = below[-NEAR_BELOW:] + above[:NEAR_ABOVE]
+    below, above = below[:-NEAR_BELOW] if len(below) > NEAR_BELOW else [], above[NEAR_ABOVE:]
     runs = dict(zip(chosen, run_trace_draw(p, model, seed, levels, chosen), strict=True))
     while True:
         est = draw_knee(runs, p.limits, unit, infer_seed)
