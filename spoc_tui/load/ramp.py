@@ -627,7 +627,8 @@ class LiveBackend:
 
     def client(self, start: float, end: float, limits: Sequence[Limit]) -> ClientHealth:
         points = [(h.process, h.t, h.cpu_s, h.lags_ms) for h in self.health if start <= h.t <= end + 1.0]
-        return client_health(points, limits)
+        expected = self.cfg.workers + 1 if self.cfg.workers else 1  # the workers and their master
+        return client_health(points, limits, (start, end), tuple(self.heard), expected)
 
     async def offload(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(fn, *args)

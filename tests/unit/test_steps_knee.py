@@ -158,6 +158,31 @@ def test_bad_rates(text):
     assert parse_rates("0.5, 1,2") == [0.5, 1.0, 2.0]
 
 
+def test_an_empty_step_of_a_stalled_load_generator_says_so_not_too_short():
+    """A step where nothing finished because the load generator stalled (its event loop frozen
+    seconds: a starved host, a stopped worker) is not too short: its reason is the client's, with
+    its remedy, where it said "raise --step-seconds"."""
+    from spoc_tui.core.ramp.steps.client import client_health
+
+    lims = parse_sla("ttft_p99<=1s")
+    stalled = client_health([("worker 1", 0.0, 0.0, [2.0]), ("worker 1", 6.0, 0.1, [6000.0])], lims)
+    st = summarize_step(1, 4, [], 5, lims, client=stalled)
+    assert st.verdict.decision == "inconclusive" and "too short" not in st.verdict.reason
+    assert "client saturated" in st.verdict.reason and "event-loop lag" in st.verdict.reason
+    assert "--workers" in st.verdict.reason
+    # stopped through the whole window: no report in it at all, its lag shows only after it
+    main = [("main", float(t), 0.01 * t, [1.0]) for t in range(1, 7)]
+    quiet = client_health(main, lims, window=(1.0, 5.0), processes=("main", "worker 1"))
+    assert quiet.saturated and "worker 1 sent no report for 4 s of the step" in quiet.reason, quiet
+    st = summarize_step(1, 4, [], 4, lims, client=quiet)
+    assert "stalled" in st.verdict.reason and "too short" not in st.verdict.reason
+    both = main + [("worker 1", float(t) + 0.5, 0.01 * t, [1.0]) for t in range(6)]
+    assert not client_health(both, lims, window=(1.0, 5.0), processes=("main", "worker 1"), expected=2).saturated
+    # a worker stopped before its first report: its name is not known yet, its count is
+    unheard = client_health(main, lims, window=(1.0, 5.0), processes=("main",), expected=2)
+    assert unheard.saturated and "1 of 2 load-generator processes sent no report yet" in unheard.reason
+
+
 def test_a_pass_above_a_break_is_named_as_a_contradiction():
     lims = parse_sla("ttft_p99<=1s")
     steps = [_step(1, 0.1, 400, lims), _step(4, 1.5, 400, lims), _step(8, 0.1, 400, lims), _step(16, 0.1, 30, lims)]

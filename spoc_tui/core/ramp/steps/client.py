@@ -96,15 +96,23 @@ class ClientHealth:
 
 
 def client_health(
-    points: Sequence[tuple[str, float, float, Sequence[float]]], limits: Sequence[Limit] = ()
+    points: Sequence[tuple[str, float, float, Sequence[float]]],
+    limits: Sequence[Limit] = (),
+    window: tuple[float, float] | None = None,
+    processes: Sequence[str] = (),
+    expected: int = 0,
 ) -> ClientHealth:
     """How the load generator's processes fared over a step's window, from their once-a-second
     reports ``(process, wall time, CPU seconds so far, loop lags in ms)``: CPU use in % of a core,
     loop lag p99 and max per process, and whether any was saturated for the ``limits`` judged
-    (:func:`lag_allowed_ms`), and why."""
+    (:func:`lag_allowed_ms`), and why. Given the ``window`` (the processes known so far, and how
+    many are ``expected``: one still unheard of is counted too), a process that sent no report for
+    :data:`STALL_S` of it was stalled: its lag shows only once it runs again, after the window (a
+    worker stopped 6 s read as a step "too short")."""
     by: dict[str, list[tuple[float, float, Sequence[float]]]] = {}
     for proc, t, cpu, lags in points:
         by.setdefault(proc, []).append((t, cpu, lags))
+    stalled = _stalled(by, window, processes, expected) if window is not None else []
     procs: list[ProcessHealth] = []
     for proc, pts in by.items():
         pts.sort(key=lambda p: p[0])
@@ -119,11 +127,11 @@ def client_health(
                 max(lags) if lags else None,
             )
         )
-    if not procs:
+    if not procs and not stalled:
         return ClientHealth()
     worst_cpu = max((p.cpu_pct for p in procs if p.cpu_pct is not None), default=None)
     worst_lag = max((p.loop_lag_p99_ms for p in procs if p.loop_lag_p99_ms is not None), default=None)
-    why = []
+    why = list(stalled)
     if worst_cpu is not None and worst_cpu > CLIENT_CPU_PCT:
         why.append(f"CPU {worst_cpu:.0f} % of a core")
     allowed = lag_allowed_ms(limits)
@@ -132,6 +140,30 @@ def client_health(
     return ClientHealth(tuple(procs), worst_cpu, worst_lag, bool(why), ", ".join(why))
 
 
+def _stalled(
+    by: Mapping[str, Sequence[tuple[float, float, Sequence[float]]]],
+    window: tuple[float, float],
+    known: Sequence[str],
+    expected: int,
+) -> list[str]:
+    """The processes that sent no report for :data:`STALL_S` or more of ``window``, each said."""
+    start, end = window
+    out = []
+    procs = sorted({*by, *known})
+    if (unheard := expected - len(procs)) > 0 and end - start >= STALL_S:
+        out.append(f"{unheard} of {expected} load-generator processes sent no report yet: stalled, or never started")
+    for proc in procs:
+        ts = sorted(t for t, _, _ in by.get(proc, ()) if t >= start)
+        seq = [start, *ts] if ts and ts[-1] >= end else [start, *ts, end]
+        gap = max(b - a for a, b in zip(seq, seq[1:], strict=False))
+        if gap >= STALL_S:
+            out.append(f"{proc} sent no report for {gap:.0f} s of the step: stalled (a starved host, or stopped)")
+    return out
+
+
+STALL_S = 3.0
+"""A load-generator process reports once a second: this long without a report inside a step's
+window, it was stalled, and the step's timings with it."""
 SILENT_S = 15.0
 """A load-generator process reports its health every second: silent this long, it is stopped
 (SIGSTOP) or hung, and no step can be measured on it."""

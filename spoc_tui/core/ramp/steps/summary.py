@@ -378,6 +378,8 @@ def judge(step: StepSummary, limits: Sequence[Limit]) -> StepVerdict:
     interval straddles its limit, or the sample is too small to bound it) with the reason.
     Most requests surely failing breaks it whatever the latency limits say."""
     if step.requests == 0:
+        if step.client.saturated:  # a stalled load generator, not a short step (issue 74's stopped worker)
+            return StepVerdict(reason=f"no request finished in the step: {step.client.saturated_text}")
         return StepVerdict(
             reason="no request finished in the step: the step is too short for this profile (raise --step-seconds)"
         )
