@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from dataclasses import replace
 
 import pytest
@@ -301,14 +302,16 @@ def test_a_call_without_its_output_tokens_is_skipped_and_counted_not_the_whole_f
     assert [r.id for r in rows] == ["c1"] and read.skipped["a model call without its output tokens"] == 1
 
 
-@settings(max_examples=1, deadline=20_000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(depth=st.integers(1, 5_000), width=st.integers(0, 5_000), shape=st.sampled_from(["chain", "agents"]))
 @example(depth=20_000, width=0, shape="chain")  # the review's two cases, always run
 @example(depth=1, width=20_000, shape="agents")
 def test_deep_and_wide_span_trees_read_in_linear_time(tmp_path_factory, depth, width, shape):
     """Issue 74: a 20,000-deep chain of spans took over 120 s and 20,000 sub-agents of one agent
     62 s (walks from every call to the root, a scan of the invoking chain per sub-agent). Read in
-    linear time, the largest take about a second; the deadline is 20 s."""
+    linear time, the largest take about a second of CPU; the bound is 20 s of this process's CPU
+    on the read alone. (It was Hypothesis's 20 s deadline on the wall clock, building and writing
+    the file included: 26 s for the three examples under the suite's four workers on two cores.)"""
     spans = [span("A", "", 0, 10**6, gen_ai__operation__name="invoke_agent")]
     if shape == "chain":  # every call nested in the span before it
         spans += [chat(f"d{i}", "A" if i == 0 else f"d{i - 1}", 1 + i, 1.5 + i, 64, 2) for i in range(depth)]
@@ -318,7 +321,10 @@ def test_deep_and_wide_span_trees_read_in_linear_time(tmp_path_factory, depth, w
             spans.append(span(f"s{i}", "A", 1.6 + 2 * i, 2.5 + 2 * i, gen_ai__operation__name="invoke_agent"))
             spans.append(chat(f"x{i}", f"s{i}", 1.7 + 2 * i, 2.4 + 2 * i, 128, 2))
     p = write(tmp_path_factory.mktemp("tree") / "tree.jsonl", export(spans))
+    cpu = time.process_time()
     rows = list(read_trace(p, "otel"))
+    cpu = time.process_time() - cpu
+    assert cpu < 20.0, f"{cpu:.1f} s of CPU to read {len(spans):,} spans: not linear"
     assert len(rows) == (depth if shape == "chain" else 2 * width)
     if shape == "agents" and width:
         by = {r.id: r for r in rows}
