@@ -191,7 +191,6 @@ class Resampler:
         xs = vals[order]
         own = np.asarray(owner, dtype=np.intp)[order]
         w = self.weights
-        whole = w.astype(np.int32)
         n, n_req = xs.size, w.shape[1]
         totals = w @ np.bincount(own, minlength=n_req).astype(float)
         est = np.full((len(qs), w.shape[0]), np.nan)
@@ -201,6 +200,7 @@ class Resampler:
             for qi, idx in enumerate(found):
                 est[qi, live] = xs[np.minimum(idx, n - 1)[live]]
             return [self.interval(e) for e in est]
+        whole = w.astype(np.int32)
         for qi, q in enumerate(qs):
             target = q * totals
             half = max(128, n // 64)

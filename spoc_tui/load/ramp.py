@@ -409,8 +409,9 @@ async def _server_view(poller: VllmPoller, dcgm: DcgmPoller | None, peaks: _Peak
     if dcgm is not None:
         gt = await dcgm.poll()
         gpus = tuple(
-            GpuWindow(str(g.gpu), g.uuid, g.sm_clock_mhz, g.sm_clock_max_mhz, g.temp_c, g.power_w,
-                      tuple(g.throttle_reasons or ()), tuple((g.throttled_pct or {}).items()))
+            GpuWindow(gpu=str(g.gpu), uuid=g.uuid, sm_clock_mhz=g.sm_clock_mhz, sm_clock_max_mhz=g.sm_clock_max_mhz,
+                      temp_c=g.temp_c, power_w=g.power_w, throttle_reasons=tuple(g.throttle_reasons or ()),
+                      throttled_pct=tuple((g.throttled_pct or {}).items()))
             for g in gt.gpus
         )  # fmt: skip
         out = replace(out, gpus=gpus)

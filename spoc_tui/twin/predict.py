@@ -319,10 +319,11 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     draws = list(p.twin.draws[: max(0, p.draws)])
     per_draw: list[dict[int, DrawStep]] = []
     knees: list[float | None] = []
-    near = knee.inferred.estimate if p.draws_near_knee and p.trace is not None and knee.inferred else None
+    inf = knee.inferred
+    near = inf.estimate if p.draws_near_knee and p.trace is not None and inf and inf.boundary != "bound" else None
     for i, m in enumerate(draws):
         say(f"draw {i + 1}/{len(draws)} of the fit")
-        if near is not None and knee.inferred is not None and knee.inferred.boundary != "bound":
+        if near is not None:
             runs, est = draw_near_knee(p, m, p.seed + 1000 * (i + 1), levels, near, unit, p.seed + i + 1)
         else:
             runs = dict(enumerate(draw(p, m, p.seed + 1000 * (i + 1), levels)))
@@ -343,7 +344,6 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     if p.trace is None:  # a trace's rows carry their answers' lengths
         eos = "as long as asked (the profile sets ignore_eos)" if p.workload.ignore_eos else p.twin.answer_text()
         notes.append(f"answers: {eos}")
-    inf = knee.inferred
     if inf is not None and inf.boundary != "bound" and inf.estimate is not None:
         ests = [k for k in knees if k is not None]
         lo, hi = inf.ci95
@@ -631,9 +631,9 @@ def draw_near_knee(
     """One draw replayed at the fit's levels nearest its knee (:data:`NEAR_BELOW` below it,
     :data:`NEAR_ABOVE` above), then one level further out at a time on the side a draw's knee lies
     past (every level met its limits: above; every level broke one: below), until it crosses
-    inside or no level is left:
-    each replay is the one the whole run makes at that level, and a crossing's fit reads the levels
-    about it, so the draw's knee is the whole run's for a fraction of the replays."""
+    inside or no level is left: each replay is the one the whole run makes at that level, and a
+    crossing's fit reads the levels about it, so the draw's knee is the whole run's for a fraction
+    of the replays."""
     order = sorted(range(len(levels)), key=lambda k: levels[k][0])
     below = [k for k in order if levels[k][0] <= knee]
     above = [k for k in order if levels[k][0] > knee]

@@ -45,6 +45,22 @@ def ramp(*args, timeout=120):
     )
 
 
+def ramp_at_step_one(*args):
+    """``spoc ramp`` started, its output read until its first step begins (to act on it mid-ramp)."""
+    p = subprocess.Popen(
+        [sys.executable, "-m", "spoc_tui.cli", "ramp", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line.startswith("step 1:"):
+                break
+    except BaseException:
+        p.kill()
+        raise
+    return p
+
+
 def test_ramp_finds_the_knee_and_records_both_views(sim8, fast_profile, tmp_path):
     url, dcgm = sim8
     out = tmp_path / "out"
@@ -263,19 +279,11 @@ def test_a_server_that_dies_mid_ramp_is_a_failure_not_a_pass(fast_profile, tmp_p
     port, dport = free_ports(2)
     sim = start_sim(["--dcgm-port", str(dport)], port)
     out = tmp_path / "out"
-    p = subprocess.Popen(
-        [
-            sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", f"http://127.0.0.1:{port}", "--profile",
-            fast_profile, "--users", "4,8", "--step-seconds", "6", "--warmup-seconds", "2", "--max-step-seconds", "6",
-            "--sla", "ttft_p99<=1s", "--out", str(out),
-        ],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = ramp_at_step_one(
+        "--url", f"http://127.0.0.1:{port}", "--profile", fast_profile, "--users", "4,8", "--step-seconds", "6",
+        "--warmup-seconds", "2", "--max-step-seconds", "6", "--sla", "ttft_p99<=1s", "--out", str(out),
     )  # fmt: skip
     try:
-        assert p.stdout is not None
-        for line in p.stdout:
-            if line.startswith("step 1:"):
-                break
         sim.stop()
         _, err = p.communicate(timeout=120)
     finally:
@@ -326,17 +334,11 @@ def test_a_worker_its_host_starves_for_seconds_stays_in_the_test(sim8, fast_prof
     (SIGSTOP: what a starved host does to it) is kept, and the next step is measured on it."""
     url, _ = sim8
     out = tmp_path / "out"
-    p = subprocess.Popen(
-        [sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", url, "--profile", fast_profile, "--users", "2,4",
-         "--step-seconds", "5", "--warmup-seconds", "1", "--max-step-seconds", "5", "--sla", "ttft_p99<=5s",
-         "--out", str(out), "--workers", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = ramp_at_step_one(
+        "--url", url, "--profile", fast_profile, "--users", "2,4", "--step-seconds", "5", "--warmup-seconds", "1",
+        "--max-step-seconds", "5", "--sla", "ttft_p99<=5s", "--out", str(out), "--workers", "1",
     )  # fmt: skip
     try:
-        assert p.stdout is not None
-        for line in p.stdout:
-            if line.startswith("step 1:"):
-                break
         (worker,) = [pid for pid, cmd in _descendants(p.pid) if " --worker" in cmd]
         os.kill(worker, signal.SIGSTOP)
         time.sleep(6)
