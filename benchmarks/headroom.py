@@ -79,10 +79,10 @@ from spoc_tui.twin.headroom import (  # noqa: E402
     SEARCH_STEPS,
     Headroom,
     HeadroomLearner,
-    passive_twin,
-    prefix_ids,
 )
+from spoc_tui.twin.passive import passive_twin  # noqa: E402
 from spoc_tui.twin.predict import Prediction, TraceRows, figure, predict  # noqa: E402
+from spoc_tui.twin.traffic import prefix_ids  # noqa: E402
 from spoc_tui.workload import Workload, load_workload  # noqa: E402
 
 SLA = "ttft_p99<=2s,itl_p99<=100ms"

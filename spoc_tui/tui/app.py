@@ -48,13 +48,14 @@ from spoc_tui.tui.svg import fix_file
 from spoc_tui.tui.terminal import require_terminal
 from spoc_tui.tui.textual_private import QuietDriver
 from spoc_tui.tune.study import TuneSession
-from spoc_tui.twin.headroom import WINDOW_S, Headroom
+from spoc_tui.twin.headroom import Headroom
 from spoc_tui.twin.headroom_confirm import HeadroomClaim, confirm_speeds, write_traffic_trace
 from spoc_tui.twin.history import HISTORY_S, PROMETHEUS_EVERY_S, PrometheusFeed
 from spoc_tui.twin.live import LiveHeadroom
 from spoc_tui.twin.model import read_twin
 from spoc_tui.twin.passive import MIN_WINDOWS
 from spoc_tui.twin.publish import HeadroomCollector, parse_address, serve_metrics
+from spoc_tui.twin.traffic import WINDOW_S
 
 logger = logging.getLogger(__name__)
 
@@ -322,7 +323,7 @@ class SpocApp(AsciiScreenshots, JobsApp):
         if self.published is not None and self.headroom is not None:  # each server's series from its first tick
             new = {sv.source for sv in message.tick.servers} - self.published.servers()
             self.published.publish({src: Headroom.none("learning", self.headroom.limits) for src in new})
-        if self.headroom is not None and not self._estimating and self.headroom.due():
+        if self.headroom is not None and not self._estimating and self.headroom.work_due():
             self._estimating = True
             self._estimate_headroom()
         if self.start_workers:
@@ -334,10 +335,11 @@ class SpocApp(AsciiScreenshots, JobsApp):
 
     @work(group="headroom", exclusive=True, exit_on_error=False, thread=True)
     def _estimate_headroom(self) -> None:
-        """Every server's headroom (seconds of CPU, off the UI thread), posted back."""
+        """Every server's headroom, or its ledger's newest window graded (seconds of CPU, off the UI
+        thread), posted back."""
         assert self.headroom is not None
         try:
-            found = self.headroom.refresh()
+            found, fresh = self.headroom.work()
             if self.published is not None:
                 self.published.publish(found)
         except Exception as e:  # a defect: said on the line, and the monitor goes on
@@ -346,7 +348,13 @@ class SpocApp(AsciiScreenshots, JobsApp):
         else:
             later = self.headroom.next_note()
             shown = {
-                src: HeadroomShown(h.line() + (f"; {later}" if later else ""), h.estimate, h.identified)
+                src: HeadroomShown(
+                    h.line() + (f"; {later}" if later else ""),
+                    h.estimate,
+                    h.identified,
+                    h.ledger.line() if h.ledger is not None else "",
+                    fresh,
+                )
                 for src, h in found.items()
             }
         self.post_message(HeadroomEstimated(shown))

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spoc_tui.core.ramp.inference import KneeEstimate
-from spoc_tui.twin.headroom import Headroom, _x, synth_rows
+from spoc_tui.twin.headroom import Headroom, _x
+from spoc_tui.twin.traffic import synth_rows
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,9 @@ from spoc_tui.core.metrics.vllm import (
     server_view,
 )
 from spoc_tui.core.redact import redact_url
-from spoc_tui.twin.headroom import WINDOW_S, Headroom
+from spoc_tui.twin.headroom import Headroom
 from spoc_tui.twin.live import LiveHeadroom, Publishing, off_loop
+from spoc_tui.twin.traffic import WINDOW_S
 
 COARSEST_SCRAPE_S = WINDOW_S
 """The longest scrape interval the fit takes: a window is two scrapes at least ``WINDOW_S`` apart,
@@ -197,12 +198,13 @@ async def history_headroom(
         return res
     say(f"read {n} scrapes of {len(feed.ends)} replica(s); working out their headroom...")
     try:
-        found = await off_loop(live.refresh)
+        await off_loop(live.refresh)
+        found = await off_loop(live.grade_recent)
     except (KeyboardInterrupt, asyncio.CancelledError):
         res.interrupted = True
         found = {inst: Headroom.none("not worked out: interrupted", live.limits) for inst in feed.ends}
     for inst, h in found.items():
-        res.headroom[inst] = (h.line(), h.as_dict())
+        res.headroom[inst] = (h.text(), h.as_dict())
     if len(found) > 1:
         weakest, h = fleet_of(found)
         line = f"fleet: {h.line()}" + (f" (its weakest replica, {weakest})" if weakest else "")

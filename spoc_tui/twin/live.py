@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -20,14 +21,18 @@ from spoc_tui.core.errors import first_line
 from spoc_tui.core.metrics.promparse import Exposition
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.redact import redact_url
-from spoc_tui.twin.headroom import REPLAY_S, WINDOW_S, Headroom, HeadroomLearner, LearnerState
+from spoc_tui.twin.headroom import Headroom, HeadroomLearner, LearnerState
+from spoc_tui.twin.ledger import LEDGER_S, Graded, LedgerSummary, grade_after
 from spoc_tui.twin.model import Twin
 from spoc_tui.twin.passive import MIN_WINDOWS
+from spoc_tui.twin.traffic import REPLAY_S, WINDOW_S
 
 logger = logging.getLogger(__name__)
 
 HEADROOM_EVERY_S = 5.0
 """How often ``spoc inspect --headroom`` scrapes while it watches (the monitor's windows are 30 s)."""
+INSPECT_GRADED = 20
+"""The most windows ``spoc inspect --headroom`` grades at the end of its watch (the newest)."""
 
 
 async def watch_headroom(
@@ -88,10 +93,11 @@ async def watch_headroom(
             else:
                 try:
                     h = await off_loop(partial(estimate_of, learner, limits))
+                    h = replace(h, ledger=await off_loop(partial(graded_of, learner)))
                 except (KeyboardInterrupt, asyncio.CancelledError):
                     res.interrupted = True
                     h = Headroom.none("not worked out: interrupted", limits)
-            res.headroom[name] = (h.line(), h.as_dict())
+            res.headroom[name] = (h.text(), h.as_dict())
     return res
 
 
@@ -137,6 +143,19 @@ async def off_loop(fn: Callable[[], T]) -> T:
     return await fut
 
 
+def graded_of(learner: HeadroomLearner, most: int = INSPECT_GRADED, seed: int = 0) -> LedgerSummary:
+    """The ledger of a watch: its ``most`` newest windows each graded on a fit of the windows
+    before it (seconds of CPU each); a window that fails to grade (a defect) is said, not raised."""
+    for seen in learner.ledger.take(most):
+        try:
+            got: Graded | str = learner.grade(seen, seed)
+        except Exception as e:
+            logger.exception("grading a window")
+            got = f"could not be graded ({first_line(e, 120)}); see spoc.log"
+        learner.ledger.add(got)
+    return learner.ledger_summary()
+
+
 def estimate_of(
     learner: HeadroomLearner | LearnerState,
     limits: Sequence[Limit],
@@ -175,6 +194,11 @@ little: the 95 % range of two draws is their mean +- 15.6 standard deviations
 unchanged (the next waits longer)."""
 LIVE_REPLAY_S = 60.0
 """Seconds of traffic an estimate replays at x1 (in the monitor)."""
+LEDGER_CPU_SHARE = 0.0015
+"""The share of one core grading the ledger's windows may take over time, beside the estimates':
+grading a minute replays a minute and a half of its traffic six times (about 1 s of CPU at a
+couple of requests a second, benchmarks/README.md, the ledger), so the newest minute is graded
+every ten minutes or so; a lighter traffic's, more often."""
 
 
 class LiveHeadroom:
@@ -213,6 +237,9 @@ class LiveHeadroom:
         self._started = clock()
         self.cpu_s = 0.0
         """CPU seconds the last :meth:`refresh` took (its thread's own)."""
+        self.grade_cpu_s = 0.0
+        """CPU seconds the last :meth:`grade` took."""
+        self._graded: float | None = None
         self.results: dict[str, Headroom] = {}
         """Each server's latest headroom, by its source as shown."""
 
@@ -266,6 +293,73 @@ class LiveHeadroom:
             return seen >= MIN_WINDOWS * WINDOW_S and bool(self._learners)
         return now - self._last >= self.interval_s
 
+    def grade_due(self) -> bool:
+        """Time for :meth:`grade`: once there are estimates to show it beside, a window waits and the
+        last grading's CPU is within :data:`LEDGER_CPU_SHARE` of the time since it began."""
+        if not self.results:
+            return False
+        if self._graded is not None:
+            wait = max(LEDGER_S, self.grade_cpu_s / LEDGER_CPU_SHARE)
+            if self.clock() - self._graded < wait:
+                return False
+        with self._lock:
+            return any(learner.ledger.seen for learner in self._learners.values())
+
+    def work_due(self) -> bool:
+        """An estimate (:meth:`due`) or a grading (:meth:`grade_due`) is due: :meth:`work`."""
+        return self.due() or self.grade_due()
+
+    def work(self, seed: int = 0) -> tuple[dict[str, Headroom], bool]:
+        """What is due (blocking, a worker thread's job): the newest window of each server graded
+        where only that is due, else the estimates; then each server's headroom with its ledger,
+        and whether the estimates are new."""
+        fresh = self.due() or not self.grade_due()
+        if fresh:
+            self.refresh(seed)
+        else:
+            self.grade(seed)
+        return self.shown(), fresh
+
+    def grade(self, seed: int = 0) -> None:
+        """Each server's newest window not yet graded, predicted on a fit of the windows before it
+        and set beside what the server then said (:mod:`spoc_tui.twin.ledger`); the older ones
+        waiting are dropped (blocking, seconds of CPU)."""
+        self._graded = self.clock()
+        cpu0 = time.thread_time()
+        with self._lock:
+            broken = {**self._broken, **self._held}
+            todo = {
+                src: (seen, tuple(lr.windows), lr.server(), lr.kv_bytes_per_token)
+                for src, lr in self._learners.items()
+                if src not in broken and (seen := lr.ledger.take_newest()) is not None
+            }
+        for src, (seen, windows, server, kv_bytes) in todo.items():
+            try:
+                got: Graded | str = grade_after(seen, windows, server, self.limits, self.prior, kv_bytes, seed)
+            except Exception as e:  # a defect: that window's grade, said, never the monitor
+                logger.exception("grading a window of %s", src)
+                got = f"could not be graded ({first_line(e, 120)}); see spoc.log"
+            with self._lock:
+                learner = self._learners.get(src)
+                if learner is not None:
+                    learner.ledger.add(got)
+        self.grade_cpu_s = time.thread_time() - cpu0
+
+    def grade_recent(self, most: int = INSPECT_GRADED, seed: int = 0) -> dict[str, Headroom]:
+        """A one-shot report's ledger (``spoc inspect --prometheus --headroom``): the newest of each
+        server's windows graded, ``most`` in all, split between the servers (blocking); then each
+        server's headroom with its ledger. Not for a monitor whose scrapes go on (:meth:`grade`)."""
+        learners = [lr for src, lr in self._learners.items() if src not in self._broken and src not in self._held]
+        for lr in learners:
+            graded_of(lr, max(1, most // len(learners)), seed)
+        return self.shown()
+
+    def shown(self) -> dict[str, Headroom]:
+        """Each server's latest headroom, with its ledger as it stands."""
+        with self._lock:
+            ledgers = {src: lr.ledger_summary() for src, lr in self._learners.items()}
+        return {src: replace(h, ledger=ledgers.get(src)) for src, h in self.results.items()}
+
     def refresh(self, seed: int = 0) -> dict[str, Headroom]:
         """Every server's headroom now (blocking, seconds of CPU: a worker thread's job; its CPU
         time sets when the next is due)."""
@@ -299,7 +393,7 @@ class LiveHeadroom:
             self._broken.clear()
             self._held.clear()
             self._span.clear()
-        self._last = None
+        self._last = self._graded = None
         self._started = self.clock()
         self.results = {}
 
@@ -312,6 +406,8 @@ class Publishing:
         self.live, self.publish, self.say = live, publish, say
         self.pending: asyncio.Future[dict[str, Headroom]] | None = None
         self.announced: set[str] = set()
+        self.said: dict[str, tuple[str, str]] = {}
+        """Each server's lines last said (its headroom, its ledger): a line is said when it changes."""
 
     def learning(self, name: str, how: str) -> None:
         if name not in self.announced:  # its series exist from the first scrape
@@ -319,13 +415,16 @@ class Publishing:
             self.publish({name: Headroom.none(how, self.live.limits)})
 
     def step(self) -> None:
-        if self.pending is None and self.live.due():
-            self.pending = asyncio.ensure_future(off_loop(self.live.refresh))
+        if self.pending is None and self.live.work_due():
+            self.pending = asyncio.ensure_future(off_loop(lambda: self.live.work()[0]))
         if self.pending is not None and self.pending.done():
             found, self.pending = self.pending.result(), None
             self.publish(found)
             for name, h in found.items():
-                self.say(f"{name}: {h.line()}")
+                for line in (h.line(), h.ledger.line() if h.ledger is not None else ""):
+                    if line and line not in self.said.get(name, ()):
+                        self.say(f"{name}: {line}")
+                self.said[name] = (h.line(), h.ledger.line() if h.ledger is not None else "")
 
 
 async def keep_headroom(

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -72,7 +73,7 @@ from spoc_tui.core.metrics.promparse import Exposition
 from spoc_tui.core.metrics.stats import Histogram
 from spoc_tui.core.metrics.vllm import EngineView, kv_reading
 from spoc_tui.twin.lengths import Lengths
-from spoc_tui.twin.model import StepModel
+from spoc_tui.twin.model import PARAMS, ServerConfig, StepModel, Twin
 
 TERMS = ("b0", "b_decode", "b_context", "b_prefill", "b_mixed")
 """The step terms windows of counters identify, in the fit's column order."""
@@ -653,3 +654,28 @@ def _drift(fit: PassiveFit, prior: StepModel, prior_sd: StepModel) -> tuple[str,
             now = getattr(fit.model, t)
             out.append(f"{t} {now:.3g} against the twin's {p:.3g} (+-{2 * sd:.2g})")
     return tuple(out)
+
+
+def fit_of(
+    windows: Sequence[PassiveWindow], prior: Twin | None, kv_bytes_per_token: float | None, seed: int
+) -> PassiveFit:
+    """The passive fit of ``windows``: a calibrated twin, where given, its prior; else the KV cache's
+    read cost, where the server reports it (:func:`~spoc_tui.twin.passive.context_prior`)."""
+    return fit_passive(
+        list(windows),
+        prior.fit if prior is not None else None,
+        prior.sd if prior is not None else None,
+        seed=seed,
+        kv_bytes_per_token=kv_bytes_per_token,
+    )
+
+
+def passive_twin(fit: PassiveFit, server: ServerConfig, prior: Twin | None = None, draws: int = 0) -> Twin:
+    """The twin the live fit makes: its step model, ``draws`` of its bootstrap draws, the server
+    as the learner knows it (what :func:`headroom_of` replays the traffic on)."""
+    keep = fit.draws[: max(0, draws)]
+    sd = StepModel(
+        *(statistics.pstdev([getattr(d, k) for d in fit.draws]) if len(fit.draws) > 1 else 0.0 for k in PARAMS),
+    )
+    step_cv = prior.step_cv if prior is not None else 0.05
+    return Twin(fit.model, sd, keep, step_cv, server, notes=("learned passively from the monitor's scrapes",))

@@ -104,6 +104,11 @@ def test_a_fleets_headroom_from_prometheus_history_served_back_to_it_and_offered
         for name, h in got.items():
             lo, hi = h["ci95"]
             assert h["identified"] and lo <= h["estimate"] <= (hi if hi is not None else math.inf), (name, h)
+            # the ledger: the newest windows of the history, each predicted on a fit of those before it
+            ledger = h["ledger"]
+            assert ledger["windows"] >= 3 and 0 <= ledger["held"] <= ledger["windows"], (name, ledger)
+            assert set(ledger["by_metric"]) == {"ttft_p99", "itl_p99"}, ledger
+            print(name, ledger)
         weakest = min(got, key=lambda s: got[s]["estimate"])
         assert doc["fleet"]["replica"] == weakest and doc["fleet"]["headroom"] == got[weakest]
         # every scrape of the last 15 minutes (those the minute since the history ended pushed out aside)

@@ -136,6 +136,25 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         assert "little headroom" in str(app.monitor.tp.render())
 
 
+async def test_the_ledger_is_a_line_under_the_headroom_and_a_grading_keeps_the_estimates_age():
+    """Issue 76: how the twin's predictions of the minutes since held, under the headroom line,
+    painted at 80x24; a grading posted between estimates leaves the estimate's age as it was."""
+    app = SpocApp(settings(), MonitorSources(vllm=VllmPoller([URL])), start_workers=False)
+    ledger = "predictions held 27 of 30 windows over 2.0 h (median error 8 %)"
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.monitor.apply_headroom({URL: HeadroomShown("headroom x3 (95 %: 2-4) of the last 15 min", 3.0, True)})
+        await pilot.pause()
+        assert "predictions" not in text_of(app)
+        app.monitor.apply_headroom({URL: HeadroomShown("headroom x3 (95 %: 2-4) of the last 15 min", 3.0, True,
+                                                       ledger, fresh=False)})  # fmt: skip
+        await settle(pilot)
+        shown = text_of(app)
+        assert shown.index("headroom x3") < shown.index(ledger), shown
+        assert "predictions held 27 of 30" in painted(app), painted(app)
+        assert len(app.monitor.model.headroom_history[URL]) == 1  # one estimate, graded twice
+
+
 async def test_no_headroom_when_switched_off():
     s = settings()
     s.headroom = False

@@ -18,7 +18,9 @@ from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.sim.watch import VirtualWatch
-from spoc_tui.twin.headroom import Headroom, HeadroomLearner, LearnerState, Lengths, Traffic, synth_rows
+from spoc_tui.twin.headroom import Headroom, HeadroomLearner, LearnerState
+from spoc_tui.twin.lengths import Lengths
+from spoc_tui.twin.traffic import Traffic, synth_rows
 from spoc_tui.workload import load_workload
 
 INF = math.inf
@@ -61,7 +63,7 @@ def test_a_swelling_traffic_is_replayed_as_it_moved():
     (bursts of single requests at 2.7/s, never a sustained 4/s); its busiest two minutes alone
     judged only the peak. A swell barely moves the Allan factor (it compares neighbouring
     windows); the counts' index of dispersion shows it."""
-    from spoc_tui.twin.headroom import swells
+    from spoc_tui.twin.traffic import swells
 
     rates = tuple(4.0 * (0.35 + 0.65 * (0.5 + 0.5 * math.sin(2 * math.pi * (30 * k + 15) / 300))) for k in range(20))
     counts = [30 * r for r in rates]
@@ -452,10 +454,10 @@ def test_each_draw_replays_a_sample_of_the_traffic_of_its_own_and_the_point_is_t
     """A replay's knee moves with its two minutes of the traffic: each draw of the fit replays a
     sample of its own (so the interval holds that sampling), the point is the median of the fit's
     replay and its draws'. A trace file's rows are what they are, for every draw."""
-    from spoc_tui.twin.headroom import TrafficRows
     from spoc_tui.twin.model import ServerConfig
     from spoc_tui.twin.predict import TraceRows
     from spoc_tui.twin.replayed import replays_median
+    from spoc_tui.twin.traffic import TrafficRows
 
     server = ServerConfig("m", 32_768, 16, 10_000, True, None, 48, 8192, True)
     base = TrafficRows.of(traffic(), 1, server, replay_s=60.0)
@@ -477,7 +479,7 @@ def test_a_replays_lengths_hold_each_part_of_the_histogram_in_its_share():
     draws left their count to chance, a fifth either way in a two-minute replay."""
     import random
 
-    from spoc_tui.twin.headroom import strata
+    from spoc_tui.twin.traffic import strata
 
     qs = strata(500, random.Random(4))
     assert all(k / 500 <= q < (k + 1) / 500 for k, q in enumerate(sorted(qs)))

@@ -83,6 +83,9 @@ def test_the_headroom_is_recorded_and_read_back_and_an_older_file_reads_as_befor
     shown = {
         "http://192.0.2.5:8000": HeadroomShown("headroom x1.8 (95 %: 1.5-2.1) of ...", 1.8, True),
         "http://192.0.2.6:8000": HeadroomShown("headroom: not enough variety yet: ...", None, False),
+        "http://192.0.2.7:8000": HeadroomShown(
+            "headroom x3 ...", 3.0, True, "predictions held 27 of 30 windows over 2.0 h (median error 8 %)", False
+        ),  # the ledger graded again, the estimate kept (issue 76)
     }
     r.headroom(shown, t=101.0)
     r.close()
@@ -91,7 +94,7 @@ def test_the_headroom_is_recorded_and_read_back_and_an_older_file_reads_as_befor
     assert rec.records[1].headroom == shown and rec.skipped == 0
     out = json.loads(export(rec, "json"))["records"][1]
     assert out["headroom"]["http://192.0.2.5:8000"] == {"line": shown["http://192.0.2.5:8000"].line, "estimate": 1.8,
-                                                         "identified": True}  # fmt: skip
+                                                         "identified": True, "ledger": "", "fresh": True}  # fmt: skip
     assert "headroom" not in json.loads(export(rec, "json"))["records"][0]
 
 

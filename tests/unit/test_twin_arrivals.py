@@ -15,8 +15,8 @@ import pytest
 
 from spoc_tui.core.metrics.stats import Histogram
 from spoc_tui.twin.arrivals import Evenness, FlowLog, bins_of, hadamard_factor, renewal_times
-from spoc_tui.twin.headroom import Traffic, TrafficRows, synth_rows
 from spoc_tui.twin.model import ServerConfig
+from spoc_tui.twin.traffic import Traffic, TrafficRows, synth_rows
 
 INF = math.inf
 

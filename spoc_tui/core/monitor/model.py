@@ -39,6 +39,11 @@ class HeadroomShown:
     line: str
     estimate: float | None
     identified: bool
+    ledger: str = ""
+    """How the twin's predictions of the minutes since held (``predictions held 27 of 30 windows
+    over 2 h``), shown under the line; empty where no ledger is kept."""
+    fresh: bool = True
+    """A new estimate (False: the same one, its ledger graded again): its time is the estimate's age."""
 
 
 class MonitorModel:
@@ -148,7 +153,7 @@ class MonitorModel:
         self.headroom = dict(results)
         now = self.clock()
         for src, h in results.items():
-            if src:  # "" is a failure said for every server, not a server's estimate
+            if src and h.fresh:  # "" is a failure said for every server, not a server's estimate
                 hist = self.headroom_history.setdefault(src, deque(maxlen=HEADROOM_HISTORY))
                 hist.append((now, h.estimate if h.identified else None))
         self._judge()

@@ -278,7 +278,11 @@ def _record(obj: dict[str, Any]) -> Record:
             raise TypeError("a headroom record's servers are not an object of objects")
         shown = {
             str(src): HeadroomShown(
-                str(h["line"]), None if h.get("estimate") is None else float(h["estimate"]), bool(h["identified"])
+                str(h["line"]),
+                None if h.get("estimate") is None else float(h["estimate"]),
+                bool(h["identified"]),
+                str(h.get("ledger") or ""),
+                bool(h.get("fresh", True)),
             )
             for src, h in obj["headroom"].items()
         }

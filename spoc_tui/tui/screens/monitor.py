@@ -310,6 +310,8 @@ class MonitorScreen(Screen[None]):
             trend = self.model.headroom_trend(src)
             if trend is not None:
                 t.append(f"\n  {trend}", style="dim")
+            if h.ledger:
+                t.append(f"\n  {h.ledger}", style="dim")
         fleet = self.model.fleet_headroom()
         if fleet is not None:
             t.append("\n" + fleet, style="bold")
