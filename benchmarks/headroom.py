@@ -295,7 +295,8 @@ def replayed_knee(gpu: str, seed: int, sent: list[SentRequest]) -> float:
     return knee_of(lambda speed: replayed_ratio(gpu, seed, sent, speed))
 
 
-def users_ratio(gpu: str, seed: int, sent: list[SentRequest], since: float, speed: float) -> float:
+def users_ratio(gpu: str, seed: int, sent: list[SentRequest], since: float, speed: float,
+                make: Callable[[], VirtualServer] | None = None) -> float:  # fmt: skip
     """Every request the observed server was sent, sent again to a fresh server as their users
     would send them ``speed`` times as often (:meth:`VirtualServer.resend_as_users`: the instants
     they were sent at, ``speed`` times closer, each sending the earliest request whose previous
@@ -303,8 +304,10 @@ def users_ratio(gpu: str, seed: int, sent: list[SentRequest], since: float, spee
     headroom's window (sent at or after ``since``), all of them (inf where it did not finish 90 %
     of them within five minutes of the last instant). The requests before the window warm the
     server as they warmed the observed one (its prefix cache holds the history the window's
-    follow-up turns quote), where the sessionless replay leaves out its first minute instead."""
-    vs = server(gpu, seed + 7919, load_workload("chatbot"))  # no users: the profile is never drawn
+    follow-up turns quote), where the sessionless replay leaves out its first minute instead.
+    ``make``: the fresh server (benchmarks/ledger.py's throttled one), where not the preset's."""
+    # no users: the profile is never drawn
+    vs = make() if make is not None else server(gpu, seed + 7919, load_workload("chatbot"))
     last = vs.resend_as_users(sent, speed)
     vs.advance(last + 300.0)
     mine = {k for k, r in enumerate(sent) if r.at >= since}
@@ -313,9 +316,10 @@ def users_ratio(gpu: str, seed: int, sent: list[SentRequest], since: float, spee
     return math.inf if mine and len(window) < 0.9 * len(mine) else worst_of(window, last - start)
 
 
-def users_knee(gpu: str, seed: int, sent: list[SentRequest], since: float) -> float:
+def users_knee(gpu: str, seed: int, sent: list[SentRequest], since: float,
+               make: Callable[[], VirtualServer] | None = None) -> float:  # fmt: skip
     """The knee of the window's requests sent as their users would send them (:func:`users_ratio`)."""
-    return knee_of(lambda speed: users_ratio(gpu, seed, sent, since, speed))
+    return knee_of(lambda speed: users_ratio(gpu, seed, sent, since, speed, make))
 
 
 def served_rows(served: list[RequestSample], since: float, block: int) -> tuple[TraceRow, ...]:

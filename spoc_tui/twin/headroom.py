@@ -89,6 +89,10 @@ The default budget of ``spoc ramp``'s search (ten minutes of load) stopped it at
 "beyond x8" of a server whose knee was x9.8. Eight ran two more probes about the knee (x7 and x6.5
 after x6.1, x6 and x5.9 on the benchmark's A100), the dearest replays, and moved neither the point
 nor the draws' knees: 6 takes a fifth of an estimate's CPU less, its interval's top at the bracket."""
+LEDGER_MIN = 5
+"""Graded windows the ledger needs before its record widens an interval (:func:`widened_by_ledger`)."""
+LEDGER_HELD = 0.9
+"""The share of graded windows held under which the interval is widened."""
 MIN_REQUESTS = 30
 """Fewer requests than this in the traffic window: too thin to replay."""
 BINDS = {
@@ -225,6 +229,9 @@ class HeadroomLearner:
         self.engine_version: str = ""
         self.prefix_caching: bool | None = None
         self.ledger = Ledger(limits)
+        self.relearning: tuple[float, str] | None = None
+        """Since when the fit learns again, and why: its predictions of the windows since missed the
+        server (:meth:`graded`)."""
         """Each minute the server served, kept to be predicted and graded (:mod:`spoc_tui.twin.ledger`)."""
 
     def add(self, t: float, exp: Exposition) -> None:
@@ -298,11 +305,26 @@ class HeadroomLearner:
         """The ledger's verdict as of the last scrape."""
         return self.ledger.summary(self._now)
 
-    def grade(self, seen: Seen, seed: int = 0) -> Graded | str:
+    def graded(self, got: Graded | str, fit: PassiveFit | None = None) -> None:
+        """One of :attr:`ledger`'s windows graded (or why not): where the last ones missed the same
+        way (:meth:`~spoc_tui.twin.ledger.Ledger.drift`), the server moved from what the fit
+        learned: the windows before the first of them are forgotten and the fit learns again."""
+        self.ledger.add(got)
+        self.ledger.fit = fit or self.ledger.fit
+        drift = self.ledger.drift()
+        if drift is not None and (self.relearning is None or drift[0] > self.relearning[0]):
+            since, what = drift
+            self.relearning = (since, what)
+            kept = [w for w in self.windows if w.t - w.seconds >= since - 1e-6]
+            self.windows.clear()
+            self.windows.extend(kept)
+            self.ledger.fit = None  # the fit of before grades nothing more: the next is the new windows'
+
+    def grade(self, seen: Seen, seed: int = 0) -> tuple[Graded | str, PassiveFit | None]:
         """``seen`` (one of :attr:`ledger`'s windows) graded on a fit of the windows before it
-        (:func:`~spoc_tui.twin.ledger.grade_after`; seconds of CPU)."""
-        server = self.server()
-        return grade_after(seen, tuple(self.windows), server, self.limits, self.prior, self.kv_bytes_per_token, seed)
+        (:func:`~spoc_tui.twin.ledger.grade_after`; seconds of CPU), and the fit it was graded on."""
+        windows, server, kv_bytes, last = tuple(self.windows), self.server(), self.kv_bytes_per_token, self.ledger.fit
+        return grade_after(seen, windows, server, self.limits, self.prior, kv_bytes, seed, last)
 
     @property
     def seats(self) -> int | None:
@@ -320,6 +342,7 @@ class HeadroomLearner:
         self._queue = QueueSeats()
         self._most = deque([0.0], maxlen=self._most.maxlen)
         self.ledger.restart()
+        self.relearning = None
 
     def fit(self, seed: int = 0) -> PassiveFit:
         return fit_of(self.windows, self.prior, self.kv_bytes_per_token, seed)
@@ -420,6 +443,18 @@ class HeadroomLearner:
             self.one.restarted(now),
             self._queue.odd if self.told_seats is None else None,
             max(self._most) or None,  # none seen: no seats to replay at
+            self._relearned(now),
+            self.ledger.summary(now),
+        )
+
+    def _relearned(self, now: float) -> str | None:
+        """What to say of a re-learning within the traffic's span (:meth:`graded`), or None."""
+        if self.relearning is None or now - self.relearning[0] >= self.traffic_s:
+            return None
+        since, what = self.relearning
+        return (
+            f"re-learning since {max(0.0, now - since) / 60:.0f} min ago, the server no longer the one its "
+            f"windows showed ({what}): the windows before forgotten"
         )
 
 
@@ -445,6 +480,9 @@ class LearnerState:
     """Why a queue seen was not taken as the seats, or None."""
     running_most: float | None = None
     """The most requests seen in the server at once over the traffic's span (running and waiting)."""
+    relearned: str | None = None
+    """What to say of the fit learning again since its predictions missed (the ledger's drift)."""
+    ledger: LedgerSummary | None = None
 
     def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
         sla = tuple(str(lim) for lim in self.limits)
@@ -472,7 +510,8 @@ class LearnerState:
                 f"{len(bad)} of its last {len(self.refused)} windows refused, their counters no server's: {bad[-1]}"
             )
         if not fit.identified:
-            first = f"{self.restarted}: " if self.restarted else ""
+            said = self.restarted or self.relearned
+            first = f"{said}: " if said else ""
             return none(first + fit.reason + (f"; {len(bad)} windows refused: {bad[-1]}" if bad else ""))
         if traffic is None or traffic.requests < MIN_REQUESTS or traffic.rate <= 0:
             got = 0 if traffic is None else round(traffic.requests)
@@ -486,7 +525,30 @@ class LearnerState:
             at_seen = replace(self.server, max_num_seqs=low, sources={**self.server.sources, "max_num_seqs": "seen"})
             h_seen = headroom_of(fit, at_seen, traffic, self.limits, seed, draws, self.prior, replay_s)
             h = seats_range(h, h_seen, low, self.server.max_num_seqs)
-        return replace(h, assumed=(*h.assumed, self.queue_odd)) if self.queue_odd and h.assumed else h
+        if self.queue_odd and h.assumed:
+            h = replace(h, assumed=(*h.assumed, self.queue_odd))
+        if self.relearned and h.identified:
+            h = replace(h, reason=f"{h.reason}; {self.relearned}")
+        return widened_by_ledger(h, self.ledger)
+
+
+def widened_by_ledger(h: Headroom, ledger: LedgerSummary | None) -> Headroom:
+    """``h``'s interval widened by the twin's median error over the ledger's windows, where its
+    predictions held fewer than :data:`LEDGER_HELD` of at least :data:`LEDGER_MIN` windows: the
+    replays' interval holds the twin's sampling, not a twin that is wrong, and the ledger
+    measured how wrong it has been."""
+    if ledger is None or h.estimate is None or ledger.median_error is None or ledger.windows < LEDGER_MIN:
+        return h
+    if ledger.held >= LEDGER_HELD * ledger.windows:
+        return h
+    k = 1.0 + ledger.median_error
+    lo, hi = h.ci95
+    ci95 = (None if lo is None else lo / k, None if hi is None else hi * k)
+    why = (
+        f"; the interval widened by the twin's median error over its last {ledger.windows} windows "
+        f"({ledger.median_error * 100:.0f} %: its predictions held {ledger.held} of them)"
+    )
+    return replace(h, ci95=ci95, reason=h.reason + why)
 
 
 def headroom_of(

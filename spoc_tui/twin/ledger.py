@@ -67,8 +67,19 @@ simulated L40S at a request a second (steps of 23 ms, no jitter) the passive twi
 put 6 % of its gaps past the server's 25 ms bucket, where none of the server's were: its p99 read
 44 ms in that bucket against the server's 24.9, held in none of ten windows. Spread over 0-10 %,
 the interval holds what the scrapes leave open."""
+STEP_FIGURE = Limit("itl", "mean", math.inf)
+"""Graded beside the SLA's figures: the mean gap between tokens, the step time the fit is about
+(the histogram's sum over its count, exact where a p99 is known to a bucket): a server that slowed
+(throttled, other flags) shows in it first."""
+MAD_SD = 1.4826
+"""A normal spread's standard deviation over its median absolute deviation (the fit's residual)."""
 MIN_REQUESTS = 10
 """Fewer requests finished in a window than this: not graded (its p99 says nothing)."""
+DRIFT_WINDOWS = 2
+"""Graded windows in a row whose same figure missed its interval the same way: the server is no
+longer the one the fit learned (throttled, other flags, another model), and the learner forgets
+the windows before the first of them. Two 95 % intervals missed by chance the same way: about
+one pair in 1,600."""
 SPAN_S = 7200.0
 """The windows the ledger's verdict counts: the last two hours."""
 KEEP = 240
@@ -177,11 +188,12 @@ def seen_of(scrape: Scrape, limits: Sequence[Limit]) -> Seen | None:
     if traffic is None:
         return None
     hists: list[tuple[str, Histogram]] = []
-    for metric in dict.fromkeys(lim.metric for lim in limits if lim.metric in LATENCIES):
+    for metric in dict.fromkeys(lim.metric for lim in (*limits, STEP_FIGURE) if lim.metric in LATENCIES):
         h = windowed_histogram(scrape, LATENCIES[metric])
-        if h is None or not h.complete or not h.count:
+        if h is not None and h.complete and h.count:
+            hists.append((metric, h))
+        elif any(lim.metric == metric for lim in limits):
             return None
-        hists.append((metric, h))
     assert scrape.t_then is not None
     return Seen(scrape.t_then, scrape.t_now, traffic, tuple(hists))
 
@@ -247,15 +259,19 @@ def to_buckets(lo: float, hi: float, like: Histogram, stat: str) -> tuple[float,
     return lo_edge, hi_edge
 
 
-def prediction_interval(values: Sequence[float]) -> tuple[float, float, float]:
+def prediction_interval(values: Sequence[float], scatter: float = 0.0) -> tuple[float, float, float]:
     """The point and 95 % prediction interval of one more figure like ``values`` (each replay's):
-    their logs' mean, +- Student's t times their spread times sqrt(1 + 1/n): a figure the server
-    reads is one more sample of what the replays are many of."""
+    their logs' mean, +- Student's t times their spread times sqrt(1 + 1/n) (a figure the server
+    reads is one more sample of what the replays are many of), the fit's own ``scatter`` (a
+    window's step about the model, a fraction's standard deviation) added in quadrature: the
+    replays share the fit's step time, and a window's mean gap strays from it by that much (on
+    the simulated A100 the replays alone put the mean gap at 10.0 ms +-1 % where the server's
+    read 10.1 and 10.2 ms, outside, in two of 35 minutes)."""
     logs = [math.log(max(v, 1e-9)) for v in values]
     m = statistics.fmean(logs)
     if len(logs) < 2:
         return math.exp(m), math.exp(m), math.exp(m)
-    sd = statistics.stdev(logs) * math.sqrt(1 + 1 / len(logs))
+    sd = math.sqrt(statistics.variance(logs) * (1 + 1 / len(logs)) + math.log1p(scatter) ** 2)
     t = t_quantile(len(logs) - 1)
     return math.exp(m), math.exp(m - t * sd), math.exp(m + t * sd)
 
@@ -279,7 +295,8 @@ def grade(
     )
     span = LEAD_S + seen.seconds
     got: dict[str, list[float]] = {}
-    latency = [lim for lim in limits if lim.metric in LATENCIES and seen.histogram(lim.metric) is not None]
+    latency = [lim for lim in (*limits, STEP_FIGURE) if lim.metric in LATENCIES and seen.histogram(lim.metric)]
+    latency = list({lim.key: lim for lim in latency}.values())
     for j, (model, jitter) in enumerate(zip(models, jitters, strict=True)):
         rows = TrafficRows.of(seen.traffic, seed * 7919 + j, server, span).at(1.0)
         sim = FleetSim(replace(twin, step_cv=jitter), rows, 1.0, replicas=1, model=model, seed=seed * 7919 + j)
@@ -298,7 +315,7 @@ def grade(
         vals = got.get(lim.key, [])
         if observed is None or len(vals) < 2:
             continue
-        point, lo, hi = prediction_interval(vals)
+        point, lo, hi = prediction_interval(vals, MAD_SD * fit.residual_pct / 100.0)
         assert h is not None
         figures.append(Figure(lim.key, observed, point, lo, hi, len(vals), *to_buckets(lo, hi, h, lim.stat)))
     if not figures:
@@ -355,6 +372,8 @@ class Ledger:
         self.graded: deque[Graded] = deque(maxlen=KEEP)
         self.skipped: dict[str, int] = {}
         """Windows not graded, by why."""
+        self.fit: PassiveFit | None = None
+        """The newest fit a window was graded on (:func:`grade_after`'s ``last``)."""
 
     def see(self, t: float, exp: Exposition) -> None:
         """A scrape at ``t``: every ``window_s`` one closes a window (the learner calls it at each of
@@ -371,8 +390,10 @@ class Ledger:
         self._mark = (t, exp)
 
     def restart(self) -> None:
-        """The server's counters went back: the window under way is lost (not its graded ones)."""
+        """The server's counters went back: the window under way is lost (not its graded ones), and
+        the fit of before grades nothing of the server since (the learner learns it again)."""
         self._mark = None
+        self.fit = None
 
     def _skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
@@ -396,6 +417,23 @@ class Ledger:
             self._skip(graded)
         else:
             self.graded.append(graded)
+
+    def drift(self) -> tuple[float, str] | None:
+        """Where the last :data:`DRIFT_WINDOWS` graded windows missed the same figure the same way:
+        when the first of them began, and what they said (``itl_p99 38 % and 41 % high``)."""
+        last = list(self.graded)[-DRIFT_WINDOWS:]
+        if len(last) < DRIFT_WINDOWS:
+            return None
+        for key in (f.key for f in last[0].figures):
+            figs = [next((f for f in g.figures if f.key == key), None) for g in last]
+            if any(f is None or f.held for f in figs):
+                continue
+            errors = [f.error for f in figs if f is not None]
+            if all(e > 0 for e in errors) or all(e < 0 for e in errors):
+                way = "high" if errors[0] > 0 else "low"
+                said = " and ".join(f"{abs(e) * 100:.0f} %" for e in errors)
+                return last[0].t0, f"{key} predicted {said} {way}, outside the intervals"
+        return None
 
     def summary(self, now: float, span_s: float = SPAN_S) -> LedgerSummary:
         recent = [g for g in self.graded if g.t1 >= now - span_s]
@@ -429,12 +467,18 @@ def grade_after(
     prior: Twin | None = None,
     kv_bytes_per_token: float | None = None,
     seed: int = 0,
-) -> Graded | str:
+    last: PassiveFit | None = None,
+) -> tuple[Graded | str, PassiveFit | None]:
     """``seen`` graded on the fit of the passive windows that ended before it began (the fit that
-    was current before it: it never saw the window), or why it cannot be."""
+    was current before it: it never saw the window), or why it cannot be; and the fit it was
+    graded on. Where those windows no longer identify the step time (a server that changed
+    mixes two step times in them), ``last``, the newest fit that did, grades it: its misses are
+    what tells the change (:meth:`Ledger.drift`)."""
     if seen.traffic.requests < MIN_REQUESTS:
-        return f"fewer than {MIN_REQUESTS} requests finished"
+        return f"fewer than {MIN_REQUESTS} requests finished", None
     fit = fit_of([w for w in windows if w.t <= seen.t0 + 1e-6], prior, kv_bytes_per_token, seed)
     if not fit.identified:
-        return "the fit before it could not say the step time yet"
-    return grade(seen, fit, server, limits, prior, seed) or "no replay read a figure"
+        if last is None:
+            return "the fit before it could not say the step time yet", None
+        fit = last
+    return grade(seen, fit, server, limits, prior, seed) or "no replay read a figure", fit

@@ -22,9 +22,9 @@ from spoc_tui.core.metrics.promparse import Exposition
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.redact import redact_url
 from spoc_tui.twin.headroom import Headroom, HeadroomLearner, LearnerState
-from spoc_tui.twin.ledger import LEDGER_S, Graded, LedgerSummary, grade_after
+from spoc_tui.twin.ledger import LEDGER_S, LedgerSummary, grade_after
 from spoc_tui.twin.model import Twin
-from spoc_tui.twin.passive import MIN_WINDOWS
+from spoc_tui.twin.passive import MIN_WINDOWS, PassiveFit
 from spoc_tui.twin.traffic import REPLAY_S, WINDOW_S
 
 logger = logging.getLogger(__name__)
@@ -147,12 +147,13 @@ def graded_of(learner: HeadroomLearner, most: int = INSPECT_GRADED, seed: int = 
     """The ledger of a watch: its ``most`` newest windows each graded on a fit of the windows
     before it (seconds of CPU each); a window that fails to grade (a defect) is said, not raised."""
     for seen in learner.ledger.take(most):
+        fit: PassiveFit | None = None
         try:
-            got: Graded | str = learner.grade(seen, seed)
+            got, fit = learner.grade(seen, seed)
         except Exception as e:
             logger.exception("grading a window")
             got = f"could not be graded ({first_line(e, 120)}); see spoc.log"
-        learner.ledger.add(got)
+        learner.graded(got, fit)
     return learner.ledger_summary()
 
 
@@ -329,20 +330,21 @@ class LiveHeadroom:
         with self._lock:
             broken = {**self._broken, **self._held}
             todo = {
-                src: (seen, tuple(lr.windows), lr.server(), lr.kv_bytes_per_token)
+                src: (seen, tuple(lr.windows), lr.server(), lr.kv_bytes_per_token, lr.ledger.fit)
                 for src, lr in self._learners.items()
                 if src not in broken and (seen := lr.ledger.take_newest()) is not None
             }
-        for src, (seen, windows, server, kv_bytes) in todo.items():
+        for src, (seen, windows, server, kv_bytes, last) in todo.items():
+            fit: PassiveFit | None = None
             try:
-                got: Graded | str = grade_after(seen, windows, server, self.limits, self.prior, kv_bytes, seed)
+                got, fit = grade_after(seen, windows, server, self.limits, self.prior, kv_bytes, seed, last)
             except Exception as e:  # a defect: that window's grade, said, never the monitor
                 logger.exception("grading a window of %s", src)
                 got = f"could not be graded ({first_line(e, 120)}); see spoc.log"
             with self._lock:
                 learner = self._learners.get(src)
                 if learner is not None:
-                    learner.ledger.add(got)
+                    learner.graded(got, fit)
         self.grade_cpu_s = time.thread_time() - cpu0
 
     def grade_recent(self, most: int = INSPECT_GRADED, seed: int = 0) -> dict[str, Headroom]:

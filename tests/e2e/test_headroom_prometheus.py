@@ -107,7 +107,7 @@ def test_a_fleets_headroom_from_prometheus_history_served_back_to_it_and_offered
             # the ledger: the newest windows of the history, each predicted on a fit of those before it
             ledger = h["ledger"]
             assert ledger["windows"] >= 3 and 0 <= ledger["held"] <= ledger["windows"], (name, ledger)
-            assert set(ledger["by_metric"]) == {"ttft_p99", "itl_p99"}, ledger
+            assert set(ledger["by_metric"]) == {"ttft_p99", "itl_p99", "itl_mean"}, ledger
             print(name, ledger)
         weakest = min(got, key=lambda s: got[s]["estimate"])
         assert doc["fleet"]["replica"] == weakest and doc["fleet"]["headroom"] == got[weakest]

@@ -130,21 +130,22 @@ def test_a_minute_is_graded_on_a_fit_made_before_it():
     newest, after ten minutes of swinging traffic, is predicted by six replays and held."""
     _, learner = served(660.0)
     seen = list(learner.ledger.seen)
-    early = learner.grade(seen[1])
-    assert early == "the fit before it could not say the step time yet"
-    got = learner.grade(seen[-1], seed=1)
-    assert isinstance(got, Graded), got
-    assert [f.key for f in got.figures] == ["ttft_p99", "itl_p99"]
+    early, none = learner.grade(seen[1])
+    assert early == "the fit before it could not say the step time yet" and none is None
+    got, fit = learner.grade(seen[-1], seed=1)
+    assert isinstance(got, Graded) and fit is not None and fit.identified, got
+    # the SLA's figures, and beside them the mean gap (the step time the fit is about)
+    assert [f.key for f in got.figures] == ["ttft_p99", "itl_p99", "itl_mean"]
     for f in got.figures:
         assert f.replays == 6 and f.lo <= f.predicted <= f.hi and f.lo_edge <= f.lo and f.hi <= f.hi_edge
         assert f.held, f
-    learner.ledger.add(early)
-    learner.ledger.add(got)
+    learner.graded(early)
+    learner.graded(got, fit)
     summary = learner.ledger_summary()
     assert (summary.windows, summary.held) == (1, 1)
     assert summary.line().startswith("predictions held 1 of 1 windows over 1 min (median error ")
     d = summary.as_dict()
-    assert set(d["by_metric"]) == {"ttft_p99", "itl_p99"}
+    assert set(d["by_metric"]) == {"ttft_p99", "itl_p99", "itl_mean"}
     assert d["reason"] == "1 windows skipped: the fit before it could not say the step time yet"
 
 
@@ -198,3 +199,57 @@ def test_a_windows_accumulated_itl_matches_its_token_times() -> None:
     times = list(accumulate(s.itl, initial=0.5))[1:]
     assert times == pytest.approx([0.6, 0.8, 1.1])
     assert replay_values([s], "itl", 0.7, 1.0) == [0.2]
+
+
+def missed(t0: float, observed: float, predicted: float = 0.010) -> Graded:
+    """A window whose mean gap the replays put at ``predicted`` +-3 %, the server's at ``observed``."""
+    return Graded(t0, t0 + 60, 100, (Figure("itl_mean", observed, predicted, predicted * 0.97, predicted * 1.03, 6,
+                                            predicted * 0.97, predicted * 1.03),))  # fmt: skip
+
+
+def test_two_windows_missed_the_same_way_are_a_server_that_changed():
+    ledger = Ledger(LIMITS)
+    ledger.add(missed(0.0, 0.0125))
+    assert ledger.drift() is None  # one miss: chance
+    ledger.add(missed(60.0, 0.0101))  # held
+    ledger.add(missed(120.0, 0.0125))
+    assert ledger.drift() is None
+    ledger.add(missed(180.0, 0.0080))  # missed, but the other way
+    assert ledger.drift() is None
+    ledger.add(missed(240.0, 0.0075))
+    assert ledger.drift() == (180.0, "itl_mean predicted 25 % and 33 % high, outside the intervals")
+
+
+def test_a_server_that_changed_is_learned_again_from_the_windows_since():
+    """Issue 76: where the ledger's predictions miss, the headroom says it is re-learning and its
+    fit forgets the windows before the change (the throttled server of benchmarks/ledger.py,
+    flagged two windows after its clocks fell to 60 %)."""
+    _, learner = served(600.0)
+    learner.ledger.fit = learner.fit()
+    before = len(learner.windows)
+    learner.graded(missed(420.0, 0.0129), learner.ledger.fit)
+    assert learner.relearning is None and len(learner.windows) == before
+    learner.graded(missed(480.0, 0.0149), learner.ledger.fit)
+    assert learner.relearning == (420.0, "itl_mean predicted 22 % and 33 % low, outside the intervals")
+    assert learner.windows and all(w.t - w.seconds >= 420.0 - 1e-6 for w in learner.windows)
+    assert len(learner.windows) < before and learner.ledger.fit is None  # the old fit grades no more
+    h = learner.estimate(seed=1, draws=0, replay_s=30.0)
+    assert not h.identified and h.reason.startswith(
+        "re-learning since 3 min ago, the server no longer the one its windows showed (itl_mean predicted 22 % and "
+        "33 % low, outside the intervals): the windows before forgotten: "
+    ), h.reason
+
+
+def test_an_interval_is_widened_by_what_the_ledger_measured():
+    from spoc_tui.twin.headroom import widened_by_ledger
+    from spoc_tui.twin.ledger import LedgerSummary
+
+    h = Headroom(4.0, (3.0, 5.0), "ttft_p99", None, True, "identified", 20, None)
+    good = LedgerSummary(10, 9, 3600.0, 0.3, ())
+    assert widened_by_ledger(h, good) is h  # held 9 of 10: the twin's sampling is the interval
+    assert widened_by_ledger(h, LedgerSummary(4, 0, 600.0, 0.3, ())) is h  # too few to say
+    bad = widened_by_ledger(h, LedgerSummary(10, 6, 3600.0, 0.25, ()))
+    assert bad.ci95 == (pytest.approx(2.4), pytest.approx(6.25)) and bad.estimate == 4.0
+    assert bad.reason.endswith(
+        "; the interval widened by the twin's median error over its last 10 windows (25 %: its predictions held 6 of them)"
+    )
