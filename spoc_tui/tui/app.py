@@ -341,7 +341,7 @@ class SpocApp(AsciiScreenshots, JobsApp):
         try:
             found, fresh = self.headroom.work()
             if self.published is not None:
-                self.published.publish(found)
+                self.published.publish(found, fresh)
         except Exception as e:  # a defect: said on the line, and the monitor goes on
             logger.exception("working out the headroom")
             shown = {"": HeadroomShown(f"headroom: failed ({first_line(e, 120)}); see spoc.log", None, False)}

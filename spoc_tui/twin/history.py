@@ -215,7 +215,7 @@ async def history_headroom(
 async def keep_headroom_prometheus(
     feed: PrometheusFeed,
     live: LiveHeadroom,
-    publish: Callable[[dict[str, Headroom]], None],
+    publish: Callable[[dict[str, Headroom], bool], None],
     every_s: float = PROMETHEUS_EVERY_S,
     say: Callable[[str], None] = lambda _: None,
 ) -> None:

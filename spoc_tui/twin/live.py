@@ -404,9 +404,12 @@ class Publishing:
     """``spoc headroom``'s estimates: worked out off the event loop when due, then published and
     said; until a server's first, its "learning" line."""
 
-    def __init__(self, live: LiveHeadroom, publish: Callable[[dict[str, Headroom]], None], say: Callable[[str], None]):
+    def __init__(
+        self, live: LiveHeadroom, publish: Callable[[dict[str, Headroom], bool], None], say: Callable[[str], None]
+    ):
+        """``publish(results, fresh)``: ``fresh`` false where only the ledger moved (the estimate's age stands)."""
         self.live, self.publish, self.say = live, publish, say
-        self.pending: asyncio.Future[dict[str, Headroom]] | None = None
+        self.pending: asyncio.Future[tuple[dict[str, Headroom], bool]] | None = None
         self.announced: set[str] = set()
         self.said: dict[str, tuple[str, str]] = {}
         """Each server's lines last said (its headroom, its ledger): a line is said when it changes."""
@@ -414,14 +417,14 @@ class Publishing:
     def learning(self, name: str, how: str) -> None:
         if name not in self.announced:  # its series exist from the first scrape
             self.announced.add(name)
-            self.publish({name: Headroom.none(how, self.live.limits)})
+            self.publish({name: Headroom.none(how, self.live.limits)}, True)
 
     def step(self) -> None:
         if self.pending is None and self.live.work_due():
-            self.pending = asyncio.ensure_future(off_loop(lambda: self.live.work()[0]))
+            self.pending = asyncio.ensure_future(off_loop(self.live.work))
         if self.pending is not None and self.pending.done():
-            found, self.pending = self.pending.result(), None
-            self.publish(found)
+            (found, fresh), self.pending = self.pending.result(), None
+            self.publish(found, fresh)
             for name, h in found.items():
                 for line in (h.line(), h.ledger.line() if h.ledger is not None else ""):
                     if line and line not in self.said.get(name, ()):
@@ -432,7 +435,7 @@ class Publishing:
 async def keep_headroom(
     sources: list[str],
     live: LiveHeadroom,
-    publish: Callable[[dict[str, Headroom]], None],
+    publish: Callable[[dict[str, Headroom], bool], None],
     api_key: str | None = None,
     every_s: float = HEADROOM_EVERY_S,
     say: Callable[[str], None] = lambda _: None,

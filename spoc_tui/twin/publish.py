@@ -67,12 +67,14 @@ class HeadroomCollector(Collector):
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[Headroom, float]] = {}
 
-    def publish(self, results: Mapping[str, Headroom]) -> None:
-        """Servers' estimates just worked out (by source, as shown)."""
+    def publish(self, results: Mapping[str, Headroom], fresh: bool = True) -> None:
+        """Servers' estimates just worked out (by source, as shown); ``fresh`` false where only
+        their ledgers were graded again (each estimate keeps its age)."""
         now = self.clock()
         with self._lock:
             for src, h in results.items():
-                self._latest[src] = (h, now)
+                prev = self._latest.get(src)
+                self._latest[src] = (h, now if fresh or prev is None else prev[1])
 
     def servers(self) -> set[str]:
         """The servers published so far."""
@@ -97,6 +99,16 @@ class HeadroomCollector(Collector):
         info = GaugeMetricFamily(
             "spoc_headroom_info", "What binds first, and why (1)", labels=[*server, "binding_limit", "reason"]
         )
+        windows = GaugeMetricFamily(
+            "spoc_headroom_ledger_windows",
+            "Minutes of the last two hours the twin predicted and the server's histograms then graded (the ledger)",
+            labels=server,
+        )
+        held = GaugeMetricFamily(
+            "spoc_headroom_ledger_held",
+            "Of those minutes, how many the prediction's 95 % interval held every figure of",
+            labels=server,
+        )
         rows = {src: (h, now - at) for src, (h, at) in latest.items()}
         if rows:  # (one server: the fleet is that one; a KEDA trigger reads the fleet whatever its size)
             rows[FLEET] = _fleet(rows)
@@ -105,12 +117,15 @@ class HeadroomCollector(Collector):
             identified.add_metric([src], 1.0 if known else 0.0)
             age.add_metric([src], max(0.0, secs))
             info.add_metric([src, h.binding_limit or "", h.reason[:REASON_MAX]], 1.0)
+            if h.ledger is not None and src != FLEET:
+                windows.add_metric([src], float(h.ledger.windows))
+                held.add_metric([src], float(h.ledger.held))
             if known and h.estimate is not None:
                 lo, hi = h.ci95
                 ratio.add_metric([src, "estimate"], h.estimate)
                 ratio.add_metric([src, "ci95_low"], lo if lo is not None else 0.0)
                 ratio.add_metric([src, "ci95_high"], hi if hi is not None else math.inf)
-        yield from (ratio, identified, age, info)
+        yield from (ratio, identified, age, info, windows, held)
 
 
 def _fleet(rows: Mapping[str, tuple[Headroom, float]]) -> tuple[Headroom, float]:

@@ -103,3 +103,26 @@ def test_the_monitors_serve_metrics_setting_is_checked_before_the_monitor_starts
         Settings(vllm_urls=["http://127.0.0.1:8000"], serve_metrics="gpu-a:9").validate()
     with pytest.raises(ConfigError, match="serve_metrics publishes the headroom: it needs headroom on"):
         Settings(vllm_urls=["http://127.0.0.1:8000"], serve_metrics="9464", headroom=False).validate()
+
+
+def test_the_ledger_is_published_and_a_grading_keeps_the_estimates_age():
+    """Issue 76: the ledger's minutes graded and held beside the estimate (held over windows: the
+    share a Grafana panel shows); republished after a grading, the estimate's age goes on."""
+    from dataclasses import replace
+
+    from spoc_tui.twin.ledger import LedgerSummary
+
+    t = [100.0]
+    c = HeadroomCollector(clock=lambda: t[0])
+    h = headroom(2.5, 2.0, 3.1)
+    c.publish({"http://a:8000": h})
+    assert value(scraped(c), "spoc_headroom_ledger_windows", server="http://a:8000") is None  # none kept yet
+    t[0] += 600.0
+    c.publish({"http://a:8000": replace(h, ledger=LedgerSummary(10, 9, 600.0, 0.08, ()))}, fresh=False)
+    rows = scraped(c)
+    assert value(rows, "spoc_headroom_ledger_windows", server="http://a:8000") == 10.0
+    assert value(rows, "spoc_headroom_ledger_held", server="http://a:8000") == 9.0
+    assert value(rows, "spoc_headroom_age_seconds", server="http://a:8000") == 600.0
+    assert value(rows, "spoc_headroom_ledger_windows", server="fleet") is None  # a replica's, not the fleet's
+    c.publish({"http://a:8000": headroom(2.6, 2.1, 3.2)})  # a new estimate: its age from now
+    assert value(scraped(c), "spoc_headroom_age_seconds", server="http://a:8000") == 0.0
