@@ -24,6 +24,14 @@ Printed per case and seed: the windows graded and held, the median point error p
 CPU a graded window took; for the changes, the windows until flagged and until re-learned, and
 the headroom beside the measured knee. The full run exits 1 where a target is missed.
 
+``--real [--minutes=20]``: the real-engine tier's vLLM CPU server (tiny Llama, 8 seats, on core
+0) under ``benchmarks/headroom.py``'s real traffic (a swell every two minutes) replayed at x1 by
+``spoc ramp --trace T --speed 1`` (on core 1), its ``/metrics`` read every 5 s and kept; then the
+kept scrapes read again in order by a fresh learner that grades each minute as it closes (as the
+monitor would, each on a fit of the minutes before it; done after the run so that the grading's
+CPU does not slow the load generator beside it). The host's own drift beside it: one fixed
+request's decode gap before, halfway and after.
+
 Usage: python benchmarks/ledger.py [--seeds=N] [--cases=swing,throttle,seats,slower]; ``--smoke``:
 the swing for 8 minutes (that it runs).
 """
@@ -209,7 +217,83 @@ def changed(case: str, seed: int) -> list[str]:
     return missed
 
 
+def real(minutes: float) -> int:
+    """The ledger over ``minutes`` of the real vLLM CPU server (module docstring)."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    import httpx
+    from realengine import NOT_SET_UP, ready, vllm_server
+
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.procs.ports import free_ports
+
+    if not ready():
+        print(NOT_SET_UP, file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="ledger-real-"))
+    (port,) = free_ports(1)
+    server = vllm_server(work / "vllm.log", port, "--max-num-seqs", str(hb.REAL_SEATS), core=0, guard=True)
+    server.start(timeout=300)
+    os.sched_setaffinity(0, {1})
+    url = f"http://127.0.0.1:{port}"
+    seconds = minutes * 60.0
+    try:
+        trace = hb.real_trace(work / "traffic.jsonl", 1.0, seconds + 60.0, 1)
+        drift = [hb.reference(url)]
+        load = subprocess.Popen(
+            ["taskset", "-c", "1", sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", url, "--trace", str(trace),
+             "--speed", "1", "--step-seconds", str(seconds), "--warmup-seconds", "10", "--sla", hb.REAL_SLA,
+             "--out", str(work / "load")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        t0 = time.monotonic()
+        halfway = False
+        with httpx.Client(timeout=5.0) as client, (work / "scrapes.jsonl").open("w") as kept:
+            while load.poll() is None:
+                t = time.monotonic() - t0
+                try:
+                    kept.write(json.dumps({"t": round(t, 3), "text": client.get(f"{url}/metrics").text}) + "\n")
+                except httpx.TransportError:
+                    pass  # uvicorn closes a connection idle 5 s: the next scrape takes a new one
+                if not halfway and t >= seconds / 2:
+                    halfway = True
+                    drift.append(hb.reference(url))
+                time.sleep(max(0.0, 5.0 - (time.monotonic() - t0 - t)))
+        drift.append(hb.reference(url))
+        if load.returncode not in (0, 1):
+            print(f"spoc ramp --speed 1 failed:\n{(load.stderr.read() if load.stderr else '')[-2000:]}")
+            return 1
+    finally:
+        server.stop()
+    learner = HeadroomLearner(tuple(parse_sla(hb.REAL_SLA)), max_model_len=2048)
+    run = Run()
+    for line in (work / "scrapes.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        learner.add(row["t"], parse_text(row["text"]))
+        seen = learner.ledger.take_newest()
+        if seen is not None:
+            c = time.process_time()
+            got, fit = learner.grade(seen, seed=int(row["t"]))
+            if not isinstance(got, str):
+                run.cpu.append(time.process_time() - c)
+                run.graded.append((seen.t1, got))
+            else:
+                run.skipped.append((seen.t1, got))
+            learner.graded(got, fit)
+    print(f"the headroom's ledger on the real vLLM CPU server ({minutes:.0f} min, SLA {hb.REAL_SLA}):")
+    report("real vLLM CPU", 1, run)
+    print(f"    {learner.ledger_summary().line()}; re-learning: {learner.relearning}")
+    print(f"    the host's drift (one request's decode gap, {drift[0] * 1e3:.2f} ms before): "
+          f"{', '.join(f'{100 * (d / drift[0] - 1):+.0f} %' for d in drift[1:])} halfway and after; files in {work}")  # fmt: skip
+    return 0
+
+
 def main() -> int:
+    if "--real" in sys.argv:
+        return real(next((float(a.split("=")[1]) for a in sys.argv if a.startswith("--minutes=")), 20.0))
     smoke = "--smoke" in sys.argv
     seeds = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--seeds=")), 1)
     cases = next((a.split("=")[1].split(",") for a in sys.argv if a.startswith("--cases=")),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,6 +24,14 @@ from spoc_tui.cli.types import FINITE
 from spoc_tui.core.errors import InputError, SpocError
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, parse_sla
 from spoc_tui.load import defaults as ramp_defaults
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from spoc_tui.core.ramp.sla import Limit
+    from spoc_tui.core.ramp.steps import StepShadow, StepSummary
+    from spoc_tui.core.traces.read import TraceSource
+    from spoc_tui.workload import Workload
 
 
 @click.command("ramp")
@@ -65,6 +74,15 @@ from spoc_tui.load import defaults as ramp_defaults
 )
 @click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
 @click.option("--dcgm", "dcgm_urls", multiple=True, help="dcgm-exporter URL, recorded next to each step.")
+@click.option(
+    "--twin",
+    "twin_path",
+    default=None,
+    help=(
+        "A calibrated twin.json of this server: it predicts each step as it is measured (at the lowest CPU "
+        "priority), kept on the step in ramp.json; spoc twin check then reads them."
+    ),
+)
 @api_key_options("Bearer token (never written to results).")
 @tls_options
 def ramp_cmd(
@@ -78,6 +96,7 @@ def ramp_cmd(
     workers_spec: str,
     tokenizer: str | None,
     dcgm_urls: tuple[str, ...],
+    twin_path: str | None,
     api_key: str | None,
 ) -> None:
     """Step the number of concurrent multi-turn chat users (or, with --rate, the request rate)
@@ -128,8 +147,30 @@ def ramp_cmd(
         api_key=api_key,
         dcgm_urls=list(dcgm_urls),
         trace=trace,
+        shadow=shadow_of(twin_path, prof, limits, trace, exp) if twin_path else None,
     )
     cfg.validate()
     if exp.spawn_rate is not None and exp.spawn_rate > 100:
         click.echo("spoc ramp: warning: Locust advises spawn rates of at most 100 users/s", err=True)
     sys.exit(run(cfg))
+
+
+def shadow_of(
+    path: str, prof: Workload, limits: tuple[Limit, ...], trace: TraceSource | None, exp: ExperimentOptions
+) -> Callable[[Sequence[StepSummary]], StepShadow | None]:
+    """``--twin``'s shadow twin: the twin read (a twin that cannot be read is exit code 2, before
+    any load), with the ramp's profile or trace and step rules.
+
+    Raises:
+        TwinError: the twin.json or the trace cannot be read.
+    """
+    from spoc_tui.twin.model import read_twin
+    from spoc_tui.twin.predict import read_rows
+    from spoc_tui.twin.shadow import ShadowTwin, twin_id
+    from spoc_tui.workload import Workload
+
+    twin = read_twin(path)
+    rows = read_rows(trace, twin.server.max_model_len) if trace is not None else None
+    rules = {k: v for k, v in exp.rules().items() if k in ("step_s", "warmup_s", "arrivals", "spawn_rate", "seed")}
+    workload = Workload(name="trace") if trace is not None else prof
+    return ShadowTwin(twin, twin_id(twin, path), workload, limits, rows, **rules)

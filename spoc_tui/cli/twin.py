@@ -407,6 +407,12 @@ def prediction_text(p: Any, res: Any, took: float) -> str:
     help="After the check, the twin learns how long the server's answers are from the ramp's requests "
     "(its profile letting the server stop at EOS) and is written back: predictions then draw from them.",
 )
+@click.option(
+    "--resimulate",
+    is_flag=True,
+    help="Work the twin's predictions out again even where the ramp kept this twin's, made as it ran (spoc ramp "
+    "--twin).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def check_cmd(
     twin_path: str,
@@ -415,6 +421,7 @@ def check_cmd(
     what_if: tuple[str, ...],
     trace_path: str | None,
     learn_answers: bool,
+    resimulate: bool,
     as_json: bool,
 ) -> None:
     """The twin's prediction of a measured ramp beside it, step by step (absolute % error of
@@ -425,12 +432,14 @@ def check_cmd(
     from spoc_tui.twin.answers import learned_lengths
     from spoc_tui.twin.check import CHECKED, answers_of, check
     from spoc_tui.twin.model import MAX_ANSWERS, read_twin, with_answers, write_twin
+    from spoc_tui.twin.shadow import twin_id
 
     twin = read_twin(twin_path)
     ramp = read_ramp(ramp_path)
     header = read_json(Path(ramp.path), "ramp result")
     lengths = answers_of(Path(ramp.path).parent, header) if learn_answers else []  # refused before the check runs
-    res = check(twin, ramp, header, draws, flags=parse_flags(what_if, "--set"), trace=trace_path)
+    shadow_id = None if resimulate else twin_id(twin, twin_path)
+    res = check(twin, ramp, header, draws, flags=parse_flags(what_if, "--set"), trace=trace_path, shadow_id=shadow_id)
     learned = ""
     if lengths:
         got = learned_lengths(lengths, MAX_ANSWERS)
@@ -444,6 +453,8 @@ def check_cmd(
         click.echo(json.dumps(doc, indent=2))
     else:
         click.echo(f"twin {twin_path} against {ramp.path} ({len(res.steps)} steps, {res.draws} draws)")
+        if res.source == "shadow":
+            click.echo("(its predictions made as the ramp ran, by spoc ramp --twin, read from ramp.json)")
         head = "  ".join(f"{k:<18}" for k in CHECKED)
         click.echo(f"{'level':>10}  {head}")
         for s in res.steps:

@@ -4,7 +4,7 @@ the error a ramp that cannot run raises (:class:`RampError`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -18,9 +18,7 @@ from spoc_tui.core.ramp.knee import (
     UserPlan,
 )
 from spoc_tui.core.ramp.sla import LevelUnit, Limit
-from spoc_tui.core.ramp.steps import (
-    StepSummary,
-)
+from spoc_tui.core.ramp.steps import StepShadow, StepSummary
 from spoc_tui.core.traces.read import TraceSource
 from spoc_tui.load import defaults
 from spoc_tui.load.defaults import (
@@ -96,6 +94,10 @@ class RampConfig(defaults.StepRules):
     """Replay this trace (``--trace``): each step sends its rows at a speed multiple of the plan
     (:class:`FixedSpeeds` or :class:`SpeedSearch`); the workload's profile is not used."""
 
+    shadow: Callable[[Sequence[StepSummary]], StepShadow | None] | None = field(default=None, repr=False)
+    """``--twin``: the twin's prediction of each step as it is measured, kept on the step
+    (:class:`~spoc_tui.twin.shadow.ShadowTwin`)."""
+
     @property
     def open_loop(self) -> bool:
         """Steps of arrival rates (requests/s, Poisson) or of a trace's speed, rather than of
@@ -151,6 +153,7 @@ class RampConfig(defaults.StepRules):
             early_stop=self.early_stop,
             replay_s=scan.step_s if scan is not None else None,
             error=RampError,
+            shadow=self.shadow,
         )
 
     @property

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from spoc_tui.core.files import not_a_file
-from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers
-from spoc_tui.core.ramp.sla import parse_sla
+from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, UserPlan
+from spoc_tui.core.ramp.sla import Limit, parse_sla
 from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.core.results import RampDoc
 from spoc_tui.core.traces.read import TraceError, trace_source
 from spoc_tui.twin.model import Twin, TwinError
-from spoc_tui.twin.predict import Prediction, TraceRows, figure, predict_at, read_rows
+from spoc_tui.twin.predict import AtLevels, Prediction, TraceRows, figure, predict_at, read_rows
 from spoc_tui.workload import Workload, WorkloadError
 
 CHECKED = ("ttft_p50", "ttft_p90", "itl_p50", "itl_p90", "e2e_p50", "e2e_p90", "output_tokens_per_s")
@@ -117,6 +117,9 @@ class Check:
     draws: int
     clocks: list[ClockCheck] = field(default_factory=list)
     """The GPUs' clocks against calibration (where both the twin and the ramp read DCGM)."""
+    source: str = "simulated"
+    """``shadow``: the predictions were made as the ramp ran (``spoc ramp --twin``) and read from
+    ramp.json; ``simulated``: worked out now."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -125,6 +128,7 @@ class Check:
             "median_abs_error_pct": self.median_error,
             "thresholds_pct": HOLDS_PCT,
             "draws": self.draws,
+            "predictions": self.source,
             "gpu_clocks": [c.as_dict() for c in self.clocks],
             "steps": [
                 {
@@ -179,6 +183,26 @@ def _split(key: str) -> tuple[str, str]:
     return metric, stat
 
 
+def ramp_prediction(
+    twin: Twin,
+    workload: Workload,
+    rows: TraceRows | None,
+    steps: Sequence[StepSummary],
+    limits: tuple[Limit, ...],
+    **rules: Any,
+) -> Prediction:
+    """The prediction of a measured ramp's ``steps`` at their levels (a trace's speeds, the
+    rates, or the users), by ``rules`` (its step rules, seed, draws and flags): what ``spoc twin
+    check`` and the shadow twin of ``spoc ramp --twin`` (:mod:`spoc_tui.twin.shadow`) run."""
+    if rows is not None:
+        plan: UserPlan = FixedSpeeds([s.level for s in steps])
+    elif steps[0].rate is not None:
+        plan = FixedRates([s.rate for s in steps if s.rate is not None])
+    else:
+        plan = FixedUsers([int(s.level) for s in steps])
+    return Prediction(twin=twin, workload=workload, trace=rows, plan=plan, limits=limits, **rules)
+
+
 def check(
     twin: Twin,
     ramp: RampDoc,
@@ -187,9 +211,12 @@ def check(
     progress: Callable[[str], None] | None = None,
     flags: dict[str, object] | None = None,
     trace: str | None = None,
+    shadow_id: str | None = None,
 ) -> Check:
     """``trace``: the trace file a trace replay's ramp replayed (ramp.json keeps its name and how
-    its rows were selected, not its path).
+    its rows were selected, not its path). ``shadow_id``: the twin's (:func:`~spoc_tui.twin.shadow.
+    twin_id`): where every measured step holds this twin's prediction, made as the ramp ran
+    (``spoc ramp --twin``), those are read and nothing is simulated (no what-if ``flags``).
 
     Raises: TwinError for a ramp the twin cannot re-run: one that does not say its profile, a
     trace replay without its trace (or with another trace).
@@ -197,6 +224,11 @@ def check(
     steps = [s for s in ramp.steps if s.requests > 0]
     if not steps:
         raise TwinError(f"{ramp.path}: no step measured any request")
+    shadows = [s.shadow for s in steps if s.shadow is not None and s.shadow.twin == shadow_id]
+    if shadow_id is not None and not flags and len(shadows) == len(steps):
+        at = AtLevels([(s.level, s.duration_s) for s in steps], [dict(sh.figures) for sh in shadows],
+                      [dict(sh.intervals) for sh in shadows], shadows[0].draws)  # fmt: skip
+        return judged(twin, steps, at, "shadow")
     replay = any(s.speed is not None for s in steps)
     rows = _trace_rows(twin, ramp.path, header, trace) if replay else None
     if not replay and trace is not None:
@@ -211,16 +243,12 @@ def check(
             workload = Workload.from_dict(prof)
         except (WorkloadError, KeyError, TypeError, ValueError) as e:
             raise TwinError(f"{ramp.path}: its profile does not read ({e})") from None
-    p = Prediction(
-        twin=twin,
-        workload=workload,
-        trace=rows,
-        plan=FixedSpeeds([s.level for s in steps])
-        if replay
-        else FixedRates([s.rate for s in steps if s.rate is not None])
-        if steps[0].rate is not None
-        else FixedUsers([int(s.level) for s in steps]),
-        limits=tuple(parse_sla(",".join(ramp.sla))) if ramp.sla else (),
+    p = ramp_prediction(
+        twin,
+        workload,
+        rows,
+        steps,
+        tuple(parse_sla(",".join(ramp.sla))) if ramp.sla else (),
         step_s=float(header.get("step_seconds") or 60.0),
         warmup_s=float(header.get("warmup_seconds") or 10.0),
         arrivals=str(header.get("arrivals") or "staggered"),
@@ -230,6 +258,11 @@ def check(
         flags=flags or {},
     )
     at = predict_at(p, [(s.level, s.duration_s) for s in steps], progress)
+    return judged(twin, steps, at, "simulated")
+
+
+def judged(twin: Twin, steps: Sequence[StepSummary], at: AtLevels, source: str) -> Check:
+    """The measured ``steps`` beside the twin's figures for them, and whether the twin holds."""
     out = []
     for s, pred, iv in zip(steps, at.figures, at.intervals, strict=True):
         measured = {k: figure(s, *_split(k)) for k in CHECKED}
@@ -256,7 +289,7 @@ def check(
         why = "within " + ", ".join(f"{k.replace('_', ' ')} {v:g} %" for k, v in HOLDS_PCT.items())
         if slow:
             why += "; but " + "; ".join(slow)
-    return Check(out, med, not broken, why, at.draws, clocks)
+    return Check(out, med, not broken, why, at.draws, clocks, source)
 
 
 def answers_of(ramp_dir: Path, header: dict[str, Any]) -> list[tuple[int, bool | None]]:

@@ -153,6 +153,7 @@ BAD_ARGUMENTS = [
     (["--rate", "nan"], "above 0"),
     (["--rate", "2", "--users", "4"], "not both"),
     (["--trace-think", "scaled"], "--trace-think goes with --trace FILE"),
+    (["--twin", "/nonexistent/twin.json"], "twin"),  # the shadow twin's file, read before any load
 ]
 
 

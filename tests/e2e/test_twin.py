@@ -6,6 +6,7 @@ with a message."""
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -331,3 +332,46 @@ def test_a_trace_replay_is_predicted_and_checked(known_twin, tmp_path):
     assert r.returncode == 2 and "--speed" in r.stderr
     r = spoc("twin", "predict", "--twin", str(twin), "--speed", "2")
     assert r.returncode == 2 and "go with --trace FILE" in r.stderr
+
+
+def test_the_shadow_twin_predicts_each_step_as_it_is_measured_and_the_check_reads_it(known_twin, tmp_path):
+    """Issue 76, point 3: ``spoc ramp --twin``'s shadow twin keeps its prediction on each step of
+    ramp.json, typed; ``spoc twin check`` reads those (nothing simulated) and they are the very
+    figures it works out when told to simulate again; another twin's are not taken for its own."""
+    from spoc_tui.core.ramp.knee import FixedUsers
+    from spoc_tui.core.ramp.sla import parse_sla
+    from spoc_tui.core.results import read_ramp
+    from spoc_tui.twin.model import read_twin, write_twin
+    from spoc_tui.twin.shadow import ShadowTwin, twin_id
+    from spoc_tui.workload import load_workload
+
+    prof = tmp_path / "held-out.toml"
+    prof.write_text(PROFILE)
+    twin = read_twin(known_twin)
+    sla = "ttft_p90<=2s"
+    shadow = ShadowTwin(twin, twin_id(twin, known_twin), load_workload(str(prof)), tuple(parse_sla(sla)), draws=2,
+                        step_s=5.0, warmup_s=1.0, arrivals="staggered", spawn_rate=None, seed=0)  # fmt: skip
+    measured = measured_ramp(tmp_path, str(prof), FixedUsers([2, 10]), sla, step_s=5, warmup_s=1, max_step_s=5,
+                             shadow=shadow)  # fmt: skip
+    steps = read_ramp(str(measured)).steps
+    assert all(s.shadow is not None and s.shadow.twin == twin_id(twin, known_twin) for s in steps), steps
+    assert all(s.shadow.draws == 2 and s.shadow.figures["itl_p50"] > 0 for s in steps if s.shadow)
+    assert all({"ttft_p50", "itl_p90", "e2e_p50", "output_tokens_per_s"} <= set(s.shadow.intervals) for s in steps
+               if s.shadow)  # fmt: skip
+    read = spoc("twin", "check", "--twin", str(known_twin), "--ramp", str(measured), "--json")
+    assert read.returncode in (0, 1), read.stderr
+    doc = json.loads(read.stdout)
+    assert doc["predictions"] == "shadow" and doc["draws"] == 2
+    again = spoc("twin", "check", "--twin", str(known_twin), "--ramp", str(measured), "--json", "--resimulate",
+                 "--draws", "2")  # fmt: skip
+    redone = json.loads(again.stdout)
+    assert redone["predictions"] == "simulated"
+    assert [s["predicted"] for s in redone["steps"]] == [s["predicted"] for s in doc["steps"]]
+    assert [s["interval"] for s in redone["steps"]] == [s["interval"] for s in doc["steps"]]
+    text = spoc("twin", "check", "--twin", str(known_twin), "--ramp", str(measured))
+    assert "(its predictions made as the ramp ran, by spoc ramp --twin, read from ramp.json)" in text.stdout
+    # a twin calibrated again under the same name is another twin: its prediction is worked out
+    other = tmp_path / "twin.json"
+    write_twin(replace(twin, step_cv=twin.step_cv + 0.01), other)
+    mine = spoc("twin", "check", "--twin", str(other), "--ramp", str(measured), "--json", "--draws", "2")
+    assert json.loads(mine.stdout)["predictions"] == "simulated"

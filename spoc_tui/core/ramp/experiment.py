@@ -21,6 +21,7 @@ without an event loop (deterministic for a seed, seconds for a whole ramp).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,6 +45,7 @@ from spoc_tui.core.ramp.steps import (
     EarlyStop,
     RequestSample,
     ServerWindow,
+    StepShadow,
     StepSummary,
     badly_broken,
     queue_unbounded,
@@ -51,6 +53,7 @@ from spoc_tui.core.ramp.steps import (
 )
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 RampPhase = Literal["preflight", "starting", "warmup", "measuring", "extending", "step_done", "done"]
 
@@ -123,6 +126,10 @@ class Experiment:
     False: every step runs its window (the knee benchmark's ``--no-settle``)."""
     error: type[SpocError] = ExperimentError
     """What the driver raises (its callers' own error type, so their messages and exit codes stay)."""
+    shadow: Callable[[Sequence[StepSummary]], StepShadow | None] | None = field(default=None, repr=False, compare=False)
+    """A twin's (``spoc ramp --twin``): given the steps measured so far, its prediction of the last,
+    kept on that step (off the event loop, at the lowest CPU priority: the load generator's host
+    is not slowed by it); one that fails leaves the step without it, never the ramp."""
 
     @property
     def open_loop(self) -> bool:
@@ -437,6 +444,8 @@ class Driver:
                 run = Measured(r.step, r.window, r.seconds)
             else:
                 run = await self._step(idx, level, left)
+            if exp.shadow is not None:
+                run = await self._shadowed(run)
             self.runs.append(run)
             summary = run.step
             if self._knee_each_step:
@@ -461,6 +470,16 @@ class Driver:
             if why and isinstance(plan, Listed) and plan.next(self.steps) is not None:
                 self.status, self.stop_reason = "stopped_early", why
                 return
+
+    async def _shadowed(self, run: Measured) -> Measured:
+        """``run`` with the twin's prediction of it (:attr:`Experiment.shadow`)."""
+        assert self.exp.shadow is not None
+        try:
+            shadow = await self.backend.offload(self.exp.shadow, [*self.steps, run.step])
+        except Exception:  # the measurement stands without it
+            logger.exception("the shadow twin's prediction of step %d", run.step.step)
+            return run
+        return replace(run, step=replace(run.step, shadow=shadow)) if shadow is not None else run
 
     async def _step(self, idx: int, level: float, budget_left: float | None) -> Measured:
         """One held level: warm up, measure for the step's window, and while the verdict is

@@ -48,6 +48,7 @@ from spoc_tui.core.ramp.steps.server import ServerWindow as ServerWindow
 from spoc_tui.core.ramp.steps.server import queue_unbounded as queue_unbounded
 from spoc_tui.core.ramp.steps.sessions import Sessions as Sessions
 from spoc_tui.core.ramp.steps.sessions import sessions_of as sessions_of
+from spoc_tui.core.ramp.steps.shadow import StepShadow as StepShadow
 from spoc_tui.core.ramp.steps.summary import BLOCKS as BLOCKS
 from spoc_tui.core.ramp.steps.summary import USER_UNITS_MIN as USER_UNITS_MIN
 from spoc_tui.core.ramp.steps.summary import EarlyStop as EarlyStop

@@ -26,6 +26,7 @@ from spoc_tui.core.ramp.steps.figures import Figures, Latency, Totals
 from spoc_tui.core.ramp.steps.sample import RequestSample
 from spoc_tui.core.ramp.steps.server import ServerWindow
 from spoc_tui.core.ramp.steps.sessions import Sessions, sessions_of
+from spoc_tui.core.ramp.steps.shadow import StepShadow
 from spoc_tui.core.ramp.steps.trace import TraceFidelity
 from spoc_tui.core.ramp.steps.verdict import Check, StepVerdict
 
@@ -84,6 +85,8 @@ class StepSummary:
     """Trace replay: how faithfully the step kept the trace's schedule, lengths and prefixes."""
     sessions: Sessions | None = None
     """Multi-call sessions (agent sessions, conversations) in the window; None for single calls."""
+    shadow: StepShadow | None = None
+    """The twin's prediction of the step, made as the ramp ran (``spoc ramp --twin``); None without one."""
 
     @property
     def level(self) -> float:
@@ -149,6 +152,7 @@ class StepSummary:
             **({"stopped_early": self.stopped_early.as_dict()} if self.stopped_early else {}),
             **({"settled_early": self.settled_early.as_dict()} if self.settled_early else {}),
             **({"sessions": self.sessions.as_dict()} if self.sessions is not None else {}),
+            **({"shadow": self.shadow.as_dict()} if self.shadow is not None else {}),
         }
 
     @classmethod
@@ -187,6 +191,7 @@ class StepSummary:
             speed=json_float(d, "speed"),
             trace=TraceFidelity.from_dict(_obj(d["trace"])) if isinstance(d.get("trace"), dict) else None,
             sessions=Sessions.from_dict(_obj(d["sessions"])) if isinstance(d.get("sessions"), dict) else None,
+            shadow=StepShadow.from_dict(_obj(d["shadow"])) if isinstance(d.get("shadow"), dict) else None,
         )
 
 
