@@ -47,6 +47,7 @@ from spoc_tui.tune import events as tune_events
 from spoc_tui.tune.args import TuneArgs
 from spoc_tui.tune.setup import build
 from spoc_tui.tune.study import TuneSession
+from spoc_tui.twin.shadow import ShadowTwin, twin_id
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +160,11 @@ class JobsApp(FastTruecolorApp[int]):
             dcgm_urls=list(self.settings.dcgm_urls),
             trace=request.trace,
         )
+        if request.twin is not None:  # its prediction of each step, kept on the step as it is measured
+            name = twin_id(request.twin, request.twin_path or "twin.json")
+            cfg.shadow = ShadowTwin(request.twin, name, request.profile, request.limits, step_s=cfg.step_s,
+                                    warmup_s=cfg.warmup_s, arrivals=cfg.arrivals, spawn_rate=cfg.spawn_rate,
+                                    seed=cfg.seed)  # fmt: skip
         self.load_screen.set_running(True)
         steps = f"{request.trace.path.name} replayed" if request.trace else f"{cfg.step_s:g} s steps"
         self.events.note("ramp", f"ramp started: {plan_text(cfg.plan)}, {steps}")

@@ -1,4 +1,5 @@
 import asyncio
+import json
 
 import pytest
 from textual.app import App
@@ -337,15 +338,17 @@ async def test_a_trace_replayed_from_the_load_screen(tmp_path, monkeypatch):
         assert not scr.running
 
 
-async def test_the_twins_prediction_is_drawn_beside_each_finished_step(tmp_path):
-    from spoc_tui.core.ramp.knee import FixedUsers
+async def test_the_twins_prediction_is_drawn_beside_each_finished_step(tmp_path, monkeypatch):
+    """Issue 76, point 3: with a twin in the form, the ramp runs its shadow twin (the driver has it
+    predict each step as it is measured, kept on the step); the screen draws each step's
+    prediction as it comes, and ramp.json keeps it: the screen simulates nothing of its own."""
     from spoc_tui.twin.model import write_twin
-    from spoc_tui.workload import load_workload
     from tests.unit.test_twin_fit import twin
 
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     path = tmp_path / "twin.json"
     write_twin(twin(0.05), path)
-    app = make_app()
+    app = virtual_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("l")
         await pilot.pause()
@@ -355,55 +358,27 @@ async def test_the_twins_prediction_is_drawn_beside_each_finished_step(tmp_path)
         req = scr.read_form()
         assert req is None and "no such file" in str(scr.form_error.render())
         scr.query_one("#twin").value = str(path)
+        scr.query_one("#step").value = "5"
+        scr.query_one("#warmup").value = "1"
+        scr.query_one("#max-step").value = "5"
+        scr.query_one("#sla").value = "ttft_p90<=30s,itl_p90<=2s"  # every step within it: all three run
         req = scr.read_form()
-        assert req is not None and req.twin is not None
-        scr.request = LoadScreen.StartRequested(
-            load_workload("chatbot"), FixedUsers([2, 8, 40]), parse_sla(SLA), 20.0, 5.0, twin=req.twin
-        )
-        _finished_ramp(app)
-        for _ in range(200):
-            await asyncio.sleep(0.05)
-            if all(v[0] is not None for v in scr.predicted.values()) and len(scr.predicted) == 3:
-                break
+        assert req is not None and req.twin is not None and req.twin_path == str(path)
+        await pilot.press("ctrl+r")
+        await ramp_ended(pilot, scr)
         await pilot.pause()
-        assert sorted(scr.predicted) == [2, 8, 40]
+        assert sorted(scr.predicted) == [2, 8, 40], scr.predicted
         bars = scr.ttft_chart.bars
         assert all(b.predicted is not None and b.predicted > 0 for b in bars)
         assert scr.ttft_chart.render_line(0).text.rstrip().endswith("◆ twin")
         plot = "".join(scr.itl_chart.render_line(y).text for y in range(1, 8))
         assert plot.count("◆") == 3
-
-
-async def test_the_twin_replays_the_trace_beside_a_replays_step(tmp_path):
-    """A trace replay's step is a speed: the twin's figure beside it is the trace replayed at
-    that speed (not the profile at that many users)."""
-    from spoc_tui.core.ramp.knee import FixedSpeeds
-    from spoc_tui.core.traces.read import trace_source
-    from spoc_tui.twin.predict import Prediction, predict_at, read_rows
-    from spoc_tui.workload import load_workload
-    from tests.unit.test_twin_fit import twin
-    from tests.unit.test_twin_fleet import _mooncake
-
-    tw = twin(0.05)
-    src = trace_source(str(_mooncake(tmp_path / "t.jsonl", n=120, rate=8.0)))
-    app = make_app()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("l")
-        await pilot.pause()
-        scr = app.load_screen
-        scr.limits = parse_sla("ttft_p90<=2s")
-        req = LoadScreen.StartRequested(
-            load_workload("chatbot"), FixedSpeeds([2.0]), scr.limits, 20.0, 5.0, trace=src, twin=tw
-        )
-        scr.predict_step(req, 2.0, 30.0)
-        for _ in range(200):
-            await asyncio.sleep(0.05)
-            if scr.predicted.get(2.0, (None, None))[0] is not None:
-                break
-        ttft, _itl = scr.predicted[2.0]
-    rows = read_rows(src, tw.server.max_model_len)
-    p = Prediction(tw, load_workload("chatbot"), FixedSpeeds([2.0]), scr.limits, draws=0, trace=rows)
-    assert ttft == predict_at(p, [(2.0, 30.0)]).figures[0]["ttft_p90"]
+    (ramp,) = (tmp_path / "spoc-tui" / "ramps").glob("*/ramp.json")
+    steps = json.loads(ramp.read_text())["steps"]
+    assert [s["shadow"]["twin"].split("#")[0] for s in steps] == ["twin.json"] * 3
+    assert [s["shadow"]["figures"]["ttft_p90"] for s in steps] == [
+        pytest.approx(scr.predicted[lv][0]) for lv in (2, 8, 40)
+    ]
 
 
 async def test_chart_marks_a_prediction_at_its_height():

@@ -19,9 +19,6 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import InputError, SpocError
 from spoc_tui.core.ramp.knee import (
-    FixedRates,
-    FixedSpeeds,
-    FixedUsers,
     Knee,
     Listed,
     UserPlan,
@@ -53,7 +50,7 @@ from spoc_tui.twin.model import Twin, read_twin
 from spoc_tui.workload import Workload, builtin_names, load_workload
 
 if TYPE_CHECKING:
-    from spoc_tui.twin.predict import TraceRows
+    pass
 
 _DECISION_STYLE = {"meets": "green", "breaks": "bold red", "inconclusive": "yellow"}
 _KNEE_STYLE: dict[KneeTone, str] = {
@@ -188,6 +185,8 @@ class LoadScreen(Screen[None]):
         """Replay this trace instead of the profile (the plan is then speeds)."""
         twin: Twin | None = None
         """A calibrated twin: its prediction of each step is drawn beside the measurement."""
+        twin_path: str = ""
+        """Where the twin was read from (its name is in each step's prediction, ramp.json's ``shadow``)."""
 
     class StopRequested(Message):
         """The operator asked to stop the running ramp."""
@@ -202,8 +201,6 @@ class LoadScreen(Screen[None]):
         self.limits: tuple[Limit, ...] = ()
         self.total_steps: int | None = None
         self.request: LoadScreen.StartRequested | None = None
-        self._trace_rows: tuple[TraceSource, TraceRows] | None = None
-        """The trace the twin replays beside a replay's steps, read once."""
         self.predicted: dict[float, tuple[float | None, float | None]] = {}
         """The twin's TTFT and ITL by level (at the charts' percentiles), as the steps finish."""
         self._bars_of: tuple[StepSummary, ...] = ()
@@ -363,7 +360,8 @@ class LoadScreen(Screen[None]):
             return None
         self.form_error.update("")
         self.limits = limits
-        return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers, trace, twin)
+        return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers, trace, twin,
+                                   os.path.expanduser(twin_text) if twin else "")  # fmt: skip
 
     def prefill_trace(self, trace: str, speeds: str, note: str, claim: HeadroomClaim | None = None) -> None:
         """The form set to replay ``trace`` at ``speeds`` (a ramp that confirms a headroom), with
@@ -460,11 +458,11 @@ class LoadScreen(Screen[None]):
             self._knee = p.knee
             self._charts(p.steps)
             req = self.request
-            if req is not None and req.twin is not None:
-                for s in p.steps:
-                    if s.level not in self.predicted:
-                        self.predicted[s.level] = (None, None)
-                        self.predict_step(req, s.level, s.duration_s)
+            for s in p.steps:  # the shadow twin's prediction of each step, made as it was measured
+                if s.shadow is not None:
+                    figs = s.shadow.figures
+                    ttft, itl = figs.get(f"ttft_{self._stat('ttft')}"), figs.get(f"itl_{self._stat('itl')}")
+                    self.predicted[s.level] = (ttft, itl)
             text = knee_text(p.knee, p.phase == "done", p.steps)
             with_sessions = [s for s in p.steps if s.sessions is not None]
             if with_sessions:  # agent sessions, conversations: the latest step's
@@ -512,38 +510,6 @@ class LoadScreen(Screen[None]):
         show(self.ttft_chart, "ttft", "TTFT", 0)
         show(self.itl_chart, "itl", "ITL", 1)
         self._bars_of = steps
-
-    @work(thread=True, group="twin", exit_on_error=False)
-    def predict_step(self, req: StartRequested, level: float, seconds: float) -> None:
-        """The twin's figures of one finished step (its level and measured length), in a thread: a
-        step of virtual time takes a second or so."""
-        from spoc_tui.twin.predict import Prediction, predict_at, read_rows
-
-        assert req.twin is not None
-        rows = None
-        if req.trace is not None:  # a replay's step is a speed of the trace: the twin replays the same rows
-            if self._trace_rows is None or self._trace_rows[0] is not req.trace:
-                self._trace_rows = (req.trace, read_rows(req.trace, req.twin.server.max_model_len))
-            rows = self._trace_rows[1]
-        plan = (
-            FixedSpeeds([level])
-            if rows is not None
-            else FixedRates([level])
-            if isinstance(req.plan, FixedRates)
-            else FixedUsers([int(level)])
-        )
-        p = Prediction(
-            req.twin, req.profile, plan, req.limits, step_s=req.step_s, warmup_s=req.warmup_s, draws=0, trace=rows
-        )
-        at = predict_at(p, [(level, seconds)])
-        figs = at.figures[0]
-        ttft, itl = figs.get(f"ttft_{self._stat('ttft')}"), figs.get(f"itl_{self._stat('itl')}")
-        self.app.call_from_thread(self._predicted, level, ttft, itl)
-
-    def _predicted(self, level: float, ttft: float | None, itl: float | None) -> None:
-        self.predicted[level] = (ttft, itl)
-        if self._bars_of:
-            self._charts(self._bars_of)
 
     def show_finished(self, message: str, ok: bool) -> None:
         self.set_running(False)
