@@ -198,6 +198,29 @@ def _sessions_row(s: StepSummary) -> list[object]:
     ]
 
 
+def _shadow_section(doc: RampDoc) -> list[str]:
+    """The twin beside each step, where the ramp ran with one (``spoc ramp --twin``): its
+    prediction of each figure, made as the step was measured, and whether the interval held it."""
+    rows, held, n = [], 0, 0
+    for s in sorted(doc.steps, key=lambda s: s.step):
+        for key, measured, predicted, (lo, hi) in s.beside_shadow():
+            inside = None if measured is None or lo is None or hi is None else lo <= measured <= hi
+            held, n = held + bool(inside), n + (inside is not None)
+            seconds = key != "output_tokens_per_s"
+            show = fmt.seconds if seconds else (lambda v: "-" if v is None else f"{v:,.0f}")
+            iv = f"{show(lo)}-{show(hi)}" if lo is not None and hi is not None else "-"
+            mark = "-" if inside is None else "yes" if inside else "NO"
+            rows.append([s.level_text, key, show(measured), show(predicted), iv, mark])
+    if not rows:
+        return []
+    twin = next(s.shadow.twin for s in doc.steps if s.shadow is not None)
+    return [
+        f"<h2>The twin beside each step ({_t(twin)}, predicted as the ramp ran)</h2>",
+        f"<p>Its 95 % intervals held {held} of {n} measured figures.</p>",
+        _table(["level", "figure", "measured", "predicted", "95 % interval", "held"], rows, left=2),
+    ]
+
+
 def ramp_report(doc: RampDoc) -> Report:
     title = f"Load ramp: {doc.model} at {doc.url}"
     knee, _ = knee_sentence(doc.knee)
@@ -284,6 +307,7 @@ def ramp_report(doc: RampDoc) -> Report:
                 [_sessions_row(s) for s in with_sessions],
             )
         )
+    body += _shadow_section(doc)
     traced = [s for s in doc.steps if s.trace is not None]
     if traced:
         body.append("<h2>How faithfully each step replayed the trace</h2>")

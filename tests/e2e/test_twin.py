@@ -370,6 +370,12 @@ def test_the_shadow_twin_predicts_each_step_as_it_is_measured_and_the_check_read
     assert [s["interval"] for s in redone["steps"]] == [s["interval"] for s in doc["steps"]]
     text = spoc("twin", "check", "--twin", str(known_twin), "--ramp", str(measured))
     assert "(its predictions made as the ramp ran, by spoc ramp --twin, read from ramp.json)" in text.stdout
+    # the report of a ramp run with a twin sets each figure beside the twin's (issue 76)
+    report = spoc("report", str(measured), "--out", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert f"The twin beside each step ({twin_id(twin, known_twin)}, predicted as the ramp ran)" in html
+    assert "measured figures.</p>" in html and html.count('<td class="l">itl_p50</td>') == 2
     # a twin calibrated again under the same name is another twin: its prediction is worked out
     other = tmp_path / "twin.json"
     write_twin(replace(twin, step_cv=twin.step_cv + 0.01), other)

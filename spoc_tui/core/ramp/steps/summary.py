@@ -45,6 +45,10 @@ class EarlyStop:
         return {"reason": self.reason, "saved_s": self.saved_s}
 
 
+SHADOWED = ("ttft_p50", "ttft_p90", "itl_p50", "itl_p90", "e2e_p50", "e2e_p90", "output_tokens_per_s")
+"""The figures a shadow twin's prediction is set beside (``spoc twin check``'s)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StepSummary:
     """One ramp step as measured, judged and seen by the server; nothing is set after it is built."""
@@ -125,6 +129,23 @@ class StepSummary:
     @property
     def decision(self) -> Decision:
         return self.verdict.decision
+
+    def beside_shadow(self) -> list[tuple[str, float | None, float | None, Interval]]:
+        """The step's figures beside its shadow twin's (``spoc ramp --twin``): per figure the
+        twin predicted (:data:`SHADOWED`), measured, predicted and its interval; empty without one."""
+        if self.shadow is None:
+            return []
+        out = []
+        for key in SHADOWED:
+            if key not in self.shadow.figures:
+                continue
+            if key == "output_tokens_per_s":
+                measured: float | None = self.output_tokens_per_s
+            else:
+                metric, stat = key.rsplit("_", 1)
+                measured = self.latency.of(metric).stat(stat)
+            out.append((key, measured, self.shadow.figures[key], self.shadow.intervals.get(key, (None, None))))
+        return out
 
     def as_dict(self) -> dict[str, object]:
         return {
