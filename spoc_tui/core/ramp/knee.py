@@ -695,9 +695,13 @@ class SpeedSearch:
         hi = hi if hi is not None else min(self.max_speed, est * 1.5)
         if hi - lo <= 2 * KNEE_TOLERANCE * est:
             return None
-        if inferred.boundary == "cliff":
-            mid = _round_speed(math.sqrt(max(lo, MIN_SPEED) * hi))
-            return None if any(abs(mid - t) <= 0.01 * mid for t in tried) else mid
+        if inferred.boundary == "cliff":  # the widest part of the bracket the speeds tried leave, halved
+            ends = sorted({max(lo, MIN_SPEED), hi, *(t for t in tried if lo < t < hi)})
+            for a, b in sorted(zip(ends, ends[1:], strict=False), key=lambda ab: ab[0] / ab[1]):
+                mid = _round_speed(math.sqrt(a * b))
+                if b - a > 2 * KNEE_TOLERANCE * est and not any(abs(mid - t) <= 0.01 * mid for t in tried):
+                    return mid
+            return None
         for v in (est, (lo + est) / 2, (est + hi) / 2):
             cand = _round_speed(v)
             if lo <= cand <= hi and not any(abs(cand - t) <= 0.01 * cand for t in tried):
