@@ -26,7 +26,6 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from spoc_tui.core.confidence import min_samples_for_upper_bound
 from spoc_tui.core.metrics.promparse import Exposition
 from spoc_tui.core.metrics.vllm import (
     PREFILL_TIME,
@@ -94,8 +93,6 @@ LEDGER_MIN = 5
 """Graded windows the ledger needs before its record widens an interval (:func:`widened_by_ledger`)."""
 LEDGER_HELD = 0.9
 """The share of graded windows held under which the interval is widened."""
-JUDGED_MARGIN = 1.5
-"""A replay holds this many times the requests its SLA's percentile needs to have a bound at all."""
 MIN_REQUESTS = 30
 """Fewer requests than this in the traffic window: too thin to replay."""
 BINDS = {
@@ -554,13 +551,6 @@ def widened_by_ledger(h: Headroom, ledger: LedgerSummary | None) -> Headroom:
     return replace(h, ci95=ci95, reason=h.reason + why)
 
 
-def judged_requests(limits: Sequence[Limit]) -> int:
-    """How many requests a replay needs before its highest percentile the SLA holds can be bounded
-    from above, and half as many again (a bound barely possible is too wide to decide by)."""
-    qs = [float(lim.stat[1:]) / 100 for lim in limits if lim.stat.startswith("p") and lim.metric != "error_rate"]
-    return math.ceil(JUDGED_MARGIN * max((min_samples_for_upper_bound(q) for q in qs), default=0))
-
-
 def headroom_of(
     fit: PassiveFit,
     server: ServerConfig,
@@ -577,7 +567,7 @@ def headroom_of(
     from spoc_tui.workload import load_workload
 
     sla = tuple(str(lim) for lim in limits)
-    trace = TrafficRows.of(traffic, seed, server, replay_s, judged_requests(limits))
+    trace = TrafficRows.of(traffic, seed, server, replay_s)
     if len(trace.rows) < 2:
         return Headroom(None, (None, None), None, None, False, "too little traffic to replay", fit.windows, traffic,
                         fit, sla)  # fmt: skip
@@ -596,7 +586,7 @@ def headroom_of(
         seed=seed,
         draws=draws,
         trace=trace,
-        budget_s=SEARCH_STEPS * replay_s * 1.25 + sum(trace.length_s(s) - replay_s for s in (1, 2, 4, 8, MAX_SPEED)),
+        budget_s=SEARCH_STEPS * replay_s * 1.25,
         draws_near_knee=DRAWS_NEAR_KNEE,
     )
     predicted = predict(p)

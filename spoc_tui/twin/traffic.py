@@ -17,9 +17,6 @@ from spoc_tui.twin.predict import TraceRows
 
 WINDOW_S = 30.0
 """A passive window's length (the fit's rows)."""
-LONGEST_REPLAY_S = 3600.0
-"""The longest a replay grows to hold its requests (:meth:`TrafficRows.length_s`): a traffic of a
-request a minute is judged on fewer than its percentile needs rather than replayed for hours."""
 REPLAY_S = 120.0
 """Seconds of the traffic a replay at x1 runs (at speed s, s times as many requests)."""
 
@@ -204,33 +201,18 @@ class TrafficRows(TraceRows):
     replay_s: float = REPLAY_S
     cv2: float = 1.0
     """How even this replay's arrivals are (:meth:`Traffic.regularity`; a draw's, drawn)."""
-    min_requests: int = 0
-    """A replay at a low speed runs long enough for this many requests (:meth:`length_s`)."""
     _cache: dict[float, tuple[TraceRow, ...]] = field(default_factory=dict, compare=False)
 
     @classmethod
-    def of(
-        cls, traffic: Traffic, seed: int, server: ServerConfig, replay_s: float = REPLAY_S, min_requests: int = 0
-    ) -> TrafficRows:
+    def of(cls, traffic: Traffic, seed: int, server: ServerConfig, replay_s: float = REPLAY_S) -> TrafficRows:
         cv2 = traffic.regularity()
         rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size, True, cv2), server.max_model_len)
         return cls(rows, len(rows), {}, replay_s, traffic.prefix_share, traffic=traffic, seed=seed,
                    block_tokens=server.block_size, max_model_len=server.max_model_len, replay_s=replay_s,
-                   cv2=cv2, min_requests=min_requests)  # fmt: skip
+                   cv2=cv2)  # fmt: skip
 
     def step_s(self, speed: float) -> float:
-        return self.length_s(speed)
-
-    def length_s(self, speed: float) -> float:
-        """A replay's length at ``speed``: :attr:`replay_s`, or at a speed whose requests in it would
-        be fewer than :attr:`min_requests`, as long as it takes them. At a fixed two minutes a
-        slow traffic's x1 and x2 held 175 and 337 requests, too few to bound a p99 (it takes
-        368): both read inconclusive, the search's bracket ran from x1, and the seats told gave
-        x2 (95 %: 1-4) where the knee was x2.99 (benchmarks/headroom.py, the bursts case)."""
-        rate = self.traffic.rate if self.traffic is not None else 0.0
-        if rate <= 0 or speed <= 0 or not self.min_requests:
-            return self.replay_s
-        return max(self.replay_s, min(LONGEST_REPLAY_S, self.min_requests / (rate * speed)))
+        return self.replay_s
 
     def redrawn(self, seed: int) -> TrafficRows:
         """The traffic drawn again with ``seed``: a draw of the fit replays a sample of its own, so
@@ -251,7 +233,7 @@ class TrafficRows(TraceRows):
             return self.rows
         hit = self._cache.get(speed)
         if hit is None:
-            rows = synth_rows(self.traffic, self.length_s(speed) * speed, self.seed, self.block_tokens, True, self.cv2)
+            rows = synth_rows(self.traffic, self.replay_s * speed, self.seed, self.block_tokens, True, self.cv2)
             hit = _fitting(rows, self.max_model_len)
             self._cache[speed] = hit
         return hit

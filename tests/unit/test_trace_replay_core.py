@@ -100,6 +100,23 @@ def test_the_speed_search_doubles_then_narrows():
     assert find_knee(steps).unit == "x"
 
 
+
+def test_the_speed_search_goes_on_inside_a_cliff_whose_midpoint_was_tried():
+    """A cliff from x1 to x4 with x2 tried inside it (too few requests there to decide: the told
+    bursts case of benchmarks/headroom.py): its midpoint is x2 again, and the search stopped
+    with x2 (95 %: 1-4) of a knee at x2.99. It halves the widest part the tried speeds leave."""
+    plan = SpeedSearch(max_speed=10)
+    steps = [_step(1, 1.0, 0.2), _step(2, 2.0, 0.2), _step(3, 4.0, 2.9)]
+    cliff = Knee(None, None, None, unit="x", inferred=KneeEstimate(2.0, (1.0, 4.0), "ttft_p99", "cliff", "x"))
+    assert plan.next(steps, cliff) == 1.4  # x1-x2 and x2-x4 are as wide: the lower first
+    steps.append(_step(4, 1.4, 0.2))
+    assert plan.next(steps, cliff) == 2.8
+    steps.append(_step(5, 2.8, 0.9))
+    assert plan.next(steps, cliff) in (1.2, 1.7, 2.4, 3.3)  # on, into what is left
+    tight = Knee(None, None, None, unit="x", inferred=KneeEstimate(2.9, (2.8, 2.95), "ttft_p99", "cliff", "x"))
+    assert plan.next(steps, tight) is None  # within 5 % either side: done
+
+
 def test_window_and_source_are_checked(tmp_path):
     assert parse_window("10m:5m") == (600.0, 300.0) and parse_window("30:") == (30.0, None)
     for bad in ("5", "a:b", "0:0"):
