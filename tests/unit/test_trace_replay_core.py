@@ -100,7 +100,6 @@ def test_the_speed_search_doubles_then_narrows():
     assert find_knee(steps).unit == "x"
 
 
-
 def test_the_speed_search_goes_on_inside_a_cliff_whose_midpoint_was_tried():
     """A cliff from x1 to x4 with x2 tried inside it (too few requests there to decide: the told
     bursts case of benchmarks/headroom.py): its midpoint is x2 again, and the search stopped
