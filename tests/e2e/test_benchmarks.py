@@ -50,6 +50,7 @@ def test_replay_memory_benchmark_smoke():
         ("vs_peers_knee.py", "flat 1000 in / 200 out"),
         ("headroom.py", "live headroom vs the measured knee"),
         ("ledger.py", "predictions held"),
+        ("watches.py", "monitor, 5 min: headroom"),
         ("headroom.py --cases=bursts", "told max-num-seqs 24: headroom"),  # beside the others, on a worker of its own
     ],
 )
