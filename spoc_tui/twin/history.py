@@ -196,7 +196,7 @@ async def history_headroom(
             f"{redact_url(prometheus_url)}: Prometheus holds no vLLM series over the last {since_s:.0f} s"
         )
         return res
-    say(f"read {n} scrapes of {len(feed.ends)} replica(s); working out their headroom...")
+    say(f"read {n} scrapes of {len(feed.ends)} replica(s); working out their headroom, then their ledgers...")
     try:
         await off_loop(live.refresh)
         found = await off_loop(live.grade_recent)

@@ -84,7 +84,10 @@ async def watch_headroom(
     res = result_of(sources, first, last if last is not first else None)
     res.watched_s, res.interrupted = watched, interrupted
     if learners:
-        say(f"watched {watched:.0f} s; working out the headroom of {len(learners)} server(s)...")
+        say(
+            f"watched {watched:.0f} s; working out the headroom of {len(learners)} server(s), then grading its "
+            f"last {INSPECT_GRADED} minutes at most (the ledger)..."
+        )
         for name, learner in learners.items():
             if res.interrupted:
                 h = Headroom.none("not worked out: interrupted", limits)
