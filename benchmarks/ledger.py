@@ -24,8 +24,10 @@ Printed per case and seed: the windows graded and held, the median point error p
 CPU a graded window took; for the changes, the windows until flagged and until re-learned, and
 the headroom beside the measured knee. The full run exits 1 where a target is missed.
 
-``--real [--minutes=20]``: the real-engine tier's vLLM CPU server (tiny Llama, 8 seats, on core
-0) under ``benchmarks/headroom.py``'s real traffic (a swell every two minutes) replayed at x1 by
+``--real [--minutes=20] [--base=5]``: the real-engine tier's vLLM CPU server (tiny Llama, 8 seats,
+on core 0) under ``benchmarks/headroom.py``'s real traffic (a swell every two minutes between 35 %
+and 100 % of ``--base`` requests a second; at 1 a second the batch never passed one request, and
+the fit of 41 windows could not say the step time: nothing graded) replayed at x1 by
 ``spoc ramp --trace T --speed 1`` (on core 1), its ``/metrics`` read every 5 s and kept; then the
 kept scrapes read again in order by a fresh learner that grades each minute as it closes (as the
 monitor would, each on a fit of the minutes before it; done after the run so that the grading's
@@ -217,7 +219,7 @@ def changed(case: str, seed: int) -> list[str]:
     return missed
 
 
-def real(minutes: float) -> int:
+def real(minutes: float, base: float) -> int:
     """The ledger over ``minutes`` of the real vLLM CPU server (module docstring)."""
     import json
     import os
@@ -241,7 +243,7 @@ def real(minutes: float) -> int:
     url = f"http://127.0.0.1:{port}"
     seconds = minutes * 60.0
     try:
-        trace = hb.real_trace(work / "traffic.jsonl", 1.0, seconds + 60.0, 1)
+        trace = hb.real_trace(work / "traffic.jsonl", base, seconds + 60.0, 1)
         drift = [hb.reference(url)]
         load = subprocess.Popen(
             ["taskset", "-c", "1", sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", url, "--trace", str(trace),
@@ -293,7 +295,8 @@ def real(minutes: float) -> int:
 
 def main() -> int:
     if "--real" in sys.argv:
-        return real(next((float(a.split("=")[1]) for a in sys.argv if a.startswith("--minutes=")), 20.0))
+        minutes = next((float(a.split("=")[1]) for a in sys.argv if a.startswith("--minutes=")), 20.0)
+        return real(minutes, next((float(a.split("=")[1]) for a in sys.argv if a.startswith("--base=")), 5.0))
     smoke = "--smoke" in sys.argv
     seeds = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--seeds=")), 1)
     cases = next((a.split("=")[1].split(",") for a in sys.argv if a.startswith("--cases=")),
