@@ -78,8 +78,8 @@ def watched(seed: int, minutes: list[float], smoke: bool) -> dict[tuple[str, flo
             if abs(watch.now - m * 60.0) < 0.5:
                 for name, learner in learners.items():
                     c = time.process_time()
-                    h = learner.estimate(seed=seed, draws=1 if smoke else LIVE_DRAWS,
-                                         replay_s=30.0 if smoke else WATCHES[name][1])  # fmt: skip
+                    h = learner.estimate(seed=seed, draws=0 if smoke else LIVE_DRAWS,
+                                         replay_s=20.0 if smoke else WATCHES[name][1])  # fmt: skip
                     out[(name, m)] = h
                     print(f"  {name}, {m:.0f} min: {h.line()} ({time.process_time() - c:.1f} s of CPU)", flush=True)
     return out

@@ -31,8 +31,9 @@ logger = logging.getLogger(__name__)
 
 HEADROOM_EVERY_S = 5.0
 """How often ``spoc inspect --headroom`` scrapes while it watches (the monitor's windows are 30 s)."""
-INSPECT_GRADED = 20
-"""The most windows ``spoc inspect --headroom`` grades at the end of its watch (the newest)."""
+INSPECT_GRADED = 10
+"""The most windows ``spoc inspect --headroom`` grades at the end of its watch (the newest; about a
+second of CPU each; through Prometheus, this many in all, split between the replicas)."""
 
 
 async def watch_headroom(
