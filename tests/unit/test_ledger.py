@@ -3,6 +3,7 @@ before it, beside what the server's own histograms said of it; in virtual time o
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from itertools import accumulate
@@ -111,6 +112,12 @@ def served(seconds: float, rate: float | None = None, seed: int = 1) -> tuple[Vi
     return vs, learner
 
 
+@pytest.fixture(scope="module")
+def swung() -> HeadroomLearner:
+    """The learner after twelve minutes of :func:`served`'s swinging traffic (a copy per test)."""
+    return served(720.0)[1]
+
+
 def test_the_learner_keeps_each_minute_with_the_slas_histograms():
     _, learner = served(200.0, rate=1.0)
     seen = list(learner.ledger.seen)
@@ -125,10 +132,10 @@ def test_the_learner_keeps_each_minute_with_the_slas_histograms():
     assert not learner.ledger.seen  # the older ones waiting dropped with it
 
 
-def test_a_minute_is_graded_on_a_fit_made_before_it():
+def test_a_minute_is_graded_on_a_fit_made_before_it(swung):
     """The windows before the fit could say the step time are not graded, and say why; the
     newest, after ten minutes of swinging traffic, is predicted by six replays and held."""
-    _, learner = served(660.0)
+    learner = copy.deepcopy(swung)
     seen = list(learner.ledger.seen)
     early, none = learner.grade(seen[1])
     assert early == "the fit before it could not say the step time yet" and none is None
@@ -168,12 +175,12 @@ def test_the_summary_counts_the_last_two_hours():
     assert "ledger" not in h.as_dict()
 
 
-def test_the_monitors_worker_grades_within_its_share_and_shows_the_ledger():
+def test_the_monitors_worker_grades_within_its_share_and_shows_the_ledger(swung):
     """LiveHeadroom: an estimate when due; in between the newest minute graded, no more often than
     its CPU share allows; the line's ledger beside the estimate, which keeps its age."""
     now = [0.0]
     live = LiveHeadroom(LIMITS, clock=lambda: now[0], draws=0, replay_s=30.0)
-    _, learner = served(720.0)
+    learner = copy.deepcopy(swung)
     live._learners["sim"] = learner  # the scrapes as the poller would have fed them
     now[0] = 720.0
     assert live.due()
@@ -220,22 +227,22 @@ def test_two_windows_missed_the_same_way_are_a_server_that_changed():
     assert ledger.drift() == (180.0, "itl_mean predicted 25 % and 33 % high, outside the intervals")
 
 
-def test_a_server_that_changed_is_learned_again_from_the_windows_since():
+def test_a_server_that_changed_is_learned_again_from_the_windows_since(swung):
     """Issue 76: where the ledger's predictions miss, the headroom says it is re-learning and its
     fit forgets the windows before the change (the throttled server of benchmarks/ledger.py,
     flagged two windows after its clocks fell to 60 %)."""
-    _, learner = served(600.0)
+    learner = copy.deepcopy(swung)
     learner.ledger.fit = learner.fit()
     before = len(learner.windows)
-    learner.graded(missed(420.0, 0.0129), learner.ledger.fit)
+    learner.graded(missed(600.0, 0.0129), learner.ledger.fit)
     assert learner.relearning is None and len(learner.windows) == before
-    learner.graded(missed(480.0, 0.0149), learner.ledger.fit)
-    assert learner.relearning == (420.0, "itl_mean predicted 22 % and 33 % low, outside the intervals")
-    assert learner.windows and all(w.t - w.seconds >= 420.0 - 1e-6 for w in learner.windows)
+    learner.graded(missed(660.0, 0.0149), learner.ledger.fit)
+    assert learner.relearning == (600.0, "itl_mean predicted 22 % and 33 % low, outside the intervals")
+    assert learner.windows and all(w.t - w.seconds >= 600.0 - 1e-6 for w in learner.windows)
     assert len(learner.windows) < before and learner.ledger.fit is None  # the old fit grades no more
     h = learner.estimate(seed=1, draws=0, replay_s=30.0)
     assert not h.identified and h.reason.startswith(
-        "re-learning since 3 min ago, the server no longer the one its windows showed (itl_mean predicted 22 % and "
+        "re-learning since 2 min ago, the server no longer the one its windows showed (itl_mean predicted 22 % and "
         "33 % low, outside the intervals): the windows before forgotten: "
     ), h.reason
 
