@@ -46,11 +46,12 @@ whose shared fixture is a simulator that starts in a second, so the workers shar
 
 HEAVY_S = {
     "tests/e2e/test_signals.py": 77,
-    "tests/e2e/test_headroom_prometheus.py": 60,
+    "tests/e2e/test_headroom_prometheus.py": 75,
     "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[headroom_prometheus.py-through Prometheus x]": 25,
     "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[monitor_cpu.py --prometheus-spoc monitor --prometheus over 16 replicas]": 12,
     "tests/e2e/test_ramp.py": 75,
-    "tests/e2e/test_twin.py": 66,
+    "tests/e2e/test_twin.py": 85,
+    "tests/unit/test_ledger.py": 25,
     "tests/tui/test_tune_screen.py": 37,
     "tests/e2e/test_benchmarks.py::test_every_benchmark_runs_in_its_smoke_mode[vs_peers_knee.py-flat 1000 in / 200 out]": 36,
     "tests/tui/test_operator.py": 34,
