@@ -407,9 +407,7 @@ class Ledger:
     def take_newest(self) -> Seen | None:
         """The newest window not graded yet, taken off; the older ones are dropped (grading is kept
         to a CPU share, and the newest is what an operator reads)."""
-        newest = self.seen[-1] if self.seen else None
-        self.seen.clear()
-        return newest
+        return next(iter(self.take(1)), None)
 
     def add(self, graded: Graded | str) -> None:
         """A window graded, or why it could not be."""

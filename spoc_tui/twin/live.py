@@ -430,10 +430,11 @@ class Publishing:
             (found, fresh), self.pending = self.pending.result(), None
             self.publish(found, fresh)
             for name, h in found.items():
-                for line in (h.line(), h.ledger.line() if h.ledger is not None else ""):
+                lines = (h.line(), h.ledger.line() if h.ledger is not None else "")
+                for line in lines:
                     if line and line not in self.said.get(name, ()):
                         self.say(f"{name}: {line}")
-                self.said[name] = (h.line(), h.ledger.line() if h.ledger is not None else "")
+                self.said[name] = lines
 
 
 async def keep_headroom(
