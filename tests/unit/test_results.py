@@ -215,3 +215,65 @@ def test_write_atomic_replaces_a_file_whole_and_never_renames_over_a_link_a_pipe
     reader.join(10)
     assert got == ["through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "fifo", "link.json", "null"]  # no .part left
+
+
+HEADER_PIN = Path(__file__).parent.parent / "fixtures" / "results" / "headers.json"
+VOLATILE = ("started_at", "updated_at")
+
+
+def _headers(tmp_path):
+    """ramp.json's header as the two writers write it: a measured ramp's (spoc ramp's, before its
+    first step) and a predicted one's (spoc twin predict --out), the times taken out."""
+    from click.testing import CliRunner
+
+    from spoc_tui.cli.main import cli
+    from spoc_tui.core.ramp.knee import FixedUsers, Knee
+    from spoc_tui.load.ramp import RampConfig, ResultWriter, ramp_header
+    from spoc_tui.twin.model import write_twin
+    from spoc_tui.workload import load_workload
+    from tests.unit.test_twin_fit import twin
+
+    cfg = RampConfig(
+        "http://user:secret@127.0.0.1:1/",
+        load_workload("chatbot"),
+        FixedUsers([1, 2]),
+        tuple(parse_sla("ttft_p99<=2s")),
+        tmp_path / "m",
+        step_s=30,
+        warmup_s=5,
+    )
+    writer = ResultWriter(cfg.out_dir, ramp_header(cfg, "m", None), requests=False)
+    writer.header["prompt_lengths"] = "the server's tokenizer"
+    writer.header["stop_reason"] = "budget spent"
+    writer.write([], Knee(None, None, None), "complete")
+    writer.close()
+    measured = json.loads((cfg.out_dir / "ramp.json").read_text())
+    write_twin(twin(), tmp_path / "twin.json")
+    args = ["twin", "predict", "--twin", str(tmp_path / "twin.json"), "--users", "1,2", "--step-seconds", "3"]
+    r = CliRunner().invoke(cli, [*args, "--warmup-seconds", "1", "--draws", "0", "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    predicted = json.loads((tmp_path / "p" / "ramp.json").read_text())
+    predicted["prediction"]["seconds"] = None
+    predicted["twin"]["calibrated_at"] = None
+    for doc in (measured, predicted):  # where the checkout lies
+        doc["profile"]["source"] = Path(doc["profile"]["source"]).name
+    return {
+        kind: {k: v for k, v in doc.items() if k not in (*VOLATILE, "steps", "knee")}
+        for kind, doc in (("measured", measured), ("predicted", predicted))
+    }
+
+
+def test_the_ramp_json_header_keeps_its_keys_and_values(tmp_path):
+    """Both writers' headers, pinned (tests/fixtures/results/headers.json; ``SPOC_REPIN=1``
+    rewrites it, for a change meant to move them, said in the CHANGELOG): one typed header now
+    writes both (issue 78), with the same keys and values each wrote before."""
+    import os
+
+    got = _headers(tmp_path)
+    if os.environ.get("SPOC_REPIN"):
+        HEADER_PIN.write_text(json.dumps(got, indent=1) + "\n")
+    pinned = json.loads(HEADER_PIN.read_text())
+    for kind in ("measured", "predicted"):
+        assert sorted(got[kind]) == sorted(pinned[kind]), kind
+        for k, v in pinned[kind].items():
+            assert got[kind][k] == v, (kind, k, got[kind][k], v)
