@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,9 @@ from spoc_tui.cli.experiment import ExperimentOptions, experiment_options
 from spoc_tui.cli.options import api_key_options, from_config, sla_option, tls_options
 from spoc_tui.core.ramp.sla import DEFAULT_SLA
 from spoc_tui.twin.model import WHAT_IF_FLAGS
+
+if TYPE_CHECKING:
+    from spoc_tui.core.results import RampHeader
 
 
 def _bool(name: str, text: str) -> bool:
@@ -251,22 +254,23 @@ def predict_cmd(
     if not quiet:
         click.echo("", err=True)
     # the levels as a measured ramp's ramp.json names them (geom:1:8 as 1,2,4,8; auto as auto:256)
-    doc = predicted_doc(p, res, twin_path, exp.profile, p.plan.describe(), took, trace_doc)
+    header = predicted_header(p, res, twin_path, p.plan.describe(), took, trace_doc)
     if out_dir is not None:
-        _write_predicted(Path(out_dir), doc, res)
+        _write_predicted(Path(out_dir), header, res)
     if as_json:
-        click.echo(json.dumps(doc, indent=2))
+        from spoc_tui.core.results import dumps, ramp_doc
+
+        click.echo(dumps(ramp_doc(header, res.steps, res.knee, "complete", time.time())))
         return
     click.echo(prediction_text(p, res, took))
     if out_dir is not None:
         click.echo(f"wrote {out_dir}/ramp.json (predicted)")
 
 
-def _write_predicted(out_dir: Path, doc: dict[str, Any], res: Any) -> None:
+def _write_predicted(out_dir: Path, header: RampHeader, res: Any) -> None:
     """The predicted ramp as ``ramp.json``, by the writer of a measured ramp's."""
     from spoc_tui.load.ramp import ResultWriter
 
-    header = {k: v for k, v in doc.items() if k not in ("status", "steps", "knee", "updated_at", "schema")}
     writer = ResultWriter(out_dir, header, requests=False)
     try:
         writer.write(res.steps, res.knee, "complete")
@@ -276,56 +280,49 @@ def _write_predicted(out_dir: Path, doc: dict[str, Any], res: Any) -> None:
         click.echo(writer.kept_note, err=True)
 
 
-def predicted_doc(
-    p: Any,
-    res: Any,
-    twin_path: str,
-    profile: str,
-    users_spec: str,
-    took: float,
-    trace: dict[str, object] | None = None,
-) -> dict[str, Any]:
-    from spoc_tui.core.jsonsafe import json_safe
-    from spoc_tui.core.results import SCHEMA
+def predicted_header(
+    p: Any, res: Any, twin_path: str, users_spec: str, took: float, trace: dict[str, object] | None = None
+) -> RampHeader:
+    """A predicted ramp's header: the experiment as a measured ramp's says it, and the twin's part."""
+    from spoc_tui.core.results import RampHeader
 
     twin = p.twin
-    return json_safe(  # type: ignore[return-value]
-        {
-            "schema": SCHEMA,
-            "predicted": True,
+    return RampHeader(
+        predicted=True,
+        url=twin.url,
+        model=twin.server.model,
+        profile=p.workload.as_dict() if trace is None else {"name": f"trace:{trace['path']}"},
+        trace=trace,
+        sla=tuple(str(lim) for lim in p.limits),
+        users=users_spec,
+        load=(
+            "predicted by the twin in virtual time: trace replay, every row sent at its timestamp divided by the "
+            "step's speed (open loop), its exact input and output lengths, rows sharing hash ids sharing leading "
+            "blocks, a turn waiting for its parent's end plus its think time"
+            if p.trace is not None
+            else "predicted by the twin in virtual time: open loop, Poisson arrivals at each step's rate, each the "
+            "next turn of an idle conversation or a new one"
+            if p.open_loop
+            else "predicted by the twin in virtual time: closed loop, each user one conversation at a time, paced "
+            "as spoc ramp's users (spawn rate, jitter, think time)"
+        )
+        + ("" if p.trace is not None else "; every answer as long as the profile asks"),
+        step_seconds=p.step_s,
+        max_step_seconds=p.step_limit_s,
+        warmup_seconds=p.warmup_s,
+        arrivals=p.arrivals,
+        spawn_rate=p.spawn_rate or None,
+        budget_seconds=p.budget,
+        seed=p.seed,
+        started_at=time.time(),
+        twin={
+            "path": Path(twin_path).name,
+            "calibrated_at": twin.calibrated_at,
             "url": twin.url,
-            "model": twin.server.model,
-            "profile": p.workload.as_dict() if trace is None else {"name": f"trace:{trace['path']}"},
-            **({"trace": trace} if trace is not None else {}),
-            "sla": [str(lim) for lim in p.limits],
-            "users": users_spec,
-            "load": (
-                "predicted by the twin in virtual time: trace replay, every row sent at its timestamp divided by the "
-                "step's speed (open loop), its exact input and output lengths, rows sharing hash ids sharing leading "
-                "blocks, a turn waiting for its parent's end plus its think time"
-                if p.trace is not None
-                else "predicted by the twin in virtual time: open loop, Poisson arrivals at each step's rate, each the "
-                "next turn of an idle conversation or a new one"
-                if p.open_loop
-                else "predicted by the twin in virtual time: closed loop, each user one conversation at a time, paced "
-                "as spoc ramp's users (spawn rate, jitter, think time)"
-            )
-            + ("" if p.trace is not None else "; every answer as long as the profile asks"),
-            "step_seconds": p.step_s,
-            "max_step_seconds": p.step_limit_s,
-            "warmup_seconds": p.warmup_s,
-            "arrivals": p.arrivals,
-            "spawn_rate": p.spawn_rate or "auto: within half the warm-up, 1-100 users/s",
-            "budget_seconds": p.budget,
-            "seed": p.seed,
-            "started_at": time.time(),
-            "twin": {
-                "path": Path(twin_path).name,
-                "calibrated_at": twin.calibrated_at,
-                "url": twin.url,
-                "what_if": dict(p.flags),
-            },
-            "prediction": {
+            "what_if": dict(p.flags),
+        },
+        prediction=(
+            {
                 "draws": res.draws,
                 "seconds": round(took, 2),
                 "intervals": "95 %: the spread of the figures over the runs on the fit's bootstrap draws, joined with "
@@ -344,12 +341,8 @@ def predicted_doc(
                 ],
                 "knee_draws": res.draw_knees,
                 "notes": res.notes,
-            },
-            "status": "complete",
-            "steps": [s.as_dict() for s in res.steps],
-            "knee": res.knee.as_dict(),
-            "updated_at": time.time(),
-        }
+            }
+        ),
     )
 
 
@@ -428,7 +421,7 @@ def check_cmd(
     TTFT, ITL and E2E p50/p90 and tokens/s, and whether each measurement lies in the prediction's
     interval), and whether the twin still holds. Exit code 0 when it holds, 1 when it drifted,
     2 for files that cannot be read."""
-    from spoc_tui.core.results import read_json, read_ramp
+    from spoc_tui.core.results import read_ramp
     from spoc_tui.twin.answers import learned_lengths
     from spoc_tui.twin.check import CHECKED, answers_of, check
     from spoc_tui.twin.model import MAX_ANSWERS, read_twin, with_answers, write_twin
@@ -436,10 +429,9 @@ def check_cmd(
 
     twin = read_twin(twin_path)
     ramp = read_ramp(ramp_path)
-    header = read_json(Path(ramp.path), "ramp result")
-    lengths = answers_of(Path(ramp.path).parent, header) if learn_answers else []  # refused before the check runs
+    lengths = answers_of(Path(ramp.path).parent, ramp.header) if learn_answers else []  # refused before the check
     shadow_id = None if resimulate else twin_id(twin, twin_path)
-    res = check(twin, ramp, header, draws, flags=parse_flags(what_if, "--set"), trace=trace_path, shadow_id=shadow_id)
+    res = check(twin, ramp, draws, flags=parse_flags(what_if, "--set"), trace=trace_path, shadow_id=shadow_id)
     learned = ""
     if lengths:
         got = learned_lengths(lengths, MAX_ANSWERS)

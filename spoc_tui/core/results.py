@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import JsonLineError, json_lines
 from spoc_tui.core.hardware.presets import PresetError, read_json_object
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.ramp.knee import Knee
+from spoc_tui.core.ramp.rules import ARRIVALS, AUTO_SPAWN, SEED, STEP_S, WARMUP_S
 from spoc_tui.core.ramp.status import RampStatus
-from spoc_tui.core.ramp.steps import Json, StepSummary, json_float
+from spoc_tui.core.ramp.steps import Json, StepSummary, json_float, json_int
 from spoc_tui.core.tuning.docs import DocError, StudyDoc, TrialRecord
 
 SCHEMA = 3
@@ -60,27 +62,156 @@ def dumps(doc: Mapping[str, object], indent: int | None = 2) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RampHeader:
+    """ramp.json's settings, before its steps: what was run and how its figures are defined. One
+    value for a measured ramp (``spoc ramp``, the Load screen, a study's trial) and a predicted one
+    (``spoc twin predict``: ``predicted``, ``twin``, ``prediction``), written by :meth:`as_dict`
+    and read back by :meth:`from_doc`, a setting a file lacks read as the ramp that wrote it ran."""
+
+    url: str = ""
+    """Redacted (no credentials) by its writer."""
+    model: str = "?"
+    profile: Json = field(default_factory=dict)
+    """The workload as :meth:`~spoc_tui.workload.Workload.as_dict` gives it (a trace replay: its name)."""
+    sla: tuple[str, ...] = ()
+    users: str = ""
+    """The levels asked for, as ``--users``/``--rate`` described them (``1,2,4``, ``auto:256``, ``rate:1,2``)."""
+    load: str = ""
+    """How the load was made, in words."""
+    step_seconds: float = STEP_S
+    max_step_seconds: float | None = None
+    warmup_seconds: float = WARMUP_S
+    spawn_rate: float | None = None
+    """``--spawn-rate``; None: the ramp's own rule (written as :data:`AUTO_SPAWN`)."""
+    arrivals: str = ARRIVALS
+    budget_seconds: float | None = None
+    seed: int = SEED
+    started_at: float | None = None
+    abort_factor: float | None = None
+    """A measured ramp's (none for a prediction)."""
+    workers: int | None = None
+    intervals: str | None = None
+    metric_definitions: str | None = None
+    trace: Json | None = None
+    """A trace replay's selection (:meth:`~spoc_tui.core.traces.read.TraceSource.header`)."""
+    prompt_lengths: str | None = None
+    """How the load generator made prompt lengths (a measured ramp's, once its runner said)."""
+    stop_reason: str | None = None
+    predicted: bool = False
+    """Predicted by the twin (``spoc twin predict``), not measured."""
+    twin: Json | None = None
+    prediction: Json | None = None
+
+    _ALWAYS = (
+        "url", "model", "profile", "sla", "users", "load", "step_seconds", "max_step_seconds", "warmup_seconds",
+    )  # fmt: skip
+    _LATER = ("arrivals", "budget_seconds", "seed", "started_at")
+    _SAID = ("intervals", "metric_definitions", "trace", "prompt_lengths", "stop_reason", "twin", "prediction")
+
+    def as_dict(self) -> dict[str, object]:
+        """The header's keys as ramp.json has them: the settings, then what only one kind of ramp
+        says (a key left out where it has nothing to say)."""
+        out: dict[str, object] = {"predicted": True} if self.predicted else {}
+        out.update((k, getattr(self, k)) for k in self._ALWAYS)
+        out["sla"] = list(self.sla)
+        if not self.predicted:
+            out.update(abort_factor=self.abort_factor, workers=self.workers)
+        out["spawn_rate"] = self.spawn_rate if self.spawn_rate is not None else AUTO_SPAWN
+        out.update((k, getattr(self, k)) for k in self._LATER)
+        out.update((k, v) for k in self._SAID if (v := getattr(self, k)) is not None)
+        return out
+
+    @classmethod
+    def from_doc(cls, doc: Json) -> RampHeader:
+        """The header of a ramp.json of any schema this project wrote (its other keys ignored)."""
+        sla, prof = doc.get("sla"), doc.get("profile")
+        trace, twin, prediction = doc.get("trace"), doc.get("twin"), doc.get("prediction")
+
+        def text(k: str) -> str | None:
+            v = doc.get(k)
+            return v if isinstance(v, str) else None
+
+        return cls(
+            url=str(doc.get("url") or ""),
+            model=str(doc.get("model") or "?"),
+            profile=prof if isinstance(prof, Mapping) else {},
+            sla=tuple(str(x) for x in sla) if isinstance(sla, list) else (),
+            users=str(doc.get("users") or ""),
+            load=text("load") or "",
+            step_seconds=_or(json_float(doc, "step_seconds"), STEP_S),
+            max_step_seconds=json_float(doc, "max_step_seconds"),
+            warmup_seconds=_or(json_float(doc, "warmup_seconds"), WARMUP_S),
+            spawn_rate=json_float(doc, "spawn_rate"),
+            arrivals=text("arrivals") or ARRIVALS,
+            budget_seconds=json_float(doc, "budget_seconds"),
+            seed=_or(json_int(doc, "seed"), SEED),
+            started_at=json_float(doc, "started_at"),
+            abort_factor=json_float(doc, "abort_factor"),
+            workers=json_int(doc, "workers"),
+            intervals=text("intervals"),
+            metric_definitions=text("metric_definitions"),
+            trace=trace if isinstance(trace, Mapping) else None,
+            prompt_lengths=text("prompt_lengths"),
+            stop_reason=text("stop_reason"),
+            predicted=doc.get("predicted") is True,
+            twin=twin if isinstance(twin, Mapping) else None,
+            prediction=prediction if isinstance(prediction, Mapping) else None,
+        )
+
+
+T = TypeVar("T")
+
+
+def _or(v: T | None, default: T) -> T:
+    return default if v is None else v
+
+
 @dataclass(frozen=True, slots=True)
 class RampDoc:
-    """A ramp result as read back: its steps and knee as typed values, the header as written."""
+    """A ramp result as read back: its header, steps and knee as typed values."""
 
     schema: int
     status: str
     """As written (:data:`RampStatus`; a file of another program may say anything)."""
-    model: str
-    url: str
-    sla: tuple[str, ...]
+    header: RampHeader
     steps: tuple[StepSummary, ...]
     knee: Knee
-    stop_reason: str = ""
-    plan: str = ""
-    """The levels asked for, as ``--users``/``--rate`` described them (``1,2,4``, ``auto:256``, ``rate:1,2``)."""
-    step_seconds: float | None = None
-    started_at: float | None = None
     updated_at: float | None = None
     path: str = ""
-    predicted: bool = False
-    """Predicted by the twin (``spoc twin predict``), not measured."""
+
+    @property
+    def model(self) -> str:
+        return self.header.model
+
+    @property
+    def url(self) -> str:
+        return self.header.url
+
+    @property
+    def sla(self) -> tuple[str, ...]:
+        return self.header.sla
+
+    @property
+    def stop_reason(self) -> str:
+        return self.header.stop_reason or ""
+
+    @property
+    def plan(self) -> str:
+        """The levels asked for (:attr:`RampHeader.users`)."""
+        return self.header.users
+
+    @property
+    def step_seconds(self) -> float:
+        return self.header.step_seconds
+
+    @property
+    def started_at(self) -> float | None:
+        return self.header.started_at
+
+    @property
+    def predicted(self) -> bool:
+        return self.header.predicted
 
     @property
     def gpus(self) -> int | None:
@@ -91,19 +222,24 @@ class RampDoc:
         return None
 
 
+def ramp_doc(
+    header: RampHeader, steps: Sequence[StepSummary], knee: Knee, status: RampStatus, updated_at: float
+) -> dict[str, object]:
+    """ramp.json's document: the header, the status, every step and the knee."""
+    return {
+        **header.as_dict(),
+        "status": status,
+        "steps": [s.as_dict() for s in steps],
+        "knee": knee.as_dict(),
+        "updated_at": updated_at,
+    }
+
+
 def encode_ramp(
-    header: Mapping[str, object], steps: Sequence[StepSummary], knee: Knee, status: RampStatus, updated_at: float
+    header: RampHeader, steps: Sequence[StepSummary], knee: Knee, status: RampStatus, updated_at: float
 ) -> str:
-    """ramp.json's text: the header, the status, every step and the knee."""
-    return dumps(
-        {
-            **header,
-            "status": status,
-            "steps": [s.as_dict() for s in steps],
-            "knee": knee.as_dict(),
-            "updated_at": updated_at,
-        }
-    )
+    """ramp.json's text (:func:`ramp_doc`)."""
+    return dumps(ramp_doc(header, steps, knee, status, updated_at))
 
 
 def decode_ramp(doc: Json, where: str = "ramp.json") -> RampDoc:
@@ -122,23 +258,14 @@ def decode_ramp(doc: Json, where: str = "ramp.json") -> RampDoc:
         raise ResultError(f"{where}: a step does not read as a ramp step ({e})") from None
     knee_doc = doc.get("knee")
     knee = Knee.from_dict(knee_doc if isinstance(knee_doc, Mapping) else {}, steps)
-    sla = doc.get("sla")
-
     return RampDoc(
         schema=version,
         status=str(doc.get("status") or "unknown"),
-        model=str(doc.get("model") or "?"),
-        url=str(doc.get("url") or ""),
-        sla=tuple(str(x) for x in sla) if isinstance(sla, list) else (),
+        header=RampHeader.from_doc(doc),
         steps=steps,
         knee=knee,
-        stop_reason=str(doc.get("stop_reason") or ""),
-        plan=str(doc.get("users") or ""),
-        step_seconds=json_float(doc, "step_seconds"),
-        started_at=json_float(doc, "started_at"),
         updated_at=json_float(doc, "updated_at"),
         path=where,
-        predicted=doc.get("predicted") is True,
     )
 
 

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Literal
+from typing import Any
 
+from spoc_tui.core.ramp.rules import ABORT_FACTOR as ABORT_FACTOR
+from spoc_tui.core.ramp.rules import ARRIVALS as ARRIVALS
+from spoc_tui.core.ramp.rules import AUTO_SPAWN as AUTO_SPAWN
+from spoc_tui.core.ramp.rules import SEED as SEED
+from spoc_tui.core.ramp.rules import STEP_S as STEP_S
+from spoc_tui.core.ramp.rules import WARMUP_S as WARMUP_S
+from spoc_tui.core.ramp.rules import ArrivalMode as ArrivalMode
 from spoc_tui.core.ramp.sla import MOST_STEP_S
 
 DEFAULT_USERS = "auto"
@@ -17,15 +24,8 @@ EXTEND_FACTOR = 4.0
 DEFAULT_PROFILE = "chatbot"
 DEFAULT_BUDGET_S = 600.0
 """The knee search's default time budget: 10 minutes of load (warm-ups included)."""
-STEP_S = 60.0
-WARMUP_S = 10.0
-ABORT_FACTOR = 3.0
 WORKERS = 0
-SEED = 0
 POLL_S = 5.0
-ArrivalMode = Literal["staggered", "lockstep"]
-"""``--arrivals``: users staggered (the default) or started together (:data:`LOCKSTEP_SPAWN_RATE`)."""
-ARRIVALS: ArrivalMode = "staggered"
 MAX_SPAWN_RATE = 100.0
 """Locust's advice: faster ramp-ups are known to cause trouble."""
 LOCKSTEP_SPAWN_RATE = 1000.0

@@ -58,7 +58,7 @@ from spoc_tui.core.ramp.steps import (
 )
 from spoc_tui.core.ramp.steps.client import silent
 from spoc_tui.core.redact import redact_url
-from spoc_tui.core.results import encode_ramp
+from spoc_tui.core.results import RampHeader, encode_ramp
 from spoc_tui.core.textsafe import safe
 from spoc_tui.core.traces.read import TraceError, TraceRead, TraceSource
 from spoc_tui.load import defaults, wire
@@ -162,7 +162,7 @@ class ResultWriter:
     """``ramp.json`` (rewritten atomically after each step) and ``requests.jsonl`` (appended): a
     measured ramp's and a predicted one's (``spoc twin predict --out``, with no requests file)."""
 
-    def __init__(self, out_dir: Path, header: dict[str, Any], requests: bool = True) -> None:
+    def __init__(self, out_dir: Path, header: RampHeader, requests: bool = True) -> None:
         """Raises: RampError (exit code 2) when the folder cannot be written."""
         self.out_dir = out_dir
         self.header = header
@@ -190,6 +190,9 @@ class ResultWriter:
             self.requests.write(json.dumps(s.as_dict(), separators=(",", ":")) + "\n")
         except OSError as e:
             self.write_error = f"cannot write {self.out_dir}/requests.jsonl ({e.strerror or e})"
+
+    def stopped(self, reason: str) -> None:
+        self.header = replace(self.header, stop_reason=reason)
 
     def write(self, steps: list[StepSummary], knee: Knee, status: RampStatus) -> None:
         """Raises: RampError when the file cannot be written (no temporary file is left)."""
@@ -555,7 +558,7 @@ class LiveBackend:
         self.runner = RunnerProcess(cfg, self.model, self.context_len, cfg.out_dir)
         await self.runner.start()
         if self.runner.lengths and self.writer is not None:
-            self.writer.header["prompt_lengths"] = self.runner.lengths
+            self.writer.header = replace(self.writer.header, prompt_lengths=self.runner.lengths)
         self.pump = asyncio.create_task(self._pump(self.runner))
 
     async def _pump(self, runner: RunnerProcess) -> None:
@@ -751,17 +754,23 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     return RampResult(driver.status, driver.steps, driver.knee(), model, cfg.out_dir, context_len, driver.stop_reason)
 
 
-def ramp_header(cfg: RampConfig, model: str, scan: TraceScan | None) -> dict[str, Any]:
+def ramp_header(cfg: RampConfig, model: str, scan: TraceScan | None) -> RampHeader:
     """ramp.json's settings (before its steps): what was run, and how its figures are defined."""
-    header: dict[str, Any] = {
-        "url": redact_url(cfg.url),
-        "model": model,
-        "profile": cfg.workload.as_dict()
-        if not cfg.workload.replay
-        else {"name": cfg.workload.name, "source": cfg.workload.source},
-        "sla": [str(lim) for lim in cfg.limits],
-        "users": cfg.plan.describe(),
-        "load": (
+    trace: dict[str, object] | None = None
+    if cfg.trace is not None and scan is not None:
+        trace = cfg.trace.header(scan.rows, scan.skipped, scan.span_s)
+        profile: dict[str, object] = {"name": f"trace:{cfg.trace.path.name}"}
+    elif cfg.workload.replay:
+        profile = {"name": cfg.workload.name, "source": cfg.workload.source}
+    else:
+        profile = cfg.workload.as_dict()
+    return RampHeader(
+        url=redact_url(cfg.url),
+        model=model,
+        profile=profile,
+        sla=tuple(str(lim) for lim in cfg.limits),
+        users=cfg.plan.describe(),
+        load=(
             "trace replay: every row sent at its timestamp divided by the step's speed (open loop), as a "
             "streamed completion of the row's input tokens with its output forced (ignore_eos); rows sharing "
             "hash ids share leading text; a turn waits for its parent's end plus its think time"
@@ -771,27 +780,24 @@ def ramp_header(cfg: RampConfig, model: str, scan: TraceScan | None) -> dict[str
             if cfg.open_loop
             else "closed loop: each user is one conversation at a time, with the profile's think time"
         ),
-        "step_seconds": cfg.step_s,
-        "max_step_seconds": cfg.step_limit_s,
-        "warmup_seconds": cfg.warmup_s,
-        "abort_factor": cfg.abort_factor,
-        "workers": cfg.workers,
-        "spawn_rate": cfg.spawn_rate or "auto: within half the warm-up, 1-100 users/s",
-        "arrivals": cfg.arrivals,
-        "budget_seconds": cfg.budget,
-        "seed": cfg.seed,
-        "started_at": time.time(),
-        "intervals": (
+        step_seconds=cfg.step_s,
+        max_step_seconds=cfg.step_limit_s,
+        warmup_seconds=cfg.warmup_s,
+        abort_factor=cfg.abort_factor,
+        workers=cfg.workers,
+        spawn_rate=cfg.spawn_rate or None,
+        arrivals=cfg.arrivals,
+        budget_seconds=cfg.budget,
+        seed=cfg.seed,
+        started_at=time.time(),
+        intervals=(
             "95 %: order statistics for per-request percentiles (TTFT, TPOT, E2E), Poisson bootstrap by "
             "request for ITL, means and rates, Clopper-Pearson for the error rate; decision meets/breaks only "
             "when the interval lies wholly within/beyond the limit"
         ),
-        "metric_definitions": (
+        metric_definitions=(
             "vllm bench serve: TTFT first event with choices; ITL pooled gaps between events with choices; "
             "E2E to the last such event; TPOT (E2E-TTFT)/(out-1); goodput per request"
         ),
-    }
-    if cfg.trace is not None and scan is not None:
-        header["trace"] = cfg.trace.header(scan.rows, scan.skipped, scan.span_s)
-        header["profile"] = {"name": f"trace:{cfg.trace.path.name}"}
-    return header
+        trace=trace,
+    )

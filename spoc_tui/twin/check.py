@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from spoc_tui.core.files import not_a_file
 from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, UserPlan
 from spoc_tui.core.ramp.sla import Limit, parse_sla
-from spoc_tui.core.ramp.steps import StepSummary
-from spoc_tui.core.results import RampDoc
-from spoc_tui.core.traces.read import TraceError, trace_source
+from spoc_tui.core.ramp.steps import StepSummary, json_int
+from spoc_tui.core.results import RampDoc, RampHeader
+from spoc_tui.core.traces.read import TraceError, TraceSource
 from spoc_tui.twin.model import Twin, TwinError
 from spoc_tui.twin.predict import AtLevels, Prediction, TraceRows, figure, predict_at, read_rows
 from spoc_tui.workload import Workload, WorkloadError
@@ -144,31 +144,23 @@ class Check:
         }
 
 
-def _trace_rows(twin: Twin, where: str, header: dict[str, Any], path: str | None) -> TraceRows:
+def _trace_rows(twin: Twin, where: str, header: RampHeader, path: str | None) -> TraceRows:
     """The rows the ramp replayed: ``path`` read with the selection the ramp recorded (format,
-    filters, window, row cap), and refused unless it gives as many rows as the ramp read."""
-    meta = header.get("trace")
-    if not isinstance(meta, dict):
+    filters, window, row cap, think), and refused unless it gives as many rows as the ramp read."""
+    if header.trace is None:
         raise TwinError(f"{where}: a trace replay whose ramp.json does not say its trace")
-    name = meta.get("path") or "the trace"
+    try:
+        recorded = TraceSource.from_dict(dict(header.trace))
+    except TraceError as e:
+        raise TwinError(f"{where}: its trace selection does not read ({e})") from None
+    name = recorded.path.name
     if path is None:
         raise TwinError(f"{where} replayed the trace {name}: give it with --trace FILE")
     if (why := not_a_file(path)) is not None:  # named plainly, before the selection below is read
         raise TwinError(f"--trace {path}: {why}")
-    try:
-        start, length = meta.get("window") or [0.0, None]
-        src = trace_source(
-            path,
-            str(meta.get("format")),
-            [str(f) for f in meta.get("filters") or []],
-            f"{float(start or 0.0):f}:{'' if length is None else f'{float(length):f}'}",
-            int(meta["max_rows"]) if meta.get("max_rows") is not None else None,
-        )
-    except (TraceError, TypeError, ValueError) as e:
-        raise TwinError(f"{where}: its trace selection does not read ({e})") from None
-    rows = read_rows(src, twin.server.max_model_len)
-    want = meta.get("rows")
-    if isinstance(want, int) and want != rows.read:
+    rows = read_rows(replace(recorded, path=Path(path)), twin.server.max_model_len)
+    want = json_int(header.trace, "rows")
+    if want is not None and want != rows.read:
         raise TwinError(
             f"--trace {path}: {rows.read} rows in the ramp's window, where the ramp replayed {want} of {name}: "
             "not the trace it replayed"
@@ -206,7 +198,6 @@ def ramp_prediction(
 def check(
     twin: Twin,
     ramp: RampDoc,
-    header: dict[str, Any],
     draws: int,
     progress: Callable[[str], None] | None = None,
     flags: dict[str, object] | None = None,
@@ -230,17 +221,18 @@ def check(
                       [dict(sh.intervals) for sh in shadows], shadows[0].draws)  # fmt: skip
         return judged(twin, steps, at, "shadow")
     replay = any(s.speed is not None for s in steps)
+    header = ramp.header
     rows = _trace_rows(twin, ramp.path, header, trace) if replay else None
     if not replay and trace is not None:
         raise TwinError(f"{ramp.path} is not a trace replay: --trace goes with a ramp that ran spoc ramp --trace")
-    prof = header.get("profile")
+    prof = header.profile
     if replay:
         workload = Workload(name="trace")
-    elif not isinstance(prof, dict) or not prof.get("name"):
+    elif not prof.get("name"):
         raise TwinError(f"{ramp.path}: the ramp does not say its profile")
     else:
         try:
-            workload = Workload.from_dict(prof)
+            workload = Workload.from_dict(dict(prof))
         except (WorkloadError, KeyError, TypeError, ValueError) as e:
             raise TwinError(f"{ramp.path}: its profile does not read ({e})") from None
     p = ramp_prediction(
@@ -249,11 +241,11 @@ def check(
         rows,
         steps,
         tuple(parse_sla(",".join(ramp.sla))) if ramp.sla else (),
-        step_s=float(header.get("step_seconds") or 60.0),
-        warmup_s=float(header.get("warmup_seconds") or 10.0),
-        arrivals=str(header.get("arrivals") or "staggered"),
-        spawn_rate=header.get("spawn_rate") if isinstance(header.get("spawn_rate"), (int, float)) else None,
-        seed=int(header.get("seed") or 0),
+        step_s=header.step_seconds,
+        warmup_s=header.warmup_seconds,
+        arrivals=header.arrivals,
+        spawn_rate=header.spawn_rate,
+        seed=header.seed,
         draws=draws,
         flags=flags or {},
     )
@@ -292,7 +284,7 @@ def judged(twin: Twin, steps: Sequence[StepSummary], at: AtLevels, source: str) 
     return Check(out, med, not broken, why, at.draws, clocks, source)
 
 
-def answers_of(ramp_dir: Path, header: dict[str, Any]) -> list[tuple[int, bool | None]]:
+def answers_of(ramp_dir: Path, header: RampHeader) -> list[tuple[int, bool | None]]:
     """The answers' lengths a measured ramp saw (its ``requests.jsonl``: every request that
     finished), each with whether the server cut it at ``max_tokens`` (None where the file does
     not say), for the twin to learn (``spoc twin check --learn-answers``, through
@@ -301,8 +293,7 @@ def answers_of(ramp_dir: Path, header: dict[str, Any]) -> list[tuple[int, bool |
     Raises: TwinError where they say nothing of the server's own lengths: a profile that ran
     with ``ignore_eos`` (every answer as long as asked), or no finished request.
     """
-    prof = header.get("profile")
-    if isinstance(prof, dict) and prof.get("ignore_eos"):
+    if header.profile.get("ignore_eos"):
         raise TwinError(
             f"{ramp_dir}: its profile set ignore_eos, so every answer was as long as asked: a ramp whose "
             "answers the server ended teaches the twin their lengths"

@@ -18,7 +18,7 @@ from spoc_tui.core.ramp.inference import infer_knee
 from spoc_tui.core.ramp.knee import find_knee
 from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.ramp.steps import RequestSample, summarize_step
-from spoc_tui.core.results import encode_ramp
+from spoc_tui.core.results import RampHeader, encode_ramp
 
 LIMITS = parse_sla("ttft_p90<=500ms")
 
@@ -37,8 +37,9 @@ def write_ramp(folder: Path, slope: float, url: str = "http://admin:hunter2@gpu-
         windows.append((float(users), samples))
     knee = find_knee(steps, infer_knee(windows, LIMITS, "users"))
     folder.mkdir(parents=True)
-    header = {"schema": 2, "url": url, "model": "tiny", "sla": ["ttft_p90<=500ms"], "users": "2,4,8,16"}
-    (folder / "ramp.json").write_text(encode_ramp(header, steps, knee, "complete", 0.0))
+    header = RampHeader(url=url, model="tiny", sla=("ttft_p90<=500ms",), users="2,4,8,16")
+    doc = {**json.loads(encode_ramp(header, steps, knee, "complete", 0.0)), "schema": 2}
+    (folder / "ramp.json").write_text(json.dumps(doc))
 
 
 def write_study(folder: Path) -> None:

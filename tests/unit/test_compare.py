@@ -9,7 +9,7 @@ from spoc_tui.core.ramp.inference import infer_knee
 from spoc_tui.core.ramp.knee import find_knee
 from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.ramp.steps import summarize_step
-from spoc_tui.core.results import decode_ramp, encode_ramp
+from spoc_tui.core.results import RampHeader, decode_ramp, encode_ramp
 from tests.unit.test_inference import _step
 
 SLA = "ttft_p50<=200ms"
@@ -23,7 +23,7 @@ def _ramp(tmp_path, name, scale):
     levels = [(x, _step(x, 150, 0.02 * math.exp(x / scale), seed=x + int(scale))) for x in (4, 8, 16, 24, 32)]
     steps = [summarize_step(i, x, s, 60.0, lims) for i, (x, s) in enumerate(levels, 1)]
     knee = find_knee(steps, infer_knee(levels, lims))
-    text = encode_ramp({"model": "m", "url": "http://h", "sla": [SLA]}, steps, knee, "complete", 1.0)
+    text = encode_ramp(RampHeader(model="m", url="http://h", sla=(SLA,)), steps, knee, "complete", 1.0)
     path = tmp_path / name
     path.mkdir()
     (path / "ramp.json").write_text(text)

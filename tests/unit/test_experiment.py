@@ -20,7 +20,7 @@ from spoc_tui.core.hardware.presets import gpu_preset, model_preset
 from spoc_tui.core.ramp.experiment import Driver, Experiment, ExperimentError, RampProgress, run_now
 from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, KneeSearch
 from spoc_tui.core.ramp.sla import parse_sla
-from spoc_tui.core.results import read_ramp
+from spoc_tui.core.results import RampHeader, read_ramp
 from spoc_tui.load.ramp import RampConfig, ResultWriter
 from spoc_tui.sim.backend import VirtualBackend
 from spoc_tui.sim.engine import EngineConfig, SimEngine
@@ -152,7 +152,7 @@ def test_a_studys_early_stop_ends_the_step_and_the_ramp():
 
 def test_the_virtual_ramp_is_written_by_the_ramps_writer(tmp_path):
     exp = experiment(FixedUsers([1, 2]), step_s=20, warmup_s=5)
-    writer = ResultWriter(tmp_path, {"model": "t", "url": "virtual", "sla": ["ttft_p99<=1s"]}, requests=False)
+    writer = ResultWriter(tmp_path, RampHeader(model="t", url="virtual", sla=("ttft_p99<=1s",)), requests=False)
     try:
         d = Driver(exp, VirtualBackend(server()), sink=writer)
         run_now(d.run())

@@ -51,9 +51,10 @@ def test_a_full_disk_is_one_error_and_leaves_no_temporary_file(tmp_path, monkeyp
 
     from spoc_tui.core.ramp.knee import Knee
     from spoc_tui.core.ramp.steps import RequestSample
+    from spoc_tui.core.results import RampHeader
     from spoc_tui.load import ramp
 
-    w = ramp.ResultWriter(tmp_path, {"url": "u"})
+    w = ramp.ResultWriter(tmp_path, RampHeader(url="u"))
 
     def full(*_a, **_k):
         raise OSError(errno.ENOSPC, "No space left on device")

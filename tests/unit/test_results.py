@@ -4,6 +4,7 @@ plan; a newer schema is refused with a message; what is written reads back as th
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.ramp.steps import RequestSample, ServerWindow, StepSummary, summarize_step
 from spoc_tui.core.results import (
     SCHEMA,
+    RampHeader,
     ResultError,
     decode_ramp,
     encode_ramp,
@@ -138,7 +140,7 @@ def test_what_is_written_reads_back_as_the_same_values():
         summarize_step(2, 8, [_sample(i, 2.0) for i in range(30)], 30.0, lims, unbounded="queue unbounded: 1 -> 40"),
     ]
     knee = find_knee(steps)
-    text = encode_ramp({"model": "m", "url": "http://h"}, steps, knee, "complete", 1.0)
+    text = encode_ramp(RampHeader(model="m", url="http://h"), steps, knee, "complete", 1.0)
     raw = json.loads(text)
     assert raw["schema"] == SCHEMA and next(iter(raw)) == "schema"
     doc = decode_ramp(raw)
@@ -243,8 +245,8 @@ def _headers(tmp_path):
         warmup_s=5,
     )
     writer = ResultWriter(cfg.out_dir, ramp_header(cfg, "m", None), requests=False)
-    writer.header["prompt_lengths"] = "the server's tokenizer"
-    writer.header["stop_reason"] = "budget spent"
+    writer.header = replace(writer.header, prompt_lengths="the server's tokenizer")
+    writer.stopped("budget spent")
     writer.write([], Knee(None, None, None), "complete")
     writer.close()
     measured = json.loads((cfg.out_dir / "ramp.json").read_text())

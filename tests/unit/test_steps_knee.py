@@ -563,13 +563,14 @@ def test_zero_and_uniform_distributions_round_trip(tmp_path):
 def test_ramp_json_writes_nan_as_null(tmp_path):
     import json as _json
 
+    from spoc_tui.core.results import RampHeader
     from spoc_tui.load.ramp import ResultWriter
 
     lims = parse_sla("ttft_p99<=1s")
     step = summarize_step(
         1, 1, [_s(0.1, 1.0, 5)], 10, lims, server=ServerWindow(seen=True, kv_cache_usage_max=math.nan)
     )
-    w = ResultWriter(tmp_path, {"url": "http://x"})
+    w = ResultWriter(tmp_path, RampHeader(url="http://x"))
     w.write([step], find_knee([step]), "complete")
     w.close()
     doc = _json.loads((tmp_path / "ramp.json").read_text())

@@ -10,7 +10,7 @@ from spoc_tui.core.ramp.inference import KneeEstimate
 from spoc_tui.core.ramp.knee import FixedSpeeds, Knee, SpeedSearch, find_knee, parse_speed_plan
 from spoc_tui.core.ramp.sla import UsersError, level_text, levels_text, parse_sla
 from spoc_tui.core.ramp.steps import RequestSample, StepSummary, TraceFidelity, summarize_step
-from spoc_tui.core.results import decode_ramp, encode_ramp
+from spoc_tui.core.results import RampHeader, decode_ramp, encode_ramp
 from spoc_tui.core.traces.read import TraceError, TraceSource, parse_window, trace_source
 from spoc_tui.load import wire
 from spoc_tui.workload import TextMaker, TracePrompts
@@ -156,7 +156,7 @@ def test_a_replay_step_round_trips_through_ramp_json():
     assert step.level == 2.0 and step.unit == "x" and step.level_text == "x2"
     back = StepSummary.from_dict(json.loads(json.dumps(step.as_dict())))
     assert back.trace == fid and back.speed == 2.0
-    text = encode_ramp({"url": "u"}, [step], find_knee([step]), "complete", 0.0)
+    text = encode_ramp(RampHeader(url="u"), [step], find_knee([step]), "complete", 0.0)
     d = json.loads(text)
     assert d["knee"]["unit"] == "x" and "max_speed_within_sla" in d["knee"]
     run = decode_ramp(d)

@@ -381,7 +381,7 @@ def test_check_names_a_gpu_that_ran_slower_than_at_calibration():
 
     from spoc_tui.core.ramp.knee import Knee
     from spoc_tui.core.ramp.steps import GpuWindow
-    from spoc_tui.core.results import RampDoc
+    from spoc_tui.core.results import RampDoc, RampHeader
     from spoc_tui.twin.check import check
 
     tw = replace(twin(0.05), gpu_clocks={"0": 1980.0, "1": 1980.0})
@@ -404,10 +404,13 @@ def test_check_names_a_gpu_that_ran_slower_than_at_calibration():
         )
         return tuple(replace(s, server=replace(s.server, gpus=gpus)) for s in measured)
 
-    header = {"profile": load_workload("chatbot").as_dict(), "step_seconds": 30, "warmup_seconds": 5}
+    header = RampHeader(
+        model="m", url="u", sla=("ttft_p99<=2s",), profile=load_workload("chatbot").as_dict(), step_seconds=30,
+        warmup_seconds=5,
+    )  # fmt: skip
     for hot in (False, True):
-        ramp = RampDoc(3, "complete", "m", "u", ("ttft_p99<=2s",), with_gpus(hot), Knee(None, None, None), path="r")
-        res = check(tw, ramp, header, draws=0)
+        ramp = RampDoc(3, "complete", header, with_gpus(hot), Knee(None, None, None), path="r")
+        res = check(tw, ramp, draws=0)
         assert [c.gpu for c in res.clocks] == ["0", "1"]
         assert res.holds  # the same steps the twin made: no error
         named = [c for c in res.clocks if c.slower]

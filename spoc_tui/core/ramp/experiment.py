@@ -279,8 +279,10 @@ class Backend(Protocol):
 class Sink(Protocol):
     """The result file (``ramp.json``): rewritten after each step, once more at the end."""
 
-    header: dict[str, Any]
     write_error: str
+
+    def stopped(self, reason: str) -> None:
+        """The ramp ended, for ``reason`` ("" where it ran its plan out): said in the file from now."""
 
     def write(self, steps: list[StepSummary], knee: Knee, status: RampStatus) -> None: ...
 
@@ -407,7 +409,7 @@ class Driver:
                 await self.backend.stop()
             finally:
                 if self.sink is not None:
-                    self.sink.header["stop_reason"] = self.stop_reason
+                    self.sink.stopped(self.stop_reason)
                     self.write(self.status)
         self.report("done", len(self.runs), self.runs[-1].step.level if self.runs else 0)
         return self.runs
