@@ -202,11 +202,14 @@ def send_chat(
     conv_id: str,
     scheduled: float | None = None,
     last: bool | None = None,
-) -> str | None:
+    after: tuple[float, float | None] | None = None,
+) -> tuple[str | None, float]:
     """One streamed chat request, every content chunk timestamped as it arrives; its sample goes to
     ``Shared.sink`` (``scheduled``: an open-loop arrival's time on its schedule, wall clock;
-    ``last``: the conversation's last turn as planned). Returns the answer's text, or None when
-    the request failed."""
+    ``last``: the conversation's last turn as planned; ``after``: a closed-loop user's previous
+    answer's end, wall clock, and the wait its profile asked since, for the sample's
+    ``since_answer`` and ``asked_wait``). Returns the answer's text (None when the request failed)
+    and when its stream ended (wall clock)."""
     body = {
         "model": Shared.model,
         "messages": messages,
@@ -217,8 +220,10 @@ def send_chat(
     if Shared.profile is not None and Shared.profile.ignore_eos:
         body["ignore_eos"] = True  # vLLM's extension: every planned token, as vllm bench serve
     sample, answer = stream_request(client, "/v1/chat/completions", body, turn, conv_id)
-    if scheduled is not None or last is not None:
-        sample = dataclasses.replace(sample, scheduled=scheduled, last=last)
+    if scheduled is not None or last is not None or after is not None:
+        since = sample.start - after[0] if after is not None else None
+        asked = after[1] if after is not None else None
+        sample = dataclasses.replace(sample, scheduled=scheduled, last=last, since_answer=since, asked_wait=asked)
     assert Shared.sink is not None
     Shared.sink(sample)
     usage_prompt = sample.prompt_tokens
@@ -226,7 +231,7 @@ def send_chat(
     if sample.ok and usage_prompt and not Shared.maker.exact:
         planned = sum(len(m["content"].split()) for m in messages)
         Shared.maker.calibrate(planned, usage_prompt, overhead=4 * len(messages))
-    return answer
+    return answer, sample.end if sample.end is not None else time.time()
 
 
 def stream_request(
@@ -333,6 +338,10 @@ class ChatUser(_StreamingUser):
         self.failures = 0
         self.last_s: float | None = None
         """How long this user's last request took (None before its first: see :func:`jitter`)."""
+        self.answered: float | None = None
+        """When this user's last answer's stream ended (wall clock; None before its first)."""
+        self.asked = 0.0
+        """The waits its profile asked since (think time, jitter)."""
         self.gen = -1
         """The step whose cohort this user started with (``--arrivals lockstep``: :class:`Cohort`)."""
 
@@ -350,20 +359,26 @@ class ChatUser(_StreamingUser):
                     self.gen = Cohort.join(id(self))
             else:
                 wait = jitter(self.rng, self.last_s, plan.think_s[i - 1] if i else 0.0)
+                self.asked += wait
                 if wait:
                     gevent.sleep(wait)
             quiet_moment()
             messages.append({"role": "user", "content": turn.user_text})
             t0 = time.perf_counter()
             last = i == len(plan.turns) - 1
-            answer = send_chat(self.client, messages, turn.max_tokens, i, self.conv_id, last=last)
+            after = (self.answered, None if Shared.lockstep else self.asked) if self.answered is not None else None
+            answer, self.answered = send_chat(self.client, messages, turn.max_tokens, i, self.conv_id, last=last,
+                                              after=after)  # fmt: skip
+            self.asked = 0.0
             self.last_s = time.perf_counter() - t0
             if answer is None:  # a failed turn ends the conversation; back off, then start a new one
                 self.failures += 1
+                self.answered = None  # the back-off is not a wait the profile asked
                 gevent.sleep(min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** (self.failures - 1)))
                 return
             self.failures = 0
             messages.append({"role": "assistant", "content": answer})
+            self.asked += plan.think_s[i]
             if Shared.lockstep:
                 Cohort.think(plan.think_s[i])
             else:
@@ -419,7 +434,7 @@ class RateUser(_StreamingUser):
             turn = conv.plan.turns[conv.turn]
             conv.messages.append({"role": "user", "content": turn.user_text})
             last = conv.turn == len(conv.plan.turns) - 1
-            answer = send_chat(self.client, conv.messages, turn.max_tokens, conv.turn, conv.conv_id, scheduled, last)
+            answer, _ = send_chat(self.client, conv.messages, turn.max_tokens, conv.turn, conv.conv_id, scheduled, last)
             if answer is not None:
                 conv.messages.append({"role": "assistant", "content": answer})
                 conv.turn += 1

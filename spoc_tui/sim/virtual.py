@@ -75,6 +75,14 @@ class _User:
     """An open-loop conversation: its turns are sent at arrivals, not after think time."""
     in_flight: bool = False
     """Its request is on its way to the engine or in it."""
+    answered: float | None = None
+    """When its last answer ended (None before its first, or once stopped)."""
+    asked: float = 0.0
+    """The waits its profile asked since (think time, jitter)."""
+    since: float | None = None
+    asked_sent: float | None = None
+    """Its request in flight: sent this long after its last answer, the profile having asked
+    ``asked_sent`` of it (the sample's ``since_answer`` and ``asked_wait``)."""
 
 
 def draw_turns(workload: Workload, rng: random.Random, context_len: int | None) -> tuple[int, list[_Turn]]:
@@ -181,6 +189,8 @@ def client_sample(
     scheduled: float | None = None,
     held_s: float | None = None,
     cut_counts: bool = True,
+    since_answer: float | None = None,
+    asked_wait: float | None = None,
 ) -> RequestSample:
     """What a client saw of ``r``, sent at ``start``, its tokens at ``times``, ended at ``end`` (an
     abort, or no token, is a failed request). A trace's row: ``trace_index``, its due time
@@ -208,6 +218,8 @@ def client_sample(
         trace_index=trace_index,
         scheduled=scheduled,
         held_s=held_s,
+        since_answer=since_answer,
+        asked_wait=asked_wait,
     )
 
 
@@ -360,7 +372,7 @@ class VirtualServer:
         simulator's 25 ms on chat turns; and a twin's time outside, however short, then waited a
         whole step: 29 ms)."""
         if not u.open and u.idx >= self._active:  # stopped while thinking
-            u.busy = False
+            u.busy, u.answered = False, None
             return
         if u.turn >= len(u.turns):
             system, u.turns = draw_turns(self.workload, u.rng, self.engine.max_len)
@@ -372,9 +384,14 @@ class VirtualServer:
             wait = jitter(u.rng, u.last_s, think, self.lockstep)
             if wait > 0:
                 u.waited = True
+                u.asked += wait
                 self._push(at + wait, u.idx)
                 return
         u.waited = False
+        if u.open or u.answered is None:
+            u.since = u.asked_sent = None
+        else:  # as the load generator's users say it (a virtual client adds no delay of its own)
+            u.since, u.asked_sent = at - u.answered, None if self.lockstep else u.asked
         u.history = u.history + token_ids(u.rng, t.user_tokens) + [0] * TEMPLATE_TOKENS
         room = self.engine.max_len - len(u.history) - 1
         if room < 1:  # the conversation outgrew the context: start a new one
@@ -493,8 +510,9 @@ class VirtualServer:
     def _finished(self, u: _User, r: SimRequest) -> None:
         self.samples.append(
             client_sample(r, u.start, u.tokens, self.now, users=self._active, conversation=f"u{u.idx}-{u.conversation}",
-                          turn=u.turn, last=u.turn == len(u.turns) - 1)
+                          turn=u.turn, last=u.turn == len(u.turns) - 1, since_answer=u.since, asked_wait=u.asked_sent)
         )  # fmt: skip
+        u.answered, u.asked = self.now, 0.0
         t = u.turns[u.turn]
         u.last_s = self.now - u.start
         u.history = u.history + r.output_ids() + [0] * TEMPLATE_TOKENS
@@ -509,11 +527,12 @@ class VirtualServer:
             self._release()
             return
         if u.idx >= self._active:
-            u.busy = False
+            u.busy, u.answered = False, None
             return
         # spoc ramp's users think after every turn, the last of a conversation too (paced); the
         # benchmark's plain users start their next conversation at once
         think = t.think_s if self.paced or u.turn < len(u.turns) else 0.0
+        u.asked = think
         self._push(self.now + think, u.idx)
 
     def advance(self, until: float) -> None:

@@ -25,7 +25,8 @@ runner.Shared.sink = out.append
 runner.Shared.model = "m"
 env = Environment()
 s = FastHttpSession(sys.argv[1], env.events.request, None, network_timeout=float(sys.argv[2]), connection_timeout=2.0)
-answer = runner.send_chat(s, [{"role": "user", "content": "hi"}], 4, 0, "c-1")
+answer, ended = runner.send_chat(s, [{"role": "user", "content": "hi"}], 4, 0, "c-1", after=(0.0, 0.25))
+assert ended == out[0].end, (ended, out[0].end)
 print(json.dumps({"answer": answer, **out[0].as_dict()}))
 """
 
@@ -137,6 +138,8 @@ def test_each_event_is_timed_when_it_arrives(serve):
     assert isinstance(gaps, list) and len(gaps) == 2
     assert all(GAP_S * 0.7 < g < GAP_S * 3 for g in gaps), gaps
     assert isinstance(s["ttft"], float) and s["ttft"] < GAP_S
+    # sent "after" an answer that ended at the epoch with a wait of 0.25 s asked (issue 77)
+    assert s["since_answer"] == s["start"] and s["asked_wait"] == 0.25
 
 
 @pytest.mark.parametrize(

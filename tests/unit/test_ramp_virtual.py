@@ -11,6 +11,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from spoc_tui.cli.ramp import run
 from spoc_tui.core.ramp.experiment import Driver, RampProgress
 from spoc_tui.core.ramp.knee import FixedUsers, KneeSearch, find_knee
@@ -346,3 +348,40 @@ def test_arrivals_are_measured_and_lockstep_is_chosen_not_stumbled_into(tmp_path
         calm, bunched = seen["staggered", seed], seen["lockstep", seed]
         assert calm["n"] >= 20 and not calm["lockstep"] and calm["synchronization"] < 2, calm
         assert bunched["lockstep"] and bunched["synchronization"] > 2 and bunched["burst"] >= 3, bunched
+
+
+def test_each_step_says_how_soon_a_user_sends_after_its_answer(tmp_path, capsys):
+    """Issue 77: a closed-loop user's next send after its answer's end, per step (p50, p99), and
+    the client's own share of it beside the wait its profile asked. On the virtual clock the
+    client adds nothing: each request goes exactly when its think time (0.1-0.4 s here; jitter
+    only where a profile has none) is over, so the gaps lie within the think time's range and the
+    delay is nil. Written in ramp.json and requests.jsonl, printed under the step."""
+    cfg = ramp(tmp_path, "fast", FixedUsers([2, 6]), "ttft_p99<=5s", step_s=20, warmup_s=2, max_step_s=20)
+    assert run(cfg, lambda c, p: on_sim8(c, p, requests=True)) == 0
+    out = capsys.readouterr().out
+    assert "client: next send after an answer: p50 " in out and "the client's own delay p50 0.0 ms, p99 0.0 ms" in out
+    reqs = [json.loads(x) for x in (cfg.out_dir / "requests.jsonl").read_text().splitlines()]
+    after = [r for r in reqs if "since_answer" in r]
+    first = [r for r in reqs if "since_answer" not in r]
+    assert after and {r["turn"] for r in first} == {0}  # a user's first request follows no answer
+    for r in after:
+        assert r["since_answer"] == pytest.approx(r["asked_wait"], abs=1e-9)
+        # a turn's think time, or between conversations the think time and the jitter after it
+        assert 0.1 <= r["asked_wait"] <= 0.4 + 0.25 + 1e-9, r
+    doc = json.loads((cfg.out_dir / "ramp.json").read_text())
+    for s in doc["steps"]:
+        sends = s["client"]["next_send"]
+        assert sends["n"] > 5 and 100 <= sends["p50_ms"] <= sends["p99_ms"] <= 650, sends
+        assert sends["delay_p50_ms"] == sends["delay_p99_ms"] == 0.0
+    back = StepSummary.from_dict(doc["steps"][1])
+    assert back.client.sends == doc["steps"][1]["client"]["next_send"]["n"] and back.client.sends_text
+
+
+def test_users_started_together_wait_for_each_other_not_for_a_time(tmp_path, capsys):
+    """``--arrivals lockstep``: the gap is said, but not a delay: the users wait for their cohort."""
+    cfg = ramp(tmp_path, "fast", FixedUsers([4]), "ttft_p99<=5s", step_s=20, warmup_s=2, max_step_s=20,
+               arrivals="lockstep")  # fmt: skip
+    assert run(cfg, on_sim8) == 0
+    sends = json.loads((cfg.out_dir / "ramp.json").read_text())["steps"][0]["client"]["next_send"]
+    assert sends["n"] > 5 and sends["delay_p50_ms"] is None and sends["delay_p99_ms"] is None
+    assert "client: next send after an answer" in capsys.readouterr().out

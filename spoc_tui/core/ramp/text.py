@@ -130,6 +130,8 @@ def check_lines(s: StepSummary) -> list[str]:
         lines.append(f"    inconclusive: {reason}")
     if sat := s.client.saturated_text:
         lines.append(f"    {sat}")
+    if sends := s.client.sends_text:
+        lines.append(f"    client: {sends}")
     return lines
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from spoc_tui.core.ramp.sla import Limit
-from spoc_tui.core.ramp.steps.codec import Json, _obj, json_float
+from spoc_tui.core.ramp.steps.codec import Json, _obj, json_float, json_int
+from spoc_tui.core.ramp.steps.sample import RequestSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,30 @@ class ClientHealth:
     """The worst process's event-loop lag p99."""
     saturated: bool = False
     reason: str = ""
+    sends: int = 0
+    """Requests a closed-loop user sent after an answer of its own, in the step (the next figures' sample)."""
+    next_send_p50_ms: float | None = None
+    next_send_p99_ms: float | None = None
+    """From the end of a user's answer to its next send (:attr:`RequestSample.since_answer`)."""
+    send_delay_p50_ms: float | None = None
+    send_delay_p99_ms: float | None = None
+    """Of that, what the client added to the wait the profile asked (the next send's lateness):
+    a slow client lowers the load a step of N users really holds (issue 77)."""
+
+    @property
+    def sends_text(self) -> str | None:
+        """``next send after an answer: p50 3 ms, p99 41 ms (the client's own delay p50 0.4 ms,
+        p99 2.1 ms; 118 sends)``, or None where no user sent after an answer."""
+        if not self.sends or self.next_send_p50_ms is None or self.next_send_p99_ms is None:
+            return None
+        own = ""
+        if self.send_delay_p50_ms is not None and self.send_delay_p99_ms is not None:
+            own = f"the client's own delay p50 {_ms(self.send_delay_p50_ms)}, p99 {_ms(self.send_delay_p99_ms)}; "
+        cpu = f"; client CPU {self.cpu_pct:.0f} % of a core" if self.cpu_pct is not None else ""
+        return (
+            f"next send after an answer: p50 {_ms(self.next_send_p50_ms)}, p99 {_ms(self.next_send_p99_ms)} "
+            f"({own}{self.sends} sends){cpu}"
+        )
 
     @property
     def saturated_text(self) -> str | None:
@@ -58,8 +83,21 @@ class ClientHealth:
         return f"client saturated: timings not trustworthy ({self.reason}); add load-generator processes (--workers)"
 
     def as_dict(self) -> dict[str, object]:
+        sends: dict[str, object] = (
+            {
+                "next_send": {
+                    "n": self.sends,
+                    "p50_ms": self.next_send_p50_ms,
+                    "p99_ms": self.next_send_p99_ms,
+                    "delay_p50_ms": self.send_delay_p50_ms,
+                    "delay_p99_ms": self.send_delay_p99_ms,
+                }
+            }
+            if self.sends
+            else {}
+        )
         if not self.processes:
-            return {}
+            return sends
         return {
             "processes": {
                 p.name: {
@@ -73,11 +111,13 @@ class ClientHealth:
             "loop_lag_p99_ms": self.loop_lag_p99_ms,
             "saturated": self.saturated,
             "reason": self.reason,
+            **sends,
         }
 
     @classmethod
     def from_dict(cls, d: Json) -> ClientHealth:
         procs = _obj(d.get("processes"))
+        sends = _obj(d.get("next_send"))
         return cls(
             processes=tuple(
                 ProcessHealth(
@@ -92,7 +132,31 @@ class ClientHealth:
             loop_lag_p99_ms=json_float(d, "loop_lag_p99_ms"),
             saturated=bool(d.get("saturated")),
             reason=str(d.get("reason") or ""),
+            sends=json_int(sends, "n") or 0,
+            next_send_p50_ms=json_float(sends, "p50_ms"),
+            next_send_p99_ms=json_float(sends, "p99_ms"),
+            send_delay_p50_ms=json_float(sends, "delay_p50_ms"),
+            send_delay_p99_ms=json_float(sends, "delay_p99_ms"),
         )
+
+
+def _ms(v: float) -> str:
+    return f"{v:.1f} ms" if v < 10 else f"{v:,.0f} ms"
+
+
+def with_sends(client: ClientHealth, samples: Sequence[RequestSample]) -> ClientHealth:
+    """``client`` with the step's next sends after an answer (p50 and p99 of
+    :attr:`RequestSample.since_answer`, and of what it exceeded the wait asked by)."""
+    since = [s.since_answer for s in samples if s.since_answer is not None]
+    if not since:
+        return client
+    late = [s.since_answer - s.asked_wait for s in samples if s.since_answer is not None and s.asked_wait is not None]
+    p50, p99 = (round(float(v) * 1000, 3) + 0.0 for v in np.percentile(since, [50, 99]))
+    d50 = d99 = None
+    if late:  # to the microsecond: a virtual client's is its float arithmetic's, +-1e-12 ms
+        d50, d99 = (round(float(v) * 1000, 3) + 0.0 for v in np.percentile(late, [50, 99]))
+    return replace(client, sends=len(since), next_send_p50_ms=p50, next_send_p99_ms=p99, send_delay_p50_ms=d50,
+                   send_delay_p99_ms=d99)  # fmt: skip
 
 
 def client_health(

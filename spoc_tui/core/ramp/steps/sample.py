@@ -45,6 +45,13 @@ class RequestSample:
     itself: its length is only a lower bound of the answer the model would have given (what
     learning the answers' lengths needs, :func:`spoc_tui.twin.answers.learned_lengths`); None
     where the request does not say (files before 2026-11-30, a stream without a finish reason)."""
+    since_answer: float | None = None
+    """A closed-loop user's turn: seconds from the end of its previous answer's stream to this
+    request's send (the profile's think time and jitter, and the client's own delay); None for a
+    user's first request, an open-loop arrival or a trace's row (issue 77)."""
+    asked_wait: float | None = None
+    """Of ``since_answer``, the wait the profile asked (think time and jitter); None where the
+    users start together (``--arrivals lockstep``: they wait for each other, not for a time)."""
 
     @property
     def tpot(self) -> float | None:
@@ -72,6 +79,8 @@ class RequestSample:
             "end": self.end,
             **({"last": self.last} if self.last is not None else {}),
             **({"cut": self.cut} if self.cut is not None else {}),
+            **({"since_answer": self.since_answer} if self.since_answer is not None else {}),
+            **({"asked_wait": self.asked_wait} if self.asked_wait is not None else {}),
             **(
                 {
                     "trace_index": self.trace_index,
@@ -111,4 +120,6 @@ class RequestSample:
             held_s=json_float(d, "held_s"),
             last=bool(d["last"]) if isinstance(d.get("last"), bool) else None,
             cut=bool(d["cut"]) if isinstance(d.get("cut"), bool) else None,
+            since_answer=json_float(d, "since_answer"),
+            asked_wait=json_float(d, "asked_wait"),
         )

@@ -20,7 +20,7 @@ from spoc_tui.core.confidence import (
 )
 from spoc_tui.core.ramp.sla import PERCENTILE_Q, LevelUnit, Limit, level_text
 from spoc_tui.core.ramp.steps.arrivals import Arrivals, arrivals
-from spoc_tui.core.ramp.steps.client import ClientHealth
+from spoc_tui.core.ramp.steps.client import ClientHealth, with_sends
 from spoc_tui.core.ramp.steps.codec import Json, _obj, json_float, json_int
 from spoc_tui.core.ramp.steps.figures import Figures, Latency, Totals
 from spoc_tui.core.ramp.steps.sample import RequestSample
@@ -385,7 +385,7 @@ def summarize_step(
             error_rate=proportion_interval(n - len(ok), n),
         ),
         server=server,
-        client=client,
+        client=with_sends(client, samples),
         rate=rate,
         extended_s=extended_s,
         drained_s=drained_s,
