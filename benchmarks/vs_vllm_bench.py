@@ -186,6 +186,7 @@ async def spoc(
     res["client_saturated"] = float(s.client.saturated)
     res["wire"] = spoc_vs_wire([r for r in mine if r["ttft"] is not None], tap.responses())
     res["client_reason"] = s.client.reason or ""
+    res["next_send"] = s.client.sends_text or ""
     return res
 
 
@@ -412,6 +413,10 @@ def report(
             print(f"({n}: a round was flagged client-saturated: {med[n].get('client_reason')})")
     if burst.get("client_saturated"):
         print(f"(spoc, all users at once: flagged client-saturated: {burst.get('client_reason')})")
+    for n in names[1:]:  # how soon each of spoc's runs sent after an answer (issue 77), round by round
+        for i, r in enumerate(rounds[n]):
+            if r.get("next_send"):
+                print(f"{n}, round {i + 1}: {r['next_send']}")
     report_pair(conc, pair)
     report_wire(f"back to back at {conc} streams", rounds)
     report_wire(f"side by side at {conc} streams", {BENCH: [x for x, _ in pair], "spoc ramp": [y for _, y in pair]})

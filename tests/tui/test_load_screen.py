@@ -22,9 +22,21 @@ def _steps(windows=None):
     out = []
     for i, (users, ttft, itl) in enumerate(((2, 0.05, 0.015), (8, 0.06, 0.018), (40, 3.7, 0.02)), 1):
         samples = [
-            RequestSample(0.0, i, users, True, ttft * (1 + k / 200), ttft + 1.0, (itl,) * 20, 21, end=k / 6)
+            RequestSample(
+                0.0,
+                i,
+                users,
+                True,
+                ttft * (1 + k / 200),
+                ttft + 1.0,
+                (itl,) * 20,
+                21,
+                end=k / 6,
+                since_answer=0.25 + k / 4000 if k else None,
+                asked_wait=0.25 if k else None,
+            )
             for k in range(60)
-        ]  # finishing through the 10 s window, TTFTs spread a little
+        ]  # finishing through the 10 s window, TTFTs spread a little; sent 0-15 ms after the think time asked
         server = ServerWindow(seen=True, waiting_max=0.0 if users < 40 else 23.0, kv_cache_usage_max=0.02 * i)
         out.append(summarize_step(i, users, samples, 10.0, lims, server=server))
         if windows is not None:
@@ -62,6 +74,20 @@ class ChartApp(App[None]):
 
     def compose(self):
         yield LimitBarChart("p99 TTFT", id="c")
+
+
+async def test_each_step_says_how_soon_its_users_sent_after_an_answer():
+    """Issue 77: under each step's intervals, the gap from an answer's end to the user's next send
+    and the client's own delay in it (here 0-15 ms past a 250 ms think time)."""
+    app = make_app()
+    async with app.run_test(size=(120, 45)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        _finished_ramp(app)
+        await pilot.pause()
+        shown = str(app.load_screen.knee.render())
+        says = "client: next send after an answer: p50 258 ms, p99 265 ms (the client's own delay p50 7.5 ms, p99 15 ms"
+        assert says + "; 59 sends)" in shown
 
 
 async def test_chart_draws_limit_and_marks_breaches():
