@@ -65,6 +65,7 @@ from spoc_tui.load import defaults, wire
 from spoc_tui.load.rampconfig import RampConfig as RampConfig  # re-exported: it lived here
 from spoc_tui.load.rampconfig import RampError as RampError  # re-exported: it lived here
 from spoc_tui.load.rampconfig import TraceScan as TraceScan  # re-exported: it lived here
+from spoc_tui.load.rampconfig import ramp_header as ramp_header  # re-exported: it lived here
 from spoc_tui.procs.group import kill_group
 from spoc_tui.procs.lock import FolderLock
 from spoc_tui.procs.ports import free_port
@@ -752,52 +753,3 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     finally:
         writer.close()
     return RampResult(driver.status, driver.steps, driver.knee(), model, cfg.out_dir, context_len, driver.stop_reason)
-
-
-def ramp_header(cfg: RampConfig, model: str, scan: TraceScan | None) -> RampHeader:
-    """ramp.json's settings (before its steps): what was run, and how its figures are defined."""
-    trace: dict[str, object] | None = None
-    if cfg.trace is not None and scan is not None:
-        trace = cfg.trace.header(scan.rows, scan.skipped, scan.span_s)
-        profile: dict[str, object] = {"name": f"trace:{cfg.trace.path.name}"}
-    elif cfg.workload.replay:
-        profile = {"name": cfg.workload.name, "source": cfg.workload.source}
-    else:
-        profile = cfg.workload.as_dict()
-    return RampHeader(
-        url=redact_url(cfg.url),
-        model=model,
-        profile=profile,
-        sla=tuple(str(lim) for lim in cfg.limits),
-        users=cfg.plan.describe(),
-        load=(
-            "trace replay: every row sent at its timestamp divided by the step's speed (open loop), as a "
-            "streamed completion of the row's input tokens with its output forced (ignore_eos); rows sharing "
-            "hash ids share leading text; a turn waits for its parent's end plus its think time"
-            if cfg.trace is not None
-            else "open loop: Poisson arrivals at each step's rate; each arrival is the next turn of an idle "
-            "conversation (or a new one), with no think time"
-            if cfg.open_loop
-            else "closed loop: each user is one conversation at a time, with the profile's think time"
-        ),
-        step_seconds=cfg.step_s,
-        max_step_seconds=cfg.step_limit_s,
-        warmup_seconds=cfg.warmup_s,
-        abort_factor=cfg.abort_factor,
-        workers=cfg.workers,
-        spawn_rate=cfg.spawn_rate or None,
-        arrivals=cfg.arrivals,
-        budget_seconds=cfg.budget,
-        seed=cfg.seed,
-        started_at=time.time(),
-        intervals=(
-            "95 %: order statistics for per-request percentiles (TTFT, TPOT, E2E), Poisson bootstrap by "
-            "request for ITL, means and rates, Clopper-Pearson for the error rate; decision meets/breaks only "
-            "when the interval lies wholly within/beyond the limit"
-        ),
-        metric_definitions=(
-            "vllm bench serve: TTFT first event with choices; ITL pooled gaps between events with choices; "
-            "E2E to the last such event; TPOT (E2E-TTFT)/(out-1); goodput per request"
-        ),
-        trace=trace,
-    )

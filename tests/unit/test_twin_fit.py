@@ -513,6 +513,7 @@ def test_a_twin_that_learned_its_answers_lengths_predicts_with_them_and_says_so(
 
     from spoc_tui.core.ramp.knee import FixedUsers
     from spoc_tui.core.ramp.sla import parse_sla
+    from spoc_tui.core.results import RampHeader
     from spoc_tui.twin.check import answers_of
     from spoc_tui.twin.engine import TwinEngine
     from spoc_tui.twin.model import TwinError, read_twin, with_answers, write_twin
@@ -559,12 +560,12 @@ def test_a_twin_that_learned_its_answers_lengths_predicts_with_them_and_says_so(
     ramp.mkdir()
     rows = [{"ok": True, "output_tokens": n} for n in (30, 50, 70)] + [{"ok": False, "output_tokens": 0}]
     (ramp / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n[1, 2]\n7\nnot json\n")
-    assert sorted(answers_of(ramp, {"profile": {"name": "chatbot"}})) == [(30, None), (50, None), (70, None)]
+    assert sorted(answers_of(ramp, RampHeader(profile={"name": "chatbot"}))) == [(30, None), (50, None), (70, None)]
     with pytest.raises(TwinError, match="ignore_eos"):
-        answers_of(ramp, {"profile": {"name": "flat", "ignore_eos": True}})
+        answers_of(ramp, RampHeader(profile={"name": "flat", "ignore_eos": True}))
     (ramp / "requests.jsonl").write_text("")
     with pytest.raises(TwinError, match="no finished request"):
-        answers_of(ramp, {"profile": {"name": "chatbot"}})
+        answers_of(ramp, RampHeader(profile={"name": "chatbot"}))
 
 
 def test_answers_cut_at_max_tokens_are_learned_as_lower_bounds(tmp_path):
@@ -578,6 +579,7 @@ def test_answers_cut_at_max_tokens_are_learned_as_lower_bounds(tmp_path):
     import statistics
 
     from spoc_tui.core.ramp.steps.sample import RequestSample
+    from spoc_tui.core.results import RampHeader
     from spoc_tui.twin.answers import learned_lengths
     from spoc_tui.twin.check import answers_of
 
@@ -614,7 +616,7 @@ def test_answers_cut_at_max_tokens_are_learned_as_lower_bounds(tmp_path):
     ramp.mkdir()
     rows = [RequestSample(start=0.0, step=1, users=1, ok=True, output_tokens=n, cut=c).as_dict() for n, c in seen[:50]]
     (ramp / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    assert answers_of(ramp, {"profile": {"name": "chatbot"}}) == seen[:50]
+    assert answers_of(ramp, RampHeader(profile={"name": "chatbot"})) == seen[:50]
     assert RequestSample.from_dict(rows[0]).cut == seen[0][1]
 
 
