@@ -313,8 +313,10 @@ def main() -> None:
             if not SMOKE:  # the same client with a local tokenizer (the smoke runs each code path once)
                 clients["spoc ramp --tokenizer"] = functools.partial(run_spoc, url, conc, tokenizer=True)
             # vllm bench starts all its streams at once and, with fixed lengths, they stay in step
-            # (its next request leaves as the last one ends): spoc in the same regime
-            clients[LOCKSTEP] = functools.partial(run_spoc, url, conc, tokenizer=False, arrivals="lockstep")
+            # (its next request leaves as the last one ends): spoc in the same regime (not in the
+            # smoke: the same spoc() as the staggered run, with arrivals set; 12 s of the tier)
+            if not SMOKE:
+                clients[LOCKSTEP] = functools.partial(run_spoc, url, conc, tokenizer=False, arrivals="lockstep")
             rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in clients}
             for r in range(ROUNDS):
                 # interleaved, the order reversed every other round (ABC CBA ABC): the server's drift
@@ -325,7 +327,7 @@ def main() -> None:
                     rounds[name].append(clients[name](work / f"{slug}-{conc}-r{r}"))
             # vllm bench starts all its streams at once, and with fixed lengths they stay in step:
             # the same arrival pattern from spoc (all users at once) separates workload from client
-            burst = asyncio.run(spoc(url, conc, work / f"spoc-burst-{conc}", False, spawn_rate=1000.0))
+            burst = {} if SMOKE else asyncio.run(spoc(url, conc, work / f"spoc-burst-{conc}", False, spawn_rate=1000.0))
             pair = [
                 asyncio.run(side_by_side(url, conc, prompts // 2, work / f"side-{conc}-r{r}")) for r in range(ROUNDS)
             ]
