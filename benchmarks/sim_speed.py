@@ -233,8 +233,8 @@ def main() -> int:
                     f"{new['virtual'] / new['cpu']:,.0f} virtual s per CPU s")  # fmt: skip
             outs = {}
             for side, root in (("new", ROOT), ("old", old)):
-                if not isinstance(root, Path) or (SMOKE and side == "old" and case != "c"):
-                    continue  # the smoke compares one prediction (the trace's, a fleet replay)
+                if not isinstance(root, Path) or (SMOKE and case != "c"):
+                    continue  # the smoke predicts once a side (the trace's, a fleet replay): one code path
                 out = work / f"pred-{case}-{side}"
                 outs[side] = (run_child(root, f"--child=predict,{case},{twin},{trace},{out}"), out)
             if isinstance(old, Path):
@@ -248,6 +248,8 @@ def main() -> int:
                 if ratio < TARGET[case]:
                     failed.append(f"{case}: engine x{ratio:.1f}, under x{TARGET[case]:g}")
             print(line)
+            if "new" not in outs:
+                continue
             (pn, out_new) = outs["new"]
             said = f"    spoc twin predict, ten steps: {pn['cpu']:.1f} CPU s"
             if "old" in outs:
