@@ -27,7 +27,7 @@ def _smoke(url: str) -> tuple[dict[str, float], str]:
 
 def test_the_twin_predicts_a_held_out_shape_on_the_real_server(vllm_server):
     """benchmarks/twin_accuracy.py --smoke on the tier's server: calibrate with a short budget,
-    measure a held-out shape (1 and 4 users of short prompts) with spoc ramp, and compare the
+    measure a held-out shape (4 users of short prompts) with spoc ramp, and compare the
     twin's prediction of it. Asserted: every part ran and gave a figure (a finite error for E2E,
     ITL and TTFT, and the server's own movement over the run measured beside them).
 
