@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spoc_tui.core.ramp.rules import ABORT_FACTOR as ABORT_FACTOR
 from spoc_tui.core.ramp.rules import ARRIVALS as ARRIVALS
@@ -15,6 +15,9 @@ from spoc_tui.core.ramp.rules import STEP_S as STEP_S
 from spoc_tui.core.ramp.rules import WARMUP_S as WARMUP_S
 from spoc_tui.core.ramp.rules import ArrivalMode as ArrivalMode
 from spoc_tui.core.ramp.sla import MOST_STEP_S
+
+if TYPE_CHECKING:
+    from spoc_tui.core.results import RampHeader
 
 DEFAULT_USERS = "auto"
 MAX_WORKERS = 64
@@ -70,6 +73,19 @@ class StepRules:
     step_s: float
     max_step_s: float | None
     budget_s: float | None
+    warmup_s: float
+    spawn_rate: float | None
+    arrivals: str
+    seed: int
+
+    def header_rules(self) -> RampHeader:
+        """ramp.json's header with these rules in force, for a measured ramp's and a predicted
+        one's to add what they say besides (``dataclasses.replace``)."""
+        from spoc_tui.core.results import RampHeader  # (not at import: it loads NumPy; --help stays light)
+
+        return RampHeader(step_seconds=self.step_s, max_step_seconds=self.step_limit_s, warmup_seconds=self.warmup_s,
+                          spawn_rate=self.spawn_rate or None, arrivals=self.arrivals, budget_seconds=self.budget,
+                          seed=self.seed)  # fmt: skip
 
     @property
     def step_limit_s(self) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -188,7 +188,8 @@ def ramp_header(cfg: RampConfig, model: str, scan: TraceScan | None) -> RampHead
         profile = {"name": cfg.workload.name, "source": cfg.workload.source}
     else:
         profile = cfg.workload.as_dict()
-    return RampHeader(
+    return replace(
+        cfg.header_rules(),
         url=redact_url(cfg.url),
         model=model,
         profile=profile,
@@ -204,15 +205,8 @@ def ramp_header(cfg: RampConfig, model: str, scan: TraceScan | None) -> RampHead
             if cfg.open_loop
             else "closed loop: each user is one conversation at a time, with the profile's think time"
         ),
-        step_seconds=cfg.step_s,
-        max_step_seconds=cfg.step_limit_s,
-        warmup_seconds=cfg.warmup_s,
         abort_factor=cfg.abort_factor,
         workers=cfg.workers,
-        spawn_rate=cfg.spawn_rate or None,
-        arrivals=cfg.arrivals,
-        budget_seconds=cfg.budget,
-        seed=cfg.seed,
         started_at=time.time(),
         intervals=(
             "95 %: order statistics for per-request percentiles (TTFT, TPOT, E2E), Poisson bootstrap by "

@@ -4,6 +4,7 @@ measured ramp's says it, and the twin's part, as one :class:`~spoc_tui.core.resu
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from spoc_tui.core.results import RampHeader
@@ -15,7 +16,8 @@ def predicted_header(
 ) -> RampHeader:
     """A predicted ramp's header: the experiment as a measured ramp's says it, and the twin's part."""
     twin = p.twin
-    return RampHeader(
+    return replace(
+        p.header_rules(),
         predicted=True,
         url=twin.url,
         model=twin.server.model,
@@ -35,13 +37,6 @@ def predicted_header(
             "as spoc ramp's users (spawn rate, jitter, think time)"
         )
         + ("" if p.trace is not None else "; every answer as long as the profile asks"),
-        step_seconds=p.step_s,
-        max_step_seconds=p.step_limit_s,
-        warmup_seconds=p.warmup_s,
-        arrivals=p.arrivals,
-        spawn_rate=p.spawn_rate or None,
-        budget_seconds=p.budget,
-        seed=p.seed,
         started_at=time.time(),
         twin={
             "path": Path(twin_path).name,
