@@ -47,6 +47,7 @@ from spoc_tui.tune import events as tune_events
 from spoc_tui.tune.args import TuneArgs
 from spoc_tui.tune.setup import build
 from spoc_tui.tune.study import TuneSession
+from spoc_tui.twin.model import Twin, read_twin
 from spoc_tui.twin.shadow import ShadowTwin, twin_id
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class JobsApp(FastTruecolorApp[int]):
         """Installed once, so a ramp keeps its screen while the operator watches the monitor."""
         if not self.is_screen_installed("load"):
             url = self.settings.vllm_urls[0] if self.settings.vllm_urls else None
-            self.install_screen(LoadScreen(url), "load")
+            self.install_screen(LoadScreen(url, read_twin), "load")
         screen = self.get_screen("load")
         assert isinstance(screen, LoadScreen)
         return screen
@@ -160,7 +161,7 @@ class JobsApp(FastTruecolorApp[int]):
             dcgm_urls=list(self.settings.dcgm_urls),
             trace=request.trace,
         )
-        if request.twin is not None:  # its prediction of each step, kept on the step as it is measured
+        if isinstance(request.twin, Twin):  # its prediction of each step, kept on the step as it is measured
             name = twin_id(request.twin, request.twin_path or "twin.json")
             cfg.shadow = ShadowTwin(request.twin, name, request.profile, request.limits, step_s=cfg.step_s,
                                     warmup_s=cfg.warmup_s, arrivals=cfg.arrivals, spawn_rate=cfg.spawn_rate,
@@ -297,6 +298,22 @@ class JobsApp(FastTruecolorApp[int]):
             self.action_monitor()
             self.push_screen("tune")
             self.call_after_refresh(self._set_background)
+
+    @on(TuneScreen.CopyRequested)
+    def copy_command(self, request: TuneScreen.CopyRequested) -> None:
+        """A trial's command line to the clipboard, by OSC 52, which reaches it only where the
+        terminal allows (tmux needs set-clipboard on): also to a file, said in the notice."""
+        number, command = request.number, request.command
+        self.copy_to_clipboard(command)
+        try:
+            folder = data_dir() / "commands"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"trial-{number}.sh"
+            path.write_text(command + "\n")
+            saved = f"; also saved to {path}"
+        except OSError as e:
+            saved = f"; not saved ({e.strerror or e})"
+        self.notify(f"trial #{number}'s command line sent to the clipboard (OSC 52){saved}", timeout=8)
 
     @on(TuneScreen.StartRequested)
     def start_tune(self, request: TuneScreen.StartRequested) -> None:

@@ -222,6 +222,52 @@ def test_below_the_ui_nothing_loads_textual(package):
     assert r.stdout.strip() == "[]", f"{package} loads {r.stdout.strip()}"
 
 
+WRITES = {"write_text", "write_bytes", "mkdir", "touch", "unlink", "rmtree"}
+"""Calls that change files (a method of a path, or shutil's; a path's rename and replace share
+their names with str's, and are left out)."""
+
+
+def screen_policy(text: str, name: str) -> list[str]:
+    """What a screen's source does beyond drawing and sending intents: an import of the twin (the
+    app and its jobs hold it), a call that writes a file, an ``open`` for writing."""
+    found = [f"imports {m}" for m in sorted(imports_of_text(text, name, False)) if m.startswith("spoc_tui.twin")]
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in WRITES:
+            found.append(f"line {node.lineno}: .{f.attr}()")
+        elif isinstance(f, ast.Name) and f.id == "open":
+            modes = [a for a in node.args[1:2] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            modes += [k.value for k in node.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)]
+            if any(set(str(m.value)) & set("wax+") for m in modes):
+                found.append(f"line {node.lineno}: open(..., {modes[0].value!r})")
+    return found
+
+
+def test_screens_draw_and_send_intents():
+    """Issue 78 point 3: no screen imports the twin or writes a file; they post what the operator
+    asked (the Load form's twin is read by the reader the app hands it; a trial's command line is
+    saved by the app)."""
+    screens = {m: p for m, p in MODULES.items() if m.startswith("spoc_tui.tui.screens.")}
+    assert len(screens) >= 5
+    bad = {m: got for m, p in screens.items() if (got := screen_policy(p.read_text(), m))}
+    assert not bad, bad
+
+
+def test_the_screen_check_finds_a_twin_import_and_a_write():
+    text = (
+        "from spoc_tui.twin.model import read_twin\n"
+        "def f(p):\n    p.write_text('x')\n    open(p, 'w')\n    open(p)\n    open(p, mode='a')\n"
+    )
+    assert screen_policy(text, "spoc_tui.tui.screens.probe") == [
+        "imports spoc_tui.twin.model",
+        "line 3: .write_text()",
+        "line 4: open(..., 'w')",
+        "line 6: open(..., 'a')",
+    ]
+
+
 def test_only_optuna_compat_touches_optunas_private_attributes():
     """Optuna's private API (``study._storage``, ``._study_id``, ``._thread_local``, private
     modules) is reached in one module, pinned by test_optuna_compat: an Optuna release that changes

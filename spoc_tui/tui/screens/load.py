@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rich.text import Text
 from textual import work
@@ -18,6 +19,7 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import InputError, SpocError
+from spoc_tui.core.ramp.inference import KneeEstimate
 from spoc_tui.core.ramp.knee import (
     Knee,
     Listed,
@@ -45,8 +47,6 @@ from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
 from spoc_tui.tui.widgets.fields import Field
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
-from spoc_tui.twin.headroom_confirm import HeadroomClaim
-from spoc_tui.twin.model import Twin, read_twin
 from spoc_tui.workload import Workload, builtin_names, load_workload
 
 if TYPE_CHECKING:
@@ -127,6 +127,23 @@ TRACE_HINT = (
 )
 
 
+class Claim(Protocol):
+    """A live headroom the form was set to confirm (the app's
+    :class:`~spoc_tui.twin.headroom_confirm.HeadroomClaim`): the trace of its traffic, and its
+    figures beside the knee a ramp of that trace measured."""
+
+    @property
+    def trace(self) -> str: ...
+
+    def beside(self, measured: KneeEstimate | None) -> str: ...
+
+
+TwinReader = Callable[[str], object]
+"""Reads a twin file (the app's :func:`~spoc_tui.twin.model.read_twin`), raising a
+:class:`~spoc_tui.core.errors.SpocError` that says what is wrong with it: the screen checks the
+form's twin as the ramp will read it, and holds no twin code of its own."""
+
+
 class LoadScreen(Screen[None]):
     """Start/stop a ramp against the monitored server; the monitor is one key away (m)."""
 
@@ -183,8 +200,9 @@ class LoadScreen(Screen[None]):
         workers: int = 0
         trace: TraceSource | None = None
         """Replay this trace instead of the profile (the plan is then speeds)."""
-        twin: Twin | None = None
-        """A calibrated twin: its prediction of each step is drawn beside the measurement."""
+        twin: object | None = None
+        """A calibrated twin (as :data:`TwinReader` read it): its prediction of each step is drawn
+        beside the measurement."""
         twin_path: str = ""
         """Where the twin was read from (its name is in each step's prediction, ramp.json's ``shadow``)."""
 
@@ -194,9 +212,11 @@ class LoadScreen(Screen[None]):
     class ProfileRequested(Message):
         """The operator asked for a profile of what the server is doing now (the running step)."""
 
-    def __init__(self, url: str | None) -> None:
+    def __init__(self, url: str | None, read_twin: TwinReader | None = None) -> None:
+        """``read_twin``: how the form's twin file is read (without one, a twin in the form is refused)."""
         super().__init__()
         self.url = url
+        self.read_twin = read_twin
         self.running = False
         self.limits: tuple[Limit, ...] = ()
         self.total_steps: int | None = None
@@ -205,7 +225,7 @@ class LoadScreen(Screen[None]):
         """The twin's TTFT and ITL by level (at the charts' percentiles), as the steps finish."""
         self._bars_of: tuple[StepSummary, ...] = ()
         self._knee: Knee | None = None
-        self._claim: HeadroomClaim | None = None
+        self._claim: Claim | None = None
         """The live headroom the form was pre-filled to confirm (its trace and its figures)."""
 
     def compose(self) -> ComposeResult:
@@ -328,7 +348,7 @@ class LoadScreen(Screen[None]):
                 ) from None
             profile = load_workload(str(self.query_one("#profile", Select).value))
             twin_text = self.query_one("#twin", Input).value.strip()
-            twin = read_twin(os.path.expanduser(twin_text)) if twin_text else None
+            twin = self._twin(twin_text)
             if twin is not None and trace is not None:
                 raise InputError("the twin predicts profile ramps: give a trace or a twin, not both")
             # the check spoc ramp makes, with the form's names for its fields
@@ -363,7 +383,19 @@ class LoadScreen(Screen[None]):
         return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers, trace, twin,
                                    os.path.expanduser(twin_text) if twin else "")  # fmt: skip
 
-    def prefill_trace(self, trace: str, speeds: str, note: str, claim: HeadroomClaim | None = None) -> None:
+    def _twin(self, text: str) -> object | None:
+        """The form's twin, read (None: none asked).
+
+        Raises:
+            SpocError: the file's problem; or no reader to read it with.
+        """
+        if not text:
+            return None
+        if self.read_twin is None:
+            raise InputError("this screen cannot read a twin: leave the twin field empty")
+        return self.read_twin(os.path.expanduser(text))
+
+    def prefill_trace(self, trace: str, speeds: str, note: str, claim: Claim | None = None) -> None:
         """The form set to replay ``trace`` at ``speeds`` (a ramp that confirms a headroom), with
         ``note`` saying why under it; a field the operator already filled is left alone. A ramp
         of that trace ends with ``claim``, the headroom predicted, beside the knee it measured."""

@@ -15,7 +15,6 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Sparkline, Static
 
-from spoc_tui.config import data_dir
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, Limit
 from spoc_tui.core.tuning.docs import TrialRecord
 from spoc_tui.core.tuning.space import Objective
@@ -88,6 +87,14 @@ class TuneScreen(Screen[None]):
 
     class StopRequested(Message):
         """The operator asked to stop the running study (its server stops)."""
+
+    @dataclass
+    class CopyRequested(Message):
+        """The operator picked a Pareto-optimal trial's command line to take away (the app sends
+        it to the clipboard and saves it)."""
+
+        number: int
+        command: str
 
     def __init__(self, launch: str | None = None) -> None:
         super().__init__()
@@ -236,20 +243,8 @@ class TuneScreen(Screen[None]):
         keys = list(self.commands)
         number = keys[min(max(row, 0), len(keys) - 1)]
         command = self.commands[number]
-        # OSC 52 reaches the clipboard only where the terminal allows it (tmux needs set-clipboard on):
-        # the command also goes to a file, and on the screen in full
-        self.app.copy_to_clipboard(command)
-        saved = ""
-        try:
-            folder = data_dir() / "commands"
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"trial-{number}.sh"
-            path.write_text(command + "\n")
-            saved = f"; also saved to {path}"
-        except OSError as e:
-            saved = f"; not saved ({e.strerror or e})"
         self.query_one("#selected", Static).update(Text(f"trial #{number} (copied): {command}", style="bold"))
-        self.notify(f"trial #{number}'s command line sent to the clipboard (OSC 52){saved}", timeout=8)
+        self.post_message(self.CopyRequested(number, command))
 
     def show_error(self, message: str) -> None:
         self.form_error.update(message)
