@@ -62,6 +62,7 @@ from spoc_tui.core.ramp.knee import (  # noqa: E402
     Knee,
     KneeSearch,
 )
+from spoc_tui.core.ramp.rules import StepRules  # noqa: E402
 from spoc_tui.core.ramp.sla import Limit, parse_sla  # noqa: E402
 from spoc_tui.core.ramp.steps import RequestSample, StepSummary, summarize_step  # noqa: E402
 from spoc_tui.sim.backend import VirtualBackend  # noqa: E402
@@ -190,11 +191,7 @@ def replay(
         plan=plan,
         limits=limits,
         unit="users",
-        step_s=STEP_S,
-        warmup_s=WARMUP_S,
-        step_limit_s=MAX_STEP_S,
-        budget_s=budget,
-        seed=seed,
+        rules=StepRules(step_s=STEP_S, warmup_s=WARMUP_S, max_step_s=MAX_STEP_S, budget_s=budget, seed=seed),
         settle=SETTLE,
     )
     backend = VirtualBackend(vs)

@@ -1,22 +1,24 @@
 """The options that say what a ramp runs, declared once for every command that runs one
 (``spoc ramp`` measures it, ``spoc twin predict`` predicts it), and the one value they make: the
 load (a profile's users, an open-loop rate or a trace's rows at speed multiples), the steps, the
-budget, the pacing and the seed. Each command adds its own (``--sla``, ``--out``, what-ifs).
-Light to import: a trace is read only when the command runs."""
+budget, the pacing and the seed. The load's options are declared here; the step rules' are made
+from their one declaration (:class:`~spoc_tui.core.ramp.rules.StepRules`, :func:`rule_option`).
+Each command adds its own (``--sla``, ``--out``, what-ifs). Light to import: a trace is read only
+when the command runs."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from spoc_tui.cli.types import FINITE, selected_trace, trace_selection, trace_think_option
 from spoc_tui.core.errors import InputError
-from spoc_tui.load import defaults
-from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS, ArrivalMode
+from spoc_tui.core.ramp.rules import Setting, StepRules, settings
+from spoc_tui.load.defaults import DEFAULT_PROFILE, DEFAULT_USERS
 
 if TYPE_CHECKING:
     from spoc_tui.core.ramp.knee import UserPlan
@@ -39,13 +41,9 @@ class ExperimentOptions:
     trace_window: str | None
     trace_max_rows: int | None
     trace_think: str
-    step_seconds: float
-    warmup_seconds: float
-    max_step_seconds: float | None
-    budget_spec: str | None
-    arrivals: ArrivalMode
-    spawn_rate: float | None
-    seed: int
+    given: Mapping[str, object]
+    """The step rules as the options gave them, by their field's name in
+    :class:`~spoc_tui.core.ramp.rules.StepRules` (checked and read by :meth:`rules`)."""
 
     def trace(self) -> TraceSource | None:
         """The trace the options pick (None: a profile's users or a rate).
@@ -83,26 +81,20 @@ class ExperimentOptions:
             return FixedRates(parse_rates(self.rate_spec))
         return parse_user_plan(self.users_spec or DEFAULT_USERS)
 
-    def rules(self) -> dict[str, Any]:
-        """How the steps run (:data:`spoc_tui.load.defaults.RULES`), as a ramp's request and a
-        prediction take them.
-
-        Raises:
-            InputError: a budget that cannot be read.
-        """
-        return dict(step_s=self.step_seconds, warmup_s=self.warmup_seconds, max_step_s=self.max_step_seconds,
-                    budget_s=self.budget_s(), arrivals=self.arrivals, spawn_rate=self.spawn_rate,
-                    seed=self.seed)  # fmt: skip
-
-    def budget_s(self) -> float | None:
-        """``--budget`` in seconds (None: the plan's default).
+    def rules(self) -> StepRules:
+        """How the steps run (:class:`~spoc_tui.core.ramp.rules.StepRules`), as a ramp's request and
+        a prediction take them.
 
         Raises:
             InputError: a budget that cannot be read.
         """
         from spoc_tui.core.ramp.sla import parse_budget
 
-        return parse_budget(self.budget_spec) if self.budget_spec is not None else None
+        values: dict[str, Any] = {}
+        for name, setting in settings():
+            v = self.given[name]
+            values[name] = parse_budget(str(v)) if setting.kind == "budget" and v is not None else v
+        return StepRules(**values)
 
 
 _DECLARED: dict[str, dict[str, Any]] = {
@@ -142,44 +134,10 @@ _DECLARED: dict[str, dict[str, Any]] = {
             "speed multiples of the trace [default: auto]."
         ),
     ),
-    "--step-seconds": dict(
-        type=FINITE, default=defaults.STEP_S, show_default=True, help="Measured length of each step."
-    ),
-    "--spawn-rate": dict(
-        type=FINITE,
-        default=None,
-        help="Users added per second when a step starts [default: fast enough for half the warm-up, 1-100/s].",
-    ),
-    "--arrivals": dict(
-        type=click.Choice(["staggered", "lockstep"]),
-        default=defaults.ARRIVALS,
-        show_default=True,
-        help=(
-            "staggered: starts spread out and turns jittered (each step measures how bunched its arrivals "
-            "came); lockstep: at each step every user restarts at once once the requests in flight end, no "
-            "jitter (the worst case; how AIPerf and GuideLLM start their probes)."
-        ),
-    ),
-    "--budget": dict(
-        dest="budget_spec",
-        default=None,
-        help=(
-            "Most load time the ramp runs, warm-ups included (10m, 90s, 1h); no step starts once it is spent "
-            f"[default: {DEFAULT_BUDGET_S / 60:g}m for the knee search, none for listed levels]."
-        ),
-    ),
-    "--max-step-seconds": dict(
-        type=FINITE,
-        default=None,
-        help="A step whose verdict is still inconclusive is measured on, up to this long [default: 4x --step-seconds].",
-    ),
-    "--warmup-seconds": dict(
-        type=FINITE, default=defaults.WARMUP_S, show_default=True, help="Start of each step left out of the figures."
-    ),
-    "--seed": dict(type=int, default=defaults.SEED, show_default=True, help="Random seed of the users."),
 }
-"""Each option of an experiment, declared once: its type, default and help. Another command that
-runs experiments (``spoc tune``'s trials) takes them by :func:`option`, changing what it must."""
+"""Each option of an experiment's load, declared once: its type, default and help. Another command
+that runs experiments (``spoc tune``'s trials) takes them by :func:`option`, changing what it must
+(the step rules: :func:`rule_option`)."""
 
 
 def option(name: str, **changes: Any) -> Callable[[F], F]:
@@ -191,12 +149,29 @@ def option(name: str, **changes: Any) -> Callable[[F], F]:
     return opt
 
 
+_TYPES: dict[str, Any] = {"seconds": FINITE, "rate": FINITE, "int": int, "budget": str}
+"""Each kind of step rule's click type (a choice's is its choices)."""
+
+
+def rule_option(name: str, **changes: Any) -> Callable[[F], F]:
+    """The step rule ``name`` (a field of :class:`~spoc_tui.core.ramp.rules.StepRules`) as a click
+    option made from its declaration, its value under that name; ``changes``: another default or
+    help (``spoc tune``'s shorter steps)."""
+    f = next(f for f in fields(StepRules) if f.name == name)
+    s: Setting = f.metadata["setting"]
+    kind = click.Choice(list(s.choices)) if s.kind == "choice" else _TYPES[s.kind]
+    default = changes.get("default", f.default)
+    opt: Callable[[F], F] = click.option(
+        s.flag, name, type=kind, default=default, show_default=s.show_default, help=changes.get("help", s.help)
+    )
+    return opt
+
+
 _OPTIONS: list[Callable[[Any], Any]] = [
     *(option(n) for n in ("--profile", "--users", "--rate", "--trace", "--speed")),
     trace_selection(),
     trace_think_option,
-    *(option(n) for n in ("--step-seconds", "--spawn-rate", "--arrivals", "--budget", "--max-step-seconds")),
-    *(option(n) for n in ("--warmup-seconds", "--seed")),
+    *(rule_option(n) for n, _ in settings()),
 ]
 """The options in the order --help lists them."""
 
@@ -204,11 +179,12 @@ _OPTIONS: list[Callable[[Any], Any]] = [
 def experiment_options(f: F) -> F:
     """Declare the experiment's options on a command and hand it one :class:`ExperimentOptions`
     as ``exp`` in their place."""
-    names = ExperimentOptions.__dataclass_fields__
+    names = [k for k in ExperimentOptions.__dataclass_fields__ if k != "given"]
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kw: Any) -> Any:
-        exp = ExperimentOptions(**{k: kw.pop(k) for k in names})
+        given = {n: kw.pop(n) for n, _ in settings()}
+        exp = ExperimentOptions(**{k: kw.pop(k) for k in names}, given=given)
         return f(*args, exp=exp, **kw)
 
     out: Any = wrapper

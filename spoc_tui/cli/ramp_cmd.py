@@ -136,7 +136,7 @@ def ramp_cmd(
         url=url,
         workload=prof,
         plan=plan,
-        **exp.rules(),
+        **exp.rules().values(),
         limits=limits,
         out_dir=Path(out_dir),
         model=model,
@@ -150,7 +150,7 @@ def ramp_cmd(
         shadow=shadow_of(twin_path, prof, limits, trace, exp) if twin_path else None,
     )
     cfg.validate()
-    if exp.spawn_rate is not None and exp.spawn_rate > 100:
+    if cfg.spawn_rate is not None and cfg.spawn_rate > 100:
         click.echo("spoc ramp: warning: Locust advises spawn rates of at most 100 users/s", err=True)
     sys.exit(run(cfg))
 
@@ -171,6 +171,5 @@ def shadow_of(
 
     twin = read_twin(path)
     rows = read_rows(trace, twin.server.max_model_len) if trace is not None else None
-    rules = {k: v for k, v in exp.rules().items() if k in ("step_s", "warmup_s", "arrivals", "spawn_rate", "seed")}
     workload = Workload(name="trace") if trace is not None else prof
-    return ShadowTwin(twin, twin_id(twin, path), workload, limits, rows, **rules)
+    return ShadowTwin(twin, twin_id(twin, path), workload, limits, rows, rules=exp.rules())

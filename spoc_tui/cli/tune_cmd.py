@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import click
 
-from spoc_tui.cli.experiment import option
+from spoc_tui.cli.experiment import option, rule_option
 from spoc_tui.cli.options import api_key_options, from_config, served_model_option, sla_option, tls_options
 from spoc_tui.cli.types import FINITE, trace_selection
-from spoc_tui.tune.args import TuneArgs
+from spoc_tui.tune.args import TUNE_RULES, TuneArgs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,9 +89,9 @@ F = TypeVar("F", bound=Callable[..., Any])
     help="With --trace: the speed multiple.",
 )
 @trace_selection(filters=False)
-@option("--step-seconds", default=TuneArgs.step_seconds)
-@option("--warmup-seconds", default=TuneArgs.warmup_seconds, help="Load before each step's measurement starts.")
-@option("--seed", default=TuneArgs.seed, help="Makes the study reproducible (sampler and load).")
+@rule_option("step_s", default=TUNE_RULES.step_s)
+@rule_option("warmup_s", default=TUNE_RULES.warmup_s, help="Load before each step's measurement starts.")
+@rule_option("seed", default=TUNE_RULES.seed, help="Makes the study reproducible (sampler and load).")
 @click.option("--population", type=int, default=TuneArgs.population, show_default=True, help="NSGA-II population size.")
 @click.option(
     "--screen-pool",
@@ -170,6 +171,7 @@ def tune(twin_path: str | None, confirm: int, **kw: Any) -> None:
     from spoc_tui.cli.tune import run, run_with_twin
 
     kw["sla"] = from_config(kw.get("sla"), "sla", "--sla")
+    kw["rules"] = replace(TUNE_RULES, step_s=kw.pop("step_s"), warmup_s=kw.pop("warmup_s"), seed=kw.pop("seed"))
     if twin_path is not None:
         sys.exit(run_with_twin(TuneArgs(**kw), twin_path, confirm))
     sys.exit(run(TuneArgs(**kw)))

@@ -240,7 +240,7 @@ def predict_cmd(
         workload=load_workload(exp.profile),
         plan=exp.plan(src),
         limits=tuple(parse_sla(from_config(sla, "sla", "--sla", default=DEFAULT_SLA))),
-        **exp.rules(),
+        **exp.rules().values(),
         flags=parse_flags(what_if, "--set"),
         draws=draws,
         trace=rows,

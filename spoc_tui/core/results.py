@@ -15,14 +15,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import JsonLineError, json_lines
 from spoc_tui.core.hardware.presets import PresetError, read_json_object
 from spoc_tui.core.jsonsafe import json_safe
 from spoc_tui.core.ramp.knee import Knee
-from spoc_tui.core.ramp.rules import ARRIVALS, AUTO_SPAWN, SEED, STEP_S, WARMUP_S
+from spoc_tui.core.ramp.rules import ARRIVALS, AUTO_SPAWN, SEED, STEP_S, WARMUP_S, ArrivalMode, StepRules
 from spoc_tui.core.ramp.status import RampStatus
 from spoc_tui.core.ramp.steps import Json, StepSummary, json_float, json_int
 from spoc_tui.core.tuning.docs import DocError, StudyDoc, TrialRecord
@@ -102,6 +102,21 @@ class RampHeader:
     """Predicted by the twin (``spoc twin predict``), not measured."""
     twin: Json | None = None
     prediction: Json | None = None
+
+    @classmethod
+    def of_rules(cls, rules: StepRules) -> RampHeader:
+        """The header with ``rules`` in force (the longest step and the budget as they apply), for a
+        measured ramp's and a predicted one's to add what they say besides (``dataclasses.replace``)."""
+        return cls(step_seconds=rules.step_s, max_step_seconds=rules.step_limit_s, warmup_seconds=rules.warmup_s,
+                   spawn_rate=rules.spawn_rate or None, arrivals=rules.arrivals, budget_seconds=rules.budget,
+                   seed=rules.seed)  # fmt: skip
+
+    def step_rules(self) -> StepRules:
+        """The step rules the ramp ran by, as its header says them (the longest step and the budget
+        as they applied)."""
+        return StepRules(step_s=self.step_seconds, warmup_s=self.warmup_seconds, max_step_s=self.max_step_seconds,
+                         budget_s=self.budget_seconds, spawn_rate=self.spawn_rate,
+                         arrivals=cast(ArrivalMode, self.arrivals), seed=self.seed)  # fmt: skip
 
     _ALWAYS = (
         "url", "model", "profile", "sla", "users", "load", "step_seconds", "max_step_seconds", "warmup_seconds",

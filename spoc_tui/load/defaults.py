@@ -5,35 +5,31 @@ from __future__ import annotations
 
 import math
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spoc_tui.core.ramp.rules import ABORT_FACTOR as ABORT_FACTOR
 from spoc_tui.core.ramp.rules import ARRIVALS as ARRIVALS
 from spoc_tui.core.ramp.rules import AUTO_SPAWN as AUTO_SPAWN
+from spoc_tui.core.ramp.rules import DEFAULT_BUDGET_S as DEFAULT_BUDGET_S
+from spoc_tui.core.ramp.rules import EXTEND_FACTOR as EXTEND_FACTOR
+from spoc_tui.core.ramp.rules import LOCKSTEP_SPAWN_RATE as LOCKSTEP_SPAWN_RATE
 from spoc_tui.core.ramp.rules import SEED as SEED
 from spoc_tui.core.ramp.rules import STEP_S as STEP_S
 from spoc_tui.core.ramp.rules import WARMUP_S as WARMUP_S
 from spoc_tui.core.ramp.rules import ArrivalMode as ArrivalMode
+from spoc_tui.core.ramp.rules import StepRules as StepRules
+from spoc_tui.core.ramp.rules import budget as budget
+from spoc_tui.core.ramp.rules import step_limit as step_limit
 from spoc_tui.core.ramp.sla import MOST_STEP_S
-
-if TYPE_CHECKING:
-    from spoc_tui.core.results import RampHeader
 
 DEFAULT_USERS = "auto"
 MAX_WORKERS = 64
 """The most load-generator processes a ramp starts on this machine."""
-EXTEND_FACTOR = 4.0
-"""Default --max-step-seconds, as a multiple of --step-seconds."""
 DEFAULT_PROFILE = "chatbot"
-DEFAULT_BUDGET_S = 600.0
-"""The knee search's default time budget: 10 minutes of load (warm-ups included)."""
 WORKERS = 0
 POLL_S = 5.0
 MAX_SPAWN_RATE = 100.0
 """Locust's advice: faster ramp-ups are known to cause trouble."""
-LOCKSTEP_SPAWN_RATE = 1000.0
-"""``--arrivals lockstep``: new users spawned at once (1,000 a second, the most --spawn-rate takes);
-every user then starts the step together (:class:`~spoc_tui.load.runner.Cohort`)."""
 
 
 def spawn_rate(change: int, warmup_s: float, arrivals: str, given: float | None = None) -> float:
@@ -48,56 +44,6 @@ def spawn_rate(change: int, warmup_s: float, arrivals: str, given: float | None 
     return float(min(MAX_SPAWN_RATE, max(1.0, math.ceil(abs(change) / max(0.5, warmup_s / 2)))))
 
 
-def step_limit(step_s: float, max_step_s: float | None) -> float:
-    """The longest an undecided step is measured on: ``--max-step-seconds``, else
-    :data:`EXTEND_FACTOR` steps (the ramp's rule and the prediction's)."""
-    return max_step_s if max_step_s is not None else EXTEND_FACTOR * step_s
-
-
-def budget(plan: object, budget_s: float | None) -> float | None:
-    """The load budget in force: ``--budget``, else the knee searches' default (listed levels
-    have none)."""
-    from spoc_tui.core.ramp.knee import KneeSearch, SpeedSearch
-
-    if budget_s is not None:
-        return budget_s
-    return DEFAULT_BUDGET_S if isinstance(plan, (KneeSearch, SpeedSearch)) else None
-
-
-class StepRules:
-    """The step rules in force, read the same by a ramp's request and a prediction
-    (:class:`~spoc_tui.load.ramp.RampConfig`, :class:`~spoc_tui.twin.predict.Prediction`):
-    their defaults applied to what they were given."""
-
-    plan: object
-    step_s: float
-    max_step_s: float | None
-    budget_s: float | None
-    warmup_s: float
-    spawn_rate: float | None
-    arrivals: str
-    seed: int
-
-    def header_rules(self) -> RampHeader:
-        """ramp.json's header with these rules in force, for a measured ramp's and a predicted
-        one's to add what they say besides (``dataclasses.replace``)."""
-        from spoc_tui.core.results import RampHeader  # (not at import: it loads NumPy; --help stays light)
-
-        return RampHeader(step_seconds=self.step_s, max_step_seconds=self.step_limit_s, warmup_seconds=self.warmup_s,
-                          spawn_rate=self.spawn_rate or None, arrivals=self.arrivals, budget_seconds=self.budget,
-                          seed=self.seed)  # fmt: skip
-
-    @property
-    def step_limit_s(self) -> float:
-        """The longest an undecided step is measured on (:func:`step_limit`)."""
-        return step_limit(self.step_s, self.max_step_s)
-
-    @property
-    def budget(self) -> float | None:
-        """The load-time budget in force: ``budget_s``, else the knee search's default."""
-        return budget(self.plan, self.budget_s)
-
-
 MOST_STEP_REQUESTS = 60_000
 """The most requests an open-loop step may send (its top rate over its longest length): each is a
 sample kept until the step is summarised, some 7 KB in a prediction, so the bound keeps a step
@@ -105,7 +51,7 @@ under half a gigabyte (``--rate 10000`` at a minute's step reached 4.9 GB: issue
 
 
 def rules_error(r: Any, trace: bool) -> str | None:
-    """What is wrong with an experiment's step rules (:data:`RULES` of ``r``: a ramp's request or
+    """What is wrong with an experiment's step rules (``r``'s :class:`StepRules`: a ramp's request or
     a prediction; ``trace``: a replay, whose step is the trace's span over its speed), in the
     flags' words; None when nothing is. The one check ``spoc ramp``, ``spoc twin predict``, the
     Load screen and a study's trials share."""
@@ -132,17 +78,6 @@ def rules_error(r: Any, trace: bool) -> str | None:
     if r.spawn_rate is not None and not 0 < r.spawn_rate <= LOCKSTEP_SPAWN_RATE:
         return "--spawn-rate must be above 0 and at most 1000 users per second"
     return None
-
-
-RULES = ("step_s", "warmup_s", "max_step_s", "budget_s", "arrivals", "spawn_rate", "seed")
-"""How an experiment's steps run, named alike by a ramp's request and a prediction (and copied
-from one to the other by :func:`rules`)."""
-
-
-def rules(src: object) -> dict[str, Any]:
-    """``src``'s :data:`RULES`, as keyword arguments for a :class:`RampConfig` or a
-    :class:`~spoc_tui.twin.predict.Prediction` of the same experiment."""
-    return {k: getattr(src, k) for k in RULES}
 
 
 class PoissonArrivals:

@@ -26,14 +26,9 @@ from spoc_tui.core.traces.read import TraceSource
 from spoc_tui.load import defaults
 from spoc_tui.load.defaults import (
     ABORT_FACTOR,
-    ARRIVALS,
     MAX_WORKERS,
     POLL_S,
-    SEED,
-    STEP_S,
-    WARMUP_S,
     WORKERS,
-    ArrivalMode,
     rules_error,
 )
 from spoc_tui.workload import Workload, WorkloadError, load_tokenizer
@@ -43,9 +38,12 @@ class RampError(SpocError):
     """A ramp that cannot start (exit code 2 for bad input, 1 otherwise) or whose server failed (1)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RampConfig(defaults.StepRules):
-    """A ramp as ``spoc ramp`` and the Load screen ask for it; its defaults are theirs."""
+    """A ramp as ``spoc ramp`` and the Load screen ask for it: its step rules (declared once,
+    :class:`~spoc_tui.core.ramp.rules.StepRules`: ``step_s``, ``warmup_s``, ``max_step_s``,
+    ``budget_s``, ``spawn_rate``, ``arrivals`` (what each mode does: docs/ramps.md), ``seed``)
+    and what it runs against; its defaults are theirs."""
 
     url: str
     workload: Workload
@@ -54,29 +52,12 @@ class RampConfig(defaults.StepRules):
     limits: tuple[Limit, ...]
     out_dir: Path
     model: str | None = None
-    step_s: float = STEP_S
-    warmup_s: float = WARMUP_S
     abort_factor: float = ABORT_FACTOR
     workers: int = WORKERS
-    seed: int = SEED
     tokenizer: str | None = None
     api_key: str | None = field(default=None, repr=False)
     dcgm_urls: list[str] = field(default_factory=list)
     request_timeout_s: float = 300.0
-    max_step_s: float | None = None
-    """A step still inconclusive at ``step_s`` is measured on up to this long [4 x step_s]."""
-    spawn_rate: float | None = None
-    """Users added (or stopped) per second between steps [see :func:`spawn_rate`]."""
-    arrivals: ArrivalMode = ARRIVALS
-    """``staggered``: users start spread over the warm-up, each waits up to a second before its
-    first turn and, without think time, a little before each later one (what that does not
-    do: docs/ramps.md); ``lockstep``: at each step every user (the earlier steps' too) restarts at one
-    instant, once the requests in flight have ended, with no jitter (the worst case, and how
-    AIPerf and GuideLLM start their probes' streams: :class:`~spoc_tui.load.runner.Cohort`)."""
-    budget_s: float | None = None
-    """The most seconds of load (warm-ups and extensions included) the ramp runs; no step starts
-    once it is spent, and a step is measured on only while it lasts [the knee search:
-    :data:`DEFAULT_BUDGET_S`; listed levels: none]."""
     early_stop: Callable[[StepSummary], str | None] | None = field(default=None, repr=False)
     """Tuning: asked every few seconds of a step's window (from a third of it on) with the window
     so far; a reason ends the step there (the trial is clearly dominated)."""
@@ -189,7 +170,7 @@ def ramp_header(cfg: RampConfig, model: str, scan: TraceScan | None) -> RampHead
     else:
         profile = cfg.workload.as_dict()
     return replace(
-        cfg.header_rules(),
+        RampHeader.of_rules(cfg),
         url=redact_url(cfg.url),
         model=model,
         profile=profile,

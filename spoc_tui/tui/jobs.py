@@ -9,6 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 from rich.text import Text
@@ -152,10 +153,7 @@ class JobsApp(FastTruecolorApp[int]):
             plan=request.plan,
             limits=request.limits,
             out_dir=data_dir() / "ramps" / stamp,
-            step_s=request.step_s,
-            warmup_s=request.warmup_s,
-            budget_s=request.budget_s,
-            max_step_s=request.max_step_s,
+            **request.rules.values(),
             workers=request.workers,
             api_key=self.settings.api_key,
             dcgm_urls=list(self.settings.dcgm_urls),
@@ -163,9 +161,8 @@ class JobsApp(FastTruecolorApp[int]):
         )
         if isinstance(request.twin, Twin):  # its prediction of each step, kept on the step as it is measured
             name = twin_id(request.twin, request.twin_path or "twin.json")
-            cfg.shadow = ShadowTwin(request.twin, name, request.profile, request.limits, step_s=cfg.step_s,
-                                    warmup_s=cfg.warmup_s, arrivals=cfg.arrivals, spawn_rate=cfg.spawn_rate,
-                                    seed=cfg.seed)  # fmt: skip
+            shadow = ShadowTwin(request.twin, name, request.profile, request.limits, rules=cfg.rules())
+            cfg = replace(cfg, shadow=shadow)
         self.load_screen.set_running(True)
         steps = f"{request.trace.path.name} replayed" if request.trace else f"{cfg.step_s:g} s steps"
         self.events.note("ramp", f"ramp started: {plan_text(cfg.plan)}, {steps}")

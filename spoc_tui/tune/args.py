@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spoc_tui.core.ramp.rules import StepRules
+
 DEFAULT_OBJECTIVES = "max:out_tok_s,min:ttft_p99"
 TUNE_PROFILE = "tuning"
 """The chatbot's conversations without think time: every user has a request in flight, so the
 calibration reaches saturation and trials measure the server, not the workload's randomness."""
 SIM_LAUNCH = "spoc sim llama-3.1-8b --port {port} --dcgm-port 0 {flags}"
 VLLM_LAUNCH = "vllm serve MODEL --port {port} {flags}"
+TUNE_RULES = StepRules(step_s=30.0, warmup_s=5.0)
+"""A trial's step rules unless told: shorter steps than a ramp's (a study runs many)."""
 
 
 @dataclass
@@ -31,9 +35,9 @@ class TuneArgs:
     """``auto[:MAX]``: a calibration knee search on the first trial sets the reference load (see
     :meth:`TuneSession._calibrate`); or explicit counts, the last the reference load."""
     ref_users: int | None = None
-    step_seconds: float = 30.0
-    warmup_seconds: float = 5.0
-    seed: int = 0
+    rules: StepRules = TUNE_RULES
+    """Each trial's step rules (``--step-seconds``, ``--warmup-seconds``; ``--seed`` the sampler's
+    too)."""
     population: int = 8
     screen_pool: int = 32
     tries: tuple[str, ...] = ()

@@ -481,7 +481,8 @@ class FastSimEvaluator:
 
         # the driver's loop, as a measured trial's, with no step measured on past its window and no
         # early stop (each level's figures are the trial's whole record)
-        exp = replace(ramp.experiment(), step_limit_s=ramp.step_s, abort_factor=math.inf, early_stop=None)
+        exp = ramp.experiment()
+        exp = replace(exp, rules=replace(exp.rules, max_step_s=ramp.step_s), abort_factor=math.inf, early_stop=None)
         try:
             runs = run_now(Driver(exp, VirtualBackend(fresh=fresh), knee_each_step=False).run())
         except SimConfigError as e:

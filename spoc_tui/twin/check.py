@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from spoc_tui.core.files import not_a_file
 from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, UserPlan
+from spoc_tui.core.ramp.rules import StepRules
 from spoc_tui.core.ramp.sla import Limit, parse_sla
 from spoc_tui.core.ramp.steps import StepSummary, json_int
 from spoc_tui.core.results import RampDoc, RampHeader
@@ -181,18 +182,24 @@ def ramp_prediction(
     rows: TraceRows | None,
     steps: Sequence[StepSummary],
     limits: tuple[Limit, ...],
-    **rules: Any,
+    rules: StepRules,
+    draws: int,
+    flags: Mapping[str, object],
 ) -> Prediction:
     """The prediction of a measured ramp's ``steps`` at their levels (a trace's speeds, the
-    rates, or the users), by ``rules`` (its step rules, seed, draws and flags): what ``spoc twin
-    check`` and the shadow twin of ``spoc ramp --twin`` (:mod:`spoc_tui.twin.shadow`) run."""
+    rates, or the users), by its step ``rules`` (its levels and their lengths are the measured
+    steps': no budget or longest step of its own), on ``draws`` of the fit with the what-if
+    ``flags``: what ``spoc twin check`` and the shadow twin of ``spoc ramp --twin``
+    (:mod:`spoc_tui.twin.shadow`) run."""
     if rows is not None:
         plan: UserPlan = FixedSpeeds([s.level for s in steps])
     elif steps[0].rate is not None:
         plan = FixedRates([s.rate for s in steps if s.rate is not None])
     else:
         plan = FixedUsers([int(s.level) for s in steps])
-    return Prediction(twin=twin, workload=workload, trace=rows, plan=plan, limits=limits, **rules)
+    rules = replace(rules.rules(), max_step_s=None, budget_s=None)
+    return Prediction(twin=twin, workload=workload, trace=rows, plan=plan, limits=limits, **rules.values(),
+                      draws=draws, flags=dict(flags))  # fmt: skip
 
 
 def check(
@@ -241,13 +248,9 @@ def check(
         rows,
         steps,
         tuple(parse_sla(",".join(ramp.sla))) if ramp.sla else (),
-        step_s=header.step_seconds,
-        warmup_s=header.warmup_seconds,
-        arrivals=header.arrivals,
-        spawn_rate=header.spawn_rate,
-        seed=header.seed,
-        draws=draws,
-        flags=flags or {},
+        header.step_rules(),
+        draws,
+        flags or {},
     )
     at = predict_at(p, [(s.level, s.duration_s) for s in steps], progress)
     return judged(twin, steps, at, "simulated")

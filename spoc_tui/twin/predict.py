@@ -43,7 +43,7 @@ from spoc_tui.core.ramp.steps import (
 from spoc_tui.core.traces.read import TraceError, TraceRow, TraceSource
 from spoc_tui.core.traces.replay import ReplayShare
 from spoc_tui.load import defaults
-from spoc_tui.load.defaults import ABORT_FACTOR, ARRIVALS, STEP_S, WARMUP_S, spawn_rate
+from spoc_tui.load.defaults import ABORT_FACTOR, spawn_rate
 from spoc_tui.sim.backend import VirtualBackend, counters, server_window
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.twin.engine import TwinEngine
@@ -92,20 +92,14 @@ def figure_ci(step: StepSummary, metric: str, stat: str) -> Interval:
 
 @dataclass(frozen=True)
 class Prediction(defaults.StepRules):
-    """How to run the predicted ramp: the experiment of a ``spoc ramp`` command."""
+    """How to run the predicted ramp: the experiment of a ``spoc ramp`` command (its step rules,
+    :class:`~spoc_tui.core.ramp.rules.StepRules`, and the twin it runs on)."""
 
     twin: Twin
     workload: Workload
     plan: UserPlan
     """Listed users or rates, the knee search, or (with ``trace``) speeds."""
     limits: tuple[Limit, ...]
-    step_s: float = STEP_S
-    warmup_s: float = WARMUP_S
-    max_step_s: float | None = None
-    budget_s: float | None = None
-    arrivals: str = ARRIVALS
-    spawn_rate: float | None = None
-    seed: int = 0
     flags: Mapping[str, object] = field(default_factory=dict)
     draws: int = DRAWS
     trace: TraceRows | None = None

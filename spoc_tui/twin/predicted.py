@@ -17,7 +17,7 @@ def predicted_header(
     """A predicted ramp's header: the experiment as a measured ramp's says it, and the twin's part."""
     twin = p.twin
     return replace(
-        p.header_rules(),
+        RampHeader.of_rules(p),
         predicted=True,
         url=twin.url,
         model=twin.server.model,

@@ -17,8 +17,8 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+from spoc_tui.core.ramp.rules import StepRules
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.ramp.steps import StepShadow, StepSummary
 from spoc_tui.twin.check import ramp_prediction
@@ -53,20 +53,22 @@ class ShadowTwin:
         rows: TraceRows | None = None,
         draws: int = SHADOW_DRAWS,
         flags: Mapping[str, object] | None = None,
-        **rules: Any,
+        rules: StepRules | None = None,
     ) -> None:
-        """``rules``: the ramp's step rules as :class:`~spoc_tui.twin.predict.Prediction` takes them
-        (step_s, warmup_s, arrivals, spawn_rate, seed)."""
+        """``rules``: the ramp's step rules (its pacing and seed: the prediction runs at the measured
+        steps' levels and lengths)."""
         self.twin, self.name, self.workload, self.limits, self.rows = twin, name, workload, limits, rows
         self.draws = draws
-        self.rules = {**rules, "draws": draws, "flags": dict(flags or {})}
+        self.flags = dict(flags or {})
+        self.rules = rules if rules is not None else StepRules()
 
     def predict(self, steps: Sequence[StepSummary]) -> StepShadow | None:
         """The last of ``steps`` as the twin predicts it (blocking, the caller's thread)."""
         measured = [s for s in steps if s.requests > 0]
         if not measured or measured[-1] is not steps[-1]:
             return None  # a step that measured nothing is not predicted (twin check leaves it out too)
-        p = ramp_prediction(self.twin, self.workload, self.rows, measured, self.limits, **self.rules)
+        p = ramp_prediction(self.twin, self.workload, self.rows, measured, self.limits, self.rules, self.draws,
+                            self.flags)  # fmt: skip
         at = predict_at(p, [(s.level, s.duration_s) for s in measured])
         return StepShadow(self.name, at.draws, dict(at.figures[-1]), dict(at.intervals[-1]))
 

@@ -20,7 +20,6 @@ from spoc_tui.core.errors import InputError
 from spoc_tui.core.ramp.inference import infer_knee
 from spoc_tui.core.ramp.knee import find_knee
 from spoc_tui.core.ramp.steps import StepSummary
-from spoc_tui.load import defaults
 from spoc_tui.load.ramp import RampConfig
 from spoc_tui.tune.evaluate import OnEvent, TrialOutcome, TrialPlan, tokens_per_request
 from spoc_tui.twin.engine import TwinEngine
@@ -126,7 +125,7 @@ class TwinEvaluator:
             workload=r.workload,
             plan=trial.plan if trial is not None else r.plan,
             limits=tuple(r.limits),
-            **defaults.rules(r),
+            **r.values(),
             flags=settings,
             draws=0,
             trace=self._rows,

@@ -339,6 +339,7 @@ def test_the_shadow_twin_predicts_each_step_as_it_is_measured_and_the_check_read
     ramp.json, typed; ``spoc twin check`` reads those (nothing simulated) and they are the very
     figures it works out when told to simulate again; another twin's are not taken for its own."""
     from spoc_tui.core.ramp.knee import FixedUsers
+    from spoc_tui.core.ramp.rules import StepRules
     from spoc_tui.core.ramp.sla import parse_sla
     from spoc_tui.core.results import read_ramp
     from spoc_tui.twin.model import read_twin, write_twin
@@ -350,7 +351,7 @@ def test_the_shadow_twin_predicts_each_step_as_it_is_measured_and_the_check_read
     twin = read_twin(known_twin)
     sla = "ttft_p90<=2s"
     shadow = ShadowTwin(twin, twin_id(twin, known_twin), load_workload(str(prof)), tuple(parse_sla(sla)), draws=2,
-                        step_s=5.0, warmup_s=1.0, arrivals="staggered", spawn_rate=None, seed=0)  # fmt: skip
+                        rules=StepRules(step_s=5.0, warmup_s=1.0))  # fmt: skip
     measured = measured_ramp(tmp_path, str(prof), FixedUsers([2, 10]), sla, step_s=5, warmup_s=1, max_step_s=5,
                              shadow=shadow)  # fmt: skip
     steps = read_ramp(str(measured)).steps

@@ -51,7 +51,10 @@ def vllm_server(tmp_path_factory):
     flags = ["--profiler-config", json.dumps(profiler_config(traces))]
     # guarded: a test run that is killed takes its server with it
     # prompt token details: answers say how many prompt tokens the prefix cache served (trace replay)
-    server = tiny_server(log, port, *flags, "--enable-mfu-metrics", "--enable-prompt-tokens-details", guard=True)
+    # eager (no torch.compile at start): ready in 26 s where it took 42 (2026-12-07), on the tier's
+    # critical path; no test here measures the compiled server's speed (the benchmarks' full runs do)
+    server = tiny_server(log, port, *flags, "--enable-mfu-metrics", "--enable-prompt-tokens-details", "--enforce-eager",
+                         guard=True)  # fmt: skip
     server.trace_dir = traces  # type: ignore[attr-defined]
     try:
         took = server.start(timeout=300)

@@ -11,6 +11,7 @@ from spoc_tui.core.monitor.model import HeadroomShown
 from spoc_tui.core.ramp.experiment import RampProgress
 from spoc_tui.core.ramp.inference import KneeEstimate
 from spoc_tui.core.ramp.knee import FixedSpeeds, Knee
+from spoc_tui.core.ramp.rules import StepRules
 from spoc_tui.core.traces.read import trace_source
 from spoc_tui.sim.options import SimOptions
 from spoc_tui.sim.run import build
@@ -115,8 +116,9 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         # (its progress handed to the screen as the ramp's worker hands it; the ramp itself is
         # tests/e2e's and benchmarks/headroom.py's)
         form.request = form.StartRequested(
-            load_workload("chatbot"), FixedSpeeds([1.0]), form.limits, 5.0, 1.0, None, 5.0, 0, trace_source(trace)
-        )
+            load_workload("chatbot"), FixedSpeeds([1.0]), form.limits, StepRules(step_s=5.0, warmup_s=1.0, max_step_s=5.0),
+            0, trace_source(trace),
+        )  # fmt: skip
         measured = KneeEstimate(full.estimate, (full.estimate * 0.9, full.estimate * 1.1), "ttft_p99", "smooth",
                                 unit="x")  # fmt: skip
         knee = Knee(None, None, None, unit="x", inferred=measured)

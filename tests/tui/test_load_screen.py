@@ -246,14 +246,14 @@ async def test_the_forms_defaults_start_the_knee_search_with_its_budget():
         scr = app.load_screen
         request = scr.read_form()  # press start, change nothing
         assert request is not None and isinstance(request.plan, KneeSearch)
-        assert request.budget_s == 600 and request.max_step_s is None and request.workers == 0
+        assert request.rules.budget_s == 600 and request.rules.max_step_s is None and request.workers == 0
         assert [str(x) for x in request.limits] == ["ttft_p99<=2s", "itl_p99<=100ms"]
         scr.query_one("#budget").value = "0.1"  # 6 s: less than one step
         assert scr.read_form() is None and "the budget must be at least one step" in str(scr.form_error.render())
         scr.query_one("#budget").value = ""
         scr.query_one("#users").value = "1,2"
         request = scr.read_form()
-        assert request is not None and request.budget_s is None
+        assert request is not None and request.rules.budget_s is None
 
 
 async def test_f6_without_a_trace_folder_says_what_to_set():

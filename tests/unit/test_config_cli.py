@@ -1,6 +1,8 @@
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -401,3 +403,19 @@ def test_a_key_file_with_a_byte_order_mark_is_read_and_a_header_never_breaks_a_l
 
     with pytest.raises(HttpFailure, match="a request header holds a line break; nothing was sent"):
         asyncio.run(get())
+
+
+HELP = Path(__file__).parents[1] / "fixtures" / "cli" / "help.json"
+
+
+@pytest.mark.parametrize("command", ["ramp", "twin predict", "tune"])
+def test_the_experiment_commands_help_is_as_pinned(command):
+    """Issue 78: the experiment's options are made from one declaration of each step rule
+    (:class:`spoc_tui.core.ramp.rules.StepRules`); ``--help`` reads as it did before (pinned at
+    100 columns: tests/fixtures/cli/help.json, written from the commands as they were)."""
+    env = {**os.environ, "COLUMNS": "100"}
+    r = subprocess.run([sys.executable, "-m", "spoc_tui.cli", *command.split(), "--help"], capture_output=True,
+                       text=True, env=env, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    want = json.loads(HELP.read_text())[command]
+    assert r.stdout.replace("python -m spoc_tui.cli", "spoc") == want

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,7 @@ def test_spawn_rate_fits_the_warm_up():
     assert spawn_rate(cfg, 40) == 8.0  # 40 users within the first 5 s
     assert spawn_rate(cfg, 5000) == 100.0  # never above Locust's advised maximum
     assert spawn_rate(cfg, -2) == 1.0
-    cfg.spawn_rate = 3.0
+    cfg = replace(cfg, spawn_rate=3.0)
     assert spawn_rate(cfg, 40) == 3.0
 
 

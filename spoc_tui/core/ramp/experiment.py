@@ -38,6 +38,7 @@ from spoc_tui.core.ramp.knee import (
     measure_on,
     settle_due,
 )
+from spoc_tui.core.ramp.rules import StepRules, budget
 from spoc_tui.core.ramp.sla import MOST_STEP_S, LevelUnit, Limit, level_text
 from spoc_tui.core.ramp.status import RampEnd, RampStatus
 from spoc_tui.core.ramp.steps import (
@@ -105,15 +106,10 @@ class Experiment:
     plan: UserPlan
     limits: tuple[Limit, ...]
     unit: LevelUnit
-    step_s: float
-    warmup_s: float
-    step_limit_s: float
-    """A step still inconclusive at ``step_s`` is measured on up to this long."""
-    budget_s: float | None = None
-    """The most seconds of load (drains, warm-ups and extensions included); None: no budget."""
+    rules: StepRules = field(default_factory=StepRules)
+    """How the steps run (its step, warm-up, longest step, budget, pacing and seed)."""
     abort_factor: float = math.inf
     """A listed ramp stops once a step breaks a limit this many times over (:func:`badly_broken`)."""
-    seed: int = 0
     poll_s: float = 5.0
     """The longest between two readings of the server's figures during a window (``--poll-seconds``);
     a window shorter than 10 x this is read every tenth of it, at most once a second."""
@@ -130,6 +126,28 @@ class Experiment:
     """A twin's (``spoc ramp --twin``): given the steps measured so far, its prediction of the last,
     kept on that step (off the event loop, at the lowest CPU priority: the load generator's host
     is not slowed by it); one that fails leaves the step without it, never the ramp."""
+
+    @property
+    def step_s(self) -> float:
+        return self.rules.step_s
+
+    @property
+    def warmup_s(self) -> float:
+        return self.rules.warmup_s
+
+    @property
+    def step_limit_s(self) -> float:
+        """A step still inconclusive at ``step_s`` is measured on up to this long."""
+        return self.rules.step_limit_s
+
+    @property
+    def budget_s(self) -> float | None:
+        """The most seconds of load (drains, warm-ups and extensions included); None: no budget."""
+        return budget(self.plan, self.rules.budget_s)
+
+    @property
+    def seed(self) -> int:
+        return self.rules.seed
 
     @property
     def open_loop(self) -> bool:
@@ -151,29 +169,14 @@ class ExperimentRequest(Protocol):
     def limits(self) -> tuple[Limit, ...]: ...
     @property
     def unit(self) -> LevelUnit: ...
-    @property
-    def step_s(self) -> float: ...
-    @property
-    def warmup_s(self) -> float: ...
-    @property
-    def step_limit_s(self) -> float: ...
-    @property
-    def budget(self) -> float | None: ...
+    def rules(self) -> StepRules: ...
 
 
-def experiment_of(req: ExperimentRequest, **rest: Any) -> Experiment:
-    """The experiment ``req`` asks for; ``rest``: what only its maker knows (the seed, the error
-    class, a replay's step lengths...)."""
-    return Experiment(
-        plan=req.plan,
-        limits=req.limits,
-        unit=req.unit,
-        step_s=req.step_s,
-        warmup_s=req.warmup_s,
-        step_limit_s=req.step_limit_s,
-        budget_s=req.budget,
-        **rest,
-    )
+def experiment_of(req: ExperimentRequest, seed: int | None = None, **rest: Any) -> Experiment:
+    """The experiment ``req`` asks for (``seed``: another than its rules'); ``rest``: what only its
+    maker knows (the error class, a replay's step lengths...)."""
+    rules = req.rules() if seed is None else replace(req.rules(), seed=seed)
+    return Experiment(plan=req.plan, limits=req.limits, unit=req.unit, rules=rules, **rest)
 
 
 @dataclass(frozen=True, slots=True)

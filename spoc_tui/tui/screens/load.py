@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from rich.text import Text
 from textual import work
@@ -27,6 +27,7 @@ from spoc_tui.core.ramp.knee import (
     parse_levels,
     parse_speed_plan,
 )
+from spoc_tui.core.ramp.rules import StepRules, form_id, settings
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.core.ramp.text import (
@@ -40,12 +41,12 @@ from spoc_tui.core.ramp.text import (
 )
 from spoc_tui.core.traces.read import TraceSource, trace_source
 from spoc_tui.core.traces.stats import stats_lines, trace_stats
-from spoc_tui.load.defaults import DEFAULT_BUDGET_S, DEFAULT_PROFILE, DEFAULT_USERS
+from spoc_tui.load.defaults import DEFAULT_PROFILE, DEFAULT_USERS
 from spoc_tui.load.ramp import RampConfig, RampProgress
 from spoc_tui.tui.screens.keys import work_screen_keys
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
-from spoc_tui.tui.widgets.fields import Field
+from spoc_tui.tui.widgets.fields import Field, rule_fields
 from spoc_tui.tui.widgets.tables import Cell, DiffTable
 from spoc_tui.workload import Workload, builtin_names, load_workload
 
@@ -169,6 +170,10 @@ class LoadScreen(Screen[None]):
     LoadScreen #form3 { height: auto; padding: 0 1; }
     LoadScreen #form3 Label { padding: 0 1 0 0; }
     LoadScreen #form3 Input { width: 8; }
+    LoadScreen #form6 { height: auto; padding: 0 1; }
+    LoadScreen #form6 Label { padding: 0 1 0 0; }
+    LoadScreen #form6 Input { width: 8; }
+    LoadScreen #form6 Select { width: 15; }
     LoadScreen #form4 { height: auto; padding: 0 1; }
     LoadScreen #form4 Label { padding: 0 1 0 0; }
     LoadScreen #form4 #trace { width: 1fr; }
@@ -192,11 +197,9 @@ class LoadScreen(Screen[None]):
         plan: UserPlan
         """User counts, the knee search (``auto[:MAX]``) or open-loop rates (``rate:1,2,4``)."""
         limits: tuple[Limit, ...]
-        step_s: float
-        warmup_s: float
-        budget_s: float | None = None
-        """The load-time budget (None: the knee search's default, none for listed levels)."""
-        max_step_s: float | None = None
+        rules: StepRules
+        """The step rules as the form gave them (the budget's None: the knee search's default, none
+        for listed levels)."""
         workers: int = 0
         trace: TraceSource | None = None
         """Replay this trace instead of the profile (the plan is then speeds)."""
@@ -242,10 +245,7 @@ class LoadScreen(Screen[None]):
                 )
                 yield Label("users")
                 yield Field(DEFAULT_USERS, id="users", tooltip="1,2,4 · geom:1:64 · auto[:MAX] · rate:1,2,4 (req/s)")
-                yield Label("step s")
-                yield Field(f"{RampConfig.step_s:g}", id="step", restrict=r"[0-9.]*")
-                yield Label("warm-up s")
-                yield Field(f"{RampConfig.warmup_s:g}", id="warmup", restrict=r"[0-9.]*")
+                yield from rule_fields("first")
             with Horizontal(id="form2", classes="-row"):
                 yield Label("SLA")
                 yield Field(DEFAULT_SLA, id="sla")
@@ -268,20 +268,7 @@ class LoadScreen(Screen[None]):
                     tooltip="spoc twin calibrate writes one: each finished step is predicted on it and drawn as ◆",
                 )
             with Horizontal(id="form3", classes="-row"):
-                yield Label("budget min")
-                yield Field(
-                    f"{DEFAULT_BUDGET_S / 60:g}",
-                    id="budget",
-                    restrict=r"[0-9.]*",
-                    tooltip="most minutes of load the ramp runs (empty: no limit for listed levels)",
-                )
-                yield Label("max step s")
-                yield Field(
-                    "",
-                    id="max-step",
-                    restrict=r"[0-9.]*",
-                    tooltip="an inconclusive step is measured on up to this long",
-                )
+                yield from rule_fields("rules")
                 yield Label("workers")
                 yield Field(
                     str(RampConfig.workers),
@@ -289,6 +276,8 @@ class LoadScreen(Screen[None]):
                     restrict=r"[0-9]*",
                     tooltip="load-generator processes (0: one; more above 64 users)",
                 )
+            with Horizontal(id="form6", classes="-row"):
+                yield from rule_fields("pacing")
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
                 yield Button("Start (ctrl+r)", id="start", variant="success", disabled=self.url is None, compact=True)
@@ -334,45 +323,21 @@ class LoadScreen(Screen[None]):
                 else parse_levels(self.query_one("#users", Input).value)
             )
             limits = parse_sla(self.query_one("#sla", Input).value)
+            rules = self._rules()
             try:
-                step = float(self.query_one("#step", Input).value or "0")
-                warm = float(self.query_one("#warmup", Input).value or "0")
-                budget_text = self.query_one("#budget", Input).value.strip()
-                budget = float(budget_text) * 60 if budget_text else None
-                max_text = self.query_one("#max-step", Input).value.strip()
-                max_step = float(max_text) if max_text else None
                 workers = int(self.query_one("#workers", Input).value or "0")
             except ValueError:
-                raise InputError(
-                    "step, warm-up and max step are seconds, the budget minutes, workers a whole number"
-                ) from None
+                raise InputError("workers: a whole number") from None
             profile = load_workload(str(self.query_one("#profile", Select).value))
             twin_text = self.query_one("#twin", Input).value.strip()
             twin = self._twin(twin_text)
             if twin is not None and trace is not None:
                 raise InputError("the twin predicts profile ramps: give a trace or a twin, not both")
             # the check spoc ramp makes, with the form's names for its fields
-            RampConfig(
-                self.url or "",
-                profile,
-                plan,
-                limits,
-                Path(),
-                step_s=step,
-                warmup_s=warm,
-                budget_s=budget,
-                max_step_s=max_step,
-                workers=workers,
-                trace=trace,
-            ).validate()
+            RampConfig(self.url or "", profile, plan, limits, Path(), **rules.values(), workers=workers,
+                       trace=trace).validate()  # fmt: skip
         except SpocError as e:
-            names = {
-                "--warmup-seconds": "warm-up",
-                "--step-seconds": "the step",
-                "--max-step-seconds": "max step",
-                "--budget": "the budget",
-                "--workers": "workers",
-            }
+            names = {s.flag: s.said for _, s in settings()} | {"--workers": "workers"}
             message = str(e)
             for flag, name in names.items():
                 message = message.replace(flag, name)
@@ -380,8 +345,33 @@ class LoadScreen(Screen[None]):
             return None
         self.form_error.update("")
         self.limits = limits
-        return self.StartRequested(profile, plan, limits, step, warm, budget, max_step, workers, trace, twin,
+        return self.StartRequested(profile, plan, limits, rules, workers, trace, twin,
                                    os.path.expanduser(twin_text) if twin else "")  # fmt: skip
+
+    def _rules(self) -> StepRules:
+        """The step rules the form's fields give (an empty optional one: its default).
+
+        Raises:
+            InputError: a field that is not a number, naming it and its unit.
+        """
+        values: dict[str, object] = {}
+        for name, s in settings():
+            widget = self.query_one(f"#{form_id(name)}")
+            text = str(widget.value if isinstance(widget, Select) else cast(Input, widget).value).strip()
+            optional = next(f.default for f in fields(StepRules) if f.name == name) is None
+            try:
+                if s.kind == "choice":
+                    values[name] = text
+                elif s.kind == "int":
+                    values[name] = int(text or "0")
+                elif not text and optional:
+                    values[name] = None
+                else:
+                    values[name] = float(text or "0") * s.form_scale
+            except ValueError:
+                unit = "a whole number" if s.kind == "int" else "minutes" if s.form_scale == 60 else "a number"
+                raise InputError(f"{s.said}: {text!r} is not {unit}") from None
+        return StepRules(**values)  # type: ignore[arg-type]
 
     def _twin(self, text: str) -> object | None:
         """The form's twin, read (None: none asked).

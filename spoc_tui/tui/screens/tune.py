@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -21,8 +21,8 @@ from spoc_tui.core.tuning.space import Objective
 from spoc_tui.tui.screens.keys import work_screen_keys
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
-from spoc_tui.tui.widgets.fields import Field
-from spoc_tui.tune.args import SIM_LAUNCH, VLLM_LAUNCH, TuneArgs
+from spoc_tui.tui.widgets.fields import Field, rule_field
+from spoc_tui.tune.args import SIM_LAUNCH, TUNE_RULES, VLLM_LAUNCH, TuneArgs
 from spoc_tui.tune.events import (
     Note,
     OthersDone,
@@ -132,8 +132,7 @@ class TuneScreen(Screen[None]):
                 yield Field(str(TuneArgs.trials), id="trials", restrict=r"[0-9]*")
                 yield Label("users")
                 yield Field(TuneArgs.users, id="users")
-                yield Label("step s")
-                yield Field(f"{TuneArgs.step_seconds:g}", id="step", restrict=r"[0-9.]*")
+                yield from rule_field("step_s", TUNE_RULES.step_s)
                 yield Select(
                     [(n, n) for n in builtin_names()],
                     value=TuneArgs.profile,
@@ -192,8 +191,7 @@ class TuneScreen(Screen[None]):
             objectives=val("objectives"),
             trials=trials,
             users=val("users") or TuneArgs.users,
-            step_seconds=step,
-            warmup_seconds=min(5.0, step / 5),
+            rules=replace(TUNE_RULES, step_s=step, warmup_s=min(5.0, step / 5)),
             profile=str(profile),
             resume=resume,
         )

@@ -9,10 +9,15 @@ no field is being edited.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import fields
 from typing import Any
 
 from textual.binding import Binding
-from textual.widgets import Input
+from textual.widget import Widget
+from textual.widgets import Input, Label, Select
+
+from spoc_tui.core.ramp.rules import StepRules, form_id, settings
 
 
 class Field(Input):
@@ -25,3 +30,29 @@ class Field(Input):
 
     def action_leave(self) -> None:
         self.screen.set_focus(None)
+
+
+def rule_field(name: str, value: object = None) -> Iterator[Widget]:
+    """The form field of the step rule ``name`` (a field of
+    :class:`~spoc_tui.core.ramp.rules.StepRules`), made from its declaration: its label, then the
+    field with ``value`` (default: the rule's; a choice's: a list of its choices)."""
+    setting = dict(settings())[name]
+    default = next(f.default for f in fields(StepRules) if f.name == name) if value is None else value
+    yield Label(setting.form)
+    if setting.kind == "choice":
+        yield Select([(c, c) for c in setting.choices], value=str(default), allow_blank=False, id=form_id(name),
+                     compact=True, tooltip=setting.form_tip or None)  # fmt: skip
+        return
+    if value is None and setting.form_value is not None:
+        text = setting.form_value
+    else:
+        text = "" if default is None else f"{default:g}"
+    digits = r"[0-9]*" if setting.kind == "int" else r"[0-9.]*"
+    yield Field(text, id=form_id(name), restrict=digits, tooltip=setting.form_tip or None)
+
+
+def rule_fields(row: str) -> Iterator[Widget]:
+    """The Load form's fields of the step rules of ``row`` (their ``form_row``), in their order."""
+    for name, setting in settings():
+        if setting.form_row == row:
+            yield from rule_field(name)
