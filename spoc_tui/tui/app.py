@@ -51,7 +51,7 @@ from spoc_tui.tune.study import TuneSession
 from spoc_tui.twin.headroom import Headroom
 from spoc_tui.twin.headroom_confirm import HeadroomClaim, confirm_speeds, write_traffic_trace
 from spoc_tui.twin.history import HISTORY_S, PROMETHEUS_EVERY_S, PrometheusFeed
-from spoc_tui.twin.live import LiveHeadroom
+from spoc_tui.twin.live import CpuMeter, LiveHeadroom
 from spoc_tui.twin.model import read_twin
 from spoc_tui.twin.passive import MIN_WINDOWS
 from spoc_tui.twin.publish import HeadroomCollector, parse_address, serve_metrics
@@ -125,6 +125,7 @@ class SpocApp(AsciiScreenshots, JobsApp):
         if settings.headroom and (self.sources.vllm is not None or self.sources.promql is not None):
             prior = read_twin(Path(settings.twin).expanduser()) if settings.twin else None
             self.headroom = LiveHeadroom(self.limits or parse_sla(DEFAULT_SLA), prior, seats=settings.max_num_seqs)
+            self.headroom.meter = CpuMeter()  # the estimates take what the monitor leaves of 1.4 % of a core
             if self.sources.vllm is not None:
                 self.sources.vllm.on_scrape = self.headroom.add
             elif self.sources.promql is not None:
@@ -323,6 +324,8 @@ class SpocApp(AsciiScreenshots, JobsApp):
         if self.published is not None and self.headroom is not None:  # each server's series from its first tick
             new = {sv.source for sv in message.tick.servers} - self.published.servers()
             self.published.publish({src: Headroom.none("learning", self.headroom.limits) for src in new})
+        if self.headroom is not None and self.headroom.meter is not None:
+            self.headroom.meter.sample(busy=self._estimating)
         if self.headroom is not None and not self._estimating and self.headroom.work_due():
             self._estimating = True
             self._estimate_headroom()

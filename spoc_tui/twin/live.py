@@ -9,6 +9,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
@@ -181,11 +182,19 @@ def estimate_of(
 LIVE_REFRESH_S = 600.0
 """The soonest the monitor works out each server's headroom again (its fit's windows are 30 s)."""
 LIVE_CPU_SHARE = 0.005
-"""The share of one core the estimates may take over time: an estimate replays the traffic on the
+"""The most of one core the estimates may take over time: an estimate replays the traffic on the
 twin, 1-25 s of CPU by the traffic's weight (benchmarks/README.md, live headroom), so the next
 waits until the last one's CPU is this share of the time since it began (a 24 s estimate: the
-next 80 minutes on), never sooner than :data:`LIVE_REFRESH_S`. The monitor itself takes about
-0.7 % of a core (benchmarks/monitor_cpu.py): with this, at most 1.2 %, under issue 52's 1.5 %."""
+next 80 minutes on), never sooner than :data:`LIVE_REFRESH_S`. Less where the monitor's own work
+leaves less of :data:`TOTAL_CPU_SHARE` (:attr:`LiveHeadroom.share`)."""
+TOTAL_CPU_SHARE = 0.014
+"""The share of one core the monitor, its ledger's grading and its estimates take together: issue
+52's and 75's 1.5 %, less a tenth of a per cent for the meter's own spread over a minute. One
+server's monitor takes about 0.7 % (benchmarks/monitor_cpu.py), leaving the estimates their
+:data:`LIVE_CPU_SHARE`; sixteen replicas read through Prometheus about 1.2 %, leaving them less."""
+MIN_CPU_SHARE = 0.001
+"""The least the estimates are kept to, however much the monitor's own work takes (they still
+come, if rarely, and the total is then over :data:`TOTAL_CPU_SHARE`, which the note says)."""
 LIVE_RETRY_S = 60.0
 """How soon the monitor works the headroom out again when no server's could say a number yet (too
 few windows, too little variety: a fit without a replay, milliseconds of CPU), rather than
@@ -204,6 +213,39 @@ LEDGER_CPU_SHARE = 0.0015
 grading a minute replays a minute and a half of its traffic six times (about 1 s of CPU at a
 couple of requests a second, benchmarks/README.md, the ledger), so the newest minute is graded
 every ten minutes or so; a lighter traffic's, more often."""
+
+
+class CpuMeter:
+    """The process's own share of a core over its last :attr:`window_s` seconds, the spans while its
+    estimates or gradings ran left out (their CPU is budgeted apart): sampled each tick, a syscall."""
+
+    def __init__(
+        self,
+        window_s: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+        cpu: Callable[[], float] = time.process_time,
+    ) -> None:
+        self.window_s, self.clock, self.cpu = window_s, clock, cpu
+        self._last: tuple[float, float] | None = None
+        self._spans: deque[tuple[float, float, float]] = deque()
+        """(when, wall seconds, CPU seconds) of each quiet span sampled."""
+
+    def sample(self, busy: bool) -> None:
+        """A tick: the span since the last one counted, unless an estimate or a grading ran in it
+        (``busy`` now, or it was at the last sample: the span is then the next one's start)."""
+        now, cpu = self.clock(), self.cpu()
+        last, self._last = self._last, None if busy else (now, cpu)
+        if last is None or busy:
+            return
+        self._spans.append((now, now - last[0], max(0.0, cpu - last[1])))
+        while self._spans and now - self._spans[0][0] > self.window_s:
+            self._spans.popleft()
+
+    def share(self) -> float | None:
+        """The share of a core (0.012: 1.2 %) over the quiet spans of the window, None before a
+        minute of them."""
+        wall = sum(w for _, w, _ in self._spans)
+        return sum(c for _, _, c in self._spans) / wall if wall >= 60.0 else None
 
 
 class LiveHeadroom:
@@ -247,6 +289,9 @@ class LiveHeadroom:
         self._graded: float | None = None
         self.results: dict[str, Headroom] = {}
         """Each server's latest headroom, by its source as shown."""
+        self.meter: CpuMeter | None = None
+        """The process's own CPU share, the estimates and gradings left out (the monitor's, where it
+        measures it: :attr:`share` then keeps the total within :data:`TOTAL_CPU_SHARE`)."""
 
     def add(self, source: str, t: float, exp: Exposition) -> None:
         """One scrape of ``source`` taken at ``t`` (any thread). A scrape the learner cannot take
@@ -281,13 +326,23 @@ class LiveHeadroom:
             return max((b - a for a, b in self._span.values()), default=0.0)
 
     @property
+    def share(self) -> float:
+        """The share of a core the estimates are kept to: what the process's own work (:attr:`meter`)
+        and the ledger's grading leave of :data:`TOTAL_CPU_SHARE`, between :data:`MIN_CPU_SHARE` and
+        :data:`LIVE_CPU_SHARE` (the latter where nothing measures it)."""
+        own = self.meter.share() if self.meter is not None else None
+        if own is None:
+            return LIVE_CPU_SHARE
+        return min(LIVE_CPU_SHARE, max(MIN_CPU_SHARE, TOTAL_CPU_SHARE - LEDGER_CPU_SHARE - own))
+
+    @property
     def interval_s(self) -> float:
         """Seconds from one refresh to the next: ``refresh_s`` (:data:`LIVE_RETRY_S` while no
         server's estimate could say a number), or longer where the last one's CPU would take more
-        than :data:`LIVE_CPU_SHARE` of a core over it."""
+        than :attr:`share` of a core over it."""
         said = any(h.identified for h in self.results.values())
         base = self.refresh_s if said or not self.results else min(self.refresh_s, LIVE_RETRY_S)
-        return max(base, self.cpu_s / LIVE_CPU_SHARE)
+        return max(base, self.cpu_s / self.share)
 
     def due(self) -> bool:
         """Time for :meth:`refresh`: the first once the fit could have its windows, then every
@@ -387,9 +442,11 @@ class LiveHeadroom:
             return f"tried again in {self.interval_s / 60:.0f} min"
         if self.interval_s <= self.refresh_s:
             return ""
+        share = self.share
+        left = "" if share >= LIVE_CPU_SHARE else f", what the monitor's own work leaves of {TOTAL_CPU_SHARE * 100:g} %"
         return (
             f"next in {self.interval_s / 60:.0f} min (this one took {self.cpu_s:.0f} s of CPU; "
-            f"estimates are kept to {LIVE_CPU_SHARE * 100:g} % of a core)"
+            f"estimates are kept to {share * 100:.2g} % of a core{left})"
         )
 
     def reset(self) -> None:
