@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -458,23 +458,29 @@ DRAIN_SILENT_S = 5.0
 
 
 async def _drain(
-    most_s: float, health: list[wire.Health], say: Callable[[str], None], pump: asyncio.Task[None]
+    most_s: float,
+    health: list[wire.Health],
+    say: Callable[[str], None],
+    pump: asyncio.Future[None],
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> float:
     """After a step down, wait until every load-generator process reports no request in flight
     that an earlier step sent, at most ``most_s`` (the step's limit, ``--max-step-seconds``); the
     time it ended. The step then warms up and counts only the requests sent from then: the last
     level's backlog would queue them behind its load. (On the simulator's coding profile, 15 users
     after 64 measured a TTFT p99 of 5.1 s where 15 users' own is 0.2 s, and the knee's interval
-    left the truth out in 3 of 20 searches.)"""
-    t0 = time.time()
+    left the truth out in 3 of 20 searches.) ``clock`` and ``sleep``: the health reports' clock
+    (the wall clock) and the wait between looks at them."""
+    t0 = clock()
     stale: int | None = None
     said = ""
-    while time.time() - t0 < most_s:
+    while clock() - t0 < most_s:
         if pump.done():
             raise RampError("the load generator exited; see runner.log in the output folder")
         seen = {h.process for h in health if h.t >= t0 - DRAIN_SILENT_S}
         latest = {h.process: h for h in health if h.t >= t0 + DRAIN_READ_S}
-        if not seen and time.time() - t0 >= DRAIN_SILENT_S:
+        if not seen and clock() - t0 >= DRAIN_SILENT_S:
             break  # the load generator reports no health: nothing to wait for
         if seen and seen <= latest.keys():
             stale = sum(h.stale for h in latest.values())
@@ -485,8 +491,8 @@ async def _drain(
         if note != said:  # said once per change (the command line prints every report)
             say(note)
             said = note
-        await asyncio.sleep(0.5)
-    return time.time()
+        await sleep(0.5)
+    return clock()
 
 
 def scan_trace(source: TraceSource) -> TraceScan:

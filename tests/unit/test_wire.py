@@ -125,7 +125,6 @@ def test_a_step_down_waits_for_the_last_levels_requests(tmp_path):
     reported, after the command, no request in flight from an earlier step; it says what it
     waits for, and it gives up at the step's limit or when nothing reports at all."""
     import asyncio
-    import time
 
     from spoc_tui.core.ramp.sla import parse_sla
     from spoc_tui.load import ramp
@@ -147,29 +146,29 @@ def test_a_step_down_waits_for_the_last_levels_requests(tmp_path):
         notes.append(note)
 
     async def scenario(reports: list[tuple[float, str, int]]) -> float:
-        health: list[wire.Health] = []
-        t0 = time.time()
-        health.append(wire.Health(t0 - 0.5, 0.0, (), "main", 5))  # before the command: the process is known
+        """The drain in virtual time: each report lands at its second after the command, each
+        of the drain's waits moves the clock on (a real-time run missed the 0.5 s a stale count
+        stood on a loaded host)."""
+        now = [1_000.0]
+        t0 = now[0]
+        health = [wire.Health(t0 - 0.5, 0.0, (), "main", 5)]  # before the command: the process is known
+        due = sorted(reports)
 
-        async def feed() -> None:
-            for after, proc, stale in reports:
-                await asyncio.sleep(max(0.0, t0 + after - time.time()))
-                health.append(wire.Health(time.time(), 0.0, (), proc, stale))
-            await asyncio.sleep(60)
+        async def sleep(s: float) -> None:
+            now[0] += s
+            while due and t0 + due[0][0] <= now[0]:
+                after, proc, stale = due.pop(0)
+                health.append(wire.Health(t0 + after, 0.0, (), proc, stale))
 
-        pump = asyncio.create_task(asyncio.sleep(60))
-        feeder = asyncio.create_task(feed())
-        try:
-            end = await ramp._drain(cfg.step_limit_s, health, lambda note: report("warmup", 2, 2, [], 0, note), pump)
-        finally:
-            pump.cancel()
-            feeder.cancel()
+        pump: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the load generator, alive
+        end = await ramp._drain(cfg.step_limit_s, health, lambda note: report("warmup", 2, 2, [], 0, note), pump,
+                                clock=lambda: now[0], sleep=sleep)  # fmt: skip
         return end - t0
 
-    # 3 stale at 1.6 s (after the command reached it), none at 2.1 s: it ends then
+    # 3 stale at 1.6 s (after the command reached it), none at 2.1 s: it ends at its next look
     took = asyncio.run(scenario([(0.2, "main", 5), (1.6, "main", 3), (2.1, "main", 0)]))
-    assert 2.0 <= took < 2.9
+    assert took == 2.5
     assert "waiting for 3 requests of the last level to end" in notes
     # they never end: it gives up at the step's limit (3 s)
     took = asyncio.run(scenario([(1.6, "main", 2), (2.5, "main", 2)]))
-    assert 2.9 <= took < 3.8
+    assert took == 3.0
