@@ -45,7 +45,10 @@ Then (``--cases=bursts``, issue 76) a server of 24 seats, untold, under traffic 
 four-fold every two minutes with bursts at three times the rate: the headroom untold and told
 (``--max-num-seqs 24``), each beside the knee its window's requests measure.
 
-Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat,bursts] [--presets=l40s] (make
+Then (``--cases=learner``, issue 73) the passive learner's own cost per scrape at 2 and at 40
+requests a second: the scrape parsed and read, which must not grow with the traffic.
+
+Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat,learner,bursts] [--presets=l40s] (make
 bench: 5 seeds, every case, both presets); ``--smoke``: one preset, one seed, a shorter observation (checks that it runs).
 ``--real [--seed=N]``: the real vLLM CPU server (half an hour; it keeps its scrapes);
 ``--again=DIR``: that run's headroom said again from its kept scrapes and twin.json, beside its knee.
@@ -712,6 +715,48 @@ OPTIONS = ("--smoke", "--told", "--real", "--seeds", "--cases", "--presets", "--
            "--step", "--budget", "--again")  # fmt: skip
 
 
+LEARNER_RATES = (2.0, 40.0)
+"""The learner-cost case's traffic: the demo's rate, and an H100 at 40 requests a second (issue 73)."""
+
+
+def learner_cost(smoke: bool) -> None:
+    """Issue 73, point 4: what the passive learner costs the monitor per scrape (the exposition
+    parsed, then read by :meth:`HeadroomLearner.add`), at 2 and at 40 requests a second on the
+    simulated H100, a scrape a second as the monitor scrapes: it differences counters and
+    histograms and holds no request, so the cost is that of the exposition, whose size does not
+    grow with the traffic."""
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.sim.exposition import vllm_metrics
+
+    seconds = 30.0 if smoke else 600.0
+    print(f"the passive learner's cost per scrape (a scrape a second for {seconds:.0f} s, the simulated H100):")
+    costs = []
+    for rate in LEARNER_RATES:
+        engine, _ = build(SimOptions(gpu="h100-80gb", dcgm_port=None, seed=1))
+        vs = VirtualServer(engine, workload(), 0, seed=1)
+        vs.set_rate(rate)
+        learner = HeadroomLearner(tuple(parse_sla(SLA)))
+        parse_s = add_s = 0.0
+        size = n = 0
+        t = 0.0
+        while t < seconds:
+            t += 1.0
+            vs.advance(t)
+            text = vllm_metrics(vs.engine)
+            c0 = time.process_time()
+            exp = parse_text(text)
+            c1 = time.process_time()
+            learner.add(t, exp)
+            add_s += time.process_time() - c1
+            parse_s += c1 - c0
+            size, n = max(size, len(text)), n + 1
+        costs.append((parse_s + add_s) / n)
+        print(f"  {rate:g} requests/s ({len(vs.samples):,} answered): {1e3 * parse_s / n:.2f} ms to parse the scrape "
+              f"({size / 1024:.0f} KB at most), {1e3 * add_s / n:.2f} ms for the learner; "
+              f"{1e3 * (parse_s + add_s) / n:.2f} ms a scrape")  # fmt: skip
+    print(f"  at {LEARNER_RATES[-1]:g} requests/s, x{costs[-1] / costs[0]:.2f} the cost at {LEARNER_RATES[0]:g}")
+
+
 def main() -> int:
     if {"-h", "--help"} & set(sys.argv[1:]):
         print(__doc__)
@@ -731,8 +776,10 @@ def main() -> int:
     seeds = 1 if smoke else next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--seeds=")), 5)
     cases = next(
         (a.split("=")[1].split(",") for a in sys.argv if a.startswith("--cases=")),
-        ["open", "closed", "flat"] + ([] if smoke else ["bursts"]),  # the smoke's bursts: a test of its own
+        ["open", "closed", "flat", "learner"] + ([] if smoke else ["bursts"]),  # the smoke's bursts: a test of its own
     )
+    if "learner" in cases:
+        learner_cost(smoke)
     presets = dict(list(PRESETS.items())[:1]) if smoke else PRESETS
     only = next((a.split("=")[1].split(",") for a in sys.argv if a.startswith("--presets=")), None)
     if only is not None:

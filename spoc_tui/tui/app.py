@@ -125,7 +125,7 @@ class SpocApp(AsciiScreenshots, JobsApp):
         if settings.headroom and (self.sources.vllm is not None or self.sources.promql is not None):
             prior = read_twin(Path(settings.twin).expanduser()) if settings.twin else None
             self.headroom = LiveHeadroom(self.limits or parse_sla(DEFAULT_SLA), prior, seats=settings.max_num_seqs)
-            self.headroom.meter = CpuMeter()  # the estimates take what the monitor leaves of 1.4 % of a core
+            self.headroom.meter = CpuMeter()  # the estimates take what the monitor leaves of 1.45 % of a core
             if self.sources.vllm is not None:
                 self.sources.vllm.on_scrape = self.headroom.add
             elif self.sources.promql is not None:
@@ -328,6 +328,8 @@ class SpocApp(AsciiScreenshots, JobsApp):
             self.headroom.meter.sample(busy=self._estimating)
         if self.headroom is not None and not self._estimating and self.headroom.work_due():
             self._estimating = True
+            if self.headroom.meter is not None:
+                self.headroom.meter.busy()
             self._estimate_headroom()
         if self.start_workers:
             for u in self.settings.vllm_urls:

@@ -187,14 +187,18 @@ twin, 1-25 s of CPU by the traffic's weight (benchmarks/README.md, live headroom
 waits until the last one's CPU is this share of the time since it began (a 24 s estimate: the
 next 80 minutes on), never sooner than :data:`LIVE_REFRESH_S`. Less where the monitor's own work
 leaves less of :data:`TOTAL_CPU_SHARE` (:attr:`LiveHeadroom.share`)."""
-TOTAL_CPU_SHARE = 0.014
+TOTAL_CPU_SHARE = 0.0145
 """The share of one core the monitor, its ledger's grading and its estimates take together: issue
-52's and 75's 1.5 %, less a tenth of a per cent for the meter's own spread over a minute. One
-server's monitor takes about 0.7 % (benchmarks/monitor_cpu.py), leaving the estimates their
-:data:`LIVE_CPU_SHARE`; sixteen replicas read through Prometheus about 1.2 %, leaving them less."""
-MIN_CPU_SHARE = 0.001
+52's and 75's 1.5 %, less 0.05 % for the meter's own spread over a couple of minutes. One
+server's monitor takes about 0.7 % (benchmarks/monitor_cpu.py), leaving the grading and the
+estimates their :data:`LEDGER_CPU_SHARE` and :data:`LIVE_CPU_SHARE`; sixteen replicas read
+through Prometheus 1.2-1.3 %, leaving them less (:attr:`LiveHeadroom.share`)."""
+MIN_CPU_SHARE = 0.0005
 """The least the estimates are kept to, however much the monitor's own work takes (they still
 come, if rarely, and the total is then over :data:`TOTAL_CPU_SHARE`, which the note says)."""
+GRADE_PART = 0.25
+"""Of what the monitor leaves of :data:`TOTAL_CPU_SHARE`, the most the ledger's grading takes
+(up to :data:`LEDGER_CPU_SHARE`); the estimates take the rest (up to :data:`LIVE_CPU_SHARE`)."""
 LIVE_RETRY_S = 60.0
 """How soon the monitor works the headroom out again when no server's could say a number yet (too
 few windows, too little variety: a fit without a replay, milliseconds of CPU), rather than
@@ -240,6 +244,12 @@ class CpuMeter:
         self._spans.append((now, now - last[0], max(0.0, cpu - last[1])))
         while self._spans and now - self._spans[0][0] > self.window_s:
             self._spans.popleft()
+
+    def busy(self) -> None:
+        """Work the meter leaves out (an estimate, a grading) begins: the span it starts in is not
+        counted (a monitor reading Prometheus ticks every 15 s: a grading fell between two quiet
+        samples and was read as the monitor's own 16.7 %)."""
+        self._last = None
 
     def share(self) -> float | None:
         """The share of a core (0.012: 1.2 %) over the quiet spans of the window, None before a
@@ -328,12 +338,26 @@ class LiveHeadroom:
     @property
     def share(self) -> float:
         """The share of a core the estimates are kept to: what the process's own work (:attr:`meter`)
-        and the ledger's grading leave of :data:`TOTAL_CPU_SHARE`, between :data:`MIN_CPU_SHARE` and
-        :data:`LIVE_CPU_SHARE` (the latter where nothing measures it)."""
-        own = self.meter.share() if self.meter is not None else None
-        if own is None:
+        and the ledger's grading (:attr:`grade_share`) leave of :data:`TOTAL_CPU_SHARE`, between
+        :data:`MIN_CPU_SHARE` and :data:`LIVE_CPU_SHARE` (the latter where nothing measures it)."""
+        left = self._left()
+        if left is None:
             return LIVE_CPU_SHARE
-        return min(LIVE_CPU_SHARE, max(MIN_CPU_SHARE, TOTAL_CPU_SHARE - LEDGER_CPU_SHARE - own))
+        return min(LIVE_CPU_SHARE, max(MIN_CPU_SHARE, left - self.grade_share))
+
+    @property
+    def grade_share(self) -> float:
+        """The share of a core the ledger's grading is kept to: :data:`LEDGER_CPU_SHARE`, or
+        :data:`GRADE_PART` of what the monitor's own work leaves where that is less."""
+        left = self._left()
+        if left is None:
+            return LEDGER_CPU_SHARE
+        return min(LEDGER_CPU_SHARE, max(MIN_CPU_SHARE / 5, GRADE_PART * left))
+
+    def _left(self) -> float | None:
+        """What the process's own work leaves of :data:`TOTAL_CPU_SHARE` (None: not measured)."""
+        own = self.meter.share() if self.meter is not None else None
+        return None if own is None else max(0.0, TOTAL_CPU_SHARE - own)
 
     @property
     def interval_s(self) -> float:
@@ -359,7 +383,7 @@ class LiveHeadroom:
         if not self.results:
             return False
         if self._graded is not None:
-            wait = max(LEDGER_S, self.grade_cpu_s / LEDGER_CPU_SHARE)
+            wait = max(LEDGER_S, self.grade_cpu_s / self.grade_share)
             if self.clock() - self._graded < wait:
                 return False
         with self._lock:
