@@ -729,32 +729,33 @@ def learner_cost(smoke: bool) -> None:
     from spoc_tui.sim.exposition import vllm_metrics
 
     seconds = 30.0 if smoke else 600.0
-    print(f"the passive learner's cost per scrape (a scrape a second for {seconds:.0f} s, the simulated H100):")
-    costs = []
+    print(f"the passive learner's cost per scrape (a scrape a second for {seconds:.0f} s, the simulated H100; "
+          "the two rates' scrapes taken in turn, so that the host's drift falls on both):")  # fmt: skip
+    runs = []
     for rate in LEARNER_RATES:
         engine, _ = build(SimOptions(gpu="h100-80gb", dcgm_port=None, seed=1))
         vs = VirtualServer(engine, workload(), 0, seed=1)
         vs.set_rate(rate)
-        learner = HeadroomLearner(tuple(parse_sla(SLA)))
-        parse_s = add_s = 0.0
-        size = n = 0
-        t = 0.0
-        while t < seconds:
-            t += 1.0
-            vs.advance(t)
-            text = vllm_metrics(vs.engine)
+        runs.append({"vs": vs, "learner": HeadroomLearner(tuple(parse_sla(SLA))), "parse": 0.0, "add": 0.0, "size": 0})
+    t, n = 0.0, 0
+    while t < seconds:
+        t, n = t + 1.0, n + 1
+        for r in runs:
+            r["vs"].advance(t)
+            text = vllm_metrics(r["vs"].engine)
             c0 = time.process_time()
             exp = parse_text(text)
             c1 = time.process_time()
-            learner.add(t, exp)
-            add_s += time.process_time() - c1
-            parse_s += c1 - c0
-            size, n = max(size, len(text)), n + 1
-        costs.append((parse_s + add_s) / n)
-        print(f"  {rate:g} requests/s ({len(vs.samples):,} answered): {1e3 * parse_s / n:.2f} ms to parse the scrape "
-              f"({size / 1024:.0f} KB at most), {1e3 * add_s / n:.2f} ms for the learner; "
-              f"{1e3 * (parse_s + add_s) / n:.2f} ms a scrape")  # fmt: skip
-    print(f"  at {LEARNER_RATES[-1]:g} requests/s, x{costs[-1] / costs[0]:.2f} the cost at {LEARNER_RATES[0]:g}")
+            r["learner"].add(t, exp)
+            r["add"] += time.process_time() - c1
+            r["parse"] += c1 - c0
+            r["size"] = max(r["size"], len(text))
+    for rate, r in zip(LEARNER_RATES, runs, strict=True):
+        print(f"  {rate:g} requests/s ({len(r['vs'].samples):,} answered): {1e3 * r['parse'] / n:.2f} ms to parse the "
+              f"scrape ({r['size'] / 1024:.0f} KB at most), {1e3 * r['add'] / n:.2f} ms for the learner; "
+              f"{1e3 * (r['parse'] + r['add']) / n:.2f} ms a scrape")  # fmt: skip
+    cost = [r["parse"] + r["add"] for r in runs]
+    print(f"  at {LEARNER_RATES[-1]:g} requests/s, x{cost[-1] / cost[0]:.2f} the cost at {LEARNER_RATES[0]:g}")
 
 
 def main() -> int:
