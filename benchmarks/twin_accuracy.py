@@ -335,7 +335,9 @@ def main() -> None:
             plan += [("long", LONG, "1,4,8"), ("multi-turn", MULTI, "2,8,16")]
         # the tiny Llama's context is 2,048 tokens: prompts of 100-900
         trace = write_trace(work / "trace.jsonl", 24 if SMOKE else 160, 2.0, (100, 900))
-        plan.append(("trace", "", "1" if SMOKE else "0.5,1,2"))
+        if not SMOKE:  # (the smoke: one shape; a trace replay checked by the twin is tests/e2e/test_twin.py's,
+            # and one on the real server test_real_vllm.py's: the real-engine tier's critical path, 20 s)
+            plan.append(("trace", "", "0.5,1,2"))
         if ONLY is not None:
             plan = [p for p in plan if p[0] in ONLY]
         for name, prof, users in plan:
