@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from spoc_tui.cli.types import FINITE, selected_trace, trace_selection, trace_think_option
 from spoc_tui.core.errors import InputError
-from spoc_tui.core.ramp.rules import Setting, StepRules, settings
+from spoc_tui.core.ramp.rules import StepRules, declared, settings
 from spoc_tui.load.defaults import DEFAULT_PROFILE, DEFAULT_USERS
 
 if TYPE_CHECKING:
@@ -157,10 +157,9 @@ def rule_option(name: str, **changes: Any) -> Callable[[F], F]:
     """The step rule ``name`` (a field of :class:`~spoc_tui.core.ramp.rules.StepRules`) as a click
     option made from its declaration, its value under that name; ``changes``: another default or
     help (``spoc tune``'s shorter steps)."""
-    f = next(f for f in fields(StepRules) if f.name == name)
-    s: Setting = f.metadata["setting"]
+    s, default = declared(name)
     kind = click.Choice(list(s.choices)) if s.kind == "choice" else _TYPES[s.kind]
-    default = changes.get("default", f.default)
+    default = changes.get("default", default)
     opt: Callable[[F], F] = click.option(
         s.flag, name, type=kind, default=default, show_default=s.show_default, help=changes.get("help", s.help)
     )

@@ -340,24 +340,22 @@ class LiveHeadroom:
         """The share of a core the estimates are kept to: what the process's own work (:attr:`meter`)
         and the ledger's grading (:attr:`grade_share`) leave of :data:`TOTAL_CPU_SHARE`, between
         :data:`MIN_CPU_SHARE` and :data:`LIVE_CPU_SHARE` (the latter where nothing measures it)."""
-        left = self._left()
-        if left is None:
-            return LIVE_CPU_SHARE
-        return min(LIVE_CPU_SHARE, max(MIN_CPU_SHARE, left - self.grade_share))
+        return self._shares()[0]
 
     @property
     def grade_share(self) -> float:
         """The share of a core the ledger's grading is kept to: :data:`LEDGER_CPU_SHARE`, or
         :data:`GRADE_PART` of what the monitor's own work leaves where that is less."""
-        left = self._left()
-        if left is None:
-            return LEDGER_CPU_SHARE
-        return min(LEDGER_CPU_SHARE, max(MIN_CPU_SHARE / 5, GRADE_PART * left))
+        return self._shares()[1]
 
-    def _left(self) -> float | None:
-        """What the process's own work leaves of :data:`TOTAL_CPU_SHARE` (None: not measured)."""
+    def _shares(self) -> tuple[float, float]:
+        """(the estimates' share, the grading's), from one reading of the process's own share."""
         own = self.meter.share() if self.meter is not None else None
-        return None if own is None else max(0.0, TOTAL_CPU_SHARE - own)
+        if own is None:
+            return LIVE_CPU_SHARE, LEDGER_CPU_SHARE
+        left = max(0.0, TOTAL_CPU_SHARE - own)
+        grade = min(LEDGER_CPU_SHARE, max(MIN_CPU_SHARE / 5, GRADE_PART * left))
+        return min(LIVE_CPU_SHARE, max(MIN_CPU_SHARE, left - grade)), grade
 
     @property
     def interval_s(self) -> float:

@@ -44,7 +44,7 @@ class Setting:
     help: str
     kind: Kind
     form: str
-    """Its field's label on the Load form (the field's id is the flag without its dashes)."""
+    """Its field's label on the Load form (the field's id: :func:`form_id`)."""
     form_row: str = "rules"
     """The Load form's row it stands in: ``first`` (beside the profile and the levels), ``rules``
     (the budget's) or ``pacing`` (how users start)."""
@@ -185,6 +185,18 @@ def form_id(name: str) -> str:
 def settings() -> list[tuple[str, Setting]]:
     """Each step rule's field name and :class:`Setting`, in their order."""
     return [(f.name, f.metadata["setting"]) for f in fields(StepRules)]
+
+
+def declared(name: str) -> tuple[Setting, Any]:
+    """The step rule ``name``'s :class:`Setting` and default.
+
+    Raises:
+        KeyError: no step rule of that name.
+    """
+    for f in fields(StepRules):
+        if f.name == name:
+            return f.metadata["setting"], f.default
+    raise KeyError(name)
 
 
 def step_limit(step_s: float, max_step_s: float | None) -> float:

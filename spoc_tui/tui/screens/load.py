@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -27,7 +27,7 @@ from spoc_tui.core.ramp.knee import (
     parse_levels,
     parse_speed_plan,
 )
-from spoc_tui.core.ramp.rules import StepRules, form_id, settings
+from spoc_tui.core.ramp.rules import StepRules, declared, form_id, settings
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, Limit, parse_sla
 from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.core.ramp.text import (
@@ -358,7 +358,7 @@ class LoadScreen(Screen[None]):
         for name, s in settings():
             widget = self.query_one(f"#{form_id(name)}")
             text = str(widget.value if isinstance(widget, Select) else cast(Input, widget).value).strip()
-            optional = next(f.default for f in fields(StepRules) if f.name == name) is None
+            optional = declared(name)[1] is None
             try:
                 if s.kind == "choice":
                     values[name] = text

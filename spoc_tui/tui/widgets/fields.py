@@ -10,14 +10,13 @@ no field is being edited.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import fields
 from typing import Any
 
 from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Input, Label, Select
 
-from spoc_tui.core.ramp.rules import StepRules, form_id, settings
+from spoc_tui.core.ramp.rules import declared, form_id, settings
 
 
 class Field(Input):
@@ -36,8 +35,8 @@ def rule_field(name: str, value: object = None) -> Iterator[Widget]:
     """The form field of the step rule ``name`` (a field of
     :class:`~spoc_tui.core.ramp.rules.StepRules`), made from its declaration: its label, then the
     field with ``value`` (default: the rule's; a choice's: a list of its choices)."""
-    setting = dict(settings())[name]
-    default = next(f.default for f in fields(StepRules) if f.name == name) if value is None else value
+    setting, declared_default = declared(name)
+    default = declared_default if value is None else value
     yield Label(setting.form)
     if setting.kind == "choice":
         yield Select([(c, c) for c in setting.choices], value=str(default), allow_blank=False, id=form_id(name),
