@@ -169,7 +169,7 @@ class SpocApp(AsciiScreenshots, JobsApp):
             )
         if not self.start_workers:
             return
-        if self.sources.vllm is not None or self._reads_gpus():
+        if self.sources.vllm is not None or self._reads_gpus() or self.sources.gpu_note:
             self._poll()
             self.set_timer(FREEZE_AFTER_S, self._freeze_heap)
         if self.sources.promql is not None:
@@ -200,13 +200,17 @@ class SpocApp(AsciiScreenshots, JobsApp):
         second). Ticks keep to a fixed grid: a slow read delays one tick, not every later one."""
         interval = self.settings.interval
         due = time.monotonic()
+        note = bool(self.sources.gpu_note)  # no GPU to read: the panel's note, on the first tick only
         while True:
             if not self.paused:
                 reads: list[Coroutine[object, object, list[Message]]] = []
                 if self.sources.vllm is not None:
                     reads.append(self._servers_tick())
-                if self._reads_gpus():
+                if self._reads_gpus() or note:
                     reads.append(self._gpus_tick())
+                    note = False
+                elif not reads:
+                    return  # nothing read each tick (the servers through Prometheus: their own worker)
                 batch: list[Message] = []
                 for messages in await asyncio.gather(*reads, return_exceptions=True):
                     if isinstance(messages, BaseException):  # a defect in one kind: the other goes on
@@ -228,7 +232,10 @@ class SpocApp(AsciiScreenshots, JobsApp):
             await asyncio.sleep(due - now)
 
     def _reads_gpus(self) -> bool:
-        return self.sources.dcgm is not None or bool(self.sources.gpu_readers) or bool(self.sources.gpu_note)
+        """Whether a GPU source is read each tick (not where there is only a note saying why none
+        is: a tick a second of no GPUs redrew the panels under it, a sixth of the monitor's CPU
+        over Prometheus)."""
+        return self.sources.dcgm is not None or bool(self.sources.gpu_readers)
 
     async def _servers_tick(self) -> list[Message]:
         poller = self.sources.vllm
