@@ -30,7 +30,6 @@ OWN_SERVERS = {
     "tests/realengine/test_tune_real.py",
     "tests/realengine/test_tune_postgres.py",
     "tests/realengine/test_benchmark_smoke.py",
-    "tests/realengine/test_real_vllm.py::test_launcher_reports_a_configuration_vllm_refuses",
 }
 """Real-engine tests that start their own servers rather than use the session's vLLM."""
 

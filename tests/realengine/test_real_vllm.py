@@ -236,21 +236,6 @@ async def test_prometheus_mode_reads_the_same_figures(vllm_server, prometheus):
     )
 
 
-def test_launcher_reports_a_configuration_vllm_refuses(tmp_path):
-    from spoc_tui.procs.ports import free_ports
-    from spoc_tui.procs.server import LaunchError
-
-    from .conftest import tiny_server
-
-    (port,) = free_ports(1)
-    server = tiny_server(tmp_path / "bad.log", port, "--no-enable-chunked-prefill", "--max-num-batched-tokens", "512")
-    with pytest.raises(LaunchError) as info:
-        server.start(timeout=180)
-    assert "exited" in str(info.value)
-    assert "max_num_batched_tokens" in info.value.log_tail
-    assert not server.alive() and server.tmpdir is None
-
-
 def test_launcher_refuses_a_port_already_served(vllm_server, tmp_path):
     from spoc_tui.procs.server import LaunchError, ServerProcess
 

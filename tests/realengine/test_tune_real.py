@@ -1,4 +1,8 @@
-"""A 3-trial `spoc tune` that restarts the real vLLM server with different flags."""
+"""A 3-trial `spoc tune` that restarts the real vLLM server with different flags.
+
+Its first trial is one vLLM refuses: the launcher's report of a refused configuration (the
+server exited, its log's reason, no process or private TMPDIR left) is checked here, where a
+test of its own started a fourth refused vLLM in the tier (some 15 s of CPU)."""
 
 import json
 import os
