@@ -1,4 +1,6 @@
-"""Messages from workers to the UI: past-tense facts carrying frozen snapshots."""
+"""Messages to the app: from workers, past-tense facts carrying frozen snapshots; from screens,
+intents (:class:`Intent`). The jobs' own (:class:`JobReport`, :class:`Intent`) go to the job that
+takes them (:class:`spoc_tui.tui.jobs.Jobs`)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,15 @@ from spoc_tui.tune import events
 
 RampOutcome = RampEnd | Literal["error"]
 StudyOutcome = StudyStatus | Literal["error"]
+
+
+class Intent(Message):
+    """What the operator asked of a job from its screen (start, stop, copy): the app hands it to
+    the job that takes it."""
+
+
+class JobReport(Message):
+    """A job's worker reporting back (progress, an end, an estimate): to the job that runs it."""
 
 
 @dataclass
@@ -45,7 +56,7 @@ class GpusSampled(Message):
 
 
 @dataclass
-class HeadroomEstimated(Message):
+class HeadroomEstimated(JobReport):
     """Each server's live headroom, worked out in a worker thread."""
 
     results: dict[str, HeadroomShown]
@@ -57,7 +68,7 @@ class SourceStatusChanged(Message):
 
 
 @dataclass
-class RampProgressed(Message):
+class RampProgressed(JobReport):
     progress: RampProgress
 
     def can_replace(self, message: Message) -> bool:
@@ -65,7 +76,7 @@ class RampProgressed(Message):
 
 
 @dataclass
-class JobFinished(Message):
+class JobFinished(JobReport):
     """A ramp's or a study's end: how it ended (one of :attr:`OK`: a result to read) and a line
     for the operator."""
 
@@ -85,7 +96,7 @@ class RampFinished(JobFinished):
 
 
 @dataclass
-class TuneEvent(Message):
+class TuneEvent(JobReport):
     """An event of a running tuning study (posted from its thread)."""
 
     event: events.TuneEvent
@@ -98,12 +109,12 @@ class TuneFinished(JobFinished):
 
 
 @dataclass
-class ProfileProgressed(Message):
+class ProfileProgressed(JobReport):
     text: str
 
 
 @dataclass
-class ProfileFinished(Message):
+class ProfileFinished(JobReport):
     """A profile of the running step: its breakdown, or why there is none."""
 
     breakdown: object | None

@@ -81,7 +81,7 @@ async def test_fleet_demo_names_the_slow_replica_and_shows_energy_and_cost(tmp_p
     slow = fleet.urls[2]
     async with app.run_test(size=(160, 60)):
         app.monitor.clock = lambda: fleet.now  # before the first tick: the monitor's windows are virtual too
-        app._poll()  # the app's own poll loop, as on_mount starts it
+        app.sampler.poll()  # the app's own poll loop, as on_mount starts it
         deadline = time.monotonic() + 600  # a guard against a hang only: the test counts virtual time
         while fleet.now < VIRTUAL_S and time.monotonic() < deadline:
             await asyncio.sleep(0.1)

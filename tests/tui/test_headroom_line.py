@@ -45,7 +45,7 @@ def text_of(app: SpocApp) -> str:
 
 async def estimated(app: SpocApp, pilot) -> str:
     app.monitor.model.headroom = {}
-    app._estimate_headroom()
+    app.run_worker(app.jobs.headroom.work, group="headroom", thread=True)  # as the monitor starts it
     for _ in range(1200):  # the estimate is seconds of CPU in a thread; the UI stays responsive
         await pilot.pause(0.1)
         if app.monitor.model.headroom:

@@ -161,15 +161,15 @@ def virtual_app(settings=None):
     from spoc_tui.tui.app import SpocApp
 
     app = SpocApp(settings or Settings(vllm_urls=["http://127.0.0.1:1"], nvml=False, window=10), start_workers=False)
-    app.ramp_runner = virtual_ramp
+    app.jobs.ramp.runner = virtual_ramp
     app.backgrounds = []
-    set_background = app._set_background
+    set_background = app.set_background
 
     def recorded() -> None:
         set_background()
         app.backgrounds.append(app.monitor.background)
 
-    app._set_background = recorded
+    app.set_background = recorded
     return app
 
 
@@ -199,8 +199,8 @@ async def test_ramp_from_the_ui_with_the_monitor_one_key_away(tmp_path, monkeypa
         # waits, so its posted messages would all be read after its end)
         from spoc_tui.tui.messages import RampProgressed
 
-        app.ramp_runner = paused_ramp = Paused(
-            lambda cfg, _post: virtual_ramp(cfg, lambda p: app.on_ramp_progressed(RampProgressed(p)))
+        app.jobs.ramp.runner = paused_ramp = Paused(
+            lambda cfg, _post: virtual_ramp(cfg, lambda p: app.jobs.ramp.progressed(RampProgressed(p)))
         )
         await pilot.press("ctrl+r")
         await pilot.pause()
@@ -286,7 +286,7 @@ async def test_f6_against_a_server_without_the_profiler_shows_the_flag(tmp_path)
         return httpx.Response(404, text="Not Found")
 
     app = SpocApp(Settings(vllm_urls=["http://gpu-a:8000"], nvml=False, trace_dir=str(tmp_path)), start_workers=False)
-    app.profile_capture = partial(capture, transport=httpx.MockTransport(server))
+    app.jobs.profile.capture = partial(capture, transport=httpx.MockTransport(server))
     async with app.run_test(size=(120, 45)) as pilot:
         await pilot.press("l")
         await pilot.pause()

@@ -219,7 +219,7 @@ async def test_ctrl_x_stops_a_ramp_from_inside_a_field_and_m_is_typed_not_eaten(
         await pilot.press("end", "m")
         assert users.value == before + "m" and app.screen is screen  # typing goes to the field
         worker = _Worker()
-        app._ramp_worker = worker
+        app.jobs.ramp.worker = worker
         screen.set_running(True)
         await pilot.press("ctrl+x")
         await settle(pilot)
@@ -245,8 +245,8 @@ async def test_f_keys_switch_screens_from_a_field():
 async def test_quitting_during_a_ramp_asks_first_and_the_monitor_says_it_runs():
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        app._ramp_worker = _Worker()
-        app._set_background()
+        app.jobs.ramp.worker = _Worker()
+        app.set_background()
         await settle(pilot)
         assert "a load ramp running" in str(app.monitor.status.render())
         await pilot.press("q")
@@ -273,14 +273,14 @@ async def test_every_app_action_is_in_the_command_palette(title):
 # -- record and replay ----------------------------------------------------------------------------------
 async def test_the_monitor_records_what_it_sees_and_replay_plays_and_seeks_it(tmp_path):
     from spoc_tui.core.monitor.recording import Recorder, read_recording
-    from spoc_tui.tui.app import SpocApp
+    from spoc_tui.tui.app import title_for
     from spoc_tui.tui.replay import ReplayApp
 
     s = settings()
     s.vllm_urls = ["http://admin:hunter2@192.0.2.5:8000"]
     s.api_key = "sk-TOPSECRET"
     path = tmp_path / "rec.jsonl"
-    recorder = Recorder(path, {"title": SpocApp.title_for(s), "window_s": 60, "interval_s": 1, "sla": None})
+    recorder = Recorder(path, {"title": title_for(s), "window_s": 60, "interval_s": 1, "sla": None})
     app = make_app(s)
     app.recorder = recorder
     async with app.run_test(size=(120, 40)) as pilot:
@@ -382,8 +382,8 @@ async def test_a_study_on_gpus_that_already_serve_asks_first():
         app.post_message(GpusSampled(GpuTick((g,), frozenset(), (), ())))
         app.post_message(ServersSampled(server_tick()))
         await settle(pilot)
-        assert app.gpus_in_use("spoc sim --port {port} {flags}") is None  # the simulator needs no GPU
-        shared = app.gpus_in_use("vllm serve m --port {port} {flags}")
+        assert app.jobs.tune.gpus_in_use("spoc sim --port {port} {flags}") is None  # the simulator needs no GPU
+        shared = app.jobs.tune.gpus_in_use("vllm serve m --port {port} {flags}")
         assert shared == "1 of 1 GPU(s) with memory in use, the server 16 running, 0 waiting"
         await pilot.press("t")
         await settle(pilot)
@@ -504,12 +504,12 @@ async def test_a_running_ramp_shows_a_badge_on_every_screen():
 
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        app._ramp_badge = "step 2 · 4 users · knee so far >4"
+        app.jobs.ramp.badge = "step 2 · 4 users · knee so far >4"
 
         class Running:
             is_running = True
 
-        app._ramp_worker = Running()  # type: ignore[assignment]
+        app.jobs.ramp.worker = Running()  # type: ignore[assignment]
         for key in ("l", "t", "c"):
             await pilot.press(key)
             await pilot.pause()
@@ -520,8 +520,8 @@ async def test_a_running_ramp_shows_a_badge_on_every_screen():
             await pilot.press("m")
             await pilot.pause()
         assert "a load ramp (step 2" in app.monitor.background
-        app._ramp_worker = None
-        app._set_background()
+        app.jobs.ramp.worker = None
+        app.set_background()
         await pilot.press("l")
         await pilot.pause()
         await pilot.pause()

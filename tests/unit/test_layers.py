@@ -268,6 +268,50 @@ def test_the_screen_check_finds_a_twin_import_and_a_write():
     ]
 
 
+def own_methods(cls: type) -> dict[str, list[str]]:
+    """The methods (properties included) each of ``cls``'s classes of this package defines itself."""
+    import inspect
+
+    return {
+        f"{c.__module__}.{c.__name__}": [
+            k
+            for k, v in vars(c).items()
+            if inspect.isfunction(v) or isinstance(v, (property, staticmethod, classmethod))
+        ]
+        for c in cls.__mro__
+        if c.__module__.startswith("spoc_tui.")
+    }
+
+
+def test_the_app_is_composed_of_jobs_not_a_pile_of_methods():
+    """Issue 78 point 3: the ramp, profile, tuning and headroom jobs are objects that own their
+    workers and messages (:mod:`spoc_tui.tui.jobs`), the monitor's polling is its sampler's
+    (:mod:`spoc_tui.tui.sampling`): ``SpocApp`` and the app classes of ours it inherits from hold
+    at most 30 methods of their own (61 in one class split by inheritance before)."""
+    from spoc_tui.tui.app import SpocApp
+
+    own = own_methods(SpocApp)
+    assert "spoc_tui.tui.app.SpocApp" in own and sum(map(len, own.values())) <= 30, own
+
+
+def test_the_method_count_sees_properties_and_inherited_classes():
+    class Base:
+        def a(self) -> None: ...
+
+        @property
+        def b(self) -> int:
+            return 1
+
+    class Child(Base):
+        @staticmethod
+        def c() -> None: ...
+
+        x = 1
+
+    Base.__module__ = Child.__module__ = "spoc_tui.probe"
+    assert own_methods(Child) == {"spoc_tui.probe.Child": ["c"], "spoc_tui.probe.Base": ["a", "b"]}
+
+
 def test_only_optuna_compat_touches_optunas_private_attributes():
     """Optuna's private API (``study._storage``, ``._study_id``, ``._thread_local``, private
     modules) is reached in one module, pinned by test_optuna_compat: an Optuna release that changes

@@ -13,7 +13,6 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
@@ -43,6 +42,7 @@ from spoc_tui.core.traces.read import TraceSource, trace_source
 from spoc_tui.core.traces.stats import stats_lines, trace_stats
 from spoc_tui.load.defaults import DEFAULT_PROFILE, DEFAULT_USERS
 from spoc_tui.load.ramp import RampConfig, RampProgress
+from spoc_tui.tui.messages import Intent
 from spoc_tui.tui.screens.keys import work_screen_keys
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import Bar, LimitBarChart
@@ -190,7 +190,7 @@ class LoadScreen(Screen[None]):
     """
 
     @dataclass
-    class StartRequested(Message):
+    class StartRequested(Intent):
         """The operator asked for a ramp with these settings (already checked)."""
 
         profile: Workload
@@ -209,10 +209,10 @@ class LoadScreen(Screen[None]):
         twin_path: str = ""
         """Where the twin was read from (its name is in each step's prediction, ramp.json's ``shadow``)."""
 
-    class StopRequested(Message):
+    class StopRequested(Intent):
         """The operator asked to stop the running ramp."""
 
-    class ProfileRequested(Message):
+    class ProfileRequested(Intent):
         """The operator asked for a profile of what the server is doing now (the running step)."""
 
     def __init__(self, url: str | None, read_twin: TwinReader | None = None) -> None:

@@ -11,13 +11,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Sparkline, Static
 
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, Limit
 from spoc_tui.core.tuning.docs import TrialRecord
 from spoc_tui.core.tuning.space import Objective
+from spoc_tui.tui.messages import Intent
 from spoc_tui.tui.screens.keys import work_screen_keys
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.tui.widgets.charts import ParetoPlot, PlotPoint
@@ -80,16 +80,16 @@ class TuneScreen(Screen[None]):
     """
 
     @dataclass
-    class StartRequested(Message):
+    class StartRequested(Intent):
         """The operator asked for a study (or to resume the last one) with these settings."""
 
         args: TuneArgs
 
-    class StopRequested(Message):
+    class StopRequested(Intent):
         """The operator asked to stop the running study (its server stops)."""
 
     @dataclass
-    class CopyRequested(Message):
+    class CopyRequested(Intent):
         """The operator picked a Pareto-optimal trial's command line to take away (the app sends
         it to the clipboard and saves it)."""
 
