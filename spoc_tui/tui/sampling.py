@@ -11,7 +11,7 @@ from collections.abc import Coroutine
 from typing import Protocol
 
 from textual.message import Message
-from textual.worker import ResultType, Worker, WorkType, get_current_worker
+from textual.worker import Worker, get_current_worker
 
 from spoc_tui.collectors.promql import PromQLPoller
 from spoc_tui.collectors.scrape import SourceError, served_models
@@ -20,34 +20,18 @@ from spoc_tui.core.errors import SpocError, first_line
 from spoc_tui.core.hardware.gpu import GpuSample, analyse_groups
 from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus
 from spoc_tui.core.redact import redact_url
+from spoc_tui.tui.jobs.host import WorkerHost
 from spoc_tui.tui.messages import GpusSampled, ServersSampled, SourceStatusChanged
-from spoc_tui.tui.screens.monitor import MonitorScreen
 from spoc_tui.tui.sources import MonitorSources
 from spoc_tui.twin.history import PROMETHEUS_EVERY_S, PrometheusFeed
 
 logger = logging.getLogger(__name__)
 
 
-class SamplerHost(Protocol):
+class SamplerHost(WorkerHost, Protocol):
     """The app as the sampler sees it."""
 
     paused: bool
-
-    @property
-    def monitor(self) -> MonitorScreen: ...
-
-    def post_message(self, message: Message) -> bool: ...
-    def run_worker(
-        self,
-        work: WorkType[ResultType],
-        name: str | None = "",
-        group: str = "default",
-        description: str = "",
-        exit_on_error: bool = True,
-        start: bool = True,
-        exclusive: bool = False,
-        thread: bool = False,
-    ) -> Worker[ResultType]: ...
 
 
 class Sampler:

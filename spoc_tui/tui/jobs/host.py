@@ -20,19 +20,12 @@ if TYPE_CHECKING:
     from spoc_tui.tui.screens.tune import TuneScreen
 
 
-class JobHost(Protocol):
-    """The app as its jobs see it: the settings, the event log, the screens a job draws on, the
-    worker and message machinery, and the badge every screen shows while work runs."""
-
-    settings: Settings
-    events: EventLog
+class WorkerHost(Protocol):
+    """The app as what runs in its workers sees it: where messages go, how a worker starts, the
+    monitor."""
 
     @property
     def monitor(self) -> MonitorScreen: ...
-    @property
-    def load_screen(self) -> LoadScreen: ...
-    @property
-    def tune_screen(self) -> TuneScreen: ...
 
     def post_message(self, message: Message) -> bool: ...
     def run_worker(
@@ -46,6 +39,20 @@ class JobHost(Protocol):
         exclusive: bool = False,
         thread: bool = False,
     ) -> Worker[ResultType]: ...
+
+
+class JobHost(WorkerHost, Protocol):
+    """The app as its jobs see it: the settings, the event log, the screens a job draws on, the
+    worker and message machinery, and the badge every screen shows while work runs."""
+
+    settings: Settings
+    events: EventLog
+
+    @property
+    def load_screen(self) -> LoadScreen: ...
+    @property
+    def tune_screen(self) -> TuneScreen: ...
+
     def notify(
         self,
         message: str,
