@@ -63,13 +63,29 @@ class Observation:
         return replace(self, x=(*self.x[:PREFILL], col, *self.x[PREFILL + 1 :]))
 
 
-def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:
-    """min ||a x - b|| subject to x >= 0 (Lawson and Hanson's active set method)."""
+def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200, support: np.ndarray | None = None) -> np.ndarray:
+    """min ||a x - b|| subject to x >= 0 (Lawson and Hanson's active set method), on the normal
+    equations: ``a``'s Gram matrix is formed once and each passive set's least squares is a solve
+    of a few columns of it (as SciPy's ``nnls`` does since 1.12), where an SVD of ``a``'s columns
+    each time made a calibration's bootstrap seconds of CPU.
+
+    ``support``: a guess of the columns above zero (a fit of rows like these: the bootstrap's
+    resamples start from the whole fit's). Where the least squares on those columns is positive
+    and no other column would lower the error (the optimum's conditions), it is the answer, in
+    one solve; else the search starts from nothing, as without a guess."""
     m, n = a.shape
+    gram = a.T @ a
+    atb = a.T @ b
+    tol = 1e-12 * max(1.0, float(np.abs(a).max(initial=0.0))) * max(m, n)
+    if support is not None and support.any():
+        idx = np.flatnonzero(support)
+        z = np.zeros(n)
+        z[idx] = _least_squares(gram[np.ix_(idx, idx)], atb[idx])
+        if (z[idx] > 0).all() and (atb - gram @ z)[~support].max(initial=-np.inf) <= tol:
+            return z
     x = np.zeros(n)
     passive = np.zeros(n, dtype=bool)
-    w = a.T @ (b - a @ x)
-    tol = 1e-12 * max(1.0, float(np.abs(a).max(initial=0.0))) * max(m, n)
+    w = atb.copy()
     for _ in range(max_iter):
         if passive.all() or w[~passive].max(initial=-np.inf) <= tol:
             break
@@ -78,7 +94,7 @@ def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:
         while True:
             z = np.zeros(n)
             idx = np.flatnonzero(passive)
-            z[idx] = np.linalg.lstsq(a[:, idx], b, rcond=None)[0]
+            z[idx] = _least_squares(gram[np.ix_(idx, idx)], atb[idx])
             if (z[idx] > 0).all():
                 x = z
                 break
@@ -89,19 +105,29 @@ def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200) -> np.ndarray:
             x[~passive] = 0.0
             if not passive.any():
                 break
-        w = a.T @ (b - a @ x)
+        w = atb - gram @ x
     return x
 
 
-def _solve(x: np.ndarray, y: np.ndarray, free: np.ndarray) -> np.ndarray:
+def _least_squares(gram: np.ndarray, atb: np.ndarray) -> np.ndarray:
+    """The least-squares coefficients from the normal equations (a singular set of columns: the
+    minimum-norm solution, as ``lstsq`` gave)."""
+    try:
+        out: np.ndarray = np.linalg.solve(gram, atb)
+    except np.linalg.LinAlgError:
+        out = np.linalg.lstsq(gram, atb, rcond=None)[0]
+    return out
+
+
+def _solve(x: np.ndarray, y: np.ndarray, free: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
     """The relative-error NNLS of ``y`` on the design rows ``x`` over the columns ``free`` (the
-    others held at zero)."""
+    others held at zero); ``start``: the coefficients guessed above zero (:func:`nnls`)."""
     w = 1.0 / np.maximum(y, 2e-4)  # a time under 0.2 ms is a client's artefact, not a step: never dominant
     # columns scaled to unit size so the active set's tolerance means the same for each
     cols = np.flatnonzero(free)
     a = x[:, cols] * w[:, None]
     scale = np.maximum(np.abs(a).max(axis=0), 1e-300)
-    coef = nnls(a / scale, y * w) / scale
+    coef = nnls(a / scale, y * w, support=None if start is None else start[cols]) / scale
     out = np.zeros(len(COEFFS))
     out[cols] = coef
     return out
@@ -123,16 +149,26 @@ def _designs(obs: Sequence[Observation]) -> list[np.ndarray]:
     return [given, *(np.array([o.at_ridge(r).x for o in obs], dtype=float) for r in RIDGES[1:])]
 
 
-def _solve_ridge(xs: Sequence[np.ndarray], y: np.ndarray, free: np.ndarray) -> tuple[np.ndarray, float]:
+def _solve_each(
+    xs: Sequence[np.ndarray], y: np.ndarray, free: np.ndarray, starts: Sequence[np.ndarray] | None = None
+) -> list[np.ndarray]:
+    """The fit at each ridge's rows (:func:`_designs`); ``starts``: each one's coefficients
+    guessed above zero (a resample's: the whole fit's at that ridge)."""
+    return [_solve(x, y, free, None if starts is None else starts[i]) for i, x in enumerate(xs)]
+
+
+def _solve_ridge(
+    xs: Sequence[np.ndarray], y: np.ndarray, free: np.ndarray, coefs: Sequence[np.ndarray] | None = None
+) -> tuple[np.ndarray, float]:
     """The fit at the best ridge of :data:`RIDGES` (0 unless another cuts the error by
-    :data:`RIDGE_GAIN`): (coefficients, ridge). ``xs``: the rows at each ridge (:func:`_designs`)."""
-    coef = _solve(xs[0], y, free)
+    :data:`RIDGE_GAIN`): (coefficients, ridge). ``xs``: the rows at each ridge (:func:`_designs`);
+    ``coefs``: the fits at each (:func:`_solve_each`; None: fitted here)."""
+    coefs = _solve_each(xs, y, free) if coefs is None else coefs
     if len(xs) == 1:
-        return coef, 0.0
-    base = _weighted_sse(xs[0], y, coef)
-    best = (base, coef, 0.0)
-    for ridge, x in zip(RIDGES[1:], xs[1:], strict=True):
-        coef = _solve(x, y, free)
+        return coefs[0], 0.0
+    base = _weighted_sse(xs[0], y, coefs[0])
+    best = (base, coefs[0], 0.0)
+    for ridge, x, coef in zip(RIDGES[1:], xs[1:], coefs[1:], strict=True):
         err = _weighted_sse(x, y, coef)
         if err < best[0] and err < (1 - RIDGE_GAIN) * base:
             best = (err, coef, ridge)
@@ -162,7 +198,9 @@ def fit_step_model(
     notes = [f"{COEFFS[i]} not measured (no probe exercised it): held at 0" for i in range(len(COEFFS)) if not free[i]]
     xs = _designs(obs)
     y_all = np.array([o.y for o in obs], dtype=float)
-    best, ridge = _solve_ridge(xs, y_all, free)
+    each = _solve_each(xs, y_all, free)
+    best, ridge = _solve_ridge(xs, y_all, free, each)
+    starts = [c > 0 for c in each]  # each resample's search starts from the whole fit's columns
     probes = sorted({o.probe for o in obs})
     by_probe: dict[int, list[int]] = {p: [] for p in probes}
     for i, o in enumerate(obs):
@@ -180,7 +218,8 @@ def fit_step_model(
         rows = [i for k in pick for i in by_probe[probes[k]]]
         kinds_in = {obs[i].kind for i in rows}
         if "decode" in kinds_in and kinds_in & {"prefill", "server_prefill"}:
-            coef, r = _solve_ridge([x[rows] for x in xs], y_all[rows], free)
+            sub = [x[rows] for x in xs]
+            coef, r = _solve_ridge(sub, y_all[rows], free, _solve_each(sub, y_all[rows], free, starts))
             if not takes_time(StepModel.from_vector([*coef.tolist(), r])):
                 timeless += 1  # a resample of a noisy host's probes fit to no time: no model of a step
                 continue
