@@ -137,12 +137,11 @@ def fleet_plan(
     """``spoc plan --twin --trace``: the trace (``source()`` reads the options that pick it) on
     fixed replica counts and autoscaling policies."""
     import sys
-    import time
 
     from spoc_tui.cli.options import from_config
     from spoc_tui.core.ramp.sla import parse_sla
     from spoc_tui.core.traces.read import TraceRead
-    from spoc_tui.twin.fleet import Autoscale, FleetSim, cheapest, judge_run, parse_autoscale, parse_replicas
+    from spoc_tui.twin.fleet import parse_autoscale, parse_replicas, plan_fleet
     from spoc_tui.twin.model import read_twin
 
     twin = read_twin(twin_path)
@@ -157,21 +156,14 @@ def fleet_plan(
     if not rows:
         raise InputError(f"--trace {src.path}: no rows in the window")
     quiet = as_json or not sys.stderr.isatty()
-    results = []
-    t0 = time.perf_counter()
-    configs: list[tuple[str, int | None, Autoscale | None]] = [
-        (f"{n} replica{'s' if n > 1 else ''}", n, None) for n in counts
-    ]
-    configs += [(f"autoscale {a.describe()}", None, a) for a in policies]
-    for label, n, policy in configs:
-        if not quiet:
-            click.echo(f"\r\033[Kplanning: {label}", nl=False, err=True)
-        run = FleetSim(twin, rows, speed, replicas=n, autoscale=policy).run(label)
-        results.append(judge_run(run, limits))
+
+    def say(label: str) -> None:
+        click.echo(f"\r\033[Kplanning: {label}", nl=False, err=True)
+
+    plan = plan_fleet(twin, rows, speed, counts, policies, limits, None if quiet else say)
     if not quiet:
         click.echo("", err=True)
-    best = cheapest(results)
-    took = time.perf_counter() - t0
+    results, best, took = plan.results, plan.best, plan.seconds
     doc = {
         "twin": twin_path,
         "trace": src.header(len(rows), read.skipped),

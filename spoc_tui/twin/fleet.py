@@ -519,3 +519,48 @@ def cheapest(results: Sequence[FleetResult]) -> FleetResult | None:
     """The fewest replica-hours among the configurations whose whole-trace figures meet the SLA."""
     ok = [r for r in results if r.step.decision == "meets"]
     return min(ok, key=lambda r: r.run.replica_hours) if ok else None
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """A trace on fixed replica counts and autoscaling policies, each judged against the SLA
+    (``spoc plan --twin --trace``)."""
+
+    results: tuple[FleetResult, ...]
+    best: FleetResult | None
+    """:func:`cheapest` of them."""
+    seconds: float
+    """Wall time the predictions took."""
+
+
+def plan_fleet(
+    twin: Twin,
+    rows: Sequence[TraceRow],
+    speed: float,
+    counts: Sequence[int],
+    policies: Sequence[Autoscale],
+    limits: Sequence[Limit],
+    say: Callable[[str], None] | None = None,
+) -> FleetPlan:
+    """``rows`` at ``speed`` on ``counts`` replicas of ``twin``, then under each of ``policies``,
+    judged against ``limits``; ``say``: the configuration about to run.
+
+    Raises:
+        InputError: a speed that is not a positive multiple of at most 1000.
+    """
+    import time
+
+    if not 0 < speed <= 1000:
+        raise InputError("--speed must be a positive multiple (at most 1000)")
+    t0 = time.perf_counter()
+    configs: list[tuple[str, int | None, Autoscale | None]] = [
+        (f"{n} replica{'s' if n > 1 else ''}", n, None) for n in counts
+    ]
+    configs += [(f"autoscale {a.describe()}", None, a) for a in policies]
+    results = []
+    for label, n, policy in configs:
+        if say is not None:
+            say(label)
+        run = FleetSim(twin, rows, speed, replicas=n, autoscale=policy).run(label)
+        results.append(judge_run(run, limits))
+    return FleetPlan(tuple(results), cheapest(results), time.perf_counter() - t0)
