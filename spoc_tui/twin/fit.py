@@ -110,12 +110,10 @@ def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 200, support: np.ndarray 
 
 
 def _least_squares(gram: np.ndarray, atb: np.ndarray) -> np.ndarray:
-    """The least-squares coefficients from the normal equations (a singular set of columns: the
-    minimum-norm solution, as ``lstsq`` gave)."""
-    try:
-        out: np.ndarray = np.linalg.solve(gram, atb)
-    except np.linalg.LinAlgError:
-        out = np.linalg.lstsq(gram, atb, rcond=None)[0]
+    """The least-squares coefficients from the normal equations, by SVD: columns that are nearly
+    one another's multiples (a calibration's mixed steps beside its decodes) get the minimum-norm
+    answer, as ``lstsq`` on the columns gave, where a plain solve returned NaN."""
+    out: np.ndarray = np.linalg.lstsq(gram, atb, rcond=None)[0]
     return out
 
 
@@ -124,7 +122,7 @@ def _solve(x: np.ndarray, y: np.ndarray, free: np.ndarray, start: np.ndarray | N
     others held at zero); ``start``: the coefficients guessed above zero (:func:`nnls`)."""
     w = 1.0 / np.maximum(y, 2e-4)  # a time under 0.2 ms is a client's artefact, not a step: never dominant
     # columns scaled to unit size so the active set's tolerance means the same for each
-    cols = np.flatnonzero(free)
+    cols = np.flatnonzero(free & (np.abs(x).max(axis=0) > 0))  # a resample may lack a kind: held at 0
     a = x[:, cols] * w[:, None]
     scale = np.maximum(np.abs(a).max(axis=0), 1e-300)
     coef = nnls(a / scale, y * w, support=None if start is None else start[cols]) / scale

@@ -645,3 +645,20 @@ def test_a_resample_that_fits_a_step_to_no_time_is_left_out_and_a_timeless_fit_i
     )
     with pytest.raises(TwinError, match="fit to no time at all"):
         fit_step_model(synthetic(TRUE, 0.02))
+
+
+def test_resamples_that_lack_a_kind_hold_its_cost_at_zero_and_every_draw_is_finite():
+    """A calibration on the live simulator (25 s of probes) had one mixed step: the resamples
+    without it started from the whole fit's columns, b_mixed among them, and fit it at 1e-20 over
+    a column scaled by 1e-300: the twin was written with its spread None and refused by its own
+    reader. A column a resample does not exercise is held at 0 there, as the search from nothing
+    holds it."""
+    import math
+    from dataclasses import astuple
+
+    obs = synthetic(TRUE, 0.02)
+    one_mixed = [o for o in obs if o.kind != "mixed" or o.probe == 19]
+    fit, sd, draws, _res, _notes = fit_step_model(one_mixed)
+    assert fit.b_mixed > 0
+    assert all(math.isfinite(float(v)) for m in (fit, sd, *draws) for v in astuple(m)), sd
+    assert any(d.b_mixed == 0.0 for d in draws)  # the resamples without the mixed step
