@@ -22,6 +22,7 @@ from textual.screen import Screen
 
 from spoc_tui.config import Settings, data_dir
 from spoc_tui.core.monitor.events import EventLog
+from spoc_tui.core.monitor.model import MonitorModel
 from spoc_tui.core.monitor.recording import Recorder
 from spoc_tui.core.ramp.sla import DEFAULT_SLA, parse_sla
 from spoc_tui.core.redact import redact_url
@@ -115,6 +116,15 @@ class SpocApp(AsciiScreenshots, FastTruecolorApp[int]):
         self.events = EventLog()
         """What happened, for the monitor's Events panel: sources, throttling, ramps, studies."""
         self.limits = parse_sla(settings.sla) if settings.sla else ()
+        self.model = MonitorModel(
+            settings.window,
+            self.limits,
+            self.events,
+            settings.vllm_urls,
+            [redact_url(u) for u in settings.dcgm_urls],
+            headroom_alert=settings.headroom_alert,
+        )
+        """What the monitor shows, worked out from the sources' ticks (its screen draws it)."""
         self.jobs = Jobs(self, self.sources, self.limits or parse_sla(DEFAULT_SLA), published)
         self.sampler = Sampler(self, settings, self.sources, self.jobs.headroom.feed)
 
@@ -127,16 +137,7 @@ class SpocApp(AsciiScreenshots, FastTruecolorApp[int]):
         return title_for(self.settings)
 
     def on_mount(self) -> None:
-        self.monitor = MonitorScreen(
-            self.title_text(),
-            self.settings.window,
-            self.settings.gpu_cost_per_hour,
-            self.limits,
-            self.events,
-            vllm_urls=self.settings.vllm_urls,
-            dcgm_urls=self.settings.dcgm_urls,
-        )
-        self.monitor.model.headroom_alert = self.settings.headroom_alert
+        self.monitor = MonitorScreen(self.title_text(), self.model, self.settings.gpu_cost_per_hour)
         self.push_screen(self.monitor)
         note = self.jobs.headroom.learning_note()
         if note is not None:

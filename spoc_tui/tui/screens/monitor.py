@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -17,13 +17,10 @@ from textual.widgets import Footer, Static
 
 from spoc_tui.core import fmt
 from spoc_tui.core.hardware.roofline import gpu_of
-from spoc_tui.core.monitor.events import EventLog
 from spoc_tui.core.monitor.fleet import waiting_per_replica
 from spoc_tui.core.monitor.model import HeadroomShown, MonitorModel
 from spoc_tui.core.monitor.series import WINDOWS_S, Window
 from spoc_tui.core.monitor.snapshots import SourceStatus, VllmTick
-from spoc_tui.core.ramp.sla import Limit
-from spoc_tui.core.redact import redact_url
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
 from spoc_tui.tui.textual_private import use_lean_compositor
 from spoc_tui.tui.widgets.panels import (
@@ -73,31 +70,23 @@ class MonitorScreen(Screen[None]):
     _status_timer: Timer | None = None
     """Redraws the status line each second while a source is down (its "retry N s" counts)."""
 
-    def __init__(
-        self,
-        title: str,
-        window_s: float,
-        gpu_cost_per_hour: float | None = None,
-        limits: tuple[Limit, ...] = (),
-        events: EventLog | None = None,
-        vllm_urls: Sequence[str] = (),
-        dcgm_urls: Sequence[str] = (),
-    ) -> None:
+    def __init__(self, title: str, model: MonitorModel, gpu_cost_per_hour: float | None = None) -> None:
+        """``model``: what the screen draws (the app's: verdicts and alerts computed once per
+        tick, also for a replay)."""
         super().__init__()
         use_lean_compositor(self)  # a second's repaint renders the changed lines only
         self._headroom_note: str | None = None
         self._headroom_ages: tuple[str | None, ...] = ()
-        self.model = MonitorModel(window_s, limits, events, vllm_urls, [redact_url(u) for u in dcgm_urls])
-        """What the screen draws (verdicts and alerts computed once per tick, also for a replay)."""
-        self.limits = limits
-        self.events = self.model.events
+        self.model = model
+        self.limits = model.limits
+        self.events = model.events
         self.span_s = WINDOWS_S[1]
         self._events_drawn = -1
         self.background = ""
         """What runs in the background (a ramp, a study), shown in the title."""
         self.gpu_cost_per_hour = gpu_cost_per_hour
         self.title_text = title
-        self.window_s = window_s
+        self.window_s = model.window_s
         self.paused = False
         self.ready = False
         self.drawn = 0
