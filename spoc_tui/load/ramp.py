@@ -533,13 +533,22 @@ class LiveBackend:
     """The experiment driver's live backend: the Locust load generator in a child process (over
     :mod:`spoc_tui.load.wire`) and the server's /metrics (and DCGM's), on the wall clock."""
 
-    def __init__(self, cfg: RampConfig, writer: ResultWriter | None = None, scan: TraceScan | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RampConfig,
+        writer: ResultWriter | None,
+        model: str,
+        context_len: int | None,
+        scan: TraceScan | None = None,
+    ) -> None:
+        """``model``, ``context_len``: the server's, as the preflight found them; ``scan``: the
+        trace's (a replay)."""
         self.cfg = cfg
         self.writer = writer
         self.scan = scan
         self.generators = cfg.generators
-        self.model = ""
-        self.context_len: int | None = None
+        self.model = model
+        self.context_len = context_len
         self.runner: RunnerProcess | None = None
         self.pump: asyncio.Task[None] | None = None
         self.answered: list[RequestSample] = []
@@ -739,17 +748,22 @@ async def run_ramp(cfg: RampConfig, on_progress: Callable[[RampProgress], None] 
     Raises:
         RampError: before any load (bad model, unreachable server) or when the server fails.
     """
-    backend = LiveBackend(cfg)
-    driver = Driver(cfg.experiment(), backend, on_progress=on_progress)
-    driver.report("preflight", 0, 0)
+    t0 = time.time()  # the live backend's clock
+    exp = cfg.experiment()  # its settings checked before anything is asked of the server
+
+    def preflight_step(message: str = "") -> None:
+        if on_progress is not None:
+            on_progress(RampProgress.before_load(exp, time.time() - t0, message))
+
+    preflight_step()
+    scan = None
     if cfg.trace is not None:
-        driver.report("preflight", 0, 0, f"reading the trace {cfg.trace.path.name}...")
-        backend.scan = await asyncio.to_thread(scan_trace, cfg.trace)
-        driver.exp = cfg.experiment(backend.scan)
+        preflight_step(f"reading the trace {cfg.trace.path.name}...")
+        scan = await asyncio.to_thread(scan_trace, cfg.trace)
     model, context_len = await preflight(cfg.url, cfg.model, cfg.api_key)
-    backend.model, backend.context_len = model, context_len
-    writer = ResultWriter(cfg.out_dir, ramp_header(cfg, model, backend.scan))
-    backend.writer = driver.sink = writer
+    writer = ResultWriter(cfg.out_dir, ramp_header(cfg, model, scan))
+    backend = LiveBackend(cfg, writer, model, context_len, scan)
+    driver = Driver(exp if scan is None else cfg.experiment(scan), backend, writer, on_progress, t0=t0)
     try:
         driver.report("starting", 0, 0, writer.kept_note)
         # ramp.json from the start, saying running: a ramp killed (-9) in its first step leaves a file

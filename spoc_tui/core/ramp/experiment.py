@@ -212,6 +212,14 @@ class RampProgress:
             parts.append(f"{self.budget_left_s / 60:.1f} min left")
         return " · ".join(parts)
 
+    @classmethod
+    def before_load(cls, exp: Experiment, elapsed_s: float, message: str = "") -> RampProgress:
+        """What a driver reports while its experiment gets ready (the preflight, a trace's scan):
+        no step yet, the whole budget left."""
+        return cls(
+            "preflight", 0, 0, elapsed_s, exp.step_s, 0, (), None, message, exp.open_loop, exp.budget_s, exp.unit
+        )
+
 
 @dataclass(frozen=True)
 class Replayed:
@@ -311,11 +319,14 @@ class Driver:
         sink: Sink | None = None,
         on_progress: Callable[[RampProgress], None] | None = None,
         knee_each_step: bool = True,
+        t0: float | None = None,
     ) -> None:
         """
         Args:
             knee_each_step: infer the knee after every step (for progress and the result file);
                 False: only where the plan chooses levels from it (a prediction's listed levels).
+            t0: when the experiment began on the backend's clock (its progress's elapsed time
+                counts from it; None: now). A live ramp's preflight comes before its driver.
         """
         self.exp = exp
         self.backend = backend
@@ -327,7 +338,7 @@ class Driver:
         self.status: RampEnd = "interrupted"
         self.stop_reason = ""
         self._knees: dict[int, Knee] = {}
-        self._t0 = backend.now()
+        self._t0 = backend.now() if t0 is None else t0
         self._load_started: float | None = None
 
     # -- state ----------------------------------------------------------------------------------
