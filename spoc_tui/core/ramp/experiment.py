@@ -308,6 +308,38 @@ class Measured:
     """Seconds of its measured window (a replay: its whole length)."""
 
 
+@dataclass(slots=True)
+class _Step:
+    """A held level's state across the driver's ticks (:meth:`Driver._step`)."""
+
+    idx: int
+    level: float
+    users: int
+    """The users the step holds (an open loop's: its generators)."""
+    sent_from: float
+    """Requests sent from this moment are the step's (after a step down: once the last level's drained)."""
+    drained_s: float
+    m_start: float
+    """When the measured window began."""
+    planned: float
+    """The window's planned length (the step less its warm-up)."""
+    limit: float
+    """The longest the window may grow to (the longest step, the budget)."""
+    target: float
+    """The window's length so far asked: the planned one, then more while inconclusive."""
+    next_check: float
+    """When the study's early stop is next asked (seconds into the window)."""
+    every: float
+    """Seconds between polls of the server."""
+    polled: float
+    phase: RampPhase = "measuring"
+    server: ServerWindow = field(default_factory=ServerWindow)
+    queue: QueueWatch = field(default_factory=QueueWatch)
+    asked: int = 0
+    """How often the knee search was asked whether the step settled."""
+    settled: EarlyStop | None = None
+
+
 class Driver:
     """The plan loop over a backend. Use :meth:`run` once; its state (steps, status, stop reason,
     knee) is readable at any time, also after an interruption."""
@@ -501,6 +533,18 @@ class Driver:
         """One held level: warm up, measure for the step's window, and while the verdict is
         inconclusive measure on (up to the step's limit, re-deciding over the whole window); a
         queue growing without bound ends the step at once as a break."""
+        st = await self._begin(idx, level, budget_left)
+        while True:
+            early = await self._measure(st)
+            if early is not None:
+                return early
+            done = await self._decide(st)
+            if done is not None:
+                return done
+
+    async def _begin(self, idx: int, level: float, budget_left: float | None) -> _Step:
+        """The level set (the last level's requests drained first on a step down), the warm-up
+        held, the window begun: the step's state."""
         exp, be = self.exp, self.backend
         prev = self.runs[-1].step.level if self.runs else 0.0
         users = be.generators if exp.open_loop else int(level)
@@ -518,66 +562,85 @@ class Driver:
         limit = max(planned, exp.step_limit_s - exp.warmup_s)
         if budget_left is not None:  # measure on only while the budget lasts
             limit = max(planned, min(limit, budget_left - exp.warmup_s))
-        target = planned
-        phase: RampPhase = "measuring"
-        server = ServerWindow()
-        queue = QueueWatch()
-        next_check = planned / 3
+        return _Step(
+            idx=idx,
+            level=level,
+            users=users,
+            sent_from=sent_from,
+            drained_s=drained_s,
+            m_start=m_start,
+            planned=planned,
+            limit=limit,
+            target=planned,
+            next_check=planned / 3,
+            every=poll_every(exp.poll_s, planned),
+            polled=m_start,
+        )
+
+    async def _measure(self, st: _Step) -> Measured | None:
+        """Tick until the window reaches its target: the server polled, the study's early stop
+        and the knee search's settling asked on their clocks. A step the early stop ends, as
+        measured so far; None once the window is done (or the queue grows without bound, or the
+        search settled)."""
+        exp, be = self.exp, self.backend
         settle = exp.plan if isinstance(exp.plan, KneeSearch) and exp.settle else None
-        asked, settled = 0, None
-        every = poll_every(exp.poll_s, planned)
-        polled = m_start
-        while True:
-            while (left := target - (be.now() - m_start)) > 1e-6:  # (virtual time: no float dust)
-                self.report(phase, idx, level)
-                await be.advance(be.now() + min(TICK_S, left))
-                now = be.now()
-                # every poll interval, and always at the window's end (its server-side figures end there)
-                if now - polled >= every - 0.05 or now - m_start >= target:
-                    polled = now
-                    server = queue.see(now - m_start, await be.poll())
-                    if queue.unbounded:
-                        break
-                if exp.early_stop is not None and now - m_start >= next_check:
-                    next_check += EARLY_CHECK_S
-                    if early := self._early(idx, users, m_start, sent_from, target, server):
-                        return Measured(early, [], now - m_start)
-                if settle is not None and settle_due(now - m_start, planned, asked):
-                    asked += 1
-                    window = be.window(idx, m_start, now, sent_from)
-                    if why := settle.settled(self.steps, level, window, exp.limits):
-                        settled = EarlyStop(why, round(max(0.0, target - (now - m_start)), 1))
-                        break
-            m_end = be.now()
-            # the requests that ended in the window, of those this step sent: one the last level
-            # sent (a slow one still queued after a step down) measures that level's load
-            window = be.window(idx, m_start, m_end, sent_from)
-            summary = summarize_step(
-                idx,
-                users,
-                window,
-                m_end - m_start,
-                exp.limits,
-                open_loop=exp.open_loop,
-                rate=level if exp.open_loop else None,
-                server=server,
-                client=be.client(m_start, m_end, exp.limits),
-                extended_s=max(0.0, (m_end - m_start) - planned),
-                drained_s=drained_s,
-                unbounded=queue.unbounded,
-            )
-            if settled is not None:
-                return Measured(replace(summary, settled_early=settled), window, m_end - m_start)
-            if queue.unbounded or summary.decision != "inconclusive" or target >= limit - 1e-6:
-                return Measured(summary, window, m_end - m_start)
-            # a search measures on only near a limit, and the knee search only while the knee's
-            # interval is wider than it asks (off the event loop: the inference resamples every step)
-            levels = [*self._levels(self.runs), (level, window)]
-            if not await be.offload(measure_on, exp.plan, self.steps, summary, levels, exp.limits, exp.unit, exp.seed):
-                return Measured(summary, window, m_end - m_start)
-            target = min(limit, target + planned)
-            phase = "extending"
-            self.report(phase, idx, level, f"inconclusive ({summary.verdict.reason}): measuring on")
+        while (left := st.target - (be.now() - st.m_start)) > 1e-6:  # (virtual time: no float dust)
+            self.report(st.phase, st.idx, st.level)
+            await be.advance(be.now() + min(TICK_S, left))
+            now = be.now()
+            # every poll interval, and always at the window's end (its server-side figures end there)
+            if now - st.polled >= st.every - 0.05 or now - st.m_start >= st.target:
+                st.polled = now
+                st.server = st.queue.see(now - st.m_start, await be.poll())
+                if st.queue.unbounded:
+                    return None
+            if exp.early_stop is not None and now - st.m_start >= st.next_check:
+                st.next_check += EARLY_CHECK_S
+                if early := self._early(st.idx, st.users, st.m_start, st.sent_from, st.target, st.server):
+                    return Measured(early, [], now - st.m_start)
+            if settle is not None and settle_due(now - st.m_start, st.planned, st.asked):
+                st.asked += 1
+                window = be.window(st.idx, st.m_start, now, st.sent_from)
+                if why := settle.settled(self.steps, st.level, window, exp.limits):
+                    st.settled = EarlyStop(why, round(max(0.0, st.target - (now - st.m_start)), 1))
+                    return None
+        return None
+
+    async def _decide(self, st: _Step) -> Measured | None:
+        """The window so far summarized and decided: the step, unless it is inconclusive and may
+        measure on (then its target moves on and None)."""
+        exp, be = self.exp, self.backend
+        m_end = be.now()
+        # the requests that ended in the window, of those this step sent: one the last level
+        # sent (a slow one still queued after a step down) measures that level's load
+        window = be.window(st.idx, st.m_start, m_end, st.sent_from)
+        summary = summarize_step(
+            st.idx,
+            st.users,
+            window,
+            m_end - st.m_start,
+            exp.limits,
+            open_loop=exp.open_loop,
+            rate=st.level if exp.open_loop else None,
+            server=st.server,
+            client=be.client(st.m_start, m_end, exp.limits),
+            extended_s=max(0.0, (m_end - st.m_start) - st.planned),
+            drained_s=st.drained_s,
+            unbounded=st.queue.unbounded,
+        )
+        if st.settled is not None:
+            return Measured(replace(summary, settled_early=st.settled), window, m_end - st.m_start)
+        if st.queue.unbounded or summary.decision != "inconclusive" or st.target >= st.limit - 1e-6:
+            return Measured(summary, window, m_end - st.m_start)
+        # a search measures on only near a limit, and the knee search only while the knee's
+        # interval is wider than it asks (off the event loop: the inference resamples every step)
+        levels = [*self._levels(self.runs), (st.level, window)]
+        if not await be.offload(measure_on, exp.plan, self.steps, summary, levels, exp.limits, exp.unit, exp.seed):
+            return Measured(summary, window, m_end - st.m_start)
+        st.target = min(st.limit, st.target + st.planned)
+        st.phase = "extending"
+        self.report(st.phase, st.idx, st.level, f"inconclusive ({summary.verdict.reason}): measuring on")
+        return None
 
     def _early(
         self, idx: int, users: int, m_start: float, sent_from: float, target: float, server: ServerWindow
