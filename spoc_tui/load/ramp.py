@@ -29,7 +29,7 @@ from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, first_line
 from spoc_tui.core.files import write_atomic
-from spoc_tui.core.ramp.experiment import Driver, QueueWatch, Replayed, poll_every
+from spoc_tui.core.ramp.experiment import Driver, Measured, QueueWatch, poll_every
 from spoc_tui.core.ramp.experiment import RampPhase as RampPhase  # re-exported: it lived here
 from spoc_tui.core.ramp.experiment import RampProgress as RampProgress  # re-exported: it lived here
 from spoc_tui.core.ramp.knee import (
@@ -653,7 +653,7 @@ class LiveBackend:
     async def offload(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(fn, *args)
 
-    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Replayed:
+    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Measured:
         """One replay of the trace at ``speed``: every row sent at its timestamp divided by the
         speed (open loop), the step ending when every process has sent its rows and their
         requests ended. Its figures are over all its requests (the replay is the measurement),
@@ -725,7 +725,7 @@ class LiveBackend:
             unbounded=queue.unbounded,
         )
         step = replace(summary, speed=speed, trace=replace(fidelity, cached_share=summary.cached_prompt_fraction))
-        return Replayed(step, mine, duration)
+        return Measured(step, mine, duration)
 
     async def stop(self) -> None:
         try:

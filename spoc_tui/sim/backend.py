@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from spoc_tui.core.ramp.experiment import Replayed, immediately
+from spoc_tui.core.ramp.experiment import Measured, immediately
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.ramp.steps import ClientHealth, RequestSample, ServerWindow
 from spoc_tui.sim.engine import SimEngine
@@ -73,7 +73,7 @@ class VirtualBackend:
         *,
         spawn_rate: Callable[[int], float] | None = None,
         fresh: Callable[[int, int], VirtualServer] | None = None,
-        replayer: Callable[[int, float], Replayed] | None = None,
+        replayer: Callable[[int, float], Measured] | None = None,
     ) -> None:
         """
         Args:
@@ -173,7 +173,7 @@ class VirtualBackend:
     def client(self, start: float, end: float, limits: Sequence[Limit]) -> ClientHealth:
         return ClientHealth()
 
-    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Replayed:
+    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Measured:
         if self.replayer is None:
             raise RuntimeError("this virtual backend replays no trace")
         r = self.replayer(idx, speed)

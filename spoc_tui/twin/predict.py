@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from spoc_tui.core.confidence import Interval, t_quantile
-from spoc_tui.core.ramp.experiment import Driver, Experiment, RampProgress, Replayed, experiment_of, run_now
+from spoc_tui.core.ramp.experiment import Driver, Experiment, Measured, RampProgress, experiment_of, run_now
 from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
 from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, Knee, SpeedSearch, UserPlan, find_knee
 from spoc_tui.core.ramp.sla import LevelUnit, Limit
@@ -573,12 +573,12 @@ def run_trace_ramp(
         raise TwinError("a trace replay steps in speed multiples: give --speed (e.g. 0.5,1,2 or auto)")
     backend = VirtualBackend()
 
-    def replayer(idx: int, speed: float) -> Replayed:
+    def replayer(idx: int, speed: float) -> Measured:
         run = trace_step(p, model, seed, idx, speed)
         backend.busy[idx], backend.saturated[idx] = run.busy, run.saturated
         if run.running_peak is not None:
             backend.peaks[idx] = run.running_peak
-        return Replayed(run.step, run.window, run.measured_s)
+        return Measured(run.step, run.window, run.measured_s)
 
     backend.replayer = replayer
     return _drive(p, backend, seed, progress)

@@ -165,11 +165,11 @@ def test_the_virtual_ramp_is_written_by_the_ramps_writer(tmp_path):
 
 
 def test_a_replay_longer_than_the_budget_is_refused_before_any_load():
-    from spoc_tui.core.ramp.experiment import Replayed
+    from spoc_tui.core.ramp.experiment import Measured
 
     ran: list[float] = []
 
-    def replayer(idx: int, speed: float) -> Replayed:
+    def replayer(idx: int, speed: float) -> Measured:
         ran.append(speed)
         raise AssertionError("no replay should run")
 
@@ -185,9 +185,9 @@ def test_a_replay_longer_than_a_day_is_refused_as_a_step_is():
     """Issue 74: the one-day rule held --step-seconds, not a replay's span over its speed: a
     year's trace at x1, or a minute's at x1e-9, grew a prediction to gigabytes. The first such
     step is refused before any load; one later (a search slowing down) ends the ramp, said."""
-    from spoc_tui.core.ramp.experiment import Replayed
+    from spoc_tui.core.ramp.experiment import Measured
 
-    def replayer(idx: int, speed: float) -> Replayed:
+    def replayer(idx: int, speed: float) -> Measured:
         raise AssertionError("no replay should run")
 
     for span, speeds in ((366 * 86_400.0, [1.0]), (60.0, [1e-9])):

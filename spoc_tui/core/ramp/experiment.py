@@ -221,15 +221,6 @@ class RampProgress:
         )
 
 
-@dataclass(frozen=True)
-class Replayed:
-    """A trace replay's step, as its backend ran it."""
-
-    step: StepSummary
-    window: list[RequestSample]
-    seconds: float
-
-
 class Backend(Protocol):
     """Where the load is held: the driver's only way to the server (live or virtual)."""
 
@@ -274,7 +265,7 @@ class Backend(Protocol):
         """How the load generator fared over [start, end]."""
         ...
 
-    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Replayed:
+    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Measured:
         """A trace replay's step at ``speed``, measured whole."""
         ...
 
@@ -298,9 +289,11 @@ class Sink(Protocol):
     def write(self, steps: list[StepSummary], knee: Knee, status: RampStatus) -> None: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class Measured:
-    """A step as the driver measured it, with its requests (the knee's inference resamples them)."""
+    """A step as it was measured, with its requests (the knee's inference resamples them): the
+    driver's, or a trace replay's as its backend ran it. The one record of a step and its
+    requests the driver keeps."""
 
     step: StepSummary
     window: list[RequestSample]
@@ -488,8 +481,7 @@ class Driver:
                 self._load_started = self.backend.now()
             idx += 1
             if exp.replay_s is not None:
-                r = await self.backend.replay(idx, level, self._say("measuring", idx, level))
-                run = Measured(r.step, r.window, r.seconds)
+                run = await self.backend.replay(idx, level, self._say("measuring", idx, level))
             else:
                 run = await self._step(idx, level, left)
             if exp.shadow is not None:
