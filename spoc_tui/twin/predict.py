@@ -28,7 +28,7 @@ import numpy as np
 from spoc_tui.core.confidence import Interval, t_quantile
 from spoc_tui.core.ramp.experiment import Driver, Experiment, Measured, RampProgress, experiment_of, run_now
 from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
-from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, Knee, SpeedSearch, UserPlan, find_knee
+from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, Knee, SpeedSearch, UserPlan
 from spoc_tui.core.ramp.sla import LevelUnit, Limit
 from spoc_tui.core.ramp.steps import (
     RequestSample,
@@ -235,14 +235,23 @@ def run_ramp(
     model: StepModel,
     seed: int,
     progress: Callable[[str], None] | None = None,
-) -> list[StepRun]:
+) -> Ramped:
     """One predicted ramp on ``model``: the experiment driver's loop (``spoc ramp``'s own) over the
     twin's engine in virtual time, its levels as the plan chooses them."""
     _eng, vs, _advance = _virtual(p, model, seed)
     return _drive(p, VirtualBackend(vs, spawn_rate=p.rate), seed, progress)
 
 
-def _drive(p: Prediction, backend: VirtualBackend, seed: int, progress: Callable[[str], None] | None) -> list[StepRun]:
+@dataclass(frozen=True)
+class Ramped:
+    """A predicted ramp as the driver ran it: its steps, and the knee it inferred from them (once:
+    the prediction takes it from here)."""
+
+    runs: list[StepRun]
+    knee: Knee
+
+
+def _drive(p: Prediction, backend: VirtualBackend, seed: int, progress: Callable[[str], None] | None) -> Ramped:
     def said(ev: RampProgress) -> None:
         if progress is not None and ev.phase == "step_done" and ev.steps:
             s = ev.steps[-1]
@@ -255,7 +264,7 @@ def _drive(p: Prediction, backend: VirtualBackend, seed: int, progress: Callable
     for r in runs:
         k = r.step.step
         out.append(StepRun(r.step, r.window, busy.get(k, 0.0), full.get(k, 0.0), r.seconds, peaks.get(k)))
-    return out
+    return Ramped(out, driver.knee())
 
 
 @dataclass(frozen=True)
@@ -301,15 +310,15 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     say = progress or (lambda _m: None)
     ramp = run_trace_ramp if p.trace is not None else run_ramp
     draw = run_trace_draw if p.trace is not None else run_draw
-    central = ramp(p, p.twin.fit, p.seed, progress=lambda m: say(f"fit: {m}"))
+    ramped = ramp(p, p.twin.fit, p.seed, progress=lambda m: say(f"fit: {m}"))
+    central = ramped.runs
     if not central:
         from spoc_tui.twin.model import TwinError
 
         raise TwinError("no step fits the budget: lengthen --budget or shorten --step-seconds")
     unit = central[0].step.unit
     levels = [(r.step.level, r.measured_s) for r in central]
-    windows = [(r.step.level, r.window) for r in central]
-    knee = find_knee([r.step for r in central], infer_knee(windows, p.limits, unit, seed=p.seed))
+    knee = ramped.knee  # the driver's, inferred across the fit's steps once
     draws = list(p.twin.draws[: max(0, p.draws)])
     per_draw: list[dict[int, DrawStep]] = []
     knees: list[float | None] = []
@@ -564,7 +573,7 @@ def run_trace_ramp(
     model: StepModel,
     seed: int,
     progress: Callable[[str], None] | None = None,
-) -> list[StepRun]:
+) -> Ramped:
     """The replay steps on ``model``, their speeds as the plan chooses them (the speed search from
     the knee inferred so far), within the budget as ``spoc ramp --trace`` keeps it: the driver's
     loop, each step a replay on a fresh twin."""

@@ -131,7 +131,7 @@ class TwinEvaluator:
             trace=self._rows,
         )
         try:
-            runs = (run_trace_ramp if self._rows is not None else run_ramp)(p, self.twin.fit, r.seed)
+            runs = (run_trace_ramp if self._rows is not None else run_ramp)(p, self.twin.fit, r.seed).runs
         except TwinError as e:
             return TrialOutcome("infeasible", reason=str(e), duration_s=time.monotonic() - t0)
         if self._stopping.is_set():

@@ -313,7 +313,7 @@ def test_a_turn_counts_from_when_it_was_sent_not_from_the_next_step():
     for a0 in (0.0, 0.002):
         p = Prediction(twin=tw, workload=load_workload("chatbot"), plan=FixedUsers([16]), limits=(), step_s=120,
                        warmup_s=20, seed=3, draws=0)  # fmt: skip
-        runs = run_ramp(p, replace(tw.fit, a0=a0, a_prompt=0.0), 3)
+        runs = run_ramp(p, replace(tw.fit, a0=a0, a_prompt=0.0), 3).runs
         ttft[a0] = statistics.fmean(s.ttft for s in runs[0].window if s.ok and s.ttft is not None)
     step = tw.fit.b0 + tw.fit.b_decode * 8
     assert 0.001 < ttft[0.002] - ttft[0.0] < 0.004 and ttft[0.002] - ttft[0.0] < 0.5 * step, (ttft, step)
