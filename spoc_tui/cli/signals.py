@@ -10,12 +10,14 @@ lines cannot fail with EIO half-way through the clean-up.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -53,3 +55,24 @@ def stop_signals_interrupt() -> Iterator[None]:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` on a new event loop until it ends or a stop signal (Ctrl-C, SIGTERM, SIGHUP)
+    ends it; the loop is then closed with further stop signals held off. Two signals close
+    together (a process group's SIGTERM and its guard's, forwarded; Ctrl-C pressed twice) had
+    interrupted the loop's own close half-way, and the loop, collected at exit, printed a
+    traceback ("Invalid file descriptor: -1")."""
+    runner = asyncio.Runner()
+    try:
+        with stop_signals_interrupt():
+            runner.run(main)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *STOP_SIGNALS)}
+        try:
+            runner.close()
+        finally:
+            for sig, handler in held.items():
+                signal.signal(sig, handler)
