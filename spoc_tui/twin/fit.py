@@ -155,13 +155,10 @@ def _solve_each(
     return [_solve(x, y, free, None if starts is None else starts[i]) for i, x in enumerate(xs)]
 
 
-def _solve_ridge(
-    xs: Sequence[np.ndarray], y: np.ndarray, free: np.ndarray, coefs: Sequence[np.ndarray] | None = None
-) -> tuple[np.ndarray, float]:
-    """The fit at the best ridge of :data:`RIDGES` (0 unless another cuts the error by
-    :data:`RIDGE_GAIN`): (coefficients, ridge). ``xs``: the rows at each ridge (:func:`_designs`);
-    ``coefs``: the fits at each (:func:`_solve_each`; None: fitted here)."""
-    coefs = _solve_each(xs, y, free) if coefs is None else coefs
+def _best_ridge(xs: Sequence[np.ndarray], y: np.ndarray, coefs: Sequence[np.ndarray]) -> tuple[np.ndarray, float]:
+    """Of the fits at each ridge of :data:`RIDGES` (:func:`_solve_each` over the rows
+    :func:`_designs` made), the best: (coefficients, ridge), the ridge 0 unless another cuts the
+    error by :data:`RIDGE_GAIN`."""
     if len(xs) == 1:
         return coefs[0], 0.0
     base = _weighted_sse(xs[0], y, coefs[0])
@@ -197,7 +194,7 @@ def fit_step_model(
     xs = _designs(obs)
     y_all = np.array([o.y for o in obs], dtype=float)
     each = _solve_each(xs, y_all, free)
-    best, ridge = _solve_ridge(xs, y_all, free, each)
+    best, ridge = _best_ridge(xs, y_all, each)
     starts = [c > 0 for c in each]  # each resample's search starts from the whole fit's columns
     probes = sorted({o.probe for o in obs})
     by_probe: dict[int, list[int]] = {p: [] for p in probes}
@@ -216,8 +213,8 @@ def fit_step_model(
         rows = [i for k in pick for i in by_probe[probes[k]]]
         kinds_in = {obs[i].kind for i in rows}
         if "decode" in kinds_in and kinds_in & {"prefill", "server_prefill"}:
-            sub = [x[rows] for x in xs]
-            coef, r = _solve_ridge(sub, y_all[rows], free, _solve_each(sub, y_all[rows], free, starts))
+            sub, ys = [x[rows] for x in xs], y_all[rows]
+            coef, r = _best_ridge(sub, ys, _solve_each(sub, ys, free, starts))
             if not takes_time(StepModel.from_vector([*coef.tolist(), r])):
                 timeless += 1  # a resample of a noisy host's probes fit to no time: no model of a step
                 continue

@@ -192,7 +192,7 @@ TOTAL_CPU_SHARE = 0.0145
 52's and 75's 1.5 %, less 0.05 % for the meter's own spread over a couple of minutes. One
 server's monitor takes about 0.7 % (benchmarks/monitor_cpu.py), leaving the grading and the
 estimates their :data:`LEDGER_CPU_SHARE` and :data:`LIVE_CPU_SHARE`; sixteen replicas read
-through Prometheus 1.2-1.3 %, leaving them less (:attr:`LiveHeadroom.share`)."""
+through Prometheus about 0.85 %, leaving them less (:attr:`LiveHeadroom.share`)."""
 MIN_CPU_SHARE = 0.0005
 """The least the estimates are kept to, however much the monitor's own work takes (they still
 come, if rarely, and the total is then over :data:`TOTAL_CPU_SHARE`, which the note says)."""

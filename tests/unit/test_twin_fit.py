@@ -629,20 +629,18 @@ def test_a_resample_that_fits_a_step_to_no_time_is_left_out_and_a_timeless_fit_i
     from spoc_tui.twin import fit as fitmod
     from spoc_tui.twin.model import TwinError, takes_time
 
-    solve, calls = fitmod._solve_ridge, [0]
+    best, calls = fitmod._best_ridge, [0]
 
-    def every_third_timeless(xs, y, free, coefs=None):
+    def every_third_timeless(xs, y, coefs):
         calls[0] += 1
-        coef, r = solve(xs, y, free, coefs)
+        coef, r = best(xs, y, coefs)
         return (coef * 0.0, r) if calls[0] > 1 and calls[0] % 3 == 0 else (coef, r)
 
-    monkeypatch.setattr(fitmod, "_solve_ridge", every_third_timeless)
+    monkeypatch.setattr(fitmod, "_best_ridge", every_third_timeless)
     fit, _sd, draws, _res, notes = fit_step_model(synthetic(TRUE, 0.02))
     assert takes_time(fit) and draws and all(takes_time(d) for d in draws)
     assert any("fit a step to no time and were left out" in n for n in notes), notes
-    monkeypatch.setattr(
-        fitmod, "_solve_ridge", lambda xs, y, free, coefs=None: (solve(xs, y, free, coefs)[0] * 0.0, 0.0)
-    )
+    monkeypatch.setattr(fitmod, "_best_ridge", lambda xs, y, coefs: (best(xs, y, coefs)[0] * 0.0, 0.0))
     with pytest.raises(TwinError, match="fit to no time at all"):
         fit_step_model(synthetic(TRUE, 0.02))
 

@@ -588,7 +588,7 @@ class Driver:
                     return None
             if exp.early_stop is not None and now - st.m_start >= st.next_check:
                 st.next_check += EARLY_CHECK_S
-                if early := self._early(st.idx, st.users, st.m_start, st.sent_from, st.target, st.server):
+                if early := self._early(st):
                     return Measured(early, [], now - st.m_start)
             if settle is not None and settle_due(now - st.m_start, st.planned, st.asked):
                 st.asked += 1
@@ -634,23 +634,23 @@ class Driver:
         self.report(st.phase, st.idx, st.level, f"inconclusive ({summary.verdict.reason}): measuring on")
         return None
 
-    def _early(
-        self, idx: int, users: int, m_start: float, sent_from: float, target: float, server: ServerWindow
-    ) -> StepSummary | None:
+    def _early(self, st: _Step) -> StepSummary | None:
         """The window so far, when the study's early stop says the trial is clearly dominated, with
         at least :data:`EARLY_MIN_REQUESTS` requests."""
         exp = self.exp
         assert exp.early_stop is not None
         now = self.backend.now()
-        elapsed = now - m_start
-        window = self.backend.window(idx, m_start, now, sent_from)
+        elapsed = now - st.m_start
+        window = self.backend.window(st.idx, st.m_start, now, st.sent_from)
         if len(window) < EARLY_MIN_REQUESTS:
             return None
-        summary = summarize_step(idx, users, window, elapsed, exp.limits, open_loop=exp.open_loop, server=server)
+        summary = summarize_step(
+            st.idx, st.users, window, elapsed, exp.limits, open_loop=exp.open_loop, server=st.server
+        )
         reason = exp.early_stop(summary)
         if not reason:
             return None
-        return replace(summary, stopped_early=EarlyStop(reason, round(max(0.0, target - elapsed), 1)))
+        return replace(summary, stopped_early=EarlyStop(reason, round(max(0.0, st.target - elapsed), 1)))
 
 
 def run_now(coro: Coroutine[Any, Any, T]) -> T:

@@ -10,8 +10,8 @@ from textual.message import Message
 
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.tui.jobs.headroom import HeadroomJob
-from spoc_tui.tui.jobs.host import JobHost
-from spoc_tui.tui.jobs.ramp import Handlers, ProfileJob, RampJob
+from spoc_tui.tui.jobs.host import Handlers, JobHost
+from spoc_tui.tui.jobs.ramp import ProfileJob, RampJob
 from spoc_tui.tui.jobs.tune import TuneJob
 from spoc_tui.tui.sources import MonitorSources
 from spoc_tui.twin.publish import HeadroomCollector

@@ -13,8 +13,7 @@ from spoc_tui.core.errors import first_line
 from spoc_tui.core.monitor.model import HeadroomShown
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.redact import redact_url
-from spoc_tui.tui.jobs.host import JobHost
-from spoc_tui.tui.jobs.ramp import Handlers
+from spoc_tui.tui.jobs.host import Handlers, JobHost
 from spoc_tui.tui.messages import HeadroomEstimated, ServersSampled
 from spoc_tui.tui.sources import MonitorSources
 from spoc_tui.twin.headroom import Headroom

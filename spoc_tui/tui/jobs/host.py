@@ -4,7 +4,7 @@ before it starts."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from textual.message import Message
 from textual.notifications import SeverityLevel
@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from spoc_tui.tui.screens.load import LoadScreen
     from spoc_tui.tui.screens.monitor import MonitorScreen
     from spoc_tui.tui.screens.tune import TuneScreen
+
+
+Handlers = dict[type[Message], Callable[[Any], None]]
+"""The messages a job takes (the screens' intents, its worker's reports) and what takes each."""
 
 
 class WorkerHost(Protocol):

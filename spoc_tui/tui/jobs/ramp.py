@@ -7,10 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
-from textual.message import Message
 from textual.worker import Worker
 
 from spoc_tui.collectors.scrape import base_url
@@ -23,7 +21,7 @@ from spoc_tui.profile.analyze import Breakdown, analyse
 from spoc_tui.profile.capture import CaptureConfig, capture, profiler_flag
 from spoc_tui.profile.report import decode_roofline
 from spoc_tui.profile.trace import read_trace
-from spoc_tui.tui.jobs.host import JobHost, start_unless
+from spoc_tui.tui.jobs.host import Handlers, JobHost, start_unless
 from spoc_tui.tui.messages import ProfileFinished, ProfileProgressed, RampFinished, RampProgressed
 from spoc_tui.tui.screens.load import LoadScreen
 from spoc_tui.tui.widgets.panels import profile_text
@@ -36,9 +34,6 @@ live backend), or the same experiment over the virtual backend (the TUI's tests)
 ProfileCapture = Callable[[CaptureConfig, Callable[[str], None]], Awaitable[Path]]
 """What profiles the server for F6: :func:`~spoc_tui.profile.capture.capture` (the network), or
 the same capture with its requests answered in memory (the TUI's tests)."""
-
-Handlers = dict[type[Message], Callable[[Any], None]]
-"""The messages a job takes (the screens' intents, its worker's reports) and what takes each."""
 
 
 class RampJob:

@@ -7,8 +7,7 @@ import time
 
 from spoc_tui.config import data_dir
 from spoc_tui.core.errors import InputError, SpocError
-from spoc_tui.tui.jobs.host import JobHost, start_unless
-from spoc_tui.tui.jobs.ramp import Handlers
+from spoc_tui.tui.jobs.host import Handlers, JobHost, start_unless
 from spoc_tui.tui.messages import TuneEvent, TuneFinished
 from spoc_tui.tui.screens.tune import TuneScreen
 from spoc_tui.tune import events as tune_events
