@@ -94,7 +94,7 @@ def headroom_cmd(
     (server="fleet": its weakest replica). The first estimate comes once the scrapes identify the
     model (4 minutes or more; with --prometheus, from its history at once); each is said on
     stdout. Ctrl-C or SIGTERM ends it (docs/fleet.md)."""
-    from spoc_tui.cli.signals import run_until_stopped
+    from spoc_tui.cli.signals import run_stoppable
     from spoc_tui.config import check_max_num_seqs
     from spoc_tui.core.ramp.sla import parse_sla
     from spoc_tui.twin.live import LiveHeadroom, keep_headroom
@@ -133,7 +133,9 @@ def headroom_cmd(
         keep = keep_headroom(list(urls), live, collector.publish, api_key, every, say)
     say(f"serving the headroom of {what} at http://{host}:{port}/metrics (Ctrl-C ends it)")
     try:
-        run_until_stopped(keep)
+        run_stoppable(keep)
+    except KeyboardInterrupt:
+        pass
     finally:
         stop()
     sys.exit(EXIT_INTERRUPTED)

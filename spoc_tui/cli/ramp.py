@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from spoc_tui.cli.signals import stop_signals_interrupt
+from spoc_tui.cli.signals import run_stoppable
 from spoc_tui.core import fmt
 from spoc_tui.core.errors import EXIT_INTERRUPTED, EXIT_OK
 from spoc_tui.core.ramp.text import step_table, verdict
@@ -69,8 +68,7 @@ def run(cfg: RampConfig, ramp: Ramp = run_ramp) -> int:
             flush=True,
         )
     try:
-        with stop_signals_interrupt():
-            result: RampResult = asyncio.run(ramp(cfg, _progress))
+        result: RampResult = run_stoppable(ramp(cfg, _progress))
     except RampError as e:
         if (Path(cfg.out_dir) / "ramp.json").exists():
             e.hint = f"finished steps are in {cfg.out_dir}/ramp.json"

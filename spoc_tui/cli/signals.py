@@ -17,9 +17,10 @@ import sys
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+T = TypeVar("T")
 
 
 def _detach_terminal() -> None:
@@ -57,18 +58,17 @@ def stop_signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
-    """Run ``main`` on a new event loop until it ends or a stop signal (Ctrl-C, SIGTERM, SIGHUP)
-    ends it; the loop is then closed with further stop signals held off. Two signals close
-    together (a process group's SIGTERM and its guard's, forwarded; Ctrl-C pressed twice) had
-    interrupted the loop's own close half-way, and the loop, collected at exit, printed a
-    traceback ("Invalid file descriptor: -1")."""
+def run_stoppable(main: Coroutine[Any, Any, T]) -> T:
+    """``main`` on a new event loop, as ``asyncio.run`` runs it, SIGTERM and SIGHUP acting as Ctrl-C
+    (:func:`stop_signals_interrupt`); whatever ends it (its end, an error, a stop signal: then
+    ``KeyboardInterrupt``, raised here), the loop is closed with further stop signals held off.
+    Two signals close together (a process group's SIGTERM and its guard's, forwarded; Ctrl-C
+    pressed twice) had interrupted the loop's own close half-way, and the loop, collected at
+    exit, printed a traceback ("Invalid file descriptor: -1")."""
     runner = asyncio.Runner()
     try:
         with stop_signals_interrupt():
-            runner.run(main)
-    except KeyboardInterrupt:
-        pass
+            return runner.run(main)
     finally:
         held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *STOP_SIGNALS)}
         try:
