@@ -39,7 +39,7 @@ from spoc_tui.tui.screens.tune import TuneScreen
 from spoc_tui.tui.sources import MonitorSources, NothingToMonitor, build_sources, check_sources
 from spoc_tui.tui.svg import fix_file
 from spoc_tui.tui.terminal import require_terminal
-from spoc_tui.tui.textual_private import FastTruecolorApp, QuietDriver
+from spoc_tui.tui.textual_mode import FastTruecolorApp, QuietDriver
 from spoc_tui.tui.widgets.badge import WorkBadge
 from spoc_tui.twin.live import LiveHeadroom
 from spoc_tui.twin.model import read_twin

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from spoc_tui.tui.textual_private import QuietDriver
+from spoc_tui.tui.textual_mode import QuietDriver
 
 _HORIZONTAL = "─━┄┅┈┉╌╍═╴╶╸╺╼╾"
 _VERTICAL = "│┃┆┇┊┋╎╏║╵╷╹╻╽╿"

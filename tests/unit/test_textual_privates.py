@@ -4,6 +4,7 @@ installed Textual, so an upgrade that moves one fails a test instead of a termin
 (issue 56 item 1) or a screen that draws stale lines; and no other module names one."""
 
 import ast
+import functools
 import importlib
 import inspect
 import io
@@ -23,6 +24,15 @@ def _cls(qualname: str) -> type:
     return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
+@functools.cache
+def _source(cls: type) -> str:
+    """A class's source ('' where it has none): inspect parses the whole module for each call."""
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):
+        return ""
+
+
 def _defines(cls: type, name: str) -> bool:
     """A class attribute, a slot, or an instance attribute its (or a base's) source sets or reads."""
     if hasattr(cls, name):
@@ -30,11 +40,8 @@ def _defines(cls: type, name: str) -> bool:
     for base in cls.__mro__:
         if name in getattr(base, "__slots__", ()):
             return True
-        try:
-            src = inspect.getsource(base)
-        except (OSError, TypeError):
-            continue
-        if re.search(rf"self\.{re.escape(name)}\b", src):
+        src = _source(base)
+        if src and re.search(rf"self\.{re.escape(name)}\b", src):
             return True
     return False
 
@@ -95,3 +102,89 @@ def test_the_writer_thread_and_its_queue_are_where_the_hang_up_path_finds_them()
     assert callable(w._queue.get) and callable(w.join)
     assert "self._writer_thread" in inspect.getsource(LinuxDriver)
     assert "def run_input_thread" in inspect.getsource(LinuxDriver)
+
+
+# -- the fence on attribute access: no module but the fork reads, sets or shadows a Textual private
+def _textual_privates() -> set[str]:
+    """The private attributes and methods Textual's own source defines (``self._x``, ``def _x``)."""
+    import textual
+
+    names: set[str] = set()
+    for path in Path(textual.__file__).parent.rglob("*.py"):
+        src = path.read_text()
+        names |= set(re.findall(r"self\.(_[a-zA-Z]\w*)", src)) | set(re.findall(r"def (_[a-zA-Z]\w*)", src))
+    return names
+
+
+def _our_privates() -> set[str]:
+    """The private names spoc-tui's own classes define (outside the fork)."""
+    names: set[str] = set()
+    for path in PKG.rglob("*.py"):
+        if path.name == "textual_private.py":
+            continue
+        src = path.read_text()
+        names |= set(re.findall(r"self\.(_[a-zA-Z]\w*)\s*(?::[^=\n]+)?=", src))
+        names |= set(re.findall(r"def (_[a-zA-Z]\w*)", src))
+        names |= set(re.findall(r"^\s+(_[a-zA-Z]\w*)\s*(?::[^=\n]+)?=", src, re.M))
+    return names
+
+
+def _private_uses(src: str, classes: dict[str, type], textuals: set[str], ours: set[str]) -> list[str]:
+    """Where ``src`` touches a Textual private: ``self._x`` in a class (of ``classes``, by name)
+    whose Textual base defines ``_x`` (a use, or a shadowing an upgrade would break silently), and
+    ``obj._x`` on anything else where ``_x`` is Textual's and none of ours."""
+    tree = ast.parse(src)
+    found: list[str] = []
+    for cls_node in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        cls = classes.get(cls_node.name)
+        if cls is None:
+            continue
+        bases = [b for b in cls.__mro__ if b.__module__.partition(".")[0] == "textual"]
+        for node in ast.walk(cls_node):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                name = node.attr
+                if name.startswith("_") and not name.startswith("__"):
+                    hit = next((b for b in bases if _defines(b, name)), None)
+                    if hit is not None:
+                        found.append(f"{cls_node.name}: self.{name} is {hit.__qualname__}'s")
+    modules = {"self", "cls"} | {
+        (a.asname or a.name).partition(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }  # os._exit is no attribute of Textual's
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or (isinstance(node.value, ast.Name) and node.value.id in modules):
+            continue
+        name = node.attr
+        if name.startswith("_") and not name.startswith("__") and name in textuals and name not in ours:
+            found.append(f"line {node.lineno}: .{name} is Textual's")
+    return sorted(set(found))
+
+
+def test_no_other_module_reads_sets_or_shadows_a_textual_private_attribute():
+    textuals, ours = _textual_privates(), _our_privates()
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name == "textual_private.py":
+            continue
+        classes: dict[str, type] = {}
+        rel = path.relative_to(PKG.parent)
+        if rel.parts[:2] == ("spoc_tui", "tui"):  # the modules with Textual classes
+            module = importlib.import_module(".".join(rel.with_suffix("").parts).removesuffix(".__init__"))
+            classes = {k: v for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__}
+        offenders += [f"{rel}: {what}" for what in _private_uses(path.read_text(), classes, textuals, ours)]
+    assert not offenders, offenders
+
+
+def test_the_attribute_fence_finds_a_use_and_a_shadowing():
+    src = (
+        "from textual.widget import Widget\n"
+        "class Probe(Widget):\n"
+        "    def f(self):\n"
+        "        return self._nodes\n"
+        "def g(screen):\n"
+        "    return screen._compositor\n"
+    )
+    space: dict[str, object] = {}
+    exec(compile(src, "probe", "exec"), space)
+    found = _private_uses(src, {"Probe": space["Probe"]}, _textual_privates(), _our_privates())  # type: ignore[dict-item]
+    assert any("Probe: self._nodes is" in f for f in found), found
+    assert any(".\u005fcompositor is Textual's" in f for f in found), found

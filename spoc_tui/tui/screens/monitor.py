@@ -22,7 +22,7 @@ from spoc_tui.core.monitor.model import HeadroomShown, MonitorModel
 from spoc_tui.core.monitor.series import WINDOWS_S, Window
 from spoc_tui.core.monitor.snapshots import SourceStatus, VllmTick
 from spoc_tui.tui.messages import GpusSampled, ServersSampled
-from spoc_tui.tui.textual_private import use_lean_compositor
+from spoc_tui.tui.textual_mode import use_lean_compositor
 from spoc_tui.tui.widgets.panels import (
     ChangedStatic,
     GpuTable,

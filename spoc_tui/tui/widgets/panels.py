@@ -22,7 +22,7 @@ from spoc_tui.core.monitor.fleet import lagging
 from spoc_tui.core.monitor.snapshots import GpuTick, SourceStatus, VllmTick
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.profile.analyze import Breakdown
-from spoc_tui.tui.textual_private import LeanRefresh
+from spoc_tui.tui.textual_mode import LeanRefresh
 from spoc_tui.tui.widgets.tables import Cell, DiffTable, Styled
 
 

@@ -18,7 +18,7 @@ from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
 
-from spoc_tui.tui.textual_private import LeanRefresh, LeanStrip
+from spoc_tui.tui.textual_mode import LeanRefresh, LeanStrip
 
 
 class Styled(NamedTuple):

@@ -17,7 +17,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 
 from spoc_tui.core.monitor.series import Points, columns, last_value, nice_range
-from spoc_tui.tui.textual_private import LeanRefresh, LeanStrip
+from spoc_tui.tui.textual_mode import LeanRefresh, LeanStrip
 from spoc_tui.tui.widgets.tables import style_of
 
 _DOTS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
