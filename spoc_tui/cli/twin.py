@@ -297,7 +297,7 @@ def prediction_text(p: Any, res: Any, took: float) -> str:
             f"{s.level_text:>10}  {s.decision:<12} {_iv(s.latency.ttft.p50, iv['ttft_p50']):<22} "
             f"{_iv(s.latency.ttft.p99, iv['ttft_p99']):<22} {_iv(s.latency.itl.p50, iv['itl_p50']):<20} "
             f"{_iv(s.latency.e2e.p50, iv['e2e_p50']):<22} "
-            f"{_iv(s.output_tokens_per_s, iv['output_tokens_per_s'], rate=True):<16} {100 * r.saturated:.0f} %"
+            f"{_iv(s.output_tokens_per_s, iv['output_tokens_per_s'], rate=True):<16} {100 * res.saturated(i):.0f} %"
         )
         if note := res.step_notes(i):
             lines.append(f"        {note}")

@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import numpy as np
 
 from spoc_tui.collectors.http import RedirectRefused, new_client, request, tls_env
 from spoc_tui.collectors.poller import DcgmPoller, VllmPoller
 from spoc_tui.collectors.scrape import base_url
 from spoc_tui.core.errors import EXIT_USAGE, first_line
 from spoc_tui.core.files import write_atomic
-from spoc_tui.core.ramp.experiment import Driver, Measured, QueueWatch, poll_every
+from spoc_tui.core.ramp.experiment import Driver
 from spoc_tui.core.ramp.experiment import RampPhase as RampPhase  # re-exported: it lived here
 from spoc_tui.core.ramp.experiment import RampProgress as RampProgress  # re-exported: it lived here
 from spoc_tui.core.ramp.knee import (
@@ -47,14 +46,11 @@ from spoc_tui.core.ramp.status import RampEnd, RampStatus
 from spoc_tui.core.ramp.steps import (
     ClientHealth,
     GpuWindow,
+    ReplaySent,
     RequestSample,
     ServerWindow,
     StepSummary,
-    TraceFidelity,
-    arrival_rate,
     client_health,
-    held_back,
-    summarize_step,
 )
 from spoc_tui.core.ramp.steps.client import silent
 from spoc_tui.core.redact import redact_url
@@ -522,13 +518,6 @@ TRACE_START_S = 0.5
 """A replay step's clock starts this long after its command is sent (every process gets it first)."""
 
 
-def _three(values: list[float]) -> tuple[float | None, float | None, float | None]:
-    if not values:
-        return (None, None, None)
-    p50, p99 = np.percentile(values, [50, 99])
-    return (round(float(p50), 3), round(float(p99), 3), round(max(values), 3))
-
-
 class LiveBackend:
     """The experiment driver's live backend: the Locust load generator in a child process (over
     :mod:`spoc_tui.load.wire`) and the server's /metrics (and DCGM's), on the wall clock."""
@@ -653,79 +642,33 @@ class LiveBackend:
     async def offload(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(fn, *args)
 
-    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Measured:
-        """One replay of the trace at ``speed``: every row sent at its timestamp divided by the
-        speed (open loop), the step ending when every process has sent its rows and their
-        requests ended. Its figures are over all its requests (the replay is the measurement),
-        and its ``trace`` says how faithfully it kept the schedule."""
-        cfg, scan, poller = self.cfg, self.scan, self.poller
-        assert scan is not None and poller is not None
+    async def start_replay(self, idx: int, speed: float) -> float:
+        """The trace's rows sent at ``speed`` from :data:`TRACE_START_S` from now (every process
+        gets the command first): that moment."""
         t0 = time.time() + TRACE_START_S
-        await self._send(wire.SetUsers(cfg.generators, idx, 0.0, speed=speed, t0=t0))
-        length = scan.step_s(speed)
-        await self.begin_window()
-        queue = QueueWatch()
-        every = poll_every(cfg.poll_s, length)
-        polled = time.time()
-        deadline = t0 + length + cfg.request_timeout_s + 30
-        done = self.trace_done
-        while len([d for d in done if d.step == idx]) < cfg.generators:
-            self._alive()
-            if time.time() > deadline:
-                logger.warning("trace step %d: not every process reported its end; the step ends at its deadline", idx)
-                break
-            sent_so_far = sum(1 for s in self.answered if s.step == idx)
-            say(f"x{speed:g}: {sent_so_far} of {scan.rows} rows answered")
-            await asyncio.sleep(0.5)
-            if time.time() - polled >= every - 0.05:
-                polled = time.time()
-                queue.see(time.time() - t0, await self.poll())
-        server = replace(await self.poll(), waiting_mean=queue.mean)
-        m_end = time.time()
-        mine = [s for s in self.answered if s.step == idx]
-        ends = [s.end or s.start for s in mine]
-        duration = max(length, (max(ends) if ends else m_end) - t0, 1e-3)
-        ours = [d for d in done if d.step == idx]
+        await self._send(wire.SetUsers(self.cfg.generators, idx, 0.0, speed=speed, t0=t0))
+        return t0
+
+    def replayed(self, idx: int) -> ReplaySent:
+        """Every process's report of the step (:class:`wire.TraceDone`), summed; complete once each
+        has reported. Before any has: the trace's rows, and the requests sent so far."""
+        scan = self.scan
+        assert scan is not None
+        ours = [d for d in self.trace_done if d.step == idx]
         skipped: dict[str, int] = {}
         for d in ours:
             for why, c in d.skipped.items():
                 skipped[why] = skipped.get(why, 0) + c
-        sent = [s for s in mine if s.scheduled is not None]
-        starts = sorted(s.start for s in sent)
         prefix_in = sum(d.input_tokens for d in ours)
-        fidelity = TraceFidelity(
+        sent_so_far = sum(1 for s in self.answered if s.step == idx and s.scheduled is not None)
+        return ReplaySent(
             rows=sum(d.rows for d in ours) if ours else scan.rows,
-            sent=sum(d.sent for d in ours) if ours else len(sent),
+            sent=sum(d.sent for d in ours) if ours else sent_so_far,
             skipped=skipped,
-            lag_ms=_three(
-                [(s.start - s.scheduled - (s.held_s or 0.0)) * 1000 for s in sent if s.scheduled is not None]
-            ),
-            held_back=held_back(sent),
-            rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
-            trace_rate=arrival_rate(scan.rows, length),
+            due=scan.rows,
             prefix_share=round(sum(d.prefix_tokens for d in ours) / prefix_in, 4) if prefix_in else None,
-            server_hit_rate=server.prefix_cache_hit_rate,
-            length_error=_three(
-                [
-                    float(abs(s.prompt_tokens - s.planned_input))
-                    for s in sent
-                    if s.ok and s.prompt_tokens is not None and s.planned_input is not None
-                ]
-            ),
+            complete=len(ours) >= self.cfg.generators,
         )
-        summary = summarize_step(
-            idx,
-            cfg.generators,
-            mine,
-            duration,
-            cfg.limits,
-            open_loop=True,
-            server=server,
-            client=self.client(t0, m_end, cfg.limits),
-            unbounded=queue.unbounded,
-        )
-        step = replace(summary, speed=speed, trace=replace(fidelity, cached_share=summary.cached_prompt_fraction))
-        return Measured(step, mine, duration)
 
     async def stop(self) -> None:
         try:

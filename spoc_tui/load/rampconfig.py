@@ -136,6 +136,7 @@ class RampConfig(defaults.StepRules):
             poll_s=self.poll_s,
             early_stop=self.early_stop,
             replay_s=scan.step_s if scan is not None else None,
+            replay_grace_s=self.request_timeout_s + 30,
             error=RampError,
             shadow=self.shadow,
         )

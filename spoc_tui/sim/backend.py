@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from spoc_tui.core.ramp.experiment import Measured, immediately
+from spoc_tui.core.ramp.experiment import immediately
 from spoc_tui.core.ramp.sla import Limit
-from spoc_tui.core.ramp.steps import ClientHealth, RequestSample, ServerWindow
+from spoc_tui.core.ramp.steps import ClientHealth, ReplaySent, RequestSample, ServerWindow
 from spoc_tui.sim.engine import SimEngine
 from spoc_tui.sim.virtual import VirtualServer
 
@@ -62,7 +62,7 @@ class VirtualBackend:
 
     Either one server for the whole ramp (``server``: each step continues the last, as on a real
     server), or a fresh one per step (``fresh(idx, users)``: a study's fast mode, each level on a
-    new engine). A trace replay's steps are run by ``replayer(idx, speed)``.
+    new engine). A twin's trace replay has a backend of its own (:class:`~spoc_tui.twin.predict.TraceBackend`).
     """
 
     generators = 1
@@ -73,7 +73,6 @@ class VirtualBackend:
         *,
         spawn_rate: Callable[[int], float] | None = None,
         fresh: Callable[[int, int], VirtualServer] | None = None,
-        replayer: Callable[[int, float], Measured] | None = None,
     ) -> None:
         """
         Args:
@@ -83,7 +82,6 @@ class VirtualBackend:
         self.vs = server
         self.spawn_rate = spawn_rate
         self.fresh = fresh
-        self.replayer = replayer
         self.offset = 0.0
         """A fresh server's clock starts at 0: the time before it, on the driver's clock."""
         self.clock = server.now if server is not None else 0.0
@@ -173,13 +171,11 @@ class VirtualBackend:
     def client(self, start: float, end: float, limits: Sequence[Limit]) -> ClientHealth:
         return ClientHealth()
 
-    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Measured:
-        if self.replayer is None:
-            raise RuntimeError("this virtual backend replays no trace")
-        r = self.replayer(idx, speed)
-        self.clock += r.seconds
-        self._answered += len(r.window)
-        return r
+    async def start_replay(self, idx: int, speed: float) -> float:
+        raise RuntimeError("virtual users hold levels; a twin's trace replay is its own backend (twin.predict)")
+
+    def replayed(self, idx: int) -> ReplaySent:
+        raise RuntimeError("virtual users hold levels; a twin's trace replay is its own backend (twin.predict)")
 
     async def offload(self, fn: Callable[..., T], *args: Any) -> T:
         return await immediately(fn, *args)

@@ -241,6 +241,8 @@ class FleetSim:
         self.timeline: list[tuple[float, int]] = []
         self._last_change = -math.inf
         self._quiet_since: float | None = None
+        self._over = False
+        """Ended before its events ran out (requests that nothing left could ever run)."""
 
     # -- events --------------------------------------------------------------------------
     def _push(self, at: float, kind: str, obj: object) -> None:
@@ -399,6 +401,14 @@ class FleetSim:
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, label: str = "", progress: Callable[[str], None] | None = None) -> FleetRun:
+        """The whole trace, to its last answer."""
+        self.start()
+        self.run_until(math.inf, label, progress)
+        return self.result(label)
+
+    def start(self) -> None:
+        """The first replicas started and the trace's first events laid out (:meth:`run_until`
+        then plays them)."""
         first = self.autoscale.min_replicas if self.autoscale else (self.fixed or 1)
         for _ in range(first):
             self._start_replica(0.0)
@@ -412,8 +422,17 @@ class FleetSim:
             self._push(self.autoscale.interval_s, "tick", None)
         if self.poll_s:
             self._push(self.poll_s, "poll", None)
+
+    @property
+    def done(self) -> bool:
+        """Nothing left to play: every request answered or skipped (or never to be run)."""
+        return self._over or not self._heap
+
+    def run_until(self, until: float, label: str = "", progress: Callable[[str], None] | None = None) -> None:
+        """Play the events due at or before ``until`` (virtual seconds): the same run, however
+        it is cut, as every change comes from an event in its turn."""
         total = len(self.rows)
-        while self._heap:
+        while self._heap and not self._over and self._heap[0][0] <= until:
             at, _, kind, obj = heapq.heappop(self._heap)
             self.now = max(self.now, at)
             if kind not in TIMERS:
@@ -460,6 +479,7 @@ class FleetSim:
                     # and waiting on them re-armed this poll for ever (issue 74)
                     self.stalled = left
                     self.skipped += left
+                    self._over = True
                     break
                 if left > 0:
                     self._push(self.now + self.poll_s, "poll", None)
@@ -469,6 +489,9 @@ class FleetSim:
                     self._push(self.now + self.autoscale.interval_s, "tick", None)
                     if progress and int(self.now) % 300 < self.autoscale.interval_s:
                         progress(f"{label}: {self.now / 60:.0f} min of the trace")
+
+    def result(self, label: str = "") -> FleetRun:
+        """The run as played so far (its whole when :attr:`done`)."""
         end = self.now
         secs = sum((r.stopped if r.stopped is not None else end) - r.started for r in self.replicas)
         return FleetRun(

@@ -22,23 +22,31 @@ import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 
 from spoc_tui.core.confidence import Interval, t_quantile
-from spoc_tui.core.ramp.experiment import Driver, Experiment, Measured, RampProgress, experiment_of, run_now
+from spoc_tui.core.ramp.experiment import (
+    Driver,
+    EngineShare,
+    Experiment,
+    Measured,
+    RampProgress,
+    experiment_of,
+    immediately,
+    run_now,
+)
 from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
-from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, Knee, SpeedSearch, UserPlan
+from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, SpeedSearch, UserPlan
 from spoc_tui.core.ramp.sla import LevelUnit, Limit
 from spoc_tui.core.ramp.steps import (
+    ClientHealth,
+    ReplaySent,
     RequestSample,
+    ServerWindow,
     StepSummary,
-    TraceFidelity,
-    arrival_rate,
-    held_back,
     point_value,
-    queue_unbounded,
-    summarize_step,
 )
 from spoc_tui.core.traces.read import TraceError, TraceRow, TraceSource
 from spoc_tui.core.traces.replay import ReplayShare
@@ -50,6 +58,8 @@ from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.fleet import FleetSim
 from spoc_tui.twin.model import StepModel, Twin, TwinError
 from spoc_tui.workload import Workload
+
+T = TypeVar("T")
 
 DRAWS = 16
 """Runs on bootstrap draws of the fit beside the fit's own (the prediction interval's)."""
@@ -126,36 +136,14 @@ class Prediction(defaults.StepRules):
             abort_factor=ABORT_FACTOR,
             seed=self.seed if seed is None else seed,
             replay_s=self.trace.step_s if self.trace is not None else None,
+            # a replay's queue read as often as its engine notes it (a ramp's polls otherwise)
+            poll_s=POLL_S if self.trace is not None else defaults.POLL_S,
             error=TwinError,
         )
 
     def rate(self, change: int) -> float:
         """Users per second for a step that changes the count by ``change`` (as ``spoc ramp``)."""
         return spawn_rate(change, self.warmup_s, self.arrivals, self.spawn_rate)
-
-
-@dataclass(frozen=True)
-class StepRun:
-    step: StepSummary
-    window: list[RequestSample]
-    busy: float
-    """Share of the window the engine was stepping."""
-    saturated: float
-    """Share of the window's polls with requests waiting or every seat taken."""
-    measured_s: float
-    running_peak: int | None = None
-    """The most requests the engine ran at once in the step (a trace replay's; None otherwise):
-    seats (max-num-seqs) at or above it would not have changed the step."""
-
-
-@dataclass(frozen=True)
-class DrawStep:
-    """A step of a run on one draw of the fit: its figures only (no intervals: the draws' spread
-    is the interval)."""
-
-    level: float
-    window: list[RequestSample]
-    figures: dict[str, float | None]
 
 
 def point_figures(window: Sequence[RequestSample], secs: float) -> dict[str, float | None]:
@@ -205,29 +193,32 @@ def _virtual(
     return eng, vs, advance
 
 
-def run_draw(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]]) -> list[DrawStep]:
-    """The ramp again on one draw of the fit, at the levels and lengths the fit's run chose (and on
-    a resample of the answers' lengths)."""
-    _eng, vs, advance = _virtual(p, model, seed, resample_answers=True)
-    out: list[DrawStep] = []
-    prev = 0.0
-    for u, secs in levels:
-        if p.open_loop:
-            vs.set_rate(u)
-        else:
-            change = int(u - prev)
-            vs.spread_s = abs(change) / p.rate(change) if change else 0.0
-            vs.set_users(int(u))
-        if u < prev:  # as spoc ramp: the last level's requests end first
-            vs.drain(p.step_limit_s)
-        sent_from = vs.now
-        prev = u
-        advance(vs.now + p.warmup_s)
-        start = vs.now
-        advance(start + secs)
-        window = vs.window(start, vs.now, sent_from)
-        out.append(DrawStep(u, window, point_figures(window, max(secs, 1e-9))))
-    return out
+def figures_of(run: Measured) -> dict[str, float | None]:
+    """A step's figures of :data:`METRICS` (a draw's: its interval is the draws' spread)."""
+    return point_figures(run.window, max(run.seconds, 1e-9))
+
+
+def _draw_experiment(p: Prediction, seed: int, plan: UserPlan, windows: Sequence[float]) -> Experiment:
+    """``p``'s experiment at the levels ``plan`` lists, step ``idx`` measured ``windows[idx - 1]``
+    seconds (never on), its figures without intervals, and no budget (the fit's run kept it)."""
+    exp = p.experiment(seed)
+    return replace(
+        exp,
+        plan=plan,
+        rules=replace(exp.rules, budget_s=None),
+        window_s=lambda idx: windows[idx - 1],
+        intervals=False,
+        settle=False,
+    )
+
+
+def draw_ramp(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]]) -> list[Measured]:
+    """The ramp again on one draw of the fit (and on a resample of the answers' lengths), at the
+    levels and lengths the fit's run chose: the driver over the draw's virtual users."""
+    _eng, vs, _advance = _virtual(p, model, seed, resample_answers=True)
+    plan: UserPlan = FixedRates([u for u, _ in levels]) if p.open_loop else FixedUsers([int(u) for u, _ in levels])
+    exp = _draw_experiment(p, seed, plan, [secs for _, secs in levels])
+    return run_now(Driver(exp, VirtualBackend(vs, spawn_rate=p.rate), knee_each_step=False).run())
 
 
 def run_ramp(
@@ -247,11 +238,13 @@ class Ramped:
     """A predicted ramp as the driver ran it: its steps, and the knee it inferred from them (once:
     the prediction takes it from here)."""
 
-    runs: list[StepRun]
+    runs: list[Measured]
     knee: Knee
 
 
-def _drive(p: Prediction, backend: VirtualBackend, seed: int, progress: Callable[[str], None] | None) -> Ramped:
+def _drive(
+    p: Prediction, backend: VirtualBackend | TraceBackend, seed: int, progress: Callable[[str], None] | None
+) -> Ramped:
     def said(ev: RampProgress) -> None:
         if progress is not None and ev.phase == "step_done" and ev.steps:
             s = ev.steps[-1]
@@ -263,7 +256,7 @@ def _drive(p: Prediction, backend: VirtualBackend, seed: int, progress: Callable
     out = []
     for r in runs:
         k = r.step.step
-        out.append(StepRun(r.step, r.window, busy.get(k, 0.0), full.get(k, 0.0), r.seconds, peaks.get(k)))
+        out.append(replace(r, engine=EngineShare(busy.get(k, 0.0), full.get(k, 0.0), peaks.get(k))))
     return Ramped(out, driver.knee())
 
 
@@ -271,7 +264,7 @@ def _drive(p: Prediction, backend: VirtualBackend, seed: int, progress: Callable
 class Predicted:
     """The predicted ramp: the fit's steps and knee, and the intervals from the draws."""
 
-    runs: list[StepRun]
+    runs: list[Measured]
     knee: Knee
     intervals: list[dict[str, Interval]]
     """Per step: metric key -> prediction interval."""
@@ -283,8 +276,13 @@ class Predicted:
     def steps(self) -> list[StepSummary]:
         return [r.step for r in self.runs]
 
+    def saturated(self, i: int) -> float:
+        """Step ``i``'s share of polls with requests waiting or every seat taken."""
+        engine = self.runs[i].engine
+        return engine.saturated if engine is not None else 0.0
+
     def step_notes(self, i: int) -> str:
-        u = self.runs[i].saturated
+        u = self.saturated(i)
         if u >= SATURATED:
             return (
                 f"near saturation (requests queued or every seat taken {100 * u:.0f} % of the window): a step a few "
@@ -309,7 +307,7 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     """The ramp on the fit, then on ``p.draws`` draws of it at the same levels."""
     say = progress or (lambda _m: None)
     ramp = run_trace_ramp if p.trace is not None else run_ramp
-    draw = run_trace_draw if p.trace is not None else run_draw
+    draw = draw_replays if p.trace is not None else draw_ramp
     ramped = ramp(p, p.twin.fit, p.seed, progress=lambda m: say(f"fit: {m}"))
     central = ramped.runs
     if not central:
@@ -317,10 +315,10 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
 
         raise TwinError("no step fits the budget: lengthen --budget or shorten --step-seconds")
     unit = central[0].step.unit
-    levels = [(r.step.level, r.measured_s) for r in central]
+    levels = [(r.step.level, r.seconds) for r in central]
     knee = ramped.knee  # the driver's, inferred across the fit's steps once
     draws = list(p.twin.draws[: max(0, p.draws)])
-    per_draw: list[dict[int, DrawStep]] = []
+    per_draw: list[dict[int, dict[str, float | None]]] = []
     knees: list[float | None] = []
     inf = knee.inferred
     near = inf.estimate if p.draws_near_knee and p.trace is not None and inf and inf.boundary != "bound" else None
@@ -332,13 +330,13 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
             runs = dict(enumerate(draw(p, m, p.seed + 1000 * (i + 1), levels)))
             # the draw's knee: its fit's crossing (no resampling: the draws' spread is the interval)
             est = draw_knee(runs, p.limits, unit, p.seed + i + 1)
-        per_draw.append(runs)
+        per_draw.append({k: figures_of(r) for k, r in runs.items()})
         knees.append(est.estimate if est is not None and est.boundary != "bound" else None)
     intervals: list[dict[str, Interval]] = []
     for k, run in enumerate(central):
         row: dict[str, Interval] = {}
         for metric, stat in METRICS:
-            vals = [d[k].figures[metric_key(metric, stat)] for d in per_draw if k in d]
+            vals = [d[k][metric_key(metric, stat)] for d in per_draw if k in d]
             own = figure_ci(run.step, metric, stat)
             v0 = figure(run.step, metric, stat)
             row[metric_key(metric, stat)] = _interval([v for v in [v0, *vals] if v is not None], own)
@@ -428,22 +426,22 @@ def predict_at(
 ) -> AtLevels:
     """The ramp at ``levels`` ((users or rate, measured seconds) per step), on the fit and its draws."""
     say = progress or (lambda _m: None)
-    draw = run_trace_draw if p.trace is not None else run_draw
+    draw = draw_replays if p.trace is not None else draw_ramp
     say("the fit")
-    central = draw(p, p.twin.fit, p.seed, levels)
+    central = [figures_of(r) for r in draw(p, p.twin.fit, p.seed, levels)]
     draws = list(p.twin.draws[: max(0, p.draws)])
-    per_draw = []
+    per_draw: list[list[dict[str, float | None]]] = []
     for i, m in enumerate(draws):
         say(f"draw {i + 1}/{len(draws)} of the fit")
-        per_draw.append(draw(p, m, p.seed + 1000 * (i + 1), levels))
+        per_draw.append([figures_of(r) for r in draw(p, m, p.seed + 1000 * (i + 1), levels)])
     intervals: list[dict[str, Interval]] = []
-    for k, step in enumerate(central):
+    for k, figures in enumerate(central):
         row: dict[str, Interval] = {}
-        for key, v0 in step.figures.items():
-            vals = [v for d in per_draw if (v := d[k].figures.get(key)) is not None]
+        for key, v0 in figures.items():
+            vals = [v for d in per_draw if (v := d[k].get(key)) is not None]
             row[key] = _interval([v for v in [v0, *vals] if v is not None], (None, None))
         intervals.append(row)
-    return AtLevels(list(levels), [s.figures for s in central], intervals, len(draws))
+    return AtLevels(list(levels), central, intervals, len(draws))
 
 
 # -- a trace replay ------------------------------------------------------------------------------
@@ -511,61 +509,116 @@ def read_rows(source: TraceSource, max_model_len: int) -> TraceRows:
     )
 
 
-def _replay(
-    p: Prediction, model: StepModel, seed: int, speed: float, trace: TraceRows | None = None
-) -> tuple[FleetSim, float]:
-    """The trace (``p.trace``, or ``trace``) at ``speed`` on one twin (a fresh engine: each step of
-    ``spoc ramp --trace`` sends text of its own, so no step finds an earlier one's prefixes
-    cached): the run and its length (the rows' span over the speed, or to the last answer if
-    later)."""
-    tr = trace if trace is not None else p.trace
-    assert tr is not None
-    rows = tr.at(speed)
-    sim = FleetSim(p.twin, rows, speed, replicas=1, model=model, seed=seed, flags=p.flags, poll_s=POLL_S)
-    sim.run()
-    ends = [s.end for s in sim.samples if s.end is not None]
-    return sim, max(tr.step_s(speed), max(ends, default=0.0), 1e-3)
+class TraceBackend:
+    """The driver's backend for a predicted trace replay: each step the trace at its speed on a
+    fresh twin (each step of ``spoc ramp --trace`` sends text of its own, so no step finds an
+    earlier one's prefixes cached), played in virtual time as the driver holds it. Each step's
+    requests and polls are on its own clock from 0; the driver's clock runs on across the steps."""
 
+    generators = 1
 
-def trace_step(p: Prediction, model: StepModel, seed: int, idx: int, speed: float) -> StepRun:
-    """One replay step at ``speed``, summarised and judged as ``spoc ramp --trace`` does (its
-    figures over all its requests, the queue rule from the polls, the replay's fidelity)."""
-    assert p.trace is not None
-    sim, secs = _replay(p, model, seed + idx - 1, speed)
-    eng = sim.replicas[0].engine
-    window = [replace(s, step=idx) for s in sim.samples]
-    polls = [(w, r, k) for _, w, r, k in sim.polls]
-    zero = dict.fromkeys(("preemptions", "generation", "prefix_queries", "prefix_hits", "busy"), 0.0)
-    server = server_window(polls, zero, counters(eng), secs)
-    unbounded = queue_unbounded([(t, float(w)) for t, w, _, _ in sim.polls])
-    summary = summarize_step(idx, 1, window, secs, p.limits, open_loop=True, server=server, unbounded=unbounded)
-    starts = sorted(s.start for s in window)
-    tr = p.trace
-    skipped = dict(tr.skipped)
-    if sim.stalled:
-        skipped["never scheduled (nothing left could run them)"] = sim.stalled
-    if sim.skipped - sim.too_big - sim.stalled:
-        too_long = sim.skipped - sim.too_big - sim.stalled
-        skipped["longer than max-model-len"] = skipped.get("longer than max-model-len", 0) + too_long
-    if sim.too_big:
-        skipped["longer than the whole KV cache"] = skipped.get("longer than the whole KV cache", 0) + sim.too_big
-    rows = tr.at(speed)
-    fidelity = TraceFidelity(
-        rows=tr.read,
-        sent=len(window),
-        skipped=skipped,
-        lag_ms=(0.0, 0.0, 0.0),
-        held_back=held_back(window),
-        rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
-        trace_rate=arrival_rate(len(rows), tr.step_s(speed)),
-        prefix_share=tr.prefix_share,
-        server_hit_rate=server.prefix_cache_hit_rate,
-        cached_share=summary.cached_prompt_fraction,
-        length_error=(0.0, 0.0, 0.0),
-    )
-    summary = replace(summary, speed=speed, trace=fidelity)
-    full = sum(1 for w, r, _ in polls if w > 0 or r >= eng.cfg.max_num_seqs) / len(polls) if polls else 0.0
-    return StepRun(summary, window, min(1.0, eng.busy_s / secs), full, secs, eng.running_peak)
+    def __init__(self, p: Prediction, model: StepModel, seed: int, seed_of: Callable[[int], int] | None = None) -> None:
+        """``seed_of``: step ``idx``'s replay's seed (``seed + idx - 1`` where not given)."""
+        assert p.trace is not None
+        self.p, self.model = p, model
+        self.seed_of = seed_of or (lambda idx: seed + idx - 1)
+        self.sim: FleetSim | None = None
+        self.clock = 0.0
+        self.offset = 0.0
+        """Where the step's own clock began, on the driver's."""
+        self._speed = 1.0
+        self._answered = 0
+        self.busy: dict[int, float] = {}
+        """Per step: the share of its replay the engine was stepping."""
+        self.saturated: dict[int, float] = {}
+        """Per step: the share of its polls with requests waiting or every seat taken."""
+        self.peaks: dict[int, int] = {}
+        """Per step: the most requests the engine ran at once."""
+
+    def _sim(self) -> FleetSim:
+        if self.sim is None:
+            raise RuntimeError("a trace replay's backend holds no level but a replay's")
+        return self.sim
+
+    def now(self) -> float:
+        return self.clock
+
+    def samples(self) -> int:
+        return self._answered + (len(self.sim.samples) if self.sim is not None else 0)
+
+    async def start_replay(self, idx: int, speed: float) -> float:
+        tr = self.p.trace
+        assert tr is not None
+        if self.sim is not None:
+            self._answered += len(self.sim.samples)
+        self.offset, self._speed = self.clock, speed
+        p = self.p
+        self.sim = FleetSim(
+            p.twin, tr.at(speed), speed, replicas=1, model=self.model, seed=self.seed_of(idx), flags=p.flags,
+            poll_s=POLL_S,
+        )  # fmt: skip
+        self.sim.start()
+        return 0.0
+
+    def replayed(self, idx: int) -> ReplaySent:
+        sim, tr = self._sim(), self.p.trace
+        assert tr is not None
+        skipped = dict(tr.skipped)
+        if sim.stalled:
+            skipped["never scheduled (nothing left could run them)"] = sim.stalled
+        if too_long := sim.skipped - sim.too_big - sim.stalled:
+            skipped["longer than max-model-len"] = skipped.get("longer than max-model-len", 0) + too_long
+        if sim.too_big:
+            skipped["longer than the whole KV cache"] = skipped.get("longer than the whole KV cache", 0) + sim.too_big
+        return ReplaySent(tr.read, len(sim.samples), skipped, len(tr.rows), tr.prefix_share, sim.done, exact=True)
+
+    async def advance(self, until: float) -> None:
+        self._sim().run_until(until - self.offset)
+        self.clock = max(self.clock, until)
+
+    async def set_level(self, idx: int, level: float, prev: float, open_loop: bool) -> str:
+        raise RuntimeError("a trace replay's steps are replays (start_replay), not levels")
+
+    async def drain(self, most_s: float, say: Callable[[str], None]) -> float:
+        return self.clock
+
+    async def begin_window(self) -> None:
+        pass
+
+    def _secs(self) -> float:
+        """The replay's length: its rows' span over the speed, or to its last answer if later."""
+        tr = self.p.trace
+        assert tr is not None
+        ends = [s.end for s in self._sim().samples if s.end is not None]
+        return max(tr.step_s(self._speed), max(ends, default=0.0), 1e-3)
+
+    async def poll(self) -> ServerWindow:
+        """The engine's figures over every poll of the replay so far, as /metrics would show them."""
+        sim = self._sim()
+        zero = dict.fromkeys(("preemptions", "generation", "prefix_queries", "prefix_hits", "busy"), 0.0)
+        polls = [(w, r, k) for _, w, r, k in sim.polls]
+        return server_window(polls, zero, counters(sim.replicas[0].engine), self._secs())
+
+    def window(self, idx: int, start: float, end: float, sent_from: float) -> list[RequestSample]:
+        """Every request of the replay (its whole is the measurement); the engine's share of it
+        busy, its polls saturated and its most running noted for the step."""
+        sim = self._sim()
+        eng, secs = sim.replicas[0].engine, self._secs()
+        polls = sim.polls
+        seats = eng.cfg.max_num_seqs
+        self.busy[idx] = min(1.0, eng.busy_s / secs)
+        self.saturated[idx] = sum(1 for _, w, r, _ in polls if w > 0 or r >= seats) / len(polls) if polls else 0.0
+        self.peaks[idx] = eng.running_peak
+        return [replace(s, step=idx) for s in sim.samples]
+
+    def client(self, start: float, end: float, limits: Sequence[Limit]) -> ClientHealth:
+        return ClientHealth()
+
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        return await immediately(fn, *args)
+
+    async def stop(self) -> None:
+        pass
 
 
 def run_trace_ramp(
@@ -580,39 +633,29 @@ def run_trace_ramp(
     assert p.trace is not None
     if not isinstance(p.plan, (FixedSpeeds, SpeedSearch)):
         raise TwinError("a trace replay steps in speed multiples: give --speed (e.g. 0.5,1,2 or auto)")
-    backend = VirtualBackend()
-
-    def replayer(idx: int, speed: float) -> Measured:
-        run = trace_step(p, model, seed, idx, speed)
-        backend.busy[idx], backend.saturated[idx] = run.busy, run.saturated
-        if run.running_peak is not None:
-            backend.peaks[idx] = run.running_peak
-        return Measured(run.step, run.window, run.measured_s)
-
-    backend.replayer = replayer
-    return _drive(p, backend, seed, progress)
+    return _drive(p, TraceBackend(p, model, seed), seed, progress)
 
 
-def run_trace_draw(
+def draw_replays(
     p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]], only: Sequence[int] | None = None
-) -> list[DrawStep]:
+) -> list[Measured]:
     """The replay again on one draw of the fit, at the speeds the fit's run chose (``only``: at
-    those of them; a synthetic traffic's rows drawn again for the draw: :meth:`TraceRows.redrawn`).
-    The k-th level's replay is the same whichever others run beside it."""
+    those of them; a synthetic traffic's rows drawn again for the draw: :meth:`TraceRows.redrawn`):
+    the driver over the draw's replays. The k-th level's replay is the same whichever others run
+    beside it (its seed is the level's)."""
     assert p.trace is not None
-    trace = p.trace.redrawn(seed)
-    out: list[DrawStep] = []
-    for k in range(len(levels)) if only is None else only:
-        speed = levels[k][0]
-        sim, secs = _replay(p, model, seed + k, speed, trace)
-        out.append(DrawStep(speed, list(sim.samples), point_figures(sim.samples, secs)))
-    return out
+    chosen = list(range(len(levels))) if only is None else list(only)
+    drawn = replace(p, trace=p.trace.redrawn(seed))
+    exp = _draw_experiment(drawn, seed, FixedSpeeds([levels[k][0] for k in chosen]), [0.0] * len(chosen))
+    backend = TraceBackend(drawn, model, seed, seed_of=lambda idx: seed + chosen[idx - 1])
+    return run_now(Driver(exp, backend, knee_each_step=False).run())
 
 
-def draw_knee(runs: Mapping[int, DrawStep], limits: Sequence[Limit], unit: LevelUnit, seed: int) -> KneeEstimate | None:
+def draw_knee(runs: Mapping[int, Measured], limits: Sequence[Limit], unit: LevelUnit, seed: int) -> KneeEstimate | None:
     """A draw's knee: its fit's crossing over the levels it ran (no resampling: the draws'
     spread is the interval)."""
-    return infer_knee([(r.level, r.window) for _, r in sorted(runs.items())], limits, unit, replicates=0, seed=seed)
+    levels = [(r.step.level, r.window) for _, r in sorted(runs.items())]
+    return infer_knee(levels, limits, unit, replicates=0, seed=seed)
 
 
 NEAR_BELOW, NEAR_ABOVE = 2, 1
@@ -630,7 +673,7 @@ def draw_near_knee(
     knee: float,
     unit: LevelUnit,
     infer_seed: int,
-) -> tuple[dict[int, DrawStep], KneeEstimate | None]:
+) -> tuple[dict[int, Measured], KneeEstimate | None]:
     """One draw replayed at the fit's levels nearest its knee (:data:`NEAR_BELOW` below it,
     :data:`NEAR_ABOVE` above), then one level further out at a time on the side a draw's knee lies
     past (every level met its limits: above; every level broke one: below), until it crosses
@@ -642,7 +685,7 @@ def draw_near_knee(
     above = [k for k in order if levels[k][0] > knee]
     chosen = below[-NEAR_BELOW:] + above[:NEAR_ABOVE]
     below, above = below[:-NEAR_BELOW] if len(below) > NEAR_BELOW else [], above[NEAR_ABOVE:]
-    runs = dict(zip(chosen, run_trace_draw(p, model, seed, levels, chosen), strict=True))
+    runs = dict(zip(chosen, draw_replays(p, model, seed, levels, chosen), strict=True))
     while True:
         est = draw_knee(runs, p.limits, unit, infer_seed)
         if est is None or est.boundary != "bound":
@@ -651,4 +694,4 @@ def draw_near_knee(
         if not side:
             return runs, est
         k = side.pop(0) if side is above else side.pop()
-        runs[k] = run_trace_draw(p, model, seed, levels, [k])[0]
+        runs[k] = draw_replays(p, model, seed, levels, [k])[0]

@@ -55,8 +55,8 @@ def predicted_header(
                         "step": r.step.step,
                         "level": r.step.level,
                         "unit": r.step.unit,
-                        "busy": round(r.busy, 3),
-                        "saturated": round(r.saturated, 3),
+                        "busy": round(r.engine.busy if r.engine else 0.0, 3),
+                        "saturated": round(r.engine.saturated if r.engine else 0.0, 3),
                         "intervals": {k: list(v) for k, v in res.intervals[i].items()},
                         "note": res.step_notes(i),
                     }

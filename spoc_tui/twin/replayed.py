@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from spoc_tui.core.ramp.experiment import Measured
 from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.twin.model import ServerConfig
-from spoc_tui.twin.predict import StepRun
 
 
 class _Estimate(Protocol):
@@ -46,13 +46,13 @@ def beyond_the_cache(rows: Sequence[TraceRow], server: ServerConfig) -> tuple[in
     return big, len(rows)
 
 
-def replay_peak(runs: Sequence[StepRun], speed: float) -> int | None:
+def replay_peak(runs: Sequence[Measured], speed: float) -> int | None:
     """The most requests the replay ran at once at the speeds up to ``speed`` (the slowest's where
     none is under it), or None where no run counted them."""
     below = [r for r in runs if r.step.speed is not None and r.step.speed <= speed * (1 + 1e-9)]
     if not below and runs:
         below = [min(runs, key=lambda r: r.step.speed or 0.0)]
-    peaks = [r.running_peak for r in below if r.running_peak is not None]
+    peaks = [r.engine.running_peak for r in below if r.engine is not None and r.engine.running_peak is not None]
     return max(peaks) if peaks else None
 
 
@@ -78,7 +78,7 @@ def seats_range(point: H, seen: H, seen_seats: int, assumed_seats: int) -> H:
     return replace(point, ci95=(min(lows), hi), reason=why, assumed=(seats,), seats_peak=None)
 
 
-def seats_assumed(seats: int, runs: Sequence[StepRun], speed: float) -> str:
+def seats_assumed(seats: int, runs: Sequence[Measured], speed: float) -> str:
     """What the headroom assumes of the seats it was not told: the most requests its replay ran at
     once at the speeds up to ``speed`` ("max-num-seqs 70 or more": a server with fewer would have
     queued where the replay did not), or ``seats`` where the replay filled them.

@@ -164,37 +164,34 @@ def test_the_virtual_ramp_is_written_by_the_ramps_writer(tmp_path):
     assert not (tmp_path / "requests.jsonl").exists()
 
 
-def test_a_replay_longer_than_the_budget_is_refused_before_any_load():
-    from spoc_tui.core.ramp.experiment import Measured
+class _NoReplay(VirtualBackend):
+    """A backend whose replays must not start."""
 
-    ran: list[float] = []
+    started: list[float] = []
 
-    def replayer(idx: int, speed: float) -> Measured:
-        ran.append(speed)
+    async def start_replay(self, idx: int, speed: float) -> float:
+        self.started.append(speed)
         raise AssertionError("no replay should run")
 
+
+def test_a_replay_longer_than_the_budget_is_refused_before_any_load():
     # (the driver raises its experiment's error type: spoc ramp's RampError, the twin's TwinError)
     exp = experiment(FixedUsers([1]), step_s=30, budget_s=60)
     exp = replace(exp, replay_s=lambda speed: 300 / speed, error=ExperimentError)
     with pytest.raises(ExperimentError, match=r"a replay at x1 takes 5.0 min, more than the budget \(1 min\)"):
-        run_now(Driver(exp, VirtualBackend(replayer=replayer)).run())
-    assert ran == []
+        run_now(Driver(exp, _NoReplay()).run())
+    assert _NoReplay.started == []
 
 
 def test_a_replay_longer_than_a_day_is_refused_as_a_step_is():
     """Issue 74: the one-day rule held --step-seconds, not a replay's span over its speed: a
     year's trace at x1, or a minute's at x1e-9, grew a prediction to gigabytes. The first such
     step is refused before any load; one later (a search slowing down) ends the ramp, said."""
-    from spoc_tui.core.ramp.experiment import Measured
-
-    def replayer(idx: int, speed: float) -> Measured:
-        raise AssertionError("no replay should run")
-
     for span, speeds in ((366 * 86_400.0, [1.0]), (60.0, [1e-9])):
         exp = replace(experiment(FixedUsers([1]), step_s=30), plan=FixedSpeeds(speeds), unit="x")
         exp = replace(exp, replay_s=lambda v, span=span: span / v, error=ExperimentError)
         with pytest.raises(ExperimentError, match=r"lasts [\d.e+,]+ days of the trace's time; a step is at most a day"):
-            run_now(Driver(exp, VirtualBackend(replayer=replayer)).run())
+            run_now(Driver(exp, _NoReplay()).run())
 
 
 def test_run_now_refuses_a_coroutine_that_waits():

@@ -387,18 +387,18 @@ def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_
                      "identified (test)", 1.0)  # fmt: skip
     replays = {True: 0, False: 0}
     seen: dict[bool, list[float | None]] = {}
-    real_replay, real_predict = predict._replay, predict.predict
+    real_replay, real_predict = predict.TraceBackend.start_replay, predict.predict
 
-    def counted(p, *args, **kw):
-        replays[p.draws_near_knee] += 1
-        return real_replay(p, *args, **kw)
+    async def counted(backend, *args, **kw):
+        replays[backend.p.draws_near_knee] += 1
+        return await real_replay(backend, *args, **kw)
 
     def kept(p, progress=None):
         out = real_predict(p, progress)
         seen[p.draws_near_knee] = out.draw_knees
         return out
 
-    monkeypatch.setattr(predict, "_replay", counted)
+    monkeypatch.setattr(predict.TraceBackend, "start_replay", counted)
     monkeypatch.setattr(predict, "predict", kept)
     sla = tuple(parse_sla("ttft_p99<=2s,itl_p99<=100ms"))
     tr = traffic(rate=2.0)
@@ -551,7 +551,7 @@ def test_untold_seats_are_assumed_as_many_as_the_replay_ran_at_once():
     from spoc_tui.twin.replayed import seats_assumed
 
     def run(speed: float, peak: int | None) -> SimpleNamespace:
-        return SimpleNamespace(step=SimpleNamespace(speed=speed), running_peak=peak)
+        return SimpleNamespace(step=SimpleNamespace(speed=speed), engine=SimpleNamespace(running_peak=peak))
 
     runs = [run(1.0, 6), run(2.0, 10), run(4.0, 30), run(8.0, 182), run(6.7, 101), run(6.8, 116)]
     assert seats_assumed(256, runs, 6.7) == "max-num-seqs 101 or more"  # x6.8's and x8's broke: not counted

@@ -202,8 +202,9 @@ def test_a_replays_speed_scales_the_tools_time_only_when_asked(tmp_path):
     between a call's answer and the next call; --trace-think scaled divides that too. The session
     replayed on a twin in virtual time at x2: after s1a's answer, s1b waits the 2 s recorded
     (later than its due time, 9 s / 2), or (scaled) 1 s, or until it is due if that is later."""
+    from spoc_tui.core.ramp.experiment import run_now
     from spoc_tui.core.traces.read import trace_source
-    from spoc_tui.twin.predict import read_rows, trace_step
+    from spoc_tui.twin.predict import TraceBackend, read_rows
     from tests.unit.test_twin_fleet import _trace_prediction
 
     p = write(tmp_path / "agent.jsonl", export(SESSION))
@@ -213,8 +214,10 @@ def test_a_replays_speed_scales_the_tools_time_only_when_asked(tmp_path):
         assert src.think_scaled == (think == "scaled") and TraceSource.from_dict(src.as_dict()) == src
         pred = _trace_prediction(p, "2")
         pred = replace(pred, trace=read_rows(src, pred.twin.server.max_model_len))
-        run = trace_step(pred, pred.twin.fit, 0, 0, 2.0)
-        by = {s.trace_index: s for s in run.window}
+        backend = TraceBackend(pred, pred.twin.fit, 0)
+        run_now(backend.start_replay(0, 2.0))
+        run_now(backend.advance(1e9))
+        by = {s.trace_index: s for s in backend.window(0, 0.0, 1e9, 0.0)}
         s1a, s1b = by[2], by[4]  # (c3's 2,000 tokens pass the test twin's max-model-len: skipped)
         assert s1a.end is not None
         gaps[think] = s1b.start - s1a.end

@@ -149,29 +149,23 @@ async def on_twin(cfg: RampConfig, on_progress, tw=None, sent: list | None = Non
     """A trace replay ramp on a twin's engine in virtual time (each step a fresh replay, as
     ``spoc ramp --trace`` sends each step's text anew). ``tw``: the twin (None: one of known
     coefficients with 5 % step noise); ``sent``: where each step's requests go, as sent."""
-    from spoc_tui.core.ramp.experiment import Measured
     from spoc_tui.load.ramp import scan_trace
-    from spoc_tui.twin.predict import Prediction, read_rows, trace_step
+    from spoc_tui.twin.predict import Prediction, TraceBackend, read_rows
     from tests.unit.test_twin_fleet import twin
 
     assert cfg.trace is not None
     tw = tw if tw is not None else twin(0.05)
     rows = read_rows(cfg.trace, tw.server.max_model_len)
     p = Prediction(twin=tw, workload=cfg.workload, plan=cfg.plan, limits=cfg.limits, trace=rows, seed=cfg.seed)
-
-    def replayer(idx: int, speed: float) -> Measured:
-        r = trace_step(p, tw.fit, cfg.seed, idx, speed)
-        if sent is not None:
-            sent.extend(r.window)
-        return Measured(r.step, r.window, r.measured_s)
-
     scan = scan_trace(cfg.trace)
     writer = ResultWriter(cfg.out_dir, ramp_header(cfg, "twin", scan), requests=False)
     try:
-        driver = Driver(cfg.experiment(scan), VirtualBackend(replayer=replayer), sink=writer, on_progress=on_progress)
+        driver = Driver(cfg.experiment(scan), TraceBackend(p, tw.fit, cfg.seed), sink=writer, on_progress=on_progress)
         await driver.run()
     finally:
         writer.close()
+    if sent is not None:
+        sent.extend(s for r in driver.runs for s in r.window)
     return RampResult(driver.status, driver.steps, driver.knee(), "twin", cfg.out_dir, None, driver.stop_reason)
 
 

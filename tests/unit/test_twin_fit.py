@@ -211,7 +211,8 @@ def test_a_predicted_ramp_rises_with_load_and_its_intervals_hold_the_figures():
     for r, iv in zip(res.runs, res.intervals, strict=True):
         lo, hi = iv["itl_p50"]
         assert lo <= r.step.latency.itl.p50 <= hi
-    assert res.runs[-1].busy > res.runs[0].busy
+    first, last = res.runs[0].engine, res.runs[-1].engine
+    assert first is not None and last is not None and last.busy > first.busy
     at = predict_at(p, [(8, 25.0)])
     assert at.figures[0]["itl_p50"] is not None and at.draws == 3
 
@@ -233,11 +234,11 @@ def test_an_open_loop_prediction_keeps_its_arrival_rate():
     assert [r.step.rate for r in res.runs] == [2.0, 6.0] and res.knee.unit == "req/s"
     calm, busy = res.runs
     # Poisson arrivals at the rate: a minute holds about rate x 60 of them (finished inside it)
-    assert calm.saturated < 0.25 and abs(calm.step.request_rate - 2.0) / 2.0 < 0.35
+    assert res.saturated(0) < 0.25 and abs(calm.step.request_rate - 2.0) / 2.0 < 0.35
     # past what the engine takes: it finishes fewer than arrive, and its queue grows until the queue
     # rule ends the step as a break, as it ends spoc ramp's (the same driver)
     assert busy.step.request_rate < 6.0 and busy.step.server.waiting_max > 10
-    assert busy.step.verdict.broken_limit == "queue_unbounded" and busy.measured_s < 60
+    assert busy.step.verdict.broken_limit == "queue_unbounded" and busy.seconds < 60
 
 
 def test_the_mixed_loads_scale_is_bisected_and_never_worse_than_no_correction():

@@ -144,7 +144,7 @@ def test_a_trace_replay_is_predicted_at_speed_multiples(tmp_path):
     for r in res.runs:  # every row sent once, on the trace's clock divided by the speed
         assert r.step.requests == 200 and r.step.trace is not None and r.step.trace.sent == 200
         assert r.step.trace.rate == pytest.approx(r.step.trace.trace_rate, rel=0.01)
-        assert r.measured_s >= p.trace.span_s / r.step.speed
+        assert r.seconds >= p.trace.span_s / r.step.speed
     assert fast.step.output_tokens_per_s > 2.5 * slow.step.output_tokens_per_s
     assert fast.step.latency.ttft.p50 >= slow.step.latency.ttft.p50
     # the shared leading blocks were served from the twin's prefix cache
@@ -152,7 +152,7 @@ def test_a_trace_replay_is_predicted_at_speed_multiples(tmp_path):
     for r, iv in zip(res.runs, res.intervals, strict=True):
         lo, hi = iv["itl_p50"]
         assert lo <= r.step.latency.itl.p50 <= hi
-    at = predict_at(p, [(1.0, fast.measured_s)])
+    at = predict_at(p, [(1.0, fast.seconds)])
     assert at.figures[0]["output_tokens_per_s"] == pytest.approx(fast.step.output_tokens_per_s, rel=0.25)
 
 
@@ -168,7 +168,7 @@ def test_the_speed_search_on_the_twin_answers_and_keeps_to_its_budget(tmp_path):
     assert inf is not None and inf.estimate is not None and inf.ci95[0] is not None and inf.ci95[1] is not None
     assert inf.ci95[0] <= inf.estimate <= inf.ci95[1] and res.knee.unit == "x"
     # the load the replays took, as spoc ramp counts it, stays within the budget
-    assert sum(r.measured_s for r in res.runs) <= 600
+    assert sum(r.seconds for r in res.runs) <= 600
     # a replay longer than the whole budget is refused before anything runs
     with pytest.raises(TwinError, match="more than the budget"):
         predict(_trace_prediction(path, "auto", budget_s=30.0))

@@ -44,6 +44,7 @@ from spoc_tui.core.ramp.status import RampEnd, RampStatus
 from spoc_tui.core.ramp.steps import (
     ClientHealth,
     EarlyStop,
+    ReplaySent,
     RequestSample,
     ServerWindow,
     StepShadow,
@@ -51,6 +52,7 @@ from spoc_tui.core.ramp.steps import (
     badly_broken,
     queue_unbounded,
     summarize_step,
+    trace_fidelity,
 )
 
 T = TypeVar("T")
@@ -65,6 +67,8 @@ EARLY_MIN_REQUESTS = 10
 TICK_S = 1.0
 """The longest the driver holds load without looking (progress, the settle and early-stop checks,
 a dead load generator)."""
+REPLAY_TICK_S = 0.5
+"""...and during a replay step, which ends when its last request does."""
 
 
 def poll_every(poll_s: float, window_s: float) -> float:
@@ -117,6 +121,17 @@ class Experiment:
     """A study's: asked during a step's window with the window so far; a reason ends the step there."""
     replay_s: Callable[[float], float] | None = field(default=None, repr=False, compare=False)
     """A trace replay: a step's length at a speed (its steps are replays, not held levels)."""
+    window_s: Callable[[int], float] | None = field(default=None, repr=False, compare=False)
+    """Step ``idx``'s measured window, given (a prediction's draw: as long as the fit measured that
+    step), never measured on; None: the rules' step less its warm-up, measured on while
+    inconclusive."""
+    intervals: bool = True
+    """Each step's figures with their intervals; False: the figures alone (a draw, whose interval is
+    the draws' spread: no resampling)."""
+    replay_grace_s: float = math.inf
+    """How long past its length a replay step may wait for its last requests to end before it
+    ends without them (the live load generator's request timeout and some; a virtual replay always
+    ends)."""
     settle: bool = True
     """A knee search's step ends once its next level is plain (:meth:`KneeSearch.settled`);
     False: every step runs its window (the knee benchmark's ``--no-settle``)."""
@@ -265,8 +280,14 @@ class Backend(Protocol):
         """How the load generator fared over [start, end]."""
         ...
 
-    async def replay(self, idx: int, speed: float, say: Callable[[str], None]) -> Measured:
-        """A trace replay's step at ``speed``, measured whole."""
+    async def start_replay(self, idx: int, speed: float) -> float:
+        """Start step ``idx``: the trace sent at ``speed``, every row at its time over the speed.
+        Returns when its first row is due, on the clock of the step's requests (their ``start``)."""
+        ...
+
+    def replayed(self, idx: int) -> ReplaySent:
+        """What the load generator says of step ``idx``'s replay so far (``complete`` once every
+        row is sent and every request it sent has ended)."""
         ...
 
     async def offload(self, fn: Callable[..., T], *args: Any) -> T:
@@ -289,16 +310,30 @@ class Sink(Protocol):
     def write(self, steps: list[StepSummary], knee: Knee, status: RampStatus) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class EngineShare:
+    """A simulated engine's own view of a step (a predicted one's), which /metrics cannot give."""
+
+    busy: float
+    """Share of the window the engine was stepping."""
+    saturated: float
+    """Share of the window's polls with requests waiting or every seat taken."""
+    running_peak: int | None = None
+    """The most requests the engine ran at once (seats at or above it would not have changed
+    the step)."""
+
+
 @dataclass(frozen=True)
 class Measured:
     """A step as it was measured, with its requests (the knee's inference resamples them): the
-    driver's, or a trace replay's as its backend ran it. The one record of a step and its
-    requests the driver keeps."""
+    one record of a step and its requests, measured or predicted."""
 
     step: StepSummary
     window: list[RequestSample]
     seconds: float
     """Seconds of its measured window (a replay: its whole length)."""
+    engine: EngineShare | None = None
+    """A predicted step's engine (None where measured)."""
 
 
 @dataclass(slots=True)
@@ -481,7 +516,7 @@ class Driver:
                 self._load_started = self.backend.now()
             idx += 1
             if exp.replay_s is not None:
-                run = await self.backend.replay(idx, level, self._say("measuring", idx, level))
+                run = await self._replay(idx, level, step_len)
             else:
                 run = await self._step(idx, level, left)
             if exp.shadow is not None:
@@ -521,6 +556,45 @@ class Driver:
             return run
         return replace(run, step=replace(run.step, shadow=shadow)) if shadow is not None else run
 
+    async def _replay(self, idx: int, speed: float, length: float) -> Measured:
+        """One replay of the trace at ``speed``, ``length`` seconds of rows (open loop): the step
+        ends once every row is sent and its request ended (or ``replay_grace_s`` after its length),
+        its figures over all its requests (the replay is the measurement), and its ``trace``
+        saying how faithfully it kept the schedule."""
+        exp, be = self.exp, self.backend
+        t0 = await be.start_replay(idx, speed)
+        await be.begin_window()
+        m_start, answered = be.now(), be.samples()
+        queue, every, polled = QueueWatch(), poll_every(exp.poll_s, length), m_start
+        while not (sent := be.replayed(idx)).complete:
+            if be.now() - m_start > length + exp.replay_grace_s:
+                logger.warning("trace step %d: not every process reported its end; the step ends at its deadline", idx)
+                break
+            self.report("measuring", idx, speed, f"x{speed:g}: {be.samples() - answered} of {sent.due} rows answered")
+            await be.advance(be.now() + REPLAY_TICK_S)
+            if be.now() - polled >= every - 0.05:
+                polled = be.now()
+                queue.see(polled - m_start, await be.poll())
+        server = replace(await be.poll(), waiting_mean=queue.mean)
+        window = be.window(idx, -math.inf, math.inf, -math.inf)
+        ends = [s.end or s.start for s in window]
+        duration = max(length, (max(ends) if ends else t0 + be.now() - m_start) - t0, 1e-3)
+        summary = summarize_step(
+            idx,
+            be.generators,
+            window,
+            duration,
+            exp.limits,
+            open_loop=True,
+            server=server,
+            client=be.client(t0, t0 + be.now() - m_start, exp.limits),
+            unbounded=queue.unbounded,
+            intervals=exp.intervals,
+        )
+        cached = summary.cached_prompt_fraction
+        fidelity = trace_fidelity(sent, window, length, server.prefix_cache_hit_rate, cached)
+        return Measured(replace(summary, speed=speed, trace=fidelity), window, duration)
+
     async def _step(self, idx: int, level: float, budget_left: float | None) -> Measured:
         """One held level: warm up, measure for the step's window, and while the verdict is
         inconclusive measure on (up to the step's limit, re-deciding over the whole window); a
@@ -554,6 +628,8 @@ class Driver:
         limit = max(planned, exp.step_limit_s - exp.warmup_s)
         if budget_left is not None:  # measure on only while the budget lasts
             limit = max(planned, min(limit, budget_left - exp.warmup_s))
+        if exp.window_s is not None:
+            planned = limit = exp.window_s(idx)
         return _Step(
             idx=idx,
             level=level,
@@ -619,6 +695,7 @@ class Driver:
             extended_s=max(0.0, (m_end - st.m_start) - st.planned),
             drained_s=st.drained_s,
             unbounded=st.queue.unbounded,
+            intervals=exp.intervals,
         )
         if st.settled is not None:
             return Measured(replace(summary, settled_early=st.settled), window, m_end - st.m_start)

@@ -60,7 +60,10 @@ from spoc_tui.core.ramp.steps.summary import stats as stats
 from spoc_tui.core.ramp.steps.summary import summarize_step as summarize_step
 from spoc_tui.core.ramp.steps.summary import time_blocks as time_blocks
 from spoc_tui.core.ramp.steps.summary import user_units as user_units
+from spoc_tui.core.ramp.steps.trace import ReplaySent as ReplaySent
 from spoc_tui.core.ramp.steps.trace import TraceFidelity as TraceFidelity
 from spoc_tui.core.ramp.steps.trace import held_back as held_back
+from spoc_tui.core.ramp.steps.trace import three as three
+from spoc_tui.core.ramp.steps.trace import trace_fidelity as trace_fidelity
 from spoc_tui.core.ramp.steps.verdict import Check as Check
 from spoc_tui.core.ramp.steps.verdict import StepVerdict as StepVerdict

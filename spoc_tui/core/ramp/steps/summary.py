@@ -332,10 +332,13 @@ def summarize_step(
     extended_s: float = 0.0,
     drained_s: float = 0.0,
     unbounded: str | None = None,
+    intervals: bool = True,
 ) -> StepSummary:
     """Figures of one step from the requests that finished inside its measured window, each with
     its sample size and 95 % interval (:mod:`spoc_tui.core.confidence`), and the verdict (broken
-    by the queue rule when ``unbounded`` says why).
+    by the queue rule when ``unbounded`` says why). ``intervals=False``: the figures alone, no
+    interval resampled (a prediction's draw, whose interval is the draws' spread); its verdict
+    then decides nothing but what the figures alone say.
 
     Totals over the window (request rate, output tokens/s, goodput) of a closed loop are
     resampled by user: a closed-loop user is a renewal process whose count in a window is
@@ -350,22 +353,40 @@ def summarize_step(
         if not s.ok:
             errs[s.error or "error"] = errs.get(s.error or "error", 0) + 1
     d = max(duration_s, 1e-9)
-    rs = Resampler.for_blocks(time_blocks(samples, duration_s), seed=step * 1_000_003 + users * 7_919 + n)
     gaps = [g for s in samples if s.ok for g in s.itl]
     owner = [i for i, s in enumerate(samples) if s.ok for _ in s.itl]
-    lat = Latency(
-        ttft=_per_request([s.ttft if s.ok else None for s in samples], rs),
-        itl=_pooled(gaps, owner, n, rs),
-        tpot=_per_request([s.tpot if s.ok else None for s in samples], rs),
-        e2e=_per_request([s.e2e if s.ok else None for s in samples], rs),
-    )
+    per_request = {m: [getattr(s, m) if s.ok else None for s in samples] for m in ("ttft", "tpot", "e2e")}
+    if intervals:
+        rs = Resampler.for_blocks(time_blocks(samples, duration_s), seed=step * 1_000_003 + users * 7_919 + n)
+        lat = Latency(
+            ttft=_per_request(per_request["ttft"], rs),
+            itl=_pooled(gaps, owner, n, rs),
+            tpot=_per_request(per_request["tpot"], rs),
+            e2e=_per_request(per_request["e2e"], rs),
+        )
+    else:
+        lat = Latency(
+            ttft=stats([v for v in per_request["ttft"] if v is not None]),
+            itl=replace(stats(gaps), requests=len(set(owner))),
+            tpot=stats([v for v in per_request["tpot"] if v is not None]),
+            e2e=stats([v for v in per_request["e2e"] if v is not None]),
+        )
     out_tokens = [float(s.output_tokens or 0) if s.ok else 0.0 for s in samples]
     good = [1.0 if _meets(s, limits) else 0.0 for s in samples]
     prompt = sum(s.prompt_tokens or 0 for s in ok)
     cached = [s.cached_tokens for s in ok if s.cached_tokens is not None]
-    units = None if open_loop else user_units(samples)
-    totals = rs if units is None else Resampler.for_blocks(units, seed=step * 1_000_003 + users * 7_919 + n + 1)
     none: Interval = (None, None)
+    if intervals:
+        units = None if open_loop else user_units(samples)
+        totals = rs if units is None else Resampler.for_blocks(units, seed=step * 1_000_003 + users * 7_919 + n + 1)
+        ci95 = Totals(
+            request_rate=totals.total([1.0] * n, 1 / d) if n else none,
+            output_tokens_per_s=totals.total(out_tokens, 1 / d) if n else none,
+            goodput=totals.total(good, 1 / d) if n else none,
+            error_rate=proportion_interval(n - len(ok), n),
+        )
+    else:
+        ci95 = Totals(request_rate=none, output_tokens_per_s=none, goodput=none, error_rate=none)
     figures = StepSummary(
         step=step,
         users=users,
@@ -378,12 +399,7 @@ def summarize_step(
         goodput=sum(good) / d,
         latency=lat,
         cached_prompt_fraction=(sum(cached) / prompt) if cached and prompt else None,
-        ci95=Totals(
-            request_rate=totals.total([1.0] * n, 1 / d) if n else none,
-            output_tokens_per_s=totals.total(out_tokens, 1 / d) if n else none,
-            goodput=totals.total(good, 1 / d) if n else none,
-            error_rate=proportion_interval(n - len(ok), n),
-        ),
+        ci95=ci95,
         server=server,
         client=with_sends(client, samples),
         rate=rate,

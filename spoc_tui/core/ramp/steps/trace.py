@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spoc_tui.core.ramp.steps.arrivals import Interval3
+import numpy as np
+
+from spoc_tui.core.ramp.steps.arrivals import Interval3, arrival_rate
 from spoc_tui.core.ramp.steps.codec import Json, _obj, json_float, json_int
 from spoc_tui.core.ramp.steps.sample import RequestSample
 
@@ -103,3 +105,68 @@ class TraceFidelity:
             tail = f", {hit:.0%} hit" if hit is not None else ""
             parts.append(f"prefix {self.prefix_share:.0%} implied{tail}")
         return " · ".join(parts)
+
+
+def three(values: Sequence[float]) -> Interval3:
+    """p50, p99 and the largest of ``values``, to three decimals (None each where there are none)."""
+    if not values:
+        return (None, None, None)
+    p50, p99 = np.percentile(values, [50, 99])
+    return (round(float(p50), 3), round(float(p99), 3), round(max(values), 3))
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySent:
+    """What the load generator says of a replay step (:meth:`Backend.replayed`): the rows it was
+    to send, sent and skipped, what the trace implies of the prefix cache, and whether it is done
+    (every row sent or skipped and every request ended). The driver makes the step's
+    :class:`TraceFidelity` of it (:func:`trace_fidelity`) with what it measured itself."""
+
+    rows: int
+    """Rows the step was to send (after the window, the filters and the row cap)."""
+    sent: int
+    skipped: Mapping[str, int]
+    due: int
+    """The trace's rows over its span (the trace's own arrival rate at this speed)."""
+    prefix_share: float | None
+    complete: bool
+    exact: bool = False
+    """A virtual client (the twin's): every row sent at its time and at its length, so its send lag
+    and length error are nothing by construction, not measured."""
+
+
+def trace_fidelity(
+    sent: ReplaySent,
+    window: Sequence[RequestSample],
+    length_s: float,
+    server_hit_rate: float | None,
+    cached_share: float | None,
+) -> TraceFidelity:
+    """How faithfully a replay step of ``length_s`` (the rows' span over the speed) kept its trace:
+    the load generator's report, and what the step's requests (``window``) show."""
+    due = [s for s in window if s.scheduled is not None]
+    starts = sorted(s.start for s in due)
+    lag: Interval3 = (0.0, 0.0, 0.0)
+    length: Interval3 = (0.0, 0.0, 0.0)
+    if not sent.exact:
+        lag = three([(s.start - s.scheduled - (s.held_s or 0.0)) * 1000 for s in due if s.scheduled is not None])
+        length = three(
+            [
+                float(abs(s.prompt_tokens - s.planned_input))
+                for s in due
+                if s.ok and s.prompt_tokens is not None and s.planned_input is not None
+            ]
+        )
+    return TraceFidelity(
+        rows=sent.rows,
+        sent=sent.sent,
+        skipped=dict(sent.skipped),
+        lag_ms=lag,
+        held_back=held_back(due),
+        rate=arrival_rate(len(starts), starts[-1] - starts[0]) if starts else None,
+        trace_rate=arrival_rate(sent.due, length_s),
+        prefix_share=sent.prefix_share,
+        server_hit_rate=server_hit_rate,
+        cached_share=cached_share,
+        length_error=length,
+    )
