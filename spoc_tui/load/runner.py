@@ -358,7 +358,7 @@ class ChatUser(_StreamingUser):
                 if self.gen != Cohort.gen:
                     self.gen = Cohort.join(id(self))
             else:
-                wait = jitter(self.rng, self.last_s, plan.think_s[i - 1] if i else 0.0)
+                wait = jitter(self.rng, self.last_s)
                 self.asked += wait
                 if wait:
                     gevent.sleep(wait)

@@ -380,8 +380,7 @@ class VirtualServer:
             u.history = self._system_ids(system) + [0] * TEMPLATE_TOKENS if system else []
         t = u.turns[u.turn]
         if self.paced and not u.waited and not u.open:
-            think = u.turns[u.turn - 1].think_s if u.turn else 0.0
-            wait = jitter(u.rng, u.last_s, think, self.lockstep)
+            wait = jitter(u.rng, u.last_s, self.lockstep)
             if wait > 0:
                 u.waited = True
                 u.asked += wait

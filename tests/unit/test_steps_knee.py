@@ -649,13 +649,14 @@ def test_arrivals_say_how_bunched_the_requests_came():
     assert why.cause == "lockstep" and why.text.startswith("arrivals in lockstep: prefill bursts of 16")
 
 
-def test_jitter_keeps_users_apart_unless_lockstep_is_asked():
+def test_users_start_apart_then_send_as_their_answers_end_unless_lockstep_is_asked():
     from spoc_tui.workload import START_JITTER_S, jitter
 
     rng = random.Random(0)
-    assert 0 <= jitter(rng, None, 0.0) <= START_JITTER_S
-    assert 0 <= jitter(rng, 2.0, 0.0) <= 0.2 and jitter(rng, 2.0, 3.0) == 0.0
-    assert jitter(rng, None, 0.0, lockstep=True) == jitter(rng, 2.0, 0.0, lockstep=True) == 0.0
+    assert 0 < jitter(rng, None) <= START_JITTER_S
+    # a later turn is sent as the answer ends (issue 77): the profile's think time paces it
+    assert jitter(rng, 2.0) == 0.0 and jitter(rng, 0.01) == 0.0
+    assert jitter(rng, None, lockstep=True) == jitter(rng, 2.0, lockstep=True) == 0.0
 
 
 def test_the_knees_interval_is_drawn_on_the_levels_run():
