@@ -612,6 +612,8 @@ def plan_conversation(
 
 START_JITTER_S = 1.0
 """De-synchronized arrivals (the default): a new user waits up to this long before its first turn."""
+
+
 def jitter(rng: random.Random, last_s: float | None, lockstep: bool = False) -> float:
     """Seconds a user waits before a turn: before its first (``last_s`` None), a random part of
     :data:`START_JITTER_S`, so that users do not start in lockstep (none with ``--arrivals
