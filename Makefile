@@ -33,7 +33,7 @@ demo: $(STAMP)
 test: lint realengine-setup bytecode
 	@$(call TIMED,unit$(,) TUI and e2e tests) \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 4 --dist loadgroup --no-loadscope-reorder --ignore=tests/realengine tests
-	@$(call TIMED,TUI tests on Textual's own compositor and driver) \
+	@$(call TIMED,TUI tests in the stock mode) \
 	SPOC_TEXTUAL=stock $(PY) -m pytest -q -p no:cacheprovider -n 4 --dist loadgroup --no-loadscope-reorder tests/tui
 	@$(call TIMED,real-engine tier) \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 2 --dist loadgroup --no-loadscope-reorder tests/realengine
