@@ -660,10 +660,13 @@ class LiveBackend:
             for why, c in d.skipped.items():
                 skipped[why] = skipped.get(why, 0) + c
         prefix_in = sum(d.input_tokens for d in ours)
-        sent_so_far = sum(1 for s in self.answered if s.step == idx and s.scheduled is not None)
+        if ours:
+            sent = sum(d.sent for d in ours)
+        else:  # no report yet: the requests sent so far (walked only until one comes)
+            sent = sum(1 for s in self.answered if s.step == idx and s.scheduled is not None)
         return ReplaySent(
             rows=sum(d.rows for d in ours) if ours else scan.rows,
-            sent=sum(d.sent for d in ours) if ours else sent_so_far,
+            sent=sent,
             skipped=skipped,
             due=scan.rows,
             prefix_share=round(sum(d.prefix_tokens for d in ours) / prefix_in, 4) if prefix_in else None,

@@ -162,17 +162,16 @@ def point_figures(window: Sequence[RequestSample], secs: float) -> dict[str, flo
 
 def _virtual(
     p: Prediction, model: StepModel, seed: int, resample_answers: bool = False
-) -> tuple[TwinEngine, VirtualServer, Callable[[float], None]]:
-    """The twin's engine on ``model`` under ``p``'s virtual users, and how to advance them both
-    (the engine's clock is the users' virtual time). ``resample_answers``: the answers' lengths a
+) -> tuple[TwinEngine, VirtualServer]:
+    """The twin's engine on ``model`` under ``p``'s virtual users (the engine's clock is the users'
+    virtual time: the server takes it over). ``resample_answers``: the answers' lengths a
     bootstrap resample of those the twin learned (a draw's: a few dozen answers say their median
     within about 25 %, and E2E's interval carries that)."""
-    now = [0.0]
     lengths = p.twin.answer_lengths
     if resample_answers and lengths:
         pick = random.Random(seed * 31 + 7)
         lengths = tuple(pick.choice(lengths) for _ in lengths)
-    eng = TwinEngine(p.twin, model, flags=p.flags, seed=seed, clock=lambda: now[0], answer_lengths=lengths)
+    eng = TwinEngine(p.twin, model, flags=p.flags, seed=seed, answer_lengths=lengths)
     # answers stop at EOS, as the profile's requests let the server, where the twin learned how
     # long they are (TwinEngine.sample_output_len); otherwise every one is as long as asked
     vs = VirtualServer(
@@ -185,12 +184,7 @@ def _virtual(
         ignore_eos=None if p.twin.answer_lengths else True,
         paced=True,
     )
-
-    def advance(until: float) -> None:
-        vs.advance(until)
-        now[0] = vs.now
-
-    return eng, vs, advance
+    return eng, vs
 
 
 def figures_of(run: Measured) -> dict[str, float | None]:
@@ -198,15 +192,16 @@ def figures_of(run: Measured) -> dict[str, float | None]:
     return point_figures(run.window, max(run.seconds, 1e-9))
 
 
-def _draw_experiment(p: Prediction, seed: int, plan: UserPlan, windows: Sequence[float]) -> Experiment:
+def _draw_experiment(p: Prediction, seed: int, plan: UserPlan, windows: Sequence[float] | None = None) -> Experiment:
     """``p``'s experiment at the levels ``plan`` lists, step ``idx`` measured ``windows[idx - 1]``
-    seconds (never on), its figures without intervals, and no budget (the fit's run kept it)."""
+    seconds (never on; a replay's length is the trace's), its figures without intervals, and no
+    budget (the fit's run kept it)."""
     exp = p.experiment(seed)
     return replace(
         exp,
         plan=plan,
         rules=replace(exp.rules, budget_s=None),
-        window_s=lambda idx: windows[idx - 1],
+        window_s=None if windows is None else lambda idx: windows[idx - 1],
         intervals=False,
         settle=False,
     )
@@ -215,7 +210,7 @@ def _draw_experiment(p: Prediction, seed: int, plan: UserPlan, windows: Sequence
 def draw_ramp(p: Prediction, model: StepModel, seed: int, levels: Sequence[tuple[float, float]]) -> list[Measured]:
     """The ramp again on one draw of the fit (and on a resample of the answers' lengths), at the
     levels and lengths the fit's run chose: the driver over the draw's virtual users."""
-    _eng, vs, _advance = _virtual(p, model, seed, resample_answers=True)
+    _eng, vs = _virtual(p, model, seed, resample_answers=True)
     plan: UserPlan = FixedRates([u for u, _ in levels]) if p.open_loop else FixedUsers([int(u) for u, _ in levels])
     exp = _draw_experiment(p, seed, plan, [secs for _, secs in levels])
     return run_now(Driver(exp, VirtualBackend(vs, spawn_rate=p.rate), knee_each_step=False).run())
@@ -229,7 +224,7 @@ def run_ramp(
 ) -> Ramped:
     """One predicted ramp on ``model``: the experiment driver's loop (``spoc ramp``'s own) over the
     twin's engine in virtual time, its levels as the plan chooses them."""
-    _eng, vs, _advance = _virtual(p, model, seed)
+    _eng, vs = _virtual(p, model, seed)
     return _drive(p, VirtualBackend(vs, spawn_rate=p.rate), seed, progress)
 
 
@@ -646,7 +641,7 @@ def draw_replays(
     assert p.trace is not None
     chosen = list(range(len(levels))) if only is None else list(only)
     drawn = replace(p, trace=p.trace.redrawn(seed))
-    exp = _draw_experiment(drawn, seed, FixedSpeeds([levels[k][0] for k in chosen]), [0.0] * len(chosen))
+    exp = _draw_experiment(drawn, seed, FixedSpeeds([levels[k][0] for k in chosen]))
     backend = TraceBackend(drawn, model, seed, seed_of=lambda idx: seed + chosen[idx - 1])
     return run_now(Driver(exp, backend, knee_each_step=False).run())
 

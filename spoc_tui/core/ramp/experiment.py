@@ -576,9 +576,10 @@ class Driver:
                 polled = be.now()
                 queue.see(polled - m_start, await be.poll())
         server = replace(await be.poll(), waiting_mean=queue.mean)
+        m_end = t0 + (be.now() - m_start)  # on the requests' clock
         window = be.window(idx, -math.inf, math.inf, -math.inf)
         ends = [s.end or s.start for s in window]
-        duration = max(length, (max(ends) if ends else t0 + be.now() - m_start) - t0, 1e-3)
+        duration = max(length, (max(ends) if ends else m_end) - t0, 1e-3)
         summary = summarize_step(
             idx,
             be.generators,
@@ -587,7 +588,7 @@ class Driver:
             exp.limits,
             open_loop=True,
             server=server,
-            client=be.client(t0, t0 + be.now() - m_start, exp.limits),
+            client=be.client(t0, m_end, exp.limits),
             unbounded=queue.unbounded,
             intervals=exp.intervals,
         )
