@@ -52,7 +52,7 @@ from spoc_tui.core.ramp.sla import parse_sla  # noqa: E402
 from spoc_tui.core.tuning.pareto import hypervolume, pareto_indices  # noqa: E402
 from spoc_tui.core.tuning.space import load_space, objective_value, parse_objectives  # noqa: E402
 from spoc_tui.load.ramp import RampConfig  # noqa: E402
-from spoc_tui.tune.evaluate import FastSimEvaluator, TrialOutcome  # noqa: E402
+from spoc_tui.tune.evaluate import FastSimEvaluator, TrialOutcome, TrialRequest  # noqa: E402
 from spoc_tui.tune.study import TuneConfig, TuneSession  # noqa: E402
 from spoc_tui.workload import load_workload  # noqa: E402
 
@@ -80,7 +80,7 @@ RAMP = RampConfig(
 
 def _evaluate(config: dict) -> tuple[tuple, TrialOutcome]:
     ev = FastSimEvaluator(RAMP, fixed=dict(SPACE.fixed, **KNOWN))
-    return SPACE.key(config), ev.evaluate(config)
+    return SPACE.key(config), ev.evaluate(TrialRequest(config))
 
 
 NOISE = "--noise" in sys.argv
@@ -132,7 +132,8 @@ class Lookup:
     def stop(self) -> None:
         pass
 
-    def evaluate(self, config, flags=None, trial_dir=None, on_event=None, trial=None) -> TrialOutcome:
+    def evaluate(self, req: TrialRequest) -> TrialOutcome:
+        config = req.config
         key = SPACE.key(config)
         if key not in self.table:
             return TrialOutcome("infeasible", reason="breaks a condition")

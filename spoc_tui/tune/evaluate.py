@@ -154,6 +154,19 @@ class TrialPlan:
     early_stop: Callable[[StepSummary], str | None] | None = field(default=None, compare=False)
 
 
+@dataclass(frozen=True)
+class TrialRequest:
+    """One trial as the study hands it to an :class:`Evaluator`: the configuration, its server
+    flags, the folder for its files, where its progress goes, and what the study decided for it
+    (None: the ramp's own levels, no early stop)."""
+
+    config: Config
+    flags: tuple[str, ...] = ()
+    trial_dir: Path | None = None
+    on_event: OnEvent | None = field(default=None, compare=False)
+    plan: TrialPlan | None = None
+
+
 class Evaluator(Protocol):
     """Scores one configuration: :class:`ServerEvaluator` (a real server and a ramp) or
     :class:`FastSimEvaluator` (the simulator in virtual time)."""
@@ -162,17 +175,9 @@ class Evaluator(Protocol):
     """The ramp every trial runs, as built: the study never changes it (its ``url`` and
     ``out_dir`` are each trial's, its levels each :class:`TrialPlan`'s)."""
 
-    def evaluate(
-        self,
-        config: Config,
-        flags: list[str],
-        trial_dir: Path,
-        on_event: OnEvent | None = None,
-        trial: TrialPlan | None = None,
-    ) -> TrialOutcome:
-        """Run the configuration and say how it did (the configuration's own failures are
-        ``infeasible`` outcomes, not exceptions). ``trial``: what the study decided for it (None:
-        the ramp's own levels, no early stop).
+    def evaluate(self, req: TrialRequest) -> TrialOutcome:
+        """Run the request's configuration and say how it did (the configuration's own failures
+        are ``infeasible`` outcomes, not exceptions).
 
         Raises:
             TuneFatal: a problem no configuration can get past (the port is taken...).
@@ -260,16 +265,12 @@ class ServerEvaluator:
         if srv is not None and srv.proc is not None and self._task is None:
             srv.stop(grace=5.0)  # still starting: the readiness loop sees it exit
 
-    def evaluate(
-        self,
-        config: Config,
-        flags: list[str],
-        trial_dir: Path,
-        on_event: OnEvent | None = None,
-        trial: TrialPlan | None = None,
-    ) -> TrialOutcome:
-        emit: OnEvent = on_event or (lambda ev: None)
-        trial = trial or TrialPlan(self.ramp.plan)
+    def evaluate(self, req: TrialRequest) -> TrialOutcome:
+        if req.trial_dir is None:
+            raise ValueError("a trial on a server needs a folder for its server log and ramp")
+        flags, trial_dir = list(req.flags), req.trial_dir
+        emit: OnEvent = req.on_event or (lambda ev: None)
+        trial = req.plan or TrialPlan(self.ramp.plan)
         t0 = time.monotonic()
         port = self.port or free_port()
         argv = command_line(self.template, flags, port)
@@ -445,14 +446,7 @@ class FastSimEvaluator:
     def stop(self) -> None:
         pass
 
-    def evaluate(
-        self,
-        config: Config,
-        flags: list[str] | None = None,
-        trial_dir: Path | None = None,
-        on_event: OnEvent | None = None,
-        trial: TrialPlan | None = None,
-    ) -> TrialOutcome:
+    def evaluate(self, req: TrialRequest) -> TrialOutcome:
         from spoc_tui.core.ramp.experiment import Driver, run_now
         from spoc_tui.sim.backend import VirtualBackend
         from spoc_tui.sim.engine import SimEngine
@@ -460,6 +454,7 @@ class FastSimEvaluator:
         from spoc_tui.sim.run import build
         from spoc_tui.sim.virtual import VirtualServer
 
+        config, trial = req.config, req.plan
         t0 = time.monotonic()
         kw: dict[str, Any] = {}
         for k, v in {**self.fixed, **config}.items():

@@ -40,7 +40,7 @@ from spoc_tui.core.tuning.space import (
 from spoc_tui.procs.group import pid_alive
 from spoc_tui.procs.leftovers import stop_leftover
 from spoc_tui.procs.lock import FolderLock
-from spoc_tui.tune.evaluate import Evaluator, TrialOutcome, TrialPlan
+from spoc_tui.tune.evaluate import Evaluator, TrialOutcome, TrialPlan, TrialRequest
 from spoc_tui.tune.events import (
     EvaluatorEvent,
     Listener,
@@ -531,7 +531,9 @@ class TuneSession:
         trial_dir = cfg.out_dir / "trials" / f"{trial.number:04d}"
         try:
             outcome: TrialOutcome = self.evaluator.evaluate(
-                config, flags, trial_dir, self._for_trial(trial.number), self.state.trial(self._dominated)
+                TrialRequest(
+                    config, tuple(flags), trial_dir, self._for_trial(trial.number), self.state.trial(self._dominated)
+                )
             )
         except KeyboardInterrupt:
             outcome = TrialOutcome("interrupted", reason="interrupted (Ctrl-C)")
@@ -681,7 +683,9 @@ class TuneSession:
         trial_dir = cfg.out_dir / "trials" / f"{of.number:04d}-run{run}"
         try:
             o = self.evaluator.evaluate(
-                of.config, list(of.flags), trial_dir, self._for_trial(of.number), self.state.trial(self._dominated)
+                TrialRequest(
+                    of.config, tuple(of.flags), trial_dir, self._for_trial(of.number), self.state.trial(self._dominated)
+                )
             )
         except KeyboardInterrupt:
             return self._record(of.number, of.config, list(of.flags), TrialOutcome("interrupted"), None, of.number)

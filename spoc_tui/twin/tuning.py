@@ -14,14 +14,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.ramp.inference import infer_knee
 from spoc_tui.core.ramp.knee import find_knee
 from spoc_tui.core.ramp.steps import StepSummary
 from spoc_tui.load.ramp import RampConfig
-from spoc_tui.tune.evaluate import OnEvent, TrialOutcome, TrialPlan, tokens_per_request
+from spoc_tui.tune.evaluate import TrialOutcome, TrialRequest, tokens_per_request
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.model import WHAT_IF_FLAGS, Twin, TwinError
 from spoc_tui.twin.predict import Prediction, TraceRows, read_rows, run_ramp, run_trace_ramp
@@ -103,16 +102,10 @@ class TwinEvaluator:
     def stop(self) -> None:
         self._stopping.set()
 
-    def evaluate(
-        self,
-        config: Mapping[str, object],
-        flags: list[str],
-        trial_dir: Path,
-        on_event: OnEvent | None = None,
-        trial: TrialPlan | None = None,
-    ) -> TrialOutcome:
-        """As :meth:`Evaluator.evaluate`; ``trial``'s early stop is not asked (a trial on the twin
+    def evaluate(self, req: TrialRequest) -> TrialOutcome:
+        """As :meth:`Evaluator.evaluate`; the plan's early stop is not asked (a trial on the twin
         takes seconds: there is nothing to save)."""
+        config, trial = req.config, req.plan
         t0 = time.monotonic()
         try:
             settings = what_if({**self.fixed, **config})

@@ -18,7 +18,7 @@ from spoc_tui.core.ramp.steps import Figures, Latency, StepSummary
 from spoc_tui.core.tuning.pareto import hypervolume, pareto_indices
 from spoc_tui.core.tuning.space import parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
-from spoc_tui.tune.evaluate import TrialOutcome
+from spoc_tui.tune.evaluate import TrialOutcome, TrialRequest
 from spoc_tui.tune.screening import Observation, ScreenedChildren, Surrogate
 from spoc_tui.tune.study import TuneConfig, TuneSession
 from spoc_tui.workload import load_workload
@@ -140,7 +140,8 @@ class Synthetic:
     def stop(self) -> None:
         pass
 
-    def evaluate(self, config, flags=None, trial_dir=None, on_event=None, trial=None) -> TrialOutcome:
+    def evaluate(self, req: TrialRequest) -> TrialOutcome:
+        config = req.config
         r = synthetic(config)
         if r is None:
             return TrialOutcome(

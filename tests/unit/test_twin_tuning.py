@@ -10,6 +10,7 @@ from spoc_tui.core.ramp.knee import FixedUsers
 from spoc_tui.core.ramp.sla import parse_sla
 from spoc_tui.core.tuning.space import parse_objectives, parse_space
 from spoc_tui.load.ramp import RampConfig
+from spoc_tui.tune.evaluate import TrialRequest
 from spoc_tui.tune.study import TuneConfig, TuneSession
 from spoc_tui.twin.tuning import TwinEvaluator, check_space, what_if
 from spoc_tui.workload import load_workload
@@ -24,19 +25,19 @@ def ramp(users: int = 48) -> RampConfig:
 
 def test_a_trial_is_the_ramp_predicted_with_its_flags(tmp_path):
     ev = TwinEvaluator(twin(0.05), ramp())
-    few = ev.evaluate({"max-num-seqs": 4}, [], tmp_path)
-    many = ev.evaluate({"max-num-seqs": 64}, [], tmp_path)
+    few = ev.evaluate(TrialRequest({"max-num-seqs": 4}, (), tmp_path))
+    many = ev.evaluate(TrialRequest({"max-num-seqs": 64}, (), tmp_path))
     assert few.status == many.status == "ok"
     # 48 users on 4 seats queue; on 64 they do not
     assert few.steps[0].latency.ttft.p50 > 3 * many.steps[0].latency.ttft.p50
     assert few.steps[0].server.running_max <= 4 < many.steps[0].server.running_max
     assert many.kv_tokens == 4096 * 16 and many.max_model_len == 2048 and many.tokens_per_request
-    half = ev.evaluate({"gpu-memory-utilization": 0.45}, [], tmp_path)
+    half = ev.evaluate(TrialRequest({"gpu-memory-utilization": 0.45}, (), tmp_path))
     assert half.kv_tokens == many.kv_tokens // 2
     # what the twin cannot change is infeasible with the reason, not a wrong number
-    bad = ev.evaluate({"block-size": 32}, [], tmp_path)
+    bad = ev.evaluate(TrialRequest({"block-size": 32}, (), tmp_path))
     assert bad.status == "infeasible" and "the twin predicts only" in bad.reason
-    assert ev.evaluate({"enable-chunked-prefill": "yes"}, [], tmp_path).status == "infeasible"
+    assert ev.evaluate(TrialRequest({"enable-chunked-prefill": "yes"}, (), tmp_path)).status == "infeasible"
 
 
 def test_the_space_the_twin_can_search():
