@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from spoc_tui.capacity.args import CapacityArgs
+from spoc_tui.cli.options import default_option, json_option
 from spoc_tui.cli.types import FINITE
 from spoc_tui.core.errors import InputError, SpocError
 from spoc_tui.core.hardware.presets import GPUS
@@ -20,52 +21,32 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @click.command()
 @click.option("--model", required=True, help="Model preset or path to a config.json (or its folder).")
-@click.option("--gpu", default=None, help=f"GPU preset: {', '.join(GPUS)}.")
-@click.option("--gpu-memory-gib", type=FINITE, default=None, help="Memory of a GPU not in the presets.")
-@click.option("--tp", type=int, default=CapacityArgs.tp, show_default=True, help="Tensor-parallel size.")
-@click.option("--max-model-len", type=int, default=None, help="Longest sequence [default: the model's maximum].")
-@click.option(
-    "--avg-context", type=int, default=None, help="Typical tokens in flight per request [default: max-model-len]."
+@click.option("--gpu", help=f"GPU preset: {', '.join(GPUS)}.")
+@click.option("--gpu-memory-gib", type=FINITE, help="Memory of a GPU not in the presets.")
+@default_option("--tp", CapacityArgs.tp, "Tensor-parallel size.", type=int)
+@click.option("--max-model-len", type=int, help="Longest sequence [default: the model's maximum].")
+@click.option("--avg-context", type=int, help="Typical tokens in flight per request [default: max-model-len].")
+@click.option("--weights-dtype", help="bf16 | fp8 | int4 [default: the model's].")
+@default_option("--kv-cache-dtype", CapacityArgs.kv_cache_dtype, "auto | fp8")
+@default_option(
+    "--gpu-memory-utilization", CapacityArgs.gpu_memory_utilization, "Share of GPU memory vLLM may use.", type=FINITE
 )
-@click.option("--weights-dtype", default=None, help="bf16 | fp8 | int4 [default: the model's].")
-@click.option("--kv-cache-dtype", default=CapacityArgs.kv_cache_dtype, show_default=True, help="auto | fp8")
+@default_option("--block-size", CapacityArgs.block_size, "KV-cache block size.", type=int)
+@click.option("--kv-cache-gib", type=FINITE, help="KV space given directly (CPU servers: VLLM_CPU_KVCACHE_SPACE).")
 @click.option(
-    "--gpu-memory-utilization",
-    type=FINITE,
-    default=CapacityArgs.gpu_memory_utilization,
-    show_default=True,
-    help="Share of GPU memory vLLM may use.",
+    "--reserve-gib", type=FINITE, help="Runtime reserve per GPU for activations and CUDA graphs [default: 1.5]."
 )
-@click.option("--block-size", type=int, default=CapacityArgs.block_size, show_default=True, help="KV-cache block size.")
-@click.option(
-    "--kv-cache-gib", type=FINITE, default=None, help="KV space given directly (CPU servers: VLLM_CPU_KVCACHE_SPACE)."
-)
-@click.option(
-    "--reserve-gib",
-    type=FINITE,
-    default=None,
-    help="Runtime reserve per GPU for activations and CUDA graphs [default: 1.5].",
-)
-@click.option(
-    "--server", default=None, help="A running vLLM server: compare the prediction with its own cache_config_info."
-)
-@click.option("--queue", "queue_users", default=None, help="Queueing view for these user counts, e.g. 1,8,32,64,128.")
-@click.option("--service-time", type=FINITE, default=None, help="Seconds per request at light load (queueing view).")
-@click.option("--think-time", type=FINITE, default=None, help="Seconds a user waits between requests (queueing view).")
-@click.option(
-    "--max-num-seqs",
-    type=int,
-    default=DEFAULTS.max_num_seqs,
-    show_default=True,
-    help="The server's seat limit (queueing view).",
-)
+@click.option("--server", help="A running vLLM server: compare the prediction with its own cache_config_info.")
+@click.option("--queue", "queue_users", help="Queueing view for these user counts, e.g. 1,8,32,64,128.")
+@click.option("--service-time", type=FINITE, help="Seconds per request at light load (queueing view).")
+@click.option("--think-time", type=FINITE, help="Seconds a user waits between requests (queueing view).")
+@default_option("--max-num-seqs", DEFAULTS.max_num_seqs, "The server's seat limit (queueing view).", type=int)
 @click.option(
     "--ramp",
     "ramp_path",
-    default=None,
     help="A ramp result (folder or ramp.json): estimates service/think time and shows the measured curve.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def capacity(
     server: str | None,
     as_json: bool,

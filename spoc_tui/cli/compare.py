@@ -6,11 +6,13 @@ import json
 
 import click
 
+from spoc_tui.cli.options import json_option
+
 
 @click.command("compare")
 @click.argument("a")
 @click.argument("b")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def compare_cmd(a: str, b: str, as_json: bool) -> None:
     """Compare ramp B against ramp A (folders or ramp.json files): the knee's difference with its
     95 % interval, each common level's SLA figures and output tokens/s with theirs, and a verdict:

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from spoc_tui.cli.options import default_option
 from spoc_tui.config import Settings
 from spoc_tui.core.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from spoc_tui.core.hardware.presets import GPUS
@@ -93,18 +94,17 @@ def run_demo(scenario: str, model: str, gpu: str, tp: int | None, users: int | N
 
 
 @click.command("demo")
-@click.option(
+@default_option(
     "--scenario",
+    SimOptions.scenario,
+    "fleet: three replicas behind a round-robin split, one of them lagging.",
     type=click.Choice(SCENARIOS),
-    default=SimOptions.scenario,
-    show_default=True,
-    help="fleet: three replicas behind a round-robin split, one of them lagging.",
 )
-@click.option("--model", default=SimOptions.model, show_default=True, help="Model preset of the simulated server.")
-@click.option("--gpu", default=SimOptions.gpu, show_default=True, help=f"GPU preset: {', '.join(GPUS)}.")
-@click.option("--tp", type=int, default=None, help="Tensor-parallel size [default: 1; thermal: 4].")
-@click.option("--users", type=int, default=None, help="Background users (default: 48, overload: 3x max-num-seqs).")
-@click.option("--seed", type=int, default=SimOptions.seed, show_default=True, help="Random seed of the simulator.")
+@default_option("--model", SimOptions.model, "Model preset of the simulated server.")
+@default_option("--gpu", SimOptions.gpu, f"GPU preset: {', '.join(GPUS)}.")
+@click.option("--tp", type=int, help="Tensor-parallel size [default: 1; thermal: 4].")
+@click.option("--users", type=int, help="Background users (default: 48, overload: 3x max-num-seqs).")
+@default_option("--seed", SimOptions.seed, "Random seed of the simulator.", type=int)
 def demo_cmd(scenario: str, model: str, gpu: str, tp: int | None, users: int | None, seed: int) -> None:
     """Start the simulator with a background load and open the monitor on it.
 

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from spoc_tui.cli.options import api_key_options, from_config, sla_option, tls_options
+from spoc_tui.cli.options import api_key_options, default_option, from_config, sla_option, tls_options, twin_option
 from spoc_tui.core.errors import EXIT_INTERRUPTED, InputError
 from spoc_tui.core.textsafe import for_terminal
 
@@ -39,40 +39,33 @@ def since_seconds(text: str) -> float:
 @click.option(
     "--prometheus",
     "prometheus_url",
-    default=None,
     help="Learn every vLLM replica a Prometheus server scrapes, from its history (--since) and then "
     "each scrape it stores, instead of scraping --url.",
 )
-@click.option(
-    "--since",
-    default="1h",
-    show_default=True,
-    help="With --prometheus: how much history to learn from at the start (15m, 1h, ...; at most 6h).",
+@default_option(
+    "--since", "1h", "With --prometheus: how much history to learn from at the start (15m, 1h, ...; at most 6h)."
 )
-@click.option(
+@default_option(
     "--serve-metrics",
-    "serve",
-    default=DEFAULT_SERVE,
-    show_default=True,
-    help="Where Prometheus scrapes the headroom: PORT or HOST:PORT (loopback unless a host is given; "
+    DEFAULT_SERVE,
+    "Where Prometheus scrapes the headroom: PORT or HOST:PORT (loopback unless a host is given; "
     "0.0.0.0:PORT for every interface).",
+    "serve",
 )
 @sla_option("The limits the headroom holds, as spoc ramp takes them", "ttft_p99<=2s,itl_p99<=100ms")
-@click.option("--twin", "twin_path", default=None, help="A calibrated twin.json (spoc twin calibrate): the prior.")
+@twin_option("A calibrated twin.json (spoc twin calibrate): the prior.")
 @click.option(
     "--max-num-seqs",
     "seats",
     type=int,
-    default=None,
     help="The servers' max-num-seqs, which /metrics does not report (without it the interval covers "
     "the seats from the most seen running up to vLLM's 256).",
 )
-@click.option(
+@default_option(
     "--every",
+    5.0,
+    "Seconds between scrapes (with --prometheus, between reads of what it stored: 15 at least).",
     type=click.FloatRange(1.0, 60.0),
-    default=5.0,
-    show_default=True,
-    help="Seconds between scrapes (with --prometheus, between reads of what it stored: 15 at least).",
 )
 @api_key_options("Bearer token for the servers (never printed).")
 @tls_options

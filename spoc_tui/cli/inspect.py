@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from spoc_tui.cli.options import api_key_options, from_config, sla_option, tls_options
+from spoc_tui.cli.options import api_key_options, from_config, json_option, sla_option, tls_options, twin_option
 from spoc_tui.cli.types import FINITE
 from spoc_tui.config import check_max_num_seqs
 from spoc_tui.core import fmt
@@ -156,24 +156,21 @@ def run_prometheus(prometheus_url: str, interval: float | None, as_json: bool) -
 @click.option(
     "--prometheus",
     "prometheus_url",
-    default=None,
     help="Read every vLLM replica a Prometheus server scrapes instead of SOURCES; with --headroom, "
     "learned from its history (--since).",
 )
 @click.option(
     "--since",
-    default=None,
     help="With --prometheus --headroom: how much of its history to learn from (15m, 1h, ...; 1h if not "
     "given, at most 6h).",
 )
 @click.option(
     "--interval",
     type=FINITE,
-    default=None,
     help="Scrape twice this many seconds apart for windowed percentiles and rates; with --headroom, "
     "how long to watch (600 s if not given).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 @click.option(
     "--headroom",
     is_flag=True,
@@ -181,17 +178,11 @@ def run_prometheus(prometheus_url: str, interval: float | None, as_json: bool) -
     "within --sla, learned from the scrapes alone (docs/headroom.md).",
 )
 @sla_option("With --headroom: the limits, as spoc ramp takes them", DEFAULT_SLA)
-@click.option(
-    "--twin",
-    "twin_path",
-    default=None,
-    help="With --headroom: a calibrated twin.json (spoc twin calibrate) as the fit's prior.",
-)
+@twin_option("With --headroom: a calibrated twin.json (spoc twin calibrate) as the fit's prior.")
 @click.option(
     "--max-num-seqs",
     "seats",
     type=int,
-    default=None,
     help="With --headroom: the servers' max-num-seqs (vLLM's flag), which /metrics does not report; "
     "without it the headroom assumes 256 until a queue shows the seats.",
 )

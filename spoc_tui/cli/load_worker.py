@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from spoc_tui.cli.options import tls_options
+from spoc_tui.cli.options import default_option, tls_options
 from spoc_tui.load.defaults import DEFAULT_PROFILE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -18,11 +18,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @click.command("load-worker")
 @click.option("--master", required=True, help="Host of the machine running `spoc ramp --workers N`.")
-@click.option("--master-port", type=int, default=5557, show_default=True, help="The master's Locust port.")
+@default_option("--master-port", 5557, "The master's Locust port.", type=int)
 @click.option("--url", required=True, help="The server under test (as the master has it).")
 @click.option("--model", required=True, help="Served model name (as the master has it).")
-@click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="The master's load profile.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed of this worker's users.")
+@default_option("--profile", DEFAULT_PROFILE, "The master's load profile.")
+@default_option("--seed", 0, "Random seed of this worker's users.", type=int)
 @tls_options
 def load_worker(master: str, master_port: int, url: str, model: str, profile: str, seed: int) -> None:
     """Join a ramp from another machine as a Locust worker (Locust's master/worker protocol)."""

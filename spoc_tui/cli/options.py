@@ -67,11 +67,10 @@ def api_key_options(help_text: str = "Bearer token for the server (never printed
         opt_file = click.option(
             "--api-key-file",
             type=click.Path(dir_okay=False),
-            default=None,
             help="Read the bearer token from this file (a key on the command line shows in ps) "
             "[default: config.toml's api_key_file].",
         )
-        opt_key = click.option("--api-key", envvar=API_KEY_ENV, show_envvar=True, default=None, help=help_text)
+        opt_key = click.option("--api-key", envvar=API_KEY_ENV, show_envvar=True, help=help_text)
         return cast(F, opt_key(opt_file(wrapper)))
 
     return decorate
@@ -101,7 +100,6 @@ def tls_options(f: F) -> F:
         type=click.Path(dir_okay=False),
         envvar=CA_ENV,
         show_envvar=True,
-        default=None,
         help="Check TLS certificates against this CA file (PEM) [default: the system's store, or SSL_CERT_FILE].",
     )(f2)
     return cast(F, f3)
@@ -111,12 +109,39 @@ def sla_option(what: str, fallback: str | None = None) -> Callable[[F], F]:
     """``--sla`` (``SPOC_SLA``), read by the one rule (then config.toml's ``sla``): ``what`` its
     limits are for, and ``fallback`` the SLA used when neither gives one (None: none)."""
     default = f"config.toml's sla, else {fallback}" if fallback else "config.toml's sla"
-    return click.option("--sla", envvar=SLA_ENV, show_envvar=True, default=None, help=f"{what} [default: {default}].")
+    return click.option("--sla", envvar=SLA_ENV, show_envvar=True, help=f"{what} [default: {default}].")
+
+
+def default_option(flag: str, default: Any, help_text: str, *names: str, **kw: Any) -> Callable[[F], F]:
+    """An option whose default ``--help`` shows."""
+    return click.option(flag, *names, default=default, show_default=True, help=help_text, **kw)
+
+
+def env_option(flag: str, env: str, help_text: str, *names: str, **kw: Any) -> Callable[[F], F]:
+    """An option its environment variable ``env`` may also set (``--help`` shows which)."""
+    return click.option(flag, *names, envvar=env, show_envvar=True, help=help_text, **kw)
+
+
+def file_option(flag: str, dest: str, help_text: str, **kw: Any) -> Callable[[F], F]:
+    """An option naming a file (not a folder), stored as ``dest``."""
+    return click.option(flag, dest, type=click.Path(dir_okay=False), help=help_text, **kw)
+
+
+def json_option(help_text: str = "Print one JSON object.") -> Callable[[F], F]:
+    """``--json`` (``as_json``): one JSON object on standard output instead of text."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
+def twin_option(help_text: str, dest: str = "twin_path", **kw: Any) -> Callable[[F], F]:
+    """``--twin``: a calibrated twin.json (``spoc twin calibrate``), stored as ``dest`` (None unless
+    ``kw`` gives a default)."""
+    kw.setdefault("default", None)
+    return click.option("--twin", dest, help=help_text, **kw)
 
 
 def served_model_option(f: F) -> F:
     """``--model``: the served model name a client asks for."""
-    opt = click.option("--model", default=None, help="Served model name [default: the server's first].")
+    opt = click.option("--model", help="Served model name [default: the server's first].")
     return opt(f)
 
 

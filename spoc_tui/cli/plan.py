@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from spoc_tui.cli.options import sla_option
+from spoc_tui.cli.options import default_option, json_option, sla_option, twin_option
 from spoc_tui.cli.types import FINITE, trace_selection
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.ramp.sla import DEFAULT_SLA
@@ -20,20 +20,15 @@ if TYPE_CHECKING:
 
 
 @click.command("plan")
-@click.option("--ramp", "ramp_path", default=None, help="A ramp result of one replica (folder or ramp.json).")
-@click.option("--users", type=int, default=None, help="Concurrent users to plan for (with --ramp), 1 to 10,000,000.")
-@click.option(
-    "--twin",
-    "twin_path",
-    default=None,
-    help="Instead of a ramp: replay --trace on a fleet of this calibrated twin (spoc twin calibrate), in virtual time.",
+@click.option("--ramp", "ramp_path", help="A ramp result of one replica (folder or ramp.json).")
+@click.option("--users", type=int, help="Concurrent users to plan for (with --ramp), 1 to 10,000,000.")
+@twin_option(
+    "Instead of a ramp: replay --trace on a fleet of this calibrated twin (spoc twin calibrate), in virtual time."
 )
-@click.option("--trace", "trace_path", default=None, help="With --twin: the traffic to serve (a trace file).")
+@click.option("--trace", "trace_path", help="With --twin: the traffic to serve (a trace file).")
 @trace_selection()
-@click.option(
-    "--speed", type=FINITE, default=1.0, show_default=True, help="With --twin: replay at this speed multiple."
-)
-@click.option("--replicas", "replicas_spec", default=None, help="With --twin: fixed replica counts, 1-8 or 1,2,4.")
+@default_option("--speed", 1.0, "With --twin: replay at this speed multiple.", type=FINITE)
+@click.option("--replicas", "replicas_spec", help="With --twin: fixed replica counts, 1-8 or 1,2,4.")
 @click.option(
     "--autoscale",
     "autoscale_specs",
@@ -42,29 +37,22 @@ if TYPE_CHECKING:
     "(repeatable).",
 )
 @sla_option("With --twin: the limits the trace is judged on", DEFAULT_SLA)
-@click.option("--headroom", type=FINITE, default=0.2, show_default=True, help="Share of each replica kept free.")
+@default_option("--headroom", 0.2, "Share of each replica kept free.", type=FINITE)
 @click.option(
     "--gpus-per-replica",
     type=int,
-    default=None,
     help="GPUs one replica uses [default: the GPUs the ramp saw beside the server, else 1].",
 )
-@click.option("--model", default=None, help="Refuse a ramp of another served model.")
-@click.option(
-    "--prometheus",
-    default="http://prometheus.monitoring:9090",
-    show_default=True,
-    help="serverAddress of the KEDA trigger.",
-)
-@click.option("--deployment", default="vllm", show_default=True, help="The Deployment the autoscaler scales.")
+@click.option("--model", help="Refuse a ramp of another served model.")
+@default_option("--prometheus", "http://prometheus.monitoring:9090", "serverAddress of the KEDA trigger.")
+@default_option("--deployment", "vllm", "The Deployment the autoscaler scales.")
 @click.option(
     "--keda-headroom",
     type=FINITE,
-    default=None,
     help="Also scale out when the fleet's headroom (spoc headroom --serve-metrics, docs/fleet.md) falls "
     "under this multiple of today's traffic, e.g. 1.3: a second KEDA trigger, before requests wait.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (with both manifests as text).")
+@json_option("Print one JSON object (with both manifests as text).")
 def plan_cmd(
     ramp_path: str | None,
     users: int | None,

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from spoc_tui.cli.options import api_key_options
+from spoc_tui.cli.options import api_key_options, default_option, json_option
 from spoc_tui.cli.types import FINITE
 from spoc_tui.core.errors import EXIT_INTERRUPTED, InputError, SpocError
 from spoc_tui.core.textsafe import for_terminal
@@ -21,41 +21,32 @@ def _say(msg: str) -> None:
 
 
 @click.command("profile")
-@click.option("--url", default=None, envvar="SPOC_VLLM_URL", show_envvar=True, help="The vLLM server to profile.")
+@click.option("--url", envvar="SPOC_VLLM_URL", show_envvar=True, help="The vLLM server to profile.")
 @click.option(
     "--trace-dir",
-    default=None,
     type=click.Path(file_okay=False),
     help="The server's torch_profiler_dir (on this host or a shared mount); the newest new trace there is read.",
 )
-@click.option("--seconds", type=FINITE, default=10.0, show_default=True, help="How long the profiler records.")
-@click.option(
-    "--users",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Concurrent users driven while profiling (0: profile the traffic there is).",
-)
-@click.option("--profile", "load_profile_name", default="chatbot", show_default=True, help="Load profile of --users.")
-@click.option("--warmup-seconds", type=FINITE, default=5.0, show_default=True, help="Load before the profiler starts.")
-@click.option("--served-model", default=None, help="Served model name for the load [default: the server's first].")
+@default_option("--seconds", 10.0, "How long the profiler records.", type=FINITE)
+@default_option("--users", 0, "Concurrent users driven while profiling (0: profile the traffic there is).", type=int)
+@default_option("--profile", "chatbot", "Load profile of --users.", "load_profile_name")
+@default_option("--warmup-seconds", 5.0, "Load before the profiler starts.", type=FINITE)
+@click.option("--served-model", help="Served model name for the load [default: the server's first].")
 @click.option(
     "--from-trace",
     type=click.Path(dir_okay=False),
-    default=None,
     help="Analyse an existing *.pt.trace.json(.gz) instead of profiling a server.",
 )
 @click.option(
     "--nsys",
     "nsys_report",
     type=click.Path(dir_okay=False),
-    default=None,
     help="Analyse an Nsight Systems report (.nsys-rep, needs nsys on PATH) or its kernel-summary CSV.",
 )
-@click.option("--model", default=None, help="Model preset or config.json, for the decode roofline.")
-@click.option("--gpu", default=None, help="GPU preset (h100-80gb, h200, ...), for the decode roofline.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size, for the decode roofline.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--model", help="Model preset or config.json, for the decode roofline.")
+@click.option("--gpu", help="GPU preset (h100-80gb, h200, ...), for the decode roofline.")
+@default_option("--tp", 1, "Tensor-parallel size, for the decode roofline.", type=int)
+@json_option()
 @api_key_options("Bearer token (never printed).")
 def profile_cmd(
     from_trace: str | None,

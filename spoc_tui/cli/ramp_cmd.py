@@ -15,10 +15,12 @@ from spoc_tui.cli.experiment import ExperimentOptions, experiment_options
 from spoc_tui.cli.options import (
     api_key_options,
     config_values,
+    default_option,
     from_config,
     served_model_option,
     sla_option,
     tls_options,
+    twin_option,
 )
 from spoc_tui.cli.types import FINITE
 from spoc_tui.core.errors import InputError, SpocError
@@ -39,49 +41,35 @@ if TYPE_CHECKING:
     "--url",
     envvar="SPOC_VLLM_URL",
     show_envvar=True,
-    default=None,
     help="The server (vLLM or spoc sim) [default: config.toml's first vllm_urls].",
 )
 @served_model_option
 @experiment_options
-@click.option(
+@default_option(
     "--poll-seconds",
+    ramp_defaults.POLL_S,
+    "Longest time between two reads of the server's /metrics during a step (each read costs vLLM a few "
+    "ms in the process that streams tokens; a short step is read every tenth of it, at most once a second).",
     type=FINITE,
-    default=ramp_defaults.POLL_S,
-    show_default=True,
-    help=(
-        "Longest time between two reads of the server's /metrics during a step (each read costs vLLM a few "
-        "ms in the process that streams tokens; a short step is read every tenth of it, at most once a second)."
-    ),
 )
 @sla_option('Limits, e.g. "ttft_p99<=2s,error_rate<=1%"', DEFAULT_SLA)
-@click.option(
-    "--abort-factor",
-    type=FINITE,
-    default=ramp_defaults.ABORT_FACTOR,
-    show_default=True,
-    help="Stop early when a limit is broken this many times over.",
+@default_option(
+    "--abort-factor", ramp_defaults.ABORT_FACTOR, "Stop early when a limit is broken this many times over.", type=FINITE
 )
 @click.option(
     "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for ramp.json and requests.jsonl."
 )
-@click.option(
+@default_option(
     "--workers",
+    str(ramp_defaults.WORKERS),
+    "Local Locust worker processes (0: one process), or auto: one per 64 users, at most one per core but one.",
     "workers_spec",
-    default=str(ramp_defaults.WORKERS),
-    show_default=True,
-    help="Local Locust worker processes (0: one process), or auto: one per 64 users, at most one per core but one.",
 )
-@click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
+@click.option("--tokenizer", help="Local tokenizer.json (or its folder) for exact prompt lengths.")
 @click.option("--dcgm", "dcgm_urls", multiple=True, help="dcgm-exporter URL, recorded next to each step.")
-@click.option(
-    "--twin",
-    "twin_path",
-    default=None,
-    help=(
-        "A calibrated twin.json of this server: it predicts each step as it is measured (at the lowest CPU "
-        "priority), kept on the step in ramp.json; spoc twin check then reads them."
-    ),
+@twin_option(
+    "A calibrated twin.json of this server: it predicts each step as it is measured (at the lowest CPU "
+    "priority), kept on the step in ramp.json; spoc twin check then reads them."
 )
 @api_key_options("Bearer token (never written to results).")
 @tls_options

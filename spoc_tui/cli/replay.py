@@ -7,31 +7,22 @@ from pathlib import Path
 
 import click
 
+from spoc_tui.cli.options import default_option, file_option
 from spoc_tui.core.errors import InputError
 
 
 @click.command("replay")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option(
-    "--speed",
-    type=click.FloatRange(min=0.1, max=600),
-    default=1.0,
-    show_default=True,
-    help="Playback speed (changed at run time with + and -).",
+@default_option(
+    "--speed", 1.0, "Playback speed (changed at run time with + and -).", type=click.FloatRange(min=0.1, max=600)
 )
 @click.option(
     "--export",
     "export_fmt",
     type=click.Choice(["csv", "json"]),
-    default=None,
     help="Write the recording as CSV (one row per server or GPU per refresh) or JSON instead of playing it.",
 )
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Where --export writes [default: standard output].",
-)
+@file_option("--out", "out", "Where --export writes [default: standard output].")
 def replay_cmd(file: str, speed: float, export_fmt: str | None, out: str | None) -> None:
     """Play back what `spoc monitor --record FILE` saw: space pauses, ←/→ seek 30 s (shift: 5 min),
     Home/End, + and - change the speed. With --export, write it as CSV or JSON instead."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from spoc_tui.cli.options import file_option
 from spoc_tui.core.files import write_atomic
 
 
@@ -28,12 +29,10 @@ def _write(path: Path, text: str) -> None:
 
 @click.command("report")
 @click.argument("paths", nargs=-1, required=True)
-@click.option(
+@file_option(
     "--out",
     "out",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="The HTML file [default: report.html in the ramp's or study's folder; comparison.html here for two].",
+    "The HTML file [default: report.html in the ramp's or study's folder; comparison.html here for two].",
 )
 def report_cmd(paths: tuple[str, ...], out: str | None) -> None:
     """One HTML page, whole by itself (no network, no server, no script), for a ramp folder

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from spoc_tui.cli.options import default_option, twin_option
 from spoc_tui.cli.types import FINITE
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.hardware.presets import GPUS
@@ -21,76 +22,42 @@ def sim_options(f: F) -> F:
     """The ``vllm serve``-like flags of the simulator (defaults: :class:`SimOptions`)."""
     d = SimOptions
     opts = [
+        click.option("--model", "model_opt", help=f"Model preset or path to a config.json (default {d.model})."),
+        default_option("--gpu", d.gpu, f"GPU preset: {', '.join(GPUS)}."),
         click.option(
-            "--model", "model_opt", default=None, help=f"Model preset or path to a config.json (default {d.model})."
+            "--tp", "--tensor-parallel-size", "tp", type=int, help="Tensor-parallel size (thermal scenario: 4)."
         ),
-        click.option(
-            "--gpu",
-            default=d.gpu,
-            show_default=True,
-            help=f"GPU preset: {', '.join(GPUS)}.",
-        ),
-        click.option(
-            "--tp",
-            "--tensor-parallel-size",
-            "tp",
-            type=int,
-            default=None,
-            help="Tensor-parallel size (thermal scenario: 4).",
-        ),
-        click.option(
+        default_option(
             "--scenario",
+            d.scenario,
+            "steady | thermal (one hot GPU in the TP group) | overload | imbalanced/fleet (replicas, one lags).",
             type=click.Choice(SCENARIOS),
-            default=d.scenario,
-            show_default=True,
-            help="steady | thermal (one hot GPU in the TP group) | overload | imbalanced/fleet (replicas, one lags).",
         ),
-        click.option(
-            "--seed", type=int, default=d.seed, show_default=True, help="Random seed of the simulated engine."
-        ),
-        click.option(
-            "--served-model-name", default=None, help="Name the model is served under [default: the preset's]."
-        ),
-        click.option(
-            "--max-num-seqs",
-            type=int,
-            default=d.max_num_seqs,
-            show_default=True,
-            help="Most requests in a batch (vLLM's flag).",
-        ),
-        click.option(
-            "--max-num-batched-tokens", type=int, default=None, help="Token budget of a step [default: vLLM's rule]."
-        ),
-        click.option(
+        default_option("--seed", d.seed, "Random seed of the simulated engine.", type=int),
+        click.option("--served-model-name", help="Name the model is served under [default: the preset's]."),
+        default_option("--max-num-seqs", d.max_num_seqs, "Most requests in a batch (vLLM's flag).", type=int),
+        click.option("--max-num-batched-tokens", type=int, help="Token budget of a step [default: vLLM's rule]."),
+        default_option(
             "--enable-chunked-prefill/--no-enable-chunked-prefill",
-            default=d.enable_chunked_prefill,
-            show_default=True,
-            help="Split long prefills across steps (vLLM's flag).",
+            d.enable_chunked_prefill,
+            "Split long prefills across steps (vLLM's flag).",
         ),
-        click.option(
+        default_option(
             "--enable-prefix-caching/--no-enable-prefix-caching",
-            default=d.enable_prefix_caching,
-            show_default=True,
-            help="Reuse the KV cache of shared prompt prefixes (vLLM's flag).",
+            d.enable_prefix_caching,
+            "Reuse the KV cache of shared prompt prefixes (vLLM's flag).",
         ),
-        click.option(
+        default_option(
             "--gpu-memory-utilization",
+            d.gpu_memory_utilization,
+            "Share of GPU memory vLLM may use (weights + KV cache).",
             type=FINITE,
-            default=d.gpu_memory_utilization,
-            show_default=True,
-            help="Share of GPU memory vLLM may use (weights + KV cache).",
         ),
-        click.option(
-            "--block-size", type=int, default=d.block_size, show_default=True, help="KV-cache block size, tokens."
-        ),
-        click.option(
-            "--max-model-len", type=int, default=None, help="Longest sequence [default: the model's maximum]."
-        ),
-        click.option("--kv-cache-dtype", default=d.kv_cache_dtype, show_default=True, help="auto | fp8"),
-        click.option("--quantization", "-q", default=None, help="fp8: FP8 weights."),
-        click.option(
-            "--speed", type=FINITE, default=d.speed, show_default=True, help="Simulated seconds per real second."
-        ),
+        default_option("--block-size", d.block_size, "KV-cache block size, tokens.", type=int),
+        click.option("--max-model-len", type=int, help="Longest sequence [default: the model's maximum]."),
+        default_option("--kv-cache-dtype", d.kv_cache_dtype, "auto | fp8"),
+        click.option("--quantization", "-q", help="fp8: FP8 weights."),
+        default_option("--speed", d.speed, "Simulated seconds per real second.", type=FINITE),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -101,40 +68,32 @@ def sim_options(f: F) -> F:
 @click.argument("model", required=False)
 @sim_options
 @click.option("--host", default=SimOptions.host, help="Address to bind (loopback unless told otherwise).")
-@click.option(
-    "--port", type=int, default=SimOptions.port, show_default=True, help="Port of the OpenAI API and /metrics."
-)
+@default_option("--port", SimOptions.port, "Port of the OpenAI API and /metrics.", type=int)
 @click.option(
     "--dcgm-port",
     type=int,
     default=SimOptions.dcgm_port,
     help="Port of the simulated dcgm-exporter (0: any free port).",
 )
-@click.option("--load-users", type=int, default=None, help="Built-in background users (default none).")
+@click.option("--load-users", type=int, help="Built-in background users (default none).")
 @click.option(
-    "--replicas",
-    type=int,
-    default=None,
-    help="Replicas, each on --port + i (and --dcgm-port + i) [default: 1; imbalanced/fleet: 3].",
+    "--replicas", type=int, help="Replicas, each on --port + i (and --dcgm-port + i) [default: 1; imbalanced/fleet: 3]."
 )
 @click.option(
     "--api-key",
     envvar="VLLM_API_KEY",
-    default=None,
     show_default=False,
     help="As vLLM: /v1 endpoints want this Bearer token (/metrics and /health stay open).",
 )
-@click.option(
-    "--twin",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Serve a calibrated twin (spoc twin calibrate): the real server's settings and step time; engine flags "
+@twin_option(
+    "Serve a calibrated twin (spoc twin calibrate): the real server's settings and step time; engine flags "
     "given here are what-ifs on it.",
+    "twin",
+    type=click.Path(dir_okay=False),
 )
 @click.option(
     "--truth-log",
     type=click.Path(dir_okay=False),
-    default=None,
     help="Append each request's server-side token times (JSON lines), for measurement checks.",
 )
 def sim(model: str | None, model_opt: str | None, host: str, **kw: Any) -> None:

@@ -9,6 +9,7 @@ from typing import Any, TextIO, TypeVar
 
 import click
 
+from spoc_tui.cli.options import default_option, file_option, json_option
 from spoc_tui.core.traces.formats import FORMATS
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -21,9 +22,7 @@ def _options(f: F) -> F:
         multiple=True,
         help='Keep rows whose column equals a value, e.g. "Model=GPT-4" (repeatable).',
     )(f)
-    f = click.option(
-        "--trace-format", "fmt", type=click.Choice(FORMATS), default=None, help="The format [default: detected]."
-    )(f)
+    f = click.option("--trace-format", "fmt", type=click.Choice(FORMATS), help="The format [default: detected].")(f)
     return click.argument("path", type=click.Path(dir_okay=False))(f)
 
 
@@ -34,8 +33,8 @@ def trace_cmd() -> None:
 
 @trace_cmd.command("stats")
 @_options
-@click.option("--speed", type=float, default=1.0, show_default=True, help="Say how long a replay at this speed takes.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@default_option("--speed", 1.0, "Say how long a replay at this speed takes.", type=float)
+@json_option()
 def stats_cmd(path: str, fmt: str | None, filters: tuple[str, ...], speed: float, as_json: bool) -> None:
     """Rows, span, arrival rate over time, burstiness, input and output lengths, prefix share,
     and how long a replay takes. Exit code 2 for a trace that cannot be read (the line is named)."""
@@ -55,7 +54,7 @@ def stats_cmd(path: str, fmt: str | None, filters: tuple[str, ...], speed: float
 
 @trace_cmd.command("convert")
 @_options
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The JSONL file to write.")
+@file_option("--out", "out", "The JSONL file to write.", required=True)
 def convert_cmd(path: str, fmt: str | None, filters: tuple[str, ...], out: str) -> None:
     """Write the trace in spoc's own JSONL (docs/traces.md), the rows to send only; the file
     appears whole or not at all."""

@@ -11,7 +11,15 @@ from typing import Any, TypeVar
 import click
 
 from spoc_tui.cli.experiment import option, rule_option
-from spoc_tui.cli.options import api_key_options, from_config, served_model_option, sla_option, tls_options
+from spoc_tui.cli.options import (
+    api_key_options,
+    default_option,
+    from_config,
+    served_model_option,
+    sla_option,
+    tls_options,
+    twin_option,
+)
 from spoc_tui.cli.types import FINITE, trace_selection
 from spoc_tui.tune.args import TUNE_RULES, TuneArgs
 
@@ -27,30 +35,20 @@ F = TypeVar("F", bound=Callable[..., Any])
 )
 @click.option(
     "--space",
-    default=None,
     help="Search space TOML file [default: built-in: max-num-seqs, max-num-batched-tokens, chunked prefill, prefix "
     "caching, gpu-memory-utilization].",
 )
-@click.option(
+@default_option(
     "--objectives",
-    default=TuneArgs.objectives,
-    show_default=True,
-    help="Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.",
+    TuneArgs.objectives,
+    "Two objectives: knee_users, out_tok_s, req_s, goodput, or a latency like ttft_p99 / itl_p99.",
 )
 @sla_option('Limits (Optuna constraints), e.g. "ttft_p99<=2s,itl_p99<=100ms"')
+@default_option("--trials", TuneArgs.trials, "Trials to run in the study (all workers together).", type=int)
 @click.option(
-    "--trials",
-    type=int,
-    default=TuneArgs.trials,
-    show_default=True,
-    help="Trials to run in the study (all workers together).",
+    "--storage", help="Optuna storage: sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE [default: OUT/study.db]."
 )
-@click.option(
-    "--storage",
-    default=None,
-    help="Optuna storage: sqlite:///FILE, postgresql://USER@HOST/DB, journal:FILE [default: OUT/study.db].",
-)
-@click.option("--study", "study", default=TuneArgs.study, show_default=True, help="Study name in the storage.")
+@default_option("--study", TuneArgs.study, "Study name in the storage.", "study")
 @click.option("--resume", is_flag=True, help="Continue the study (after a crash or Ctrl-C).")
 @click.option("--worker", is_flag=True, help="Join a study another machine created (shared --storage).")
 @click.option(
@@ -69,12 +67,7 @@ F = TypeVar("F", bound=Callable[..., Any])
     help="auto[:MAX]: the first trial's knee search sets the reference load (near saturation) for every "
     "trial; or user counts of each trial's ramp (the last is the reference load).",
 )
-@click.option(
-    "--ref-users",
-    type=int,
-    default=None,
-    help="Reference load for the objectives and the SLA [default: the last step].",
-)
+@click.option("--ref-users", type=int, help="Reference load for the objectives and the SLA [default: the last step].")
 @option(
     "--trace",
     dest=None,
@@ -92,14 +85,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 @rule_option("step_s", default=TUNE_RULES.step_s)
 @rule_option("warmup_s", default=TUNE_RULES.warmup_s, help="Load before each step's measurement starts.")
 @rule_option("seed", default=TUNE_RULES.seed, help="Makes the study reproducible (sampler and load).")
-@click.option("--population", type=int, default=TuneArgs.population, show_default=True, help="NSGA-II population size.")
-@click.option(
+@default_option("--population", TuneArgs.population, "NSGA-II population size.", type=int)
+@default_option(
     "--screen-pool",
+    TuneArgs.screen_pool,
+    "Children NSGA-II breeds per trial, of which a surrogate of the trials so far picks one to run (1: plain NSGA-II).",
     type=int,
-    default=TuneArgs.screen_pool,
-    show_default=True,
-    help="Children NSGA-II breeds per trial, of which a surrogate of the trials so far picks one to run (1: "
-    "plain NSGA-II).",
 )
 @click.option(
     "--try",
@@ -114,50 +105,36 @@ F = TypeVar("F", bound=Callable[..., Any])
     default=False,
     help="End with a torch-profiler profile of the best configuration at the reference load (vLLM 0.32+).",
 )
-@click.option(
+@default_option(
     "--repeat-pareto",
+    TuneArgs.repeat_pareto,
+    "Run each Pareto-optimal configuration this many more times at the end.",
     type=int,
-    default=TuneArgs.repeat_pareto,
-    show_default=True,
-    help="Run each Pareto-optimal configuration this many more times at the end.",
 )
-@click.option(
+@default_option(
     "--rerun-share",
+    TuneArgs.rerun_share,
+    "Share of --trials that may re-run configurations whose intervals overlap the front (0: none).",
     type=FINITE,
-    default=TuneArgs.rerun_share,
-    show_default=True,
-    help="Share of --trials that may re-run configurations whose intervals overlap the front (0: none).",
 )
 @click.option(
     "--env", multiple=True, help="NAME=VALUE for the server's environment (repeatable; values are never written out)."
 )
-@click.option("--port", type=int, default=None, help="Port for the server [default: any free port].")
-@click.option(
-    "--start-timeout",
-    type=FINITE,
-    default=TuneArgs.start_timeout,
-    show_default=True,
-    help="Seconds a server may take to become ready.",
-)
+@click.option("--port", type=int, help="Port for the server [default: any free port].")
+@default_option("--start-timeout", TuneArgs.start_timeout, "Seconds a server may take to become ready.", type=FINITE)
 @served_model_option
-@click.option("--tokenizer", default=None, help="Local tokenizer.json (or its folder) for exact prompt lengths.")
-@click.option(
-    "--workers", type=int, default=TuneArgs.workers, show_default=True, help="Local Locust worker processes per ramp."
-)
-@click.option(
-    "--twin",
-    "twin_path",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="Search on this calibrated twin (spoc twin calibrate) in virtual time, seconds a trial, then run the best "
+@click.option("--tokenizer", help="Local tokenizer.json (or its folder) for exact prompt lengths.")
+@default_option("--workers", TuneArgs.workers, "Local Locust worker processes per ramp.", type=int)
+@twin_option(
+    "Search on this calibrated twin (spoc twin calibrate) in virtual time, seconds a trial, then run the best "
     "--confirm configurations on the server (--launch) and report predicted beside measured.",
+    type=click.Path(dir_okay=False),
 )
-@click.option(
+@default_option(
     "--confirm",
+    2,
+    "With --twin: how many of the twin's best configurations run on the real server.",
     type=click.IntRange(1, 20),
-    default=2,
-    show_default=True,
-    help="With --twin: how many of the twin's best configurations run on the real server.",
 )
 @api_key_options("Bearer token for the server (never written to results).")
 @tls_options

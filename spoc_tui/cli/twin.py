@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from spoc_tui.cli.experiment import ExperimentOptions, experiment_options
-from spoc_tui.cli.options import api_key_options, from_config, sla_option, tls_options
+from spoc_tui.cli.options import api_key_options, default_option, from_config, sla_option, tls_options, twin_option
 from spoc_tui.core.ramp.sla import DEFAULT_SLA
 from spoc_tui.twin.model import WHAT_IF_FLAGS
 
@@ -69,15 +69,14 @@ def twin_cmd() -> None:
 
 @twin_cmd.command("calibrate")
 @click.option("--url", required=True, help="The vLLM server (idle: the probes time its steps).")
-@click.option("--model", default=None, help="Served model name [default: the server's only model].")
-@click.option("--tokenizer", default=None, help="Local tokenizer.json for exact prompt lengths [default: /tokenize].")
-@click.option(
+@click.option("--model", help="Served model name [default: the server's only model].")
+@click.option("--tokenizer", help="Local tokenizer.json for exact prompt lengths [default: /tokenize].")
+@default_option(
     "--budget",
+    300.0,
+    "Seconds of probing (more rounds narrow the fit's intervals); 20 to 3600.",
     "budget_s",
     type=float,
-    default=300.0,
-    show_default=True,
-    help="Seconds of probing (more rounds narrow the fit's intervals); 20 to 3600.",
 )
 @click.option(
     "--engine-flag",
@@ -86,18 +85,15 @@ def twin_cmd() -> None:
     help="A setting the server does not report, as it was started: max-num-seqs=128, max-num-batched-tokens=8192, "
     "enable-chunked-prefill=false (repeatable) [default: vLLM's defaults, said in twin.json].",
 )
-@click.option(
+@default_option(
     "--endpoint",
+    "chat",
+    "What the probes send: chat completions (as spoc ramp's profiles) or completions (as a trace replay).",
     type=click.Choice(("chat", "completions")),
-    default="chat",
-    show_default=True,
-    help="What the probes send: chat completions (as spoc ramp's profiles) or completions (as a trace replay).",
 )
-@click.option(
-    "--dcgm", default=None, help="The GPUs' dcgm-exporter: their SM clocks during the probes go in twin.json."
-)
+@click.option("--dcgm", help="The GPUs' dcgm-exporter: their SM clocks during the probes go in twin.json.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", "out", default="twin.json", show_default=True, help="Where to write the twin.")
+@default_option("--out", "twin.json", "Where to write the twin.", "out")
 @api_key_options("Bearer token (never written to twin.json).")
 @tls_options
 def calibrate_cmd(
@@ -187,7 +183,7 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
 
 
 @twin_cmd.command("predict")
-@click.option("--twin", "twin_path", default="twin.json", show_default=True, help="The calibrated twin.")
+@twin_option("The calibrated twin.", default="twin.json", show_default=True)
 @experiment_options
 @sla_option("Latency limits, as spoc ramp takes them", DEFAULT_SLA)
 @click.option(
@@ -197,14 +193,8 @@ def _iv(v: float | None, iv: tuple[float | None, float | None] | None, rate: boo
     help="A flag what-if: max-num-seqs=64, max-num-batched-tokens=4096, enable-chunked-prefill=false, "
     "enable-prefix-caching=false, gpu-memory-utilization=0.8 (repeatable).",
 )
-@click.option(
-    "--draws",
-    type=click.IntRange(0, 32),
-    default=12,
-    show_default=True,
-    help="Runs on draws of the fit (the intervals).",
-)
-@click.option("--out", "out_dir", default=None, help="Write ramp.json (predicted) into this folder.")
+@default_option("--draws", 12, "Runs on draws of the fit (the intervals).", type=click.IntRange(0, 32))
+@click.option("--out", "out_dir", help="Write ramp.json (predicted) into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print ramp.json's object.")
 def predict_cmd(
     twin_path: str,
@@ -315,7 +305,7 @@ def prediction_text(p: Any, res: Any, took: float) -> str:
 
 
 @twin_cmd.command("check")
-@click.option("--twin", "twin_path", default="twin.json", show_default=True, help="The calibrated twin.")
+@twin_option("The calibrated twin.", default="twin.json", show_default=True)
 @click.option("--ramp", "ramp_path", required=True, help="A measured ramp (folder or ramp.json) on the twin's server.")
 @click.option("--draws", type=click.IntRange(0, 32), default=8, show_default=True)
 @click.option(
@@ -327,7 +317,6 @@ def prediction_text(p: Any, res: Any, took: float) -> str:
 @click.option(
     "--trace",
     "trace_path",
-    default=None,
     help="The trace a trace replay's ramp replayed (ramp.json keeps its name and selection, not the file).",
 )
 @click.option(

@@ -91,13 +91,13 @@ def trace_selection(*, filters: bool = True) -> Callable[[F], F]:
 
     def wrap(f: F) -> F:
         rows = "Replay at most this many rows of the window."
-        f = click.option("--trace-max-rows", type=int, default=None, help=rows)(f)
+        f = click.option("--trace-max-rows", type=int, help=rows)(f)
         window = "START:LENGTH of the trace to replay (seconds or 10m:5m)."
-        f = click.option("--trace-window", default=None, help=window)(f)
+        f = click.option("--trace-window", help=window)(f)
         if filters:
             keep = 'Keep rows whose column equals, "Model=GPT-4".'
             f = click.option("--trace-filter", "trace_filters", multiple=True, help=keep)(f)
         fmt = "The trace's format [default: detected]."
-        return click.option("--trace-format", default=None, type=click.Choice(TRACE_FORMATS), help=fmt)(f)
+        return click.option("--trace-format", type=click.Choice(TRACE_FORMATS), help=fmt)(f)
 
     return wrap
