@@ -51,17 +51,21 @@ def resolve(args: CapacityArgs) -> tuple[ModelSpec, GpuSpec]:
     return model, gpu
 
 
+_PLAN_ARGS = (
+    "tp",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "avg_context",
+    "weights_dtype",
+    "kv_cache_dtype",
+    "block_size",
+)
+"""The options :func:`~spoc_tui.core.hardware.capacity.plan` takes under the same names."""
+
+
 def compute(args: CapacityArgs, model: ModelSpec, gpu: GpuSpec, **override: object) -> CapacityPlan:
-    kw: dict[str, object] = dict(
-        tp=args.tp,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_model_len=args.max_model_len,
-        avg_context=args.avg_context,
-        weights_dtype=args.weights_dtype,
-        kv_cache_dtype=args.kv_cache_dtype,
-        block_size=args.block_size,
-        kv_cache_bytes_override=args.kv_cache_gib * GIB if args.kv_cache_gib is not None else None,
-    )
+    kw: dict[str, object] = {name: getattr(args, name) for name in _PLAN_ARGS}
+    kw["kv_cache_bytes_override"] = args.kv_cache_gib * GIB if args.kv_cache_gib is not None else None
     if args.reserve_gib is not None:
         kw["reserve_bytes"] = args.reserve_gib * GIB
     kw.update(override)

@@ -14,7 +14,6 @@ from spoc_tui.cli.experiment import option, rule_option
 from spoc_tui.cli.options import (
     api_key_options,
     default_option,
-    from_config,
     served_model_option,
     sla_option,
     tls_options,
@@ -145,6 +144,7 @@ def tune(twin_path: str | None, confirm: int, **kw: Any) -> None:
     OUT/pareto.json (the Pareto-optimal flags, their objectives and the hypervolume) current.
     Ctrl-C stops the running server and keeps every finished trial; --resume continues.
     """
+    from spoc_tui.cli.options import from_config
     from spoc_tui.cli.tune import run, run_with_twin
 
     kw["sla"] = from_config(kw.get("sla"), "sla", "--sla")

@@ -25,6 +25,15 @@ from spoc_tui.twin.model import ServerConfig, SharedBlocks, StepModel, Twin, Twi
 
 STAND_IN_MODEL = "llama-3.1-8b"
 STAND_IN_GPU = "h100-80gb"
+ENGINE_SETTINGS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "block_size",
+    "max_model_len",
+)
+"""The server's settings the engine takes as they are (the same names on both)."""
 
 
 def engine_config(server: ServerConfig, speed: float = 1.0, seed: int = 0) -> EngineConfig:
@@ -43,14 +52,9 @@ def engine_config(server: ServerConfig, speed: float = 1.0, seed: int = 0) -> En
         model=model,
         gpu=gpu_preset(STAND_IN_GPU),
         served_model_name=server.model,
-        max_num_seqs=server.max_num_seqs,
-        max_num_batched_tokens=server.max_num_batched_tokens,
-        enable_chunked_prefill=server.enable_chunked_prefill,
-        enable_prefix_caching=server.enable_prefix_caching,
-        block_size=server.block_size,
-        max_model_len=server.max_model_len,
         speed=speed,
         seed=seed,
+        **{name: getattr(server, name) for name in ENGINE_SETTINGS},
     )
     try:
         cfg.validate()

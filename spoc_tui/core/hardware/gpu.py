@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.metrics.history import ScrapeHistory
@@ -191,6 +192,28 @@ def is_dcgm(exp: Exposition) -> bool:
     )
 
 
+_ROW_TEXTS = ("uuid", "model", "hostname", "pci_bus_id")
+_ROW_FIGURES = (
+    "temp_c",
+    "mem_temp_c",
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+    "power_w",
+    "energy_j",
+    "power_limit_w",
+    "util_pct",
+    "fb_used_mib",
+    "slowdown_temp_c",
+    "shutdown_temp_c",
+)
+"""A dcgm-exporter row's values a :class:`GpuSample` takes under the same name."""
+
+
+def _same_names(row: Mapping[str, object]) -> dict[str, Any]:
+    """The row's values a :class:`GpuSample` takes under the same name (absent: None)."""
+    return {**{k: _opt_str(row, k) for k in _ROW_TEXTS}, **{k: _opt_float(row, k) for k in _ROW_FIGURES}}
+
+
 def _opt_float(row: Mapping[str, object], key: str) -> float | None:
     v = row.get(key)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -294,25 +317,11 @@ def dcgm_gpus(exp: Exposition, source: str) -> list[GpuSample]:
             GpuSample(
                 source=source,
                 gpu=str(row["gpu"]),
-                uuid=_opt_str(row, "uuid"),
-                model=_opt_str(row, "model"),
-                hostname=_opt_str(row, "hostname"),
-                pci_bus_id=_opt_str(row, "pci_bus_id"),
-                temp_c=_opt_float(row, "temp_c"),
-                mem_temp_c=_opt_float(row, "mem_temp_c"),
-                sm_clock_mhz=_opt_float(row, "sm_clock_mhz"),
-                sm_clock_max_mhz=_opt_float(row, "sm_clock_max_mhz"),
-                power_w=_opt_float(row, "power_w"),
-                energy_j=_opt_float(row, "energy_j"),
-                power_limit_w=_opt_float(row, "power_limit_w"),
-                util_pct=_opt_float(row, "util_pct"),
-                fb_used_mib=_opt_float(row, "fb_used_mib"),
                 fb_total_mib=fb_total,
                 reasons_mask=None if reasons is None else int(reasons),
-                slowdown_temp_c=_opt_float(row, "slowdown_temp_c"),
-                shutdown_temp_c=_opt_float(row, "shutdown_temp_c"),
                 violation_ns=dict(viol_ns) if isinstance(viol_ns, dict) else {},
                 simulated=exp.has("spoc_sim_info"),
+                **_same_names(row),
             )
         )
     return out
