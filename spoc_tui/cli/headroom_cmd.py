@@ -9,7 +9,15 @@ import sys
 
 import click
 
-from spoc_tui.cli.options import api_key_options, default_option, from_config, sla_option, tls_options, twin_option
+from spoc_tui.cli.options import (
+    api_key_options,
+    default_option,
+    from_config,
+    seats_option,
+    sla_option,
+    tls_options,
+    twin_option,
+)
 from spoc_tui.core.errors import EXIT_INTERRUPTED, InputError
 from spoc_tui.core.textsafe import for_terminal
 
@@ -54,12 +62,10 @@ def since_seconds(text: str) -> float:
 )
 @sla_option("The limits the headroom holds, as spoc ramp takes them", "ttft_p99<=2s,itl_p99<=100ms")
 @twin_option("A calibrated twin.json (spoc twin calibrate): the prior.")
-@click.option(
-    "--max-num-seqs",
-    "seats",
-    type=int,
-    help="The servers' max-num-seqs, which /metrics does not report (without it the interval covers "
+@seats_option(
+    "The servers' max-num-seqs, which /metrics does not report (without it the interval covers "
     "the seats from the most seen running up to vLLM's 256).",
+    "seats",
 )
 @default_option(
     "--every",

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from spoc_tui.cli.options import api_key_options, from_config, json_option, sla_option, tls_options, twin_option
+from spoc_tui.cli.options import (
+    api_key_options,
+    from_config,
+    json_option,
+    seats_option,
+    sla_option,
+    tls_options,
+    twin_option,
+)
 from spoc_tui.cli.types import FINITE
 from spoc_tui.config import check_max_num_seqs
 from spoc_tui.core import fmt
@@ -179,12 +187,10 @@ def run_prometheus(prometheus_url: str, interval: float | None, as_json: bool) -
 )
 @sla_option("With --headroom: the limits, as spoc ramp takes them", DEFAULT_SLA)
 @twin_option("With --headroom: a calibrated twin.json (spoc twin calibrate) as the fit's prior.")
-@click.option(
-    "--max-num-seqs",
-    "seats",
-    type=int,
-    help="With --headroom: the servers' max-num-seqs (vLLM's flag), which /metrics does not report; "
+@seats_option(
+    "With --headroom: the servers' max-num-seqs (vLLM's flag), which /metrics does not report; "
     "without it the headroom assumes 256 until a queue shows the seats.",
+    "seats",
 )
 @api_key_options("Bearer token for the servers (never printed).")
 @tls_options

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from spoc_tui.cli.options import env_option, file_option, sla_option, tls_options
+from spoc_tui.cli.options import env_option, file_option, seats_option, sla_option, tls_options
 from spoc_tui.cli.types import FINITE
 from spoc_tui.config import Settings, config_path, load_file, read_key_file
 from spoc_tui.core.errors import InputError
@@ -54,11 +54,9 @@ F = TypeVar("F", bound=Callable[..., Any])
     help=f"Alert when a server's headroom is under this multiple [default: {Settings.headroom_alert:g}].",
 )
 @env_option("--twin", "SPOC_TWIN", "A calibrated twin.json (spoc twin calibrate): the headroom's prior.")
-@click.option(
-    "--max-num-seqs",
-    type=int,
-    help="The servers' max-num-seqs (vLLM's flag), which /metrics does not report; without it the "
-    "headroom assumes 256 until a queue shows the seats.",
+@seats_option(
+    "The servers' max-num-seqs (vLLM's flag), which /metrics does not report; without it the "
+    "headroom assumes 256 until a queue shows the seats."
 )
 @click.option(
     "--serve-metrics",

@@ -139,6 +139,12 @@ def twin_option(help_text: str, dest: str = "twin_path", **kw: Any) -> Callable[
     return click.option("--twin", dest, help=help_text, **kw)
 
 
+def seats_option(help_text: str, *names: str) -> Callable[[F], F]:
+    """``--max-num-seqs`` where the headroom is learned: the servers' seats (vLLM's flag), which
+    ``/metrics`` does not report (None: not told)."""
+    return click.option("--max-num-seqs", *names, type=int, help=help_text)
+
+
 def served_model_option(f: F) -> F:
     """``--model``: the served model name a client asks for."""
     opt = click.option("--model", help="Served model name [default: the server's first].")
