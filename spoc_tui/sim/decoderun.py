@@ -153,7 +153,11 @@ def roofline_decode_costs(
     ctx = contexts.astype(np.int64)
     w_bytes: np.ndarray | float = weights_per_gpu
     if model.num_experts:
-        frac = 1 - (1 - model.experts_per_token / model.num_experts) ** tokens.astype(float)
+        # Python's power per distinct batch size, not NumPy's: its SIMD power (AVX-512) differs from
+        # the C library's in the last bit for some sizes, and the steps must cost iteration_time's
+        base = 1 - model.experts_per_token / model.num_experts
+        sizes, at = np.unique(tokens, return_inverse=True)
+        frac = 1 - np.array([base ** int(t) for t in sizes], float)[at]
         expert_bytes = weights_per_gpu * 0.95
         w_bytes = weights_per_gpu - expert_bytes + expert_bytes * frac
     kv_read = kv_per_token / tp * ctx
