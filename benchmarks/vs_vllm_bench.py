@@ -2,7 +2,9 @@
 make bench, or python benchmarks/vs_vllm_bench.py [CONCURRENCIES] [SECONDS]).
 
 The real-engine tier's vLLM 0.32 CPU build and tiny Llama (scripts/realengine_setup.sh) serve on
-127.0.0.1. At each concurrency (default 4, 12 and 32), in SPOC_BENCH_ROUNDS (3) interleaved rounds
+127.0.0.1, without its prefix cache (the tiny model's 488-token vocabulary makes vllm bench's random
+prompts repeat one another: with it, the cache served 72 % of theirs and none of spoc's; each
+client run prints that share from the server's counters). At each concurrency (default 4, 12 and 32), in SPOC_BENCH_ROUNDS (3) interleaved rounds
 (ABC, CBA, ABC): `vllm bench serve` (openai-chat backend, random dataset, 400-token prompts,
 96-token answers, --max-concurrency C) and `spoc ramp` with a flat profile (one turn, no think
 time, 400-token prompts, 96-token answers, C users), without and with --tokenizer, and with
