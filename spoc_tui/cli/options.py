@@ -135,7 +135,6 @@ def json_option(help_text: str = "Print one JSON object.") -> Callable[[F], F]:
 def twin_option(help_text: str, dest: str = "twin_path", **kw: Any) -> Callable[[F], F]:
     """``--twin``: a calibrated twin.json (``spoc twin calibrate``), stored as ``dest`` (None unless
     ``kw`` gives a default)."""
-    kw.setdefault("default", None)
     return click.option("--twin", dest, help=help_text, **kw)
 
 

@@ -240,9 +240,14 @@ class TuneSession:
     def emit(self, event: TuneEvent) -> None:
         self.listener(event)
 
-    def _for_trial(self, number: int) -> Callable[[EvaluatorEvent], None]:
-        """The evaluator's listener for trial ``number``: its events tagged with the trial."""
-        return lambda ev: self.listener(dataclasses.replace(ev, number=number))
+    def _request(self, number: int, config: Config, flags: Sequence[str], trial_dir: Path) -> TrialRequest:
+        """What the evaluator is handed for trial ``number``: its events tagged with the trial,
+        and the plan the study's state decides for it now."""
+
+        def on_event(ev: EvaluatorEvent) -> None:
+            self.listener(dataclasses.replace(ev, number=number))
+
+        return TrialRequest(config, tuple(flags), trial_dir, on_event, self.state.trial(self._dominated))
 
     # -- study -----------------------------------------------------------------------------
     def open(self) -> None:
@@ -530,11 +535,7 @@ class TuneSession:
         self.emit(TrialStarted(trial.number, ordinal, cfg.trials, config, tuple(flags), seeded))
         trial_dir = cfg.out_dir / "trials" / f"{trial.number:04d}"
         try:
-            outcome: TrialOutcome = self.evaluator.evaluate(
-                TrialRequest(
-                    config, tuple(flags), trial_dir, self._for_trial(trial.number), self.state.trial(self._dominated)
-                )
-            )
+            outcome: TrialOutcome = self.evaluator.evaluate(self._request(trial.number, config, flags, trial_dir))
         except KeyboardInterrupt:
             outcome = TrialOutcome("interrupted", reason="interrupted (Ctrl-C)")
             self._finish(trial, config, flags, outcome, TrialState.FAIL)
@@ -682,11 +683,7 @@ class TuneSession:
         self.emit(TrialStarted(of.number, ordinal, cfg.trials, of.config, tuple(of.flags), why))
         trial_dir = cfg.out_dir / "trials" / f"{of.number:04d}-run{run}"
         try:
-            o = self.evaluator.evaluate(
-                TrialRequest(
-                    of.config, tuple(of.flags), trial_dir, self._for_trial(of.number), self.state.trial(self._dominated)
-                )
-            )
+            o = self.evaluator.evaluate(self._request(of.number, of.config, of.flags, trial_dir))
         except KeyboardInterrupt:
             return self._record(of.number, of.config, list(of.flags), TrialOutcome("interrupted"), None, of.number)
         if o.status == "interrupted":
