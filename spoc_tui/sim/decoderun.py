@@ -133,6 +133,8 @@ class _Engine(Protocol[R]):
 
     def _answered(self, req: R, now: float) -> None: ...
 
+    def wake_all(self) -> None: ...
+
 
 def roofline_decode_costs(
     model: ModelSpec,
@@ -238,7 +240,10 @@ def decode_run(
             ``horizon`` or ``until`` is the last completed.
     """
     ahead = min(until, horizon()) - eng.clock()
-    if ahead < WORTH_STEPS * eng.last_iteration_s or not _eligible(eng):
+    if ahead < WORTH_STEPS * eng.last_iteration_s:
+        return NOTHING
+    eng.wake_all()  # the lazy decodes' fields as the step path has them (sim/lazy.py)
+    if not _eligible(eng):
         return NOTHING
     running = list(eng.running)
     n = len(running)

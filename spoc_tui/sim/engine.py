@@ -19,7 +19,6 @@ import random
 import re
 import time
 import zlib
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +36,9 @@ from spoc_tui.core.hardware.presets import GpuSpec, ModelSpec
 from spoc_tui.core.tuning.engineflags import BLOCK_SIZES, EngineFlags
 from spoc_tui.sim.decoderun import Run, decode_run, roofline_decode_costs
 from spoc_tui.sim.gpu import SimGpu
+from spoc_tui.sim.lazy import Contexts, Decoders
 from spoc_tui.sim.prefix import BlockHash, PrefixCache
+from spoc_tui.sim.stats import EngineStats, Hist, hist_request_tokens
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 FILLER = (
@@ -150,6 +151,11 @@ class SimRequest:
     preemptions: int = 0
     aborted: bool = False
     itl: list[float] = field(default_factory=list)
+    seq: int = 0
+    """Its place in the batch's order (counted as requests are admitted)."""
+    lazy: int = -1
+    """The step count it became a lazy decode at (:mod:`spoc_tui.sim.lazy`), -1 when it is not one."""
+    lazy_due: int = 0
 
     @property
     def total_len(self) -> int:
@@ -169,165 +175,12 @@ class SimRequest:
         return ids
 
 
-HIST_TTFT = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-
-
-def hist_request_tokens(max_model_len: int) -> tuple[float, ...]:
-    """vLLM's per-request token buckets (``request_prompt_tokens``, ``request_generation_tokens``):
-    1, 2, 5, 10, 20, 50, ... up to the max-model-len."""
-    out: list[float] = []
-    mag = 1
-    while True:
-        for m in (1, 2, 5):
-            v = m * mag
-            if v > max_model_len:
-                return tuple(out)
-            out.append(float(v))
-        mag *= 10
-
-
-HIST_ITER_TOKENS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
-"""vLLM's ``iteration_tokens_total`` buckets (V1 >= 0.8.5)."""
-HIST_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-HIST_LATENCY = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
-
-
-class Hist:
-    """A cumulative-on-output histogram with fixed bounds (vLLM's own buckets).
-
-    Observations in bulk (:meth:`observe_many`, a decode run's) wait in a list and are counted
-    when the histogram is read (:attr:`counts`, :attr:`sum`, :attr:`n`): a run's three were most
-    of what counting it cost."""
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self._counts = [0] * (len(bounds) + 1)
-        self._sum = 0.0
-        self._n = 0
-        self._held: list[tuple[np.ndarray, np.ndarray | None]] = []
-
-    def observe(self, v: float) -> None:
-        self._counts[bisect_left(self.bounds, v) if v == v else len(self.bounds)] += 1
-        self._sum += v
-        self._n += 1
-
-    def observe_many(self, values: np.ndarray, weights: np.ndarray | None = None) -> None:
-        """Each of ``values`` observed ``weights`` times (once each without): as many
-        :meth:`observe` calls, but the sum added per value, not per observation."""
-        self._held.append((values, weights))
-        if len(self._held) >= 256:
-            self._count_held()
-
-    def _count_held(self) -> None:
-        held, self._held = self._held, []
-        if not held:
-            return
-        values = np.concatenate([v for v, _ in held])
-        w = np.concatenate([np.ones(len(v)) if m is None else m for v, m in held])
-        idx = np.searchsorted(np.asarray(self.bounds), values, side="left")
-        idx[np.isnan(values)] = len(self.bounds)
-        for i, m in enumerate(np.bincount(idx, weights=w, minlength=len(self._counts)).tolist()):
-            self._counts[i] += int(m)
-        self._sum += float(np.dot(values, w))
-        self._n += int(w.sum())
-
-    @property
-    def counts(self) -> list[int]:
-        self._count_held()
-        return self._counts
-
-    @property
-    def sum(self) -> float:
-        self._count_held()
-        return self._sum
-
-    @property
-    def n(self) -> int:
-        self._count_held()
-        return self._n
-
-    def cumulative(self) -> list[int]:
-        out, acc = [], 0
-        for c in self.counts:
-            acc += c
-            out.append(acc)
-        return out
-
-
-@dataclass
-class EngineStats:
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    preemptions: int = 0
-    prefix_queries: int = 0
-    prefix_hits: int = 0
-    success: dict[str, int] = field(default_factory=lambda: {"stop": 0, "length": 0, "abort": 0})
-    ttft: Hist = field(default_factory=lambda: Hist(HIST_TTFT))
-    itl: Hist = field(default_factory=lambda: Hist(HIST_ITL))
-    tpot: Hist = field(default_factory=lambda: Hist(HIST_ITL))
-    e2e: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
-    queue: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
-    prefill_time: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
-    decode_time: Hist = field(default_factory=lambda: Hist(HIST_LATENCY))
-    iterations: int = 0
-    iteration_tokens: Hist = field(default_factory=lambda: Hist(HIST_ITER_TOKENS))
-    request_prompt_tokens: Hist = field(default_factory=lambda: Hist(hist_request_tokens(2048)))
-    request_generation_tokens: Hist = field(default_factory=lambda: Hist(hist_request_tokens(2048)))
-    request_prefill_computed_tokens: Hist = field(default_factory=lambda: Hist(hist_request_tokens(2048)))
-    """vLLM's ``request_prefill_kv_computed_tokens``: each prompt's tokens less the prefix cache's."""
-    flops_per_gpu: float = 0.0
-    """The cost model's FLOPs per GPU, as vLLM's ``estimated_flops_per_gpu_total`` counts them."""
-    read_bytes_per_gpu: float = 0.0
-    write_bytes_per_gpu: float = 0.0
-
-
 class SimEngine:
     """One simulated engine on a TP group of :class:`SimGpu`."""
+
+    LAZY = True
+    """Step the decodes past their prefill as one (:mod:`spoc_tui.sim.lazy`); off, each is walked
+    at every step (the tests compare the two)."""
 
     def __init__(
         self, cfg: EngineConfig, gpus: list[SimGpu] | None = None, clock: Callable[[], float] = time.monotonic
@@ -370,6 +223,12 @@ class SimEngine:
         self.busy_s = 0.0
         self._abort_pending = False
         """A request was aborted since the last schedule (the decode run leaves it to the step path)."""
+        self._lazy: Decoders[SimRequest] = Decoders(cfg.block_size)
+        self._eager: list[SimRequest] = []
+        """The running requests that are not lazy decodes, in the batch's order."""
+        self._step_lazy = 0
+        """Lazy decodes in the step scheduled and not yet completed."""
+        self._admitted = 0
 
     # -- requests -----------------------------------------------------------------------
     def add(self, req: SimRequest) -> None:
@@ -441,6 +300,8 @@ class SimEngine:
         """``req``'s answer ended with its last token at ``now``: out of the batch and finished,
         cut at its max_tokens or the context ("length") or at its end ("stop")."""
         self.running.remove(req)
+        if req in self._eager:
+            self._eager.remove(req)
         cut = req.generated >= req.max_tokens or req.total_len >= self.max_len
         self._finish(req, now, "length" if cut else "stop")
 
@@ -458,10 +319,12 @@ class SimEngine:
         self.cache.evict_to(self.num_blocks - self.used_blocks)
         return True
 
-    def _preempt_last(self) -> bool:
+    def _preempt_last(self) -> SimRequest | None:
         if not self.running:
-            return False
+            return None
         victim = self.running.pop()
+        assert victim.lazy < 0 and self._eager and self._eager[-1] is victim, "a lazy decode preempted"
+        self._eager.pop()
         self._unshare(victim)
         self.used_blocks -= victim.blocks
         victim.blocks = 0
@@ -469,7 +332,7 @@ class SimEngine:
         victim.preemptions += 1
         self.stats.preemptions += 1
         self.waiting.appendleft(victim)
-        return True
+        return victim
 
     # -- one iteration --------------------------------------------------------------------
     def schedule(self) -> tuple[list[SimRequest], list[tuple[SimRequest, int]]]:
@@ -479,17 +342,27 @@ class SimEngine:
         bs = self.cfg.block_size
         decodes: list[SimRequest] = []
         prefills: list[tuple[SimRequest, int]] = []
-        # Drop aborted requests first.
-        self._abort_pending = False
-        for r in [r for r in self.running if r.aborted]:
-            self.running.remove(r)
-            self._finish(r, now, "abort")
-        for r in [r for r in self.waiting if r.aborted]:
-            self.waiting.remove(r)
-            self._finish(r, now, "abort")
+        lazy = self._lazy
+        if lazy.n and not self._lazy_holds():
+            self.wake_all()
+        if self._abort_pending:  # drop aborted requests first
+            self._abort_pending = False
+            for r in [r for r in self.running if r.aborted]:
+                self.running.remove(r)
+                self._eager.remove(r)
+                self._finish(r, now, "abort")
+            for r in [r for r in self.waiting if r.aborted]:
+                self.waiting.remove(r)
+                self._finish(r, now, "abort")
+        self._step_lazy = lazy.n
+        if lazy.n:  # every lazy decode its token, first in the batch's order (_lazy_holds)
+            budget -= lazy.n
+            if need := lazy.blocks_due():
+                self.used_blocks += need
+                self.cache.evict_to(self.num_blocks - self.used_blocks)
         # Running requests: decode, or continue a chunked prefill.
         i = 0
-        running = self.running
+        running = self._eager
         while i < len(running) and budget > 0:
             r = running[i]
             target = len(r.prompt) + r.generated
@@ -505,10 +378,13 @@ class SimEngine:
             if chunk > budget:
                 i += 1
                 continue
+            gone = False
             while not self._grow(r, r.computed + chunk):
-                if not self._preempt_last() or r not in self.running:
+                victim = self._preempt_last()
+                if victim is None or victim is r:
+                    gone = True
                     break
-            if r not in self.running:
+            if gone:
                 continue
             if self._blocks_for(r.computed + chunk) > r.blocks:
                 i += 1
@@ -552,12 +428,41 @@ class SimEngine:
                 self.stats.prefix_hits += hit
             if r.first_scheduled is None:
                 r.first_scheduled = now
+            self._admitted += 1
+            r.seq = self._admitted
             self.running.append(r)
+            self._eager.append(r)
             budget -= chunk
             prefills.append((r, chunk))
         if len(self.running) > self.running_peak:
             self.running_peak = len(self.running)
         return decodes, prefills
+
+    def _lazy_holds(self) -> bool:
+        """Whether the next step may step the lazy decodes as one, as vLLM's scheduler would step
+        them one by one: no abort to handle, each gets its token (within the token budget, and
+        the running requests still in their prefill after all of them in the batch's order, so
+        none takes the budget before them) and the blocks they take are free."""
+        lazy = self._lazy
+        if self._abort_pending or lazy.n > self.budget:
+            return False
+        if self._eager and self._eager[0].seq < lazy.top:
+            return False
+        return self.used_blocks + lazy.blocks_due() <= self.num_blocks
+
+    def wake_all(self) -> None:
+        """Every lazy decode's fields as the step path would have them (before a decode run, an
+        abort, a step the lazy decodes cannot take as one)."""
+        if self._lazy.n:
+            self._lazy.wake_all(self.running)
+            self._eager = list(self.running)
+        self._step_lazy = 0
+
+    def _contexts(self, decodes: list[SimRequest]) -> list[int] | Contexts:
+        """The step's decodes' contexts, the lazy ones' included, as the cost models read them."""
+        if not self._step_lazy:
+            return [r.computed for r in decodes]
+        return Contexts(len(decodes) + self._step_lazy, sum(r.computed for r in decodes) + self._lazy.context())
 
     def _decode_costs(
         self, decodes: np.ndarray, contexts: np.ndarray, shared: np.ndarray | None
@@ -616,7 +521,7 @@ class SimEngine:
             self.cfg.model,
             self.cfg.gpu,
             self.cfg.tp,
-            [r.computed for r in decodes],
+            self._contexts(decodes),
             [(n, r.computed) for r, n in prefills],
             self.plan.weights_bytes_per_gpu,
             self.kv_per_token,
@@ -629,7 +534,8 @@ class SimEngine:
         """Apply the iteration's results at time ``now``: tokens out, requests finished."""
         st = self.stats
         st.iterations += 1
-        tokens = len(decodes) + sum(n for _, n in prefills)
+        k, self._step_lazy = self._step_lazy, 0
+        tokens = k + len(decodes) + sum(n for _, n in prefills)
         if tokens:
             # the same model that times the step counts its work: FLOPs and bytes read per GPU
             # from the cost model, and the new tokens' KV entries written
@@ -638,6 +544,13 @@ class SimEngine:
             st.flops_per_gpu += c.flops
             st.read_bytes_per_gpu += c.bytes_read
             st.write_bytes_per_gpu += self.kv_per_token / self.cfg.tp * tokens
+        lazy = self._lazy
+        lazy.tick(now)
+        if k:  # each lazy decode made its token: one gap each since the step before
+            st.generation_tokens += k
+            st.itl.observe_times(now - lazy.ends[-2], k)
+            for r in lazy.ending():  # first in the batch's order (_lazy_holds)
+                self._answered(r, now)
         emitted: list[SimRequest] = []
         for r in decodes:
             r.computed += 1
@@ -673,6 +586,28 @@ class SimEngine:
         else:
             for gap in gaps:
                 st.itl.observe(gap)
+        if self.LAZY and emitted and not self._times_shared():
+            self._make_lazy(emitted)
+
+    def _make_lazy(self, emitted: list[SimRequest]) -> None:
+        """The requests that just made a token and decode next, read by nobody token by token,
+        stepped as one from now on (:mod:`spoc_tui.sim.lazy`)."""
+        lazy, bs, max_len = self._lazy, self.cfg.block_size, self.max_len
+        entered = False
+        for r in emitted:
+            if (
+                r.finished is None
+                and r.on_token is None
+                and r.times is not None
+                and not r.aborted
+                and r.computed == len(r.prompt) + r.generated - 1
+                and r.blocks == -(-r.computed // bs)
+            ):
+                lazy.enter(r, max_len)
+                entered = True
+        if entered:
+            self._eager = [r for r in self._eager if r.lazy < 0]
+            lazy.trim(self.running)
 
     def step(self) -> float:
         """Schedule one iteration and return its duration (simulated seconds); tokens are
@@ -682,6 +617,11 @@ class SimEngine:
         self._last_cost = self._cost(decodes, prefills)
         self.last_iteration_s = self._last_cost.seconds
         return self.last_iteration_s
+
+    def stepping(self) -> bool:
+        """Whether the step just scheduled (:meth:`step`) runs anything."""
+        decodes, prefills = self._pending
+        return bool(decodes or prefills or self._step_lazy)
 
     @property
     def kv_usage(self) -> float:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from spoc_tui.sim.engine import Hist, SimEngine
+from spoc_tui.sim.engine import SimEngine
 from spoc_tui.sim.gpu import SimGpu
+from spoc_tui.sim.stats import Hist
 
 
 def _f(v: float) -> str:

@@ -558,7 +558,7 @@ class VirtualServer:
                 continue  # the decode steps up to the next event, at once
             dur = eng.step()
             decodes, prefills = eng._pending
-            if not decodes and not prefills:  # nothing could be scheduled: wait for the next arrival
+            if not eng.stepping():  # nothing could be scheduled: wait for the next arrival
                 nxt = self._next_event()
                 self._idle_to(min(until, nxt) if nxt is not None else until)
                 continue

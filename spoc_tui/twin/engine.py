@@ -133,9 +133,7 @@ class TwinEngine(SimEngine):
         return self._shared_blocks.step(held) * bs
 
     def _cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> IterationCost:
-        secs = self.model.step_s(
-            [r.computed for r in decodes], [(n, r.computed) for r, n in prefills], self._shared(decodes)
-        )
+        secs = self.model.step_s(self._contexts(decodes), [(n, r.computed) for r, n in prefills], self._shared(decodes))
         # mean-preserving lognormal jitter: the steps' spread as the probes measured it
         return IterationCost(self._jittered(secs), 0.0, 0.0, 0.0, 0.0, 0.0)
 

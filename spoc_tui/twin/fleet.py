@@ -357,8 +357,7 @@ class FleetSim:
                 if rep.engine.idle():
                     return
         dur = rep.engine.step()
-        decodes, prefills = rep.engine._pending
-        if not decodes and not prefills:
+        if not rep.engine.stepping():
             return  # nothing schedulable until something ends (or arrives)
         rep.engine.busy_s += dur
         rep.step_end = self.now + dur

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,7 +99,9 @@ class TwinError(InputError):
     for bad input, 1 where the server failed: set per instance)."""
 
 
-def step_features(decodes: Sequence[int], prefills: Sequence[tuple[int, int]], ridge: float = 0.0) -> tuple[float, ...]:
+def step_features(
+    decodes: Collection[int], prefills: Sequence[tuple[int, int]], ridge: float = 0.0
+) -> tuple[float, ...]:
     """The step's row of the design: (1, prefill tokens past the ridge, attention k-tok^2,
     decodes, context k-tok, mixed), from each decode's context and each prefill chunk's (new
     tokens, done). The shared decode context (``shared`` tokens) is a column of its own:
@@ -214,7 +216,7 @@ class StepModel:
         """The coefficients and the ridge (:data:`PARAMS`), as twin.json keeps them."""
         return tuple(getattr(self, k) for k in PARAMS)
 
-    def step_s(self, decodes: Sequence[int], prefills: Sequence[tuple[int, int]], shared: int = 0) -> float:
+    def step_s(self, decodes: Collection[int], prefills: Sequence[tuple[int, int]], shared: int = 0) -> float:
         """Seconds of one engine step (0 for an empty one); ``shared``: tokens of the decodes'
         context that another decode in the step reads in the same blocks."""
         if not decodes and not prefills:

@@ -24,10 +24,12 @@ from spoc_tui.workload import load_workload
 
 @pytest.fixture
 def step_path(monkeypatch):
-    """Runs the code under test with the decode run off: every step on the step path."""
+    """Runs the code under test with the decode run and the lazy decodes off: every step on the
+    step path, every request walked."""
 
     def off() -> None:
         monkeypatch.setattr(SimEngine, "decode_run", lambda self, *a, **k: decoderun.NOTHING)
+        monkeypatch.setattr(SimEngine, "LAZY", False)
 
     return off
 

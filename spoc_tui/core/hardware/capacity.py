@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from spoc_tui.core.errors import InputError
@@ -202,7 +203,7 @@ def iteration_time(
     model: ModelSpec,
     gpu: GpuSpec,
     tp: int,
-    decode_contexts: list[int] | tuple[int, ...],
+    decode_contexts: Collection[int],
     prefill_chunks: list[tuple[int, int]] | tuple[tuple[int, int], ...],
     weights_per_gpu: float,
     kv_per_token: float,
