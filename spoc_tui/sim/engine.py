@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spoc_tui.core.hardware.capacity import (
+    COMPUTE_EFFICIENCY,
+    ITERATION_OVERHEAD_S,
+    MEM_EFFICIENCY,
     CapacityError,
     IterationCost,
     iteration_time,
@@ -34,7 +37,7 @@ from spoc_tui.core.hardware.capacity import (
 )
 from spoc_tui.core.hardware.presets import GpuSpec, ModelSpec
 from spoc_tui.core.tuning.engineflags import BLOCK_SIZES, EngineFlags
-from spoc_tui.sim.decoderun import Run, decode_run, roofline_decode_costs
+from spoc_tui.sim.decoderun import NOTHING, Run, decode_run, roofline_decode_costs
 from spoc_tui.sim.gpu import SimGpu
 from spoc_tui.sim.lazy import Contexts, Decoders
 from spoc_tui.sim.prefix import BlockHash, PrefixCache
@@ -228,6 +231,15 @@ class SimEngine:
         """The running requests that are not lazy decodes, in the batch's order."""
         self._step_lazy = 0
         """Lazy decodes in the step scheduled and not yet completed."""
+        self._pending: tuple[list[SimRequest], list[tuple[SimRequest, int]]] = ([], [])
+        m = cfg.model
+        self._decode_terms = (
+            2 * m.active_params,
+            4 * m.num_layers * m.num_heads * m.head_dim,
+            self.kv_per_token / cfg.tp,
+            cfg.gpu.mem_bw_bytes_s * MEM_EFFICIENCY,
+            cfg.gpu.bf16_flops * (2.0 if cfg.quantization == "fp8" else 1.0) * COMPUTE_EFFICIENCY,
+        )
         self._admitted = 0
 
     # -- requests -----------------------------------------------------------------------
@@ -509,14 +521,79 @@ class SimEngine:
         *,
         strict: bool = False,
     ) -> Run:
-        """The decode steps up to the next event worked out at once (:func:`~spoc_tui.sim.decoderun.decode_run`)."""
+        """The decode steps up to the next event worked out at once: the lazy decodes' (:meth:`_lazy_run`),
+        or where they are off, :func:`~spoc_tui.sim.decoderun.decode_run`'s."""
+        if self.LAZY and not self._times_shared():
+            return self._lazy_run(until, horizon, clock_to, strict)
         return decode_run(self, until, horizon, clock_to, strict=strict)
+
+    def _lazy_run(
+        self, until: float, horizon: Callable[[], float], clock_to: Callable[[float], None], strict: bool
+    ) -> Run:
+        """The steps while every running request is a lazy decode and none can join them, up to the
+        caller's next event (as :func:`~spoc_tui.sim.decoderun.decode_run` stops) or the next answer
+        to end: each step what :meth:`step` and :meth:`complete` make of it, in a few operations."""
+        lazy, n = self._lazy, self._lazy.n
+        if not n or self._eager or self._abort_pending or n > self.budget:
+            return NOTHING
+        if self.waiting and len(self.running) < self.cfg.max_num_seqs:
+            return NOTHING  # the next step admits
+        st, bs, per_phase, due = self.stats, self.cfg.block_size, lazy.per_phase, lazy.due
+        stop_at = min(until, horizon())
+        t, busy, done, pending = self.clock(), self.busy_s, 0, None
+        fl, rd, wr, per_token = (
+            st.flops_per_gpu,
+            st.read_bytes_per_gpu,
+            st.write_bytes_per_gpu,
+            self.kv_per_token / self.cfg.tp,
+        )
+        while True:
+            need = per_phase[lazy.steps % bs]
+            if self.used_blocks + need > self.num_blocks:
+                break  # the step path preempts
+            self._step_lazy = n
+            c = self._last_cost = self._cost([], [])
+            d = self.last_iteration_s = c.seconds
+            busy += d
+            if need:
+                self.used_blocks += need
+                self.cache.evict_to(self.num_blocks - self.used_blocks)
+            if strict and t + d >= stop_at:  # scheduled, its end the caller's event (step() leaves it so)
+                self._pending = ([], [])
+                pending = t + d
+                break
+            self._step_lazy = 0
+            t += d
+            fl += c.flops
+            rd += c.bytes_read
+            wr += per_token * n
+            st.itl.observe_times(t - lazy.ends[-1], n)
+            lazy.tick(t)
+            done += 1
+            if due and due[0][0] <= lazy.steps and (ended := lazy.ending()):
+                clock_to(t)
+                for r in ended:
+                    self._answered(r, t)
+                break
+            if not strict and t >= stop_at:
+                break
+        st.flops_per_gpu, st.read_bytes_per_gpu, st.write_bytes_per_gpu = fl, rd, wr
+        self.busy_s = busy
+        if done:
+            st.iterations += done
+            st.generation_tokens += n * done
+            st.iteration_tokens.observe_times(float(n), done)
+            clock_to(t)
+        return Run(done, pending)
 
     def cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> float:
         return self._cost(decodes, prefills).seconds
 
     def _cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> IterationCost:
         ratio = min(g.clock_ratio for g in self.gpus) if self.gpus else 1.0
+        if not prefills and not self.cfg.model.num_experts and self.cfg.tp == 1 and (decodes or self._step_lazy):
+            contexts = self._contexts(decodes)
+            return self._decode_cost(len(contexts), sum(contexts), ratio)
         c = iteration_time(
             self.cfg.model,
             self.cfg.gpu,
@@ -529,6 +606,19 @@ class SimEngine:
             flops_scale=2.0 if self.cfg.quantization == "fp8" else 1.0,
         )
         return c
+
+    def _decode_cost(self, n: int, ctx: int, clock_ratio: float) -> IterationCost:
+        """:func:`iteration_time` of a step of ``n`` decodes alone holding ``ctx`` tokens of context, on
+        one GPU of a dense model: the same operations in the same order (so the same floats), on
+        terms worked out once (a lazy run's every step is one)."""
+        two_active, attn, kv_tok, bw, peak = self._decode_terms
+        bytes_read = self.plan.weights_bytes_per_gpu + kv_tok * ctx
+        flops = (two_active * n + attn * ctx) / 1  # ints until divided by the TP size (one)
+        mem_s = bytes_read / bw
+        comp_s = flops / peak
+        r = max(0.05, min(1.0, clock_ratio))
+        secs = max(mem_s / (0.6 + 0.4 * r), comp_s / r) + 0.0 + ITERATION_OVERHEAD_S / r
+        return IterationCost(secs, mem_s, comp_s, 0.0, bytes_read, flops)
 
     def complete(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]], now: float) -> None:
         """Apply the iteration's results at time ``now``: tokens out, requests finished."""

@@ -211,3 +211,41 @@ def test_a_finished_requests_keys_continue_from_its_prompts():
         limit = rng.randint(0, (len(prompt) + len(answer)) // bs + 2)
         tail = prompt[len(known) * bs :] + answer
         assert PrefixCache.continued(known, tail, bs, limit) == PrefixCache.hashes(prompt + answer, bs, limit)
+
+
+def test_a_lazy_steps_cost_is_iteration_times_to_the_last_bit():
+    """A step of decodes alone is costed on terms worked out once (every step of a lazy run is one):
+    the same floats as :func:`iteration_time`, the FLOPs and bytes read too, at any clock."""
+    from spoc_tui.sim.lazy import Contexts
+
+    rng = random.Random(8)
+    for gpu in ("h100-80gb", "a100-80gb", "l40s"):
+        for fp8 in (False, True):
+            cfg = EngineConfig(model=MODELS["llama-3.1-8b"], gpu=GPUS[gpu], served_model_name="m",
+                               quantization="fp8" if fp8 else None)  # fmt: skip
+            eng = SimEngine(cfg, clock=lambda: 0.0)
+            for _ in range(300):
+                n = rng.randint(1, 512)
+                contexts = [rng.randint(1, 32768) for _ in range(n)]
+                ratio = rng.choice((1.0, 0.7, 0.2, 0.01))
+                want = iteration_time(cfg.model, cfg.gpu, 1, contexts, [], eng.plan.weights_bytes_per_gpu,
+                                      eng.kv_per_token, clock_ratio=ratio, flops_scale=2.0 if fp8 else 1.0)  # fmt: skip
+                assert eng._decode_cost(n, sum(contexts), ratio) == want
+                assert iteration_time(cfg.model, cfg.gpu, 1, Contexts(n, sum(contexts)), [], eng.plan.weights_bytes_per_gpu,
+                                      eng.kv_per_token, clock_ratio=ratio, flops_scale=2.0 if fp8 else 1.0) == want  # fmt: skip
+
+
+def test_a_twins_lazy_steps_cost_is_step_s_to_the_last_bit():
+    from spoc_tui.sim.engine import SimRequest
+    from spoc_tui.twin.engine import TwinEngine
+
+    rng = random.Random(9)
+    for moves in (False, True):
+        twin = _twin(0.0, 0.0)
+        m = replace(twin.fit, ridge=300.0, ridge_moves=moves, b0=rng.choice((0.004, -0.0)))
+        eng = TwinEngine(twin, m, seed=1)
+        for _ in range(300):
+            n = rng.randint(1, 300)
+            reqs = [SimRequest(rid=str(i), prompt=[1], max_tokens=1, target_tokens=1, arrival=0.0, computed=rng.randint(1, 9000))
+                    for i in range(n)]  # fmt: skip
+            assert eng._cost(reqs, []).seconds == m.step_s([r.computed for r in reqs], [])
