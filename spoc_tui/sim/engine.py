@@ -357,15 +357,8 @@ class SimEngine:
         lazy = self._lazy
         if lazy.n and not self._lazy_holds():
             self.wake_all()
-        if self._abort_pending:  # drop aborted requests first
-            self._abort_pending = False
-            for r in [r for r in self.running if r.aborted]:
-                self.running.remove(r)
-                self._eager.remove(r)
-                self._finish(r, now, "abort")
-            for r in [r for r in self.waiting if r.aborted]:
-                self.waiting.remove(r)
-                self._finish(r, now, "abort")
+        if self._abort_pending:
+            self._drop_aborted(now)
         self._step_lazy = lazy.n
         if lazy.n:  # every lazy decode its token, first in the batch's order (_lazy_holds)
             budget -= lazy.n
@@ -449,6 +442,17 @@ class SimEngine:
         if len(self.running) > self.running_peak:
             self.running_peak = len(self.running)
         return decodes, prefills
+
+    def _drop_aborted(self, now: float) -> None:
+        """The requests aborted since the last step out of the batch and the queue, finished."""
+        self._abort_pending = False
+        for r in [r for r in self.running if r.aborted]:
+            self.running.remove(r)
+            self._eager.remove(r)
+            self._finish(r, now, "abort")
+        for r in [r for r in self.waiting if r.aborted]:
+            self.waiting.remove(r)
+            self._finish(r, now, "abort")
 
     def _lazy_holds(self) -> bool:
         """Whether the next step may step the lazy decodes as one, as vLLM's scheduler would step
@@ -538,6 +542,7 @@ class SimEngine:
             return NOTHING
         if self.waiting and len(self.running) < self.cfg.max_num_seqs:
             return NOTHING  # the next step admits
+        self.running_peak = max(self.running_peak, len(self.running))  # as each step's schedule counts it
         st, bs, per_phase, due = self.stats, self.cfg.block_size, lazy.per_phase, lazy.due
         stop_at = min(until, horizon())
         t, busy, done, pending = self.clock(), self.busy_s, 0, None
