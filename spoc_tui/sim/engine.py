@@ -37,9 +37,10 @@ from spoc_tui.core.hardware.capacity import (
 )
 from spoc_tui.core.hardware.presets import GpuSpec, ModelSpec
 from spoc_tui.core.tuning.engineflags import BLOCK_SIZES, EngineFlags
-from spoc_tui.sim.decoderun import NOTHING, Run, decode_run, roofline_decode_costs
+from spoc_tui.sim.decoderun import Run, decode_run, roofline_decode_costs
 from spoc_tui.sim.gpu import SimGpu
 from spoc_tui.sim.lazy import Contexts, Decoders
+from spoc_tui.sim.lazyrun import lazy_run
 from spoc_tui.sim.prefix import BlockHash, PrefixCache
 from spoc_tui.sim.stats import EngineStats, Hist, hist_request_tokens
 
@@ -525,71 +526,12 @@ class SimEngine:
         *,
         strict: bool = False,
     ) -> Run:
-        """The decode steps up to the next event worked out at once: the lazy decodes' (:meth:`_lazy_run`),
-        or where they are off, :func:`~spoc_tui.sim.decoderun.decode_run`'s."""
+        """The decode steps up to the next event worked out at once: the lazy decodes'
+        (:func:`~spoc_tui.sim.lazyrun.lazy_run`), or where they are off, the decode run's
+        (:func:`~spoc_tui.sim.decoderun.decode_run`)."""
         if self.LAZY and not self._times_shared():
-            return self._lazy_run(until, horizon, clock_to, strict)
+            return lazy_run(self, until, horizon, clock_to, strict)
         return decode_run(self, until, horizon, clock_to, strict=strict)
-
-    def _lazy_run(
-        self, until: float, horizon: Callable[[], float], clock_to: Callable[[float], None], strict: bool
-    ) -> Run:
-        """The steps while every running request is a lazy decode and none can join them, up to the
-        caller's next event (as :func:`~spoc_tui.sim.decoderun.decode_run` stops) or the next answer
-        to end: each step what :meth:`step` and :meth:`complete` make of it, in a few operations."""
-        lazy, n = self._lazy, self._lazy.n
-        if not n or self._eager or self._abort_pending or n > self.budget:
-            return NOTHING
-        if self.waiting and len(self.running) < self.cfg.max_num_seqs:
-            return NOTHING  # the next step admits
-        self.running_peak = max(self.running_peak, len(self.running))  # as each step's schedule counts it
-        st, bs, per_phase, due = self.stats, self.cfg.block_size, lazy.per_phase, lazy.due
-        stop_at = min(until, horizon())
-        t, busy, done, pending = self.clock(), self.busy_s, 0, None
-        fl, rd, wr, per_token = (
-            st.flops_per_gpu,
-            st.read_bytes_per_gpu,
-            st.write_bytes_per_gpu,
-            self.kv_per_token / self.cfg.tp,
-        )
-        while True:
-            need = per_phase[lazy.steps % bs]
-            if self.used_blocks + need > self.num_blocks:
-                break  # the step path preempts
-            self._step_lazy = n
-            c = self._last_cost = self._cost([], [])
-            d = self.last_iteration_s = c.seconds
-            busy += d
-            if need:
-                self.used_blocks += need
-                self.cache.evict_to(self.num_blocks - self.used_blocks)
-            if strict and t + d >= stop_at:  # scheduled, its end the caller's event (step() leaves it so)
-                self._pending = ([], [])
-                pending = t + d
-                break
-            self._step_lazy = 0
-            t += d
-            fl += c.flops
-            rd += c.bytes_read
-            wr += per_token * n
-            st.itl.observe_times(t - lazy.ends[-1], n)
-            lazy.tick(t)
-            done += 1
-            if due and due[0][0] <= lazy.steps and (ended := lazy.ending()):
-                clock_to(t)
-                for r in ended:
-                    self._answered(r, t)
-                break
-            if not strict and t >= stop_at:
-                break
-        st.flops_per_gpu, st.read_bytes_per_gpu, st.write_bytes_per_gpu = fl, rd, wr
-        self.busy_s = busy
-        if done:
-            st.iterations += done
-            st.generation_tokens += n * done
-            st.iteration_tokens.observe_times(float(n), done)
-            clock_to(t)
-        return Run(done, pending)
 
     def cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> float:
         return self._cost(decodes, prefills).seconds
