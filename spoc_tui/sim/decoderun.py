@@ -74,6 +74,8 @@ class _Cache(Protocol):
 class _Hist(Protocol):
     def observe_many(self, values: np.ndarray, weights: np.ndarray | None = None) -> None: ...
 
+    def observe_times(self, v: float, times: int) -> None: ...
+
 
 class _Stats(Protocol):
     iterations: int

@@ -8,15 +8,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from spoc_tui.core.hardware.capacity import IterationCost
+from spoc_tui.sim import decoderun, lazy
 from spoc_tui.sim.decoderun import MOST_STEPS, NOTHING, Run
 
-if TYPE_CHECKING:
-    from spoc_tui.sim.engine import SimEngine
+
+class _Request(decoderun._Request, lazy._Request, Protocol):
+    """What a lazy run reads and writes of a request (:class:`~spoc_tui.sim.engine.SimRequest`)."""
+
+
+R = TypeVar("R", bound=_Request)
+
+
+class _Engine(decoderun._Engine[R], Protocol[R]):
+    """What a lazy run reads and writes of its engine (:class:`~spoc_tui.sim.engine.SimEngine`,
+    whose :meth:`decode_run` calls in: this module is below it)."""
+
+    _lazy: lazy.Decoders[R]
+    _eager: list[R]
+    _step_lazy: int
+
+    def _cost(self, decodes: list[R], prefills: list[tuple[R, int]]) -> IterationCost: ...
+
 
 STRETCH = 16
 """Steps a stretch must reach before its costs are worked out as arrays (a few dozen NumPy calls:
@@ -24,7 +41,7 @@ about what a dozen steps one by one cost)."""
 
 
 def lazy_run(
-    eng: SimEngine, until: float, horizon: Callable[[], float], clock_to: Callable[[float], None], strict: bool
+    eng: _Engine[R], until: float, horizon: Callable[[], float], clock_to: Callable[[float], None], strict: bool
 ) -> Run:
     """The steps while every running request is a lazy decode and none can join them, up to the
     caller's next event (as :func:`~spoc_tui.sim.decoderun.decode_run` stops) or the next answer
@@ -91,7 +108,7 @@ def lazy_run(
     return _ran(eng, n, done, pending, t, clock_to)
 
 
-def _ran(eng: SimEngine, n: int, done: int, pending: float | None, t: float, clock_to: Callable[[float], None]) -> Run:
+def _ran(eng: _Engine[R], n: int, done: int, pending: float | None, t: float, clock_to: Callable[[float], None]) -> Run:
     """The counters of ``done`` steps of ``n`` lazy decodes (as :meth:`SimEngine.complete` counts them)."""
     if done:
         st = eng.stats
@@ -102,7 +119,7 @@ def _ran(eng: SimEngine, n: int, done: int, pending: float | None, t: float, clo
     return Run(done, pending)
 
 
-def _stretch(eng: SimEngine, t: float, stop_at: float, strict: bool) -> tuple[int, float | None, float]:
+def _stretch(eng: _Engine[R], t: float, stop_at: float, strict: bool) -> tuple[int, float | None, float]:
     """Up to the next answer to end, the steps' costs as arrays (the engine's :meth:`_decode_costs`,
     to the last bit its step's; a twin's jitter drawn ahead and rewound to the steps run), then
     their ends one by one: (steps done, the end of one more left scheduled with ``strict``, the
