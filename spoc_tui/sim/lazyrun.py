@@ -52,64 +52,24 @@ def lazy_run(
     if eng.waiting and len(eng.running) < eng.cfg.max_num_seqs:
         return NOTHING  # the next step admits
     eng.running_peak = max(eng.running_peak, len(eng.running))  # as each step's schedule counts it
-    st, bs, per_phase, due = eng.stats, eng.cfg.block_size, lazy.per_phase, lazy.due
     stop_at = min(until, horizon())
     t, done, pending = eng.clock(), 0, None
-    if eng.last_iteration_s > 0 and stop_at - t >= STRETCH * eng.last_iteration_s:
-        done, pending, t = _stretch(eng, t, stop_at, strict)
-        if pending is not None:
-            return _ran(eng, n, done, pending, t, clock_to)
-        if done and due and due[0][0] <= lazy.steps and (ended := lazy.ending()):
-            clock_to(t)
-            for r in ended:
-                eng._answered(r, t)
-            return _ran(eng, n, done, None, t, clock_to)
-        if not strict and t >= stop_at:
-            return _ran(eng, n, done, None, t, clock_to)
-    busy = eng.busy_s
-    fl, rd, wr, per_token = (
-        st.flops_per_gpu,
-        st.read_bytes_per_gpu,
-        st.write_bytes_per_gpu,
-        eng.kv_per_token / eng.cfg.tp,
-    )
     while True:
-        need = per_phase[lazy.steps % bs]
-        if eng.used_blocks + need > eng.num_blocks:
-            break  # the step path preempts
-        eng._step_lazy = n
-        c = eng._last_cost = eng._cost([], [])
-        d = eng.last_iteration_s = c.seconds
-        busy += d
-        if need:
-            eng.used_blocks += need
-            eng.cache.evict_to(eng.num_blocks - eng.used_blocks)
-        if strict and t + d >= stop_at:  # scheduled, its end the caller's event (step() leaves it so)
-            eng._pending = ([], [])
-            pending = t + d
+        ran, pending, t = _stretch(eng, t, stop_at, strict)
+        if not ran and pending is None:
+            ran, pending, t = _step(eng, t, stop_at, strict)
+            if not ran and pending is None:
+                break  # its blocks are not free: the step path preempts
+        done += ran
+        if pending is not None:
             break
-        eng._step_lazy = 0
-        t += d
-        fl += c.flops
-        rd += c.bytes_read
-        wr += per_token * n
-        st.itl.observe_times(t - lazy.ends[-1], n)
-        lazy.tick(t)
-        done += 1
-        if due and due[0][0] <= lazy.steps and (ended := lazy.ending()):
+        if lazy.due and lazy.due[0][0] <= lazy.steps and (ended := lazy.ending()):
             clock_to(t)
             for r in ended:
                 eng._answered(r, t)
             break
         if not strict and t >= stop_at:
             break
-    st.flops_per_gpu, st.read_bytes_per_gpu, st.write_bytes_per_gpu = fl, rd, wr
-    eng.busy_s = busy
-    return _ran(eng, n, done, pending, t, clock_to)
-
-
-def _ran(eng: _Engine[R], n: int, done: int, pending: float | None, t: float, clock_to: Callable[[float], None]) -> Run:
-    """The counters of ``done`` steps of ``n`` lazy decodes (as :meth:`SimEngine.complete` counts them)."""
     if done:
         st = eng.stats
         st.iterations += done
@@ -119,70 +79,110 @@ def _ran(eng: _Engine[R], n: int, done: int, pending: float | None, t: float, cl
     return Run(done, pending)
 
 
+def _step(eng: _Engine[R], t: float, stop_at: float, strict: bool) -> tuple[int, float | None, float]:
+    """One step, costed as :meth:`SimEngine.step` costs it: (1, None, its end), or with ``strict``
+    and its end at the caller's next event (0, that end, ``t``), scheduled; (0, None, ``t``) where
+    its blocks are not free."""
+    lazy = eng._lazy
+    need = lazy.per_phase[lazy.steps % lazy.block_size]
+    if eng.used_blocks + need > eng.num_blocks:
+        return 0, None, t
+    eng._step_lazy = lazy.n
+    c = eng._cost([], [])
+    d = c.seconds
+    ends, pending = _walk([d], t, stop_at, strict)
+    return _account(eng, t, [d], [c.flops], [c.bytes_read], [need], ends, pending)
+
+
 def _stretch(eng: _Engine[R], t: float, stop_at: float, strict: bool) -> tuple[int, float | None, float]:
     """Up to the next answer to end, the steps' costs as arrays (the engine's :meth:`_decode_costs`,
     to the last bit its step's; a twin's jitter drawn ahead and rewound to the steps run), then
-    their ends one by one: (steps done, the end of one more left scheduled with ``strict``, the
-    time). Nothing where fewer than :data:`STRETCH` steps are foreseen; the step loop goes on."""
+    their ends one by one: as :func:`_step` says, for as many steps. Nothing where fewer than
+    :data:`STRETCH` steps are foreseen (the steps then go one by one)."""
     lazy, n = eng._lazy, eng._lazy.n
-    s0 = lazy.steps
+    s0, last = lazy.steps, eng.last_iteration_s
     k = min(lazy.due[0][0] - s0 if lazy.due else MOST_STEPS, MOST_STEPS)
-    if math.isfinite(stop_at):
-        k = min(k, int((stop_at - t) / eng.last_iteration_s * 1.5) + 8)
-    steps = np.arange(s0, s0 + max(0, k), dtype=np.int64)
+    if math.isfinite(stop_at) and last > 0:
+        k = min(k, int((stop_at - t) / last * 1.5) + 8)
+    if last <= 0 or stop_at - t < STRETCH * last or k < STRETCH:
+        return 0, None, t
+    steps = np.arange(s0, s0 + k, dtype=np.int64)
     need = np.asarray(lazy.per_phase, np.int64)[steps % lazy.block_size]
-    used = eng.used_blocks + np.cumsum(need)
-    over = np.flatnonzero(used > eng.num_blocks)
+    over = np.flatnonzero(eng.used_blocks + np.cumsum(need) > eng.num_blocks)
     if over.size:
         k = int(over[0])  # that step preempts: the step path's
-    if k < STRETCH:
-        return 0, None, t
+        if k < STRETCH:
+            return 0, None, t
     secs, flops, read = eng._decode_costs(np.full(k, n, np.int64), lazy.since + n * steps[:k], None)
     if not np.all(secs > 0) or not np.all(np.isfinite(secs)):
         return 0, None, t
     mark = eng._jitter_mark()
     drawn = eng._jitter_draw(k)
     durs = secs.tolist() if drawn is None else [d * f for d, f in zip(secs.tolist(), drawn, strict=True)]
+    ends, pending = _walk(durs, t, stop_at, strict)
+    ran = len(ends) + (pending is not None)
+    if drawn is not None and len(drawn) != ran:
+        eng._jitter_rewind(mark, ran)
+    return _account(eng, t, durs, flops.tolist(), read.tolist(), need.tolist(), ends, pending)
+
+
+def _walk(durs: list[float], t: float, stop_at: float, strict: bool) -> tuple[list[float], float | None]:
+    """The steps' ends from ``t``, up to the caller's next event: with ``strict`` the step that
+    reaches it is left scheduled (its end the second value), else it is the last one run."""
     ends: list[float] = []
-    pending = None
     for d in durs:
         if strict and t + d >= stop_at:
-            pending = t + d
-            break
+            return ends, t + d
         t += d
         ends.append(t)
         if not strict and t >= stop_at:
             break
+    return ends, None
+
+
+def _account(
+    eng: _Engine[R],
+    t: float,
+    durs: list[float],
+    flops: list[float],
+    read: list[float],
+    need: list[int],
+    ends: list[float],
+    pending: float | None,
+) -> tuple[int, float | None, float]:
+    """The steps that ended (``ends``) as :meth:`SimEngine.complete` counts them (their FLOPs, bytes
+    and KV written, time busy, inter-token gaps, blocks taken; the step count and the step ends the
+    lazy decodes' tokens are), and the one scheduled where ``pending`` as :meth:`SimEngine.step`
+    leaves it; ``t`` the time they began at. Returns (steps that ended, ``pending``, the time)."""
+    lazy, n, st = eng._lazy, eng._lazy.n, eng.stats
     done = len(ends)
-    ran = done + (pending is not None)
-    if drawn is not None and len(drawn) != ran:
-        eng._jitter_rewind(mark, ran)
-    st = eng.stats
     fl, rd, wr, busy = st.flops_per_gpu, st.read_bytes_per_gpu, st.write_bytes_per_gpu, eng.busy_s
     per_token = eng.kv_per_token / eng.cfg.tp
-    for x, y, d in zip(flops[:done].tolist(), read[:done].tolist(), durs, strict=False):
-        fl += x
-        rd += y
+    prev = lazy.ends[-1]
+    for j in range(done):
+        fl += flops[j]
+        rd += read[j]
         wr += per_token * n
-        busy += d
-    if done:
-        prev = lazy.ends[-1]
-        gaps = np.diff(np.asarray([prev, *ends]))
-        st.itl.observe_many(gaps, np.full(done, float(n)))
-        lazy.ends.extend(ends)
-        lazy.steps += done
-        eng.last_iteration_s = durs[done - 1]
-    taken = int(need[:ran].sum())
+        busy += durs[j]
+        st.itl.observe_times(ends[j] - prev, n)
+        prev = ends[j]
+    st.flops_per_gpu, st.read_bytes_per_gpu, st.write_bytes_per_gpu = fl, rd, wr
+    ran = done + (pending is not None)
+    taken = sum(need[:ran])
     if taken:
         eng.used_blocks += taken
         eng.cache.evict_to(eng.num_blocks - eng.used_blocks)
     if pending is not None:
-        d = durs[done]
-        busy += d
-        eng.last_iteration_s = d
-        eng._last_cost = IterationCost(d, 0.0, 0.0, 0.0, float(read[done]), float(flops[done]))
+        busy += durs[done]
+        eng._last_cost = IterationCost(durs[done], 0.0, 0.0, 0.0, read[done], flops[done])
         eng._step_lazy = n
         eng._pending = ([], [])
-    st.flops_per_gpu, st.read_bytes_per_gpu, st.write_bytes_per_gpu = fl, rd, wr
+    else:
+        eng._step_lazy = 0
     eng.busy_s = busy
-    return done, pending, t
+    if ran:
+        eng.last_iteration_s = durs[ran - 1]
+    if done:
+        lazy.ends.extend(ends)
+        lazy.steps += done
+    return done, pending, ends[-1] if ends else t
