@@ -106,7 +106,6 @@ class TwinEngine(SimEngine):
         self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
         self._jitter_rng = random.Random(seed * 7_919 + 17)
         self._shared_blocks = SharedBlocks()
-        self._coefficients = self.model.vector()[:6]
         self._stream: list[float] = []
         self._carried = False
         self.answer_lengths = tuple(answer_lengths) if answer_lengths is not None else twin.answer_lengths
@@ -134,16 +133,7 @@ class TwinEngine(SimEngine):
         return self._shared_blocks.step(held) * bs
 
     def _cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> IterationCost:
-        contexts = self._contexts(decodes)
-        shared = self._shared(decodes)
-        if not prefills and not shared and contexts:
-            # step_s of decodes alone, term by term in its order (the same float), on its
-            # coefficients taken once: a lazy run's every step is one
-            c0, c1, c2, c3, c4, c5 = self._coefficients
-            ctx_k = sum(contexts) / 1e3
-            secs = 0.0 + c0 * 1.0 + c1 * 0.0 + c2 * 0.0 + c3 * float(len(contexts)) + c4 * ctx_k + c5 * 0.0
-        else:
-            secs = self.model.step_s(contexts, [(n, r.computed) for r, n in prefills], shared)
+        secs = self.model.step_s(self._contexts(decodes), [(n, r.computed) for r, n in prefills], self._shared(decodes))
         # mean-preserving lognormal jitter: the steps' spread as the probes measured it
         return IterationCost(self._jittered(secs), 0.0, 0.0, 0.0, 0.0, 0.0)
 

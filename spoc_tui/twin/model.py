@@ -221,8 +221,21 @@ class StepModel:
         context that another decode in the step reads in the same blocks."""
         if not decodes and not prefills:
             return 0.0
-        f = step_features(decodes, prefills, self.moved_ridge(sum(decodes) / 1e3))
-        secs = sum(c * x for c, x in zip(self.vector()[:6], f, strict=True))
+        if not prefills:
+            # decodes alone (a lazy run's every step): the row of step_features is (1, 0, 0, n,
+            # context k-tok, 0), summed term by term in the order sum() adds it (the same float)
+            secs = (
+                0.0
+                + self.b0 * 1.0
+                + self.b_prefill * 0.0
+                + self.b_attn * 0.0
+                + self.b_decode * float(len(decodes))
+                + self.b_context * (sum(decodes) / 1e3)
+                + self.b_mixed * 0.0
+            )
+        else:
+            f = step_features(decodes, prefills, self.moved_ridge(sum(decodes) / 1e3))
+            secs = sum(c * x for c, x in zip(self.vector()[:6], f, strict=True))
         if shared > 0:
             secs -= min(self.b_shared, self.b_context) * min(shared, sum(decodes)) / 1e3
         return secs

@@ -236,8 +236,11 @@ def test_a_lazy_steps_cost_is_iteration_times_to_the_last_bit():
 
 
 def test_a_twins_lazy_steps_cost_is_step_s_to_the_last_bit():
+    """step_s sums a step of decodes alone term by term (a lazy run's every step is one): the same
+    float as its general sum over step_features' row."""
     from spoc_tui.sim.engine import SimRequest
     from spoc_tui.twin.engine import TwinEngine
+    from spoc_tui.twin.model import step_features
 
     rng = random.Random(9)
     for moves in (False, True):
@@ -248,4 +251,7 @@ def test_a_twins_lazy_steps_cost_is_step_s_to_the_last_bit():
             n = rng.randint(1, 300)
             reqs = [SimRequest(rid=str(i), prompt=[1], max_tokens=1, target_tokens=1, arrival=0.0, computed=rng.randint(1, 9000))
                     for i in range(n)]  # fmt: skip
-            assert eng._cost(reqs, []).seconds == m.step_s([r.computed for r in reqs], [])
+            contexts = [r.computed for r in reqs]
+            row = step_features(contexts, [], m.moved_ridge(sum(contexts) / 1e3))
+            want = sum(c * x for c, x in zip(m.vector()[:6], row, strict=True))  # step_s's general sum
+            assert eng._cost(reqs, []).seconds == m.step_s(contexts, []) == want
