@@ -26,9 +26,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spoc_tui.core.hardware.capacity import (
-    COMPUTE_EFFICIENCY,
-    ITERATION_OVERHEAD_S,
-    MEM_EFFICIENCY,
     CapacityError,
     IterationCost,
     iteration_time,
@@ -233,14 +230,6 @@ class SimEngine:
         self._step_lazy = 0
         """Lazy decodes in the step scheduled and not yet completed."""
         self._pending: tuple[list[SimRequest], list[tuple[SimRequest, int]]] = ([], [])
-        m = cfg.model
-        self._decode_terms = (
-            2 * m.active_params,
-            4 * m.num_layers * m.num_heads * m.head_dim,
-            self.kv_per_token / cfg.tp,
-            cfg.gpu.mem_bw_bytes_s * MEM_EFFICIENCY,
-            cfg.gpu.bf16_flops * (2.0 if cfg.quantization == "fp8" else 1.0) * COMPUTE_EFFICIENCY,
-        )
         self._admitted = 0
 
     # -- requests -----------------------------------------------------------------------
@@ -538,9 +527,6 @@ class SimEngine:
 
     def _cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> IterationCost:
         ratio = min(g.clock_ratio for g in self.gpus) if self.gpus else 1.0
-        if not prefills and not self.cfg.model.num_experts and self.cfg.tp == 1 and (decodes or self._step_lazy):
-            contexts = self._contexts(decodes)
-            return self._decode_cost(len(contexts), sum(contexts), ratio)
         c = iteration_time(
             self.cfg.model,
             self.cfg.gpu,
@@ -553,19 +539,6 @@ class SimEngine:
             flops_scale=2.0 if self.cfg.quantization == "fp8" else 1.0,
         )
         return c
-
-    def _decode_cost(self, n: int, ctx: int, clock_ratio: float) -> IterationCost:
-        """:func:`iteration_time` of a step of ``n`` decodes alone holding ``ctx`` tokens of context, on
-        one GPU of a dense model: the same operations in the same order (so the same floats), on
-        terms worked out once (a lazy run's every step is one)."""
-        two_active, attn, kv_tok, bw, peak = self._decode_terms
-        bytes_read = self.plan.weights_bytes_per_gpu + kv_tok * ctx
-        flops = (two_active * n + attn * ctx) / 1  # ints until divided by the TP size (one)
-        mem_s = bytes_read / bw
-        comp_s = flops / peak
-        r = max(0.05, min(1.0, clock_ratio))
-        secs = max(mem_s / (0.6 + 0.4 * r), comp_s / r) + 0.0 + ITERATION_OVERHEAD_S / r
-        return IterationCost(secs, mem_s, comp_s, 0.0, bytes_read, flops)
 
     def complete(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]], now: float) -> None:
         """Apply the iteration's results at time ``now``: tokens out, requests finished."""

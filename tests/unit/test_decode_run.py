@@ -214,25 +214,22 @@ def test_a_finished_requests_keys_continue_from_its_prompts():
 
 
 def test_a_lazy_steps_cost_is_iteration_times_to_the_last_bit():
-    """A step of decodes alone is costed on terms worked out once (every step of a lazy run is one):
-    the same floats as :func:`iteration_time`, the FLOPs and bytes read too, at any clock."""
+    """A step's lazy decodes reach the cost model as a count and a total (every step of a lazy run
+    is costed so): the same floats as :func:`iteration_time` of each one's context, the FLOPs and
+    bytes read too, at any clock, dense or MoE, on one GPU or several."""
     from spoc_tui.sim.lazy import Contexts
 
     rng = random.Random(8)
-    for gpu in ("h100-80gb", "a100-80gb", "l40s"):
-        for fp8 in (False, True):
-            cfg = EngineConfig(model=MODELS["llama-3.1-8b"], gpu=GPUS[gpu], served_model_name="m",
-                               quantization="fp8" if fp8 else None)  # fmt: skip
-            eng = SimEngine(cfg, clock=lambda: 0.0)
-            for _ in range(300):
-                n = rng.randint(1, 512)
-                contexts = [rng.randint(1, 32768) for _ in range(n)]
-                ratio = rng.choice((1.0, 0.7, 0.2, 0.01))
-                want = iteration_time(cfg.model, cfg.gpu, 1, contexts, [], eng.plan.weights_bytes_per_gpu,
-                                      eng.kv_per_token, clock_ratio=ratio, flops_scale=2.0 if fp8 else 1.0)  # fmt: skip
-                assert eng._decode_cost(n, sum(contexts), ratio) == want
-                assert iteration_time(cfg.model, cfg.gpu, 1, Contexts(n, sum(contexts)), [], eng.plan.weights_bytes_per_gpu,
-                                      eng.kv_per_token, clock_ratio=ratio, flops_scale=2.0 if fp8 else 1.0) == want  # fmt: skip
+    for model, tp in (("llama-3.1-8b", 1), ("llama-3.1-70b", 4), ("gpt-oss-120b", 2)):
+        for gpu in ("h100-80gb", "a100-80gb", "l40s"):
+            for fp8 in (False, True):
+                args = (MODELS[model], GPUS[gpu], tp)
+                for _ in range(100):
+                    n = rng.randint(1, 512)
+                    contexts = [rng.randint(1, 32768) for _ in range(n)]
+                    kw = dict(clock_ratio=rng.choice((1.0, 0.7, 0.2, 0.01)), flops_scale=2.0 if fp8 else 1.0)
+                    want = iteration_time(*args, contexts, [], 4e10, 131072.0, **kw)
+                    assert iteration_time(*args, Contexts(n, sum(contexts)), [], 4e10, 131072.0, **kw) == want
 
 
 def test_a_twins_lazy_steps_cost_is_step_s_to_the_last_bit():
