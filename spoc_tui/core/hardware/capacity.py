@@ -219,7 +219,9 @@ def iteration_time(
         flops_scale: tensor throughput relative to BF16 (2 for FP8 GEMMs on Hopper).
     """
     n_decode = len(decode_contexts)
-    n_prefill_tokens = sum(c for c, _ in prefill_chunks)
+    decode_ctx = sum(decode_contexts)
+    # a step of decodes alone (most steps) sums no chunks: the same ints, 0 for each sum
+    n_prefill_tokens = sum(c for c, _ in prefill_chunks) if prefill_chunks else 0
     tokens = n_decode + n_prefill_tokens
     if tokens == 0:
         return IterationCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -229,11 +231,11 @@ def iteration_time(
         frac = 1 - (1 - model.experts_per_token / model.num_experts) ** tokens
         expert_bytes = weights_per_gpu * 0.95
         w_bytes = weights_per_gpu - expert_bytes + expert_bytes * frac
-    kv_read = kv_per_token / tp * (sum(decode_contexts) + sum(done + c for c, done in prefill_chunks))
+    kv_read = kv_per_token / tp * (decode_ctx + (sum(done + c for c, done in prefill_chunks) if prefill_chunks else 0))
     bytes_read = w_bytes + kv_read
     attn_flops_per_ctx = 4 * model.num_layers * model.num_heads * model.head_dim
     flops = 2 * model.active_params * tokens + attn_flops_per_ctx * (
-        sum(decode_contexts) + sum(c * (done + c / 2) for c, done in prefill_chunks)
+        decode_ctx + (sum(c * (done + c / 2) for c, done in prefill_chunks) if prefill_chunks else 0)
     )
     flops /= tp
     mem_s = bytes_read / (gpu.mem_bw_bytes_s * MEM_EFFICIENCY)
