@@ -156,7 +156,6 @@ class SimRequest:
     """Its place in the batch's order (counted as requests are admitted)."""
     lazy: int = -1
     """The step count it became a lazy decode at (:mod:`spoc_tui.sim.lazy`), -1 when it is not one."""
-    lazy_due: int = 0
 
     @property
     def total_len(self) -> int:

@@ -60,7 +60,6 @@ class _Request(Protocol):
     last_token: float | None
     seq: int
     lazy: int
-    lazy_due: int
 
 
 R = TypeVar("R", bound=_Request)
@@ -85,7 +84,8 @@ class Decoders(Generic[R]):
         """Lazy decodes by ``(S0 - c0) mod block_size``: those taking a block at step ``S`` are
         ``per_phase[S mod block_size]``."""
         self.due: list[tuple[int, int, int, R]] = []
-        """(step its answer ends at, its seq, S0, the request): stale entries are skipped."""
+        """(step its answer ends at, its seq, S0, the request); an entry whose request is no longer
+        lazy since S0 is stale, and skipped."""
         self.top = -1
         """The highest seq of a request made lazy since all were last woken."""
 
@@ -113,7 +113,6 @@ class Decoders(Generic[R]):
         self.since += c0 - s0
         self.per_phase[(s0 - c0) % self.block_size] += 1
         left = min(r.target_tokens - r.generated, max_len - len(r.prompt) - r.generated)
-        r.lazy_due = s0 + left
         heapq.heappush(self.due, (s0 + left, r.seq, s0, r))
         if r.seq > self.top:
             self.top = r.seq
@@ -140,8 +139,8 @@ class Decoders(Generic[R]):
         due, now = self.due, self.steps
         out: list[R] = []
         while due and due[0][0] <= now:
-            end, _, s0, r = heapq.heappop(due)
-            if r.lazy == s0 and r.lazy_due == end:
+            _, _, s0, r = heapq.heappop(due)
+            if r.lazy == s0:  # still lazy since then (a request enters once a step count)
                 self.wake(r)
                 out.append(r)
         return out
