@@ -117,8 +117,10 @@ class Prediction(defaults.StepRules):
     :class:`~spoc_tui.core.ramp.knee.FixedSpeeds` or :class:`~spoc_tui.core.ramp.knee.SpeedSearch`)."""
     draws_near_knee: bool = False
     """A trace's draws replay only the fit's levels around its knee, outward while a draw's knee
-    lies past them (a headroom reads the knee alone; ``spoc twin predict`` gives every step's
-    interval, which needs every level)."""
+    lies past them, and none where the fit's knee lies beyond its levels (or it has none): a
+    headroom reads the knee alone, and a bound's interval is the fit's own (the draws' knees widen
+    a crossing's only). ``spoc twin predict`` gives every step's interval, which needs every level
+    on every draw."""
 
     @property
     def open_loop(self) -> bool:
@@ -312,10 +314,12 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     unit = central[0].step.unit
     levels = [(r.step.level, r.seconds) for r in central]
     knee = ramped.knee  # the driver's, inferred across the fit's steps once
+    inf = knee.inferred
     draws = list(p.twin.draws[: max(0, p.draws)])
+    if p.draws_near_knee and p.trace is not None and (inf is None or inf.boundary == "bound"):
+        draws = []  # a knee beyond the levels (or none): its interval is the fit's own, no draw's
     per_draw: list[dict[int, dict[str, float | None]]] = []
     knees: list[float | None] = []
-    inf = knee.inferred
     near = inf.estimate if p.draws_near_knee and p.trace is not None and inf and inf.boundary != "bound" else None
     for i, m in enumerate(draws):
         say(f"draw {i + 1}/{len(draws)} of the fit")

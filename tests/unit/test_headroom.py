@@ -410,6 +410,38 @@ def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_
     assert replays[True] < replays[False], replays
 
 
+def test_a_knee_beyond_the_speeds_replayed_runs_no_draw_and_says_what_every_draw_would(monkeypatch):
+    """Where the fit met the SLA at every speed, the headroom is "beyond" them, and its interval
+    the fit's own: a draw's knee widens a crossing's interval only. The draws are then not
+    replayed (on the demo's traffic they were 60 % of an estimate's CPU, to no effect on what it
+    said): the same headroom as replaying every speed on every draw, from the fit's replays alone."""
+    from spoc_tui.twin import headroom, predict
+    from spoc_tui.twin.passive import PassiveFit
+    from tests.unit.test_twin_fit import SERVER, TRUE
+
+    fit = PassiveFit(TRUE, (replace(TRUE, b0=TRUE.b0 * 0.9), replace(TRUE, b0=TRUE.b0 * 1.1)), 20, (1.0, 4.0), True,
+                     "identified (test)", 1.0)  # fmt: skip
+    replays = {True: 0, False: 0}
+    real_replay = predict.TraceBackend.start_replay
+
+    async def counted(backend, *args, **kw):
+        replays[backend.p.draws_near_knee] += 1
+        return await real_replay(backend, *args, **kw)
+
+    monkeypatch.setattr(predict.TraceBackend, "start_replay", counted)
+    long = Histogram((1000.0, 1500.0, INF), (0.0, 100.0, 100.0), 100.0, 125_000.0)
+    tr = replace(traffic(rate=0.05), output=long)
+    said = {}
+    for near in (False, True):
+        monkeypatch.setattr(headroom, "DRAWS_NEAR_KNEE", near)
+        h = headroom.headroom_of(fit, SERVER, tr, tuple(parse_sla("ttft_p99<=5s")), seed=1, draws=2, replay_s=120.0)
+        assert h.estimate == headroom.MAX_SPEED and "beyond x10" in h.line(), h.line()
+        said[near] = (h.estimate, h.ci95, h.reason, h.line())
+    assert said[True] == said[False]
+    # every speed on each of two draws where the fit's alone (each replayed once)
+    assert replays[False] == 3 * replays[True], replays
+
+
 def test_the_interval_always_holds_its_own_point():
     """The point is the fit's knee, the interval its draws': where they disagree (a term the windows
     barely identify) the interval is widened to hold the point, never printed beside it apart (the
