@@ -179,8 +179,10 @@ def estimate_of(
         return Headroom.none(f"could not be worked out ({first_line(e, 120)}); see spoc.log", limits)
 
 
-LIVE_REFRESH_S = 600.0
-"""The soonest the monitor works out each server's headroom again (its fit's windows are 30 s)."""
+LIVE_REFRESH_S = 240.0
+"""The soonest the monitor works out each server's headroom again (its fit's windows are 30 s):
+four minutes, so that a number the CPU share allows as often (an estimate of 1.2 s or less at
+:data:`LIVE_CPU_SHARE`) is never more than five minutes old (issue 73). Ten minutes before."""
 LIVE_CPU_SHARE = 0.005
 """The most of one core the estimates may take over time: an estimate replays the traffic on the
 twin, 1-25 s of CPU by the traffic's weight (benchmarks/README.md, live headroom), so the next

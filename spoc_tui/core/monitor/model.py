@@ -26,7 +26,8 @@ from spoc_tui.core.ramp.sla import Limit
 WAIT_HISTORY = 5
 """Polls of each server's queue a verdict looks back over (queue-bound: waiting in each)."""
 HEADROOM_HISTORY = 48
-"""Estimates of each server's headroom its history line shows (at one every 10 minutes or more: 8 hours)."""
+"""Estimates of each server's headroom its history line shows (at one every 4 minutes or more: 3 hours
+or more)."""
 HEADROOM_ALERT = 1.2
 """A server whose headroom is under this many times its recent traffic is alerted on."""
 
