@@ -129,6 +129,9 @@ class Headroom:
     """With the seats assumed: the most requests the replay ran at once up to its point."""
     ledger: LedgerSummary | None = field(default=None, compare=False)
     """How the twin's predictions of the minutes since held (:mod:`spoc_tui.twin.ledger`), where kept."""
+    beyond_top: bool = field(default=False, compare=False)
+    """Its point's replay met the SLA at :data:`MAX_SPEED` (a bound: "beyond x10"): the next
+    estimate's search replays that speed first (:meth:`LearnerState.estimate`)."""
 
     def as_dict(self) -> dict[str, object]:
         lo, hi = self.ci95
@@ -421,9 +424,12 @@ class HeadroomLearner:
             engine_version=self.engine_version,
         )
 
-    def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
-        """The headroom for the recent traffic (seconds of CPU: run it off the UI thread)."""
-        return self.snapshot().estimate(seed, draws, replay_s)
+    def estimate(
+        self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S, last: Headroom | None = None
+    ) -> Headroom:
+        """The headroom for the recent traffic (seconds of CPU: run it off the UI thread); ``last``:
+        the estimate before it (:meth:`LearnerState.estimate`)."""
+        return self.snapshot().estimate(seed, draws, replay_s, last)
 
     def snapshot(self) -> LearnerState:
         """What an estimate needs, copied (cheap: the monitor's scrape thread may go on feeding
@@ -484,7 +490,13 @@ class LearnerState:
     """What to say of the fit learning again since its predictions missed (the ledger's drift)."""
     ledger: LedgerSummary | None = None
 
-    def estimate(self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S) -> Headroom:
+    def estimate(
+        self, seed: int = 0, draws: int = 4, replay_s: float = REPLAY_S, last: Headroom | None = None
+    ) -> Headroom:
+        """The headroom. ``last``: this server's estimate before it (the monitor's refresh): where
+        that one was beyond the fastest speed a headroom replays, the search starts there, and one
+        replay that meets the SLA again says so (issue 73: the demo's refresh 2.5 s of CPU where
+        its first search, x1 to x10, is; one that breaks goes down from there as any search)."""
         sla = tuple(str(lim) for lim in self.limits)
         traffic = self.traffic
         fit = fit_of(self.windows, self.prior, self.kv_bytes_per_token, seed)
@@ -516,7 +528,8 @@ class LearnerState:
         if traffic is None or traffic.requests < MIN_REQUESTS or traffic.rate <= 0:
             got = 0 if traffic is None else round(traffic.requests)
             return none(f"too little traffic to replay: {got} requests in the window (needs {MIN_REQUESTS})")
-        h = headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s)
+        start = MAX_SPEED if last is not None and last.beyond_top else 1.0
+        h = headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s, start)
         seen = self.running_most
         if h.seats_peak is not None and seen is not None and h.seats_peak > SEATS_MARGIN * seen + 1:
             # the replay ran more at once than the server was ever seen to: its seats may bind
@@ -560,9 +573,11 @@ def headroom_of(
     draws: int = 4,
     prior: Twin | None = None,
     replay_s: float = REPLAY_S,
+    start: float = 1.0,
 ) -> Headroom:
     """The traffic replayed on the fitted twin at speed multiples (the knee search of ``spoc twin
-    predict --trace --speed auto``), on the fit and ``draws`` of its bootstrap draws."""
+    predict --trace --speed auto``, from ``start``), on the fit and ``draws`` of its bootstrap
+    draws."""
     from spoc_tui.twin.predict import WIDENED, Prediction, holding, predict
     from spoc_tui.workload import load_workload
 
@@ -581,7 +596,7 @@ def headroom_of(
     p = Prediction(
         twin=passive_twin(fit, server, prior, draws),
         workload=load_workload("chatbot"),
-        plan=SpeedSearch(max_speed=MAX_SPEED, start=1.0),
+        plan=SpeedSearch(max_speed=MAX_SPEED, start=start),
         limits=tuple(limits),
         seed=seed,
         draws=draws,
@@ -606,7 +621,8 @@ def headroom_of(
         lo = inf.ci95[0]
         what = f"beyond x{_x(lo)}" if lo is not None else "beyond the speeds replayed"
         return Headroom(inf.estimate, inf.ci95, None, None, True, f"every speed replayed met the SLA: {what}",
-                        fit.windows, traffic, fit, sla, assumed=assumed, seats_peak=peak)  # fmt: skip
+                        fit.windows, traffic, fit, sla, assumed=assumed, seats_peak=peak,
+                        beyond_top=inf.estimate >= MAX_SPEED)  # fmt: skip
     why = fit.reason + (f"; the server moved from its twin: {'; '.join(fit.drift)}" if fit.drift else "")
     if big:
         why += f"; {big} of {drawn} requests drawn longer than the whole KV cache were left out"

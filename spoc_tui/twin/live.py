@@ -168,12 +168,13 @@ def estimate_of(
     seed: int = 0,
     draws: int = 4,
     replay_s: float = REPLAY_S,
+    last: Headroom | None = None,
 ) -> Headroom:
     """One server's estimate, whatever its scrapes held: an estimate that fails (a defect, or a
     value no check caught) is that server's "no number" with the error, logged, and costs no
-    other server its own (issue 74)."""
+    other server its own (issue 74). ``last``: its estimate before (a refresh's)."""
     try:
-        return learner.estimate(seed, draws, replay_s)
+        return learner.estimate(seed, draws, replay_s, last)
     except Exception as e:
         logger.exception("working out a server's headroom")
         return Headroom.none(f"could not be worked out ({first_line(e, 120)}); see spoc.log", limits)
@@ -294,6 +295,10 @@ class LiveHeadroom:
         self._lock = threading.Lock()
         self._last: float | None = None
         self._started = clock()
+        self._banked = 0.0
+        """Seconds before the last refresh that count in its CPU share: for the first to say a
+        number, the learning before it (no estimate ran in it, only tries of milliseconds), at most
+        ``refresh_s``; none for the others."""
         self.cpu_s = 0.0
         """CPU seconds the last :meth:`refresh` took (its thread's own)."""
         self.grade_cpu_s = 0.0
@@ -363,10 +368,12 @@ class LiveHeadroom:
     def interval_s(self) -> float:
         """Seconds from one refresh to the next: ``refresh_s`` (:data:`LIVE_RETRY_S` while no
         server's estimate could say a number), or longer where the last one's CPU would take more
-        than :attr:`share` of a core over it."""
+        than :attr:`share` of a core over it (the first: over it and the learning before it, up to
+        ``refresh_s`` of that, so that the demo's first estimate, 2.5 s of CPU, is followed four
+        minutes later, not eight: the share over the time since the start the same)."""
         said = any(h.identified for h in self.results.values())
         base = self.refresh_s if said or not self.results else min(self.refresh_s, LIVE_RETRY_S)
-        return max(base, self.cpu_s / self.share)
+        return max(base, self.cpu_s / self.share - (self._banked if said else 0.0))
 
     def due(self) -> bool:
         """Time for :meth:`refresh`: the first once the fit could have its windows, then every
@@ -448,13 +455,22 @@ class LiveHeadroom:
     def refresh(self, seed: int = 0) -> dict[str, Headroom]:
         """Every server's headroom now (blocking, seconds of CPU: a worker thread's job; its CPU
         time sets when the next is due)."""
-        self._last = self.clock()
+        now = self.clock()
+        first = not any(h.identified for h in self.results.values())  # the tries before cost milliseconds
+        self._banked = min(self.refresh_s, max(0.0, now - self._started)) if first else 0.0
+        self._last = now
         cpu0 = time.thread_time()
         with self._lock:
             broken = {**self._broken, **self._held}
             states = {src: learner.snapshot() for src, learner in self._learners.items() if src not in broken}
         out = {src: Headroom.none(why, self.limits) for src, why in broken.items()}
-        out.update({src: estimate_of(st, self.limits, seed, self.draws, self.replay_s) for src, st in states.items()})
+        last = self.results
+        out.update(
+            {
+                src: estimate_of(st, self.limits, seed, self.draws, self.replay_s, last.get(src))
+                for src, st in states.items()
+            }
+        )
         self.cpu_s = time.thread_time() - cpu0
         self.results = out
         return out

@@ -442,6 +442,92 @@ def test_a_knee_beyond_the_speeds_replayed_runs_no_draw_and_says_what_every_draw
     assert replays[False] == 3 * replays[True], replays
 
 
+def test_a_refresh_after_beyond_x10_replays_x10_first_and_says_the_same_in_one_replay(monkeypatch):
+    """Issue 73, point 2: the monitor's next estimate starts from the last one. Beyond the fastest
+    speed a headroom replays, the search starts there: one replay that meets the SLA again says
+    "beyond x10" as the whole search from x1 did (the demo's refresh: 0.9 s of CPU where 2.5)."""
+    from spoc_tui.twin import headroom, predict
+    from spoc_tui.twin.passive import PassiveFit
+    from tests.unit.test_twin_fit import SERVER, TRUE
+
+    fit = PassiveFit(TRUE, (), 20, (1.0, 4.0), True, "identified (test)", 1.0)
+    speeds: list[float] = []
+    real_replay = predict.TraceBackend.start_replay
+
+    async def counted(backend, idx, speed):
+        speeds.append(speed)
+        return await real_replay(backend, idx, speed)
+
+    monkeypatch.setattr(predict.TraceBackend, "start_replay", counted)
+    long = Histogram((1000.0, 1500.0, INF), (0.0, 100.0, 100.0), 100.0, 125_000.0)
+    tr = replace(traffic(rate=0.05), output=long)
+    sla = tuple(parse_sla("ttft_p99<=5s"))
+    cold = headroom.headroom_of(fit, SERVER, tr, sla, seed=1, draws=0, replay_s=120.0)
+    assert cold.beyond_top and speeds[0] == 1.0 and speeds[-1] == headroom.MAX_SPEED, speeds
+    speeds.clear()
+    warm = headroom.headroom_of(fit, SERVER, tr, sla, seed=1, draws=0, replay_s=120.0, start=headroom.MAX_SPEED)
+    assert speeds == [headroom.MAX_SPEED] and warm.beyond_top
+    assert warm.line() == cold.line() and warm.estimate == cold.estimate == headroom.MAX_SPEED
+    # a crossing's estimate is not a bound: the next search starts at x1
+    crossing = replace(cold, ci95=(4.0, 6.0), estimate=5.0, beyond_top=False)
+    starts: list[float] = []
+    monkeypatch.setattr(headroom, "headroom_of", lambda *a, **k: starts.append(a[8]) or crossing)
+    state = replace(LearnerState((), (), tr, SERVER, None, True), limits=sla)
+    monkeypatch.setattr(headroom, "fit_of", lambda *a: fit)
+    state.estimate(seed=1, draws=0, last=crossing)
+    state.estimate(seed=1, draws=0, last=cold)
+    state.estimate(seed=1, draws=0)
+    assert starts == [1.0, headroom.MAX_SPEED, 1.0]
+
+
+def test_the_monitors_refresh_hands_each_server_its_last_estimate(monkeypatch):
+    import spoc_tui.twin.live as live
+
+    now = [live.MIN_WINDOWS * live.WINDOW_S]
+    lh = live.LiveHeadroom(parse_sla("ttft_p99<=2s"), clock=lambda: now[0])
+    lh._learners["u"] = HeadroomLearner(lh.limits)
+    seen: list[Headroom | None] = []
+    said = Headroom(10.0, (10.0, None), None, None, True, "beyond", 20, None, beyond_top=True)
+
+    def estimate(self, seed, draws, replay_s, last=None):
+        seen.append(last)
+        return said
+
+    monkeypatch.setattr(LearnerState, "estimate", estimate)
+    lh.refresh()
+    lh.refresh()
+    assert seen == [None, said]
+
+
+def test_the_first_estimate_to_say_a_number_counts_the_learning_before_it_in_its_share(monkeypatch):
+    """The first estimate comes once the fit has its windows (4 minutes, none run before it), so
+    its CPU is spread over that time too (at most ``refresh_s`` of it): the demo's first, 2.5 s,
+    is followed 4 minutes later, not 8, and the share since the start is the same."""
+    import spoc_tui.twin.live as live
+
+    now = [0.0]
+    cpu = [0.0]
+    monkeypatch.setattr(live.time, "thread_time", lambda: cpu[0])
+    lh = live.LiveHeadroom(parse_sla("ttft_p99<=2s"), clock=lambda: now[0])
+    lh._learners["u"] = HeadroomLearner(lh.limits)
+    now[0] = live.MIN_WINDOWS * live.WINDOW_S  # 240 s
+
+    def refresh_taking(seconds: float) -> None:
+        def estimate(*_a: object) -> Headroom:
+            cpu[0] += seconds
+            return Headroom(10.0, (10.0, None), None, None, True, "beyond", 20, None)
+
+        monkeypatch.setattr(LearnerState, "estimate", estimate)
+        lh.refresh()
+
+    refresh_taking(2.5)  # 2.5 / 0.5 % = 500 s, 240 of them before it
+    assert lh.interval_s == 2.5 / live.LIVE_CPU_SHARE - 240.0 == 260.0
+    assert 2.5 / (now[0] + lh.interval_s) <= live.LIVE_CPU_SHARE
+    now[0] += lh.interval_s
+    refresh_taking(2.5)  # the next ones: their own CPU over the time after them
+    assert lh.interval_s == 500.0
+
+
 def test_the_interval_always_holds_its_own_point():
     """The point is the fit's knee, the interval its draws': where they disagree (a term the windows
     barely identify) the interval is widened to hold the point, never printed beside it apart (the
