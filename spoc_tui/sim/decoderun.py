@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
@@ -42,7 +42,7 @@ from spoc_tui.core.hardware.presets import GpuSpec, ModelSpec
 class _Request(Protocol):
     """What a run reads and writes of a request (:class:`~spoc_tui.sim.engine.SimRequest`)."""
 
-    prompt: list[int]
+    prompt: Sequence[int]
     target_tokens: int
     on_token: Callable[[int, float], None] | None
     times: list[float] | None

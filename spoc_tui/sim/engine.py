@@ -20,7 +20,7 @@ import re
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,7 +127,8 @@ class EngineConfig(EngineFlags):
 @dataclass(eq=False)  # a request is itself: list.remove and `in` compare identity, not every field
 class SimRequest:
     rid: str
-    prompt: list[int]
+    prompt: Sequence[int]
+    """Its token ids (a list; a trace replay's, runs of ids: :class:`~spoc_tui.twin.rowprompts.RunPrompt`)."""
     max_tokens: int
     target_tokens: int
     """How many tokens it will generate (max_tokens when ignore_eos, else a sampled length)."""
@@ -156,6 +157,9 @@ class SimRequest:
     """Its place in the batch's order (counted as requests are admitted)."""
     lazy: int = -1
     """The step count it became a lazy decode at (:mod:`spoc_tui.sim.lazy`), -1 when it is not one."""
+    keys: list[BlockHash] | None = None
+    """Its prompt's full blocks' keys (:meth:`PrefixCache.hashes`) where its sender worked them
+    out (a trace replay, for many rows at once); else the engine does at its admission."""
 
     @property
     def total_len(self) -> int:
@@ -271,7 +275,7 @@ class SimEngine:
         if cache_it and self.cfg.enable_prefix_caching:
             bs = self.cfg.block_size
             known = self._hashes.get(req.rid) or []
-            tail = req.prompt[len(known) * bs :] + req.output_ids()
+            tail = [*req.prompt[len(known) * bs :], *req.output_ids()]
             self.cache.insert(PrefixCache.continued(known, tail, bs, req.computed // bs))
         req.blocks = 0
         self.cache.evict_to(self.num_blocks - self.used_blocks)
@@ -403,7 +407,7 @@ class SimEngine:
             if self.cfg.enable_prefix_caching and r.computed == 0:
                 hashes = self._hashes.get(r.rid)
                 if hashes is None:
-                    hashes = self._hashes[r.rid] = PrefixCache.hashes(r.prompt, bs)
+                    hashes = self._hashes[r.rid] = r.keys if r.keys is not None else PrefixCache.hashes(r.prompt, bs)
                 # Never treat the whole prompt as cached: the last token must be computed.
                 usable = hashes[: max(0, (len(r.prompt) - 1) // bs)]
                 hit = self.cache.match(usable, self._live) * bs

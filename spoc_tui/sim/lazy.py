@@ -51,7 +51,7 @@ class Contexts(Collection[int]):
 
 
 class _Request(Protocol):
-    prompt: list[int]
+    prompt: Sequence[int]
     target_tokens: int
     times: list[float] | None
     computed: int

@@ -4,7 +4,7 @@ free blocks, each key naming every token up to its block's end (as vLLM chains i
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class PrefixCache:
         return len(self._lru)
 
     @staticmethod
-    def hashes(tokens: list[int], block_size: int, limit: int | None = None) -> list[BlockHash]:
+    def hashes(tokens: Sequence[int], block_size: int, limit: int | None = None) -> list[BlockHash]:
         """Each full block's key: a hash of every token up to its end, so two prompts share a
         block's key exactly when they share every token up to it (vLLM chains its block hashes so).
         A polynomial over the 64-bit ring, as arrays (a cryptographic chain per block took a third
@@ -49,7 +49,7 @@ class PrefixCache:
         return PrefixCache.continued([], tokens, block_size, n if limit is None else min(n, limit))
 
     @staticmethod
-    def continued(known: list[BlockHash], tail: list[int], block_size: int, limit: int) -> list[BlockHash]:
+    def continued(known: list[BlockHash], tail: Sequence[int], block_size: int, limit: int) -> list[BlockHash]:
         """:meth:`hashes` of tokens whose leading blocks' keys are ``known``, given only the tokens
         after them (``tail``; a finished request's: its prompt's last part and its answer), at most
         ``limit`` keys: the same keys without laying the whole prompt out again."""
@@ -63,6 +63,49 @@ class PrefixCache:
             keys = keys + np.uint64(known[m - 1])
         out: list[BlockHash] = keys.tolist()
         return list(known) + out
+
+    @staticmethod
+    def of_runs(prompts: Sequence[tuple[Sequence[int], Sequence[int]]], block_size: int) -> list[list[BlockHash]]:
+        """:meth:`hashes` of many prompts at once, each given as runs of consecutive token ids
+        (their first ids, their lengths): the same keys, to the bit, without laying any prompt out
+        as a list (a trace replay's prompts are runs: a row's blocks, then ids of its own)."""
+        bs = block_size
+        counts: list[int] = []
+        firsts: list[int] = []
+        lens: list[int] = []
+        for starts, sizes in prompts:  # each prompt's runs up to the end of its last full block
+            n = sum(sizes) // bs
+            counts.append(n)
+            left = n * bs
+            for s, size in zip(starts, sizes, strict=True):
+                if left <= 0:
+                    break
+                take = min(size, left)
+                firsts.append(s)
+                lens.append(take)
+                left -= take
+        blocks = np.asarray(counts, np.int64)
+        total = int(blocks.sum())
+        if not total:
+            return [[] for _ in counts]
+        run = np.asarray(lens, np.int64)
+        offsets = np.asarray(firsts, np.int64) - (np.cumsum(run) - run)
+        ids = (np.repeat(offsets, run) + np.arange(total * bs)).astype(np.uint64).reshape(total, bs)
+        start = np.cumsum(blocks) - blocks  # each prompt's first block among all
+        place = np.arange(total) - np.repeat(start, blocks)
+        # each prompt's running sums: one over all, less the sum before the prompt's first block
+        # (the same sums modulo 2**64)
+        sums = np.cumsum((ids @ _IN_BLOCK[:bs]) * _block_powers(int(blocks.max()))[place], dtype=np.uint64)
+        before = np.zeros(len(counts), np.uint64)
+        inner = (blocks > 0) & (start > 0)
+        before[inner] = sums[start[inner] - 1]
+        keys: list[BlockHash] = (sums - np.repeat(before, blocks)).tolist()
+        out: list[list[BlockHash]] = []
+        at = 0
+        for n in counts:
+            out.append(keys[at : at + n])
+            at += n
+        return out
 
     def match(self, hashes: list[BlockHash], live: Mapping[BlockHash, int] | None = None) -> int:
         """Leading blocks found: resident in free blocks, or (``live``) held by a running request."""

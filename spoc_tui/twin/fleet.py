@@ -24,8 +24,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.ramp.steps import RequestSample, StepSummary, summarize_step
@@ -35,6 +33,7 @@ from spoc_tui.sim.engine import SimRequest
 from spoc_tui.sim.virtual import client_sample
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.model import StepModel, Twin
+from spoc_tui.twin.rowprompts import RowPrompts, RunPrompt
 
 
 class PolicyError(InputError):
@@ -146,44 +145,6 @@ class FleetRun:
         return self.replica_seconds / 3600
 
 
-def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, tuple[tuple[int, ...], int]], int]:
-    """Token ids for every block the rows name by hash id, worked out for all rows at once: per
-    row (by its index) the first id of each of its named blocks (a block is ``block_tokens`` ids
-    in a run; the same ids wherever the same hash id, scope and length recur) and its last named
-    block's length; and the first id no block has. A row names as many of its hash ids as its
-    prompt fills (the last one perhaps in part, which makes it a block of its own)."""
-    per_row: list[tuple[int, int, int, int]] = []  # (row index, blocks named, last one's length, block)
-    hashes: list[tuple[int, ...]] = []
-    scopes: dict[str | None, int] = {}
-    scope_of: list[int] = []
-    for row in rows:
-        bt = row.block_tokens
-        if not row.hash_ids or bt <= 0 or row.input_tokens <= 0:
-            continue
-        m = min(len(row.hash_ids), -(-row.input_tokens // bt))
-        per_row.append((row.index, m, min(bt, row.input_tokens - bt * (m - 1)), bt))
-        hashes.append(row.hash_ids[:m])
-        scope_of.append(scopes.setdefault(row.scope, len(scopes)))
-    if not per_row:
-        return {}, first_id
-    counts = np.fromiter((m for _, m, _, _ in per_row), np.int64, len(per_row))
-    h = np.fromiter((x for hs in hashes for x in hs), np.int64, int(counts.sum()))
-    ends = np.cumsum(counts) - 1
-    size = np.repeat(np.fromiter((bt for _, _, _, bt in per_row), np.int64, len(per_row)), counts)
-    size[ends] = [last for _, _, last, _ in per_row]
-    width = max(max(r.block_tokens for r in rows), 1)
-    _, code = np.unique(h, return_inverse=True)
-    key = (np.repeat(np.asarray(scope_of, np.int64), counts) * (int(code.max()) + 1) + code) * (width + 1) + size
-    _, block = np.unique(key, return_inverse=True)
-    firsts = (first_id + block * width).tolist()
-    out: dict[int, tuple[tuple[int, ...], int]] = {}
-    at = 0
-    for index, m, last, _ in per_row:
-        out[index] = (tuple(firsts[at : at + m]), last)
-        at += m
-    return out, first_id + (int(block.max()) + 1) * width
-
-
 TIMERS = ("poll", "tick")
 """Events that only look at a replay (its polls, the autoscaler's ticks): none moves it on."""
 
@@ -235,9 +196,7 @@ class FleetSim:
         self._seq = 0
         self._ends: dict[str, float] = {}
         self._children: dict[str, list[TraceRow]] = {}
-        self._layout: dict[int, tuple[tuple[int, ...], int]] | None = None
-        """Per row: its named blocks' first token ids, and its last named block's length."""
-        self._next_id = 1 << 24  # above the filler words' ids
+        self._prompts = RowPrompts(rows, 1 << 24, twin.server.block_size)  # ids above the filler words'
         self.timeline: list[tuple[float, int]] = []
         self._last_change = -math.inf
         self._quiet_since: float | None = None
@@ -264,31 +223,9 @@ class FleetSim:
         if not self.timeline or self.timeline[-1][1] != n:
             self.timeline.append((self.now, n))
 
-    def _prompt(self, row: TraceRow) -> list[int]:
-        """The row's prompt: its hash ids' blocks (the same ids wherever the same block is named,
-        :func:`block_layout`), then ids no other prompt of the run has. The prefix cache only
-        compares ids, so a block is a run of consecutive ids, and the prompt one array."""
-        if self._layout is None:
-            self._layout, self._next_id = block_layout(self.rows, self._next_id)
-        firsts, last = self._layout.get(row.index, ((), 0))
-        bt = row.block_tokens
-        fresh = row.input_tokens - bt * len(firsts) + (bt - last if firsts else 0)
-        starts = list(firsts)
-        lens = [bt] * len(firsts)
-        if firsts:
-            lens[-1] = last
-        if fresh > 0:
-            starts.append(self._next_id)
-            lens.append(fresh)
-            self._next_id += fresh
-        if not starts:
-            return []
-        if len(starts) == 1:
-            return list(range(starts[0], starts[0] + lens[0]))
-        n_of = np.asarray(lens)
-        offsets = np.asarray(starts) - (np.cumsum(n_of) - n_of)
-        ids: list[int] = (np.repeat(offsets, n_of) + np.arange(int(n_of.sum()))).tolist()
-        return ids
+    def _prompt(self, row: TraceRow) -> RunPrompt:
+        """The row's prompt (:class:`~spoc_tui.twin.rowprompts.RowPrompts`)."""
+        return self._prompts.prompt(row)
 
     def _send(self, row: TraceRow, held: float) -> None:
         """Send ``row`` now (its :func:`release`): recorded as the live replay records it,
@@ -299,7 +236,7 @@ class FleetSim:
             ready = [min((r for r in self.replicas if r.stopped is None), key=lambda r: r.ready_at)]
         rep = min(ready, key=lambda r: (r.in_flight, r.idx))
         eng = rep.engine
-        prompt = self._prompt(row)
+        prompt, keys = self._prompts.take(row)
         if len(prompt) + row.output_tokens > eng.max_len:
             self.skipped += 1
             self._finish_row(row)
@@ -324,6 +261,7 @@ class FleetSim:
         req = SimRequest(
             rid=f"r{row.index}",
             prompt=prompt,
+            keys=keys,
             max_tokens=max(1, row.output_tokens),
             target_tokens=max(1, row.output_tokens),
             arrival=self.now,

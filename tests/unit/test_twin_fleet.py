@@ -301,3 +301,32 @@ def test_a_replay_that_can_no_longer_move_ends_and_counts_what_it_left(monkeypat
     monkeypatch.setattr(sim, "_push", bounded)
     run = sim.run()
     assert sim.stalled == sim.skipped == 6 and run.samples == [] and len(sim.polls) <= 5
+
+
+def test_prompts_given_as_runs_hash_to_the_keys_of_their_ids_laid_out():
+    """A trace replay's prompts are runs of consecutive token ids, never laid out as lists (issue
+    73): their blocks' keys, worked out for many prompts at once, are those of the ids laid out to
+    the bit, and a prompt reads as the list it stands for (its length, an id, any slice)."""
+    import random
+
+    from spoc_tui.sim.prefix import PrefixCache
+    from spoc_tui.twin.rowprompts import RunPrompt
+
+    rng = random.Random(1)
+    for bs in (16, 32):
+        prompts = []
+        for _ in range(200):
+            k = rng.randrange(0, 6)
+            starts = [rng.randrange(0, 1 << 30) for _ in range(k)]
+            lens = [rng.choice((0, 1, 5, bs - 1, bs, 3 * bs + 2, 700)) for _ in range(k)]
+            prompts.append((starts, lens))
+        for (starts, lens), keys in zip(prompts, PrefixCache.of_runs(prompts, bs), strict=True):
+            ids = [i for s, n in zip(starts, lens, strict=True) for i in range(s, s + n)]
+            assert keys == PrefixCache.hashes(ids, bs), (starts, lens)
+            p = RunPrompt(starts, lens)
+            assert len(p) == len(ids) and list(p) == ids
+            for a, b in ((0, None), (bs, None), (len(ids) // 2, len(ids) - 1), (-3, None), (5, 2)):
+                assert p[a:b] == ids[a:b]
+            if ids:
+                assert p[0] == ids[0] and p[-1] == ids[-1] and p[len(ids) // 3] == ids[len(ids) // 3]
+    assert PrefixCache.of_runs([], 16) == [] and PrefixCache.of_runs([((), ())], 16) == [[]]

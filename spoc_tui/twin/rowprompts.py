@@ -1,0 +1,150 @@
+"""A trace replay's prompts (:class:`~spoc_tui.twin.fleet.FleetSim`): each row's token ids, its
+named blocks' the same wherever its hash ids recur (:func:`block_layout`), then ids no other
+prompt of the replay has. The prefix cache only compares ids, so a prompt is a few runs of
+consecutive ids (:class:`RunPrompt`), never laid out as a list, and its blocks' keys are worked
+out for many rows at once (:meth:`~spoc_tui.sim.prefix.PrefixCache.of_runs`): issue 73, where
+laying each prompt out and hashing it took a sixth of a headroom's estimate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+import numpy as np
+
+from spoc_tui.core.traces.read import TraceRow
+from spoc_tui.sim.prefix import BlockHash, PrefixCache
+
+CHUNK = 256
+"""Rows whose prompts and keys are worked out together, as the replay first needs one of them."""
+
+
+def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, tuple[tuple[int, ...], int]], int]:
+    """Token ids for every block the rows name by hash id, worked out for all rows at once: per
+    row (by its index) the first id of each of its named blocks (a block is ``block_tokens`` ids
+    in a run; the same ids wherever the same hash id, scope and length recur) and its last named
+    block's length; and the first id no block has. A row names as many of its hash ids as its
+    prompt fills (the last one perhaps in part, which makes it a block of its own)."""
+    per_row: list[tuple[int, int, int, int]] = []  # (row index, blocks named, last one's length, block)
+    hashes: list[tuple[int, ...]] = []
+    scopes: dict[str | None, int] = {}
+    scope_of: list[int] = []
+    for row in rows:
+        bt = row.block_tokens
+        if not row.hash_ids or bt <= 0 or row.input_tokens <= 0:
+            continue
+        m = min(len(row.hash_ids), -(-row.input_tokens // bt))
+        per_row.append((row.index, m, min(bt, row.input_tokens - bt * (m - 1)), bt))
+        hashes.append(row.hash_ids[:m])
+        scope_of.append(scopes.setdefault(row.scope, len(scopes)))
+    if not per_row:
+        return {}, first_id
+    counts = np.fromiter((m for _, m, _, _ in per_row), np.int64, len(per_row))
+    h = np.fromiter((x for hs in hashes for x in hs), np.int64, int(counts.sum()))
+    ends = np.cumsum(counts) - 1
+    size = np.repeat(np.fromiter((bt for _, _, _, bt in per_row), np.int64, len(per_row)), counts)
+    size[ends] = [last for _, _, last, _ in per_row]
+    width = max(max(r.block_tokens for r in rows), 1)
+    _, code = np.unique(h, return_inverse=True)
+    key = (np.repeat(np.asarray(scope_of, np.int64), counts) * (int(code.max()) + 1) + code) * (width + 1) + size
+    _, block = np.unique(key, return_inverse=True)
+    firsts = (first_id + block * width).tolist()
+    out: dict[int, tuple[tuple[int, ...], int]] = {}
+    at = 0
+    for index, m, last, _ in per_row:
+        out[index] = (tuple(firsts[at : at + m]), last)
+        at += m
+    return out, first_id + (int(block.max()) + 1) * width
+
+
+class RunPrompt(Sequence[int]):
+    """A prompt of runs of consecutive token ids: its length, and any part of it as a list (the
+    engine reads its length, and at its end the ids after its last full block)."""
+
+    __slots__ = ("lens", "n", "starts")
+
+    def __init__(self, starts: Sequence[int], lens: Sequence[int]) -> None:
+        self.starts, self.lens = tuple(starts), tuple(lens)
+        self.n = sum(self.lens)
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        if isinstance(i, slice):
+            a, b, step = i.indices(self.n)
+            if step != 1:
+                return list(self)[i]
+            out: list[int] = []
+            at = 0
+            for s, size in zip(self.starts, self.lens, strict=True):
+                lo, hi = max(a, at), min(b, at + size)
+                if lo < hi:
+                    out.extend(range(s + lo - at, s + hi - at))
+                at += size
+            return out
+        k = i + self.n if i < 0 else i
+        if not 0 <= k < self.n:
+            raise IndexError(i)
+        at = 0
+        for s, size in zip(self.starts, self.lens, strict=True):
+            if k < at + size:
+                return s + k - at
+            at += size
+        raise IndexError(i)  # pragma: no cover (the length bounds it)
+
+    def __iter__(self) -> Iterator[int]:
+        for s, size in zip(self.starts, self.lens, strict=True):
+            yield from range(s, s + size)
+
+
+class RowPrompts:
+    """Each row's prompt and its full blocks' keys, worked out :data:`CHUNK` rows at a time as
+    the replay first sends one of them (a row is sent once; its prompt is then let go)."""
+
+    def __init__(self, rows: Sequence[TraceRow], first_id: int, block_size: int) -> None:
+        self.rows, self.block_size = rows, block_size
+        self._next = first_id
+        self._layout: dict[int, tuple[tuple[int, ...], int]] | None = None
+        self._place: dict[int, int] = {}
+        self._ready: dict[int, tuple[RunPrompt, list[BlockHash]]] = {}
+        self._taken: set[int] = set()
+
+    def _laid_out(self) -> dict[int, tuple[tuple[int, ...], int]]:
+        if self._layout is None:
+            self._layout, self._next = block_layout(self.rows, self._next)
+            self._place = {r.index: i for i, r in enumerate(self.rows)}
+        return self._layout
+
+    def prompt(self, row: TraceRow) -> RunPrompt:
+        """The row's prompt: its hash ids' blocks, then ids no other prompt of the replay has."""
+        firsts, last = self._laid_out().get(row.index, ((), 0))
+        bt = row.block_tokens
+        fresh = row.input_tokens - bt * len(firsts) + (bt - last if firsts else 0)
+        starts, lens = list(firsts), [bt] * len(firsts)
+        if firsts:
+            lens[-1] = last
+        if fresh > 0:
+            starts.append(self._next)
+            lens.append(fresh)
+            self._next += fresh
+        return RunPrompt(starts, lens)
+
+    def take(self, row: TraceRow) -> tuple[RunPrompt, list[BlockHash]]:
+        """The row's prompt and its keys (:meth:`PrefixCache.hashes` of it), once."""
+        got = self._ready.pop(row.index, None)
+        if got is None:
+            self._laid_out()
+            at = self._place.get(row.index)
+            ahead = [row] if at is None else self.rows[at : at + CHUNK]
+            todo = [r for r in ahead if r.index not in self._taken and r.index not in self._ready]
+            prompts = [self.prompt(r) for r in todo]
+            keys = PrefixCache.of_runs([(p.starts, p.lens) for p in prompts], self.block_size)
+            self._ready.update({r.index: (p, k) for r, p, k in zip(todo, prompts, keys, strict=True)})
+            got = self._ready.pop(row.index)
+        self._taken.add(row.index)
+        return got
