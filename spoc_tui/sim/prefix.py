@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -70,35 +71,29 @@ class PrefixCache:
         (their first ids, their lengths): the same keys, to the bit, without laying any prompt out
         as a list (a trace replay's prompts are runs: a row's blocks, then ids of its own)."""
         bs = block_size
-        counts: list[int] = []
-        firsts: list[int] = []
-        lens: list[int] = []
-        for starts, sizes in prompts:  # each prompt's runs up to the end of its last full block
-            n = sum(sizes) // bs
-            counts.append(n)
-            left = n * bs
-            for s, size in zip(starts, sizes, strict=True):
-                if left <= 0:
-                    break
-                take = min(size, left)
-                firsts.append(s)
-                lens.append(take)
-                left -= take
-        blocks = np.asarray(counts, np.int64)
+        runs = np.fromiter((len(sizes) for _, sizes in prompts), np.int64, len(prompts))
+        first = np.fromiter(chain.from_iterable(starts for starts, _ in prompts), np.int64, int(runs.sum()))
+        size = np.fromiter(chain.from_iterable(sizes for _, sizes in prompts), np.int64, len(first))
+        owner = np.repeat(np.arange(len(prompts)), runs)
+        length = np.bincount(owner, size, len(prompts)).astype(np.int64)
+        blocks = length // bs
         total = int(blocks.sum())
         if not total:
-            return [[] for _ in counts]
-        run = np.asarray(lens, np.int64)
-        offsets = np.asarray(firsts, np.int64) - (np.cumsum(run) - run)
+            return [[] for _ in prompts]
+        # each run's place in its prompt, and what of it lies in the prompt's full blocks
+        place = np.cumsum(size) - size - np.repeat(np.cumsum(length) - length, runs)
+        run = np.clip((blocks * bs)[owner] - place, 0, size)
+        offsets = first - (np.cumsum(run) - run)
         ids = (np.repeat(offsets, run) + np.arange(total * bs)).astype(np.uint64).reshape(total, bs)
         start = np.cumsum(blocks) - blocks  # each prompt's first block among all
-        place = np.arange(total) - np.repeat(start, blocks)
+        at_block = np.arange(total) - np.repeat(start, blocks)
         # each prompt's running sums: one over all, less the sum before the prompt's first block
         # (the same sums modulo 2**64)
-        sums = np.cumsum((ids @ _IN_BLOCK[:bs]) * _block_powers(int(blocks.max()))[place], dtype=np.uint64)
-        before = np.zeros(len(counts), np.uint64)
+        sums = np.cumsum((ids @ _IN_BLOCK[:bs]) * _block_powers(int(blocks.max()))[at_block], dtype=np.uint64)
+        before = np.zeros(len(prompts), np.uint64)
         inner = (blocks > 0) & (start > 0)
         before[inner] = sums[start[inner] - 1]
+        counts: list[int] = blocks.tolist()
         keys: list[BlockHash] = (sums - np.repeat(before, blocks)).tolist()
         out: list[list[BlockHash]] = []
         at = 0

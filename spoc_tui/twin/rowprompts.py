@@ -79,14 +79,17 @@ class RunPrompt(Sequence[int]):
             a, b, step = i.indices(self.n)
             if step != 1:
                 return list(self)[i]
-            out: list[int] = []
-            at = 0
-            for s, size in zip(self.starts, self.lens, strict=True):
-                lo, hi = max(a, at), min(b, at + size)
+            parts: list[range] = []
+            end = self.n  # from the last run back (the engine reads the ids after its last full block)
+            for s, size in zip(reversed(self.starts), reversed(self.lens), strict=True):
+                at = end - size
+                lo, hi = max(a, at), min(b, end)
                 if lo < hi:
-                    out.extend(range(s + lo - at, s + hi - at))
-                at += size
-            return out
+                    parts.append(range(s + lo - at, s + hi - at))
+                if at <= a:
+                    break
+                end = at
+            return [x for r in reversed(parts) for x in r]
         k = i + self.n if i < 0 else i
         if not 0 <= k < self.n:
             raise IndexError(i)
