@@ -528,6 +528,10 @@ class SimEngine:
     def cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> float:
         return self._cost(decodes, prefills).seconds
 
+    def _lazy_cost(self) -> IterationCost:
+        """:meth:`_cost` of a step of the lazy decodes alone (:attr:`_step_lazy` of them)."""
+        return self._cost([], [])
+
     def _cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> IterationCost:
         ratio = min(g.clock_ratio for g in self.gpus) if self.gpus else 1.0
         c = iteration_time(

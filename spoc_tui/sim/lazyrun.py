@@ -34,6 +34,8 @@ class _Engine(decoderun._Engine[R], Protocol[R]):
 
     def _cost(self, decodes: list[R], prefills: list[tuple[R, int]]) -> IterationCost: ...
 
+    def _lazy_cost(self) -> IterationCost: ...
+
 
 STRETCH = 16
 """Steps a stretch must reach before its costs are worked out as arrays (a few dozen NumPy calls:
@@ -88,7 +90,7 @@ def _step(eng: _Engine[R], t: float, stop_at: float, strict: bool) -> tuple[int,
     if eng.used_blocks + need > eng.num_blocks:
         return 0, None, t
     eng._step_lazy = lazy.n
-    c = eng._cost([], [])
+    c = eng._lazy_cost()
     d = c.seconds
     ends, pending = _walk([d], t, stop_at, strict)
     return _account(eng, t, [d], [c.flops], [c.bytes_read], [need], ends, pending)

@@ -137,6 +137,12 @@ class TwinEngine(SimEngine):
         # mean-preserving lognormal jitter: the steps' spread as the probes measured it
         return IterationCost(self._jittered(secs), 0.0, 0.0, 0.0, 0.0, 0.0)
 
+    def _lazy_cost(self) -> IterationCost:
+        """:meth:`_cost` of a step of the lazy decodes alone (none shares: a lazy run's engine does
+        not time its shared context), without laying out its contexts."""
+        secs = self.model.decode_step_s(self._step_lazy, self._lazy.context())
+        return IterationCost(self._jittered(secs), 0.0, 0.0, 0.0, 0.0, 0.0)
+
     def _jittered(self, secs: float) -> float:
         if secs > 0 and self._sigma > 0:
             return secs * math.exp(self._jitter_rng.gauss(-(self._sigma**2) / 2, self._sigma))

@@ -222,23 +222,27 @@ class StepModel:
         if not decodes and not prefills:
             return 0.0
         if not prefills:
-            # decodes alone (a lazy run's every step): the row of step_features is (1, 0, 0, n,
-            # context k-tok, 0), summed term by term in the order sum() adds it (the same float)
-            secs = (
-                0.0
-                + self.b0 * 1.0
-                + self.b_prefill * 0.0
-                + self.b_attn * 0.0
-                + self.b_decode * float(len(decodes))
-                + self.b_context * (sum(decodes) / 1e3)
-                + self.b_mixed * 0.0
-            )
+            secs = self.decode_step_s(len(decodes), sum(decodes))
         else:
             f = step_features(decodes, prefills, self.moved_ridge(sum(decodes) / 1e3))
             secs = sum(c * x for c, x in zip(self.vector()[:6], f, strict=True))
         if shared > 0:
             secs -= min(self.b_shared, self.b_context) * min(shared, sum(decodes)) / 1e3
         return secs
+
+    def decode_step_s(self, decodes: int, context: int) -> float:
+        """:meth:`step_s` of ``decodes`` decodes alone holding ``context`` tokens, sharing none (a
+        lazy run's every step): the row of step_features is (1, 0, 0, n, context k-tok, 0), summed
+        term by term in the order sum() adds it (the same float)."""
+        return (
+            0.0
+            + self.b0 * 1.0
+            + self.b_prefill * 0.0
+            + self.b_attn * 0.0
+            + self.b_decode * float(decodes)
+            + self.b_context * (context / 1e3)
+            + self.b_mixed * 0.0
+        )
 
     def decode_steps_s(self, decodes: np.ndarray, contexts: np.ndarray, shared: np.ndarray | None) -> np.ndarray:
         """:meth:`step_s` of many steps of decodes alone (``decodes[j]`` of them holding

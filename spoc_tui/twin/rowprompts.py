@@ -128,9 +128,15 @@ class RowPrompts:
         firsts, last = self._laid_out().get(row.index, ((), 0))
         bt = row.block_tokens
         fresh = row.input_tokens - bt * len(firsts) + (bt - last if firsts else 0)
-        starts, lens = list(firsts), [bt] * len(firsts)
-        if firsts:
-            lens[-1] = last
+        starts: list[int] = []
+        lens: list[int] = []
+        for k, first in enumerate(firsts):
+            size = last if k == len(firsts) - 1 else bt
+            if starts and starts[-1] + lens[-1] == first:
+                lens[-1] += size  # blocks named together lie in one run of ids
+            else:
+                starts.append(first)
+                lens.append(size)
         if fresh > 0:
             starts.append(self._next)
             lens.append(fresh)
