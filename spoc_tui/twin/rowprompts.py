@@ -8,6 +8,7 @@ laying each prompt out and hashing it took a sixth of a headroom's estimate."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import overload
 
 import numpy as np
@@ -19,12 +20,16 @@ CHUNK = 256
 """Rows whose prompts and keys are worked out together, as the replay first needs one of them."""
 
 
-def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, tuple[tuple[int, ...], int]], int]:
+Runs = tuple[list[int], list[int]]
+"""Runs of consecutive token ids: their first ids, their lengths."""
+
+
+def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, Runs], int]:
     """Token ids for every block the rows name by hash id, worked out for all rows at once: per
-    row (by its index) the first id of each of its named blocks (a block is ``block_tokens`` ids
-    in a run; the same ids wherever the same hash id, scope and length recur) and its last named
-    block's length; and the first id no block has. A row names as many of its hash ids as its
-    prompt fills (the last one perhaps in part, which makes it a block of its own)."""
+    row (by its index) its named blocks as runs of ids (a block is ``block_tokens`` ids in a run;
+    the same ids wherever the same hash id, scope and length recur; blocks named together lie in
+    one run), and the first id no block has. A row names as many of its hash ids as its prompt
+    fills (the last one perhaps in part, which makes it a block of its own)."""
     per_row: list[tuple[int, int, int, int]] = []  # (row index, blocks named, last one's length, block)
     hashes: list[tuple[int, ...]] = []
     scopes: dict[str | None, int] = {}
@@ -40,7 +45,7 @@ def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, tup
     if not per_row:
         return {}, first_id
     counts = np.fromiter((m for _, m, _, _ in per_row), np.int64, len(per_row))
-    h = np.fromiter((x for hs in hashes for x in hs), np.int64, int(counts.sum()))
+    h = np.fromiter(chain.from_iterable(hashes), np.int64, int(counts.sum()))
     ends = np.cumsum(counts) - 1
     size = np.repeat(np.fromiter((bt for _, _, _, bt in per_row), np.int64, len(per_row)), counts)
     size[ends] = [last for _, _, last, _ in per_row]
@@ -48,12 +53,20 @@ def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, tup
     _, code = np.unique(h, return_inverse=True)
     key = (np.repeat(np.asarray(scope_of, np.int64), counts) * (int(code.max()) + 1) + code) * (width + 1) + size
     _, block = np.unique(key, return_inverse=True)
-    firsts = (first_id + block * width).tolist()
-    out: dict[int, tuple[tuple[int, ...], int]] = {}
+    firsts = first_id + block * width
+    # a run breaks at each row's first block and where a block's ids do not follow the one before
+    breaks = np.ones(len(firsts), bool)
+    breaks[1:] = firsts[1:] != firsts[:-1] + size[:-1]
+    breaks[ends[:-1] + 1] = True
+    run_of = np.cumsum(breaks) - 1
+    run_first: list[int] = firsts[breaks].tolist()
+    run_len: list[int] = np.bincount(run_of, size).astype(np.int64).tolist()
+    upto: list[int] = (run_of[ends] + 1).tolist()  # each row's runs end before this one
+    out: dict[int, Runs] = {}
     at = 0
-    for index, m, last, _ in per_row:
-        out[index] = (tuple(firsts[at : at + m]), last)
-        at += m
+    for (index, _, _, _), end in zip(per_row, upto, strict=True):
+        out[index] = (run_first[at:end], run_len[at:end])
+        at = end
     return out, first_id + (int(block.max()) + 1) * width
 
 
@@ -112,12 +125,12 @@ class RowPrompts:
     def __init__(self, rows: Sequence[TraceRow], first_id: int, block_size: int) -> None:
         self.rows, self.block_size = rows, block_size
         self._next = first_id
-        self._layout: dict[int, tuple[tuple[int, ...], int]] | None = None
+        self._layout: dict[int, Runs] | None = None
         self._place: dict[int, int] = {}
         self._ready: dict[int, tuple[RunPrompt, list[BlockHash]]] = {}
         self._taken: set[int] = set()
 
-    def _laid_out(self) -> dict[int, tuple[tuple[int, ...], int]]:
+    def _laid_out(self) -> dict[int, Runs]:
         if self._layout is None:
             self._layout, self._next = block_layout(self.rows, self._next)
             self._place = {r.index: i for i, r in enumerate(self.rows)}
@@ -125,18 +138,9 @@ class RowPrompts:
 
     def prompt(self, row: TraceRow) -> RunPrompt:
         """The row's prompt: its hash ids' blocks, then ids no other prompt of the replay has."""
-        firsts, last = self._laid_out().get(row.index, ((), 0))
-        bt = row.block_tokens
-        fresh = row.input_tokens - bt * len(firsts) + (bt - last if firsts else 0)
-        starts: list[int] = []
-        lens: list[int] = []
-        for k, first in enumerate(firsts):
-            size = last if k == len(firsts) - 1 else bt
-            if starts and starts[-1] + lens[-1] == first:
-                lens[-1] += size  # blocks named together lie in one run of ids
-            else:
-                starts.append(first)
-                lens.append(size)
+        named = self._laid_out().get(row.index)
+        starts, lens = (list(named[0]), list(named[1])) if named is not None else ([], [])
+        fresh = row.input_tokens - sum(lens)
         if fresh > 0:
             starts.append(self._next)
             lens.append(fresh)
