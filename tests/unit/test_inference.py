@@ -193,3 +193,39 @@ def test_windows_of_one_level_that_disagree_widen_the_interval():
     assert width(two) > 2 * width(one)
     same_one, same_two = (infer_knee(levels(split, 1.0), lims, "req/s") for split in (False, True))
     assert width(same_two) < 1.3 * width(same_one)
+
+
+def test_a_runs_levels_laid_out_once_give_every_inference_the_same_knee():
+    """The driver infers after each step over every step so far; its levels are laid out once
+    (a Columns cache kept by the windows it pools) and each inference's knee is the one worked
+    out from scratch, to the last bit, a level measured twice included."""
+    from spoc_tui.core.ramp.inference import Columns
+
+    lims = parse_sla("ttft_p99<=200ms,itl_p90<=12ms,e2e_p50<=2s,error_rate<=5%")
+    windows = [(x, _step(x, 150, _median_at(x), seed=x, itl=0.001 * x, fail=0.02)) for x in (4, 8, 16, 24, 32)]
+    windows.insert(3, (16, _step(16, 90, _median_at(16), seed=99, itl=0.016)))  # 16 measured twice
+    kept = Columns()
+    for n in range(1, len(windows) + 1):
+        levels = windows[:n]
+        fresh, cached = infer_knee(levels, lims, seed=3), infer_knee(levels, lims, seed=3, columns=kept)
+        assert fresh == cached and (fresh is None or fresh.curves == cached.curves)
+
+
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.99])
+def test_a_resampled_percentile_is_numpys_of_the_picked_requests_to_the_last_bit(q):
+    """A scalar figure's percentile (TTFT, E2E) over a resample is read from its requests' values
+    sorted once: the same float as gathering the picked requests' values (the failed ones left
+    out) and calling np.percentile on them."""
+    from spoc_tui.core.ramp.inference import _Column
+    from spoc_tui.core.ramp.sla import Limit
+
+    samples = _step(8, 400, 0.05, seed=4, fail=0.1)
+    col = _Column(samples, Limit("ttft", {0.5: "p50", 0.9: "p90", 0.99: "p99"}[q], 1.0))
+    values = np.array([np.nan if s.ttft is None else s.ttft for s in samples])
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        idx = rng.integers(0, len(samples), rng.integers(1, 2 * len(samples)))
+        picked = values[idx]
+        picked = picked[~np.isnan(picked)]
+        want = float(np.percentile(picked, q * 100)) if len(picked) else None
+        assert col.figure(idx) == want

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, TypeVar
 
 from spoc_tui.core.errors import EXIT_USAGE, SpocError
-from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
+from spoc_tui.core.ramp.inference import Columns, KneeEstimate, infer_knee
 from spoc_tui.core.ramp.knee import (
     Knee,
     KneeSearch,
@@ -398,6 +398,8 @@ class Driver:
         self.status: RampEnd = "interrupted"
         self.stop_reason = ""
         self._knees: dict[int, Knee] = {}
+        self._columns = Columns()
+        """The steps' requests as the inference lays them out, once each (:meth:`_inferred`)."""
         self._t0 = backend.now() if t0 is None else t0
         self._load_started: float | None = None
 
@@ -411,7 +413,7 @@ class Driver:
         return [(r.step.level, r.window) for r in runs]
 
     def _inferred(self, runs: Sequence[Measured]) -> KneeEstimate | None:
-        return infer_knee(self._levels(runs), self.exp.limits, self.exp.unit, seed=self.exp.seed)
+        return infer_knee(self._levels(runs), self.exp.limits, self.exp.unit, seed=self.exp.seed, columns=self._columns)
 
     def knee(self) -> Knee:
         """The knee from the steps' decisions, inferred across every step's requests so far."""

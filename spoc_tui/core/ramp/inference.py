@@ -155,7 +155,7 @@ class _Column:
     """One limit's values over one level's requests, laid out once so that each bootstrap
     replicate only gathers (the replicates were 2/3 of a predicted ramp's time)."""
 
-    __slots__ = ("kind", "lengths", "ranked", "starts", "stat", "values")
+    __slots__ = ("kind", "lengths", "ranked", "starts", "stat", "valid", "values")
 
     def __init__(self, samples: Sequence[RequestSample], lim: Limit) -> None:
         self.stat = lim.stat
@@ -174,6 +174,10 @@ class _Column:
             self.kind = "scalar"
             vals = [getattr(s, lim.metric) if s.ok else None for s in samples]
             self.values = np.array([np.nan if v is None else float(v) for v in vals], dtype=float)
+            self.valid = ~np.isnan(self.values)
+            # a percentile of the picked requests' values read from them sorted once (each a run of one)
+            ranked = self.stat != "mean" and bool(self.valid.any())
+            self.ranked = PooledPercentile(self.values[self.valid], np.flatnonzero(self.valid)) if ranked else None
 
     def figure(self, idx: np.ndarray) -> float | None:
         """The figure over the requests ``idx`` (a request picked twice counts twice)."""
@@ -191,6 +195,12 @@ class _Column:
             offs = np.repeat(self.starts[idx] - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
             values = self.values[np.arange(total) + offs]
         else:
+            if self.ranked is not None:
+                total = int(self.valid[idx].sum())
+                if not total:
+                    return None
+                counts = np.bincount(idx, minlength=len(self.values))
+                return self.ranked.percentile(counts, total, PERCENTILE_Q[self.stat] * 100)
             values = self.values[idx]
             values = values[~np.isnan(values)]
             if not len(values):
@@ -269,17 +279,45 @@ def _knee_of(fits: Fits) -> tuple[float, str | None]:
 
 def _pool(
     levels: Sequence[tuple[float, Sequence[RequestSample]]],
-) -> tuple[dict[float, list[RequestSample]], dict[float, list[tuple[int, int]]]]:
-    """Each level's requests pooled over the steps that measured it, and its windows: (offset
-    into its pooled requests, count) per step."""
+) -> tuple[
+    dict[float, list[RequestSample]], dict[float, list[tuple[int, int]]], dict[float, list[Sequence[RequestSample]]]
+]:
+    """Each level's requests pooled over the steps that measured it, its windows' spans (offset
+    into its pooled requests, count) per step, and the windows themselves."""
     pooled: dict[float, list[RequestSample]] = {}
     spans: dict[float, list[tuple[int, int]]] = {}
+    windows: dict[float, list[Sequence[RequestSample]]] = {}
     for level, samples in levels:
         if samples:
             x = float(level)
             spans.setdefault(x, []).append((len(pooled.get(x, ())), len(samples)))
             pooled.setdefault(x, []).extend(samples)
-    return pooled, spans
+            windows.setdefault(x, []).append(samples)
+    return pooled, spans, windows
+
+
+class Columns:
+    """A run's levels laid out once across its inferences (the driver infers the knee after each
+    step, over every step so far: each inference laid every level out again, an ITL column's sort
+    the most of it). Kept by the windows a level pools, which it holds, so that a key names those
+    very lists; a window is a step's requests, never changed once measured."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, ...], tuple[tuple[Sequence[RequestSample], ...], dict[str, tuple[_Column, float]]]]
+        self._kept = {}
+
+    def of(
+        self, windows: Sequence[Sequence[RequestSample]], pooled: list[RequestSample], lim: Limit
+    ) -> tuple[_Column, float]:
+        """The column of ``lim`` over ``pooled`` (the requests of ``windows``), and its weight."""
+        key = tuple(map(id, windows))
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = self._kept[key] = (tuple(windows), {})
+        got = kept[1].get(lim.key)
+        if got is None:
+            got = kept[1][lim.key] = (_Column(pooled, lim), float(_weight(pooled, lim)))
+        return got
 
 
 def infer_knee(
@@ -288,9 +326,11 @@ def infer_knee(
     unit: LevelUnit = "users",
     replicates: int = REPLICATES,
     seed: int = 0,
+    columns: Columns | None = None,
 ) -> KneeEstimate | None:
     """The knee across ``levels`` (each level and the requests its step measured), or None
-    before any level has a figure.
+    before any level has a figure; ``columns``: the levels laid out by an inference before (the
+    same figures, once each).
 
     A level measured more than once is pooled for its figure, and resampled in two stages: each
     replicate draws that level's windows with replacement, then requests within each drawn
@@ -298,20 +338,22 @@ def infer_knee(
     windows of one level disagree (the server sped up or slowed down between them, or a queue
     that built in one was gone in the other), that disagreement carries into the interval instead
     of being averaged away as if every request were independent."""
-    pooled, spans = _pool(levels)
+    pooled, spans, windows = _pool(levels)
     xs_all = sorted(x for x, s in pooled.items() if s)
     if not xs_all or not limits:
         return None
 
-    columns = {(x, lim.key): _Column(pooled[x], lim) for x in xs_all for lim in limits}
-    weights = {(x, lim.key): float(_weight(pooled[x], lim)) for x in xs_all for lim in limits}
+    kept = columns if columns is not None else Columns()
+    laid = {(x, lim.key): kept.of(windows[x], pooled[x], lim) for x in xs_all for lim in limits}
+    columns_of = {k: c for k, (c, _) in laid.items()}
+    weights = {k: w for k, (_, w) in laid.items()}
 
     def points(pick: dict[float, np.ndarray]) -> dict[str, tuple[list[float], list[float], list[float]]]:
         out: dict[str, tuple[list[float], list[float], list[float]]] = {}
         for lim in limits:
             xs, ms, ws = [], [], []
             for x in xs_all:
-                v = columns[x, lim.key].figure(pick[x])
+                v = columns_of[x, lim.key].figure(pick[x])
                 if v is not None:
                     xs.append(x)
                     ms.append(_margin(v, lim))
