@@ -158,8 +158,11 @@ class SimRequest:
     lazy: int = -1
     """The step count it became a lazy decode at (:mod:`spoc_tui.sim.lazy`), -1 when it is not one."""
     keys: list[BlockHash] | None = None
-    """Its prompt's full blocks' keys (:meth:`PrefixCache.hashes`) where its sender worked them
-    out (a trace replay, for many rows at once); else the engine does at its admission."""
+    """The keys (:meth:`PrefixCache.hashes`) of its prompt's leading full blocks as far as its
+    sender knows them: a trace replay's, all (worked out for many rows at once); a user's next
+    turn, its conversation's so far (its last turn's, whose prompt and answer it begins with). The
+    engine works out the rest at its admission. Once it ends, the keys of the blocks it left in the
+    prefix cache (its prompt's and its answer's), which a next turn hands on."""
 
     @property
     def total_len(self) -> int:
@@ -276,7 +279,8 @@ class SimEngine:
             bs = self.cfg.block_size
             known = self._hashes.get(req.rid) or []
             tail = [*req.prompt[len(known) * bs :], *req.output_ids()]
-            self.cache.insert(PrefixCache.continued(known, tail, bs, req.computed // bs))
+            req.keys = PrefixCache.continued(known, tail, bs, req.computed // bs)
+            self.cache.insert(req.keys)
         req.blocks = 0
         self.cache.evict_to(self.num_blocks - self.used_blocks)
 
@@ -309,6 +313,16 @@ class SimEngine:
             self._eager.remove(req)
         cut = req.generated >= req.max_tokens or req.total_len >= self.max_len
         self._finish(req, now, "length" if cut else "stop")
+
+    def _prompt_keys(self, r: SimRequest) -> list[BlockHash]:
+        """The keys of ``r``'s prompt's full blocks: those its sender knew (:attr:`SimRequest.keys`),
+        the rest worked out from its tokens after them (the same keys as all from its tokens)."""
+        bs = self.cfg.block_size
+        n = len(r.prompt) // bs
+        known = r.keys or []
+        if len(known) >= n:
+            return known if len(known) == n else known[:n]
+        return PrefixCache.continued(known, r.prompt[len(known) * bs :], bs, n)
 
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.cfg.block_size)
@@ -407,7 +421,7 @@ class SimEngine:
             if self.cfg.enable_prefix_caching and r.computed == 0:
                 hashes = self._hashes.get(r.rid)
                 if hashes is None:
-                    hashes = self._hashes[r.rid] = r.keys if r.keys is not None else PrefixCache.hashes(r.prompt, bs)
+                    hashes = self._hashes[r.rid] = self._prompt_keys(r)
                 # Never treat the whole prompt as cached: the last token must be computed.
                 usable = hashes[: max(0, (len(r.prompt) - 1) // bs)]
                 hit = self.cache.match(usable, self._live) * bs

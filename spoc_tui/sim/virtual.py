@@ -83,6 +83,9 @@ class _User:
     asked_sent: float | None = None
     """Its request in flight: sent this long after its last answer, the profile having asked
     ``asked_sent`` of it (the sample's ``since_answer`` and ``asked_wait``)."""
+    keys: list[int] | None = None
+    """The prefix cache's keys of its conversation's leading blocks so far (its last turn's prompt
+    and answer, which its next prompt begins with: :attr:`SimRequest.keys`)."""
 
 
 def draw_turns(workload: Workload, rng: random.Random, context_len: int | None) -> tuple[int, list[_Turn]]:
@@ -378,6 +381,7 @@ class VirtualServer:
             system, u.turns = draw_turns(self.workload, u.rng, self.engine.max_len)
             u.turn, u.conversation = 0, u.conversation + 1
             u.history = self._system_ids(system) + [0] * TEMPLATE_TOKENS if system else []
+            u.keys = None
         t = u.turns[u.turn]
         if self.paced and not u.waited and not u.open:
             wait = jitter(u.rng, u.last_s, self.lockstep)
@@ -406,6 +410,7 @@ class VirtualServer:
         req = SimRequest(
             rid=f"u{u.idx}-{u.conversation}-{u.turn}",
             prompt=list(u.history),
+            keys=u.keys,
             max_tokens=max_tokens,
             target_tokens=max_tokens if self.ignore_eos else self.engine.sample_output_len(max_tokens),
             arrival=at + delay,
@@ -515,6 +520,7 @@ class VirtualServer:
         t = u.turns[u.turn]
         u.last_s = self.now - u.start
         u.history = u.history + r.output_ids() + [0] * TEMPLATE_TOKENS
+        u.keys = r.keys  # its next prompt begins with this one and its answer
         u.turn += 1
         if u.open:
             u.busy = False
