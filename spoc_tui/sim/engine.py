@@ -175,6 +175,10 @@ class SimRequest:
         sends the answer back in its next turn hits the prefix cache as with a real server."""
         return FILLER[(self.out_seed + i * 7) % len(FILLER)]
 
+    def output_array(self, n: int) -> np.ndarray:
+        """The first ``n`` of :meth:`output_ids`, as an array."""
+        return _FILLER_ARRAY[(self.out_seed + np.arange(n) * 7) % len(FILLER)]
+
     def output_ids(self) -> list[int]:
         if self.generated < 32:
             return [_FILLER_IDS[(self.out_seed + i * 7) % len(FILLER)] for i in range(self.generated)]
@@ -278,8 +282,13 @@ class SimEngine:
         if cache_it and self.cfg.enable_prefix_caching:
             bs = self.cfg.block_size
             known = self._hashes.get(req.rid) or []
-            tail = [*req.prompt[len(known) * bs :], *req.output_ids()]
-            req.keys = PrefixCache.continued(known, tail, bs, req.computed // bs)
+            m, n = len(known), req.computed // bs
+            if n > m:  # the prompt's last part, then the answer up to the last full block's end
+                head = req.prompt[m * bs :]
+                tail = np.concatenate((np.asarray(head, np.int64), req.output_array(n * bs - len(req.prompt))))
+                req.keys = PrefixCache.continued(known, tail, bs, n)
+            else:
+                req.keys = known[:n]
             self.cache.insert(req.keys)
         req.blocks = 0
         self.cache.evict_to(self.num_blocks - self.used_blocks)

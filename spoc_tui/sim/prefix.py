@@ -50,7 +50,9 @@ class PrefixCache:
         return PrefixCache.continued([], tokens, block_size, n if limit is None else min(n, limit))
 
     @staticmethod
-    def continued(known: list[BlockHash], tail: Sequence[int], block_size: int, limit: int) -> list[BlockHash]:
+    def continued(
+        known: list[BlockHash], tail: Sequence[int] | np.ndarray, block_size: int, limit: int
+    ) -> list[BlockHash]:
         """:meth:`hashes` of tokens whose leading blocks' keys are ``known``, given only the tokens
         after them (``tail``; a finished request's: its prompt's last part and its answer), at most
         ``limit`` keys: the same keys without laying the whole prompt out again."""
