@@ -20,7 +20,7 @@ import re
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -551,18 +551,22 @@ class SimEngine:
     def cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> float:
         return self._cost(decodes, prefills).seconds
 
-    def _lazy_cost(self) -> IterationCost:
-        """:meth:`_cost` of a step of the lazy decodes alone (:attr:`_step_lazy` of them)."""
-        return self._cost([], [])
+    def _lazy_cost(self, n: int, context: int) -> IterationCost:
+        """:meth:`_cost` of a step of ``n`` lazy decodes alone holding ``context`` tokens."""
+        return self._cost_of(Contexts(n, context), [])
 
     def _cost(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> IterationCost:
+        return self._cost_of(self._contexts(decodes), [(n, r.computed) for r, n in prefills])
+
+    def _cost_of(self, contexts: Collection[int], prefills: list[tuple[int, int]]) -> IterationCost:
+        """A step's cost: its decodes' contexts, its prefill chunks (tokens, computed before)."""
         ratio = min(g.clock_ratio for g in self.gpus) if self.gpus else 1.0
         c = iteration_time(
             self.cfg.model,
             self.cfg.gpu,
             self.cfg.tp,
-            self._contexts(decodes),
-            [(n, r.computed) for r, n in prefills],
+            contexts,
+            prefills,
             self.plan.weights_bytes_per_gpu,
             self.kv_per_token,
             clock_ratio=ratio,

@@ -34,7 +34,7 @@ class _Engine(decoderun._Engine[R], Protocol[R]):
 
     def _cost(self, decodes: list[R], prefills: list[tuple[R, int]]) -> IterationCost: ...
 
-    def _lazy_cost(self) -> IterationCost: ...
+    def _lazy_cost(self, n: int, context: int) -> IterationCost: ...
 
 
 STRETCH = 16
@@ -59,7 +59,7 @@ def lazy_run(
     while True:
         ran, pending, t = _stretch(eng, t, stop_at, strict)
         if not ran and pending is None:
-            ran, pending, t = _step(eng, t, stop_at, strict)
+            ran, pending, t = _steps(eng, t, stop_at, strict)
             if not ran and pending is None:
                 break  # its blocks are not free: the step path preempts
         done += ran
@@ -81,19 +81,41 @@ def lazy_run(
     return Run(done, pending)
 
 
-def _step(eng: _Engine[R], t: float, stop_at: float, strict: bool) -> tuple[int, float | None, float]:
-    """One step, costed as :meth:`SimEngine.step` costs it: (1, None, its end), or with ``strict``
-    and its end at the caller's next event (0, that end, ``t``), scheduled; (0, None, ``t``) where
-    its blocks are not free."""
-    lazy = eng._lazy
-    need = lazy.per_phase[lazy.steps % lazy.block_size]
-    if eng.used_blocks + need > eng.num_blocks:
-        return 0, None, t
-    eng._step_lazy = lazy.n
-    c = eng._lazy_cost()
-    d = c.seconds
-    ends, pending = _walk([d], t, stop_at, strict)
-    return _account(eng, t, [d], [c.flops], [c.bytes_read], [need], ends, pending)
+def _steps(eng: _Engine[R], t: float, stop_at: float, strict: bool) -> tuple[int, float | None, float]:
+    """Up to the next answer to end, steps one by one, each costed as :meth:`SimEngine.step` costs
+    it (a twin's jitter drawn as it does, one a step), then accounted together: as :func:`_walk`
+    says, with ``strict`` the step that reaches the caller's next event left scheduled; they stop
+    before a step whose blocks are not free (the step path preempts)."""
+    lazy, n = eng._lazy, eng._lazy.n
+    s0, bs, per_phase = lazy.steps, lazy.block_size, lazy.per_phase
+    k = min(lazy.due[0][0] - s0 if lazy.due else MOST_STEPS, MOST_STEPS)
+    room = eng.num_blocks - eng.used_blocks
+    durs: list[float] = []
+    flops: list[float] = []
+    read: list[float] = []
+    need: list[int] = []
+    ends: list[float] = []
+    pending = None
+    start, context = t, lazy.since + n * s0
+    for j in range(k):
+        blocks = per_phase[(s0 + j) % bs]
+        if blocks > room:
+            break
+        c = eng._lazy_cost(n, context)
+        durs.append(c.seconds)
+        flops.append(c.flops)
+        read.append(c.bytes_read)
+        need.append(blocks)
+        if strict and t + c.seconds >= stop_at:
+            pending = t + c.seconds
+            break
+        t += c.seconds
+        ends.append(t)
+        room -= blocks
+        context += n
+        if not strict and t >= stop_at:
+            break
+    return _account(eng, start, durs, flops, read, need, ends, pending)
 
 
 def _stretch(eng: _Engine[R], t: float, stop_at: float, strict: bool) -> tuple[int, float | None, float]:

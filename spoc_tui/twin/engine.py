@@ -137,10 +137,10 @@ class TwinEngine(SimEngine):
         # mean-preserving lognormal jitter: the steps' spread as the probes measured it
         return IterationCost(self._jittered(secs), 0.0, 0.0, 0.0, 0.0, 0.0)
 
-    def _lazy_cost(self) -> IterationCost:
-        """:meth:`_cost` of a step of the lazy decodes alone (none shares: a lazy run's engine does
-        not time its shared context), without laying out its contexts."""
-        secs = self.model.decode_step_s(self._step_lazy, self._lazy.context())
+    def _lazy_cost(self, n: int, context: int) -> IterationCost:
+        """:meth:`_cost` of a step of ``n`` lazy decodes alone holding ``context`` tokens (none
+        shares: a lazy run's engine does not time its shared context)."""
+        secs = self.model.decode_step_s(n, context)
         return IterationCost(self._jittered(secs), 0.0, 0.0, 0.0, 0.0, 0.0)
 
     def _jittered(self, secs: float) -> float:
