@@ -345,19 +345,18 @@ def infer_knee(
 
     kept = columns if columns is not None else Columns()
     laid = {(x, lim.key): kept.of(windows[x], pooled[x], lim) for x in xs_all for lim in limits}
-    columns_of = {k: c for k, (c, _) in laid.items()}
-    weights = {k: w for k, (_, w) in laid.items()}
 
     def points(pick: dict[float, np.ndarray]) -> dict[str, tuple[list[float], list[float], list[float]]]:
         out: dict[str, tuple[list[float], list[float], list[float]]] = {}
         for lim in limits:
             xs, ms, ws = [], [], []
             for x in xs_all:
-                v = columns_of[x, lim.key].figure(pick[x])
+                column, weight = laid[x, lim.key]
+                v = column.figure(pick[x])
                 if v is not None:
                     xs.append(x)
                     ms.append(_margin(v, lim))
-                    ws.append(weights[x, lim.key])
+                    ws.append(weight)
             out[lim.key] = (xs, ms, ws)
         return out
 
