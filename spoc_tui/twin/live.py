@@ -202,12 +202,13 @@ come, if rarely, and the total is then over :data:`TOTAL_CPU_SHARE`, which the n
 GRADE_PART = 0.25
 """Of what the monitor leaves of :data:`TOTAL_CPU_SHARE`, the most the ledger's grading takes
 (up to :data:`LEDGER_CPU_SHARE`); the estimates take the rest (up to :data:`LIVE_CPU_SHARE`)."""
-LIVE_RETRY_S = 60.0
+LIVE_RETRY_S = 10.0
 """How soon the monitor works the headroom out again when no server's could say a number yet (too
 few windows, too little variety: a fit without a replay, milliseconds of CPU), rather than
-:data:`LIVE_REFRESH_S`: two of its fit's windows later. (A user's run: the first estimate, at 4
-minutes, found 7 windows of the 8 it needs, and the next came 10 minutes later, after the
-traffic had ended.)"""
+:data:`LIVE_REFRESH_S`: a third of its fit's window later, so that the number comes as the window
+it waited for closes. (A user's run: the first estimate, at 4 minutes, found 7 windows of the 8 it
+needs, and the next came 10 minutes later, after the traffic had ended; the demo's, 7 windows at
+240 s, the 8th closing a second later, and the number a minute later with a retry of 60 s.)"""
 LIVE_DRAWS = 4
 """Bootstrap draws of the fit an estimate replays beside the fit itself (in the monitor). Two said
 little: the 95 % range of two draws is their mean +- 15.6 standard deviations
@@ -479,6 +480,8 @@ class LiveHeadroom:
         """What the monitor says of the next estimate when it comes sooner than ``refresh_s`` (no
         number yet) or its CPU put it off past it (empty otherwise)."""
         if self.interval_s < self.refresh_s:
+            if self.interval_s < 60:
+                return f"tried again in {self.interval_s:.0f} s"
             return f"tried again in {self.interval_s / 60:.0f} min"
         if self.interval_s <= self.refresh_s:
             return ""
