@@ -121,7 +121,7 @@ def _steps(eng: _Engine[R], t: float, stop_at: float, strict: bool) -> tuple[int
 def _stretch(eng: _Engine[R], t: float, stop_at: float, strict: bool) -> tuple[int, float | None, float]:
     """Up to the next answer to end, the steps' costs as arrays (the engine's :meth:`_decode_costs`,
     to the last bit its step's; a twin's jitter drawn ahead and rewound to the steps run), then
-    their ends one by one: as :func:`_step` says, for as many steps. Nothing where fewer than
+    their ends one by one: as :func:`_steps` says, for as many steps. Nothing where fewer than
     :data:`STRETCH` steps are foreseen (the steps then go one by one)."""
     lazy, n = eng._lazy, eng._lazy.n
     s0, last = lazy.steps, eng.last_iteration_s
