@@ -262,18 +262,20 @@ class SimEngine:
         if hashes is None:
             return
         full = min(len(hashes), req.computed // self.cfg.block_size)
+        live = self._live
         for h in hashes[req.shared_blocks : full]:
-            self._live[h] = self._live.get(h, 0) + 1
+            live[h] = live.get(h, 0) + 1
         req.shared_blocks = max(req.shared_blocks, full)
 
     def _unshare(self, req: SimRequest) -> None:
         hashes = self._hashes.get(req.rid) or []
+        live = self._live
         for h in hashes[: req.shared_blocks]:
-            n = self._live.get(h, 0) - 1
+            n = live.get(h, 0) - 1
             if n > 0:
-                self._live[h] = n
+                live[h] = n
             else:
-                self._live.pop(h, None)
+                live.pop(h, None)
         req.shared_blocks = 0
 
     def _free(self, req: SimRequest, cache_it: bool) -> None:

@@ -107,18 +107,25 @@ class PrefixCache:
     def match(self, hashes: list[BlockHash], live: Mapping[BlockHash, int] | None = None) -> int:
         """Leading blocks found: resident in free blocks, or (``live``) held by a running request."""
         n = 0
+        lru = self._lru
+        move = lru.move_to_end
         for h in hashes:
-            if h in self._lru:
-                self._lru.move_to_end(h)
+            if h in lru:
+                move(h)
             elif live is None or h not in live:
                 break
             n += 1
         return n
 
     def insert(self, hashes: list[BlockHash]) -> None:
+        """The keys made the most recent, in their order (a key already in moved to the end)."""
+        lru = self._lru
+        move = lru.move_to_end
         for h in hashes:
-            self._lru[h] = None
-            self._lru.move_to_end(h)
+            if h in lru:
+                move(h)
+            else:
+                lru[h] = None
 
     def evict_to(self, capacity: int) -> None:
         while len(self._lru) > max(0, capacity):

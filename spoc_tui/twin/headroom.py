@@ -495,8 +495,9 @@ class LearnerState:
     ) -> Headroom:
         """The headroom. ``last``: this server's estimate before it (the monitor's refresh): where
         that one was beyond the fastest speed a headroom replays, the search starts there, and one
-        replay that meets the SLA again says so (issue 73: the demo's refresh 2.5 s of CPU where
-        its first search, x1 to x10, is; one that breaks goes down from there as any search)."""
+        replay that meets the SLA again says so (issue 73: the demo's refresh 0.9 s of CPU where
+        its first search, x1 to x10, takes 2.2; one that breaks goes down from there as any
+        search does)."""
         sla = tuple(str(lim) for lim in self.limits)
         traffic = self.traffic
         fit = fit_of(self.windows, self.prior, self.kv_bytes_per_token, seed)
