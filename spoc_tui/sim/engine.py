@@ -182,7 +182,7 @@ class SimRequest:
     def output_ids(self) -> list[int]:
         if self.generated < 32:
             return [_FILLER_IDS[(self.out_seed + i * 7) % len(FILLER)] for i in range(self.generated)]
-        ids: list[int] = _FILLER_ARRAY[(self.out_seed + np.arange(self.generated) * 7) % len(FILLER)].tolist()
+        ids: list[int] = self.output_array(self.generated).tolist()
         return ids
 
 

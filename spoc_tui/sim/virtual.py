@@ -27,6 +27,7 @@ import numpy as np
 
 from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest, tokenize
+from spoc_tui.sim.prefix import BlockHash
 from spoc_tui.workload import Workload, jitter
 
 TEMPLATE_TOKENS = 4
@@ -83,7 +84,7 @@ class _User:
     asked_sent: float | None = None
     """Its request in flight: sent this long after its last answer, the profile having asked
     ``asked_sent`` of it (the sample's ``since_answer`` and ``asked_wait``)."""
-    keys: list[int] | None = None
+    keys: list[BlockHash] | None = None
     """The prefix cache's keys of its conversation's leading blocks so far (its last turn's prompt
     and answer, which its next prompt begins with: :attr:`SimRequest.keys`)."""
 

@@ -33,7 +33,7 @@ from spoc_tui.sim.engine import SimRequest
 from spoc_tui.sim.virtual import client_sample
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.model import StepModel, Twin
-from spoc_tui.twin.rowprompts import RowPrompts, RunPrompt
+from spoc_tui.twin.rowprompts import RowPrompts
 
 
 class PolicyError(InputError):
@@ -222,10 +222,6 @@ class FleetSim:
         n = sum(1 for r in self.replicas if r.ready(self.now))
         if not self.timeline or self.timeline[-1][1] != n:
             self.timeline.append((self.now, n))
-
-    def _prompt(self, row: TraceRow) -> RunPrompt:
-        """The row's prompt (:class:`~spoc_tui.twin.rowprompts.RowPrompts`)."""
-        return self._prompts.prompt(row)
 
     def _send(self, row: TraceRow, held: float) -> None:
         """Send ``row`` now (its :func:`release`): recorded as the live replay records it,

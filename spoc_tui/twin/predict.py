@@ -315,12 +315,13 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     levels = [(r.step.level, r.seconds) for r in central]
     knee = ramped.knee  # the driver's, inferred across the fit's steps once
     inf = knee.inferred
-    draws = list(p.twin.draws[: max(0, p.draws)])
-    if p.draws_near_knee and p.trace is not None and (inf is None or inf.boundary == "bound"):
-        draws = []  # a knee beyond the levels (or none): its interval is the fit's own, no draw's
+    crossing = inf if inf is not None and inf.boundary != "bound" else None
+    near_knee = p.draws_near_knee and p.trace is not None
+    # a headroom's knee beyond the levels (or none): its interval is the fit's own, no draw's
+    draws = [] if near_knee and crossing is None else list(p.twin.draws[: max(0, p.draws)])
     per_draw: list[dict[int, dict[str, float | None]]] = []
     knees: list[float | None] = []
-    near = inf.estimate if p.draws_near_knee and p.trace is not None and inf and inf.boundary != "bound" else None
+    near = crossing.estimate if near_knee and crossing is not None else None
     for i, m in enumerate(draws):
         say(f"draw {i + 1}/{len(draws)} of the fit")
         if near is not None:

@@ -231,7 +231,7 @@ def test_the_fleets_prompts_share_exactly_the_blocks_their_rows_name_alike():
         n_in = rng.randint(1, (len(ids) + 1) * bt)
         rows.append(TraceRow(i, float(i), n_in, 5, ids, bt, scope=rng.choice((None, None, "c1", "c2")), line=i + 1))
     sim = FleetSim(twin(), rows, replicas=1)
-    new = {row.index: sim._prompt(row) for row in rows}
+    new = {row.index: sim._prompts.prompt(row) for row in rows}
     old = by_block(rows)
     assert all(len(new[r.index]) == r.input_tokens for r in rows)
     for a in rows:
