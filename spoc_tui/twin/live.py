@@ -377,12 +377,18 @@ class LiveHeadroom:
         return max(base, self.cpu_s / self.share - (self._banked if said else 0.0))
 
     def due(self) -> bool:
-        """Time for :meth:`refresh`: the first once the fit could have its windows, then every
+        """Time for :meth:`refresh`: the first as soon as a server's fit has its windows (the scrape
+        that closes the last of them: 3.5 minutes after the first at a scrape a second), or half a
+        window after it could have (its windows did not close: no traffic, no decoding), then every
         :attr:`interval_s`."""
         now = self.clock()
         if self._last is None:
+            if not self._learners:
+                return False
+            with self._lock:
+                closed = max(len(learner.refused) for learner in self._learners.values())
             seen = max(now - self._started, self.seen_s)
-            return seen >= MIN_WINDOWS * WINDOW_S and bool(self._learners)
+            return closed >= MIN_WINDOWS or seen >= (MIN_WINDOWS + 0.5) * WINDOW_S
         return now - self._last >= self.interval_s
 
     def grade_due(self) -> bool:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, TypeVar
 
 import numpy as np
@@ -257,17 +258,56 @@ def _drive(
     return Ramped(out, driver.knee())
 
 
+class DrawFigures(Mapping[int, Mapping[str, float | None]]):
+    """A draw's figures at the levels it replayed, each worked out when first read (a headroom's
+    draws near the knee: their figures are the steps' intervals, which a headroom never reads, and
+    were a tenth of its CPU). Holds the replays' windows meanwhile: a few, near the knee."""
+
+    def __init__(self, runs: Mapping[int, Measured]) -> None:
+        self._runs = dict(runs)
+        self._figures: dict[int, dict[str, float | None]] = {}
+
+    def __getitem__(self, k: int) -> dict[str, float | None]:
+        if k not in self._figures:
+            self._figures[k] = figures_of(self._runs[k])
+        return self._figures[k]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._runs)
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+
 @dataclass(frozen=True)
 class Predicted:
     """The predicted ramp: the fit's steps and knee, and the intervals from the draws."""
 
     runs: list[Measured]
     knee: Knee
-    intervals: list[dict[str, Interval]]
-    """Per step: metric key -> prediction interval."""
+    draw_figures: list[Mapping[int, Mapping[str, float | None]]] = field(repr=False)
+    """Per draw: the fit's step index -> the draw's figures at that level (every step, or a
+    headroom's few near the knee: those worked out when read, :class:`DrawFigures`)."""
     draw_knees: list[float | None]
     draws: int
     notes: list[str]
+
+    @cached_property
+    def intervals(self) -> list[dict[str, Interval]]:
+        """Per step: metric key -> prediction interval (the fit's own and its draws' figures).
+        Worked out when read: a headroom reads the knee alone (a tenth of its CPU otherwise)."""
+        per_draw = self.draw_figures
+        out: list[dict[str, Interval]] = []
+        for k, run in enumerate(self.runs):
+            row: dict[str, Interval] = {}
+            for metric, stat in METRICS:
+                key = metric_key(metric, stat)
+                vals = [d[k][key] for d in per_draw if k in d]
+                own = figure_ci(run.step, metric, stat)
+                v0 = figure(run.step, metric, stat)
+                row[key] = _interval([v for v in [v0, *vals] if v is not None], own)
+            out.append(row)
+        return out
 
     @property
     def steps(self) -> list[StepSummary]:
@@ -319,7 +359,7 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     near_knee = p.draws_near_knee and p.trace is not None
     # a headroom's knee beyond the levels (or none): its interval is the fit's own, no draw's
     draws = [] if near_knee and crossing is None else list(p.twin.draws[: max(0, p.draws)])
-    per_draw: list[dict[int, dict[str, float | None]]] = []
+    draw_figures: list[Mapping[int, Mapping[str, float | None]]] = []
     knees: list[float | None] = []
     near = crossing.estimate if near_knee and crossing is not None else None
     for i, m in enumerate(draws):
@@ -330,17 +370,8 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
             runs = dict(enumerate(draw(p, m, p.seed + 1000 * (i + 1), levels)))
             # the draw's knee: its fit's crossing (no resampling: the draws' spread is the interval)
             est = draw_knee(runs, p.limits, unit, p.seed + i + 1)
-        per_draw.append({k: figures_of(r) for k, r in runs.items()})
+        draw_figures.append(DrawFigures(runs) if near_knee else {k: figures_of(r) for k, r in runs.items()})
         knees.append(est.estimate if est is not None and est.boundary != "bound" else None)
-    intervals: list[dict[str, Interval]] = []
-    for k, run in enumerate(central):
-        row: dict[str, Interval] = {}
-        for metric, stat in METRICS:
-            vals = [d[k][metric_key(metric, stat)] for d in per_draw if k in d]
-            own = figure_ci(run.step, metric, stat)
-            v0 = figure(run.step, metric, stat)
-            row[metric_key(metric, stat)] = _interval([v for v in [v0, *vals] if v is not None], own)
-        intervals.append(row)
     notes: list[str] = []
     if p.trace is None:  # a trace's rows carry their answers' lengths
         eos = "as long as asked (the profile sets ignore_eos)" if p.workload.ignore_eos else p.twin.answer_text()
@@ -360,7 +391,7 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
         if bounded:
             notes.append(f"{bounded} of {len(knees)} draws put the knee beyond the levels run")
         knee = replace(knee, inferred=replace(inf, ci95=(lo, hi)))
-    return Predicted(central, knee, intervals, knees, len(draws), notes)
+    return Predicted(central, knee, draw_figures, knees, len(draws), notes)
 
 
 FEW_DRAWS = 20

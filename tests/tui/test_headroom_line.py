@@ -68,8 +68,8 @@ async def test_the_headroom_line_learns_says_why_not_yet_then_a_number_and_alert
         await settle(pilot)
         assert "headroom: learning from the scrapes" in painted(app)
         assert app.monitor.servers_panel.region.contains_region(app.monitor.headroom_view.region)
-        # four minutes of flat traffic: too few windows, or too little variety, said, never a number
-        feed(app.headroom, 240, swell=False)
+        # three minutes of flat traffic: too few windows (seven of 30 s are needed), said, never a number
+        feed(app.headroom, 200, swell=False)
         shown = await estimated(app, pilot)
         assert shown.startswith("headroom: ") and "headroom x" not in shown, shown
         assert "traffic yet" in shown or "variety yet" in shown, shown

@@ -241,7 +241,12 @@ def test_the_monitors_estimates_wait_as_long_as_their_cpu_takes_to_be_half_a_per
     lh._learners["u"] = HeadroomLearner(lh.limits)
     assert not lh.due()  # the fit has no windows yet
     now[0] = live.MIN_WINDOWS * live.WINDOW_S
+    assert not lh.due()  # its windows could have closed, and have not: half a window more
+    lh._learners["u"].refused.extend([None] * live.MIN_WINDOWS)  # ... unless they have: at once
     assert lh.due()
+    lh._learners["u"].refused.clear()
+    now[0] = (live.MIN_WINDOWS + 0.5) * live.WINDOW_S
+    assert lh.due()  # no window closed (no traffic): tried, and it says why
 
     def refresh_taking(seconds: float, said: bool = True) -> None:
         def estimate(*_a: object) -> Headroom:
@@ -411,6 +416,42 @@ def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_
     assert replays[True] < replays[False], replays
 
 
+def test_a_headrooms_draws_work_their_figures_out_only_when_the_intervals_are_read(monkeypatch):
+    """A headroom reads its draws' knees alone: their steps' figures (the predicted steps'
+    intervals, a tenth of a crossing's CPU) are worked out when the intervals are read, and are
+    then the ones worked out at once (``spoc twin predict``'s)."""
+    from spoc_tui.twin import headroom, predict
+    from spoc_tui.twin.passive import PassiveFit
+    from tests.unit.test_twin_fit import SERVER, TRUE
+
+    fit = PassiveFit(TRUE, (replace(TRUE, b0=TRUE.b0 * 0.9), replace(TRUE, b0=TRUE.b0 * 1.1)), 20, (1.0, 4.0), True,
+                     "identified (test)", 1.0)  # fmt: skip
+    worked = [0]
+    real_figures = predict.figures_of
+
+    def counted(run):
+        worked[0] += 1
+        return real_figures(run)
+
+    monkeypatch.setattr(predict, "figures_of", counted)
+    out: dict[bool, predict.Predicted] = {}
+    real_predict = predict.predict
+
+    def kept(p, progress=None):
+        out[p.draws_near_knee] = real_predict(p, progress)
+        return out[p.draws_near_knee]
+
+    monkeypatch.setattr(predict, "predict", kept)
+    headroom.headroom_of(fit, SERVER, traffic(rate=2.0), tuple(parse_sla("ttft_p99<=2s,itl_p99<=100ms")), seed=1,
+                         draws=2, replay_s=20.0)  # fmt: skip
+    near = out[True]
+    assert near.draws == 2 and worked[0] == 0, worked
+    lazy = near.intervals
+    assert worked[0] == sum(len(d) for d in near.draw_figures) > 0
+    eager = replace(near, draw_figures=[{k: real_figures(d._runs[k]) for k in d} for d in near.draw_figures])
+    assert lazy == eager.intervals and any(len(d) < len(near.runs) for d in near.draw_figures)
+
+
 def test_a_knee_beyond_the_speeds_replayed_runs_no_draw_and_says_what_every_draw_would(monkeypatch):
     """Where the fit met the SLA at every speed, the headroom is "beyond" them, and its interval
     the fit's own: a draw's knee widens a crossing's interval only. The draws are then not
@@ -501,9 +542,9 @@ def test_the_monitors_refresh_hands_each_server_its_last_estimate(monkeypatch):
 
 
 def test_the_first_estimate_to_say_a_number_counts_the_learning_before_it_in_its_share(monkeypatch):
-    """The first estimate comes once the fit has its windows (4 minutes, none run before it), so
+    """The first estimate comes once the fit has its windows (3.5 minutes, none run before it), so
     its CPU is spread over that time too (at most ``refresh_s`` of it): the demo's first, 2.5 s,
-    is followed 4 minutes later, not 8, and the share since the start is the same."""
+    is followed under 5 minutes later, not 8, and the share since the start is the same."""
     import spoc_tui.twin.live as live
 
     now = [0.0]
@@ -511,7 +552,7 @@ def test_the_first_estimate_to_say_a_number_counts_the_learning_before_it_in_its
     monkeypatch.setattr(live.time, "thread_time", lambda: cpu[0])
     lh = live.LiveHeadroom(parse_sla("ttft_p99<=2s"), clock=lambda: now[0])
     lh._learners["u"] = HeadroomLearner(lh.limits)
-    now[0] = live.MIN_WINDOWS * live.WINDOW_S  # 240 s
+    now[0] = live.MIN_WINDOWS * live.WINDOW_S  # 210 s
 
     def refresh_taking(seconds: float) -> None:
         def estimate(*_a: object) -> Headroom:
@@ -521,8 +562,8 @@ def test_the_first_estimate_to_say_a_number_counts_the_learning_before_it_in_its
         monkeypatch.setattr(LearnerState, "estimate", estimate)
         lh.refresh()
 
-    refresh_taking(2.5)  # 2.5 / 0.5 % = 500 s, 240 of them before it
-    assert lh.interval_s == 2.5 / live.LIVE_CPU_SHARE - 240.0 == 260.0
+    refresh_taking(2.5)  # 2.5 / 0.5 % = 500 s, 210 of them before it
+    assert lh.interval_s == 2.5 / live.LIVE_CPU_SHARE - 210.0 == 290.0
     assert 2.5 / (now[0] + lh.interval_s) <= live.LIVE_CPU_SHARE
     now[0] += lh.interval_s
     refresh_taking(2.5)  # the next ones: their own CPU over the time after them
