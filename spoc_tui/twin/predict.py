@@ -586,7 +586,7 @@ class TraceBackend:
         p = self.p
         self.sim = FleetSim(
             p.twin, tr.at(speed), speed, replicas=1, model=self.model, seed=self.seed_of(idx), flags=p.flags,
-            poll_s=POLL_S,
+            poll_s=POLL_S, step=idx,
         )  # fmt: skip
         self.sim.start()
         return 0.0
@@ -640,7 +640,8 @@ class TraceBackend:
         self.busy[idx] = min(1.0, eng.busy_s / secs)
         self.saturated[idx] = sum(1 for _, w, r, _ in polls if w > 0 or r >= seats) / len(polls) if polls else 0.0
         self.peaks[idx] = eng.running_peak
-        return [replace(s, step=idx) for s in sim.samples]
+        assert sim.step == idx, (sim.step, idx)
+        return list(sim.samples)  # of step ``idx`` already (FleetSim's ``step``)
 
     def client(self, start: float, end: float, limits: Sequence[Limit]) -> ClientHealth:
         return ClientHealth()
