@@ -46,7 +46,8 @@ four-fold every two minutes with bursts at three times the rate: the headroom un
 (``--max-num-seqs 24``), each beside the knee its window's requests measure.
 
 Then (``--cases=learner``, issue 73) the passive learner's own cost per scrape at 2 and at 40
-requests a second: the scrape parsed and read, which must not grow with the traffic.
+requests a second: the scrape parsed and read, which must not grow with the traffic; and the CPU
+of one estimate at each rate as the monitor makes it (goals: at most 3 and 10 s).
 
 Usage: python benchmarks/headroom.py [--seeds=N] [--cases=open,closed,flat,learner,bursts] [--presets=l40s] (make
 bench: 5 seeds, every case, both presets); ``--smoke``: one preset, one seed, a shorter observation (checks that it runs).
@@ -83,6 +84,7 @@ from spoc_tui.twin.headroom import (  # noqa: E402
     Headroom,
     HeadroomLearner,
 )
+from spoc_tui.twin.live import LIVE_DRAWS, LIVE_REPLAY_S  # noqa: E402
 from spoc_tui.twin.passive import passive_twin  # noqa: E402
 from spoc_tui.twin.predict import Prediction, TraceRows, figure, predict  # noqa: E402
 from spoc_tui.twin.traffic import prefix_ids  # noqa: E402
@@ -717,6 +719,8 @@ OPTIONS = ("--smoke", "--told", "--real", "--seeds", "--cases", "--presets", "--
 
 LEARNER_RATES = (2.0, 40.0)
 """The learner-cost case's traffic: the demo's rate, and an H100 at 40 requests a second (issue 73)."""
+ESTIMATE_CPU_GOAL = {2.0: 3.0, 40.0: 10.0}
+"""Issue 73: an estimate's CPU seconds at most, at the demo's traffic and at 40 requests a second."""
 
 
 def learner_cost(smoke: bool) -> None:
@@ -756,6 +760,17 @@ def learner_cost(smoke: bool) -> None:
               f"{1e3 * (r['parse'] + r['add']) / n:.2f} ms a scrape")  # fmt: skip
     cost = [r["parse"] + r["add"] for r in runs]
     print(f"  at {LEARNER_RATES[-1]:g} requests/s, x{cost[-1] / cost[0]:.2f} the cost at {LEARNER_RATES[0]:g}")
+    print(f"an estimate as the monitor makes it ({LIVE_DRAWS} draws, {LIVE_REPLAY_S:.0f} s replays, the seats told as "
+          "make demo tells them), CPU s:")  # fmt: skip
+    for rate, r in zip(LEARNER_RATES, runs, strict=True):
+        learner = r["learner"]
+        learner.told_seats = r["vs"].engine.cfg.max_num_seqs
+        c0 = time.process_time()
+        h = learner.estimate(seed=1, draws=LIVE_DRAWS, replay_s=LIVE_REPLAY_S)
+        took = time.process_time() - c0
+        goal = ESTIMATE_CPU_GOAL[rate]
+        verdict = "" if smoke else (" (goal met)" if took <= goal else " (goal MISSED)")
+        print(f"  {rate:g} requests/s: {took:.1f} s, goal at most {goal:g}{verdict}: {h.line()}")
 
 
 def main() -> int:
