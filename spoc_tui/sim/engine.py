@@ -162,7 +162,14 @@ class SimRequest:
     sender knows them: a trace replay's, all (worked out for many rows at once); a user's next
     turn, its conversation's so far (its last turn's, whose prompt and answer it begins with). The
     engine works out the rest at its admission. Once it ends, the keys of the blocks it left in the
-    prefix cache (its prompt's and its answer's), which a next turn hands on."""
+    prefix cache (its prompt's and its answer's), which a next turn hands on; those up to
+    :attr:`own_from` where that is set."""
+    own_from: int | None = None
+    """The first of its blocks no other request can ever look up (a trace replay's row: its first
+    block no other row names, and every block after it, its answer's too; None: any may be).
+    Those are neither offered to requests that arrive while it runs nor hashed at its end: the
+    prefix cache holds them as a count, in their place (:meth:`PrefixCache.insert`), so that they
+    are evicted in their turn as before."""
 
     @property
     def total_len(self) -> int:
@@ -262,6 +269,8 @@ class SimEngine:
         if hashes is None:
             return
         full = min(len(hashes), req.computed // self.cfg.block_size)
+        if req.own_from is not None and req.own_from < full:
+            full = req.own_from  # no other request has them to find
         live = self._live
         for h in hashes[req.shared_blocks : full]:
             live[h] = live.get(h, 0) + 1
@@ -285,13 +294,18 @@ class SimEngine:
             bs = self.cfg.block_size
             known = self._hashes.get(req.rid) or []
             m, n = len(known), req.computed // bs
-            if n > m:  # the prompt's last part, then the answer up to the last full block's end
-                head = req.prompt[m * bs :]
-                tail = np.concatenate((np.asarray(head, np.int64), req.output_array(n * bs - len(req.prompt))))
-                req.keys = PrefixCache.continued(known, tail, bs, n)
+            own = req.own_from
+            if own is not None and own <= m:  # its blocks from ``own`` on: a count, never hashed
+                req.keys = known[: min(own, n)]
+                self.cache.insert(req.keys, n - len(req.keys))
             else:
-                req.keys = known[:n]
-            self.cache.insert(req.keys)
+                if n > m:  # the prompt's last part, then the answer up to the last full block's end
+                    head = req.prompt[m * bs :]
+                    tail = np.concatenate((np.asarray(head, np.int64), req.output_array(n * bs - len(req.prompt))))
+                    req.keys = PrefixCache.continued(known, tail, bs, n)
+                else:
+                    req.keys = known[:n]
+                self.cache.insert(req.keys)
         req.blocks = 0
         self.cache.evict_to(self.num_blocks - self.used_blocks)
 

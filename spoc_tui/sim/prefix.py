@@ -31,13 +31,18 @@ def _block_powers(n: int) -> np.ndarray:
 
 
 class PrefixCache:
-    """LRU of block hashes whose KV is still resident in free blocks."""
+    """LRU of block hashes whose KV is still resident in free blocks, and of runs of blocks no
+    request will ever ask for (:meth:`insert`'s ``unasked``: kept as a count, in their place)."""
 
     def __init__(self) -> None:
-        self._lru: OrderedDict[BlockHash, None] = OrderedDict()
+        self._lru: OrderedDict[BlockHash, int | None] = OrderedDict()
+        """Each key (None), or a run's own negative key and its count of blocks."""
+        self._extra = 0
+        """The runs' blocks beyond one entry each."""
+        self._runs = 0
 
     def __len__(self) -> int:
-        return len(self._lru)
+        return len(self._lru) + self._extra
 
     @staticmethod
     def hashes(tokens: Sequence[int], block_size: int, limit: int | None = None) -> list[BlockHash]:
@@ -117,8 +122,11 @@ class PrefixCache:
             n += 1
         return n
 
-    def insert(self, hashes: list[BlockHash]) -> None:
-        """The keys made the most recent, in their order (a key already in moved to the end)."""
+    def insert(self, hashes: list[BlockHash], unasked: int = 0) -> None:
+        """The keys made the most recent, in their order (a key already in moved to the end), then
+        ``unasked`` blocks after them that no request will ever look up (a trace row's own blocks
+        and its answer's, which no other row's prompt holds): held as one count, evicted in their
+        turn as the same number of keys would be, never matched, never hashed."""
         lru = self._lru
         move = lru.move_to_end
         for h in hashes:
@@ -126,10 +134,28 @@ class PrefixCache:
                 move(h)
             else:
                 lru[h] = None
+        if unasked > 0:
+            self._runs += 1
+            lru[-self._runs] = unasked  # block keys are 64-bit sums, never negative
+            self._extra += unasked - 1
 
     def evict_to(self, capacity: int) -> None:
-        while len(self._lru) > max(0, capacity):
-            self._lru.popitem(last=False)
+        """The least recently used blocks let go until ``capacity`` are left (a run's in part)."""
+        lru = self._lru
+        over = len(lru) + self._extra - max(0, capacity)
+        while over > 0:
+            key, run = lru.popitem(last=False)
+            if run is None:
+                over -= 1
+            elif run > over:  # part of a run: the rest stays the oldest
+                lru[key] = run - over
+                lru.move_to_end(key, last=False)
+                self._extra -= over
+                return
+            else:
+                self._extra -= run - 1
+                over -= run
 
     def clear(self) -> None:
         self._lru.clear()
+        self._extra = 0

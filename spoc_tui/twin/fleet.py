@@ -257,10 +257,12 @@ class FleetSim:
             )  # fmt: skip
             self._finish_row(row)
 
+        own = self._prompts.own_from(row)
         req = SimRequest(
             rid=f"r{row.index}",
             prompt=prompt,
             keys=keys,
+            own_from=None if own is None else own // eng.cfg.block_size,
             max_tokens=max(1, row.output_tokens),
             target_tokens=max(1, row.output_tokens),
             arrival=self.now,

@@ -24,12 +24,14 @@ Runs = tuple[list[int], list[int]]
 """Runs of consecutive token ids: their first ids, their lengths."""
 
 
-def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, Runs], int]:
+def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, Runs], int, dict[int, int]]:
     """Token ids for every block the rows name by hash id, worked out for all rows at once: per
     row (by its index) its named blocks as runs of ids (a block is ``block_tokens`` ids in a run;
     the same ids wherever the same hash id, scope and length recur; blocks named together lie in
-    one run), and the first id no block has. A row names as many of its hash ids as its prompt
-    fills (the last one perhaps in part, which makes it a block of its own)."""
+    one run), the first id no block has, and per row whose named blocks include one no other row
+    names, where the first such begins (tokens into its prompt: from there on its prompt is its
+    own). A row names as many of its hash ids as its prompt fills (the last one perhaps in part,
+    which makes it a block of its own)."""
     per_row: list[tuple[int, int, int, int]] = []  # (row index, blocks named, last one's length, block)
     hashes: list[tuple[int, ...]] = []
     scopes: dict[str | None, int] = {}
@@ -43,7 +45,7 @@ def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, Run
         hashes.append(row.hash_ids[:m])
         scope_of.append(scopes.setdefault(row.scope, len(scopes)))
     if not per_row:
-        return {}, first_id
+        return {}, first_id, {}
     counts = np.fromiter((m for _, m, _, _ in per_row), np.int64, len(per_row))
     h = np.fromiter(chain.from_iterable(hashes), np.int64, int(counts.sum()))
     ends = np.cumsum(counts) - 1
@@ -67,7 +69,15 @@ def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, Run
     for (index, _, _, _), end in zip(per_row, upto, strict=True):
         out[index] = (run_first[at:end], run_len[at:end])
         at = end
-    return out, first_id + (int(block.max()) + 1) * width
+    # each row's first block no other row names (one a row names twice counts as shared)
+    row_first = ends - counts + 1
+    start = np.cumsum(size) - size
+    offset = start - np.repeat(start[row_first], counts)
+    never = np.iinfo(np.int64).max
+    alone = np.where(np.bincount(block)[block] == 1, offset, never)
+    first_alone: list[int] = np.minimum.reduceat(alone, row_first).tolist()
+    own = {index: a for (index, _, _, _), a in zip(per_row, first_alone, strict=True) if a != never}
+    return out, first_id + (int(block.max()) + 1) * width, own
 
 
 class RunPrompt(Sequence[int]):
@@ -126,13 +136,14 @@ class RowPrompts:
         self.rows, self.block_size = rows, block_size
         self._next = first_id
         self._layout: dict[int, Runs] | None = None
+        self._own: dict[int, int] = {}
         self._place: dict[int, int] = {}
         self._ready: dict[int, tuple[RunPrompt, list[BlockHash]]] = {}
         self._taken: set[int] = set()
 
     def _laid_out(self) -> dict[int, Runs]:
         if self._layout is None:
-            self._layout, self._next = block_layout(self.rows, self._next)
+            self._layout, self._next, self._own = block_layout(self.rows, self._next)
             self._place = {r.index: i for i, r in enumerate(self.rows)}
         return self._layout
 
@@ -146,6 +157,17 @@ class RowPrompts:
             lens.append(fresh)
             self._next += fresh
         return RunPrompt(starts, lens)
+
+    def own_from(self, row: TraceRow) -> int | None:
+        """Where the row's prompt becomes its own (tokens in): its first block no other row names,
+        or its ids after its named blocks; None where every token of it lies in blocks other rows
+        name too. No other request of the replay can find a block of it that ends past there."""
+        named = self._laid_out().get(row.index)
+        own = self._own.get(row.index)
+        named_len = sum(named[1]) if named is not None else 0
+        if row.input_tokens > named_len:
+            own = named_len if own is None else min(own, named_len)
+        return own
 
     def take(self, row: TraceRow) -> tuple[RunPrompt, list[BlockHash]]:
         """The row's prompt and its keys (:meth:`PrefixCache.hashes` of it), once."""

@@ -384,3 +384,35 @@ def test_a_users_next_turn_hands_on_its_conversations_keys_the_same_as_hashed_wh
     opened.set_rate(3.0)
     opened.advance(120.0)
     assert len(handed) > 200 and sum(1 for n in handed if n) > len(handed) / 3, handed
+
+
+def test_blocks_no_request_asks_for_are_held_as_a_count_and_evicted_as_their_keys_would_be():
+    """PrefixCache.insert's ``unasked``: a run of blocks no request will look up, kept as one count
+    in its place. Against the same blocks inserted as keys of their own (never looked up), every
+    match, every size and the order of what is held are the same, through evictions that take a
+    run whole or in part."""
+    import random
+
+    from spoc_tui.sim.prefix import PrefixCache
+
+    for trial in range(200):
+        rng = random.Random(trial)
+        runs, keyed = PrefixCache(), PrefixCache()
+        fresh = 10**6
+        for _ in range(200):
+            r = rng.random()
+            if r < 0.5:
+                keys = [rng.randrange(50) for _ in range(rng.randrange(6))]
+                n = rng.randrange(5)
+                runs.insert(keys, n)
+                keyed.insert(keys + list(range(fresh, fresh + n)))
+                fresh += n
+            elif r < 0.8:
+                cap = rng.randrange(0, 60)
+                runs.evict_to(cap)
+                keyed.evict_to(cap)
+            else:
+                keys = [rng.randrange(50) for _ in range(rng.randrange(8))]
+                assert runs.match(keys) == keyed.match(keys)
+            held = [x for k, v in runs._lru.items() for x in ([k] if v is None else ["run"] * v)]
+            assert held == [k if k < 10**6 else "run" for k in keyed._lru] and len(runs) == len(keyed) == len(held)

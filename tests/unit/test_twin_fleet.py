@@ -330,3 +330,76 @@ def test_prompts_given_as_runs_hash_to_the_keys_of_their_ids_laid_out():
             if ids:
                 assert p[0] == ids[0] and p[-1] == ids[-1] and p[len(ids) // 3] == ids[len(ids) // 3]
     assert PrefixCache.of_runs([], 16) == [] and PrefixCache.of_runs([((), ())], 16) == [[]]
+
+
+def _mixed_rows(n: int = 80, seed: int = 9) -> list[TraceRow]:
+    """Rows naming a few shared hash ids in front of their own, 16- or 512-token blocks, scoped."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        bt = rng.choice((16, 16, 512))
+        ids = tuple(rng.choice((1, 2, 3, 4)) for _ in range(rng.randint(0, 3))) + tuple(
+            100 + 10 * i + k for k in range(rng.randint(0, 4))
+        )
+        n_in = rng.randint(1, (len(ids) + 1) * bt)
+        out.append(TraceRow(i, float(i), n_in, 5, ids, bt, scope=rng.choice((None, None, "c1", "c2")), line=i + 1))
+    return out
+
+
+def test_where_a_rows_prompt_becomes_its_own_no_other_row_shares_a_token_past_it():
+    """RowPrompts.own_from: from there on no other row's prompt holds the row's tokens in their
+    place (so no request can ever find a block of it that ends past there); rows that name only
+    blocks others name too have none, and rows whose first block is their own start there."""
+    from spoc_tui.twin.fleet import FleetSim
+
+    rows = _mixed_rows()
+    sim = FleetSim(twin(), rows, replicas=1)
+    prompts = {row.index: list(sim._prompts.prompt(row)) for row in rows}
+    own = {row.index: sim._prompts.own_from(row) for row in rows}
+
+    def common(a: list[int], b: list[int]) -> int:
+        n = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    for a in rows:
+        p = own[a.index]
+        if p is None:  # every block of it named by another row too
+            continue
+        assert 0 <= p < a.input_tokens
+        assert all(common(prompts[a.index], prompts[b.index]) <= p for b in rows if b is not a), a
+    assert any(p == 0 for p in own.values()) and any(p is not None and p > 0 for p in own.values())
+    assert any(p is None for p in own.values())
+
+
+def test_a_replay_holds_its_rows_own_blocks_as_a_count_and_serves_every_request_the_same(monkeypatch):
+    """Issue 73: a trace row's blocks from where its prompt becomes its own, and its answer's, are
+    never looked up by another request; the engine neither offers them while it runs nor hashes
+    them at its end, and the prefix cache holds them as a count in their place. Every request's
+    times, its cached tokens, the engine's counters and what the cache holds are as when every
+    block was hashed and kept by its key, on a KV cache small enough to evict and preempt."""
+    from dataclasses import replace
+
+    from spoc_tui.twin.fleet import FleetSim
+    from spoc_tui.twin.rowprompts import RowPrompts
+
+    small = replace(twin(0.05), server=replace(twin(0.05).server, num_gpu_blocks=400))
+    trace = rows(400, rate=12.0)
+
+    def replayed() -> tuple[object, ...]:
+        sim = FleetSim(small, trace, replicas=1)
+        run = sim.run()
+        eng = sim.replicas[0].engine
+        st = eng.stats
+        samples = sorted((s.trace_index, s.start, s.ttft, s.itl, s.e2e, s.cached_tokens) for s in run.samples)
+        return samples, st.prefix_hits, st.prefix_queries, st.preemptions, len(eng.cache), eng.used_blocks
+
+    fast = replayed()
+    monkeypatch.setattr(RowPrompts, "own_from", lambda self, row: None)
+    whole = replayed()
+    assert fast == whole
+    samples, hits, _queries, preemptions, cached, _used = fast
+    assert hits > 0 and preemptions > 0 and cached > 0 and len(samples) == len(trace)
