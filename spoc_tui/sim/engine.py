@@ -340,10 +340,13 @@ class SimEngine:
         self._finish(req, now, "length" if cut else "stop")
 
     def _prompt_keys(self, r: SimRequest) -> list[BlockHash]:
-        """The keys of ``r``'s prompt's full blocks: those its sender knew (:attr:`SimRequest.keys`),
-        the rest worked out from its tokens after them (the same keys as all from its tokens)."""
+        """The keys of ``r``'s prompt's full blocks (up to :attr:`SimRequest.own_from`: no request
+        looks further): those its sender knew (:attr:`SimRequest.keys`), the rest worked out from
+        its tokens after them (the same keys as all from its tokens)."""
         bs = self.cfg.block_size
         n = len(r.prompt) // bs
+        if r.own_from is not None and r.own_from < n:
+            n = r.own_from
         known = r.keys or []
         if len(known) >= n:
             return known if len(known) == n else known[:n]

@@ -235,7 +235,7 @@ class FleetSim:
             ready = [min((r for r in self.replicas if r.stopped is None), key=lambda r: r.ready_at)]
         rep = min(ready, key=lambda r: (r.in_flight, r.idx))
         eng = rep.engine
-        prompt, keys = self._prompts.take(row)
+        prompt, keys, own = self._prompts.take(row)
         if len(prompt) + row.output_tokens > eng.max_len:
             self.skipped += 1
             self._finish_row(row)
@@ -257,7 +257,6 @@ class FleetSim:
             )  # fmt: skip
             self._finish_row(row)
 
-        own = self._prompts.own_from(row)
         req = SimRequest(
             rid=f"r{row.index}",
             prompt=prompt,

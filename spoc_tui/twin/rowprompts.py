@@ -138,7 +138,7 @@ class RowPrompts:
         self._layout: dict[int, Runs] | None = None
         self._own: dict[int, int] = {}
         self._place: dict[int, int] = {}
-        self._ready: dict[int, tuple[RunPrompt, list[BlockHash]]] = {}
+        self._ready: dict[int, tuple[RunPrompt, list[BlockHash], int | None]] = {}
         self._taken: set[int] = set()
 
     def _laid_out(self) -> dict[int, Runs]:
@@ -169,8 +169,10 @@ class RowPrompts:
             own = named_len if own is None else min(own, named_len)
         return own
 
-    def take(self, row: TraceRow) -> tuple[RunPrompt, list[BlockHash]]:
-        """The row's prompt and its keys (:meth:`PrefixCache.hashes` of it), once."""
+    def take(self, row: TraceRow) -> tuple[RunPrompt, list[BlockHash], int | None]:
+        """The row's prompt, the keys (:meth:`PrefixCache.hashes`) of its full blocks up to where it
+        becomes its own (:meth:`own_from`: no request looks further, so none is worked out), and
+        that place in tokens; once."""
         got = self._ready.pop(row.index, None)
         if got is None:
             self._laid_out()
@@ -178,8 +180,24 @@ class RowPrompts:
             ahead = [row] if at is None else self.rows[at : at + CHUNK]
             todo = [r for r in ahead if r.index not in self._taken and r.index not in self._ready]
             prompts = [self.prompt(r) for r in todo]
-            keys = PrefixCache.of_runs([(p.starts, p.lens) for p in prompts], self.block_size)
-            self._ready.update({r.index: (p, k) for r, p, k in zip(todo, prompts, keys, strict=True)})
+            owns = [self.own_from(r) for r in todo]
+            bs = self.block_size
+            heads = [_head(p, len(p) if own is None else own // bs * bs) for p, own in zip(prompts, owns, strict=True)]
+            keys = PrefixCache.of_runs(heads, bs)
+            self._ready.update({r.index: (p, k, o) for r, p, k, o in zip(todo, prompts, keys, owns, strict=True)})
             got = self._ready.pop(row.index)
         self._taken.add(row.index)
         return got
+
+
+def _head(prompt: RunPrompt, tokens: int) -> Runs:
+    """The runs of ``prompt``'s first ``tokens`` tokens."""
+    starts: list[int] = []
+    lens: list[int] = []
+    for s, size in zip(prompt.starts, prompt.lens, strict=True):
+        if tokens <= 0:
+            break
+        starts.append(s)
+        lens.append(min(size, tokens))
+        tokens -= size
+    return starts, lens
