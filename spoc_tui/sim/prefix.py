@@ -73,10 +73,13 @@ class PrefixCache:
         return list(known) + out
 
     @staticmethod
-    def of_runs(prompts: Sequence[tuple[Sequence[int], Sequence[int]]], block_size: int) -> list[list[BlockHash]]:
+    def of_runs(
+        prompts: Sequence[tuple[Sequence[int], Sequence[int]]], block_size: int, limits: Sequence[int] | None = None
+    ) -> list[list[BlockHash]]:
         """:meth:`hashes` of many prompts at once, each given as runs of consecutive token ids
         (their first ids, their lengths): the same keys, to the bit, without laying any prompt out
-        as a list (a trace replay's prompts are runs: a row's blocks, then ids of its own)."""
+        as a list (a trace replay's prompts are runs: a row's blocks, then ids of its own).
+        ``limits``: per prompt, the most keys worked out."""
         bs = block_size
         runs = np.fromiter((len(sizes) for _, sizes in prompts), np.int64, len(prompts))
         first = np.fromiter(chain.from_iterable(starts for starts, _ in prompts), np.int64, int(runs.sum()))
@@ -84,6 +87,8 @@ class PrefixCache:
         owner = np.repeat(np.arange(len(prompts)), runs)
         length = np.bincount(owner, size, len(prompts)).astype(np.int64)
         blocks = length // bs
+        if limits is not None:
+            blocks = np.minimum(blocks, np.fromiter(limits, np.int64, len(prompts)))
         total = int(blocks.sum())
         if not total:
             return [[] for _ in prompts]

@@ -182,22 +182,9 @@ class RowPrompts:
             prompts = [self.prompt(r) for r in todo]
             owns = [self.own_from(r) for r in todo]
             bs = self.block_size
-            heads = [_head(p, len(p) if own is None else own // bs * bs) for p, own in zip(prompts, owns, strict=True)]
-            keys = PrefixCache.of_runs(heads, bs)
+            limits = [len(p) // bs if own is None else own // bs for p, own in zip(prompts, owns, strict=True)]
+            keys = PrefixCache.of_runs([(p.starts, p.lens) for p in prompts], bs, limits)
             self._ready.update({r.index: (p, k, o) for r, p, k, o in zip(todo, prompts, keys, owns, strict=True)})
             got = self._ready.pop(row.index)
         self._taken.add(row.index)
         return got
-
-
-def _head(prompt: RunPrompt, tokens: int) -> Runs:
-    """The runs of ``prompt``'s first ``tokens`` tokens."""
-    starts: list[int] = []
-    lens: list[int] = []
-    for s, size in zip(prompt.starts, prompt.lens, strict=True):
-        if tokens <= 0:
-            break
-        starts.append(s)
-        lens.append(min(size, tokens))
-        tokens -= size
-    return starts, lens

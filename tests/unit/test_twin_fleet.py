@@ -306,7 +306,8 @@ def test_a_replay_that_can_no_longer_move_ends_and_counts_what_it_left(monkeypat
 def test_prompts_given_as_runs_hash_to_the_keys_of_their_ids_laid_out():
     """A trace replay's prompts are runs of consecutive token ids, never laid out as lists (issue
     73): their blocks' keys, worked out for many prompts at once, are those of the ids laid out to
-    the bit, and a prompt reads as the list it stands for (its length, an id, any slice)."""
+    the bit (the first so many of them where a limit says), and a prompt reads as the list it
+    stands for (its length, an id, any slice)."""
     import random
 
     from spoc_tui.sim.prefix import PrefixCache
@@ -320,9 +321,13 @@ def test_prompts_given_as_runs_hash_to_the_keys_of_their_ids_laid_out():
             starts = [rng.randrange(0, 1 << 30) for _ in range(k)]
             lens = [rng.choice((0, 1, 5, bs - 1, bs, 3 * bs + 2, 700)) for _ in range(k)]
             prompts.append((starts, lens))
-        for (starts, lens), keys in zip(prompts, PrefixCache.of_runs(prompts, bs), strict=True):
+        limits = [rng.randrange(0, 60) for _ in prompts]
+        limited = PrefixCache.of_runs(prompts, bs, limits)
+        for (starts, lens), keys, most, head in zip(prompts, PrefixCache.of_runs(prompts, bs), limits, limited,
+                                                    strict=True):  # fmt: skip
             ids = [i for s, n in zip(starts, lens, strict=True) for i in range(s, s + n)]
             assert keys == PrefixCache.hashes(ids, bs), (starts, lens)
+            assert head == PrefixCache.hashes(ids, bs, most), (starts, lens, most)
             p = RunPrompt(starts, lens)
             assert len(p) == len(ids) and list(p) == ids
             for a, b in ((0, None), (bs, None), (len(ids) // 2, len(ids) - 1), (-3, None), (5, 2)):
