@@ -229,3 +229,31 @@ def test_a_resampled_percentile_is_numpys_of_the_picked_requests_to_the_last_bit
         picked = picked[~np.isnan(picked)]
         want = float(np.percentile(picked, q * 100)) if len(picked) else None
         assert col.figure(idx) == want
+
+
+def test_a_knee_without_resamples_never_sorts_its_levels_and_reads_every_figure_as_the_resamples_would():
+    """A draw's knee is inferred without resampling: its levels' figures over every request are
+    read from the values as they are, never sorted (a crossing's draws spent a twentieth of their
+    CPU sorting); each is the float the sorted values give for every request picked once, and an
+    inference that resamples sorts them when it first needs them."""
+    from spoc_tui.core.ramp.inference import Columns, _Column
+    from spoc_tui.core.ramp.sla import Limit
+
+    samples = _step(8, 400, 0.05, seed=4, fail=0.1, itl=0.01)
+    every = np.arange(len(samples))
+    for lim in (
+        Limit("ttft", "p99", 1.0),
+        Limit("itl", "p90", 1.0),
+        Limit("itl", "mean", 1.0),
+        Limit("e2e", "p50", 9.0),
+    ):
+        lazy, eager = _Column(samples, lim), _Column(samples, lim)
+        assert lazy.figure(every, whole=True) == eager.figure(every) and lazy._ranked is None
+    lims = parse_sla("ttft_p99<=200ms,itl_p90<=12ms")
+    levels = [(x, _step(x, 150, _median_at(x), seed=x, itl=0.001 * x)) for x in (4, 8, 16)]
+    kept = Columns()
+    assert infer_knee(levels, lims, replicates=0, columns=kept) is not None
+    columns = [col for _, by_key in kept._kept.values() for col, _ in by_key.values()]
+    assert len(columns) == 6 and all(c._ranked is None for c in columns)
+    assert infer_knee(levels, lims, seed=3, columns=kept) == infer_knee(levels, lims, seed=3)
+    assert all(c._ranked is not None for c in columns)  # sorted once a resample needed them

@@ -155,21 +155,21 @@ class _Column:
     """One limit's values over one level's requests, laid out once so that each bootstrap
     replicate only gathers (the replicates were 2/3 of a predicted ramp's time)."""
 
-    __slots__ = ("kind", "lengths", "ranked", "starts", "stat", "valid", "values")
+    __slots__ = ("_owner", "_ranked", "kind", "lengths", "starts", "stat", "valid", "values")
 
     def __init__(self, samples: Sequence[RequestSample], lim: Limit) -> None:
         self.stat = lim.stat
         if lim.metric == "error_rate":
             self.kind = "rate"
             self.values = np.array([0.0 if s.ok else 1.0 for s in samples])
+            self._owner: np.ndarray | None = None
         elif lim.metric == "itl":
             self.kind = "pooled"
             gaps = [s.itl if s.ok else () for s in samples]
             self.lengths = np.array([len(g) for g in gaps], dtype=np.int64)
             self.starts = np.concatenate(([0], np.cumsum(self.lengths)[:-1])).astype(np.int64)
             self.values = np.fromiter(chain.from_iterable(gaps), dtype=float, count=int(self.lengths.sum()))
-            owner = np.repeat(np.arange(len(gaps)), self.lengths)
-            self.ranked = PooledPercentile(self.values, owner) if self.stat != "mean" else None
+            self._owner = np.repeat(np.arange(len(gaps)), self.lengths) if self.stat != "mean" else None
         else:
             self.kind = "scalar"
             vals = [getattr(s, lim.metric) if s.ok else None for s in samples]
@@ -177,10 +177,29 @@ class _Column:
             self.valid = ~np.isnan(self.values)
             # a percentile of the picked requests' values read from them sorted once (each a run of one)
             ranked = self.stat != "mean" and bool(self.valid.any())
-            self.ranked = PooledPercentile(self.values[self.valid], np.flatnonzero(self.valid)) if ranked else None
+            self._owner = np.flatnonzero(self.valid) if ranked else None
+        self._ranked: PooledPercentile | None = None
 
-    def figure(self, idx: np.ndarray) -> float | None:
-        """The figure over the requests ``idx`` (a request picked twice counts twice)."""
+    @property
+    def ranked(self) -> PooledPercentile | None:
+        """The values sorted once for the resamples' percentiles (None: a mean, or no value),
+        sorted when a resample first needs them (a draw's knee, never resampled, does not)."""
+        if self._ranked is None and self._owner is not None:
+            values = self.values if self.kind == "pooled" else self.values[self.valid]
+            self._ranked = PooledPercentile(values, self._owner)
+        return self._ranked
+
+    def figure(self, idx: np.ndarray, whole: bool = False) -> float | None:
+        """The figure over the requests ``idx`` (a request picked twice counts twice); ``whole``:
+        ``idx`` is every request once, in order (the values as they are: the same float as from
+        them sorted, :class:`PooledPercentile`)."""
+        if whole and self.kind != "rate":
+            values = self.values if self.kind == "pooled" else self.values[self.valid]
+            if not len(values):
+                return None
+            if self.stat == "mean":
+                return float(values.mean())
+            return float(np.percentile(values, PERCENTILE_Q[self.stat] * 100))
         if self.kind == "rate":
             return float(self.values[idx].mean()) if len(idx) else None
         if self.kind == "pooled":
@@ -346,13 +365,15 @@ def infer_knee(
     kept = columns if columns is not None else Columns()
     laid = {(x, lim.key): kept.of(windows[x], pooled[x], lim) for x in xs_all for lim in limits}
 
-    def points(pick: dict[float, np.ndarray]) -> dict[str, tuple[list[float], list[float], list[float]]]:
+    def points(
+        pick: dict[float, np.ndarray], whole: bool = False
+    ) -> dict[str, tuple[list[float], list[float], list[float]]]:
         out: dict[str, tuple[list[float], list[float], list[float]]] = {}
         for lim in limits:
             xs, ms, ws = [], [], []
             for x in xs_all:
                 column, weight = laid[x, lim.key]
-                v = column.figure(pick[x])
+                v = column.figure(pick[x], whole)
                 if v is not None:
                     xs.append(x)
                     ms.append(_margin(v, lim))
@@ -361,7 +382,7 @@ def infer_knee(
         return out
 
     whole = {x: np.arange(len(pooled[x])) for x in xs_all}
-    base = points(whole)
+    base = points(whole, whole=True)
     if not any(xs for xs, _, _ in base.values()):
         return None
     base_fits = _fit(base)
