@@ -283,7 +283,11 @@ Fits = dict[str, tuple[list[float], list[float]]]
 """Each limit's key -> (its levels, the isotonic fit of its margins there); limits without a figure left out."""
 
 
-def _fit(per_limit: dict[str, tuple[list[float], list[float], list[float]]]) -> Fits:
+Points = dict[str, tuple[list[float], list[float], list[float]]]
+"""Per limit: the levels with a figure, their margins over the limit, their weights."""
+
+
+def _fit(per_limit: Points) -> Fits:
     return {key: (xs, isotonic(ms, ws)) for key, (xs, ms, ws) in per_limit.items() if xs}
 
 
@@ -365,10 +369,8 @@ def infer_knee(
     kept = columns if columns is not None else Columns()
     laid = {(x, lim.key): kept.of(windows[x], pooled[x], lim) for x in xs_all for lim in limits}
 
-    def points(
-        pick: dict[float, np.ndarray], whole: bool = False
-    ) -> dict[str, tuple[list[float], list[float], list[float]]]:
-        out: dict[str, tuple[list[float], list[float], list[float]]] = {}
+    def points(pick: dict[float, np.ndarray], whole: bool = False) -> Points:
+        out: Points = {}
         for lim in limits:
             xs, ms, ws = [], [], []
             for x in xs_all:
@@ -547,9 +549,7 @@ def _envelope(pooled: dict[float, list[RequestSample]], xs: Sequence[float], lim
     return within, past
 
 
-def _bracket(
-    per_limit: dict[str, tuple[list[float], list[float], list[float]]], binding: str | None
-) -> tuple[float, float] | None:
+def _bracket(per_limit: Points, binding: str | None) -> tuple[float, float] | None:
     """The two levels around the binding limit's crossing."""
     if binding is None:
         return None
