@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import pytest
 
@@ -188,11 +189,34 @@ def test_a_trace_with_nothing_to_send_is_refused(tmp_path):
         read_rows(trace_source(str(path)), 2048)
 
 
+def _mixed_rows(n: int = 80, seed: int = 9) -> list[TraceRow]:
+    """Rows naming a few shared hash ids in front of their own, 16- or 512-token blocks, scoped."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        bt = rng.choice((16, 16, 512))
+        ids = tuple(rng.choice((1, 2, 3, 4)) for _ in range(rng.randint(0, 3))) + tuple(
+            100 + 10 * i + k for k in range(rng.randint(0, 4))
+        )
+        n_in = rng.randint(1, (len(ids) + 1) * bt)
+        out.append(TraceRow(i, float(i), n_in, 5, ids, bt, scope=rng.choice((None, None, "c1", "c2")), line=i + 1))
+    return out
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two prompts share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def test_the_fleets_prompts_share_exactly_the_blocks_their_rows_name_alike():
     """block_layout names every block of every row at once: two rows' prompts share a leading
     run of tokens exactly as far as the old block-by-block naming made them (the same hash id,
     scope and length: the same tokens), whatever the block's length, scope or place."""
-    import random
 
     from spoc_tui.twin.fleet import FleetSim
 
@@ -213,30 +237,14 @@ def test_the_fleets_prompts_share_exactly_the_blocks_their_rows_name_alike():
             nxt += max(0, left)
         return out
 
-    def common(a, b):
-        n = 0
-        for x, y in zip(a, b, strict=False):
-            if x != y:
-                break
-            n += 1
-        return n
-
-    rng = random.Random(9)
-    rows = []
-    for i in range(80):
-        bt = rng.choice((16, 16, 512))
-        ids = tuple(rng.choice((1, 2, 3, 4)) for _ in range(rng.randint(0, 3))) + tuple(
-            100 + 10 * i + k for k in range(rng.randint(0, 4))
-        )
-        n_in = rng.randint(1, (len(ids) + 1) * bt)
-        rows.append(TraceRow(i, float(i), n_in, 5, ids, bt, scope=rng.choice((None, None, "c1", "c2")), line=i + 1))
+    rows = _mixed_rows()
     sim = FleetSim(twin(), rows, replicas=1)
     new = {row.index: sim._prompts.prompt(row) for row in rows}
     old = by_block(rows)
     assert all(len(new[r.index]) == r.input_tokens for r in rows)
     for a in rows:
         for b in rows:
-            assert common(new[a.index], new[b.index]) == common(old[a.index], old[b.index]), (a, b)
+            assert _common(new[a.index], new[b.index]) == _common(old[a.index], old[b.index]), (a, b)
 
 
 def test_a_row_longer_than_the_whole_kv_cache_is_skipped_not_waited_on():
@@ -337,20 +345,6 @@ def test_prompts_given_as_runs_hash_to_the_keys_of_their_ids_laid_out():
     assert PrefixCache.of_runs([], 16) == [] and PrefixCache.of_runs([((), ())], 16) == [[]]
 
 
-def _mixed_rows(n: int = 80, seed: int = 9) -> list[TraceRow]:
-    """Rows naming a few shared hash ids in front of their own, 16- or 512-token blocks, scoped."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        bt = rng.choice((16, 16, 512))
-        ids = tuple(rng.choice((1, 2, 3, 4)) for _ in range(rng.randint(0, 3))) + tuple(
-            100 + 10 * i + k for k in range(rng.randint(0, 4))
-        )
-        n_in = rng.randint(1, (len(ids) + 1) * bt)
-        out.append(TraceRow(i, float(i), n_in, 5, ids, bt, scope=rng.choice((None, None, "c1", "c2")), line=i + 1))
-    return out
-
-
 def test_where_a_rows_prompt_becomes_its_own_no_other_row_shares_a_token_past_it():
     """RowPrompts.own_from: from there on no other row's prompt holds the row's tokens in their
     place (so no request can ever find a block of it that ends past there); rows that name only
@@ -362,20 +356,12 @@ def test_where_a_rows_prompt_becomes_its_own_no_other_row_shares_a_token_past_it
     prompts = {row.index: list(sim._prompts.prompt(row)) for row in rows}
     own = {row.index: sim._prompts.own_from(row) for row in rows}
 
-    def common(a: list[int], b: list[int]) -> int:
-        n = 0
-        for x, y in zip(a, b, strict=False):
-            if x != y:
-                break
-            n += 1
-        return n
-
     for a in rows:
         p = own[a.index]
         if p is None:  # every block of it named by another row too
             continue
         assert 0 <= p < a.input_tokens
-        assert all(common(prompts[a.index], prompts[b.index]) <= p for b in rows if b is not a), a
+        assert all(_common(prompts[a.index], prompts[b.index]) <= p for b in rows if b is not a), a
     assert any(p == 0 for p in own.values()) and any(p is not None and p > 0 for p in own.values())
     assert any(p is None for p in own.values())
 
