@@ -268,9 +268,7 @@ class SimEngine:
         hashes = self._hashes.get(req.rid)
         if hashes is None:
             return
-        full = min(len(hashes), req.computed // self.cfg.block_size)
-        if req.own_from is not None and req.own_from < full:
-            full = req.own_from  # no other request has them to find
+        full = min(len(hashes), req.computed // self.cfg.block_size)  # its keys stop at own_from
         live = self._live
         for h in hashes[req.shared_blocks : full]:
             live[h] = live.get(h, 0) + 1
@@ -297,15 +295,13 @@ class SimEngine:
             own = req.own_from
             if own is not None and own <= m:  # its blocks from ``own`` on: a count, never hashed
                 req.keys = known[: min(own, n)]
-                self.cache.insert(req.keys, n - len(req.keys))
+            elif n > m:  # the prompt's last part, then the answer up to the last full block's end
+                head = req.prompt[m * bs :]
+                tail = np.concatenate((np.asarray(head, np.int64), req.output_array(n * bs - len(req.prompt))))
+                req.keys = PrefixCache.continued(known, tail, bs, n)
             else:
-                if n > m:  # the prompt's last part, then the answer up to the last full block's end
-                    head = req.prompt[m * bs :]
-                    tail = np.concatenate((np.asarray(head, np.int64), req.output_array(n * bs - len(req.prompt))))
-                    req.keys = PrefixCache.continued(known, tail, bs, n)
-                else:
-                    req.keys = known[:n]
-                self.cache.insert(req.keys)
+                req.keys = known[:n]
+            self.cache.insert(req.keys, n - len(req.keys))
         req.blocks = 0
         self.cache.evict_to(self.num_blocks - self.used_blocks)
 

@@ -180,13 +180,16 @@ class _Column:
             self._owner = np.flatnonzero(self.valid) if ranked else None
         self._ranked: PooledPercentile | None = None
 
+    def _present(self) -> np.ndarray:
+        """Every request's values that it has (a pooled column's gaps, a scalar's non-missing), in order."""
+        return self.values if self.kind == "pooled" else self.values[self.valid]
+
     @property
     def ranked(self) -> PooledPercentile | None:
         """The values sorted once for the resamples' percentiles (None: a mean, or no value),
         sorted when a resample first needs them (a draw's knee, never resampled, does not)."""
         if self._ranked is None and self._owner is not None:
-            values = self.values if self.kind == "pooled" else self.values[self.valid]
-            self._ranked = PooledPercentile(values, self._owner)
+            self._ranked = PooledPercentile(self._present(), self._owner)
         return self._ranked
 
     def figure(self, idx: np.ndarray, whole: bool = False) -> float | None:
@@ -194,7 +197,7 @@ class _Column:
         ``idx`` is every request once, in order (the values as they are: the same float as from
         them sorted, :class:`PooledPercentile`)."""
         if whole and self.kind != "rate":
-            values = self.values if self.kind == "pooled" else self.values[self.valid]
+            values = self._present()
             if not len(values):
                 return None
             if self.stat == "mean":

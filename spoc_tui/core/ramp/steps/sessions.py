@@ -117,17 +117,13 @@ def sessions_of(samples: Sequence[RequestSample], meets: Callable[[RequestSample
     """The sessions of a step's window (``meets``: a call met the SLA); None when no session made
     more than one call here (single-shot requests have no sessions to speak of)."""
     named = [s for s in samples if s.conversation]
-    if not named:
-        return None
-    if len({s.conversation for s in named}) == len(named) and all(
-        s.turn == 0 and s.last is not False for s in named
-    ):  # each a conversation of one first call (a trace replay's rows): no session (the test below, without grouping)
+    # no conversation made two calls here and each call is a first one (a trace replay's rows):
+    # told without grouping them
+    if len({s.conversation for s in named}) == len(named) and all(s.turn == 0 and s.last is not False for s in named):
         return None
     by: dict[str, list[RequestSample]] = {}
     for s in named:
         by.setdefault(s.conversation, []).append(s)
-    if all(len(calls) < 2 and calls[0].turn == 0 and calls[0].last is not False for calls in by.values()):
-        return None
     knows_last = any(s.last is not None for s in samples)
     started = finished = whole = all_met = 0
     n_calls = 0
