@@ -31,10 +31,16 @@ the fit of 41 windows could not say the step time: nothing graded) replayed at x
 ``spoc ramp --trace T --speed 1`` (on core 1), its ``/metrics`` read every 5 s and kept; then the
 kept scrapes read again in order by a fresh learner that grades each minute as it closes (as the
 monitor would, each on a fit of the minutes before it; done after the run so that the grading's
-CPU does not slow the load generator beside it). The host's own drift beside it: one fixed
-request's decode gap before, halfway and after.
+CPU does not slow the load generator beside it), by the windows alone and with the twin
+``spoc twin calibrate`` (180 s, on the server after the load) makes as the learner's prior, as an
+operator gives the monitor ``--twin``. The host's own drift beside it: one fixed request's decode
+gap before, halfway, after the load and after the calibration.
 
-Usage: python benchmarks/ledger.py [--seeds=N] [--cases=swing,throttle,seats,slower]; ``--smoke``:
+``--again=DIR``: a real run's kept scrapes (``DIR/scrapes.jsonl``, and ``DIR/twin.json`` where the
+calibration made one) graded again, without the half hour of the real server.
+
+Usage: python benchmarks/ledger.py [--seeds=N] [--cases=swing,throttle,seats,slower] | --real
+[--minutes=M] [--base=R] | --again=DIR; ``--smoke``:
 the swing for 8 minutes (that it runs).
 """
 
@@ -229,7 +235,6 @@ def real(minutes: float, base: float) -> int:
     import httpx
     from realengine import NOT_SET_UP, ready, vllm_server
 
-    from spoc_tui.core.metrics.promparse import parse_text
     from spoc_tui.procs.ports import free_ports
 
     if not ready():
@@ -242,13 +247,13 @@ def real(minutes: float, base: float) -> int:
     os.sched_setaffinity(0, {1})
     url = f"http://127.0.0.1:{port}"
     seconds = minutes * 60.0
+    spoc = ["taskset", "-c", "1", sys.executable, "-m", "spoc_tui.cli"]
     try:
         trace = hb.real_trace(work / "traffic.jsonl", base, seconds + 60.0, 1)
         drift = [hb.reference(url)]
         load = subprocess.Popen(
-            ["taskset", "-c", "1", sys.executable, "-m", "spoc_tui.cli", "ramp", "--url", url, "--trace", str(trace),
-             "--speed", "1", "--step-seconds", str(seconds), "--warmup-seconds", "10", "--sla", hb.REAL_SLA,
-             "--out", str(work / "load")],
+            [*spoc, "ramp", "--url", url, "--trace", str(trace), "--speed", "1", "--step-seconds", str(seconds),
+             "--warmup-seconds", "10", "--sla", hb.REAL_SLA, "--out", str(work / "load")],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         t0 = time.monotonic()
@@ -268,15 +273,48 @@ def real(minutes: float, base: float) -> int:
         if load.returncode not in (0, 1):
             print(f"spoc ramp --speed 1 failed:\n{(load.stderr.read() if load.stderr else '')[-2000:]}")
             return 1
+        # the operator's twin.json, as `spoc monitor --twin` takes it: on this host the tiny model's
+        # batch stays small, and the windows alone never said the step time (0 of 21 graded)
+        cal = subprocess.run(
+            [*spoc, "twin", "calibrate", "--url", url, "--budget", "180", "--endpoint", "completions",
+             "--engine-flag", f"max-num-seqs={hb.REAL_SEATS}", "--out", str(work / "twin.json")],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        drift.append(hb.reference(url))
+        if cal.returncode:
+            print(f"spoc twin calibrate failed (the ledger graded without a prior):\n{cal.stderr[-2000:]}")
+        (work / "drift.json").write_text(json.dumps(drift))
     finally:
         server.stop()
-    learner = HeadroomLearner(tuple(parse_sla(hb.REAL_SLA)), max_model_len=2048)
-    run = Run()
-    for line in (work / "scrapes.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        learner.add(row["t"], parse_text(row["text"]))
-        seen = learner.ledger.take_newest()
-        if seen is not None:
+    return again(work, minutes)
+
+
+def again(work: Path, minutes: float | None = None) -> int:
+    """A real run's kept scrapes (``work/scrapes.jsonl``) read again in order by a fresh learner
+    that grades each minute as it closes, with the run's calibrated twin (``work/twin.json``) as its
+    prior where there is one, and without: what a change to the ledger does to the same inputs."""
+    import json
+
+    from spoc_tui.core.metrics.promparse import parse_text
+    from spoc_tui.twin.model import read_twin
+
+    kept = work / "scrapes.jsonl"
+    if not kept.exists():
+        print(f"--again: {kept}: no such file (a run of --real keeps its scrapes there)", file=sys.stderr)
+        return 2
+    rows = [json.loads(line) for line in kept.read_text().splitlines()]
+    minutes = minutes if minutes is not None else (rows[-1]["t"] - rows[0]["t"]) / 60.0 if rows else 0.0
+    twin = work / "twin.json"
+    priors = [("windows alone", None)] + ([("calibrated twin as the prior", read_twin(twin))] if twin.exists() else [])
+    print(f"the headroom's ledger on the real vLLM CPU server ({minutes:.0f} min, SLA {hb.REAL_SLA}), from {work}:")
+    for name, prior in priors:
+        learner = HeadroomLearner(tuple(parse_sla(hb.REAL_SLA)), max_model_len=2048, prior=prior)
+        run = Run()
+        for row in rows:
+            learner.add(row["t"], parse_text(row["text"]))
+            seen = learner.ledger.take_newest()
+            if seen is None:
+                continue
             c = time.process_time()
             got, fit = learner.grade(seen, seed=int(row["t"]))
             if not isinstance(got, str):
@@ -285,15 +323,20 @@ def real(minutes: float, base: float) -> int:
             else:
                 run.skipped.append((seen.t1, got))
             learner.graded(got, fit)
-    print(f"the headroom's ledger on the real vLLM CPU server ({minutes:.0f} min, SLA {hb.REAL_SLA}):")
-    report("real vLLM CPU", 1, run)
-    print(f"    {learner.ledger_summary().line()}; re-learning: {learner.relearning}")
-    print(f"    the host's drift (one request's decode gap, {drift[0] * 1e3:.2f} ms before): "
-          f"{', '.join(f'{100 * (d / drift[0] - 1):+.0f} %' for d in drift[1:])} halfway and after; files in {work}")  # fmt: skip
+        report(f"real vLLM CPU, {name},", 1, run)
+        print(f"    {learner.ledger_summary().line()}; re-learning: {learner.relearning}")
+    if (work / "drift.json").exists():
+        drift = json.loads((work / "drift.json").read_text())
+        print(f"  the host's drift (one request's decode gap, {drift[0] * 1e3:.2f} ms before): "
+              f"{', '.join(f'{100 * (d / drift[0] - 1):+.0f} %' for d in drift[1:])} halfway, after the load "
+              "and after the calibration")  # fmt: skip
     return 0
 
 
 def main() -> int:
+    again_dir = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--again=")), None)
+    if again_dir is not None:
+        return again(Path(again_dir))
     if "--real" in sys.argv:
         minutes = next((float(a.split("=")[1]) for a in sys.argv if a.startswith("--minutes=")), 20.0)
         return real(minutes, next((float(a.split("=")[1]) for a in sys.argv if a.startswith("--base=")), 5.0))

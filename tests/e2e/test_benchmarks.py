@@ -80,3 +80,36 @@ def test_the_headroom_benchmark_says_again_only_what_a_real_run_kept(tmp_path):
     )
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"{tmp_path / 'scrapes.jsonl'}: no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_ledger_benchmark_grades_again_what_a_real_run_kept(tmp_path):
+    """``ledger.py --again=DIR`` grades a ``--real`` run's kept scrapes again, minute by minute; a
+    folder without them is refused with the reason and exit code 2."""
+    import json
+
+    from spoc_tui.sim.exposition import vllm_metrics
+    from spoc_tui.sim.run import SimOptions, build
+    from spoc_tui.sim.virtual import VirtualServer
+    from spoc_tui.workload import load_workload
+
+    def again() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "ledger.py"), f"--again={tmp_path}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    r = again()
+    assert r.returncode == 2 and f"{tmp_path / 'scrapes.jsonl'}: no such file" in r.stderr, r.stdout + r.stderr
+    engine, _ = build(SimOptions(gpu="l40s", dcgm_port=None, seed=1))
+    vs = VirtualServer(engine, load_workload("chatbot"), 0, seed=1)
+    vs.set_rate(2.0)
+    with (tmp_path / "scrapes.jsonl").open("w") as kept:
+        for k in range(1, 37):  # three minutes, a scrape every 5 s
+            vs.advance(5.0 * k)
+            kept.write(json.dumps({"t": 5.0 * k, "text": vllm_metrics(vs.engine)}) + "\n")
+    r = again()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "real vLLM CPU, windows alone, seed 1: predictions held" in r.stdout and "Traceback" not in r.stderr
+    assert "calibrated twin" not in r.stdout  # no twin.json kept: the windows alone
