@@ -296,27 +296,40 @@ def again(work: Path, minutes: float | None = None) -> int:
     import json
 
     from spoc_tui.core.metrics.promparse import parse_text
-    from spoc_tui.twin.model import read_twin
+    from spoc_tui.twin.model import TwinError, read_twin
 
     kept = work / "scrapes.jsonl"
     if not kept.exists():
         print(f"--again: {kept}: no such file (a run of --real keeps its scrapes there)", file=sys.stderr)
         return 2
-    rows = [json.loads(line) for line in kept.read_text().splitlines()]
-    minutes = minutes if minutes is not None else (rows[-1]["t"] - rows[0]["t"]) / 60.0 if rows else 0.0
+    rows = []
+    for n, line in enumerate(kept.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+            rows.append((float(row["t"]), parse_text(str(row["text"]))))
+        except (ValueError, TypeError, KeyError):
+            print(f'--again: {kept}, line {n}: not a kept scrape ({{"t": seconds, "text": /metrics}})', file=sys.stderr)
+            return 2
+    minutes = minutes if minutes is not None else (rows[-1][0] - rows[0][0]) / 60.0 if rows else 0.0
     twin = work / "twin.json"
-    priors = [("windows alone", None)] + ([("calibrated twin as the prior", read_twin(twin))] if twin.exists() else [])
+    try:
+        priors = [("windows alone", None)] + (
+            [("calibrated twin as the prior", read_twin(twin))] if twin.exists() else []
+        )
+    except TwinError as e:
+        print(f"--again: {twin}: {e}", file=sys.stderr)
+        return 2
     print(f"the headroom's ledger on the real vLLM CPU server ({minutes:.0f} min, SLA {hb.REAL_SLA}), from {work}:")
     for name, prior in priors:
         learner = HeadroomLearner(tuple(parse_sla(hb.REAL_SLA)), max_model_len=2048, prior=prior)
         run = Run()
-        for row in rows:
-            learner.add(row["t"], parse_text(row["text"]))
+        for t, exp in rows:
+            learner.add(t, exp)
             seen = learner.ledger.take_newest()
             if seen is None:
                 continue
             c = time.process_time()
-            got, fit = learner.grade(seen, seed=int(row["t"]))
+            got, fit = learner.grade(seen, seed=int(t))
             if not isinstance(got, str):
                 run.cpu.append(time.process_time() - c)
                 run.graded.append((seen.t1, got))

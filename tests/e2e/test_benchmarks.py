@@ -113,3 +113,11 @@ def test_the_ledger_benchmark_grades_again_what_a_real_run_kept(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "real vLLM CPU, windows alone, seed 1: predictions held" in r.stdout and "Traceback" not in r.stderr
     assert "calibrated twin" not in r.stdout  # no twin.json kept: the windows alone
+    (tmp_path / "twin.json").write_text("{}")  # a twin that is not one: said, not a traceback
+    r = again()
+    assert r.returncode == 2 and f"--again: {tmp_path / 'twin.json'}:" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "twin.json").unlink()
+    with (tmp_path / "scrapes.jsonl").open("a") as kept:
+        kept.write('{"t": 185.0}\n')  # a line that is not a kept scrape
+    r = again()
+    assert r.returncode == 2 and "scrapes.jsonl, line 37: not a kept scrape" in r.stderr, r.stderr
