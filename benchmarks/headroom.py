@@ -684,9 +684,14 @@ def again(work: Path, seed: int | None, sla: str | None) -> int:
     seed = seed if seed is not None else int(run.get("seed", 1))
     sla = sla or str(run.get("sla", REAL_SLA))
     learner = HeadroomLearner(tuple(parse_sla(sla)), max_model_len=2048)
-    for line in kept.read_text().splitlines():
-        row = json.loads(line)
-        learner.add(float(row["t"]), parse_text(row["text"]))
+    for n, line in enumerate(kept.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+            t, exp = float(row["t"]), parse_text(str(row["text"]))
+        except (ValueError, TypeError, KeyError):
+            print(f'--again: {kept}, line {n}: not a kept scrape ({{"t": seconds, "text": /metrics}})', file=sys.stderr)
+            return 2
+        learner.add(t, exp)
     h = learner.estimate(seed=seed)
     print(f"  real vLLM CPU seed {seed}, again from {work}: {h.line()}", flush=True)
     if (work / "twin.json").exists():

@@ -80,6 +80,14 @@ def test_the_headroom_benchmark_says_again_only_what_a_real_run_kept(tmp_path):
     )
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"{tmp_path / 'scrapes.jsonl'}: no such file" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "scrapes.jsonl").write_text('{"t": 5.0, "text": ""}\nnot json\n')
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "headroom.py"), f"--again={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "scrapes.jsonl, line 2: not a kept scrape" in r.stderr, r.stdout + r.stderr
 
 
 def test_the_ledger_benchmark_grades_again_what_a_real_run_kept(tmp_path):
