@@ -70,6 +70,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from spoc_tui.core.metrics.promparse import Exposition  # noqa: E402
 from spoc_tui.core.ramp.knee import SpeedSearch  # noqa: E402
 from spoc_tui.core.ramp.sla import parse_sla  # noqa: E402
 from spoc_tui.core.ramp.steps import RequestSample, summarize_step  # noqa: E402
@@ -674,7 +675,6 @@ def again(work: Path, seed: int | None, sla: str | None) -> int:
     calibrated twin, beside the knee that run measured: what a change to the learner does to the
     same inputs, without the half hour of the real server. The seed and the SLA are the run's
     (``work/run.json``) unless given."""
-    from spoc_tui.core.metrics.promparse import parse_text
 
     kept = work / "scrapes.jsonl"
     if not kept.exists():
@@ -684,13 +684,11 @@ def again(work: Path, seed: int | None, sla: str | None) -> int:
     seed = seed if seed is not None else int(run.get("seed", 1))
     sla = sla or str(run.get("sla", REAL_SLA))
     learner = HeadroomLearner(tuple(parse_sla(sla)), max_model_len=2048)
-    for n, line in enumerate(kept.read_text().splitlines(), 1):
-        try:
-            row = json.loads(line)
-            t, exp = float(row["t"]), parse_text(str(row["text"]))
-        except (ValueError, TypeError, KeyError):
-            print(f'--again: {kept}, line {n}: not a kept scrape ({{"t": seconds, "text": /metrics}})', file=sys.stderr)
-            return 2
+    rows = kept_scrapes(kept)
+    if isinstance(rows, str):
+        print(f"--again: {rows}", file=sys.stderr)
+        return 2
+    for t, exp in rows:
         learner.add(t, exp)
     h = learner.estimate(seed=seed)
     print(f"  real vLLM CPU seed {seed}, again from {work}: {h.line()}", flush=True)
@@ -698,6 +696,21 @@ def again(work: Path, seed: int | None, sla: str | None) -> int:
         h = with_prior(learner, work / "twin.json", seed, h)
     print(f"    {beside_knee(h, work, learner.seats)} (that run's knee)")
     return 0
+
+
+def kept_scrapes(kept: Path) -> list[tuple[float, Exposition]] | str:
+    """A real run's kept scrapes (``{"t": seconds, "text": /metrics}`` a line), parsed, in order;
+    or, where a line is not one, which."""
+    from spoc_tui.core.metrics.promparse import parse_text
+
+    rows = []
+    for n, line in enumerate(kept.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+            rows.append((float(row["t"]), parse_text(str(row["text"]))))
+        except (ValueError, TypeError, KeyError):
+            return f'{kept}, line {n}: not a kept scrape ({{"t": seconds, "text": /metrics}})'
+    return rows
 
 
 def reference(url: str) -> float:

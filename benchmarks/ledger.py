@@ -295,21 +295,16 @@ def again(work: Path, minutes: float | None = None) -> int:
     prior where there is one, and without: what a change to the ledger does to the same inputs."""
     import json
 
-    from spoc_tui.core.metrics.promparse import parse_text
     from spoc_tui.twin.model import TwinError, read_twin
 
     kept = work / "scrapes.jsonl"
     if not kept.exists():
         print(f"--again: {kept}: no such file (a run of --real keeps its scrapes there)", file=sys.stderr)
         return 2
-    rows = []
-    for n, line in enumerate(kept.read_text().splitlines(), 1):
-        try:
-            row = json.loads(line)
-            rows.append((float(row["t"]), parse_text(str(row["text"]))))
-        except (ValueError, TypeError, KeyError):
-            print(f'--again: {kept}, line {n}: not a kept scrape ({{"t": seconds, "text": /metrics}})', file=sys.stderr)
-            return 2
+    rows = hb.kept_scrapes(kept)
+    if isinstance(rows, str):
+        print(f"--again: {rows}", file=sys.stderr)
+        return 2
     minutes = minutes if minutes is not None else (rows[-1][0] - rows[0][0]) / 60.0 if rows else 0.0
     twin = work / "twin.json"
     try:
