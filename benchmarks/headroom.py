@@ -62,6 +62,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -545,7 +546,6 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
     ``calibrate``, after the observation ``spoc twin calibrate`` (180 s) gives the learner its prior
     and the headroom is said again (the figures compared are then the prior's, where it identifies
     the model and the windows alone did not)."""
-    import subprocess
     import tempfile
 
     import httpx
@@ -609,11 +609,7 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
         print(f"  real vLLM CPU seed {seed}: {h.line()}", flush=True)
         if calibrate:  # the operator's twin.json as the prior: what the line says would settle it
             twin = work / "twin.json"
-            r = subprocess.run(
-                [*spoc, "twin", "calibrate", "--url", url, "--budget", "180", "--endpoint", "completions",
-                 "--engine-flag", f"max-num-seqs={REAL_SEATS}", "--out", str(twin)],
-                capture_output=True, text=True,
-            )  # fmt: skip
+            r = calibrate(spoc, url, twin)
             if r.returncode:
                 print(f"spoc twin calibrate failed:\n{r.stderr[-2000:]}")
                 return 1
@@ -641,6 +637,16 @@ def real(seed: int, base: float, sla: str, observe_s: float, step_s: float, budg
     finally:
         server.stop()
     return 0
+
+
+def calibrate(spoc: list[str], url: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``spoc twin calibrate`` (180 s) of the real server at ``url`` into ``out``, as an operator
+    makes the twin.json the monitor takes as its prior (``spoc`` runs the CLI, on its core)."""
+    return subprocess.run(
+        [*spoc, "twin", "calibrate", "--url", url, "--budget", "180", "--endpoint", "completions",
+         "--engine-flag", f"max-num-seqs={REAL_SEATS}", "--out", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
 
 
 def with_prior(learner: HeadroomLearner, twin: Path, seed: int, alone: Headroom) -> Headroom:

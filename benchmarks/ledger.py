@@ -64,7 +64,7 @@ from spoc_tui.core.ramp.sla import parse_sla  # noqa: E402
 from spoc_tui.sim.virtual import VirtualServer  # noqa: E402
 from spoc_tui.sim.watch import VirtualWatch  # noqa: E402
 from spoc_tui.twin.headroom import HeadroomLearner  # noqa: E402
-from spoc_tui.twin.ledger import Graded  # noqa: E402
+from spoc_tui.twin.ledger import Graded, Seen  # noqa: E402
 
 MEAN = 1.5
 """The traffic's mean rate, requests/s (its swing: x0.5 to x2 of it every ten minutes)."""
@@ -116,23 +116,32 @@ def serve(learner: HeadroomLearner, vs: VirtualServer, offset: float, seconds: f
         learner.add(t, watch.expositions[0])
         if run.flagged_at is None and learner.one.restarted(t) and not was_restarted:
             run.flagged_at = t
-        seen = learner.ledger.take_newest()
-        if seen is None:
-            continue
-        c = time.process_time()
-        got, fit = learner.grade(seen, seed=seed * 1000 + int(t))
-        if not isinstance(got, str):
-            run.cpu.append(time.process_time() - c)
         drifted = learner.relearning
-        learner.graded(got, fit)
+        done = grade_newest(learner, run, seed * 1000 + int(t))
+        if done is None:
+            continue
         if learner.relearning is not None and drifted is None and run.flagged_at is None:
             run.flagged_at = t
-        if isinstance(got, str):
-            run.skipped.append((seen.t1, got))
-        else:
-            run.graded.append((seen.t1, got))
-            if run.flagged_at is not None and run.relearned_at is None and t > run.flagged_at:
-                run.relearned_at = seen.t1  # the first graded on a fit of the windows since
+        seen, got = done
+        if not isinstance(got, str) and run.flagged_at is not None and run.relearned_at is None and t > run.flagged_at:
+            run.relearned_at = seen.t1  # the first graded on a fit of the windows since
+
+
+def grade_newest(learner: HeadroomLearner, run: Run, seed: int) -> tuple[Seen, Graded | str] | None:
+    """The learner's newest closed window graded (as the monitor grades it) and noted in ``run``
+    (graded with its CPU, or skipped with why), the ledger told; None where none closed."""
+    seen = learner.ledger.take_newest()
+    if seen is None:
+        return None
+    c = time.process_time()
+    got, fit = learner.grade(seen, seed=seed)
+    if isinstance(got, str):
+        run.skipped.append((seen.t1, got))
+    else:
+        run.cpu.append(time.process_time() - c)
+        run.graded.append((seen.t1, got))
+    learner.graded(got, fit)
+    return seen, got
 
 
 def held_share(graded: list[tuple[float, Graded]]) -> tuple[int, int]:
@@ -275,11 +284,7 @@ def real(minutes: float, base: float) -> int:
             return 1
         # the operator's twin.json, as `spoc monitor --twin` takes it: on this host the tiny model's
         # batch stays small, and the windows alone never said the step time (0 of 21 graded)
-        cal = subprocess.run(
-            [*spoc, "twin", "calibrate", "--url", url, "--budget", "180", "--endpoint", "completions",
-             "--engine-flag", f"max-num-seqs={hb.REAL_SEATS}", "--out", str(work / "twin.json")],
-            capture_output=True, text=True,
-        )  # fmt: skip
+        cal = hb.calibrate(spoc, url, work / "twin.json")
         drift.append(hb.reference(url))
         if cal.returncode:
             print(f"spoc twin calibrate failed (the ledger graded without a prior):\n{cal.stderr[-2000:]}")
@@ -320,17 +325,7 @@ def again(work: Path, minutes: float | None = None) -> int:
         run = Run()
         for t, exp in rows:
             learner.add(t, exp)
-            seen = learner.ledger.take_newest()
-            if seen is None:
-                continue
-            c = time.process_time()
-            got, fit = learner.grade(seen, seed=int(t))
-            if not isinstance(got, str):
-                run.cpu.append(time.process_time() - c)
-                run.graded.append((seen.t1, got))
-            else:
-                run.skipped.append((seen.t1, got))
-            learner.graded(got, fit)
+            grade_newest(learner, run, int(t))
         report(f"real vLLM CPU, {name},", 1, run)
         print(f"    {learner.ledger_summary().line()}; re-learning: {learner.relearning}")
     if (work / "drift.json").exists():
