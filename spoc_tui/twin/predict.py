@@ -38,7 +38,7 @@ from spoc_tui.core.ramp.experiment import (
     immediately,
     run_now,
 )
-from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee
+from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee, shifted_knee
 from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, SpeedSearch, UserPlan
 from spoc_tui.core.ramp.sla import LevelUnit, Limit
 from spoc_tui.core.ramp.steps import (
@@ -364,8 +364,8 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     near = crossing.estimate if near_knee and crossing is not None else None
     for i, m in enumerate(draws):
         say(f"draw {i + 1}/{len(draws)} of the fit")
-        if near is not None:
-            runs, est = draw_near_knee(p, m, p.seed + 1000 * (i + 1), levels, near, unit, p.seed + i + 1)
+        if near is not None and crossing is not None:
+            runs, est = draw_at_knee(p, m, p.seed + 1000 * (i + 1), central, crossing, p.seed + i + 1)
         else:
             runs = dict(enumerate(draw(p, m, p.seed + 1000 * (i + 1), levels)))
             # the draw's knee: its fit's crossing (no resampling: the draws' spread is the interval)
@@ -697,6 +697,32 @@ two below, as a cliff is told from the trend of the two levels under its jump
 crossing at x7.5."""
 
 
+def draw_at_knee(
+    p: Prediction, model: StepModel, seed: int, central: Sequence[Measured], knee: KneeEstimate, infer_seed: int
+) -> tuple[dict[int, Measured], KneeEstimate | None]:
+    """One draw's knee from one replay at the fit's knee, where the fit's is a crossing between two
+    of its levels: the fit's trend across them moved to the draw's own figures there
+    (:func:`~spoc_tui.core.ramp.inference.shifted_knee`). Where that cannot say (a cliff, a draw
+    that crosses outside the bracket), the draw's levels about the knee as
+    :func:`draw_near_knee` replays them, this replay one of them."""
+    levels = [(r.step.level, r.seconds) for r in central]
+    unit = central[0].step.unit
+    est = knee.estimate
+    assert est is not None
+    pooled: dict[float, list[RequestSample]] = {}
+    for r in central:
+        pooled.setdefault(r.step.level, []).extend(r.window)
+    if knee.boundary != "smooth" or not min(pooled) < est < max(pooled):
+        return draw_near_knee(p, model, seed, levels, est, unit, infer_seed)
+    at = len(levels)
+    grown = [*levels, (est, levels[0][1])]
+    run = draw_replays(p, model, seed, grown, [at])[0]
+    got = shifted_knee(list(pooled.items()), (est, run.window), p.limits)
+    if got is None:
+        return draw_near_knee(p, model, seed, grown, est, unit, infer_seed, {at: run})
+    return {at: run}, KneeEstimate(got[0], (None, None), got[1], "smooth", unit, levels=1)
+
+
 def draw_near_knee(
     p: Prediction,
     model: StepModel,
@@ -705,6 +731,7 @@ def draw_near_knee(
     knee: float,
     unit: LevelUnit,
     infer_seed: int,
+    have: Mapping[int, Measured] | None = None,
 ) -> tuple[dict[int, Measured], KneeEstimate | None]:
     """One draw replayed at the fit's levels nearest its knee (:data:`NEAR_BELOW` below it,
     :data:`NEAR_ABOVE` above), then one level further out at a time on the side a draw's knee lies
@@ -717,7 +744,9 @@ def draw_near_knee(
     above = [k for k in order if levels[k][0] > knee]
     chosen = below[-NEAR_BELOW:] + above[:NEAR_ABOVE]
     below, above = below[:-NEAR_BELOW] if len(below) > NEAR_BELOW else [], above[NEAR_ABOVE:]
-    runs = dict(zip(chosen, draw_replays(p, model, seed, levels, chosen), strict=True))
+    runs = dict(have or {})
+    todo = [k for k in chosen if k not in runs]
+    runs.update(zip(todo, draw_replays(p, model, seed, levels, todo), strict=True))
     while True:
         est = draw_knee(runs, p.limits, unit, infer_seed)
         if est is None or est.boundary != "bound":

@@ -382,9 +382,10 @@ def test_the_search_goes_on_past_x8_to_say_beyond_x10():
 
 
 def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_finds(monkeypatch):
-    """A headroom reads its draws' knees alone, so they replay the fit's speeds about its knee and
-    go further out only while a draw's knee lies past them: the same knees as replaying every speed
-    the fit ran, from fewer replays (each one the very replay the whole run makes at its speed)."""
+    """A headroom reads its draws' knees alone, so at a cliff (here: the queue's) they replay the
+    fit's speeds about its knee and go further out only while a draw's knee lies past them: the
+    same knees as replaying every speed the fit ran, from fewer replays (each one the very replay
+    the whole run makes at its speed)."""
     from spoc_tui.twin import headroom, predict
     from spoc_tui.twin.passive import PassiveFit
     from tests.unit.test_twin_fit import SERVER, TRUE
@@ -414,6 +415,44 @@ def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_
         assert h.identified and h.estimate is not None, h
     assert seen[True] == seen[False] and all(k is not None for k in seen[True]), seen
     assert replays[True] < replays[False], replays
+
+
+def test_a_draw_at_a_smooth_knee_replays_once_and_reads_about_the_knee_its_every_level_finds(monkeypatch):
+    """Where the fit's knee is a crossing (not a cliff), a draw replays the traffic once, at the fit's
+    knee, and its knee is the fit's trend moved through its own figures there
+    (:func:`~spoc_tui.twin.predict.draw_at_knee`): about the knee the draw finds replaying every
+    speed the fit ran (here within 5 %), from one replay where three or more."""
+    from spoc_tui.twin import headroom, predict
+    from spoc_tui.twin.passive import PassiveFit
+    from tests.unit.test_twin_fit import SERVER, TRUE
+
+    fit = PassiveFit(TRUE, (replace(TRUE, b0=TRUE.b0 * 0.9), replace(TRUE, b0=TRUE.b0 * 1.1)), 20, (1.0, 4.0), True,
+                     "identified (test)", 1.0)  # fmt: skip
+    replays = {True: 0, False: 0}
+    seen: dict[bool, predict.Predicted] = {}
+    real_replay, real_predict = predict.TraceBackend.start_replay, predict.predict
+
+    async def counted(backend, *args, **kw):
+        replays[backend.p.draws_near_knee] += 1
+        return await real_replay(backend, *args, **kw)
+
+    def kept(p, progress=None):
+        seen[p.draws_near_knee] = real_predict(p, progress)
+        return seen[p.draws_near_knee]
+
+    monkeypatch.setattr(predict.TraceBackend, "start_replay", counted)
+    monkeypatch.setattr(predict, "predict", kept)
+    sla = tuple(parse_sla("itl_p99<=70ms"))
+    for near in (False, True):
+        monkeypatch.setattr(headroom, "DRAWS_NEAR_KNEE", near)
+        h = headroom.headroom_of(fit, SERVER, traffic(rate=2.0), sla, seed=1, draws=2, replay_s=20.0)
+        assert h.identified and h.estimate is not None, h
+    at_knee, every = seen[True], seen[False]
+    assert at_knee.knee.inferred is not None and at_knee.knee.inferred.boundary == "smooth"
+    assert replays[True] == len(at_knee.runs) + 2, replays  # the fit's, then one a draw
+    assert all(len(d) == 1 for d in at_knee.draw_figures)
+    for a, b in zip(at_knee.draw_knees, every.draw_knees, strict=True):
+        assert a is not None and b is not None and abs(a / b - 1) < 0.05, (at_knee.draw_knees, every.draw_knees)
 
 
 def test_a_headrooms_draws_work_their_figures_out_only_when_the_intervals_are_read(monkeypatch):

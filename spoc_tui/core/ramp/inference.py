@@ -578,3 +578,48 @@ def _is_cliff(
     noise = float(np.std(jumps)) if len(jumps) > 1 else 0.0
     jump = ms[i] - ms[i - 1]
     return jump > CLIFF_FACTOR * max(expected, noise, 0.05)
+
+
+def level_margin(samples: Sequence[RequestSample], lim: Limit) -> float | None:
+    """How far past ``lim`` one level's requests are, as :func:`infer_knee` reads a level (its
+    figure over every request, :func:`_margin`), or None where they give no figure."""
+    if not samples:
+        return None
+    v = _Column(samples, lim).figure(np.arange(len(samples)), whole=True)
+    return None if v is None else _margin(v, lim)
+
+
+def shifted_knee(
+    levels: Sequence[tuple[float, Sequence[RequestSample]]],
+    at: tuple[float, Sequence[RequestSample]],
+    limits: Sequence[Limit],
+) -> tuple[float, str] | None:
+    """Where a run crosses its limits, read from one level of its own (``at``) and another run's
+    trend: ``levels`` (each a level and its requests, pooled), each limit's margin fitted across
+    them as :func:`infer_knee` fits it (isotonic, a line between levels), moved up or down to pass
+    through the run's own margin at ``at``, crosses 0 there. (The knee, the limit that binds
+    first), or None where that cannot be read here: ``at`` outside the levels, or the crossing
+    below the lowest of them (the run's own levels about it then tell)."""
+    x, s = at
+    best: tuple[float, str] | None = None
+    for lim in limits:
+        xs, ms, ws = [], [], []
+        for lv, samples in sorted(levels, key=lambda ls: ls[0]):
+            v = level_margin(samples, lim)
+            if v is not None:
+                xs.append(lv)
+                ms.append(v)
+                ws.append(float(_weight(samples, lim)))
+        m = level_margin(s, lim)
+        if m is None or len(xs) < 2 or not xs[0] <= x <= xs[-1]:
+            if m is not None and m > 0:
+                return None  # past this limit with no trend to place its crossing by
+            continue
+        fit = isotonic(ms, ws)
+        delta = m - float(np.interp(x, xs, fit))
+        cross, _ = _crossing(xs, [f + delta for f in fit])
+        if cross == -math.inf:
+            return None  # below every level: the run's own levels tell
+        if best is None or cross < best[0]:
+            best = (cross, lim.key)
+    return None if best is None or math.isinf(best[0]) else best
