@@ -39,7 +39,7 @@ from spoc_tui.core.metrics.vllm import (
     server_view,
     windowed_histogram,
 )
-from spoc_tui.core.ramp.knee import SpeedSearch
+from spoc_tui.core.ramp.knee import MIN_SPEED, SpeedSearch
 from spoc_tui.core.ramp.sla import Limit
 from spoc_tui.core.tuning.engineflags import BLOCK_SIZES
 from spoc_tui.twin.arrivals import FlowLog
@@ -89,6 +89,11 @@ The default budget of ``spoc ramp``'s search (ten minutes of load) stopped it at
 "beyond x8" of a server whose knee was x9.8. Eight ran two more probes about the knee (x7 and x6.5
 after x6.1, x6 and x5.9 on the benchmark's A100), the dearest replays, and moved neither the point
 nor the draws' knees: 6 takes a fifth of an estimate's CPU less, its interval's top at the bracket."""
+REFRESH_STEPS = 4
+"""Replays a refresh's search may run where the last estimate was a crossing: its interval's ends
+and its point first (:func:`refresh_speeds`), then one more where the knee lies past them or
+between two of them far apart (the draws' spread, not the fit's bracket, is most of an
+interval)."""
 LEDGER_MIN = 5
 """Graded windows the ledger needs before its record widens an interval (:func:`widened_by_ledger`)."""
 LEDGER_HELD = 0.9
@@ -530,7 +535,8 @@ class LearnerState:
             got = 0 if traffic is None else round(traffic.requests)
             return none(f"too little traffic to replay: {got} requests in the window (needs {MIN_REQUESTS})")
         start = MAX_SPEED if last is not None and last.beyond_top else 1.0
-        h = headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s, start)
+        again = refresh_speeds(last)
+        h = headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s, start, again)
         seen = self.running_most
         if h.seats_peak is not None and seen is not None and h.seats_peak > SEATS_MARGIN * seen + 1:
             # the replay ran more at once than the server was ever seen to: its seats may bind
@@ -544,6 +550,20 @@ class LearnerState:
         if self.relearned and h.identified:
             h = replace(h, reason=f"{h.reason}; {self.relearned}")
         return widened_by_ledger(h, self.ledger)
+
+
+def refresh_speeds(last: Headroom | None) -> tuple[float, ...]:
+    """Where to start the search again from ``last``, the estimate before (the monitor's refresh,
+    a few minutes on): where that was a crossing said of one seats setting (none assumed: told,
+    seen or a twin's), the ends of its interval and its point, which a traffic that has not moved
+    much brackets again at once; else none (the search from x1, or from beyond x10)."""
+    if last is None or not last.identified or last.estimate is None or last.assumed or last.beyond_top:
+        return ()
+    lo, hi = last.ci95
+    if lo is None or hi is None:
+        return ()
+    speeds = sorted({round(v, 2) for v in (lo, last.estimate, hi) if MIN_SPEED <= v <= MAX_SPEED})
+    return tuple(speeds)
 
 
 def widened_by_ledger(h: Headroom, ledger: LedgerSummary | None) -> Headroom:
@@ -575,10 +595,11 @@ def headroom_of(
     prior: Twin | None = None,
     replay_s: float = REPLAY_S,
     start: float = 1.0,
+    first: tuple[float, ...] = (),
 ) -> Headroom:
     """The traffic replayed on the fitted twin at speed multiples (the knee search of ``spoc twin
-    predict --trace --speed auto``, from ``start``), on the fit and ``draws`` of its bootstrap
-    draws."""
+    predict --trace --speed auto``, from ``start``, or ``first`` those speeds in turn and at most
+    :data:`REFRESH_STEPS` replays in all), on the fit and ``draws`` of its bootstrap draws."""
     from spoc_tui.twin.predict import WIDENED, Prediction, holding, predict
     from spoc_tui.workload import load_workload
 
@@ -597,12 +618,12 @@ def headroom_of(
     p = Prediction(
         twin=passive_twin(fit, server, prior, draws),
         workload=load_workload("chatbot"),
-        plan=SpeedSearch(max_speed=MAX_SPEED, start=start),
+        plan=SpeedSearch(max_speed=MAX_SPEED, start=start, first=first),
         limits=tuple(limits),
         seed=seed,
         draws=draws,
         trace=trace,
-        budget_s=SEARCH_STEPS * replay_s * 1.25,
+        budget_s=(REFRESH_STEPS if first else SEARCH_STEPS) * replay_s * 1.25,
         draws_near_knee=DRAWS_NEAR_KNEE,
     )
     predicted = predict(p)

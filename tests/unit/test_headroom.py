@@ -549,16 +549,53 @@ def test_a_refresh_after_beyond_x10_replays_x10_first_and_says_the_same_in_one_r
     warm = headroom.headroom_of(fit, SERVER, tr, sla, seed=1, draws=0, replay_s=120.0, start=headroom.MAX_SPEED)
     assert speeds == [headroom.MAX_SPEED] and warm.beyond_top
     assert warm.line() == cold.line() and warm.estimate == cold.estimate == headroom.MAX_SPEED
-    # a crossing's estimate is not a bound: the next search starts at x1
+    # a crossing's estimate is not a bound: the next search starts at its interval (below); one
+    # that assumed the seats (two searches, the interval over both) from x1
     crossing = replace(cold, ci95=(4.0, 6.0), estimate=5.0, beyond_top=False)
-    starts: list[float] = []
-    monkeypatch.setattr(headroom, "headroom_of", lambda *a, **k: starts.append(a[8]) or crossing)
+    assumed = replace(crossing, assumed=("max-num-seqs 7-256",))
+    starts: list[tuple[float, tuple[float, ...]]] = []
+    monkeypatch.setattr(headroom, "headroom_of", lambda *a, **k: starts.append((a[8], a[9])) or crossing)
     state = replace(LearnerState((), (), tr, SERVER, None, True), limits=sla)
     monkeypatch.setattr(headroom, "fit_of", lambda *a: fit)
-    state.estimate(seed=1, draws=0, last=crossing)
-    state.estimate(seed=1, draws=0, last=cold)
-    state.estimate(seed=1, draws=0)
-    assert starts == [1.0, headroom.MAX_SPEED, 1.0]
+    for last in (crossing, cold, None, assumed):
+        state.estimate(seed=1, draws=0, last=last)
+    assert starts == [(1.0, (4.0, 5.0, 6.0)), (headroom.MAX_SPEED, ()), (1.0, ()), (1.0, ())], starts
+
+
+def test_a_refresh_after_a_crossing_replays_its_interval_first_and_finds_the_knee_in_fewer_replays(monkeypatch):
+    """Issue 73, point 2: where the last estimate was a crossing, the refresh replays the ends of
+    its interval and its point first, then at most one more (:data:`REFRESH_STEPS` in all, where a
+    search from x1 runs six): on the same traffic, the knee again inside the last interval."""
+    from spoc_tui.twin import headroom, predict
+    from spoc_tui.twin.passive import PassiveFit
+    from tests.unit.test_twin_fit import SERVER, TRUE
+
+    fit = PassiveFit(TRUE, (replace(TRUE, b0=TRUE.b0 * 0.9), replace(TRUE, b0=TRUE.b0 * 1.1)), 20, (1.0, 4.0), True,
+                     "identified (test)", 1.0)  # fmt: skip
+    speeds: list[float] = []
+    real_replay = predict.TraceBackend.start_replay
+
+    async def counted(backend, idx, speed):
+        if not backend.p.draws_near_knee or backend.seed_of(idx) < 1000:  # the fit's, not a draw's
+            speeds.append(speed)
+        return await real_replay(backend, idx, speed)
+
+    monkeypatch.setattr(predict.TraceBackend, "start_replay", counted)
+    sla = tuple(parse_sla("itl_p99<=70ms"))
+    cold = headroom.headroom_of(fit, SERVER, traffic(rate=2.0), sla, seed=1, draws=2, replay_s=20.0)
+    assert cold.identified and cold.estimate is not None and None not in cold.ci95, cold
+    assert len(speeds) == headroom.SEARCH_STEPS and speeds[0] == 1.0, speeds
+    first = headroom.refresh_speeds(cold)
+    lo, hi = cold.ci95
+    assert first == tuple(sorted(round(v, 2) for v in (lo, cold.estimate, hi))), first
+    speeds.clear()
+    warm = headroom.headroom_of(fit, SERVER, traffic(rate=2.0), sla, seed=2, draws=2, replay_s=20.0, first=first)
+    assert tuple(speeds[:3]) == first and len(speeds) <= headroom.REFRESH_STEPS, speeds
+    assert warm.identified and warm.estimate is not None and lo <= warm.estimate <= hi, (warm.line(), cold.line())
+    # nothing to start from: a bound, an estimate that assumed the seats, none
+    assert headroom.refresh_speeds(replace(cold, ci95=(lo, None))) == ()
+    assert headroom.refresh_speeds(replace(cold, assumed=("max-num-seqs 7-256",))) == ()
+    assert headroom.refresh_speeds(None) == ()
 
 
 def test_the_monitors_refresh_hands_each_server_its_last_estimate(monkeypatch):

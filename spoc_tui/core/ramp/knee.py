@@ -675,8 +675,13 @@ class SpeedSearch:
 
     max_speed: float = 64.0
     start: float = 1.0
+    first: tuple[float, ...] = ()
+    """Speeds replayed first, in their order, before the search goes on from what they found (a
+    live headroom's refresh: the last estimate's interval and point); ``start`` then unused."""
 
     def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> float | None:
+        if len(steps) < len(self.first):
+            return self.first[len(steps)]
         if not steps:
             return self.start
         if len(steps) >= MAX_SEARCH_STEPS:
