@@ -90,10 +90,11 @@ The default budget of ``spoc ramp``'s search (ten minutes of load) stopped it at
 after x6.1, x6 and x5.9 on the benchmark's A100), the dearest replays, and moved neither the point
 nor the draws' knees: 6 takes a fifth of an estimate's CPU less, its interval's top at the bracket."""
 REFRESH_STEPS = 4
-"""Replays a refresh's search may run where the last estimate was a crossing: its interval's ends
-and its point first (:func:`refresh_speeds`), then one more where the knee lies past them or
-between two of them far apart (the draws' spread, not the fit's bracket, is most of an
-interval)."""
+"""Replays after which a refresh's search stops where the last estimate was a crossing and the knee
+is found again between the ends of its interval: those ends and its point first
+(:func:`refresh_speeds`), then one more about the knee (the draws' spread, not the fit's bracket,
+is most of an interval). A knee that moved out of it is searched for as from x1, up to
+:data:`SEARCH_STEPS` replays."""
 LEDGER_MIN = 5
 """Graded windows the ledger needs before its record widens an interval (:func:`widened_by_ledger`)."""
 LEDGER_HELD = 0.9
@@ -598,8 +599,8 @@ def headroom_of(
     first: tuple[float, ...] = (),
 ) -> Headroom:
     """The traffic replayed on the fitted twin at speed multiples (the knee search of ``spoc twin
-    predict --trace --speed auto``, from ``start``, or ``first`` those speeds in turn and at most
-    :data:`REFRESH_STEPS` replays in all), on the fit and ``draws`` of its bootstrap draws."""
+    predict --trace --speed auto``, from ``start``, or ``first`` those speeds in turn: a refresh,
+    :data:`REFRESH_STEPS`), on the fit and ``draws`` of its bootstrap draws."""
     from spoc_tui.twin.predict import WIDENED, Prediction, holding, predict
     from spoc_tui.workload import load_workload
 
@@ -618,12 +619,12 @@ def headroom_of(
     p = Prediction(
         twin=passive_twin(fit, server, prior, draws),
         workload=load_workload("chatbot"),
-        plan=SpeedSearch(max_speed=MAX_SPEED, start=start, first=first),
+        plan=SpeedSearch(max_speed=MAX_SPEED, start=start, first=first, settled=REFRESH_STEPS),
         limits=tuple(limits),
         seed=seed,
         draws=draws,
         trace=trace,
-        budget_s=(REFRESH_STEPS if first else SEARCH_STEPS) * replay_s * 1.25,
+        budget_s=SEARCH_STEPS * replay_s * 1.25,
         draws_near_knee=DRAWS_NEAR_KNEE,
     )
     predicted = predict(p)

@@ -564,8 +564,9 @@ def test_a_refresh_after_beyond_x10_replays_x10_first_and_says_the_same_in_one_r
 
 def test_a_refresh_after_a_crossing_replays_its_interval_first_and_finds_the_knee_in_fewer_replays(monkeypatch):
     """Issue 73, point 2: where the last estimate was a crossing, the refresh replays the ends of
-    its interval and its point first, then at most one more (:data:`REFRESH_STEPS` in all, where a
-    search from x1 runs six): on the same traffic, the knee again inside the last interval."""
+    its interval and its point first, then one more (:data:`REFRESH_STEPS` in all, where a search
+    from x1 runs six): on the same traffic, the knee again inside the last interval. A knee that
+    moved out of it is searched for on, as from x1."""
     from spoc_tui.twin import headroom, predict
     from spoc_tui.twin.passive import PassiveFit
     from tests.unit.test_twin_fit import SERVER, TRUE
@@ -592,6 +593,15 @@ def test_a_refresh_after_a_crossing_replays_its_interval_first_and_finds_the_kne
     warm = headroom.headroom_of(fit, SERVER, traffic(rate=2.0), sla, seed=2, draws=2, replay_s=20.0, first=first)
     assert tuple(speeds[:3]) == first and len(speeds) <= headroom.REFRESH_STEPS, speeds
     assert warm.identified and warm.estimate is not None and lo <= warm.estimate <= hi, (warm.line(), cold.line())
+    # a knee that moved out of the last interval (the traffic fell five-fold since): searched for on
+    speeds.clear()
+    moved = headroom.headroom_of(fit, SERVER, traffic(rate=2.0), sla, seed=2, draws=0, replay_s=20.0,
+                                 first=(1.0, 1.2, 1.4))  # fmt: skip
+    assert len(speeds) > headroom.REFRESH_STEPS and moved.estimate is not None, (speeds, moved.line())
+    fresh = headroom.headroom_of(fit, SERVER, traffic(rate=2.0), sla, seed=2, draws=0, replay_s=20.0)
+    mlo, mhi = moved.ci95  # coarser than from x1 (three replays spent below it), its interval holds it
+    assert fresh.estimate is not None and mlo is not None and mhi is not None, (moved.line(), fresh.line())
+    assert mlo <= fresh.estimate <= mhi, (moved.line(), fresh.line())
     # nothing to start from: a bound, an estimate that assumed the seats, none
     assert headroom.refresh_speeds(replace(cold, ci95=(lo, None))) == ()
     assert headroom.refresh_speeds(replace(cold, assumed=("max-num-seqs 7-256",))) == ()

@@ -678,6 +678,9 @@ class SpeedSearch:
     first: tuple[float, ...] = ()
     """Speeds replayed first, in their order, before the search goes on from what they found (a
     live headroom's refresh: the last estimate's interval and point); ``start`` then unused."""
+    settled: int = MAX_SEARCH_STEPS
+    """With ``first``: the steps after which the search stops once the knee is a crossing between
+    the first speeds' ends (found where it was looked for; elsewhere it goes on as any search)."""
 
     def next(self, steps: Sequence[StepSummary], knee: Knee | None = None) -> float | None:
         if len(steps) < len(self.first):
@@ -688,6 +691,9 @@ class SpeedSearch:
             return None
         tried = sorted({s.level for s in steps})
         inferred = knee.inferred if knee else None
+        if self.first and len(steps) >= self.settled and inferred is not None and inferred.boundary != "bound":
+            if inferred.estimate is not None and min(self.first) <= inferred.estimate <= max(self.first):
+                return None
         if inferred is None or inferred.boundary == "bound":
             if inferred is not None and inferred.estimate is None:  # even the slowest broke
                 low = tried[0]
