@@ -138,6 +138,9 @@ class Headroom:
     beyond_top: bool = field(default=False, compare=False)
     """Its point's replay met the SLA at :data:`MAX_SPEED` (a bound: "beyond x10"): the next
     estimate's search replays that speed first (:meth:`LearnerState.estimate`)."""
+    parts: tuple[Headroom, ...] = field(default=(), compare=False)
+    """With the seats unseen and untold, the two searches it spans (vLLM's default seats, the most
+    seen running): the next estimate starts each from its own (:func:`refresh_speeds`)."""
 
     def as_dict(self) -> dict[str, object]:
         lo, hi = self.ci95
@@ -535,17 +538,17 @@ class LearnerState:
         if traffic is None or traffic.requests < MIN_REQUESTS or traffic.rate <= 0:
             got = 0 if traffic is None else round(traffic.requests)
             return none(f"too little traffic to replay: {got} requests in the window (needs {MIN_REQUESTS})")
-        start = MAX_SPEED if last is not None and last.beyond_top else 1.0
-        again = refresh_speeds(last)
-        h = headroom_of(fit, self.server, traffic, self.limits, seed, draws, self.prior, replay_s, start, again)
+        last_default, last_seen = last.parts if last is not None and len(last.parts) == 2 else (last, None)
+        args = (traffic, self.limits, seed, draws, self.prior, replay_s)
+        h = headroom_of(fit, self.server, *args, *_refresh(last_default))
         seen = self.running_most
         if h.seats_peak is not None and seen is not None and h.seats_peak > SEATS_MARGIN * seen + 1:
             # the replay ran more at once than the server was ever seen to: its seats may bind
             # sooner than the default's; replayed with the most seen too, the interval holds both
             low = max(1, math.ceil(seen))
             at_seen = replace(self.server, max_num_seqs=low, sources={**self.server.sources, "max_num_seqs": "seen"})
-            h_seen = headroom_of(fit, at_seen, traffic, self.limits, seed, draws, self.prior, replay_s)
-            h = seats_range(h, h_seen, low, self.server.max_num_seqs)
+            h_seen = headroom_of(fit, at_seen, *args, *_refresh(last_seen))
+            h = replace(seats_range(h, h_seen, low, self.server.max_num_seqs), parts=(h, h_seen))
         if self.queue_odd and h.assumed:
             h = replace(h, assumed=(*h.assumed, self.queue_odd))
         if self.relearned and h.identified:
@@ -553,12 +556,18 @@ class LearnerState:
         return widened_by_ledger(h, self.ledger)
 
 
+def _refresh(last: Headroom | None) -> tuple[float, tuple[float, ...]]:
+    """A search's start and first speeds after ``last`` (one search's estimate, or None)."""
+    return (MAX_SPEED if last is not None and last.beyond_top else 1.0), refresh_speeds(last)
+
+
 def refresh_speeds(last: Headroom | None) -> tuple[float, ...]:
     """Where to start the search again from ``last``, the estimate before (the monitor's refresh,
-    a few minutes on): where that was a crossing said of one seats setting (none assumed: told,
-    seen or a twin's), the ends of its interval and its point, which a traffic that has not moved
-    much brackets again at once; else none (the search from x1, or from beyond x10)."""
-    if last is None or not last.identified or last.estimate is None or last.assumed or last.beyond_top:
+    a few minutes on): where that was one search's crossing (not a span of two searches' with the
+    seats unseen: each of those starts from its own part), the ends of its interval and its point,
+    which a traffic that has not moved much brackets again at once; else none (the search from
+    x1, or from beyond x10)."""
+    if last is None or not last.identified or last.estimate is None or last.parts or last.beyond_top:
         return ()
     lo, hi = last.ci95
     if lo is None or hi is None:

@@ -550,16 +550,24 @@ def test_a_refresh_after_beyond_x10_replays_x10_first_and_says_the_same_in_one_r
     assert speeds == [headroom.MAX_SPEED] and warm.beyond_top
     assert warm.line() == cold.line() and warm.estimate == cold.estimate == headroom.MAX_SPEED
     # a crossing's estimate is not a bound: the next search starts at its interval (below); one
-    # that assumed the seats (two searches, the interval over both) from x1
+    # that spans two searches (the seats unseen: vLLM's default and the most seen) starts each
+    # search from its own part
     crossing = replace(cold, ci95=(4.0, 6.0), estimate=5.0, beyond_top=False)
-    assumed = replace(crossing, assumed=("max-num-seqs 7-256",))
+    spanned = replace(crossing, assumed=("max-num-seqs 7-256",), ci95=(2.0, 6.0), parts=(cold, crossing))
     starts: list[tuple[float, tuple[float, ...]]] = []
     monkeypatch.setattr(headroom, "headroom_of", lambda *a, **k: starts.append((a[8], a[9])) or crossing)
     state = replace(LearnerState((), (), tr, SERVER, None, True), limits=sla)
     monkeypatch.setattr(headroom, "fit_of", lambda *a: fit)
-    for last in (crossing, cold, None, assumed):
+    for last in (crossing, cold, None, spanned, replace(spanned, parts=(crossing, cold))):
         state.estimate(seed=1, draws=0, last=last)
-    assert starts == [(1.0, (4.0, 5.0, 6.0)), (headroom.MAX_SPEED, ()), (1.0, ()), (1.0, ())], starts
+    assert starts == [
+        (1.0, (4.0, 5.0, 6.0)),
+        (headroom.MAX_SPEED, ()),
+        (1.0, ()),
+        (headroom.MAX_SPEED, ()),
+        (1.0, (4.0, 5.0, 6.0)),
+    ], starts
+    assert headroom.refresh_speeds(spanned) == ()  # its interval is two searches', not one's
 
 
 def test_a_refresh_after_a_crossing_replays_its_interval_first_and_finds_the_knee_in_fewer_replays(monkeypatch):
@@ -602,9 +610,8 @@ def test_a_refresh_after_a_crossing_replays_its_interval_first_and_finds_the_kne
     mlo, mhi = moved.ci95  # coarser than from x1 (three replays spent below it), its interval holds it
     assert fresh.estimate is not None and mlo is not None and mhi is not None, (moved.line(), fresh.line())
     assert mlo <= fresh.estimate <= mhi, (moved.line(), fresh.line())
-    # nothing to start from: a bound, an estimate that assumed the seats, none
+    # nothing to start from: a bound, none
     assert headroom.refresh_speeds(replace(cold, ci95=(lo, None))) == ()
-    assert headroom.refresh_speeds(replace(cold, assumed=("max-num-seqs 7-256",))) == ()
     assert headroom.refresh_speeds(None) == ()
 
 
