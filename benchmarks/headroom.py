@@ -99,6 +99,8 @@ SEATS = 48
 PRESETS = {"a100-80gb": 2.0, "l40s": 2.0}
 """GPU preset -> base rate (requests/s) of the observed traffic."""
 OBSERVE_S = 600.0
+REFRESH_AFTER_S = LIVE_REFRESH_S
+"""The monitor's refresh comes this long after the estimate before, at the soonest."""
 TRUTH_S = 600.0
 PROFILE = """
 name = "headroom"
@@ -213,16 +215,20 @@ def bursts_case(gpu: str, seed: int, base: float, work: Workload, smoke: bool, o
 
 def observe(gpu: str, seed: int, base: float, flat: bool, seconds: float, work: Workload,
             closed: bool = False, sent: list[SentRequest] | None = None,
-            served: list[RequestSample] | None = None) -> HeadroomLearner:  # fmt: skip
+            served: list[RequestSample] | None = None,
+            then: tuple[float, Callable[[HeadroomLearner], None]] | None = None) -> HeadroomLearner:  # fmt: skip
     """The learner after ``seconds`` of the load, read every 5 s; ``sent``: filled with the requests
     the server was sent (the trace ``spoc ramp --trace T`` would replay); ``served``: with what the
-    server made of them (each one's prompt, cached and answer tokens)."""
+    server made of them (each one's prompt, cached and answer tokens); ``then``: at that many
+    seconds, the learner handed to that function (an estimate a refresh starts from)."""
     vs = server(gpu, seed, work, record=sent is not None)
     watch = VirtualWatch([vs], window_s=60.0, interval_s=5.0)
     learner = HeadroomLearner(tuple(parse_sla(SLA)))
     load = process(base, flat, closed)
     for _ in watch.run(seconds, before=lambda t: set_load(vs, closed, load(t)) if round(t) % 10 == 0 else None):
         learner.add(watch.now, watch.expositions[0])
+        if then is not None and abs(watch.now - then[0]) < 1e-6:
+            then[1](learner)
     if sent is not None and vs.sent is not None:
         sent.extend(vs.sent)
     if served is not None:
@@ -399,6 +405,9 @@ SESSIONLESS: dict[str, list[tuple[bool, float]]] = {}
 measured knee until 2026-11-30: :func:`replayed_knee`)."""
 CLOSED_RATES: list[tuple[bool, float]] = []
 """The closed loop's seeds judged in the headroom's own unit (requests a second), beside the users."""
+REFRESHED: dict[str, list[tuple[bool, float]]] = {}
+"""The open and closed cases' headroom as the monitor's refresh makes it (from the estimate 4
+minutes before: :func:`~spoc_tui.twin.headroom.refresh_speeds`), judged against the same knee."""
 TOLD: dict[str, list[tuple[bool, float]]] = {}
 """With ``--told``: the open cases' headroom again with the seats told (what ``--max-num-seqs 48``
 does), from the same scrapes, judged against the same knee."""
@@ -419,7 +428,9 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
     t0 = time.process_time()
     sent: list[SentRequest] = []
     served: list[RequestSample] = []
-    learner = observe(gpu, seed, base, flat, observe_s, work, closed, sent, served)
+    before: list[Headroom] = []  # the estimate the monitor's refresh starts from, 4 minutes before
+    then = (observe_s - REFRESH_AFTER_S, lambda lr: before.append(lr.estimate(seed=seed, draws=4, replay_s=120.0)))
+    learner = observe(gpu, seed, base, flat, observe_s, work, closed, sent, served, None if smoke else then)
     fed = time.process_time() - t0
     t0 = time.process_time()
     if smoke:  # told the seats: one replay where untold is two (the untold path: the bursts case's smoke)
@@ -437,6 +448,13 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
     inside, err = judged(h, truth)
     what = "closed loop, users x" if closed else "flat traffic" if flat else gpu
     print(f"  {what} seed {seed}: {h.line()}")
+    if before and not flat:  # the monitor's refresh: from the estimate 4 minutes before
+        c0 = time.process_time()
+        again = learner.estimate(seed=seed, draws=4, replay_s=120.0, last=before[0])
+        took = time.process_time() - c0
+        REFRESHED.setdefault("closed loop" if closed else gpu, []).append(judged(again, truth))
+        print(f"    refreshed from the estimate {REFRESH_AFTER_S / 60:.0f} min before ({before[0].line()}): {again.line()}; "
+              f"inside: {REFRESHED['closed loop' if closed else gpu][-1][0]}; {took:.1f} s of CPU")  # fmt: skip
     if "--told" in sys.argv and not closed and not flat:  # the same scrapes, the seats told
         learner.told_seats = SEATS
         told = learner.estimate(seed=seed, draws=1 if smoke else 4, replay_s=30.0 if smoke else 120.0)
@@ -742,8 +760,6 @@ OPTIONS = ("--smoke", "--told", "--real", "--seeds", "--cases", "--presets", "--
 
 
 LEARNER_RATES = (2.0, 40.0)
-REFRESH_AFTER_S = LIVE_REFRESH_S
-"""The monitor's refresh comes this long after the estimate before, at the soonest."""
 """The learner-cost case's traffic: the demo's rate, and an H100 at 40 requests a second (issue 73)."""
 ESTIMATE_CPU_GOAL = {2.0: 3.0, 40.0: 10.0}
 """Issue 73: an estimate's CPU seconds at most, at the demo's traffic and at 40 requests a second."""
@@ -865,6 +881,8 @@ def main() -> int:
         summary[f"{name}, against the sessionless replay's knee"] = rows
     for name, rows in TOLD.items():
         summary[f"{name}, told max-num-seqs {SEATS}"] = rows
+    for name, rows in REFRESHED.items():
+        summary[f"{name}, refreshed {REFRESH_AFTER_S / 60:.0f} min on"] = rows
     if not smoke:
         for name, rows in summary.items():
             held = sum(1 for ok, _ in rows if ok)
