@@ -225,7 +225,16 @@ class StepModel:
             secs = self.decode_step_s(len(decodes), sum(decodes))
         else:
             f = step_features(decodes, prefills, self.moved_ridge(sum(decodes) / 1e3))
-            secs = sum(c * x for c, x in zip(self.vector()[:6], f, strict=True))
+            # term by term in the order sum() over the first six of vector() adds them (the same float)
+            secs = (
+                0
+                + self.b0 * f[0]
+                + self.b_prefill * f[1]
+                + self.b_attn * f[2]
+                + self.b_decode * f[3]
+                + self.b_context * f[4]
+                + self.b_mixed * f[5]
+            )
         if shared > 0:
             secs -= min(self.b_shared, self.b_context) * min(shared, sum(decodes)) / 1e3
         return secs

@@ -38,7 +38,7 @@ from spoc_tui.core.ramp.experiment import (
     immediately,
     run_now,
 )
-from spoc_tui.core.ramp.inference import KneeEstimate, infer_knee, shifted_knee
+from spoc_tui.core.ramp.inference import KneeEstimate, Trend, infer_knee, level_trend, shifted_knee
 from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, SpeedSearch, UserPlan
 from spoc_tui.core.ramp.sla import LevelUnit, Limit
 from spoc_tui.core.ramp.steps import (
@@ -122,6 +122,10 @@ class Prediction(defaults.StepRules):
     headroom reads the knee alone, and a bound's interval is the fit's own (the draws' knees widen
     a crossing's only). ``spoc twin predict`` gives every step's interval, which needs every level
     on every draw."""
+    step_intervals: bool = True
+    """Each of the fit's steps with its figures' intervals (resampled, as a measured step's); False:
+    the figures alone, as a draw's (a headroom reads the knee alone, whose interval the inference
+    resamples from the requests: the same knee, without a tenth of its CPU)."""
 
     @property
     def open_loop(self) -> bool:
@@ -142,6 +146,7 @@ class Prediction(defaults.StepRules):
             # a replay's queue read as often as its engine notes it (a ramp's polls otherwise)
             poll_s=POLL_S if self.trace is not None else defaults.POLL_S,
             error=TwinError,
+            intervals=self.step_intervals,
         )
 
     def rate(self, change: int) -> float:
@@ -362,10 +367,13 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     draw_figures: list[Mapping[int, Mapping[str, float | None]]] = []
     knees: list[float | None] = []
     near = crossing.estimate if near_knee and crossing is not None else None
+    trend: Trend | None = None  # the fit's, laid out once for every draw read at its knee
     for i, m in enumerate(draws):
         say(f"draw {i + 1}/{len(draws)} of the fit")
         if near is not None and crossing is not None:
-            runs, est = draw_at_knee(p, m, p.seed + 1000 * (i + 1), central, crossing, p.seed + i + 1)
+            if trend is None:
+                trend = level_trend(pooled_levels(central), p.limits)
+            runs, est = draw_at_knee(p, m, p.seed + 1000 * (i + 1), central, crossing, p.seed + i + 1, trend)
         else:
             runs = dict(enumerate(draw(p, m, p.seed + 1000 * (i + 1), levels)))
             # the draw's knee: its fit's crossing (no resampling: the draws' spread is the interval)
@@ -697,27 +705,40 @@ two below, as a cliff is told from the trend of the two levels under its jump
 crossing at x7.5."""
 
 
+def pooled_levels(runs: Sequence[Measured]) -> list[tuple[float, list[RequestSample]]]:
+    """The runs' requests pooled by level (a level the search measured twice, once)."""
+    pooled: dict[float, list[RequestSample]] = {}
+    for r in runs:
+        pooled.setdefault(r.step.level, []).extend(r.window)
+    return list(pooled.items())
+
+
 def draw_at_knee(
-    p: Prediction, model: StepModel, seed: int, central: Sequence[Measured], knee: KneeEstimate, infer_seed: int
+    p: Prediction,
+    model: StepModel,
+    seed: int,
+    central: Sequence[Measured],
+    knee: KneeEstimate,
+    infer_seed: int,
+    trend: Trend,
 ) -> tuple[dict[int, Measured], KneeEstimate | None]:
     """One draw's knee from one replay at the fit's knee, where the fit's is a crossing between two
-    of its levels: the fit's trend across them moved to the draw's own figures there
-    (:func:`~spoc_tui.core.ramp.inference.shifted_knee`). Where that cannot say (a cliff, a draw
-    that crosses outside the bracket), the draw's levels about the knee as
+    of its levels: the fit's ``trend`` across its levels moved to the draw's own figures there
+    (:func:`~spoc_tui.core.ramp.inference.shifted_knee`). Where that cannot say (a cliff; a draw
+    whose moved trend crosses below the fit's slowest level or past its fastest, or that breaks
+    a limit the fit's trend does not rise through), the draw's levels about the knee as
     :func:`draw_near_knee` replays them, this replay one of them."""
     levels = [(r.step.level, r.seconds) for r in central]
     unit = central[0].step.unit
     est = knee.estimate
     assert est is not None
-    pooled: dict[float, list[RequestSample]] = {}
-    for r in central:
-        pooled.setdefault(r.step.level, []).extend(r.window)
-    if knee.boundary != "smooth" or not min(pooled) < est < max(pooled):
+    speeds = [lv for lv, _ in levels]
+    if knee.boundary != "smooth" or not min(speeds) < est < max(speeds):
         return draw_near_knee(p, model, seed, levels, est, unit, infer_seed)
     at = len(levels)
     grown = [*levels, (est, levels[0][1])]
     run = draw_replays(p, model, seed, grown, [at])[0]
-    got = shifted_knee(list(pooled.items()), (est, run.window), p.limits)
+    got = shifted_knee(trend, (est, run.window), p.limits)
     if got is None:
         return draw_near_knee(p, model, seed, grown, est, unit, infer_seed, {at: run})
     return {at: run}, KneeEstimate(got[0], (None, None), got[1], "smooth", unit, levels=1)

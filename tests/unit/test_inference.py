@@ -272,10 +272,10 @@ def test_a_run_read_at_one_level_crosses_where_the_other_runs_trend_moved_throug
     level 2 and 1 s at 3 (its crossing of 1 s at 3); the draw reads 1 s at 2.5, half a level's
     margin higher, so its line crosses at 2.5 exactly. Where it reads below every level's trend, or
     breaks a limit with no trend to place it by, it says nothing (its own levels then tell)."""
-    from spoc_tui.core.ramp.inference import shifted_knee
+    from spoc_tui.core.ramp.inference import level_trend, shifted_knee
 
     limits = parse_sla("ttft_p99<=1s")
-    fit = [(x, _fixed(x, 0.5 * 2 ** (x - 2))) for x in (1.0, 2.0, 3.0, 4.0)]
+    fit = level_trend([(x, _fixed(x, 0.5 * 2 ** (x - 2))) for x in (1.0, 2.0, 3.0, 4.0)], limits)
     got = shifted_knee(fit, (2.5, _fixed(2.5, 1.0)), limits)
     assert got is not None and got[1] == "ttft_p99" and got[0] == pytest.approx(2.5), got
     # a draw as the fit itself is (its figure on the fit's line at 2.5): the fit's own crossing, 3
@@ -284,11 +284,12 @@ def test_a_run_read_at_one_level_crosses_where_the_other_runs_trend_moved_throug
     # a slower draw: its crossing below the fit's lowest level cannot be read from one level
     assert shifted_knee(fit, (1.5, _fixed(1.5, 4.0)), limits) is None
     # a limit broken where the fit's trend never grows: nothing to place the crossing by
-    flat = [(x, _fixed(x, 0.5)) for x in (1.0, 2.0, 3.0)]
+    flat = level_trend([(x, _fixed(x, 0.5)) for x in (1.0, 2.0, 3.0)], limits)
     assert shifted_knee(flat, (2.0, _fixed(2.0, 2.0)), limits) is None
     # met everywhere the shifted line runs: no crossing, nothing to say either
     assert shifted_knee(fit, (2.5, _fixed(2.5, 0.01)), limits) is None
     # the limit that crosses first binds
     two = parse_sla("ttft_p99<=1s,ttft_p50<=0.9s")
-    got = shifted_knee(fit, (2.5, _fixed(2.5, 1.0)), two)
+    levels = [(x, _fixed(x, 0.5 * 2 ** (x - 2))) for x in (1.0, 2.0, 3.0, 4.0)]
+    got = shifted_knee(level_trend(levels, two), (2.5, _fixed(2.5, 1.0)), two)
     assert got is not None and got[1] == "ttft_p50" and got[0] < 2.5, got

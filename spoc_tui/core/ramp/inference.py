@@ -589,19 +589,14 @@ def level_margin(samples: Sequence[RequestSample], lim: Limit) -> float | None:
     return None if v is None else _margin(v, lim)
 
 
-def shifted_knee(
-    levels: Sequence[tuple[float, Sequence[RequestSample]]],
-    at: tuple[float, Sequence[RequestSample]],
-    limits: Sequence[Limit],
-) -> tuple[float, str] | None:
-    """Where a run crosses its limits, read from one level of its own (``at``) and another run's
-    trend: ``levels`` (each a level and its requests, pooled), each limit's margin fitted across
-    them as :func:`infer_knee` fits it (isotonic, a line between levels), moved up or down to pass
-    through the run's own margin at ``at``, crosses 0 there. (The knee, the limit that binds
-    first), or None where that cannot be read here: ``at`` outside the levels, or the crossing
-    below the lowest of them (the run's own levels about it then tell)."""
-    x, s = at
-    best: tuple[float, str] | None = None
+Trend = dict[str, tuple[list[float], list[float]]]
+"""Per limit's key: the levels with a figure, and the isotonic fit of their margins there."""
+
+
+def level_trend(levels: Sequence[tuple[float, Sequence[RequestSample]]], limits: Sequence[Limit]) -> Trend:
+    """Each limit's margins across ``levels`` (each a level and its requests, pooled), fitted as
+    :func:`infer_knee` fits them: isotonic, read as a line between levels (:func:`shifted_knee`)."""
+    out: Trend = {}
     for lim in limits:
         xs, ms, ws = [], [], []
         for lv, samples in sorted(levels, key=lambda ls: ls[0]):
@@ -610,12 +605,28 @@ def shifted_knee(
                 xs.append(lv)
                 ms.append(v)
                 ws.append(float(_weight(samples, lim)))
+        out[lim.key] = (xs, isotonic(ms, ws) if xs else [])
+    return out
+
+
+def shifted_knee(
+    trend: Trend, at: tuple[float, Sequence[RequestSample]], limits: Sequence[Limit]
+) -> tuple[float, str] | None:
+    """Where a run crosses its limits, read from one level of its own (``at``) and another run's
+    ``trend`` (:func:`level_trend`): each limit's fitted margins moved up or down to pass through
+    the run's own margin at ``at`` cross 0 there. (The knee, the limit that binds first), or None
+    where that cannot be read here: ``at`` outside the levels with a limit broken there, a crossing
+    below the lowest of them, or none up to the highest (the run's own levels about it then
+    tell)."""
+    x, s = at
+    best: tuple[float, str] | None = None
+    for lim in limits:
+        xs, fit = trend.get(lim.key, ([], []))
         m = level_margin(s, lim)
         if m is None or len(xs) < 2 or not xs[0] <= x <= xs[-1]:
             if m is not None and m > 0:
                 return None  # past this limit with no trend to place its crossing by
             continue
-        fit = isotonic(ms, ws)
         delta = m - float(np.interp(x, xs, fit))
         cross, _ = _crossing(xs, [f + delta for f in fit])
         if cross == -math.inf:
