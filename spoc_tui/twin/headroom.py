@@ -635,7 +635,6 @@ def headroom_of(
         trace=trace,
         budget_s=SEARCH_STEPS * replay_s * 1.25,
         draws_near_knee=DRAWS_NEAR_KNEE,
-        step_intervals=False,
     )
     predicted = predict(p)
     knee = predicted.knee

@@ -122,10 +122,6 @@ class Prediction(defaults.StepRules):
     headroom reads the knee alone, and a bound's interval is the fit's own (the draws' knees widen
     a crossing's only). ``spoc twin predict`` gives every step's interval, which needs every level
     on every draw."""
-    step_intervals: bool = True
-    """Each of the fit's steps with its figures' intervals (resampled, as a measured step's); False:
-    the figures alone, as a draw's (a headroom reads the knee alone, whose interval the inference
-    resamples from the requests: the same knee, without a tenth of its CPU)."""
 
     @property
     def open_loop(self) -> bool:
@@ -146,7 +142,6 @@ class Prediction(defaults.StepRules):
             # a replay's queue read as often as its engine notes it (a ramp's polls otherwise)
             poll_s=POLL_S if self.trace is not None else defaults.POLL_S,
             error=TwinError,
-            intervals=self.step_intervals,
         )
 
     def rate(self, change: int) -> float:
