@@ -568,6 +568,18 @@ def test_a_refresh_after_beyond_x10_replays_x10_first_and_says_the_same_in_one_r
         (1.0, (4.0, 5.0, 6.0)),
     ], starts
     assert headroom.refresh_speeds(spanned) == ()  # its interval is two searches', not one's
+    # seats unseen, the replay running more at once than the server was seen to: two searches, each
+    # from its own part, and the estimate keeps both for the next
+    starts.clear()
+    ran_more = replace(crossing, seats_peak=100)
+    lower = replace(crossing, ci95=(2.0, 3.0), estimate=2.5)
+    made = iter([ran_more, lower, ran_more, lower])
+    monkeypatch.setattr(headroom, "headroom_of", lambda *a, **k: starts.append((a[8], a[9])) or next(made))
+    seen = replace(state, running_most=20.0)
+    first = seen.estimate(seed=1, draws=0)
+    assert first.parts == (ran_more, lower) and first.assumed, first
+    seen.estimate(seed=1, draws=0, last=first)
+    assert starts == [(1.0, ()), (1.0, ()), (1.0, (4.0, 5.0, 6.0)), (1.0, (2.0, 2.5, 3.0))], starts
 
 
 def test_a_refresh_after_a_crossing_replays_its_interval_first_and_finds_the_knee_in_fewer_replays(monkeypatch):
