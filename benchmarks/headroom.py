@@ -452,9 +452,10 @@ def one(gpu: str, seed: int, base: float, work: Workload, smoke: bool, observe_s
         c0 = time.process_time()
         again = learner.estimate(seed=seed, draws=4, replay_s=120.0, last=before[0])
         took = time.process_time() - c0
-        REFRESHED.setdefault("closed loop" if closed else gpu, []).append(judged(again, truth))
+        held_again = judged(again, truth)
+        REFRESHED.setdefault("closed loop" if closed else gpu, []).append(held_again)
         print(f"    refreshed from the estimate {REFRESH_AFTER_S / 60:.0f} min before ({before[0].line()}): {again.line()}; "
-              f"inside: {REFRESHED['closed loop' if closed else gpu][-1][0]}; {took:.1f} s of CPU")  # fmt: skip
+              f"inside: {held_again[0]}; {took:.1f} s of CPU")  # fmt: skip
     if "--told" in sys.argv and not closed and not flat:  # the same scrapes, the seats told
         learner.told_seats = SEATS
         told = learner.estimate(seed=seed, draws=1 if smoke else 4, replay_s=30.0 if smoke else 120.0)

@@ -361,13 +361,12 @@ def predict(p: Prediction, progress: Callable[[str], None] | None = None) -> Pre
     draws = [] if near_knee and crossing is None else list(p.twin.draws[: max(0, p.draws)])
     draw_figures: list[Mapping[int, Mapping[str, float | None]]] = []
     knees: list[float | None] = []
-    near = crossing.estimate if near_knee and crossing is not None else None
     trend: Trend | None = None  # the fit's, laid out once for every draw read at its knee
     for i, m in enumerate(draws):
         say(f"draw {i + 1}/{len(draws)} of the fit")
-        if near is not None and crossing is not None:
+        if near_knee and crossing is not None:
             if trend is None:
-                trend = level_trend(pooled_levels(central), p.limits)
+                trend = level_trend([(r.step.level, r.window) for r in central], p.limits)
             runs, est = draw_at_knee(p, m, p.seed + 1000 * (i + 1), central, crossing, p.seed + i + 1, trend)
         else:
             runs = dict(enumerate(draw(p, m, p.seed + 1000 * (i + 1), levels)))
@@ -698,14 +697,6 @@ NEAR_BELOW, NEAR_ABOVE = 2, 1
 two below, as a cliff is told from the trend of the two levels under its jump
 (:func:`~spoc_tui.core.ramp.inference.infer_knee`); with one, a draw's cliff at x5.7 read as a
 crossing at x7.5."""
-
-
-def pooled_levels(runs: Sequence[Measured]) -> list[tuple[float, list[RequestSample]]]:
-    """The runs' requests pooled by level (a level the search measured twice, once)."""
-    pooled: dict[float, list[RequestSample]] = {}
-    for r in runs:
-        pooled.setdefault(r.step.level, []).extend(r.window)
-    return list(pooled.items())
 
 
 def draw_at_knee(

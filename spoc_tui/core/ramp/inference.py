@@ -594,17 +594,19 @@ Trend = dict[str, tuple[list[float], list[float]]]
 
 
 def level_trend(levels: Sequence[tuple[float, Sequence[RequestSample]]], limits: Sequence[Limit]) -> Trend:
-    """Each limit's margins across ``levels`` (each a level and its requests, pooled), fitted as
-    :func:`infer_knee` fits them: isotonic, read as a line between levels (:func:`shifted_knee`)."""
+    """Each limit's margins across ``levels`` (each step's level and its requests, as
+    :func:`infer_knee` takes them: a level measured twice pooled), fitted as :func:`infer_knee`
+    fits them: isotonic, read as a line between levels (:func:`shifted_knee`)."""
+    pooled, _, _ = _pool(levels)
     out: Trend = {}
     for lim in limits:
         xs, ms, ws = [], [], []
-        for lv, samples in sorted(levels, key=lambda ls: ls[0]):
-            v = level_margin(samples, lim)
+        for lv in sorted(pooled):
+            v = level_margin(pooled[lv], lim)
             if v is not None:
                 xs.append(lv)
                 ms.append(v)
-                ws.append(float(_weight(samples, lim)))
+                ws.append(float(_weight(pooled[lv], lim)))
         out[lim.key] = (xs, isotonic(ms, ws) if xs else [])
     return out
 
