@@ -32,6 +32,12 @@ def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, Run
     names, where the first such begins (tokens into its prompt: from there on its prompt is its
     own). A row names as many of its hash ids as its prompt fills (the last one perhaps in part,
     which makes it a block of its own)."""
+    chained = _one_chain(rows, first_id)
+    return chained if chained is not None else _any_layout(rows, first_id)
+
+
+def _any_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, Runs], int, dict[int, int]]:
+    """:func:`block_layout` of any rows."""
     per_row: list[tuple[int, int, int, int]] = []  # (row index, blocks named, last one's length, block)
     hashes: list[tuple[int, ...]] = []
     scopes: dict[str | None, int] = {}
@@ -78,6 +84,38 @@ def block_layout(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, Run
     first_alone: list[int] = np.minimum.reduceat(alone, row_first).tolist()
     own = {index: a for (index, _, _, _), a in zip(per_row, first_alone, strict=True) if a != never}
     return out, first_id + (int(block.max()) + 1) * width, own
+
+
+def _one_chain(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, Runs], int, dict[int, int]] | None:
+    """:func:`block_layout` where every row names the leading blocks of one chain, hash ids 0, 1, ...
+    up to its own count, each a whole block of one size (the traffic a headroom replays: one system
+    prompt every request begins with, then its own text): the same layout without sorting every
+    row's ids. Block b's ids are then ``first_id + b * size`` on (one run a row), and the only
+    blocks one row alone names are those past the second longest row's, in the longest if it is
+    the only one that long. None where the rows are not so."""
+    sizes = {r.block_tokens for r in rows}
+    if len(sizes) != 1:
+        return None
+    bt = sizes.pop()
+    counts: list[tuple[int, int]] = []  # (row index, blocks named)
+    longest = max((len(r.hash_ids) for r in rows), default=0)
+    if bt <= 0 or longest == 0:
+        return None
+    chain = tuple(range(longest))
+    for r in rows:
+        m = len(r.hash_ids)
+        if not m or r.input_tokens <= 0:
+            continue
+        if r.scope is not None or m * bt > r.input_tokens or r.hash_ids != chain[:m]:
+            return None
+        counts.append((r.index, m))
+    out: dict[int, Runs] = {index: ([first_id], [m * bt]) for index, m in counts}
+    lengths = sorted((m for _, m in counts), reverse=True)
+    own: dict[int, int] = {}
+    second = lengths[1] if len(lengths) > 1 else 0
+    if lengths[0] > second:
+        own = {next(index for index, m in counts if m == lengths[0]): second * bt}
+    return out, first_id + longest * bt, own
 
 
 class RunPrompt(Sequence[int]):
@@ -140,6 +178,8 @@ class RowPrompts:
         self._place: dict[int, int] = {}
         self._ready: dict[int, tuple[RunPrompt, list[BlockHash], int | None]] = {}
         self._taken: set[int] = set()
+        self._chains: dict[int, list[BlockHash]] = {}
+        """The keys of the blocks of a run from its first id, by that id (:meth:`_keys`)."""
 
     def _laid_out(self) -> dict[int, Runs]:
         if self._layout is None:
@@ -183,8 +223,33 @@ class RowPrompts:
             owns = [self.own_from(r) for r in todo]
             bs = self.block_size
             limits = [len(p) // bs if own is None else own // bs for p, own in zip(prompts, owns, strict=True)]
-            keys = PrefixCache.of_runs([(p.starts, p.lens) for p in prompts], bs, limits)
+            keys = self._keys(prompts, limits)
             self._ready.update({r.index: (p, k, o) for r, p, k, o in zip(todo, prompts, keys, owns, strict=True)})
             got = self._ready.pop(row.index)
         self._taken.add(row.index)
         return got
+
+    def _keys(self, prompts: Sequence[RunPrompt], limits: Sequence[int]) -> list[list[BlockHash]]:
+        """The prompts' keys up to their limits: where a prompt's first run holds all of them (a
+        prompt that begins with the blocks many rows begin with, as a system prompt), a slice of
+        the keys of that run worked out once (a block's key is its run's first id and its place
+        alone there); the others' with :meth:`PrefixCache.of_runs`. The same keys."""
+        bs = self.block_size
+        out: list[list[BlockHash] | None] = [None] * len(prompts)
+        rest: list[int] = []
+        chains = self._chains
+        for i, (p, n) in enumerate(zip(prompts, limits, strict=True)):
+            if n > 0 and p.lens[0] >= n * bs:
+                start = p.starts[0]
+                chain = chains.get(start)
+                if chain is None or len(chain) < n:
+                    longest = max(n, p.lens[0] // bs)
+                    chain = chains[start] = PrefixCache.of_runs([((start,), (longest * bs,))], bs)[0]
+                out[i] = chain[:n]
+            else:
+                rest.append(i)
+        if rest:
+            for i, k in zip(rest, PrefixCache.of_runs([(prompts[i].starts, prompts[i].lens) for i in rest], bs,
+                                                      [limits[i] for i in rest]), strict=True):  # fmt: skip
+                out[i] = k
+        return [k if k is not None else [] for k in out]

@@ -122,6 +122,8 @@ def synth_rows(
     block_tokens: int = 16,
     as_it_moved: bool = False,
     cv2: float | None = None,
+    *,
+    name_own: bool = True,
 ) -> tuple[TraceRow, ...]:
     """``span_s`` seconds of the traffic again, as trace rows: arrivals a renewal process of the
     traffic's rate and burstiness (:meth:`Traffic.steady_cv2`), lengths drawn from the histograms
@@ -137,7 +139,12 @@ def synth_rows(
     other at their rates, stretched over ``span_s`` (a replay at speed s asks for s times the span:
     the same windows, each at s times its rate once the replay divides its times by s), the
     arrivals as even as ``cv2`` says (the squared coefficient of variation of their intervals, 1:
-    Poisson; None: as the traffic's own, :meth:`Traffic.regularity`)."""
+    Poisson; None: as the traffic's own, :meth:`Traffic.regularity`).
+
+    ``name_own``: each row names its own blocks too (ids no other row has: a trace file a ramp
+    replays); without, only the shared ones (the twin's replays: the rest of a prompt is its own
+    either way, and rows that name one chain are laid out at once,
+    :func:`~spoc_tui.twin.rowprompts.block_layout`)."""
     rng = random.Random(seed)
     share = min(0.95, max(0.0, traffic.prefix_share or 0.0))
     prompt = Lengths.of(traffic.prompt) if traffic.prompt is not None else None
@@ -155,8 +162,16 @@ def synth_rows(
             shared = (n_in - new) // block_tokens
         else:
             shared = int(share * n_in) // block_tokens
-        rows.append(TraceRow(i, t, n_in, n_out, prefix_ids(i, n_in, shared, block_tokens), block_tokens, line=i + 1))
+        if name_own:
+            ids = prefix_ids(i, n_in, shared, block_tokens)
+        else:
+            ids = _CHAIN[:shared] if shared <= len(_CHAIN) else tuple(range(shared))
+        rows.append(TraceRow(i, t, n_in, n_out, ids, block_tokens, line=i + 1))
     return tuple(rows)
+
+
+_CHAIN = tuple(range(4096))
+"""The shared blocks' ids (:func:`synth_rows`)."""
 
 
 def prefix_ids(i: int, n_in: int, shared: int, block_tokens: int) -> tuple[int, ...]:
@@ -206,7 +221,8 @@ class TrafficRows(TraceRows):
     @classmethod
     def of(cls, traffic: Traffic, seed: int, server: ServerConfig, replay_s: float = REPLAY_S) -> TrafficRows:
         cv2 = traffic.regularity()
-        rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size, True, cv2), server.max_model_len)
+        rows = _fitting(synth_rows(traffic, replay_s, seed, server.block_size, True, cv2, name_own=False),
+                        server.max_model_len)  # fmt: skip
         return cls(rows, len(rows), {}, replay_s, traffic.prefix_share, traffic=traffic, seed=seed,
                    block_tokens=server.block_size, max_model_len=server.max_model_len, replay_s=replay_s,
                    cv2=cv2)  # fmt: skip
@@ -233,7 +249,9 @@ class TrafficRows(TraceRows):
             return self.rows
         hit = self._cache.get(speed)
         if hit is None:
-            rows = synth_rows(self.traffic, self.replay_s * speed, self.seed, self.block_tokens, True, self.cv2)
+            rows = synth_rows(
+                self.traffic, self.replay_s * speed, self.seed, self.block_tokens, True, self.cv2, name_own=False
+            )
             hit = _fitting(rows, self.max_model_len)
             self._cache[speed] = hit
         return hit

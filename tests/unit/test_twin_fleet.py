@@ -398,3 +398,71 @@ def test_a_replay_holds_its_rows_own_blocks_as_a_count_and_serves_every_request_
     samples, hits, _queries, preemptions, cached, _used = fast
     assert hits > 0 and cached > 0 and len(samples) >= 0.9 * len(trace)  # a few mixed rows outgrow the cache
     assert preemptions > 0 or kind == "mixed"
+
+
+def test_rows_that_name_one_chain_are_laid_out_and_keyed_as_any_rows_are():
+    """Issue 73: a headroom's replay names one chain of blocks (one system prompt) on every row,
+    each row its own count of them; its layout skips sorting every row's ids and its keys are a
+    slice of the chain's, worked out once. The same runs, the same place each row becomes its own,
+    the same next id and the same keys as the general layout and hashing give; rows that are not
+    so (another block size, a part block, other ids, a scope) take the general layout."""
+    from dataclasses import replace
+
+    from spoc_tui.sim.prefix import PrefixCache
+    from spoc_tui.twin.rowprompts import RowPrompts, _any_layout, _one_chain, block_layout
+
+    rng = random.Random(3)
+    for case in range(40):
+        bt = rng.choice((16, 32))
+        n = rng.randrange(1, 60)
+        top = rng.randrange(0, 40)
+        chain_rows = []
+        for i in range(n):
+            shared = rng.randrange(0, top + 1) if case % 4 else top  # case 0, 4, ...: every row as long
+            extra = rng.choice((0, 1, 7, bt, 300))
+            chain_rows.append(TraceRow(i, float(i), shared * bt + extra, 20, tuple(range(shared)), bt))
+        chained = _one_chain(chain_rows, 1 << 24)
+        if all(not r.hash_ids or r.input_tokens <= 0 for r in chain_rows):
+            continue
+        assert chained == _any_layout(chain_rows, 1 << 24), case
+        for bs in (16, 32):
+            prompts = RowPrompts(chain_rows, 1 << 24, bs)
+            for r in chain_rows:
+                p, keys, own = prompts.take(r)
+                limit = len(p) // bs if own is None else own // bs
+                assert keys == PrefixCache.of_runs([(p.starts, p.lens)], bs, [limit])[0], (case, r)
+    base = [TraceRow(i, float(i), 100, 20, (0, 1, 2), 16) for i in range(4)]
+    for odd in (
+        replace(base[1], block_tokens=32),  # another block size
+        replace(base[1], input_tokens=40),  # its last named block in part
+        replace(base[1], hash_ids=(0, 2)),  # not the chain's ids
+        replace(base[1], scope="c1"),
+    ):
+        rows_ = [base[0], odd, *base[2:]]
+        assert _one_chain(rows_, 1 << 24) is None
+        assert block_layout(rows_, 1 << 24) == _any_layout(rows_, 1 << 24)
+
+
+def test_a_headroom_replay_serves_the_same_whether_its_rows_name_their_own_blocks_or_not():
+    """The twin's replays of a traffic name only the blocks its rows share (issue 73: the rows then
+    name one chain, laid out at once); the rest of each prompt is its own either way. Every
+    request's times and cached tokens and the engine's counters are those of the rows that name
+    their own blocks too, on a KV cache small enough to evict and preempt."""
+    from dataclasses import replace
+
+    from spoc_tui.twin.traffic import synth_rows
+    from tests.unit.test_headroom import traffic
+
+    small = replace(twin(0.05), server=replace(twin(0.05).server, num_gpu_blocks=300))
+
+    def replayed(name_own: bool) -> tuple[object, ...]:
+        rows = synth_rows(traffic(rate=12.0, share=0.6), 60.0, seed=5, name_own=name_own)
+        sim = FleetSim(small, rows, replicas=1)
+        run = sim.run()
+        st = sim.replicas[0].engine.stats
+        samples = sorted((s.trace_index, s.start, s.ttft, s.itl, s.e2e, s.cached_tokens) for s in run.samples)
+        return samples, st.prefix_hits, st.prefix_queries, st.preemptions, len(sim.replicas[0].engine.cache)
+
+    named, chained = replayed(True), replayed(False)
+    assert named == chained
+    assert named[1] > 0 and named[3] > 0  # the cache served prefixes and preempted
