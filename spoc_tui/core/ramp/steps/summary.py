@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 
 import numpy as np
 
@@ -237,7 +238,7 @@ def point_value(window: Sequence[RequestSample], metric: str, stat: str) -> floa
 
 def stats(values: Sequence[float]) -> Figures:
     """Percentiles (numpy's linear interpolation, as ``vllm bench serve``), mean and count."""
-    if not values:
+    if len(values) == 0:
         return Figures()
     a = np.asarray(values, dtype=float)
     p50, p90, p95, p99 = np.percentile(a, [50, 90, 95, 99])
@@ -259,15 +260,27 @@ def _per_request(per_request: Sequence[float | None], rs: Resampler) -> Figures:
     return replace(stats(values), ci95=tuple(ci))
 
 
-def _pooled(values: Sequence[float], owner: Sequence[int], n_requests: int, rs: Resampler) -> Figures:
-    """Figures of a pooled metric (ITL gaps) with intervals from the bootstrap by request."""
+def _pooled_gaps(samples: Sequence[RequestSample]) -> tuple[np.ndarray, np.ndarray, int]:
+    """The ITL gaps of the step's answered requests, pooled in their order, each one's request (its
+    place among ``samples``), and how many requests have any: as arrays, laid out once (a step of a
+    headroom's replay holds half a million gaps, and each list was copied into an array by every
+    figure that read it)."""
+    ok = [i for i, s in enumerate(samples) if s.ok]
+    lens = np.fromiter((len(samples[i].itl) for i in ok), np.intp, len(ok))
+    gaps = np.fromiter(chain.from_iterable(samples[i].itl for i in ok), float, int(lens.sum()))
+    return gaps, np.repeat(np.asarray(ok, np.intp), lens), int(np.count_nonzero(lens))
+
+
+def _pooled(values: np.ndarray, owner: np.ndarray, n_requests: int, rs: Resampler, requests: int) -> Figures:
+    """Figures of a pooled metric (ITL gaps) with intervals from the bootstrap by request;
+    ``requests``: how many requests the values come from."""
     names = list(PERCENTILE_Q)
     qs = [PERCENTILE_Q[n] for n in names]
     boot = rs.pooled_quantiles(values, owner, qs)
     wood = rs.woodruff(values, owner, qs)
     ci: list[tuple[str, Interval]] = [(n, hull(w, b)) for n, w, b in zip(names, wood, boot, strict=True)]
-    ci.append(("mean", rs.pooled_mean(values, owner, n_requests) if values else (None, None)))
-    return replace(stats(values), requests=len(set(owner)), ci95=tuple(ci))
+    ci.append(("mean", rs.pooled_mean(values, owner, n_requests) if len(values) else (None, None)))
+    return replace(stats(values), requests=requests, ci95=tuple(ci))
 
 
 def _meets(sample: RequestSample, limits: Iterable[Limit]) -> bool:
@@ -353,21 +366,20 @@ def summarize_step(
         if not s.ok:
             errs[s.error or "error"] = errs.get(s.error or "error", 0) + 1
     d = max(duration_s, 1e-9)
-    gaps = [g for s in samples if s.ok for g in s.itl]
-    owner = [i for i, s in enumerate(samples) if s.ok for _ in s.itl]
+    gaps, owner, with_gaps = _pooled_gaps(samples)
     per_request = {m: [getattr(s, m) if s.ok else None for s in samples] for m in ("ttft", "tpot", "e2e")}
     if intervals:
         rs = Resampler.for_blocks(time_blocks(samples, duration_s), seed=step * 1_000_003 + users * 7_919 + n)
         lat = Latency(
             ttft=_per_request(per_request["ttft"], rs),
-            itl=_pooled(gaps, owner, n, rs),
+            itl=_pooled(gaps, owner, n, rs, with_gaps),
             tpot=_per_request(per_request["tpot"], rs),
             e2e=_per_request(per_request["e2e"], rs),
         )
     else:
         lat = Latency(
             ttft=stats([v for v in per_request["ttft"] if v is not None]),
-            itl=replace(stats(gaps), requests=len(set(owner))),
+            itl=replace(stats(gaps), requests=with_gaps),
             tpot=stats([v for v in per_request["tpot"] if v is not None]),
             e2e=stats([v for v in per_request["e2e"] if v is not None]),
         )
