@@ -38,6 +38,11 @@ import numpy as np
 
 LEVEL = 0.95
 REPLICATES = 400
+
+Values = Sequence[float] | np.ndarray
+"""Values to resample: a list, or an array laid out once (a step's pooled gaps)."""
+Owners = Sequence[int] | np.ndarray
+"""Each value's request (its index)."""
 Interval = tuple[float | None, float | None]
 """(low, high); ``None`` where the sample is too small to bound that side."""
 
@@ -173,7 +178,7 @@ class Resampler:
         with np.errstate(invalid="ignore", divide="ignore"):
             return self.interval((self.weights @ np.asarray(numer, float)) / (self.weights @ np.asarray(denom, float)))
 
-    def pooled_quantiles(self, values: Sequence[float], owner: Sequence[int], qs: Sequence[float]) -> list[Interval]:
+    def pooled_quantiles(self, values: Values, owner: Owners, qs: Sequence[float]) -> list[Interval]:
         """Intervals of the q-quantiles of values pooled over requests (``owner[j]`` is the index
         of the request value j belongs to): a request's values are resampled together.
 
@@ -217,7 +222,7 @@ class Resampler:
             est[qi, live] = xs[idx[live]]
         return [self.interval(e) for e in est]
 
-    def woodruff(self, values: Sequence[float], owner: Sequence[int], qs: Sequence[float]) -> list[Interval]:
+    def woodruff(self, values: Values, owner: Owners, qs: Sequence[float]) -> list[Interval]:
         """Woodruff intervals of pooled q-quantiles: the standard error of the empirical CDF at
         the estimate, ``F(x_q)``, comes from the resampling (so it carries the correlation of
         a request's values and of one moment's requests), and the interval is the values at
@@ -248,7 +253,7 @@ class Resampler:
             out.append((lo, hi))
         return out
 
-    def pooled_mean(self, values: Sequence[float], owner: Sequence[int], n_requests: int) -> Interval:
+    def pooled_mean(self, values: Values, owner: Owners, n_requests: int) -> Interval:
         sums = np.zeros(n_requests)
         counts = np.zeros(n_requests)
         np.add.at(sums, np.asarray(owner, dtype=int), np.asarray(values, dtype=float))

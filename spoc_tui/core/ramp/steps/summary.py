@@ -13,6 +13,7 @@ from spoc_tui.core.confidence import (
     Decision,
     Interval,
     Resampler,
+    Values,
     decide,
     hull,
     min_samples_for_upper_bound,
@@ -236,7 +237,7 @@ def point_value(window: Sequence[RequestSample], metric: str, stat: str) -> floa
     return float(np.percentile(vals, float(stat[1:])))
 
 
-def stats(values: Sequence[float]) -> Figures:
+def stats(values: Values) -> Figures:
     """Percentiles (numpy's linear interpolation, as ``vllm bench serve``), mean and count."""
     if len(values) == 0:
         return Figures()
