@@ -4,7 +4,7 @@ exposes, :mod:`spoc_tui.sim.exposition`)."""
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -150,6 +150,23 @@ class Hist:
         return out
 
 
+class Unread(Hist):
+    """A histogram nobody reads: a twin's replay, whose figures come from its requests and its
+    counters (:func:`~spoc_tui.sim.backend.counters`), never from ``/metrics``. It counts nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    def observe(self, v: float) -> None:
+        pass
+
+    def observe_many(self, values: np.ndarray, weights: np.ndarray | None = None) -> None:
+        pass
+
+    def observe_times(self, v: float, times: int) -> None:
+        pass
+
+
 @dataclass
 class EngineStats:
     prompt_tokens: int = 0
@@ -175,3 +192,10 @@ class EngineStats:
     """The cost model's FLOPs per GPU, as vLLM's ``estimated_flops_per_gpu_total`` counts them."""
     read_bytes_per_gpu: float = 0.0
     write_bytes_per_gpu: float = 0.0
+
+    def unread(self) -> None:
+        """Its histograms counted no more (:class:`Unread`): a twin's replay reads its requests and
+        counters alone, and each request's eight observations were a few per cent of it."""
+        for f in fields(self):
+            if isinstance(getattr(self, f.name), Hist):
+                setattr(self, f.name, Unread())

@@ -216,6 +216,7 @@ class FleetSim:
     def _start_replica(self, ready_in: float) -> None:
         i = len(self.replicas)
         eng = TwinEngine(self.twin, self.model, flags=self.flags, seed=self.seed * 101 + i, clock=lambda: self.now)
+        eng.stats.unread()  # a replay is read by its requests and counters, never its /metrics
         self.replicas.append(_Replica(i, eng, self.now, self.now + ready_in))
         if ready_in > 0:
             self._push(self.now + ready_in, "ready", i)
