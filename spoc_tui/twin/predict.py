@@ -175,6 +175,7 @@ def _virtual(
         pick = random.Random(seed * 31 + 7)
         lengths = tuple(pick.choice(lengths) for _ in lengths)
     eng = TwinEngine(p.twin, model, flags=p.flags, seed=seed, answer_lengths=lengths)
+    eng.stats.unread()  # a prediction reads its requests and the engine's counters, never its /metrics
     # answers stop at EOS, as the profile's requests let the server, where the twin learned how
     # long they are (TwinEngine.sample_output_len); otherwise every one is as long as asked
     vs = VirtualServer(
