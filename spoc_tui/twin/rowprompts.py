@@ -179,7 +179,11 @@ class RowPrompts:
         self._ready: dict[int, tuple[RunPrompt, list[BlockHash], int | None]] = {}
         self._taken: set[int] = set()
         self._chains: dict[int, list[BlockHash]] = {}
-        """The keys of the blocks of a run from its first id, by that id (:meth:`_keys`)."""
+        """The keys of the blocks of a run from its first id, by that id (:meth:`_keys`): a run that
+        more than one prompt begins with (a row's own first run is not kept: a trace of an hour
+        would hold every row's keys)."""
+        self._starts: set[int] = set()
+        """The first ids of the runs prompts began with so far."""
 
     def _laid_out(self) -> dict[int, Runs]:
         if self._layout is None:
@@ -233,20 +237,24 @@ class RowPrompts:
         """The prompts' keys up to their limits: where a prompt's first run holds all of them (a
         prompt that begins with the blocks many rows begin with, as a system prompt), a slice of
         the keys of that run worked out once (a block's key is its run's first id and its place
-        alone there); the others' with :meth:`PrefixCache.of_runs`. The same keys."""
+        alone there), from the second prompt that begins with it on; the others' with
+        :meth:`PrefixCache.of_runs`. The same keys."""
         bs = self.block_size
         out: list[list[BlockHash] | None] = [None] * len(prompts)
         rest: list[int] = []
         chains = self._chains
+        seen = self._starts
         for i, (p, n) in enumerate(zip(prompts, limits, strict=True)):
-            if n > 0 and p.lens[0] >= n * bs:
-                start = p.starts[0]
+            start = p.starts[0] if n > 0 and p.lens[0] >= n * bs else None
+            if start is not None and start in seen:  # kept from a run's second prompt on
                 chain = chains.get(start)
                 if chain is None or len(chain) < n:
                     longest = max(n, p.lens[0] // bs)
                     chain = chains[start] = PrefixCache.of_runs([((start,), (longest * bs,))], bs)[0]
                 out[i] = chain[:n]
             else:
+                if start is not None:
+                    seen.add(start)
                 rest.append(i)
         if rest:
             for i, k in zip(rest, PrefixCache.of_runs([(prompts[i].starts, prompts[i].lens) for i in rest], bs,
