@@ -431,6 +431,15 @@ def test_rows_that_name_one_chain_are_laid_out_and_keyed_as_any_rows_are():
                 p, keys, own = prompts.take(r)
                 limit = len(p) // bs if own is None else own // bs
                 assert keys == PrefixCache.of_runs([(p.starts, p.lens)], bs, [limit])[0], (case, r)
+    for bs in (16, 32):  # any rows: a run more than one prompt begins with keyed once, the same keys
+        mixed = _mixed_rows(200, seed=bs) + rows(200, seed=bs)
+        mixed = [replace(r, index=i) for i, r in enumerate(mixed)]
+        prompts = RowPrompts(mixed, 1 << 24, bs)
+        for r in mixed:
+            p, keys, own = prompts.take(r)
+            limit = len(p) // bs if own is None else own // bs
+            assert keys == PrefixCache.of_runs([(p.starts, p.lens)], bs, [limit])[0], r
+        assert prompts._chains  # some runs began more than one prompt
     base = [TraceRow(i, float(i), 100, 20, (0, 1, 2), 16) for i in range(4)]
     for odd in (
         replace(base[1], block_tokens=32),  # another block size
