@@ -38,7 +38,7 @@ from spoc_tui.core.ramp.experiment import (
     immediately,
     run_now,
 )
-from spoc_tui.core.ramp.inference import KneeEstimate, Trend, infer_knee, level_trend, shifted_knee
+from spoc_tui.core.ramp.inference import KneeEstimate, Trend, infer_knee, level_margin, level_trend, shifted_knee
 from spoc_tui.core.ramp.knee import FixedRates, FixedSpeeds, FixedUsers, Knee, SpeedSearch, UserPlan
 from spoc_tui.core.ramp.sla import LevelUnit, Limit
 from spoc_tui.core.ramp.steps import (
@@ -720,6 +720,8 @@ def draw_at_knee(
     est = knee.estimate
     assert est is not None
     speeds = [lv for lv, _ in levels]
+    if knee.boundary == "cliff":
+        return draw_at_cliff(p, model, seed, levels, est, unit, infer_seed)
     if knee.boundary != "smooth" or not min(speeds) < est < max(speeds):
         return draw_near_knee(p, model, seed, levels, est, unit, infer_seed)
     at = len(levels)
@@ -729,6 +731,35 @@ def draw_at_knee(
     if got is None:
         return draw_near_knee(p, model, seed, grown, est, unit, infer_seed, {at: run})
     return {at: run}, KneeEstimate(got[0], (None, None), got[1], "smooth", unit, levels=1)
+
+
+def draw_at_cliff(
+    p: Prediction,
+    model: StepModel,
+    seed: int,
+    levels: Sequence[tuple[float, float]],
+    knee: float,
+    unit: LevelUnit,
+    infer_seed: int,
+) -> tuple[dict[int, Measured], KneeEstimate | None]:
+    """One draw's knee where the fit's is a cliff between two of its levels: the draw replayed at
+    those two; where it meets every limit at the lower and breaks one at the upper, its cliff lies
+    in the same bracket and its knee is the bracket's lower end, as the fit's. Otherwise (its
+    cliff moved out of the bracket), the draw's levels about the knee as :func:`draw_near_knee`
+    replays them, these two among them."""
+    order = sorted(range(len(levels)), key=lambda k: levels[k][0])
+    below = [k for k in order if levels[k][0] <= knee]
+    above = [k for k in order if levels[k][0] > knee]
+    if not below or not above:
+        return draw_near_knee(p, model, seed, levels, knee, unit, infer_seed)
+    lo, hi = below[-1], above[0]
+    runs = dict(zip((lo, hi), draw_replays(p, model, seed, levels, [lo, hi]), strict=True))
+    at_lo = [level_margin(runs[lo].window, lim) for lim in p.limits]
+    at_hi = [(m, lim.key) for lim in p.limits if (m := level_margin(runs[hi].window, lim)) is not None]
+    broken = max(at_hi, default=None)
+    if all(m is not None and m <= 0 for m in at_lo) and broken is not None and broken[0] > 0:
+        return runs, KneeEstimate(levels[lo][0], (None, None), broken[1], "cliff", unit, levels=2)
+    return draw_near_knee(p, model, seed, levels, knee, unit, infer_seed, runs)
 
 
 def draw_near_knee(

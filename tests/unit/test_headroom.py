@@ -382,10 +382,11 @@ def test_the_search_goes_on_past_x8_to_say_beyond_x10():
 
 
 def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_finds(monkeypatch):
-    """A headroom reads its draws' knees alone, so at a cliff (here: the queue's) they replay the
-    fit's speeds about its knee and go further out only while a draw's knee lies past them: the
-    same knees as replaying every speed the fit ran, from fewer replays (each one the very replay
-    the whole run makes at its speed)."""
+    """A headroom reads its draws' knees alone, so at a cliff (here: the queue's) each draw replays
+    the two speeds of the fit's bracket, and where it meets the SLA at the lower and breaks it at
+    the upper its cliff is that bracket's (:func:`~spoc_tui.twin.predict.draw_at_cliff`; else it
+    goes further out while its knee lies past them): the same knees as replaying every speed the
+    fit ran, from fewer replays (each one the very replay the whole run makes at its speed)."""
     from spoc_tui.twin import headroom, predict
     from spoc_tui.twin.passive import PassiveFit
     from tests.unit.test_twin_fit import SERVER, TRUE
@@ -409,12 +410,23 @@ def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_
     monkeypatch.setattr(predict, "predict", kept)
     sla = tuple(parse_sla("ttft_p99<=2s,itl_p99<=100ms"))
     tr = traffic(rate=2.0)
+    predicted: dict[bool, predict.Predicted] = {}
+    real_kept = predict.predict
+
+    def kept_all(p, progress=None):
+        predicted[p.draws_near_knee] = real_kept(p, progress)
+        return predicted[p.draws_near_knee]
+
+    monkeypatch.setattr(predict, "predict", kept_all)
     for near in (False, True):
         monkeypatch.setattr(headroom, "DRAWS_NEAR_KNEE", near)
         h = headroom.headroom_of(fit, SERVER, tr, sla, seed=1, draws=2, replay_s=20.0)
         assert h.identified and h.estimate is not None, h
     assert seen[True] == seen[False] and all(k is not None for k in seen[True]), seen
     assert replays[True] < replays[False], replays
+    cliff = predicted[True]
+    assert cliff.knee.inferred is not None and cliff.knee.inferred.boundary == "cliff"
+    assert all(len(d) == 2 for d in cliff.draw_figures), [len(d) for d in cliff.draw_figures]
 
 
 def test_a_draw_at_a_smooth_knee_replays_once_and_reads_about_the_knee_its_every_level_finds(monkeypatch):
