@@ -109,6 +109,8 @@ def _one_chain(rows: Sequence[TraceRow], first_id: int) -> tuple[dict[int, Runs]
         if r.scope is not None or m * bt > r.input_tokens or r.hash_ids != chain[:m]:
             return None
         counts.append((r.index, m))
+    if not counts:  # no row's prompt holds a block
+        return {}, first_id, {}
     out: dict[int, Runs] = {index: ([first_id], [m * bt]) for index, m in counts}
     lengths = sorted((m for _, m in counts), reverse=True)
     own: dict[int, int] = {}

@@ -450,6 +450,8 @@ def test_rows_that_name_one_chain_are_laid_out_and_keyed_as_any_rows_are():
         rows_ = [base[0], odd, *base[2:]]
         assert _one_chain(rows_, 1 << 24) is None
         assert block_layout(rows_, 1 << 24) == _any_layout(rows_, 1 << 24)
+    empty = [replace(r, input_tokens=0) for r in base]  # blocks named, but no prompt holds one
+    assert _one_chain(empty, 1 << 24) == _any_layout(empty, 1 << 24) == ({}, 1 << 24, {})
 
 
 def test_a_headroom_replay_serves_the_same_whether_its_rows_name_their_own_blocks_or_not():
