@@ -720,10 +720,8 @@ def draw_at_knee(
     est = knee.estimate
     assert est is not None
     speeds = [lv for lv, _ in levels]
-    if knee.boundary == "cliff":
-        return draw_at_cliff(p, model, seed, levels, est, unit, infer_seed)
     if knee.boundary != "smooth" or not min(speeds) < est < max(speeds):
-        return draw_near_knee(p, model, seed, levels, est, unit, infer_seed)
+        return draw_near_knee(p, model, seed, levels, est, unit, infer_seed, cliff=knee.boundary == "cliff")
     at = len(levels)
     grown = [*levels, (est, levels[0][1])]
     run = draw_replays(p, model, seed, grown, [at])[0]
@@ -733,33 +731,13 @@ def draw_at_knee(
     return {at: run}, KneeEstimate(got[0], (None, None), got[1], "smooth", unit, levels=1)
 
 
-def draw_at_cliff(
-    p: Prediction,
-    model: StepModel,
-    seed: int,
-    levels: Sequence[tuple[float, float]],
-    knee: float,
-    unit: LevelUnit,
-    infer_seed: int,
-) -> tuple[dict[int, Measured], KneeEstimate | None]:
-    """One draw's knee where the fit's is a cliff between two of its levels: the draw replayed at
-    those two; where it meets every limit at the lower and breaks one at the upper, its cliff lies
-    in the same bracket and its knee is the bracket's lower end, as the fit's. Otherwise (its
-    cliff moved out of the bracket), the draw's levels about the knee as :func:`draw_near_knee`
-    replays them, these two among them."""
-    order = sorted(range(len(levels)), key=lambda k: levels[k][0])
-    below = [k for k in order if levels[k][0] <= knee]
-    above = [k for k in order if levels[k][0] > knee]
-    if not below or not above:
-        return draw_near_knee(p, model, seed, levels, knee, unit, infer_seed)
-    lo, hi = below[-1], above[0]
-    runs = dict(zip((lo, hi), draw_replays(p, model, seed, levels, [lo, hi]), strict=True))
-    at_lo = [level_margin(runs[lo].window, lim) for lim in p.limits]
-    at_hi = [(m, lim.key) for lim in p.limits if (m := level_margin(runs[hi].window, lim)) is not None]
-    broken = max(at_hi, default=None)
-    if all(m is not None and m <= 0 for m in at_lo) and broken is not None and broken[0] > 0:
-        return runs, KneeEstimate(levels[lo][0], (None, None), broken[1], "cliff", unit, levels=2)
-    return draw_near_knee(p, model, seed, levels, knee, unit, infer_seed, runs)
+def _same_cliff(below: Measured, above: Measured, limits: Sequence[Limit]) -> str | None:
+    """The limit a draw breaks at ``above`` having met every limit at ``below`` (its cliff lies
+    between them: the one it breaks furthest), or None where it does not so."""
+    if not all((m := level_margin(below.window, lim)) is not None and m <= 0 for lim in limits):
+        return None
+    broken = max(((m, lim.key) for lim in limits if (m := level_margin(above.window, lim)) is not None), default=None)
+    return broken[1] if broken is not None and broken[0] > 0 else None
 
 
 def draw_near_knee(
@@ -771,19 +749,30 @@ def draw_near_knee(
     unit: LevelUnit,
     infer_seed: int,
     have: Mapping[int, Measured] | None = None,
+    *,
+    cliff: bool = False,
 ) -> tuple[dict[int, Measured], KneeEstimate | None]:
     """One draw replayed at the fit's levels nearest its knee (:data:`NEAR_BELOW` below it,
     :data:`NEAR_ABOVE` above), then one level further out at a time on the side a draw's knee lies
     past (every level met its limits: above; every level broke one: below), until it crosses
     inside or no level is left: each replay is the one the whole run makes at that level, and a
     crossing's fit reads the levels about it, so the draw's knee is the whole run's for a fraction
-    of the replays."""
+    of the replays. ``cliff``: the fit's knee is a cliff (a jump the trend does not explain): the
+    draw replays the fit's bracket first, and where it meets every limit at the lower speed and
+    breaks one at the upper, its cliff is that bracket's and its knee the lower end, as the fit's
+    (two replays where three); otherwise it goes on as above."""
     order = sorted(range(len(levels)), key=lambda k: levels[k][0])
     below = [k for k in order if levels[k][0] <= knee]
     above = [k for k in order if levels[k][0] > knee]
+    runs = dict(have or {})
+    if cliff and below and above:  # the fit's bracket first: the same cliff is the fit's point
+        lo, hi = below[-1], above[0]
+        runs.update(zip((lo, hi), draw_replays(p, model, seed, levels, [lo, hi]), strict=True))
+        binds = _same_cliff(runs[lo], runs[hi], p.limits)
+        if binds is not None:
+            return runs, KneeEstimate(levels[lo][0], (None, None), binds, "cliff", unit, levels=2)
     chosen = below[-NEAR_BELOW:] + above[:NEAR_ABOVE]
     below, above = below[:-NEAR_BELOW] if len(below) > NEAR_BELOW else [], above[NEAR_ABOVE:]
-    runs = dict(have or {})
     todo = [k for k in chosen if k not in runs]
     runs.update(zip(todo, draw_replays(p, model, seed, levels, todo), strict=True))
     while True:

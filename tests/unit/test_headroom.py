@@ -384,7 +384,7 @@ def test_the_search_goes_on_past_x8_to_say_beyond_x10():
 def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_finds(monkeypatch):
     """A headroom reads its draws' knees alone, so at a cliff (here: the queue's) each draw replays
     the two speeds of the fit's bracket, and where it meets the SLA at the lower and breaks it at
-    the upper its cliff is that bracket's (:func:`~spoc_tui.twin.predict.draw_at_cliff`; else it
+    the upper its cliff is that bracket's (:func:`~spoc_tui.twin.predict.draw_near_knee`, ``cliff``; else it
     goes further out while its knee lies past them): the same knees as replaying every speed the
     fit ran, from fewer replays (each one the very replay the whole run makes at its speed)."""
     from spoc_tui.twin import headroom, predict
@@ -394,7 +394,7 @@ def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_
     fit = PassiveFit(TRUE, (replace(TRUE, b0=TRUE.b0 * 0.9), replace(TRUE, b0=TRUE.b0 * 1.1)), 20, (1.0, 4.0), True,
                      "identified (test)", 1.0)  # fmt: skip
     replays = {True: 0, False: 0}
-    seen: dict[bool, list[float | None]] = {}
+    seen: dict[bool, predict.Predicted] = {}
     real_replay, real_predict = predict.TraceBackend.start_replay, predict.predict
 
     async def counted(backend, *args, **kw):
@@ -402,29 +402,21 @@ def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_
         return await real_replay(backend, *args, **kw)
 
     def kept(p, progress=None):
-        out = real_predict(p, progress)
-        seen[p.draws_near_knee] = out.draw_knees
-        return out
+        seen[p.draws_near_knee] = real_predict(p, progress)
+        return seen[p.draws_near_knee]
 
     monkeypatch.setattr(predict.TraceBackend, "start_replay", counted)
     monkeypatch.setattr(predict, "predict", kept)
     sla = tuple(parse_sla("ttft_p99<=2s,itl_p99<=100ms"))
     tr = traffic(rate=2.0)
-    predicted: dict[bool, predict.Predicted] = {}
-    real_kept = predict.predict
-
-    def kept_all(p, progress=None):
-        predicted[p.draws_near_knee] = real_kept(p, progress)
-        return predicted[p.draws_near_knee]
-
-    monkeypatch.setattr(predict, "predict", kept_all)
     for near in (False, True):
         monkeypatch.setattr(headroom, "DRAWS_NEAR_KNEE", near)
         h = headroom.headroom_of(fit, SERVER, tr, sla, seed=1, draws=2, replay_s=20.0)
         assert h.identified and h.estimate is not None, h
-    assert seen[True] == seen[False] and all(k is not None for k in seen[True]), seen
+    knees = {near: seen[near].draw_knees for near in seen}
+    assert knees[True] == knees[False] and all(k is not None for k in knees[True]), knees
     assert replays[True] < replays[False], replays
-    cliff = predicted[True]
+    cliff = seen[True]
     assert cliff.knee.inferred is not None and cliff.knee.inferred.boundary == "cliff"
     assert all(len(d) == 2 for d in cliff.draw_figures), [len(d) for d in cliff.draw_figures]
 
