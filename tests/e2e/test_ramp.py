@@ -273,10 +273,14 @@ def test_unreachable_server_exits_1(tmp_path):
     assert r.returncode == 1 and "cannot reach the server" in r.stderr
 
 
-def test_a_server_that_dies_mid_ramp_is_a_failure_not_a_pass(fast_profile, tmp_path):
+@pytest.mark.parametrize("lives_s", [0.0, 1.5])
+def test_a_server_that_dies_mid_ramp_is_a_failure_not_a_pass(fast_profile, tmp_path, lives_s):
     """Refused connections are `connect` errors (Locust reports them as status 0), a step whose
     requests all fail ends the ramp with exit 1, and the users back off instead of hammering the
-    dead port (hundreds of requests a second before)."""
+    dead port (hundreds of requests a second before). A server that dies a moment into the step
+    (``lives_s``), having answered its first requests, is a failure too: the step's last requests
+    all failed and none was answered after them (it read as a step that broke its SLA badly, and
+    the ramp stopped early with exit 0: a CI run, 2026-12-08, and 9 of 9 runs dying 0.8-2.2 s in)."""
     port, dport = free_ports(2)
     sim = start_sim(["--dcgm-port", str(dport)], port)
     out = tmp_path / "out"
@@ -285,6 +289,7 @@ def test_a_server_that_dies_mid_ramp_is_a_failure_not_a_pass(fast_profile, tmp_p
         "--warmup-seconds", "2", "--max-step-seconds", "6", "--sla", "ttft_p99<=1s", "--out", str(out),
     )  # fmt: skip
     try:
+        time.sleep(lives_s)
         sim.stop()
         _, err = p.communicate(timeout=120)
     finally:

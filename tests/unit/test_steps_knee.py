@@ -868,3 +868,29 @@ def test_a_silent_load_generator_is_named_not_taken_for_a_short_step():
     assert why is not None and why.startswith("the load generator (worker 2) has reported nothing for 25 s")
     assert "stopped (SIGSTOP?) or hung" in why
     assert "its main process" in (silent({"main": 0.0}, 60.0) or "")
+
+
+def test_a_server_that_went_away_within_a_step_is_told_from_one_that_broke_its_sla():
+    """A server that dies a few seconds into a step answered its first requests and refused the rest:
+    the step reads as one that broke its SLA badly, and the ramp stopped early with exit 0 (a CI run
+    of the e2e test, 2026-12-08). Its last requests, from the last answered on, all failed (refused,
+    answered 5xx, their stream cut), one refused and at least three: the server went away. A refusal
+    the server recovered from, a tail of 5xx or timeouts alone, or two refusals are not."""
+    from spoc_tui.core.ramp.steps import went_away
+
+    answered = [_s(0.1, 1.0, 10, end=float(i)) for i in range(5)]
+
+    def failed(kind, at):
+        return _s(None, 0.1, None, ok=False, error=kind, end=at)
+
+    cut = [failed("stream", 5.1), failed("connect", 5.2), failed("connect", 6.0), failed("connect", 8.0)]
+    assert went_away(answered + cut) == (4, ["connect", "stream"])
+    lims = parse_sla("ttft_p99<=1s")
+    assert badly_broken(summarize_step(1, 4, answered + cut * 4, 10, lims), 3.0)  # what the ramp read before
+    assert went_away(answered) is None
+    refused = [failed("connect", 0.5 + i / 4) for i in range(6)]
+    assert went_away(refused + answered) is None  # refused at first, then answered: it came back
+    assert went_away(answered + [failed("http_5xx", 6.0 + i) for i in range(5)]) is None  # overloaded, not gone
+    assert went_away(answered + [failed("connect", 6.0), failed("connect", 7.0)]) is None  # too few to tell
+    assert went_away(answered + [failed("connect", 6.0), failed("timeout", 7.0), failed("connect", 8.0)]) is None
+    assert went_away([failed("connect", 1.0 + i) for i in range(3)]) == (3, ["connect"])

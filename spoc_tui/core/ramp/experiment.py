@@ -53,6 +53,7 @@ from spoc_tui.core.ramp.steps import (
     queue_unbounded,
     summarize_step,
     trace_fidelity,
+    went_away,
 )
 
 T = TypeVar("T")
@@ -539,6 +540,12 @@ class Driver:
                 self.status = "server_failed"
                 raise exp.error(
                     f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed"
+                )
+            if gone := went_away(run.window):
+                self.status = "server_failed"
+                raise exp.error(
+                    f"the last {gone[0]} requests of step {idx} failed ({', '.join(gone[1])}), none answered after "
+                    "them: the server failed"
                 )
             if summary.stopped_early:
                 self.status, self.stop_reason = "stopped_early", summary.stopped_early.reason

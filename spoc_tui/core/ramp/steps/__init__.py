@@ -60,6 +60,7 @@ from spoc_tui.core.ramp.steps.summary import stats as stats
 from spoc_tui.core.ramp.steps.summary import summarize_step as summarize_step
 from spoc_tui.core.ramp.steps.summary import time_blocks as time_blocks
 from spoc_tui.core.ramp.steps.summary import user_units as user_units
+from spoc_tui.core.ramp.steps.summary import went_away as went_away
 from spoc_tui.core.ramp.steps.trace import ReplaySent as ReplaySent
 from spoc_tui.core.ramp.steps.trace import TraceFidelity as TraceFidelity
 from spoc_tui.core.ramp.steps.trace import held_back as held_back

@@ -524,4 +524,29 @@ def badly_broken(step: StepSummary, abort_factor: float) -> str | None:
     return None
 
 
+GONE_AFTER = 3
+"""A step's last requests that must all have failed, one refused, for the server to count as gone
+(:func:`went_away`)."""
+SERVER_GONE = frozenset({"connect", "http_5xx", "stream"})
+"""What a request of a server that went away fails with: refused, answered 5xx, its stream cut."""
+
+
+def went_away(samples: Sequence[RequestSample]) -> tuple[int, list[str]] | None:
+    """Whether the server went away within the step: its requests from the last one answered on
+    (by when each ended) all failed, at least :data:`GONE_AFTER` of them, each refused, answered
+    5xx or cut, and one refused (the server no longer takes connections). How many, and their
+    kinds; None otherwise. (A server that died a few seconds into a step, whose first requests were
+    answered, read as a step that broke its SLA badly: the ramp stopped early with exit 0.)"""
+
+    def when(s: RequestSample) -> float:
+        return s.end if s.end is not None else s.start
+
+    last_ok = max((when(s) for s in samples if s.ok), default=-math.inf)
+    after = [s for s in samples if not s.ok and when(s) > last_ok]
+    kinds = sorted({s.error or "error" for s in after})
+    if len(after) < GONE_AFTER or "connect" not in kinds or not set(kinds) <= SERVER_GONE:
+        return None
+    return len(after), kinds
+
+
 # -- a queue that does not stop growing -------------------------------------------------------
