@@ -9,6 +9,7 @@ import math
 import re
 import statistics
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,6 +23,9 @@ from spoc_tui.twin.headroom import Headroom, HeadroomLearner, LearnerState
 from spoc_tui.twin.lengths import Lengths
 from spoc_tui.twin.traffic import Traffic, synth_rows
 from spoc_tui.workload import load_workload
+
+if TYPE_CHECKING:
+    from spoc_tui.twin import predict
 
 INF = math.inf
 
@@ -381,12 +385,10 @@ def test_the_search_goes_on_past_x8_to_say_beyond_x10():
     assert "every speed replayed met the SLA" in h.reason and "beyond x10" in h.line(), h.line()
 
 
-def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_finds(monkeypatch):
-    """A headroom reads its draws' knees alone, so at a cliff (here: the queue's) each draw replays
-    the two speeds of the fit's bracket, and where it meets the SLA at the lower and breaks it at
-    the upper its cliff is that bracket's (:func:`~spoc_tui.twin.predict.draw_near_knee`, ``cliff``; else it
-    goes further out while its knee lies past them): the same knees as replaying every speed the
-    fit ran, from fewer replays (each one the very replay the whole run makes at its speed)."""
+def _near_and_every(monkeypatch, sla: str) -> tuple[dict[bool, predict.Predicted], dict[bool, int]]:
+    """A headroom of a fit with two draws (its step's fixed cost 10 % apart) worked out twice, its
+    draws replayed near the fit's knee (True) and at every speed the fit ran (False): each one's
+    prediction, and the replays each made."""
     from spoc_tui.twin import headroom, predict
     from spoc_tui.twin.passive import PassiveFit
     from tests.unit.test_twin_fit import SERVER, TRUE
@@ -407,12 +409,22 @@ def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_
 
     monkeypatch.setattr(predict.TraceBackend, "start_replay", counted)
     monkeypatch.setattr(predict, "predict", kept)
-    sla = tuple(parse_sla("ttft_p99<=2s,itl_p99<=100ms"))
-    tr = traffic(rate=2.0)
+    limits = tuple(parse_sla(sla))
     for near in (False, True):
         monkeypatch.setattr(headroom, "DRAWS_NEAR_KNEE", near)
-        h = headroom.headroom_of(fit, SERVER, tr, sla, seed=1, draws=2, replay_s=20.0)
+        h = headroom.headroom_of(fit, SERVER, traffic(rate=2.0), limits, seed=1, draws=2, replay_s=20.0)
         assert h.identified and h.estimate is not None, h
+    return seen, replays
+
+
+def test_the_draws_replayed_only_about_the_fits_knee_find_the_knees_every_level_finds(monkeypatch):
+    """A headroom reads its draws' knees alone, so at a cliff (here: the queue's) each draw replays
+    the two speeds of the fit's bracket, and where it meets the SLA at the lower and breaks it at
+    the upper its cliff is that bracket's (:func:`~spoc_tui.twin.predict.draw_near_knee`,
+    ``cliff``; else it goes further out while its knee lies past them): the same knees as
+    replaying every speed the fit ran, from fewer replays (each one the very replay the whole run
+    makes at its speed)."""
+    seen, replays = _near_and_every(monkeypatch, "ttft_p99<=2s,itl_p99<=100ms")
     knees = {near: seen[near].draw_knees for near in seen}
     assert knees[True] == knees[False] and all(k is not None for k in knees[True]), knees
     assert replays[True] < replays[False], replays
@@ -426,31 +438,7 @@ def test_a_draw_at_a_smooth_knee_replays_once_and_reads_about_the_knee_its_every
     knee, and its knee is the fit's trend moved through its own figures there
     (:func:`~spoc_tui.twin.predict.draw_at_knee`): about the knee the draw finds replaying every
     speed the fit ran (here within 5 %), from one replay where three or more."""
-    from spoc_tui.twin import headroom, predict
-    from spoc_tui.twin.passive import PassiveFit
-    from tests.unit.test_twin_fit import SERVER, TRUE
-
-    fit = PassiveFit(TRUE, (replace(TRUE, b0=TRUE.b0 * 0.9), replace(TRUE, b0=TRUE.b0 * 1.1)), 20, (1.0, 4.0), True,
-                     "identified (test)", 1.0)  # fmt: skip
-    replays = {True: 0, False: 0}
-    seen: dict[bool, predict.Predicted] = {}
-    real_replay, real_predict = predict.TraceBackend.start_replay, predict.predict
-
-    async def counted(backend, *args, **kw):
-        replays[backend.p.draws_near_knee] += 1
-        return await real_replay(backend, *args, **kw)
-
-    def kept(p, progress=None):
-        seen[p.draws_near_knee] = real_predict(p, progress)
-        return seen[p.draws_near_knee]
-
-    monkeypatch.setattr(predict.TraceBackend, "start_replay", counted)
-    monkeypatch.setattr(predict, "predict", kept)
-    sla = tuple(parse_sla("itl_p99<=70ms"))
-    for near in (False, True):
-        monkeypatch.setattr(headroom, "DRAWS_NEAR_KNEE", near)
-        h = headroom.headroom_of(fit, SERVER, traffic(rate=2.0), sla, seed=1, draws=2, replay_s=20.0)
-        assert h.identified and h.estimate is not None, h
+    seen, replays = _near_and_every(monkeypatch, "itl_p99<=70ms")
     at_knee, every = seen[True], seen[False]
     assert at_knee.knee.inferred is not None and at_knee.knee.inferred.boundary == "smooth"
     assert replays[True] == len(at_knee.runs) + 2, replays  # the fit's, then one a draw
