@@ -51,9 +51,9 @@ from spoc_tui.core.ramp.steps import (
     StepSummary,
     badly_broken,
     queue_unbounded,
+    server_failed,
     summarize_step,
     trace_fidelity,
-    went_away,
 )
 
 T = TypeVar("T")
@@ -532,21 +532,9 @@ class Driver:
             self.report("step_done", idx, level)
             if self.sink is not None and self.sink.write_error:
                 raise exp.error(f"{self.sink.write_error}: the ramp stopped after step {idx}")
-            if (
-                summary.requests
-                and summary.errors == summary.requests
-                and set(summary.errors_by_kind) <= {"connect", "http_5xx"}
-            ):
+            if why := server_failed(summary, run.window):
                 self.status = "server_failed"
-                raise exp.error(
-                    f"every request of step {idx} failed ({', '.join(summary.errors_by_kind)}): the server failed"
-                )
-            if gone := went_away(run.window):
-                self.status = "server_failed"
-                raise exp.error(
-                    f"the last {gone[0]} requests of step {idx} failed ({', '.join(gone[1])}), none answered after "
-                    "them: the server failed"
-                )
+                raise exp.error(f"{why}: the server failed")
             if summary.stopped_early:
                 self.status, self.stop_reason = "stopped_early", summary.stopped_early.reason
                 return

@@ -56,6 +56,7 @@ from spoc_tui.core.ramp.steps.summary import StepSummary as StepSummary
 from spoc_tui.core.ramp.steps.summary import badly_broken as badly_broken
 from spoc_tui.core.ramp.steps.summary import judge as judge
 from spoc_tui.core.ramp.steps.summary import point_value as point_value
+from spoc_tui.core.ramp.steps.summary import server_failed as server_failed
 from spoc_tui.core.ramp.steps.summary import stats as stats
 from spoc_tui.core.ramp.steps.summary import summarize_step as summarize_step
 from spoc_tui.core.ramp.steps.summary import time_blocks as time_blocks

@@ -531,6 +531,18 @@ SERVER_GONE = frozenset({"connect", "http_5xx", "stream"})
 """What a request of a server that went away fails with: refused, answered 5xx, its stream cut."""
 
 
+def server_failed(step: StepSummary, samples: Sequence[RequestSample]) -> str | None:
+    """Why ``step`` (of ``samples``) says the server failed, or None: every request failed,
+    refused or answered 5xx; or the server went away within it (:func:`went_away`)."""
+    if step.requests and step.errors == step.requests and set(step.errors_by_kind) <= {"connect", "http_5xx"}:
+        return f"every request of step {step.step} failed ({', '.join(step.errors_by_kind)})"
+    if gone := went_away(samples):
+        return (
+            f"the last {gone[0]} requests of step {step.step} failed ({', '.join(gone[1])}), none answered after them"
+        )
+    return None
+
+
 def went_away(samples: Sequence[RequestSample]) -> tuple[int, list[str]] | None:
     """Whether the server went away within the step: its requests from the last one answered on
     (by when each ended) all failed, at least :data:`GONE_AFTER` of them, each refused, answered
