@@ -199,7 +199,37 @@ def client_sample(
     ``scheduled`` and ``held_s`` how long it waited for its previous turn. ``cut_counts``: an answer
     that reached ``max_tokens`` is counted cut; not where every answer is asked for exactly its
     length (a twin's replay), where reaching it says nothing."""
-    ok = r.finish_reason != "abort" and bool(times)
+    return answer_sample(
+        r.finish_reason, r.generated, len(r.prompt), r.cached_tokens, start, times, end,
+        users=users, conversation=conversation, step=step, turn=turn, last=last, trace_index=trace_index,
+        scheduled=scheduled, held_s=held_s, cut_counts=cut_counts, since_answer=since_answer, asked_wait=asked_wait,
+    )  # fmt: skip
+
+
+def answer_sample(
+    finish_reason: str | None,
+    generated: int,
+    prompt_tokens: int,
+    cached_tokens: int,
+    start: float,
+    times: list[float],
+    end: float,
+    *,
+    users: int,
+    conversation: str,
+    step: int = 0,
+    turn: int = 0,
+    last: bool | None = None,
+    trace_index: int | None = None,
+    scheduled: float | None = None,
+    held_s: float | None = None,
+    cut_counts: bool = True,
+    since_answer: float | None = None,
+    asked_wait: float | None = None,
+) -> RequestSample:
+    """:func:`client_sample` of a request given by its figures (a compiled replay's,
+    :mod:`spoc_tui.twin.fastreplay`)."""
+    ok = finish_reason != "abort" and bool(times)
     return RequestSample(
         start=start,
         step=step,
@@ -208,13 +238,13 @@ def client_sample(
         ttft=times[0] - start if ok else None,
         e2e=times[-1] - start if ok else None,
         itl=gaps(times),
-        output_tokens=r.generated,
-        prompt_tokens=len(r.prompt),
-        cached_tokens=r.cached_tokens,
+        output_tokens=generated,
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
         error=None if ok else "http_4xx",
         conversation=conversation,
         end=end,
-        cut=(r.finish_reason == "length" if ok else None) if cut_counts else None,
+        cut=(finish_reason == "length" if ok else None) if cut_counts else None,
         turn=turn,
         last=last,
         trace_index=trace_index,

@@ -32,6 +32,7 @@ from spoc_tui.core.traces.replay import release
 from spoc_tui.sim.engine import SimRequest
 from spoc_tui.sim.virtual import client_sample
 from spoc_tui.twin.engine import TwinEngine
+from spoc_tui.twin.fastreplay import CompiledReplay, compiled
 from spoc_tui.twin.model import StepModel, Twin
 from spoc_tui.twin.rowprompts import RowPrompts
 
@@ -205,6 +206,8 @@ class FleetSim:
         self._quiet_since: float | None = None
         self._over = False
         """Ended before its events ran out (requests that nothing left could ever run)."""
+        self._fast: CompiledReplay | None = None
+        """The replay as the compiled engine plays it (:mod:`~spoc_tui.twin.fastreplay`), where it can."""
 
     # -- events --------------------------------------------------------------------------
     def _push(self, at: float, kind: str, obj: object) -> None:
@@ -350,6 +353,10 @@ class FleetSim:
         first = self.autoscale.min_replicas if self.autoscale else (self.fixed or 1)
         for _ in range(first):
             self._start_replica(0.0)
+        eng = self.replicas[0].engine
+        if compiled(eng, self.rows, first, self.autoscale is not None):
+            self._fast = CompiledReplay(eng, self.rows, self.speed, self._prompts, self.poll_s)
+            return
         ids = {r.id for r in self.rows if r.id is not None}
         for row in self.rows:
             if row.parent is not None and row.parent in ids:
@@ -364,11 +371,16 @@ class FleetSim:
     @property
     def done(self) -> bool:
         """Nothing left to play: every request answered or skipped (or never to be run)."""
+        if self._fast is not None:
+            return self._fast.over or not self._fast.events_left
         return self._over or not self._heap
 
     def run_until(self, until: float, label: str = "", progress: Callable[[str], None] | None = None) -> None:
         """Play the events due at or before ``until`` (virtual seconds): the same run, however
         it is cut, as every change comes from an event in its turn."""
+        if self._fast is not None:
+            self._run_compiled(until)
+            return
         total = len(self.rows)
         while self._heap and not self._over and self._heap[0][0] <= until:
             at, _, kind, obj = heapq.heappop(self._heap)
@@ -427,6 +439,21 @@ class FleetSim:
                     self._push(self.now + self.autoscale.interval_s, "tick", None)
                     if progress and int(self.now) % 300 < self.autoscale.interval_s:
                         progress(f"{label}: {self.now / 60:.0f} min of the trace")
+
+    def _run_compiled(self, until: float) -> None:
+        """:meth:`run_until` by the compiled engine: its samples, polls and counts where the
+        Python loop would have put them."""
+        fast = self._fast
+        assert fast is not None
+        if not fast.run_until(until):
+            raise RuntimeError("the compiled replay reached a state the engine cannot (a bug: SPOC_REPLAY_ENGINE=python)")
+        if fast.now > self.now:
+            self.now = fast.now
+        self.samples.extend(fast.new_samples(self.step))
+        self.polls.extend(fast.new_polls())
+        self.skipped, self.too_big, self.stalled = fast.counts()
+        self._over = fast.over
+        fast.counters()
 
     def result(self, label: str = "") -> FleetRun:
         """The run as played so far (its whole when :attr:`done`)."""

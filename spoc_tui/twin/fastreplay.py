@@ -1,0 +1,199 @@
+"""A one-replica trace replay on a twin, run by the compiled engine (:mod:`~spoc_tui.twin.replaykernel`,
+issue 73): what :class:`~spoc_tui.twin.fleet.FleetSim` plays event by event in Python, the same
+run to the last float, in a fraction of the time. The headroom's replays, the ledger's and a
+predicted trace ramp's steps are such replays.
+
+:func:`compiled` says whether a replay can run compiled: one replica, no autoscaler, no follow-up
+turns (a row released by its parent's end), no shared-context step term, and numba importable.
+Others, and any run with ``SPOC_REPLAY_ENGINE=python`` in the environment, play in Python.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from spoc_tui.core.ramp.steps import RequestSample
+from spoc_tui.core.traces.read import TraceRow
+from spoc_tui.sim.engine import SimRequest
+from spoc_tui.sim.prefix import PrefixCache
+from spoc_tui.sim.virtual import answer_sample
+
+if TYPE_CHECKING:
+    from spoc_tui.twin.engine import TwinEngine
+    from spoc_tui.twin.rowprompts import RowPrompts
+
+ENV = "SPOC_REPLAY_ENGINE"
+"""``python``: every replay plays in Python (the compiled engine's reference, and a way around it)."""
+
+_POLL_ROOM = 256
+
+
+def compiled(engine: TwinEngine, rows: Sequence[TraceRow], replicas: int, autoscaled: bool) -> bool:
+    """Whether a replay of ``rows`` on ``engine`` can run compiled (this module's docstring)."""
+    if os.environ.get(ENV, "").strip().lower() == "python" or replicas != 1 or autoscaled:
+        return False
+    if engine._times_shared():
+        return False
+    ids = {r.id for r in rows if r.id is not None}
+    if any(r.parent is not None and r.parent in ids for r in rows):
+        return False
+    try:
+        from spoc_tui.twin import replaykernel  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class CompiledReplay:
+    """One replay's state as arrays, played by :func:`replaykernel.run_until` as far as asked."""
+
+    def __init__(self, engine: TwinEngine, rows: Sequence[TraceRow], speed: float, prompts: RowPrompts, poll_s: float | None) -> None:  # fmt: skip
+        from spoc_tui.twin import replaykernel as k
+
+        self.k, self.engine, self.rows, self.speed = k, engine, rows, speed
+        cfg = engine.cfg
+        bs = cfg.block_size
+        caching = bool(cfg.enable_prefix_caching)
+        n = len(rows)
+        req_i = np.zeros((n, k.REQ_I), np.int64)
+        req_f = np.full((n, k.REQ_F), np.nan)
+        key_lists: list[list[int]] = []
+        key_len = np.zeros(n, np.int64)
+        for j, row in enumerate(rows):
+            prompt, keys, own = prompts.take(row)
+            plen, out = len(prompt), row.output_tokens
+            own_from = -1 if own is None else own // bs
+            req_i[j, k.PLEN], req_i[j, k.OUTRAW], req_i[j, k.TARGET] = plen, out, max(1, out)
+            req_i[j, k.OWN], req_i[j, k.HLEN] = own_from, len(keys)
+            if caching and not (0 <= own_from <= len(keys)):
+                # its blocks past the prompt are hashed at its end (SimEngine._free): worked out
+                # ahead as far as its answer can reach, the engine takes as many as it computed
+                m, most = len(keys), (plen + max(1, out)) // bs
+                if most > m:
+                    tail = np.concatenate((np.asarray(prompt[m * bs :], np.int64), _answer(most * bs - plen)))
+                    keys = PrefixCache.continued(keys, tail, bs, most)
+            key_lists.append(keys if caching else [])
+            key_len[j] = len(key_lists[-1])
+        flat = np.fromiter((h for ks in key_lists for h in ks), np.uint64, int(key_len.sum()))
+        uniq, dense = np.unique(flat, return_inverse=True)
+        self.keys = dense.astype(np.int64)
+        req_i[:, k.KLEN] = key_len
+        req_i[:, k.KOFF] = np.cumsum(key_len) - key_len
+        target = req_i[:, k.TARGET]
+        req_i[:, k.TOFF] = np.cumsum(target) - target
+        self.req_i, self.req_f = req_i, req_f
+        nkeys = len(uniq)
+        m = engine.model
+        sigma = float(engine._sigma)
+        self.cfg_i = np.array(
+            [engine.num_blocks, engine.budget, cfg.max_num_seqs, engine.max_len, bs, int(cfg.enable_chunked_prefill),
+             int(caching), int(bool(m.ridge_moves) and m.b_prefill > 0), int(bool(poll_s)), nkeys], np.int64,
+        )  # fmt: skip
+        self.cfg_f = np.array(
+            [m.b0, m.b_prefill, m.b_attn, m.b_decode, m.b_context, m.b_mixed, m.ridge, m.a0, m.a_prompt, sigma,
+             -(sigma**2) / 2, poll_s or 0.0], np.float64,
+        )  # fmt: skip
+        self.st_i = np.zeros(k.ST_I, np.int64)
+        self.st_f = np.zeros(k.ST_F, np.float64)
+        self.st_i[k.LRU_HEAD] = self.st_i[k.LRU_TAIL] = -1
+        state = engine._jitter_rng.getstate()
+        self.mt = np.array(state[1][:624], np.int64)
+        self.st_i[k.MTI] = state[1][624]
+        if state[2] is not None:
+            self.st_i[k.GAUSS_HELD], self.st_f[k.GAUSS_NEXT] = 1, state[2]
+        self.live = np.zeros(max(1, nkeys), np.int64)
+        nodes = nkeys + n + 1
+        self.lru = (np.full(nodes, -1, np.int64), np.full(nodes, -1, np.int64), np.zeros(nodes, np.bool_),
+                    np.zeros(nodes, np.int64))  # fmt: skip
+        self.running = np.zeros(n + 1, np.int64)
+        self.wq = np.zeros(n + 1, np.int64)
+        self.pend_d = np.zeros(n + 1, np.int64)
+        self.pend_p = np.zeros((n + 1, 2), np.int64)
+        self.emitted = np.zeros(n + 1, np.int64)
+        self.times = np.zeros(int(target.sum()) + 1, np.float64)
+        self.fin = np.zeros(n + 1, np.int64)
+        self.polls = np.zeros((_POLL_ROOM, 4), np.float64)
+        events = 2 * n + 4
+        self.heap = (np.zeros(events, np.float64), np.zeros(events, np.int64), np.zeros((events, 2), np.int64))
+        self._taken = 0
+        self._polls_taken = 0
+        due = np.fromiter((r.t / speed for r in rows), np.float64, n)
+        k.start(self.st_i, due, poll_s or 0.0, *self.heap)
+
+    def run_until(self, until: float) -> bool:
+        """The events due by ``until`` played; False where the compiled engine could not go on
+        (the caller replays in Python from the start)."""
+        k = self.k
+        while True:
+            got = k.run_until(
+                until, self.cfg_i, self.cfg_f, self.st_i, self.st_f, self.req_i, self.req_f, self.keys, self.live,
+                *self.lru, self.running, self.wq, self.pend_d, self.pend_p, self.emitted, self.times, self.fin,
+                self.polls, self.mt, *self.heap,
+            )  # fmt: skip
+            if got != k.NEED_POLLS:
+                return got == k.RAN_OUT
+            grown = np.zeros((2 * len(self.polls), 4), np.float64)
+            grown[: len(self.polls)] = self.polls
+            self.polls = grown
+
+    @property
+    def over(self) -> bool:
+        return bool(self.st_i[self.k.OVER])
+
+    @property
+    def events_left(self) -> bool:
+        return bool(self.st_i[self.k.HEAP_N])
+
+    @property
+    def now(self) -> float:
+        return float(self.st_f[self.k.NOW])
+
+    def new_samples(self, step: int) -> list[RequestSample]:
+        """The requests answered (or refused) since the last call, as a client saw them, in the
+        order they ended (FleetSim's on_finish)."""
+        k, ri, rf = self.k, self.req_i, self.req_f
+        upto = int(self.st_i[k.FIN_N])
+        out: list[RequestSample] = []
+        for i in self.fin[self._taken : upto].tolist():
+            row = self.rows[i]
+            t0 = int(ri[i, k.TOFF])
+            times = self.times[t0 : t0 + int(ri[i, k.NTIMES])].tolist()
+            reason = "abort" if ri[i, k.REASON] == k.ABORT else ("length" if ri[i, k.REASON] == k.LENGTH else "stop")
+            out.append(
+                answer_sample(reason, int(ri[i, k.GENERATED]), int(ri[i, k.PLEN]), int(ri[i, k.CACHED]),
+                              float(rf[i, k.START]), times, float(rf[i, k.FINISHED]), step=step, users=1,
+                              conversation=row.conversation or f"r{row.index}", turn=row.turn, last=row.last,
+                              trace_index=row.index, scheduled=row.t / self.speed, held_s=None, cut_counts=False)
+            )  # fmt: skip
+        self._taken = upto
+        return out
+
+    def new_polls(self) -> list[tuple[float, int, int, float]]:
+        upto = int(self.st_i[self.k.POLL_N])
+        got = [(t, int(w), int(r), kv) for t, w, r, kv in self.polls[self._polls_taken : upto].tolist()]
+        self._polls_taken = upto
+        return got
+
+    def counters(self) -> None:
+        """The engine's counters as the Python engine would hold them now (its queues are the
+        arrays': nothing reads them of a replay but its polls)."""
+        k, eng, st = self.k, self.engine, self.st_i
+        s = eng.stats
+        s.iterations, s.generation_tokens, s.preemptions = int(st[k.ITERATIONS]), int(st[k.GEN_TOKENS]), int(st[k.PREEMPTIONS])  # fmt: skip
+        s.prefix_queries, s.prefix_hits, s.prompt_tokens = int(st[k.PREFIX_QUERIES]), int(st[k.PREFIX_HITS]), int(st[k.PROMPT_TOKENS])  # fmt: skip
+        eng.busy_s, eng.running_peak, eng.used_blocks = float(self.st_f[k.BUSY]), int(st[k.PEAK]), int(st[k.USED])
+        eng.last_iteration_s = float(self.st_f[k.LAST_STEP])
+
+    def counts(self) -> tuple[int, int, int]:
+        """(skipped, of them too big for the cache, of them stalled)."""
+        st, k = self.st_i, self.k
+        return int(st[k.SKIPPED]), int(st[k.TOO_BIG]), int(st[k.STALLED])
+
+
+def _answer(n: int) -> np.ndarray:
+    """The first ``n`` token ids of an answer, as the engine makes them (:meth:`SimRequest.output_array`)."""
+    return SimRequest(rid="", prompt=[], max_tokens=1, target_tokens=1, arrival=0.0).output_array(max(0, n))

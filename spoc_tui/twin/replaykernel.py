@@ -1,0 +1,618 @@
+"""A one-replica trace replay on a twin, compiled (issue 73): :class:`~spoc_tui.twin.fleet.FleetSim`'s
+event loop and :class:`~spoc_tui.twin.engine.TwinEngine`'s engine (vLLM's scheduler, the paged KV
+cache with its LRU prefix cache, preemption, the calibrated step time and its jitter) over arrays
+of machine ints and floats, step by step, in numba's compiled code.
+
+The same run as the Python one, event for event and float for float: the same scheduler
+decisions in the same order, the step's time summed term by term as :meth:`StepModel.step_s` sums
+it, the jitter drawn from the same Mersenne Twister as Python's ``random.gauss`` draws it (its
+state handed over and back), the prefix cache's LRU as a linked list of the same entries
+(:class:`~spoc_tui.sim.prefix.PrefixCache`). ``tests/unit/test_replay_kernel.py`` compares the
+two, sample for sample, on replays that preempt, evict, chunk their prefills and abort.
+
+Its state is arrays held by :class:`~spoc_tui.twin.fastreplay.CompiledReplay` between calls, so a
+replay cut at any time (:meth:`FleetSim.run_until`) goes on where it stopped. Only that module
+imports this one (numba compiles it on first use; ``cache=True`` keeps the machine code beside the
+source for the next process).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+# -- the engine's settings (cfg_i, cfg_f) -------------------------------------------------------
+NUM_BLOCKS, BUDGET, MAX_SEQS, MAX_LEN, BS, CHUNKED, CACHING, RIDGE_MOVES, POLLING, NKEYS = range(10)
+B0, B_PREFILL, B_ATTN, B_DECODE, B_CONTEXT, B_MIXED, RIDGE, A0, A_PROMPT, SIGMA, MU, POLL_S = range(12)
+
+# -- its state (st_i, st_f) --------------------------------------------------------------------
+(USED, ADMITTED, RUN_N, WQ_HEAD, WQ_LEN, HEAP_N, SEQ, MOVING, STEPPING, PEND_ND, PEND_NP, LRU_HEAD, LRU_TAIL,
+ LRU_LEN, LRU_EXTRA, RUNS, SKIPPED, TOO_BIG, STALLED, OVER, FIN_N, POLL_N, ITERATIONS, GEN_TOKENS, PREEMPTIONS,
+ PREFIX_QUERIES, PREFIX_HITS, PEAK, MTI, GAUSS_HELD, SAMPLES, PROMPT_TOKENS) = range(32)  # fmt: skip
+ST_I = 32
+NOW, BUSY, STEP_END, GAUSS_NEXT, LAST_STEP = range(5)
+ST_F = 5
+
+# -- each request (req_i, req_f) ---------------------------------------------------------------
+(PLEN, TARGET, COMPUTED, GENERATED, BLOCKS, CACHED, SHARED, PREEMPTS, RSEQ, NTIMES, HLEN, OWN, KOFF, KLEN, TOFF,
+ HASHED, REASON, STATE, OUTRAW) = range(19)  # fmt: skip
+REQ_I = 19
+SEND, START, FIRST_SCHED, FIRST_TOKEN, LAST_TOKEN, FINISHED = range(6)
+REQ_F = 6
+
+STOP, LENGTH, ABORT = 0, 1, 2
+"""A request's finish reason (``REASON``)."""
+FRESH, SKIPPED_ROW = 0, 5
+"""A row's ``STATE``: not sent yet, or skipped at its send (too long for the context or the cache)."""
+ROW, ADD, STEP, POLL = 0, 1, 2, 3
+"""Events: a row due, a request reaching its engine, a step's end, a poll (a timer)."""
+RAN_OUT, NEED_POLLS, FAILED = 0, 1, 2
+"""What :func:`run_until` stopped at: nothing left due by then, the polls' room full, a state
+the Python engine would not reach (a key missing: the caller replays it there instead)."""
+
+_UPPER, _LOWER, _MATRIX = 0x80000000, 0x7FFFFFFF, 0x9908B0DF
+_TWOPI = 2.0 * math.pi
+
+
+# -- Python's Mersenne Twister (random.random, random.gauss) -------------------------------------
+@njit(cache=True, nogil=True)
+def _genrand(mt: np.ndarray, st_i: np.ndarray) -> int:
+    if st_i[MTI] >= 624:
+        for kk in range(624):
+            y = (mt[kk] & _UPPER) | (mt[(kk + 1) % 624] & _LOWER)
+            v = mt[(kk + 397) % 624] ^ (y >> 1)
+            if y & 1:
+                v ^= _MATRIX
+            mt[kk] = v
+        st_i[MTI] = 0
+    y = mt[st_i[MTI]]
+    st_i[MTI] += 1
+    y ^= y >> 11
+    y ^= (y << 7) & 0x9D2C5680
+    y ^= (y << 15) & 0xEFC60000
+    y ^= y >> 18
+    return y & 0xFFFFFFFF
+
+
+@njit(cache=True, nogil=True)
+def _random(mt: np.ndarray, st_i: np.ndarray) -> float:
+    a = _genrand(mt, st_i) >> 5
+    b = _genrand(mt, st_i) >> 6
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True, nogil=True)
+def _gauss(mt: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, mu: float, sigma: float) -> float:
+    if st_i[GAUSS_HELD]:
+        z = st_f[GAUSS_NEXT]
+        st_i[GAUSS_HELD] = 0
+    else:
+        x2pi = _random(mt, st_i) * _TWOPI
+        g2rad = math.sqrt(-2.0 * math.log(1.0 - _random(mt, st_i)))
+        z = math.cos(x2pi) * g2rad
+        st_f[GAUSS_NEXT] = math.sin(x2pi) * g2rad
+        st_i[GAUSS_HELD] = 1
+    return mu + z * sigma
+
+
+# -- the event heap: (time, sequence) ordered, as heapq orders FleetSim's tuples -----------------
+@njit(cache=True, nogil=True)
+def _less(h_at: np.ndarray, h_seq: np.ndarray, a: int, b: int) -> bool:
+    return h_at[a] < h_at[b] or (h_at[a] == h_at[b] and h_seq[a] < h_seq[b])
+
+
+@njit(cache=True, nogil=True)
+def _swap(h_at: np.ndarray, h_seq: np.ndarray, h_ev: np.ndarray, a: int, b: int) -> None:
+    h_at[a], h_at[b] = h_at[b], h_at[a]
+    h_seq[a], h_seq[b] = h_seq[b], h_seq[a]
+    h_ev[a, 0], h_ev[b, 0] = h_ev[b, 0], h_ev[a, 0]
+    h_ev[a, 1], h_ev[b, 1] = h_ev[b, 1], h_ev[a, 1]
+
+
+@njit(cache=True, nogil=True)
+def _push(st_i: np.ndarray, h_at: np.ndarray, h_seq: np.ndarray, h_ev: np.ndarray, at: float, kind: int, obj: int) -> None:
+    st_i[SEQ] += 1
+    if kind != POLL:
+        st_i[MOVING] += 1
+    j = st_i[HEAP_N]
+    st_i[HEAP_N] = j + 1
+    h_at[j], h_seq[j], h_ev[j, 0], h_ev[j, 1] = at, st_i[SEQ], kind, obj
+    while j > 0:
+        parent = (j - 1) // 2
+        if not _less(h_at, h_seq, j, parent):
+            break
+        _swap(h_at, h_seq, h_ev, j, parent)
+        j = parent
+
+
+@njit(cache=True, nogil=True)
+def _pop(st_i: np.ndarray, h_at: np.ndarray, h_seq: np.ndarray, h_ev: np.ndarray) -> None:
+    """The heap's first entry out: moved to the slot past the heap's end, where the caller reads it."""
+    n = st_i[HEAP_N] - 1
+    st_i[HEAP_N] = n
+    _swap(h_at, h_seq, h_ev, 0, n)
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= n:
+            break
+        if c + 1 < n and _less(h_at, h_seq, c + 1, c):
+            c += 1
+        if not _less(h_at, h_seq, c, j):
+            break
+        _swap(h_at, h_seq, h_ev, j, c)
+        j = c
+
+
+# -- the prefix cache: an LRU of keys and of runs of unasked blocks (PrefixCache) ----------------
+@njit(cache=True, nogil=True)
+def _unlink(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, node: int) -> None:
+    p, q = prev[node], nxt[node]
+    if p >= 0:
+        nxt[p] = q
+    else:
+        st_i[LRU_HEAD] = q
+    if q >= 0:
+        prev[q] = p
+    else:
+        st_i[LRU_TAIL] = p
+    st_i[LRU_LEN] -= 1
+
+
+@njit(cache=True, nogil=True)
+def _append(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, node: int) -> None:
+    tail = st_i[LRU_TAIL]
+    prev[node], nxt[node] = tail, -1
+    if tail >= 0:
+        nxt[tail] = node
+    else:
+        st_i[LRU_HEAD] = node
+    st_i[LRU_TAIL] = node
+    st_i[LRU_LEN] += 1
+
+
+@njit(cache=True, nogil=True)
+def _prepend(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, node: int) -> None:
+    head = st_i[LRU_HEAD]
+    prev[node], nxt[node] = -1, head
+    if head >= 0:
+        prev[head] = node
+    else:
+        st_i[LRU_TAIL] = node
+    st_i[LRU_HEAD] = node
+    st_i[LRU_LEN] += 1
+
+
+@njit(cache=True, nogil=True)
+def _evict_to(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, inlru: np.ndarray, count: np.ndarray, nkeys: int, capacity: int) -> None:  # fmt: skip
+    over = st_i[LRU_LEN] + st_i[LRU_EXTRA] - max(0, capacity)
+    while over > 0:
+        node = st_i[LRU_HEAD]
+        _unlink(st_i, prev, nxt, node)
+        if node < nkeys:
+            inlru[node] = False
+            over -= 1
+        elif count[node] > over:  # part of a run: the rest stays the oldest
+            count[node] -= over
+            _prepend(st_i, prev, nxt, node)
+            st_i[LRU_EXTRA] -= over
+            return
+        else:
+            st_i[LRU_EXTRA] -= count[node] - 1
+            over -= count[node]
+
+
+@njit(cache=True, nogil=True)
+def _insert(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, inlru: np.ndarray, count: np.ndarray, nkeys: int, keys: np.ndarray, k0: int, k1: int, unasked: int) -> None:  # fmt: skip
+    for j in range(k0, k1):
+        h = keys[j]
+        if inlru[h]:
+            _unlink(st_i, prev, nxt, h)
+        inlru[h] = True
+        _append(st_i, prev, nxt, h)
+    if unasked > 0:
+        st_i[RUNS] += 1
+        node = nkeys + st_i[RUNS] - 1
+        count[node] = unasked
+        _append(st_i, prev, nxt, node)
+        st_i[LRU_EXTRA] += unasked - 1
+
+
+# -- the engine --------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _blocks_for(tokens: int, bs: int) -> int:
+    return -(-tokens // bs)
+
+
+@njit(cache=True, nogil=True)
+def _unshare(req_i: np.ndarray, keys: np.ndarray, live: np.ndarray, i: int) -> None:
+    k0 = req_i[i, KOFF]
+    for j in range(req_i[i, SHARED] if req_i[i, HASHED] else 0):
+        h = keys[k0 + j]
+        live[h] = live[h] - 1 if live[h] > 1 else 0
+    req_i[i, SHARED] = 0
+
+
+@njit(cache=True, nogil=True)
+def _share(req_i: np.ndarray, keys: np.ndarray, live: np.ndarray, i: int, bs: int) -> None:
+    if not req_i[i, HASHED]:
+        return
+    full = min(req_i[i, HLEN], req_i[i, COMPUTED] // bs)
+    k0 = req_i[i, KOFF]
+    for j in range(req_i[i, SHARED], full):
+        live[keys[k0 + j]] += 1
+    req_i[i, SHARED] = max(req_i[i, SHARED], full)
+
+
+@njit(cache=True, nogil=True)
+def _grow(cfg_i: np.ndarray, st_i: np.ndarray, req_i: np.ndarray, lru: tuple, i: int, new_len: int) -> bool:  # type: ignore[type-arg]
+    need = _blocks_for(new_len, cfg_i[BS]) - req_i[i, BLOCKS]
+    if need <= 0:
+        return True
+    if st_i[USED] + need > cfg_i[NUM_BLOCKS]:
+        return False
+    st_i[USED] += need
+    req_i[i, BLOCKS] += need
+    prev, nxt, inlru, count = lru
+    _evict_to(st_i, prev, nxt, inlru, count, cfg_i[NKEYS], cfg_i[NUM_BLOCKS] - st_i[USED])
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _finish(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: tuple, fin: np.ndarray, i: int, reason: int) -> None:  # type: ignore[type-arg]  # fmt: skip
+    """A request out (finished at the clock's now): its blocks freed and offered to the prefix
+    cache (SimEngine._finish, _free), noted for its sample (FleetSim's on_finish)."""
+    now = st_f[NOW]
+    req_f[i, FINISHED] = now
+    req_i[i, REASON] = reason
+    _unshare(req_i, keys, live, i)
+    st_i[USED] -= req_i[i, BLOCKS]
+    prev, nxt, inlru, count = lru
+    nkeys = cfg_i[NKEYS]
+    if reason != ABORT and cfg_i[CACHING]:
+        m = req_i[i, HLEN] if req_i[i, HASHED] else 0
+        n = req_i[i, COMPUTED] // cfg_i[BS]
+        own = req_i[i, OWN]
+        if own >= 0 and own <= m:
+            cut = min(own, n)
+        else:
+            cut = n  # the prompt's keys then the answer's (worked out ahead, as far as it can reach)
+            if n > req_i[i, KLEN]:
+                st_i[OVER] = -1
+                cut = req_i[i, KLEN]
+        k0 = req_i[i, KOFF]
+        _insert(st_i, prev, nxt, inlru, count, nkeys, keys, k0, k0 + cut, n - cut)
+    req_i[i, BLOCKS] = 0
+    _evict_to(st_i, prev, nxt, inlru, count, nkeys, cfg_i[NUM_BLOCKS] - st_i[USED])
+    req_i[i, HASHED] = 0
+    fin[st_i[FIN_N]] = i
+    st_i[FIN_N] += 1
+    st_i[SAMPLES] += 1
+
+
+@njit(cache=True, nogil=True)
+def _remove_running(st_i: np.ndarray, running: np.ndarray, i: int) -> None:
+    n = st_i[RUN_N]
+    at = 0
+    while running[at] != i:
+        at += 1
+    for j in range(at, n - 1):
+        running[j] = running[j + 1]
+    st_i[RUN_N] = n - 1
+
+
+@njit(cache=True, nogil=True)
+def _step_seconds(cfg_f: np.ndarray, cfg_i: np.ndarray, nd: int, ctx_sum: int, pend: np.ndarray, np_: int, req_i: np.ndarray) -> float:  # fmt: skip
+    """StepModel.step_s of the step: its decodes (``nd``, holding ``ctx_sum`` tokens) and prefill
+    chunks (``pend[j] = (request, tokens)``, each at its request's computed tokens), term by term."""
+    if nd == 0 and np_ == 0:
+        return 0.0
+    if np_ == 0:
+        return (
+            0.0
+            + cfg_f[B0] * 1.0
+            + cfg_f[B_PREFILL] * 0.0
+            + cfg_f[B_ATTN] * 0.0
+            + cfg_f[B_DECODE] * float(nd)
+            + cfg_f[B_CONTEXT] * (ctx_sum / 1e3)
+            + cfg_f[B_MIXED] * 0.0
+        )
+    ridge = cfg_f[RIDGE]
+    if cfg_i[RIDGE_MOVES]:
+        ridge = cfg_f[RIDGE] + cfg_f[B_CONTEXT] * (ctx_sum / 1e3) / cfg_f[B_PREFILL]
+    n_p = 0
+    attn = 0.0
+    for j in range(np_):
+        n = pend[j, 1]
+        n_p += n
+        attn = attn + n * (req_i[pend[j, 0], COMPUTED] + n / 2)
+    attn = attn / 1e6
+    inner = ridge - nd
+    inner = inner if inner > 0.0 else 0.0
+    past = n_p - inner
+    past = past if past > 0.0 else 0.0
+    mixed = 1.0 if nd > 0 else 0.0
+    return (
+        0.0
+        + cfg_f[B0] * 1.0
+        + cfg_f[B_PREFILL] * past
+        + cfg_f[B_ATTN] * attn
+        + cfg_f[B_DECODE] * float(nd)
+        + cfg_f[B_CONTEXT] * (ctx_sum / 1e3)
+        + cfg_f[B_MIXED] * mixed
+    )
+
+
+@njit(cache=True, nogil=True)
+def _schedule(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: tuple, running: np.ndarray, wq: np.ndarray, pend_d: np.ndarray, pend_p: np.ndarray, fin: np.ndarray) -> None:  # type: ignore[type-arg]  # fmt: skip
+    """SimEngine.schedule on the step path: the running requests' decodes and prefill chunks,
+    preempting the last admitted where blocks run out, then new requests in arrival order."""
+    now = st_f[NOW]
+    budget = cfg_i[BUDGET]
+    bs = cfg_i[BS]
+    chunked = cfg_i[CHUNKED]
+    nd = 0
+    npf = 0
+    prev, nxt, inlru, count = lru
+    cap = wq.shape[0]
+    i = 0
+    while i < st_i[RUN_N] and budget > 0:
+        r = running[i]
+        plen = req_i[r, PLEN]
+        target = plen + req_i[r, GENERATED]
+        remaining = target - req_i[r, COMPUTED]
+        if remaining <= 1 and req_i[r, COMPUTED] >= plen and req_i[r, COMPUTED] < req_i[r, BLOCKS] * bs:
+            budget -= 1
+            pend_d[nd] = r
+            nd += 1
+            i += 1
+            continue
+        if remaining <= 0:
+            remaining = 1
+        chunk = min(remaining, budget) if chunked else remaining
+        if chunk > budget:
+            i += 1
+            continue
+        gone = False
+        while not _grow(cfg_i, st_i, req_i, lru, r, req_i[r, COMPUTED] + chunk):
+            if st_i[RUN_N] == 0:
+                gone = True
+                break
+            victim = running[st_i[RUN_N] - 1]  # the last admitted out, back to the queue's head
+            st_i[RUN_N] -= 1
+            _unshare(req_i, keys, live, victim)
+            st_i[USED] -= req_i[victim, BLOCKS]
+            req_i[victim, BLOCKS] = 0
+            req_i[victim, COMPUTED] = 0
+            req_i[victim, PREEMPTS] += 1
+            st_i[PREEMPTIONS] += 1
+            st_i[WQ_HEAD] = (st_i[WQ_HEAD] - 1) % cap
+            wq[st_i[WQ_HEAD]] = victim
+            st_i[WQ_LEN] += 1
+            if victim == r:
+                gone = True
+                break
+        if gone:
+            continue
+        if _blocks_for(req_i[r, COMPUTED] + chunk, bs) > req_i[r, BLOCKS]:
+            i += 1
+            continue
+        budget -= chunk
+        if remaining == 1 and req_i[r, COMPUTED] >= plen:
+            pend_d[nd] = r
+            nd += 1
+        else:
+            pend_p[npf, 0] = r
+            pend_p[npf, 1] = chunk
+            npf += 1
+        i += 1
+    while st_i[WQ_LEN] > 0 and budget > 0 and st_i[RUN_N] < cfg_i[MAX_SEQS]:
+        r = wq[st_i[WQ_HEAD]]
+        plen = req_i[r, PLEN]
+        target = plen + req_i[r, GENERATED]
+        if target > cfg_i[MAX_LEN] or _blocks_for(plen + req_i[r, TARGET], bs) > cfg_i[NUM_BLOCKS]:
+            st_i[WQ_HEAD] = (st_i[WQ_HEAD] + 1) % cap
+            st_i[WQ_LEN] -= 1
+            _finish(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, fin, r, ABORT)
+            continue
+        hit = 0
+        if cfg_i[CACHING] and req_i[r, COMPUTED] == 0:
+            req_i[r, HASHED] = 1
+            usable = min(req_i[r, HLEN], max(0, (plen - 1) // bs))
+            k0 = req_i[r, KOFF]
+            for j in range(usable):
+                h = keys[k0 + j]
+                if inlru[h]:
+                    _unlink(st_i, prev, nxt, h)
+                    _append(st_i, prev, nxt, h)
+                elif live[h] == 0:
+                    break
+                hit += bs
+        base = req_i[r, COMPUTED] if req_i[r, COMPUTED] != 0 else hit
+        remaining = target - base
+        chunk = min(remaining, budget) if chunked else remaining
+        if chunk > budget:
+            break
+        if not _grow(cfg_i, st_i, req_i, lru, r, base + chunk):
+            break
+        st_i[WQ_HEAD] = (st_i[WQ_HEAD] + 1) % cap
+        st_i[WQ_LEN] -= 1
+        if req_i[r, COMPUTED] == 0:
+            req_i[r, COMPUTED] = hit
+            req_i[r, CACHED] = hit
+            st_i[PREFIX_QUERIES] += plen
+            st_i[PREFIX_HITS] += hit
+        if math.isnan(req_f[r, FIRST_SCHED]):
+            req_f[r, FIRST_SCHED] = now
+        st_i[ADMITTED] += 1
+        req_i[r, RSEQ] = st_i[ADMITTED]
+        running[st_i[RUN_N]] = r
+        st_i[RUN_N] += 1
+        budget -= chunk
+        pend_p[npf, 0] = r
+        pend_p[npf, 1] = chunk
+        npf += 1
+    if st_i[RUN_N] > st_i[PEAK]:
+        st_i[PEAK] = st_i[RUN_N]
+    st_i[PEND_ND] = nd
+    st_i[PEND_NP] = npf
+
+
+@njit(cache=True, nogil=True)
+def _complete(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: tuple, running: np.ndarray, pend_d: np.ndarray, pend_p: np.ndarray, emitted: np.ndarray, times: np.ndarray, fin: np.ndarray) -> None:  # type: ignore[type-arg]  # fmt: skip
+    """SimEngine.complete of the step scheduled: its tokens out at now, answers ended."""
+    now = st_f[NOW]
+    st_i[ITERATIONS] += 1
+    ne = 0
+    for j in range(st_i[PEND_ND]):
+        r = pend_d[j]
+        req_i[r, COMPUTED] += 1
+        emitted[ne] = r
+        ne += 1
+    for j in range(st_i[PEND_NP]):
+        r = pend_p[j, 0]
+        req_i[r, COMPUTED] += pend_p[j, 1]
+        if cfg_i[CACHING]:
+            _share(req_i, keys, live, r, cfg_i[BS])
+        if req_i[r, COMPUTED] >= req_i[r, PLEN] + req_i[r, GENERATED]:
+            emitted[ne] = r
+            ne += 1
+    st_i[GEN_TOKENS] += ne
+    max_len = cfg_i[MAX_LEN]
+    for j in range(ne):
+        r = emitted[j]
+        req_i[r, GENERATED] += 1
+        g = req_i[r, GENERATED]
+        if math.isnan(req_f[r, FIRST_TOKEN]):
+            req_f[r, FIRST_TOKEN] = now
+            st_i[PROMPT_TOKENS] += req_i[r, PLEN]
+        req_f[r, LAST_TOKEN] = now
+        times[req_i[r, TOFF] + req_i[r, NTIMES]] = now
+        req_i[r, NTIMES] += 1
+        if g >= req_i[r, TARGET] or req_i[r, PLEN] + g >= max_len:
+            _remove_running(st_i, running, r)
+            cut = g >= req_i[r, TARGET] or req_i[r, PLEN] + g >= max_len
+            _finish(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, fin, r, LENGTH if cut else STOP)
+    st_i[PEND_ND] = 0
+    st_i[PEND_NP] = 0
+
+
+@njit(cache=True, nogil=True)
+def _kick(cfg_i: np.ndarray, cfg_f: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: tuple, running: np.ndarray, wq: np.ndarray, pend_d: np.ndarray, pend_p: np.ndarray, fin: np.ndarray, mt: np.ndarray, heap: tuple) -> None:  # type: ignore[type-arg]  # fmt: skip
+    """FleetSim._kick: the replica's next step started, if it is idle and has work."""
+    if st_i[STEPPING] or (st_i[RUN_N] == 0 and st_i[WQ_LEN] == 0):
+        return
+    _schedule(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin)
+    nd, npf = st_i[PEND_ND], st_i[PEND_NP]
+    ctx = 0
+    for j in range(nd):
+        ctx += req_i[pend_d[j], COMPUTED]
+    secs = _step_seconds(cfg_f, cfg_i, nd, ctx, pend_p, npf, req_i)
+    if secs > 0 and cfg_f[SIGMA] > 0:
+        secs = secs * math.exp(_gauss(mt, st_i, st_f, cfg_f[MU], cfg_f[SIGMA]))
+    st_f[LAST_STEP] = secs
+    if nd == 0 and npf == 0:
+        return
+    st_f[BUSY] += secs
+    st_i[STEPPING] = 1
+    st_f[STEP_END] = st_f[NOW] + secs
+    h_at, h_seq, h_ev = heap
+    _push(st_i, h_at, h_seq, h_ev, st_f[STEP_END], STEP, 0)
+
+
+@njit(cache=True, nogil=True)
+def run_until(  # noqa: PLR0913
+    until: float,
+    cfg_i: np.ndarray,
+    cfg_f: np.ndarray,
+    st_i: np.ndarray,
+    st_f: np.ndarray,
+    req_i: np.ndarray,
+    req_f: np.ndarray,
+    keys: np.ndarray,
+    live: np.ndarray,
+    lru_prev: np.ndarray,
+    lru_next: np.ndarray,
+    lru_in: np.ndarray,
+    lru_count: np.ndarray,
+    running: np.ndarray,
+    wq: np.ndarray,
+    pend_d: np.ndarray,
+    pend_p: np.ndarray,
+    emitted: np.ndarray,
+    times: np.ndarray,
+    fin: np.ndarray,
+    polls: np.ndarray,
+    mt: np.ndarray,
+    h_at: np.ndarray,
+    h_seq: np.ndarray,
+    h_ev: np.ndarray,
+) -> int:
+    """FleetSim.run_until on one replica: the events due at or before ``until`` played. Returns
+    :data:`RAN_OUT`, or :data:`NEED_POLLS` (the next event a poll and ``polls`` full: grow it
+    and call again) or :data:`FAILED`."""
+    lru = (lru_prev, lru_next, lru_in, lru_count)
+    heap = (h_at, h_seq, h_ev)
+    total = req_i.shape[0]
+    while st_i[HEAP_N] > 0 and st_i[OVER] == 0 and h_at[0] <= until:
+        if h_ev[0, 0] == POLL and st_i[POLL_N] >= polls.shape[0]:
+            return NEED_POLLS
+        _pop(st_i, h_at, h_seq, h_ev)
+        last = st_i[HEAP_N]
+        at, kind, obj = h_at[last], h_ev[last, 0], h_ev[last, 1]
+        if at > st_f[NOW]:
+            st_f[NOW] = at
+        if kind != POLL:
+            st_i[MOVING] -= 1
+        if kind == ROW:
+            plen = req_i[obj, PLEN]
+            if plen + req_i[obj, OUTRAW] > cfg_i[MAX_LEN]:  # longer than the context
+                st_i[SKIPPED] += 1
+                req_i[obj, STATE] = SKIPPED_ROW
+                continue
+            if _blocks_for(plen + req_i[obj, TARGET], cfg_i[BS]) > cfg_i[NUM_BLOCKS]:  # than the cache
+                st_i[SKIPPED] += 1
+                st_i[TOO_BIG] += 1
+                req_i[obj, STATE] = SKIPPED_ROW
+                continue
+            req_f[obj, START] = st_f[NOW]
+            outside = cfg_f[A0] + cfg_f[A_PROMPT] * float(plen) / 1e3
+            due = st_f[NOW] + outside
+            _push(st_i, h_at, h_seq, h_ev, due if not (0.0 > due) else 0.0, ADD, obj)
+        elif kind == ADD:
+            wq[(st_i[WQ_HEAD] + st_i[WQ_LEN]) % wq.shape[0]] = obj
+            st_i[WQ_LEN] += 1
+            _kick(cfg_i, cfg_f, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin, mt, heap)
+        elif kind == STEP:
+            st_i[STEPPING] = 0
+            _complete(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, running, pend_d, pend_p, emitted, times, fin)
+            _kick(cfg_i, cfg_f, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin, mt, heap)
+        else:
+            p = st_i[POLL_N]
+            polls[p, 0] = st_f[NOW]
+            polls[p, 1] = st_i[WQ_LEN]
+            polls[p, 2] = st_i[RUN_N]
+            polls[p, 3] = st_i[USED] / cfg_i[NUM_BLOCKS] if cfg_i[NUM_BLOCKS] else 0.0
+            st_i[POLL_N] = p + 1
+            left = total - st_i[SAMPLES] - st_i[SKIPPED]
+            if left > 0 and st_i[MOVING] == 0 and not st_i[STEPPING]:
+                st_i[STALLED] = left  # nothing in flight, nothing to come: they can never run
+                st_i[SKIPPED] += left
+                st_i[OVER] = 1
+                break
+            if left > 0:
+                _push(st_i, h_at, h_seq, h_ev, st_f[NOW] + cfg_f[POLL_S], POLL, 0)
+        if st_i[OVER] < 0:
+            return FAILED
+    return FAILED if st_i[OVER] < 0 else RAN_OUT
+
+
+@njit(cache=True, nogil=True)
+def start(st_i: np.ndarray, due: np.ndarray, poll_s: float, h_at: np.ndarray, h_seq: np.ndarray, h_ev: np.ndarray) -> None:  # fmt: skip
+    """FleetSim.start: every row due at its time (``due``, in the rows' order), then the first poll."""
+    for j in range(due.shape[0]):
+        _push(st_i, h_at, h_seq, h_ev, due[j], ROW, j)
+    if poll_s > 0:
+        _push(st_i, h_at, h_seq, h_ev, poll_s, POLL, 0)
