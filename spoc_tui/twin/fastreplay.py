@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from itertools import chain
 from typing import TYPE_CHECKING
 
-import numpy as np
+import numpy as np  # the CLI loads this module only when a replay starts (FleetSim.start)
 
 from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.core.traces.read import TraceRow
@@ -51,7 +52,9 @@ def compiled(engine: TwinEngine, rows: Sequence[TraceRow], replicas: int, autosc
 class CompiledReplay:
     """One replay's state as arrays, played by :func:`replaykernel.run_until` as far as asked."""
 
-    def __init__(self, engine: TwinEngine, rows: Sequence[TraceRow], speed: float, prompts: RowPrompts, poll_s: float | None) -> None:  # fmt: skip
+    def __init__(
+        self, engine: TwinEngine, rows: Sequence[TraceRow], speed: float, prompts: RowPrompts, poll_s: float | None
+    ) -> None:
         from spoc_tui.twin import replaykernel as k
 
         self.k, self.engine, self.rows, self.speed = k, engine, rows, speed
@@ -78,7 +81,7 @@ class CompiledReplay:
                     keys = PrefixCache.continued(keys, tail, bs, most)
             key_lists.append(keys if caching else [])
             key_len[j] = len(key_lists[-1])
-        flat = np.fromiter((h for ks in key_lists for h in ks), np.uint64, int(key_len.sum()))
+        flat = np.fromiter(chain.from_iterable(key_lists), np.uint64, int(key_len.sum()))
         uniq, dense = np.unique(flat, return_inverse=True)
         self.keys = dense.astype(np.int64)
         req_i[:, k.KLEN] = key_len
@@ -87,15 +90,15 @@ class CompiledReplay:
         req_i[:, k.TOFF] = np.cumsum(target) - target
         self.req_i, self.req_f = req_i, req_f
         nkeys = len(uniq)
-        m = engine.model
+        model = engine.model
         sigma = float(engine._sigma)
         self.cfg_i = np.array(
             [engine.num_blocks, engine.budget, cfg.max_num_seqs, engine.max_len, bs, int(cfg.enable_chunked_prefill),
-             int(caching), int(bool(m.ridge_moves) and m.b_prefill > 0), int(bool(poll_s)), nkeys], np.int64,
+             int(caching), int(bool(model.ridge_moves) and model.b_prefill > 0), int(bool(poll_s)), nkeys], np.int64,
         )  # fmt: skip
         self.cfg_f = np.array(
-            [m.b0, m.b_prefill, m.b_attn, m.b_decode, m.b_context, m.b_mixed, m.ridge, m.a0, m.a_prompt, sigma,
-             -(sigma**2) / 2, poll_s or 0.0], np.float64,
+            [model.b0, model.b_prefill, model.b_attn, model.b_decode, model.b_context, model.b_mixed, model.ridge,
+             model.a0, model.a_prompt, sigma, -(sigma**2) / 2, poll_s or 0.0], np.float64,
         )  # fmt: skip
         self.st_i = np.zeros(k.ST_I, np.int64)
         self.st_f = np.zeros(k.ST_F, np.float64)
@@ -135,7 +138,7 @@ class CompiledReplay:
                 self.polls, self.mt, *self.heap,
             )  # fmt: skip
             if got != k.NEED_POLLS:
-                return got == k.RAN_OUT
+                return bool(got == k.RAN_OUT)
             grown = np.zeros((2 * len(self.polls), 4), np.float64)
             grown[: len(self.polls)] = self.polls
             self.polls = grown
@@ -183,8 +186,9 @@ class CompiledReplay:
         arrays': nothing reads them of a replay but its polls)."""
         k, eng, st = self.k, self.engine, self.st_i
         s = eng.stats
-        s.iterations, s.generation_tokens, s.preemptions = int(st[k.ITERATIONS]), int(st[k.GEN_TOKENS]), int(st[k.PREEMPTIONS])  # fmt: skip
-        s.prefix_queries, s.prefix_hits, s.prompt_tokens = int(st[k.PREFIX_QUERIES]), int(st[k.PREFIX_HITS]), int(st[k.PROMPT_TOKENS])  # fmt: skip
+        s.iterations, s.generation_tokens = int(st[k.ITERATIONS]), int(st[k.GEN_TOKENS])
+        s.preemptions, s.prompt_tokens = int(st[k.PREEMPTIONS]), int(st[k.PROMPT_TOKENS])
+        s.prefix_queries, s.prefix_hits = int(st[k.PREFIX_QUERIES]), int(st[k.PREFIX_HITS])
         eng.busy_s, eng.running_peak, eng.used_blocks = float(self.st_f[k.BUSY]), int(st[k.PEAK]), int(st[k.USED])
         eng.last_iteration_s = float(self.st_f[k.LAST_STEP])
 

@@ -23,6 +23,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.ramp.sla import Limit
@@ -32,9 +33,11 @@ from spoc_tui.core.traces.replay import release
 from spoc_tui.sim.engine import SimRequest
 from spoc_tui.sim.virtual import client_sample
 from spoc_tui.twin.engine import TwinEngine
-from spoc_tui.twin.fastreplay import CompiledReplay, compiled
 from spoc_tui.twin.model import StepModel, Twin
 from spoc_tui.twin.rowprompts import RowPrompts
+
+if TYPE_CHECKING:
+    from spoc_tui.twin.fastreplay import CompiledReplay
 
 
 class PolicyError(InputError):
@@ -353,6 +356,8 @@ class FleetSim:
         first = self.autoscale.min_replicas if self.autoscale else (self.fixed or 1)
         for _ in range(first):
             self._start_replica(0.0)
+        from spoc_tui.twin.fastreplay import CompiledReplay, compiled  # NumPy: a run's, not the CLI's
+
         eng = self.replicas[0].engine
         if compiled(eng, self.rows, first, self.autoscale is not None):
             self._fast = CompiledReplay(eng, self.rows, self.speed, self._prompts, self.poll_s)
@@ -446,7 +451,9 @@ class FleetSim:
         fast = self._fast
         assert fast is not None
         if not fast.run_until(until):
-            raise RuntimeError("the compiled replay reached a state the engine cannot (a bug: SPOC_REPLAY_ENGINE=python)")
+            raise RuntimeError(
+                "the compiled replay reached a state the engine cannot (a bug: SPOC_REPLAY_ENGINE=python)"
+            )
         if fast.now > self.now:
             self.now = fast.now
         self.samples.extend(fast.new_samples(self.step))

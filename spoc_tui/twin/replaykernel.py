@@ -52,6 +52,12 @@ RAN_OUT, NEED_POLLS, FAILED = 0, 1, 2
 """What :func:`run_until` stopped at: nothing left due by then, the polls' room full, a state
 the Python engine would not reach (a key missing: the caller replays it there instead)."""
 
+LRU = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""The prefix cache's LRU: each node's previous and next (-1: none), whether a key's node is in it,
+a run node's count of blocks (nodes below the count of keys are keys, the rest runs)."""
+Heap = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""The event heap: each entry's time, sequence number, and (kind, object)."""
+
 _UPPER, _LOWER, _MATRIX = 0x80000000, 0x7FFFFFFF, 0x9908B0DF
 _TWOPI = 2.0 * math.pi
 
@@ -73,7 +79,7 @@ def _genrand(mt: np.ndarray, st_i: np.ndarray) -> int:
     y ^= (y << 7) & 0x9D2C5680
     y ^= (y << 15) & 0xEFC60000
     y ^= y >> 18
-    return y & 0xFFFFFFFF
+    return int(y & 0xFFFFFFFF)
 
 
 @njit(cache=True, nogil=True)
@@ -94,13 +100,13 @@ def _gauss(mt: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, mu: float, sigma:
         z = math.cos(x2pi) * g2rad
         st_f[GAUSS_NEXT] = math.sin(x2pi) * g2rad
         st_i[GAUSS_HELD] = 1
-    return mu + z * sigma
+    return float(mu + z * sigma)
 
 
 # -- the event heap: (time, sequence) ordered, as heapq orders FleetSim's tuples -----------------
 @njit(cache=True, nogil=True)
 def _less(h_at: np.ndarray, h_seq: np.ndarray, a: int, b: int) -> bool:
-    return h_at[a] < h_at[b] or (h_at[a] == h_at[b] and h_seq[a] < h_seq[b])
+    return bool(h_at[a] < h_at[b] or (h_at[a] == h_at[b] and h_seq[a] < h_seq[b]))
 
 
 @njit(cache=True, nogil=True)
@@ -112,7 +118,9 @@ def _swap(h_at: np.ndarray, h_seq: np.ndarray, h_ev: np.ndarray, a: int, b: int)
 
 
 @njit(cache=True, nogil=True)
-def _push(st_i: np.ndarray, h_at: np.ndarray, h_seq: np.ndarray, h_ev: np.ndarray, at: float, kind: int, obj: int) -> None:
+def _push(
+    st_i: np.ndarray, h_at: np.ndarray, h_seq: np.ndarray, h_ev: np.ndarray, at: float, kind: int, obj: int
+) -> None:
     st_i[SEQ] += 1
     if kind != POLL:
         st_i[MOVING] += 1
@@ -186,7 +194,9 @@ def _prepend(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, node: int) -> 
 
 
 @njit(cache=True, nogil=True)
-def _evict_to(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, inlru: np.ndarray, count: np.ndarray, nkeys: int, capacity: int) -> None:  # fmt: skip
+def _evict_to(
+    st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, inlru: np.ndarray, count: np.ndarray, nkeys: int, capacity: int
+) -> None:
     over = st_i[LRU_LEN] + st_i[LRU_EXTRA] - max(0, capacity)
     while over > 0:
         node = st_i[LRU_HEAD]
@@ -205,7 +215,18 @@ def _evict_to(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, inlru: np.nda
 
 
 @njit(cache=True, nogil=True)
-def _insert(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, inlru: np.ndarray, count: np.ndarray, nkeys: int, keys: np.ndarray, k0: int, k1: int, unasked: int) -> None:  # fmt: skip
+def _insert(
+    st_i: np.ndarray,
+    prev: np.ndarray,
+    nxt: np.ndarray,
+    inlru: np.ndarray,
+    count: np.ndarray,
+    nkeys: int,
+    keys: np.ndarray,
+    k0: int,
+    k1: int,
+    unasked: int,
+) -> None:
     for j in range(k0, k1):
         h = keys[j]
         if inlru[h]:
@@ -247,7 +268,7 @@ def _share(req_i: np.ndarray, keys: np.ndarray, live: np.ndarray, i: int, bs: in
 
 
 @njit(cache=True, nogil=True)
-def _grow(cfg_i: np.ndarray, st_i: np.ndarray, req_i: np.ndarray, lru: tuple, i: int, new_len: int) -> bool:  # type: ignore[type-arg]
+def _grow(cfg_i: np.ndarray, st_i: np.ndarray, req_i: np.ndarray, lru: LRU, i: int, new_len: int) -> bool:
     need = _blocks_for(new_len, cfg_i[BS]) - req_i[i, BLOCKS]
     if need <= 0:
         return True
@@ -261,7 +282,19 @@ def _grow(cfg_i: np.ndarray, st_i: np.ndarray, req_i: np.ndarray, lru: tuple, i:
 
 
 @njit(cache=True, nogil=True)
-def _finish(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: tuple, fin: np.ndarray, i: int, reason: int) -> None:  # type: ignore[type-arg]  # fmt: skip
+def _finish(
+    cfg_i: np.ndarray,
+    st_i: np.ndarray,
+    st_f: np.ndarray,
+    req_i: np.ndarray,
+    req_f: np.ndarray,
+    keys: np.ndarray,
+    live: np.ndarray,
+    lru: LRU,
+    fin: np.ndarray,
+    i: int,
+    reason: int,
+) -> None:
     """A request out (finished at the clock's now): its blocks freed and offered to the prefix
     cache (SimEngine._finish, _free), noted for its sample (FleetSim's on_finish)."""
     now = st_f[NOW]
@@ -304,13 +337,15 @@ def _remove_running(st_i: np.ndarray, running: np.ndarray, i: int) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _step_seconds(cfg_f: np.ndarray, cfg_i: np.ndarray, nd: int, ctx_sum: int, pend: np.ndarray, np_: int, req_i: np.ndarray) -> float:  # fmt: skip
+def _step_seconds(
+    cfg_f: np.ndarray, cfg_i: np.ndarray, nd: int, ctx_sum: int, pend: np.ndarray, np_: int, req_i: np.ndarray
+) -> float:
     """StepModel.step_s of the step: its decodes (``nd``, holding ``ctx_sum`` tokens) and prefill
     chunks (``pend[j] = (request, tokens)``, each at its request's computed tokens), term by term."""
     if nd == 0 and np_ == 0:
         return 0.0
     if np_ == 0:
-        return (
+        return float(
             0.0
             + cfg_f[B0] * 1.0
             + cfg_f[B_PREFILL] * 0.0
@@ -334,7 +369,7 @@ def _step_seconds(cfg_f: np.ndarray, cfg_i: np.ndarray, nd: int, ctx_sum: int, p
     past = n_p - inner
     past = past if past > 0.0 else 0.0
     mixed = 1.0 if nd > 0 else 0.0
-    return (
+    return float(
         0.0
         + cfg_f[B0] * 1.0
         + cfg_f[B_PREFILL] * past
@@ -346,7 +381,21 @@ def _step_seconds(cfg_f: np.ndarray, cfg_i: np.ndarray, nd: int, ctx_sum: int, p
 
 
 @njit(cache=True, nogil=True)
-def _schedule(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: tuple, running: np.ndarray, wq: np.ndarray, pend_d: np.ndarray, pend_p: np.ndarray, fin: np.ndarray) -> None:  # type: ignore[type-arg]  # fmt: skip
+def _schedule(
+    cfg_i: np.ndarray,
+    st_i: np.ndarray,
+    st_f: np.ndarray,
+    req_i: np.ndarray,
+    req_f: np.ndarray,
+    keys: np.ndarray,
+    live: np.ndarray,
+    lru: LRU,
+    running: np.ndarray,
+    wq: np.ndarray,
+    pend_d: np.ndarray,
+    pend_p: np.ndarray,
+    fin: np.ndarray,
+) -> None:
     """SimEngine.schedule on the step path: the running requests' decodes and prefill chunks,
     preempting the last admitted where blocks run out, then new requests in arrival order."""
     now = st_f[NOW]
@@ -355,7 +404,7 @@ def _schedule(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.n
     chunked = cfg_i[CHUNKED]
     nd = 0
     npf = 0
-    prev, nxt, inlru, count = lru
+    prev, nxt, inlru, _ = lru
     cap = wq.shape[0]
     i = 0
     while i < st_i[RUN_N] and budget > 0:
@@ -461,7 +510,22 @@ def _schedule(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.n
 
 
 @njit(cache=True, nogil=True)
-def _complete(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: tuple, running: np.ndarray, pend_d: np.ndarray, pend_p: np.ndarray, emitted: np.ndarray, times: np.ndarray, fin: np.ndarray) -> None:  # type: ignore[type-arg]  # fmt: skip
+def _complete(
+    cfg_i: np.ndarray,
+    st_i: np.ndarray,
+    st_f: np.ndarray,
+    req_i: np.ndarray,
+    req_f: np.ndarray,
+    keys: np.ndarray,
+    live: np.ndarray,
+    lru: LRU,
+    running: np.ndarray,
+    pend_d: np.ndarray,
+    pend_p: np.ndarray,
+    emitted: np.ndarray,
+    times: np.ndarray,
+    fin: np.ndarray,
+) -> None:
     """SimEngine.complete of the step scheduled: its tokens out at now, answers ended."""
     now = st_f[NOW]
     st_i[ITERATIONS] += 1
@@ -500,7 +564,24 @@ def _complete(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.n
 
 
 @njit(cache=True, nogil=True)
-def _kick(cfg_i: np.ndarray, cfg_f: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: tuple, running: np.ndarray, wq: np.ndarray, pend_d: np.ndarray, pend_p: np.ndarray, fin: np.ndarray, mt: np.ndarray, heap: tuple) -> None:  # type: ignore[type-arg]  # fmt: skip
+def _kick(
+    cfg_i: np.ndarray,
+    cfg_f: np.ndarray,
+    st_i: np.ndarray,
+    st_f: np.ndarray,
+    req_i: np.ndarray,
+    req_f: np.ndarray,
+    keys: np.ndarray,
+    live: np.ndarray,
+    lru: LRU,
+    running: np.ndarray,
+    wq: np.ndarray,
+    pend_d: np.ndarray,
+    pend_p: np.ndarray,
+    fin: np.ndarray,
+    mt: np.ndarray,
+    heap: Heap,
+) -> None:
     """FleetSim._kick: the replica's next step started, if it is idle and has work."""
     if st_i[STEPPING] or (st_i[RUN_N] == 0 and st_i[WQ_LEN] == 0):
         return
@@ -523,7 +604,7 @@ def _kick(cfg_i: np.ndarray, cfg_f: np.ndarray, st_i: np.ndarray, st_f: np.ndarr
 
 
 @njit(cache=True, nogil=True)
-def run_until(  # noqa: PLR0913
+def run_until(
     until: float,
     cfg_i: np.ndarray,
     cfg_f: np.ndarray,
@@ -610,7 +691,9 @@ def run_until(  # noqa: PLR0913
 
 
 @njit(cache=True, nogil=True)
-def start(st_i: np.ndarray, due: np.ndarray, poll_s: float, h_at: np.ndarray, h_seq: np.ndarray, h_ev: np.ndarray) -> None:  # fmt: skip
+def start(
+    st_i: np.ndarray, due: np.ndarray, poll_s: float, h_at: np.ndarray, h_seq: np.ndarray, h_ev: np.ndarray
+) -> None:
     """FleetSim.start: every row due at its time (``due``, in the rows' order), then the first poll."""
     for j in range(due.shape[0]):
         _push(st_i, h_at, h_seq, h_ev, due[j], ROW, j)
