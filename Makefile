@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*; touch $@
 
 demo: $(STAMP)
+	@$(PY) -m spoc_tui.twin.warm > /dev/null
 	$(VENV)/bin/spoc demo $(ARGS)
 
 ## Everything: lint and types, unit, e2e, simulator, TUI and snapshot tests on four workers
@@ -39,9 +40,12 @@ test: lint realengine-setup bytecode
 	$(PY) -m pytest -q -p no:cacheprovider --durations=8 -n 2 --dist loadgroup --no-loadscope-reorder tests/realengine
 
 ## Our own modules compiled as they are now (a second; the processes the tests start then load
-## them instead of compiling them each; the venv's packages were compiled at install).
+## them instead of compiling them each; the venv's packages were compiled at install), and the
+## twin's compiled replay (twin/replaykernel.py) compiled by numba into its cache beside the
+## source (9 s the first time, a fifth of one after), which every process then loads.
 bytecode: $(STAMP)
 	@$(PY) -m compileall -q -j 0 spoc_tui benchmarks > /dev/null
+	@$(PY) -m spoc_tui.twin.warm
 
 ## Without the real-engine tier (quick, for development).
 test-fast: lint bytecode

@@ -381,6 +381,86 @@ def _step_seconds(
 
 
 @njit(cache=True, nogil=True)
+def _match(st_i: np.ndarray, req_i: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: LRU, r: int, bs: int) -> int:
+    """Tokens of the request's prompt the prefix cache holds, or running requests computed
+    (PrefixCache.match): its keys, less the last token's block, in order up to the first not held."""
+    prev, nxt, inlru, _ = lru
+    req_i[r, HASHED] = 1
+    usable = min(req_i[r, HLEN], max(0, (req_i[r, PLEN] - 1) // bs))
+    k0 = req_i[r, KOFF]
+    hit = 0
+    for j in range(usable):
+        h = keys[k0 + j]
+        if inlru[h]:
+            _unlink(st_i, prev, nxt, h)
+            _append(st_i, prev, nxt, h)
+        elif live[h] == 0:
+            break
+        hit += bs
+    return hit
+
+
+@njit(cache=True, nogil=True)
+def _admit(
+    cfg_i: np.ndarray,
+    st_i: np.ndarray,
+    st_f: np.ndarray,
+    req_i: np.ndarray,
+    req_f: np.ndarray,
+    keys: np.ndarray,
+    live: np.ndarray,
+    lru: LRU,
+    running: np.ndarray,
+    wq: np.ndarray,
+    pend_p: np.ndarray,
+    fin: np.ndarray,
+    budget: int,
+    npf: int,
+) -> int:
+    """SimEngine.schedule's second part: new requests in arrival order while seats, the token
+    budget and blocks last (those that can never run refused). Returns the prefill chunks now."""
+    now = st_f[NOW]
+    bs = cfg_i[BS]
+    chunked = cfg_i[CHUNKED]
+    cap = wq.shape[0]
+    while st_i[WQ_LEN] > 0 and budget > 0 and st_i[RUN_N] < cfg_i[MAX_SEQS]:
+        r = wq[st_i[WQ_HEAD]]
+        plen = req_i[r, PLEN]
+        target = plen + req_i[r, GENERATED]
+        if target > cfg_i[MAX_LEN] or _blocks_for(plen + req_i[r, TARGET], bs) > cfg_i[NUM_BLOCKS]:
+            st_i[WQ_HEAD] = (st_i[WQ_HEAD] + 1) % cap
+            st_i[WQ_LEN] -= 1
+            _finish(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, fin, r, ABORT)
+            continue
+        hit = _match(st_i, req_i, keys, live, lru, r, bs) if cfg_i[CACHING] and req_i[r, COMPUTED] == 0 else 0
+        base = req_i[r, COMPUTED] if req_i[r, COMPUTED] != 0 else hit
+        remaining = target - base
+        chunk = min(remaining, budget) if chunked else remaining
+        if chunk > budget:
+            break
+        if not _grow(cfg_i, st_i, req_i, lru, r, base + chunk):
+            break
+        st_i[WQ_HEAD] = (st_i[WQ_HEAD] + 1) % cap
+        st_i[WQ_LEN] -= 1
+        if req_i[r, COMPUTED] == 0:
+            req_i[r, COMPUTED] = hit
+            req_i[r, CACHED] = hit
+            st_i[PREFIX_QUERIES] += plen
+            st_i[PREFIX_HITS] += hit
+        if math.isnan(req_f[r, FIRST_SCHED]):
+            req_f[r, FIRST_SCHED] = now
+        st_i[ADMITTED] += 1
+        req_i[r, RSEQ] = st_i[ADMITTED]
+        running[st_i[RUN_N]] = r
+        st_i[RUN_N] += 1
+        budget -= chunk
+        pend_p[npf, 0] = r
+        pend_p[npf, 1] = chunk
+        npf += 1
+    return npf
+
+
+@njit(cache=True, nogil=True)
 def _schedule(
     cfg_i: np.ndarray,
     st_i: np.ndarray,
@@ -398,13 +478,11 @@ def _schedule(
 ) -> None:
     """SimEngine.schedule on the step path: the running requests' decodes and prefill chunks,
     preempting the last admitted where blocks run out, then new requests in arrival order."""
-    now = st_f[NOW]
     budget = cfg_i[BUDGET]
     bs = cfg_i[BS]
     chunked = cfg_i[CHUNKED]
     nd = 0
     npf = 0
-    prev, nxt, inlru, _ = lru
     cap = wq.shape[0]
     i = 0
     while i < st_i[RUN_N] and budget > 0:
@@ -457,52 +535,7 @@ def _schedule(
             pend_p[npf, 1] = chunk
             npf += 1
         i += 1
-    while st_i[WQ_LEN] > 0 and budget > 0 and st_i[RUN_N] < cfg_i[MAX_SEQS]:
-        r = wq[st_i[WQ_HEAD]]
-        plen = req_i[r, PLEN]
-        target = plen + req_i[r, GENERATED]
-        if target > cfg_i[MAX_LEN] or _blocks_for(plen + req_i[r, TARGET], bs) > cfg_i[NUM_BLOCKS]:
-            st_i[WQ_HEAD] = (st_i[WQ_HEAD] + 1) % cap
-            st_i[WQ_LEN] -= 1
-            _finish(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, fin, r, ABORT)
-            continue
-        hit = 0
-        if cfg_i[CACHING] and req_i[r, COMPUTED] == 0:
-            req_i[r, HASHED] = 1
-            usable = min(req_i[r, HLEN], max(0, (plen - 1) // bs))
-            k0 = req_i[r, KOFF]
-            for j in range(usable):
-                h = keys[k0 + j]
-                if inlru[h]:
-                    _unlink(st_i, prev, nxt, h)
-                    _append(st_i, prev, nxt, h)
-                elif live[h] == 0:
-                    break
-                hit += bs
-        base = req_i[r, COMPUTED] if req_i[r, COMPUTED] != 0 else hit
-        remaining = target - base
-        chunk = min(remaining, budget) if chunked else remaining
-        if chunk > budget:
-            break
-        if not _grow(cfg_i, st_i, req_i, lru, r, base + chunk):
-            break
-        st_i[WQ_HEAD] = (st_i[WQ_HEAD] + 1) % cap
-        st_i[WQ_LEN] -= 1
-        if req_i[r, COMPUTED] == 0:
-            req_i[r, COMPUTED] = hit
-            req_i[r, CACHED] = hit
-            st_i[PREFIX_QUERIES] += plen
-            st_i[PREFIX_HITS] += hit
-        if math.isnan(req_f[r, FIRST_SCHED]):
-            req_f[r, FIRST_SCHED] = now
-        st_i[ADMITTED] += 1
-        req_i[r, RSEQ] = st_i[ADMITTED]
-        running[st_i[RUN_N]] = r
-        st_i[RUN_N] += 1
-        budget -= chunk
-        pend_p[npf, 0] = r
-        pend_p[npf, 1] = chunk
-        npf += 1
+    npf = _admit(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_p, fin, budget, npf)
     if st_i[RUN_N] > st_i[PEAK]:
         st_i[PEAK] = st_i[RUN_N]
     st_i[PEND_ND] = nd

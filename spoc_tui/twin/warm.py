@@ -1,0 +1,33 @@
+"""The compiled replay warmed up (:mod:`~spoc_tui.twin.replaykernel`): ``python -m spoc_tui.twin.warm``
+compiles it into numba's cache beside its source, so that no later process (a test, the monitor's
+first headroom) waits on the compiler."""
+
+from __future__ import annotations
+
+from spoc_tui.core.traces.read import TraceRow
+from spoc_tui.twin.fastreplay import ENV
+
+
+def warm() -> float:
+    """A small replay played compiled, so that numba compiles the kernel now and keeps it for later
+    processes (``make test`` and ``make demo`` call this once; it takes a few seconds the first
+    time, then a tenth of one). Returns the seconds it took."""
+    import time
+
+    from spoc_tui.twin.fleet import FleetSim
+    from spoc_tui.twin.model import ServerConfig, StepModel, Twin
+
+    t0 = time.perf_counter()
+    fit = StepModel(0.005, 1e-4, 1e-3, 1e-4, 1e-5, 1e-3, 0.01, 1e-3, ridge=64.0, ridge_moves=True)
+    server = ServerConfig("warm-up", 4096, 16, 64, True, 0.9, 4, 2048, True)
+    twin = Twin(fit, fit, (), 0.1, server, calibrated_at=0.0)
+    rows = [TraceRow(i, i * 0.01, 100 + 40 * i, 20, (1, 2), 16, line=i + 1) for i in range(8)]
+    sim = FleetSim(twin, rows, replicas=1, poll_s=0.05)
+    sim.run()
+    if sim._fast is None:
+        raise RuntimeError(f"the compiled replay is off ({ENV}=python, or numba is missing)")
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":  # make test, make demo
+    print(f"the compiled replay: ready in {warm():.1f} s")
