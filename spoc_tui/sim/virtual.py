@@ -226,9 +226,10 @@ def answer_sample(
     cut_counts: bool = True,
     since_answer: float | None = None,
     asked_wait: float | None = None,
+    itl: tuple[float, ...] | None = None,
 ) -> RequestSample:
     """:func:`client_sample` of a request given by its figures (a compiled replay's,
-    :mod:`spoc_tui.twin.fastreplay`)."""
+    :mod:`spoc_tui.twin.fastreplay`); ``itl``: the gaps between ``times`` where worked out already."""
     ok = finish_reason != "abort" and bool(times)
     return RequestSample(
         start=start,
@@ -237,7 +238,7 @@ def answer_sample(
         ok=ok,
         ttft=times[0] - start if ok else None,
         e2e=times[-1] - start if ok else None,
-        itl=gaps(times),
+        itl=gaps(times) if itl is None else itl,
         output_tokens=generated,
         prompt_tokens=prompt_tokens,
         cached_tokens=cached_tokens,

@@ -4,7 +4,7 @@ run to the last float, in a fraction of the time. The headroom's replays, the le
 predicted trace ramp's steps are such replays.
 
 :func:`compiled` says whether a replay can run compiled: one replica, no autoscaler, no follow-up
-turns (a row released by its parent's end), no shared-context step term, and numba importable.
+turns (a row released by its parent's end), and numba importable.
 Others, and any run with ``SPOC_REPLAY_ENGINE=python`` in the environment, play in Python.
 """
 
@@ -36,8 +36,6 @@ _POLL_ROOM = 256
 def compiled(engine: TwinEngine, rows: Sequence[TraceRow], replicas: int, autoscaled: bool) -> bool:
     """Whether a replay of ``rows`` on ``engine`` can run compiled (this module's docstring)."""
     if os.environ.get(ENV, "").strip().lower() == "python" or replicas != 1 or autoscaled:
-        return False
-    if engine._times_shared():
         return False
     ids = {r.id for r in rows if r.id is not None}
     if any(r.parent is not None and r.parent in ids for r in rows):
@@ -94,11 +92,13 @@ class CompiledReplay:
         sigma = float(engine._sigma)
         self.cfg_i = np.array(
             [engine.num_blocks, engine.budget, cfg.max_num_seqs, engine.max_len, bs, int(cfg.enable_chunked_prefill),
-             int(caching), int(bool(model.ridge_moves) and model.b_prefill > 0), int(bool(poll_s)), nkeys], np.int64,
+             int(caching), int(bool(model.ridge_moves) and model.b_prefill > 0), int(bool(poll_s)), nkeys,
+             int(engine._times_shared())], np.int64,
         )  # fmt: skip
         self.cfg_f = np.array(
             [model.b0, model.b_prefill, model.b_attn, model.b_decode, model.b_context, model.b_mixed, model.ridge,
-             model.a0, model.a_prompt, sigma, -(sigma**2) / 2, poll_s or 0.0], np.float64,
+             model.a0, model.a_prompt, sigma, -(sigma**2) / 2, poll_s or 0.0, min(model.b_shared, model.b_context)],
+            np.float64,
         )  # fmt: skip
         self.st_i = np.zeros(k.ST_I, np.int64)
         self.st_f = np.zeros(k.ST_F, np.float64)
@@ -109,6 +109,8 @@ class CompiledReplay:
         if state[2] is not None:
             self.st_i[k.GAUSS_HELD], self.st_f[k.GAUSS_NEXT] = 1, state[2]
         self.live = np.zeros(max(1, nkeys), np.int64)
+        req_i[:, k.SCOUNTED] = -1
+        self.sharing = (np.zeros(max(1, nkeys), np.int64), np.zeros(n + 1, np.int64))
         nodes = nkeys + n + 1
         self.lru = (np.full(nodes, -1, np.int64), np.full(nodes, -1, np.int64), np.zeros(nodes, np.bool_),
                     np.zeros(nodes, np.int64))  # fmt: skip
@@ -135,7 +137,7 @@ class CompiledReplay:
             got = k.run_until(
                 until, self.cfg_i, self.cfg_f, self.st_i, self.st_f, self.req_i, self.req_f, self.keys, self.live,
                 *self.lru, self.running, self.wq, self.pend_d, self.pend_p, self.emitted, self.times, self.fin,
-                self.polls, self.mt, *self.heap,
+                self.polls, self.mt, *self.heap, *self.sharing,
             )  # fmt: skip
             if got != k.NEED_POLLS:
                 return bool(got == k.RAN_OUT)
@@ -161,16 +163,29 @@ class CompiledReplay:
         k, ri, rf = self.k, self.req_i, self.req_f
         upto = int(self.st_i[k.FIN_N])
         out: list[RequestSample] = []
-        for i in self.fin[self._taken : upto].tolist():
+        if upto == self._taken:
+            return out
+        idx = self.fin[self._taken : upto]
+        counts = ri[idx, k.NTIMES]
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        # every request's token times one after another, and the gaps between them (those across
+        # two requests unread): two lists for the lot, where each request took two of its own
+        at = np.repeat(ri[idx, k.TOFF] - starts, counts) + np.arange(int(ends[-1]) if len(ends) else 0)
+        laid = self.times[at]
+        all_times: list[float] = laid.tolist()
+        all_gaps: list[float] = np.diff(laid).tolist()
+        figures = zip(idx.tolist(), starts.tolist(), ends.tolist(), ri[idx, k.REASON].tolist(),
+                      ri[idx, k.GENERATED].tolist(), ri[idx, k.PLEN].tolist(), ri[idx, k.CACHED].tolist(),
+                      rf[idx, k.START].tolist(), rf[idx, k.FINISHED].tolist(), strict=True)  # fmt: skip
+        for i, a, b, why, generated, plen, cached, start, end in figures:
             row = self.rows[i]
-            t0 = int(ri[i, k.TOFF])
-            times = self.times[t0 : t0 + int(ri[i, k.NTIMES])].tolist()
-            reason = "abort" if ri[i, k.REASON] == k.ABORT else ("length" if ri[i, k.REASON] == k.LENGTH else "stop")
+            reason = "abort" if why == k.ABORT else ("length" if why == k.LENGTH else "stop")
             out.append(
-                answer_sample(reason, int(ri[i, k.GENERATED]), int(ri[i, k.PLEN]), int(ri[i, k.CACHED]),
-                              float(rf[i, k.START]), times, float(rf[i, k.FINISHED]), step=step, users=1,
+                answer_sample(reason, generated, plen, cached, start, all_times[a:b], end, step=step, users=1,
                               conversation=row.conversation or f"r{row.index}", turn=row.turn, last=row.last,
-                              trace_index=row.index, scheduled=row.t / self.speed, held_s=None, cut_counts=False)
+                              trace_index=row.index, scheduled=row.t / self.speed, held_s=None, cut_counts=False,
+                              itl=tuple(all_gaps[a : b - 1]) if b > a else ())
             )  # fmt: skip
         self._taken = upto
         return out

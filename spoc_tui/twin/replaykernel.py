@@ -24,21 +24,22 @@ import numpy as np
 from numba import njit
 
 # -- the engine's settings (cfg_i, cfg_f) -------------------------------------------------------
-NUM_BLOCKS, BUDGET, MAX_SEQS, MAX_LEN, BS, CHUNKED, CACHING, RIDGE_MOVES, POLLING, NKEYS = range(10)
-B0, B_PREFILL, B_ATTN, B_DECODE, B_CONTEXT, B_MIXED, RIDGE, A0, A_PROMPT, SIGMA, MU, POLL_S = range(12)
+NUM_BLOCKS, BUDGET, MAX_SEQS, MAX_LEN, BS, CHUNKED, CACHING, RIDGE_MOVES, POLLING, NKEYS, SHARING = range(11)
+B0, B_PREFILL, B_ATTN, B_DECODE, B_CONTEXT, B_MIXED, RIDGE, A0, A_PROMPT, SIGMA, MU, POLL_S, SHARED_CUT = range(13)
 
 # -- its state (st_i, st_f) --------------------------------------------------------------------
 (USED, ADMITTED, RUN_N, WQ_HEAD, WQ_LEN, HEAP_N, SEQ, MOVING, STEPPING, PEND_ND, PEND_NP, LRU_HEAD, LRU_TAIL,
  LRU_LEN, LRU_EXTRA, RUNS, SKIPPED, TOO_BIG, STALLED, OVER, FIN_N, POLL_N, ITERATIONS, GEN_TOKENS, PREEMPTIONS,
- PREFIX_QUERIES, PREFIX_HITS, PEAK, MTI, GAUSS_HELD, SAMPLES, PROMPT_TOKENS) = range(32)  # fmt: skip
-ST_I = 32
+ PREFIX_QUERIES, PREFIX_HITS, PEAK, MTI, GAUSS_HELD, SAMPLES, PROMPT_TOKENS, S_TOTAL, S_DISTINCT, S_LEN,
+ S_STAMP) = range(36)  # fmt: skip
+ST_I = 36
 NOW, BUSY, STEP_END, GAUSS_NEXT, LAST_STEP = range(5)
 ST_F = 5
 
 # -- each request (req_i, req_f) ---------------------------------------------------------------
 (PLEN, TARGET, COMPUTED, GENERATED, BLOCKS, CACHED, SHARED, PREEMPTS, RSEQ, NTIMES, HLEN, OWN, KOFF, KLEN, TOFF,
- HASHED, REASON, STATE, OUTRAW) = range(19)  # fmt: skip
-REQ_I = 19
+ HASHED, REASON, STATE, OUTRAW, SCOUNTED, SSTAMP) = range(21)  # fmt: skip
+REQ_I = 21
 SEND, START, FIRST_SCHED, FIRST_TOKEN, LAST_TOKEN, FINISHED = range(6)
 REQ_F = 6
 
@@ -57,6 +58,9 @@ LRU = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 a run node's count of blocks (nodes below the count of keys are keys, the rest runs)."""
 Heap = tuple[np.ndarray, np.ndarray, np.ndarray]
 """The event heap: each entry's time, sequence number, and (kind, object)."""
+Sharing = tuple[np.ndarray, np.ndarray]
+"""The decodes' shared prompt blocks (SharedBlocks): each key's count among the counted decodes'
+leading blocks, and the counted requests."""
 
 _UPPER, _LOWER, _MATRIX = 0x80000000, 0x7FFFFFFF, 0x9908B0DF
 _TWOPI = 2.0 * math.pi
@@ -597,6 +601,65 @@ def _complete(
 
 
 @njit(cache=True, nogil=True)
+def _count_keys(st_i: np.ndarray, scount: np.ndarray, keys: np.ndarray, k0: int, k1: int, by: int) -> None:
+    for j in range(k0, k1):
+        h = keys[j]
+        if by > 0 and scount[h] == 0:
+            st_i[S_DISTINCT] += 1
+        scount[h] += by
+        if by < 0 and scount[h] == 0:
+            st_i[S_DISTINCT] -= 1
+    st_i[S_TOTAL] += by * (k1 - k0)
+
+
+@njit(cache=True, nogil=True)
+def _shared(
+    cfg_i: np.ndarray,
+    st_i: np.ndarray,
+    req_i: np.ndarray,
+    keys: np.ndarray,
+    pend_d: np.ndarray,
+    nd: int,
+    sharing: Sharing,
+) -> int:
+    """SharedBlocks.step of the step's decodes: blocks of their prompts' leading full blocks (as
+    far as computed) that another decode of the step holds too, each read once more. Kept as the
+    decodes come and go: a decode's count changes by its new blocks, one no longer decoding is
+    taken out."""
+    scount, slist = sharing
+    bs = cfg_i[BS]
+    st_i[S_STAMP] += 1
+    stamp = st_i[S_STAMP]
+    for j in range(nd):
+        r = pend_d[j]
+        n = min(req_i[r, HLEN], req_i[r, COMPUTED] // bs) if req_i[r, HASHED] else 0
+        old = req_i[r, SCOUNTED]
+        if old < 0:
+            old = 0
+            slist[st_i[S_LEN]] = r
+            st_i[S_LEN] += 1
+        k0 = req_i[r, KOFF]
+        if n > old:
+            _count_keys(st_i, scount, keys, k0 + old, k0 + n, 1)
+        elif n < old:
+            _count_keys(st_i, scount, keys, k0 + n, k0 + old, -1)
+        req_i[r, SCOUNTED] = n
+        req_i[r, SSTAMP] = stamp
+    kept = 0
+    for j in range(st_i[S_LEN]):
+        r = slist[j]
+        if req_i[r, SSTAMP] == stamp:
+            slist[kept] = r
+            kept += 1
+        else:
+            k0 = req_i[r, KOFF]
+            _count_keys(st_i, scount, keys, k0, k0 + req_i[r, SCOUNTED], -1)
+            req_i[r, SCOUNTED] = -1
+    st_i[S_LEN] = kept
+    return int(st_i[S_TOTAL] - st_i[S_DISTINCT])
+
+
+@njit(cache=True, nogil=True)
 def _kick(
     cfg_i: np.ndarray,
     cfg_f: np.ndarray,
@@ -614,6 +677,7 @@ def _kick(
     fin: np.ndarray,
     mt: np.ndarray,
     heap: Heap,
+    sharing: Sharing,
 ) -> None:
     """FleetSim._kick: the replica's next step started, if it is idle and has work."""
     if st_i[STEPPING] or (st_i[RUN_N] == 0 and st_i[WQ_LEN] == 0):
@@ -624,6 +688,10 @@ def _kick(
     for j in range(nd):
         ctx += req_i[pend_d[j], COMPUTED]
     secs = _step_seconds(cfg_f, cfg_i, nd, ctx, pend_p, npf, req_i)
+    if cfg_i[SHARING] and nd >= 2:
+        shared = _shared(cfg_i, st_i, req_i, keys, pend_d, nd, sharing) * cfg_i[BS]
+        if shared > 0:
+            secs -= cfg_f[SHARED_CUT] * min(shared, ctx) / 1e3
     if secs > 0 and cfg_f[SIGMA] > 0:
         secs = secs * math.exp(_gauss(mt, st_i, st_f, cfg_f[MU], cfg_f[SIGMA]))
     st_f[LAST_STEP] = secs
@@ -663,12 +731,15 @@ def run_until(
     h_at: np.ndarray,
     h_seq: np.ndarray,
     h_ev: np.ndarray,
+    scount: np.ndarray,
+    slist: np.ndarray,
 ) -> int:
     """FleetSim.run_until on one replica: the events due at or before ``until`` played. Returns
     :data:`RAN_OUT`, or :data:`NEED_POLLS` (the next event a poll and ``polls`` full: grow it
     and call again) or :data:`FAILED`."""
     lru = (lru_prev, lru_next, lru_in, lru_count)
     heap = (h_at, h_seq, h_ev)
+    sharing = (scount, slist)
     total = req_i.shape[0]
     while st_i[HEAP_N] > 0 and st_i[OVER] == 0 and h_at[0] <= until:
         if h_ev[0, 0] == POLL and st_i[POLL_N] >= polls.shape[0]:
@@ -698,11 +769,47 @@ def run_until(
         elif kind == ADD:
             wq[(st_i[WQ_HEAD] + st_i[WQ_LEN]) % wq.shape[0]] = obj
             st_i[WQ_LEN] += 1
-            _kick(cfg_i, cfg_f, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin, mt, heap)
+            _kick(
+                cfg_i,
+                cfg_f,
+                st_i,
+                st_f,
+                req_i,
+                req_f,
+                keys,
+                live,
+                lru,
+                running,
+                wq,
+                pend_d,
+                pend_p,
+                fin,
+                mt,
+                heap,
+                sharing,
+            )
         elif kind == STEP:
             st_i[STEPPING] = 0
             _complete(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, running, pend_d, pend_p, emitted, times, fin)
-            _kick(cfg_i, cfg_f, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin, mt, heap)
+            _kick(
+                cfg_i,
+                cfg_f,
+                st_i,
+                st_f,
+                req_i,
+                req_f,
+                keys,
+                live,
+                lru,
+                running,
+                wq,
+                pend_d,
+                pend_p,
+                fin,
+                mt,
+                heap,
+                sharing,
+            )
         else:
             p = st_i[POLL_N]
             polls[p, 0] = st_f[NOW]

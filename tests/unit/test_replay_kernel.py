@@ -30,6 +30,12 @@ def twin(step_cv: float = 0.05, **server: object) -> Twin:
     return replace(t, fit=replace(t.fit, b_shared=0.0), server=replace(t.server, **server))
 
 
+def shared_twin(**server: object) -> Twin:
+    t = fitted_twin(0.05)
+    assert t.fit.b_shared > 0
+    return replace(t, server=replace(t.server, **server))
+
+
 def open_rows(n: int = 300, rate: float = 6.0) -> list[TraceRow]:
     """:func:`rows` without their follow-ups (those replay in Python)."""
     return [replace(r, parent=None) for r in rows(n, rate=rate)]
@@ -108,6 +114,12 @@ CASES = {
         open_rows(200, rate=10.0),
     ),
     "many prefixes, evicted": lambda: (twin(num_gpu_blocks=160), grouped_rows()),
+    # the fit's own twin: its steps' time less the context its decodes share (SharedBlocks)
+    "shared context term": lambda: (shared_twin(num_gpu_blocks=400), open_rows(400, rate=12.0)),
+    "shared, prefill whole": lambda: (
+        shared_twin(max_num_seqs=8, enable_chunked_prefill=False, max_num_batched_tokens=4096),
+        grouped_rows(),
+    ),
     "no prefix caching": lambda: (twin(enable_prefix_caching=False, num_gpu_blocks=300), open_rows(300, rate=12.0)),
     "small token budget": lambda: (twin(max_num_batched_tokens=256, num_gpu_blocks=500), open_rows(200, rate=8.0)),
 }
@@ -147,13 +159,11 @@ def test_rows_too_long_for_the_context_or_the_cache_are_skipped_alike(monkeypatc
 
 
 def test_replays_the_compiled_engine_does_not_play_are_played_in_python(monkeypatch):
-    """Follow-up turns (released by their parent's end), the shared-context step term, more than one
-    replica: the Python engine's."""
+    """Follow-up turns (released by their parent's end), more than one replica: the Python engine's."""
     with_parents = rows(100)
     assert any(r.parent for r in with_parents)
     for tw, trace, n in (
         (twin(), with_parents, 1),
-        (fitted_twin(0.05), open_rows(100), 1),
         (twin(), open_rows(100), 2),
     ):
         sim = FleetSim(tw, trace, replicas=n)

@@ -375,9 +375,11 @@ def test_a_replay_holds_its_rows_own_blocks_as_a_count_and_serves_every_request_
     block was hashed and kept by its key, on a KV cache small enough to evict and preempt."""
     from dataclasses import replace
 
+    from spoc_tui.twin.fastreplay import ENV
     from spoc_tui.twin.fleet import FleetSim
     from spoc_tui.twin.rowprompts import RowPrompts
 
+    monkeypatch.setenv(ENV, "python")  # the Python engine's cache (the compiled one is tested against it)
     small = replace(twin(0.05), server=replace(twin(0.05).server, num_gpu_blocks=400))
     # chat: 16-token blocks, a shared head on every third row, follow-ups after their parent;
     # mixed: 16- and 512-token blocks (a row's own part starts inside an engine block), scoped
@@ -454,16 +456,18 @@ def test_rows_that_name_one_chain_are_laid_out_and_keyed_as_any_rows_are():
     assert _one_chain(empty, 1 << 24) == _any_layout(empty, 1 << 24) == ({}, 1 << 24, {})
 
 
-def test_a_headroom_replay_serves_the_same_whether_its_rows_name_their_own_blocks_or_not():
+def test_a_headroom_replay_serves_the_same_whether_its_rows_name_their_own_blocks_or_not(monkeypatch):
     """The twin's replays of a traffic name only the blocks its rows share (issue 73: the rows then
     name one chain, laid out at once); the rest of each prompt is its own either way. Every
     request's times and cached tokens and the engine's counters are those of the rows that name
     their own blocks too, on a KV cache small enough to evict and preempt."""
     from dataclasses import replace
 
+    from spoc_tui.twin.fastreplay import ENV
     from spoc_tui.twin.traffic import synth_rows
     from tests.unit.test_headroom import traffic
 
+    monkeypatch.setenv(ENV, "python")  # the Python engine's cache (the compiled one is tested against it)
     small = replace(twin(0.05), server=replace(twin(0.05).server, num_gpu_blocks=300))
 
     def replayed(name_own: bool) -> tuple[object, ...]:
