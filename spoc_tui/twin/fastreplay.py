@@ -3,8 +3,7 @@ issue 73): what :class:`~spoc_tui.twin.fleet.FleetSim` plays event by event in P
 run to the last float, in a fraction of the time. The headroom's replays, the ledger's and a
 predicted trace ramp's steps are such replays.
 
-:func:`compiled` says whether a replay can run compiled: one replica, no autoscaler, no follow-up
-turns (a row released by its parent's end), and numba importable.
+:func:`compiled` says whether a replay can run compiled: one replica, no autoscaler, and numba importable.
 Others, and any run with ``SPOC_REPLAY_ENGINE=python`` in the environment, play in Python.
 """
 
@@ -36,9 +35,6 @@ _POLL_ROOM = 256
 def compiled(engine: TwinEngine, rows: Sequence[TraceRow], replicas: int, autoscaled: bool) -> bool:
     """Whether a replay of ``rows`` on ``engine`` can run compiled (this module's docstring)."""
     if os.environ.get(ENV, "").strip().lower() == "python" or replicas != 1 or autoscaled:
-        return False
-    ids = {r.id for r in rows if r.id is not None}
-    if any(r.parent is not None and r.parent in ids for r in rows):
         return False
     try:
         from spoc_tui.twin import replaykernel  # noqa: F401
@@ -86,6 +82,24 @@ class CompiledReplay:
         req_i[:, k.KOFF] = np.cumsum(key_len) - key_len
         target = req_i[:, k.TARGET]
         req_i[:, k.TOFF] = np.cumsum(target) - target
+        req_f[:, k.SEND] = np.fromiter((r.t / speed for r in rows), np.float64, n)
+        req_f[:, k.THINK] = np.fromiter((r.think_s or 0.0 for r in rows), np.float64, n)
+        req_f[:, k.HELD] = 0.0
+        # follow-up turns: each parent's children, released at its end (FleetSim._finish_row)
+        ids = {r.id for r in rows if r.id is not None}
+        children: dict[str, list[int]] = {}
+        for j, row in enumerate(rows):
+            if row.parent is not None and row.parent in ids:
+                children.setdefault(row.parent, []).append(j)
+        group = {parent: g for g, parent in enumerate(children)}
+        req_i[:, k.GROUP] = [group.get(r.id, -1) if r.id is not None else -1 for r in rows]
+        first = np.fromiter((j for j, r in enumerate(rows) if not (r.parent is not None and r.parent in ids)), np.int64)
+        sizes = np.fromiter((len(c) for c in children.values()), np.int64, len(children))
+        self.family = (
+            np.concatenate(([0], np.cumsum(sizes))).astype(np.int64),
+            np.fromiter(chain.from_iterable(children.values()), np.int64, int(sizes.sum())),
+            np.zeros(max(1, len(children)), np.bool_),
+        )
         self.req_i, self.req_f = req_i, req_f
         nkeys = len(uniq)
         model = engine.model
@@ -126,8 +140,7 @@ class CompiledReplay:
         self.heap = (np.zeros(events, np.float64), np.zeros(events, np.int64), np.zeros((events, 2), np.int64))
         self._taken = 0
         self._polls_taken = 0
-        due = np.fromiter((r.t / speed for r in rows), np.float64, n)
-        k.start(self.st_i, due, poll_s or 0.0, *self.heap)
+        k.start(self.st_i, req_f, first, poll_s or 0.0, *self.heap)
 
     def run_until(self, until: float) -> bool:
         """The events due by ``until`` played; False where the compiled engine could not go on
@@ -137,7 +150,7 @@ class CompiledReplay:
             got = k.run_until(
                 until, self.cfg_i, self.cfg_f, self.st_i, self.st_f, self.req_i, self.req_f, self.keys, self.live,
                 *self.lru, self.running, self.wq, self.pend_d, self.pend_p, self.emitted, self.times, self.fin,
-                self.polls, self.mt, *self.heap, *self.sharing,
+                self.polls, self.mt, *self.heap, *self.sharing, *self.family,
             )  # fmt: skip
             if got != k.NEED_POLLS:
                 return bool(got == k.RAN_OUT)
@@ -177,15 +190,16 @@ class CompiledReplay:
         all_gaps: list[float] = np.diff(laid).tolist()
         figures = zip(idx.tolist(), starts.tolist(), ends.tolist(), ri[idx, k.REASON].tolist(),
                       ri[idx, k.GENERATED].tolist(), ri[idx, k.PLEN].tolist(), ri[idx, k.CACHED].tolist(),
-                      rf[idx, k.START].tolist(), rf[idx, k.FINISHED].tolist(), strict=True)  # fmt: skip
-        for i, a, b, why, generated, plen, cached, start, end in figures:
+                      rf[idx, k.START].tolist(), rf[idx, k.FINISHED].tolist(), rf[idx, k.HELD].tolist(),
+                      strict=True)  # fmt: skip
+        for i, a, b, why, generated, plen, cached, start, end, held in figures:
             row = self.rows[i]
             reason = "abort" if why == k.ABORT else ("length" if why == k.LENGTH else "stop")
             out.append(
                 answer_sample(reason, generated, plen, cached, start, all_times[a:b], end, step=step, users=1,
                               conversation=row.conversation or f"r{row.index}", turn=row.turn, last=row.last,
-                              trace_index=row.index, scheduled=row.t / self.speed, held_s=None, cut_counts=False,
-                              itl=tuple(all_gaps[a : b - 1]) if b > a else ())
+                              trace_index=row.index, scheduled=row.t / self.speed, held_s=held or None,
+                              cut_counts=False, itl=tuple(all_gaps[a : b - 1]) if b > a else ())
             )  # fmt: skip
         self._taken = upto
         return out

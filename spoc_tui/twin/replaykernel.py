@@ -31,17 +31,17 @@ B0, B_PREFILL, B_ATTN, B_DECODE, B_CONTEXT, B_MIXED, RIDGE, A0, A_PROMPT, SIGMA,
 (USED, ADMITTED, RUN_N, WQ_HEAD, WQ_LEN, HEAP_N, SEQ, MOVING, STEPPING, PEND_ND, PEND_NP, LRU_HEAD, LRU_TAIL,
  LRU_LEN, LRU_EXTRA, RUNS, SKIPPED, TOO_BIG, STALLED, OVER, FIN_N, POLL_N, ITERATIONS, GEN_TOKENS, PREEMPTIONS,
  PREFIX_QUERIES, PREFIX_HITS, PEAK, MTI, GAUSS_HELD, SAMPLES, PROMPT_TOKENS, S_TOTAL, S_DISTINCT, S_LEN,
- S_STAMP) = range(36)  # fmt: skip
-ST_I = 36
+ S_STAMP, REL_N) = range(37)  # fmt: skip
+ST_I = 37
 NOW, BUSY, STEP_END, GAUSS_NEXT, LAST_STEP = range(5)
 ST_F = 5
 
 # -- each request (req_i, req_f) ---------------------------------------------------------------
 (PLEN, TARGET, COMPUTED, GENERATED, BLOCKS, CACHED, SHARED, PREEMPTS, RSEQ, NTIMES, HLEN, OWN, KOFF, KLEN, TOFF,
- HASHED, REASON, STATE, OUTRAW, SCOUNTED, SSTAMP) = range(21)  # fmt: skip
-REQ_I = 21
-SEND, START, FIRST_SCHED, FIRST_TOKEN, LAST_TOKEN, FINISHED = range(6)
-REQ_F = 6
+ HASHED, REASON, STATE, OUTRAW, SCOUNTED, SSTAMP, GROUP) = range(22)  # fmt: skip
+REQ_I = 22
+SEND, START, FIRST_SCHED, FIRST_TOKEN, LAST_TOKEN, FINISHED, THINK, HELD = range(8)
+REQ_F = 8
 
 STOP, LENGTH, ABORT = 0, 1, 2
 """A request's finish reason (``REASON``)."""
@@ -58,6 +58,9 @@ LRU = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 a run node's count of blocks (nodes below the count of keys are keys, the rest runs)."""
 Heap = tuple[np.ndarray, np.ndarray, np.ndarray]
 """The event heap: each entry's time, sequence number, and (kind, object)."""
+Family = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Follow-up turns: per parent (a row's ``GROUP``) where its children start in the next array, the
+children's rows in the trace's order, and whether they were released (at the parent's first end)."""
 Sharing = tuple[np.ndarray, np.ndarray]
 """The decodes' shared prompt blocks (SharedBlocks): each key's count among the counted decodes'
 leading blocks, and the counted requests."""
@@ -219,18 +222,8 @@ def _evict_to(
 
 
 @njit(cache=True, nogil=True)
-def _insert(
-    st_i: np.ndarray,
-    prev: np.ndarray,
-    nxt: np.ndarray,
-    inlru: np.ndarray,
-    count: np.ndarray,
-    nkeys: int,
-    keys: np.ndarray,
-    k0: int,
-    k1: int,
-    unasked: int,
-) -> None:
+def _insert(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, inlru: np.ndarray, count: np.ndarray,
+        nkeys: int, keys: np.ndarray, k0: int, k1: int, unasked: int) -> None:  # fmt: skip
     for j in range(k0, k1):
         h = keys[j]
         if inlru[h]:
@@ -286,19 +279,8 @@ def _grow(cfg_i: np.ndarray, st_i: np.ndarray, req_i: np.ndarray, lru: LRU, i: i
 
 
 @njit(cache=True, nogil=True)
-def _finish(
-    cfg_i: np.ndarray,
-    st_i: np.ndarray,
-    st_f: np.ndarray,
-    req_i: np.ndarray,
-    req_f: np.ndarray,
-    keys: np.ndarray,
-    live: np.ndarray,
-    lru: LRU,
-    fin: np.ndarray,
-    i: int,
-    reason: int,
-) -> None:
+def _finish(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray,
+        keys: np.ndarray, live: np.ndarray, lru: LRU, fin: np.ndarray, i: int, reason: int) -> None:  # fmt: skip
     """A request out (finished at the clock's now): its blocks freed and offered to the prefix
     cache (SimEngine._finish, _free), noted for its sample (FleetSim's on_finish)."""
     now = st_f[NOW]
@@ -405,22 +387,9 @@ def _match(st_i: np.ndarray, req_i: np.ndarray, keys: np.ndarray, live: np.ndarr
 
 
 @njit(cache=True, nogil=True)
-def _admit(
-    cfg_i: np.ndarray,
-    st_i: np.ndarray,
-    st_f: np.ndarray,
-    req_i: np.ndarray,
-    req_f: np.ndarray,
-    keys: np.ndarray,
-    live: np.ndarray,
-    lru: LRU,
-    running: np.ndarray,
-    wq: np.ndarray,
-    pend_p: np.ndarray,
-    fin: np.ndarray,
-    budget: int,
-    npf: int,
-) -> int:
+def _admit(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray,
+        keys: np.ndarray, live: np.ndarray, lru: LRU, running: np.ndarray, wq: np.ndarray, pend_p: np.ndarray,
+        fin: np.ndarray, budget: int, npf: int) -> int:  # fmt: skip
     """SimEngine.schedule's second part: new requests in arrival order while seats, the token
     budget and blocks last (those that can never run refused). Returns the prefill chunks now."""
     now = st_f[NOW]
@@ -465,21 +434,9 @@ def _admit(
 
 
 @njit(cache=True, nogil=True)
-def _schedule(
-    cfg_i: np.ndarray,
-    st_i: np.ndarray,
-    st_f: np.ndarray,
-    req_i: np.ndarray,
-    req_f: np.ndarray,
-    keys: np.ndarray,
-    live: np.ndarray,
-    lru: LRU,
-    running: np.ndarray,
-    wq: np.ndarray,
-    pend_d: np.ndarray,
-    pend_p: np.ndarray,
-    fin: np.ndarray,
-) -> None:
+def _schedule(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray,
+        keys: np.ndarray, live: np.ndarray, lru: LRU, running: np.ndarray, wq: np.ndarray, pend_d: np.ndarray,
+        pend_p: np.ndarray, fin: np.ndarray) -> None:  # fmt: skip
     """SimEngine.schedule on the step path: the running requests' decodes and prefill chunks,
     preempting the last admitted where blocks run out, then new requests in arrival order."""
     budget = cfg_i[BUDGET]
@@ -547,22 +504,9 @@ def _schedule(
 
 
 @njit(cache=True, nogil=True)
-def _complete(
-    cfg_i: np.ndarray,
-    st_i: np.ndarray,
-    st_f: np.ndarray,
-    req_i: np.ndarray,
-    req_f: np.ndarray,
-    keys: np.ndarray,
-    live: np.ndarray,
-    lru: LRU,
-    running: np.ndarray,
-    pend_d: np.ndarray,
-    pend_p: np.ndarray,
-    emitted: np.ndarray,
-    times: np.ndarray,
-    fin: np.ndarray,
-) -> None:
+def _complete(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray,
+        keys: np.ndarray, live: np.ndarray, lru: LRU, running: np.ndarray, pend_d: np.ndarray,
+        pend_p: np.ndarray, emitted: np.ndarray, times: np.ndarray, fin: np.ndarray) -> None:  # fmt: skip
     """SimEngine.complete of the step scheduled: its tokens out at now, answers ended."""
     now = st_f[NOW]
     st_i[ITERATIONS] += 1
@@ -613,15 +557,8 @@ def _count_keys(st_i: np.ndarray, scount: np.ndarray, keys: np.ndarray, k0: int,
 
 
 @njit(cache=True, nogil=True)
-def _shared(
-    cfg_i: np.ndarray,
-    st_i: np.ndarray,
-    req_i: np.ndarray,
-    keys: np.ndarray,
-    pend_d: np.ndarray,
-    nd: int,
-    sharing: Sharing,
-) -> int:
+def _shared(cfg_i: np.ndarray, st_i: np.ndarray, req_i: np.ndarray, keys: np.ndarray, pend_d: np.ndarray,
+        nd: int, sharing: Sharing) -> int:  # fmt: skip
     """SharedBlocks.step of the step's decodes: blocks of their prompts' leading full blocks (as
     far as computed) that another decode of the step holds too, each read once more. Kept as the
     decodes come and go: a decode's count changes by its new blocks, one no longer decoding is
@@ -660,29 +597,46 @@ def _shared(
 
 
 @njit(cache=True, nogil=True)
-def _kick(
-    cfg_i: np.ndarray,
-    cfg_f: np.ndarray,
-    st_i: np.ndarray,
-    st_f: np.ndarray,
-    req_i: np.ndarray,
-    req_f: np.ndarray,
-    keys: np.ndarray,
-    live: np.ndarray,
-    lru: LRU,
-    running: np.ndarray,
-    wq: np.ndarray,
-    pend_d: np.ndarray,
-    pend_p: np.ndarray,
-    fin: np.ndarray,
-    mt: np.ndarray,
-    heap: Heap,
-    sharing: Sharing,
+def _release(
+    st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, family: Family, heap: Heap, i: int
 ) -> None:
+    """FleetSim._finish_row: the turns that follow row ``i`` due, each at its time or its think
+    time after ``i``'s end, whichever is later (replay.release), once."""
+    g = req_i[i, GROUP]
+    ch_off, ch_rows, released = family
+    if g < 0 or released[g]:
+        return
+    released[g] = True
+    h_at, h_seq, h_ev = heap
+    now = st_f[NOW]
+    for j in range(ch_off[g], ch_off[g + 1]):
+        c = ch_rows[j]
+        due = req_f[c, SEND]
+        held = now + req_f[c, THINK] - due
+        held = held if held > 0.0 else 0.0
+        req_f[c, HELD] = held
+        _push(st_i, h_at, h_seq, h_ev, due + held, ROW, c)
+
+
+@njit(cache=True, nogil=True)
+def _release_ended(st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, family: Family,
+        heap: Heap, fin: np.ndarray) -> None:  # fmt: skip
+    """:func:`_release` of every request ended since the last call, in the order they ended."""
+    for j in range(st_i[REL_N], st_i[FIN_N]):
+        _release(st_i, st_f, req_i, req_f, family, heap, fin[j])
+    st_i[REL_N] = st_i[FIN_N]
+
+
+@njit(cache=True, nogil=True)
+def _kick(cfg_i: np.ndarray, cfg_f: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray,
+        req_f: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: LRU, running: np.ndarray, wq: np.ndarray,
+        pend_d: np.ndarray, pend_p: np.ndarray, fin: np.ndarray, mt: np.ndarray, heap: Heap, sharing: Sharing,
+        family: Family) -> None:  # fmt: skip
     """FleetSim._kick: the replica's next step started, if it is idle and has work."""
     if st_i[STEPPING] or (st_i[RUN_N] == 0 and st_i[WQ_LEN] == 0):
         return
     _schedule(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin)
+    _release_ended(st_i, st_f, req_i, req_f, family, heap, fin)  # those refused, before the step is due
     nd, npf = st_i[PEND_ND], st_i[PEND_NP]
     ctx = 0
     for j in range(nd):
@@ -733,6 +687,9 @@ def run_until(
     h_ev: np.ndarray,
     scount: np.ndarray,
     slist: np.ndarray,
+    ch_off: np.ndarray,
+    ch_rows: np.ndarray,
+    released: np.ndarray,
 ) -> int:
     """FleetSim.run_until on one replica: the events due at or before ``until`` played. Returns
     :data:`RAN_OUT`, or :data:`NEED_POLLS` (the next event a poll and ``polls`` full: grow it
@@ -740,6 +697,7 @@ def run_until(
     lru = (lru_prev, lru_next, lru_in, lru_count)
     heap = (h_at, h_seq, h_ev)
     sharing = (scount, slist)
+    family = (ch_off, ch_rows, released)
     total = req_i.shape[0]
     while st_i[HEAP_N] > 0 and st_i[OVER] == 0 and h_at[0] <= until:
         if h_ev[0, 0] == POLL and st_i[POLL_N] >= polls.shape[0]:
@@ -756,11 +714,13 @@ def run_until(
             if plen + req_i[obj, OUTRAW] > cfg_i[MAX_LEN]:  # longer than the context
                 st_i[SKIPPED] += 1
                 req_i[obj, STATE] = SKIPPED_ROW
+                _release(st_i, st_f, req_i, req_f, family, heap, obj)
                 continue
             if _blocks_for(plen + req_i[obj, TARGET], cfg_i[BS]) > cfg_i[NUM_BLOCKS]:  # than the cache
                 st_i[SKIPPED] += 1
                 st_i[TOO_BIG] += 1
                 req_i[obj, STATE] = SKIPPED_ROW
+                _release(st_i, st_f, req_i, req_f, family, heap, obj)
                 continue
             req_f[obj, START] = st_f[NOW]
             outside = cfg_f[A0] + cfg_f[A_PROMPT] * float(plen) / 1e3
@@ -769,47 +729,14 @@ def run_until(
         elif kind == ADD:
             wq[(st_i[WQ_HEAD] + st_i[WQ_LEN]) % wq.shape[0]] = obj
             st_i[WQ_LEN] += 1
-            _kick(
-                cfg_i,
-                cfg_f,
-                st_i,
-                st_f,
-                req_i,
-                req_f,
-                keys,
-                live,
-                lru,
-                running,
-                wq,
-                pend_d,
-                pend_p,
-                fin,
-                mt,
-                heap,
-                sharing,
-            )
+            _kick(cfg_i, cfg_f, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin, mt,
+                heap, sharing, family)  # fmt: skip
         elif kind == STEP:
             st_i[STEPPING] = 0
             _complete(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, running, pend_d, pend_p, emitted, times, fin)
-            _kick(
-                cfg_i,
-                cfg_f,
-                st_i,
-                st_f,
-                req_i,
-                req_f,
-                keys,
-                live,
-                lru,
-                running,
-                wq,
-                pend_d,
-                pend_p,
-                fin,
-                mt,
-                heap,
-                sharing,
-            )
+            _release_ended(st_i, st_f, req_i, req_f, family, heap, fin)
+            _kick(cfg_i, cfg_f, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin, mt,
+                heap, sharing, family)  # fmt: skip
         else:
             p = st_i[POLL_N]
             polls[p, 0] = st_f[NOW]
@@ -831,11 +758,11 @@ def run_until(
 
 
 @njit(cache=True, nogil=True)
-def start(
-    st_i: np.ndarray, due: np.ndarray, poll_s: float, h_at: np.ndarray, h_seq: np.ndarray, h_ev: np.ndarray
-) -> None:
-    """FleetSim.start: every row due at its time (``due``, in the rows' order), then the first poll."""
-    for j in range(due.shape[0]):
-        _push(st_i, h_at, h_seq, h_ev, due[j], ROW, j)
+def start(st_i: np.ndarray, req_f: np.ndarray, first: np.ndarray, poll_s: float, h_at: np.ndarray,
+        h_seq: np.ndarray, h_ev: np.ndarray) -> None:  # fmt: skip
+    """FleetSim.start: every row that follows no other (``first``, in the rows' order) due at its
+    time, then the first poll."""
+    for j in first:
+        _push(st_i, h_at, h_seq, h_ev, req_f[j, SEND], ROW, j)
     if poll_s > 0:
         _push(st_i, h_at, h_seq, h_ev, poll_s, POLL, 0)

@@ -58,7 +58,7 @@ def played(
     st = eng.stats
     samples = [
         (s.trace_index, s.start, s.ttft, s.itl, s.e2e, s.end, s.ok, s.output_tokens, s.prompt_tokens, s.cached_tokens,
-         s.scheduled, s.conversation, s.cut)
+         s.scheduled, s.conversation, s.cut, s.held_s, s.turn)
         for s in sim.samples
     ]  # fmt: skip
     counters = (st.prefix_hits, st.prefix_queries, st.preemptions, st.generation_tokens, st.iterations, eng.busy_s,
@@ -98,6 +98,8 @@ def grouped_rows(n: int = 400, groups: int = 40, seed: int = 2) -> list[TraceRow
 
 
 CASES = {
+    # follow-up turns, each released at its parent's end plus its think time
+    "follow-ups": lambda: (twin(num_gpu_blocks=400), rows(400, rate=12.0)),
     # a small KV cache: prefixes served, blocks evicted, requests preempted
     "chat, 400 blocks": lambda: (twin(num_gpu_blocks=400), open_rows(400, rate=12.0)),
     "chat, no jitter": lambda: (twin(0.0, num_gpu_blocks=400), open_rows(400, rate=12.0)),
@@ -132,6 +134,8 @@ def test_the_compiled_replay_is_the_python_replay_to_the_bit(monkeypatch, case):
     assert fast == python
     samples, counters, _ends, polls = fast
     assert len(samples) >= 0.9 * len(trace) and polls
+    if case == "follow-ups":
+        assert sum(1 for s in samples if s[13]) >= 10  # turns held for their parent's answer
     if "400 blocks" in case or "learned" in case:
         assert counters[0] > 0 and counters[2] > 0  # the cache served prefixes and preempted
     if "evicted" in case:
@@ -159,19 +163,20 @@ def test_rows_too_long_for_the_context_or_the_cache_are_skipped_alike(monkeypatc
 
 
 def test_replays_the_compiled_engine_does_not_play_are_played_in_python(monkeypatch):
-    """Follow-up turns (released by their parent's end), more than one replica: the Python engine's."""
-    with_parents = rows(100)
-    assert any(r.parent for r in with_parents)
-    for tw, trace, n in (
-        (twin(), with_parents, 1),
-        (twin(), open_rows(100), 2),
-    ):
-        sim = FleetSim(tw, trace, replicas=n)
+    """More than one replica, an autoscaler, or SPOC_REPLAY_ENGINE=python: the Python engine's."""
+    from spoc_tui.twin.fleet import Autoscale
+
+    for kw in ({"replicas": 2}, {"autoscale": Autoscale(2.0)}):
+        sim = FleetSim(twin(), rows(100), **kw)  # type: ignore[arg-type]
         sim.start()
         assert sim._fast is None
-    sim = FleetSim(twin(), open_rows(100), replicas=1)
+    sim = FleetSim(twin(), rows(100), replicas=1)
     sim.start()
     assert sim._fast is not None
+    monkeypatch.setenv(ENV, "python")
+    sim = FleetSim(twin(), rows(100), replicas=1)
+    sim.start()
+    assert sim._fast is None
 
 
 def test_the_kernel_plays_the_same_as_plain_python_with_its_bounds_checked():
