@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from itertools import chain
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np  # the CLI loads this module only when a replay starts (FleetSim.start)
@@ -32,15 +33,21 @@ ENV = "SPOC_REPLAY_ENGINE"
 _POLL_ROOM = 256
 
 
+def kernel() -> ModuleType | None:
+    """The compiled kernel's module, or None where replays play in Python (``SPOC_REPLAY_ENGINE=python``,
+    or numba missing)."""
+    if os.environ.get(ENV, "").strip().lower() == "python":
+        return None
+    try:
+        from spoc_tui.twin import replaykernel
+    except ImportError:
+        return None
+    return replaykernel
+
+
 def compiled(engine: TwinEngine, rows: Sequence[TraceRow], replicas: int, autoscaled: bool) -> bool:
     """Whether a replay of ``rows`` on ``engine`` can run compiled (this module's docstring)."""
-    if os.environ.get(ENV, "").strip().lower() == "python" or replicas != 1 or autoscaled:
-        return False
-    try:
-        from spoc_tui.twin import replaykernel  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return replicas == 1 and not autoscaled and kernel() is not None
 
 
 class CompiledReplay:

@@ -89,6 +89,23 @@ class Lengths:
             prev = c
         return out
 
+    def at_many(self, qs: Sequence[float]) -> list[int]:
+        """:meth:`at` of each quantile, the same lengths: compiled where the replays are
+        (:mod:`spoc_tui.twin.replaykernel`; a replay's rows draw three each)."""
+        from spoc_tui.twin.fastreplay import kernel
+
+        k = kernel()
+        if k is None or len(qs) < 64:
+            return [self.at(q) for q in qs]
+        import numpy as np  # a replay's, not the CLI's
+
+        lo, hi = zip(*self.edges, strict=True)
+        got: list[int] = k.lengths_at(
+            np.asarray(qs, np.float64), np.asarray(self.cum, np.float64), np.asarray(lo, np.float64),
+            np.asarray(hi, np.float64), np.asarray(self.shape, np.float64), float(self.tilt),
+        ).tolist()  # fmt: skip
+        return got
+
     def draw(self, rng: random.Random) -> int:
         return self.at(rng.random())
 

@@ -53,7 +53,7 @@ from spoc_tui.core.traces.read import TraceError, TraceRow, TraceSource
 from spoc_tui.core.traces.replay import ReplayShare
 from spoc_tui.load import defaults
 from spoc_tui.load.defaults import ABORT_FACTOR, spawn_rate
-from spoc_tui.sim.backend import VirtualBackend, counters, server_window
+from spoc_tui.sim.backend import PollStats, VirtualBackend, counters
 from spoc_tui.sim.virtual import VirtualServer
 from spoc_tui.twin.engine import TwinEngine
 from spoc_tui.twin.fleet import FleetSim
@@ -568,6 +568,10 @@ class TraceBackend:
         """Per step: the share of its polls with requests waiting or every seat taken."""
         self.peaks: dict[int, int] = {}
         """Per step: the most requests the engine ran at once."""
+        self._polled = PollStats()
+        """The replay's polls read so far."""
+        self._ends = (0, 0.0)
+        """The replay's samples read so far, and the latest end among them."""
 
     def _sim(self) -> FleetSim:
         if self.sim is None:
@@ -586,6 +590,7 @@ class TraceBackend:
         if self.sim is not None:
             self._answered += len(self.sim.samples)
         self.offset, self._speed = self.clock, speed
+        self._polled, self._ends = PollStats(), (0, 0.0)
         p = self.p
         self.sim = FleetSim(
             p.twin, tr.at(speed), speed, replicas=1, model=self.model, seed=self.seed_of(idx), flags=p.flags,
@@ -623,15 +628,19 @@ class TraceBackend:
         """The replay's length: its rows' span over the speed, or to its last answer if later."""
         tr = self.p.trace
         assert tr is not None
-        ends = [s.end for s in self._sim().samples if s.end is not None]
-        return max(tr.step_s(self._speed), max(ends, default=0.0), 1e-3)
+        samples, (read, last) = self._sim().samples, self._ends
+        ends = [s.end for s in samples[read:] if s.end is not None]  # those since the last call
+        self._ends = (len(samples), max(last, *ends) if ends else last)
+        return max(tr.step_s(self._speed), self._ends[1], 1e-3)
 
     async def poll(self) -> ServerWindow:
         """The engine's figures over every poll of the replay so far, as /metrics would show them."""
         sim = self._sim()
         zero = dict.fromkeys(("preemptions", "generation", "prefix_queries", "prefix_hits", "busy"), 0.0)
-        polls = [(w, r, k) for _, w, r, k in sim.polls]
-        return server_window(polls, zero, counters(sim.replicas[0].engine), self._secs())
+        stats = self._polled
+        for _, w, r, k in sim.polls[stats.n :]:
+            stats.add(w, r, k)
+        return stats.window(zero, counters(sim.replicas[0].engine), self._secs())
 
     def window(self, idx: int, start: float, end: float, sent_from: float) -> list[RequestSample]:
         """Every request of the replay (its whole is the measurement); the engine's share of it

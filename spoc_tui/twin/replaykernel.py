@@ -38,15 +38,13 @@ ST_F = 5
 
 # -- each request (req_i, req_f) ---------------------------------------------------------------
 (PLEN, TARGET, COMPUTED, GENERATED, BLOCKS, CACHED, SHARED, PREEMPTS, RSEQ, NTIMES, HLEN, OWN, KOFF, KLEN, TOFF,
- HASHED, REASON, STATE, OUTRAW, SCOUNTED, SSTAMP, GROUP) = range(22)  # fmt: skip
-REQ_I = 22
+ HASHED, REASON, OUTRAW, SCOUNTED, SSTAMP, GROUP) = range(21)  # fmt: skip
+REQ_I = 21
 SEND, START, FIRST_SCHED, FIRST_TOKEN, LAST_TOKEN, FINISHED, THINK, HELD = range(8)
 REQ_F = 8
 
 STOP, LENGTH, ABORT = 0, 1, 2
 """A request's finish reason (``REASON``)."""
-FRESH, SKIPPED_ROW = 0, 5
-"""A row's ``STATE``: not sent yet, or skipped at its send (too long for the context or the cache)."""
 ROW, ADD, STEP, POLL = 0, 1, 2, 3
 """Events: a row due, a request reaching its engine, a step's end, a poll (a timer)."""
 RAN_OUT, NEED_POLLS, FAILED = 0, 1, 2
@@ -713,13 +711,11 @@ def run_until(
             plen = req_i[obj, PLEN]
             if plen + req_i[obj, OUTRAW] > cfg_i[MAX_LEN]:  # longer than the context
                 st_i[SKIPPED] += 1
-                req_i[obj, STATE] = SKIPPED_ROW
                 _release(st_i, st_f, req_i, req_f, family, heap, obj)
                 continue
             if _blocks_for(plen + req_i[obj, TARGET], cfg_i[BS]) > cfg_i[NUM_BLOCKS]:  # than the cache
                 st_i[SKIPPED] += 1
                 st_i[TOO_BIG] += 1
-                req_i[obj, STATE] = SKIPPED_ROW
                 _release(st_i, st_f, req_i, req_f, family, heap, obj)
                 continue
             req_f[obj, START] = st_f[NOW]
@@ -766,3 +762,36 @@ def start(st_i: np.ndarray, req_f: np.ndarray, first: np.ndarray, poll_s: float,
         _push(st_i, h_at, h_seq, h_ev, req_f[j, SEND], ROW, j)
     if poll_s > 0:
         _push(st_i, h_at, h_seq, h_ev, poll_s, POLL, 0)
+
+
+# -- the replay's traffic: lengths at quantiles (Lengths.at, many at once) ----------------------
+@njit(cache=True, nogil=True)
+def lengths_at(qs: np.ndarray, cum: np.ndarray, lo: np.ndarray, hi: np.ndarray, shape: np.ndarray,
+        tilt: float) -> np.ndarray:  # fmt: skip
+    """Lengths.at of each quantile: its bucket by the counts, its place inside by the tilted
+    log-uniform; the same operations (Python's min and max as they compare, libm's log1p, expm1
+    and pow, round half to even), so the same lengths."""
+    out = np.empty(qs.shape[0], np.int64)
+    last = cum.shape[0] - 1
+    top = cum[last]
+    for j in range(qs.shape[0]):
+        x = qs[j] * top
+        a, b = 0, cum.shape[0]  # bisect_left
+        while a < b:
+            mid = (a + b) // 2
+            if cum[mid] < x:
+                a = mid + 1
+            else:
+                b = mid
+        k = min(a, lo.shape[0] - 1)
+        below = cum[k - 1] if k else 0.0
+        span = cum[k] - below
+        span = 1e-12 if 1e-12 > span else span
+        v = (x - below) / span
+        v = v if v > 0.0 else 0.0
+        v = v if v < 1.0 else 1.0
+        t = shape[k] + tilt
+        u = v if abs(t) < 1e-9 else math.log1p(v * math.expm1(t)) / t
+        n = round(lo[k] * math.pow(hi[k] / lo[k], u))
+        out[j] = n if n > 1 else 1
+    return out

@@ -153,12 +153,15 @@ def synth_rows(
     rows: list[TraceRow] = []
     times = list(_arrivals(traffic, span_s, as_it_moved, rng, traffic.regularity() if cv2 is None else cv2))
     asked, answered = strata(len(times), rng), strata(len(times), rng)
+    ins = prompt.at_many(asked) if prompt is not None else [512] * len(times)
+    outs = output.at_many(answered) if output is not None else [128] * len(times)
+    # the computed part in step with the prompt (one quantile): drawn apart, the shorter prompt cut
+    # the computed part's tail (on the A100 its p99 2,311 to 1,482)
+    news = computed.at_many(asked) if computed is not None else None
     for i, t in enumerate(times):
-        q = asked[i]
-        n_in = prompt.at(q) if prompt is not None else 512
-        n_out = output.at(answered[i]) if output is not None else 128
-        if computed is not None:  # in step with the prompt: drawn apart, the shorter prompt cut the
-            new = min(n_in, computed.at(q))  # computed part's tail (on the A100 its p99 2,311 to 1,482)
+        n_in, n_out = ins[i], outs[i]
+        if news is not None:
+            new = min(n_in, news[i])
             shared = (n_in - new) // block_tokens
         else:
             shared = int(share * n_in) // block_tokens

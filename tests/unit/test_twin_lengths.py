@@ -67,3 +67,22 @@ def test_a_tail_buckets_tokens_past_the_ridge_as_the_sample_has_them():
             off = lengths.excess(room) / true - 1
             assert abs(off) < within, (seed, room, off)
             assert _log_uniform_excess(h, room) / true - 1 > max(0.1, 2 * abs(off)), (seed, room)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_lengths_drawn_many_at_once_are_those_drawn_one_by_one(monkeypatch, seed):
+    """The replays' lengths, compiled (Lengths.at_many): the same ints as Lengths.at, at the
+    buckets' edges, their middles and the ends of the range too."""
+    from spoc_tui.twin.fastreplay import ENV
+
+    _, h = _sample(seed)
+    tilted = Lengths.of(h)
+    assert tilted is not None
+    rng = random.Random(seed)
+    qs = [rng.random() for _ in range(5000)] + [0.0, 1.0, 1e-300, 1 - 1e-16] + list(tilted.cum)
+    for lengths in (tilted, Lengths(tilted.edges, tilted.cum, tilted.shape, 0.0)):
+        many = lengths.at_many(qs)
+        assert many == [lengths.at(q) for q in qs]
+        monkeypatch.setenv(ENV, "python")
+        assert lengths.at_many(qs) == many
+        monkeypatch.delenv(ENV)

@@ -46,6 +46,7 @@ from spoc_tui.core.ramp.steps.server import QUEUE_MIN_SPAN_S as QUEUE_MIN_SPAN_S
 from spoc_tui.core.ramp.steps.server import GpuWindow as GpuWindow
 from spoc_tui.core.ramp.steps.server import ServerWindow as ServerWindow
 from spoc_tui.core.ramp.steps.server import queue_unbounded as queue_unbounded
+from spoc_tui.core.ramp.steps.server import unbounded_of as unbounded_of
 from spoc_tui.core.ramp.steps.sessions import Sessions as Sessions
 from spoc_tui.core.ramp.steps.sessions import sessions_of as sessions_of
 from spoc_tui.core.ramp.steps.shadow import StepShadow as StepShadow

@@ -149,14 +149,24 @@ def queue_unbounded(points: Sequence[tuple[float, float]]) -> str | None:
         return None
     ts = np.asarray([p[0] for p in points], dtype=float)
     ws = np.asarray([p[1] for p in points], dtype=float)
-    span = float(ts[-1] - ts[0])
+    moves = np.diff(ws)
+    return unbounded_of(ts, ws, int(np.sum(moves > 0)), int(np.sum(moves < 0)))
+
+
+def unbounded_of(
+    times: Sequence[float] | np.ndarray, waiting: Sequence[float] | np.ndarray, rises: int, falls: int
+) -> str | None:
+    """:func:`queue_unbounded` of the readings' times and queues (at least :data:`QUEUE_MIN_POINTS`),
+    given how many poll-to-poll changes rose and fell (a watch that counts them as they come:
+    :class:`~spoc_tui.core.ramp.experiment.QueueWatch`; the readings laid out as arrays only past
+    the checks those counts and the span decide)."""
+    span = float(times[-1] - times[0])
     if span < QUEUE_MIN_SPAN_S:
         return None
-    moves = np.diff(ws)
-    rises, falls = int(np.sum(moves > 0)), int(np.sum(moves < 0))
-    steady = 1.0 - falls / len(moves)  # the share of poll-to-poll changes that are not decreases
+    steady = 1.0 - falls / (len(waiting) - 1)  # the share of poll-to-poll changes that are not decreases
     if rises < QUEUE_MIN_RISES or rises < 0.7 * (rises + falls):
         return None
+    ts, ws = np.asarray(times, dtype=float), np.asarray(waiting, dtype=float)
     slope = float(np.polyfit(ts, ws, 1)[0])
     growth = slope * span
     start = float(np.mean(ws[: max(1, len(ws) // 4)]))
