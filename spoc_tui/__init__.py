@@ -1,6 +1,8 @@
 import os
 
 __version__ = "0.2.0"
+APP_NAME = "spoc-tui"
+"""The folders' name (platformdirs: the config, the data, numba's cache of the compiled replay)."""
 
 # NumPy's BLAS (OpenBLAS) keeps worker threads that spin for a while after each call: the small
 # matrix products a headroom estimate or a step summary makes (a bootstrap's weights, a fit's

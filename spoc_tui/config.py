@@ -8,11 +8,10 @@ from pathlib import Path
 
 import platformdirs
 
+from spoc_tui import APP_NAME as APP_NAME
 from spoc_tui.core.errors import InputError
 from spoc_tui.core.files import FileReadError, read_text_bounded
 from spoc_tui.core.redact import key_error
-
-APP_NAME = "spoc-tui"
 
 
 class ConfigError(InputError, ValueError):

@@ -9,14 +9,18 @@ Others, and any run with ``SPOC_REPLAY_ENGINE=python`` in the environment, play 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from itertools import chain
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np  # the CLI loads this module only when a replay starts (FleetSim.start)
+import platformdirs
 
+from spoc_tui import APP_NAME
 from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.sim.engine import SimRequest
@@ -33,16 +37,40 @@ ENV = "SPOC_REPLAY_ENGINE"
 _POLL_ROOM = 256
 
 
+KERNEL_SOURCES = ("replaycore.py", "replaykernel.py")
+"""The modules numba compiles: its cache of them is kept under a folder named by their sources."""
+_loaded: dict[str, ModuleType | None] = {}
+
+
 def kernel() -> ModuleType | None:
     """The compiled kernel's module, or None where replays play in Python (``SPOC_REPLAY_ENGINE=python``,
     or numba missing)."""
     if os.environ.get(ENV, "").strip().lower() == "python":
         return None
+    if "kernel" not in _loaded:
+        _loaded["kernel"] = _load()
+    return _loaded["kernel"]
+
+
+def _load() -> ModuleType | None:
     try:
-        from spoc_tui.twin import replaykernel
+        import numba
     except ImportError:
         return None
+    if not os.environ.get("NUMBA_CACHE_DIR"):
+        numba.config.CACHE_DIR = str(cache_folder())  # type: ignore[attr-defined]
+    from spoc_tui.twin import replaykernel
+
     return replaykernel
+
+
+def cache_folder() -> Path:
+    """Where numba keeps the kernel's machine code: a folder of the user's cache named by the
+    kernel's sources (a change to either module compiles both again: numba's own check looks at
+    each function's module alone), not beside a source tree that may not be writable."""
+    here = Path(__file__).parent
+    digest = hashlib.sha1(b"".join((here / name).read_bytes() for name in KERNEL_SOURCES)).hexdigest()[:16]
+    return Path(platformdirs.user_cache_dir(APP_NAME)) / "numba" / digest
 
 
 def compiled(engine: TwinEngine, rows: Sequence[TraceRow], replicas: int, autoscaled: bool) -> bool:
@@ -56,23 +84,24 @@ class CompiledReplay:
     def __init__(
         self, engine: TwinEngine, rows: Sequence[TraceRow], speed: float, prompts: RowPrompts, poll_s: float | None
     ) -> None:
+        from spoc_tui.twin import replaycore as lay
         from spoc_tui.twin import replaykernel as k
 
-        self.k, self.engine, self.rows, self.speed = k, engine, rows, speed
+        self.k, self.lay, self.engine, self.rows, self.speed = k, lay, engine, rows, speed
         cfg = engine.cfg
         bs = cfg.block_size
         caching = bool(cfg.enable_prefix_caching)
         n = len(rows)
-        req_i = np.zeros((n, k.REQ_I), np.int64)
-        req_f = np.full((n, k.REQ_F), np.nan)
+        req_i = np.zeros((n, lay.REQ_I), np.int64)
+        req_f = np.full((n, lay.REQ_F), np.nan)
         key_lists: list[list[int]] = []
         key_len = np.zeros(n, np.int64)
         for j, row in enumerate(rows):
             prompt, keys, own = prompts.take(row)
             plen, out = len(prompt), row.output_tokens
             own_from = -1 if own is None else own // bs
-            req_i[j, k.PLEN], req_i[j, k.OUTRAW], req_i[j, k.TARGET] = plen, out, max(1, out)
-            req_i[j, k.OWN], req_i[j, k.HLEN] = own_from, len(keys)
+            req_i[j, lay.PLEN], req_i[j, lay.OUTRAW], req_i[j, lay.TARGET] = plen, out, max(1, out)
+            req_i[j, lay.OWN], req_i[j, lay.HLEN] = own_from, len(keys)
             if caching and not (0 <= own_from <= len(keys)):
                 # its blocks past the prompt are hashed at its end (SimEngine._free): worked out
                 # ahead as far as its answer can reach, the engine takes as many as it computed
@@ -85,13 +114,13 @@ class CompiledReplay:
         flat = np.fromiter(chain.from_iterable(key_lists), np.uint64, int(key_len.sum()))
         uniq, dense = np.unique(flat, return_inverse=True)
         self.keys = dense.astype(np.int64)
-        req_i[:, k.KLEN] = key_len
-        req_i[:, k.KOFF] = np.cumsum(key_len) - key_len
-        target = req_i[:, k.TARGET]
-        req_i[:, k.TOFF] = np.cumsum(target) - target
-        req_f[:, k.SEND] = np.fromiter((r.t / speed for r in rows), np.float64, n)
-        req_f[:, k.THINK] = np.fromiter((r.think_s or 0.0 for r in rows), np.float64, n)
-        req_f[:, k.HELD] = 0.0
+        req_i[:, lay.KLEN] = key_len
+        req_i[:, lay.KOFF] = np.cumsum(key_len) - key_len
+        target = req_i[:, lay.TARGET]
+        req_i[:, lay.TOFF] = np.cumsum(target) - target
+        req_f[:, lay.SEND] = np.fromiter((r.t / speed for r in rows), np.float64, n)
+        req_f[:, lay.THINK] = np.fromiter((r.think_s or 0.0 for r in rows), np.float64, n)
+        req_f[:, lay.HELD] = 0.0
         # follow-up turns: each parent's children, released at its end (FleetSim._finish_row)
         ids = {r.id for r in rows if r.id is not None}
         children: dict[str, list[int]] = {}
@@ -99,7 +128,7 @@ class CompiledReplay:
             if row.parent is not None and row.parent in ids:
                 children.setdefault(row.parent, []).append(j)
         group = {parent: g for g, parent in enumerate(children)}
-        req_i[:, k.GROUP] = [group.get(r.id, -1) if r.id is not None else -1 for r in rows]
+        req_i[:, lay.GROUP] = [group.get(r.id, -1) if r.id is not None else -1 for r in rows]
         first = np.fromiter((j for j, r in enumerate(rows) if not (r.parent is not None and r.parent in ids)), np.int64)
         sizes = np.fromiter((len(c) for c in children.values()), np.int64, len(children))
         self.family = (
@@ -121,16 +150,16 @@ class CompiledReplay:
              model.a0, model.a_prompt, sigma, -(sigma**2) / 2, poll_s or 0.0, min(model.b_shared, model.b_context)],
             np.float64,
         )  # fmt: skip
-        self.st_i = np.zeros(k.ST_I, np.int64)
-        self.st_f = np.zeros(k.ST_F, np.float64)
-        self.st_i[k.LRU_HEAD] = self.st_i[k.LRU_TAIL] = -1
+        self.st_i = np.zeros(lay.ST_I, np.int64)
+        self.st_f = np.zeros(lay.ST_F, np.float64)
+        self.st_i[lay.LRU_HEAD] = self.st_i[lay.LRU_TAIL] = -1
         state = engine._jitter_rng.getstate()
         self.mt = np.array(state[1][:624], np.int64)
-        self.st_i[k.MTI] = state[1][624]
+        self.st_i[lay.MTI] = state[1][624]
         if state[2] is not None:
-            self.st_i[k.GAUSS_HELD], self.st_f[k.GAUSS_NEXT] = 1, state[2]
+            self.st_i[lay.GAUSS_HELD], self.st_f[lay.GAUSS_NEXT] = 1, state[2]
         self.live = np.zeros(max(1, nkeys), np.int64)
-        req_i[:, k.SCOUNTED] = -1
+        req_i[:, lay.SCOUNTED] = -1
         self.sharing = (np.zeros(max(1, nkeys), np.int64), np.zeros(n + 1, np.int64))
         nodes = nkeys + n + 1
         self.lru = (np.full(nodes, -1, np.int64), np.full(nodes, -1, np.int64), np.zeros(nodes, np.bool_),
@@ -152,56 +181,56 @@ class CompiledReplay:
     def run_until(self, until: float) -> bool:
         """The events due by ``until`` played; False where the compiled engine could not go on
         (the caller replays in Python from the start)."""
-        k = self.k
+        k, lay = self.k, self.lay
         while True:
             got = k.run_until(
                 until, self.cfg_i, self.cfg_f, self.st_i, self.st_f, self.req_i, self.req_f, self.keys, self.live,
                 *self.lru, self.running, self.wq, self.pend_d, self.pend_p, self.emitted, self.times, self.fin,
                 self.polls, self.mt, *self.heap, *self.sharing, *self.family,
             )  # fmt: skip
-            if got != k.NEED_POLLS:
-                return bool(got == k.RAN_OUT)
+            if got != lay.NEED_POLLS:
+                return bool(got == lay.RAN_OUT)
             grown = np.zeros((2 * len(self.polls), 4), np.float64)
             grown[: len(self.polls)] = self.polls
             self.polls = grown
 
     @property
     def over(self) -> bool:
-        return bool(self.st_i[self.k.OVER])
+        return bool(self.st_i[self.lay.OVER])
 
     @property
     def events_left(self) -> bool:
-        return bool(self.st_i[self.k.HEAP_N])
+        return bool(self.st_i[self.lay.HEAP_N])
 
     @property
     def now(self) -> float:
-        return float(self.st_f[self.k.NOW])
+        return float(self.st_f[self.lay.NOW])
 
     def new_samples(self, step: int) -> list[RequestSample]:
         """The requests answered (or refused) since the last call, as a client saw them, in the
         order they ended (FleetSim's on_finish)."""
-        k, ri, rf = self.k, self.req_i, self.req_f
-        upto = int(self.st_i[k.FIN_N])
+        lay, ri, rf = self.lay, self.req_i, self.req_f
+        upto = int(self.st_i[lay.FIN_N])
         out: list[RequestSample] = []
         if upto == self._taken:
             return out
         idx = self.fin[self._taken : upto]
-        counts = ri[idx, k.NTIMES]
+        counts = ri[idx, lay.NTIMES]
         ends = np.cumsum(counts)
         starts = ends - counts
         # every request's token times one after another, and the gaps between them (those across
         # two requests unread): two lists for the lot, where each request took two of its own
-        at = np.repeat(ri[idx, k.TOFF] - starts, counts) + np.arange(int(ends[-1]) if len(ends) else 0)
+        at = np.repeat(ri[idx, lay.TOFF] - starts, counts) + np.arange(int(ends[-1]) if len(ends) else 0)
         laid = self.times[at]
         all_times: list[float] = laid.tolist()
         all_gaps: list[float] = np.diff(laid).tolist()
-        figures = zip(idx.tolist(), starts.tolist(), ends.tolist(), ri[idx, k.REASON].tolist(),
-                      ri[idx, k.GENERATED].tolist(), ri[idx, k.PLEN].tolist(), ri[idx, k.CACHED].tolist(),
-                      rf[idx, k.START].tolist(), rf[idx, k.FINISHED].tolist(), rf[idx, k.HELD].tolist(),
+        figures = zip(idx.tolist(), starts.tolist(), ends.tolist(), ri[idx, lay.REASON].tolist(),
+                      ri[idx, lay.GENERATED].tolist(), ri[idx, lay.PLEN].tolist(), ri[idx, lay.CACHED].tolist(),
+                      rf[idx, lay.START].tolist(), rf[idx, lay.FINISHED].tolist(), rf[idx, lay.HELD].tolist(),
                       strict=True)  # fmt: skip
         for i, a, b, why, generated, plen, cached, start, end, held in figures:
             row = self.rows[i]
-            reason = "abort" if why == k.ABORT else ("length" if why == k.LENGTH else "stop")
+            reason = "abort" if why == lay.ABORT else ("length" if why == lay.LENGTH else "stop")
             out.append(
                 answer_sample(reason, generated, plen, cached, start, all_times[a:b], end, step=step, users=1,
                               conversation=row.conversation or f"r{row.index}", turn=row.turn, last=row.last,
@@ -212,7 +241,7 @@ class CompiledReplay:
         return out
 
     def new_polls(self) -> list[tuple[float, int, int, float]]:
-        upto = int(self.st_i[self.k.POLL_N])
+        upto = int(self.st_i[self.lay.POLL_N])
         got = [(t, int(w), int(r), kv) for t, w, r, kv in self.polls[self._polls_taken : upto].tolist()]
         self._polls_taken = upto
         return got
@@ -220,18 +249,18 @@ class CompiledReplay:
     def counters(self) -> None:
         """The engine's counters as the Python engine would hold them now (its queues are the
         arrays': nothing reads them of a replay but its polls)."""
-        k, eng, st = self.k, self.engine, self.st_i
+        lay, eng, st = self.lay, self.engine, self.st_i
         s = eng.stats
-        s.iterations, s.generation_tokens = int(st[k.ITERATIONS]), int(st[k.GEN_TOKENS])
-        s.preemptions, s.prompt_tokens = int(st[k.PREEMPTIONS]), int(st[k.PROMPT_TOKENS])
-        s.prefix_queries, s.prefix_hits = int(st[k.PREFIX_QUERIES]), int(st[k.PREFIX_HITS])
-        eng.busy_s, eng.running_peak, eng.used_blocks = float(self.st_f[k.BUSY]), int(st[k.PEAK]), int(st[k.USED])
-        eng.last_iteration_s = float(self.st_f[k.LAST_STEP])
+        s.iterations, s.generation_tokens = int(st[lay.ITERATIONS]), int(st[lay.GEN_TOKENS])
+        s.preemptions, s.prompt_tokens = int(st[lay.PREEMPTIONS]), int(st[lay.PROMPT_TOKENS])
+        s.prefix_queries, s.prefix_hits = int(st[lay.PREFIX_QUERIES]), int(st[lay.PREFIX_HITS])
+        eng.busy_s, eng.running_peak, eng.used_blocks = float(self.st_f[lay.BUSY]), int(st[lay.PEAK]), int(st[lay.USED])
+        eng.last_iteration_s = float(self.st_f[lay.LAST_STEP])
 
     def counts(self) -> tuple[int, int, int]:
         """(skipped, of them too big for the cache, of them stalled)."""
-        st, k = self.st_i, self.k
-        return int(st[k.SKIPPED]), int(st[k.TOO_BIG]), int(st[k.STALLED])
+        st, lay = self.st_i, self.lay
+        return int(st[lay.SKIPPED]), int(st[lay.TOO_BIG]), int(st[lay.STALLED])
 
 
 def _answer(n: int) -> np.ndarray:

@@ -1,11 +1,16 @@
 """The compiled replay warmed up (:mod:`~spoc_tui.twin.replaykernel`): ``python -m spoc_tui.twin.warm``
-compiles it into numba's cache beside its source, so that no later process (a test, the monitor's
-first headroom) waits on the compiler."""
+compiles it into numba's cache (:func:`~spoc_tui.twin.fastreplay.cache_folder`), so that no later
+process (a test, the monitor's first headroom) waits on the compiler, and lets go of the caches
+of the kernel's earlier sources."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
 from spoc_tui.core.traces.read import TraceRow
-from spoc_tui.twin.fastreplay import ENV
+from spoc_tui.twin.fastreplay import ENV, cache_folder
+from spoc_tui.twin.lengths import Lengths
 
 
 def warm() -> float:
@@ -26,6 +31,12 @@ def warm() -> float:
     sim.run()
     if sim._fast is None:
         raise RuntimeError(f"the compiled replay is off ({ENV}=python, or numba is missing)")
+    Lengths(((1.0, 2.0), (2.0, 5.0)), (0.5, 1.0), (0.0, 0.0), 0.0).at_many([k / 64 for k in range(64)])
+    if not os.environ.get("NUMBA_CACHE_DIR"):
+        here = cache_folder()
+        for old in here.parent.iterdir() if here.parent.is_dir() else ():
+            if old != here and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
     return time.perf_counter() - t0
 
 
