@@ -41,8 +41,9 @@ test: lint realengine-setup bytecode
 
 ## Our own modules compiled as they are now (a second; the processes the tests start then load
 ## them instead of compiling them each; the venv's packages were compiled at install), and the
-## twin's compiled replay (twin/replaykernel.py) compiled by numba into its cache beside the
-## source (9 s the first time, a fifth of one after), which every process then loads.
+## twin's compiled replay (twin/replaykernel.py) compiled by numba into its cache in the user's
+## cache folder, named by the kernel's sources (10 s the first time, a fifth of one after), which
+## every process then loads.
 bytecode: $(STAMP)
 	@$(PY) -m compileall -q -j 0 spoc_tui benchmarks > /dev/null
 	@$(PY) -m spoc_tui.twin.warm
