@@ -23,6 +23,7 @@ import platformdirs
 from spoc_tui import APP_NAME
 from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.core.traces.read import TraceRow
+from spoc_tui.core.tuning.engineflags import BLOCK_SIZES
 from spoc_tui.sim.engine import SimRequest
 from spoc_tui.sim.prefix import PrefixCache
 from spoc_tui.sim.virtual import answer_sample
@@ -35,6 +36,8 @@ ENV = "SPOC_REPLAY_ENGINE"
 """``python``: every replay plays in Python (the compiled engine's reference, and a way around it)."""
 
 _POLL_ROOM = 256
+_RUN_STEPS = 4096
+"""The most decode steps one decode run takes at once (then another)."""
 
 
 KERNEL_SOURCES = ("replaycore.py", "replaykernel.py")
@@ -171,6 +174,8 @@ class CompiledReplay:
         self.emitted = np.zeros(n + 1, np.int64)
         self.times = np.zeros(int(target.sum()) + 1, np.float64)
         self.fin = np.zeros(n + 1, np.int64)
+        self.ends = np.zeros(_RUN_STEPS, np.float64)
+        self.phase = np.zeros(max(BLOCK_SIZES), np.int64)
         self.polls = np.zeros((_POLL_ROOM, 4), np.float64)
         events = 2 * n + 4
         self.heap = (np.zeros(events, np.float64), np.zeros(events, np.int64), np.zeros((events, 2), np.int64))
@@ -186,7 +191,7 @@ class CompiledReplay:
             got = k.run_until(
                 until, self.cfg_i, self.cfg_f, self.st_i, self.st_f, self.req_i, self.req_f, self.keys, self.live,
                 *self.lru, self.running, self.wq, self.pend_d, self.pend_p, self.emitted, self.times, self.fin,
-                self.polls, self.mt, *self.heap, *self.sharing, *self.family,
+                self.polls, self.mt, *self.heap, *self.sharing, *self.family, self.ends, self.phase,
             )  # fmt: skip
             if got != lay.NEED_POLLS:
                 return bool(got == lay.RAN_OUT)

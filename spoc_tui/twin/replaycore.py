@@ -51,6 +51,9 @@ Heap = tuple[np.ndarray, np.ndarray, np.ndarray]
 Family = tuple[np.ndarray, np.ndarray, np.ndarray]
 """Follow-up turns: per parent (a row's ``GROUP``) where its children start in the next array, the
 children's rows in the trace's order, and whether they were released (at the parent's first end)."""
+Run = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A decode run's arrays: the requests' token times, the run's step ends, and how many running
+requests stand at each place in their last block."""
 Sharing = tuple[np.ndarray, np.ndarray]
 """The decodes' shared prompt blocks (SharedBlocks): each key's count among the counted decodes'
 leading blocks, and the counted requests."""

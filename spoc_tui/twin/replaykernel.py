@@ -1,20 +1,17 @@
 """A one-replica trace replay on a twin, compiled (issue 73): :class:`~spoc_tui.twin.fleet.FleetSim`'s
 event loop and :class:`~spoc_tui.twin.engine.TwinEngine`'s engine (vLLM's scheduler, the paged KV
 cache with its LRU prefix cache, preemption, the calibrated step time and its jitter) over arrays
-of machine ints and floats, step by step, in numba's compiled code.
-
-The same run as the Python one, event for event and float for float: the same scheduler
-decisions in the same order, the step's time summed term by term as :meth:`StepModel.step_s` sums
-it, the jitter drawn from the same Mersenne Twister as Python's ``random.gauss`` draws it (its
-state handed over and back), the prefix cache's LRU as a linked list of the same entries
-(:class:`~spoc_tui.sim.prefix.PrefixCache`). ``tests/unit/test_replay_kernel.py`` compares the
-two, sample for sample, on replays that preempt, evict, chunk their prefills and abort.
+of machine ints and floats in numba's compiled code; the decode steps between two events taken at
+once where no request joins or ends (:func:`_decode_run`). The same run as the Python one, event
+for event and float for float: the same scheduler decisions in the same order, each step's time
+summed term by term as :meth:`StepModel.step_s` sums it, the jitter drawn from the engine's own
+Mersenne Twister (its state handed over) as ``random.gauss`` draws it, the same LRU entries
+(``tests/unit/test_replay_kernel.py`` compares the two, sample for sample).
 
 Its state is arrays held by :class:`~spoc_tui.twin.fastreplay.CompiledReplay` between calls, so a
-replay cut at any time (:meth:`FleetSim.run_until`) goes on where it stopped. Only that module
-imports this one (numba compiles it on first use, and keeps the machine code in its cache for the
-next process: :func:`~spoc_tui.twin.fastreplay.kernel`). The layout of the arrays, the Mersenne
-Twister, the event heap and the LRU are :mod:`~spoc_tui.twin.replaycore`'s.
+replay cut at any time (:meth:`FleetSim.run_until`) goes on where it stopped. numba compiles it on
+first use and keeps the machine code for the next process (:func:`~spoc_tui.twin.fastreplay.kernel`).
+The arrays' layout, the Mersenne Twister, the event heap and the LRU: :mod:`~spoc_tui.twin.replaycore`.
 """
 
 from __future__ import annotations
@@ -123,6 +120,7 @@ from spoc_tui.twin.replaycore import (
     WQ_LEN,
     Family,
     Heap,
+    Run,
     Sharing,
     _append,
     _evict_to,
@@ -219,6 +217,20 @@ def _remove_running(st_i: np.ndarray, running: np.ndarray, i: int) -> None:
 
 
 @njit(cache=True, nogil=True)
+def _decode_seconds(cfg_f: np.ndarray, nd: int, ctx_sum: int) -> float:
+    """StepModel.decode_step_s: a step of ``nd`` decodes alone holding ``ctx_sum`` tokens."""
+    return float(
+        0.0
+        + cfg_f[B0] * 1.0
+        + cfg_f[B_PREFILL] * 0.0
+        + cfg_f[B_ATTN] * 0.0
+        + cfg_f[B_DECODE] * float(nd)
+        + cfg_f[B_CONTEXT] * (ctx_sum / 1e3)
+        + cfg_f[B_MIXED] * 0.0
+    )
+
+
+@njit(cache=True, nogil=True)
 def _step_seconds(
     cfg_f: np.ndarray, cfg_i: np.ndarray, nd: int, ctx_sum: int, pend: np.ndarray, np_: int, req_i: np.ndarray
 ) -> float:
@@ -227,15 +239,7 @@ def _step_seconds(
     if nd == 0 and np_ == 0:
         return 0.0
     if np_ == 0:
-        return float(
-            0.0
-            + cfg_f[B0] * 1.0
-            + cfg_f[B_PREFILL] * 0.0
-            + cfg_f[B_ATTN] * 0.0
-            + cfg_f[B_DECODE] * float(nd)
-            + cfg_f[B_CONTEXT] * (ctx_sum / 1e3)
-            + cfg_f[B_MIXED] * 0.0
-        )
+        return _decode_seconds(cfg_f, nd, ctx_sum)
     ridge = cfg_f[RIDGE]
     if cfg_i[RIDGE_MOVES]:
         ridge = cfg_f[RIDGE] + cfg_f[B_CONTEXT] * (ctx_sum / 1e3) / cfg_f[B_PREFILL]
@@ -524,12 +528,108 @@ def _release_ended(st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray, req_f:
 
 
 @njit(cache=True, nogil=True)
+def _materialize(cfg_i: np.ndarray, st_i: np.ndarray, req_i: np.ndarray, req_f: np.ndarray, running: np.ndarray,
+        times: np.ndarray, ends: np.ndarray, k: int) -> None:  # fmt: skip
+    """The running requests as the step path leaves them after ``k`` decode steps that ended at
+    ``ends[:k]``: a token each at each end, their blocks as many as their tokens fill."""
+    bs = cfg_i[BS]
+    for i in range(st_i[RUN_N]):
+        r = running[i]
+        at = req_i[r, TOFF] + req_i[r, NTIMES]
+        for t in range(k):
+            times[at + t] = ends[t]
+        req_i[r, NTIMES] += k
+        req_i[r, COMPUTED] += k
+        req_i[r, GENERATED] += k
+        req_i[r, BLOCKS] = -(-req_i[r, COMPUTED] // bs)
+        req_f[r, LAST_TOKEN] = ends[k - 1]
+
+
+@njit(cache=True, nogil=True)
+def _decode_run(cfg_i: np.ndarray, cfg_f: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray,
+        req_f: np.ndarray, keys: np.ndarray, lru: LRU, running: np.ndarray, pend_d: np.ndarray, mt: np.ndarray,
+        heap: Heap, sharing: Sharing, run: Run) -> bool:  # fmt: skip
+    """The decode steps before the next event at once, where every running request decodes and
+    none can join them (no seat, or no request waiting) and none ends: each step's time as the
+    step path works it out (its jitter drawn in turn), its blocks taken, and each request's token
+    times written once at the end, not walked at every step (issue 73: a step cost the batch).
+    The step that reaches the next event is left scheduled, as the step path leaves it (True);
+    False where the step path goes on (a step that ends a request, or finds no free block)."""
+    n = st_i[RUN_N]
+    if n < 1 or n > cfg_i[BUDGET] or (st_i[WQ_LEN] > 0 and n < cfg_i[MAX_SEQS]):
+        return False
+    times, ends, phase = run
+    bs, max_len = cfg_i[BS], cfg_i[MAX_LEN]
+    phase[:bs] = 0
+    most = ends.shape[0]
+    ctx0 = 0
+    for i in range(n):
+        r = running[i]
+        c, plen, g = req_i[r, COMPUTED], req_i[r, PLEN], req_i[r, GENERATED]
+        if c != plen + g - 1 or c < plen or req_i[r, BLOCKS] != -(-c // bs):
+            return False  # a prefill, or a decode that is not as the step path would find it
+        most = min(most, req_i[r, TARGET] - g - 1, max_len - plen - g - 1)  # steps before one ends
+        ctx0 += c
+        phase[c % bs] += 1
+    if most < 1:
+        return False
+    h_at, h_seq, h_ev = heap
+    horizon = h_at[0] if st_i[HEAP_N] > 0 else np.inf
+    shared = 0
+    if cfg_i[SHARING] and n >= 2:
+        shared = _shared(cfg_i, st_i, req_i, keys, running, n, sharing) * bs
+    prev, nxt, inlru, count = lru
+    t = st_f[NOW]
+    k = 0
+    while k < most:
+        need = phase[(bs - k % bs) % bs]  # those whose tokens fill their blocks: a block more each
+        if st_i[USED] + need > cfg_i[NUM_BLOCKS]:
+            break  # the step path preempts
+        ctx = ctx0 + n * k
+        secs = _decode_seconds(cfg_f, n, ctx)
+        if shared > 0:
+            secs -= cfg_f[SHARED_CUT] * min(shared, ctx) / 1e3
+        if secs > 0 and cfg_f[SIGMA] > 0:
+            secs = secs * math.exp(_gauss(mt, st_i, st_f, cfg_f[MU], cfg_f[SIGMA]))
+        st_f[LAST_STEP] = secs
+        if need:
+            st_i[USED] += need
+            _evict_to(st_i, prev, nxt, inlru, count, cfg_i[NKEYS], cfg_i[NUM_BLOCKS] - st_i[USED])
+        st_f[BUSY] += secs
+        end = t + secs
+        if end >= horizon:  # it reaches the next event: left scheduled, as the step path leaves it
+            if k:
+                _materialize(cfg_i, st_i, req_i, req_f, running, times, ends, k)
+            st_f[NOW] = t
+            for i in range(n):
+                r = running[i]
+                pend_d[i] = r
+                req_i[r, BLOCKS] = -(-(req_i[r, COMPUTED] + 1) // bs)
+            st_i[PEND_ND], st_i[PEND_NP] = n, 0
+            st_i[STEPPING] = 1
+            st_f[STEP_END] = end
+            _push(st_i, h_at, h_seq, h_ev, end, STEP, 0)
+            return True
+        t = end if end > t else t  # as the event loop's clock moves (never back)
+        ends[k] = t
+        k += 1
+        st_i[ITERATIONS] += 1
+        st_i[GEN_TOKENS] += n
+    if k:
+        _materialize(cfg_i, st_i, req_i, req_f, running, times, ends, k)
+        st_f[NOW] = t
+    return False
+
+
+@njit(cache=True, nogil=True)
 def _kick(cfg_i: np.ndarray, cfg_f: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndarray,
         req_f: np.ndarray, keys: np.ndarray, live: np.ndarray, lru: LRU, running: np.ndarray, wq: np.ndarray,
         pend_d: np.ndarray, pend_p: np.ndarray, fin: np.ndarray, mt: np.ndarray, heap: Heap, sharing: Sharing,
-        family: Family) -> None:  # fmt: skip
+        family: Family, run: Run) -> None:  # fmt: skip
     """FleetSim._kick: the replica's next step started, if it is idle and has work."""
     if st_i[STEPPING] or (st_i[RUN_N] == 0 and st_i[WQ_LEN] == 0):
+        return
+    if _decode_run(cfg_i, cfg_f, st_i, st_f, req_i, req_f, keys, lru, running, pend_d, mt, heap, sharing, run):
         return
     _schedule(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin)
     _release_ended(st_i, st_f, req_i, req_f, family, heap, fin)  # those refused, before the step is due
@@ -586,6 +686,8 @@ def run_until(
     ch_off: np.ndarray,
     ch_rows: np.ndarray,
     released: np.ndarray,
+    ends: np.ndarray,
+    phase: np.ndarray,
 ) -> int:
     """FleetSim.run_until on one replica: the events due at or before ``until`` played. Returns
     :data:`RAN_OUT`, or :data:`NEED_POLLS` (the next event a poll and ``polls`` full: grow it
@@ -594,6 +696,7 @@ def run_until(
     heap = (h_at, h_seq, h_ev)
     sharing = (scount, slist)
     family = (ch_off, ch_rows, released)
+    run = (times, ends, phase)
     total = req_i.shape[0]
     while st_i[HEAP_N] > 0 and st_i[OVER] == 0 and h_at[0] <= until:
         if h_ev[0, 0] == POLL and st_i[POLL_N] >= polls.shape[0]:
@@ -624,13 +727,13 @@ def run_until(
             wq[(st_i[WQ_HEAD] + st_i[WQ_LEN]) % wq.shape[0]] = obj
             st_i[WQ_LEN] += 1
             _kick(cfg_i, cfg_f, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin, mt,
-                heap, sharing, family)  # fmt: skip
+                heap, sharing, family, run)  # fmt: skip
         elif kind == STEP:
             st_i[STEPPING] = 0
             _complete(cfg_i, st_i, st_f, req_i, req_f, keys, live, lru, running, pend_d, pend_p, emitted, times, fin)
             _release_ended(st_i, st_f, req_i, req_f, family, heap, fin)
             _kick(cfg_i, cfg_f, st_i, st_f, req_i, req_f, keys, live, lru, running, wq, pend_d, pend_p, fin, mt,
-                heap, sharing, family)  # fmt: skip
+                heap, sharing, family, run)  # fmt: skip
         else:
             p = st_i[POLL_N]
             polls[p, 0] = st_f[NOW]
