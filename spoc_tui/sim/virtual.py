@@ -176,41 +176,13 @@ def gaps(times: list[float]) -> tuple[float, ...]:
     return tuple(map(operator.sub, times[1:], times))
 
 
+Answer = tuple[str | None, int, int, int]
+"""A request's end as its figures: its finish reason, tokens generated, prompt tokens and cached
+prompt tokens (a compiled replay's, :mod:`spoc_tui.twin.fastreplay`)."""
+
+
 def client_sample(
-    r: SimRequest,
-    start: float,
-    times: list[float],
-    end: float,
-    *,
-    users: int,
-    conversation: str,
-    step: int = 0,
-    turn: int = 0,
-    last: bool | None = None,
-    trace_index: int | None = None,
-    scheduled: float | None = None,
-    held_s: float | None = None,
-    cut_counts: bool = True,
-    since_answer: float | None = None,
-    asked_wait: float | None = None,
-) -> RequestSample:
-    """What a client saw of ``r``, sent at ``start``, its tokens at ``times``, ended at ``end`` (an
-    abort, or no token, is a failed request). A trace's row: ``trace_index``, its due time
-    ``scheduled`` and ``held_s`` how long it waited for its previous turn. ``cut_counts``: an answer
-    that reached ``max_tokens`` is counted cut; not where every answer is asked for exactly its
-    length (a twin's replay), where reaching it says nothing."""
-    return answer_sample(
-        r.finish_reason, r.generated, len(r.prompt), r.cached_tokens, start, times, end,
-        users=users, conversation=conversation, step=step, turn=turn, last=last, trace_index=trace_index,
-        scheduled=scheduled, held_s=held_s, cut_counts=cut_counts, since_answer=since_answer, asked_wait=asked_wait,
-    )  # fmt: skip
-
-
-def answer_sample(
-    finish_reason: str | None,
-    generated: int,
-    prompt_tokens: int,
-    cached_tokens: int,
+    r: SimRequest | Answer,
     start: float,
     times: list[float],
     end: float,
@@ -228,8 +200,21 @@ def answer_sample(
     asked_wait: float | None = None,
     itl: tuple[float, ...] | None = None,
 ) -> RequestSample:
-    """:func:`client_sample` of a request given by its figures (a compiled replay's,
-    :mod:`spoc_tui.twin.fastreplay`); ``itl``: the gaps between ``times`` where worked out already."""
+    """What a client saw of ``r`` (a request, or its :data:`Answer`), sent at ``start``, its tokens
+    at ``times`` (``itl``: the gaps between them where worked out already), ended at ``end`` (an
+    abort, or no token, is a failed request). A trace's row: ``trace_index``, its due time
+    ``scheduled`` and ``held_s`` how long it waited for its previous turn. ``cut_counts``: an answer
+    that reached ``max_tokens`` is counted cut; not where every answer is asked for exactly its
+    length (a twin's replay), where reaching it says nothing."""
+    if isinstance(r, SimRequest):
+        finish_reason, generated, prompt_tokens, cached_tokens = (
+            r.finish_reason,
+            r.generated,
+            len(r.prompt),
+            r.cached_tokens,
+        )
+    else:
+        finish_reason, generated, prompt_tokens, cached_tokens = r
     ok = finish_reason != "abort" and bool(times)
     return RequestSample(
         start=start,

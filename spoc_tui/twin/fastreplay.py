@@ -26,7 +26,7 @@ from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.core.tuning.engineflags import BLOCK_SIZES
 from spoc_tui.sim.engine import SimRequest
 from spoc_tui.sim.prefix import PrefixCache
-from spoc_tui.sim.virtual import answer_sample
+from spoc_tui.sim.virtual import client_sample
 
 if TYPE_CHECKING:
     from spoc_tui.twin.engine import TwinEngine
@@ -237,7 +237,7 @@ class CompiledReplay:
             row = self.rows[i]
             reason = "abort" if why == lay.ABORT else ("length" if why == lay.LENGTH else "stop")
             out.append(
-                answer_sample(reason, generated, plen, cached, start, all_times[a:b], end, step=step, users=1,
+                client_sample((reason, generated, plen, cached), start, all_times[a:b], end, step=step, users=1,
                               conversation=row.conversation or f"r{row.index}", turn=row.turn, last=row.last,
                               trace_index=row.index, scheduled=row.t / self.speed, held_s=held or None,
                               cut_counts=False, itl=tuple(all_gaps[a : b - 1]) if b > a else ())
