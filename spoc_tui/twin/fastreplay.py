@@ -10,6 +10,8 @@ Others, and any run with ``SPOC_REPLAY_ENGINE=python`` in the environment, play 
 from __future__ import annotations
 
 import hashlib
+import logging
+import math
 import os
 from collections.abc import Sequence
 from itertools import chain
@@ -21,6 +23,7 @@ import numpy as np  # the CLI loads this module only when a replay starts (Fleet
 import platformdirs
 
 from spoc_tui import APP_NAME
+from spoc_tui.core.errors import first_line
 from spoc_tui.core.ramp.steps import RequestSample
 from spoc_tui.core.traces.read import TraceRow
 from spoc_tui.core.tuning.engineflags import BLOCK_SIZES
@@ -31,6 +34,8 @@ from spoc_tui.sim.virtual import client_sample
 if TYPE_CHECKING:
     from spoc_tui.twin.engine import TwinEngine
     from spoc_tui.twin.rowprompts import RowPrompts
+
+logger = logging.getLogger(__name__)
 
 ENV = "SPOC_REPLAY_ENGINE"
 """``python``: every replay plays in Python (the compiled engine's reference, and a way around it)."""
@@ -79,6 +84,22 @@ def cache_folder() -> Path:
 def compiled(engine: TwinEngine, rows: Sequence[TraceRow], replicas: int, autoscaled: bool) -> bool:
     """Whether a replay of ``rows`` on ``engine`` can run compiled (this module's docstring)."""
     return replicas == 1 and not autoscaled and kernel() is not None
+
+
+def compiled_replay(
+    engine: TwinEngine, rows: Sequence[TraceRow], speed: float, prompts: RowPrompts, poll_s: float | None
+) -> CompiledReplay | None:
+    """The replay set up compiled and its loop compiled too (a process that finds numba's cache
+    loads it), or None where numba fails to build it on this machine: said once in the log, and
+    every replay of the process then plays in Python (the same figures, its old cost)."""
+    try:
+        fast = CompiledReplay(engine, rows, speed, prompts, poll_s)
+        fast.run_until(-math.inf)  # nothing is due yet: compiles the loop now, where Python can take over
+    except Exception as e:  # numba's errors (a compiler that cannot serve this machine), whatever their class
+        logger.warning("the compiled replay could not be built (%s): replays play in Python", first_line(e, 200))
+        _loaded["kernel"] = None
+        return None
+    return fast
 
 
 class CompiledReplay:

@@ -356,12 +356,14 @@ class FleetSim:
         first = self.autoscale.min_replicas if self.autoscale else (self.fixed or 1)
         for _ in range(first):
             self._start_replica(0.0)
-        from spoc_tui.twin.fastreplay import CompiledReplay, compiled  # NumPy: a run's, not the CLI's
+        from spoc_tui.twin.fastreplay import compiled, compiled_replay  # NumPy: a run's, not the CLI's
 
         eng = self.replicas[0].engine
         if compiled(eng, self.rows, first, self.autoscale is not None):
-            self._fast = CompiledReplay(eng, self.rows, self.speed, self._prompts, self.poll_s)
-            return
+            self._fast = compiled_replay(eng, self.rows, self.speed, self._prompts, self.poll_s)
+            if self._fast is not None:
+                return
+            self._prompts = RowPrompts(self.rows, 1 << 24, self.twin.server.block_size)  # its rows taken afresh
         ids = {r.id for r in self.rows if r.id is not None}
         for row in self.rows:
             if row.parent is not None and row.parent in ids:

@@ -195,3 +195,29 @@ def test_the_kernel_plays_the_same_as_plain_python_with_its_bounds_checked():
         assert r.returncode == 0, r.stderr[-2000:]
         outs.append(r.stdout)
     assert outs[0] == outs[1] and "True)" in outs[0]
+
+
+def test_a_kernel_numba_cannot_build_leaves_the_replays_to_python(monkeypatch, caplog):
+    """Where numba fails to compile the kernel (a machine its compiler cannot serve), the replay
+    plays in Python, the same figures, and says so once in the log; the process's later replays
+    do not try again."""
+    import logging
+
+    from spoc_tui.twin import fastreplay, replaykernel
+
+    tw, trace = CASES["chat, 400 blocks"]()
+    python, _ = both(monkeypatch, tw, trace)
+
+    def cannot(*_a: object) -> int:
+        raise RuntimeError("Failed in nopython mode pipeline (step: native lowering)\nmore")
+
+    monkeypatch.setattr(replaykernel, "run_until", cannot)
+    monkeypatch.setitem(fastreplay._loaded, "kernel", replaykernel)
+    with caplog.at_level(logging.WARNING, logger="spoc_tui.twin.fastreplay"):
+        got = played(tw, trace)
+    assert got[:-1] == python and got[-1] is False
+    assert "could not be built (Failed in nopython mode pipeline (step: native lowering))" in caplog.text
+    assert fastreplay.kernel() is None
+    sim = FleetSim(tw, trace, replicas=1)
+    sim.start()
+    assert sim._fast is None
