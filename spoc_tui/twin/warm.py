@@ -30,7 +30,7 @@ def warm() -> float:
     sim = FleetSim(twin, rows, replicas=1, poll_s=0.05)
     sim.run()
     if sim._fast is None:
-        raise RuntimeError(f"the compiled replay is off ({ENV}=python, or numba is missing)")
+        raise RuntimeError(f"the compiled replay is off ({ENV}=python, numba missing, or it could not be built)")
     Lengths(((1.0, 2.0), (2.0, 5.0)), (0.5, 1.0), (0.0, 0.0), 0.0).at_many([k / 64 for k in range(64)])
     if not os.environ.get("NUMBA_CACHE_DIR"):
         here = cache_folder()
@@ -41,4 +41,7 @@ def warm() -> float:
 
 
 if __name__ == "__main__":  # make test, make demo
-    print(f"the compiled replay: ready in {warm():.1f} s")
+    try:
+        print(f"the compiled replay: ready in {warm():.1f} s")
+    except RuntimeError as e:  # off, or numba could not build it: the replays play in Python
+        print(f"{e}: the twin's replays play in Python")
