@@ -81,8 +81,8 @@ def cache_folder() -> Path:
     return Path(platformdirs.user_cache_dir(APP_NAME)) / "numba" / digest
 
 
-def compiled(engine: TwinEngine, rows: Sequence[TraceRow], replicas: int, autoscaled: bool) -> bool:
-    """Whether a replay of ``rows`` on ``engine`` can run compiled (this module's docstring)."""
+def compiled(replicas: int, autoscaled: bool) -> bool:
+    """Whether a replay on ``replicas`` (or an autoscaler's) can run compiled (this module's docstring)."""
     return replicas == 1 and not autoscaled and kernel() is not None
 
 
@@ -148,12 +148,14 @@ class CompiledReplay:
         # follow-up turns: each parent's children, released at its end (FleetSim._finish_row)
         ids = {r.id for r in rows if r.id is not None}
         children: dict[str, list[int]] = {}
+        first: list[int] = []
         for j, row in enumerate(rows):
             if row.parent is not None and row.parent in ids:
                 children.setdefault(row.parent, []).append(j)
+            else:
+                first.append(j)
         group = {parent: g for g, parent in enumerate(children)}
         req_i[:, lay.GROUP] = [group.get(r.id, -1) if r.id is not None else -1 for r in rows]
-        first = np.fromiter((j for j, r in enumerate(rows) if not (r.parent is not None and r.parent in ids)), np.int64)
         sizes = np.fromiter((len(c) for c in children.values()), np.int64, len(children))
         self.family = (
             np.concatenate(([0], np.cumsum(sizes))).astype(np.int64),
@@ -166,8 +168,8 @@ class CompiledReplay:
         sigma = float(engine._sigma)
         self.cfg_i = np.array(
             [engine.num_blocks, engine.budget, cfg.max_num_seqs, engine.max_len, bs, int(cfg.enable_chunked_prefill),
-             int(caching), int(bool(model.ridge_moves) and model.b_prefill > 0), int(bool(poll_s)), nkeys,
-             int(engine._times_shared())], np.int64,
+             int(caching), int(bool(model.ridge_moves) and model.b_prefill > 0), nkeys, int(engine._times_shared())],
+            np.int64,
         )  # fmt: skip
         self.cfg_f = np.array(
             [model.b0, model.b_prefill, model.b_attn, model.b_decode, model.b_context, model.b_mixed, model.ridge,
@@ -202,11 +204,11 @@ class CompiledReplay:
         self.heap = (np.zeros(events, np.float64), np.zeros(events, np.int64), np.zeros((events, 2), np.int64))
         self._taken = 0
         self._polls_taken = 0
-        k.start(self.st_i, req_f, first, poll_s or 0.0, *self.heap)
+        k.start(self.st_i, req_f, np.asarray(first, np.int64), poll_s or 0.0, *self.heap)
 
     def run_until(self, until: float) -> bool:
-        """The events due by ``until`` played; False where the compiled engine could not go on
-        (the caller replays in Python from the start)."""
+        """The events due by ``until`` played; False where the kernel reached a state the Python
+        engine never does (a request's blocks past the keys laid out for it: a bug the caller raises)."""
         k, lay = self.k, self.lay
         while True:
             got = k.run_until(

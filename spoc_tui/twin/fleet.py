@@ -359,7 +359,7 @@ class FleetSim:
         from spoc_tui.twin.fastreplay import compiled, compiled_replay  # NumPy: a run's, not the CLI's
 
         eng = self.replicas[0].engine
-        if compiled(eng, self.rows, first, self.autoscale is not None):
+        if compiled(first, self.autoscale is not None):
             self._fast = compiled_replay(eng, self.rows, self.speed, self._prompts, self.poll_s)
             if self._fast is not None:
                 return

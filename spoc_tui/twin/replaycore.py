@@ -16,24 +16,24 @@ import numpy as np
 from numba import njit
 
 # -- the engine's settings (cfg_i, cfg_f) -------------------------------------------------------
-NUM_BLOCKS, BUDGET, MAX_SEQS, MAX_LEN, BS, CHUNKED, CACHING, RIDGE_MOVES, POLLING, NKEYS, SHARING = range(11)
+NUM_BLOCKS, BUDGET, MAX_SEQS, MAX_LEN, BS, CHUNKED, CACHING, RIDGE_MOVES, NKEYS, SHARING = range(10)
 B0, B_PREFILL, B_ATTN, B_DECODE, B_CONTEXT, B_MIXED, RIDGE, A0, A_PROMPT, SIGMA, MU, POLL_S, SHARED_CUT = range(13)
 
 # -- its state (st_i, st_f) --------------------------------------------------------------------
-(USED, ADMITTED, RUN_N, WQ_HEAD, WQ_LEN, HEAP_N, SEQ, MOVING, STEPPING, PEND_ND, PEND_NP, LRU_HEAD, LRU_TAIL,
- LRU_LEN, LRU_EXTRA, RUNS, SKIPPED, TOO_BIG, STALLED, OVER, FIN_N, POLL_N, ITERATIONS, GEN_TOKENS, PREEMPTIONS,
- PREFIX_QUERIES, PREFIX_HITS, PEAK, MTI, GAUSS_HELD, SAMPLES, PROMPT_TOKENS, S_TOTAL, S_DISTINCT, S_LEN,
- S_STAMP, REL_N) = range(37)  # fmt: skip
-ST_I = 37
-NOW, BUSY, STEP_END, GAUSS_NEXT, LAST_STEP = range(5)
-ST_F = 5
+(USED, RUN_N, WQ_HEAD, WQ_LEN, HEAP_N, SEQ, MOVING, STEPPING, PEND_ND, PEND_NP, LRU_HEAD, LRU_TAIL, LRU_LEN,
+ LRU_EXTRA, RUNS, SKIPPED, TOO_BIG, STALLED, OVER, FIN_N, POLL_N, ITERATIONS, GEN_TOKENS, PREEMPTIONS,
+ PREFIX_QUERIES, PREFIX_HITS, PEAK, MTI, GAUSS_HELD, PROMPT_TOKENS, S_TOTAL, S_DISTINCT, S_LEN, S_STAMP,
+ REL_N) = range(35)  # fmt: skip
+ST_I = 35
+NOW, BUSY, GAUSS_NEXT, LAST_STEP = range(4)
+ST_F = 4
 
 # -- each request (req_i, req_f) ---------------------------------------------------------------
-(PLEN, TARGET, COMPUTED, GENERATED, BLOCKS, CACHED, SHARED, PREEMPTS, RSEQ, NTIMES, HLEN, OWN, KOFF, KLEN, TOFF,
- HASHED, REASON, OUTRAW, SCOUNTED, SSTAMP, GROUP) = range(21)  # fmt: skip
-REQ_I = 21
-SEND, START, FIRST_SCHED, FIRST_TOKEN, LAST_TOKEN, FINISHED, THINK, HELD = range(8)
-REQ_F = 8
+(PLEN, TARGET, COMPUTED, GENERATED, BLOCKS, CACHED, SHARED, NTIMES, HLEN, OWN, KOFF, KLEN, TOFF, HASHED, REASON,
+ OUTRAW, SCOUNTED, SSTAMP, GROUP) = range(19)  # fmt: skip
+REQ_I = 19
+SEND, START, FINISHED, THINK, HELD = range(5)
+REQ_F = 5
 
 STOP, LENGTH, ABORT = 0, 1, 2
 """A request's finish reason (``REASON``)."""
@@ -170,27 +170,27 @@ def _unlink(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, node: int) -> N
 
 
 @njit(cache=True, nogil=True)
-def _append(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, node: int) -> None:
-    tail = st_i[LRU_TAIL]
-    prev[node], nxt[node] = tail, -1
-    if tail >= 0:
-        nxt[tail] = node
+def _attach(st_i: np.ndarray, inward: np.ndarray, outward: np.ndarray, node: int, end: int, other: int) -> None:
+    """``node`` linked at the list's ``end`` (the slot of st_i holding it), ``other`` the opposite
+    end's slot: ``inward`` points from a node towards the middle, ``outward`` towards ``end``."""
+    was = st_i[end]
+    inward[node], outward[node] = was, -1
+    if was >= 0:
+        outward[was] = node
     else:
-        st_i[LRU_HEAD] = node
-    st_i[LRU_TAIL] = node
+        st_i[other] = node
+    st_i[end] = node
     st_i[LRU_LEN] += 1
 
 
 @njit(cache=True, nogil=True)
+def _append(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, node: int) -> None:
+    _attach(st_i, prev, nxt, node, LRU_TAIL, LRU_HEAD)
+
+
+@njit(cache=True, nogil=True)
 def _prepend(st_i: np.ndarray, prev: np.ndarray, nxt: np.ndarray, node: int) -> None:
-    head = st_i[LRU_HEAD]
-    prev[node], nxt[node] = -1, head
-    if head >= 0:
-        prev[head] = node
-    else:
-        st_i[LRU_TAIL] = node
-    st_i[LRU_HEAD] = node
-    st_i[LRU_LEN] += 1
+    _attach(st_i, nxt, prev, node, LRU_HEAD, LRU_TAIL)
 
 
 @njit(cache=True, nogil=True)

@@ -26,7 +26,6 @@ from spoc_tui.twin.replaycore import (
     A_PROMPT,
     ABORT,
     ADD,
-    ADMITTED,
     B0,
     B_ATTN,
     B_CONTEXT,
@@ -44,8 +43,6 @@ from spoc_tui.twin.replaycore import (
     FAILED,
     FIN_N,
     FINISHED,
-    FIRST_SCHED,
-    FIRST_TOKEN,
     GEN_TOKENS,
     GENERATED,
     GROUP,
@@ -57,7 +54,6 @@ from spoc_tui.twin.replaycore import (
     KLEN,
     KOFF,
     LAST_STEP,
-    LAST_TOKEN,
     LENGTH,
     LRU,
     MAX_LEN,
@@ -80,7 +76,6 @@ from spoc_tui.twin.replaycore import (
     POLL_N,
     POLL_S,
     PREEMPTIONS,
-    PREEMPTS,
     PREFIX_HITS,
     PREFIX_QUERIES,
     PROMPT_TOKENS,
@@ -90,13 +85,11 @@ from spoc_tui.twin.replaycore import (
     RIDGE,
     RIDGE_MOVES,
     ROW,
-    RSEQ,
     RUN_N,
     S_DISTINCT,
     S_LEN,
     S_STAMP,
     S_TOTAL,
-    SAMPLES,
     SCOUNTED,
     SEND,
     SHARED,
@@ -108,7 +101,6 @@ from spoc_tui.twin.replaycore import (
     STALLED,
     START,
     STEP,
-    STEP_END,
     STEPPING,
     STOP,
     TARGET,
@@ -202,7 +194,6 @@ def _finish(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.nda
     req_i[i, HASHED] = 0
     fin[st_i[FIN_N]] = i
     st_i[FIN_N] += 1
-    st_i[SAMPLES] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -292,7 +283,6 @@ def _admit(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndar
         fin: np.ndarray, budget: int, npf: int) -> int:  # fmt: skip
     """SimEngine.schedule's second part: new requests in arrival order while seats, the token
     budget and blocks last (those that can never run refused). Returns the prefill chunks now."""
-    now = st_f[NOW]
     bs = cfg_i[BS]
     chunked = cfg_i[CHUNKED]
     cap = wq.shape[0]
@@ -320,10 +310,6 @@ def _admit(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.ndar
             req_i[r, CACHED] = hit
             st_i[PREFIX_QUERIES] += plen
             st_i[PREFIX_HITS] += hit
-        if math.isnan(req_f[r, FIRST_SCHED]):
-            req_f[r, FIRST_SCHED] = now
-        st_i[ADMITTED] += 1
-        req_i[r, RSEQ] = st_i[ADMITTED]
         running[st_i[RUN_N]] = r
         st_i[RUN_N] += 1
         budget -= chunk
@@ -374,7 +360,6 @@ def _schedule(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.n
             st_i[USED] -= req_i[victim, BLOCKS]
             req_i[victim, BLOCKS] = 0
             req_i[victim, COMPUTED] = 0
-            req_i[victim, PREEMPTS] += 1
             st_i[PREEMPTIONS] += 1
             st_i[WQ_HEAD] = (st_i[WQ_HEAD] - 1) % cap
             wq[st_i[WQ_HEAD]] = victim
@@ -430,10 +415,8 @@ def _complete(cfg_i: np.ndarray, st_i: np.ndarray, st_f: np.ndarray, req_i: np.n
         r = emitted[j]
         req_i[r, GENERATED] += 1
         g = req_i[r, GENERATED]
-        if math.isnan(req_f[r, FIRST_TOKEN]):
-            req_f[r, FIRST_TOKEN] = now
+        if req_i[r, NTIMES] == 0:  # its first token: its prompt counted, as vLLM counts it then
             st_i[PROMPT_TOKENS] += req_i[r, PLEN]
-        req_f[r, LAST_TOKEN] = now
         times[req_i[r, TOFF] + req_i[r, NTIMES]] = now
         req_i[r, NTIMES] += 1
         if g >= req_i[r, TARGET] or req_i[r, PLEN] + g >= max_len:
@@ -542,7 +525,6 @@ def _materialize(cfg_i: np.ndarray, st_i: np.ndarray, req_i: np.ndarray, req_f: 
         req_i[r, COMPUTED] += k
         req_i[r, GENERATED] += k
         req_i[r, BLOCKS] = -(-req_i[r, COMPUTED] // bs)
-        req_f[r, LAST_TOKEN] = ends[k - 1]
 
 
 @njit(cache=True, nogil=True)
@@ -607,7 +589,6 @@ def _decode_run(cfg_i: np.ndarray, cfg_f: np.ndarray, st_i: np.ndarray, st_f: np
                 req_i[r, BLOCKS] = -(-(req_i[r, COMPUTED] + 1) // bs)
             st_i[PEND_ND], st_i[PEND_NP] = n, 0
             st_i[STEPPING] = 1
-            st_f[STEP_END] = end
             _push(st_i, h_at, h_seq, h_ev, end, STEP, 0)
             return True
         t = end if end > t else t  # as the event loop's clock moves (never back)
@@ -649,9 +630,8 @@ def _kick(cfg_i: np.ndarray, cfg_f: np.ndarray, st_i: np.ndarray, st_f: np.ndarr
         return
     st_f[BUSY] += secs
     st_i[STEPPING] = 1
-    st_f[STEP_END] = st_f[NOW] + secs
     h_at, h_seq, h_ev = heap
-    _push(st_i, h_at, h_seq, h_ev, st_f[STEP_END], STEP, 0)
+    _push(st_i, h_at, h_seq, h_ev, st_f[NOW] + secs, STEP, 0)
 
 
 @njit(cache=True, nogil=True)
@@ -741,7 +721,7 @@ def run_until(
             polls[p, 2] = st_i[RUN_N]
             polls[p, 3] = st_i[USED] / cfg_i[NUM_BLOCKS] if cfg_i[NUM_BLOCKS] else 0.0
             st_i[POLL_N] = p + 1
-            left = total - st_i[SAMPLES] - st_i[SKIPPED]
+            left = total - st_i[FIN_N] - st_i[SKIPPED]  # every request ended is a sample
             if left > 0 and st_i[MOVING] == 0 and not st_i[STEPPING]:
                 st_i[STALLED] = left  # nothing in flight, nothing to come: they can never run
                 st_i[SKIPPED] += left

@@ -85,7 +85,6 @@ class QueueWatch:
     (:func:`~spoc_tui.core.ramp.steps.queue_unbounded`; once it does, it stays so)."""
 
     def __init__(self) -> None:
-        self.points: list[tuple[float, float]] = []
         self.unbounded: str | None = None
         self._ts: list[float] = []
         self._ws: list[float] = []
@@ -96,7 +95,7 @@ class QueueWatch:
 
     @property
     def mean(self) -> float | None:
-        return round(self._sum / len(self.points), 2) if self.points else None
+        return round(self._sum / len(self._ws), 2) if self._ws else None
 
     def see(self, t: float, server: ServerWindow) -> ServerWindow:
         """A reading ``t`` seconds into the window: ``server`` with the mean over every reading so far."""
@@ -106,7 +105,6 @@ class QueueWatch:
                 last = self._ws[-1]
                 self._rises += w > last
                 self._falls += w < last
-            self.points.append((t, w))
             self._ts.append(t)
             self._ws.append(w)
             self._sum += w
